@@ -1,0 +1,5 @@
+import sys
+
+from profscope.cli import main
+
+sys.exit(main())

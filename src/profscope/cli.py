@@ -1,0 +1,156 @@
+"""The ``profscope`` command. Its default command serves: ``profscope LOGDIR``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import sys
+import webbrowser
+from importlib import resources
+from pathlib import Path
+
+from profscope import __version__
+from profscope.errors import ProfscopeError
+
+DEFAULT_PORT = 8791
+COMMANDS = ("serve", "runs")
+
+DESCRIPTION = """\
+profscope: a self-hosted profile viewer for ML workloads (XProf-compatible).
+
+Point it at a log directory -- a local folder or a gs:// bucket -- holding JAX/TF
+profiles (plugins/profile/<session>/<host>.xplane.pb), XLA dumps (*.hlo.pb,
+*-buffer-assignment.txt), PyTorch memory snapshots (*.pickle) or Chrome traces
+(*.trace.json.gz), and open the printed URL in a browser.
+
+examples:
+  profscope ~/logs                      serve a folder at http://127.0.0.1:8791/
+  profscope serve gs://bucket/logs      serve a bucket (uses your gcloud credentials)
+  profscope serve --demo --open         serve the bundled demo and open a browser
+  profscope runs ~/logs                 list the runs found, without serving
+"""
+
+
+def demo_logdir() -> Path:
+    return Path(str(resources.files("profscope") / "demo" / "logdir"))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="profscope", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--version", action="version", version=f"profscope {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    serve = sub.add_parser("serve", help="serve a log directory in the browser (the default command)")
+    serve.add_argument("logdir", nargs="?", help="local folder, gs://bucket/prefix or memory://path")
+    serve.add_argument("--demo", action="store_true", help="serve the demo log directory bundled with profscope")
+    serve.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1: this machine only)")
+    serve.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 picks a free one)")
+    serve.add_argument("--cache-dir", help="where converted results are kept (default ~/.cache/profscope)")
+    serve.add_argument("--open", action="store_true", help="open the page in a web browser")
+
+    runs = sub.add_parser("runs", help="list the runs of a log directory and exit")
+    runs.add_argument("logdir", nargs="?", help="local folder, gs://bucket/prefix or memory://path")
+    runs.add_argument("--demo", action="store_true", help="use the bundled demo log directory")
+    runs.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    runs.add_argument("--cache-dir", help="where converted results are kept (default ~/.cache/profscope)")
+    return parser
+
+
+def _normalise_argv(argv: list[str]) -> list[str]:
+    """``profscope LOGDIR ...`` means ``profscope serve LOGDIR ...``."""
+    if not argv or argv[0] in COMMANDS or argv[0] in ("-h", "--help", "--version"):
+        return argv if argv else ["serve"]
+    return ["serve", *argv]
+
+
+def _workspace(args):
+    from profscope.cache.store import DiskCache, default_cache_dir
+    from profscope.cache.workspace import Workspace
+    from profscope.storage import LogDir
+
+    if args.demo and args.logdir:
+        raise ProfscopeError("give either a log directory or --demo, not both")
+    url = str(demo_logdir()) if args.demo else args.logdir
+    if not url:
+        raise ProfscopeError("no log directory given: profscope LOGDIR, or profscope serve --demo")
+    logdir = LogDir(url)
+    logdir.check()
+    return Workspace(logdir, DiskCache(args.cache_dir or default_cache_dir()))
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        hint = " (is another profscope running? try --port 0)" if port else ""
+        raise ProfscopeError(f"cannot listen on {host}:{port}: {e.strerror}{hint}") from e
+    sock.listen(128)
+    sock.set_inheritable(True)
+    return sock
+
+
+def cmd_serve(args) -> int:
+    import uvicorn
+
+    from profscope.server import create_app
+
+    ws = _workspace(args)
+    sock = _bind(args.host, args.port)
+    port = sock.getsockname()[1]
+    shown_host = f"[{args.host}]" if ":" in args.host else args.host
+    url = f"http://{shown_host}:{port}/"
+    runs = ws.runs()
+    print(f"profscope {__version__}: {len(runs)} run(s) in {ws.logdir.url}", flush=True)
+    print(f"cache: {ws.cache.root}", flush=True)
+    if args.host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"warning: listening on {args.host}: anyone who can reach it can read these profiles", flush=True)
+    print(f"serving at {url}  (Ctrl+C to stop)", flush=True)
+    if args.open:
+        webbrowser.open(url)
+    config = uvicorn.Config(create_app(ws), log_level="warning", access_log=False)
+    uvicorn.Server(config).run(sockets=[sock])
+    return 0
+
+
+def cmd_runs(args) -> int:
+    ws = _workspace(args)
+    runs = ws.runs()
+    if args.json:
+        rows = [
+            {"name": r.name, "kind": r.kind.value, "hosts": r.hosts, "files": len(r.files), "bytes": sum(f.size for f in r.files)}
+            for r in runs
+        ]
+        print(json.dumps(rows, indent=2))
+        return 0
+    if not runs:
+        print(f"no runs in {ws.logdir.url}")
+        return 0
+    width = max(len(r.name) for r in runs)
+    for r in runs:
+        size = sum(f.size for f in r.files)
+        hosts = ",".join(r.hosts)
+        print(f"{r.name:<{width}}  {r.kind.value:<14}  {len(r.files):>4} files  {size / 1e6:>9.2f} MB  {hosts}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = _normalise_argv(list(sys.argv[1:] if argv is None else argv))
+    args = build_parser().parse_args(argv)
+    try:
+        return {"serve": cmd_serve, "runs": cmd_runs}[args.command](args)
+    except ProfscopeError as e:
+        print(f"profscope: error: {e.message}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,41 @@
+"""The one error shape of profscope.
+
+Every layer raises a subclass of :class:`ProfscopeError` for problems a user can fix (a bad
+path, a corrupt file, an unknown run). The server turns them into an HTTP 4xx with a JSON
+body ``{"ok": false, "status": ..., "error": ..., "file": ...}``; the CLI prints the message
+and exits non-zero. Anything else escaping is a bug.
+"""
+
+from __future__ import annotations
+
+
+class ProfscopeError(Exception):
+    """A problem with the user's input, reported to them as-is."""
+
+    status = 400
+
+    def __init__(self, message: str, *, file: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.file = file
+
+    def to_json(self) -> dict:
+        return {"ok": False, "status": self.status, "error": self.message, "file": self.file}
+
+
+class BadRequest(ProfscopeError):
+    """The request itself is malformed (a missing parameter, a path escaping the root)."""
+
+    status = 400
+
+
+class NotFound(ProfscopeError):
+    """The named run, host, file, module or tool does not exist."""
+
+    status = 404
+
+
+class BadInput(ProfscopeError):
+    """A file exists but cannot be read as what it claims to be (truncated, corrupt)."""
+
+    status = 422

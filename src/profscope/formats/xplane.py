@@ -1,0 +1,152 @@
+"""XSpace profiles (``<host>.xplane.pb[.gz]``), tsl/profiler/protobuf/xplane.proto.
+
+Two ways in:
+
+* :func:`scan` walks the top level of an XSpace on the wire — XSpace.planes (field 1),
+  XSpace.hostnames (field 4) — and records where each plane starts, reading only each
+  plane's ``name`` (XPlane field 2). Listing the planes of a 300 MB profile costs a few
+  reads per plane.
+* :func:`read_plane` parses one plane with the generated ``xplane_pb2`` when a tool needs
+  its events.
+
+:func:`hlo_modules` lists the compiled programs a profile carries: the ``/host:metadata``
+plane holds one XEventMetadata per program, named after the HLO module, with stats
+``Hlo Proto`` (a serialized ``xla.HloProto``) and ``program_id``.
+"""
+
+from __future__ import annotations
+
+import gzip
+from dataclasses import dataclass, field
+from typing import IO
+
+from profscope.formats import protowire as wire
+from profscope.formats.protos import xplane_pb2
+
+METADATA_PLANE = "/host:metadata"
+HLO_PROTO_STAT = "Hlo Proto"
+PROGRAM_ID_STAT = "program_id"
+
+
+@dataclass(slots=True)
+class PlaneRef:
+    name: str
+    offset: int  # of the XPlane message payload in the (decompressed) stream
+    length: int
+
+
+@dataclass(slots=True)
+class XSpaceIndex:
+    planes: list[PlaneRef] = field(default_factory=list)
+    hostnames: list[str] = field(default_factory=list)
+
+    def plane(self, name: str) -> PlaneRef | None:
+        return next((p for p in self.planes if p.name == name), None)
+
+
+@dataclass(frozen=True, slots=True)
+class ModuleRef:
+    """One compiled program in a profile."""
+
+    name: str  # XEventMetadata.name: "jit_train_step(14)" from jax 0.10, else the bare module name
+    program_id: int | None
+
+    @property
+    def display_name(self) -> str:
+        # XProf names a module "<module name>(<program_id>)" (module_list, memory viewer).
+        # Recent XLA already writes that as the metadata name; older ones the bare name.
+        if self.program_id is None or self.name.endswith(f"({self.program_id})"):
+            return self.name
+        return f"{self.name}({self.program_id})"
+
+
+def open_stream(raw: IO[bytes]) -> tuple[IO[bytes], int | None]:
+    """Wrap a raw file in a gzip reader when it is gzipped (by its magic, not its name).
+
+    Returns the stream and its size when known (None for gzip: the decompressed size is
+    only known at the end).
+    """
+    head = raw.read(2)
+    raw.seek(0)
+    if head == b"\x1f\x8b":
+        return gzip.GzipFile(fileobj=raw, mode="rb"), None
+    try:
+        size = raw.seek(0, 2)
+        raw.seek(0)
+    except (OSError, ValueError):
+        size = None
+    return raw, size
+
+
+def scan(raw: IO[bytes], path: str) -> XSpaceIndex:
+    """Index the planes and host names of an XSpace without parsing its events."""
+    f, size = open_stream(raw)
+    index = XSpaceIndex()
+    try:
+        for number, wt, length, start in wire.iter_fields(f, size=size):
+            if wt != wire.LEN:
+                continue
+            if number == 1:  # XSpace.planes
+                index.planes.append(PlaneRef(_plane_name(f, start + length, size), start, length))
+            elif number == 4:  # XSpace.hostnames
+                index.hostnames.append(wire.read_exact(f, length).decode("utf-8", "replace"))
+    except (wire.Truncated, ValueError, OSError, EOFError) as e:
+        raise wire.wire_error(path, "XSpace profile", e) from e
+    return index
+
+
+def _plane_name(f: IO[bytes], end: int, size: int | None) -> str:
+    for number, wt, length, _start in wire.iter_fields(f, end=end, size=size):
+        if number == 2 and wt == wire.LEN:  # XPlane.name
+            return wire.read_exact(f, length).decode("utf-8", "replace")
+    return ""
+
+
+def read_plane(raw: IO[bytes], ref: PlaneRef, path: str) -> xplane_pb2.XPlane:
+    """Parse one plane found by :func:`scan`."""
+    f, size = open_stream(raw)
+    try:
+        wire.skip_to(f, ref.offset, size)
+        data = wire.read_exact(f, ref.length)
+        return xplane_pb2.XPlane.FromString(data)
+    except (wire.Truncated, OSError, EOFError) as e:
+        raise wire.wire_error(path, "XSpace profile", e) from e
+    except Exception as e:  # protobuf's DecodeError
+        raise wire.wire_error(path, f"XPlane {ref.name!r}", e) from e
+
+
+def stat_value(stat: xplane_pb2.XStat, stat_names: dict[int, str]):
+    """The Python value of an XStat (oneof value: double/uint64/int64/str/bytes/ref).
+
+    A ``ref_value`` names another XStatMetadata whose *name* is the value (that is how
+    short repeated strings such as allocator names are stored).
+    """
+    kind = stat.WhichOneof("value")
+    if kind is None:
+        return None
+    if kind == "ref_value":
+        return stat_names.get(stat.ref_value, "")
+    return getattr(stat, kind)
+
+
+def modules_in_plane(plane: xplane_pb2.XPlane) -> list[ModuleRef]:
+    stat_names = {k: v.name for k, v in plane.stat_metadata.items()}
+    modules = []
+    for meta in plane.event_metadata.values():
+        stats = {stat_names.get(s.metadata_id, ""): s for s in meta.stats}
+        if HLO_PROTO_STAT not in stats:
+            continue
+        pid = stats.get(PROGRAM_ID_STAT)
+        program_id = None if pid is None else int(stat_value(pid, stat_names))
+        modules.append(ModuleRef(meta.name, program_id))
+    return modules
+
+
+def hlo_modules(raw: IO[bytes], path: str) -> list[ModuleRef]:
+    """The compiled programs recorded in a profile's ``/host:metadata`` plane."""
+    index = scan(raw, path)
+    ref = index.plane(METADATA_PLANE)
+    if ref is None:
+        return []
+    raw.seek(0)
+    return modules_in_plane(read_plane(raw, ref, path))

@@ -1,0 +1,1 @@
+"""Frontend layer: Jinja templates and static assets (no build step, no CDN)."""

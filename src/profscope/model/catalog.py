@@ -1,0 +1,126 @@
+"""Runs: what a log directory holds, named the way XProf names it.
+
+XProf (plugin/xprof/profile_plugin.py, ``generate_runs``) finds every folder
+``<tb_run>/plugins/profile/<session>/`` below the log directory; the session is a run
+named ``<tb_run>/<session>``, or just ``<session>`` when ``<tb_run>`` is the root, and
+``runs`` lists them sorted in reverse (newest timestamp-named session first). A run's
+hosts are its ``<host>.xplane.pb`` files.
+
+profscope adds runs XProf does not know, named by their path below the log directory:
+a folder of XLA dump files (``*.hlo.pb``, ``*-buffer-assignment.txt``), a PyTorch memory
+snapshot (``*.pickle``), a Chrome trace outside any profile session.
+
+Run names are looked up in the catalog, never joined onto a path, so a name from a URL
+can only ever select one of the runs listed here.
+"""
+
+from __future__ import annotations
+
+import enum
+import posixpath
+from dataclasses import dataclass, field
+
+from profscope.formats import hlo_dump
+from profscope.formats.kinds import FileKind, classify, xplane_host
+from profscope.storage import FileInfo, Listing
+
+PLUGINS_DIR, PROFILE_DIR = "plugins", "profile"
+
+
+class RunKind(enum.Enum):
+    PROFILE = "profile"  # an XProf profile session folder
+    XLA_DUMP = "xla_dump"  # a folder of XLA dump files
+    TORCH_SNAPSHOT = "torch_snapshot"  # one PyTorch memory snapshot file
+    CHROME_TRACE = "chrome_trace"  # one Chrome trace JSON file
+
+
+@dataclass(slots=True)
+class Run:
+    name: str
+    kind: RunKind
+    folder: str  # relative path of the session / dump folder, or of the single file's folder
+    files: list[FileInfo] = field(default_factory=list)
+
+    def files_of(self, kind: FileKind) -> list[FileInfo]:
+        return [f for f in self.files if classify(f.name) is kind]
+
+    @property
+    def hosts(self) -> list[str]:
+        """XProf's hosts: one per ``<host>.xplane.pb`` in the session, sorted."""
+        if self.kind is RunKind.PROFILE:
+            return sorted({h for f in self.files if (h := xplane_host(f.name))})
+        return []
+
+    def xplane(self, host: str) -> FileInfo | None:
+        return next((f for f in self.files if xplane_host(f.name) == host), None)
+
+    def dump_modules(self) -> list[hlo_dump.DumpModule]:
+        return hlo_dump.modules([f.name for f in self.files]) if self.kind is RunKind.XLA_DUMP else []
+
+    def file(self, name: str) -> FileInfo | None:
+        return next((f for f in self.files if f.name == name), None)
+
+
+def _session_of(path: str) -> tuple[str, str] | None:
+    """'a/b/plugins/profile/S/x' -> ('a/b', 'S'); None when not directly in a session."""
+    parts = path.split("/")
+    if len(parts) >= 4 and parts[-3] == PROFILE_DIR and parts[-4] == PLUGINS_DIR:
+        return "/".join(parts[:-4]), parts[-2]
+    return None
+
+
+def _session_dir(path: str) -> tuple[str, str] | None:
+    """'a/b/plugins/profile/S' -> ('a/b', 'S') for a session folder itself."""
+    parts = path.split("/")
+    if len(parts) >= 3 and parts[-2] == PROFILE_DIR and parts[-3] == PLUGINS_DIR:
+        return "/".join(parts[:-3]), parts[-1]
+    return None
+
+
+def _run_name(tb_run: str, session: str) -> str:
+    return f"{tb_run}/{session}" if tb_run else session
+
+
+def discover(listing: Listing) -> list[Run]:
+    """All runs of a log directory listing, in XProf's order (names sorted descending)."""
+    runs: dict[str, Run] = {}
+
+    # XProf lists a session folder even when it holds no profile yet.
+    for d in listing.dirs:
+        where = _session_dir(d)
+        if where is not None:
+            name = _run_name(*where)
+            runs.setdefault(name, Run(name, RunKind.PROFILE, d))
+
+    dump_folders: dict[str, list[FileInfo]] = {}
+    extra: list[Run] = []
+    for info in listing.files.values():
+        where = _session_of(info.path)
+        if where is not None:
+            name = _run_name(*where)
+            run = runs.setdefault(name, Run(name, RunKind.PROFILE, info.parent))
+            run.files.append(info)
+            continue
+        kind = classify(info.name)
+        if hlo_dump.is_dump_file(info.name) or kind is FileKind.HLO_TEXT:
+            dump_folders.setdefault(info.parent, []).append(info)
+        elif kind is FileKind.TORCH_SNAPSHOT:
+            extra.append(Run(info.path, RunKind.TORCH_SNAPSHOT, info.parent, [info]))
+        elif kind is FileKind.CHROME_TRACE:
+            extra.append(Run(info.path, RunKind.CHROME_TRACE, info.parent, [info]))
+
+    for folder, files in dump_folders.items():
+        run = Run(folder or ".", RunKind.XLA_DUMP, folder, files)
+        if run.dump_modules():
+            extra.append(run)
+
+    for run in extra:
+        name = run.name
+        if name in runs:  # a path that happens to equal a profile run's name
+            name = f"{name} [{run.kind.value}]"
+            run.name = name
+        runs[name] = run
+
+    for run in runs.values():
+        run.files.sort(key=lambda f: f.path)
+    return [runs[name] for name in sorted(runs, reverse=True)]

@@ -1,0 +1,50 @@
+"""profscope's own JSON API (``/api/...``): what the dashboard needs beyond XProf's API."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+
+from profscope.cache.workspace import Workspace
+from profscope.formats.kinds import classify
+from profscope.model.catalog import Run
+from profscope.server.responses import json_response
+
+
+def _run_summary(ws: Workspace, run: Run) -> dict:
+    return {
+        "name": run.name,
+        "kind": run.kind.value,
+        "folder": run.folder,
+        "hosts": ws.hosts(run),
+        "fileCount": len(run.files),
+        "totalBytes": sum(f.size for f in run.files),
+        "tools": [
+            {"name": t.name, "title": t.title, "summary": t.summary, "implemented": t.implemented}
+            for t in ws.tools(run)
+        ],
+    }
+
+
+def router(ws: Workspace) -> APIRouter:
+    r = APIRouter(prefix="/api")
+
+    @r.get("/runs")
+    def runs() -> Response:
+        return json_response({"logdir": ws.logdir.url, "runs": [_run_summary(ws, run) for run in ws.runs()]})
+
+    @r.get("/run")
+    def run(request: Request) -> Response:
+        run = ws.run(request.query_params.get("run"))
+        body = _run_summary(ws, run)
+        body["files"] = [
+            {"path": f.path, "size": f.size, "kind": classify(f.name).value, "mtime": f.mtime} for f in run.files
+        ]
+        body["modules"] = ws.modules(run)
+        return json_response(body)
+
+    @r.get("/progress")
+    def progress() -> Response:
+        return json_response({"jobs": ws.cache.progress.snapshot()})
+
+    return r

@@ -1,0 +1,258 @@
+"""A log directory on any fsspec filesystem, confined to its root.
+
+Listing is one recursive call (``fs.find``) whose result is kept for a few seconds: on
+GCS that is one paginated object listing instead of a walk level by level, which matters
+for buckets with thousands of profiles. Every path that arrives from outside goes through
+:func:`safe_relpath` and, on local disks, is checked again after resolving symlinks.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import IO
+
+import fsspec
+
+from profscope.errors import BadRequest, NotFound
+
+_DRIVE = re.compile(r"^[A-Za-z]:")
+
+
+@dataclass(frozen=True, slots=True)
+class FileInfo:
+    """One file below the root. ``path`` is relative, '/'-separated."""
+
+    path: str
+    size: int
+    mtime: float | None = None
+    # GCS: the object's generation (changes on every overwrite), else its md5.
+    version: str | None = None
+
+    @property
+    def name(self) -> str:
+        return posixpath.basename(self.path)
+
+    @property
+    def parent(self) -> str:
+        return posixpath.dirname(self.path)
+
+    def identity(self) -> str:
+        """What changes when the content may have changed: the cache key's input part."""
+        stamp = self.version if self.version is not None else repr(self.mtime)
+        return f"{self.path}|{self.size}|{stamp}"
+
+
+@dataclass(slots=True)
+class Listing:
+    files: dict[str, FileInfo] = field(default_factory=dict)
+    dirs: set[str] = field(default_factory=set)
+
+
+def safe_relpath(path: str) -> str:
+    """Normalise a path that came from a URL; refuse anything that could leave the root.
+
+    Refused: absolute paths, drive letters, backslashes, NUL, and any ``..`` component.
+    Returns the '/'-separated relative path ('' for the root itself).
+    """
+    if path is None:
+        raise BadRequest("missing path")
+    if "\x00" in path or "\\" in path:
+        raise BadRequest(f"invalid path {path!r}: contains a NUL or backslash")
+    if path.startswith("/") or _DRIVE.match(path) or "://" in path:
+        raise BadRequest(f"invalid path {path!r}: must be relative to the log directory")
+    parts = [p for p in path.split("/") if p not in ("", ".")]
+    if any(p == ".." for p in parts):
+        raise BadRequest(f"invalid path {path!r}: '..' is not allowed")
+    return "/".join(parts)
+
+
+def _split_url(url: str) -> tuple[str, str]:
+    """Return (protocol, root path as fsspec wants it)."""
+    if url.startswith("gs://") or url.startswith("gcs://"):
+        return "gcs", url.split("://", 1)[1].rstrip("/")
+    if url.startswith("memory://"):
+        return "memory", "/" + url.split("://", 1)[1].strip("/")
+    if url.startswith("file://"):
+        url = url[len("file://") :]
+    return "file", os.path.realpath(os.path.expanduser(url))
+
+
+def _gcs_filesystem(storage_options: dict):
+    # gcsfs >= 2026 first asks the bucket type over gRPC unless this is off; an emulator
+    # (and some proxies) cannot answer, and every call then stalls ~60 s. Must be set
+    # before gcsfs is imported.
+    os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
+    import gcsfs
+
+    options = dict(storage_options)
+    emulator = os.environ.get("STORAGE_EMULATOR_HOST")
+    if emulator and "endpoint_url" not in options:
+        options["endpoint_url"] = emulator if "://" in emulator else f"http://{emulator}"
+    if options.get("endpoint_url") and "token" not in options:
+        options["token"] = "anon"
+    return gcsfs.GCSFileSystem(**options)
+
+
+class LogDir:
+    """The files below one root URL, listed once per ``listing_ttl`` seconds."""
+
+    def __init__(self, url: str, *, storage_options: dict | None = None, listing_ttl: float = 5.0):
+        self.url = url
+        self.protocol, self.root = _split_url(url)
+        if self.protocol == "gcs":
+            self.fs = _gcs_filesystem(storage_options or {})
+        else:
+            self.fs = fsspec.filesystem(self.protocol, **(storage_options or {}))
+        self.listing_ttl = listing_ttl
+        self._lock = threading.Lock()
+        self._listing: Listing | None = None
+        self._listed_at = 0.0
+
+    def __repr__(self) -> str:
+        return f"LogDir({self.url!r})"
+
+    @property
+    def is_local(self) -> bool:
+        return self.protocol == "file"
+
+    def check(self) -> None:
+        """Fail early, with the URL in the message, when the root is not a readable folder."""
+        try:
+            ok = self.fs.isdir(self.root)
+        except Exception as e:  # noqa: BLE001 - any backend error is the user's to see
+            raise NotFound(f"cannot open log directory {self.url}: {e}", file=self.url) from e
+        if not ok:
+            raise NotFound(f"log directory {self.url} does not exist or is not a folder", file=self.url)
+
+    # -- listing -------------------------------------------------------------------------
+
+    def listing(self, *, refresh: bool = False) -> Listing:
+        """Every file and folder below the root (cached ``listing_ttl`` seconds)."""
+        with self._lock:
+            now = time.monotonic()
+            if refresh or self._listing is None or now - self._listed_at > self.listing_ttl:
+                self._listing = self._list_local() if self.is_local else self._list_remote()
+                self._listed_at = now
+            return self._listing
+
+    def files(self, *, refresh: bool = False) -> dict[str, FileInfo]:
+        """All files below the root, keyed by relative path."""
+        return self.listing(refresh=refresh).files
+
+    def _list_remote(self) -> Listing:
+        found = self.fs.find(self.root, detail=True, withdirs=True)
+        prefix = self.root.rstrip("/") + "/"
+        listing = Listing()
+        for full, info in found.items():
+            if self.protocol == "memory" and not full.startswith("/"):
+                full = "/" + full
+            if not full.startswith(prefix):
+                continue
+            rel = full[len(prefix) :].rstrip("/")
+            if info.get("type") == "directory":
+                listing.dirs.add(rel)
+                continue
+            listing.files[rel] = FileInfo(
+                path=rel,
+                size=int(info.get("size") or 0),
+                mtime=_mtime(info),
+                version=_version(info),
+            )
+            # Object stores have no folders: every prefix of an object is one.
+            parent = posixpath.dirname(rel)
+            while parent and parent not in listing.dirs:
+                listing.dirs.add(parent)
+                parent = posixpath.dirname(parent)
+        return listing
+
+    def _list_local(self) -> Listing:
+        # os.walk does not follow directory symlinks; file symlinks are kept only when
+        # they resolve inside the root, so nothing outside it is ever listed.
+        listing = Listing()
+        root = self.root
+        for dirpath, dirnames, filenames in os.walk(root):
+            rel_dir = os.path.relpath(dirpath, root).replace(os.sep, "/")
+            rel_dir = "" if rel_dir == "." else rel_dir + "/"
+            for name in dirnames:
+                if not os.path.islink(os.path.join(dirpath, name)):
+                    listing.dirs.add(rel_dir + name)
+            for name in filenames:
+                full = os.path.join(dirpath, name)
+                if os.path.islink(full) and not _inside(os.path.realpath(full), root):
+                    continue
+                try:
+                    st = os.stat(full)
+                except OSError:
+                    continue  # dangling link or vanished file
+                rel = rel_dir + name
+                listing.files[rel] = FileInfo(path=rel, size=st.st_size, mtime=st.st_mtime)
+        return listing
+
+    # -- access --------------------------------------------------------------------------
+
+    def full_path(self, relpath: str) -> str:
+        """The backend path of a relative path, after the confinement checks."""
+        rel = safe_relpath(relpath)
+        full = posixpath.join(self.root, rel) if rel else self.root
+        if self.is_local:
+            full = os.path.join(self.root, *rel.split("/")) if rel else self.root
+            if not _inside(os.path.realpath(full), self.root):
+                raise BadRequest(f"invalid path {relpath!r}: it points outside the log directory")
+        return full
+
+    def info(self, relpath: str) -> FileInfo:
+        rel = safe_relpath(relpath)
+        known = self.files().get(rel)
+        if known is not None:
+            return known
+        known = self.files(refresh=True).get(rel)
+        if known is None:
+            raise NotFound(f"no file {rel!r} in {self.url}", file=rel)
+        return known
+
+    def open(self, relpath: str) -> IO[bytes]:
+        info = self.info(relpath)
+        return self.fs.open(self.full_path(info.path), "rb")
+
+    def read_bytes(self, relpath: str) -> bytes:
+        with self.open(relpath) as f:
+            return f.read()
+
+    def display_path(self, relpath: str) -> str:
+        """How a file is named in messages: the URL a user would type."""
+        return self.url.rstrip("/") + "/" + relpath
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def _mtime(info: dict) -> float | None:
+    for key in ("mtime", "updated", "created", "LastModified"):
+        value = info.get(key)
+        if value is None:
+            continue
+        if isinstance(value, (int, float)):
+            return float(value)
+        if hasattr(value, "timestamp"):
+            return value.timestamp()
+        try:  # GCS JSON API: RFC 3339 text, e.g. "2026-11-29T18:51:13.123Z"
+            return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            return None
+    return None
+
+
+def _version(info: dict) -> str | None:
+    # gcsfs object metadata (JSON API): "generation" changes on every write, "md5Hash"
+    # with the content.
+    for key in ("generation", "md5Hash", "etag", "ETag"):
+        if info.get(key):
+            return str(info[key])
+    return None

@@ -1,0 +1,74 @@
+"""The tools profscope shows, under the names XProf uses for them.
+
+A tool's ``name`` is its XProf tag (``tag=`` in ``/data/plugin/profile/data``); the
+order of :data:`TOOLS` is XProf's ``tool_sort_order`` (profile_plugin.py,
+``_get_active_tools``) so ``run_tools`` lists shared tools in the same order.
+A tool whose ``converter`` is None is planned but not built yet: the dashboard shows it
+greyed out, ``run_tools`` leaves it out (an XProf client would otherwise ask for data that
+cannot come) and ``data`` answers 404 saying so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from profscope.model.catalog import Run, RunKind
+
+
+@dataclass(frozen=True, slots=True)
+class Tool:
+    name: str
+    title: str
+    summary: str
+    run_kinds: frozenset[RunKind]
+    version: int = 1  # bump when the payload changes: it is part of the cache key
+    converter: Callable[..., Any] | None = None
+
+    @property
+    def implemented(self) -> bool:
+        return self.converter is not None
+
+    def applies_to(self, run: Run) -> bool:
+        return run.kind in self.run_kinds
+
+
+TOOLS: tuple[Tool, ...] = (
+    Tool(
+        "trace_viewer@",
+        "Trace viewer",
+        "What ran when: host threads, device streams, XLA ops, steps.",
+        frozenset({RunKind.PROFILE, RunKind.CHROME_TRACE}),
+    ),
+    Tool(
+        "memory_profile",
+        "Memory profile",
+        "What the allocator really did over time: peak, breakdown at peak, leaks.",
+        frozenset({RunKind.PROFILE, RunKind.CHROME_TRACE, RunKind.TORCH_SNAPSHOT}),
+    ),
+    Tool(
+        "memory_viewer",
+        "Memory viewer",
+        "What the XLA compiler planned: heap over program order, buffers at peak, padding.",
+        frozenset({RunKind.PROFILE, RunKind.XLA_DUMP}),
+    ),
+    Tool(
+        "oom_risk",
+        "OOM risk",
+        "Peak vs capacity, headroom, and what to cut.",
+        frozenset({RunKind.PROFILE, RunKind.XLA_DUMP, RunKind.TORCH_SNAPSHOT}),
+    ),
+)
+
+_BY_NAME = {t.name: t for t in TOOLS}
+# XProf's frontend and older clients name the trace viewer without the streaming '@'.
+_ALIASES = {"trace_viewer": "trace_viewer@"}
+
+
+def get(name: str) -> Tool | None:
+    return _BY_NAME.get(_ALIASES.get(name, name))
+
+
+def for_run(run: Run) -> list[Tool]:
+    """Every tool that applies to a run, built or not, in XProf's order."""
+    return [t for t in TOOLS if t.applies_to(run)]
