@@ -69,13 +69,16 @@ class Workspace:
             if path.rstrip("/") in (self.logdir.url.rstrip("/"), self.logdir.root.rstrip("/")):
                 path = ""
         try:
-            return safe_relpath(path)
+            rel = safe_relpath(path)
+            self.logdir.full_path(rel)  # on local disks: refuses symlinks that lead out
+            return rel
         except BadRequest as e:
             raise BadRequest(f"{param}: {e.message} (only folders inside {self.logdir.url} are served)") from e
 
     def run(self, name: str | None, *, session_path: str | None = None, run_path: str | None = None) -> Run:
         if not name and not session_path:
             raise BadRequest("missing parameter 'run'")
+        name = name.rstrip("/") if name else name  # XProf strips it too (_run_dir)
         candidates = self.runs_at(session_path, run_path)
         if session_path and not name and candidates:
             return candidates[0]
@@ -84,9 +87,7 @@ class Workspace:
                 return run
         raise NotFound(f"no run named {name!r} in {self.logdir.url}")
 
-    def hosts(self, run: Run, tool: str | None = None) -> list[str]:
-        """XProf's ``hosts``: a run's hosts, sorted (``tool`` kept for XProf's signature;
-        none of our tools has an all-hosts mode yet)."""
+    def hosts(self, run: Run) -> list[str]:
         return run.hosts
 
     def tools(self, run: Run) -> list[Tool]:
@@ -113,8 +114,8 @@ class Workspace:
     # -- tool data -----------------------------------------------------------------------
 
     def tool(self, name: str | None, run: Run) -> Tool:
-        if not name:
-            raise BadRequest("missing parameter 'tag' (the tool name)")
+        if not name:  # XProf: 404 "No Data"
+            raise NotFound("missing parameter 'tag' (the tool name)")
         tool = registry.get(name)
         if tool is None:
             known = ", ".join(t.name for t in registry.TOOLS)

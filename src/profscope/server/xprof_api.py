@@ -14,9 +14,34 @@ from fastapi.responses import PlainTextResponse, Response
 from profscope import __version__
 from profscope.cache.workspace import Workspace
 from profscope.errors import NotFound
+from profscope.model.catalog import RunKind
 from profscope.server.responses import json_response
 
 PREFIX = "/data/plugin/profile"
+# The XProf release whose API this module reproduces; ``version`` reports it so clients
+# that gate features on it behave as they would against that XProf.
+XPROF_API_VERSION = "2.24.2"
+
+# profile_plugin.py: with two or more hosts, these tools get the merged "ALL_HOSTS"
+# instead of (ONLY) or beside (SUPPORTED) the single hosts.
+ALL_HOSTS = "ALL_HOSTS"
+ALL_HOSTS_ONLY = frozenset({"overview_page", "pod_viewer", "smart_suggestion"})
+ALL_HOSTS_SUPPORTED = frozenset(
+    {"input_pipeline_analyzer", "framework_op_stats", "kernel_stats", "overview_page", "pod_viewer", "megascale_stats"}
+)
+# What XProf's module_list says for a profile without any HLO module.
+NO_MODULE = "NO_MODULE"
+
+
+def hosts_for_tool(hosts: list[str], tool: str | None) -> list[str]:
+    """XProf's ``hosts_from_xplane_filenames``: the ALL_HOSTS rules, then code-point order."""
+    out = set(hosts)
+    if len(out) > 1:
+        if tool in ALL_HOSTS_ONLY:
+            out = {ALL_HOSTS}
+        elif tool in ALL_HOSTS_SUPPORTED:
+            out.add(ALL_HOSTS)
+    return sorted(out)
 
 
 def router(ws: Workspace) -> APIRouter:
@@ -39,12 +64,17 @@ def router(ws: Workspace) -> APIRouter:
     @r.get("/hosts")
     def hosts(request: Request) -> Response:
         run = scoped_run(request)
-        return json_response([{"hostname": h} for h in ws.hosts(run, request.query_params.get("tag"))])
+        hosts = hosts_for_tool(ws.hosts(run), request.query_params.get("tag"))
+        return json_response([{"hostname": h} for h in hosts])
 
     @r.get("/module_list")
     def module_list(request: Request) -> Response:
         # XProf answers text/plain: the module names joined by ','.
-        return PlainTextResponse(",".join(ws.modules(scoped_run(request))))
+        run = scoped_run(request)
+        modules = ws.modules(run)
+        if not modules and run.kind is RunKind.PROFILE and run.hosts:
+            modules = [NO_MODULE]
+        return PlainTextResponse(",".join(modules))
 
     @r.get("/data")
     def data(request: Request) -> Response:
@@ -57,11 +87,11 @@ def router(ws: Workspace) -> APIRouter:
 
     @r.get("/version")
     def version() -> Response:
-        return PlainTextResponse(__version__)
+        return PlainTextResponse(XPROF_API_VERSION, headers={"X-Profscope-Version": __version__})
 
     @r.get("/config")
     def config() -> Response:
         # profscope never captures profiles, so the capture button stays hidden.
-        return json_response({"enableTabNameLabel": False, "hideCaptureProfileButton": True, "srcPathPrefix": ""})
+        return json_response({"enableTabNameLabel": False, "hideCaptureProfileButton": True, "srcPathPrefix": None})
 
     return r
