@@ -1,0 +1,1 @@
+"""Builders that lay out realistic, deterministic input trees for tests."""
