@@ -80,3 +80,20 @@ def test_memory_filesystem_listing():
 def test_missing_root_is_reported_with_its_name(tmp_path):
     with pytest.raises(NotFound, match="does-not-exist"):
         LogDir(str(tmp_path / "does-not-exist")).check()
+
+
+def test_remote_listing_is_one_recursive_call_per_ttl():
+    fs = fsspec.filesystem("memory")
+    for i in range(300):
+        fs.pipe(f"/many/logs/run{i % 7}/plugins/profile/s{i}/h.xplane.pb", b"x")
+    logdir = LogDir("memory://many/logs", listing_ttl=60)
+    calls = []
+    real_find, real_ls = logdir.fs.find, logdir.fs.ls
+    logdir.fs.find = lambda *a, **k: calls.append("find") or real_find(*a, **k)
+    logdir.fs.ls = lambda *a, **k: calls.append("ls") or real_ls(*a, **k)
+    try:
+        for _ in range(5):
+            assert len(logdir.files()) == 300
+    finally:
+        del logdir.fs.find, logdir.fs.ls
+    assert calls == ["find"]

@@ -7,6 +7,7 @@ XLA names every dump file ``module_<unique id, 4+ digits>.<module name>.<stage>.
     module_0012.jit_train_step.cpu_after_optimizations.hlo.pb          (HloProto with buffer assignment)
     module_0012.jit_train_step.cpu_after_optimizations-buffer-assignment.txt
     module_0012.jit_train_step.cpu_after_optimizations-memory-usage-report.txt
+    module_0040.jit_step.sm_9.0_gpu_after_optimizations.hlo.pb                (GPU: the stage names the target)
 
 The unique id is the module's id, the same number a profile records as ``program_id``,
 so a dumped module is named ``<name>(<id>)`` exactly as XProf names it from a profile.
@@ -21,7 +22,7 @@ from profscope.formats.kinds import DUMP_KINDS, FileKind, classify
 
 _DUMP_NAME = re.compile(
     r"^module_(?P<id>\d+)\.(?P<name>.+?)\."
-    r"(?P<stage>(?:[A-Za-z0-9]+_)?(?:after|before)_optimizations|[A-Za-z0-9_]+?)"
+    r"(?P<stage>(?:[A-Za-z0-9_.]*_)?(?:after|before)_optimizations|[A-Za-z0-9_]+?)"
     r"(?:\.hlo\.pb(?:\.gz)?|-buffer-assignment\.txt|-memory-usage-report\.txt|\.txt)$"
 )
 

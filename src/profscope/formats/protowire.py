@@ -106,6 +106,6 @@ def read_exact(f: IO[bytes], n: int) -> bytes:
 
 def wire_error(path: str, what: str, exc: Exception) -> BadInput:
     """A BadInput naming the file, for a stream that is not the message it claims to be."""
-    if isinstance(exc, Truncated):
+    if isinstance(exc, (Truncated, EOFError)):  # EOFError: a gzip stream cut short
         return BadInput(f"{path}: truncated {what} (the file ends inside a message)", file=path)
     return BadInput(f"{path}: not a valid {what}: {exc}", file=path)

@@ -96,6 +96,8 @@ def _gcs_filesystem(storage_options: dict):
         options["endpoint_url"] = emulator if "://" in emulator else f"http://{emulator}"
     if options.get("endpoint_url") and "token" not in options:
         options["token"] = "anon"
+    # Our listing has its own short TTL; gcsfs's directory cache would never expire.
+    options.setdefault("use_listings_cache", False)
     return gcsfs.GCSFileSystem(**options)
 
 

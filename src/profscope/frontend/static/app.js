@@ -84,8 +84,8 @@ async function withProgress(promise) {
 
 function fillSelect(select, options, value) {
   select.replaceChildren(...options.map((o) => el("option", { value: o.value, disabled: o.disabled, title: o.title }, o.label)));
-  select.value = value;
-  if (select.value !== value && options.length) select.value = options[0].value;
+  const known = options.some((o) => o.value === value);
+  select.value = known ? value : options.length ? options[0].value : "";
 }
 
 function errorBox(err, what) {
