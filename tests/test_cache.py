@@ -71,3 +71,26 @@ def test_key_changes_with_the_input_identity(tmp_path):
 def test_cache_inside_the_logdir_is_refused(tmp_path):
     with pytest.raises(BadRequest, match="inside the log directory"):
         Workspace(LogDir(str(tmp_path)), DiskCache(tmp_path / ".cache"))
+
+
+def test_progress_printer_reports_slow_conversions(tmp_path):
+    import io
+
+    from profscope.cache.progress_printer import ProgressPrinter
+
+    cache = DiskCache(tmp_path)
+    out = io.StringIO()
+    printer = ProgressPrinter(cache.progress, out=out, after=0.1, every=0.1)
+
+    def slow(progress):
+        for i in range(4):
+            progress.update((i + 1) / 4, f"step {i + 1}")
+            time.sleep(0.1)
+            printer.tick()
+        return 1
+
+    cache.get_or_compute(cache_key("slow"), "converting big.xplane.pb", slow)
+    printer.tick()
+    text = out.getvalue()
+    assert "[profscope] converting big.xplane.pb: step" in text and "%" in text
+    assert text.strip().splitlines()[-1].startswith("[profscope] converting big.xplane.pb: done in")

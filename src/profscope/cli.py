@@ -99,6 +99,7 @@ def _bind(host: str, port: int) -> socket.socket:
 def cmd_serve(args) -> int:
     import uvicorn
 
+    from profscope.cache.progress_printer import ProgressPrinter
     from profscope.server import create_app
 
     ws = _workspace(args)
@@ -114,8 +115,12 @@ def cmd_serve(args) -> int:
     print(f"serving at {url}  (Ctrl+C to stop)", flush=True)
     if args.open:
         webbrowser.open(url)
+    printer = ProgressPrinter(ws.cache.progress).start()
     config = uvicorn.Config(create_app(ws), log_level="warning", access_log=False)
-    uvicorn.Server(config).run(sockets=[sock])
+    try:
+        uvicorn.Server(config).run(sockets=[sock])
+    finally:
+        printer.stop()
     return 0
 
 

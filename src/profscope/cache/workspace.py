@@ -3,15 +3,17 @@ with everything expensive computed once and kept in the disk cache."""
 
 from __future__ import annotations
 
+import gzip
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from profscope.cache.store import DiskCache, cache_key
-from profscope.errors import BadRequest, NotFound
-from profscope.formats import xplane
+from profscope.errors import BadRequest, NotFound, ProfscopeError
+from profscope.formats import hlo_proto, xplane
 from profscope.formats.kinds import FileKind, classify
 from profscope.model.catalog import Run, RunKind, discover
-from profscope.storage import LogDir, safe_relpath
+from profscope.storage import FileInfo, LogDir, safe_relpath
 from profscope.tools import registry
 from profscope.tools.registry import Tool
 
@@ -101,17 +103,110 @@ class Workspace:
         if run.kind is RunKind.XLA_DUMP:
             names.update(m.display_name for m in run.dump_modules())
         for info in run.files_of(FileKind.XPLANE):
-            key = cache_key("module_list", MODULE_LIST_VERSION, self.logdir.url, info.identity())
-
-            def compute(progress, info=info):
-                progress.update(message=f"reading compiled modules of {info.path}")
-                with self.logdir.open(info.path) as f:
-                    return [m.display_name for m in xplane.hlo_modules(f, self.logdir.display_path(info.path))]
-
-            names.update(self.cache.get_or_compute_json(key, f"module list of {info.path}", compute))
+            names.update(self._modules_of(info))
         return sorted(names)
 
+    # -- HLO modules (memory viewer) -----------------------------------------------------
+
+    def module_source(self, run: Run, module_name: str | None, host: str | None = None) -> ModuleSource:
+        """Where a module's buffer assignment comes from: an HloProto (profile or dump)
+        or, for dumps written without ``--xla_dump_hlo_as_proto``, the text files."""
+        if not module_name:
+            raise BadRequest("missing parameter 'module_name' (see module_list for this run's modules)")
+        if run.kind is RunKind.XLA_DUMP:
+            module = next((m for m in run.dump_modules() if m.display_name == module_name), None)
+            if module is not None:
+                files = {role: run.file(name) for role, name in module.files.items()}
+                return ModuleSource(module_name, files.get("hlo_proto"), files.get("buffer_assignment"), files.get("memory_usage_report"))
+        elif run.kind is RunKind.PROFILE:
+            xplanes = run.files_of(FileKind.XPLANE)
+            if host:
+                xplanes = [f for f in xplanes if f == run.xplane(host)]
+                if not xplanes:
+                    raise NotFound(f"run {run.name!r} has no host {host!r}; hosts: {', '.join(run.hosts)}")
+            for info in xplanes:
+                if module_name in self._modules_of(info):
+                    return ModuleSource(module_name, info, embedded=True)
+        raise NotFound(f"no module {module_name!r} in run {run.name!r}; see module_list for its modules")
+
+    def hlo_proto(self, source: ModuleSource):
+        info = source.hlo_file
+        path = self.logdir.display_path(info.path)
+        if source.embedded:
+            with self.logdir.open(info.path) as f:
+                data = xplane.hlo_proto_bytes(f, path, source.module_name)
+            if data is None:
+                raise NotFound(f"{path}: no HLO proto recorded for module {source.module_name!r}", file=path)
+            path = f"{path} (module {source.module_name})"
+        else:
+            data = self.logdir.read_bytes(info.path)
+        return hlo_proto.parse(data, path)
+
+    def memory_viewer(self, run: Run, params: dict, progress) -> dict:
+        """XProf's memory viewer payload for one module and memory space."""
+        from profscope.formats import buffer_assignment_text  # TEMP: lands with the tool
+        from profscope.tools import memory_viewer, memory_viewer_text
+        source = self.module_source(run, params.get("module_name"), params.get("host"))
+        space = _int_param(params, "memory_space", 0)
+        if source.hlo_file is None:
+            progress.update(message=f"reading {source.buffer_assignment.name}")
+            ba_path = self.logdir.display_path(source.buffer_assignment.path)
+            ba = buffer_assignment_text.parse_buffer_assignment(self._text(source.buffer_assignment), ba_path)
+            report = None
+            if source.memory_usage_report is not None:
+                report_path = self.logdir.display_path(source.memory_usage_report.path)
+                report = buffer_assignment_text.parse_memory_usage_report(self._text(source.memory_usage_report), report_path)
+            return memory_viewer_text.convert_text(ba, report, source.module_name)
+        progress.update(message=f"reading the HLO proto of {source.module_name}")
+        result = memory_viewer.convert(self.hlo_proto(source), space, progress=progress)
+        if params.get("view") == "page":
+            result = memory_viewer.page_view(result)
+        return result
+
+    def module_peaks(self, run: Run, memory_space: int = 0) -> list[dict]:
+        """Every module of a run with its peak, largest first (a cheap summary each)."""
+        from profscope.tools import memory_viewer  # TEMP: lands with the tool
+        rows = []
+        for name in self.modules(run):
+            if name == "NO_MODULE":
+                continue
+            source = self.module_source(run, name)
+            if source.hlo_file is None:
+                continue
+            key = cache_key("module_peak", MODULE_LIST_VERSION, self.logdir.url, source.identity(), name, memory_space)
+            try:
+                rows.append(self.cache.get_or_compute_json(
+                    key, f"peak of {name}", lambda p, s=source: memory_viewer.summary(self.hlo_proto(s), memory_space)
+                ))
+            except ProfscopeError as e:
+                rows.append({"moduleName": name, "error": e.message})
+        return sorted(rows, key=lambda r: -(r.get("peakHeapMib") or 0))
+
+    def _text(self, info) -> str:
+        data = self.logdir.read_bytes(info.path)
+        if data[:2] == b"\x1f\x8b":
+            data = gzip.decompress(data)
+        return data.decode("utf-8", "replace")
+
+    def _modules_of(self, info) -> list[str]:
+        key = cache_key("module_list", MODULE_LIST_VERSION, self.logdir.url, info.identity())
+
+        def compute(progress):
+            progress.update(message=f"reading compiled modules of {info.path}")
+            with self.logdir.open(info.path) as f:
+                return [m.display_name for m in xplane.hlo_modules(f, self.logdir.display_path(info.path))]
+
+        return self.cache.get_or_compute_json(key, f"module list of {info.path}", compute)
+
     # -- tool data -----------------------------------------------------------------------
+
+    def tool_data(self, run: Run, tool: Tool, params: dict) -> bytes:
+        """A tool's payload as stored gzip JSON bytes, converted once per input and params."""
+        producer = {"memory_viewer": self.memory_viewer}[tool.name]
+        inputs = [f.identity() for f in run.files]
+        key = cache_key(tool.name, tool.version, self.logdir.url, inputs, sorted(params.items()))
+        label = f"{tool.title}: {params.get('module_name') or run.name}"
+        return self.cache.get_or_compute(key, label, lambda progress: producer(run, params, progress))
 
     def tool(self, name: str | None, run: Run) -> Tool:
         if not name:  # XProf: 404 "No Data"
@@ -125,6 +220,28 @@ class Workspace:
         if not tool.implemented:
             raise NotFound(f"tool {tool.name!r} is not available in this version of profscope yet")
         return tool
+
+
+@dataclass(frozen=True, slots=True)
+class ModuleSource:
+    module_name: str
+    hlo_file: FileInfo | None  # an xplane (embedded=True) or a dump's *.hlo.pb
+    buffer_assignment: FileInfo | None = None  # dump text files, used when there is no proto
+    memory_usage_report: FileInfo | None = None
+    embedded: bool = False
+
+    def identity(self) -> str:
+        return "|".join(f.identity() for f in (self.hlo_file, self.buffer_assignment) if f is not None)
+
+
+def _int_param(params: dict, name: str, default: int) -> int:
+    value = params.get(name)
+    if value in (None, ""):
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise BadRequest(f"parameter {name!r} must be an integer, not {value!r}") from None
 
 
 def _inside(path: Path, root: Path) -> bool:

@@ -142,6 +142,25 @@ def modules_in_plane(plane: xplane_pb2.XPlane) -> list[ModuleRef]:
     return modules
 
 
+def hlo_proto_bytes(raw: IO[bytes], path: str, display_name: str) -> bytes | None:
+    """The serialized ``xla.HloProto`` of one module (by XProf name), or None if absent."""
+    index = scan(raw, path)
+    ref = index.plane(METADATA_PLANE)
+    if ref is None:
+        return None
+    raw.seek(0)
+    plane = read_plane(raw, ref, path)
+    stat_names = {k: v.name for k, v in plane.stat_metadata.items()}
+    for module in modules_in_plane(plane):
+        if module.display_name != display_name:
+            continue
+        meta = next(m for m in plane.event_metadata.values() if m.name == module.name)
+        for stat in meta.stats:
+            if stat_names.get(stat.metadata_id) == HLO_PROTO_STAT:
+                return stat.bytes_value
+    return None
+
+
 def hlo_modules(raw: IO[bytes], path: str) -> list[ModuleRef]:
     """The compiled programs recorded in a profile's ``/host:metadata`` plane."""
     index = scan(raw, path)

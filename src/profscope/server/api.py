@@ -6,6 +6,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from profscope.cache.workspace import Workspace
+from profscope.errors import BadRequest
 from profscope.formats.kinds import classify
 from profscope.model.catalog import Run
 from profscope.server.responses import json_response
@@ -42,6 +43,14 @@ def router(ws: Workspace) -> APIRouter:
         ]
         body["modules"] = ws.modules(run)
         return json_response(body)
+
+    @r.get("/module_peaks")
+    def module_peaks(request: Request) -> Response:
+        run = ws.run(request.query_params.get("run"))
+        space = request.query_params.get("memory_space") or "0"
+        if not space.isdigit():
+            raise BadRequest(f"parameter 'memory_space' must be an integer, not {space!r}")
+        return json_response(ws.module_peaks(run, int(space)))
 
     @r.get("/progress")
     def progress() -> Response:

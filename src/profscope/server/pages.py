@@ -16,6 +16,8 @@ from profscope.errors import NotFound
 
 FRONTEND = Path(str(resources.files("profscope") / "frontend"))
 STATIC = FRONTEND / "static"
+# One script per tool page, loaded when present (each registers itself in TOOL_VIEWS).
+TOOL_SCRIPTS = [name for name in ("memory_viewer.js",) if (STATIC / name).is_file()]
 
 
 def plotly_js() -> Path:
@@ -31,7 +33,9 @@ def router(ws: Workspace) -> APIRouter:
 
     @r.get("/", response_class=HTMLResponse)
     def index(request: Request) -> HTMLResponse:
-        page = env.get_template("index.html").render(version=__version__, logdir=ws.logdir.url)
+        page = env.get_template("index.html").render(
+            version=__version__, logdir=ws.logdir.url, tool_scripts=TOOL_SCRIPTS
+        )
         return HTMLResponse(page)
 
     @r.get("/static/vendor/plotly.min.js")

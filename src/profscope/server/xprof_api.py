@@ -15,7 +15,7 @@ from profscope import __version__
 from profscope.cache.workspace import Workspace
 from profscope.errors import NotFound
 from profscope.model.catalog import RunKind
-from profscope.server.responses import json_response
+from profscope.server.responses import gzip_json_response, json_response
 
 PREFIX = "/data/plugin/profile"
 # The XProf release whose API this module reproduces; ``version`` reports it so clients
@@ -29,6 +29,10 @@ ALL_HOSTS_ONLY = frozenset({"overview_page", "pod_viewer", "smart_suggestion"})
 ALL_HOSTS_SUPPORTED = frozenset(
     {"input_pipeline_analyzer", "framework_op_stats", "kernel_stats", "overview_page", "pod_viewer", "megascale_stats"}
 )
+# The data parameters a tool's result depends on (XProf's names; ``view`` is ours: the
+# browser's decimated copy of a large result).
+TOOL_PARAMS = ("host", "module_name", "memory_space", "view")
+
 # What XProf's module_list says for a profile without any HLO module.
 NO_MODULE = "NO_MODULE"
 
@@ -83,7 +87,8 @@ def router(ws: Workspace) -> APIRouter:
         host = request.query_params.get("host")
         if host and run.hosts and host not in run.hosts:
             raise NotFound(f"run {run.name!r} has no host {host!r}; hosts: {', '.join(run.hosts)}")
-        raise NotFound(f"tool {tool.name!r} has no converter")  # tools plug in here
+        params = {k: v for k, v in request.query_params.items() if k in TOOL_PARAMS}
+        return gzip_json_response(request, ws.tool_data(run, tool, params))
 
     @r.get("/version")
     def version() -> Response:
