@@ -109,11 +109,11 @@ def test_pick_run_tool_module_and_reopen_the_link(open_page, server_url, demo_ex
 
     page.click(f"#modules li:text-is('{mlp['profile_module_name']}')")
     page.wait_for_function(f"location.search.includes('module_name=')")
-    page.select_option("#pick-tool", "memory_viewer")
+    page.select_option("#pick-tool", "memory_profile")  # a tool still to come: its 404 shows
     page.wait_for_selector("#view .error")
     assert "not available in this version" in page.inner_text("#view .error")
     state = _state(page)
-    assert state == {"run": mlp_run, "tool": "memory_viewer", "module": mlp["profile_module_name"], "heading": "Memory viewer"}
+    assert state == {"run": mlp_run, "tool": "memory_profile", "module": mlp["profile_module_name"], "heading": "Memory profile"}
     page.screenshot(path=str(ARTIFACTS / "tool.png"), full_page=True)
     link = page.url
 

@@ -97,6 +97,8 @@ def test_answer_matches_xprof(client, layout, target):
         assert res.json() == expected["json"]
     elif endpoint == "run_tools":
         ours = res.json()
+        if not expected["json"] and _gz_hosts_of(query):
+            return  # XProf cannot read the .gz profile, so it offers nothing
         theirs = [t for t in expected["json"] if t in ours]
         assert ours == theirs, "run_tools must be XProf's list, in its order, less what we cannot serve"
     elif endpoint == "hosts":

@@ -10,11 +10,11 @@ from pathlib import Path
 
 from profscope.cache.store import DiskCache, cache_key
 from profscope.errors import BadRequest, NotFound, ProfscopeError
-from profscope.formats import hlo_proto, xplane
+from profscope.formats import buffer_assignment_text, hlo_proto, xplane
 from profscope.formats.kinds import FileKind, classify
 from profscope.model.catalog import Run, RunKind, discover
 from profscope.storage import FileInfo, LogDir, safe_relpath
-from profscope.tools import registry
+from profscope.tools import memory_viewer, memory_viewer_text, registry
 from profscope.tools.registry import Tool
 
 MODULE_LIST_VERSION = 1
@@ -93,7 +93,15 @@ class Workspace:
         return run.hosts
 
     def tools(self, run: Run) -> list[Tool]:
-        return registry.for_run(run)
+        """The tools that have something to show for this run (built or not)."""
+        return [t for t in registry.for_run(run) if self._has_input(t, run)]
+
+    def _has_input(self, tool: Tool, run: Run) -> bool:
+        if tool.name == "memory_viewer":  # XProf: only when the profile carries HLO protos
+            return bool(self.modules(run))
+        if run.kind is RunKind.PROFILE:
+            return bool(run.files_of(FileKind.XPLANE) or run.files_of(FileKind.CHROME_TRACE))
+        return True
 
     # -- modules -------------------------------------------------------------------------
 
@@ -144,8 +152,6 @@ class Workspace:
 
     def memory_viewer(self, run: Run, params: dict, progress) -> dict:
         """XProf's memory viewer payload for one module and memory space."""
-        from profscope.formats import buffer_assignment_text  # TEMP: lands with the tool
-        from profscope.tools import memory_viewer, memory_viewer_text
         source = self.module_source(run, params.get("module_name"), params.get("host"))
         space = _int_param(params, "memory_space", 0)
         if source.hlo_file is None:
@@ -165,7 +171,6 @@ class Workspace:
 
     def module_peaks(self, run: Run, memory_space: int = 0) -> list[dict]:
         """Every module of a run with its peak, largest first (a cheap summary each)."""
-        from profscope.tools import memory_viewer  # TEMP: lands with the tool
         rows = []
         for name in self.modules(run):
             if name == "NO_MODULE":
@@ -215,8 +220,8 @@ class Workspace:
         if tool is None:
             known = ", ".join(t.name for t in registry.TOOLS)
             raise NotFound(f"unknown tool {name!r}; profscope has: {known}")
-        if not tool.applies_to(run):
-            raise NotFound(f"tool {tool.name!r} does not apply to run {run.name!r} ({run.kind.value})")
+        if tool not in self.tools(run):
+            raise NotFound(f"run {run.name!r} has no input for tool {tool.name!r}")
         if not tool.implemented:
             raise NotFound(f"tool {tool.name!r} is not available in this version of profscope yet")
         return tool

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from profscope.model.catalog import Run, RunKind
+from profscope.tools import memory_viewer
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +52,7 @@ TOOLS: tuple[Tool, ...] = (
         "Memory viewer",
         "What the XLA compiler planned: heap over program order, buffers at peak, padding.",
         frozenset({RunKind.PROFILE, RunKind.XLA_DUMP}),
+        converter=memory_viewer.convert,
     ),
     Tool(
         "oom_risk",
