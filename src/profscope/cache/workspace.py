@@ -3,7 +3,6 @@ with everything expensive computed once and kept in the disk cache."""
 
 from __future__ import annotations
 
-import gzip
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -188,10 +187,7 @@ class Workspace:
         return sorted(rows, key=lambda r: -(r.get("peakHeapMib") or 0))
 
     def _text(self, info) -> str:
-        data = self.logdir.read_bytes(info.path)
-        if data[:2] == b"\x1f\x8b":
-            data = gzip.decompress(data)
-        return data.decode("utf-8", "replace")
+        return buffer_assignment_text.decode_dump_text(self.logdir.read_bytes(info.path), self.logdir.display_path(info.path))
 
     def _modules_of(self, info) -> list[str]:
         key = cache_key("module_list", MODULE_LIST_VERSION, self.logdir.url, info.identity())
