@@ -179,9 +179,12 @@ class Workspace:
                 continue
             key = cache_key("module_peak", MODULE_LIST_VERSION, self.logdir.url, source.identity(), name, memory_space)
             try:
-                rows.append(self.cache.get_or_compute_json(
+                row = self.cache.get_or_compute_json(
                     key, f"peak of {name}", lambda p, s=source: memory_viewer.summary(self.hlo_proto(s), memory_space)
-                ))
+                )
+                # moduleName is the name to ask for (module_name=), as in module_list;
+                # the summary's own is the bare HLO module name.
+                rows.append({**row, "moduleName": name, "hloModuleName": row["moduleName"]})
             except ProfscopeError as e:
                 rows.append({"moduleName": name, "error": e.message})
         return sorted(rows, key=lambda r: -(r.get("peakHeapMib") or 0))
