@@ -50,6 +50,7 @@ os.environ["XLA_FLAGS"] = (f"--xla_dump_to={out} --xla_dump_hlo_as_proto "
                            "--xla_dump_hlo_module_re=jit_train_step")
 import jax, jax.numpy as jnp
 
+
 D, F, T, B, H = 64, 128, 32, 4, 4
 
 def layer(p, x):
@@ -198,6 +199,7 @@ def vm_hwm_kib() -> int:
 
 
 def worker(path: str) -> None:
+    from profscope.formats import hlo_proto
     from profscope.tools import memory_viewer as mv
 
     try:
@@ -212,7 +214,7 @@ def worker(path: str) -> None:
     base = vm_hwm_kib()
     data = pathlib.Path(path).read_bytes()
     t0 = time.perf_counter()
-    hlo = mv.parse_hlo_proto(data)
+    hlo = hlo_proto.parse(data, "bench.hlo.pb")
     t1 = time.perf_counter()
     result = mv.convert(hlo)
     t2 = time.perf_counter()

@@ -51,7 +51,7 @@ import tempfile
 REPO = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "src"))
 
-from profscope.formats import xplane  # noqa: E402
+from profscope.formats import hlo_proto, xplane  # noqa: E402
 from profscope.formats.protos import hlo_pb2, xplane_pb2  # noqa: E402
 from profscope.tools import memory_viewer  # noqa: E402
 
@@ -65,6 +65,7 @@ SYNTHETIC_RUN = "synthetic"
 XPROF_RUNNER = r"""
 import json, sys
 from xprof.convert import raw_to_tool_data as r
+
 job = json.load(sys.stdin)
 x = job["xplane"]
 r.xspace_to_tool_names([x])
@@ -567,7 +568,7 @@ def main() -> int:
         for name, data in modules:
             digests[name] = hashlib.sha256(data).hexdigest()
             spaces = [s["id"] for s in memory_viewer.memory_spaces(
-                memory_viewer.parse_hlo_proto(data))]
+                hlo_proto.parse(data, name))]
             if name.startswith("jit_train_step"):
                 spaces.append(1)  # a memory space the module does not have
             requests += [[name, str(s)] for s in spaces]

@@ -30,6 +30,14 @@ from profscope.formats import xplane
 from profscope.formats.protos import hlo_pb2
 from profscope.tools import memory_viewer as mv
 
+
+def parse_hlo(data, path="module.hlo.pb"):
+    """Parse HloProto bytes the way profscope reads them (formats.hlo_proto)."""
+    from profscope.formats import hlo_proto
+
+    return hlo_proto.parse(bytes(data), path)
+
+
 GOLDEN = Path(__file__).parent / "golden" / "memory_viewer"
 INDEX = json.loads((GOLDEN / "index.json").read_text())
 CASES = INDEX["cases"]
@@ -65,7 +73,7 @@ _RESULTS: dict[str, dict] = {}
 def _ours(case: dict) -> dict:
     key = _case_id(case)
     if key not in _RESULTS:
-        hlo = mv.parse_hlo_proto(_input_bytes(case))
+        hlo = parse_hlo(_input_bytes(case))
         _RESULTS[key] = mv.convert(hlo, case["space"], strict=False)
     return _RESULTS[key]
 
@@ -73,7 +81,7 @@ def _ours(case: dict) -> dict:
 def _module_from_profile(demo_logdir: Path, run: str, module: str) -> hlo_pb2.HloProto:
     path = str(next((demo_logdir / run).glob("plugins/profile/*/*.xplane.pb")))
     with open(path, "rb") as f:
-        return mv.parse_hlo_proto(xplane.hlo_proto_bytes(f, path, module))
+        return parse_hlo(xplane.hlo_proto_bytes(f, path, module))
 
 
 def _without_extras(result: dict) -> dict:
@@ -119,7 +127,7 @@ def test_golden_covers_every_demo_module(demo_logdir):
 
 @pytest.mark.parametrize("case", [c for c in CASES if "golden" in c], ids=_case_id)
 def test_matches_xprof(case):
-    hlo = mv.parse_hlo_proto(_input_bytes(case))
+    hlo = parse_hlo(_input_bytes(case))
     theirs = _golden(case)
     spaces = [s["id"] for s in mv.memory_spaces(hlo)]
     if case["space"] not in spaces:
@@ -137,7 +145,7 @@ def test_matches_xprof(case):
 @pytest.mark.parametrize("case", [c for c in CASES if "error" in c], ids=_case_id)
 def test_xprof_refuses_so_do_we(case):
     """XProf gives no data for an inconsistent heap-simulator trace; we say why."""
-    hlo = mv.parse_hlo_proto(_input_bytes(case))
+    hlo = parse_hlo(_input_bytes(case))
     with pytest.raises(BadInput, match="Failed to process heap simulator trace"):
         mv.convert(hlo, case["space"])
 
@@ -253,7 +261,7 @@ def test_peak_agrees_with_memory_analysis(run, demo_logdir, demo_expected):
 
 def test_peak_agrees_with_the_dumps_memory_usage_report(demo_logdir):
     dump = demo_logdir / "dumps" / "mlp"
-    hlo = mv.parse_hlo_proto(
+    hlo = parse_hlo(
         (dump / "module_0014.jit_train_step.cpu_after_optimizations.hlo.pb").read_bytes())
     report = (dump / "module_0014.jit_train_step.cpu_after_optimizations-memory-usage-report.txt"
               ).read_text()
@@ -269,7 +277,7 @@ def test_peak_agrees_with_the_dumps_memory_usage_report(demo_logdir):
 def test_profile_and_dump_give_identical_json(demo_logdir):
     from_profile = mv.convert(_module_from_profile(demo_logdir, "mlp", "jit_train_step(14)"))
     dump = demo_logdir / "dumps" / "mlp" / "module_0014.jit_train_step.cpu_after_optimizations.hlo.pb"
-    from_dump = mv.convert(mv.parse_hlo_proto(dump.read_bytes()))
+    from_dump = mv.convert(parse_hlo(dump.read_bytes()))
     assert json.dumps(from_profile, sort_keys=True) == json.dumps(from_dump, sort_keys=True)
 
 
@@ -311,7 +319,7 @@ def test_fresh_jax_program_agrees_with_xla(tmp_path):
     ma = json.loads((tmp_path / "memory_analysis.json").read_text())
     [pb] = tmp_path.glob("*jit_step*after_optimizations.hlo.pb")
     [txt] = tmp_path.glob("*jit_step*after_optimizations-memory-usage-report.txt")
-    hlo = mv.parse_hlo_proto(pb.read_bytes())
+    hlo = parse_hlo(pb.read_bytes())
     r = mv.convert(hlo)
     t = r["profscope"]["totals"]
     allocs = hlo.buffer_assignment.buffer_allocations
@@ -447,7 +455,7 @@ def test_summary_matches_convert(demo_logdir):
 
 def test_memory_spaces():
     spaces_case = next(c for c in CASES if c["module"] == "spaces(3)")
-    hlo = mv.parse_hlo_proto(_input_bytes(spaces_case))
+    hlo = parse_hlo(_input_bytes(spaces_case))
     spaces = mv.memory_spaces(hlo)
     assert [(s["id"], s["name"]) for s in spaces] == [(0, "HBM"), (1, "VMEM"), (5, "Host")]
     assert [s["heapSimulatorTrace"] for s in spaces] == [0, 1, 2]
@@ -531,17 +539,17 @@ def test_truncated_or_corrupt_bytes(demo_logdir):
     dump = demo_logdir / "dumps" / "mlp" / "module_0014.jit_train_step.cpu_after_optimizations.hlo.pb"
     data = dump.read_bytes()
     for cut in (len(data) // 2, len(data) - 3, 7):
-        with pytest.raises(BadInput, match="cannot parse"):
-            mv.parse_hlo_proto(data[:cut])
-    with pytest.raises(BadInput, match="cannot parse"):
-        mv.parse_hlo_proto(b"\xff" * 64)
-    with pytest.raises(BadInput, match="no HLO module"):
-        mv.parse_hlo_proto(b"")
+        with pytest.raises(BadInput, match="not a valid HloProto"):
+            parse_hlo(data[:cut])
+    with pytest.raises(BadInput, match="not a valid HloProto"):
+        parse_hlo(b"\xff" * 64)
+    with pytest.raises(BadInput, match="empty file"):
+        parse_hlo(b"")
 
 
 def test_module_without_buffer_assignment(demo_logdir):
     before = demo_logdir / "dumps" / "mlp" / "module_0014.jit_train_step.before_optimizations.hlo.pb"
-    hlo = mv.parse_hlo_proto(before.read_bytes())
+    hlo = parse_hlo(before.read_bytes())
     with pytest.raises(BadInput, match="no buffer assignment"):
         mv.convert(hlo)
     with pytest.raises(BadInput, match="no buffer assignment"):
@@ -568,7 +576,7 @@ def test_dangling_instruction(demo_logdir):
 
 def test_cycle_of_shares_is_refused():
     case = next(c for c in CASES if c["module"] == "sharing(1)")
-    hlo = mv.parse_hlo_proto(_input_bytes(case))
+    hlo = parse_hlo(_input_bytes(case))
     trace = hlo.buffer_assignment.heap_simulator_traces[0]
     ev = trace.events.add(kind=hlo_pb2.HeapSimulatorTrace.Event.SHARE_WITH, buffer_id=10,
                           share_with_canonical_id=13)

@@ -120,7 +120,6 @@ from profscope.formats.protos import hlo_pb2
 __all__ = [
     "SMALL_BUFFER_SIZE",
     "MEMORY_SPACE_NAMES",
-    "parse_hlo_proto",
     "memory_spaces",
     "convert",
     "page_view",
@@ -230,18 +229,6 @@ def _u64(n: int) -> int:
 def _report(progress, fraction: float | None = None, message: str | None = None) -> None:
     if progress is not None:
         progress.update(fraction=fraction, message=message)
-
-
-def parse_hlo_proto(data: bytes, what: str = "HloProto") -> hlo_pb2.HloProto:
-    """Parse a serialized ``xla.HloProto``; corrupt or truncated bytes raise BadInput."""
-    proto = hlo_pb2.HloProto()
-    try:
-        proto.ParseFromString(bytes(data))
-    except Exception as e:  # protobuf's DecodeError (and friends, by runtime)
-        raise BadInput(f"cannot parse {what}: {e}") from e
-    if not proto.HasField("hlo_module"):
-        raise BadInput(f"{what} holds no HLO module")
-    return proto
 
 
 # ---------------------------------------------------------------------------
