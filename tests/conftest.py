@@ -78,3 +78,88 @@ def make_client(tmp_path):
 @pytest.fixture
 def demo_client(make_client, demo_logdir) -> TestClient:
     return make_client(demo_logdir)
+
+
+# -- live servers and the browser ---------------------------------------------------------
+
+import re  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+from contextlib import contextmanager  # noqa: E402
+from urllib.parse import urlparse  # noqa: E402
+
+CHROMIUM = "/usr/bin/chromium"
+ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"  # screenshots, gitignored
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+@contextmanager
+def profscope_server(*args: str):
+    """Run ``python -m profscope ARGS`` as a user would; yield (url, output lines so far)."""
+    proc = subprocess.Popen([sys.executable, "-m", "profscope", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        lines = []
+        for line in proc.stdout:
+            lines.append(line)
+            m = re.search(r"serving at (http://\S+)", line)
+            if m:
+                yield m.group(1), lines
+                break
+        else:
+            raise AssertionError("profscope did not start:\n" + "".join(lines))
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
+@pytest.fixture(scope="module")
+def demo_server(tmp_path_factory):
+    """URL of ``profscope serve --demo`` on a free port with a private cache."""
+    with profscope_server("serve", "--demo", "--port", "0", "--cache-dir", str(tmp_path_factory.mktemp("cache"))) as (url, _):
+        yield url
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Debian's Chromium through Playwright (never a downloaded browser)."""
+    from playwright.sync_api import sync_playwright
+
+    assert Path(CHROMIUM).exists(), "Debian's chromium is missing: run `make chromium`"
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def open_page(browser):
+    """``open_page(server_url)``: a page in a fresh browser context whose network reaches
+    only that server; the test fails if the page tried anything else or logged an error."""
+    contexts, outside, errors = [], [], []
+
+    def make(server):
+        allowed = urlparse(server).netloc
+        ctx = browser.new_context(viewport={"width": 1400, "height": 900}, locale="en-US")
+        contexts.append(ctx)
+
+        def route(r):
+            if urlparse(r.request.url).netloc == allowed or r.request.url.startswith("data:"):
+                r.continue_()
+            else:
+                outside.append(r.request.url)
+                r.abort()
+
+        ctx.route("**/*", route)
+        page = ctx.new_page()
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        # 4xx answers the page shows on purpose are logged by Chromium as console errors.
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" and "status of 404" not in m.text else None)
+        return page
+
+    yield make
+    for ctx in contexts:
+        ctx.close()
+    assert not outside, f"the page tried to reach the network: {outside}"
+    assert not errors, f"errors in the page: {errors}"

@@ -10,42 +10,22 @@ its allocations. Screenshots go to test-artifacts/ for a person to look at."""
 from __future__ import annotations
 
 import json
-import re
 import shutil
-import subprocess
-import sys
-from pathlib import Path
-from urllib.parse import quote, urlencode, urlparse
+from urllib.parse import quote, urlencode
 from urllib.request import urlopen
 
 import pytest
 
-CHROMIUM = "/usr/bin/chromium"
-ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
+from tests.conftest import ARTIFACTS, profscope_server
+
 MIB = 1024 * 1024
 
 pytestmark = pytest.mark.browser
 
 
-def _serve(args: list[str], cache: Path):
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "profscope", "serve", *args, "--port", "0", "--cache-dir", str(cache)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
-    for line in proc.stdout:
-        m = re.search(r"serving at (http://\S+)", line)
-        if m:
-            return proc, m.group(1)
-    proc.wait(timeout=20)
-    pytest.fail("profscope did not start")
-
-
 @pytest.fixture(scope="module")
-def server_url(tmp_path_factory):
-    proc, url = _serve(["--demo"], tmp_path_factory.mktemp("cache"))
-    yield url
-    proc.terminate()
-    proc.wait(timeout=20)
+def server_url(demo_server):
+    return demo_server
 
 
 @pytest.fixture(scope="module")
@@ -56,55 +36,8 @@ def text_dump_url(tmp_path_factory, demo_logdir):
     dest.mkdir(parents=True)
     for f in (demo_logdir / "dumps" / "mlp").glob("*.txt"):
         shutil.copy(f, dest / f.name)
-    proc, url = _serve([str(root)], tmp_path_factory.mktemp("cache"))
-    yield url
-    proc.terminate()
-    proc.wait(timeout=20)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    assert Path(CHROMIUM).exists(), "Debian's chromium is missing: run `make chromium`"
-    with sync_playwright() as p:
-        b = p.chromium.launch(
-            executable_path=CHROMIUM,
-            args=["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync"],
-        )
-        yield b
-        b.close()
-
-
-@pytest.fixture
-def open_page(browser):
-    """``open_page(server_url)``: a page in a fresh context that reaches only that server."""
-    contexts, outside, errors = [], [], []
-
-    def make(server):
-        allowed = urlparse(server).netloc
-        ctx = browser.new_context(viewport={"width": 1400, "height": 900}, locale="en-US")
-        contexts.append(ctx)
-
-        def route(r):
-            if urlparse(r.request.url).netloc == allowed or r.request.url.startswith("data:"):
-                r.continue_()
-            else:
-                outside.append(r.request.url)
-                r.abort()
-
-        ctx.route("**/*", route)
-        page = ctx.new_page()
-        page.on("pageerror", lambda e: errors.append(str(e)))
-        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-        return page
-
-    yield make
-    for ctx in contexts:
-        ctx.close()
-    assert not outside, f"the page tried to reach the network: {outside}"
-    assert not errors, f"errors in the page: {errors}"
+    with profscope_server("serve", str(root), "--port", "0", "--cache-dir", str(tmp_path_factory.mktemp("cache"))) as (url, _):
+        yield url
 
 
 def _get_json(server: str, path: str, **params) -> dict | list:

@@ -3,37 +3,18 @@
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import sys
 import urllib.request
-from contextlib import contextmanager
 
 from profscope import __version__
+from tests.conftest import profscope_server
 
 PROFSCOPE = [sys.executable, "-m", "profscope"]
 
 
 def run_cli(*args, **kw):
     return subprocess.run([*PROFSCOPE, *args], capture_output=True, text=True, timeout=60, **kw)
-
-
-@contextmanager
-def serving(*args):
-    proc = subprocess.Popen([*PROFSCOPE, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        lines = []
-        for line in proc.stdout:
-            lines.append(line)
-            m = re.search(r"serving at (http://\S+)", line)
-            if m:
-                yield m.group(1), lines
-                break
-        else:
-            raise AssertionError("server did not start:\n" + "".join(lines))
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
 
 
 def test_version_and_help():
@@ -67,7 +48,7 @@ def test_bad_logdir_is_a_clear_error(tmp_path):
 
 
 def test_serve_demo_on_a_free_port_binds_loopback(tmp_path):
-    with serving("serve", "--demo", "--port", "0", "--cache-dir", str(tmp_path)) as (url, lines):
+    with profscope_server("serve", "--demo", "--port", "0", "--cache-dir", str(tmp_path)) as (url, lines):
         assert url.startswith("http://127.0.0.1:")
         runs = json.loads(urllib.request.urlopen(url + "data/plugin/profile/runs", timeout=10).read())
         assert "dumps/mlp" in runs
@@ -77,12 +58,12 @@ def test_serve_demo_on_a_free_port_binds_loopback(tmp_path):
 
 
 def test_default_command_serves_a_logdir(demo_logdir, tmp_path):
-    with serving(str(demo_logdir), "--port", "0", "--cache-dir", str(tmp_path)) as (url, _):
+    with profscope_server(str(demo_logdir), "--port", "0", "--cache-dir", str(tmp_path)) as (url, _):
         assert json.loads(urllib.request.urlopen(url + "data/plugin/profile/runs", timeout=10).read())
 
 
 def test_port_in_use_is_reported(tmp_path):
-    with serving("serve", "--demo", "--port", "0", "--cache-dir", str(tmp_path)) as (url, _):
+    with profscope_server("serve", "--demo", "--port", "0", "--cache-dir", str(tmp_path)) as (url, _):
         port = url.rsplit(":", 1)[1].rstrip("/")
         res = run_cli("serve", "--demo", "--port", port, "--cache-dir", str(tmp_path))
         assert res.returncode == 2 and f"cannot listen on 127.0.0.1:{port}" in res.stderr

@@ -17,7 +17,6 @@ can only ever select one of the runs listed here.
 from __future__ import annotations
 
 import enum
-import posixpath
 from dataclasses import dataclass, field
 
 from profscope.formats import hlo_dump
