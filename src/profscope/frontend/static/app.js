@@ -3,7 +3,7 @@
 // view and back/forward walk through views. Tool pages register in TOOL_VIEWS.
 "use strict";
 
-const PARAMS = ["run", "tool", "host", "module_name", "memory_space", "buffer"];
+const PARAMS = ["run", "tool", "host", "module_name", "memory_space", "buffer", "memory_id", "t", "q"];
 const $ = (sel) => document.querySelector(sel);
 const runDetails = new Map(); // run name -> promise of /api/run
 let catalog = null;
@@ -195,8 +195,10 @@ function onPick(event) {
   const param = event.target.dataset.param;
   const state = readState();
   state[param] = event.target.value;
-  if (param === "run") { state.host = ""; state.module_name = ""; state.buffer = ""; }
-  if (param === "module_name") state.buffer = "";
+  // A new run, module or tool starts that view fresh: drop selections made in the old one.
+  if (param === "run") Object.assign(state, { host: "", module_name: "", memory_space: "", buffer: "", memory_id: "", t: "", q: "" });
+  if (param === "module_name" || param === "memory_space") state.buffer = "";
+  if (param === "tool" || param === "host") Object.assign(state, { memory_id: "", t: "", q: "" });
   go(state);
 }
 
