@@ -29,6 +29,11 @@ class Workspace:
             )
         self.logdir = logdir
         self.cache = cache
+        # (tool, run kind) -> the method that produces its payload.
+        self._producers = {
+            ("memory_viewer", RunKind.PROFILE): self.memory_viewer,
+            ("memory_viewer", RunKind.XLA_DUMP): self.memory_viewer,
+        }
 
     # -- runs ----------------------------------------------------------------------------
 
@@ -91,8 +96,12 @@ class Workspace:
     def hosts(self, run: Run) -> list[str]:
         return run.hosts
 
+    def can_serve(self, tool: Tool, run: Run) -> bool:
+        """Whether this version of profscope produces ``tool``'s data for runs like ``run``."""
+        return (tool.name, run.kind) in self._producers
+
     def tools(self, run: Run) -> list[Tool]:
-        """The tools that have something to show for this run (built or not)."""
+        """The tools that have something to show for this run (servable or not yet)."""
         return [t for t in registry.for_run(run) if self._has_input(t, run)]
 
     def _has_input(self, tool: Tool, run: Run) -> bool:
@@ -206,7 +215,7 @@ class Workspace:
 
     def tool_data(self, run: Run, tool: Tool, params: dict) -> bytes:
         """A tool's payload as stored gzip JSON bytes, converted once per input and params."""
-        producer = {"memory_viewer": self.memory_viewer}[tool.name]
+        producer = self._producers[tool.name, run.kind]
         inputs = [f.identity() for f in run.files]
         key = cache_key(tool.name, tool.version, self.logdir.url, inputs, sorted(params.items()))
         label = f"{tool.title}: {params.get('module_name') or run.name}"
@@ -221,7 +230,7 @@ class Workspace:
             raise NotFound(f"unknown tool {name!r}; profscope has: {known}")
         if tool not in self.tools(run):
             raise NotFound(f"run {run.name!r} has no input for tool {tool.name!r}")
-        if not tool.implemented:
+        if not self.can_serve(tool, run):
             raise NotFound(f"tool {tool.name!r} is not available in this version of profscope yet")
         return tool
 

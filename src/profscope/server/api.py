@@ -21,7 +21,7 @@ def _run_summary(ws: Workspace, run: Run) -> dict:
         "fileCount": len(run.files),
         "totalBytes": sum(f.size for f in run.files),
         "tools": [
-            {"name": t.name, "title": t.title, "summary": t.summary, "implemented": t.implemented}
+            {"name": t.name, "title": t.title, "summary": t.summary, "implemented": ws.can_serve(t, run)}
             for t in ws.tools(run)
         ],
     }

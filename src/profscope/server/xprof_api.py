@@ -63,7 +63,7 @@ def router(ws: Workspace) -> APIRouter:
     @r.get("/run_tools")
     def run_tools(request: Request) -> Response:
         run = scoped_run(request)
-        return json_response([t.name for t in ws.tools(run) if t.implemented])
+        return json_response([t.name for t in ws.tools(run) if ws.can_serve(t, run)])
 
     @r.get("/hosts")
     def hosts(request: Request) -> Response:

@@ -3,18 +3,16 @@
 A tool's ``name`` is its XProf tag (``tag=`` in ``/data/plugin/profile/data``); the
 order of :data:`TOOLS` is XProf's ``tool_sort_order`` (profile_plugin.py,
 ``_get_active_tools``) so ``run_tools`` lists shared tools in the same order.
-A tool whose ``converter`` is None is planned but not built yet: the dashboard shows it
-greyed out, ``run_tools`` leaves it out (an XProf client would otherwise ask for data that
-cannot come) and ``data`` answers 404 saying so.
+Which run kinds a tool can already serve is the workspace's business (it holds the
+producers); a tool that applies to a run but cannot serve it yet is shown greyed out,
+left out of ``run_tools`` (an XProf client would otherwise ask for data that cannot come),
+and ``data`` answers 404 saying so.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
-
 from profscope.model.catalog import Run, RunKind
-from profscope.tools import memory_viewer
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,11 +22,6 @@ class Tool:
     summary: str
     run_kinds: frozenset[RunKind]
     version: int = 1  # bump when the payload changes: it is part of the cache key
-    converter: Callable[..., Any] | None = None
-
-    @property
-    def implemented(self) -> bool:
-        return self.converter is not None
 
     def applies_to(self, run: Run) -> bool:
         return run.kind in self.run_kinds
@@ -52,7 +45,6 @@ TOOLS: tuple[Tool, ...] = (
         "Memory viewer",
         "What the XLA compiler planned: heap over program order, buffers at peak, padding.",
         frozenset({RunKind.PROFILE, RunKind.XLA_DUMP}),
-        converter=memory_viewer.convert,
     ),
     Tool(
         "oom_risk",
