@@ -28,6 +28,7 @@ def test_mixed_logdir():
         "texts_only/module_0001.jit_h.before_optimizations.txt",
         "torch/oom.pickle",
         "torch/run.pt.trace.json.gz",
+        "torch/run.memory_timeline.json",
         "notes.txt",
     ))
     kinds = {r.name: r.kind for r in runs}
@@ -39,6 +40,8 @@ def test_mixed_logdir():
         "torch/run.pt.trace.json.gz": RunKind.CHROME_TRACE,
     }
     assert [r.name for r in runs] == sorted(kinds, reverse=True)
+    trace = next(r for r in runs if r.kind is RunKind.CHROME_TRACE)
+    assert [f.path for f in trace.files] == ["torch/run.memory_timeline.json", "torch/run.pt.trace.json.gz"]
     exp = next(r for r in runs if r.name == "exp/2026_01_02")
     assert exp.hosts == ["h1", "h2"]  # .xplane.pb.gz counts (XProf 2.24 skips it)
     xla = next(r for r in runs if r.name == "xla")

@@ -16,6 +16,9 @@ class FileKind(enum.Enum):
     BUFFER_ASSIGNMENT = "buffer_assignment"  # XLA dump: *-buffer-assignment.txt
     MEMORY_USAGE_REPORT = "memory_usage_report"  # XLA dump: *-memory-usage-report.txt
     TORCH_SNAPSHOT = "torch_snapshot"  # torch.cuda.memory._dump_snapshot(): *.pickle
+    # torch.profiler's export_memory_timeline(): <name>.memory_timeline.json, read beside
+    # the Chrome trace <name>.pt.trace.json[.gz] of the same run.
+    MEMORY_TIMELINE = "memory_timeline"
     OTHER = "other"
 
 
@@ -23,6 +26,7 @@ XPLANE_SUFFIXES = (".xplane.pb", ".xplane.pb.gz")
 CHROME_TRACE_SUFFIXES = (".trace.json", ".trace.json.gz")
 HLO_PROTO_SUFFIXES = (".hlo.pb", ".hlo.pb.gz")
 TORCH_SNAPSHOT_SUFFIXES = (".pickle", ".pkl")
+MEMORY_TIMELINE_SUFFIX = ".memory_timeline.json"
 
 # Files that make a folder an XLA dump folder on their own (text modules alone do not:
 # plenty of folders hold *.txt).
@@ -45,7 +49,17 @@ def classify(name: str) -> FileKind:
         return FileKind.HLO_TEXT
     if name.endswith(TORCH_SNAPSHOT_SUFFIXES):
         return FileKind.TORCH_SNAPSHOT
+    if name.endswith(MEMORY_TIMELINE_SUFFIX):
+        return FileKind.MEMORY_TIMELINE
     return FileKind.OTHER
+
+
+def trace_stem(name: str) -> str | None:
+    """'x.pt.trace.json.gz' -> 'x' (the name a companion memory timeline shares)."""
+    for suffix in (".pt.trace.json.gz", ".pt.trace.json", *CHROME_TRACE_SUFFIXES[::-1]):
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return None
 
 
 def xplane_host(name: str) -> str | None:

@@ -17,10 +17,11 @@ can only ever select one of the runs listed here.
 from __future__ import annotations
 
 import enum
+import posixpath
 from dataclasses import dataclass, field
 
 from profscope.formats import hlo_dump
-from profscope.formats.kinds import FileKind, classify, xplane_host
+from profscope.formats.kinds import MEMORY_TIMELINE_SUFFIX, FileKind, classify, trace_stem, xplane_host
 from profscope.storage import FileInfo, Listing
 
 PLUGINS_DIR, PROFILE_DIR = "plugins", "profile"
@@ -106,7 +107,12 @@ def discover(listing: Listing) -> list[Run]:
         elif kind is FileKind.TORCH_SNAPSHOT:
             extra.append(Run(info.path, RunKind.TORCH_SNAPSHOT, info.parent, [info]))
         elif kind is FileKind.CHROME_TRACE:
-            extra.append(Run(info.path, RunKind.CHROME_TRACE, info.parent, [info]))
+            files = [info]
+            stem = posixpath.join(info.parent, trace_stem(info.name) or "")
+            timeline = listing.files.get(stem + MEMORY_TIMELINE_SUFFIX)
+            if timeline is not None:
+                files.append(timeline)
+            extra.append(Run(info.path, RunKind.CHROME_TRACE, info.parent, files))
 
     for folder, files in dump_folders.items():
         run = Run(folder or ".", RunKind.XLA_DUMP, folder, files)
