@@ -1,0 +1,788 @@
+"""Chrome trace JSON (``*.trace.json[.gz]``, ``*.pt.trace.json[.gz]``), read as a stream.
+
+The Trace Event Format comes in two shapes: an object ``{"traceEvents": [...], ...}``
+(torch.profiler, jax, Perfetto exports) or a bare array ``[...]`` of events, whose
+closing ``]`` may be missing (the format allows writers to stop mid-array). Files may be
+gzipped; the gzip magic decides, not the name.
+
+Nothing here holds the event list as Python objects. :func:`iter_events` reads the
+(decompressed) text in 1 MiB chunks, walks the top-level object by hand and decodes one
+event at a time with the standard library's C JSON scanner (``json.decoder``), so memory
+stays bounded by the chunk size plus the largest single event, whatever the file size.
+Top-level keys other than ``traceEvents`` (``deviceProperties``, ``displayTimeUnit``,
+``baseTimeNanoseconds``, ``schemaVersion``, ...) are collected into a ``metadata`` dict.
+
+:func:`memory_events` turns a trace into :class:`MemoryEvents`: the PyTorch profiler's
+``[memory]`` instant events (``profile_memory=True``) as columnar numpy arrays, each
+attributed to the innermost enclosing op, Python frame and ``nn.Module`` scope on its
+thread. What torch 2.13 writes (see ``scripts/make_torch_traces.py``)::
+
+    {"ph": "i", "s": "t", "cat": "cpu_instant_event", "name": "[memory]",
+     "pid": 11809, "tid": 11809, "ts": 5126975341058.166,
+     "args": {"Total Reserved": 0, "Total Allocated": 16384, "Bytes": 16384,
+              "Device Id": -1, "Device Type": 0, "Addr": 94180766376192,
+              "finished": false, "Ev Idx": 682}}
+
+``Bytes`` is positive for an allocation and negative for a free; ``Total Allocated`` /
+``Total Reserved`` are the allocator's totals after the event (on CPU they count only
+what was allocated while the profiler ran; ``Total Reserved`` is 0 there). ``Device Type``
+is c10's ``DeviceType`` (0 CPU, 1 CUDA, ...); CPU events carry ``Device Id`` -1. Ops are
+``X`` events (``cat`` ``cpu_op``, ``user_annotation``, ...) nested on the same pid/tid;
+with ``with_stack=True`` Python frames are ``X`` events with ``cat`` ``python_function``
+on the same thread, interleaved with the ops, and module calls appear among them as
+``nn.Module: Linear_0`` (nested calls give module paths such as ``Net_0/Linear_1``).
+``ProfilerStep#N`` annotations (a profiler ``schedule`` with ``prof.step()``) mark
+training steps and are not ops; ``## name ##`` markers (torch.compile / FX graph regions)
+count as scopes like modules. Attribution is computed after the pass: the X events of
+each kind are kept as compact per-thread interval arrays (thread, start, end, name
+index), and each memory event is matched to the innermost interval ``[ts, ts + dur)``
+holding it with binary searches over nesting depth (numpy), not a Python loop.
+
+:func:`parse_memory_timeline` reads ``prof.export_memory_timeline(path.json)``: the JSON
+``[times, sizes]`` written by ``torch/profiler/_memory_profiler.py``
+(``MemoryProfileTimeline._coalesce_timeline``): ``times`` in microseconds of the
+profiler clock (trace ``ts`` + ``baseTimeNanoseconds`` / 1000), ``sizes`` one row per time
+of 9 integers: a leading 0, then bytes per category in the order of ``CATEGORIES``.
+"""
+
+from __future__ import annotations
+
+import codecs
+import gzip
+import io
+import json
+import re
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import IO
+
+import numpy as np
+
+from profscope.errors import BadInput
+
+CHUNK = 1 << 20
+#: Largest single JSON value (one event, or one top-level metadata value) accepted.
+MAX_VALUE = 256 << 20
+MEMORY_EVENT = "[memory]"
+PYTHON_FUNCTION = "python_function"
+MODULE_PREFIX = "nn.Module: "
+STEP_PREFIX = "ProfilerStep#"
+OPTIMIZER_STEP_PREFIX = "Optimizer.step#"
+
+#: torch/profiler/_memory_profiler.py ``_CATEGORY_TO_COLORS`` order; ``None`` is "unknown".
+CATEGORIES = (
+    "PARAMETER",
+    "OPTIMIZER_STATE",
+    "INPUT",
+    "TEMPORARY",
+    "ACTIVATION",
+    "GRADIENT",
+    "AUTOGRAD_DETAIL",
+    "UNKNOWN",
+)
+
+#: c10::DeviceType values, for naming devices.
+DEVICE_TYPES = {
+    0: "CPU", 1: "CUDA", 2: "MKLDNN", 3: "OPENGL", 4: "OPENCL", 5: "IDEEP", 6: "HIP",
+    7: "FPGA", 8: "MAIA", 9: "XLA", 10: "Vulkan", 11: "Metal", 12: "XPU", 13: "MPS",
+    14: "Meta", 15: "HPU", 16: "VE", 17: "Lazy", 18: "IPU", 19: "MTIA", 20: "PrivateUse1",
+}
+
+_WS = re.compile(r"[ \t\n\r]*")
+_SCAN = json.decoder.JSONDecoder().scan_once
+_STRUCTURAL = re.compile(r'[\]\[{},:"]')
+_QUERY_BLOCK = 1 << 18
+_NEAR_END = 64  # a truncated number/literal fails at most this many characters before the end
+
+
+# -- the byte stream ----------------------------------------------------------------------
+
+
+class _Prefixed(io.RawIOBase):
+    """A read-only stream that first returns ``head``, then the rest of ``raw``."""
+
+    def __init__(self, head: bytes, raw: IO[bytes]):
+        self._head = head
+        self._raw = raw
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        if self._head:
+            n = min(len(b), len(self._head))
+            b[:n] = self._head[:n]
+            self._head = self._head[n:]
+            return n
+        data = self._raw.read(len(b))
+        n = len(data)
+        b[:n] = data
+        return n
+
+
+def _open(raw, path: str) -> IO[bytes]:
+    if isinstance(raw, (bytes, bytearray, memoryview)):
+        raw = io.BytesIO(bytes(raw))
+    head = raw.read(2)
+    if not isinstance(head, bytes):
+        raise TypeError("chrome_trace needs a binary stream")
+    stream = io.BufferedReader(_Prefixed(head, raw), 1 << 20)
+    if head == b"\x1f\x8b":
+        return gzip.GzipFile(fileobj=stream, mode="rb")
+    return stream
+
+
+# -- the tokenizer --------------------------------------------------------------------------
+
+
+def _cut_short(buf: str, at: int) -> bool:
+    """At the end of the stream, whether a scan that failed at ``at`` failed because the
+    text stops (a partial number or literal, or nothing) rather than on a wrong character."""
+    rest = buf[at:]
+    return len(rest) <= _NEAR_END and _STRUCTURAL.search(rest) is None
+
+
+class _Text:
+    """Decompressed, decoded text in a sliding window: ``buf[pos:]`` is what is unread."""
+
+    __slots__ = ("path", "_stream", "_decoder", "buf", "pos", "base", "eof")
+
+    def __init__(self, raw, path: str):
+        self.path = path
+        self._stream = _open(raw, path)
+        self._decoder = codecs.getincrementaldecoder("utf-8")()
+        self.buf = ""
+        self.pos = 0
+        self.base = 0  # characters dropped before buf[0]
+        self.eof = False
+        self.fill()
+        if self.buf.startswith("\ufeff"):
+            self.pos = 1
+
+    def bad(self, problem: str) -> BadInput:
+        return BadInput(f"{self.path}: {problem}", file=self.path)
+
+    def fill(self, at_least: int = 0) -> bool:
+        """Read more text onto the window; False at the end of the stream."""
+        if self.eof:
+            return False
+        want = max(CHUNK, at_least)
+        try:
+            data = self._stream.read(want)
+        except EOFError:
+            raise self.bad("truncated gzip stream (the file ends before the gzip trailer)") from None
+        except (gzip.BadGzipFile, zlib.error, OSError) as exc:
+            raise self.bad(f"corrupt gzip data ({exc})") from None
+        final = not data
+        try:
+            text = self._decoder.decode(data, final)
+        except UnicodeDecodeError as exc:
+            raise self.bad(
+                f"not a JSON text file (invalid UTF-8 near byte {exc.start}); expected a Chrome trace JSON"
+            ) from None
+        pending = len(self.buf) - self.pos
+        if pending > MAX_VALUE:
+            raise self.bad(f"a single JSON value is larger than {MAX_VALUE >> 20} MiB; not a trace this reader accepts")
+        self.base += self.pos
+        self.buf = self.buf[self.pos:] + text
+        self.pos = 0
+        if final:
+            self.eof = True
+        return True
+
+    def peek(self) -> str:
+        """Skip whitespace; the next character, or '' at the end of the stream."""
+        while True:
+            self.pos = _WS.match(self.buf, self.pos).end()
+            if self.pos < len(self.buf):
+                return self.buf[self.pos]
+            if not self.fill():
+                return ""
+
+    def value(self, what: str):
+        """Decode the JSON value starting at ``pos`` (after :meth:`peek`), fetching more text as needed."""
+        while True:
+            buf, pos = self.buf, self.pos
+            try:
+                obj, end = _SCAN(buf, pos)
+            except StopIteration as stop:  # the C scanner reports where a nested value was missing
+                at = stop.value if isinstance(stop.value, int) else pos
+                if not self.eof and at >= len(buf) - _NEAR_END:
+                    self.fill(2 * (len(buf) - pos))
+                    continue
+                if self.eof and _cut_short(buf, at):
+                    raise self.bad(f"truncated JSON: the file ends inside {what}") from None
+                raise self.bad(f"invalid JSON at character {self.base + at}: expected a value in {what}") from None
+            except json.JSONDecodeError as exc:
+                if not self.eof and (exc.pos >= len(buf) - _NEAR_END or exc.msg.startswith("Unterminated string")):
+                    self.fill(2 * (len(buf) - pos))
+                    continue
+                if self.eof and (exc.msg.startswith("Unterminated string") or _cut_short(buf, exc.pos)):
+                    raise self.bad(f"truncated JSON: the file ends inside {what}") from None
+                raise self.bad(f"invalid JSON in {what} at character {self.base + exc.pos}: {exc.msg}") from None
+            if end >= len(buf) and not self.eof and not isinstance(obj, (dict, list, str)):
+                self.fill()  # a number or literal may go on in the next chunk
+                continue
+            self.pos = end
+            return obj
+
+
+def _array(t: _Text, bare: bool) -> Iterator[dict]:
+    """The elements of the array whose '[' was just consumed."""
+    n = 0
+    scan, ws = _SCAN, _WS
+    while True:
+        # Fast path: the whole next event is in the window.
+        buf, pos = t.buf, ws.match(t.buf, t.pos).end()
+        if pos < len(buf) and buf[pos] == "{":
+            try:
+                obj, end = scan(buf, pos)
+            except (StopIteration, json.JSONDecodeError):
+                t.pos = pos
+                obj = t.value(f"traceEvents[{n}]")
+            else:
+                t.pos = end
+        else:
+            t.pos = pos
+            c = t.peek()
+            if c == "]":
+                t.pos += 1
+                return
+            if c == "":
+                if bare:
+                    return  # the JSON Array Format allows a missing ']'
+                raise t.bad(f"truncated JSON: the file ends inside traceEvents (after {n} events)")
+            obj = t.value(f"traceEvents[{n}]")
+        if type(obj) is not dict:
+            raise t.bad(f"traceEvents[{n}] is a {type(obj).__name__}, not an event object; not a Chrome trace")
+        yield obj
+        n += 1
+        buf, pos = t.buf, ws.match(t.buf, t.pos).end()
+        if pos < len(buf) and buf[pos] == ",":
+            t.pos = pos + 1
+            continue
+        t.pos = pos
+        c = t.peek()
+        if c == ",":
+            t.pos += 1
+            if t.peek() == "]":  # a trailing comma, which some writers leave
+                t.pos += 1
+                return
+        elif c == "]":
+            t.pos += 1
+            return
+        elif c == "" and bare:
+            return
+        elif c == "":
+            raise t.bad(f"truncated JSON: the file ends inside traceEvents (after {n} events)")
+        else:
+            raise t.bad(f"invalid JSON at character {t.base + t.pos}: expected ',' or ']' after traceEvents[{n - 1}]")
+
+
+def iter_events(raw, path: str, metadata: dict | None = None) -> Iterator[dict]:
+    """Yield the trace's events one at a time, in file order.
+
+    ``raw`` is a binary file object (plain or gzipped) or bytes; ``path`` names the file in
+    errors. When ``metadata`` is given, the top-level keys other than ``traceEvents`` are
+    stored into it (those after ``traceEvents`` only once the iteration has finished).
+    Raises :class:`BadInput` for anything that is not a complete Chrome trace.
+    """
+    t = _Text(raw, path)
+    c = t.peek()
+    if c == "":
+        raise t.bad("empty file; expected a Chrome trace JSON")
+    if c == "[":
+        t.pos += 1
+        yield from _array(t, bare=True)
+        if t.peek() != "":
+            raise t.bad(f"unexpected data after the event array at character {t.base + t.pos}")
+        return
+    if c != "{":
+        start = t.buf[t.pos: t.pos + 40].splitlines()[0] if t.buf else ""
+        raise t.bad(f"not JSON (starts with {start!r}); expected a Chrome trace JSON object or array")
+    t.pos += 1
+    seen_events = False
+    first = True
+    while True:
+        c = t.peek()
+        if c == "}" and first:
+            t.pos += 1
+            break
+        if not first:
+            if c == "}":
+                t.pos += 1
+                break
+            if c != ",":
+                if c == "":
+                    raise t.bad("truncated JSON: the file ends inside the top-level object")
+                raise t.bad(f"invalid JSON at character {t.base + t.pos}: expected ',' or '}}' in the top-level object")
+            t.pos += 1
+            c = t.peek()
+        first = False
+        if c == "":
+            raise t.bad("truncated JSON: the file ends inside the top-level object")
+        if c != '"':
+            raise t.bad(f"invalid JSON at character {t.base + t.pos}: expected a key in the top-level object")
+        key = t.value("a top-level key")
+        if t.peek() != ":":
+            if t.eof and t.pos >= len(t.buf):
+                raise t.bad("truncated JSON: the file ends inside the top-level object")
+            raise t.bad(f"invalid JSON at character {t.base + t.pos}: expected ':' after key {key!r}")
+        t.pos += 1
+        c = t.peek()
+        if key == "traceEvents":
+            if c != "[":
+                if c == "":
+                    raise t.bad("truncated JSON: the file ends at traceEvents")
+                raise t.bad("traceEvents is not an array; not a Chrome trace")
+            t.pos += 1
+            seen_events = True
+            yield from _array(t, bare=False)
+        else:
+            val = t.value(f"the top-level value {key!r}")
+            if metadata is not None:
+                metadata[key] = val
+    if t.peek() != "":
+        raise t.bad(f"unexpected data after the top-level object at character {t.base + t.pos}")
+    if not seen_events:
+        raise t.bad("not a Chrome trace: the JSON object has no 'traceEvents' array")
+
+
+# -- memory events ----------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Steps:
+    """``ProfilerStep#N`` annotations, sorted by start."""
+
+    number: np.ndarray  # int64, N of ProfilerStep#N
+    start: np.ndarray  # float64 us
+    end: np.ndarray  # float64 us
+
+
+@dataclass(slots=True)
+class MemoryEvents:
+    """The ``[memory]`` events of one trace, sorted by time (ties keep file order).
+
+    Index columns (``thread``, ``op``, ``module``, ``frame``) point into the string tables
+    beside them; -1 means none (no enclosing op / module / Python frame on that thread).
+    ``module_names`` are paths of nested ``nn.Module`` scopes, outermost first
+    (``Net_0/Linear_0``).
+    """
+
+    path: str
+    ts: np.ndarray  # float64, microseconds (the trace's ts)
+    addr: np.ndarray  # uint64
+    bytes: np.ndarray  # int64, + allocation / - free
+    total_allocated: np.ndarray  # int64, allocator total after the event
+    total_reserved: np.ndarray  # int64
+    device_type: np.ndarray  # int16, c10::DeviceType
+    device_id: np.ndarray  # int16, -1 for CPU
+    thread: np.ndarray  # int32 -> threads
+    op: np.ndarray  # int32 -> op_names
+    module: np.ndarray  # int32 -> module_names
+    frame: np.ndarray  # int32 -> frame_names: innermost Python source frame ("file.py(12): fn"),
+    # built-in calls ("<built-in method ...>") skipped
+    threads: list[tuple] = field(default_factory=list)  # (pid, tid)
+    op_names: list[str] = field(default_factory=list)
+    module_names: list[str] = field(default_factory=list)
+    frame_names: list[str] = field(default_factory=list)
+    steps: Steps | None = None
+    optimizer_step_ends: np.ndarray | None = None  # float64 us, ends of Optimizer.step#... annotations
+    metadata: dict = field(default_factory=dict)
+    num_trace_events: int = 0
+    num_ops: int = 0  # X events that are not Python frames
+    start_us: float | None = None  # earliest ts of any event in the trace
+    end_us: float | None = None  # latest ts (+ dur) of any event
+
+    def __len__(self) -> int:
+        return len(self.ts)
+
+    @property
+    def base_time_ns(self) -> int | None:
+        """``baseTimeNanoseconds``: trace ts + this / 1000 = the profiler clock in us."""
+        v = self.metadata.get("baseTimeNanoseconds")
+        return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+class _Intervals:
+    """X events of one kind, collected compactly: thread, start, end, name index."""
+
+    __slots__ = ("thread", "start", "end", "name")
+
+    def __init__(self):
+        import array
+
+        self.thread = array.array("i")
+        self.start = array.array("d")
+        self.end = array.array("d")
+        self.name = array.array("i")
+
+    def add(self, thread: int, start: float, end: float, name: int) -> None:
+        self.thread.append(thread)
+        self.start.append(start)
+        self.end.append(end)
+        self.name.append(name)
+
+    def clear(self) -> None:
+        self.__init__()
+
+    def arrays(self):
+        thr = np.frombuffer(self.thread, dtype=np.int32) if len(self.thread) else np.zeros(0, np.int32)
+        s = np.frombuffer(self.start, dtype=np.float64) if len(self.start) else np.zeros(0)
+        e = np.frombuffer(self.end, dtype=np.float64) if len(self.end) else np.zeros(0)
+        nm = np.frombuffer(self.name, dtype=np.int32) if len(self.name) else np.zeros(0, np.int32)
+        keep = e > s  # an empty interval contains nothing
+        thr, s, e, nm = thr[keep], s[keep], e[keep], nm[keep]
+        order = np.lexsort((-e, s, thr))  # by thread, then start, longest first
+        return thr[order], s[order], e[order], nm[order]
+
+
+class _Table:
+    __slots__ = ("index", "names")
+
+    def __init__(self):
+        self.index: dict[str, int] = {}
+        self.names: list[str] = []
+
+    def __call__(self, name: str) -> int:
+        i = self.index.get(name)
+        if i is None:
+            i = self.index[name] = len(self.names)
+            self.names.append(name)
+        return i
+
+
+def _innermost(thr, start, end, q_thr, q_ts) -> np.ndarray:
+    """For each query (thread, ts): index of the innermost interval [start, end) on that
+    thread that contains ts, or -1. Intervals are sorted by (thread, start, -end) and are
+    expected to nest properly (a badly nested one is simply not reported)."""
+    out = np.full(len(q_ts), -1, dtype=np.int64)
+    if len(start) == 0 or len(q_ts) == 0:
+        return out
+    bounds = np.searchsorted(thr, np.arange(int(thr.max()) + 2 if len(thr) else 1))
+    for t in np.unique(q_thr):
+        if t < 0 or t + 1 >= len(bounds):
+            continue
+        a, b = int(bounds[t]), int(bounds[t + 1])
+        if a == b:
+            continue
+        s, e = start[a:b], end[a:b]
+        n = b - a
+        e_sorted = np.sort(e)
+        depth = np.arange(n, dtype=np.int64) - np.searchsorted(e_sorted, s, side="right")
+        keys = np.sort(depth * n + np.arange(n, dtype=np.int64))
+        on_thread = np.flatnonzero(q_thr == t)
+        for lo in range(0, len(on_thread), _QUERY_BLOCK):  # bounded temporaries
+            qi = on_thread[lo: lo + _QUERY_BLOCK]
+            ts = q_ts[qi]
+            k = np.searchsorted(s, ts, side="right")  # intervals started at or before ts
+            d = k - np.searchsorted(e_sorted, ts, side="right")  # ... minus those ended by ts
+            ok = d > 0
+            pos = np.searchsorted(keys, (d - 1) * n + (k - 1), side="right") - 1
+            cand = keys[np.clip(pos, 0, n - 1)]
+            ok &= cand // n == d - 1
+            idx = cand % n
+            ok &= (s[idx] <= ts) & (ts < e[idx])
+            out[qi[ok]] = idx[ok] + a
+    return out
+
+
+def _attribute(iv: _Intervals, q_thr, q_ts, relabel=None) -> np.ndarray:
+    """Label (name index) of the innermost interval of ``iv`` holding each query, or -1;
+    ``relabel(thread, start, end, name)`` may map the sorted intervals to other labels."""
+    thr, start, end, name = iv.arrays()
+    iv.clear()
+    if relabel is not None:
+        name = relabel(thr, start, end, name)
+    i = _innermost(thr, start, end, q_thr, q_ts)
+    out = np.full(len(q_ts), -1, dtype=np.int32)
+    ok = i >= 0
+    out[ok] = name[i[ok]]
+    return out
+
+
+def _module_paths(thr, start, end, name, names: list[str]) -> tuple[np.ndarray, list[str]]:
+    """Full ``Outer/Inner`` path of each (sorted) module interval, interned."""
+    table = _Table()
+    path_of = np.empty(len(start), dtype=np.int32)
+    stack: list[tuple[float, str]] = []  # (end, path)
+    last_thr = None
+    for i in range(len(start)):
+        t = thr[i]
+        if t != last_thr:
+            stack.clear()
+            last_thr = t
+        s = start[i]
+        while stack and stack[-1][0] <= s:
+            stack.pop()
+        label = names[name[i]]
+        p = f"{stack[-1][1]}/{label}" if stack else label
+        path_of[i] = table(p)
+        stack.append((end[i], p))
+    return path_of, table.names
+
+
+def _size(raw) -> int | None:
+    try:
+        pos = raw.tell()
+        size = raw.seek(0, 2)
+        raw.seek(pos)
+        return size or None
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def memory_events(raw, path: str, progress=None) -> MemoryEvents:
+    """Read the ``[memory]`` events of a Chrome trace in one streaming pass.
+
+    ``progress``, if given, gets ``progress.update(fraction=..., message=...)`` calls along
+    the way (the fraction from the position in ``raw`` when it can seek).
+    Raises :class:`BadInput` when the file is not a readable Chrome trace.
+    """
+    import array
+
+    metadata: dict = {}
+    threads: dict[tuple, int] = {}
+    ops, frames, modules = _Intervals(), _Intervals(), _Intervals()
+    op_table, frame_table, module_table = _Table(), _Table(), _Table()
+    steps_num, steps_start, steps_end = array.array("q"), array.array("d"), array.array("d")
+    opt_ends = array.array("d")
+    m_ts, m_bytes = array.array("d"), array.array("q")
+    m_addr = array.array("Q")
+    m_alloc, m_res = array.array("q"), array.array("q")
+    m_dtype, m_did, m_thr = array.array("h"), array.array("h"), array.array("i")
+    missing_total = False
+    t_min, t_max = float("inf"), float("-inf")
+    n = 0
+    num_ops = 0
+    size = _size(raw) if progress is not None else None
+    # The loop below runs once per event of files with millions of them: names are bound
+    # locally and type checks compare classes.
+    _float, _int, _str, _dict = float, int, str, dict
+    op_add, frame_add, module_add = ops.add, frames.add, modules.add
+    op_id, frame_id, module_id = op_table, frame_table, module_table
+    threads_get = threads.get
+    ts_append, bytes_append, addr_append, thr_append = m_ts.append, m_bytes.append, m_addr.append, m_thr.append
+    alloc_append, res_append, dtype_append, did_append = m_alloc.append, m_res.append, m_dtype.append, m_did.append
+    n_module_prefix = len(MODULE_PREFIX)
+    try:
+        for ev in iter_events(raw, path, metadata):
+            n += 1
+            if not n % 200_000 and progress is not None:
+                progress.update(fraction=0.9 * raw.tell() / size if size else None, message=f"read {n:,} trace events")
+            get = ev.get
+            ts = get("ts")
+            tcls = ts.__class__
+            if tcls is not _float and tcls is not _int:
+                continue
+            if get("ph") == "X":
+                dur = get("dur")
+                if dur.__class__ is not _float and dur.__class__ is not _int:
+                    dur = 0
+                end = ts + dur
+                if ts < t_min:
+                    t_min = ts
+                if end > t_max:
+                    t_max = end
+                key = (get("pid"), get("tid"))
+                thr = threads_get(key)
+                if thr is None:
+                    thr = threads[key] = len(threads)
+                name = get("name")
+                if name.__class__ is not _str:
+                    name = "" if name is None else str(name)
+                if get("cat") == PYTHON_FUNCTION:
+                    if name.startswith(MODULE_PREFIX):
+                        module_add(thr, ts, end, module_id(name[n_module_prefix:]))
+                    elif not name.startswith("<built-in"):  # source lines only: where in the user's code
+                        frame_add(thr, ts, end, frame_id(name))
+                elif name.startswith(STEP_PREFIX):
+                    try:
+                        steps_num.append(int(name[len(STEP_PREFIX):]))
+                    except ValueError:
+                        steps_num.append(-1)
+                    steps_start.append(ts)
+                    steps_end.append(end)
+                elif name.startswith("## ") and name.endswith(" ##"):
+                    module_add(thr, ts, end, module_id(name[3:-3]))
+                else:
+                    num_ops += 1
+                    op_add(thr, ts, end, op_id(name))
+                    if name.startswith(OPTIMIZER_STEP_PREFIX):
+                        opt_ends.append(end)
+                continue
+            if ts < t_min:
+                t_min = ts
+            if ts > t_max:
+                t_max = ts
+            if get("name") != MEMORY_EVENT:
+                continue
+            args = get("args")
+            if args.__class__ is not _dict:
+                raise BadInput(f"{path}: a [memory] event at ts {ts} has no args", file=path)
+            aget = args.get
+            b = aget("Bytes")
+            addr = aget("Addr", 0)
+            total = aget("Total Allocated")
+            res = aget("Total Reserved") or 0
+            dt = aget("Device Type", 0)
+            di = aget("Device Id", -1)
+            if total is None:
+                missing_total = True
+                total = -(1 << 62)
+            if not (b.__class__ is _int and addr.__class__ is _int and total.__class__ is _int
+                    and res.__class__ is _int and dt.__class__ is _int and di.__class__ is _int):
+                try:  # floats, numeric strings: what int() takes
+                    b, addr, total, res, dt, di = int(b), int(addr), int(total), int(res), int(dt), int(di)
+                except (TypeError, ValueError, OverflowError) as exc:
+                    raise BadInput(f"{path}: a [memory] event at ts {ts} has bad args ({exc!r})", file=path) from None
+            try:
+                alloc_append(total)
+                res_append(res)
+                dtype_append(dt)
+                did_append(di)
+                bytes_append(b)
+                addr_append(addr & 0xFFFFFFFFFFFFFFFF)
+            except OverflowError as exc:
+                raise BadInput(f"{path}: a [memory] event at ts {ts} has bad args ({exc!r})", file=path) from None
+            key = (get("pid"), get("tid"))
+            thr = threads_get(key)
+            if thr is None:
+                thr = threads[key] = len(threads)
+            ts_append(ts)
+            thr_append(thr)
+    except (TypeError, AttributeError) as exc:  # an event whose fields have impossible types
+        raise BadInput(f"{path}: trace event {n - 1} is malformed ({exc})", file=path) from None
+
+    if progress is not None:
+        progress.update(message=f"read {n:,} trace events; attributing {len(m_ts):,} memory events")
+
+    def col(a, dtype):  # a view on the array.array; indexing with ``order`` copies it
+        return np.frombuffer(a, dtype=dtype) if len(a) else np.zeros(0, dtype)
+
+    # Each column is sorted into a new array and its array.array dropped right away.
+    order = np.argsort(col(m_ts, np.float64), kind="stable")
+    ts = col(m_ts, np.float64)[order]
+    del m_ts, ts_append
+    byts = col(m_bytes, np.int64)[order]
+    del m_bytes, bytes_append
+    addr = col(m_addr, np.uint64)[order]
+    del m_addr, addr_append
+    total_reserved = col(m_res, np.int64)[order]
+    del m_res, res_append
+    dtype_ = col(m_dtype, np.int16)[order]
+    did = col(m_did, np.int16)[order]
+    total_alloc = col(m_alloc, np.int64)[order]
+    del m_alloc, alloc_append
+    if missing_total:  # older traces: rebuild the totals per device from the deltas
+        for dt, di in set(zip(dtype_.tolist(), did.tolist())):
+            sel = (dtype_ == dt) & (did == di)
+            total_alloc[sel] = np.cumsum(byts[sel])
+    thr = col(m_thr, np.int32)[order]
+    del order, m_thr, thr_append
+
+    op_col = _attribute(ops, thr, ts)
+    frame_col = _attribute(frames, thr, ts)
+    module_names: list[str] = []
+
+    def paths(m_thr_, m_s, m_e, m_n):
+        nonlocal module_names
+        path_of, module_names = _module_paths(m_thr_, m_s, m_e, m_n, module_table.names)
+        return path_of
+
+    module_col = _attribute(modules, thr, ts, paths)
+
+    steps = None
+    if len(steps_start):
+        s_start = col(steps_start, np.float64)
+        so = np.argsort(s_start, kind="stable")
+        steps = Steps(number=col(steps_num, np.int64)[so], start=s_start[so], end=col(steps_end, np.float64)[so])
+
+    return MemoryEvents(
+        path=path,
+        ts=ts,
+        addr=addr,
+        bytes=byts,
+        total_allocated=total_alloc,
+        total_reserved=total_reserved,
+        device_type=dtype_,
+        device_id=did,
+        thread=thr,
+        op=op_col,
+        module=module_col,
+        frame=frame_col,
+        threads=list(threads),
+        op_names=op_table.names,
+        module_names=module_names,
+        frame_names=frame_table.names,
+        steps=steps,
+        optimizer_step_ends=np.sort(col(opt_ends, np.float64)),
+        metadata=metadata,
+        num_trace_events=n,
+        num_ops=num_ops,
+        start_us=None if t_min == float("inf") else float(t_min),
+        end_us=None if t_max == float("-inf") else float(t_max),
+    )
+
+
+# -- export_memory_timeline JSON --------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class MemoryTimeline:
+    """``export_memory_timeline`` output: bytes per category at each time."""
+
+    path: str
+    times_us: np.ndarray  # int64, profiler clock (trace ts + baseTimeNanoseconds / 1000)
+    sizes: np.ndarray  # int64, shape (len(times_us), len(CATEGORIES))
+    categories: tuple[str, ...] = CATEGORIES
+
+    @property
+    def total(self) -> np.ndarray:
+        return self.sizes.sum(axis=1)
+
+
+def parse_memory_timeline(data: bytes, path: str) -> MemoryTimeline:
+    """Parse ``prof.export_memory_timeline(path.json | path.json.gz)`` output.
+
+    Raises :class:`BadInput` when ``data`` is not ``[times, sizes]`` with one row of
+    category sizes per time.
+    """
+    def bad(problem: str) -> BadInput:
+        return BadInput(f"{path}: {problem}", file=path)
+
+    if data[:2] == b"\x1f\x8b":
+        try:
+            data = gzip.decompress(data)
+        except EOFError:
+            raise bad("truncated gzip stream") from None
+        except (gzip.BadGzipFile, zlib.error, OSError) as exc:
+            raise bad(f"corrupt gzip data ({exc})") from None
+    if not data.strip():
+        raise bad("empty file; expected a PyTorch memory timeline JSON ([times, sizes])")
+    try:
+        doc = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise bad(f"not JSON ({exc}); expected a PyTorch memory timeline ([times, sizes])") from None
+    if not (isinstance(doc, list) and len(doc) == 2 and isinstance(doc[0], list) and isinstance(doc[1], list)):
+        raise bad("not a PyTorch memory timeline: expected a JSON array [times, sizes]")
+    times, sizes = doc
+    if len(times) != len(sizes):
+        raise bad(f"not a PyTorch memory timeline: {len(times)} times but {len(sizes)} rows of sizes")
+    k = len(CATEGORIES)
+    width = len(sizes[0]) if sizes else k + 1
+    if width not in (k, k + 1) or any(not isinstance(r, list) or len(r) != width for r in sizes):
+        raise bad(f"not a PyTorch memory timeline: each row of sizes must hold {k + 1} numbers")
+    try:
+        t = np.asarray(times, dtype=np.float64)
+        s = np.asarray(sizes, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise bad("not a PyTorch memory timeline: times and sizes must be numbers") from None
+    if s.size and not np.isfinite(s).all() or t.size and not np.isfinite(t).all():
+        raise bad("not a PyTorch memory timeline: non-finite numbers")
+    s = s.reshape(len(sizes), width)
+    if width == k + 1:
+        s = s[:, 1:]
+    return MemoryTimeline(path=path, times_us=t.astype(np.int64), sizes=s.astype(np.int64))
