@@ -9,11 +9,11 @@ from pathlib import Path
 
 from profscope.cache.store import DiskCache, cache_key
 from profscope.errors import BadRequest, NotFound, ProfscopeError
-from profscope.formats import buffer_assignment_text, hlo_proto, xplane
+from profscope.formats import buffer_assignment_text, chrome_trace, hlo_proto, xplane
 from profscope.formats.kinds import FileKind, classify
 from profscope.model.catalog import Run, RunKind, discover
 from profscope.storage import FileInfo, LogDir, safe_relpath
-from profscope.tools import memory_viewer, memory_viewer_text, registry
+from profscope.tools import memory_viewer, memory_viewer_text, registry, torch_memory
 from profscope.tools.registry import Tool
 
 MODULE_LIST_VERSION = 1
@@ -33,6 +33,7 @@ class Workspace:
         self._producers = {
             ("memory_viewer", RunKind.PROFILE): self.memory_viewer,
             ("memory_viewer", RunKind.XLA_DUMP): self.memory_viewer,
+            ("memory_profile", RunKind.CHROME_TRACE): self.torch_memory_profile,
         }
 
     # -- runs ----------------------------------------------------------------------------
@@ -210,6 +211,20 @@ class Workspace:
                 return [m.display_name for m in xplane.hlo_modules(f, self.logdir.display_path(info.path))]
 
         return self.cache.get_or_compute_json(key, f"module list of {info.path}", compute)
+
+    # -- runtime memory (memory profile) -----------------------------------------------
+
+    def torch_memory_profile(self, run: Run, params: dict, progress) -> dict:
+        """Memory over time from a PyTorch profiler trace (``[memory]`` events), with the
+        ``export_memory_timeline`` categories when that JSON sits beside the trace."""
+        trace = run.files_of(FileKind.CHROME_TRACE)[0]
+        progress.update(message=f"reading memory events of {trace.name}")
+        with self.logdir.open(trace.path) as f:
+            mem = chrome_trace.memory_events(f, self.logdir.display_path(trace.path), progress=progress)
+        timeline = None
+        for info in run.files_of(FileKind.MEMORY_TIMELINE):
+            timeline = chrome_trace.parse_memory_timeline(self.logdir.read_bytes(info.path), self.logdir.display_path(info.path))
+        return torch_memory.convert(mem, timeline, progress=progress)
 
     # -- tool data -----------------------------------------------------------------------
 

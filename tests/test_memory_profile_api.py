@@ -1,0 +1,63 @@
+"""The memory profile through the data API: PyTorch traces and xplane allocator events."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+
+TORCH = "torch/{}.pt.trace.json.gz"
+
+
+def _data(client, run, **params):
+    return client.get("/data/plugin/profile/data", params={"run": run, "tag": "memory_profile", **params})
+
+
+def _max_total_allocated(path) -> int:
+    events = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+    return max(e["args"]["Total Allocated"] for e in events if e.get("name") == "[memory]")
+
+
+@pytest.mark.parametrize("name", ["mlp_train", "transformer_train", "leak"])
+def test_torch_trace_peak_is_the_files_max_total_allocated(demo_client, demo_logdir, name):
+    run = TORCH.format(name)
+    assert demo_client.get("/data/plugin/profile/run_tools", params={"run": run}).json() == ["memory_profile"]
+    body = _data(demo_client, run).json()
+    device = body["devices"][0]
+    assert device["summary"]["peakAllocatedBytes"] == _max_total_allocated(demo_logdir / run)
+    assert body["categoryTimeline"]["categories"]  # the memory-timeline JSON beside it was read
+
+
+def test_torch_leak_is_found(demo_client):
+    hints = _data(demo_client, TORCH.format("leak")).json()["devices"][0]["leakHints"]
+    growth = [h for h in hints if h["kind"] == "stepGrowth"]
+    assert growth and growth[0]["evidence"]["bytesPerStep"] == 65536
+    assert not _data(demo_client, TORCH.format("mlp_train")).json()["devices"][0]["leakHints"] or all(
+        h["severity"] != "warning" for h in _data(demo_client, TORCH.format("mlp_train")).json()["devices"][0]["leakHints"]
+    )
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"", b'{"foo": 1}', b"a,b,c\n1,2,3\n", b'{"traceEvents": [{"name": "[memory]", "ph": "i", "ts": 1'],
+)
+def test_bad_traces_get_a_4xx_naming_the_file(make_client, tmp_path, content):
+    logdir = tmp_path / "logs"
+    logdir.mkdir()
+    (logdir / "bad.pt.trace.json").write_bytes(content)
+    (logdir / "good.pt.trace.json.gz").write_bytes(gzip.compress(b'{"traceEvents": []}'))
+    client = make_client(logdir)
+    res = _data(client, "bad.pt.trace.json")
+    assert res.status_code == 422, res.text
+    assert res.json()["file"].endswith("bad.pt.trace.json")
+    assert _data(client, "good.pt.trace.json.gz").status_code == 200  # others undisturbed
+
+
+def test_truncated_gzip_trace(make_client, tmp_path, demo_logdir):
+    logdir = tmp_path / "logs"
+    logdir.mkdir()
+    data = (demo_logdir / TORCH.format("mlp_train")).read_bytes()
+    (logdir / "cut.pt.trace.json.gz").write_bytes(data[: len(data) // 2])
+    res = _data(make_client(logdir), "cut.pt.trace.json.gz")
+    assert res.status_code == 422 and "cut.pt.trace.json.gz" in res.json()["error"]
