@@ -96,7 +96,7 @@ def test_corrupt_and_incomplete_dumps(make_client, demo_copy, demo_expected):
 
     after.write_bytes(before.read_bytes())  # an HloProto without a buffer assignment
     body = _error(_data(make_client(demo_copy), "dumps/mlp", module_name=name), 422)
-    assert "buffer assignment" in body["error"]
+    assert "buffer assignment" in body["error"] and body["file"].endswith(after.name)
 
     after.write_bytes(b"\x00garbage\xff" * 10)
     _error(_data(make_client(demo_copy), "dumps/mlp", module_name=name), 422)

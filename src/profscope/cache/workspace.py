@@ -173,7 +173,14 @@ class Workspace:
                 report = buffer_assignment_text.parse_memory_usage_report(self._text(source.memory_usage_report), report_path)
             return memory_viewer_text.convert_text(ba, report, source.module_name)
         progress.update(message=f"reading the HLO proto of {source.module_name}")
-        result = memory_viewer.convert(self.hlo_proto(source), space, progress=progress)
+        hlo = self.hlo_proto(source)
+        try:
+            result = memory_viewer.convert(hlo, space, progress=progress)
+        except ProfscopeError as e:
+            # Tools know no files: name the one the module came from.
+            e.file = e.file or self.logdir.display_path(source.hlo_file.path)
+            e.message = f"{e.file} (module {source.module_name}): {e.message}"
+            raise
         if params.get("view") == "page":
             result = memory_viewer.page_view(result)
         return result
@@ -182,8 +189,6 @@ class Workspace:
         """Every module of a run with its peak, largest first (a cheap summary each)."""
         rows = []
         for name in self.modules(run):
-            if name == "NO_MODULE":
-                continue
             source = self.module_source(run, name)
             if source.hlo_file is None:
                 continue
