@@ -61,3 +61,28 @@ def test_truncated_gzip_trace(make_client, tmp_path, demo_logdir):
     (logdir / "cut.pt.trace.json.gz").write_bytes(data[: len(data) // 2])
     res = _data(make_client(logdir), "cut.pt.trace.json.gz")
     assert res.status_code == 422 and "cut.pt.trace.json.gz" in res.json()["error"]
+
+
+TF_RUN = "tf_bfc/2026_11_29_18_51_13"
+
+
+def test_xplane_allocator_events_match_the_fixture_facts(demo_client):
+    """Numbers from the TF fixture's README (computed there from the raw events)."""
+    assert demo_client.get("/data/plugin/profile/run_tools", params={"run": TF_RUN}).json() == ["memory_profile"]
+    body = _data(demo_client, TF_RUN, host="vm").json()
+    assert body["memoryIds"] == ["bfc_cpu_allocator_for_gpu"]
+    allocator = body["memoryProfilePerAllocator"]["bfc_cpu_allocator_for_gpu"]
+    assert int(allocator["profileSummary"]["peakBytesUsageLifetime"]) == 16_014_592
+    assert int(allocator["profileSummary"]["peakStats"]["heapAllocatedBytes"]) == 15_857_920
+    summary = body["profscope"]["allocators"]["bfc_cpu_allocator_for_gpu"]["summary"]
+    assert (summary["allocations"], summary["deallocations"]) == (295, 295)
+    assert _data(demo_client, TF_RUN).json() == body  # the only host is the default
+
+
+def test_xplane_memory_profile_errors(demo_client, make_client, demo_copy):
+    _bad = _data(demo_client, TF_RUN, host="nope")
+    assert _bad.status_code == 404 and "no host" in _bad.json()["error"]
+    xplane = next((demo_copy / "tf_bfc").rglob("vm.xplane.pb"))
+    xplane.write_bytes(xplane.read_bytes()[:5000])
+    res = _data(make_client(demo_copy), TF_RUN, host="vm")
+    assert res.status_code == 422 and res.json()["file"].endswith("vm.xplane.pb")

@@ -9,11 +9,11 @@ from pathlib import Path
 
 from profscope.cache.store import DiskCache, cache_key
 from profscope.errors import BadRequest, NotFound, ProfscopeError
-from profscope.formats import buffer_assignment_text, chrome_trace, hlo_proto, xplane
+from profscope.formats import buffer_assignment_text, chrome_trace, hlo_proto, xplane, xplane_memory
 from profscope.formats.kinds import FileKind, classify
 from profscope.model.catalog import Run, RunKind, discover
 from profscope.storage import FileInfo, LogDir, safe_relpath
-from profscope.tools import memory_viewer, memory_viewer_text, registry, torch_memory
+from profscope.tools import memory_profile, memory_viewer, memory_viewer_text, registry, torch_memory
 from profscope.tools.registry import Tool
 
 MODULE_LIST_VERSION = 1
@@ -33,6 +33,7 @@ class Workspace:
         self._producers = {
             ("memory_viewer", RunKind.PROFILE): self.memory_viewer,
             ("memory_viewer", RunKind.XLA_DUMP): self.memory_viewer,
+            ("memory_profile", RunKind.PROFILE): self.xplane_memory_profile,
             ("memory_profile", RunKind.CHROME_TRACE): self.torch_memory_profile,
         }
 
@@ -218,6 +219,20 @@ class Workspace:
         return self.cache.get_or_compute_json(key, f"module list of {info.path}", compute)
 
     # -- runtime memory (memory profile) -----------------------------------------------
+
+    def xplane_memory_profile(self, run: Run, params: dict, progress) -> dict:
+        """XProf's memory profile of one host: its allocator events over time."""
+        hosts = run.hosts
+        if not hosts:
+            raise NotFound(f"run {run.name!r} has no xplane profile to read allocator events from")
+        host = params.get("host") or hosts[0]
+        info = run.xplane(host)
+        if info is None:
+            raise NotFound(f"run {run.name!r} has no host {host!r}; hosts: {', '.join(hosts)}")
+        progress.update(message=f"reading allocator events of {info.name}")
+        with self.logdir.open(info.path) as f:
+            events = xplane_memory.read_allocator_events(f, self.logdir.display_path(info.path), progress=progress)
+        return memory_profile.convert(events, progress=progress)
 
     def torch_memory_profile(self, run: Run, params: dict, progress) -> dict:
         """Memory over time from a PyTorch profiler trace (``[memory]`` events), with the
