@@ -22,6 +22,10 @@ class Progress:
         if message is not None:
             self.message = message
 
+    def part(self, start: float, end: float) -> "ProgressPart":
+        """A view of this progress for one stage that covers [start, end] of the whole."""
+        return ProgressPart(self, start, end)
+
     def to_json(self) -> dict:
         return {
             "key": self.key,
@@ -31,6 +35,19 @@ class Progress:
             "elapsedSeconds": round(time.time() - self.started, 2),
             "done": self.done,
         }
+
+
+@dataclass
+class ProgressPart:
+    """One stage of a conversion: its 0..1 maps onto [start, end] of the whole."""
+
+    whole: Progress
+    start: float
+    end: float
+
+    def update(self, fraction: float | None = None, message: str | None = None) -> None:
+        mapped = None if fraction is None else self.start + (self.end - self.start) * fraction
+        self.whole.update(mapped, message)
 
 
 class ProgressBoard:

@@ -231,8 +231,8 @@ class Workspace:
             raise NotFound(f"run {run.name!r} has no host {host!r}; hosts: {', '.join(hosts)}")
         progress.update(message=f"reading allocator events of {info.name}")
         with self.logdir.open(info.path) as f:
-            events = xplane_memory.read_allocator_events(f, self.logdir.display_path(info.path), progress=progress)
-        return memory_profile.convert(events, progress=progress)
+            events = xplane_memory.read_allocator_events(f, self.logdir.display_path(info.path), progress=progress.part(0, 0.85))
+        return memory_profile.convert(events, progress=progress.part(0.85, 1))
 
     def torch_memory_profile(self, run: Run, params: dict, progress) -> dict:
         """Memory over time from a PyTorch profiler trace (``[memory]`` events), with the
@@ -240,11 +240,11 @@ class Workspace:
         trace = run.files_of(FileKind.CHROME_TRACE)[0]
         progress.update(message=f"reading memory events of {trace.name}")
         with self.logdir.open(trace.path) as f:
-            mem = chrome_trace.memory_events(f, self.logdir.display_path(trace.path), progress=progress)
+            mem = chrome_trace.memory_events(f, self.logdir.display_path(trace.path), progress=progress.part(0, 0.9))
         timeline = None
         for info in run.files_of(FileKind.MEMORY_TIMELINE):
             timeline = chrome_trace.parse_memory_timeline(self.logdir.read_bytes(info.path), self.logdir.display_path(info.path))
-        return torch_memory.convert(mem, timeline, progress=progress)
+        return torch_memory.convert(mem, timeline, progress=progress.part(0.9, 1))
 
     # -- tool data -----------------------------------------------------------------------
 
