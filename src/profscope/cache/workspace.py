@@ -110,7 +110,9 @@ class Workspace:
         if tool.name == "memory_viewer":  # XProf: only when the profile carries HLO protos
             return bool(self.modules(run))
         if run.kind is RunKind.PROFILE:
-            return bool(run.files_of(FileKind.XPLANE) or run.files_of(FileKind.CHROME_TRACE))
+            if tool.name == "trace_viewer@":
+                return bool(run.files_of(FileKind.XPLANE) or run.files_of(FileKind.CHROME_TRACE))
+            return bool(run.files_of(FileKind.XPLANE))
         return True
 
     # -- modules -------------------------------------------------------------------------

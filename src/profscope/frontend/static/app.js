@@ -66,17 +66,21 @@ let pending = 0;
 async function withProgress(promise) {
   pending++;
   const box = $("#progress");
+  let done = false;
   let timer = setTimeout(async function poll() {
+    if (done) return;
     box.hidden = false;
     try {
       const { jobs } = await (await fetch("/api/progress")).json();
+      if (done) return; // the request finished while this poll was in flight
       const job = jobs[0];
       box.querySelector(".label").textContent = job ? `${job.label}${job.message ? ": " + job.message : ""} (${job.elapsedSeconds}s)` : "working…";
       box.querySelector(".bar").style.setProperty("--p", `${Math.round(100 * (job ? job.fraction : 0))}%`);
     } catch { /* the poll is best effort */ }
-    timer = setTimeout(poll, 500);
+    if (!done) timer = setTimeout(poll, 500);
   }, 300);
   try { return await promise; } finally {
+    done = true;
     clearTimeout(timer);
     if (--pending === 0) box.hidden = true;
   }

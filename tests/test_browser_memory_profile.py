@@ -1,0 +1,279 @@
+"""The memory profile page end to end: the real server, Debian's Chromium driven by
+Playwright, network cut, no mocks.
+
+Two real inputs: the TF CPU profile with BFC allocator events from ``shared/fixtures``
+(XProf's memory profile JSON plus profscope's extras) and the bundled demo's PyTorch
+profiler traces (profscope's torch payload). Checks what an engineer chasing a leak or an
+OOM relies on: the summary's numbers are the JSON API's; hovering the timeline shows the
+event (op, sizes, region, dtype, shape); clicking selects it into the URL; the breakdown
+table filters (``q=`` in the URL) and sorts; the copied link reopens the same view in a
+fresh browser; leak hints come with their evidence. Screenshots go to test-artifacts/."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from urllib.parse import parse_qs, quote, urlencode, urlparse
+from urllib.request import urlopen
+
+import pytest
+
+from tests.conftest import ARTIFACTS, profscope_server
+
+pytestmark = pytest.mark.browser
+
+TF_PROFILE = "tf_bfc_cpu/profile"
+
+
+@pytest.fixture(scope="module")
+def tf_server(tmp_path_factory, shared_fixtures):
+    """A log directory holding a copy of the TF fixture profile (real allocator events)."""
+    root = tmp_path_factory.mktemp("mplog")
+    shutil.copytree(shared_fixtures / TF_PROFILE, root / "tf_bfc")
+    with profscope_server("serve", str(root), "--port", "0", "--cache-dir", str(tmp_path_factory.mktemp("cache"))) as (url, _):
+        yield url
+
+
+def _get_json(server: str, path: str, **params):
+    with urlopen(f"{server.rstrip('/')}{path}?{urlencode(params)}", timeout=120) as res:
+        return json.loads(res.read())
+
+
+def _view_url(server: str, **state) -> str:
+    return f"{server}?{urlencode(state, quote_via=quote)}"
+
+
+def _run(server: str, kind: str, contains: str = "") -> dict:
+    runs = _get_json(server, "/api/runs")["runs"]
+    return next(r for r in runs if r["kind"] == kind and contains in r["name"])
+
+
+def _data(server: str, run: dict) -> dict:
+    params = {"run": run["name"], "tag": "memory_profile"}
+    if run["hosts"]:
+        params["host"] = run["hosts"][0]
+    return _get_json(server, "/data/plugin/profile/data", **params)
+
+
+def _wait_for_page(page):
+    page.wait_for_selector("#mp-summary")
+    page.wait_for_selector("#mp-timeline .main-svg")
+    page.wait_for_selector("#mp-breakdown-table")
+
+
+def _tile(page, key: str) -> str:
+    return page.get_attribute(f"#mp-summary .mp-tile[data-key={key}] .value", "data-value")
+
+
+def _point(page, x: float, y_fraction: float = 0.5) -> tuple[float, float]:
+    """Screen position of time ``x`` (ms) on the timeline, from its axis range."""
+    page.locator("#mp-timeline").scroll_into_view_if_needed()
+    return tuple(page.evaluate("""([x, f]) => {
+        const div = document.getElementById('mp-timeline');
+        const box = div.querySelector('.nsewdrag').getBoundingClientRect();
+        const [x0, x1] = div.layout.xaxis.range;
+        return [box.left + box.width * (x - x0) / (x1 - x0), box.top + box.height * f];
+    }""", [x, y_fraction]))
+
+
+def _fmt(page, n) -> str:
+    return page.evaluate("b => fmtBytes(b)", n)
+
+
+def _ps_ms(ps) -> float:
+    return int(ps) / 1e9
+
+
+def test_xprof_summary_matches_the_api(open_page, tf_server):
+    ARTIFACTS.mkdir(exist_ok=True)
+    run = _run(tf_server, "profile")
+    data = _data(tf_server, run)
+    memory_id = data["memoryIds"][0]
+    allocator = data["memoryProfilePerAllocator"][memory_id]
+    summary = allocator["profileSummary"]
+    peak = summary["peakStats"]
+    extras = data["profscope"]["allocators"][memory_id]["summary"]
+
+    page = open_page(tf_server)
+    page.goto(_view_url(tf_server, run=run["name"], tool="memory_profile", host=run["hosts"][0]))
+    _wait_for_page(page)
+    assert page.input_value("#mp-allocator") == memory_id
+
+    # Every number is the API's: XProf's fields and profscope's summary agree and the page shows them.
+    assert int(_tile(page, "capacity")) == int(summary["memoryCapacity"]) == extras["capacityBytes"]
+    assert int(_tile(page, "peak")) == int(peak["stackReservedBytes"]) + int(peak["heapAllocatedBytes"]) == extras["peakBytes"]
+    assert int(_tile(page, "lifetimePeak")) == extras["lifetimePeakBytes"]
+    assert float(_tile(page, "peakTime")) == pytest.approx(_ps_ms(summary["peakStatsTimePs"]))
+    assert int(_tile(page, "stack")) == int(peak["stackReservedBytes"])
+    assert int(_tile(page, "heap")) == int(peak["heapAllocatedBytes"])
+    assert int(_tile(page, "free")) == int(peak["freeMemoryBytes"])
+    assert float(_tile(page, "fragmentation")) == pytest.approx(peak["fragmentation"])
+    balance = page.locator("#mp-balance")
+    assert int(balance.get_attribute("data-allocations")) == extras["allocations"]
+    assert int(balance.get_attribute("data-deallocations")) == extras["deallocations"]
+    assert "leak" in balance.inner_text()
+    assert page.inner_text("#mp-summary .mp-peak-value") == _fmt(page, extras["peakBytes"])
+
+    # The breakdown has one row per XProf row, XProf's synthetic row included.
+    rows = page.locator("#mp-breakdown-table tr.mp-row")
+    assert rows.count() == len(allocator["activeAllocations"])
+    assert page.locator("#mp-breakdown-table tr.synthetic", has_text="unused preallocated device memory").count() == 1
+
+    # The peak is marked on the timeline; the card shows the peak event until something is hovered.
+    assert page.evaluate("document.getElementById('mp-timeline').layout.shapes.some(s => s.name === 'peak')")
+    assert page.get_attribute("#mp-event", "data-mode") == "peak"
+    peak_op = next(s["activityMetadata"]["tfOpName"] for s in allocator["sampledTimelineSnapshots"]
+                   if s["timeOffsetPs"] == summary["peakStatsTimePs"])
+    assert peak_op in page.inner_text("#mp-event .mp-card-name")
+
+    # Leak hints with their evidence: the never-freed allocations, the heap at each step.
+    hints = data["profscope"]["allocators"][memory_id]["leakHints"]
+    for hint in hints["hints"]:
+        fired = page.locator(f"#mp-leaks details.mp-check[data-kind={hint['kind']}]")
+        assert fired.get_attribute("open") is not None and hint["message"] in fired.inner_text()
+    never = page.locator("#mp-leaks details.mp-check", has_text="never freed")
+    assert never.locator("tbody tr").count() == len(hints["neverFreed"]["largest"])
+    page.wait_for_selector("#mp-heap-growth .main-svg")
+    page.screenshot(path=str(ARTIFACTS / "memory_profile.png"), full_page=True)
+
+
+def test_xprof_hover_select_filter_sort_and_share(open_page, tf_server):
+    run = _run(tf_server, "profile")
+    data = _data(tf_server, run)
+    memory_id = data["memoryIds"][0]
+    allocator = data["memoryProfilePerAllocator"][memory_id]
+    snaps = allocator["sampledTimelineSnapshots"]
+
+    page = open_page(tf_server)
+    page.goto(_view_url(tf_server, run=run["name"], tool="memory_profile", host=run["hosts"][0], memory_id=memory_id))
+    _wait_for_page(page)
+
+    # Hover an allocation: the card shows its op, sizes, region, dtype and shape.
+    target = next(i for i, s in enumerate(snaps)
+                  if s["activityMetadata"]["memoryActivity"] == "ALLOCATION" and s["activityMetadata"]["tensorShape"]
+                  and int(s["activityMetadata"]["allocationBytes"]) > 100_000)
+    x, y = _point(page, _ps_ms(snaps[target]["timeOffsetPs"]))
+    page.mouse.move(x, y, steps=4)
+    page.wait_for_function("document.querySelector('#mp-event').dataset.mode === 'hover'")
+    shown = int(page.get_attribute("#mp-event", "data-index"))
+    assert abs(_ps_ms(snaps[shown]["timeOffsetPs"]) - _ps_ms(snaps[target]["timeOffsetPs"])) < 0.05  # within a pixel or two
+    meta = snaps[shown]["activityMetadata"]
+    card = page.inner_text("#mp-event")
+    assert meta["tfOpName"] in card
+    for field in ("regionType", "tensorShape"):
+        assert meta[field] in card
+    if meta["memoryActivity"] in ("ALLOCATION", "DEALLOCATION"):
+        assert _fmt(page, int(meta["allocationBytes"])) in card and _fmt(page, int(meta["requestedBytes"])) in card
+    # Plotly's own hover label says it too.
+    assert meta["tfOpName"] in page.text_content("#mp-timeline .hoverlayer")
+    page.screenshot(path=str(ARTIFACTS / "memory_profile_hover.png"))
+
+    # Click: the time goes into the URL and the event stays on the card.
+    page.mouse.click(x, y)
+    page.wait_for_function("new URLSearchParams(location.search).get('t') !== null")
+    page.mouse.move(5, 300)
+    page.wait_for_selector("#mp-event.selected")
+    t = float(parse_qs(urlparse(page.url).query)["t"][0])
+    assert t == pytest.approx(_ps_ms(snaps[shown]["timeOffsetPs"]), abs=1e-6)
+    assert page.get_attribute("#mp-event", "data-index") == str(shown)
+    assert page.evaluate("document.getElementById('mp-timeline').layout.shapes.some(s => s.name === 'selected')")
+
+    # Filter the breakdown: fewer rows, q= in the URL.
+    rows = page.locator("#mp-breakdown-table tr.mp-row")
+    total = rows.count()
+    page.fill("#mp-filter", "float")
+    page.wait_for_function("new URLSearchParams(location.search).get('q') === 'float'")
+    filtered = rows.count()
+    assert 0 < filtered < total
+    assert page.inner_text("#mp-count").startswith(f"{filtered} of {total}")
+    assert all("float" in r for r in rows.all_inner_texts())
+
+    # Sort by allocation size: descending, then ascending.
+    page.click("#mp-breakdown-table th[data-key=allocation]")
+    assert page.get_attribute("#mp-breakdown-table th[data-key=allocation]", "aria-sort") == "descending"
+    sizes = [int(v) for v in page.eval_on_selector_all("#mp-breakdown-table tr.mp-row td:nth-child(2)", "tds => tds.map(td => td.dataset.v)")]
+    assert sizes == sorted(sizes, reverse=True)
+    page.click("#mp-breakdown-table th[data-key=allocation]")
+    sizes = [int(v) for v in page.eval_on_selector_all("#mp-breakdown-table tr.mp-row td:nth-child(2)", "tds => tds.map(td => td.dataset.v)")]
+    assert sizes == sorted(sizes)
+    page.screenshot(path=str(ARTIFACTS / "memory_profile_filtered.png"), full_page=True)
+    link = page.url
+
+    # The link alone, in a fresh browser profile: same allocator, event, filter.
+    other = open_page(tf_server)
+    other.goto(link)
+    _wait_for_page(other)
+    other.wait_for_selector("#mp-event.selected")
+    assert other.get_attribute("#mp-event", "data-index") == str(shown)
+    assert other.input_value("#mp-filter") == "float"
+    assert other.locator("#mp-breakdown-table tr.mp-row").count() == filtered
+    assert other.input_value("#mp-allocator") == memory_id
+    other.screenshot(path=str(ARTIFACTS / "memory_profile_shared_link.png"), full_page=True)
+
+    # Back: the previous view (no event selected); clear the filter from the box.
+    page.go_back()
+    page.wait_for_function("new URLSearchParams(location.search).get('t') === null")
+    page.wait_for_function("document.querySelector('#mp-event').dataset.mode === 'peak'")
+    page.fill("#mp-filter", "")
+    page.wait_for_function("new URLSearchParams(location.search).get('q') === null")
+    assert rows.count() == total
+
+
+def test_unknown_allocator_says_so(open_page, tf_server):
+    run = _run(tf_server, "profile")
+    page = open_page(tf_server)
+    page.goto(_view_url(tf_server, run=run["name"], tool="memory_profile", memory_id="no_such_allocator"))
+    _wait_for_page(page)
+    assert "no_such_allocator" in page.inner_text("#mp-unknown-id")
+
+
+def test_torch_trace_page(open_page, demo_server, demo_logdir):
+    expected = json.loads((demo_logdir / "torch" / "expected.json").read_text())
+    run = _run(demo_server, "chrome_trace", "leak")
+    data = _data(demo_server, run)
+    device = data["devices"][0]
+    summary = device["summary"]
+    assert summary["peakAllocatedBytes"] == expected["programs"]["leak"]["peakTotalAllocated"]
+
+    page = open_page(demo_server)
+    page.goto(_view_url(demo_server, run=run["name"], tool="memory_profile"))
+    _wait_for_page(page)
+    assert page.input_value("#mp-allocator") == device["device"]
+    assert int(_tile(page, "peakAllocated")) == summary["peakAllocatedBytes"]
+    assert int(_tile(page, "liveAtEnd")) == summary["liveBytesAtEnd"]
+    balance = page.locator("#mp-balance")
+    assert int(balance.get_attribute("data-allocations")) == summary["numAllocations"] == expected["programs"]["leak"]["allocations"]
+    assert int(balance.get_attribute("data-deallocations")) == summary["numDeallocations"] == expected["programs"]["leak"]["frees"]
+
+    # The leak is found and shown with its evidence (a chart of live bytes per step).
+    growth = next(h for h in device["leakHints"] if h["kind"] == "stepGrowth")
+    check = page.locator("#mp-leaks details.mp-check[data-kind=stepGrowth]")
+    assert check.get_attribute("data-status") == "warning" and growth["message"] in check.inner_text()
+    assert "warning" in page.inner_text("#mp-leak-verdict")
+    page.wait_for_selector("#mp-leaks .mp-mini-chart .main-svg")
+    assert page.locator("#mp-steps-table tbody tr").count() == len(device["steps"])
+
+    # The category chart from export_memory_timeline, and the breakdown by op and module.
+    if data.get("categoryTimeline"):
+        page.wait_for_selector("#mp-categories .main-svg")
+    by_op = device["breakdownAtPeak"]["byOp"]
+    assert page.locator("#mp-by-op tbody tr").count() == min(12, len(by_op))
+    assert page.locator("#mp-breakdown-table tr.mp-row").count() == len(device["breakdownAtPeak"]["allocations"])
+
+    # Clicking an op filters the allocations to it.
+    top_op = by_op[0]["op"]
+    page.locator("#mp-by-op tbody tr").first.click()
+    page.wait_for_function(f"new URLSearchParams(location.search).get('q') === {top_op!r}")
+    assert all(top_op in r for r in page.locator("#mp-breakdown-table tr.mp-row").all_inner_texts())
+
+    # Hover the peak: the card names the op that allocated there.
+    tl = device["timeline"]
+    peak_i = tl["allocatedBytes"].index(summary["peakAllocatedBytes"])
+    x, y = _point(page, tl["timeMs"][peak_i], 0.6)
+    page.mouse.move(x, y, steps=4)
+    page.wait_for_function("document.querySelector('#mp-event').dataset.mode === 'hover'")
+    shown = int(page.get_attribute("#mp-event", "data-index"))
+    op_index = tl["op"][shown]
+    if op_index >= 0:
+        assert tl["strings"][op_index] in page.inner_text("#mp-event")
+    page.screenshot(path=str(ARTIFACTS / "memory_profile_torch.png"), full_page=True)
