@@ -126,8 +126,10 @@ def test_corrupt_profile_gets_a_4xx_naming_the_file(make_client, demo_copy):
     client = make_client(demo_copy)
     body = _error(client.get("/data/plugin/profile/module_list", params={"run": f"mlp/{session.name}"}), 422)
     assert "demo-host.xplane.pb" in body["error"]
-    # Other runs are undisturbed.
+    # Other runs are undisturbed, and the catalog never opens files (it may list thousands).
     assert client.get("/data/plugin/profile/module_list", params={"run": "dumps/mlp"}).status_code == 200
+    catalog = client.get("/api/runs")
+    assert catalog.status_code == 200 and f"mlp/{session.name}" in [r["name"] for r in catalog.json()["runs"]]
 
 
 def test_unknown_route_uses_the_same_error_shape(demo_client):

@@ -20,10 +20,6 @@ def _run_summary(ws: Workspace, run: Run) -> dict:
         "hosts": ws.hosts(run),
         "fileCount": len(run.files),
         "totalBytes": sum(f.size for f in run.files),
-        "tools": [
-            {"name": t.name, "title": t.title, "summary": t.summary, "implemented": ws.can_serve(t, run)}
-            for t in ws.tools(run)
-        ],
     }
 
 
@@ -38,6 +34,12 @@ def router(ws: Workspace) -> APIRouter:
     def run(request: Request) -> Response:
         run = ws.run(request.query_params.get("run"))
         body = _run_summary(ws, run)
+        # Tools and modules need a look inside the run's files (cached): only per run,
+        # never for the whole catalog, which may hold thousands of sessions.
+        body["tools"] = [
+            {"name": t.name, "title": t.title, "summary": t.summary, "implemented": ws.can_serve(t, run)}
+            for t in ws.tools(run)
+        ]
         body["files"] = [
             {"path": f.path, "size": f.size, "kind": classify(f.name).value, "mtime": f.mtime} for f in run.files
         ]

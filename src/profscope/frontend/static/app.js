@@ -119,9 +119,6 @@ async function render(state) {
     view.replaceChildren(errorBox(new ApiError(404, { error: `no run named "${state.run}" in ${catalog.logdir}` }), "Run not found"));
     return;
   }
-  const tools = [{ value: "", label: "Overview" }].concat(run.tools.map((t) => ({
-    value: t.name, label: t.title + (t.implemented ? "" : " (coming)"), title: t.summary })));
-  fillSelect($("#pick-tool"), tools, state.tool);
   const hosts = run.hosts.length ? run.hosts.map((h) => ({ value: h, label: h })) : [{ value: "", label: "—" }];
   fillSelect($("#pick-host"), hosts, state.host);
   document.title = `${state.tool || "overview"} · ${run.name} · profscope`;
@@ -134,6 +131,10 @@ async function render(state) {
     return;
   }
   if (readState().run !== run.name) return; // the user moved on meanwhile
+  // Which tools a run offers needs a look inside its files, so it comes with the details.
+  const tools = [{ value: "", label: "Overview" }].concat(details.tools.map((t) => ({
+    value: t.name, label: t.title + (t.implemented ? "" : " (coming)"), title: t.summary })));
+  fillSelect($("#pick-tool"), tools, state.tool);
   fillModules(details.modules, state.module_name);
 
   if (!state.tool) return renderOverview(view, run, details, state);
@@ -147,7 +148,7 @@ async function render(state) {
     const data = await getJson(`/data/plugin/profile/data?${q}`);
     view.replaceChildren(el("pre", {}, JSON.stringify(data, null, 1).slice(0, 20000)));
   } catch (err) {
-    const tool = run.tools.find((t) => t.name === state.tool);
+    const tool = details.tools.find((t) => t.name === state.tool);
     view.replaceChildren(el("h1", {}, tool ? tool.title : state.tool), errorBox(err, "No data"));
   }
 }
@@ -162,7 +163,7 @@ function fillModules(modules, value) {
 
 function renderOverview(view, run, details, state) {
   const kindLabel = { profile: "profile session", xla_dump: "XLA dump folder", torch_snapshot: "PyTorch memory snapshot", chrome_trace: "Chrome trace" }[run.kind] || run.kind;
-  const toolCards = run.tools.map((t) => el("div", { class: `card${t.implemented ? "" : " off"}`, "data-tool": t.name },
+  const toolCards = details.tools.map((t) => el("div", { class: `card${t.implemented ? "" : " off"}`, "data-tool": t.name },
     el("h3", {}, t.implemented ? el("a", { href: stateUrl({ ...state, tool: t.name }), onclick: (e) => { e.preventDefault(); go({ ...state, tool: t.name }); } }, t.title) : t.title),
     el("div", {}, t.summary),
     el("div", { class: "tag" }, t.implemented ? `tag=${t.name}` : "not in this version yet")));
