@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from profscope.formats.stdsort import std_sort_order
 from profscope.errors import BadInput
 from profscope.formats import xplane_memory as xm
 from profscope.tools import memory_profile as mp
@@ -485,12 +486,12 @@ def test_std_sort_order_matches_the_algorithm():
     rng = random.Random(0)
     for _ in range(120):
         keys = _tie_heavy_keys(rng, rng.randrange(0, 700))
-        assert xm.std_sort_order(np.asarray(keys, dtype=np.int64)).tolist() == _reference_std_sort(keys)
+        assert std_sort_order(np.asarray(keys, dtype=np.int64)).tolist() == _reference_std_sort(keys)
     # lexicographic keys
     a = np.asarray([rng.randrange(3) for _ in range(400)])
     b = np.asarray([rng.randrange(3) for _ in range(400)])
     pairs = list(zip(a.tolist(), b.tolist()))
-    assert xm.std_sort_order(a, b).tolist() == _reference_std_sort(pairs)
+    assert std_sort_order(a, b).tolist() == _reference_std_sort(pairs)
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ to run the real libstdc++ std::sort")
@@ -516,7 +517,7 @@ def test_std_sort_order_matches_libstdcxx(tmp_path):
         keys = _tie_heavy_keys(rng, rng.randrange(1, 5000))
         out = subprocess.run([str(exe)], input=f"{len(keys)}\n" + "\n".join(map(str, keys)),
                              capture_output=True, text=True, check=True).stdout.split()
-        assert xm.std_sort_order(np.asarray(keys)).tolist() == [int(x) for x in out]
+        assert std_sort_order(np.asarray(keys)).tolist() == [int(x) for x in out]
 
 
 # ---------------------------------------------------------------------------
@@ -589,5 +590,5 @@ def test_formats_module_imports_only_what_it_may():
         elif isinstance(node, ast.Import):
             imported.update(a.name for a in node.names)
     allowed = {"__future__", "dataclasses", "typing", "numpy", "profscope.errors", "profscope.formats",
-               "profscope.formats.protos"}
+               "profscope.formats.protos", "profscope.formats.stdsort"}
     assert imported <= allowed, imported - allowed

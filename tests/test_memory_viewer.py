@@ -585,21 +585,21 @@ def test_cycle_of_shares_is_refused():
         mv.convert(hlo)
 
 
-def test_std_sort_matches_libstdcxx_on_known_orders():
-    """Spot checks of the introsort replay beyond the golden data: it sorts, and on
-    inputs of 16 or fewer it is an insertion sort (stable)."""
+def test_by_size_order_is_std_sort_largest_first():
+    """maxHeapBySize uses std::sort on sizes, largest first (formats.stdsort, checked
+    against real libstdc++ in test_memory_profile.py): it sorts, and on 16 or fewer
+    elements it is an insertion sort, so ties keep program order."""
     import random
 
+    import numpy as np
+
+    from profscope.formats.stdsort import std_sort_order
+
     rnd = random.Random(3)
-    for n in (0, 1, 2, 5, 16, 17, 33, 100, 1000):
+    for n in (1, 2, 5, 16, 17, 33, 100, 1000):
         keys = [rnd.choice([1.0, 2.0, 3.0, 0.5]) for _ in range(n)]
-        order = list(range(n))
-        mv._std_sort(order, lambda a, b: keys[a] > keys[b])
+        order = std_sort_order(-np.array(keys)).tolist()
         assert sorted(order) == list(range(n))
         assert [keys[i] for i in order] == sorted(keys, reverse=True)
         if n <= 16:
             assert order == sorted(range(n), key=lambda i: -keys[i])
-    # Heapsort fallback (depth limit 0) still sorts.
-    v = list(range(200))
-    mv._heap_sort(v, 0, 200, lambda a, b: a % 7 < b % 7)
-    assert [x % 7 for x in v] == sorted(x % 7 for x in range(200))

@@ -122,6 +122,7 @@ from typing import Any
 
 import numpy as np
 
+from profscope.formats.stdsort import std_sort_order
 from profscope.formats import xplane_memory as xm
 
 __all__ = ["EXTRAS_VERSION", "MAX_TIMELINE_SNAPSHOTS", "convert"]
@@ -156,7 +157,7 @@ class _Columns:
         gen_total = ev.bytes_reserved[rows] + ev.bytes_allocated[rows]
         self.gen_rows = rows
         self.gen_total = gen_total
-        order = xm.std_sort_order(ev.time_ps[rows])
+        order = std_sort_order(ev.time_ps[rows])
         r = rows[order]
         self.rows = r
         self.time = ev.time_ps[r]

@@ -35,7 +35,7 @@ demo programs and on synthetic modules; see ``tests/test_memory_viewer.py``):
   indefinite allocations (there is no unpadded figure for those).
 * ``maxHeapBySize`` is ordered by libstdc++'s ``std::sort`` (introsort, not stable):
   buffers of equal size come out in the order that exact algorithm leaves them, which
-  :func:`_std_sort` replays step by step.
+  ``profscope.formats.stdsort`` replays step by step.
 * Indefinite allocations count in the heap offset only when they hold at least one buffer
   of non-zero size (``indefiniteBufferAllocationMib`` counts them all).
 * A buffer shared with a canonical buffer (SHARE_WITH) is shown at peak under the most
@@ -116,6 +116,7 @@ import numpy as np
 
 from profscope.errors import BadInput, NotFound
 from profscope.formats.protos import hlo_pb2
+from profscope.formats.stdsort import std_sort_order
 
 __all__ = [
     "SMALL_BUFFER_SIZE",
@@ -775,126 +776,6 @@ def _simulate(m: _Module, color: int, progress=None, with_names: bool = True) ->
 
 
 # ---------------------------------------------------------------------------
-# libstdc++'s std::sort (introsort), replayed exactly
-# ---------------------------------------------------------------------------
-
-
-def _std_sort(v: list, less) -> None:
-    """Sort ``v`` in place exactly as libstdc++'s ``std::sort(first, last, comp)`` does.
-
-    The order of elements that compare equal depends on the algorithm, and XProf's
-    ``maxHeapBySize`` shows it, so the algorithm is reproduced step by step
-    (``__introsort_loop`` with median-of-three pivot and unguarded partition, heapsort
-    below the depth limit, then ``__final_insertion_sort`` with threshold 16).
-    """
-    n = len(v)
-    if n < 2:
-        return
-    _introsort_loop(v, 0, n, 2 * (n.bit_length() - 1), less)
-    if n > 16:
-        _insertion_sort(v, 0, 16, less)
-        for i in range(16, n):
-            _unguarded_linear_insert(v, i, less)
-    else:
-        _insertion_sort(v, 0, n, less)
-
-
-def _introsort_loop(v, first, last, depth, less):
-    while last - first > 16:
-        if depth == 0:
-            _heap_sort(v, first, last, less)
-            return
-        depth -= 1
-        # __unguarded_partition_pivot
-        mid = first + (last - first) // 2
-        a, b, c = first + 1, mid, last - 1
-        if less(v[a], v[b]):
-            if less(v[b], v[c]):
-                v[first], v[b] = v[b], v[first]
-            elif less(v[a], v[c]):
-                v[first], v[c] = v[c], v[first]
-            else:
-                v[first], v[a] = v[a], v[first]
-        elif less(v[a], v[c]):
-            v[first], v[a] = v[a], v[first]
-        elif less(v[b], v[c]):
-            v[first], v[c] = v[c], v[first]
-        else:
-            v[first], v[b] = v[b], v[first]
-        lo, hi = first + 1, last
-        pivot = v[first]
-        while True:
-            while less(v[lo], pivot):
-                lo += 1
-            hi -= 1
-            while less(pivot, v[hi]):
-                hi -= 1
-            if not lo < hi:
-                break
-            v[lo], v[hi] = v[hi], v[lo]
-            lo += 1
-        _introsort_loop(v, lo, last, depth, less)
-        last = lo
-
-
-def _insertion_sort(v, first, last, less):
-    for i in range(first + 1, last):
-        if less(v[i], v[first]):
-            val = v[i]
-            v[first + 1:i + 1] = v[first:i]
-            v[first] = val
-        else:
-            _unguarded_linear_insert(v, i, less)
-
-
-def _unguarded_linear_insert(v, last, less):
-    val = v[last]
-    nxt = last - 1
-    while less(val, v[nxt]):
-        v[last] = v[nxt]
-        last = nxt
-        nxt -= 1
-    v[last] = val
-
-
-def _adjust_heap(v, first, hole, length, value, less):
-    top = hole
-    child = hole
-    while child < (length - 1) // 2:
-        child = 2 * (child + 1)
-        if less(v[first + child], v[first + child - 1]):
-            child -= 1
-        v[first + hole] = v[first + child]
-        hole = child
-    if (length & 1) == 0 and child == (length - 2) // 2:
-        child = 2 * (child + 1)
-        v[first + hole] = v[first + child - 1]
-        hole = child - 1
-    parent = (hole - 1) // 2
-    while hole > top and less(v[first + parent], value):
-        v[first + hole] = v[first + parent]
-        hole = parent
-        parent = (hole - 1) // 2
-    v[first + hole] = value
-
-
-def _heap_sort(v, first, last, less):
-    length = last - first
-    if length >= 2:
-        parent = (length - 2) // 2
-        while True:
-            _adjust_heap(v, first, parent, length, v[first + parent], less)
-            if parent == 0:
-                break
-            parent -= 1
-    while last - first > 1:
-        last -= 1
-        value = v[last]
-        v[last] = v[first]
-        _adjust_heap(v, first, 0, last - first, value, less)
-
-
-# ---------------------------------------------------------------------------
 # JSON pieces (proto3 JSON: camelCase, defaults left out, int64 as strings)
 # ---------------------------------------------------------------------------
 
@@ -1150,9 +1031,10 @@ def convert(hlo: hlo_pb2.HloProto, memory_space: int = 0, progress=None, *,
         colorno += 1
 
     # -- GeneratePreprocessResult -------------------------------------------------------
-    keys = [_mib(s) for s in heap_sizes_b]
-    order = list(range(len(heap_objects)))
-    _std_sort(order, lambda a, b: keys[a] > keys[b])
+    # XProf sorts by size, largest first, with std::sort: ties come out in libstdc++'s
+    # order (a > b on the MiB doubles == -a < -b).
+    keys = np.array([_mib(s) for s in heap_sizes_b], dtype=np.float64)
+    order = std_sort_order(-keys).tolist() if len(keys) else []
     by_size_to_max_heap = order
     max_heap_to_by_size = [0] * len(order)
     for pos, idx in enumerate(order):
