@@ -86,6 +86,20 @@ async function withProgress(promise) {
   }
 }
 
+// Tool pages re-render on every state change (a hover selection, a filter); this keeps
+// their last few payloads so those changes do not refetch. A failed request is dropped
+// so the next render retries.
+const jsonCache = new Map();
+function cachedJson(url, keep = 8) {
+  if (!jsonCache.has(url)) {
+    const promise = getJson(url);
+    promise.catch(() => jsonCache.delete(url));
+    jsonCache.set(url, promise);
+    while (jsonCache.size > keep) jsonCache.delete(jsonCache.keys().next().value);
+  }
+  return jsonCache.get(url);
+}
+
 function fillSelect(select, options, value) {
   select.replaceChildren(...options.map((o) => el("option", { value: o.value, disabled: o.disabled, title: o.title }, o.label)));
   const known = options.some((o) => o.value === value);

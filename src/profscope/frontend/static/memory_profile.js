@@ -27,7 +27,6 @@
   };
   const OTHER_COLORS = ["#ff9da7", "#9c755f", "#8cd17d", "#499894", "#d37295", "#a0cbe8"];
 
-  const dataCache = new Map(); // data URL -> promise of payload (a few, payloads can be MBs)
   let current = null; // the view on screen: allocator, selection and filter change in place
 
   window.TOOL_VIEWS = window.TOOL_VIEWS || {};
@@ -109,13 +108,7 @@
 
   function loadData(state, run) {
     const url = dataUrl(state, run);
-    if (!dataCache.has(url)) {
-      const promise = getJson(url);
-      promise.catch(() => dataCache.delete(url)); // retry next time
-      dataCache.set(url, promise);
-      while (dataCache.size > 4) dataCache.delete(dataCache.keys().next().value);
-    }
-    return dataCache.get(url);
+    return cachedJson(url);
   }
 
   function header(run, host) {

@@ -19,8 +19,6 @@
   const PLOT_CONFIG = { displaylogo: false, responsive: true, modeBarButtonsToRemove: ["lasso2d", "select2d"] };
   const X_TITLE = "program order (heap-simulator event index)";
 
-  const dataCache = new Map(); // data URL -> promise of payload (small LRU: payloads can be MBs)
-  const peaksCache = new Map(); // module_peaks URL -> promise
   let current = null; // the module view on screen: lets a buffer click update in place
 
   window.TOOL_VIEWS = window.TOOL_VIEWS || {};
@@ -86,23 +84,12 @@
 
   function loadData(state) {
     const url = dataUrl(state);
-    if (!dataCache.has(url)) {
-      const promise = getJson(url);
-      promise.catch(() => dataCache.delete(url)); // retry next time
-      dataCache.set(url, promise);
-      while (dataCache.size > 4) dataCache.delete(dataCache.keys().next().value);
-    }
-    return dataCache.get(url);
+    return cachedJson(url);
   }
 
   function loadModulePeaks(run, space) {
     const url = `/api/module_peaks?${new URLSearchParams({ run, memory_space: space || "0" })}`;
-    if (!peaksCache.has(url)) {
-      const promise = getJson(url);
-      promise.catch(() => peaksCache.delete(url));
-      peaksCache.set(url, promise);
-    }
-    return peaksCache.get(url);
+    return cachedJson(url);
   }
 
   function header(state, run, data) {
