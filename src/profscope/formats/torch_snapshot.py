@@ -1,0 +1,730 @@
+"""PyTorch CUDA memory snapshots (``torch.cuda.memory._dump_snapshot``), safely, as columns.
+
+Inputs accepted (optionally gzip-compressed):
+
+* a pickle, protocols 2-5 — what ``torch.cuda.memory._dump_snapshot(path)`` writes
+  (``pickle.dump(torch.cuda.memory._snapshot(), f)``);
+* the same structure as JSON;
+* the HTML page of ``torch/cuda/_memory_viz.py`` (``trace_plot`` / ``segment_plot``):
+  ``_format_viz`` pickles the snapshot, pads it with NUL bytes to a multiple of 3,
+  base64-encodes it and embeds ``const local_files = [{"name": "snapshot.pickle",
+  "base64": "..."}]`` in a ``<script type="module">`` that imports ``MemoryViz.js``.
+
+**Nothing in a file can run code.** Pickles are read by :class:`_NoGlobalsUnpickler`,
+whose ``find_class`` refuses every global (so ``__reduce__`` payloads such as
+``os.system``, ``builtins.eval`` or ``copyreg._reconstructor`` never resolve) and which
+refuses persistent ids. Only dict, list, tuple, str, bytes, int, float, bool and None can
+be built. The pickle is parsed completely before anything is looked at.
+
+The snapshot structure (``torch/cuda/memory.py`` ``_snapshot`` docstring; produced by
+``torch/csrc/cuda/Module.cpp`` ``_cuda_memorySnapshot`` from
+``c10/cuda/CUDACachingAllocator.{h,cpp}`` ``SegmentInfo``/``BlockInfo``/``TraceEntry``)::
+
+    {"segments": [Segment], "device_traces": [[TraceEntry]] (one list per device index),
+     "allocator_settings": {...} (2024+), "external_annotations": [...] (2025+)}
+    Segment = {device, address, total_size, allocated_size, active_size, requested_size,
+               stream, segment_type ("small"|"large"), segment_pool_id (tuple, 2024+),
+               is_expandable (2024+), frames (2024+), blocks: [Block]}
+    Block   = {size, requested_size, state, address (2024+), frames (2024+)}
+              2023 legacy: no address, {history: [{addr, real_size, frames}]} instead of frames
+    TraceEntry = {action, addr, size, stream, frames (2023+, when recorded with stacks),
+                  time_us (2024+), device_free (oom only), compile_context (2025+),
+                  user_metadata (2025+)}
+    Frame = {filename, line, name} (+ fx_node_op / fx_node_name / fx_original_trace when
+            augmented with FX traces; those extras are not kept)
+
+Every key is optional: a missing key gets the documented "absent" value below, and
+``Snapshot.era_keys`` records which optional keys the file had.
+
+Block states (``BlockInfo``): ``active_allocated``, ``active_pending_free`` (2023; later
+``active_awaiting_free``), ``inactive``. Trace actions (``TraceEntry::Action``): ``alloc``,
+``free_requested``, ``free_completed``, ``segment_alloc``, ``segment_free``,
+``segment_map`` / ``segment_unmap`` (expandable segments), ``snapshot``, ``oom`` (``addr``
+holds nothing useful; ``device_free`` is the free memory CUDA reported).
+
+Memory: the restricted C unpickler builds the whole object tree at once (it cannot
+stream). Trace lists are then converted device by device into numpy columns and each
+converted list is dropped at once, so the tree and the columns coexist only for one
+device. Frame dicts and frame lists that the pickle shares (torch symbolizes each
+distinct frame once) are recognised by identity, so deduplication is cheap.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import gzip
+import io
+import json
+import pickle
+import re
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+import numpy as np
+
+from profscope.errors import BadInput
+
+#: Trace action codes. Unknown actions get codes from len(ACTIONS) on, named in
+#: ``Snapshot.action_names``.
+ACTIONS = (
+    "alloc", "free_requested", "free_completed", "segment_alloc", "segment_free",
+    "segment_map", "segment_unmap", "snapshot", "oom",
+)
+#: Block state codes; unknown states are appended in ``Snapshot.state_names``.
+STATES = ("active_allocated", "active_pending_free", "active_awaiting_free", "inactive")
+#: Top-level keys that say the trace ring buffer overflowed ("events may be missing").
+#: torch keeps the last ``max_entries`` (``_record_memory_history(max_entries=...)``)
+#: trace entries in a ring buffer; newer writers may flag it explicitly.
+OVERFLOW_KEYS = ("trace_overflow", "device_traces_overflow", "overflow")
+
+_NO_TIME = -1
+
+
+class _NoGlobalsUnpickler(pickle.Unpickler):
+    """Builds plain containers and scalars only; every global and persistent id is refused."""
+
+    path = ""
+
+    def find_class(self, module, name):
+        raise BadInput(
+            f"{self.path}: refused: the pickle asks for global {module}.{name} "
+            "(a snapshot holds only plain data; nothing was run)",
+            file=self.path,
+        )
+
+    def persistent_load(self, pid):
+        raise BadInput(
+            f"{self.path}: refused: the pickle uses a persistent id "
+            "(a snapshot holds only plain data; nothing was run)",
+            file=self.path,
+        )
+
+
+# -- the model ------------------------------------------------------------------------
+
+
+@dataclass
+class DeviceTrace:
+    """One device's trace entries (``device_traces[device]``), one row per entry, in order.
+
+    ``action`` uint8 code into ``Snapshot.action_names``; ``addr``, ``size``, ``stream``
+    int64 (missing → 0); ``time_us`` int64 (2024+; -1 when absent); ``stack`` int32 into
+    ``Snapshot.stacks`` (0 = the empty stack, also when ``frames`` is absent);
+    ``compile_context`` / ``user_metadata`` int32 into ``Snapshot.strings`` (2025+; -1
+    when absent); ``device_free`` int64 (``oom`` entries; -1 otherwise).
+    """
+
+    device: int
+    action: np.ndarray
+    addr: np.ndarray
+    size: np.ndarray
+    stream: np.ndarray
+    time_us: np.ndarray
+    stack: np.ndarray
+    compile_context: np.ndarray
+    user_metadata: np.ndarray
+    device_free: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.action.shape[0])
+
+
+@dataclass
+class Segments:
+    """The final allocator state's segments (``snapshot["segments"]``), one row each.
+
+    ``device``, ``address``, ``total_size``, ``allocated_size``, ``active_size``,
+    ``requested_size``, ``stream`` int64 (missing → 0; 2023 files have all of them);
+    ``segment_type`` int32 into ``Snapshot.strings`` ("small"/"large"); ``pool_id`` int64
+    (n, 2) from ``segment_pool_id`` (2024+; (0, 0) is the default pool, a private pool —
+    CUDA graphs, ``torch.cuda.MemPool`` — has another id; (-1, -1) when absent);
+    ``is_expandable`` bool (2024+; expandable segments); ``stack`` int32 into
+    ``Snapshot.stacks`` (segment ``frames``, 2024+); ``block_start``/``block_count``
+    int64: the segment's rows in :class:`Blocks`.
+    """
+
+    device: np.ndarray
+    address: np.ndarray
+    total_size: np.ndarray
+    allocated_size: np.ndarray
+    active_size: np.ndarray
+    requested_size: np.ndarray
+    stream: np.ndarray
+    segment_type: np.ndarray
+    pool_id: np.ndarray
+    is_expandable: np.ndarray
+    stack: np.ndarray
+    block_start: np.ndarray
+    block_count: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.address.shape[0])
+
+
+@dataclass
+class Blocks:
+    """All blocks of all segments, segment by segment in file order, one row each.
+
+    ``segment`` int64 row in :class:`Segments`; ``address`` int64 (2024+; for 2023 blocks
+    computed as segment address + sizes of the blocks before it, and
+    ``address_computed`` is True); ``size`` int64 (rounded block size); ``requested_size``
+    int64 (the request; 2023 files without it: the first ``history`` entry's
+    ``real_size``, as ``_memory_viz._block_extra_legacy`` does; else ``size``);
+    ``state`` uint8 into ``Snapshot.state_names``; ``stack`` int32 into
+    ``Snapshot.stacks`` (``frames``, or the first ``history`` entry's frames in 2023).
+    """
+
+    segment: np.ndarray
+    address: np.ndarray
+    size: np.ndarray
+    requested_size: np.ndarray
+    state: np.ndarray
+    stack: np.ndarray
+    address_computed: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.address.shape[0])
+
+
+@dataclass
+class Snapshot:
+    """A normalized snapshot.
+
+    ``strings``: the string table (filenames, function names, segment types,
+    compile_context, user_metadata). ``frame_filename``/``frame_name`` int32 into
+    ``strings`` and ``frame_line`` int64: the deduplicated frame table, one row per
+    distinct (filename, line, name). ``stacks``: deduplicated tuples of frame ids, in
+    torch's order (innermost first); ``stacks[0] == ()``. ``traces``: one
+    :class:`DeviceTrace` per ``device_traces`` list (index = device). ``devices``: sorted
+    device indices seen in traces (non-empty) or segments. ``allocator_settings`` (2024+)
+    and ``external_annotations`` (2025+: ``{stage, name, device, time_us}``) as in the
+    file. ``oom_events``: one dict per ``oom`` entry (device, index into its trace, size,
+    device_free, stream, time_us, stack). ``trace_overflow``: True when the file says its
+    trace ring buffer overflowed ("events may be missing"). ``era_keys``: the optional
+    keys seen, for the settings view. ``format``: "pickle", "json" or "html";
+    ``pickle_protocol`` when known.
+    """
+
+    path: str
+    format: str
+    pickle_protocol: int | None
+    strings: list[str]
+    frame_filename: np.ndarray
+    frame_line: np.ndarray
+    frame_name: np.ndarray
+    stacks: list[tuple[int, ...]]
+    traces: list[DeviceTrace]
+    segments: Segments
+    blocks: Blocks
+    devices: list[int]
+    allocator_settings: dict | None
+    external_annotations: list
+    oom_events: list[dict]
+    trace_overflow: bool
+    era_keys: dict[str, list[str]]
+    action_names: list[str] = field(default_factory=lambda: list(ACTIONS))
+    state_names: list[str] = field(default_factory=lambda: list(STATES))
+
+    def frame(self, i: int) -> tuple[str, int, str]:
+        """(filename, line, name) of frame ``i``."""
+        return (self.strings[self.frame_filename[i]], int(self.frame_line[i]),
+                self.strings[self.frame_name[i]])
+
+    def stack_frames(self, stack_id: int) -> list[tuple[str, int, str]]:
+        return [self.frame(f) for f in self.stacks[stack_id]]
+
+    def action_code(self, name: str) -> int:
+        return self.action_names.index(name)
+
+    def state_code(self, name: str) -> int:
+        return self.state_names.index(name)
+
+
+# -- decoding the container -----------------------------------------------------------
+
+_HTML_B64 = re.compile(rb'"base64"\s*:\s*"([A-Za-z0-9+/=\\n\s]*)"')
+
+
+def _read_all(raw: IO[bytes] | bytes, path: str) -> bytes:
+    if isinstance(raw, (bytes, bytearray, memoryview)):
+        return bytes(raw)
+    try:
+        return raw.read()
+    except OSError as e:
+        raise BadInput(f"{path}: cannot read: {e}", file=path) from None
+
+
+def _decode_container(data: bytes, path: str) -> tuple[str, bytes]:
+    """-> (kind, payload): kind "pickle" (payload = pickle bytes) or "json" (text bytes)."""
+    if data[:2] == b"\x1f\x8b":
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as e:
+            raise BadInput(f"{path}: not a snapshot: broken gzip stream ({e})", file=path) from None
+    if not data:
+        raise BadInput(f"{path}: not a snapshot: the file is empty", file=path)
+    if data[:1] == b"\x80":
+        return "pickle", data
+    head = data[:4096].lstrip()
+    if head[:1] in (b"{", b"["):
+        return "json", data
+    low = head[:4096].lower()
+    if low.startswith((b"<!doctype", b"<html")) or b"<script" in low or b"<html" in low:
+        m = _HTML_B64.search(data)
+        if not m:
+            raise BadInput(f"{path}: not a snapshot: an HTML file without an embedded "
+                           "_memory_viz snapshot (no \"base64\" field)", file=path)
+        blob = re.sub(rb"\\n|\s", b"", m.group(1))
+        try:
+            payload = base64.b64decode(blob, validate=True)
+        except (binascii.Error, ValueError) as e:
+            raise BadInput(f"{path}: not a snapshot: the embedded base64 is broken ({e})",
+                           file=path) from None
+        if payload[:1] != b"\x80":
+            raise BadInput(f"{path}: not a snapshot: the embedded data is not a pickle",
+                           file=path)
+        return "html", payload
+    raise BadInput(f"{path}: not a snapshot: neither a pickle, JSON nor a _memory_viz HTML "
+                   "file (unrecognised first bytes)", file=path)
+
+
+def _pickle_stream(raw: IO[bytes] | bytes, path: str) -> IO[bytes] | None:
+    """A seekable file holding a (possibly gzipped) pickle -> a stream positioned at its
+    start; anything else -> None (after rewinding), to be read whole."""
+    if isinstance(raw, (bytes, bytearray, memoryview)):
+        return None
+    try:
+        if not raw.seekable():
+            return None
+        start = raw.tell()
+        head = raw.read(2)
+        raw.seek(start)
+        if head[:1] == b"\x80":
+            return raw
+        if head == b"\x1f\x8b":
+            g = gzip.GzipFile(fileobj=raw, mode="rb")
+            try:
+                inner = g.read(1)
+            except (OSError, EOFError, zlib.error):
+                inner = b""
+            raw.seek(start)
+            if inner == b"\x80":
+                return gzip.GzipFile(fileobj=raw, mode="rb")
+    except (OSError, ValueError, AttributeError):
+        try:
+            raw.seek(start)
+        except Exception:  # noqa: BLE001 - fall back to reading it whole
+            return None
+    return None
+
+
+def _unpickle_stream(stream: IO[bytes], path: str) -> tuple[Any, int | None]:
+    head = stream.read(2)
+    protocol = head[1] if len(head) > 1 else None
+    if protocol is not None and not 2 <= protocol <= 5:
+        raise BadInput(f"{path}: not a snapshot: unsupported pickle protocol {protocol}", file=path)
+    buffered = io.BufferedReader(_Chain(head, stream), 1 << 20)
+    obj = _load(buffered, path)
+    while True:  # what follows STOP (read ahead into the buffer, then the rest)
+        rest = buffered.read(1 << 20)
+        if not rest:
+            break
+        if rest.strip(b"\x00"):
+            raise BadInput(f"{path}: not a snapshot: data after the pickle's end", file=path)
+    return obj, protocol
+
+
+class _Chain(io.RawIOBase):
+    """``head`` then ``stream`` (the unpickler needs read/readline/readinto)."""
+
+    def __init__(self, head: bytes, stream: IO[bytes]):
+        self._head = head
+        self._stream = stream
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        if self._head:
+            n = min(len(b), len(self._head))
+            b[:n] = self._head[:n]
+            self._head = self._head[n:]
+            return n
+        data = self._stream.read(len(b))
+        b[: len(data)] = data
+        return len(data)
+
+
+def _load(f, path: str) -> Any:
+    u = _NoGlobalsUnpickler(f)
+    u.path = path
+    try:
+        return u.load()
+    except BadInput:
+        raise
+    except EOFError:
+        raise BadInput(f"{path}: truncated: the pickle ends before its STOP opcode", file=path) from None
+    except RecursionError:
+        raise BadInput(f"{path}: not a snapshot: the pickle nests too deeply", file=path) from None
+    except MemoryError:
+        raise BadInput(f"{path}: not a snapshot: the pickle declares impossible sizes", file=path) from None
+    except (OSError, zlib.error) as e:
+        raise BadInput(f"{path}: not a snapshot: broken gzip stream ({e})", file=path) from None
+    except Exception as e:  # noqa: BLE001 - UnpicklingError, ValueError, TypeError, KeyError...
+        reason = str(e) or type(e).__name__
+        if "truncated" in reason or "ran out" in reason.lower():
+            raise BadInput(f"{path}: truncated: {reason}", file=path) from None
+        raise BadInput(f"{path}: not a snapshot: corrupt pickle ({reason})", file=path) from None
+
+
+def _unpickle(payload: bytes, path: str) -> tuple[Any, int | None]:
+    protocol = payload[1] if len(payload) > 1 else None
+    if protocol is not None and not 2 <= protocol <= 5:
+        raise BadInput(f"{path}: not a snapshot: unsupported pickle protocol {protocol}",
+                       file=path)
+    buf = io.BytesIO(payload)
+    obj = _load(buf, path)
+    rest = payload[buf.tell():]
+    if rest.strip(b"\x00"):
+        raise BadInput(f"{path}: not a snapshot: {len(rest)} bytes of data after the pickle's end",
+                       file=path)
+    return obj, protocol
+
+
+# -- normalizing ----------------------------------------------------------------------
+
+
+class _Tables:
+    def __init__(self) -> None:
+        self.strings: list[str] = []
+        self._string_ids: dict[str, int] = {}
+        self.frame_rows: list[tuple[int, int, int]] = []
+        self._frame_ids: dict[tuple[int, int, int], int] = {}
+        self._frame_by_obj: dict[int, int] = {}
+        self.stacks: list[tuple[int, ...]] = [()]
+        self._stack_ids: dict[tuple[int, ...], int] = {(): 0}
+        self._stack_by_obj: dict[int, int] = {}
+        self._keep: list = []  # objects whose id() is cached stay alive while cached
+
+    def string(self, s: Any) -> int:
+        if not isinstance(s, str):
+            s = "" if s is None else str(s)
+        i = self._string_ids.get(s)
+        if i is None:
+            i = self._string_ids[s] = len(self.strings)
+            self.strings.append(s)
+        return i
+
+    def frame(self, f: Any, where: str) -> int:
+        k = id(f)
+        i = self._frame_by_obj.get(k)
+        if i is not None:
+            return i
+        if not isinstance(f, dict):
+            raise _Wrong(f"{where}: a frame is a {type(f).__name__}, not a dict")
+        row = (self.string(f.get("filename", "")), _int(f.get("line", 0), where + ".line"),
+               self.string(f.get("name", "")))
+        i = self._frame_ids.get(row)
+        if i is None:
+            i = self._frame_ids[row] = len(self.frame_rows)
+            self.frame_rows.append(row)
+        self._frame_by_obj[k] = i
+        self._keep.append(f)
+        return i
+
+    def stack(self, frames: Any, where: str) -> int:
+        if not frames:
+            return 0
+        k = id(frames)
+        i = self._stack_by_obj.get(k)
+        if i is not None:
+            return i
+        if not isinstance(frames, (list, tuple)):
+            raise _Wrong(f"{where}: frames is a {type(frames).__name__}, not a list")
+        t = tuple([self.frame(f, where) for f in frames])
+        i = self._stack_ids.get(t)
+        if i is None:
+            i = self._stack_ids[t] = len(self.stacks)
+            self.stacks.append(t)
+        self._stack_by_obj[k] = i
+        self._keep.append(frames)
+        return i
+
+    def forget_objects(self) -> None:
+        self._frame_by_obj.clear()
+        self._stack_by_obj.clear()
+        self._keep.clear()
+
+
+class _Wrong(Exception):
+    """Wrong structure; turned into BadInput with the path."""
+
+
+def _int(v: Any, where: str) -> int:
+    if v is None:
+        return 0
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise _Wrong(f"{where} is {type(v).__name__} {v!r:.40}, not a number")
+    return int(v)
+
+
+def _code(names: list[str], value: Any) -> int:
+    value = str(value)
+    try:
+        return names.index(value)
+    except ValueError:
+        names.append(value)
+        return len(names) - 1
+
+
+_INT64_MAX = 2**63 - 1
+
+
+def _col(values: list, dtype) -> np.ndarray:
+    try:
+        return np.array(values, dtype=dtype)
+    except OverflowError:
+        # CUDA addresses/streams fit int64; anything wider is wrapped to its 64 low bits.
+        return np.array([v if -2**63 <= v <= _INT64_MAX else (v & (2**64 - 1)) - (2**64 if v & (1 << 63) else 0)
+                         for v in values], dtype=dtype)
+
+
+def _convert_trace(device: int, entries: Any, t: _Tables, action_names: list[str],
+                   ooms: list[dict]) -> DeviceTrace:
+    where = f"device_traces[{device}]"
+    if not isinstance(entries, (list, tuple)):
+        raise _Wrong(f"{where} is a {type(entries).__name__}, not a list")
+    n = len(entries)
+    action = np.empty(n, np.uint8)
+    addr: list[int] = [0] * n
+    size: list[int] = [0] * n
+    stream: list[int] = [0] * n
+    time_us = np.full(n, _NO_TIME, np.int64)
+    stack = np.zeros(n, np.int32)
+    cc = np.full(n, -1, np.int32)
+    um = np.full(n, -1, np.int32)
+    dfree = np.full(n, -1, np.int64)
+    codes = {name: i for i, name in enumerate(action_names)}
+    string = t.string
+    tstack = t.stack
+    oom = codes["oom"]
+    for i, e in enumerate(entries):
+        if type(e) is not dict:
+            raise _Wrong(f"{where}[{i}] is a {type(e).__name__}, not a dict")
+        a = e.get("action")
+        c = codes.get(a)
+        if c is None:
+            if not isinstance(a, str):
+                raise _Wrong(f"{where}[{i}] has no action")
+            c = codes[a] = _code(action_names, a)
+            if c > 255:
+                raise _Wrong(f"{where}: more than 255 distinct actions")
+        action[i] = c
+        v = e.get("addr", 0)
+        addr[i] = v if type(v) is int else _int(v, f"{where}[{i}].addr")
+        v = e.get("size", 0)
+        size[i] = v if type(v) is int else _int(v, f"{where}[{i}].size")
+        v = e.get("stream", 0)
+        stream[i] = v if type(v) is int else _int(v, f"{where}[{i}].stream")
+        v = e.get("time_us")
+        if v is not None:
+            time_us[i] = v if type(v) is int else _int(v, f"{where}[{i}].time_us")
+        v = e.get("frames")
+        if v:
+            stack[i] = tstack(v, f"{where}[{i}].frames")
+        v = e.get("compile_context")
+        if v is not None:
+            cc[i] = string(v)
+        v = e.get("user_metadata")
+        if v is not None:
+            um[i] = string(v)
+        if c == oom:
+            df = _int(e.get("device_free", 0), f"{where}[{i}].device_free")
+            dfree[i] = df
+            ooms.append({"device": device, "index": i, "size": size[i], "device_free": df,
+                         "stream": stream[i], "time_us": int(time_us[i]), "stack": int(stack[i])})
+    return DeviceTrace(device, action, _col(addr, np.int64), _col(size, np.int64),
+                       _col(stream, np.int64), time_us, stack, cc, um, dfree)
+
+
+def _convert_segments(segs: Any, t: _Tables, state_names: list[str]) -> tuple[Segments, Blocks]:
+    if not isinstance(segs, (list, tuple)):
+        raise _Wrong(f"segments is a {type(segs).__name__}, not a list")
+    sc: dict[str, list] = {k: [] for k in (
+        "device", "address", "total_size", "allocated_size", "active_size", "requested_size",
+        "stream", "segment_type", "pool_id", "is_expandable", "stack", "block_start",
+        "block_count")}
+    bc: dict[str, list] = {k: [] for k in (
+        "segment", "address", "size", "requested_size", "state", "stack", "address_computed")}
+    for si, s in enumerate(segs):
+        w = f"segments[{si}]"
+        if not isinstance(s, dict):
+            raise _Wrong(f"{w} is a {type(s).__name__}, not a dict")
+        seg_addr = _int(s.get("address", 0), w + ".address")
+        for k in ("device", "total_size", "allocated_size", "active_size", "requested_size", "stream"):
+            sc[k].append(_int(s.get(k, 0), f"{w}.{k}"))
+        sc["address"].append(seg_addr)
+        sc["segment_type"].append(t.string(s.get("segment_type", "")))
+        pool = s.get("segment_pool_id")
+        if pool is None:
+            sc["pool_id"].append((-1, -1))
+        elif isinstance(pool, (list, tuple)) and len(pool) == 2:
+            sc["pool_id"].append((_int(pool[0], w + ".segment_pool_id"), _int(pool[1], w + ".segment_pool_id")))
+        else:
+            sc["pool_id"].append((_int(pool, w + ".segment_pool_id"), 0))
+        sc["is_expandable"].append(bool(s.get("is_expandable", False)))
+        sc["stack"].append(t.stack(s.get("frames"), w + ".frames"))
+        blocks = s.get("blocks", []) or []
+        if not isinstance(blocks, (list, tuple)):
+            raise _Wrong(f"{w}.blocks is a {type(blocks).__name__}, not a list")
+        sc["block_start"].append(len(bc["address"]))
+        sc["block_count"].append(len(blocks))
+        offset = seg_addr
+        for bi, b in enumerate(blocks):
+            wb = f"{w}.blocks[{bi}]"
+            if not isinstance(b, dict):
+                raise _Wrong(f"{wb} is a {type(b).__name__}, not a dict")
+            bsize = _int(b.get("size", 0), wb + ".size")
+            hist = b.get("history")
+            first = hist[0] if isinstance(hist, (list, tuple)) and hist and isinstance(hist[0], dict) else None
+            if "address" in b:
+                baddr = _int(b["address"], wb + ".address")
+                bc["address_computed"].append(False)
+            else:
+                baddr = offset
+                bc["address_computed"].append(True)
+            offset += bsize
+            if "requested_size" in b:
+                req = _int(b["requested_size"], wb + ".requested_size")
+            elif first is not None and "real_size" in first:
+                req = _int(first["real_size"], wb + ".history[0].real_size")
+            else:
+                req = bsize
+            frames = b.get("frames")
+            if frames is None and first is not None:
+                frames = first.get("frames")
+            bc["segment"].append(si)
+            bc["address"].append(baddr)
+            bc["size"].append(bsize)
+            bc["requested_size"].append(req)
+            bc["state"].append(_code(state_names, b.get("state", "")))
+            bc["stack"].append(t.stack(frames, wb + ".frames"))
+    i64 = np.int64
+    segments = Segments(
+        device=_col(sc["device"], i64), address=_col(sc["address"], i64),
+        total_size=_col(sc["total_size"], i64), allocated_size=_col(sc["allocated_size"], i64),
+        active_size=_col(sc["active_size"], i64), requested_size=_col(sc["requested_size"], i64),
+        stream=_col(sc["stream"], i64), segment_type=np.array(sc["segment_type"], np.int32),
+        pool_id=np.array(sc["pool_id"], i64).reshape(-1, 2),
+        is_expandable=np.array(sc["is_expandable"], bool), stack=np.array(sc["stack"], np.int32),
+        block_start=np.array(sc["block_start"], i64), block_count=np.array(sc["block_count"], i64))
+    blocks = Blocks(
+        segment=np.array(bc["segment"], i64), address=_col(bc["address"], i64),
+        size=_col(bc["size"], i64), requested_size=_col(bc["requested_size"], i64),
+        state=np.array(bc["state"], np.uint8), stack=np.array(bc["stack"], np.int32),
+        address_computed=np.array(bc["address_computed"], bool))
+    return segments, blocks
+
+
+def _keys(items) -> list[str]:
+    seen: dict[str, None] = {}
+    for it in items:
+        if isinstance(it, dict):
+            for k in it:
+                seen.setdefault(str(k), None)
+    return sorted(seen)
+
+
+def normalize(obj: Any, path: str, *, fmt: str = "pickle", protocol: int | None = None,
+              progress: Callable[[float], None] | None = None) -> Snapshot:
+    """Turn a loaded snapshot dict into a :class:`Snapshot`. ``obj`` is consumed: its
+    ``device_traces`` lists are released as they are converted."""
+    if not isinstance(obj, dict):
+        raise BadInput(f"{path}: not a snapshot: the top level is a {type(obj).__name__}, "
+                       "not a dict with 'segments' and 'device_traces'", file=path)
+    if "segments" not in obj and "device_traces" not in obj:
+        raise BadInput(f"{path}: not a snapshot: no 'segments' or 'device_traces' key "
+                       f"(keys: {sorted(map(str, obj))[:8]})", file=path)
+    t = _Tables()
+    action_names = list(ACTIONS)
+    state_names = list(STATES)
+    ooms: list[dict] = []
+    try:
+        segs = obj.get("segments", []) or []
+        era = {"top": sorted(map(str, obj)), "segment": _keys(segs) if isinstance(segs, list) else []}
+        if isinstance(segs, list):
+            era["block"] = _keys(b for s in segs if isinstance(s, dict)
+                                 for b in (s.get("blocks") or []))
+        segments, blocks = _convert_segments(segs, t, state_names)
+        traces_in = obj.get("device_traces", []) or []
+        if not isinstance(traces_in, list):
+            raise _Wrong(f"device_traces is a {type(traces_in).__name__}, not a list")
+        entry_keys: dict[str, None] = {}
+        total = sum(len(x) for x in traces_in if isinstance(x, (list, tuple))) or 1
+        done = 0
+        traces = []
+        for dev in range(len(traces_in)):
+            entries = traces_in[dev]
+            if isinstance(entries, list) and entries:
+                for k in _keys(entries[:1000]):
+                    entry_keys.setdefault(k, None)
+            traces.append(_convert_trace(dev, entries, t, action_names, ooms))
+            done += len(traces[-1])
+            traces_in[dev] = None  # release the converted Python objects now
+            del entries
+            if progress is not None:
+                progress(done / total)
+        era["trace_entry"] = sorted(entry_keys)
+    except _Wrong as e:
+        raise BadInput(f"{path}: not a snapshot: wrong structure: {e}", file=path) from None
+    t.forget_objects()
+    settings = obj.get("allocator_settings")
+    annotations = obj.get("external_annotations") or []
+    if settings is not None and not isinstance(settings, dict):
+        raise BadInput(f"{path}: not a snapshot: allocator_settings is not a dict", file=path)
+    if not isinstance(annotations, list):
+        raise BadInput(f"{path}: not a snapshot: external_annotations is not a list", file=path)
+    overflow = any(bool(obj.get(k)) for k in OVERFLOW_KEYS)
+    devices = {int(d) for d in np.unique(segments.device)} if len(segments) else set()
+    devices.update(tr.device for tr in traces if len(tr))
+    frames = np.array(t.frame_rows, np.int64).reshape(-1, 3)
+    return Snapshot(
+        path=path, format=fmt, pickle_protocol=protocol, strings=t.strings,
+        frame_filename=frames[:, 0].astype(np.int32), frame_line=frames[:, 1].copy(),
+        frame_name=frames[:, 2].astype(np.int32), stacks=t.stacks, traces=traces,
+        segments=segments, blocks=blocks, devices=sorted(devices),
+        allocator_settings=settings, external_annotations=annotations, oom_events=ooms,
+        trace_overflow=overflow, era_keys=era, action_names=action_names,
+        state_names=state_names)
+
+
+def load_snapshot(raw: IO[bytes] | bytes, path: str,
+                  progress: Callable[[float], None] | None = None) -> Snapshot:
+    """Read a snapshot (pickle / JSON / ``_memory_viz`` HTML, optionally gzip) safely.
+
+    ``path`` names the file in errors. ``progress(fraction)`` is called while the traces
+    are converted. Raises :class:`BadInput` for anything that is not a readable snapshot,
+    and for any pickle that asks for a global or a persistent id (nothing is run).
+    """
+    stream = _pickle_stream(raw, path)
+    if stream is not None:  # a pickle file: unpickle straight from it, no copy in memory
+        obj, protocol = _unpickle_stream(stream, path)
+        return normalize(obj, path, fmt="pickle", protocol=protocol, progress=progress)
+    data = _read_all(raw, path)
+    kind, payload = _decode_container(data, path)
+    del data
+    if kind == "json":
+        try:
+            obj = json.loads(payload)
+        except (ValueError, UnicodeDecodeError) as e:
+            reason = str(e)
+            what = "truncated" if "Expecting" in reason and "char" in reason and payload.rstrip()[-1:] not in (b"}", b"]") else "not a snapshot"
+            raise BadInput(f"{path}: {what}: invalid JSON ({reason})", file=path) from None
+        protocol = None
+    else:
+        obj, protocol = _unpickle(payload, path)
+    del payload
+    return normalize(obj, path, fmt=kind, protocol=protocol, progress=progress)
