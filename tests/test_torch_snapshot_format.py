@@ -305,5 +305,10 @@ def test_unknown_action_and_state_are_kept():
 
 def test_progress_is_reported():
     seen = []
-    load_snapshot(b.to_pickle(b.expandable_oom_multidevice()), "p", progress=seen.append)
+
+    class Recorder:
+        def update(self, fraction=None, message=None):
+            seen.append(fraction)
+
+    load_snapshot(b.to_pickle(b.expandable_oom_multidevice()), "p", progress=Recorder())
     assert seen and seen[-1] == 1.0

@@ -4,19 +4,27 @@ with everything expensive computed once and kept in the disk cache."""
 from __future__ import annotations
 
 import os
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
 from profscope.cache.store import DiskCache, cache_key
 from profscope.errors import BadRequest, NotFound, ProfscopeError
 from profscope.formats import buffer_assignment_text, chrome_trace, hlo_proto, xplane, xplane_memory
+from profscope.formats import torch_snapshot as torch_snapshot_format
 from profscope.formats.kinds import FileKind, classify
 from profscope.model.catalog import Run, RunKind, discover
 from profscope.storage import FileInfo, LogDir, safe_relpath
-from profscope.tools import memory_profile, memory_viewer, memory_viewer_text, registry, torch_memory
+from profscope.tools import memory_profile, memory_viewer, memory_viewer_text, registry, torch_memory, torch_snapshot
 from profscope.tools.registry import Tool
 
 MODULE_LIST_VERSION = 1
+SNAPSHOT_VERSION = 1
+SNAPSHOTS_IN_MEMORY = 2
+# The snapshot's page is still to come, so the memory_profile tool is not offered for
+# snapshot runs yet; these views are served under /api/snapshot/<view>.
+SNAPSHOT_VIEWS = ("overview", "timeline", "state", "stack", "stacks", "compare")
 
 
 class Workspace:
@@ -36,6 +44,10 @@ class Workspace:
             ("memory_profile", RunKind.PROFILE): self.xplane_memory_profile,
             ("memory_profile", RunKind.CHROME_TRACE): self.torch_memory_profile,
         }
+        # Loaded snapshot models (columns, ~0.6x the file), the last few kept in memory:
+        # every view of a snapshot (timeline windows, states, stacks) reads one.
+        self._snapshots: OrderedDict[str, torch_snapshot_format.Snapshot] = OrderedDict()
+        self._snapshots_lock = threading.Lock()
 
     # -- runs ----------------------------------------------------------------------------
 
@@ -96,6 +108,12 @@ class Workspace:
         raise NotFound(f"no run named {name!r} in {self.logdir.url}")
 
     def hosts(self, run: Run) -> list[str]:
+        """A run's hosts: its xplane files, or a snapshot's devices (``cuda:N``)."""
+        if run.kind is RunKind.TORCH_SNAPSHOT:
+            info = run.files[0]
+            key = cache_key("snapshot_devices", SNAPSHOT_VERSION, self.logdir.url, info.identity())
+            devices = self.cache.get_or_compute_json(key, f"devices of {info.name}", lambda p: self.snapshot(run, p).devices)
+            return [f"cuda:{d}" for d in devices]
         return run.hosts
 
     def can_serve(self, tool: Tool, run: Run) -> bool:
@@ -248,6 +266,79 @@ class Workspace:
             timeline = chrome_trace.parse_memory_timeline(self.logdir.read_bytes(info.path), self.logdir.display_path(info.path))
         return torch_memory.convert(mem, timeline, progress=progress.part(0.9, 1))
 
+    # -- PyTorch memory snapshots -------------------------------------------------------
+
+    def snapshot(self, run: Run, progress=None) -> "torch_snapshot_format.Snapshot":
+        """The loaded model of a snapshot run (kept in memory for the next views)."""
+        info = run.files[0]
+        key = info.identity()
+        with self._snapshots_lock:
+            if key in self._snapshots:
+                self._snapshots.move_to_end(key)
+                return self._snapshots[key]
+        if progress is None:
+            progress = self.cache.progress.start(f"load {key}", f"loading {info.name}")
+            try:
+                return self.snapshot(run, progress)
+            finally:
+                self.cache.progress.finish(progress)
+        progress.update(message=f"loading {info.name}")
+        with self.logdir.open(info.path) as f:
+            snap = torch_snapshot_format.load_snapshot(f, self.logdir.display_path(info.path), progress=progress)
+        with self._snapshots_lock:
+            self._snapshots[key] = snap
+            while len(self._snapshots) > SNAPSHOTS_IN_MEMORY:
+                self._snapshots.popitem(last=False)
+        return snap
+
+    def snapshot_device(self, run: Run, host: str | None) -> int:
+        hosts = self.hosts(run)
+        if not hosts:
+            raise NotFound(f"{run.name}: the snapshot holds no device")
+        host = host or hosts[0]
+        if host not in hosts:
+            raise NotFound(f"run {run.name!r} has no device {host!r}; devices: {', '.join(hosts)}")
+        return int(host.split(":", 1)[1])
+
+    def snapshot_view(self, run: Run, view: str, params: dict) -> bytes:
+        """One of the snapshot views (timeline window, state at an event, stacks, one
+        stack's frames, compare), converted once per parameters and cached."""
+        if run.kind is not RunKind.TORCH_SNAPSHOT:
+            raise NotFound(f"run {run.name!r} is not a PyTorch memory snapshot")
+        if view not in SNAPSHOT_VIEWS:
+            raise NotFound(f"no snapshot view {view!r}; views: {', '.join(SNAPSHOT_VIEWS)}")
+        inputs = [run.files[0].identity()]
+        other = None
+        if view == "compare":
+            other = self.run(params.get("other"))
+            if other.kind is not RunKind.TORCH_SNAPSHOT:
+                raise BadRequest(f"'other' must be a snapshot run; {other.name!r} is a {other.kind.value}")
+            inputs.append(other.files[0].identity())
+        key = cache_key("snapshot", view, SNAPSHOT_VERSION, self.logdir.url, inputs, sorted(params.items()))
+
+        def compute(progress):
+            snap = self.snapshot(run, progress)
+            device = self.snapshot_device(run, params.get("host"))
+            if view == "overview":
+                return torch_snapshot.overview(snap, device)
+            if view == "timeline":
+                return torch_snapshot.timeline(
+                    snap, device, start=_opt_int(params, "start"), end=_opt_int(params, "end"),
+                    x=params.get("x") or "index", max_points=_int_param(params, "max_points", 2000),
+                    top=_int_param(params, "top", 200),
+                )
+            if view == "state":
+                return torch_snapshot.state_at(snap, device, _opt_int(params, "event"))
+            if view == "stack":
+                return torch_snapshot.stack(snap, _int_param(params, "stack", 0), filtered=params.get("filtered") != "0")
+            if view == "stacks":
+                return torch_snapshot.stacks_at(snap, device, _opt_int(params, "event"))
+            other_snap = self.snapshot(other, progress)
+            other_device = self.snapshot_device(other, params.get("other_host"))
+            return torch_snapshot.compare(snap, other_snap, device, other_device)
+
+        return self.cache.get_or_compute(key, f"snapshot {view} of {run.name}", compute)
+
     # -- tool data -----------------------------------------------------------------------
 
     def tool_data(self, run: Run, tool: Tool, params: dict) -> bytes:
@@ -282,6 +373,10 @@ class ModuleSource:
 
     def identity(self) -> str:
         return "|".join(f.identity() for f in (self.hlo_file, self.buffer_assignment) if f is not None)
+
+
+def _opt_int(params: dict, name: str) -> int | None:
+    return None if params.get(name) in (None, "") else _int_param(params, name, 0)
 
 
 def _int_param(params: dict, name: str, default: int) -> int:

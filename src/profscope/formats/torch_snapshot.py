@@ -59,7 +59,6 @@ import json
 import pickle
 import re
 import zlib
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -639,7 +638,7 @@ def _keys(items) -> list[str]:
 
 
 def normalize(obj: Any, path: str, *, fmt: str = "pickle", protocol: int | None = None,
-              progress: Callable[[float], None] | None = None) -> Snapshot:
+              progress=None) -> Snapshot:
     """Turn a loaded snapshot dict into a :class:`Snapshot`. ``obj`` is consumed: its
     ``device_traces`` lists are released as they are converted."""
     if not isinstance(obj, dict):
@@ -676,7 +675,7 @@ def normalize(obj: Any, path: str, *, fmt: str = "pickle", protocol: int | None 
             traces_in[dev] = None  # release the converted Python objects now
             del entries
             if progress is not None:
-                progress(done / total)
+                progress.update(done / total, "converting the trace to columns")
         era["trace_entry"] = sorted(entry_keys)
     except _Wrong as e:
         raise BadInput(f"{path}: not a snapshot: wrong structure: {e}", file=path) from None
@@ -702,10 +701,10 @@ def normalize(obj: Any, path: str, *, fmt: str = "pickle", protocol: int | None 
 
 
 def load_snapshot(raw: IO[bytes] | bytes, path: str,
-                  progress: Callable[[float], None] | None = None) -> Snapshot:
+                  progress=None) -> Snapshot:
     """Read a snapshot (pickle / JSON / ``_memory_viz`` HTML, optionally gzip) safely.
 
-    ``path`` names the file in errors. ``progress(fraction)`` is called while the traces
+    ``path`` names the file in errors. ``progress.update(fraction, message)`` is called while the traces
     are converted. Raises :class:`BadInput` for anything that is not a readable snapshot,
     and for any pickle that asks for a global or a persistent id (nothing is run).
     """

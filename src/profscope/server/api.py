@@ -9,7 +9,7 @@ from profscope.cache.workspace import Workspace
 from profscope.errors import BadRequest
 from profscope.formats.kinds import classify
 from profscope.model.catalog import Run
-from profscope.server.responses import json_response
+from profscope.server.responses import gzip_json_response, json_response
 
 
 def _run_summary(ws: Workspace, run: Run) -> dict:
@@ -17,7 +17,7 @@ def _run_summary(ws: Workspace, run: Run) -> dict:
         "name": run.name,
         "kind": run.kind.value,
         "folder": run.folder,
-        "hosts": ws.hosts(run),
+        "hosts": run.hosts,
         "fileCount": len(run.files),
         "totalBytes": sum(f.size for f in run.files),
     }
@@ -34,6 +34,7 @@ def router(ws: Workspace) -> APIRouter:
     def run(request: Request) -> Response:
         run = ws.run(request.query_params.get("run"))
         body = _run_summary(ws, run)
+        body["hosts"] = ws.hosts(run)  # a snapshot's devices need a look inside it
         # Tools and modules need a look inside the run's files (cached): only per run,
         # never for the whole catalog, which may hold thousands of sessions.
         body["tools"] = [
@@ -53,6 +54,12 @@ def router(ws: Workspace) -> APIRouter:
         if not space.isdigit():
             raise BadRequest(f"parameter 'memory_space' must be an integer, not {space!r}")
         return json_response(ws.module_peaks(run, int(space)))
+
+    @r.get("/snapshot/{view}")
+    def snapshot_view(view: str, request: Request) -> Response:
+        """Views of a PyTorch memory snapshot run (see tools/torch_snapshot.py)."""
+        params = {k: v for k, v in request.query_params.items() if k != "run"}
+        return gzip_json_response(request, ws.snapshot_view(ws.run(request.query_params.get("run")), view, params))
 
     @r.get("/progress")
     def progress() -> Response:

@@ -133,8 +133,6 @@ async function render(state) {
     view.replaceChildren(errorBox(new ApiError(404, { error: `no run named "${state.run}" in ${catalog.logdir}` }), "Run not found"));
     return;
   }
-  const hosts = run.hosts.length ? run.hosts.map((h) => ({ value: h, label: h })) : [{ value: "", label: "—" }];
-  fillSelect($("#pick-host"), hosts, state.host);
   document.title = `${state.tool || "overview"} · ${run.name} · profscope`;
 
   if (!runDetails.has(run.name)) runDetails.set(run.name, getJson(`/api/run?run=${encodeURIComponent(run.name)}`));
@@ -149,6 +147,9 @@ async function render(state) {
   const tools = [{ value: "", label: "Overview" }].concat(details.tools.map((t) => ({
     value: t.name, label: t.title + (t.implemented ? "" : " (coming)"), title: t.summary })));
   fillSelect($("#pick-tool"), tools, state.tool);
+  // Hosts too: a snapshot's devices are its hosts, known once the file was read.
+  const hosts = details.hosts.length ? details.hosts.map((h) => ({ value: h, label: h })) : [{ value: "", label: "—" }];
+  fillSelect($("#pick-host"), hosts, state.host);
   fillModules(details.modules, state.module_name);
 
   if (!state.tool) return renderOverview(view, run, details, state);
@@ -193,7 +194,7 @@ function renderOverview(view, run, details, state) {
     el("dl", { class: "kv" },
       el("dt", {}, "kind"), el("dd", {}, kindLabel),
       el("dt", {}, "folder"), el("dd", {}, el("code", {}, run.folder || ".")),
-      el("dt", {}, "hosts"), el("dd", {}, run.hosts.join(", ") || "—"),
+      el("dt", {}, "hosts"), el("dd", {}, details.hosts.join(", ") || "—"),
       el("dt", {}, "files"), el("dd", {}, `${run.fileCount} (${fmtBytes(run.totalBytes)})`),
       el("dt", {}, "modules"), el("dd", {}, String(details.modules.length))),
     el("h2", {}, "Tools"), el("div", { class: "cards" }, toolCards),

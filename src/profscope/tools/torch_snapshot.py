@@ -1,0 +1,951 @@
+"""Views of a PyTorch CUDA memory snapshot (:class:`profscope.formats.torch_snapshot.Snapshot`).
+
+Pure functions; each returns a JSON-able dict (camelCase keys, sizes in bytes, times in
+``time_us`` as recorded by torch, event indices into ``device_traces[device]``). Bad
+parameters raise :class:`~profscope.errors.BadRequest` (malformed / out of range) or
+:class:`~profscope.errors.NotFound` (unknown device, stack id).
+
+Semantics (PyTorch's ``torch/utils/viz/MemoryViz.js`` ``process_alloc_data`` and
+``MemoryView.simulate_memory``):
+
+* **Allocations** of a device: every ``alloc`` trace entry opens one, the next
+  ``free_completed`` (or legacy ``free``) of the same address closes it. An ``alloc`` at an
+  address that is still open closes the older one there (events were missing). Sizes are
+  the trace's sizes (torch records the *requested* size), so "active bytes" on the
+  timeline are requested bytes. **Pre-existing** allocations (made before recording
+  began) are a ``free_completed`` with no open ``alloc`` (live from the start to that
+  free; stack = the free's stack) and every active block of the final state whose address
+  is not open at the end (live throughout; size = its ``requested_size``).
+  "Live after event i" means ``start <= i < end`` (start = alloc index, -1 when
+  pre-existing; end = free index, ``totalEvents`` when never freed).
+* **Stacking** (memory_viz's layout): allocations stacked bottom-up in this order:
+  pre-existing blocks alive at the end (by address), pre-existing frees (latest free
+  first), then trace allocations in allocation order; an allocation's bottom is the sum
+  of the sizes of the live allocations below it, so when one is freed, those above shift
+  down.
+* **State after event i**: the final segments, replayed backwards over the later
+  ``segment_alloc/segment_free/segment_map/segment_unmap`` entries (map/unmap merge and
+  split expandable segments as memory_viz does), and the allocations live after i. A
+  block freed later in the trace has the trace's (requested) size as its size (exact
+  rounded sizes are only known for blocks of the final state), and is
+  ``active_pending_free`` between its ``free_requested`` and its ``free_completed``.
+  Inactive blocks are the gaps inside segments.
+* **Frame filter** (memory_viz ``frameFilter``): a frame is dropped when its name contains
+  one of ``unwind::unwind``, ``CapturedTraceback::gather``, ``gather_with_cpp``,
+  ``_start``, ``__libc_start_main``, ``PyEval_``, ``PyObject_``, ``PyFunction_``, or its
+  filename contains one of ``core/boxing``, ``/Register``, ``/Redispatch``,
+  ``pythonrun.c``, ``Modules/main.c``, ``Objects/call.c``, ``Objects/methodobject.c``,
+  ``pycore_ceval.h``, ``ceval.c``, ``cpython/abstract.h``. We also drop unsymbolized
+  frames (filename ``??`` or empty and name ``??`` or empty). Consecutive identical frames
+  are collapsed (memory_viz ``elideRepeats`` writes ``<repeats N times>``; we set
+  ``repeats: N``). Frames are listed innermost first (torch's order) in :func:`stack`.
+
+Payloads::
+
+    overview(snap, device) -> {
+      "device": int, "devices": [{"device", "traceEntries", "segments", "reservedBytes"}],
+      "format": {"format": "pickle"|"json"|"html", "pickleProtocol": int|null,
+                 "era": "2023"|"2024"|"2025+"|"unknown", "eraKeys": {top, segment, block,
+                 trace_entry: [str]}},
+      "summary": {"traceEntries", "actions": {name: count},
+                  "finalActiveBytes" (Σ size of active_* blocks), "finalAllocatedBytes"
+                  (Σ size of active_allocated blocks), "finalRequestedBytes" (Σ
+                  requested_size of active_* blocks), "finalReservedBytes" (Σ segment
+                  total_size), "finalLiveBytes" (timeline total after the last event),
+                  "peak": {"bytes", "event"|null, "timeUs"|null} (max of the timeline
+                  total; event null when the trace is empty), "firstTimeUs"|null,
+                  "lastTimeUs"|null, "hasTime": bool,
+                  "preexisting": {"count", "bytes"} (pre-existing allocations),
+                  "unmatchedFrees": {"count", "bytes"}, "allocations": int},
+      "allocatorSettings": dict|null,
+      "warnings": [{"code": "trace_overflow"|"no_trace"|"trace_starts_mid_run"|
+                    "no_timestamps"|"preexisting_blocks", "message": str}],
+      "annotations": [{"stage", "name", "device", "timeUs", "event"|null}],
+      "annotationBands": [{"name", "startUs", "endUs", "startEvent", "endEvent"}],
+      "ooms": [{"event", "timeUs"|null, "requestedBytes", "deviceFreeBytes", "stream",
+                "stackId", "liveBytes", "reservedBytes", "largestFreeBlock"}],
+      "segments": {"count", "reservedBytes", "expandableCount",
+                   "byPool": [{"poolId": [int, int]|null, "count", "reservedBytes"}],
+                   "byType": {type: {"count", "reservedBytes"}}}}
+
+    timeline(snap, device, start=None, end=None, x="index"|"time", max_points=2000,
+             top=200) -> {
+      "device", "x": "index"|"time", "totalEvents",
+      "window": {"start", "end"} (event indices, [start, end)), "windowX": [x0, x1],
+      "allocations": [{"id", "addr", "size", "stream", "stackId", "allocIndex"|null,
+                       "freeIndex"|null, "preexisting": bool,
+                       "polygon": {"x": [...], "y0": [...], "y1": [...]}}]
+                     (the `top` largest live in the window; x in the requested unit;
+                     points kept only where the bottom changes, so between two points
+                     the value is that of the left one — a step function),
+      "allocationsInWindow": int, "drawn": int,
+      "others": {"x", "y0", "y1"} (the rest of the live bytes, on top of the drawn ones),
+      "total": {"x", "bytes", "index"} (max filter: each point is the maximum of its
+                bucket at its exact position; first and last event of the window kept),
+      "reserved": {"x", "reservedBytes", "index"} (same decimation),
+      "peak": {"bytes", "event", "x"} (exact maximum in the window),
+      "decimated": bool}
+
+    state_at(snap, device, event=None, max_blocks=20000) -> {
+      "device", "event" (null = final state), "timeUs"|null, "totalEvents",
+      "segments": [{"address", "size", "stream", "segmentType"|null, "poolId"|null,
+                    "expandable"|null, "stackId",
+                    "blocks": [{"address", "size", "requested", "state", "stackId",
+                                "allocIndex"|null, "freeIndex"|null}]}]  (by address),
+      "totals": {"reservedBytes", "allocatedBytes", "activeBytes", "requestedBytes",
+                 "internalFragmentation" (Σ size-requested of active blocks),
+                 "externalFragmentation" (inactive bytes inside segments),
+                 "largestFreeBlock", "segments", "activeBlocks", "inactiveBlocks",
+                 "orphanBlocks" (live blocks outside every segment)},
+      "blocksShown": int, "blocksOmitted": int}
+
+    stack(snap, stack_id, filtered=True) -> {"stackId", "filtered", "unfilteredCount",
+      "frames": [{"filename", "line", "name", "repeats"}]}
+
+    stacks_at(snap, device, event=None, max_nodes=2000, python_only=False) -> {
+      "device", "event", "timeUs"|null, "totalBytes", "atPeak": bool,
+      "ids", "labels", "parents", "values", "hover" (Plotly icicle, branchvalues "total":
+      root "root" = all live bytes; each level one filtered frame, outermost first;
+      "<no stack>" for allocations without one; "other" nodes hold what the node cap cut),
+      "nodes", "nodesOmitted"}
+
+    compare(a, b, device_a, device_b, max_sites=500) -> {
+      "a": {"path", "device", "liveBytes", "liveBlocks"}, "b": {...},
+      "summary": {"onlyA": {"sites", "blocks", "bytes"}, "onlyB": {...},
+                  "both": {"sites", "blocksA", "bytesA", "blocksB", "bytesB"},
+                  "deltaBytes" (B - A)},
+      "sites": [{"site": {"filename", "line", "name"}|null (innermost filtered Python
+                 frame (filename ending ".py"), else innermost filtered frame),
+                 "stackIdA"|null, "stackIdB"|null, "in": "onlyA"|"onlyB"|"both",
+                 "bytesA", "countA", "bytesB", "countB", "deltaBytes", "deltaCount"}]
+               (sites whose bytes or counts differ, by |deltaBytes| descending),
+      "sitesOmitted": int,
+      "segments": {"onlyA": [{"address", "size"}], "onlyB": [...],
+                   "onlyACount", "onlyBCount", "onlyABytes", "onlyBBytes", "common"}}
+
+A site is the filtered stack (frames as (filename, line, name)); the live blocks of the
+final state (``active_*``, block ``size``) are grouped by it.
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+
+import numpy as np
+
+from profscope.errors import BadRequest, NotFound
+from profscope.formats.torch_snapshot import Snapshot
+
+OMIT_FUNCTIONS = ("unwind::unwind", "CapturedTraceback::gather", "gather_with_cpp", "_start",
+                  "__libc_start_main", "PyEval_", "PyObject_", "PyFunction_")
+OMIT_FILENAMES = ("core/boxing", "/Register", "/Redispatch", "pythonrun.c", "Modules/main.c",
+                  "Objects/call.c", "Objects/methodobject.c", "pycore_ceval.h", "ceval.c",
+                  "cpython/abstract.h")
+_ACTIVE_STATES = ("active_allocated", "active_pending_free", "active_awaiting_free")
+
+# -- per-snapshot derived data (computed once, dropped with the snapshot) -------------
+
+_CACHE: dict[int, dict] = {}
+
+
+def _cache(snap: Snapshot) -> dict:
+    k = id(snap)
+    c = _CACHE.get(k)
+    if c is None:
+        c = _CACHE[k] = {}
+        weakref.finalize(snap, _CACHE.pop, k, None)
+    return c
+
+
+def _check_device(snap: Snapshot, device) -> int:
+    try:
+        d = int(device)
+    except (TypeError, ValueError):
+        raise BadRequest(f"device must be an integer, not {device!r}") from None
+    if d not in snap.devices:
+        raise NotFound(f"device {d} is not in this snapshot (devices: {snap.devices})",
+                       file=snap.path)
+    return d
+
+
+class _Dev:
+    """Derived columns of one device."""
+
+    def __init__(self, snap: Snapshot, device: int):
+        self.device = device
+        tr = snap.traces[device] if device < len(snap.traces) else None
+        n = len(tr) if tr is not None else 0
+        self.n = n
+        names = snap.action_names
+        code = {nm: i for i, nm in enumerate(names)}
+        act = tr.action if tr is not None else np.zeros(0, np.uint8)
+        addr = tr.addr if tr is not None else np.zeros(0, np.int64)
+        size = tr.size if tr is not None else np.zeros(0, np.int64)
+        self.trace = tr
+        self.time = tr.time_us if tr is not None else np.zeros(0, np.int64)
+        self.has_time = bool(n) and bool((self.time >= 0).all())
+
+        def is_(*acts):
+            m = np.zeros(n, bool)
+            for a in acts:
+                if a in code:
+                    m |= act == code[a]
+            return m
+
+        # final-state blocks of this device
+        seg = snap.segments
+        blk = snap.blocks
+        seg_dev = seg.device == device
+        self.seg_rows = np.nonzero(seg_dev)[0]
+        bmask = seg_dev[blk.segment] if len(blk) else np.zeros(0, bool)
+        active_codes = [snap.state_names.index(s) for s in _ACTIVE_STATES if s in snap.state_names]
+        bact = bmask & np.isin(blk.state, active_codes)
+        self.final_blocks = np.nonzero(bact)[0]
+        fb_addr = blk.address[self.final_blocks]
+
+        # allocations: match alloc / free_completed by address in trace order
+        is_alloc = is_("alloc")
+        is_free = is_("free_completed", "free")
+        ev = np.nonzero(is_alloc | is_free)[0]
+        fr_idx = np.nonzero(is_("free_requested"))[0]
+        all_addr = np.concatenate([addr[ev], fb_addr, addr[fr_idx]])
+        uniq, inv = np.unique(all_addr, return_inverse=True)
+        r_ev = inv[:len(ev)]
+        r_fb = inv[len(ev):len(ev) + len(fb_addr)]
+        r_fr = inv[len(ev) + len(fb_addr):]
+        order = np.lexsort((ev, r_ev))
+        ev_s, r_s = ev[order], r_ev[order]
+        alloc_s = is_alloc[ev_s]
+        same_next = np.zeros(len(ev_s), bool)
+        same_next[:-1] = r_s[1:] == r_s[:-1]
+        # trace allocations
+        ai = np.nonzero(alloc_s)[0]
+        a_end = np.full(len(ai), n, np.int64)
+        has_next = same_next[ai]
+        a_end[has_next] = ev_s[ai[has_next] + 1]
+        # unmatched frees: first of their address or after another free
+        prev_alloc = np.zeros(len(ev_s), bool)
+        prev_alloc[1:] = alloc_s[:-1] & (r_s[1:] == r_s[:-1])
+        ui = np.nonzero(~alloc_s & ~prev_alloc)[0]
+        u_idx = ev_s[ui]
+        # open at the end
+        open_ranks = r_s[ai[~has_next]]
+        pre_fb = ~np.isin(r_fb, open_ranks)
+        pre_rows = self.final_blocks[pre_fb]
+        pre_rows = pre_rows[np.argsort(blk.address[pre_rows], kind="stable")]
+        u_order = np.argsort(-u_idx, kind="stable")
+        u_idx = u_idx[u_order]
+        a_idx = ev_s[ai]
+        a_order = np.argsort(a_idx, kind="stable")
+        a_idx, a_end = a_idx[a_order], a_end[a_order]
+        npre, nu = len(pre_rows), len(u_idx)
+        self.start = np.concatenate([np.full(npre + nu, -1, np.int64), a_idx])
+        self.end = np.concatenate([np.full(npre, n, np.int64), u_idx, a_end])
+        self.addr = np.concatenate([blk.address[pre_rows], addr[u_idx], addr[a_idx]])
+        self.size = np.concatenate([blk.requested_size[pre_rows], size[u_idx], size[a_idx]])
+        st = tr.stack if tr is not None else np.zeros(0, np.int32)
+        self.stack = np.concatenate([blk.stack[pre_rows], st[u_idx], st[a_idx]]).astype(np.int64)
+        strm = tr.stream if tr is not None else np.zeros(0, np.int64)
+        self.stream = np.concatenate([seg.stream[blk.segment[pre_rows]], strm[u_idx], strm[a_idx]])
+        self.npre = npre + nu
+        self.n_unmatched = nu
+        self.n_pre_blocks = npre
+        # exact block size / requested / state for allocations alive at the end
+        self.bsize = self.size.copy()
+        self.breq = self.size.copy()
+        self.pending_final = np.zeros(len(self.size), bool)
+        alive = self.end == n
+        if alive.any() and len(self.final_blocks):
+            fbo = np.argsort(fb_addr, kind="stable")
+            sa = fb_addr[fbo]
+            ea = self.addr[alive]
+            pos = np.clip(np.searchsorted(sa, ea), 0, len(sa) - 1)
+            ok = sa[pos] == ea
+            rows = self.final_blocks[fbo[pos]]
+            ia = np.nonzero(alive)[0]
+            self.bsize[ia[ok]] = blk.size[rows[ok]]
+            self.breq[ia[ok]] = blk.requested_size[rows[ok]]
+            if "active_allocated" in snap.state_names:
+                self.pending_final[ia[ok]] = blk.state[rows[ok]] != snap.state_code("active_allocated")
+            self.stack[ia[ok]] = np.where(self.stack[ia[ok]] == 0, blk.stack[rows[ok]], self.stack[ia[ok]])
+        # first free_requested inside each allocation's life -> pending since
+        self.pending_since = np.full(len(self.size), -2, np.int64)
+        el_rank = np.searchsorted(uniq, self.addr)
+        if len(fr_idx) and len(self.size):
+            key = el_rank * (n + 2) + (self.start + 1)
+            ko = np.argsort(key, kind="stable")
+            ks = key[ko]
+            fk = r_fr * (n + 2) + (fr_idx + 1)
+            c = np.searchsorted(ks, fk, side="right") - 1
+            okc = c >= 0
+            cand = ko[np.clip(c, 0, None)]
+            okc &= (el_rank[cand] == r_fr) & (self.end[cand] > fr_idx) & (self.start[cand] < fr_idx)
+            ps = self.pending_since
+            for e, r in zip(cand[okc][::-1].tolist(), fr_idx[okc][::-1].tolist()):
+                ps[e] = r
+        self.pending_since[(self.pending_since == -2) & self.pending_final] = -1
+        # total live bytes after each event
+        base = int(self.size[self.start < 0].sum())
+        delta = np.zeros(n + 1, np.int64)
+        np.add.at(delta, self.start[self.start >= 0], self.size[self.start >= 0])
+        fe = self.end < n
+        np.add.at(delta, self.end[fe], -self.size[fe])
+        self.base = base
+        self.total = base + np.cumsum(delta[:n])
+        # reserved bytes after each event
+        sd = np.zeros(n, np.int64)
+        for a, sgn in (("segment_alloc", 1), ("segment_map", 1), ("segment_free", -1),
+                       ("segment_unmap", -1)):
+            m = is_(a)
+            sd[m] += sgn * size[m]
+        self.final_reserved = int(seg.total_size[self.seg_rows].sum())
+        csd = np.cumsum(sd)
+        self.reserved = self.final_reserved - (int(csd[-1]) if n else 0) + csd
+        self.seg_events = np.nonzero(is_("segment_alloc", "segment_free", "segment_map",
+                                         "segment_unmap"))[0]
+        self.counts = {}
+        if n:
+            bc = np.bincount(act, minlength=len(names))
+            self.counts = {names[i]: int(c) for i, c in enumerate(bc) if c}
+
+    def live_at(self, i: int) -> np.ndarray:
+        return np.nonzero((self.start <= i) & (self.end > i))[0]
+
+    def peak(self) -> tuple[int, int | None]:
+        if self.n == 0:
+            return self.base, None
+        i = int(np.argmax(self.total))
+        return int(self.total[i]), i
+
+
+def _dev(snap: Snapshot, device) -> _Dev:
+    d = _check_device(snap, device)
+    c = _cache(snap)
+    v = c.get(("dev", d))
+    if v is None:
+        v = c[("dev", d)] = _Dev(snap, d)
+    return v
+
+
+def _jsonable(v):
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, bytes):
+        return v.decode("utf-8", "replace")
+    if isinstance(v, float) and not math.isfinite(v):
+        return str(v)
+    if isinstance(v, np.generic):
+        return v.item()
+    return v
+
+
+def _t(dv: _Dev, i) -> int | None:
+    if i is None or not (0 <= i < dv.n):
+        return None
+    t = int(dv.time[i])
+    return t if t >= 0 else None
+
+
+# -- overview --------------------------------------------------------------------------
+
+
+def _era(snap: Snapshot) -> str:
+    k = snap.era_keys
+    if "external_annotations" in k.get("top", []) or "compile_context" in k.get("trace_entry", []):
+        return "2025+"
+    if "allocator_settings" in k.get("top", []) or "address" in k.get("block", []):
+        return "2024"
+    if "history" in k.get("block", []) or "segments" in k.get("top", []):
+        return "2023"
+    return "unknown"
+
+
+def overview(snap: Snapshot, device) -> dict:
+    dv = _dev(snap, device)
+    d = dv.device
+    seg = snap.segments
+    blk = snap.blocks
+    devices = []
+    for x in snap.devices:
+        rows = seg.device == x
+        devices.append({"device": x, "traceEntries": len(snap.traces[x]) if x < len(snap.traces) else 0,
+                        "segments": int(rows.sum()), "reservedBytes": int(seg.total_size[rows].sum())})
+    fb = dv.final_blocks
+    alloc_code = snap.state_code("active_allocated")
+    peak_bytes, peak_i = dv.peak()
+    unmatched = slice(dv.n_pre_blocks, dv.npre)
+    summary = {
+        "traceEntries": dv.n, "actions": dv.counts,
+        "finalActiveBytes": int(blk.size[fb].sum()),
+        "finalAllocatedBytes": int(blk.size[fb][blk.state[fb] == alloc_code].sum()),
+        "finalRequestedBytes": int(blk.requested_size[fb].sum()),
+        "finalReservedBytes": dv.final_reserved,
+        "finalLiveBytes": int(dv.total[-1]) if dv.n else dv.base,
+        "peak": {"bytes": peak_bytes, "event": peak_i, "timeUs": _t(dv, peak_i)},
+        "firstTimeUs": _t(dv, 0) if dv.has_time else None,
+        "lastTimeUs": _t(dv, dv.n - 1) if dv.has_time else None,
+        "hasTime": dv.has_time,
+        "preexisting": {"count": dv.npre, "bytes": int(dv.size[:dv.npre].sum())},
+        "unmatchedFrees": {"count": dv.n_unmatched, "bytes": int(dv.size[unmatched].sum())},
+        "allocations": len(dv.size),
+    }
+    warnings = []
+    if snap.trace_overflow:
+        warnings.append({"code": "trace_overflow", "message": "the trace ring buffer overflowed: "
+                         "events may be missing (raise _record_memory_history(max_entries=...))"})
+    if dv.n == 0:
+        warnings.append({"code": "no_trace", "message": "no trace recorded for this device "
+                         "(only the final allocator state is known)"})
+    elif not dv.has_time:
+        warnings.append({"code": "no_timestamps", "message": "trace entries have no time_us; "
+                         "the timeline can only use event indices"})
+    if dv.n_unmatched:
+        warnings.append({"code": "trace_starts_mid_run", "message":
+                         f"the trace starts mid-run: {dv.n_unmatched} frees of blocks allocated "
+                         "before recording began (shown as pre-existing)"})
+    if dv.n_pre_blocks and dv.n:
+        warnings.append({"code": "preexisting_blocks", "message":
+                         f"{dv.n_pre_blocks} blocks alive at the end were allocated before "
+                         "recording began (shown as pre-existing)"})
+    anns, bands, open_ = [], [], {}
+    tsorted = np.maximum.accumulate(dv.time) if dv.has_time else None
+    for a in snap.external_annotations:
+        if not isinstance(a, dict):
+            continue
+        ad = a.get("device")
+        if ad is not None and ad != d:
+            continue
+        tu = a.get("time_us")
+        ev = None
+        if tsorted is not None and isinstance(tu, (int, float)):
+            j = int(np.searchsorted(tsorted, tu, side="left"))
+            ev = min(j, dv.n - 1)
+        item = {"stage": _jsonable(a.get("stage")), "name": _jsonable(a.get("name")), "device": ad,
+                "timeUs": tu, "event": ev}
+        anns.append(item)
+        if item["stage"] == "START":
+            open_.setdefault(item["name"], []).append(item)
+        elif item["stage"] == "END" and open_.get(item["name"]):
+            s = open_[item["name"]].pop()
+            bands.append({"name": item["name"], "startUs": s["timeUs"], "endUs": tu,
+                          "startEvent": s["event"], "endEvent": ev})
+    ooms = []
+    for o in snap.oom_events:
+        if o.get("device") != d:
+            continue
+        i = int(o["index"])
+        st = state_at(snap, d, i, max_blocks=0)["totals"] if len(ooms) < 50 else None
+        ooms.append({"event": i, "timeUs": _t(dv, i), "requestedBytes": int(o["size"]),
+                     "deviceFreeBytes": int(o["device_free"]), "stream": int(o["stream"]),
+                     "stackId": int(o["stack"]), "liveBytes": int(dv.total[i]),
+                     "reservedBytes": int(dv.reserved[i]),
+                     "largestFreeBlock": st["largestFreeBlock"] if st else None})
+    rows = dv.seg_rows
+    by_pool: dict = {}
+    by_type: dict = {}
+    for r in rows.tolist():
+        p = tuple(int(x) for x in seg.pool_id[r])
+        pk = None if p == (-1, -1) else list(p)
+        e = by_pool.setdefault(p, {"poolId": pk, "count": 0, "reservedBytes": 0})
+        e["count"] += 1
+        e["reservedBytes"] += int(seg.total_size[r])
+        ty = snap.strings[seg.segment_type[r]] or "unknown"
+        e = by_type.setdefault(ty, {"count": 0, "reservedBytes": 0})
+        e["count"] += 1
+        e["reservedBytes"] += int(seg.total_size[r])
+    return {
+        "device": d, "devices": devices,
+        "format": {"format": snap.format, "pickleProtocol": snap.pickle_protocol, "era": _era(snap),
+                   "eraKeys": _jsonable(snap.era_keys)},
+        "summary": summary, "allocatorSettings": _jsonable(snap.allocator_settings),
+        "warnings": warnings, "annotations": _jsonable(anns), "annotationBands": _jsonable(bands),
+        "ooms": ooms,
+        "segments": {"count": len(rows), "reservedBytes": dv.final_reserved,
+                     "expandableCount": int(seg.is_expandable[rows].sum()),
+                     "byPool": list(by_pool.values()), "byType": by_type},
+    }
+
+
+# -- timeline --------------------------------------------------------------------------
+
+
+def _maxfilter(values: np.ndarray, ws: int, we: int, max_points: int) -> np.ndarray:
+    """Event indices (sorted) of the bucket maxima of values[ws:we], plus ws and we-1."""
+    w = we - ws
+    if w <= max_points:
+        return np.arange(ws, we, dtype=np.int64)
+    b = -(-w // max_points)
+    nb = -(-w // b)
+    pad = np.full(nb * b, np.iinfo(np.int64).min, np.int64)
+    pad[:w] = values[ws:we]
+    pos = np.argmax(pad.reshape(nb, b), axis=1) + np.arange(nb) * b + ws
+    return np.unique(np.concatenate([pos, [ws, we - 1]]))
+
+
+def _steps(x: np.ndarray, *ys: np.ndarray) -> np.ndarray:
+    """Mask of points to keep so that a left-step reading of ys is unchanged."""
+    k = len(x)
+    keep = np.ones(k, bool)
+    if k <= 2:
+        return keep
+    ch = np.zeros(k - 1, bool)
+    for y in ys:
+        ch |= y[1:] != y[:-1]
+    keep[1:-1] = ch[1:] | ch[:-1]
+    return keep
+
+
+def timeline(snap: Snapshot, device, start=None, end=None, x: str = "index",
+             max_points: int = 2000, top: int = 200) -> dict:
+    dv = _dev(snap, device)
+    n = dv.n
+    if x not in ("index", "time"):
+        raise BadRequest(f"x must be 'index' or 'time', not {x!r}")
+    if not isinstance(max_points, int) or not 2 <= max_points <= 100_000:
+        raise BadRequest("max_points must be an integer in [2, 100000]")
+    if not isinstance(top, int) or not 0 <= top <= 5000:
+        raise BadRequest("top must be an integer in [0, 5000]")
+    if n == 0:
+        raise BadRequest(f"device {dv.device} has no trace entries: there is no timeline "
+                         "(see the allocator state view)")
+    if x == "time":
+        if not dv.has_time:
+            raise BadRequest("this trace has no time_us: use x=index")
+        ts = np.maximum.accumulate(dv.time)
+        ws = 0 if start is None else int(np.searchsorted(ts, float(start), side="left"))
+        we = n if end is None else int(np.searchsorted(ts, float(end), side="left"))
+    else:
+        ws = 0 if start is None else int(start)
+        we = n if end is None else int(end)
+        if ws < 0 or we > n:
+            raise BadRequest(f"window [{start}, {end}) is outside the trace's events [0, {n})")
+    if we <= ws:
+        raise BadRequest(f"empty window [{start}, {end}) (events {ws}..{we})")
+
+    def xs(idx):
+        return (dv.time[idx] if x == "time" else idx).tolist()
+
+    line = _maxfilter(dv.total, ws, we, max_points)
+    rline = _maxfilter(dv.reserved, ws, we, max_points)
+    decimated = (we - ws) > max_points
+    inwin = np.nonzero((dv.start < we) & (dv.end > ws))[0]
+    if len(inwin) > top:
+        sel = inwin[np.argpartition(-dv.size[inwin], top - 1)[:top]] if top else inwin[:0]
+    else:
+        sel = inwin
+    sel = np.sort(sel)  # element id order = stacking order
+    s0 = np.maximum(dv.start[sel], ws)
+    s1 = np.minimum(dv.end[sel], we) - 1
+    grid = np.unique(np.concatenate([line, s0, s1, np.minimum(s1 + 1, we - 1)]))
+    st = dv.start[sel][:, None]
+    en = dv.end[sel][:, None]
+    live = (st <= grid[None, :]) & (en > grid[None, :])
+    h = np.where(live, dv.size[sel][:, None], 0)
+    y1all = np.cumsum(h, axis=0)
+    y0all = y1all - h
+    drawn = y1all[-1] if len(sel) else np.zeros(len(grid), np.int64)
+    allocs = []
+    for k, e in enumerate(sel.tolist()):
+        cols = np.nonzero(live[k])[0]
+        gx, y0 = grid[cols], y0all[k, cols]
+        keep = _steps(gx, y0)
+        gx, y0 = gx[keep], y0[keep]
+        sz = int(dv.size[e])
+        pre = bool(dv.start[e] < 0)
+        allocs.append({"id": e, "addr": int(dv.addr[e]), "size": sz, "stream": int(dv.stream[e]),
+                       "stackId": int(dv.stack[e]),
+                       "allocIndex": None if pre else int(dv.start[e]),
+                       "freeIndex": None if dv.end[e] >= n else int(dv.end[e]),
+                       "preexisting": pre,
+                       "polygon": {"x": xs(gx), "y0": y0.tolist(), "y1": (y0 + sz).tolist()}})
+    tot = dv.total[grid]
+    keep = _steps(grid, drawn, tot)
+    pk = int(np.argmax(dv.total[ws:we])) + ws
+    return {
+        "device": dv.device, "x": x, "totalEvents": n,
+        "window": {"start": ws, "end": we}, "windowX": [xs(np.array([ws]))[0], xs(np.array([we - 1]))[0]],
+        "allocations": allocs, "allocationsInWindow": len(inwin), "drawn": len(allocs),
+        "others": {"x": xs(grid[keep]), "y0": drawn[keep].tolist(), "y1": tot[keep].tolist()},
+        "total": {"x": xs(line), "bytes": dv.total[line].tolist(), "index": line.tolist()},
+        "reserved": {"x": xs(rline), "reservedBytes": dv.reserved[rline].tolist(),
+                     "index": rline.tolist()},
+        "peak": {"bytes": int(dv.total[pk]), "event": pk, "x": xs(np.array([pk]))[0]},
+        "decimated": decimated,
+    }
+
+
+# -- allocator state ---------------------------------------------------------------------
+
+
+def _segments_at(snap: Snapshot, dv: _Dev, event: int | None) -> list[dict]:
+    seg = snap.segments
+    segs = []
+    for r in dv.seg_rows.tolist():
+        p = tuple(int(v) for v in seg.pool_id[r])
+        segs.append({"address": int(seg.address[r]), "size": int(seg.total_size[r]),
+                     "stream": int(seg.stream[r]),
+                     "segmentType": snap.strings[seg.segment_type[r]] or None,
+                     "poolId": None if p == (-1, -1) else list(p),
+                     "expandable": bool(seg.is_expandable[r]), "stackId": int(seg.stack[r])})
+    segs.sort(key=lambda s: s["address"])
+    if event is None:
+        return segs
+    tr = dv.trace
+    names = snap.action_names
+    later = dv.seg_events[dv.seg_events > event][::-1]
+    for i in later.tolist():
+        a = names[tr.action[i]]
+        s = {"address": int(tr.addr[i]), "size": int(tr.size[i]), "stream": int(tr.stream[i]),
+             "segmentType": None, "poolId": None, "expandable": a.endswith("map"),
+             "stackId": int(tr.stack[i])}
+        addrs = [x["address"] for x in segs]
+        if a in ("segment_free", "segment_unmap"):  # undo: the segment existed before
+            j = int(np.searchsorted(addrs, s["address"]))
+            segs.insert(j, s)
+            if a == "segment_unmap":
+                if j + 1 < len(segs):
+                    nx = segs[j + 1]
+                    if s["address"] + s["size"] == nx["address"] and s["stream"] == nx["stream"]:
+                        s["size"] += nx["size"]
+                        s.update({k: nx[k] for k in ("segmentType", "poolId") if s[k] is None})
+                        del segs[j + 1]
+                if j > 0:
+                    pv = segs[j - 1]
+                    if pv["address"] + pv["size"] == s["address"] and pv["stream"] == s["stream"]:
+                        pv["size"] += s["size"]
+                        del segs[j]
+        else:  # segment_alloc / segment_map: undo -> it did not exist before
+            if a == "segment_alloc":
+                for j, x in enumerate(segs):
+                    if x["address"] == s["address"]:
+                        del segs[j]
+                        break
+                continue
+            se = s["address"] + s["size"]
+            for j, x in enumerate(segs):
+                if x["address"] <= s["address"] and se <= x["address"] + x["size"]:
+                    xe = x["address"] + x["size"]
+                    if x["address"] == s["address"]:
+                        x["address"] += s["size"]
+                        x["size"] -= s["size"]
+                        if x["size"] == 0:
+                            del segs[j]
+                    elif xe == se:
+                        x["size"] -= s["size"]
+                    else:
+                        x["size"] = s["address"] - x["address"]
+                        segs.insert(j + 1, dict(x, address=se, size=xe - se))
+                    break
+    return segs
+
+
+def state_at(snap: Snapshot, device, event=None, max_blocks: int = 20000) -> dict:
+    dv = _dev(snap, device)
+    n = dv.n
+    if event is not None:
+        try:
+            event = int(event)
+        except (TypeError, ValueError):
+            raise BadRequest(f"event must be an integer, not {event!r}") from None
+        if not 0 <= event < n:
+            raise BadRequest(f"event {event} is out of range: device {dv.device} has {n} trace "
+                             "entries" + (" (omit event for the final state)" if n == 0 else ""))
+    segs = _segments_at(snap, dv, event)
+    if event is None:
+        live = np.nonzero(dv.end >= n)[0]
+        at = n
+    else:
+        live = dv.live_at(event)
+        at = event
+    live = live[np.argsort(dv.addr[live], kind="stable")]
+    baddr, bsize, breq = dv.addr[live], dv.bsize[live], dv.breq[live]
+    pend = (dv.pending_since[live] != -2) & (dv.pending_since[live] <= at)
+    if event is None:
+        pend = dv.pending_final[live] | (dv.pending_since[live] != -2)
+    sa = np.array([s["address"] for s in segs], np.int64)
+    ss = np.array([s["size"] for s in segs], np.int64)
+    si = np.searchsorted(sa, baddr, side="right") - 1
+    inside = (si >= 0) & (baddr < sa[np.clip(si, 0, None)] + ss[np.clip(si, 0, None)]) if len(sa) else np.zeros(len(baddr), bool)
+    reserved = int(ss.sum())
+    active = int(bsize[inside].sum())
+    ext = reserved - active
+    largest = 0
+    shown = 0
+    omitted = 0
+    inactive_n = 0
+    out = []
+    idx_in = np.nonzero(inside)[0]
+    k = 0
+    for j, s in enumerate(segs):
+        lo = s["address"]
+        hi = lo + s["size"]
+        blocks = []
+        cur = lo
+        while k < len(idx_in) and si[idx_in[k]] == j:
+            b = idx_in[k]
+            e = int(live[b])
+            a = int(baddr[b])
+            if a > cur:
+                largest = max(largest, a - cur)
+                inactive_n += 1
+                blocks.append({"address": cur, "size": a - cur, "requested": 0, "state": "inactive",
+                               "stackId": 0, "allocIndex": None, "freeIndex": None})
+            blocks.append({"address": a, "size": int(bsize[b]), "requested": int(breq[b]),
+                           "state": "active_pending_free" if pend[b] else "active_allocated",
+                           "stackId": int(dv.stack[e]),
+                           "allocIndex": None if dv.start[e] < 0 else int(dv.start[e]),
+                           "freeIndex": None if dv.end[e] >= n else int(dv.end[e])})
+            cur = max(cur, a + int(bsize[b]))
+            k += 1
+        if cur < hi:
+            largest = max(largest, hi - cur)
+            inactive_n += 1
+            blocks.append({"address": cur, "size": hi - cur, "requested": 0, "state": "inactive",
+                           "stackId": 0, "allocIndex": None, "freeIndex": None})
+        room = max(0, max_blocks - shown)
+        if len(blocks) > room:
+            omitted += len(blocks) - room
+            blocks = blocks[:room]
+        shown += len(blocks)
+        out.append(dict(s, blocks=blocks))
+    alloc_bytes = int(bsize[inside & ~pend].sum())
+    return {
+        "device": dv.device, "event": event, "timeUs": _t(dv, event), "totalEvents": n,
+        "segments": out,
+        "totals": {"reservedBytes": reserved, "allocatedBytes": alloc_bytes, "activeBytes": active,
+                   "requestedBytes": int(breq[inside].sum()),
+                   "internalFragmentation": int((bsize[inside] - breq[inside]).sum()),
+                   "externalFragmentation": ext, "largestFreeBlock": largest,
+                   "segments": len(segs), "activeBlocks": int(inside.sum()),
+                   "inactiveBlocks": inactive_n, "orphanBlocks": int((~inside).sum())},
+        "blocksShown": shown, "blocksOmitted": omitted,
+    }
+
+
+# -- stacks ------------------------------------------------------------------------------
+
+
+def _keep_frames(snap: Snapshot) -> np.ndarray:
+    c = _cache(snap)
+    k = c.get("keep")
+    if k is None:
+        s = snap.strings
+        keep = []
+        for fn_i, nm_i in zip(snap.frame_filename.tolist(), snap.frame_name.tolist()):
+            fn, nm = s[fn_i], s[nm_i]
+            ok = not any(o in nm for o in OMIT_FUNCTIONS) and not any(o in fn for o in OMIT_FILENAMES)
+            if fn in ("", "??") and nm in ("", "??"):
+                ok = False
+            keep.append(ok)
+        k = c["keep"] = np.array(keep, bool)
+    return k
+
+
+def _filtered(snap: Snapshot, stack_id: int, python_only: bool = False) -> list[tuple[int, int]]:
+    """[(frame id, repeats)] innermost first, filtered and with repeats collapsed."""
+    keep = _keep_frames(snap)
+    out: list[list[int]] = []
+    for f in snap.stacks[stack_id]:
+        if not keep[f]:
+            continue
+        if python_only and not snap.strings[snap.frame_filename[f]].endswith(".py"):
+            continue
+        if out and out[-1][0] == f:
+            out[-1][1] += 1
+        else:
+            out.append([f, 0])
+    return [(a, b) for a, b in out]
+
+
+def _frame_json(snap: Snapshot, f: int, repeats: int = 0) -> dict:
+    fn, line, nm = snap.frame(f)
+    return {"filename": fn, "line": line, "name": nm, "repeats": repeats}
+
+
+def stack(snap: Snapshot, stack_id, filtered: bool = True) -> dict:
+    try:
+        sid = int(stack_id)
+    except (TypeError, ValueError):
+        raise BadRequest(f"stack id must be an integer, not {stack_id!r}") from None
+    if not 0 <= sid < len(snap.stacks):
+        raise NotFound(f"no stack {sid} (this snapshot has {len(snap.stacks)})", file=snap.path)
+    raw = snap.stacks[sid]
+    if filtered:
+        frames = [_frame_json(snap, f, r) for f, r in _filtered(snap, sid)]
+    else:
+        frames = [_frame_json(snap, f) for f in raw]
+    return {"stackId": sid, "filtered": bool(filtered), "unfilteredCount": len(raw),
+            "frames": frames}
+
+
+def _label(snap: Snapshot, f: int) -> tuple[str, str]:
+    fn, line, nm = snap.frame(f)
+    base = fn.rsplit("/", 1)[-1]
+    short = f"{nm} ({base}:{line})" if base and base != "??" else nm
+    return short, f"{fn}:{line} {nm}"
+
+
+def stacks_at(snap: Snapshot, device, event=None, max_nodes: int = 2000,
+              python_only: bool = False) -> dict:
+    dv = _dev(snap, device)
+    at_peak = event is None
+    if event is None:
+        _, event = dv.peak()
+    else:
+        try:
+            event = int(event)
+        except (TypeError, ValueError):
+            raise BadRequest(f"event must be an integer, not {event!r}") from None
+        if not 0 <= event < dv.n:
+            raise BadRequest(f"event {event} is out of range: device {dv.device} has {dv.n} "
+                             "trace entries")
+    if event is None:  # no trace: the final state
+        live = np.nonzero(dv.end >= dv.n)[0]
+    else:
+        live = dv.live_at(event)
+    if max_nodes < 2:
+        raise BadRequest("max_nodes must be at least 2")
+    by_stack = {}
+    if len(live):
+        st = dv.stack[live]
+        u, inv = np.unique(st, return_inverse=True)
+        sums_i = np.zeros(len(u), np.int64)
+        np.add.at(sums_i, inv, dv.size[live])
+        by_stack = dict(zip(u.tolist(), sums_i.tolist()))
+    # trie: node = (parent, frame key)
+    nodes = {(): {"value": 0, "children": []}}
+    total = 0
+    for sid, b in by_stack.items():
+        total += b
+        fr = [f for f, _ in _filtered(snap, sid, python_only)][::-1]  # outermost first
+        path: tuple = ()
+        nodes[()]["value"] += b
+        if not fr:
+            fr = [-1]
+        for f in fr:
+            child = path + (f,)
+            nd = nodes.get(child)
+            if nd is None:
+                nd = nodes[child] = {"value": 0, "children": []}
+                nodes[path]["children"].append(child)
+            nd["value"] += b
+            path = child
+    order = sorted(nodes, key=lambda p: (-nodes[p]["value"], len(p)))
+    kept = set(order[:max_nodes - 1]) if len(order) > max_nodes else set(order)
+    ids, labels, parents, values, hover = [], [], [], [], []
+    nid: dict = {}
+    n_other = 0
+    for p in sorted(kept, key=lambda p: (len(p), -nodes[p]["value"])):
+        k = nid[p] = "root" if not p else f"n{len(nid)}"
+        ids.append(k)
+        values.append(nodes[p]["value"])
+        parents.append("" if not p else nid[p[:-1]])
+        if not p:
+            labels.append("all live memory")
+            hover.append("all live memory")
+        elif p[-1] == -1:
+            labels.append("<no stack>")
+            hover.append("allocated before recording / no stack recorded")
+        else:
+            s, lg = _label(snap, p[-1])
+            labels.append(s)
+            hover.append(lg)
+    for p in list(nid):
+        ch = nodes[p]["children"]
+        cut = [c for c in ch if c not in kept]
+        if cut:
+            rest = sum(nodes[c]["value"] for c in cut)
+            n_other += 1
+            ids.append(f"o{n_other}")
+            labels.append("other")
+            hover.append(f"{len(cut)} frames cut by the node limit")
+            parents.append(nid[p])
+            values.append(rest)
+    return {"device": dv.device, "event": event, "timeUs": _t(dv, event), "totalBytes": total,
+            "atPeak": at_peak, "ids": ids, "labels": labels, "parents": parents,
+            "values": values, "hover": hover, "nodes": len(ids),
+            "nodesOmitted": len(nodes) - len(kept)}
+
+
+# -- compare -----------------------------------------------------------------------------
+
+
+def _sites(snap: Snapshot, device: int) -> tuple[dict, int, int]:
+    _check_device(snap, device)
+    blk = snap.blocks
+    seg_dev = snap.segments.device == device
+    active_codes = [snap.state_names.index(s) for s in _ACTIVE_STATES if s in snap.state_names]
+    rows = np.nonzero(seg_dev[blk.segment] & np.isin(blk.state, active_codes))[0] if len(blk) else np.zeros(0, np.int64)
+    out: dict = {}
+    per_stack: dict = {}
+    for sid, sz in zip(blk.stack[rows].tolist(), blk.size[rows].tolist()):
+        e = per_stack.setdefault(sid, [0, 0])
+        e[0] += sz
+        e[1] += 1
+    for sid, (b, c) in per_stack.items():
+        key = tuple(snap.frame(f) for f, _ in _filtered(snap, sid))
+        e = out.setdefault(key, {"bytes": 0, "count": 0, "stack": sid})
+        e["bytes"] += b
+        e["count"] += c
+    return out, int(blk.size[rows].sum()), len(rows)
+
+
+def compare(a: Snapshot, b: Snapshot, device_a, device_b, max_sites: int = 500) -> dict:
+    da = _check_device(a, device_a)
+    db = _check_device(b, device_b)
+    sa, bytes_a, n_a = _sites(a, da)
+    sb, bytes_b, n_b = _sites(b, db)
+    summ = {"onlyA": {"sites": 0, "blocks": 0, "bytes": 0}, "onlyB": {"sites": 0, "blocks": 0, "bytes": 0},
+            "both": {"sites": 0, "blocksA": 0, "bytesA": 0, "blocksB": 0, "bytesB": 0},
+            "deltaBytes": bytes_b - bytes_a}
+    rows = []
+    for key in sa.keys() | sb.keys():
+        x, y = sa.get(key), sb.get(key)
+        where = "both" if x and y else ("onlyA" if x else "onlyB")
+        ba, ca = (x["bytes"], x["count"]) if x else (0, 0)
+        bb, cb = (y["bytes"], y["count"]) if y else (0, 0)
+        if where == "both":
+            s = summ["both"]
+            s["sites"] += 1
+            s["blocksA"] += ca
+            s["bytesA"] += ba
+            s["blocksB"] += cb
+            s["bytesB"] += bb
+        else:
+            s = summ[where]
+            s["sites"] += 1
+            s["blocks"] += ca + cb
+            s["bytes"] += ba + bb
+        if ba == bb and ca == cb:
+            continue
+        site = None
+        if key:
+            py = [f for f in key if f[0].endswith(".py")]
+            fn, line, nm = py[0] if py else key[0]
+            site = {"filename": fn, "line": line, "name": nm}
+        rows.append({"site": site, "stackIdA": x["stack"] if x else None,
+                     "stackIdB": y["stack"] if y else None, "in": where,
+                     "bytesA": ba, "countA": ca, "bytesB": bb, "countB": cb,
+                     "deltaBytes": bb - ba, "deltaCount": cb - ca})
+    rows.sort(key=lambda r: (-abs(r["deltaBytes"]), -abs(r["deltaCount"])))
+    omitted = max(0, len(rows) - max_sites)
+
+    def segset(s: Snapshot, d: int) -> set:
+        m = s.segments.device == d
+        return set(zip(s.segments.address[m].tolist(), s.segments.total_size[m].tolist()))
+
+    ga, gb = segset(a, da), segset(b, db)
+    oa, ob = sorted(ga - gb), sorted(gb - ga)
+    return {
+        "a": {"path": a.path, "device": da, "liveBytes": bytes_a, "liveBlocks": n_a},
+        "b": {"path": b.path, "device": db, "liveBytes": bytes_b, "liveBlocks": n_b},
+        "summary": summ, "sites": rows[:max_sites], "sitesOmitted": omitted,
+        "segments": {"onlyA": [{"address": x, "size": y} for x, y in oa[:1000]],
+                     "onlyB": [{"address": x, "size": y} for x, y in ob[:1000]],
+                     "onlyACount": len(oa), "onlyBCount": len(ob),
+                     "onlyABytes": sum(y for _, y in oa), "onlyBBytes": sum(y for _, y in ob),
+                     "common": len(ga & gb)},
+    }

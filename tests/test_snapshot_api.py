@@ -1,0 +1,83 @@
+"""PyTorch memory snapshot runs through the API: devices as hosts, the views, safety."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import shutil
+
+import pytest
+
+FIXTURE = "Wedsonlin_assignment2-systems/medium_128_{}_memory_snapshot.pickle"
+
+
+@pytest.fixture
+def snapshot_client(make_client, tmp_path, shared_fixtures):
+    logdir = tmp_path / "logs"
+    logdir.mkdir()
+    for name in ("training", "inference"):
+        shutil.copy(shared_fixtures / "torch_snapshots" / FIXTURE.format(name), logdir / f"{name}.pickle")
+    return make_client(logdir), logdir
+
+
+def _view(client, view, run="training.pickle", **params):
+    return client.get(f"/api/snapshot/{view}", params={"run": run, **params})
+
+
+def test_devices_are_the_hosts(snapshot_client):
+    client, _ = snapshot_client
+    assert client.get("/data/plugin/profile/hosts", params={"run": "training.pickle"}).json() == [{"hostname": "cuda:0"}]
+    assert client.get("/api/run", params={"run": "training.pickle"}).json()["hosts"] == ["cuda:0"]
+
+
+def test_views_agree_with_each_other(snapshot_client):
+    """The training fixture's peak of requested bytes is 7,013,335,044 (fixture README)."""
+    client, _ = snapshot_client
+    summary = _view(client, "overview").json()["summary"]
+    assert summary["peak"]["bytes"] == 7_013_335_044
+    final = _view(client, "state").json()  # no event: the final state
+    assert final["totalEvents"] == summary["traceEntries"]
+    assert final["totals"]["activeBytes"] == summary["finalActiveBytes"]
+    timeline = _view(client, "timeline").json()
+    assert max(timeline["total"]["bytes"]) == summary["peak"]["bytes"]
+    stacks = _view(client, "stacks").json()
+    assert stacks["ids"] and len(stacks["ids"]) == len(stacks["parents"]) == len(stacks["values"])
+    assert _view(client, "stack", stack=1).json()["frames"]
+    diff = _view(client, "compare", other="inference.pickle").json()
+    assert diff["summary"]["onlyA"]["bytes"] > 0 and diff["sites"]
+    same = _view(client, "compare", other="training.pickle").json()
+    assert same["sites"] == [] and same["summary"]["deltaBytes"] == 0
+
+
+@pytest.mark.parametrize(
+    "view, params, status",
+    [("nope", {}, 404), ("state", {"event": "99999999"}, 400), ("state", {"event": "x"}, 400),
+     ("timeline", {"host": "cuda:7"}, 404), ("compare", {"other": "nope.pickle"}, 404)],
+)
+def test_bad_view_requests(snapshot_client, view, params, status):
+    client, _ = snapshot_client
+    res = _view(client, view, **params)
+    assert res.status_code == status and res.json()["ok"] is False
+
+
+class _Evil:
+    def __reduce__(self):
+        return (os.system, ("touch /tmp/profscope-pwned-by-snapshot",))
+
+
+def test_a_pickle_that_asks_for_a_global_is_refused_and_nothing_runs(make_client, tmp_path):
+    marker = "/tmp/profscope-pwned-by-snapshot"
+    if os.path.exists(marker):
+        os.unlink(marker)
+    logdir = tmp_path / "logs"
+    logdir.mkdir()
+    (logdir / "evil.pickle").write_bytes(pickle.dumps({"segments": [], "device_traces": [[_Evil()]]}))
+    (logdir / "cut.pickle").write_bytes(pickle.dumps({"segments": [], "device_traces": [[]]})[:-5])
+    client = make_client(logdir)
+    res = _view(client, "overview", run="evil.pickle")
+    assert res.status_code == 422 and "refused" in res.json()["error"] and res.json()["file"].endswith("evil.pickle")
+    assert not os.path.exists(marker)
+    res = _view(client, "overview", run="cut.pickle")
+    assert res.status_code == 422 and res.json()["file"].endswith("cut.pickle")
+    # Other runs in the same log directory are undisturbed.
+    assert client.get("/data/plugin/profile/runs").status_code == 200
