@@ -28,6 +28,10 @@ def test_devices_are_the_hosts(snapshot_client):
     client, _ = snapshot_client
     assert client.get("/data/plugin/profile/hosts", params={"run": "training.pickle"}).json() == [{"hostname": "cuda:0"}]
     assert client.get("/api/run", params={"run": "training.pickle"}).json()["hosts"] == ["cuda:0"]
+    # The memory profile of a snapshot run is its overview, through XProf's data API too.
+    assert client.get("/data/plugin/profile/run_tools", params={"run": "training.pickle"}).json() == ["memory_profile"]
+    data = client.get("/data/plugin/profile/data", params={"run": "training.pickle", "tag": "memory_profile", "host": "cuda:0"})
+    assert data.json() == _view(client, "overview").json()
 
 
 def test_views_agree_with_each_other(snapshot_client):

@@ -22,8 +22,8 @@ from profscope.tools.registry import Tool
 MODULE_LIST_VERSION = 1
 SNAPSHOT_VERSION = 1
 SNAPSHOTS_IN_MEMORY = 2
-# The snapshot's page is still to come, so the memory_profile tool is not offered for
-# snapshot runs yet; these views are served under /api/snapshot/<view>.
+# The views of a snapshot beyond its overview (which is also the memory_profile tool's
+# data), served under /api/snapshot/<view>.
 SNAPSHOT_VIEWS = ("overview", "timeline", "state", "stack", "stacks", "compare")
 
 
@@ -43,6 +43,7 @@ class Workspace:
             ("memory_viewer", RunKind.XLA_DUMP): self.memory_viewer,
             ("memory_profile", RunKind.PROFILE): self.xplane_memory_profile,
             ("memory_profile", RunKind.CHROME_TRACE): self.torch_memory_profile,
+            ("memory_profile", RunKind.TORCH_SNAPSHOT): self.snapshot_overview,
         }
         # Loaded snapshot models (columns, ~0.6x the file), the last few kept in memory:
         # every view of a snapshot (timeline windows, states, stacks) reads one.
@@ -299,6 +300,10 @@ class Workspace:
         if host not in hosts:
             raise NotFound(f"run {run.name!r} has no device {host!r}; devices: {', '.join(hosts)}")
         return int(host.split(":", 1)[1])
+
+    def snapshot_overview(self, run: Run, params: dict, progress) -> dict:
+        device = self.snapshot_device(run, params.get("host"))
+        return torch_snapshot.overview(self.snapshot(run, progress), device)
 
     def snapshot_view(self, run: Run, view: str, params: dict) -> bytes:
         """One of the snapshot views (timeline window, state at an event, stacks, one

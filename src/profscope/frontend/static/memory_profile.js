@@ -34,7 +34,8 @@
 
   // -- entry point ---------------------------------------------------------------------
 
-  async function renderMemoryProfile(view, state, run) {
+  async function renderMemoryProfile(view, state, run, details) {
+    if (run.kind === "torch_snapshot" && window.SNAPSHOT_VIEW) { leave(); return window.SNAPSHOT_VIEW(view, state, run, details); }
     const key = viewKey(state, run);
     if (current && current.key === key && view.contains(current.root)) return update(current, state);
     leave();

@@ -1,0 +1,162 @@
+"""The PyTorch memory snapshot page end to end: the real server, Debian's Chromium driven
+by Playwright, network cut, no mocks.
+
+Input: the real training and inference snapshots of ``shared/fixtures/torch_snapshots/
+Wedsonlin_assignment2-systems`` (copied into a temporary log directory). Checks: the
+overview's peak is the API's; hovering an allocation polygon shows its card and, after the
+on-demand stack fetch, its frames; clicking selects the event (``t=`` in the URL) and the
+allocator state panel shows it; prev/next step; the copied URL reopens the same event in a
+fresh browser; compare with the inference snapshot shows the training-only bytes.
+Screenshots go to test-artifacts/."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from urllib.parse import parse_qs, quote, urlencode, urlparse
+from urllib.request import urlopen
+
+import pytest
+
+from tests.conftest import ARTIFACTS, profscope_server
+
+pytestmark = pytest.mark.browser
+
+FIXTURES = "torch_snapshots/Wedsonlin_assignment2-systems"
+TRAIN = "medium_128_training_memory_snapshot.pickle"
+INFER = "medium_128_inference_memory_snapshot.pickle"
+
+
+@pytest.fixture(scope="module")
+def snap_server(tmp_path_factory, shared_fixtures):
+    root = tmp_path_factory.mktemp("snaplog")
+    for name in (TRAIN, INFER):
+        shutil.copy(shared_fixtures / FIXTURES / name, root / name)
+    with profscope_server("serve", str(root), "--port", "0", "--cache-dir", str(tmp_path_factory.mktemp("cache"))) as (url, _):
+        yield url
+
+
+def _api(server: str, view: str, **params):
+    with urlopen(f"{server.rstrip('/')}/api/snapshot/{view}?{urlencode(params)}", timeout=120) as res:
+        return json.loads(res.read())
+
+
+def _view_url(server: str, **state) -> str:
+    return f"{server}?{urlencode(state, quote_via=quote)}"
+
+
+def _open(page, url):
+    page.goto(url)
+    page.wait_for_selector("#ts-overview")
+    page.wait_for_selector("#ts-timeline .main-svg")
+    page.wait_for_selector("#ts-state[data-event]")
+
+
+def _polygon_point(page, index: int) -> tuple[float, float]:
+    """Screen position inside drawn allocation ``index`` (middle of its widest step)."""
+    page.locator("#ts-timeline").scroll_into_view_if_needed()
+    return tuple(page.evaluate("""(k) => {
+        const gd = document.getElementById('ts-timeline');
+        const tr = gd.data[k], fl = gd._fullLayout, box = gd.querySelector('.nsewdrag').getBoundingClientRect();
+        // the upper edge runs first: pairs (x[i], y1) (x[i+1], y1); pick the widest step
+        let best = 0, bi = 0;
+        for (let i = 0; i + 1 < tr.x.length / 2; i++) { const w = tr.x[i + 1] - tr.x[i]; if (w > best && tr.y[i] === tr.y[i + 1]) { best = w; bi = i; } }
+        const x = (tr.x[bi] + tr.x[bi + 1]) / 2;
+        const top = tr.y[bi];
+        const m = tr.x.length - 1 - bi; // the matching lower edge point
+        const bottom = tr.y[m];
+        const y = (top + bottom) / 2;
+        return [box.left + fl.xaxis.l2p(x), box.top + fl.yaxis.l2p(y)];
+    }""", index))
+
+
+def test_snapshot_page(open_page, browser, snap_server):
+    ARTIFACTS.mkdir(exist_ok=True)
+    ov = _api(snap_server, "overview", run=TRAIN, host="cuda:0")
+    peak = ov["summary"]["peak"]
+    assert peak["bytes"] == 7_013_335_044
+
+    page = open_page(snap_server)
+    _open(page, _view_url(snap_server, run=TRAIN, tool="memory_profile", host="cuda:0"))
+
+    # Overview: the peak exactly as the JSON says, formatted by the page's fmtBytes.
+    assert int(page.get_attribute("#ts-peak", "data-bytes")) == peak["bytes"]
+    assert page.inner_text("#ts-peak") == page.evaluate("b => fmtBytes(b)", peak["bytes"])
+    assert "7,013,335,044 bytes" in page.inner_text("#ts-overview")
+    assert f"event {peak['event']:,}" in page.inner_text("#ts-overview")
+    # No t yet: the state panel shows the peak event.
+    assert int(page.get_attribute("#ts-state", "data-event")) == peak["event"]
+    assert "(the peak)" in page.inner_text("#ts-state-title")
+    page.wait_for_selector("#ts-icicle .main-svg")
+
+    # Hover a drawn allocation (one that has a stack): a card, then its frames. Polygons
+    # are a few pixels tall at this scale, so check the card against whichever it shows.
+    tl = _api(snap_server, "timeline", run=TRAIN, host="cuda:0", x="index")
+    by_id = {a["id"]: a for a in tl["allocations"]}
+    k = max((i for i, a in enumerate(tl["allocations"]) if not a["preexisting"]),
+            key=lambda i: (tl["allocations"][i]["size"], len(tl["allocations"][i]["polygon"]["x"])))
+    x, y = _polygon_point(page, k)
+    page.mouse.move(x, y)
+    page.wait_for_selector("#ts-card[data-alloc]")
+    alloc = by_id[int(page.get_attribute("#ts-card", "data-alloc"))]
+    assert abs(alloc["id"] - tl["allocations"][k]["id"]) < 50  # the one under the mouse or a neighbour
+    assert page.inner_text("#ts-card-size").startswith(page.evaluate("b => fmtBytes(b)", alloc["size"]))
+    assert hex(alloc["addr"]) in page.inner_text("#ts-card")
+    page.wait_for_selector("#ts-card-frames[data-loaded]")
+    stack = _api(snap_server, "stack", run=TRAIN, host="cuda:0", stack=alloc["stackId"])
+    assert stack["frames"], "the hovered allocation has a recorded stack"
+    assert stack["frames"][0]["name"] in page.inner_text("#ts-card-frames")
+    assert page.locator("#ts-card-frames .ts-frame").count() == len(stack["frames"])
+
+    # Click: the event under the mouse goes into the URL and the state panel follows.
+    page.mouse.click(x, y)
+    page.wait_for_function("new URLSearchParams(location.search).get('t') !== null")
+    t = int(parse_qs(urlparse(page.url).query)["t"][0])
+    assert alloc["polygon"]["x"][0] <= t <= alloc["polygon"]["x"][-1] + 1
+    page.wait_for_selector(f"#ts-state[data-event='{t}']")
+    st = _api(snap_server, "state", run=TRAIN, host="cuda:0", event=t)
+    assert f"{st['totals']['largestFreeBlock']:,} B" in page.inner_text("#ts-state-totals")
+    page.screenshot(path=str(ARTIFACTS / "snapshot_selected.png"), full_page=True)
+
+    # Step forward with "next": t + 1, then back.
+    page.click("#ts-next")
+    page.wait_for_selector(f"#ts-state[data-event='{t + 1}']")
+    assert parse_qs(urlparse(page.url).query)["t"] == [str(t + 1)]
+    page.click("#ts-prev")
+    page.wait_for_selector(f"#ts-state[data-event='{t}']")
+
+    # A copied URL reopens on the same event in a fresh browser context.
+    url = page.url
+    ctx2 = browser.new_context(viewport={"width": 1400, "height": 900})
+    try:
+        page2 = ctx2.new_page()
+        errors = []
+        page2.on("pageerror", lambda e: errors.append(str(e)))
+        _open(page2, url)
+        page2.wait_for_selector(f"#ts-state[data-event='{t}']")
+        assert page2.input_value("#ts-event") == str(t)
+        assert not errors
+    finally:
+        ctx2.close()
+
+    # Compare with the inference snapshot: the training-only bytes, sites sorted by |delta|.
+    cmp = _api(snap_server, "compare", run=TRAIN, host="cuda:0", other=INFER)
+    page.select_option("#ts-compare-pick", INFER)
+    page.wait_for_selector("#ts-only-a")
+    assert int(page.get_attribute("#ts-only-a", "data-bytes")) == cmp["summary"]["onlyA"]["bytes"]
+    assert f"{cmp['summary']['onlyA']['bytes']:,} bytes" in page.inner_text("#ts-row-only-a")
+    rows = page.locator("#ts-sites tbody tr.ts-site")
+    assert rows.count() == len(cmp["sites"])
+    assert f"{cmp['segments']['onlyACount']:,} only in A" in page.inner_text("#ts-segment-diff")
+    page.locator("#ts-compare").scroll_into_view_if_needed()
+    page.screenshot(path=str(ARTIFACTS / "snapshot_compare.png"), full_page=True)
+
+
+def test_snapshot_zoom_requests_a_window(open_page, snap_server):
+    page = open_page(snap_server)
+    _open(page, _view_url(snap_server, run=TRAIN, tool="memory_profile", host="cuda:0", t="100"))
+    assert page.input_value("#ts-event") == "100"
+    with page.expect_request(lambda r: "/api/snapshot/timeline" in r.url and "start=" in r.url):
+        page.evaluate("Plotly.relayout('ts-timeline', {'xaxis.range': [9000, 11000]})")
+    page.wait_for_function("document.getElementById('ts-timeline-note').textContent.startsWith('events 8,9')")
+    page.screenshot(path=str(ARTIFACTS / "snapshot_zoomed.png"), full_page=True)
