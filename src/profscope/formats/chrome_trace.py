@@ -60,6 +60,7 @@ from typing import IO
 import numpy as np
 
 from profscope.errors import BadInput
+from profscope.formats import streams
 
 CHUNK = 1 << 20
 #: Largest single JSON value (one event, or one top-level metadata value) accepted.
@@ -99,35 +100,13 @@ _NEAR_END = 64  # a truncated number/literal fails at most this many characters 
 # -- the byte stream ----------------------------------------------------------------------
 
 
-class _Prefixed(io.RawIOBase):
-    """A read-only stream that first returns ``head``, then the rest of ``raw``."""
-
-    def __init__(self, head: bytes, raw: IO[bytes]):
-        self._head = head
-        self._raw = raw
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, b) -> int:
-        if self._head:
-            n = min(len(b), len(self._head))
-            b[:n] = self._head[:n]
-            self._head = self._head[n:]
-            return n
-        data = self._raw.read(len(b))
-        n = len(data)
-        b[:n] = data
-        return n
-
-
 def _open(raw, path: str) -> IO[bytes]:
     if isinstance(raw, (bytes, bytearray, memoryview)):
         raw = io.BytesIO(bytes(raw))
     head = raw.read(2)
     if not isinstance(head, bytes):
         raise TypeError("chrome_trace needs a binary stream")
-    stream = io.BufferedReader(_Prefixed(head, raw), 1 << 20)
+    stream = streams.buffered(head, raw)
     if head == b"\x1f\x8b":
         return gzip.GzipFile(fileobj=stream, mode="rb")
     return stream

@@ -65,6 +65,7 @@ from typing import IO, Any
 import numpy as np
 
 from profscope.errors import BadInput
+from profscope.formats import streams
 
 #: Trace action codes. Unknown actions get codes from len(ACTIONS) on, named in
 #: ``Snapshot.action_names``.
@@ -325,7 +326,7 @@ def _unpickle_stream(stream: IO[bytes], path: str) -> tuple[Any, int | None]:
     protocol = head[1] if len(head) > 1 else None
     if protocol is not None and not 2 <= protocol <= 5:
         raise BadInput(f"{path}: not a snapshot: unsupported pickle protocol {protocol}", file=path)
-    buffered = io.BufferedReader(_Chain(head, stream), 1 << 20)
+    buffered = streams.buffered(head, stream)
     obj = _load(buffered, path)
     while True:  # what follows STOP (read ahead into the buffer, then the rest)
         rest = buffered.read(1 << 20)
@@ -334,27 +335,6 @@ def _unpickle_stream(stream: IO[bytes], path: str) -> tuple[Any, int | None]:
         if rest.strip(b"\x00"):
             raise BadInput(f"{path}: not a snapshot: data after the pickle's end", file=path)
     return obj, protocol
-
-
-class _Chain(io.RawIOBase):
-    """``head`` then ``stream`` (the unpickler needs read/readline/readinto)."""
-
-    def __init__(self, head: bytes, stream: IO[bytes]):
-        self._head = head
-        self._stream = stream
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, b) -> int:
-        if self._head:
-            n = min(len(b), len(self._head))
-            b[:n] = self._head[:n]
-            self._head = self._head[n:]
-            return n
-        data = self._stream.read(len(b))
-        b[: len(data)] = data
-        return len(data)
 
 
 def _load(f, path: str) -> Any:
