@@ -456,6 +456,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"warning: recording from xprof {version}, not 2.24.2", file=sys.stderr)
 
     sys.path.insert(0, str(REPO / "tests"))
+    sys.path.insert(0, str(REPO / "src"))  # the builder reads varints with profscope.formats.protowire
     from builders.xprof_layout import BASE_MTIME, build_xprof_layout  # noqa: E402
 
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="xprof_golden_"))

@@ -25,6 +25,7 @@ import pytest
 from google.protobuf import unknown_fields
 
 from profscope.formats.protos import hlo_pb2, xplane_pb2
+from profscope.formats.protowire import decode_varint
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 GENERATED_DIR = REPO_ROOT / "src" / "profscope" / "formats" / "protos"
@@ -258,15 +259,6 @@ def test_hand_encoded_wire_bytes() -> None:
 # ---------------------------------------------------------------------------
 
 
-def _varint(buf: bytes, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        byte = buf[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return result, pos
-        shift += 7
 
 
 def _records(buf: bytes) -> list[tuple[int, bytes, bytes]]:
@@ -275,16 +267,16 @@ def _records(buf: bytes) -> list[tuple[int, bytes, bytes]]:
     pos = 0
     while pos < len(buf):
         start = pos
-        key, pos = _varint(buf, pos)
+        key, pos = decode_varint(buf, pos)
         number, wire_type = key >> 3, key & 7
         if wire_type == 0:
-            _, pos = _varint(buf, pos)
+            _, pos = decode_varint(buf, pos)
             payload = buf[start:pos]
         elif wire_type == 1:
             pos += 8
             payload = buf[pos - 8 : pos]
         elif wire_type == 2:
-            length, pos = _varint(buf, pos)
+            length, pos = decode_varint(buf, pos)
             payload = buf[pos : pos + length]
             pos += length
         elif wire_type == 5:

@@ -30,6 +30,8 @@ import os
 import pathlib
 import random
 
+from profscope.formats.protowire import decode_varint
+
 __all__ = [
     "FILES",
     "EMPTY_DIRS",
@@ -92,15 +94,6 @@ def _gzip(data: bytes) -> bytes:
     return gzip.compress(data, compresslevel=9, mtime=0)
 
 
-def _varint(buf: bytes, i: int) -> tuple[int, int]:
-    shift = result = 0
-    while True:
-        b = buf[i]
-        i += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, i
-        shift += 7
 
 
 def _fields(buf: bytes):
@@ -108,14 +101,14 @@ def _fields(buf: bytes):
     i = 0
     while i < len(buf):
         start = i
-        key, i = _varint(buf, i)
+        key, i = decode_varint(buf, i)
         num, wt = key >> 3, key & 7
         if wt == 0:
-            val, i = _varint(buf, i)
+            val, i = decode_varint(buf, i)
         elif wt == 1:
             val, i = buf[i : i + 8], i + 8
         elif wt == 2:
-            n, i = _varint(buf, i)
+            n, i = decode_varint(buf, i)
             val, i = buf[i : i + n], i + n
         elif wt == 5:
             val, i = buf[i : i + 4], i + 4
