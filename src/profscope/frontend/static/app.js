@@ -3,7 +3,7 @@
 // view and back/forward walk through views. Tool pages register in TOOL_VIEWS.
 "use strict";
 
-const PARAMS = ["run", "tool", "host", "module_name", "memory_space", "buffer", "memory_id", "t", "q"];
+const PARAMS = ["run", "tool", "host", "hosts", "module_name", "memory_space", "buffer", "memory_id", "t", "q", "start_ms", "end_ms", "ev"];
 const $ = (sel) => document.querySelector(sel);
 const runDetails = new Map(); // run name -> promise of /api/run
 let catalog = null;
@@ -216,9 +216,10 @@ function onPick(event) {
   const state = readState();
   state[param] = event.target.value;
   // A new run, module or tool starts that view fresh: drop selections made in the old one.
-  if (param === "run") Object.assign(state, { host: "", module_name: "", memory_space: "", buffer: "", memory_id: "", t: "", q: "" });
+  if (param === "run") Object.assign(state, { host: "", hosts: "", module_name: "", memory_space: "", buffer: "", memory_id: "", t: "", q: "", start_ms: "", end_ms: "", ev: "" });
   if (param === "module_name" || param === "memory_space") state.buffer = "";
-  if (param === "tool" || param === "host") Object.assign(state, { memory_id: "", t: "", q: "" });
+  if (param === "tool" || param === "host") Object.assign(state, { memory_id: "", t: "", q: "", start_ms: "", end_ms: "", ev: "" });
+  if (param === "host") state.hosts = ""; // one host picked: the trace viewer's merged hosts end
   go(state);
 }
 
