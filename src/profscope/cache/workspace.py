@@ -16,7 +16,7 @@ from profscope.formats import torch_snapshot as torch_snapshot_format
 from profscope.formats.kinds import FileKind, classify
 from profscope.model.catalog import Run, RunKind, discover
 from profscope.storage import FileInfo, LogDir, safe_relpath
-from profscope.tools import memory_profile, memory_viewer, memory_viewer_text, registry, torch_memory, torch_snapshot
+from profscope.tools import memory_profile, memory_viewer, memory_viewer_text, oom_risk, registry, torch_memory, torch_snapshot
 from profscope.tools.registry import Tool
 
 MODULE_LIST_VERSION = 1
@@ -25,6 +25,9 @@ SNAPSHOTS_IN_MEMORY = 2
 # The views of a snapshot beyond its overview (which is also the memory_profile tool's
 # data), served under /api/snapshot/<view>.
 SNAPSHOT_VIEWS = ("overview", "timeline", "state", "stack", "stacks", "compare")
+# OOM risk of a snapshot: blocks read at the peak, and stacks resolved to frames.
+OOM_MAX_BLOCKS = 500_000
+OOM_MAX_STACKS = 500
 
 
 class Workspace:
@@ -44,6 +47,9 @@ class Workspace:
             ("memory_profile", RunKind.PROFILE): self.xplane_memory_profile,
             ("memory_profile", RunKind.CHROME_TRACE): self.torch_memory_profile,
             ("memory_profile", RunKind.TORCH_SNAPSHOT): self.snapshot_overview,
+            ("oom_risk", RunKind.PROFILE): self.oom_risk,
+            ("oom_risk", RunKind.XLA_DUMP): self.oom_risk,
+            ("oom_risk", RunKind.TORCH_SNAPSHOT): self.oom_risk,
         }
         # Loaded snapshot models (columns, ~0.6x the file), the last few kept in memory:
         # every view of a snapshot (timeline windows, states, stacks) reads one.
@@ -343,6 +349,60 @@ class Workspace:
             return torch_snapshot.compare(snap, other_snap, device, other_device)
 
         return self.cache.get_or_compute(key, f"snapshot {view} of {run.name}", compute)
+
+    # -- OOM risk ------------------------------------------------------------------------
+
+    def oom_risk(self, run: Run, params: dict, progress) -> dict:
+        """Peak vs capacity with contributors and findings (tools/oom_risk.py), from the
+        memory viewer of one module (``module_name``, default the highest peak), the
+        run's module peaks, the allocator events of an xplane and a snapshot's peak."""
+        # Parameters first: a bad capacity is a 400 before any file is read.
+        requested = oom_risk.parse_capacity(params.get("capacity_bytes"), params.get("device_memory"))
+        thresholds = oom_risk.parse_thresholds(params.get("threshold_medium"), params.get("threshold_high"))
+        host = params.get("host")
+        compiled = allocator = snap_ev = None
+        modules: list[dict] = []
+        if run.kind is RunKind.TORCH_SNAPSHOT:
+            snap_ev = self._oom_snapshot_evidence(run, host, progress)
+        else:
+            progress.update(0.0, "ranking the modules by peak")
+            modules = self.module_peaks(run) if run.kind is RunKind.PROFILE or run.kind is RunKind.XLA_DUMP else []
+            name = params.get("module_name")
+            if not name:
+                # The highest peak among modules with a schedule (heap events): a module
+                # without one (jit_stage, broadcast_in_dim) is a single copy or fill.
+                ranked = [m["moduleName"] for m in modules if not m.get("error") and m.get("heapEvents")]
+                ranked += [m["moduleName"] for m in modules if not m.get("error") and not m.get("heapEvents")]
+                name = ranked[0] if ranked else (self.modules(run) or [None])[0]
+            if name:
+                mv = self.memory_viewer(run, {"module_name": name, "host": host}, progress)
+                compiled = oom_risk.compiled_evidence(mv, name)
+            if run.kind is RunKind.PROFILE and run.hosts:
+                progress.update(0.6, "reading allocator events")
+                mp = self.xplane_memory_profile(run, {"host": host}, progress)
+                allocator = oom_risk.allocator_evidence(mp, params.get("memory_id"))
+            if compiled is None and allocator is None:
+                raise NotFound(f"run {run.name!r} has neither HLO modules nor allocator events to assess")
+        return oom_risk.assess(compiled=compiled, allocator=allocator, snapshot=snap_ev, modules=modules,
+                               requested=requested, device_name=params.get("device"), thresholds=thresholds)
+
+    def _oom_snapshot_evidence(self, run: Run, host: str | None, progress) -> dict:
+        snap = self.snapshot(run, progress)
+        device = self.snapshot_device(run, host)
+        ov = torch_snapshot.overview(snap, device)
+        event = (ov["summary"].get("peak") or {}).get("event")
+        state = torch_snapshot.state_at(snap, device, event, max_blocks=OOM_MAX_BLOCKS)
+        groups: dict[int, dict] = {}
+        for seg in state["segments"]:
+            for b in seg["blocks"]:
+                if b["state"].startswith("active"):
+                    g = groups.setdefault(b["stackId"], {"stackId": b["stackId"], "bytes": 0, "count": 0})
+                    g["bytes"] += b["size"]
+                    g["count"] += 1
+        ranked = sorted(groups.values(), key=lambda g: -g["bytes"])
+        for g in ranked[:OOM_MAX_STACKS]:  # frames for the largest stacks; the rest stay "unknown"
+            g["frames"] = torch_snapshot.stack(snap, g["stackId"])["frames"] if g["stackId"] >= 0 else []
+        return oom_risk.snapshot_evidence(ov, state["totals"], ranked, f"cuda:{device}")
 
     # -- tool data -----------------------------------------------------------------------
 

@@ -31,7 +31,9 @@ ALL_HOSTS_SUPPORTED = frozenset(
 )
 # The data parameters a tool's result depends on (XProf's names; ``view`` is ours: the
 # browser's decimated copy of a large result).
-TOOL_PARAMS = ("host", "module_name", "memory_space", "view")
+# oom_risk's: capacity_bytes / device_memory / device (capacity), threshold_medium / _high.
+TOOL_PARAMS = ("host", "module_name", "memory_space", "view",
+               "capacity_bytes", "device_memory", "device", "threshold_medium", "threshold_high")
 
 # What XProf's module_list says for a profile without any HLO module.
 NO_MODULE = "NO_MODULE"

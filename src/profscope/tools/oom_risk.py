@@ -1,0 +1,750 @@
+"""OOM risk: will it fit, and if not, what to cut. An open, rule-based answer.
+
+Inputs are the payloads of the other tools, never files: the memory viewer of one module
+(:mod:`profscope.tools.memory_viewer`, the compiler's plan), the per-module summaries
+(``Workspace.module_peaks``), the memory profile of allocator events
+(:mod:`profscope.tools.memory_profile`, what the allocator really did) and a PyTorch
+snapshot's overview plus its live blocks at the peak grouped by stack
+(:mod:`profscope.tools.torch_snapshot`). :func:`assess` combines whichever are given.
+
+The model (``docs/oom_risk.md`` is the long form; every rule there is a rule here):
+
+Capacity, first source that applies wins, and the answer says which (``capacitySource``):
+``request`` (``capacity_bytes=`` / ``device_memory=`` / ``--device-memory``), ``allocator``
+(memory profile: ``profileSummary.memoryCapacity`` = stack + heap + free bytes of the
+allocator, XProf's ``memory_profile.proto``), ``oom_event`` (PyTorch ``oom`` trace entry:
+``device_free`` + the bytes reserved by the caching allocator at that event: a lower bound
+of the device's memory that this process could have had), ``device_table`` (a known
+device name, :data:`DEVICES`). Otherwise the capacity is unknown and so is the tier
+(``risk`` ``UNKNOWN``) unless an OOM was observed.
+
+Usage (``peakBytes``): the largest of the compiled peak of the chosen module (memory viewer
+``peakBytes``: heap-simulated peak + arguments, outputs and constants), the allocator's
+peak (stack + heap at its peak; XProf's lifetime peak if larger) and a snapshot's peak
+(max of the active-bytes timeline and the reserved bytes at that event and at the end).
+
+Tiers (``thresholds`` come with every answer): ``OOM`` when an OOM event was recorded or
+the peak exceeds the capacity; else ``HIGH`` when utilization >= high (0.90); ``MEDIUM``
+when >= medium (0.70); else ``LOW``. Utilization = peak / capacity.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+from profscope.errors import BadRequest
+
+__all__ = ["TIERS", "DEFAULT_THRESHOLDS", "DEVICES", "CATEGORIES", "parse_capacity", "parse_size",
+           "device_capacity", "parse_thresholds", "tier_of", "compiled_evidence", "allocator_evidence",
+           "snapshot_evidence", "classify_frames", "assess"]
+
+TIERS = ("LOW", "MEDIUM", "HIGH", "OOM")
+DEFAULT_THRESHOLDS = {"medium": 0.70, "high": 0.90}
+MIB = 1 << 20
+GIB = 1 << 30
+
+# Finding thresholds (each finding carries the number it compared and the limit).
+ACTIVATION_SHARE = 0.50  # activations at the peak / peak
+PADDING_SHARE = 0.10  # compiler padding / peak
+FRAGMENTATION_SHARE = 0.20  # see fragmentation()
+UNDONATED_SHARE = 0.05  # undonated argument bytes with a same-shaped output / peak
+OTHER_MODULE_MARGIN = 0.10  # a non-training module's peak above the training step's by 10 %
+LONG_LIVED = 0.50  # share of a module's heap events a buffer without metadata must span
+MAX_ROWS = 50  # rows kept per contributor category (the rest are summed in "others")
+
+# Contributor categories, in display order.
+CATEGORIES = {
+    "parameters": "Parameters / weights",
+    "optimizer_state": "Optimizer state",
+    "gradients": "Gradients (backward pass)",
+    "activations": "Activations",
+    "inputs": "Inputs (batch)",
+    "outputs": "Outputs",
+    "temporaries": "Temporaries",
+    "constants": "Constants",
+    "small": "Small buffers (< 16 KiB, merged)",
+    "allocator_reserve": "Reserved, not allocated",
+    "unknown": "Unknown (no stack / metadata)",
+}
+
+# Nominal memory of common accelerators (vendor data sheets). What a program can use is
+# less: runtimes reserve some. Matched on the device name, see device_capacity().
+DEVICES = (
+    # (family regex on the normalised name, {size tag: bytes}, default tag, label)
+    (r"h200", {"141gb": 141 * 10**9}, "141gb", "NVIDIA H200 141 GB"),
+    (r"h100", {"80gb": 80 * GIB, "94gb": 94 * GIB, "96gb": 96 * GIB}, "80gb", "NVIDIA H100"),
+    (r"gh200", {"96gb": 96 * GIB, "144gb": 144 * GIB}, "96gb", "NVIDIA GH200"),
+    (r"a100", {"40gb": 40 * GIB, "80gb": 80 * GIB}, "40gb", "NVIDIA A100"),
+    (r"a10g", {"24gb": 24 * GIB}, "24gb", "NVIDIA A10G"),
+    (r"l40s?", {"48gb": 48 * GIB}, "48gb", "NVIDIA L40/L40S"),
+    (r"l4(?!0)", {"24gb": 24 * GIB}, "24gb", "NVIDIA L4"),
+    (r"v100", {"16gb": 16 * GIB, "32gb": 32 * GIB}, "16gb", "NVIDIA V100"),
+    (r"t4", {"16gb": 16 * GIB}, "16gb", "NVIDIA T4"),
+    (r"rtx4090|4090", {"24gb": 24 * GIB}, "24gb", "NVIDIA RTX 4090"),
+    (r"rtx3090|3090", {"24gb": 24 * GIB}, "24gb", "NVIDIA RTX 3090"),
+    (r"mi300x", {"192gb": 192 * GIB}, "192gb", "AMD MI300X"),
+    (r"mi250", {"128gb": 128 * GIB}, "128gb", "AMD MI250"),
+    # TPUs: HBM per chip.
+    (r"tpuv5p|v5p", {"95gb": 95 * GIB}, "95gb", "TPU v5p (95 GiB HBM per chip)"),
+    (r"tpuv5e|tpuv5lite|v5e|v5litepod|v5lite", {"16gb": 16 * GIB}, "16gb", "TPU v5e (16 GiB HBM per chip)"),
+    (r"tpuv6e|v6e|trillium", {"32gb": 32 * GIB}, "32gb", "TPU v6e / Trillium (32 GiB HBM per chip)"),
+    (r"tpuv4|v4", {"32gb": 32 * GIB}, "32gb", "TPU v4 (32 GiB HBM per chip)"),
+    (r"tpuv3|v3", {"32gb": 32 * GIB}, "32gb", "TPU v3 (32 GiB HBM per chip)"),
+    (r"tpuv2|v2", {"16gb": 16 * GIB}, "16gb", "TPU v2 (16 GiB HBM per chip)"),
+)
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?(?:e\d+)?)\s*([kmgtp]?i?b?)\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 1 << 10, "m": 10**6, "mb": 10**6, "mib": 1 << 20,
+          "g": 10**9, "gb": 10**9, "gib": 1 << 30, "t": 10**12, "tb": 10**12, "tib": 1 << 40,
+          "p": 10**15, "pb": 10**15, "pib": 1 << 50}
+
+
+# ---------------------------------------------------------------------------
+# Capacity
+# ---------------------------------------------------------------------------
+
+
+def parse_size(text: str) -> int | None:
+    """``"80GiB"`` -> 85899345920, ``"80GB"`` -> 80e9, ``"1234"`` -> 1234 bytes; None if
+    the text is not a size. Decimal units are powers of 1000, binary (``GiB``) of 1024."""
+    m = _SIZE.match(text or "")
+    if not m:
+        return None
+    unit = m.group(2).lower()
+    if unit not in _UNITS:
+        return None
+    return int(float(m.group(1)) * _UNITS[unit])
+
+
+def device_capacity(name: str) -> tuple[int, str] | None:
+    """Nominal memory of a device named like ``H100``, ``NVIDIA A100-SXM4-80GB``,
+    ``TPU v5e``; None when no entry matches. A size in the name (``80GB``) picks the
+    variant; without one the table's default variant is used (and named in the label)."""
+    norm = re.sub(r"[^a-z0-9]", "", (name or "").lower())
+    if not norm:
+        return None
+    for family, sizes, default, label in DEVICES:
+        if re.search(family, norm):
+            tag = next((t for t in sizes if t in norm), default)
+            return sizes[tag], f"{label} {tag[:-2]} GB" if len(sizes) > 1 else label
+    return None
+
+
+def known_devices() -> str:
+    return ", ".join(sorted({label.split(" (")[0] for *_, label in DEVICES}))
+
+
+def parse_capacity(capacity_bytes: str | int | None = None, device_memory: str | None = None) -> dict | None:
+    """The requested capacity: ``{"bytes", "source": "request", "detail"}``, or None when
+    neither is given. Raises BadRequest (the parameter named) for 0, negative or garbage."""
+    if capacity_bytes not in (None, ""):
+        text = str(capacity_bytes).strip()
+        try:
+            value = int(text)
+        except ValueError:
+            raise BadRequest(f"parameter 'capacity_bytes' must be a positive integer (bytes), not {text!r}") from None
+        if value <= 0:
+            raise BadRequest(f"parameter 'capacity_bytes' must be a positive integer (bytes), not {text!r}")
+        return {"bytes": value, "source": "request", "detail": f"capacity_bytes={value}"}
+    if device_memory not in (None, ""):
+        text = str(device_memory).strip()
+        size = parse_size(text)
+        if size is not None:
+            if size <= 0:
+                raise BadRequest(f"device memory must be positive, not {text!r}")
+            return {"bytes": size, "source": "request", "detail": f"device memory {text}"}
+        dev = device_capacity(text)
+        if dev is None:
+            raise BadRequest(
+                f"unknown device memory {text!r}: give a size (80GiB, 40GB, 17179869184) "
+                f"or a known device ({known_devices()})"
+            )
+        return {"bytes": dev[0], "source": "device_table", "detail": f"{dev[1]} (nominal; named {text!r})"}
+    return None
+
+
+def parse_thresholds(medium: str | float | None = None, high: str | float | None = None) -> dict:
+    out = dict(DEFAULT_THRESHOLDS)
+    for name, value in (("medium", medium), ("high", high)):
+        if value in (None, ""):
+            continue
+        try:
+            v = float(value)
+        except (TypeError, ValueError):
+            raise BadRequest(f"threshold {name!r} must be a fraction such as 0.7, not {value!r}") from None
+        if not (0 < v <= 1.5) or math.isnan(v):
+            raise BadRequest(f"threshold {name!r} must lie in (0, 1.5], not {value!r}")
+        out[name] = v
+    if out["medium"] > out["high"]:
+        raise BadRequest(f"threshold 'medium' ({out['medium']}) must not exceed 'high' ({out['high']})")
+    return out
+
+
+def tier_of(peak: int, capacity: int | None, thresholds: dict, oom_observed: bool = False) -> str:
+    if oom_observed or (capacity and peak > capacity):
+        return "OOM"
+    if not capacity:
+        return "UNKNOWN"
+    u = peak / capacity
+    if u >= thresholds["high"]:
+        return "HIGH"
+    if u >= thresholds["medium"]:
+        return "MEDIUM"
+    return "LOW"
+
+
+# ---------------------------------------------------------------------------
+# Grouping rules
+# ---------------------------------------------------------------------------
+
+_OPT_TOKENS = {"opt", "opt_state", "optimizer", "optim", "mu", "nu", "momentum", "momentums", "adam", "adamw",
+               "exp_avg", "exp_avg_sq", "velocity", "accumulator", "accum", "count", "step_count", "ema"}
+_INPUT_TOKENS = {"batch", "inputs", "input", "x", "y", "labels", "label", "tokens", "data", "features",
+                 "targets", "target", "images", "image", "ids", "input_ids", "mask"}
+_PATH_TOKEN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _tokens(path: str) -> list[str]:
+    # "state['opt']['mu']['dense_1']['w']" -> state, opt, mu, dense_1, w. JAX names entry
+    # parameters by their pytree path (HloInstruction metadata op_name).
+    return [t.lower() for t in _PATH_TOKEN.findall(path or "")]
+
+
+def classify_argument(path: str) -> tuple[str, str]:
+    tokens = _tokens(path)
+    hit = next((t for t in tokens if t in _OPT_TOKENS), None)
+    if hit:
+        return "optimizer_state", f"argument path has optimizer-state key {hit!r}"
+    hit = next((t for t in tokens if t in _INPUT_TOKENS), None)
+    if hit:
+        return "inputs", f"argument path has input key {hit!r}"
+    return "parameters", "entry-computation argument, no optimizer or input key in its path"
+
+
+def classify_compiled(row: dict, param_shapes: set, training: bool, span: dict | None, events: int) -> tuple[str, str]:
+    """Category and the rule that put a memory-viewer ``maxHeap`` row there."""
+    group = row.get("groupName")
+    op = row.get("tfOpName") or ""
+    if row.get("logicalBufferId") == -1 or group is None:
+        return "small", "XProf merges buffers under 16 KiB into one 'small' entry"
+    if group == "Parameter":
+        return classify_argument(op or row.get("instructionName") or "")
+    if group == "Output":
+        return "outputs", "maybe-live-out allocation (a result of the module, not an argument)"
+    if group == "Constant":
+        return "constants", "constant allocation"
+    # Temporaries and thread-local buffers: JAX's op_name tells the pass.
+    if "rematted_computation" in op:
+        return "activations", "op_name has 'rematted_computation': an activation recomputed by remat"
+    if "transpose(" in op:
+        return "gradients", "op_name has 'transpose(': JAX's backward pass (transpose of the JVP)"
+    if "jvp(" in op:
+        return "activations", "op_name has 'jvp(' without 'transpose(': forward pass of a differentiated function"
+    shape = _dims(row.get("shapeString"))
+    if not op and shape and shape in param_shapes:
+        return "temporaries", "no op_name; same shape as an argument: a copy (e.g. for an in-place update)"
+    if not op and training and span and events and span.get("limit", 0) - span.get("start", 0) >= LONG_LIVED * events:
+        return "activations", (f"no op_name; in a differentiated program, live at the peak and for >= {100 * LONG_LIVED:.0f} % "
+                               "of the program: a saved residual (e.g. scan's stacked activations)")
+    if op:
+        return "temporaries", "temporary of a pass that is neither forward nor backward (e.g. optimizer update)"
+    return "temporaries", "temporary without op_name metadata"
+
+
+def _dims(shape: str | None) -> str | None:
+    # "f32[6,512,1024]{2,1,0}" -> "f32[6,512,1024]" (layout dropped: copies change it).
+    if not shape:
+        return None
+    return shape.split("{", 1)[0]
+
+
+def classify_frames(frames: list[dict]) -> tuple[str, str]:
+    """Category of a PyTorch allocation from its stack (innermost first, as torch lists
+    frames); the first rule that matches any frame wins."""
+    if not frames:
+        return "unknown", "no stack recorded for this allocation"
+    for f in frames:
+        fn, name = (f.get("filename") or ""), (f.get("name") or "")
+        if "/optim/" in fn or fn.endswith("optimizer.py") or name in ("zero_grad",):
+            return "optimizer_state", f"frame {name} in {fn.rsplit('/', 1)[-1]}: optimizer code"
+    for f in frames:
+        fn, name = (f.get("filename") or ""), (f.get("name") or "")
+        if name in ("backward", "_engine_run_backward", "run_backward") or "/autograd/" in fn:
+            return "gradients", f"frame {name}: autograd backward"
+    for f in frames:
+        name = f.get("name") or ""
+        if name == "forward" or name == "_call_impl" or name == "_wrapped_call_impl":
+            return "activations", f"frame {name}: a module's forward pass"
+    for f in frames:
+        name = f.get("name") or ""
+        if name in ("__init__", "_apply", "to", "cuda", "load_state_dict", "_load_from_state_dict", "reset_parameters") \
+                or "init_weight" in name or name.startswith("load"):
+            return "parameters", f"frame {name}: model construction or weight loading"
+    py = next((f for f in frames if (f.get("filename") or "").endswith(".py")), None)
+    if py is None:
+        return "unknown", "only C++ frames: no Python caller recorded"
+    return "temporaries", "no optimizer, backward, forward or init frame"
+
+
+def classify_allocator(meta: dict) -> tuple[str, str]:
+    """Category of an allocation in the memory profile (TF/XLA allocator events) from its
+    ``tfOpName`` and ``regionType`` (XProf's MemoryActivityMetadata)."""
+    op = (meta.get("tfOpName") or "")
+    low = op.lower()
+    region = meta.get("regionType") or ""
+    if "preallocated" in low:
+        return "allocator_reserve", "XProf's special 'unused preallocated device memory'"
+    tokens = set(re.split(r"[^a-z0-9_]+", low))
+    if tokens & {"adam", "adamw", "momentum", "rmsprop", "adagrad", "sgd", "optimizer"} or "/optimizer" in low:
+        return "optimizer_state", f"tf_op {op!r} names an optimizer"
+    if "gradient" in low or "grad" in tokens:
+        return "gradients", f"tf_op {op!r} is under gradients/"
+    if region.startswith("persist"):
+        return "parameters", f"region_type {region!r}: persistent tensor (variables)"
+    if region == "output":
+        return "activations", "region_type 'output': an op's output tensor"
+    if region == "temp":
+        return "temporaries", "region_type 'temp': op scratch space"
+    return "unknown", f"no rule for region_type {region!r}"
+
+
+# ---------------------------------------------------------------------------
+# Evidence from each tool
+# ---------------------------------------------------------------------------
+
+
+def _mib_bytes(v) -> int:
+    # XProf writes sizes as MiB doubles; bytes * 2^-20 is exact in a double up to 2^73.
+    return int(round(float(v or 0) * MIB))
+
+
+def compiled_evidence(mv: dict, module_name: str) -> dict:
+    """What the compiler planned for one module: peak, contributors, and the numbers the
+    compile-time findings need. ``mv`` is the memory viewer payload (with ``profscope``
+    extras; a text-only dump payload works with fewer findings)."""
+    ext = mv.get("profscope") or {}
+    totals = ext.get("totals") or {}
+    peak = int(totals.get("peakBytes", _mib_bytes(mv.get("peakHeapMib"))))
+    spans = mv.get("logicalBufferSpans") or {}
+    lifetimes = mv.get("indefiniteLifetimes") or []
+    param_shapes = set()
+    for a in lifetimes:
+        if "entry computation parameter" in (a.get("attributes") or []):
+            for b in a.get("logicalBuffers") or []:
+                if b.get("shape"):
+                    param_shapes.add(_dims(b["shape"]))
+    rows = mv.get("maxHeap") or []
+    ops = [r.get("tfOpName") or "" for r in rows]
+    training = any("transpose(" in o for o in ops)
+    events = int(ext.get("heapEvents") or max(0, len(mv.get("heapSizes") or []) - 1))
+    items = []
+    for r in rows:
+        bid = r.get("logicalBufferId")
+        cat, rule = classify_compiled(r, param_shapes, training, spans.get(str(bid)), events)
+        item = {
+            "category": cat, "rule": rule, "bytes": _mib_bytes(r.get("logicalBufferSizeMib")),
+            "name": r.get("instructionName") or r.get("label") or "", "shape": r.get("shapeString") or "",
+            "opName": r.get("tfOpName") or "", "group": r.get("groupName") or "small",
+            "link": {"tool": "memory_viewer", "module_name": module_name},
+        }
+        if bid not in (None, -1):
+            item["link"]["buffer"] = str(bid)
+            item["logicalBufferId"] = bid
+        items.append(item)
+    return {
+        "kind": "compiled", "moduleName": module_name, "peakBytes": peak,
+        "peakPosition": mv.get("peakHeapSizePosition"),
+        "totals": totals, "items": items, "lifetimes": lifetimes,
+        "isTraining": training,
+        "usesRemat": any(("checkpoint" in o or "remat" in o) for o in ops),
+    }
+
+
+def allocator_evidence(mp: dict, memory_id: str | None = None) -> dict | None:
+    """The allocator with the highest peak (or ``memory_id``) of a memory profile payload;
+    None when the profile has no allocator events."""
+    per = mp.get("memoryProfilePerAllocator") or {}
+    extras = ((mp.get("profscope") or {}).get("allocators")) or {}
+    ids = [i for i in (mp.get("memoryIds") or list(per)) if i in per]
+    if not ids:
+        return None
+    if memory_id and memory_id in per:
+        mid = memory_id
+    else:
+        mid = max(ids, key=lambda i: int(((per[i].get("profileSummary") or {}).get("peakBytesUsageLifetime")) or 0))
+    a = per[mid]
+    s = a.get("profileSummary") or {}
+    ps = s.get("peakStats") or {}
+    summary = (extras.get(mid) or {}).get("summary") or {}
+    peak_in_use = int(ps.get("stackReservedBytes") or 0) + int(ps.get("heapAllocatedBytes") or 0)
+    lifetime = int(s.get("peakBytesUsageLifetime") or 0)
+    peak_ps = int(s.get("peakStatsTimePs") or 0)
+    snaps = a.get("memoryProfileSnapshots") or []
+    special = a.get("specialAllocations") or []
+    items = []
+    for act in a.get("activeAllocations") or []:
+        si, sp = int(act.get("snapshotIndex", -1)), int(act.get("specialIndex", -1))
+        meta = (snaps[si].get("activityMetadata") if 0 <= si < len(snaps) else special[sp] if 0 <= sp < len(special) else None)
+        if not meta:
+            continue
+        n = int(act.get("numOccurrences") or 1)
+        cat, rule = classify_allocator(meta)
+        items.append({
+            "category": cat, "rule": rule, "bytes": int(meta.get("allocationBytes") or 0) * n,
+            "name": meta.get("tfOpName") or "", "shape": meta.get("tensorShape") or "",
+            "opName": meta.get("regionType") or "", "count": n,
+            "link": {"tool": "memory_profile", "memory_id": mid, "t": _ps_to_ms(peak_ps), "q": meta.get("tfOpName") or ""},
+        })
+    leak = ((extras.get(mid) or {}).get("leakHints") or {}).get("heapGrowth") or {}
+    return {
+        "kind": "allocator", "memoryId": mid, "peakBytes": max(peak_in_use, lifetime),
+        "peakInUseBytes": peak_in_use, "lifetimePeakBytes": lifetime, "peakTimePs": peak_ps,
+        "capacityBytes": int(s.get("memoryCapacity") or 0) or None,
+        "fragmentationAtPeak": float(ps.get("fragmentation") or 0.0),
+        "freeAtPeakBytes": int(ps.get("freeMemoryBytes") or 0),
+        "items": items, "heapGrowth": leak, "summary": summary,
+    }
+
+
+def _ps_to_ms(ps: int) -> str:
+    # The memory profile page's `t` is in milliseconds (memory_profile.js psToMs).
+    return repr(ps / 1e9)
+
+
+def snapshot_evidence(overview: dict, peak_totals: dict | None, groups: list[dict], host: str) -> dict:
+    """A PyTorch snapshot (one device). ``peak_totals``: ``state_at(peak)["totals"]``;
+    ``groups``: live blocks at the peak grouped by stack, ``{"stackId", "bytes", "count",
+    "frames"}`` (frames innermost first)."""
+    s = overview.get("summary") or {}
+    peak = s.get("peak") or {}
+    reserved_at_peak = int((peak_totals or {}).get("reservedBytes") or 0)
+    active_peak = int(peak.get("bytes") or 0)
+    final_reserved = int(s.get("finalReservedBytes") or 0)
+    items = []
+    event = peak.get("event")
+    for g in groups:
+        cat, rule = classify_frames(g.get("frames") or [])
+        inner = next((f for f in g.get("frames") or [] if (f.get("filename") or "").endswith(".py")), None)
+        name = f"{inner['name']} ({inner['filename'].rsplit('/', 1)[-1]}:{inner['line']})" if inner else (
+            "<no stack>" if g.get("stackId", -1) < 0 else f"stack {g['stackId']}")
+        link = {"tool": "memory_profile", "host": host}
+        if event is not None:
+            link["t"] = str(event)
+        items.append({"category": cat, "rule": rule, "bytes": int(g["bytes"]), "count": int(g.get("count") or 1),
+                      "name": name, "shape": "", "opName": "", "stackId": g.get("stackId"), "link": link})
+    unalloc = max(0, reserved_at_peak - sum(i["bytes"] for i in items))
+    if unalloc:
+        items.append({"category": "allocator_reserve", "rule": "segment bytes the caching allocator reserved but no live block uses",
+                      "bytes": unalloc, "count": 1, "name": "reserved, not allocated", "shape": "", "opName": "",
+                      "link": {"tool": "memory_profile", "host": host, **({"t": str(event)} if event is not None else {})}})
+    ooms = overview.get("ooms") or []
+    return {
+        "kind": "snapshot", "host": host, "peakBytes": max(active_peak, reserved_at_peak, final_reserved),
+        "activePeakBytes": active_peak, "reservedAtPeakBytes": reserved_at_peak, "finalReservedBytes": final_reserved,
+        "peakEvent": event, "totalsAtPeak": peak_totals or {}, "items": items, "ooms": ooms,
+        "warnings": overview.get("warnings") or [],
+    }
+
+
+# ---------------------------------------------------------------------------
+# Findings
+# ---------------------------------------------------------------------------
+
+
+def _finding(fid: str, severity: str, title: str, message: str, evidence: dict, links: list[dict] | None = None) -> dict:
+    return {"id": fid, "severity": severity, "title": title, "message": message, "evidence": evidence, "links": links or []}
+
+
+def _fmt(n: float) -> str:
+    n = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1024
+    return f"{n:.2f} TiB"
+
+
+def undonated_arguments(ev: dict) -> list[dict]:
+    """Entry parameters whose allocation is not live-out (not donated/aliased) while an
+    output allocation of the same shape and size exists: XLA could have reused the
+    argument's memory for that output had the argument been donated."""
+    params, outputs = [], []
+    for a in ev.get("lifetimes") or []:
+        attrs = a.get("attributes") or []
+        size = _mib_bytes(a.get("sizeMib"))
+        shapes = [_dims(b.get("shape")) for b in a.get("logicalBuffers") or [] if b.get("shape")]
+        names = [b.get("hloName") or "" for b in a.get("logicalBuffers") or []]
+        entry = {"allocation": int(a.get("id") or 0), "bytes": size, "shapes": shapes, "names": names,
+                 "ids": [b.get("id") for b in a.get("logicalBuffers") or []]}
+        if "entry computation parameter" in attrs and "may-be live out" not in attrs:
+            params.append(entry)
+        elif "may-be live out" in attrs and "entry computation parameter" not in attrs:
+            outputs.append(entry)
+    free = list(outputs)
+    hits = []
+    for p in sorted(params, key=lambda p: -p["bytes"]):
+        if not p["shapes"]:
+            continue
+        match = next((o for o in free if o["bytes"] == p["bytes"] and p["shapes"][0] in o["shapes"]), None)
+        if match is not None:
+            free.remove(match)
+            hits.append({"argument": p["names"][0] if p["names"] else "", "shape": p["shapes"][0], "bytes": p["bytes"],
+                         "argumentBuffer": p["ids"][0] if p["ids"] else None,
+                         "output": match["names"][0] if match["names"] else "", "outputAllocation": match["allocation"]})
+    return hits
+
+
+def fragmentation(ev: dict) -> dict | None:
+    """Fragmentation per source, as a share. Compiler: (total allocation - peak) / total
+    allocation (holes the heap simulator left). Allocator (memory profile): XProf's
+    ``fragmentation`` at the peak. Snapshot: external = inactive bytes inside segments /
+    reserved; internal = (size - requested) of active blocks / active bytes (at the peak)."""
+    if ev["kind"] == "compiled":
+        t = ev["totals"]
+        total = int(t.get("totalAllocationBytes") or 0)
+        if not total:
+            return None
+        return {"kind": "compiler", "share": max(0, total - ev["peakBytes"]) / total,
+                "totalAllocationBytes": total, "peakBytes": ev["peakBytes"],
+                "rule": "(total buffer allocation - peak) / total buffer allocation"}
+    if ev["kind"] == "allocator":
+        return {"kind": "allocator", "share": ev["fragmentationAtPeak"], "rule": "XProf's allocator fragmentation at the peak (1 - largest free chunk / free bytes)"}
+    t = ev["totalsAtPeak"]
+    reserved = int(t.get("reservedBytes") or 0)
+    active = int(t.get("activeBytes") or 0)
+    if not reserved:
+        return None
+    ext = int(t.get("externalFragmentation") or 0) / reserved
+    internal = int(t.get("internalFragmentation") or 0) / active if active else 0.0
+    return {"kind": "allocator", "share": max(ext, internal), "external": ext, "internal": internal,
+            "externalBytes": int(t.get("externalFragmentation") or 0), "internalBytes": int(t.get("internalFragmentation") or 0),
+            "rule": "max(external: inactive bytes in segments / reserved, internal: block size - requested / active)"}
+
+
+def _is_step(name: str) -> bool:
+    low = name.lower()
+    return bool(re.search(r"train|update|step|fit", low)) and not re.search(r"eval|predict|infer|test", low)
+
+
+def findings(ev_list: list[dict], modules: list[dict], peak: int) -> list[dict]:
+    out: list[dict] = []
+    for ev in ev_list:
+        if ev["kind"] == "compiled":
+            mod = ev["moduleName"]
+            hits = undonated_arguments(ev)
+            wasted = sum(h["bytes"] for h in hits)
+            if hits and ev["peakBytes"] and wasted / ev["peakBytes"] >= UNDONATED_SHARE:
+                top = hits[0]
+                out.append(_finding(
+                    "undonated_arguments", "high",
+                    "Arguments not donated though same-shaped outputs exist",
+                    f"{len(hits)} argument(s) of {mod} ({_fmt(wasted)}, {100 * wasted / ev['peakBytes']:.1f} % of the peak) are "
+                    f"not aliased with any output, yet an output of the same shape exists (largest: {top['argument']} "
+                    f"{top['shape']}). Donating them (jax.jit(..., donate_argnums=...)) lets XLA write the outputs in place.",
+                    {"arguments": len(hits), "bytes": wasted, "peakBytes": ev["peakBytes"], "share": wasted / ev["peakBytes"],
+                     "threshold": UNDONATED_SHARE, "examples": hits[:10]},
+                    [{"tool": "memory_viewer", "module_name": mod, **({"buffer": str(h["argumentBuffer"])} if h["argumentBuffer"] else {}),
+                      "label": h["argument"]} for h in hits[:5]],
+                ))
+            act = [i for i in ev["items"] if i["category"] == "activations"]
+            act_bytes = sum(i["bytes"] for i in act)
+            if ev["peakBytes"] and ev["isTraining"] and act_bytes / ev["peakBytes"] >= ACTIVATION_SHARE:
+                hint = ("remat is already in use here: checkpoint more (a coarser policy, or fewer saved residuals)"
+                        if ev["usesRemat"] else "consider rematerialization (jax.checkpoint / jax.remat) of the repeated blocks")
+                biggest = max(act, key=lambda i: i["bytes"])
+                out.append(_finding(
+                    "activations_dominate", "medium", "Activations dominate the peak",
+                    f"Activations are {_fmt(act_bytes)} of the {_fmt(ev['peakBytes'])} peak of {mod} "
+                    f"({100 * act_bytes / ev['peakBytes']:.1f} % >= {100 * ACTIVATION_SHARE:.0f} %): {hint}.",
+                    {"activationBytes": act_bytes, "peakBytes": ev["peakBytes"], "share": act_bytes / ev["peakBytes"],
+                     "threshold": ACTIVATION_SHARE, "usesRemat": ev["usesRemat"], "buffers": len(act)},
+                    [{**biggest["link"], "label": biggest["name"]}],
+                ))
+            t = ev["totals"]
+            pad = int(t.get("paddingBytes") or 0)
+            if ev["peakBytes"] and pad / ev["peakBytes"] > PADDING_SHARE:
+                out.append(_finding(
+                    "padding", "medium", "Padding overhead above 10 %",
+                    f"{_fmt(pad)} of the {_fmt(ev['peakBytes'])} peak of {mod} is layout padding "
+                    f"({100 * pad / ev['peakBytes']:.1f} % > {100 * PADDING_SHARE:.0f} %): pad dimensions to the tile sizes "
+                    "(multiples of 8/128 on TPU) or reorder them.",
+                    {"paddingBytes": pad, "peakBytes": ev["peakBytes"], "share": pad / ev["peakBytes"], "threshold": PADDING_SHARE},
+                    [{"tool": "memory_viewer", "module_name": mod, "label": mod}],
+                ))
+        frag = fragmentation(ev)
+        if frag and frag["share"] > FRAGMENTATION_SHARE:
+            where = ev.get("moduleName") or ev.get("memoryId") or ev.get("host")
+            out.append(_finding(
+                f"fragmentation_{frag['kind']}", "medium", f"{frag['kind'].capitalize()} fragmentation above 20 %",
+                f"{frag['kind'].capitalize()} fragmentation of {where} is {100 * frag['share']:.1f} % "
+                f"(> {100 * FRAGMENTATION_SHARE:.0f} %; {frag['rule']}).",
+                {**{k: v for k, v in frag.items() if k != "kind"}, "threshold": FRAGMENTATION_SHARE},
+                [_peak_link(ev)],
+            ))
+        if ev["kind"] == "allocator":
+            g = ev.get("heapGrowth") or {}
+            if g.get("steadyLeak"):
+                out.append(_finding(
+                    "heap_growth", "high", "Heap grows step over step",
+                    f"The heap of {ev['memoryId']} at the end of each step grows by {_fmt(g.get('slopeBytesPerStep') or 0)} "
+                    f"per step (linear fit r² = {g.get('r2')}): a leak, or state accumulated across steps.",
+                    {k: g.get(k) for k in ("slopeBytesPerStep", "interceptBytes", "r2")} | {"steps": len(g.get("points") or [])},
+                    [{"tool": "memory_profile", "memory_id": ev["memoryId"], "label": ev["memoryId"]}],
+                ))
+        if ev["kind"] == "snapshot":
+            for o in ev["ooms"][:5]:
+                out.append(_finding(
+                    "oom_event", "oom", "Out-of-memory event recorded",
+                    f"The allocator failed to allocate {_fmt(o['requestedBytes'])} ({o['requestedBytes']:,} bytes) on {ev['host']} "
+                    f"with {_fmt(o['deviceFreeBytes'])} ({o['deviceFreeBytes']:,} bytes) free on the device, "
+                    f"{_fmt(o['reservedBytes'])} reserved and {_fmt(o['liveBytes'])} live.",
+                    {k: o.get(k) for k in ("event", "requestedBytes", "deviceFreeBytes", "liveBytes", "reservedBytes", "largestFreeBlock", "stream")},
+                    [{"tool": "memory_profile", "host": ev["host"], "t": str(o["event"]), "label": f"event {o['event']}"}],
+                ))
+    # A module other than the training step has the highest compiled peak.
+    ranked = [m for m in modules if m.get("peakBytes") and not m.get("error") and (m.get("heapEvents") or 0) > 0]
+    steps = [m for m in ranked if _is_step(m["moduleName"])]
+    if ranked and steps:
+        top = max(ranked, key=lambda m: m["peakBytes"])
+        step = max(steps, key=lambda m: m["peakBytes"])
+        if top is not step and not _is_step(top["moduleName"]) and top["peakBytes"] > step["peakBytes"] * (1 + OTHER_MODULE_MARGIN):
+            out.append(_finding(
+                "other_module_peak", "medium", "A module other than the training step has the highest peak",
+                f"{top['moduleName']} peaks at {_fmt(top['peakBytes'])}, {top['peakBytes'] / step['peakBytes']:.2f}x the "
+                f"training step {step['moduleName']} ({_fmt(step['peakBytes'])}): shrink its batch or shard it; "
+                "it sets the memory you need.",
+                {"module": top["moduleName"], "peakBytes": top["peakBytes"], "trainingStep": step["moduleName"],
+                 "trainingStepPeakBytes": step["peakBytes"], "ratio": top["peakBytes"] / step["peakBytes"],
+                 "threshold": 1 + OTHER_MODULE_MARGIN},
+                [{"tool": "memory_viewer", "module_name": top["moduleName"], "label": top["moduleName"]},
+                 {"tool": "memory_viewer", "module_name": step["moduleName"], "label": step["moduleName"]}],
+            ))
+    return out
+
+
+def _peak_link(ev: dict) -> dict:
+    if ev["kind"] == "compiled":
+        return {"tool": "memory_viewer", "module_name": ev["moduleName"], "label": ev["moduleName"]}
+    if ev["kind"] == "allocator":
+        return {"tool": "memory_profile", "memory_id": ev["memoryId"], "t": _ps_to_ms(ev["peakTimePs"]), "label": "peak"}
+    link = {"tool": "memory_profile", "host": ev["host"], "label": "peak"}
+    if ev.get("peakEvent") is not None:
+        link["t"] = str(ev["peakEvent"])
+    return link
+
+
+# ---------------------------------------------------------------------------
+# The answer
+# ---------------------------------------------------------------------------
+
+
+def _contributors(items: list[dict], peak: int) -> list[dict]:
+    by: dict[str, list[dict]] = {}
+    for i in items:
+        by.setdefault(i["category"], []).append(i)
+    out = []
+    for cat in CATEGORIES:
+        rows = sorted(by.get(cat, []), key=lambda i: -i["bytes"])
+        if not rows:
+            continue
+        total = sum(r["bytes"] for r in rows)
+        kept = rows[:MAX_ROWS]
+        rest = rows[MAX_ROWS:]
+        out.append({
+            "category": cat, "label": CATEGORIES[cat], "bytes": total, "share": total / peak if peak else 0.0,
+            "count": sum(int(r.get("count") or 1) for r in rows),
+            "rules": sorted({r["rule"] for r in rows}),
+            "items": kept, "othersBytes": sum(r["bytes"] for r in rest), "othersCount": len(rest),
+        })
+    return sorted(out, key=lambda c: -c["bytes"])
+
+
+def assess(*, compiled: dict | None = None, allocator: dict | None = None, snapshot: dict | None = None,
+           modules: list[dict] | None = None, requested: dict | None = None, device_name: str | None = None,
+           thresholds: dict | None = None) -> dict[str, Any]:
+    """The OOM-risk payload from whatever evidence there is (see the module docstring)."""
+    thresholds = dict(thresholds or DEFAULT_THRESHOLDS)
+    evs = [e for e in (compiled, allocator, snapshot) if e is not None]
+    usage = []
+    for e in evs:
+        if e["kind"] == "compiled":
+            usage.append({"kind": "compiled", "label": f"compiled peak of {e['moduleName']}", "bytes": e["peakBytes"],
+                          "detail": "memory viewer: heap-simulated peak + arguments, outputs and constants",
+                          "link": {"tool": "memory_viewer", "module_name": e["moduleName"]}})
+        elif e["kind"] == "allocator":
+            usage.append({"kind": "runtime", "label": f"allocator peak of {e['memoryId']}", "bytes": e["peakBytes"],
+                          "detail": f"stack + heap at the peak {e['peakInUseBytes']:,}; lifetime peak {e['lifetimePeakBytes']:,}",
+                          "link": _peak_link(e)})
+        else:
+            usage.append({"kind": "runtime", "label": f"snapshot peak on {e['host']}", "bytes": e["peakBytes"],
+                          "detail": f"active peak {e['activePeakBytes']:,}; reserved at that event {e['reservedAtPeakBytes']:,}; "
+                                    f"reserved at the end {e['finalReservedBytes']:,}",
+                          "link": _peak_link(e)})
+    main = max(evs, key=lambda e: e["peakBytes"]) if evs else None
+    peak = main["peakBytes"] if main else 0
+
+    # Capacity: the first source that applies (order documented above).
+    cap = None
+    if requested:
+        cap = dict(requested)
+    elif allocator and allocator.get("capacityBytes"):
+        cap = {"bytes": allocator["capacityBytes"], "source": "allocator",
+               "detail": f"allocator {allocator['memoryId']}: stack + heap + free bytes (memory profile memoryCapacity)"}
+    elif snapshot and snapshot["ooms"]:
+        o = snapshot["ooms"][0]
+        cap = {"bytes": int(o["deviceFreeBytes"]) + int(o["reservedBytes"]), "source": "oom_event",
+               "detail": f"free on the device ({o['deviceFreeBytes']:,}) + reserved by this process ({o['reservedBytes']:,}) "
+                         f"at the oom event {o['event']}: a lower bound of the device's memory"}
+    elif device_name and device_capacity(device_name):
+        b, label = device_capacity(device_name)
+        cap = {"bytes": b, "source": "device_table", "detail": f"{label} (nominal, from the device name {device_name!r})"}
+    capacity = cap["bytes"] if cap else None
+    oom_events = snapshot["ooms"] if snapshot else []
+    risk = tier_of(peak, capacity, thresholds, bool(oom_events))
+    util = peak / capacity if capacity else None
+    if oom_events:
+        reason = f"{len(oom_events)} out-of-memory event(s) recorded"
+    elif capacity is None:
+        reason = "capacity unknown: give capacity_bytes / --device-memory"
+    elif peak > capacity:
+        reason = f"peak {peak:,} bytes > capacity {capacity:,} bytes"
+    else:
+        reason = f"peak is {100 * util:.2f} % of capacity ({'>=' if risk != 'LOW' else '<'} " \
+                 f"{100 * thresholds['high' if risk == 'HIGH' else 'medium']:.0f} %)"
+    items = main["items"] if main else []
+    mods = []
+    for m in modules or []:
+        row = {k: m.get(k) for k in ("moduleName", "peakBytes", "totalAllocationBytes", "heapEvents", "error") if m.get(k) is not None}
+        for k, src in (("argumentBytes", "entryComputationParametersMib"), ("outputBytes", "maybeLiveOutMib")):
+            if m.get(src) is not None:
+                row[k] = _mib_bytes(m[src])
+        if capacity and m.get("peakBytes") is not None:
+            row["utilization"] = m["peakBytes"] / capacity
+            row["risk"] = tier_of(m["peakBytes"], capacity, thresholds)
+        row["isTrainingStep"] = _is_step(m.get("moduleName") or "")
+        mods.append(row)
+    frags = [f for f in (fragmentation(e) for e in evs) if f]
+    return {
+        "risk": risk,
+        "reason": reason,
+        "peakBytes": peak,
+        "peakSource": usage[evs.index(main)]["label"] if main else None,
+        "capacityBytes": capacity,
+        "capacitySource": cap["source"] if cap else None,
+        "capacityDetail": cap["detail"] if cap else None,
+        "utilization": util,
+        "headroomBytes": capacity - peak if capacity else None,
+        "thresholds": {**thresholds, "rule": "OOM: an OOM event, or peak > capacity; HIGH: utilization >= high; "
+                                             "MEDIUM: >= medium; LOW: below; UNKNOWN: no capacity"},
+        "usage": usage,
+        "fragmentation": frags,
+        "contributors": _contributors(items, peak),
+        "contributorsSource": usage[evs.index(main)]["label"] if main else None,
+        "findings": findings(evs, modules or [], peak),
+        "oomEvents": oom_events,
+        "modules": mods,
+        "module": compiled["moduleName"] if compiled else None,
+        "version": 1,
+    }
