@@ -13,6 +13,7 @@ import fcntl
 import gzip
 import hashlib
 import os
+import shutil
 import tempfile
 import threading
 from contextlib import contextmanager
@@ -104,6 +105,31 @@ class DiskCache:
             gz = gzip.compress(orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY), compresslevel=5)
             self.put(key, gz)
             return gz
+
+    def get_or_build_dir(self, key: str, label: str, build: Callable[[Progress, Path], object]) -> Path:
+        """A folder of files for ``key`` (an on-disk index), built once.
+
+        ``build(progress, tmp_dir)`` fills a fresh temporary folder next to the final one,
+        which is then renamed into place (atomic on one file system), under the same
+        single-flight lock as :meth:`get_or_compute`; a failed build leaves nothing behind.
+        """
+        final = self.root / key[:2] / f"{key}.d"
+        if final.is_dir():
+            return final
+        with self._single_flight(key):
+            if final.is_dir():
+                return final
+            tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=".tmp-", suffix=".d"))
+            job = self.progress.start(key, label)
+            try:
+                build(job, tmp)
+                os.replace(tmp, final)
+            except BaseException:
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise
+            finally:
+                self.progress.finish(job)
+            return final
 
     def get_or_compute_json(self, key: str, label: str, compute: Callable[[Progress], object]):
         return orjson.loads(gzip.decompress(self.get_or_compute(key, label, compute)))

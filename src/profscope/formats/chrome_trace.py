@@ -765,3 +765,200 @@ def parse_memory_timeline(data: bytes, path: str) -> MemoryTimeline:
     if width == k + 1:
         s = s[:, 1:]
     return MemoryTimeline(path=path, times_us=t.astype(np.int64), sizes=s.astype(np.int64))
+
+
+# -- trace viewer columns -------------------------------------------------------------------
+
+
+def trace_columns(raw, path: str, progress=None):
+    """Every event of a Chrome trace as trace-viewer columns
+    (:class:`profscope.formats.trace_events.TraceEvents`), in one streaming pass.
+
+    * ``X`` complete events are slices; ``B``/``E`` pairs are matched per (pid, tid) as a
+      stack (an ``E`` closes the innermost open ``B``; its args are merged in); ``B``
+      left open at the end are closed at the last timestamp of the trace.
+    * ``i``/``I``/``n`` instants are zero-length slices on their thread (process- or
+      global-scoped ones too); torch's ``[memory]`` instants become counter tracks
+      ("memory allocated/reserved", per device) instead.
+    * ``C`` counters: one counter track per (pid, name, args key).
+    * ``M`` metadata: process and thread names and sort indexes. Flow (``s``/``t``/``f``)
+      and async (``b``/``e``/``n``) events are not drawn.
+    * ``ProfilerStep#N`` slices are also the steps.
+
+    Times: ``ts``/``dur`` are microseconds (floats); stored as integer picoseconds from the
+    first event's whole microsecond. Args are kept as JSON bytes per event.
+    """
+    import array
+
+    import orjson
+
+    from profscope.formats.trace_events import Counter, NameTable, Process, TraceEvents, Track
+
+    names = NameTable()
+    tracks: dict[tuple, int] = {}
+    track_list: list[Track] = []
+    proc_names: dict = {}
+    proc_sort: dict = {}
+    thread_names: dict = {}
+    thread_sort: dict = {}
+    col_track, col_start, col_dur, col_name = array.array("i"), array.array("q"), array.array("q"), array.array("i")
+    col_off, col_len = array.array("q"), array.array("i")
+    blob = bytearray()
+    open_b: dict[tuple, list] = {}
+    counters: dict[tuple, tuple] = {}
+    steps: list[tuple[str, int, int]] = []
+    base_us: float | None = None
+    last_ps = 0
+    size = _size(raw)
+    dumps = orjson.dumps
+
+    def track_of(pid, tid) -> int:
+        key = (pid, tid)
+        t = tracks.get(key)
+        if t is None:
+            t = tracks[key] = len(track_list)
+            track_list.append(Track(_int_id(pid), _int_id(tid), "", len(track_list)))
+        return t
+
+    def add(t, ts_ps, dur_ps, name, args):
+        col_track.append(t)
+        col_start.append(ts_ps)
+        col_dur.append(max(0, dur_ps))
+        col_name.append(names(name))
+        if args:
+            data = dumps(args)
+            col_off.append(len(blob))
+            col_len.append(len(data))
+            blob.extend(data)
+        else:
+            col_off.append(0)
+            col_len.append(0)
+
+    n = 0
+    for ev in iter_events(raw, path):
+        n += 1
+        if progress is not None and n % 200_000 == 0 and size:
+            try:
+                pos = raw.tell()
+            except (OSError, ValueError):
+                pos = 0
+            progress.update(fraction=min(0.95, pos / size), message=f"read {n:,} events")
+        ph = ev.get("ph")
+        if ph == "M":
+            name, args = ev.get("name"), ev.get("args") or {}
+            pid, tid = ev.get("pid"), ev.get("tid")
+            if name == "process_name":
+                proc_names[pid] = str(args.get("name", ""))
+            elif name == "process_sort_index":
+                proc_sort[pid] = args.get("sort_index")
+            elif name == "thread_name":
+                thread_names[(pid, tid)] = str(args.get("name", ""))
+            elif name == "thread_sort_index":
+                thread_sort[(pid, tid)] = args.get("sort_index")
+            continue
+        ts = ev.get("ts")
+        if not isinstance(ts, (int, float)) or isinstance(ts, bool):
+            continue
+        if base_us is None:
+            base_us = float(int(ts))
+        ts_ps = int(round((ts - base_us) * 1e6))
+        name = ev.get("name")
+        name = "" if name is None else str(name)
+        if ph == "X":
+            dur = ev.get("dur")
+            dur_ps = int(round(dur * 1e6)) if isinstance(dur, (int, float)) and not isinstance(dur, bool) else 0
+            t = track_of(ev.get("pid"), ev.get("tid"))
+            add(t, ts_ps, dur_ps, name, ev.get("args"))
+            last_ps = max(last_ps, ts_ps + dur_ps)
+            if name.startswith(STEP_PREFIX):
+                steps.append((name.removeprefix(STEP_PREFIX), ts_ps, max(0, dur_ps)))
+        elif ph == "B":
+            open_b.setdefault((ev.get("pid"), ev.get("tid")), []).append((ts_ps, name, ev.get("args")))
+            last_ps = max(last_ps, ts_ps)
+        elif ph == "E":
+            stack = open_b.get((ev.get("pid"), ev.get("tid")))
+            last_ps = max(last_ps, ts_ps)
+            if stack:
+                b_ts, b_name, b_args = stack.pop()
+                args = dict(b_args or {})
+                if isinstance(ev.get("args"), dict):
+                    args.update(ev["args"])
+                add(track_of(ev.get("pid"), ev.get("tid")), b_ts, ts_ps - b_ts, b_name, args)
+        elif ph in ("i", "I"):
+            last_ps = max(last_ps, ts_ps)
+            args = ev.get("args") or {}
+            if name == MEMORY_EVENT and isinstance(args, dict):
+                dev = args.get("Device Id", -1)
+                for key, label in (("Total Allocated", "memory allocated"), ("Total Reserved", "memory reserved")):
+                    v = args.get(key)
+                    if isinstance(v, (int, float)):
+                        series = (ev.get("pid"), f"{label} (device {dev})")
+                        c = counters.get(series)
+                        if c is None:
+                            c = counters[series] = (array.array("q"), array.array("d"), "bytes")
+                        c[0].append(ts_ps)
+                        c[1].append(float(v))
+                continue
+            add(track_of(ev.get("pid"), ev.get("tid")), ts_ps, 0, name, args)
+        elif ph == "C":
+            last_ps = max(last_ps, ts_ps)
+            args = ev.get("args") or {}
+            if not isinstance(args, dict):
+                continue
+            for key, v in args.items():
+                if isinstance(v, (int, float)) and not isinstance(v, bool):
+                    label = name if len(args) == 1 else f"{name} {key}"
+                    series = (ev.get("pid"), label)
+                    c = counters.get(series)
+                    if c is None:
+                        c = counters[series] = (array.array("q"), array.array("d"), "")
+                    c[0].append(ts_ps)
+                    c[1].append(float(v))
+    for (pid, tid), stack in open_b.items():
+        for b_ts, b_name, b_args in stack:
+            add(track_of(pid, tid), b_ts, last_ps - b_ts, b_name, b_args)
+    for (pid, tid), ti in tracks.items():
+        t = track_list[ti]
+        t.name = thread_names.get((pid, tid)) or f"thread {tid}"
+        si = thread_sort.get((pid, tid))
+        if isinstance(si, (int, float)):
+            t.sort_index = int(si)
+    pids = {pid for pid, _ in tracks} | {pid for pid, _ in counters}
+    processes = []
+    for pid in sorted(pids, key=lambda p: (proc_sort.get(p) if isinstance(proc_sort.get(p), (int, float)) else _int_id(p))):
+        si = proc_sort.get(pid)
+        processes.append(Process(_int_id(pid), proc_names.get(pid) or f"process {pid}",
+                                 int(si) if isinstance(si, (int, float)) else _int_id(pid)))
+    out_counters = []
+    for (pid, label), (t, v, unit) in counters.items():
+        ti = len(track_list)
+        track_list.append(Track(_int_id(pid), 0, label, 10_000 + ti, "counter"))
+        tt = np.frombuffer(t, dtype=np.int64)
+        vv = np.frombuffer(v, dtype=np.float64)
+        o = np.argsort(tt, kind="stable")
+        out_counters.append(Counter(ti, label, unit, tt[o], vv[o]))
+
+    def col(a, dtype):
+        return np.frombuffer(a, dtype=dtype).copy() if len(a) else np.zeros(0, dtype)
+
+    steps.sort(key=lambda s: s[1])
+    return TraceEvents(
+        path=path, hostname="", base_ps=int(base_us or 0) * 10**6,
+        track=col(col_track, np.int32), start_ps=col(col_start, np.int64), dur_ps=col(col_dur, np.int64),
+        name=col(col_name, np.int32), args_off=col(col_off, np.int64), args_len=col(col_len, np.int32),
+        blob=[blob], args_kind="json", names=names.names, tracks=track_list, processes=processes,
+        counters=out_counters, steps=steps,
+    )
+
+
+def _int_id(value) -> int:
+    """A pid/tid as an int (Chrome traces allow strings: those get a stable hash)."""
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    import zlib as _z
+
+    return 1_000_000 + (_z.crc32(str(value).encode()) & 0x7FFFFFFF)

@@ -12,7 +12,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from profscope import __version__
 from profscope.cache.workspace import Workspace
 from profscope.errors import ProfscopeError
-from profscope.server import api, pages, xprof_api
+from profscope.server import api, pages, trace_api, xprof_api
 from profscope.server.responses import json_response
 
 log = logging.getLogger("profscope.server")
@@ -45,5 +45,6 @@ def create_app(ws: Workspace) -> FastAPI:
 
     app.include_router(xprof_api.router(ws))
     app.include_router(api.router(ws))
+    app.include_router(trace_api.router(ws))
     app.include_router(pages.router(ws))
     return app

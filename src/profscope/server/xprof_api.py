@@ -89,6 +89,10 @@ def router(ws: Workspace) -> APIRouter:
         host = request.query_params.get("host")
         if host and run.hosts and host not in run.hosts:
             raise NotFound(f"run {run.name!r} has no host {host!r}; hosts: {', '.join(run.hosts)}")
+        if tool.name == "trace_viewer@":
+            # Answered from the trace index per window (start_time_ms, end_time_ms,
+            # resolution), never cached per window.
+            return Response(ws.trace_xprof_json(run, request.query_params), media_type="application/json")
         params = {k: v for k, v in request.query_params.items() if k in TOOL_PARAMS}
         return gzip_json_response(request, ws.tool_data(run, tool, params))
 

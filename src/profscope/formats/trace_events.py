@@ -1,0 +1,91 @@
+"""Trace events as columns: what the xplane and Chrome-trace readers hand to the trace viewer.
+
+One row per slice (a complete event: start and duration, on one track), numpy columns, so
+millions of events never become millions of Python objects. Names are indices into a
+string table. The arguments of an event are not decoded here: each row points at its
+bytes in :attr:`TraceEvents.blob` (buffers read one after the other) (``args_off``/``args_len``), which are either the raw
+``XEvent`` message (``args_kind == "xevent"``, decoded only when one event's details are
+asked for, with its plane's metadata) or the event's ``args`` object as JSON
+(``args_kind == "json"``, Chrome traces).
+
+Times are integer picoseconds relative to :attr:`TraceEvents.base_ps` (a Python int, so an
+absolute epoch time in ps does not have to fit an int64).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(slots=True)
+class Track:
+    """One row group of the timeline: a thread / XLine (``slices``) or a counter series."""
+
+    pid: int
+    tid: int
+    name: str
+    sort_index: int
+    kind: str = "slices"  # or "counter"
+    plane: int = -1  # xplane: index into TraceEvents.planes (for decoding args)
+
+
+@dataclass(slots=True)
+class Process:
+    pid: int
+    name: str
+    sort_index: int
+
+
+@dataclass(slots=True)
+class Counter:
+    """One counter series (allocator bytes in use, a Chrome ``C`` event's key)."""
+
+    track: int
+    name: str
+    unit: str
+    t_ps: np.ndarray  # int64, relative to base_ps, sorted
+    value: np.ndarray  # float64
+
+
+@dataclass(slots=True)
+class TraceEvents:
+    path: str
+    hostname: str
+    base_ps: int
+    track: np.ndarray  # int32 -> tracks
+    start_ps: np.ndarray  # int64, relative to base_ps
+    dur_ps: np.ndarray  # int64 >= 0
+    name: np.ndarray  # int32 -> names
+    args_off: np.ndarray  # int64 into blob
+    args_len: np.ndarray  # int32
+    blob: list  # byte buffers; args_off counts from the start of the first one
+    args_kind: str  # "xevent" | "json"
+    names: list[str] = field(default_factory=list)
+    tracks: list[Track] = field(default_factory=list)
+    processes: list[Process] = field(default_factory=list)
+    counters: list[Counter] = field(default_factory=list)
+    steps: list[tuple[str, int, int]] = field(default_factory=list)  # (name, start_ps, dur_ps)
+    # xplane: per plane the serialized XPlane without its lines (metadata and stats)
+    planes: list[bytes] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return int(self.start_ps.shape[0])
+
+
+class NameTable:
+    """A string table built while reading (index per distinct string)."""
+
+    __slots__ = ("names", "index")
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+        self.index: dict[str, int] = {}
+
+    def __call__(self, s: str) -> int:
+        i = self.index.get(s)
+        if i is None:
+            i = self.index[s] = len(self.names)
+            self.names.append(s)
+        return i

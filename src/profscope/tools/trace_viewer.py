@@ -1,0 +1,741 @@
+"""The trace viewer: an on-disk, multi-resolution index of trace events and the queries
+the timeline page and XProf's clients ask of it.
+
+Index (one folder per input file, written once by :func:`build_index`)
+----------------------------------------------------------------------
+Every slice becomes one row of fixed-width numpy columns (``np.save``, read back with
+``mmap_mode="r"``), so a query touches only the pages it needs and never the raw file:
+
+* ``start`` (int64 ps from the trace's first event), ``dur`` (int64 ps), ``track``
+  (int32), ``depth`` (int16: nesting on its track, computed here), ``name`` (int32 into
+  the string table), ``aoff``/``alen`` (the event's argument bytes in ``args.bin``: the
+  raw ``XEvent`` or its JSON ``args``, decoded only for one event's details).
+* Rows are grouped into duration *levels*: level k holds ``dur`` in ``[2^k, 2^(k+1))`` ps
+  (0 and 1 ps in level 0), each level sorted by start. Everything overlapping ``[s, e)``
+  at level k starts in ``(s - 2^(k+1), e)``: one binary search per level finds every
+  overlapping event of that level exactly, however long (so events spanning the whole
+  window are always found).
+* Zoomed out, the short levels would hold millions of events in the window, most of them
+  narrower than a pixel. Like XProf's visibility filter
+  (``xprof/convert/trace_viewer/trace_viewer_visibility.cc``: per row, an event shorter
+  than a pixel is dropped when the previous visible one on that row ends in the same
+  pixel), a *tier* per bin width ``2^z`` ps (z = 10, 12, ...) keeps, of the events shorter
+  than ``2^z``, the first one in every (track, depth, bin): a sample with at most one event
+  per bin per row, sorted by start. A query at ``p`` ps per pixel takes the levels
+  ``>= z`` exactly and the tier ``z`` (the largest stored with ``2^z <= p``) for the rest,
+  then keeps at most one sub-pixel event per (track, depth, pixel). So a window costs
+  about 2 binary searches per level plus work proportional to what it returns.
+  Tiers that would not thin out the events (more than 70 % kept) are not stored.
+* ``meta.json``: tracks, processes, the string table, steps, counters (their series in
+  ``counter_<i>_t.npy`` / ``_v.npy``), the time origin (absolute ps, a Python int) and the
+  planes' metadata for decoding xplane args (``plane_<i>.pb``).
+
+Times in the payloads of profscope's API are milliseconds from the origin of the
+selected hosts; XProf's own JSON keeps XProf's units (µs ``ts``/``dur``, ms
+``fullTimespan``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import orjson
+
+from profscope.errors import BadRequest, NotFound
+from profscope.formats import xplane_trace
+from profscope.formats.trace_events import TraceEvents
+
+INDEX_VERSION = 1
+LEVELS = 64
+TIER_MIN_Z = 10  # 1 ns bins
+TIER_STEP = 2
+TIER_KEEP_MAX = 0.7
+HOST_ID_SHIFT = 40  # event id = host position << 40 | row (< 2^53 with < 8192 hosts)
+TRACK_ID_SHIFT = 20  # track id = host position << 20 | track
+MAX_RESOLUTION = 100_000
+DEFAULT_RESOLUTION = 1000
+PS_PER_MS = 10**9
+_COLS = ("start", "dur", "track", "depth", "name", "aoff", "alen")
+
+
+# ---------------------------------------------------------------------------
+# Building
+# ---------------------------------------------------------------------------
+
+
+def build_index(ev: TraceEvents, out: Path, progress=None) -> dict:
+    """Write the index of ``ev`` into the (empty) folder ``out``; returns its meta."""
+    out = Path(out)
+    n = len(ev)
+    _report(progress, 0.0, f"indexing {n:,} events")
+    # the argument bytes first, so the plane buffers can go
+    with open(out / "args.bin", "wb") as f:
+        for buf in ev.blob:
+            f.write(buf)
+    ev.blob.clear()
+    for i, pb in enumerate(ev.planes):
+        (out / f"plane_{i}.pb").write_bytes(bytes(pb))
+    starts = [int(ev.start_ps.min())] if n else []
+    starts += [int(c.t_ps[0]) for c in ev.counters if len(c.t_ps)]
+    shift = min(starts) if starts else 0
+    start = ev.start_ps - shift if shift else ev.start_ps
+    dur = np.maximum(ev.dur_ps, 0)
+    end_ps = int((start + dur).max()) if n else 0
+    for c in ev.counters:
+        if len(c.t_ps):
+            end_ps = max(end_ps, int(c.t_ps[-1] - shift))
+    _report(progress, 0.1, "nesting events per thread")
+    depth, max_depth = _depths(ev.track, start, dur, len(ev.tracks))
+    _report(progress, 0.35, "sorting events into duration levels")
+    level = _level(dur)
+    order = np.lexsort((start, level))
+    bounds = np.searchsorted(level[order], np.arange(LEVELS + 1)).astype(np.int64)
+    del level
+    cols = {"start": start, "dur": dur, "track": ev.track.astype(np.int32), "depth": depth,
+            "name": ev.name.astype(np.int32), "aoff": ev.args_off.astype(np.int64),
+            "alen": ev.args_len.astype(np.int32)}
+    for k in _COLS:
+        col = cols.pop(k)[order]
+        np.save(out / f"{k}.npy", col)
+        if k in ("start", "dur", "track", "depth"):
+            cols["_" + k] = col  # sorted copies for the tiers
+        del col
+    del order, start, dur, depth
+    _report(progress, 0.6, "building resolution tiers")
+    tiers = _build_tiers(cols["_track"], cols["_depth"], cols["_start"], cols["_dur"], bounds, out)
+    cols.clear()
+    _report(progress, 0.9, "writing counters")
+    counters = []
+    for i, c in enumerate(ev.counters):
+        np.save(out / f"counter_{i}_t.npy", (c.t_ps - shift).astype(np.int64))
+        np.save(out / f"counter_{i}_v.npy", c.value.astype(np.float64))
+        counters.append({"track": c.track, "name": c.name, "unit": c.unit, "points": int(len(c.t_ps))})
+    meta = {
+        "version": INDEX_VERSION,
+        "path": ev.path,
+        "hostname": ev.hostname,
+        "origin_ps": int(ev.base_ps) + int(shift),
+        "end_ps": end_ps,
+        "events": n,
+        "levels": bounds.tolist(),
+        "tiers": tiers,
+        "args_kind": ev.args_kind,
+        "planes": len(ev.planes),
+        "names": ev.names,
+        "tracks": [
+            {"pid": t.pid, "tid": t.tid, "name": t.name, "sortIndex": t.sort_index, "kind": t.kind,
+             "plane": t.plane, "maxDepth": int(max_depth[i]) if i < len(max_depth) else 0}
+            for i, t in enumerate(ev.tracks)
+        ],
+        "processes": [{"pid": p.pid, "name": p.name, "sortIndex": p.sort_index} for p in ev.processes],
+        "counters": counters,
+        "steps": [[s[0], int(s[1] - shift), int(s[2])] for s in ev.steps],
+    }
+    (out / "meta.json").write_bytes(orjson.dumps(meta))
+    _report(progress, 1.0, "index written")
+    return meta
+
+
+def _level(dur: np.ndarray) -> np.ndarray:
+    """floor(log2(dur)) (0 for 0 and 1 ps); rounding in the float conversion only ever
+    moves an event up a level, which keeps ``dur < 2^(level+1)``."""
+    _, e = np.frexp(np.maximum(dur, 1).astype(np.float64))
+    return (e - 1).astype(np.int8)
+
+
+def _depths(track: np.ndarray, start: np.ndarray, dur: np.ndarray, ntracks: int):
+    """Nesting depth of every event on its track: the number of earlier events (by start,
+    longest first) still open when it starts. For properly nested events that is the
+    number of ancestors; computed with one sort and binary searches per track."""
+    n = len(start)
+    depth = np.zeros(n, dtype=np.int16)
+    max_depth = np.zeros(ntracks, dtype=np.int64)
+    if not n:
+        return depth, max_depth
+    order = np.lexsort((-dur, start, track))
+    t_sorted = track[order]
+    tb = np.searchsorted(t_sorted, np.arange(ntracks + 1))
+    for ti in range(ntracks):
+        a, z = int(tb[ti]), int(tb[ti + 1])
+        if z <= a:
+            continue
+        rows = order[a:z]
+        s2 = start[rows] * 2
+        # zero-length events get half a picosecond so that they nest inside what holds them
+        e2 = (start[rows] + dur[rows]) * 2 + (dur[rows] == 0)
+        closed = np.searchsorted(np.sort(e2), s2, side="right")
+        d = np.arange(z - a, dtype=np.int64) - closed
+        np.clip(d, 0, 32767, out=d)
+        depth[rows] = d
+        max_depth[ti] = int(d.max())
+    return depth, max_depth
+
+
+def _build_tiers(track, depth, start, dur, bounds, out: Path) -> list[int]:
+    n = len(start)
+    if not n:
+        return []
+    top = int(np.flatnonzero(np.diff(bounds) > 0).max()) + 1 if n else 0
+    # rows ordered by (track, depth, start): a bin change or a row change starts a group
+    order = np.lexsort((start, depth, track))
+    row_key = track[order].astype(np.int64) << 16 | depth[order].astype(np.int64)
+    s_o = start[order]
+    d_o = dur[order]
+    tiers = []
+    for z in range(TIER_MIN_Z, max(top, TIER_MIN_Z) + 1, TIER_STEP):
+        short = d_o < (1 << z)
+        cand = np.flatnonzero(short)
+        if not cand.size:
+            continue
+        b = s_o[cand] >> z
+        rk = row_key[cand]
+        first = np.ones(len(cand), dtype=bool)
+        first[1:] = (b[1:] != b[:-1]) | (rk[1:] != rk[:-1])
+        keep = cand[first]
+        if len(keep) > TIER_KEEP_MAX * len(cand):
+            continue
+        rows = order[keep]
+        rows = rows[np.argsort(start[rows], kind="stable")]
+        np.save(out / f"tier_{z}_rows.npy", rows.astype(np.int64))
+        np.save(out / f"tier_{z}_start.npy", start[rows])
+        tiers.append(z)
+    return tiers
+
+
+def _report(progress, fraction, message):
+    if progress is not None:
+        progress.update(fraction=fraction, message=message)
+
+
+# ---------------------------------------------------------------------------
+# One host's index
+# ---------------------------------------------------------------------------
+
+
+class TraceIndex:
+    """A built index, its columns memory-mapped."""
+
+    def __init__(self, folder: Path | str):
+        self.folder = Path(folder)
+        self.meta = orjson.loads((self.folder / "meta.json").read_bytes())
+        self.n = self.meta["events"]
+        self.origin_ps = int(self.meta["origin_ps"])
+        self.end_ps = int(self.meta["end_ps"])
+        self.cols = {k: np.load(self.folder / f"{k}.npy", mmap_mode="r" if self.n else None) for k in _COLS}
+        self.levels = self.meta["levels"]
+        self.tiers = {z: (np.load(self.folder / f"tier_{z}_start.npy", mmap_mode="r"),
+                          np.load(self.folder / f"tier_{z}_rows.npy", mmap_mode="r")) for z in self.meta["tiers"]}
+        self.names = self.meta["names"]
+        self.tracks = self.meta["tracks"]
+        self._lower = None
+        self._planes: dict[int, dict] = {}
+        self._args = None
+        self._lock = threading.Lock()
+
+    # -- windows --------------------------------------------------------------------------
+
+    def overlapping(self, s: int, e: int, min_level: int = 0) -> np.ndarray:
+        """Rows of every event at levels >= ``min_level`` overlapping [s, e), exactly."""
+        start = self.cols["start"]
+        out = []
+        for k in range(min_level, LEVELS):
+            a, z = self.levels[k], self.levels[k + 1]
+            if z <= a:
+                continue
+            seg = start[a:z]
+            lo = int(np.searchsorted(seg, s - (1 << (k + 1)), side="right"))
+            hi = int(np.searchsorted(seg, e, side="left"))
+            if hi > lo:
+                out.append(np.arange(a + lo, a + hi, dtype=np.int64))
+        rows = np.concatenate(out) if out else np.zeros(0, np.int64)
+        return self._overlap(rows, s, e)
+
+    def _overlap(self, rows: np.ndarray, s: int, e: int) -> np.ndarray:
+        if not rows.size:
+            return rows
+        st = self.cols["start"][rows]
+        du = self.cols["dur"][rows]
+        end = st + du
+        ok = (st < e) & ((end > s) | ((du == 0) & (st >= s)))
+        return rows[ok]
+
+    def window_rows(self, s: int, e: int, resolution: int) -> tuple[np.ndarray, bool]:
+        """Rows to draw for [s, e) at ``resolution`` pixels: every event at least a pixel
+        wide, and at most one narrower event per (track, depth, pixel). Sorted by start."""
+        if e <= s or not self.n:
+            return np.zeros(0, np.int64), False
+        p = max(1, (e - s) // max(1, resolution))
+        tier = max((z for z in self.tiers if (1 << z) <= p), default=None)
+        if tier is None:
+            rows = self.overlapping(s, e)
+            sampled = False
+        else:
+            rows = self.overlapping(s, e, tier)
+            ts, tr = self.tiers[tier]
+            lo = int(np.searchsorted(ts, s - (1 << tier), side="right"))
+            hi = int(np.searchsorted(ts, e, side="left"))
+            extra = self._overlap(np.asarray(tr[lo:hi], dtype=np.int64), s, e)
+            rows = np.concatenate([rows, extra])
+            sampled = True
+        if not rows.size:
+            return rows, False
+        st = self.cols["start"][rows]
+        order = np.argsort(st, kind="stable")
+        rows, st = rows[order], st[order]
+        du = self.cols["dur"][rows]
+        narrow = du < p
+        truncated = sampled
+        if narrow.any():
+            nr = np.flatnonzero(narrow)
+            px = np.clip((st[nr] - s) // p, 0, resolution + 1)
+            key = ((self.cols["track"][rows[nr]].astype(np.int64) << 16 | self.cols["depth"][rows[nr]].astype(np.int64)) << 20) | px
+            _, first = np.unique(key, return_index=True)
+            if len(first) < len(nr):
+                truncated = True
+                keep = np.ones(len(rows), dtype=bool)
+                keep[nr] = False
+                keep[nr[first]] = True
+                rows = rows[keep]
+        return rows, truncated
+
+    def counter(self, i: int, s: int, e: int, resolution: int) -> tuple[np.ndarray, np.ndarray]:
+        """A counter series in [s, e), decimated to about ``resolution`` buckets keeping
+        each bucket's first, min and max points (and the point before the window)."""
+        t = np.load(self.folder / f"counter_{i}_t.npy", mmap_mode="r")
+        v = np.load(self.folder / f"counter_{i}_v.npy", mmap_mode="r")
+        lo = max(0, int(np.searchsorted(t, s, side="left")) - 1)
+        hi = int(np.searchsorted(t, e, side="right"))
+        tt = np.asarray(t[lo:hi])
+        vv = np.asarray(v[lo:hi])
+        if len(tt) > 3 * resolution:
+            bucket = np.clip((tt - s) * resolution // max(1, e - s), -1, resolution)
+            starts = np.flatnonzero(np.r_[True, bucket[1:] != bucket[:-1]])
+            mins = np.minimum.reduceat(vv, starts)
+            maxs = np.maximum.reduceat(vv, starts)
+            amin = starts + _argreduce(vv, starts, mins)
+            amax = starts + _argreduce(vv, starts, maxs)
+            pick = np.unique(np.concatenate([starts, amin, amax]))
+            tt, vv = tt[pick], vv[pick]
+        return tt, vv
+
+    # -- details, search ------------------------------------------------------------------
+
+    def check_row(self, row: int) -> None:
+        if not 0 <= row < self.n:
+            raise NotFound(f"no event with id {row} in {self.meta['path']}")
+
+    def args(self, row: int) -> dict:
+        off = int(self.cols["aoff"][row])
+        ln = int(self.cols["alen"][row])
+        if ln <= 0:
+            return {}
+        with open(self.folder / "args.bin", "rb") as f:
+            f.seek(off)
+            data = f.read(ln)
+        if self.meta["args_kind"] == "json":
+            try:
+                value = orjson.loads(data)
+            except orjson.JSONDecodeError:
+                return {}
+            return value if isinstance(value, dict) else {"args": value}
+        plane = self.tracks[int(self.cols["track"][row])]["plane"]
+        with self._lock:
+            pm = self._planes.get(plane)
+            if pm is None:
+                pm = self._planes[plane] = xplane_trace.plane_metadata((self.folder / f"plane_{plane}.pb").read_bytes())
+        return xplane_trace.event_args(data, pm)
+
+    def lower_names(self) -> list[str]:
+        if self._lower is None:
+            self._lower = [s.lower() for s in self.names]
+        return self._lower
+
+    def rows_named(self, name_ids: list[int]) -> np.ndarray:
+        if not name_ids or not self.n:
+            return np.zeros(0, np.int64)
+        return np.flatnonzero(np.isin(self.cols["name"], np.asarray(name_ids, dtype=np.int32)))
+
+
+def _argreduce(v, starts, target):
+    """Offset within each reduceat group of the first element equal to ``target``."""
+    group = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(v)]))
+    hit = np.flatnonzero(v == target[group])
+    g = group[hit]
+    first = np.full(len(starts), -1, dtype=np.int64)
+    first[g[::-1]] = hit[::-1]
+    return first - starts
+
+
+# ---------------------------------------------------------------------------
+# Several hosts on one timeline
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class HostIndex:
+    position: int  # the host's position among the run's hosts (stable ids)
+    host: str
+    index: TraceIndex
+    pid_offset: int = 0  # Chrome traces: 0; xplane pids already carry XProf's host number
+
+
+class TraceView:
+    """The selected hosts of a run, merged on one timeline whose origin is the earliest
+    of theirs."""
+
+    def __init__(self, run_name: str, hosts: list[HostIndex]):
+        self.run = run_name
+        self.hosts = hosts
+        self.origin_ps = min((h.index.origin_ps for h in hosts), default=0)
+        self.shift = {h.position: h.index.origin_ps - self.origin_ps for h in hosts}
+        self.end_ps = max((self.shift[h.position] + h.index.end_ps for h in hosts), default=0)
+
+    # -- parameters -------------------------------------------------------------------------
+
+    def span_ps(self, start_ms, end_ms) -> tuple[int, int]:
+        s = 0 if start_ms is None else _ms_to_ps(start_ms, "start_ms")
+        e = self.end_ps if end_ms is None else _ms_to_ps(end_ms, "end_ms")
+        if e < s:
+            raise BadRequest(f"end_ms ({end_ms}) is before start_ms ({start_ms})")
+        if e == s:
+            e = s + 1
+        return s, e
+
+    def _host(self, event_id: int) -> tuple[HostIndex, int]:
+        pos, row = event_id >> HOST_ID_SHIFT, event_id & ((1 << HOST_ID_SHIFT) - 1)
+        for h in self.hosts:
+            if h.position == pos:
+                h.index.check_row(row)
+                return h, row
+        raise NotFound(f"no event with id {event_id} in the selected hosts of run {self.run!r}")
+
+    # -- payloads ---------------------------------------------------------------------------
+
+    def tracks(self) -> tuple[list[dict], list[dict]]:
+        processes, tracks = [], []
+        for h in self.hosts:
+            for p in h.index.meta["processes"]:
+                processes.append({"pid": p["pid"] + h.pid_offset, "name": p["name"], "host": h.host,
+                                  "sortIndex": p["sortIndex"] + h.pid_offset})
+            for i, t in enumerate(h.index.tracks):
+                tracks.append({"id": (h.position << TRACK_ID_SHIFT) | i, "pid": t["pid"] + h.pid_offset,
+                               "tid": t["tid"], "name": t["name"], "sortIndex": t["sortIndex"],
+                               "maxDepth": t["maxDepth"], "kind": t["kind"]})
+        return processes, tracks
+
+    def window(self, start_ms=None, end_ms=None, resolution=None) -> dict:
+        res = parse_resolution(resolution)
+        s, e = self.span_ps(start_ms, end_ms)
+        processes, tracks = self.tracks()
+        names: list[str] = []
+        name_ix: dict[str, int] = {}
+        cols = {k: [] for k in ("id", "track", "start", "dur", "depth", "name")}
+        counters, steps = [], []
+        truncated = False
+        total = 0
+        for h in self.hosts:
+            ix = h.index
+            sh = self.shift[h.position]
+            total += ix.n
+            rows, trunc = ix.window_rows(s - sh, e - sh, res)
+            truncated |= trunc
+            if rows.size:
+                nid = np.asarray(ix.cols["name"][rows])
+                uniq, inv = np.unique(nid, return_inverse=True)
+                mapped = np.asarray([name_ix.setdefault(ix.names[u], len(name_ix)) for u in uniq.tolist()], dtype=np.int64)
+                names.extend(list(name_ix)[len(names):])
+                cols["id"].append((h.position << HOST_ID_SHIFT) | rows)
+                cols["track"].append((h.position << TRACK_ID_SHIFT) | np.asarray(ix.cols["track"][rows], np.int64))
+                cols["start"].append((np.asarray(ix.cols["start"][rows]) + sh) / PS_PER_MS)
+                cols["dur"].append(np.asarray(ix.cols["dur"][rows]) / PS_PER_MS)
+                cols["depth"].append(np.asarray(ix.cols["depth"][rows], np.int64))
+                cols["name"].append(mapped[inv.reshape(-1)])
+            for i, c in enumerate(ix.meta["counters"]):
+                t, v = ix.counter(i, s - sh, e - sh, res)
+                counters.append({"track": (h.position << TRACK_ID_SHIFT) | c["track"], "name": c["name"],
+                                 "unit": c["unit"], "t": ((t + sh) / PS_PER_MS).tolist(), "v": v.tolist()})
+            for name, st, du in ix.meta["steps"]:
+                if st < e - sh and st + du > s - sh:
+                    steps.append({"name": name, "start": (st + sh) / PS_PER_MS, "dur": du / PS_PER_MS})
+        slices = {}
+        for k, parts in cols.items():
+            slices[k] = np.concatenate(parts).tolist() if parts else []
+        return {
+            "run": self.run,
+            "hosts": [h.host for h in self.hosts],
+            "originNs": self.origin_ps // 1000,
+            "fullTimespan": [0.0, self.end_ps / PS_PER_MS],
+            "window": [s / PS_PER_MS, e / PS_PER_MS],
+            "resolution": res,
+            "processes": processes,
+            "tracks": tracks,
+            "names": names,
+            "slices": slices,
+            "counters": counters,
+            "steps": steps,
+            "returnedEventsSize": len(slices["id"]),
+            "totalEventsSize": total,
+            "truncated": bool(truncated),
+        }
+
+    def event(self, event_id) -> dict:
+        eid = _int_id(event_id)
+        h, row = self._host(eid)
+        ix = h.index
+        sh = self.shift[h.position]
+        ti = int(ix.cols["track"][row])
+        t = ix.tracks[ti]
+        proc = next((p["name"] for p in ix.meta["processes"] if p["pid"] == t["pid"]), "")
+        args = ix.args(row)
+        hlo_op = args.get("hlo_op")
+        hlo_module = args.get("hlo_module")
+        program_id = args.get("program_id")
+        module = None
+        if hlo_module:
+            module = f"{hlo_module}({program_id})" if program_id is not None and not str(hlo_module).endswith(f"({program_id})") else str(hlo_module)
+        return {
+            "id": eid,
+            "name": ix.names[int(ix.cols["name"][row])],
+            "start": (int(ix.cols["start"][row]) + sh) / PS_PER_MS,
+            "dur": int(ix.cols["dur"][row]) / PS_PER_MS,
+            "depth": int(ix.cols["depth"][row]),
+            "track": {"id": (h.position << TRACK_ID_SHIFT) | ti, "name": t["name"], "pid": t["pid"] + h.pid_offset,
+                      "process": proc, "host": h.host},
+            "args": _jsonable(args),
+            "hloOp": hlo_op,
+            "hloModule": hlo_module,
+            "module": module,
+        }
+
+    def search(self, q: str | None, limit=None) -> dict:
+        q = (q or "").strip()
+        if not q:
+            raise BadRequest("missing parameter 'q' (the text to search event names for)")
+        lim = _int_param(limit, "limit", 50, 1, 10_000)
+        ql = q.lower()
+        groups: list[list[tuple[int, HostIndex, np.ndarray]]] = [[], []]
+        total = 0
+        for h in self.hosts:
+            lower = h.index.lower_names()
+            prefix = [i for i, s in enumerate(lower) if s.startswith(ql)]
+            inner = [i for i, s in enumerate(lower) if ql in s and not s.startswith(ql)]
+            for g, ids in enumerate((prefix, inner)):
+                rows = h.index.rows_named(ids)
+                total += len(rows)
+                groups[g].append((h, rows))
+        matches = []
+        for g in groups:
+            merged = []
+            for h, rows in g:
+                if not rows.size:
+                    continue
+                st = np.asarray(h.index.cols["start"][rows]) + self.shift[h.position]
+                take = np.argsort(st, kind="stable")[: lim]
+                merged += [(int(st[i]), h, int(rows[i])) for i in take.tolist()]
+            merged.sort(key=lambda x: x[0])
+            for st, h, row in merged:
+                if len(matches) >= lim:
+                    break
+                ix = h.index
+                matches.append({"id": (h.position << HOST_ID_SHIFT) | row, "name": ix.names[int(ix.cols["name"][row])],
+                                "start": st / PS_PER_MS, "dur": int(ix.cols["dur"][row]) / PS_PER_MS,
+                                "track": (h.position << TRACK_ID_SHIFT) | int(ix.cols["track"][row])})
+        return {"query": q, "total": total, "matches": matches}
+
+    # -- XProf's JSON -------------------------------------------------------------------------
+
+    def xprof_json(self, start_time_ms=None, end_time_ms=None, resolution=None) -> bytes:
+        """XProf's trace_viewer@ answer (trace_events_to_json.h): ``M`` process and thread
+        names and sort indexes, then ``X`` events with µs ``ts``/``dur`` on XProf's absolute
+        time base; ``fullTimespan`` and the window in ms. ``resolution`` 0 (or absent) means
+        no visibility filter, as in XProf."""
+        origin_ms = self.origin_ps / PS_PER_MS
+        s = 0 if start_time_ms in (None, "") else _ms_to_ps(start_time_ms, "start_time_ms") - self.origin_ps
+        e = self.end_ps + 1 if end_time_ms in (None, "") else _ms_to_ps(end_time_ms, "end_time_ms") - self.origin_ps
+        if e < s:
+            raise BadRequest(f"end_time_ms ({end_time_ms}) is before start_time_ms ({start_time_ms})")
+        res = 0 if resolution in (None, "") else _int_param(resolution, "resolution", 0, 0, 10_000_000)
+        parts = []
+        count = 0
+        filtered = False
+        for h in self.hosts:
+            ix = h.index
+            sh = self.shift[h.position]
+            if res:
+                rows, trunc = ix.window_rows(s - sh, max(e, s + 1) - sh, res)
+                filtered |= trunc
+            else:
+                rows = ix.overlapping(s - sh, max(e, s + 1) - sh)
+                rows = rows[np.argsort(np.asarray(ix.cols["start"][rows]), kind="stable")]
+            count += len(rows)
+            parts.append((h, rows))
+        head = {"displayTimeUnit": "ns", "metadata": {"highres-ticks": True}, "returnedEventsSize": count,
+                "filteredByVisibility": bool(filtered),
+                "fullTimespan": [origin_ms, origin_ms + self.end_ps / PS_PER_MS]}
+        out = [orjson.dumps(head)[:-1], b',"traceEvents":[']
+        first = True
+        for chunk in self._metadata_events(xprof=True):
+            out.append(chunk if first else b"," + chunk)
+            first = False
+        for h, rows in parts:
+            for chunk in self._x_events(h, rows, with_args=False):
+                out.append(chunk if first else b"," + chunk)
+                first = False
+        out.append(b"]}")
+        return b"".join(out)
+
+    def _metadata_events(self, xprof: bool) -> Iterator[bytes]:
+        for h in self.hosts:
+            ix = h.index
+            for p in ix.meta["processes"]:
+                pid = p["pid"] + h.pid_offset
+                nthreads = sum(1 for t in ix.tracks if t["pid"] == p["pid"] and t["kind"] == "slices")
+                yield orjson.dumps({"args": {"name": p["name"]}, "name": "process_name", "ph": "M", "pid": pid,
+                                    "thread_count": nthreads})
+                yield orjson.dumps({"args": {"sort_index": p["sortIndex"] + h.pid_offset}, "name": "process_sort_index",
+                                    "ph": "M", "pid": pid})
+            for t in ix.tracks:
+                if t["kind"] != "slices":
+                    continue
+                pid = t["pid"] + h.pid_offset
+                yield orjson.dumps({"args": {"name": t["name"]}, "name": "thread_name", "ph": "M", "pid": pid, "tid": t["tid"]})
+                yield orjson.dumps({"args": {"sort_index": t["tid"] if xprof else t["sortIndex"]}, "name": "thread_sort_index",
+                                    "ph": "M", "pid": pid, "tid": t["tid"]})
+
+    def _x_events(self, h: HostIndex, rows: np.ndarray, with_args: bool, chunk: int = 20000) -> Iterator[bytes]:
+        ix = h.index
+        base_us = (ix.origin_ps) / 1e6
+        pids = np.asarray([t["pid"] + h.pid_offset for t in ix.tracks] or [0], dtype=np.int64)
+        tids = np.asarray([t["tid"] for t in ix.tracks] or [0], dtype=np.int64)
+        for a in range(0, len(rows), chunk):
+            r = rows[a:a + chunk]
+            tr = np.asarray(ix.cols["track"][r])
+            ts = (np.asarray(ix.cols["start"][r]) / 1e6 + base_us).tolist()
+            du = (np.asarray(ix.cols["dur"][r]) / 1e6).tolist()
+            nm = np.asarray(ix.cols["name"][r]).tolist()
+            pid = pids[tr].tolist()
+            tid = tids[tr].tolist()
+            rl = r.tolist()
+            for i in range(len(rl)):
+                ev = {"pid": pid[i], "tid": tid[i], "name": ix.names[nm[i]], "ts": ts[i], "dur": du[i], "ph": "X"}
+                ev["args"] = _jsonable(ix.args(rl[i])) if with_args else {}
+                yield orjson.dumps(ev)
+
+    # -- export -----------------------------------------------------------------------------
+
+    def export(self, start_ms=None, end_ms=None) -> Iterator[bytes]:
+        """Chrome-trace JSON of every event in the window (no resolution filter): M names,
+        X events (µs), C counter events; Perfetto and chrome://tracing open it."""
+        s, e = self.span_ps(start_ms, end_ms)
+        yield b'{"displayTimeUnit":"ns","traceEvents":['
+        first = True
+        for chunk in self._metadata_events(xprof=False):
+            yield chunk if first else b"," + chunk
+            first = False
+        for h in self.hosts:
+            ix = h.index
+            sh = self.shift[h.position]
+            rows = ix.overlapping(s - sh, e - sh)
+            rows = rows[np.argsort(np.asarray(ix.cols["start"][rows]), kind="stable")]
+            buf = []
+            for ev in self._x_events(h, rows, with_args=True):
+                buf.append(ev if first else b"," + ev)
+                first = False
+                if len(buf) >= 5000:
+                    yield b"".join(buf)
+                    buf = []
+            if buf:
+                yield b"".join(buf)
+            base_us = ix.origin_ps / 1e6
+            for i, c in enumerate(ix.meta["counters"]):
+                t, v = ix.counter(i, s - sh, e - sh, 10**9)
+                pid = ix.tracks[c["track"]]["pid"] + h.pid_offset
+                for tt, vv in zip((t / 1e6 + base_us).tolist(), v.tolist()):
+                    yield (b"" if first else b",") + orjson.dumps({"ph": "C", "pid": pid, "name": c["name"], "ts": tt,
+                                                                   "args": {c["unit"] or "value": vv}})
+                    first = False
+        yield b"]}"
+
+
+# ---------------------------------------------------------------------------
+# Parameters
+# ---------------------------------------------------------------------------
+
+_NUMBER = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
+
+
+def _ms_to_ps(value, name: str) -> int:
+    text = str(value).strip()
+    if not _NUMBER.match(text):
+        raise BadRequest(f"parameter {name!r} must be a number of milliseconds, not {value!r}")
+    v = float(text)
+    if abs(v) > 1e15:
+        raise BadRequest(f"parameter {name!r} is out of range: {value!r}")
+    return int(round(v * PS_PER_MS))
+
+
+def parse_resolution(value) -> int:
+    return _int_param(value, "resolution", DEFAULT_RESOLUTION, 1, MAX_RESOLUTION)
+
+
+def _int_param(value, name: str, default: int, lo: int, hi: int) -> int:
+    if value in (None, ""):
+        return default
+    text = str(value).strip()
+    if not re.fullmatch(r"[+-]?\d+", text):
+        raise BadRequest(f"parameter {name!r} must be an integer, not {value!r}")
+    v = int(text)
+    if not lo <= v <= hi:
+        raise BadRequest(f"parameter {name!r} must be between {lo} and {hi}, not {v}")
+    return v
+
+
+def _int_id(value) -> int:
+    if value in (None, ""):
+        raise BadRequest("missing parameter 'id' (an event id from /api/trace/window or /api/trace/search)")
+    text = str(value).strip()
+    if not text.isdigit():
+        raise BadRequest(f"parameter 'id' must be a non-negative integer, not {value!r}")
+    return int(text)
+
+
+def _jsonable(value):
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, int) and abs(value) >= 1 << 63:
+        return str(value)
+    return value
+
+
+class IndexCache:
+    """Open indexes, the last few kept (their columns are memory-mapped)."""
+
+    def __init__(self, size: int = 8):
+        self.size = size
+        self._open: OrderedDict[str, TraceIndex] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, folder: Path) -> TraceIndex:
+        key = os.fspath(folder)
+        with self._lock:
+            ix = self._open.get(key)
+            if ix is not None:
+                self._open.move_to_end(key)
+                return ix
+        ix = TraceIndex(folder)
+        with self._lock:
+            self._open[key] = ix
+            while len(self._open) > self.size:
+                self._open.popitem(last=False)
+        return ix
