@@ -27,8 +27,10 @@ Usage: ``python scripts/make_oom_programs.py --out DIR [PROGRAM ...]`` (jax on C
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -67,7 +69,7 @@ def _mlp(rng, sizes):
 
     return {
         f"dense_{i}": {"w": _f32(rng.normal(0, 0.05, (a, b))), "b": _f32(np.zeros((b,)))}
-        for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:]))
+        for i, (a, b) in enumerate(itertools.pairwise(sizes))
     }
 
 
@@ -205,13 +207,27 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, type=Path, help="folder to write the log directory into")
     ap.add_argument("programs", nargs="*", default=list(PROGRAMS), help=f"programs (default all: {', '.join(PROGRAMS)})")
+    ap.add_argument("--_one", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    import jax
-
-    jax.config.update("jax_platforms", "cpu")
     args.out.mkdir(parents=True, exist_ok=True)
-    results = {p: run(p, args.out) for p in args.programs}
-    results["_jax_version"] = jax.__version__
+    if args._one:
+        # One program per interpreter: a profile's /host:metadata plane lists every module
+        # the process compiled so far, so programs run side by side would share modules.
+        import jax
+
+        jax.config.update("jax_platforms", "cpu")
+        result = run(args._one, args.out)
+        result["jax_version"] = jax.__version__
+        (args.out / f"{args._one}.json").write_text(json.dumps(result, indent=2))
+        return 0
+    results = {}
+    for p in args.programs:
+        if p not in PROGRAMS:
+            raise SystemExit(f"unknown program {p!r}; programs: {', '.join(PROGRAMS)}")
+        subprocess.run([sys.executable, os.path.abspath(__file__), "--out", str(args.out), "--_one", p], check=True)
+        one = args.out / f"{p}.json"
+        results[p] = json.loads(one.read_text())
+        one.unlink()
     (args.out / "programs.json").write_text(json.dumps(results, indent=2))
     return 0
 

@@ -35,6 +35,10 @@ ALL_HOSTS_SUPPORTED = frozenset(
 TOOL_PARAMS = ("host", "module_name", "memory_space", "view",
                "capacity_bytes", "device_memory", "device", "threshold_medium", "threshold_high")
 
+# Tools XProf does not have: served under tag= like the others, but not listed in
+# run_tools, which stays XProf's list (an XProf frontend would not know the tag).
+PROFSCOPE_ONLY = frozenset({"oom_risk"})
+
 # What XProf's module_list says for a profile without any HLO module.
 NO_MODULE = "NO_MODULE"
 
@@ -65,7 +69,7 @@ def router(ws: Workspace) -> APIRouter:
     @r.get("/run_tools")
     def run_tools(request: Request) -> Response:
         run = scoped_run(request)
-        return json_response([t.name for t in ws.tools(run) if ws.can_serve(t, run)])
+        return json_response([t.name for t in ws.tools(run) if ws.can_serve(t, run) and t.name not in PROFSCOPE_ONLY])
 
     @r.get("/hosts")
     def hosts(request: Request) -> Response:

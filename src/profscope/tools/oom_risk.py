@@ -32,13 +32,27 @@ from __future__ import annotations
 
 import math
 import re
+from fractions import Fraction
 from typing import Any
 
 from profscope.errors import BadRequest
 
-__all__ = ["TIERS", "DEFAULT_THRESHOLDS", "DEVICES", "CATEGORIES", "parse_capacity", "parse_size",
-           "device_capacity", "parse_thresholds", "tier_of", "compiled_evidence", "allocator_evidence",
-           "snapshot_evidence", "classify_frames", "assess"]
+__all__ = [
+    "CATEGORIES",
+    "DEFAULT_THRESHOLDS",
+    "DEVICES",
+    "TIERS",
+    "allocator_evidence",
+    "assess",
+    "classify_frames",
+    "compiled_evidence",
+    "device_capacity",
+    "parse_capacity",
+    "parse_size",
+    "parse_thresholds",
+    "snapshot_evidence",
+    "tier_of",
+]
 
 TIERS = ("LOW", "MEDIUM", "HIGH", "OOM")
 DEFAULT_THRESHOLDS = {"medium": 0.70, "high": 0.90}
@@ -187,10 +201,12 @@ def tier_of(peak: int, capacity: int | None, thresholds: dict, oom_observed: boo
         return "OOM"
     if not capacity:
         return "UNKNOWN"
-    u = peak / capacity
-    if u >= thresholds["high"]:
+    # Exact rational comparison: a peak of exactly 70 % of the capacity is MEDIUM, which
+    # float division (7/10 has no binary form) could get wrong by one ulp.
+    u = Fraction(peak, capacity)
+    if u >= Fraction(str(thresholds["high"])):
         return "HIGH"
-    if u >= thresholds["medium"]:
+    if u >= Fraction(str(thresholds["medium"])):
         return "MEDIUM"
     return "LOW"
 
@@ -317,7 +333,7 @@ def classify_allocator(meta: dict) -> tuple[str, str]:
 
 def _mib_bytes(v) -> int:
     # XProf writes sizes as MiB doubles; bytes * 2^-20 is exact in a double up to 2^73.
-    return int(round(float(v or 0) * MIB))
+    return round(float(v or 0) * MIB)
 
 
 def compiled_evidence(mv: dict, module_name: str) -> dict:
@@ -645,7 +661,7 @@ def _contributors(items: list[dict], peak: int) -> list[dict]:
     for i in items:
         by.setdefault(i["category"], []).append(i)
     out = []
-    for cat in CATEGORIES:
+    for cat, label in CATEGORIES.items():
         rows = sorted(by.get(cat, []), key=lambda i: -i["bytes"])
         if not rows:
             continue
@@ -653,7 +669,7 @@ def _contributors(items: list[dict], peak: int) -> list[dict]:
         kept = rows[:MAX_ROWS]
         rest = rows[MAX_ROWS:]
         out.append({
-            "category": cat, "label": CATEGORIES[cat], "bytes": total, "share": total / peak if peak else 0.0,
+            "category": cat, "label": label, "bytes": total, "share": total / peak if peak else 0.0,
             "count": sum(int(r.get("count") or 1) for r in rows),
             "rules": sorted({r["rule"] for r in rows}),
             "items": kept, "othersBytes": sum(r["bytes"] for r in rest), "othersCount": len(rest),
