@@ -12,7 +12,8 @@ Which planes and lines become which processes and threads follows XProf 2.24.2
   (``XLineVisitor::DisplayId``) and whose name is the line's display name (or name); the
   line named ``_counters_`` holds counter events instead.
 * an event's time is ``line.timestamp_ns * 1000 + offset_ps`` (``XEventVisitor::TimestampPs``),
-  its name the event metadata's ``display_name`` if set, else its ``name``.
+  its name the event metadata's ``display_name`` if set, else its ``name``; a zero
+  duration is shown as 1 ps (as XProf 2.24.2's output has it).
 * XProf's preprocessing adds a ``ThreadpoolListener::Region`` slice per
   ``StartRegion``/``StopRegion`` pair on a line (computed here with
   :mod:`profscope.formats.xplane_memory`'s reading of it), and leaves out "internal"
@@ -75,15 +76,19 @@ def selected_planes(index: xplane.XSpaceIndex) -> list[tuple[xplane.PlaneRef, in
     return out
 
 
-def read_trace(raw: IO[bytes], path: str, host_number: int = 1, progress=None) -> TraceEvents:
+def read_trace(raw: IO[bytes], path: str, host_number: int = 1, hostname: str | None = None,
+               progress=None) -> TraceEvents:
     """The trace events of one XSpace (``<host>.xplane.pb[.gz]``).
 
-    ``host_number`` is XProf's 1-based host index (pids are ``1000 * host + device``).
+    ``host_number`` is XProf's 1-based host index (pids are ``1000 * host + device``);
+    ``hostname`` the host as XProf names it, from the file name (process names are
+    ``"<hostname> <plane name>"``); by default the XSpace's first ``hostnames`` entry.
     Corrupt or truncated input raises :class:`BadInput` naming the file.
     """
     _report(progress, 0.0, "indexing the profile planes")
     index = xplane.scan(raw, path)
-    hostname = index.hostnames[0] if index.hostnames else ""
+    if hostname is None:
+        hostname = index.hostnames[0] if index.hostnames else ""
     chosen = selected_planes(index)
     total = sum(ref.length for ref, _ in chosen) or 1
     try:
@@ -171,6 +176,12 @@ def _read(f, size, path, hostname, chosen, host_number, total, progress) -> Trac
             name_id = np.where(lut_keys[pos] == ev.metadata_id, lut_vals[pos], empty_name).astype(np.int32)
         else:
             name_id = np.full(ev.n, empty_name, dtype=np.int32)
+        # Step roots (a ``step_num`` stat: JAX's StepTraceAnnotation, TF's Trace with
+        # step_num) are shown under their step's name, "<name> <step_num>": XProf's step
+        # grouping gives them that ``step_name`` (checked on 2.24.2's output).
+        sv = xm._StatView(ev, "step_num")
+        for r, num in zip(np.flatnonzero(sv.present).tolist(), sv.int_or_uint_value()[sv.present].view(np.int64).tolist()):
+            name_id[r] = names(f"{names.names[int(name_id[r])]} {num}")
         raw_names = {k: v.name for k, v in meta.event_metadata.items()}
         internal = xm._mid_mask(ev, raw_names, INTERNAL_EVENTS)
         # tracks: one per line with events (not the counter line)
@@ -185,7 +196,8 @@ def _read(f, size, path, hostname, chosen, host_number, total, progress) -> Trac
             tracks.append(Track(pid, tid, h.display_name or h.name, len(tracks), "slices", plane_index))
         keep = (~internal) & (line_track[ev.line] >= 0)
         idx = np.flatnonzero(keep)
-        parts.add(line_track[ev.line[idx]], ts[idx], ev.duration_ps[idx], name_id[idx],
+        # XProf shows zero-length events as 1 ps long (checked on 2.24.2's output)
+        parts.add(line_track[ev.line[idx]], ts[idx], np.maximum(ev.duration_ps[idx], 1), name_id[idx],
                   ev_start[idx] + blob_base, (ev_end[idx] - ev_start[idx]))
         # ThreadpoolListener::Region slices (XProf's preprocessing), no XEvent bytes
         _order, regions = xm._threadpool_regions(ev, raw_names, line_ts)
@@ -270,10 +282,8 @@ def _allocator_counters(ev, internal, ts, raw_names, stat_names, data, pid, trac
 
 def _steps(ev, ts, name_id, names, headers, steps):
     sv = xm._StatView(ev, "step_num")
-    rows = np.flatnonzero(sv.present)
-    nums = sv.int_or_uint_value()[rows].view(np.int64) if rows.size else np.zeros(0, np.int64)
-    for r, n in zip(rows.tolist(), nums.tolist()):
-        steps.append((f"{names.names[int(name_id[r])]} {n}", int(ts[r]), int(ev.duration_ps[r])))
+    for r in np.flatnonzero(sv.present).tolist():  # already named "<name> <step_num>"
+        steps.append((names.names[int(name_id[r])], int(ts[r]), int(ev.duration_ps[r])))
     for li, h in enumerate(headers):
         if (h.display_name or h.name) == "Steps":
             for r in np.flatnonzero(ev.line == li).tolist():
