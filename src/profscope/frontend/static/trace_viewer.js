@@ -284,13 +284,15 @@
   function clampWindow(ctx, s, e) {
     const [f0, f1] = ctx.full;
     if (!(e > s)) [s, e] = [Math.min(s, e), Math.max(s, e) + MIN_SPAN_MS];
-    let span = Math.min(Math.max(e - s, MIN_SPAN_MS), Math.max(f1 - f0, MIN_SPAN_MS));
+    if (e - s >= f1 - f0) return [f0, f1];
+    const span = Math.max(e - s, MIN_SPAN_MS);
     const mid = (s + e) / 2;
     s = mid - span / 2; e = mid + span / 2;
     if (s < f0) { e += f0 - s; s = f0; }
     if (e > f1 && f1 > f0) { s -= e - f1; e = f1; }
     if (s < f0) s = f0;
-    return [s, e];
+    // The bounds as the URL writes them, so the view, the URL and the fetched window agree.
+    return [Number(fmtNum(s, span)), Number(fmtNum(e, span))];
   }
 
   function setWindow(ctx, s, e, { url = true } = {}) {
@@ -437,7 +439,7 @@
     drawRuler(ctx, g, W);
     if (ctx.drag && ctx.drag.mode === "range") drawRange(ctx, g, H);
     const span = ctx.view[1] - ctx.view[0];
-    ctx.windowLabel.textContent = `${fmtTime(ctx.view[0], span)} – ${fmtTime(ctx.view[1], span)} (${fmtDur(span)})`;
+    ctx.windowLabel.textContent = `${fmtTime(ctx.view[0], span / 1000)} – ${fmtTime(ctx.view[1], span / 1000)} (${fmtDur(span)})`;
     const whole = sameWindow(ctx.view, ctx.full);
     ctx.exportWindow.href = `/api/trace/export?${apiParams(ctx, whole ? {} : { start_ms: fmtNum(ctx.view[0], span), end_ms: fmtNum(ctx.view[1], span) })}`;
     ctx.paintMs = performance.now() - t0;
@@ -665,7 +667,7 @@
     g.fillStyle = "#f6f7f9"; g.fillRect(0, 0, GUTTER, RULER_H);
     g.fillStyle = "#3d4557";
     g.font = BOLD;
-    g.fillText(relative ? `from ${fmtTime(first, step)}` : "time since trace start", 8, 12);
+    g.fillText(relative ? `ticks from ${fmtTime(first, step)}` : "time since trace start", 8, 12);
     g.font = FONT;
     g.fillStyle = "#6b7385";
     g.fillText(`${fmtDur(span)} visible · ${fmtDur(step)}/tick`, 8, 28);
@@ -710,12 +712,13 @@
     const v = ms / u[1];
     return `${Number(v.toPrecision(3)).toLocaleString("en-US", { maximumFractionDigits: 3 })} ${u[0]}`;
   }
-  // A point in time with a precision fitting `scale` (ms).
-  function fmtTime(ms, scale) {
-    const u = unitFor(Math.max(Math.abs(ms), scale));
-    const digits = Math.max(0, Math.min(9, Math.ceil(-Math.log10(scale / u[1] / 1000))));
+  // A point in time, in the unit of its magnitude, to the precision `resolution` (ms).
+  function fmtTime(ms, resolution) {
+    const u = unitFor(Math.max(Math.abs(ms), resolution));
+    const digits = Math.max(0, Math.min(6, Math.ceil(-Math.log10(resolution / u[1]) - 1e-9)));
     return `${(ms / u[1]).toFixed(digits)} ${u[0]}`;
   }
+  const exact = (dur) => Math.max(dur / 1000, 1e-6); // enough digits to tell a slice's ends apart
   function fmtValue(v, unit) {
     if (unit === "bytes" || unit === "B") return fmtBytes(v);
     return `${Number(v.toPrecision(4)).toLocaleString("en-US")}${unit ? " " + unit : ""}`;
@@ -865,9 +868,18 @@
 
   function hoverAt(ctx, x, y, e) {
     if (e.target !== ctx.canvas) { if (ctx.hover) { ctx.hover = null; draw(ctx); } hideTip(ctx); return; }
+    if (x < GUTTER) { // the names column: a track's full name (the column cuts long ones)
+      const row = rowAt(ctx, y);
+      ctx.canvas.style.cursor = row && row.type === "process" ? "pointer" : "default";
+      if (ctx.hover) { ctx.hover = null; draw(ctx); }
+      if (!row) return hideTip(ctx);
+      return showTip(ctx, x, y, row.type === "process"
+        ? [el("strong", {}, row.name), el("div", { class: "muted" }, `${row.count} tracks · click to ${row.open ? "collapse" : "expand"}`)]
+        : [el("strong", {}, row.track.name), el("div", { class: "muted" }, row.track.kind === "counter" ? "counter" : `${row.track.maxDepth + 1} levels deep`)]);
+    }
     const hit = hitTest(ctx, x, y);
     const same = (a, b) => (!a && !b) || (a && b && a.index === b.index && a.counter === b.counter && a.i === b.i);
-    ctx.canvas.style.cursor = hit && hit.index >= 0 ? "pointer" : x < GUTTER && rowAt(ctx, y)?.type === "process" ? "pointer" : "default";
+    ctx.canvas.style.cursor = hit && hit.index >= 0 ? "pointer" : "default";
     if (!same(hit, ctx.hover)) { ctx.hover = hit; draw(ctx); }
     if (!hit) return hideTip(ctx);
     if (hit.counter) {
@@ -877,7 +889,7 @@
     } else {
       const s = ctx.data.s, i = hit.index;
       showTip(ctx, x, y, [el("strong", {}, ctx.data.names[s.name[i]]), el("div", {}, fmtDur(s.dur[i])),
-        el("div", { class: "muted" }, `at ${fmtTime(s.start[i], Math.max(s.dur[i], 1e-6))}`)]);
+        el("div", { class: "muted" }, `at ${fmtTime(s.start[i], exact(s.dur[i]))}`)]);
     }
   }
 
@@ -932,7 +944,7 @@
     draw(ctx);
     ctx.card.classList.remove("loading");
     ctx.card.classList.add("selected");
-    ctx.card.replaceChildren(...eventCard(ctx, ev));
+    ctx.card.replaceChildren(...eventCard(ctx, ev).filter(Boolean));
   }
 
   function locateSelected(ctx) {
@@ -944,9 +956,9 @@
     const track = ev.track || {};
     const state = readState();
     const rows = [
-      ["start", fmtTime(ev.start, Math.max(ev.dur, 1e-6)) + " (since trace start)"],
+      ["start", fmtTime(ev.start, exact(ev.dur)) + " since the trace start"],
       ["duration", `${fmtDur(ev.dur)}`, `${(ev.dur * 1e6).toLocaleString("en-US", { maximumFractionDigits: 3 })} ns`],
-      ["end", fmtTime(ev.start + ev.dur, Math.max(ev.dur, 1e-6))],
+      ["end", fmtTime(ev.start + ev.dur, exact(ev.dur))],
       ["track", [track.process ? `${track.process} › ` : "", track.name || ""].join("")],
     ];
     if (ev.hloOp) rows.push(["HLO op", el("code", {}, ev.hloOp)]);
@@ -1007,7 +1019,7 @@
         el("tbody", {}, matches.map((m) => el("tr", { class: "tv-match", "data-id": m.id, tabindex: "0",
           onclick: () => openMatch(ctx, m), onkeydown: (e) => { if (e.key === "Enter") openMatch(ctx, m); } },
         el("td", { class: "tv-match-name", title: m.name }, m.name),
-        el("td", { class: "num" }, fmtTime(m.start, Math.max(m.dur, 1e-6))),
+        el("td", { class: "num", title: fmtTime(m.start, exact(m.dur)) }, fmtTime(m.start, 1e-3)),
         el("td", { class: "num" }, fmtDur(m.dur)),
         el("td", { class: "tv-match-track" }, trackName.get(m.track) || String(m.track)))))) : null);
   }

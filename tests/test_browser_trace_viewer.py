@@ -1,0 +1,292 @@
+"""The trace viewer page end to end: the real server on the bundled demo (real JAX
+profiles, real torch.profiler traces), Debian's Chromium driven by Playwright, network cut,
+no mocks.
+
+What a user relies on: rows and slices are drawn; zooming in (the mouse wheel, around the
+cursor) refetches the window at the canvas's width so a slice hidden at the full view
+(absent from that window's response) shows up, and clicking it opens its details with its
+args; search finds slices and clicking a match zooms to it and selects it; the copied URL
+reopens the same window and selection; keys and drags move the window; a torch trace and a
+trace with 50k visible slices render. The page exposes ``window.__traceViewer`` (what it
+drew where) so the test can find on screen the slices it took from the JSON API.
+Screenshots go to test-artifacts/ for a person to look at."""
+
+from __future__ import annotations
+
+import json
+import time
+from urllib.parse import parse_qs, quote, urlencode, urlparse
+from urllib.request import urlopen
+
+import pytest
+
+from tests.conftest import ARTIFACTS, profscope_server
+
+pytestmark = pytest.mark.browser
+
+READY = "window.__traceViewer && __traceViewer.ready()"
+
+
+@pytest.fixture(scope="module")
+def server_url(demo_server):
+    return demo_server
+
+
+@pytest.fixture(scope="module")
+def mlp_run(demo_expected):
+    return f"mlp/{demo_expected['programs']['mlp']['session']}"
+
+
+def _get_json(server: str, path: str, **params) -> dict:
+    with urlopen(f"{server.rstrip('/')}{path}?{urlencode(params)}", timeout=120) as res:
+        return json.loads(res.read())
+
+
+def _view_url(server: str, **state) -> str:
+    return f"{server}?{urlencode(state, quote_via=quote)}"
+
+
+def _ids(window: dict) -> set[int]:
+    return set(window["slices"]["id"])
+
+
+def _ready(page, timeout=60_000):
+    page.wait_for_function(READY, timeout=timeout)
+
+
+def _hook(page, what: str, *args):
+    return page.evaluate(f"(a) => __traceViewer.{what}(...a)", list(args))
+
+
+def _query(page) -> dict:
+    return {k: v[0] for k, v in parse_qs(urlparse(page.url).query).items()}
+
+
+def _slice(page, event_id: int) -> dict | None:
+    return next((s for s in _hook(page, "visibleSlices") if s["id"] == event_id), None)
+
+
+def _assert_painted(page, s: dict):
+    """The canvas really has the slice's colour where the hook says it drew it."""
+    rgb = _hook(page, "pixel", s["x"] + min(s["w"], 4) / 2, s["y"] + s["h"] / 2)
+    assert rgb != [255, 255, 255], f"nothing painted under {s['name']!r} at ({s['x']}, {s['y']})"
+
+
+def test_zoom_reveals_click_search_and_share(open_page, server_url, mlp_run):
+    ARTIFACTS.mkdir(exist_ok=True)
+    page = open_page(server_url)
+    page.goto(_view_url(server_url, run=mlp_run, tool="trace_viewer@"))
+    _ready(page)
+    res = _hook(page, "resolution")
+    full = _get_json(server_url, "/api/trace/window", run=mlp_run, resolution=res)
+    assert full["resolution"] == res
+
+    # Rows: one header per process with tracks, one row per track; slices drawn are the
+    # window's (and there are slices on screen, with paint under them).
+    rows = _hook(page, "rows")
+    shown_tracks = [r for r in rows if r["type"] == "track"]
+    assert len(shown_tracks) == len(full["tracks"])
+    assert {r["name"] for r in shown_tracks} == {t["name"] for t in full["tracks"]}
+    drawn = _hook(page, "visibleSlices")
+    assert len(drawn) > 20
+    assert {s["id"] for s in drawn} <= _ids(full)
+    _assert_painted(page, max(drawn, key=lambda s: s["w"]))
+    assert page.locator("#tv-window").inner_text().endswith("ms)")
+    assert "of" in page.inner_text("#tv-counts")
+    page.screenshot(path=str(ARTIFACTS / "trace_viewer.png"), full_page=True)
+
+    # A slice hidden at the full view: in the finest window, absent from the one the page
+    # drew. Take the longest such slice (easy to hit once zoomed).
+    fine = _get_json(server_url, "/api/trace/window", run=mlp_run, resolution=100000)
+    cols = fine["slices"]
+    slice_tracks = {t["id"] for t in full["tracks"] if t["kind"] == "slices"}
+    hidden = [i for i, ev_id in enumerate(cols["id"]) if ev_id not in _ids(full) and cols["track"][i] in slice_tracks]
+    assert hidden, "the demo profile is dense enough to hide short slices at the full view"
+    h = max(hidden, key=lambda i: cols["dur"][i])
+    target = {k: cols[k][h] for k in ("id", "track", "start", "dur", "depth")}
+    target["name"] = fine["names"][cols["name"][h]]
+
+    # Zoom with the wheel at the slice's x until it is some 40 px wide.
+    box = page.locator("#tv-canvas").bounding_box()
+    plot_left = box["x"] + (box["width"] - res)
+    v0, v1 = _hook(page, "window")
+    x = plot_left + (target["start"] + target["dur"] / 2 - v0) / (v1 - v0) * res
+    page.mouse.move(x, box["y"] + 60)
+    want = max(target["dur"] * res / 40, 1e-4)
+    for _ in range(40):
+        v0, v1 = _hook(page, "window")
+        if v1 - v0 <= want:
+            break
+        page.mouse.wheel(0, -240)
+        page.wait_for_timeout(30)
+    _ready(page)
+    v0, v1 = _hook(page, "window")
+    assert v1 - v0 <= want * 1.01 and v0 <= target["start"] and target["start"] + target["dur"] <= v1
+    q = _query(page)
+    assert float(q["start_ms"]) == pytest.approx(v0, abs=(v1 - v0) * 1e-3)
+    assert float(q["end_ms"]) == pytest.approx(v1, abs=(v1 - v0) * 1e-3)
+    # The zoomed window's response holds the slice; the page drew it.
+    d0, d1 = _hook(page, "dataWindow")
+    zoomed = _get_json(server_url, "/api/trace/window", run=mlp_run, start_ms=q["start_ms"], end_ms=q["end_ms"], resolution=res)
+    assert target["id"] in _ids(zoomed)
+    assert d0 == pytest.approx(float(q["start_ms"]), abs=1e-9) and d1 == pytest.approx(float(q["end_ms"]), abs=1e-9)
+    s = _slice(page, target["id"])
+    assert s is not None, f"slice {target} is not drawn after zooming to {v0}..{v1}"
+    assert s["name"] == target["name"] and s["w"] > 10
+    _assert_painted(page, s)
+
+    # Click it: the details card with every arg; the selection is in the URL.
+    page.mouse.click(s["x"] + s["w"] / 2, s["y"] + s["h"] / 2)
+    page.wait_for_function(f"new URLSearchParams(location.search).get('ev') === '{target['id']}'")
+    page.wait_for_selector("#tv-card.selected")
+    event = _get_json(server_url, "/api/trace/event", run=mlp_run, id=target["id"])
+    card = page.inner_text("#tv-card")
+    assert event["name"] in card
+    assert event["track"]["name"] in card
+    for k, v in event["args"].items():
+        assert k in card
+        assert (v if isinstance(v, str) else json.dumps(v))[:60] in card
+    if event.get("module"):
+        href = page.get_attribute("#tv-memory-link", "href")
+        assert parse_qs(urlparse(href).query)["module_name"] == [event["module"]]
+        assert parse_qs(urlparse(href).query)["tool"] == ["memory_viewer"]
+    assert _hook(page, "selected") == str(target["id"])
+    page.screenshot(path=str(ARTIFACTS / "trace_viewer_zoomed_selected.png"), full_page=True)
+
+    # Search: the page lists what the API finds; a click zooms to the match and selects it.
+    query = target["name"][: max(3, len(target["name"]) // 2)]
+    found = _get_json(server_url, "/api/trace/search", run=mlp_run, q=query, limit=50)
+    assert found["matches"]
+    page.fill("#tv-search", query)
+    page.wait_for_function(f"document.querySelectorAll('.tv-match').length === {len(found['matches'])}")
+    pick = next((m for m in found["matches"] if m["id"] != target["id"]), found["matches"][0])
+    page.locator(f".tv-match[data-id='{pick['id']}']").click()
+    page.wait_for_function(f"new URLSearchParams(location.search).get('ev') === '{pick['id']}'")
+    _ready(page)
+    page.wait_for_function(f"document.querySelector('#tv-card.selected .tv-card-name')?.textContent === {json.dumps(pick['name'])}")
+    v0, v1 = _hook(page, "window")
+    assert v0 <= pick["start"] and pick["start"] + pick["dur"] <= v1
+    assert _slice(page, pick["id"]) is not None, "the match is drawn once zoomed to"
+    q = _query(page)
+    assert q["q"] == query and q["ev"] == str(pick["id"])
+    page.screenshot(path=str(ARTIFACTS / "trace_viewer_search.png"), full_page=True)
+
+    # The copied URL, in another browser profile: same window, selection and search.
+    link = page.url
+    other = open_page(server_url)
+    other.goto(link)
+    _ready(other)
+    other.wait_for_selector("#tv-card.selected")
+    assert _hook(other, "window") == pytest.approx([float(q["start_ms"]), float(q["end_ms"])], abs=1e-9)
+    assert _hook(other, "selected") == str(pick["id"])
+    assert pick["name"] in other.inner_text("#tv-card .tv-card-name")
+    assert other.input_value("#tv-search") == query
+    other.wait_for_selector(f".tv-match[data-id='{pick['id']}']")
+    assert _slice(other, pick["id"]) is not None
+    other.screenshot(path=str(ARTIFACTS / "trace_viewer_shared_link.png"), full_page=True)
+
+    # Reset zoom: the whole trace again, and the window leaves the URL.
+    other.click("#tv-reset")
+    _ready(other)
+    assert _hook(other, "window") == pytest.approx(full["fullTimespan"], abs=1e-9)
+    assert "start_ms" not in _query(other)
+
+
+def test_keys_drag_and_range(open_page, server_url, mlp_run):
+    page = open_page(server_url)
+    page.goto(_view_url(server_url, run=mlp_run, tool="trace_viewer@"))
+    _ready(page)
+    full = _hook(page, "window")
+    span = full[1] - full[0]
+    page.locator("#tv-canvas").focus()
+    for _ in range(3):
+        page.keyboard.press("w")  # zoom in around the centre
+    w = _hook(page, "window")
+    assert w[1] - w[0] == pytest.approx(span * 0.8**3, rel=1e-3)  # bounds are rounded to ~1/10000 of the span
+    assert (w[0] + w[1]) / 2 == pytest.approx((full[0] + full[1]) / 2, abs=span * 1e-3)
+    page.keyboard.press("d")  # pan right
+    d = _hook(page, "window")
+    assert d[0] > w[0] and d[1] - d[0] == pytest.approx(w[1] - w[0], rel=1e-3)
+    page.keyboard.press("a")
+    assert _hook(page, "window") == pytest.approx(w, abs=span * 1e-3)
+    _ready(page)
+    assert _hook(page, "dataWindow") == pytest.approx(w, abs=span * 1e-5)
+
+    # Drag the tracks: the window moves by the dragged time.
+    box = page.locator("#tv-canvas").bounding_box()
+    res = _hook(page, "resolution")
+    left = box["x"] + box["width"] - res
+    y = box["y"] + box["height"] - 20
+    before = _hook(page, "window")
+    page.mouse.move(left + 600, y)
+    page.mouse.down()
+    page.mouse.move(left + 500, y, steps=5)
+    page.mouse.up()
+    after = _hook(page, "window")
+    assert after[0] - before[0] == pytest.approx(100 / res * (before[1] - before[0]), rel=1e-2)
+
+    # Drag on the ruler: zoom to that range.
+    page.mouse.move(left + 200, box["y"] + 10)
+    page.mouse.down()
+    page.mouse.move(left + 400, box["y"] + 10, steps=5)
+    page.mouse.up()
+    a = after[0] + 200 / res * (after[1] - after[0])
+    b = after[0] + 400 / res * (after[1] - after[0])
+    assert _hook(page, "window") == pytest.approx([a, b], abs=(b - a) * 1e-2)
+    page.keyboard.press("0")
+    assert _hook(page, "window") == pytest.approx(full)
+
+
+def test_torch_trace_renders(open_page, server_url, demo_logdir):
+    import gzip
+
+    run = "torch/mlp_train.pt.trace.json.gz"
+    events = json.loads(gzip.decompress((demo_logdir / run).read_bytes()))["traceEvents"]
+    steps = {e["name"] for e in events if e.get("ph") == "X" and e["name"].startswith("ProfilerStep#")}
+    page = open_page(server_url)
+    page.goto(_view_url(server_url, run=run, tool="trace_viewer@"))
+    _ready(page)
+    drawn = _hook(page, "visibleSlices")
+    assert len(drawn) > 100
+    assert steps <= {s["name"] for s in drawn}, "every ProfilerStep# slice (longer than a pixel) is drawn"
+    _assert_painted(page, next(s for s in drawn if s["name"] in steps))
+    assert any(r["type"] == "track" for r in _hook(page, "rows"))
+    page.screenshot(path=str(ARTIFACTS / "trace_viewer_torch.png"), full_page=True)
+
+
+@pytest.fixture(scope="module")
+def big_trace_url(tmp_path_factory):
+    """A Chrome trace with 60k slices spread evenly over 24 threads: all visible at once."""
+    root = tmp_path_factory.mktemp("bigtrace")
+    events = [{"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": "workers"}}]
+    n_threads, per_thread = 24, 2500
+    for t in range(n_threads):
+        events.append({"ph": "M", "name": "thread_name", "pid": 1, "tid": t + 1, "args": {"name": f"worker {t}"}})
+        for j in range(per_thread):  # back to back, 400 µs each, over one second
+            events.append({"ph": "X", "name": f"op{j % 97}", "pid": 1, "tid": t + 1, "ts": j * 400.0, "dur": 390.0})
+    (root / "big.trace.json").write_text(json.dumps({"traceEvents": events}))
+    with profscope_server("serve", str(root), "--port", "0", "--cache-dir", str(tmp_path_factory.mktemp("cache"))) as (url, _):
+        yield url
+
+
+def test_fifty_thousand_visible_slices(open_page, big_trace_url):
+    page = open_page(big_trace_url)
+    page.set_viewport_size({"width": 2900, "height": 900})  # 2,670 px of timeline: every slice >= 1 px
+    runs = _get_json(big_trace_url, "/api/runs")["runs"]
+    page.goto(_view_url(big_trace_url, run=runs[0]["name"], tool="trace_viewer@"))
+    _ready(page)
+    window = _get_json(big_trace_url, "/api/trace/window", run=runs[0]["name"], resolution=_hook(page, "resolution"))
+    assert len(window["slices"]["id"]) == 60_000
+    # Repaint a few times (zooming by a hair keeps all slices in view) and time it.
+    times = []
+    for k in range(6):
+        v0, v1 = window["fullTimespan"]
+        page.evaluate("([a, b]) => __traceViewer.setWindow(a, b)", [v0 + k * 1e-6, v1])
+        page.wait_for_timeout(50)
+        times.append(_hook(page, "paintMs"))
+    _ready(page)
+    drawn = page.evaluate("__traceViewer.visibleSlices().length")
+    print(f"50k-slice paint: {sorted(times)} ms, {drawn} slices on screen")
+    assert drawn > 20_000  # rows below the fold are not drawn
+    assert sorted(times)[len(times) // 2] < 100, f"painting 60k slices takes {times} ms"
+    page.screenshot(path=str(ARTIFACTS / "trace_viewer_60k.png"))
