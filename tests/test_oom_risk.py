@@ -153,7 +153,7 @@ def test_undonated_finding_numbers(programs_client, programs):
 def test_remat_cuts_activations(programs_client):
     off = _risk(programs_client, _run_of(programs_client, "remat_off"))
     on = _risk(programs_client, _run_of(programs_client, "remat_on"))
-    share = lambda b: sum(c["bytes"] for c in b["contributors"] if c["category"] == "activations") / b["peakBytes"]  # noqa: E731
+    share = lambda b: sum(c["bytes"] for c in b["contributors"] if c["category"] == "activations") / b["peakBytes"]
     assert share(off) >= oom_risk.ACTIVATION_SHARE > share(on)
     assert on["peakBytes"] < off["peakBytes"] / 2
     f = next(f for f in off["findings"] if f["id"] == "activations_dominate")

@@ -14,7 +14,7 @@ from profscope import __version__
 from profscope.errors import ProfscopeError
 
 DEFAULT_PORT = 8791
-COMMANDS = ("serve", "runs")
+COMMANDS = ("serve", "runs", "report")
 
 DESCRIPTION = """\
 profscope: a self-hosted profile viewer for ML workloads (XProf-compatible).
@@ -29,6 +29,8 @@ examples:
   profscope serve gs://bucket/logs      serve a bucket (uses your gcloud credentials)
   profscope serve --demo --open         serve the bundled demo and open a browser
   profscope runs ~/logs                 list the runs found, without serving
+  profscope report ~/logs/run --device-memory 80GiB -o report.html
+                                        OOM risk as one offline HTML file (or --format json|markdown)
 """
 
 
@@ -56,6 +58,24 @@ def build_parser() -> argparse.ArgumentParser:
     runs.add_argument("--demo", action="store_true", help="use the bundled demo log directory")
     runs.add_argument("--json", action="store_true", help="print JSON instead of a table")
     runs.add_argument("--cache-dir", help="where converted results are kept (default ~/.cache/profscope)")
+
+    report = sub.add_parser(
+        "report", help="write the OOM-risk report of a run (HTML, JSON or Markdown) and exit",
+        description="OOM risk: peak vs capacity, contributors, findings (docs/oom_risk.md). Exit status: "
+                    "0, or 1 when a run's risk is at or above --fail-on, 2 on bad input.")
+    report.add_argument("logdir", nargs="?", metavar="LOGDIR_OR_FILE",
+                        help="log directory, or one file of a run (*.xplane.pb, *.hlo.pb, *.pickle)")
+    report.add_argument("--demo", action="store_true", help="use the bundled demo log directory")
+    report.add_argument("--run", help="the run to report (default: every run the OOM risk can assess)")
+    report.add_argument("--host", help="host, or device of a snapshot (cuda:N)")
+    report.add_argument("--module", help="HLO module to assess (default: the largest peak with a schedule)")
+    report.add_argument("--device-memory", metavar="SIZE_OR_NAME", help="capacity: 80GiB, 40GB, 17179869184, or a device name (H100, A100-40GB, TPU v5e)")
+    report.add_argument("--capacity-bytes", metavar="N", help="capacity in bytes (wins over --device-memory)")
+    report.add_argument("--format", choices=("html", "json", "markdown"), default="html", help="output format (default html)")
+    report.add_argument("-o", "--output", metavar="FILE", help="write here instead of standard output")
+    report.add_argument("--fail-on", type=str.upper, choices=("LOW", "MEDIUM", "HIGH", "OOM"),
+                        help="exit 1 when a run's risk is at or above this tier")
+    report.add_argument("--cache-dir", help="where converted results are kept (default ~/.cache/profscope)")
     return parser
 
 
@@ -145,11 +165,57 @@ def cmd_runs(args) -> int:
     return 0
 
 
+def cmd_report(args) -> int:
+    import time
+
+    from profscope.frontend import report
+    from profscope.tools import oom_risk
+
+    start = time.perf_counter()
+    # Bad parameters are reported before any file is read.
+    oom_risk.parse_capacity(args.capacity_bytes, args.device_memory)
+    file = None
+    if args.logdir and not args.demo:
+        target = Path(args.logdir)
+        if not target.exists() and "://" not in args.logdir:
+            raise ProfscopeError(f"{args.logdir}: no such file or folder")
+        if target.is_file():
+            # A run's file: its log directory is the folder above plugins/profile/<session>
+            # for a profile, else the file's own folder.
+            parts = target.resolve().parts
+            root = Path(*parts[: parts.index("plugins")]) if "plugins" in parts[:-2] else target.resolve().parent
+            file = target.resolve().relative_to(root).as_posix()
+            args.logdir = str(root)
+    ws = _workspace(args)
+    runs = report.pick_runs(ws, args.run, file)
+    params = {"capacity_bytes": args.capacity_bytes, "device_memory": args.device_memory,
+              "host": args.host, "module_name": args.module}
+    reports = report.collect(ws, runs, params)
+    source = args.logdir or "demo"
+    text = {"html": lambda: report.render_html(reports, source), "json": lambda: report.render_json(reports),
+            "markdown": lambda: report.render_markdown(reports, source)}[args.format]()
+    worst = report.worst(reports)
+    if args.output:
+        Path(args.output).write_text(text, encoding="utf-8")
+        where = f"{args.output} ({len(text.encode()) / 1024:.0f} KiB)"
+    else:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        where = "standard output"
+    for r in reports:
+        util = "" if r["utilization"] is None else f", {100 * r['utilization']:.1f} % of {r['capacityBytes']:,} bytes"
+        print(f"{r['risk']:<7} {r['run']}{' ' + r['host'] if r.get('host') else ''}: peak {r['peakBytes']:,} bytes{util}, "
+              f"{len(r['findings'])} finding(s)", file=sys.stderr)
+    print(f"profscope: OOM risk {worst}; {args.format} report written to {where} in {time.perf_counter() - start:.1f}s", file=sys.stderr)
+    if args.fail_on and report.RISK_ORDER[worst] >= report.fail_level(args.fail_on):
+        return 1
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = _normalise_argv(list(sys.argv[1:] if argv is None else argv))
     args = build_parser().parse_args(argv)
     try:
-        return {"serve": cmd_serve, "runs": cmd_runs}[args.command](args)
+        return {"serve": cmd_serve, "runs": cmd_runs, "report": cmd_report}[args.command](args)
     except ProfscopeError as e:
         print(f"profscope: error: {e.message}", file=sys.stderr)
         return 2

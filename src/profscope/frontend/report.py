@@ -1,0 +1,293 @@
+"""``profscope report``: the OOM-risk answer of one or more runs as a single offline HTML
+file (inline CSS, charts as inline SVG drawn here: no script, no network), Markdown or
+JSON. The payloads are the data API's (``tag=oom_risk``, tools/oom_risk.py)."""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from datetime import datetime, timezone
+from pathlib import Path
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from markupsafe import Markup
+
+from profscope import __version__
+from profscope.cache.workspace import Workspace
+from profscope.errors import BadRequest, NotFound
+from profscope.model.catalog import Run, RunKind
+from profscope.tools import oom_risk, registry
+
+TEMPLATES = Path(__file__).parent / "templates"
+RISK_ORDER = {"UNKNOWN": -1, "LOW": 0, "MEDIUM": 1, "HIGH": 2, "OOM": 3}
+RISK_COLORS = {"LOW": "#2e7d32", "MEDIUM": "#b26a00", "HIGH": "#c62828", "OOM": "#7b1fa2", "UNKNOWN": "#546e7a"}
+CATEGORY_COLORS = {
+    "parameters": "#4e79a7", "optimizer_state": "#b07aa1", "gradients": "#e15759", "activations": "#f28e2b",
+    "inputs": "#76b7b2", "outputs": "#59a14f", "temporaries": "#edc948", "constants": "#9c755f",
+    "small": "#c9c3bf", "allocator_reserve": "#d5d9e0", "unknown": "#8c8c8c",
+}
+
+
+# ---------------------------------------------------------------------------
+# Collecting
+# ---------------------------------------------------------------------------
+
+
+def assessable(ws: Workspace, run: Run) -> bool:
+    tool = registry.get("oom_risk")
+    return tool in ws.tools(run) and ws.can_serve(tool, run)
+
+
+def pick_runs(ws: Workspace, run_name: str | None, file: str | None = None) -> list[Run]:
+    """The runs to report: ``run_name``, the run holding ``file`` (a path relative to the
+    log directory), or every run the OOM-risk tool can assess."""
+    if run_name:
+        run = ws.run(run_name)
+        if not assessable(ws, run):
+            raise BadRequest(f"run {run.name!r} is a {run.kind.value}: the OOM risk needs a profile, an XLA dump or a PyTorch snapshot")
+        return [run]
+    runs = ws.runs()
+    if file is not None:
+        runs = [r for r in runs if any(f.path == file for f in r.files)]
+        if not runs:
+            raise NotFound(f"{file}: not part of any run profscope recognises")
+    runs = [r for r in runs if assessable(ws, r)]
+    if not runs:
+        raise NotFound(f"no run in {ws.logdir.url} that the OOM risk can assess (profiles, XLA dumps, PyTorch snapshots)")
+    return runs
+
+
+def collect(ws: Workspace, runs: list[Run], params: dict) -> list[dict]:
+    """One payload per run (and per device of a snapshot), with ``run``/``host`` added."""
+    out = []
+    for run in runs:
+        hosts = [params["host"]] if params.get("host") else (ws.hosts(run) if run.kind is RunKind.TORCH_SNAPSHOT else [None])
+        for host in hosts:
+            p = {k: v for k, v in params.items() if v not in (None, "")}
+            if host:
+                p["host"] = host
+            tool = registry.get("oom_risk")
+            payload = json.loads(_gunzip(ws.tool_data(run, tool, p)))
+            out.append({"run": run.name, "kind": run.kind.value, "host": host, **payload})
+    return out
+
+
+def _gunzip(b: bytes) -> bytes:
+    import gzip
+
+    return gzip.decompress(b)
+
+
+def worst(reports: list[dict]) -> str:
+    return max((r["risk"] for r in reports), key=lambda k: RISK_ORDER[k], default="UNKNOWN")
+
+
+# ---------------------------------------------------------------------------
+# Formatting
+# ---------------------------------------------------------------------------
+
+
+def fmt_bytes(n) -> str:
+    if n is None:
+        return "—"
+    n = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1024
+    return ""
+
+
+def fmt_pct(x) -> str:
+    return "—" if x is None else f"{100 * x:.1f} %"
+
+
+def link_text(link: dict) -> str:
+    """A dashboard query for a row's evidence (append to the profscope server's URL)."""
+    keys = ("tool", "module_name", "buffer", "memory_id", "host", "t", "q")
+    return "?" + "&".join(f"{k}={link[k]}" for k in keys if link.get(k) not in (None, ""))
+
+
+# ---------------------------------------------------------------------------
+# SVG charts (no script: the report must render with JavaScript off, too)
+# ---------------------------------------------------------------------------
+
+
+def svg_gauge(r: dict, width: int = 720, height: int = 86) -> str:
+    """A horizontal gauge: the capacity split into the tier zones, the peak as a bar."""
+    peak, cap = r["peakBytes"] or 0, r["capacityBytes"]
+    th = r["thresholds"]
+    left, right, top, bar_h = 10, 10, 22, 26
+    w = width - left - right
+    # The scale ends at the capacity, or a little past the peak when that is beyond it.
+    scale_max = (peak * 1.08 if not cap or peak > cap else cap) or 1
+    x = lambda v: left + w * v / scale_max  # noqa: E731
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="gauge" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" aria-label="peak vs capacity">']
+    if cap:
+        zones = [(0, th["medium"], "#e8f5e9"), (th["medium"], th["high"], "#fff3e0"), (th["high"], 1.0, "#ffebee")]
+        for a, b, color in zones:
+            parts.append(f'<rect x="{x(a * cap):.1f}" y="{top}" width="{x(b * cap) - x(a * cap):.1f}" height="{bar_h}" fill="{color}"/>')
+        if scale_max > cap:
+            parts.append(f'<rect x="{x(cap):.1f}" y="{top}" width="{x(scale_max) - x(cap):.1f}" height="{bar_h}" fill="#f3e5f5"/>')
+    color = RISK_COLORS[r["risk"]]
+    parts.append(f'<rect class="peak" x="{left}" y="{top + 6}" width="{max(1.0, x(peak) - left):.1f}" height="{bar_h - 12}" fill="{color}"/>')
+    if cap:
+        for frac, label in ((th["medium"], f"{100 * th['medium']:.0f} %"), (th["high"], f"{100 * th['high']:.0f} %")):
+            parts.append(f'<line x1="{x(frac * cap):.1f}" x2="{x(frac * cap):.1f}" y1="{top}" y2="{top + bar_h}" stroke="#9aa1ad" stroke-dasharray="3,2"/>')
+            parts.append(f'<text x="{x(frac * cap):.1f}" y="{top - 6}" text-anchor="middle" font-size="11" fill="#5f6673">{label}</text>')
+        parts.append(f'<line x1="{x(cap):.1f}" x2="{x(cap):.1f}" y1="{top - 4}" y2="{top + bar_h + 4}" stroke="#1d2330" stroke-width="2"/>')
+        parts.append(f'<text x="{min(x(cap), width - 4):.1f}" y="{top + bar_h + 18}" text-anchor="end" font-size="12" fill="#1d2330">capacity {html.escape(fmt_bytes(cap))}</text>')
+    anchor = "start" if x(peak) < width * 0.6 else "end"
+    parts.append(f'<text x="{x(peak):.1f}" y="{top + bar_h + 32 if cap else top + bar_h + 18}" text-anchor="{anchor}" font-size="12" fill="{color}" font-weight="600">peak {html.escape(fmt_bytes(peak))}'
+                 f'{"" if not cap else " · " + fmt_pct(r["utilization"])}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _squarify(values: list[float], x: float, y: float, w: float, h: float) -> list[tuple[float, float, float, float]]:
+    """Squarified treemap (Bruls, Huizing, van Wijk 2000) of positive values, largest first."""
+    rects: list[tuple[float, float, float, float]] = []
+    items = list(values)
+    total = sum(items)
+    if total <= 0:
+        return [(x, y, 0, 0) for _ in items]
+    scale = w * h / total
+    areas = [v * scale for v in items]
+
+    def worst_ratio(row, side):
+        s = sum(row)
+        return max(max(side * side * a / (s * s), (s * s) / (side * side * a)) for a in row) if s and side else math.inf
+
+    i = 0
+    while i < len(areas):
+        side = min(w, h)
+        row = [areas[i]]
+        j = i + 1
+        while j < len(areas) and worst_ratio(row + [areas[j]], side) <= worst_ratio(row, side):
+            row.append(areas[j])
+            j += 1
+        s = sum(row)
+        if w >= h:  # lay the row out as a column on the left
+            cw = s / h if h else 0
+            yy = y
+            for a in row:
+                rh = a / cw if cw else 0
+                rects.append((x, yy, cw, rh))
+                yy += rh
+            x, w = x + cw, w - cw
+        else:  # a row along the top
+            rh = s / w if w else 0
+            xx = x
+            for a in row:
+                rw = a / rh if rh else 0
+                rects.append((xx, y, rw, rh))
+                xx += rw
+            y, h = y + rh, h - rh
+        i = j
+    return rects
+
+
+def svg_treemap(r: dict, width: int = 720, height: int = 300) -> str:
+    cats = [c for c in r["contributors"] if c["bytes"] > 0]
+    if not cats:
+        return ""
+    rects = _squarify([c["bytes"] for c in cats], 0, 0, width, height)
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="treemap" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" aria-label="contributors at the peak">']
+    for c, (x, y, w, h) in zip(cats, rects):
+        color = CATEGORY_COLORS.get(c["category"], "#8c8c8c")
+        title = html.escape(f"{c['label']}: {fmt_bytes(c['bytes'])} ({fmt_pct(c['share'])}), {c['count']} buffer(s)")
+        parts.append(f'<g><title>{title}</title><rect x="{x:.1f}" y="{y:.1f}" width="{w:.1f}" height="{h:.1f}" fill="{color}" stroke="#fff" stroke-width="2"/>')
+        if w > 70 and h > 34:
+            label = html.escape(c["label"] if len(c["label"]) * 6.5 < w - 8 else c["category"].replace("_", " "))
+            parts.append(f'<text x="{x + 6:.1f}" y="{y + 17:.1f}" font-size="12" font-weight="600" fill="#1d2330">{label}</text>')
+            parts.append(f'<text x="{x + 6:.1f}" y="{y + 32:.1f}" font-size="11" fill="#1d2330">{html.escape(fmt_bytes(c["bytes"]))} · {fmt_pct(c["share"])}</text>')
+        parts.append("</g>")
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def svg_modules(r: dict, width: int = 720, limit: int = 15) -> str:
+    mods = [m for m in r.get("modules") or [] if m.get("peakBytes")][:limit]
+    if not mods:
+        return ""
+    cap = r["capacityBytes"]
+    row_h, label_w, top = 20, 230, 6
+    height = top + row_h * len(mods) + 24
+    w = width - label_w - 90
+    scale_max = max([m["peakBytes"] for m in mods] + ([cap] if cap and cap < 4 * mods[0]["peakBytes"] else [])) or 1
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="modules" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" aria-label="module peaks">']
+    for i, m in enumerate(mods):
+        y = top + i * row_h
+        bw = max(1.0, w * m["peakBytes"] / scale_max)
+        color = "#4e79a7" if m["moduleName"] == r.get("module") else "#9fb7d6"
+        name = m["moduleName"] if len(m["moduleName"]) < 34 else m["moduleName"][:31] + "…"
+        parts.append(f'<text x="{label_w - 6}" y="{y + 14}" text-anchor="end" font-size="11" fill="#1d2330">{html.escape(name)}</text>')
+        parts.append(f'<rect x="{label_w}" y="{y + 3}" width="{bw:.1f}" height="{row_h - 6}" fill="{color}"><title>{html.escape(m["moduleName"])}: {m["peakBytes"]:,} bytes</title></rect>')
+        parts.append(f'<text x="{label_w + bw + 4:.1f}" y="{y + 14}" font-size="11" fill="#5f6673">{html.escape(fmt_bytes(m["peakBytes"]))}</text>')
+    if cap and cap <= scale_max:
+        cx = label_w + w * cap / scale_max
+        parts.append(f'<line x1="{cx:.1f}" x2="{cx:.1f}" y1="0" y2="{height - 16}" stroke="#c62828" stroke-dasharray="4,3"/>')
+        parts.append(f'<text x="{cx:.1f}" y="{height - 4}" text-anchor="middle" font-size="11" fill="#c62828">capacity</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+# ---------------------------------------------------------------------------
+# Output formats
+# ---------------------------------------------------------------------------
+
+
+def render_html(reports: list[dict], source: str) -> str:
+    env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(["html"]))
+    env.filters["bytes"] = fmt_bytes
+    env.filters["pct"] = fmt_pct
+    env.filters["link"] = link_text
+    env.filters["evidence"] = lambda e: json.dumps({k: v for k, v in e.items() if k != "examples"}, default=str)
+    charts = [{"gauge": Markup(svg_gauge(r)), "treemap": Markup(svg_treemap(r)), "modules": Markup(svg_modules(r))} for r in reports]
+    return env.get_template("oom_report.html").render(
+        reports=reports, charts=charts, source=source, version=__version__, worst=worst(reports),
+        colors=RISK_COLORS, category_colors=CATEGORY_COLORS,
+        generated=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+    )
+
+
+def render_markdown(reports: list[dict], source: str) -> str:
+    lines = [f"# OOM risk: {worst(reports)}", "", f"Source: `{source}` · profscope {__version__}", ""]
+    for r in reports:
+        where = r["run"] + (f" ({r['host']})" if r.get("host") else "")
+        cap = "unknown" if r["capacityBytes"] is None else f"{r['capacityBytes']:,} bytes ({fmt_bytes(r['capacityBytes'])})"
+        lines += [f"## {where}: {r['risk']}", "", f"{r['reason']}.", ""]
+        lines += ["| | |", "|---|---|",
+                  f"| peak | {r['peakBytes']:,} bytes ({fmt_bytes(r['peakBytes'])}), {r['peakSource']} |",
+                  f"| capacity | {cap} from {r['capacitySource'] or '—'} |",
+                  f"| utilization | {fmt_pct(r['utilization'])} |",
+                  f"| headroom | {fmt_bytes(r['headroomBytes'])} |",
+                  f"| thresholds | MEDIUM >= {100 * r['thresholds']['medium']:.0f} %, HIGH >= {100 * r['thresholds']['high']:.0f} %, OOM > 100 % or an OOM event |",
+                  ""]
+        if r["findings"]:
+            lines += ["### Findings", ""]
+            lines += [f"- **{f['title']}** ({f['severity']}): {f['message']}" for f in r["findings"]]
+            lines.append("")
+        if r["contributors"]:
+            lines += ["### Contributors at the peak", "", "| category | bytes | share | buffers | largest |", "|---|---:|---:|---:|---|"]
+            for c in r["contributors"]:
+                top = c["items"][0]["name"] if c["items"] else ""
+                lines.append(f"| {c['label']} | {c['bytes']:,} | {fmt_pct(c['share'])} | {c['count']} | `{top}` |")
+            lines.append("")
+        if r["modules"]:
+            lines += ["### Modules", "", "| module | peak bytes | utilization |", "|---|---:|---:|"]
+            lines += [f"| {m['moduleName']} | {m.get('peakBytes', 0):,} | {fmt_pct(m.get('utilization'))} |" for m in r["modules"]]
+            lines.append("")
+    return "\n".join(lines)
+
+
+def render_json(reports: list[dict]) -> str:
+    return json.dumps({"risk": worst(reports), "reports": reports}, indent=1)
+
+
+def fail_level(name: str) -> int:
+    key = name.upper()
+    if key not in oom_risk.TIERS:
+        raise BadRequest(f"--fail-on must be one of {', '.join(oom_risk.TIERS)}, not {name!r}")
+    return RISK_ORDER[key]
