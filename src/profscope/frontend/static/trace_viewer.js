@@ -643,7 +643,7 @@
       g.fillRect(x0, RULER_H - 13, Math.max(1, x1 - x0), 12);
       if (x1 - x0 > 30) {
         g.fillStyle = "#1d2330";
-        g.fillText(fitText(g, `step ${st.name}`, x1 - x0 - 6), x0 + 3, RULER_H - 7);
+        g.fillText(fitText(g, /^\d+$/.test(st.name) ? `step ${st.name}` : st.name, x1 - x0 - 6), x0 + 3, RULER_H - 7);
       }
     });
     const step = niceStep(span * 90 / plotWidth(ctx));
@@ -658,7 +658,7 @@
       const x = Math.round(timeToX(ctx, t)) + 0.5;
       g.beginPath(); g.moveTo(x, 4); g.lineTo(x, RULER_H - 14); g.stroke();
       const label = relative ? `+${fmtIn(t - first, unit, step)}` : fmtIn(t, unit, step);
-      g.fillText(label, x + 3, 10);
+      if (x + 3 + g.measureText(label).width < W) g.fillText(label, x + 3, 10); // no half labels at the edge
       for (let m = 1; m < 5; m++) { // minor ticks
         const xm = Math.round(timeToX(ctx, t + m * step / 5)) + 0.5;
         g.beginPath(); g.moveTo(xm, RULER_H - 18); g.lineTo(xm, RULER_H - 14); g.stroke();
@@ -693,7 +693,7 @@
     return 10 * p;
   }
 
-  const UNITS = [["s", 1e3], ["ms", 1], ["µs", 1e-3], ["ns", 1e-6]];
+  const UNITS = [["s", 1e3], ["ms", 1], ["µs", 1e-3], ["ns", 1e-6], ["ps", 1e-9]]; // xplane times are ps
   function unitFor(ms) {
     for (const u of UNITS) if (Math.abs(ms) >= u[1] * 0.9999) return u;
     return UNITS[UNITS.length - 1];
@@ -707,14 +707,14 @@
   // A duration in the unit that reads best (3 significant digits).
   function fmtDur(ms) {
     if (!Number.isFinite(ms)) return "";
-    if (ms === 0) return "0 ns";
+    if (ms === 0) return "0";
     const u = unitFor(ms);
     const v = ms / u[1];
     return `${Number(v.toPrecision(3)).toLocaleString("en-US", { maximumFractionDigits: 3 })} ${u[0]}`;
   }
   // A point in time, in the unit of its magnitude, to the precision `resolution` (ms).
   function fmtTime(ms, resolution) {
-    const u = unitFor(Math.max(Math.abs(ms), resolution));
+    const u = unitFor(Math.max(Math.abs(ms), resolution * 1000));
     const digits = Math.max(0, Math.min(6, Math.ceil(-Math.log10(resolution / u[1]) - 1e-9)));
     return `${(ms / u[1]).toFixed(digits)} ${u[0]}`;
   }
