@@ -7,7 +7,7 @@ from __future__ import annotations
 import html
 import json
 import math
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
@@ -122,7 +122,7 @@ def svg_gauge(r: dict, width: int = 720, height: int = 86) -> str:
     w = width - left - right
     # The scale ends at the capacity, or a little past the peak when that is beyond it.
     scale_max = (peak * 1.08 if not cap or peak > cap else cap) or 1
-    x = lambda v: left + w * v / scale_max  # noqa: E731
+    x = lambda v: left + w * v / scale_max
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="gauge" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" aria-label="peak vs capacity">']
     if cap:
         zones = [(0, th["medium"], "#e8f5e9"), (th["medium"], th["high"], "#fff3e0"), (th["high"], 1.0, "#ffebee")]
@@ -248,7 +248,7 @@ def render_html(reports: list[dict], source: str) -> str:
     return env.get_template("oom_report.html").render(
         reports=reports, charts=charts, source=source, version=__version__, worst=worst(reports),
         colors=RISK_COLORS, category_colors=CATEGORY_COLORS,
-        generated=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        generated=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
     )
 
 

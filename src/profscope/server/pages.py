@@ -17,7 +17,7 @@ from profscope.errors import NotFound
 FRONTEND = Path(str(resources.files("profscope") / "frontend"))
 STATIC = FRONTEND / "static"
 # One script per tool page, loaded when present (each registers itself in TOOL_VIEWS).
-TOOL_SCRIPTS = [name for name in ("memory_viewer.js", "memory_profile.js", "torch_snapshot.js", "trace_viewer.js") if (STATIC / name).is_file()]
+TOOL_SCRIPTS = [name for name in ("memory_viewer.js", "memory_profile.js", "torch_snapshot.js", "trace_viewer.js", "oom_risk.js") if (STATIC / name).is_file()]
 
 
 def plotly_js() -> Path:
