@@ -291,3 +291,68 @@ def test_fifty_thousand_visible_slices(open_page, big_trace_url):
     assert drawn == 60_000
     assert sorted(times)[len(times) // 2] < 100, f"painting 60k slices takes {times} ms"
     page.screenshot(path=str(ARTIFACTS / "trace_viewer_60k.png"))
+
+
+def test_memory_counter_track(open_page, server_url):
+    """The TF profile's allocator counter is a row; hovering it shows the bytes there."""
+    run = next(r["name"] for r in _get_json(server_url, "/api/runs")["runs"] if r["name"].startswith("tf_bfc/"))
+    page = open_page(server_url)
+    page.goto(_view_url(server_url, run=run, tool="trace_viewer@"))
+    _ready(page)
+    res = _hook(page, "resolution")
+    data = _get_json(server_url, "/api/trace/window", run=run, resolution=res)
+    counter = data["counters"][0]
+    assert counter["unit"] == "bytes" and counter["t"]
+    rows = _hook(page, "rows")
+    row = next(r for r in rows if r["kind"] == "counter" and r["name"] == next(t["name"] for t in data["tracks"] if t["id"] == counter["track"]))
+    box = page.locator("#tv-canvas").bounding_box()
+    left = box["x"] + box["width"] - res
+    v0, v1 = _hook(page, "window")
+    top = box["y"] + 38 - page.evaluate("document.getElementById('tv-scroll').scrollTop")  # below the ruler
+    if top + row["y"] + row["h"] > box["y"] + box["height"]:
+        page.evaluate(f"document.getElementById('tv-scroll').scrollTop = {row['y']}")
+        top = box["y"] + 38 - row["y"]
+    peak = max(range(len(counter["t"])), key=lambda i: counter["v"][i])
+    x = left + (counter["t"][peak] - v0) / (v1 - v0) * res + 0.5
+    page.mouse.move(x, top + row["y"] + row["h"] / 2)
+    page.wait_for_selector("#tv-tip:not([hidden])")
+    tip = page.inner_text("#tv-tip")
+    # The value of the last sample at or before the cursor: the peak or a neighbour.
+    near = [i for i, t in enumerate(counter["t"]) if abs(left + (t - v0) / (v1 - v0) * res - x) <= 2]
+    expected = {page.evaluate("v => fmtBytes(v)", counter["v"][i]) for i in near + [max(min(near) - 1, 0)]}
+    assert any(e in tip for e in expected), (tip, expected)
+    assert counter["name"] in tip
+    page.screenshot(path=str(ARTIFACTS / "trace_viewer_counter.png"))
+
+
+@pytest.fixture(scope="module")
+def two_host_url(tmp_path_factory, demo_logdir):
+    """A profile session with two hosts (the demo's mlp and convnet xplanes, renamed)."""
+    from tests.builders.trace_viewer import profile_session
+
+    root = tmp_path_factory.mktemp("twohosts")
+    xplane = {name: next((demo_logdir / name).rglob("*.xplane.pb")) for name in ("mlp", "convnet")}
+    profile_session(root, {"alpha": xplane["mlp"], "beta": xplane["convnet"]})
+    with profscope_server("serve", str(root), "--port", "0", "--cache-dir", str(tmp_path_factory.mktemp("cache"))) as (url, _):
+        yield url
+
+
+def test_merge_hosts(open_page, two_host_url):
+    run = _get_json(two_host_url, "/api/runs")["runs"][0]["name"]
+    page = open_page(two_host_url)
+    page.goto(_view_url(two_host_url, run=run, tool="trace_viewer@"))
+    _ready(page)
+    one = [r["name"] for r in _hook(page, "rows") if r["type"] == "process"]
+    page.click("#tv-hosts summary")
+    page.click("#tv-hosts button:has-text('All hosts')")
+    page.wait_for_function("new URLSearchParams(location.search).get('hosts') === 'alpha,beta'")
+    _ready(page)
+    merged = _get_json(two_host_url, "/api/trace/window", run=run, hosts="alpha,beta", resolution=_hook(page, "resolution"))
+    rows = _hook(page, "rows")
+    procs = [r["name"] for r in rows if r["type"] == "process"]
+    assert len(procs) > len(one)
+    assert any("alpha" in p for p in procs) and any("beta" in p for p in procs)
+    assert len([r for r in rows if r["type"] == "track"]) == len(merged["tracks"])
+    assert {s["id"] for s in _hook(page, "visibleSlices")} <= _ids(merged)
+    assert "hosts alpha, beta" in page.inner_text(".tv-subtitle")
+    page.screenshot(path=str(ARTIFACTS / "trace_viewer_two_hosts.png"), full_page=True)

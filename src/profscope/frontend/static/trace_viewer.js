@@ -23,7 +23,7 @@
   const ROW_H = 17; // px per slice depth
   const TRACK_PAD = 3; // px above and below a track's slices
   const PROC_H = 22; // px: process header row
-  const COUNTER_H = 46; // px: counter track
+  const COUNTER_H = 56; // px: counter track
   const MIN_SPAN_MS = 1e-5; // 10 ns: narrower windows say nothing more
   const FETCH_DELAY = 90; // ms of quiet before a window is fetched
   const FONT = "11px system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif";
@@ -234,7 +234,8 @@
     ctx.dataWindow = win;
     ctx.dataRes = res;
     if (structure !== ctx.structure) { ctx.structure = structure; relayout(ctx); }
-    ctx.counts.textContent = `${(data.returnedEventsSize ?? n).toLocaleString("en-US")} of ${(data.totalEventsSize ?? n).toLocaleString("en-US")} events in view${data.truncated ? " (zoom in for the hidden short ones)" : ""}`;
+    ctx.counts.textContent = `${(data.returnedEventsSize ?? n).toLocaleString("en-US")} of ${(data.totalEventsSize ?? n).toLocaleString("en-US")} events${data.truncated ? " · zoom in for more" : ""}`;
+    ctx.counts.title = data.truncated ? "Slices shorter than a pixel were thinned to about one per pixel per row; zooming in shows them." : "Every event of this window is drawn.";
     ctx.root.dataset.loaded = String(ctx.seq);
     if (ctx.selectedId && ctx.selected) locateSelected(ctx);
     draw(ctx);
@@ -361,7 +362,8 @@
       const tracks = (byPid.get(p.pid) || []).sort((a, b) => (a.sortIndex ?? 0) - (b.sortIndex ?? 0) || a.tid - b.tid || a.id - b.id);
       if (!tracks.length) continue;
       const open = !ctx.collapsed.has(p.pid);
-      rows.push({ type: "process", pid: p.pid, y, h: PROC_H, name: p.name + (multiHost && p.host ? ` · ${p.host}` : ""), count: tracks.length, open });
+      const name = multiHost && p.host && !String(p.name).includes(p.host) ? `${p.host} ${p.name}` : p.name;
+      rows.push({ type: "process", pid: p.pid, y, h: PROC_H, name, count: tracks.length, open });
       y += PROC_H;
       if (!open) continue;
       for (const t of tracks) {
@@ -548,10 +550,11 @@
       g.strokeStyle = "#8e4f80";
       g.lineWidth = 1;
       g.stroke();
+      const label = `max ${fmtValue(max, c.unit)}`, lw = g.measureText(label).width;
+      g.fillStyle = "rgba(255, 255, 255, 0.85)";
+      g.fillRect(ctx.cssW - lw - 10, y0, lw + 8, 13);
       g.fillStyle = "#6b7385";
-      g.textAlign = "right";
-      g.fillText(`max ${fmtValue(max, c.unit)}`, ctx.cssW - 6, y0 + 6);
-      g.textAlign = "left";
+      g.fillText(label, ctx.cssW - lw - 6, y0 + 6.5);
       if (ctx.hover && ctx.hover.counter === c) { // the hovered sample
         const x = timeToX(ctx, c.t[ctx.hover.i]);
         g.fillStyle = "#8e4f80";
@@ -636,16 +639,20 @@
     g.fillStyle = "#f6f7f9"; g.fillRect(0, 0, W, RULER_H);
     // Step bands along the ruler's lower half.
     g.font = FONT;
-    ctx.data.steps.forEach((st, i) => {
-      const x0 = Math.max(GUTTER, timeToX(ctx, st.start)), x1 = Math.min(W, timeToX(ctx, st.start + st.dur));
-      if (x1 <= x0) return;
-      g.fillStyle = i % 2 ? "#c9d7f2" : "#a9c0ec";
-      g.fillRect(x0, RULER_H - 13, Math.max(1, x1 - x0), 12);
-      if (x1 - x0 > 30) {
-        g.fillStyle = "#1d2330";
-        g.fillText(fitText(g, /^\d+$/.test(st.name) ? `step ${st.name}` : st.name, x1 - x0 - 6), x0 + 3, RULER_H - 7);
-      }
-    });
+    const spans = ctx.data.steps.map((st, i) => ({ st, i, x0: Math.max(GUTTER, timeToX(ctx, st.start)), x1: Math.min(W, timeToX(ctx, st.start + st.dur)) }))
+      .filter((b) => b.x1 > b.x0);
+    for (const b of spans) {
+      g.fillStyle = b.i % 2 ? "#c9d7f2" : "#a9c0ec";
+      g.fillRect(b.x0, RULER_H - 13, Math.max(1, b.x1 - b.x0), 12);
+    }
+    let labelEnd = -Infinity; // merged hosts have overlapping steps: a label only where free
+    g.fillStyle = "#1d2330";
+    for (const b of spans.sort((p, q) => p.x0 - q.x0)) {
+      if (b.x1 - b.x0 <= 30 || b.x0 < labelEnd) continue;
+      const text = fitText(g, /^\d+$/.test(b.st.name) ? `step ${b.st.name}` : b.st.name, b.x1 - b.x0 - 6);
+      g.fillText(text, b.x0 + 3, RULER_H - 7);
+      labelEnd = b.x0 + 6 + g.measureText(text).width;
+    }
     const step = niceStep(span * 90 / plotWidth(ctx));
     const first = Math.ceil(v0 / step) * step;
     const unit = unitFor(step);
@@ -893,12 +900,15 @@
     }
   }
 
+  // Fixed to the viewport (x, y are canvas px): near the bottom or right edge it flips to
+  // the other side of the cursor instead of being cut off.
   function showTip(ctx, x, y, children) {
     ctx.tip.replaceChildren(...children);
     ctx.tip.hidden = false;
-    const w = ctx.tip.offsetWidth;
-    ctx.tip.style.left = `${Math.min(x + 14, ctx.cssW - w - 4)}px`;
-    ctx.tip.style.top = `${y + 16}px`;
+    const r = ctx.canvas.getBoundingClientRect(), cx = r.left + x, cy = r.top + y;
+    const w = ctx.tip.offsetWidth, h = ctx.tip.offsetHeight;
+    ctx.tip.style.left = `${cx + 14 + w > window.innerWidth - 4 ? Math.max(4, cx - 14 - w) : cx + 14}px`;
+    ctx.tip.style.top = `${cy + 16 + h > window.innerHeight - 4 ? Math.max(4, cy - 10 - h) : cy + 16}px`;
   }
 
   function hideTip(ctx) { ctx.tip.hidden = true; }
