@@ -46,6 +46,7 @@ def dense_trace(path: Path, *, ticks: int = 100_000, tick_every: float = 5.0, ti
         events.append({"ph": "E", "pid": PID, "tid": 2, "ts": t0 + span / 40, "args": {"done": True}})
         truth.append((f"job {k}", 2, t0, span / 40))
         events.append({"ph": "i", "name": "mark", "pid": PID, "tid": 2, "ts": t0 + 1, "s": "t"})
+        truth.append(("mark", 2, t0 + 1, 0.0))
         events.append({"ph": "C", "name": "queue", "pid": PID, "ts": t0, "args": {"depth": k % 5}})
     data = json.dumps({"traceEvents": events, "displayTimeUnit": "ns"}).encode()
     Path(path).write_bytes(gzip.compress(data, compresslevel=1))

@@ -1,0 +1,321 @@
+"""The trace viewer's API on real traces and built ones: windows, details, search, export,
+several hosts, bad input. (XProf parity on the demo profiles: test_trace_golden.py.)"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from profscope.formats import chrome_trace
+from tests.builders import trace_viewer as tvb
+
+DEMO = Path(__file__).parents[1] / "src" / "profscope" / "demo" / "logdir"
+TORCH = sorted((DEMO / "torch").glob("*.pt.trace.json.gz"))
+MLP = next(DEMO.glob("mlp/plugins/profile/*/demo-host.xplane.pb"))
+MLP_RUN = f"mlp/{MLP.parent.name}"
+
+
+def _window(client, run, **params):
+    r = client.get("/api/trace/window", params={"run": run, **params})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def _slices(w):
+    s = w["slices"]
+    return [dict(id=s["id"][i], track=s["track"][i], start=s["start"][i], dur=s["dur"][i], depth=s["depth"][i],
+                 name=w["names"][s["name"][i]]) for i in range(len(s["id"]))]
+
+
+# -- real torch traces --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("trace", TORCH, ids=lambda p: p.name)
+def test_every_x_event_of_a_torch_trace_is_served(demo_client, trace):
+    doc = json.loads(gzip.decompress(trace.read_bytes()))
+    want = defaultdict(list)
+    for e in doc["traceEvents"]:
+        if e.get("ph") == "X":
+            want[(e["name"], chrome_trace._int_id(e["pid"]), chrome_trace._int_id(e["tid"]))].append((e["ts"], e.get("dur", 0)))
+    assert sum(map(len, want.values())) > 1000
+    r = demo_client.get("/data/plugin/profile/data", params={"run": f"torch/{trace.name}", "tag": "trace_viewer@",
+                                                              "resolution": 0})
+    assert r.status_code == 200, r.text
+    got = defaultdict(list)
+    for e in r.json()["traceEvents"]:
+        if e["ph"] == "X":
+            got[(e["name"], e["pid"], e["tid"])].append((e["ts"], e["dur"]))
+    for key, events in want.items():
+        mine = sorted(got.get(key, []))
+        assert len(mine) >= len(events), key
+        ts = np.array(sorted(events))
+        # every X event: same thread, name, start and duration (µs; ns precision)
+        m = np.array(mine)
+        for t, d in ts:
+            i = np.searchsorted(m[:, 0], t - 1e-3)
+            assert i < len(m) and abs(m[i, 0] - t) < 1e-3 and any(abs(m[j, 1] - d) < 1e-3 for j in range(i, min(i + 50, len(m))) if abs(m[j, 0] - t) < 1e-3), (key, t, d)
+
+
+def test_torch_trace_window_steps_counters_and_details(demo_client):
+    run = "torch/transformer_train.pt.trace.json.gz"
+    w = _window(demo_client, run)
+    assert w["hosts"] == ["transformer_train.pt.trace.json.gz"]
+    assert [s["name"] for s in w["steps"]][:2] == ["1", "2"]  # ProfilerStep#1, #2
+    mem = [c for c in w["counters"] if c["name"].startswith("memory allocated")]
+    assert mem and mem[0]["unit"] == "bytes" and len(mem[0]["t"]) == len(mem[0]["v"]) > 10
+    kinds = {t["kind"] for t in w["tracks"]}
+    assert kinds == {"slices", "counter"}
+    op = next(s for s in _slices(w) if s["name"].startswith("aten::"))
+    d = demo_client.get("/api/trace/event", params={"run": run, "id": op["id"]}).json()
+    assert d["name"] == op["name"] and d["start"] == pytest.approx(op["start"]) and "Ev Idx" in d["args"]
+
+
+# -- real JAX profile: details, search -----------------------------------------------------
+
+
+def test_details_of_an_xla_op_name_its_module(demo_client):
+    found = demo_client.get("/api/trace/search", params={"run": MLP_RUN, "q": "dot.2"}).json()
+    assert found["total"] >= 1
+    d = demo_client.get("/api/trace/event", params={"run": MLP_RUN, "id": found["matches"][0]["id"]}).json()
+    assert d["hloOp"] == "dot.2" and d["hloModule"] == "jit_train_step"
+    assert d["module"] in demo_client.get("/api/run", params={"run": MLP_RUN}).json()["modules"]
+    assert d["args"]["program_id"] == int(d["module"].split("(")[1].rstrip(")"))
+    assert d["track"]["process"] == "demo-host /host:CPU"
+
+
+def test_search_prefix_first_then_substring_each_in_time_order(demo_client):
+    r = demo_client.get("/api/trace/search", params={"run": MLP_RUN, "q": "TRAIN", "limit": 1000}).json()
+    names = [m["name"] for m in r["matches"]]
+    pre = [m for m in r["matches"] if m["name"].lower().startswith("train")]
+    assert pre and names[: len(pre)] == [m["name"] for m in pre]  # prefix matches first
+    assert all("train" in n.lower() for n in names) and len(names) > len(pre)
+    for group in (r["matches"][: len(pre)], r["matches"][len(pre):]):
+        assert [m["start"] for m in group] == sorted(m["start"] for m in group)
+    assert r["total"] == len(names)
+    # the steps are named as XProf names them
+    assert {"train 0", "train 1", "train 2"} <= set(names)
+    assert demo_client.get("/api/trace/search", params={"run": MLP_RUN, "q": "train", "limit": 2}).json()["matches"].__len__() == 2
+
+
+def test_export_reparses_as_chrome_json_with_the_window_events(demo_client):
+    w = _window(demo_client, MLP_RUN, start_ms=5, end_ms=9, resolution=100000)
+    r = demo_client.get("/api/trace/export", params={"run": MLP_RUN, "start_ms": 5, "end_ms": 9})
+    assert r.status_code == 200
+    assert "attachment" in r.headers["content-disposition"] and ".json" in r.headers["content-disposition"]
+    doc = json.loads(r.content)
+    assert doc["displayTimeUnit"] == "ns"
+    xs = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    assert {e["name"] for e in xs} == {s["name"] for s in _slices(w)}
+    assert len(xs) >= w["returnedEventsSize"]  # export applies no resolution filter
+    origin_us = w["originNs"] / 1000
+    for e in xs:  # only events overlapping the window, ts/dur in µs on the absolute base
+        assert e["ts"] - origin_us < 9000 + 1e-3 and e["ts"] + e["dur"] - origin_us > 5000 - 1e-3
+    assert any(e["ph"] == "M" and e["name"] == "thread_name" for e in doc["traceEvents"])
+    assert any("hlo_op" in e["args"] for e in xs)
+    # the whole trace re-reads with our own streaming reader
+    whole = demo_client.get("/api/trace/export", params={"run": MLP_RUN})
+    assert sum(1 for e in chrome_trace.iter_events(whole.content, "export.json") if e.get("ph") == "X") == 780
+
+
+# -- windows on a dense built trace -----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def dense(tmp_path_factory):
+    from fastapi.testclient import TestClient
+
+    from profscope.cache.store import DiskCache
+    from profscope.cache.workspace import Workspace
+    from profscope.server.app import create_app
+    from profscope.storage import LogDir
+
+    root = tmp_path_factory.mktemp("dense")
+    truth = tvb.dense_trace(root / "dense.trace.json.gz")
+    ws = Workspace(LogDir(str(root), listing_ttl=0), DiskCache(tmp_path_factory.mktemp("cache")))
+    return TestClient(create_app(ws)), "dense.trace.json.gz", truth
+
+
+def _brute(truth, base_us, s_ms, e_ms):
+    out = []
+    for name, tid, ts, dur in truth:
+        a = (ts - base_us) / 1000
+        z = a + dur / 1000
+        if a < e_ms and (z > s_ms or (dur == 0 and a >= s_ms)):
+            out.append((name, tid, a, dur / 1000))
+    return out
+
+
+@pytest.mark.parametrize("window,res", [((None, None), 1000), ((100.0, 300.0), 800), ((250.0, 250.5), 1000),
+                                        ((0.0, 0.02), 50), ((400.0, 480.0), 3)])
+def test_windows_overlap_span_and_resolution(dense, window, res):
+    client, run, truth = dense
+    params = {"resolution": res}
+    if window[0] is not None:
+        params.update(start_ms=window[0], end_ms=window[1])
+    w = _window(client, run, **params)
+    s_ms, e_ms = w["window"]
+    base_us = w["originNs"] / 1000
+    sl = _slices(w)
+    # only overlapping events
+    assert all(x["start"] < e_ms and (x["start"] + x["dur"] > s_ms or x["dur"] == 0 and x["start"] >= s_ms) for x in sl)
+    # every event at least a pixel wide is there, the spanning epoch included
+    px = (e_ms - s_ms) / res
+    brute = _brute(truth, base_us, s_ms, e_ms)
+    wide = {(n, round(a, 6)) for n, tid, a, d in brute if d >= px}
+    got = {(x["name"], round(x["start"], 6)) for x in sl}
+    assert wide <= got
+    assert any(x["name"] == "epoch" for x in sl)
+    # at most one sub-pixel event per (track, depth, pixel)
+    seen = defaultdict(int)
+    for x in sl:
+        if x["dur"] < px:
+            seen[(x["track"], x["depth"], int((max(x["start"], s_ms) - s_ms) // px))] += 1
+    assert max(seen.values(), default=1) == 1
+    per_row = defaultdict(int)
+    for x in sl:
+        per_row[(x["track"], x["depth"])] += 1
+    assert max(per_row.values()) <= 2 * res + 2
+    if len(brute) > 2 * res:
+        assert w["truncated"] and w["returnedEventsSize"] < len(brute)
+    else:  # zoomed in: everything in the window
+        assert w["returnedEventsSize"] == len(brute)
+    assert w["totalEventsSize"] == len(truth)
+
+
+def test_a_slice_seen_only_when_zoomed_in(dense):
+    client, run, truth = dense
+    far = _window(client, run, resolution=500)
+    names_far = {(x["name"], round(x["start"], 6)) for x in _slices(far)}
+    near = _window(client, run, start_ms=123.0, end_ms=123.05, resolution=500)
+    fine = [x for x in _slices(near) if x["name"].startswith("tick")]
+    assert fine and any((x["name"], round(x["start"], 6)) not in names_far for x in fine)
+    # and its details
+    d = client.get("/api/trace/event", params={"run": run, "id": fine[0]["id"]}).json()
+    assert d["name"] == fine[0]["name"] and d["args"]["i"] >= 0
+
+
+def test_depth_nesting_and_b_e_pairs(dense):
+    client, run, _ = dense
+    w = _window(client, run, start_ms=10.0, end_ms=10.5, resolution=100000)
+    by = {x["name"]: x for x in _slices(w)}
+    assert by["epoch"]["depth"] == 0
+    assert any(x["name"].startswith("block") and x["depth"] == 1 for x in _slices(w))
+    assert any(x["name"].startswith("tick") and x["depth"] == 2 for x in _slices(w))
+    jobs = _window(client, run, resolution=100000)
+    job = next(x for x in _slices(jobs) if x["name"] == "job 3")
+    d = client.get("/api/trace/event", params={"run": run, "id": job["id"]}).json()
+    assert d["args"] == {"k": 3, "done": True}  # B args merged with E args
+    assert d["dur"] == pytest.approx(100_000 * 5.0 / 40 / 1000)  # span / 40, in ms
+    counters = [c for c in jobs["counters"] if c["name"] == "queue"]
+    assert counters and max(counters[0]["v"]) == 4
+
+
+# -- several hosts --------------------------------------------------------------------------
+
+
+def test_two_hosts_merge_on_one_timeline(make_client, tmp_path):
+    root = tmp_path / "logs"
+    tvb.profile_session(root, {"host_a": MLP, "host_b": MLP})
+    client = make_client(root)
+    run = client.get("/api/runs").json()["runs"][0]["name"]
+    one = _window(client, run, resolution=100000)
+    both = _window(client, run, hosts="host_a,host_b", resolution=100000)
+    assert one["hosts"] == ["host_a"] and both["hosts"] == ["host_a", "host_b"]
+    assert len(both["tracks"]) == 2 * len(one["tracks"])
+    assert both["returnedEventsSize"] == 2 * one["returnedEventsSize"]
+    assert {p["pid"] for p in both["processes"]} == {1701, 2701}  # XProf: 1000 * host + device
+    assert {p["host"] for p in both["processes"]} == {"host_a", "host_b"}
+    ids = both["slices"]["id"]
+    assert len(set(ids)) == len(ids) and len({t["id"] for t in both["tracks"]}) == len(both["tracks"])
+    b_only = _window(client, run, host="host_b", resolution=100000)
+    d = client.get("/api/trace/event", params={"run": run, "hosts": "host_a,host_b", "id": b_only["slices"]["id"][0]}).json()
+    assert d["track"]["host"] == "host_b"
+    assert client.get("/api/trace/window", params={"run": run, "host": "nope"}).status_code == 404
+    x = client.get("/data/plugin/profile/data", params={"run": run, "tag": "trace_viewer@", "hosts": "host_a,host_b",
+                                                          "resolution": 0}).json()
+    assert {e["pid"] for e in x["traceEvents"] if e["ph"] == "X"} == {1701, 2701}
+
+
+# -- a real profile made by the big-profile script, small --------------------------------------
+
+
+def test_generated_jax_profile(make_client, tmp_path):
+    import subprocess
+    import sys
+
+    script = Path(__file__).parents[1] / "scripts" / "make_big_jax_profile.py"
+    out = subprocess.run([sys.executable, str(script), "--out", str(tmp_path / "big"), "--steps", "25"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    client = make_client(tmp_path / "big")
+    run = client.get("/api/runs").json()["runs"][0]["name"]
+    w = _window(client, run, resolution=400)
+    assert [s["name"] for s in w["steps"]] == [f"train {i}" for i in range(25)]
+    assert w["truncated"] and w["returnedEventsSize"] < w["totalEventsSize"]
+    # the main thread's line (named after the process: python, python3) holds the frames
+    python = next(t for t in w["tracks"] if t["name"].startswith("python"))
+    assert python["maxDepth"] >= 20  # the nested helpers
+    xla = client.get("/api/trace/search", params={"run": run, "q": "dot"}).json()
+    assert xla["total"] >= 25
+    d = client.get("/api/trace/event", params={"run": run, "id": xla["matches"][0]["id"]}).json()
+    assert d["hloOp"] and d["module"] and d["module"].startswith("jit_train_step(")
+
+
+# -- bad input ---------------------------------------------------------------------------------
+
+
+def test_bad_parameters_are_4xx_json(demo_client):
+    run = MLP_RUN
+    cases = [
+        ({"start_ms": 5, "end_ms": 1}, 400, "before"),
+        ({"resolution": 0}, 400, "resolution"),
+        ({"resolution": 10**9}, 400, "resolution"),
+        ({"resolution": "abc"}, 400, "resolution"),
+        ({"start_ms": "soon"}, 400, "start_ms"),
+        ({"end_ms": "nan"}, 400, "end_ms"),
+    ]
+    for params, status, word in cases:
+        r = demo_client.get("/api/trace/window", params={"run": run, **params})
+        assert r.status_code == status, (params, r.text)
+        body = r.json()
+        assert body["ok"] is False and word in body["error"]
+    assert demo_client.get("/api/trace/event", params={"run": run, "id": 10**12}).status_code == 404
+    assert demo_client.get("/api/trace/event", params={"run": run, "id": "x"}).status_code == 400
+    assert demo_client.get("/api/trace/event", params={"run": run}).status_code == 400
+    assert demo_client.get("/api/trace/search", params={"run": run, "q": ""}).status_code == 400
+    assert demo_client.get("/api/trace/search", params={"run": run, "q": "a", "limit": "many"}).status_code == 400
+    assert demo_client.get("/api/trace/export", params={"run": run, "start_ms": 3, "end_ms": 1}).status_code == 400
+    assert demo_client.get("/api/trace/window", params={"run": "dumps/mlp"}).status_code == 404
+    x = demo_client.get("/data/plugin/profile/data", params={"run": run, "tag": "trace_viewer@", "start_time_ms": 9,
+                                                              "end_time_ms": 1})
+    assert x.status_code == 400
+    x = demo_client.get("/data/plugin/profile/data", params={"run": run, "tag": "trace_viewer@", "resolution": "-3"})
+    assert x.status_code == 400
+
+
+def test_corrupt_xplane_and_truncated_json_are_422_naming_the_file(make_client, tmp_path):
+    root = tmp_path / "logs"
+    session = root / "bad" / "plugins" / "profile" / "2026_01_01_00_00_00"
+    session.mkdir(parents=True)
+    data = MLP.read_bytes()
+    (session / "cut.xplane.pb").write_bytes(data[: len(data) // 2])
+    (session / "junk.xplane.pb").write_bytes(bytes(range(256)) * 40)
+    text = gzip.decompress((DEMO / "torch" / "leak.pt.trace.json.gz").read_bytes())
+    (root / "short.pt.trace.json").write_bytes(text[: len(text) // 2])
+    (root / "notjson.trace.json").write_bytes(b"hello, world")
+    client = make_client(root)
+    bad = next(r["name"] for r in client.get("/api/runs").json()["runs"] if r["kind"] == "profile")
+    for params in ({"run": bad, "host": "cut"}, {"run": bad, "host": "junk"},
+                   {"run": "short.pt.trace.json"}, {"run": "notjson.trace.json"}):
+        r = client.get("/api/trace/window", params=params)
+        assert r.status_code == 422, (params, r.text)
+        body = r.json()
+        assert body["file"] and body["file"].endswith((params.get("host") or params["run"]).split("/")[-1] + ("" if "host" not in params else ".xplane.pb"))
+        # the failure is not cached: asking again says the same
+        assert client.get("/api/trace/window", params=params).status_code == 422
+    assert client.get("/api/progress").json()["jobs"] == []
