@@ -236,6 +236,17 @@ def test_keys_drag_and_range(open_page, server_url, mlp_run):
     page.keyboard.press("0")
     assert _hook(page, "window") == pytest.approx(full)
 
+    # A process header in the names column collapses its tracks, and expands them again.
+    rows = _hook(page, "rows")
+    header = rows[0]
+    assert header["type"] == "process"
+    page.mouse.click(box["x"] + 20, box["y"] + 38 + header["y"] + header["h"] / 2)
+    collapsed = _hook(page, "rows")
+    assert [r["type"] for r in collapsed].count("track") < [r["type"] for r in rows].count("track")
+    assert not _hook(page, "visibleSlices")  # the demo has one process: nothing left to draw
+    page.mouse.click(box["x"] + 20, box["y"] + 38 + header["y"] + header["h"] / 2)
+    assert _hook(page, "rows") == rows
+
 
 def test_torch_trace_renders(open_page, server_url, demo_logdir):
     import gzip
@@ -266,6 +277,8 @@ def big_trace_url(tmp_path_factory):
         for j in range(per_thread):  # back to back, 600 µs apart, over 0.9 s
             events.append({"ph": "X", "name": f"op{j % 97}", "pid": 1, "tid": t + 1, "ts": j * 600.0, "dur": 590.0})
     (root / "big.trace.json").write_text(json.dumps({"traceEvents": events}))
+    # and one with names only, no events
+    (root / "empty.trace.json").write_text(json.dumps({"traceEvents": events[:2]}))
     with profscope_server("serve", str(root), "--port", "0", "--cache-dir", str(tmp_path_factory.mktemp("cache"))) as (url, _):
         yield url
 
@@ -273,10 +286,9 @@ def big_trace_url(tmp_path_factory):
 def test_fifty_thousand_visible_slices(open_page, big_trace_url):
     page = open_page(big_trace_url)
     page.set_viewport_size({"width": 2900, "height": 1400})  # ~2,630 px of timeline, room for 40 rows
-    runs = _get_json(big_trace_url, "/api/runs")["runs"]
-    page.goto(_view_url(big_trace_url, run=runs[0]["name"], tool="trace_viewer@"))
+    page.goto(_view_url(big_trace_url, run="big.trace.json", tool="trace_viewer@"))
     _ready(page)
-    window = _get_json(big_trace_url, "/api/trace/window", run=runs[0]["name"], resolution=_hook(page, "resolution"))
+    window = _get_json(big_trace_url, "/api/trace/window", run="big.trace.json", resolution=_hook(page, "resolution"))
     assert len(window["slices"]["id"]) == 60_000
     # Repaint a few times (zooming by a hair keeps all slices in view) and time it.
     times = []
@@ -356,3 +368,11 @@ def test_merge_hosts(open_page, two_host_url):
     assert {s["id"] for s in _hook(page, "visibleSlices")} <= _ids(merged)
     assert "hosts alpha, beta" in page.inner_text(".tv-subtitle")
     page.screenshot(path=str(ARTIFACTS / "trace_viewer_two_hosts.png"), full_page=True)
+
+
+def test_empty_trace_says_so(open_page, big_trace_url):
+    page = open_page(big_trace_url)
+    page.goto(_view_url(big_trace_url, run="empty.trace.json", tool="trace_viewer@"))
+    page.wait_for_selector("#tv-empty")
+    assert "no events" in page.inner_text("#tv-empty")
+    assert page.locator("#tv-stage").is_hidden()

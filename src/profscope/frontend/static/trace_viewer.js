@@ -1063,6 +1063,7 @@
     visibleSlices: () => {
       const ctx = current;
       if (!ctx || !ctx.data) return [];
+      if (ctx.frame) { cancelAnimationFrame(ctx.frame); ctx.frame = 0; paint(ctx); } // what the next frame shows
       const r = ctx.canvas.getBoundingClientRect(), s = ctx.data.s, out = [];
       for (let j = 0; j < ctx.drawn.n; j++) {
         const i = ctx.drawn.idx[j], box = sliceBox(ctx, i);
