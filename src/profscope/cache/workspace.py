@@ -20,10 +20,6 @@ from profscope.tools import memory_profile, memory_viewer, memory_viewer_text, o
 from profscope.tools.registry import Tool
 from profscope.tools import trace_viewer
 from profscope.formats import xplane_trace
-from profscope.tools import trace_viewer
-from profscope.formats import xplane_trace
-from profscope.tools import trace_viewer
-from profscope.formats import xplane_trace
 
 MODULE_LIST_VERSION = 1
 SNAPSHOT_VERSION = 1
@@ -55,10 +51,6 @@ class Workspace:
             ("memory_profile", RunKind.TORCH_SNAPSHOT): self.snapshot_overview,
             ("trace_viewer@", RunKind.PROFILE): self.trace_viewer_xprof,
             ("trace_viewer@", RunKind.CHROME_TRACE): self.trace_viewer_xprof,
-            ("trace_viewer@", RunKind.PROFILE): self.trace_viewer_xprof,
-            ("trace_viewer@", RunKind.CHROME_TRACE): self.trace_viewer_xprof,
-            ("trace_viewer@", RunKind.PROFILE): self.trace_viewer_xprof,
-            ("trace_viewer@", RunKind.CHROME_TRACE): self.trace_viewer_xprof,
             ("oom_risk", RunKind.PROFILE): self.oom_risk,
             ("oom_risk", RunKind.XLA_DUMP): self.oom_risk,
             ("oom_risk", RunKind.TORCH_SNAPSHOT): self.oom_risk,
@@ -67,8 +59,6 @@ class Workspace:
         # every view of a snapshot (timeline windows, states, stacks) reads one.
         self._snapshots: OrderedDict[str, torch_snapshot_format.Snapshot] = OrderedDict()
         self._snapshots_lock = threading.Lock()
-        self._trace_indexes = trace_viewer.IndexCache()
-        self._trace_indexes = trace_viewer.IndexCache()
         self._trace_indexes = trace_viewer.IndexCache()
 
     # -- runs ----------------------------------------------------------------------------
@@ -420,122 +410,6 @@ class Workspace:
         for g in ranked[:OOM_MAX_STACKS]:  # frames for the largest stacks; the rest stay "unknown"
             g["frames"] = torch_snapshot.stack(snap, g["stackId"])["frames"] if g["stackId"] >= 0 else []
         return oom_risk.snapshot_evidence(ov, state["totals"], ranked, f"cuda:{device}")
-
-    # -- trace viewer --------------------------------------------------------------------
-
-    def trace_sources(self, run: Run) -> list[tuple[str, FileInfo]]:
-        """(host, file) pairs a run's timeline is made of: one xplane per host, or, for
-        sessions holding only ``*.trace.json[.gz]`` and for Chrome-trace runs, the traces."""
-        if run.kind is RunKind.PROFILE and run.hosts:
-            return [(h, run.xplane(h)) for h in run.hosts]
-        traces = run.files_of(FileKind.CHROME_TRACE)
-        return [(f.name, f) for f in traces]
-
-    def trace_index(self, run: Run, host: str, info: FileInfo, number: int) -> "trace_viewer.TraceIndex":
-        """The on-disk index of one file, built once per file identity."""
-        key = cache_key("trace_index", trace_viewer.INDEX_VERSION, self.logdir.url, info.identity(), number)
-
-        def build(progress, folder):
-            path = self.logdir.display_path(info.path)
-            progress.update(0.0, f"reading {info.name}")
-            with self.logdir.open(info.path) as f:
-                if classify(info.name) is FileKind.XPLANE:
-                    events = xplane_trace.read_trace(f, path, number, progress=progress.part(0, 0.6))
-                else:
-                    events = chrome_trace.trace_columns(f, path, progress=progress.part(0, 0.6))
-            trace_viewer.build_index(events, folder, progress=progress.part(0.6, 1))
-
-        folder = self.cache.get_or_build_dir(key, f"Trace viewer: indexing {info.name}", build)
-        return self._trace_indexes.get(folder)
-
-    def trace_view(self, run: Run, params) -> "trace_viewer.TraceView":
-        """The hosts selected by ``host=`` / ``hosts=a,b`` (default: the first), indexed."""
-        if run.kind not in (RunKind.PROFILE, RunKind.CHROME_TRACE):
-            raise NotFound(f"run {run.name!r} is a {run.kind.value}; the trace viewer reads profiles and Chrome traces")
-        sources = self.trace_sources(run)
-        if not sources:
-            raise NotFound(f"run {run.name!r} has no xplane profile or Chrome trace to show")
-        known = [h for h, _ in sources]
-        wanted = params.get("hosts") or params.get("host")
-        names = [h.strip() for h in wanted.split(",") if h.strip()] if wanted else [known[0]]
-        chosen = []
-        for name in dict.fromkeys(names):
-            if name not in known:
-                raise NotFound(f"run {run.name!r} has no host {name!r}; hosts: {', '.join(known)}")
-            pos = known.index(name)
-            info = sources[pos][1]
-            xla = classify(info.name) is FileKind.XPLANE
-            ix = self.trace_index(run, name, info, pos + 1 if xla else 0)
-            chosen.append(trace_viewer.HostIndex(pos, name, ix))
-        return trace_viewer.TraceView(run.name, chosen)
-
-    def trace_viewer_xprof(self, run: Run, params: dict, progress=None) -> dict:
-        """XProf's trace_viewer@ JSON (served straight from the index by the data API)."""
-        import orjson
-
-        return orjson.loads(self.trace_xprof_json(run, params))
-
-    def trace_xprof_json(self, run: Run, params) -> bytes:
-        view = self.trace_view(run, params)
-        return view.xprof_json(params.get("start_time_ms"), params.get("end_time_ms"), params.get("resolution"))
-
-    # -- trace viewer --------------------------------------------------------------------
-
-    def trace_sources(self, run: Run) -> list[tuple[str, FileInfo]]:
-        """(host, file) pairs a run's timeline is made of: one xplane per host, or, for
-        sessions holding only ``*.trace.json[.gz]`` and for Chrome-trace runs, the traces."""
-        if run.kind is RunKind.PROFILE and run.hosts:
-            return [(h, run.xplane(h)) for h in run.hosts]
-        traces = run.files_of(FileKind.CHROME_TRACE)
-        return [(f.name, f) for f in traces]
-
-    def trace_index(self, run: Run, host: str, info: FileInfo, number: int) -> "trace_viewer.TraceIndex":
-        """The on-disk index of one file, built once per file identity."""
-        key = cache_key("trace_index", trace_viewer.INDEX_VERSION, self.logdir.url, info.identity(), number)
-
-        def build(progress, folder):
-            path = self.logdir.display_path(info.path)
-            progress.update(0.0, f"reading {info.name}")
-            with self.logdir.open(info.path) as f:
-                if classify(info.name) is FileKind.XPLANE:
-                    events = xplane_trace.read_trace(f, path, number, host, progress=progress.part(0, 0.6))
-                else:
-                    events = chrome_trace.trace_columns(f, path, progress=progress.part(0, 0.6))
-            trace_viewer.build_index(events, folder, progress=progress.part(0.6, 1))
-
-        folder = self.cache.get_or_build_dir(key, f"Trace viewer: indexing {info.name}", build)
-        return self._trace_indexes.get(folder)
-
-    def trace_view(self, run: Run, params) -> "trace_viewer.TraceView":
-        """The hosts selected by ``host=`` / ``hosts=a,b`` (default: the first), indexed."""
-        if run.kind not in (RunKind.PROFILE, RunKind.CHROME_TRACE):
-            raise NotFound(f"run {run.name!r} is a {run.kind.value}; the trace viewer reads profiles and Chrome traces")
-        sources = self.trace_sources(run)
-        if not sources:
-            raise NotFound(f"run {run.name!r} has no xplane profile or Chrome trace to show")
-        known = [h for h, _ in sources]
-        wanted = params.get("hosts") or params.get("host")
-        names = [h.strip() for h in wanted.split(",") if h.strip()] if wanted else [known[0]]
-        chosen = []
-        for name in dict.fromkeys(names):
-            if name not in known:
-                raise NotFound(f"run {run.name!r} has no host {name!r}; hosts: {', '.join(known)}")
-            pos = known.index(name)
-            info = sources[pos][1]
-            xla = classify(info.name) is FileKind.XPLANE
-            ix = self.trace_index(run, name, info, pos + 1 if xla else 0)
-            chosen.append(trace_viewer.HostIndex(pos, name, ix))
-        return trace_viewer.TraceView(run.name, chosen)
-
-    def trace_viewer_xprof(self, run: Run, params: dict, progress=None) -> dict:
-        """XProf's trace_viewer@ JSON (served straight from the index by the data API)."""
-        import orjson
-
-        return orjson.loads(self.trace_xprof_json(run, params))
-
-    def trace_xprof_json(self, run: Run, params) -> bytes:
-        view = self.trace_view(run, params)
-        return view.xprof_json(params.get("start_time_ms"), params.get("end_time_ms"), params.get("resolution"))
 
     # -- trace viewer --------------------------------------------------------------------
 
