@@ -1,16 +1,18 @@
-"""Load a big PyTorch memory snapshot in a fresh process: load time and peak RSS.
+"""Load a big PyTorch memory snapshot in a fresh process and draw its first charts.
 
     python scripts/make_big_snapshot.py /tmp/big.pickle --target-mb 1000
-    python benchmarks/bench_torch_snapshot.py /tmp/big.pickle
+    python benchmarks/bench_torch_snapshot.py /tmp/big.pickle [--reader auto|tree|streaming]
 
-Prints file size, load time, peak RSS (VmHWM of this process, which starts fresh) and
-the ratio peak RSS / file size (target: <= 3).
+Prints file size, load time, the time to the overview and the first (whole-trace)
+timeline window, the times of zoomed-in windows, peak RSS (VmHWM of this process, which
+starts fresh) and the ratio peak RSS / file size (target: <= 3). ``--reader`` picks the
+C unpickler's tree, the streaming reader, or what profscope would choose here.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
-import sys
 import time
 
 
@@ -23,24 +25,47 @@ def _vm(key: str) -> int:
 
 
 def main() -> None:
-    path = sys.argv[1]
+    ap = argparse.ArgumentParser()
+    ap.add_argument("path")
+    ap.add_argument("--reader", choices=("auto", "tree", "streaming"), default="auto")
+    args = ap.parse_args()
     from profscope.formats.torch_snapshot import load_snapshot
+    from profscope.tools import torch_snapshot
 
+    path = args.path
     size = os.path.getsize(path)
+    streaming = {"auto": None, "tree": False, "streaming": True}[args.reader]
     base = _vm("VmRSS")
     t0 = time.perf_counter()
     with open(path, "rb") as f:
-        snap = load_snapshot(f, path)
-    dt = time.perf_counter() - t0
+        snap = load_snapshot(f, path, streaming=streaming)
+    t_load = time.perf_counter() - t0
+    peak_load = _vm("VmHWM")
+    device = snap.devices[0]
+    t1 = time.perf_counter()
+    torch_snapshot.overview(snap, device)
+    first = torch_snapshot.timeline(snap, device)
+    t_first = time.perf_counter() - t1
+    n = sum(len(t) for t in snap.traces)
+    windows = []
+    for i in range(8):  # zooming into a tenth of the trace, here and there
+        start = (n * i) // 9
+        t2 = time.perf_counter()
+        torch_snapshot.timeline(snap, device, start=start, end=start + n // 10)
+        windows.append(time.perf_counter() - t2)
     peak = _vm("VmHWM")
-    entries = sum(len(t) for t in snap.traces)
-    print(f"file            {size / 2**20:10.1f} MiB")
-    print(f"trace entries   {entries:10,d}   blocks {len(snap.blocks):,}   stacks {len(snap.stacks):,}"
+    print(f"file            {size / 2**20:10.1f} MiB   reader: {args.reader}")
+    print(f"trace entries   {n:10,d}   blocks {len(snap.blocks):,}   stacks {len(snap.stacks):,}"
           f"   frames {len(snap.frame_line):,}")
-    print(f"load time       {dt:10.1f} s   ({dt / max(entries, 1) * 1e6:.1f} us/entry)")
+    print(f"load time       {t_load:10.1f} s   ({t_load / max(n, 1) * 1e6:.1f} us/entry)")
+    print(f"first window    {t_first:10.2f} s   (overview + whole-trace timeline, "
+          f"{len(first.get('allocations', []))} allocations drawn)")
+    print(f"later windows   {min(windows) * 1000:10.0f} - {max(windows) * 1000:.0f} ms")
+    print(f"first chart at  {t_load + t_first:10.1f} s after opening the file")
     print(f"RSS before load {base / 2**20:10.1f} MiB")
+    print(f"peak RSS (load) {peak_load / 2**20:10.1f} MiB   = {peak_load / size:.2f} x file size")
     print(f"peak RSS        {peak / 2**20:10.1f} MiB   = {peak / size:.2f} x file size")
-    print(f"RSS after load  {_vm('VmRSS') / 2**20:10.1f} MiB (the model)")
+    print(f"RSS at the end  {_vm('VmRSS') / 2**20:10.1f} MiB (the model)")
 
 
 if __name__ == "__main__":

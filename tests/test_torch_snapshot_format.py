@@ -154,6 +154,56 @@ def test_json_html_gzip_forms_give_the_same_model(snaps, name):
         _same(s, other)
 
 
+def _resolved(s):
+    """A snapshot's content with string and stack ids replaced by what they name (the
+    two readers intern in different orders)."""
+    frame = lambda i: (s.strings[s.frame_filename[i]], int(s.frame_line[i]), s.strings[s.frame_name[i]])
+    stack = lambda k: tuple(frame(i) for i in s.stacks[k])
+    string = lambda i: s.strings[i] if i >= 0 else None
+    out = {"devices": s.devices, "ooms": [{**o, "stack": stack(o["stack"])} for o in s.oom_events],
+           "settings": s.allocator_settings, "annotations": s.external_annotations,
+           "era": s.era_keys, "overflow": s.trace_overflow, "format": (s.format, s.pickle_protocol),
+           "blocks": [(int(a), int(z), s.state_names[st], stack(k)) for a, z, st, k in
+                      zip(s.blocks.address, s.blocks.size, s.blocks.state, s.blocks.stack)],
+           "segments": [(int(a), int(z), stack(k)) for a, z, k in
+                        zip(s.segments.address, s.segments.total_size, s.segments.stack)]}
+    for tr in s.traces:
+        stacks = {k: stack(k) for k in np.unique(tr.stack).tolist()}
+        out[f"trace{tr.device}"] = [
+            (s.action_names[a], ad, z, st, t, stacks[k], string(c), string(u), f)
+            for a, ad, z, st, t, k, c, u, f in zip(
+                tr.action.tolist(), tr.addr.tolist(), tr.size.tolist(), tr.stream.tolist(),
+                tr.time_us.tolist(), tr.stack.tolist(), tr.compile_context.tolist(),
+                tr.user_metadata.tolist(), tr.device_free.tolist())]
+    return out
+
+
+def _inputs(snaps):
+    yield from ((name, data) for name, (data, _) in snaps.items())
+    for name in ("expandable_oom_multidevice", "ring_buffer", "legacy_2023"):
+        d = getattr(b, name)()
+        for protocol in (2, 3, 4, 5):
+            yield f"{name}/p{protocol}", b.to_pickle(d, protocol)
+        yield f"{name}/html", b.to_memory_viz_html(d)
+    # a trace longer than one APPENDS batch, ending in a lone APPEND (1000 + 1 entries)
+    d = b.ring_buffer()
+    d["device_traces"][0] = [b.entry("alloc", 4096 * i, 512, i, fr=({"filename": "f.py", "line": i % 7, "name": "g"},))
+                             for i in range(1001)]
+    yield "1001 entries", pickle.dumps(d, protocol=4)
+
+
+def test_streaming_reader_gives_the_same_snapshot(snaps):
+    """The streaming reader (large files) and the C unpickler (small ones) agree on every
+    real fixture and builder, in every protocol."""
+    seen = 0
+    for name, data in _inputs(snaps):
+        a = load_snapshot(data, name, streaming=False)
+        c = load_snapshot(io.BytesIO(data), name, streaming=True)
+        assert _resolved(a) == _resolved(c), name
+        seen += sum(len(t) for t in a.traces)
+    assert seen > 20_000
+
+
 # -- malicious and broken input -------------------------------------------------------
 
 
@@ -180,11 +230,12 @@ def _evil_payloads(marker):
     yield "persistent id", b"\x80\x02X\x03\x00\x00\x00abcQ."
 
 
-def test_malicious_pickles_are_refused_and_nothing_runs(tmp_path):
+@pytest.mark.parametrize("streaming", [False, True])
+def test_malicious_pickles_are_refused_and_nothing_runs(tmp_path, streaming):
     marker = tmp_path / "pwned"
     for what, payload in _evil_payloads(marker):
         with pytest.raises(BadInput) as exc:
-            load_snapshot(payload, "evil.pickle")
+            load_snapshot(payload, "evil.pickle", streaming=streaming)
         msg = exc.value.message
         assert exc.value.file == "evil.pickle" and msg.startswith("evil.pickle: refused:"), msg
         if what == "persistent id":
@@ -197,18 +248,20 @@ def test_malicious_pickles_are_refused_and_nothing_runs(tmp_path):
                 + base64.b64encode(payload) + b'"}]</script></html>')
         for raw in (gzip.compress(payload), html):
             with pytest.raises(BadInput, match="refused"):
-                load_snapshot(raw, "evil.pickle")
+                load_snapshot(raw, "evil.pickle", streaming=streaming)
         assert not marker.exists(), f"{what} ran"
 
 
-def test_truncated_pickles_at_many_cut_points(snaps):
+@pytest.mark.parametrize("streaming", [False, True])
+def test_truncated_pickles_at_many_cut_points(snaps, streaming):
     data, _ = snaps[FILES[3]]
     rng = random.Random(0)
-    cuts = sorted({1, 2, 3, 10, 100, len(data) - 1, len(data) - 2} | {rng.randrange(1, len(data)) for _ in range(60)})
+    samples = 6 if streaming else 60  # the streaming reader is the slower one
+    cuts = sorted({1, 2, 3, 10, 100, len(data) - 1, len(data) - 2} | {rng.randrange(1, len(data)) for _ in range(samples)})
     for cut in cuts:
         for raw in (data[:cut], io.BytesIO(data[:cut]), io.BytesIO(gzip.compress(data[:cut]))):
             with pytest.raises(BadInput) as exc:
-                load_snapshot(raw, "cut.pickle")
+                load_snapshot(raw, "cut.pickle", streaming=streaming)
             assert exc.value.file == "cut.pickle" and exc.value.message.startswith("cut.pickle: "), cut
 
 
@@ -238,9 +291,10 @@ def test_file_objects_and_bytes_give_the_same_model(snaps, tmp_path):
     (pickle.dumps({"segments": [], "device_traces": []}) + b"junk", "after the pickle"),
     (b"\x80\x01N.", "protocol 1"),
 ])
-def test_bad_input_names_the_file(raw, reason):
+@pytest.mark.parametrize("streaming", [False, True])
+def test_bad_input_names_the_file(raw, reason, streaming):
     with pytest.raises(BadInput) as exc:
-        load_snapshot(raw, "bad.bin")
+        load_snapshot(raw, "bad.bin", streaming=streaming)
     assert exc.value.file == "bad.bin"
     assert exc.value.message.startswith("bad.bin: ")
     assert reason in exc.value.message, exc.value.message

@@ -53,19 +53,22 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
+import gc
 import gzip
 import io
 import json
+import os
 import pickle
 import re
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import IO, Any
 
 import numpy as np
 
 from profscope.errors import BadInput
-from profscope.formats import streams
+from profscope.formats import safe_pickle, streams
 
 #: Trace action codes. Unknown actions get codes from len(ACTIONS) on, named in
 #: ``Snapshot.action_names``.
@@ -81,6 +84,10 @@ STATES = ("active_allocated", "active_pending_free", "active_awaiting_free", "in
 OVERFLOW_KEYS = ("trace_overflow", "device_traces_overflow", "overflow")
 
 _NO_TIME = -1
+#: Peak memory of Python's C unpickler and the conversion, per byte of pickle: a trace
+#: entry is ~150 bytes of opcodes and ~600 bytes of dict and boxed ints (measured 4.4x
+#: on a 250 MB snapshot, see docs/performance.md).
+C_UNPICKLER_PEAK_PER_BYTE = 5
 
 
 class _NoGlobalsUnpickler(pickle.Unpickler):
@@ -462,25 +469,33 @@ def _code(names: list[str], value: Any) -> int:
 _INT64_MAX = 2**63 - 1
 
 
+def _wrap64(v: int) -> int:
+    """The signed value of ``v``'s 64 low bits."""
+    v &= 2**64 - 1
+    return v - 2**64 if v > _INT64_MAX else v
+
+
 def _col(values: list, dtype) -> np.ndarray:
     try:
         return np.array(values, dtype=dtype)
     except OverflowError:
         # CUDA addresses/streams fit int64; anything wider is wrapped to its 64 low bits.
-        return np.array([v if -2**63 <= v <= _INT64_MAX else (v & (2**64 - 1)) - (2**64 if v & (1 << 63) else 0)
-                         for v in values], dtype=dtype)
+        return np.array([_wrap64(int(v)) for v in values], dtype=dtype)
 
 
 def _convert_trace(device: int, entries: Any, t: _Tables, action_names: list[str],
-                   ooms: list[dict]) -> DeviceTrace:
-    where = f"device_traces[{device}]"
+                   ooms: list[dict], offset: int = 0) -> DeviceTrace:
+    """Entries ``offset``... of one device's trace -> columns (``device`` -1: not known yet)."""
+    where = f"device_traces[{device if device >= 0 else '?'}]"
     if not isinstance(entries, (list, tuple)):
         raise _Wrong(f"{where} is a {type(entries).__name__}, not a list")
     n = len(entries)
+    # Columns are preallocated: a Python list per column would hold one int object per
+    # entry next to the unpickled tree, which is the load's memory peak.
     action = np.empty(n, np.uint8)
-    addr: list[int] = [0] * n
-    size: list[int] = [0] * n
-    stream: list[int] = [0] * n
+    addr = np.zeros(n, np.int64)
+    size = np.zeros(n, np.int64)
+    stream = np.zeros(n, np.int64)
     time_us = np.full(n, _NO_TIME, np.int64)
     stack = np.zeros(n, np.int32)
     cc = np.full(n, -1, np.int32)
@@ -492,28 +507,32 @@ def _convert_trace(device: int, entries: Any, t: _Tables, action_names: list[str
     oom = codes["oom"]
     for i, e in enumerate(entries):
         if type(e) is not dict:
-            raise _Wrong(f"{where}[{i}] is a {type(e).__name__}, not a dict")
+            raise _Wrong(f"{where}[{offset + i}] is a {type(e).__name__}, not a dict")
         a = e.get("action")
         c = codes.get(a)
         if c is None:
             if not isinstance(a, str):
-                raise _Wrong(f"{where}[{i}] has no action")
+                raise _Wrong(f"{where}[{offset + i}] has no action")
             c = codes[a] = _code(action_names, a)
             if c > 255:
                 raise _Wrong(f"{where}: more than 255 distinct actions")
         action[i] = c
-        v = e.get("addr", 0)
-        addr[i] = v if type(v) is int else _int(v, f"{where}[{i}].addr")
-        v = e.get("size", 0)
-        size[i] = v if type(v) is int else _int(v, f"{where}[{i}].size")
-        v = e.get("stream", 0)
-        stream[i] = v if type(v) is int else _int(v, f"{where}[{i}].stream")
+        try:
+            v = e.get("addr", 0)
+            addr[i] = v if type(v) is int else _int(v, f"{where}[{offset + i}].addr")
+            v = e.get("size", 0)
+            size[i] = v if type(v) is int else _int(v, f"{where}[{offset + i}].size")
+            v = e.get("stream", 0)
+            stream[i] = v if type(v) is int else _int(v, f"{where}[{offset + i}].stream")
+        except OverflowError:  # CUDA addresses/streams fit int64; wrap anything wider
+            addr[i], size[i], stream[i] = (_wrap64(_int(e.get(k, 0), f"{where}[{offset + i}].{k}"))
+                                           for k in ("addr", "size", "stream"))
         v = e.get("time_us")
         if v is not None:
-            time_us[i] = v if type(v) is int else _int(v, f"{where}[{i}].time_us")
+            time_us[i] = v if type(v) is int else _int(v, f"{where}[{offset + i}].time_us")
         v = e.get("frames")
         if v:
-            stack[i] = tstack(v, f"{where}[{i}].frames")
+            stack[i] = tstack(v, f"{where}[{offset + i}].frames")
         v = e.get("compile_context")
         if v is not None:
             cc[i] = string(v)
@@ -521,12 +540,11 @@ def _convert_trace(device: int, entries: Any, t: _Tables, action_names: list[str
         if v is not None:
             um[i] = string(v)
         if c == oom:
-            df = _int(e.get("device_free", 0), f"{where}[{i}].device_free")
+            df = _int(e.get("device_free", 0), f"{where}[{offset + i}].device_free")
             dfree[i] = df
-            ooms.append({"device": device, "index": i, "size": size[i], "device_free": df,
-                         "stream": stream[i], "time_us": int(time_us[i]), "stack": int(stack[i])})
-    return DeviceTrace(device, action, _col(addr, np.int64), _col(size, np.int64),
-                       _col(stream, np.int64), time_us, stack, cc, um, dfree)
+            ooms.append({"device": device, "index": offset + i, "size": int(size[i]), "device_free": df,
+                         "stream": int(stream[i]), "time_us": int(time_us[i]), "stack": int(stack[i])})
+    return DeviceTrace(device, action, addr, size, stream, time_us, stack, cc, um, dfree)
 
 
 def _convert_segments(segs: Any, t: _Tables, state_names: list[str]) -> tuple[Segments, Blocks]:
@@ -617,20 +635,72 @@ def _keys(items) -> list[str]:
     return sorted(seen)
 
 
+class _TraceSink:
+    """Converts trace entries to columns batch by batch while :mod:`safe_pickle` reads
+    them (its ``sink``), so the entries never exist all at once; ``normalize`` then
+    finds each device's columns by the identity of its (empty) trace list."""
+
+    def __init__(self, path: str = "") -> None:
+        self.path = path
+        self.tables = _Tables()
+        self.action_names = list(ACTIONS)
+        self.ooms: list[dict] = []
+        self.parts: dict[int, list[DeviceTrace]] = {}
+        self.counts: dict[int, int] = {}
+        self.entry_keys: dict[str, None] = {}
+        self._lists: list = []  # the trace lists, alive so their ids stay theirs
+        self._oom_lists: list[int] = []  # id of the trace list of each oom event
+
+    def __call__(self, target: list, items: list) -> bool:
+        first = items[0]
+        if type(first) is not dict or "action" not in first:
+            return False  # not a trace entry: an ordinary list
+        key = id(target)
+        parts = self.parts.get(key)
+        if parts is None:
+            parts = self.parts[key] = []
+            self.counts[key] = 0
+            self._lists.append(target)
+            for k in _keys(items):
+                self.entry_keys.setdefault(k, None)
+        n_ooms = len(self.ooms)
+        try:
+            parts.append(_convert_trace(-1, items, self.tables, self.action_names, self.ooms, self.counts[key]))
+        except _Wrong as e:
+            raise BadInput(f"{self.path}: not a snapshot: wrong structure: {e}", file=self.path) from None
+        self._oom_lists += [key] * (len(self.ooms) - n_ooms)
+        self.counts[key] += len(items)
+        return True
+
+    def trace(self, device: int, entries: list) -> DeviceTrace | None:
+        """The columns streamed for this device's trace list, or None if none were."""
+        parts = self.parts.pop(id(entries), None)
+        if parts is None:
+            return None
+        if entries:  # a later batch did not look like trace entries and was kept
+            raise _Wrong(f"device_traces[{device}]: entry {self.counts[id(entries)]} has no action")
+        for oom, owner in zip(self.ooms, self._oom_lists):
+            if owner == id(entries):
+                oom["device"] = device
+        cols = [np.concatenate([getattr(p, f.name) for p in parts])
+                for f in fields(DeviceTrace) if f.name != "device"]
+        return DeviceTrace(device, *cols)
+
+
 def normalize(obj: Any, path: str, *, fmt: str = "pickle", protocol: int | None = None,
-              progress=None) -> Snapshot:
+              progress=None, streamed: _TraceSink | None = None) -> Snapshot:
     """Turn a loaded snapshot dict into a :class:`Snapshot`. ``obj`` is consumed: its
-    ``device_traces`` lists are released as they are converted."""
+    ``device_traces`` lists are released as they are converted. ``streamed`` holds the
+    traces already converted while the pickle was read."""
     if not isinstance(obj, dict):
         raise BadInput(f"{path}: not a snapshot: the top level is a {type(obj).__name__}, "
                        "not a dict with 'segments' and 'device_traces'", file=path)
     if "segments" not in obj and "device_traces" not in obj:
         raise BadInput(f"{path}: not a snapshot: no 'segments' or 'device_traces' key "
                        f"(keys: {sorted(map(str, obj))[:8]})", file=path)
-    t = _Tables()
-    action_names = list(ACTIONS)
+    sink = streamed or _TraceSink()
+    t, action_names, ooms = sink.tables, sink.action_names, sink.ooms
     state_names = list(STATES)
-    ooms: list[dict] = []
     try:
         segs = obj.get("segments", []) or []
         era = {"top": sorted(map(str, obj)), "segment": _keys(segs) if isinstance(segs, list) else []}
@@ -641,12 +711,16 @@ def normalize(obj: Any, path: str, *, fmt: str = "pickle", protocol: int | None 
         traces_in = obj.get("device_traces", []) or []
         if not isinstance(traces_in, list):
             raise _Wrong(f"device_traces is a {type(traces_in).__name__}, not a list")
-        entry_keys: dict[str, None] = {}
+        entry_keys = sink.entry_keys
         total = sum(len(x) for x in traces_in if isinstance(x, (list, tuple))) or 1
         done = 0
         traces = []
         for dev in range(len(traces_in)):
             entries = traces_in[dev]
+            streamed_trace = sink.trace(dev, entries) if isinstance(entries, list) else None
+            if streamed_trace is not None:
+                traces.append(streamed_trace)
+                continue
             if isinstance(entries, list) and entries:
                 for k in _keys(entries[:1000]):
                     entry_keys.setdefault(k, None)
@@ -680,16 +754,52 @@ def normalize(obj: Any, path: str, *, fmt: str = "pickle", protocol: int | None 
         state_names=state_names)
 
 
+@contextlib.contextmanager
+def _gc_paused():
+    """Pause the cyclic garbage collector while the tree is built and converted.
+
+    Unpickling allocates millions of dicts and lists that all stay alive until the
+    conversion drops them, and none of them form cycles; every collection the
+    allocation count triggers walks the whole growing tree for nothing (2.5x the
+    unpickling time of a 250 MB snapshot). Reference counting still frees everything.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def load_snapshot(raw: IO[bytes] | bytes, path: str,
-                  progress=None) -> Snapshot:
+                  progress=None, streaming: bool | None = None) -> Snapshot:
     """Read a snapshot (pickle / JSON / ``_memory_viz`` HTML, optionally gzip) safely.
 
     ``path`` names the file in errors. ``progress.update(fraction, message)`` is called while the traces
     are converted. Raises :class:`BadInput` for anything that is not a readable snapshot,
     and for any pickle that asks for a global or a persistent id (nothing is run).
+
+    Two readers, both refusing every global: Python's C unpickler, fast, but it builds
+    the whole object tree first (4-4.5x the file), and :mod:`safe_pickle`, which
+    converts trace entries as it reads them and peaks near 2.5x the file, at a quarter
+    of the speed. The tree is built when it fits in half the memory available now;
+    otherwise (or when the size is unknown) the file is streamed. ``streaming`` forces
+    one reader.
     """
+    with _gc_paused():
+        return _load_snapshot(raw, path, progress, streaming)
+
+
+def _load_snapshot(raw: IO[bytes] | bytes, path: str, progress, streaming: bool | None) -> Snapshot:
     stream = _pickle_stream(raw, path)
     if stream is not None:  # a pickle file: unpickle straight from it, no copy in memory
+        size = _size(raw)
+        if streaming is None:
+            compressed = stream is not raw  # a GzipFile: the pickle is several times the file
+            streaming = size is None or _too_big_for_tree(size * (8 if compressed else 1))
+        if streaming:
+            return _stream_pickle(stream, path, progress, size, fmt="pickle")
         obj, protocol = _unpickle_stream(stream, path)
         return normalize(obj, path, fmt="pickle", protocol=protocol, progress=progress)
     data = _read_all(raw, path)
@@ -703,7 +813,57 @@ def load_snapshot(raw: IO[bytes] | bytes, path: str,
             what = "truncated" if "Expecting" in reason and "char" in reason and payload.rstrip()[-1:] not in (b"}", b"]") else "not a snapshot"
             raise BadInput(f"{path}: {what}: invalid JSON ({reason})", file=path) from None
         protocol = None
+    elif streaming or (streaming is None and _too_big_for_tree(len(payload))):
+        return _stream_pickle(io.BytesIO(payload), path, progress, len(payload), fmt=kind)
     else:
         obj, protocol = _unpickle(payload, path)
     del payload
     return normalize(obj, path, fmt=kind, protocol=protocol, progress=progress)
+
+
+def _too_big_for_tree(pickle_bytes: int) -> bool:
+    """Whether the C unpickler's object tree would need more than half the memory this
+    machine has available (``MemAvailable`` in /proc/meminfo)."""
+    try:
+        with open("/proc/meminfo") as f:
+            available = next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError):
+        available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    return pickle_bytes * C_UNPICKLER_PEAK_PER_BYTE > available // 2
+
+
+def _size(raw) -> int | None:
+    """The size of a (compressed or not) file, for progress and the reader's choice."""
+    try:
+        return os.fstat(raw.fileno()).st_size
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        pass
+    size = getattr(raw, "size", None)  # fsspec files (gcsfs) know theirs
+    if isinstance(size, int):
+        return size
+    try:
+        at = raw.tell()
+        size = raw.seek(0, io.SEEK_END)
+        raw.seek(at)
+        return size
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def _stream_pickle(stream: IO[bytes], path: str, progress, size: int | None, fmt: str) -> Snapshot:
+    """Read a pickle with :mod:`safe_pickle`, converting trace entries as they come."""
+    head = stream.read(2)
+    protocol = head[1] if len(head) > 1 and head[:1] == b"\x80" else None
+    if protocol is not None and not 2 <= protocol <= 5:
+        raise BadInput(f"{path}: not a snapshot: unsupported pickle protocol {protocol}", file=path)
+    sink = _TraceSink(path)
+    read = None
+    if progress is not None:
+        def read(done: int) -> None:  # the file is read, and its entries converted, at once
+            progress.update(min(done / size, 1.0) * 0.97 if size else None, "reading the snapshot")
+    obj, rest = safe_pickle.load(streams.Prefixed(head, stream), path, sink=sink, progress=read)
+    while rest:  # what follows STOP: the NUL padding of _memory_viz HTML only
+        if rest.strip(b"\x00"):
+            raise BadInput(f"{path}: not a snapshot: data after the pickle's end", file=path)
+        rest = stream.read(1 << 20)
+    return normalize(obj, path, fmt=fmt, protocol=protocol, progress=progress, streamed=sink)
