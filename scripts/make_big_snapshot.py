@@ -168,7 +168,7 @@ def main() -> None:
                     site = rng.randrange(len(stacks))
                     at = []
                     w.dict((("action", "alloc"), ("addr", addr), ("size", size), ("stream", 0),
-                            ("time_us", t), ("frames", lambda s=site: at.append(w.frame_list(stacks[s]))),
+                            ("time_us", t), ("frames", lambda s=site, at=at: at.append(w.frame_list(stacks[s]))),
                             ("compile_context", "N/A"), ("user_metadata", "")))
                     live[addr] = (size, site, at[0])
                     batch += 1

@@ -22,7 +22,8 @@ from __future__ import annotations
 import re
 import struct
 import zlib
-from typing import IO, Any, Callable
+from collections.abc import Callable
+from typing import IO, Any
 
 import numpy as np
 
@@ -51,15 +52,7 @@ _CALLING = {
 _LONG_BINGET_RUN = re.compile(rb"(?:j[\x00-\xff]{4}){2,}")
 
 
-class _Run:
-    dtype = np.dtype([("op", "u1"), ("index", "<u4")])
-
-    @classmethod
-    def from_buffer(cls, b: bytes):
-        return np.frombuffer(b, cls.dtype)["index"]
-
-
-_RUN = _Run
+_RUN_DTYPE = np.dtype([("op", "u1"), ("index", "<u4")])
 
 
 class _Corrupt(Exception):
@@ -176,7 +169,7 @@ def load(f: IO[bytes], path: str, sink: Callable[[list, list], bool] | None = No
                     pos += 4
                 else:
                     e = m.end()
-                    stack.extend(map(memo.__getitem__, _RUN.from_buffer(buf[pos - 1:e]).tolist()))
+                    stack.extend(map(memo.__getitem__, np.frombuffer(buf[pos - 1:e], _RUN_DTYPE)["index"].tolist()))
                     pos = e
             elif op == 0x94:  # MEMOIZE
                 memoize(len(memo))
@@ -378,7 +371,7 @@ def load(f: IO[bytes], path: str, sink: Callable[[list, list], bool] | None = No
                 raise _Corrupt(f"unknown opcode 0x{op:02x} at byte {start + pos - 1}")
     except BadInput:
         raise
-    except Exception as e:  # noqa: BLE001 - each kind is reported below
+    except Exception as e:  # each kind is reported below; anything else propagates
         if isinstance(e, EOFError) or (eof and pos > end):  # an opcode ran into the padding
             raise BadInput(f"{path}: truncated: the pickle ends before its STOP opcode", file=path) from None
         if isinstance(e, (OSError, zlib.error)):  # from a gzip stream
