@@ -178,7 +178,7 @@ def cmd_report(args) -> int:
     if args.logdir and not args.demo:
         target = Path(args.logdir)
         if not target.exists() and "://" not in args.logdir:
-            raise ProfscopeError(f"{args.logdir}: no such file or folder")
+            raise ProfscopeError(f"{args.logdir} does not exist")
         if target.is_file():
             # A run's file: its log directory is the folder above plugins/profile/<session>
             # for a profile, else the file's own folder.

@@ -123,7 +123,7 @@ def svg_gauge(r: dict, width: int = 720, height: int = 86) -> str:
     # The scale ends at the capacity, or a little past the peak when that is beyond it.
     scale_max = (peak * 1.08 if not cap or peak > cap else cap) or 1
     x = lambda v: left + w * v / scale_max
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="gauge" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" aria-label="peak vs capacity">']
+    parts = [f'<svg class="gauge" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" aria-label="peak vs capacity">']
     if cap:
         zones = [(0, th["medium"], "#e8f5e9"), (th["medium"], th["high"], "#fff3e0"), (th["high"], 1.0, "#ffebee")]
         for a, b, color in zones:
@@ -193,7 +193,7 @@ def svg_treemap(r: dict, width: int = 720, height: int = 300) -> str:
     if not cats:
         return ""
     rects = _squarify([c["bytes"] for c in cats], 0, 0, width, height)
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="treemap" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" aria-label="contributors at the peak">']
+    parts = [f'<svg class="treemap" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" aria-label="contributors at the peak">']
     for c, (x, y, w, h) in zip(cats, rects):
         color = CATEGORY_COLORS.get(c["category"], "#8c8c8c")
         title = html.escape(f"{c['label']}: {fmt_bytes(c['bytes'])} ({fmt_pct(c['share'])}), {c['count']} buffer(s)")
@@ -216,7 +216,7 @@ def svg_modules(r: dict, width: int = 720, limit: int = 15) -> str:
     height = top + row_h * len(mods) + 24
     w = width - label_w - 90
     scale_max = max([m["peakBytes"] for m in mods] + ([cap] if cap and cap < 4 * mods[0]["peakBytes"] else [])) or 1
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="modules" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" aria-label="module peaks">']
+    parts = [f'<svg class="modules" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" aria-label="module peaks">']
     for i, m in enumerate(mods):
         y = top + i * row_h
         bw = max(1.0, w * m["peakBytes"] / scale_max)
