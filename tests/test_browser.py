@@ -37,9 +37,8 @@ def test_pick_run_tool_module_and_reopen_the_link(open_page, demo_server, demo_e
 
     page.click(f"#modules li:text-is('{mlp['profile_module_name']}')")
     page.wait_for_function("location.search.includes('module_name=')")
-    page.select_option("#pick-tool", "trace_viewer@")  # a tool still to come: its 404 shows
-    page.wait_for_selector("#view .error")
-    assert "not available in this version" in page.inner_text("#view .error")
+    page.select_option("#pick-tool", "trace_viewer@")  # a tool page (trace_viewer.js)
+    page.wait_for_selector("#tv-canvas")
     state = _state(page)
     assert state == {"run": mlp_run, "tool": "trace_viewer@", "module": mlp["profile_module_name"], "heading": "Trace viewer"}
     page.screenshot(path=str(ARTIFACTS / "tool.png"), full_page=True)
@@ -47,14 +46,14 @@ def test_pick_run_tool_module_and_reopen_the_link(open_page, demo_server, demo_e
 
     other = open_page(demo_server)  # another browser profile: nothing shared but the URL
     other.goto(link)
-    other.wait_for_selector("#view .error")
+    other.wait_for_selector("#tv-canvas")
     assert _state(other) == state
 
     page.go_back()  # back to the overview of the module pick
     page.wait_for_selector("#run-title")
     assert _state(page)["tool"] == "" and _state(page)["module"] == mlp["profile_module_name"]
     page.go_forward()
-    page.wait_for_selector("#view .error")
+    page.wait_for_selector("#tv-canvas")
     assert _state(page) == state
 
 

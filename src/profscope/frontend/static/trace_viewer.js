@@ -54,7 +54,7 @@
     const want = urlWindow(state);
     let data;
     try {
-      data = await getJson(windowUrl(ctx, want, resolution(ctx)));
+      data = await cachedJson(windowUrl(ctx, want, resolution(ctx)), 12);
     } catch (err) {
       if (current !== ctx) return;
       ctx.status.replaceChildren(errorBox(err, "Cannot show the trace"),
@@ -261,9 +261,11 @@
     if (ctx.dataWindow && sameWindow(win, ctx.dataWindow) && res === ctx.dataRes) { ctx.root.dataset.loaded = String(ctx.seq); return; }
     const seq = ++ctx.seq;
     ctx.root.dataset.busy = "1";
+    const slow = setTimeout(() => ctx.counts.classList.add("busy"), 150);
     const whole = sameWindow(win, ctx.full);
     try {
-      const data = await getJson(windowUrl(ctx, whole ? null : win, res));
+      // The last few windows stay cached (app.js): reset zoom or back to a window is instant.
+      const data = await cachedJson(windowUrl(ctx, whole ? null : win, res), 12);
       if (seq !== ctx.seq || current !== ctx) return; // a newer window was asked for meanwhile
       ctx.status.replaceChildren();
       accept(ctx, data, win, res);
@@ -271,7 +273,8 @@
       if (seq !== ctx.seq || current !== ctx) return;
       ctx.status.replaceChildren(errorBox(err, "Cannot load this window"));
     } finally {
-      if (seq === ctx.seq) delete ctx.root.dataset.busy;
+      clearTimeout(slow);
+      if (seq === ctx.seq) { delete ctx.root.dataset.busy; ctx.counts.classList.remove("busy"); }
     }
   }
 
