@@ -23,13 +23,28 @@ ROOT = Path(__file__).resolve().parents[1]
 GIB = 1 << 30
 
 
+PROGRAMS = ROOT / "tests" / "data" / "oom_programs"
+
+
 @pytest.fixture(scope="session")
-def programs(tmp_path_factory) -> tuple[Path, dict]:
-    """The JAX programs of scripts/make_oom_programs.py, run once per session (~15 s)."""
-    out = tmp_path_factory.mktemp("oom_programs")
-    subprocess.run([sys.executable, str(ROOT / "scripts" / "make_oom_programs.py"), "--out", str(out)],
+def programs() -> tuple[Path, dict]:
+    """The profiles scripts/make_oom_programs.py wrote (428 KB, committed: running all five
+    programs takes 15-30 s; test_the_script_makes_these_profiles reruns two of them)."""
+    return PROGRAMS, json.loads((PROGRAMS / "programs.json").read_text())
+
+
+def test_the_script_makes_these_profiles(tmp_path, make_client, programs):
+    """The committed profiles are what the script makes: rerun two programs with the jax
+    installed here and compare the answers (peaks, contributors and findings)."""
+    out = tmp_path / "fresh"
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "make_oom_programs.py"), "--out", str(out), "donated", "undonated"],
                    check=True, timeout=120, capture_output=True)
-    return out, json.loads((out / "programs.json").read_text())
+    fresh, committed = make_client(out), make_client(programs[0])
+    for program in ("donated", "undonated"):
+        a, b = _risk(fresh, _run_of(fresh, program)), _risk(committed, _run_of(committed, program))
+        assert a["peakBytes"] == b["peakBytes"]
+        assert [(c["category"], c["bytes"]) for c in a["contributors"]] == [(c["category"], c["bytes"]) for c in b["contributors"]]
+        assert [f["id"] for f in a["findings"]] == [f["id"] for f in b["findings"]]
 
 
 @pytest.fixture

@@ -443,8 +443,10 @@ def snapshot_evidence(overview: dict, peak_totals: dict | None, groups: list[dic
     for g in groups:
         cat, rule = classify_frames(g.get("frames") or [])
         inner = next((f for f in g.get("frames") or [] if (f.get("filename") or "").endswith(".py")), None)
-        name = f"{inner['name']} ({inner['filename'].rsplit('/', 1)[-1]}:{inner['line']})" if inner else (
-            "<no stack>" if g.get("stackId", -1) < 0 else f"stack {g['stackId']}")
+        # The innermost Python frame names the row; the stack id keeps rows from the same
+        # helper apart (its frames: /api/snapshot/stack?stack=N).
+        name = (f"{inner['name']} ({inner['filename'].rsplit('/', 1)[-1]}:{inner['line']}) · stack {g['stackId']}" if inner
+                else "<no stack>" if g.get("stackId", -1) < 0 else f"stack {g['stackId']} (C++ frames only)")
         link = {"tool": "memory_profile", "host": host}
         if event is not None:
             link["t"] = str(event)

@@ -62,7 +62,7 @@
     }
     if (!view.contains(root)) return; // the user moved on
     root.lastChild.remove();
-    root.append(
+    root.append(...[
       headline(data),
       tiles(data),
       el("div", { class: "oom-gauge", id: "oom-gauge" }),
@@ -73,7 +73,7 @@
       contributorTable(data),
       data.modules.length ? el("h2", {}, `Modules (${data.modules.length})`) : null,
       data.modules.length ? moduleTable(data, state) : null,
-      el("h2", {}, "Usage and fragmentation"), usageTable(data));
+      el("h2", {}, "Usage and fragmentation"), usageTable(data)].filter((x) => x !== null)); // append() would write "null"
     drawGauge(data);
     drawTreemap(data);
   }
