@@ -415,15 +415,16 @@ def _split_plane(data, end: int) -> tuple[bytes, list[tuple[int, int]]]:
     return bytes(keep), lines
 
 
-def _line_events(data, b: np.ndarray, start: int, end: int) -> tuple[bytes, np.ndarray, np.ndarray]:
-    """Split one XLine into (header bytes without events, event starts, event ends)."""
+def _line_events(data, b: np.ndarray, start: int, end: int, window: int | None = None) -> tuple[bytes, np.ndarray, np.ndarray]:
+    """Split one XLine into (header bytes without events, event starts, event ends);
+    ``window``: see :func:`_event_run`."""
     keep = bytearray()
     starts: list[np.ndarray] = []
     ends: list[np.ndarray] = []
     pos = start
     while pos < end:
         if data[pos] == 0x22:  # field 4 (events), LEN: a run of events
-            s, e, pos = _event_run(data, b, pos, end)
+            s, e, pos = _event_run(data, b, pos, end, window)
             starts.append(s)
             ends.append(e)
             continue
@@ -433,9 +434,12 @@ def _line_events(data, b: np.ndarray, start: int, end: int) -> tuple[bytes, np.n
     return bytes(keep), _cat(starts, np.int64), _cat(ends, np.int64)
 
 
-def _event_run(data, b: np.ndarray, pos: int, end: int) -> tuple[np.ndarray, np.ndarray, int]:
+def _event_run(data, b: np.ndarray, pos: int, end: int, window: int | None = None) -> tuple[np.ndarray, np.ndarray, int]:
     """The consecutive ``events`` fields of a line from ``pos``: (payload starts, ends,
     position after the run).
+
+    ``window`` (bytes) bounds the scratch memory on huge lines: candidates are looked for
+    ``window`` bytes at a time (the result is the same).
 
     Each entry's length gives the next one's position, a chain that is sequential by
     nature. So every byte 0x22 that looks like an event header (``22 <len> 08 <metadata
@@ -446,7 +450,26 @@ def _event_run(data, b: np.ndarray, pos: int, end: int) -> tuple[np.ndarray, np.
     one entry is read field by field and the chain is picked up again. The result is
     exactly the sequential walk's.
     """
-    cand = np.flatnonzero(b[pos:end] == 0x22) + pos
+    if window is not None and end - pos > window:
+        out_s: list[np.ndarray] = []
+        out_e: list[np.ndarray] = []
+        cur = pos
+        while cur < end and data[cur] == 0x22:
+            stop = min(end, cur + window)
+            s, e, nxt_pos = _event_run_part(data, b, cur, end, stop)
+            if not len(s):  # an entry longer than the window: read it the slow way
+                _, _, payload, nxt_pos = _next_field(data, cur, end)
+                s, e = np.asarray([payload], dtype=np.int64), np.asarray([nxt_pos], dtype=np.int64)
+            out_s.append(s)
+            out_e.append(e)
+            cur = nxt_pos
+        return _cat(out_s, np.int64), _cat(out_e, np.int64), cur
+    return _event_run_part(data, b, pos, end, end)
+
+
+def _event_run_part(data, b: np.ndarray, pos: int, end: int, stop: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """:func:`_event_run` over the entries that end by ``stop`` (<= ``end``)."""
+    cand = np.flatnonzero(b[pos:stop] == 0x22) + pos
     # the entry's length: one or two bytes (longer ones are read the slow way)
     b1 = b[cand + 1]
     one = b1 < 0x80
@@ -468,17 +491,24 @@ def _event_run(data, b: np.ndarray, pos: int, end: int) -> tuple[np.ndarray, np.
     out_s: list[np.ndarray] = []
     out_e: list[np.ndarray] = []
     cur = pos
-    while cur < end and data[cur] == 0x22:
+    while cur < stop and data[cur] == 0x22:
         i = int(np.searchsorted(cand, cur))
         if i < len(cand) and cand[i] == cur:
             k = int(breaks[np.searchsorted(breaks, i)]) if len(breaks) and breaks[-1] >= i else len(cand) - 1
-            if nxt[k] > end:
-                raise wire.Truncated
+            if nxt[k] > stop:
+                if stop == end:
+                    raise wire.Truncated
+                # the window cuts the chain: take what ends inside it, the caller goes on
+                k = i + int(np.searchsorted(nxt[i:k + 1], stop, side="right")) - 1
+                if k < i:
+                    break
             out_s.append(p[i:k + 1])
             out_e.append(nxt[i:k + 1])
             cur = int(nxt[k])
             continue
         _, _, payload, after = _next_field(data, cur, end)  # one entry, the slow way
+        if after > stop and stop != end:
+            break
         out_s.append(np.asarray([payload], dtype=np.int64))
         out_e.append(np.asarray([after], dtype=np.int64))
         cur = after

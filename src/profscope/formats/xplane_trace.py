@@ -120,6 +120,10 @@ class _Parts:
         self.len.append(np.asarray(length, np.int32))
 
 
+CHUNK_EVENTS = 1 << 17  # events decoded at once: bounds the decoder's scratch memory
+LINE_WINDOW = 1 << 22  # bytes of a line searched for event headers at once (scratch memory)
+
+
 def _read(f, size, path, hostname, chosen, host_number, total, progress) -> TraceEvents:
     names = NameTable()
     tracks: list[Track] = []
@@ -133,162 +137,211 @@ def _read(f, size, path, hostname, chosen, host_number, total, progress) -> Trac
     base_ns: int | None = None
     done = 0
     for ref, device_id in sorted(chosen, key=lambda c: c[0].offset):
-        _report(progress, 0.05 + 0.85 * done / total, f"reading {ref.name} ({ref.length >> 20} MiB)")
+        _report(progress, 0.02 + 0.9 * done / total, f"reading {ref.name} ({ref.length >> 20} MiB)")
         data = xm._read_plane_bytes(f, size, ref, pad=xm._PAD + (-ref.length) % 8)
-        done += ref.length
         meta_bytes, line_spans = xm._split_plane(data, ref.length)
         meta = xplane_pb2.XPlane.FromString(meta_bytes)
         if device_id < 0:
             device_id = FIRST_DEVICE_ID + meta.id
         pid = MAX_DEVICES_PER_HOST * host_number + device_id
-        plane_index = len(planes)
-        planes.append(meta_bytes)
         b = np.frombuffer(data, dtype=np.uint8)
-        headers, starts, ends, lines_of = [], [], [], []
-        for li, (a, z) in enumerate(line_spans):
-            head, s, e = xm._line_events(data, b, a, z)
+        headers, starts, ends, counts = [], [], [], []
+        for a, z in line_spans:
+            head, s_, e_ = xm._line_events(data, b, a, z, window=LINE_WINDOW)
             headers.append(xplane_pb2.XLine.FromString(head))
-            starts.append(s)
-            ends.append(e)
-            lines_of.append(np.full(len(s), li, dtype=np.int32))
-        if not any(len(s) for s in starts):
+            starts.append(s_)
+            ends.append(e_)
+            counts.append(len(s_))
+        n = sum(counts)
+        if not n:
             del data, b
+            done += ref.length
             continue
         if base_ns is None:
-            base_ns = min(h.timestamp_ns for h, s in zip(headers, starts) if len(s))
+            base_ns = min(h.timestamp_ns for h, c in zip(headers, counts) if c)
+        plane_index = len(planes)
+        planes.append(meta_bytes)
         processes.append(Process(pid, f"{hostname} {meta.name}".strip(), pid))
-        stat_names = {k: v.name for k, v in meta.stat_metadata.items()}
-        ev = xm._decode_events(b, xm._cat(starts, np.int64), xm._cat(ends, np.int64),
-                               xm._cat(lines_of, np.int32), stat_names)
         ev_start = xm._cat(starts, np.int64)
         ev_end = xm._cat(ends, np.int64)
-        del starts, ends, lines_of
+        ev_line = np.repeat(np.arange(len(headers), dtype=np.int32), counts)
+        del starts, ends
         line_ts = np.array([h.timestamp_ns - base_ns for h in headers], dtype=np.int64)
-        ts = line_ts[ev.line] * 1000 + ev.offset_ps
-        # metadata id -> name id; unknown ids give ""
+        # tracks: one per line with events (the counter line holds counters instead)
+        line_track = np.full(len(headers), -1, dtype=np.int32)
+        counter_lines = set()
+        for li, h in enumerate(headers):
+            if h.name == COUNTER_LINE:
+                counter_lines.add(li)
+            elif counts[li]:
+                line_track[li] = len(tracks)
+                tracks.append(Track(pid, (h.display_id or h.id) & 0xFFFFFFFF, h.display_name or h.name,
+                                    len(tracks), "slices", plane_index))
+        plane = _PlaneReader(meta, names, data)
+        plane.special = {li: ("counter" if li in counter_lines else "steps") for li, h in enumerate(headers)
+                         if li in counter_lines or (h.display_name or h.name) == "Steps"}
+        for lo in range(0, n, CHUNK_EVENTS):
+            hi = min(n, lo + CHUNK_EVENTS)
+            _report(progress, 0.02 + 0.9 * (done + ref.length * hi / n) / total,
+                    f"decoding {ref.name}: {hi:,} of {n:,} events")
+            ev = xm._decode_events(b, ev_start[lo:hi], ev_end[lo:hi], ev_line[lo:hi], plane.stat_names)
+            ts = line_ts[ev.line] * 1000 + ev.offset_ps
+            name_id = plane.name_ids(ev)
+            internal = np.isin(ev.metadata_id, plane.internal_ids)
+            keep = np.flatnonzero(~internal & (line_track[ev.line] >= 0))
+            # XProf shows zero-length events as 1 ps long (checked on 2.24.2's output)
+            parts.add(line_track[ev.line[keep]], ts[keep], np.maximum(ev.duration_ps[keep], 1), name_id[keep],
+                      ev_start[lo:hi][keep] + blob_base, ev_end[lo:hi][keep] - ev_start[lo:hi][keep])
+            plane.collect(ev, ts, name_id, ev_start[lo:hi], ev_end[lo:hi])
+            del ev, ts, name_id, internal, keep
+        # ThreadpoolListener::Region slices (XProf's preprocessing), no XEvent bytes
+        reg_line, reg_ts, reg_end = plane.regions()
+        if len(reg_line):
+            rtrack = line_track[reg_line]
+            ok = rtrack >= 0
+            k = int(ok.sum())
+            parts.add(rtrack[ok], reg_ts[ok], reg_end[ok] - reg_ts[ok], np.full(k, names(REGION_NAME), np.int32),
+                      np.zeros(k, np.int64), np.zeros(k, np.int32))
+        plane.counters(pid, tracks, counters, plane_index, counter_lines)
+        for r_name, r_ts, r_dur, r_line in plane.step_rows:
+            steps.append((r_name, r_ts, r_dur))
+        for r_name, r_ts, r_dur, r_line in plane.line_rows:
+            if plane.special[r_line] == "steps":
+                steps.append((r_name, r_ts, r_dur))
+        del ev_start, ev_end, ev_line, b, plane
+        blobs.append(data)
+        blob_base += len(data)
+        done += ref.length
+    _report(progress, 0.95, "collecting columns")
+    steps.sort(key=lambda s: s[1])
+
+    def cat(chunks, dtype):
+        return np.concatenate(chunks) if chunks else np.zeros(0, dtype)
+
+    return TraceEvents(
+        path=path, hostname=hostname, base_ps=(base_ns or 0) * 1000,
+        track=cat(parts.track, np.int32), start_ps=cat(parts.start, np.int64), dur_ps=cat(parts.dur, np.int64),
+        name=cat(parts.name, np.int32), args_off=cat(parts.off, np.int64), args_len=cat(parts.len, np.int32),
+        blob=blobs, args_kind="xevent", names=names.names, tracks=tracks, processes=processes,
+        counters=counters, steps=steps, planes=planes,
+    )
+
+
+class _PlaneReader:
+    """Per-plane lookups and what is collected across the chunks of its events."""
+
+    def __init__(self, meta, names: NameTable, data):
+        self.names = names
+        self.stat_names = {k: v.name for k, v in meta.stat_metadata.items()}
         mids = sorted(meta.event_metadata)
-        lut_keys = np.asarray(mids, dtype=np.int64)
-        lut_vals = np.asarray([names(m.display_name or m.name) for m in (meta.event_metadata[k] for k in mids)],
-                              dtype=np.int32)
-        empty_name = names("")
-        if len(lut_keys):
-            pos = np.clip(np.searchsorted(lut_keys, ev.metadata_id), 0, len(lut_keys) - 1)
-            name_id = np.where(lut_keys[pos] == ev.metadata_id, lut_vals[pos], empty_name).astype(np.int32)
-        else:
-            name_id = np.full(ev.n, empty_name, dtype=np.int32)
+        self.lut_keys = np.asarray(mids, dtype=np.int64)
+        self.lut_vals = np.asarray([names(m.display_name or m.name) for m in (meta.event_metadata[k] for k in mids)],
+                                   dtype=np.int32)
+        self.empty = names("")
+        raw = {k: v.name for k, v in meta.event_metadata.items()}
+        self.internal_ids = np.asarray([k for k, v in raw.items() if v in INTERNAL_EVENTS], dtype=np.int64)
+        self.alloc_ids = np.asarray([k for k, v in raw.items() if v in ALLOC_EVENTS], dtype=np.int64)
+        self.region_start = [k for k, v in raw.items() if v == "ThreadpoolListener::StartRegion"][-1:]
+        self.region_stop = [k for k, v in raw.items() if v == "ThreadpoolListener::StopRegion"][-1:]
+        self.strings = xm._Strings(data, self.stat_names)
+        self.reg: list[tuple] = []  # (line, ts, is_start) chunks
+        self.alloc: list[tuple] = []  # (allocator string id, ts, heap, stack) chunks
+        self.counter_rows: list[tuple] = []  # (line, name id, ts, value) chunks
+        self.step_rows: list[tuple] = []
+        self.line_rows: list[tuple] = []  # (name, ts, dur, line) of lines that may be "Steps"
+        self.special: dict[int, str] = {}  # line -> "counter" (``_counters_``) or "steps"
+        self.data = data
+        self.counter_values: dict[str, list] = {}  # name -> [(ts, value)]
+
+    def name_ids(self, ev) -> np.ndarray:
+        if not len(self.lut_keys):
+            return np.full(ev.n, self.empty, dtype=np.int32)
+        pos = np.clip(np.searchsorted(self.lut_keys, ev.metadata_id), 0, len(self.lut_keys) - 1)
+        name_id = np.where(self.lut_keys[pos] == ev.metadata_id, self.lut_vals[pos], self.empty).astype(np.int32)
         # Step roots (a ``step_num`` stat: JAX's StepTraceAnnotation, TF's Trace with
         # step_num) are shown under their step's name, "<name> <step_num>": XProf's step
         # grouping gives them that ``step_name`` (checked on 2.24.2's output).
         sv = xm._StatView(ev, "step_num")
-        for r, num in zip(np.flatnonzero(sv.present).tolist(), sv.int_or_uint_value()[sv.present].view(np.int64).tolist()):
-            name_id[r] = names(f"{names.names[int(name_id[r])]} {num}")
-        raw_names = {k: v.name for k, v in meta.event_metadata.items()}
-        internal = xm._mid_mask(ev, raw_names, INTERNAL_EVENTS)
-        # tracks: one per line with events (not the counter line)
-        line_track = np.full(len(headers), -1, dtype=np.int32)
-        for li, h in enumerate(headers):
-            if h.name == COUNTER_LINE:
-                continue
-            if not np.any(ev.line == li):
-                continue
-            tid = (h.display_id or h.id) & 0xFFFFFFFF
-            line_track[li] = len(tracks)
-            tracks.append(Track(pid, tid, h.display_name or h.name, len(tracks), "slices", plane_index))
-        keep = (~internal) & (line_track[ev.line] >= 0)
-        idx = np.flatnonzero(keep)
-        # XProf shows zero-length events as 1 ps long (checked on 2.24.2's output)
-        parts.add(line_track[ev.line[idx]], ts[idx], np.maximum(ev.duration_ps[idx], 1), name_id[idx],
-                  ev_start[idx] + blob_base, (ev_end[idx] - ev_start[idx]))
-        # ThreadpoolListener::Region slices (XProf's preprocessing), no XEvent bytes
-        _order, regions = xm._threadpool_regions(ev, raw_names, line_ts)
-        if len(regions.line):
-            rtrack = line_track[regions.line]
-            ok = rtrack >= 0
-            parts.add(rtrack[ok], regions.ts_ps[ok], regions.end_ps[ok] - regions.ts_ps[ok],
-                      np.full(int(ok.sum()), names(REGION_NAME), np.int32),
-                      np.zeros(int(ok.sum()), np.int64), np.zeros(int(ok.sum()), np.int32))
-        # counter line events -> counter series by name
-        for li, h in enumerate(headers):
-            if h.name != COUNTER_LINE:
-                continue
-            sel = np.flatnonzero(ev.line == li)
-            _counter_line(ev, sel, ts, name_id, names, stat_names, meta, pid, tracks, counters, plane_index)
-        _allocator_counters(ev, internal, ts, raw_names, stat_names, data, pid, tracks, counters, plane_index)
-        _steps(ev, ts, name_id, names, headers, steps)
-        blobs.append(data)
-        blob_base += len(data)
-        del ev, b
-    _report(progress, 0.92, "collecting columns")
-    cat = np.concatenate if parts.start else None
-    out = TraceEvents(
-        path=path, hostname=hostname, base_ps=(base_ns or 0) * 1000,
-        track=cat(parts.track) if cat else np.zeros(0, np.int32),
-        start_ps=cat(parts.start) if cat else np.zeros(0, np.int64),
-        dur_ps=cat(parts.dur) if cat else np.zeros(0, np.int64),
-        name=cat(parts.name) if cat else np.zeros(0, np.int32),
-        args_off=cat(parts.off) if cat else np.zeros(0, np.int64),
-        args_len=cat(parts.len) if cat else np.zeros(0, np.int32),
-        blob=blobs, args_kind="xevent", names=names.names, tracks=tracks, processes=processes,
-        counters=counters, steps=steps, planes=planes,
-    )
-    return out
+        rows = np.flatnonzero(sv.present)
+        for r, num in zip(rows.tolist(), sv.int_or_uint_value()[rows].view(np.int64).tolist()):
+            name_id[r] = self.names(f"{self.names.names[int(name_id[r])]} {num}")
+        return name_id
 
+    def collect(self, ev, ts, name_id, ev_start, ev_end) -> None:
+        sv = xm._StatView(ev, "step_num")
+        for r in np.flatnonzero(sv.present).tolist():
+            self.step_rows.append((self.names.names[int(name_id[r])], int(ts[r]), int(ev.duration_ps[r]), int(ev.line[r])))
+        if self.special:
+            for r in np.flatnonzero(np.isin(ev.line, list(self.special))).tolist():
+                li = int(ev.line[r])
+                name = self.names.names[int(name_id[r])]
+                if self.special[li] == "steps":
+                    self.line_rows.append((name, int(ts[r]), int(ev.duration_ps[r]), li))
+                    continue
+                # a counter event: its value is its first numeric stat (XProf's
+                # CreateCounterEvent keeps them all as args; one series per name here)
+                x = xplane_pb2.XEvent.FromString(bytes(self.data[int(ev_start[r]):int(ev_end[r])]))
+                value = next((float(getattr(st, st.WhichOneof("value"))) for st in x.stats
+                              if st.WhichOneof("value") in ("int64_value", "uint64_value", "double_value")), None)
+                if value is not None:
+                    self.counter_values.setdefault(name, []).append((int(ts[r]), value))
+        if self.region_start and self.region_stop:
+            is_start = (ev.metadata_id == self.region_start[0]) & xm._StatView(ev, "_c", last=False).present
+            is_stop = ev.metadata_id == self.region_stop[0]
+            sel = np.flatnonzero(is_start | is_stop)
+            if sel.size:
+                self.reg.append((ev.line[sel], ts[sel], is_start[sel]))
+        if len(self.alloc_ids):
+            sel = np.flatnonzero(np.isin(ev.metadata_id, self.alloc_ids))
+            if sel.size:
+                who = xm._StatView(ev, "allocator_name").str_or_ref(self.strings, sel)
+                heap = xm._StatView(ev, "bytes_allocated").int_value()[sel]
+                stack = xm._StatView(ev, "bytes_reserved").int_value()[sel]
+                self.alloc.append((who, ts[sel], heap, stack))
 
-def _counter_line(ev, sel, ts, name_id, names, stat_names, meta, pid, tracks, counters, plane_index):
-    """Events of a ``_counters_`` line: one series per event name; the value is the
-    event's first numeric stat (XProf's CreateCounterEvent keeps all args; we plot one)."""
-    if not sel.size:
-        return
-    for nid in np.unique(name_id[sel]).tolist():
-        rows = sel[name_id[sel] == nid]
-        label = names.names[nid]
-        ti = len(tracks)
-        tracks.append(Track(pid, 0, label, 10_000 + ti, "counter", plane_index))
-        # the value: any of the decoded kinds is not general; use the event's duration-free
-        # stats through the generic views of the first stat kind present
-        values = np.zeros(len(rows), dtype=np.float64)
-        for kind_name in ("bytes_allocated", "bytes_reserved", "bytes_available"):
-            v = xm._StatView(ev, kind_name)
-            if v.present[rows].any():
-                values = v.int_value()[rows].astype(np.float64)
-                break
-        o = np.argsort(ts[rows], kind="stable")
-        counters.append(Counter(ti, label, "", ts[rows][o], values[o]))
+    def regions(self):
+        """XProf's ThreadpoolLineMutator: a Region per StopRegion after a StartRegion on a
+        line (the start is not reset, so two stops make two regions); see
+        :func:`profscope.formats.xplane_memory._threadpool_regions`."""
+        out_l, out_s, out_e = [], [], []
+        cur_line, start_ts = -1, 0
+        for lines, tss, starts in self.reg:
+            for li, t, st in zip(lines.tolist(), tss.tolist(), starts.tolist()):
+                if li != cur_line:
+                    cur_line, start_ts = li, 0
+                if st:
+                    start_ts = t
+                elif start_ts != 0:
+                    out_l.append(li)
+                    out_s.append(start_ts)
+                    out_e.append(t)
+        return np.asarray(out_l, np.int32), np.asarray(out_s, np.int64), np.asarray(out_e, np.int64)
 
-
-def _allocator_counters(ev, internal, ts, raw_names, stat_names, data, pid, tracks, counters, plane_index):
-    """Bytes in use per allocator from the BFC allocator's events (the memory profile's
-    ``bytes_allocated`` heap and ``bytes_reserved`` stack), as counter tracks."""
-    alloc = np.flatnonzero(xm._mid_mask(ev, raw_names, set(ALLOC_EVENTS)))
-    if not alloc.size:
-        return
-    strings = xm._Strings(data, stat_names)
-    who = xm._StatView(ev, "allocator_name").str_or_ref(strings, alloc)
-    heap = xm._StatView(ev, "bytes_allocated").int_value()[alloc]
-    stack = xm._StatView(ev, "bytes_reserved").int_value()[alloc]
-    t = ts[alloc]
-    for a in np.unique(who).tolist():
-        rows = np.flatnonzero(who == a)
-        o = np.argsort(t[rows], kind="stable")
-        rows = rows[o]
-        label = strings.table[a] or "allocator"
-        for what, col in (("heap allocated", heap), ("stack reserved", stack)):
-            if what == "stack reserved" and not col[rows].any():
-                continue
+    def counters(self, pid, tracks, counters, plane_index, counter_lines) -> None:
+        """Bytes in use per allocator from the BFC allocator's events (the memory
+        profile's ``bytes_allocated`` heap and ``bytes_reserved`` stack), as counter tracks."""
+        for name, points in self.counter_values.items():
+            points.sort()
             ti = len(tracks)
-            tracks.append(Track(pid, 0, f"{label} {what}", 10_000 + ti, "counter", plane_index))
-            counters.append(Counter(ti, f"{label} {what}", "bytes", t[rows], col[rows].astype(np.float64)))
-
-
-def _steps(ev, ts, name_id, names, headers, steps):
-    sv = xm._StatView(ev, "step_num")
-    for r in np.flatnonzero(sv.present).tolist():  # already named "<name> <step_num>"
-        steps.append((names.names[int(name_id[r])], int(ts[r]), int(ev.duration_ps[r])))
-    for li, h in enumerate(headers):
-        if (h.display_name or h.name) == "Steps":
-            for r in np.flatnonzero(ev.line == li).tolist():
-                steps.append((names.names[int(name_id[r])], int(ts[r]), int(ev.duration_ps[r])))
-    steps.sort(key=lambda s: s[1])
+            tracks.append(Track(pid, 0, name, 10_000 + ti, "counter", plane_index))
+            counters.append(Counter(ti, name, "", np.asarray([p[0] for p in points], np.int64),
+                                    np.asarray([p[1] for p in points], np.float64)))
+        if not self.alloc:
+            return
+        who = np.concatenate([a[0] for a in self.alloc])
+        t = np.concatenate([a[1] for a in self.alloc])
+        heap = np.concatenate([a[2] for a in self.alloc])
+        stack = np.concatenate([a[3] for a in self.alloc])
+        for a in np.unique(who).tolist():
+            rows = np.flatnonzero(who == a)
+            rows = rows[np.argsort(t[rows], kind="stable")]
+            label = self.strings.table[a] or "allocator"
+            for what, col in (("heap allocated", heap), ("stack reserved", stack)):
+                if what == "stack reserved" and not col[rows].any():
+                    continue
+                ti = len(tracks)
+                tracks.append(Track(pid, 0, f"{label} {what}", 10_000 + ti, "counter", plane_index))
+                counters.append(Counter(ti, f"{label} {what}", "bytes", t[rows], col[rows].astype(np.float64)))
 
 
 def _report(progress, fraction, message):

@@ -71,7 +71,10 @@ _COLS = ("start", "dur", "track", "depth", "name", "aoff", "alen")
 
 
 def build_index(ev: TraceEvents, out: Path, progress=None) -> dict:
-    """Write the index of ``ev`` into the (empty) folder ``out``; returns its meta."""
+    """Write the index of ``ev`` into the (empty) folder ``out``; returns its meta.
+
+    Takes ownership of ``ev``'s columns (they are released as they are written, to keep
+    the peak memory of a conversion down)."""
     out = Path(out)
     n = len(ev)
     _report(progress, 0.0, f"indexing {n:,} events")
@@ -85,32 +88,60 @@ def build_index(ev: TraceEvents, out: Path, progress=None) -> dict:
     starts = [int(ev.start_ps.min())] if n else []
     starts += [int(c.t_ps[0]) for c in ev.counters if len(c.t_ps)]
     shift = min(starts) if starts else 0
-    start = ev.start_ps - shift if shift else ev.start_ps
-    dur = np.maximum(ev.dur_ps, 0)
+    start = ev.start_ps
+    if shift:
+        start -= shift
+    dur = ev.dur_ps
+    np.maximum(dur, 0, out=dur)
+    track = ev.track.astype(np.int32, copy=False)
+    ev.start_ps = ev.dur_ps = ev.track = None
     end_ps = int((start + dur).max()) if n else 0
     for c in ev.counters:
         if len(c.t_ps):
             end_ps = max(end_ps, int(c.t_ps[-1] - shift))
     _report(progress, 0.1, "nesting events per thread")
-    depth, max_depth = _depths(ev.track, start, dur, len(ev.tracks))
+    depth, max_depth = _depths(track, start, dur, len(ev.tracks))
     _report(progress, 0.35, "sorting events into duration levels")
     level = _level(dur)
     order = np.lexsort((start, level))
-    bounds = np.searchsorted(level[order], np.arange(LEVELS + 1)).astype(np.int64)
-    del level
-    cols = {"start": start, "dur": dur, "track": ev.track.astype(np.int32), "depth": depth,
-            "name": ev.name.astype(np.int32), "aoff": ev.args_off.astype(np.int64),
-            "alen": ev.args_len.astype(np.int32)}
+    level = level[order]
+    bounds = np.searchsorted(level, np.arange(LEVELS + 1)).astype(np.int64)
+    sorted_cols = {}
     for k in _COLS:
-        col = cols.pop(k)[order]
+        if k == "start":
+            col = start
+        elif k == "dur":
+            col = dur
+        elif k == "track":
+            col = track
+        elif k == "depth":
+            col = depth
+        elif k == "name":
+            col = ev.name
+            ev.name = None
+        elif k == "aoff":
+            col = ev.args_off
+            ev.args_off = None
+        else:
+            col = ev.args_len
+            ev.args_len = None
+        col = col[order]
         np.save(out / f"{k}.npy", col)
-        if k in ("start", "dur", "track", "depth"):
-            cols["_" + k] = col  # sorted copies for the tiers
+        if k in ("start", "track", "depth"):
+            sorted_cols[k] = col  # sorted copies for the tiers
         del col
-    del order, start, dur, depth
+        if k == "start":
+            del start
+        elif k == "dur":
+            del dur
+        elif k == "track":
+            del track
+        elif k == "depth":
+            del depth
+    del order
     _report(progress, 0.6, "building resolution tiers")
-    tiers = _build_tiers(cols["_track"], cols["_depth"], cols["_start"], cols["_dur"], bounds, out)
-    cols.clear()
+    tiers = _build_tiers(sorted_cols.pop("track"), sorted_cols.pop("depth"), sorted_cols.pop("start"), level, bounds, out)
+    del level
     _report(progress, 0.9, "writing counters")
     counters = []
     for i, c in enumerate(ev.counters):
@@ -146,8 +177,11 @@ def build_index(ev: TraceEvents, out: Path, progress=None) -> dict:
 def _level(dur: np.ndarray) -> np.ndarray:
     """floor(log2(dur)) (0 for 0 and 1 ps); rounding in the float conversion only ever
     moves an event up a level, which keeps ``dur < 2^(level+1)``."""
-    _, e = np.frexp(np.maximum(dur, 1).astype(np.float64))
-    return (e - 1).astype(np.int8)
+    out = np.empty(len(dur), dtype=np.int8)
+    for a in range(0, len(dur), 1 << 20):  # in blocks: frexp's temporaries stay small
+        _, e = np.frexp(np.maximum(dur[a:a + (1 << 20)], 1).astype(np.float64))
+        out[a:a + (1 << 20)] = e - 1
+    return out
 
 
 def _depths(track: np.ndarray, start: np.ndarray, dur: np.ndarray, ntracks: int):
@@ -159,49 +193,74 @@ def _depths(track: np.ndarray, start: np.ndarray, dur: np.ndarray, ntracks: int)
     max_depth = np.zeros(ntracks, dtype=np.int64)
     if not n:
         return depth, max_depth
-    order = np.lexsort((-dur, start, track))
-    t_sorted = track[order]
-    tb = np.searchsorted(t_sorted, np.arange(ntracks + 1))
+    order = np.lexsort((~dur, start, track))  # ~dur: longest first at equal starts
+    tb = np.searchsorted(track[order], np.arange(ntracks + 1))
+    block = 1 << 20
     for ti in range(ntracks):
         a, z = int(tb[ti]), int(tb[ti + 1])
         if z <= a:
             continue
         rows = order[a:z]
-        s2 = start[rows] * 2
-        # zero-length events get half a picosecond so that they nest inside what holds them
-        e2 = (start[rows] + dur[rows]) * 2 + (dur[rows] == 0)
-        closed = np.searchsorted(np.sort(e2), s2, side="right")
-        d = np.arange(z - a, dtype=np.int64) - closed
-        np.clip(d, 0, 32767, out=d)
-        depth[rows] = d
-        max_depth[ti] = int(d.max())
+        # ends, doubled; zero-length events get half a picosecond so that they nest
+        # inside what holds them
+        e2 = dur[rows]
+        zero = e2 == 0
+        e2 += start[rows]
+        e2 *= 2
+        e2 += zero
+        del zero
+        e2.sort()
+        top = 0
+        for b0 in range(0, z - a, block):
+            r = rows[b0:b0 + block]
+            closed = np.searchsorted(e2, start[r] * 2, side="right")
+            d = np.arange(b0, b0 + len(r), dtype=np.int64) - closed
+            np.clip(d, 0, 32767, out=d)
+            depth[r] = d
+            top = max(top, int(d.max()))
+        max_depth[ti] = top
+        del e2
     return depth, max_depth
 
 
-def _build_tiers(track, depth, start, dur, bounds, out: Path) -> list[int]:
+def _build_tiers(track, depth, start, level, bounds, out: Path) -> list[int]:
+    """Tier z: of the events shorter than 2^z ps (levels < z), the first in every
+    (track, depth, 2^z bin), sorted by start; inputs are in index (level, start) order."""
     n = len(start)
     if not n:
         return []
-    top = int(np.flatnonzero(np.diff(bounds) > 0).max()) + 1 if n else 0
+    top = int(np.flatnonzero(np.diff(bounds) > 0).max()) + 1
     # rows ordered by (track, depth, start): a bin change or a row change starts a group
     order = np.lexsort((start, depth, track))
-    row_key = track[order].astype(np.int64) << 16 | depth[order].astype(np.int64)
+    tr_o = track[order]
+    de_o = depth[order]
+    row_change = np.empty(n, dtype=bool)
+    row_change[0] = True
+    np.not_equal(tr_o[1:], tr_o[:-1], out=row_change[1:])
+    row_change[1:] |= de_o[1:] != de_o[:-1]
+    del tr_o, de_o
+    row_id = np.cumsum(row_change, dtype=np.int32)
+    del row_change
     s_o = start[order]
-    d_o = dur[order]
+    lv_o = level[order]
     tiers = []
     for z in range(TIER_MIN_Z, max(top, TIER_MIN_Z) + 1, TIER_STEP):
-        short = d_o < (1 << z)
-        cand = np.flatnonzero(short)
+        cand = np.flatnonzero(lv_o < z)
         if not cand.size:
             continue
         b = s_o[cand] >> z
-        rk = row_key[cand]
-        first = np.ones(len(cand), dtype=bool)
-        first[1:] = (b[1:] != b[:-1]) | (rk[1:] != rk[:-1])
+        rid = row_id[cand]
+        first = np.empty(len(cand), dtype=bool)
+        first[0] = True
+        np.not_equal(b[1:], b[:-1], out=first[1:])
+        first[1:] |= rid[1:] != rid[:-1]
+        del b, rid
         keep = cand[first]
+        del first
         if len(keep) > TIER_KEEP_MAX * len(cand):
             continue
         rows = order[keep]
+        del keep, cand
         rows = rows[np.argsort(start[rows], kind="stable")]
         np.save(out / f"tier_{z}_rows.npy", rows.astype(np.int64))
         np.save(out / f"tier_{z}_start.npy", start[rows])
