@@ -145,6 +145,17 @@ def test_zoom_reveals_click_search_and_share(open_page, server_url, mlp_run):
     assert s["name"] == target["name"] and s["w"] > 10
     _assert_painted(page, s)
 
+    # "Download window" exports exactly this window as Chrome-trace JSON, the slice in it.
+    href = page.get_attribute("#tv-export-window", "href")
+    exported = parse_qs(urlparse(href).query)
+    assert (exported["start_ms"], exported["end_ms"]) == ([q["start_ms"]], [q["end_ms"]])
+    with urlopen(server_url.rstrip("/") + href, timeout=60) as r:
+        assert "attachment" in r.headers["Content-Disposition"]
+        trace = json.loads(r.read())
+    assert any(e.get("ph") == "X" and e["name"] == target["name"] and e["dur"] == pytest.approx(target["dur"] * 1000, abs=1e-3)
+               for e in trace["traceEvents"])  # Chrome-trace µs
+    assert "start_ms" not in page.get_attribute("#tv-export-all", "href")
+
     # Click it: the details card with every arg; the selection is in the URL.
     page.mouse.click(s["x"] + s["w"] / 2, s["y"] + s["h"] / 2)
     page.wait_for_function(f"new URLSearchParams(location.search).get('ev') === '{target['id']}'")
