@@ -22,7 +22,7 @@ def _max_total_allocated(path) -> int:
 @pytest.mark.parametrize("name", ["mlp_train", "transformer_train", "leak"])
 def test_torch_trace_peak_is_the_files_max_total_allocated(demo_client, demo_logdir, name):
     run = TORCH.format(name)
-    assert demo_client.get("/data/plugin/profile/run_tools", params={"run": run}).json() == ["memory_profile"]
+    assert demo_client.get("/data/plugin/profile/run_tools", params={"run": run}).json() == ["trace_viewer@", "memory_profile"]
     body = _data(demo_client, run).json()
     device = body["devices"][0]
     assert device["summary"]["peakAllocatedBytes"] == _max_total_allocated(demo_logdir / run)
@@ -68,7 +68,7 @@ TF_RUN = "tf_bfc/2026_11_29_18_51_13"
 
 def test_xplane_allocator_events_match_the_fixture_facts(demo_client):
     """Numbers from the TF fixture's README (computed there from the raw events)."""
-    assert demo_client.get("/data/plugin/profile/run_tools", params={"run": TF_RUN}).json() == ["memory_profile"]
+    assert demo_client.get("/data/plugin/profile/run_tools", params={"run": TF_RUN}).json() == ["trace_viewer@", "memory_profile"]
     body = _data(demo_client, TF_RUN, host="vm").json()
     assert body["memoryIds"] == ["bfc_cpu_allocator_for_gpu"]
     allocator = body["memoryProfilePerAllocator"]["bfc_cpu_allocator_for_gpu"]
