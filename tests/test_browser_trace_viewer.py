@@ -194,6 +194,12 @@ def test_zoom_reveals_click_search_and_share(open_page, server_url, mlp_run):
 
     # The copied URL, in another browser profile: same window, selection and search.
     link = page.url
+    # (and Back in this one returns to the slice clicked before, in its window)
+    page.go_back()
+    page.wait_for_function(f"__traceViewer.selected() === '{target['id']}'")
+    page.wait_for_function(f"document.querySelector('#tv-card.selected .tv-card-name')?.textContent === {json.dumps(target['name'])}")
+    v0, v1 = _hook(page, "window")
+    assert v0 <= target["start"] and target["start"] + target["dur"] <= v1
     other = _open(open_page, server_url)
     other.goto(link)
     _ready(other)
