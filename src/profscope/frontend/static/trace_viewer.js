@@ -467,7 +467,8 @@
     const d = ctx.data, s = d.s;
     const W = ctx.cssW, k = plotWidth(ctx) / (ctx.view[1] - ctx.view[0]), v0 = ctx.view[0];
     const paths = PALETTE.map(() => []);
-    const labels = [];
+    const labels = [], found = [];
+    const match = searchMatches(ctx);
     if (ctx.drawn.idx.length < d.n) ctx.drawn.idx = new Int32Array(d.n);
     let nd = 0;
     for (const r of visible) {
@@ -490,6 +491,7 @@
           } else lastPx = Math.floor(x1 - 1);
           x0 = Math.max(x0, GUTTER - 2); x1 = Math.min(x1, W + 2);
           paths[d.colour[s.name[i]]].push(x0, y, x1 - x0);
+          if (match && match[s.name[i]]) found.push(x0, y, x1 - x0);
           ctx.drawn.idx[nd++] = i;
           if (x1 - x0 > 24) labels.push(i, x0, y, x1 - x0);
         }
@@ -504,6 +506,13 @@
       g.beginPath();
       for (let j = 0; j < p.length; j += 3) g.rect(p[j], p[j + 1], p[j + 2], h);
       g.fill();
+    }
+    if (found.length) { // slices named like the search text: outlined
+      g.strokeStyle = "#b3261e";
+      g.lineWidth = 1.5;
+      g.beginPath();
+      for (let j = 0; j < found.length; j += 3) g.rect(found[j] + 0.5, found[j + 1] + 0.5, Math.max(found[j + 2] - 1, 1), h - 1);
+      g.stroke();
     }
     // Labels where they fit, clipped to the visible part of the slice.
     g.fillStyle = "#1d2330";
@@ -526,6 +535,15 @@
       }
       g.fillText(text, x0 + 4, labels[j + 2] + h / 2 + 0.5);
     }
+  }
+
+  // Which of the window's names contain the search text (what /api/trace/search matches).
+  function searchMatches(ctx) {
+    const q = (ctx.searchQ || "").toLowerCase();
+    if (!q) return null;
+    const d = ctx.data;
+    if (d.matchQ !== q) { d.matchQ = q; d.match = Uint8Array.from(d.names, (n) => (n.toLowerCase().includes(q) ? 1 : 0)); }
+    return d.match;
   }
 
   function drawCounters(ctx, g, visible, yOf) {
@@ -1010,6 +1028,8 @@
 
   async function runSearch(ctx, q) {
     const seq = ++ctx.searchSeq;
+    ctx.searchQ = q;
+    draw(ctx);
     if (!q) { ctx.results.replaceChildren(); ctx.results.classList.remove("on"); return; }
     ctx.results.classList.add("on");
     ctx.results.replaceChildren(el("p", { class: "muted" }, `Searching “${q}”…`));
