@@ -333,3 +333,45 @@ def test_padding_rule_on_the_numbers():
 
     assert [f["id"] for f in oom_risk.findings([ev(101)], [], 1000)] == ["padding"]
     assert oom_risk.findings([ev(100)], [], 1000) == []
+
+
+# -- device planes -----------------------------------------------------------------------
+
+
+def _with_device_plane(src: Path, dest: Path, **stats) -> None:
+    """A real JAX CPU profile plus a ``/device:GPU:0`` plane carrying device-capability
+    stats (what a GPU profile has; no fixture here was recorded on a GPU), with lines of
+    kernel events that the reader must skip."""
+    from profscope.formats.protos import xplane_pb2
+
+    space = xplane_pb2.XSpace.FromString(src.read_bytes())
+    plane = ax.Plane(space.planes.add(id=99, name="/device:GPU:0"))
+    for name, value in stats.items():
+        plane.plane_stat(name, ax.Ref(value) if isinstance(value, str) else ax.U64(value) if name == "memory_size" else value)
+    stream = plane.line("stream:7", 7)
+    for k in range(2000):
+        stream.event("dot_general", 1000 + k * 100, 50, [("correlation_id", k)])
+    dest.parent.mkdir(parents=True)
+    dest.write_bytes(space.SerializeToString())
+
+
+def test_capacity_from_device_plane_stats(programs, make_client, tmp_path):
+    from profscope.formats import xplane_devices
+
+    (src,) = (programs[0] / "donated" / "plugins" / "profile").glob("*/*.xplane.pb")
+    logdir = tmp_path / "logs"
+    with_size = logdir / "gpu" / "plugins" / "profile" / "2026_01_01_00_00_00" / "host0.xplane.pb"
+    _with_device_plane(src, with_size, memory_size=40 * 10**6, gpu_device_name="NVIDIA A100-SXM4-40GB", device_vendor="Nvidia")
+    name_only = logdir / "named" / "plugins" / "profile" / "2026_01_01_00_00_00" / "host0.xplane.pb"
+    _with_device_plane(src, name_only, gpu_device_name="NVIDIA H100 80GB HBM3")
+    with open(with_size, "rb") as f:
+        (caps,) = xplane_devices.device_capabilities(f, str(with_size))
+    assert caps == {"plane": "/device:GPU:0", "memory_size": 40 * 10**6, "gpu_device_name": "NVIDIA A100-SXM4-40GB", "device_vendor": "Nvidia"}
+    client = make_client(logdir)
+    body = _risk(client, "gpu/2026_01_01_00_00_00")
+    assert body["capacitySource"] == "device_plane" and body["capacityBytes"] == 40 * 10**6
+    assert "A100" in body["capacityDetail"] and body["risk"] == "LOW"  # 24.7 MB of 40 MB
+    body = _risk(client, "named/2026_01_01_00_00_00")
+    assert body["capacitySource"] == "device_table" and body["capacityBytes"] == 80 * GIB
+    # A requested capacity still wins.
+    assert _risk(client, "gpu/2026_01_01_00_00_00", capacity_bytes=25_000_000)["risk"] == "HIGH"

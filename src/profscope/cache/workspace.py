@@ -11,7 +11,7 @@ from pathlib import Path
 
 from profscope.cache.store import DiskCache, cache_key
 from profscope.errors import BadRequest, NotFound, ProfscopeError
-from profscope.formats import buffer_assignment_text, chrome_trace, hlo_proto, xplane, xplane_memory
+from profscope.formats import buffer_assignment_text, chrome_trace, hlo_proto, xplane, xplane_devices, xplane_memory
 from profscope.formats import torch_snapshot as torch_snapshot_format
 from profscope.formats.kinds import FileKind, classify
 from profscope.model.catalog import Run, RunKind, discover
@@ -369,6 +369,7 @@ class Workspace:
         host = params.get("host")
         compiled = allocator = snap_ev = None
         modules: list[dict] = []
+        devices: list[dict] = []
         if run.kind is RunKind.TORCH_SNAPSHOT:
             snap_ev = self._oom_snapshot_evidence(run, host, progress)
         else:
@@ -388,10 +389,26 @@ class Workspace:
                 progress.update(0.6, "reading allocator events")
                 mp = self.xplane_memory_profile(run, {"host": host}, progress)
                 allocator = oom_risk.allocator_evidence(mp, params.get("memory_id"))
+                devices = self.device_capabilities(run, host)
             if compiled is None and allocator is None:
                 raise NotFound(f"run {run.name!r} has neither HLO modules nor allocator events to assess")
         return oom_risk.assess(compiled=compiled, allocator=allocator, snapshot=snap_ev, modules=modules,
-                               requested=requested, device_name=params.get("device"), thresholds=thresholds)
+                               requested=requested, device_name=params.get("device"), devices=devices,
+                               thresholds=thresholds)
+
+    def device_capabilities(self, run: Run, host: str | None = None) -> list[dict]:
+        """The device planes' capabilities (memory size, name) of one host's xplane."""
+        info = run.xplane(host or run.hosts[0])
+        if info is None:
+            raise NotFound(f"run {run.name!r} has no host {host!r}; hosts: {', '.join(run.hosts)}")
+        key = cache_key("device_caps", MODULE_LIST_VERSION, self.logdir.url, info.identity())
+
+        def compute(progress):
+            progress.update(message=f"reading device planes of {info.name}")
+            with self.logdir.open(info.path) as f:
+                return xplane_devices.device_capabilities(f, self.logdir.display_path(info.path))
+
+        return self.cache.get_or_compute_json(key, f"devices of {info.path}", compute)
 
     def _oom_snapshot_evidence(self, run: Run, host: str | None, progress) -> dict:
         snap = self.snapshot(run, progress)

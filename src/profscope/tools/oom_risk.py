@@ -681,7 +681,7 @@ def _contributors(items: list[dict], peak: int) -> list[dict]:
 
 def assess(*, compiled: dict | None = None, allocator: dict | None = None, snapshot: dict | None = None,
            modules: list[dict] | None = None, requested: dict | None = None, device_name: str | None = None,
-           thresholds: dict | None = None) -> dict[str, Any]:
+           devices: list[dict] | None = None, thresholds: dict | None = None) -> dict[str, Any]:
     """The OOM-risk payload from whatever evidence there is (see the module docstring)."""
     thresholds = dict(thresholds or DEFAULT_THRESHOLDS)
     evs = [e for e in (compiled, allocator, snapshot) if e is not None]
@@ -710,12 +710,20 @@ def assess(*, compiled: dict | None = None, allocator: dict | None = None, snaps
     elif allocator and allocator.get("capacityBytes"):
         cap = {"bytes": allocator["capacityBytes"], "source": "allocator",
                "detail": f"allocator {allocator['memoryId']}: stack + heap + free bytes (memory profile memoryCapacity)"}
+    elif any(d.get("memory_size") for d in devices or []):
+        # Device planes (formats/xplane_devices.py): the smallest device bounds what fits.
+        d = min((d for d in devices if d.get("memory_size")), key=lambda d: int(d["memory_size"]))
+        label = d.get("gpu_device_name") or d.get("device_vendor") or ""
+        cap = {"bytes": int(d["memory_size"]), "source": "device_plane",
+               "detail": f"memory_size stat of {d['plane']}{' (' + label + ')' if label else ''} in the profile"}
     elif snapshot and snapshot["ooms"]:
         o = snapshot["ooms"][0]
         cap = {"bytes": int(o["deviceFreeBytes"]) + int(o["reservedBytes"]), "source": "oom_event",
                "detail": f"free on the device ({o['deviceFreeBytes']:,}) + reserved by this process ({o['reservedBytes']:,}) "
                          f"at the oom event {o['event']}: a lower bound of the device's memory"}
-    elif device_name and device_capacity(device_name):
+    elif not device_name and devices:
+        device_name = next((d["gpu_device_name"] for d in devices if d.get("gpu_device_name")), None)
+    if cap is None and device_name and device_capacity(device_name):
         b, label = device_capacity(device_name)
         cap = {"bytes": b, "source": "device_table", "detail": f"{label} (nominal, from the device name {device_name!r})"}
     capacity = cap["bytes"] if cap else None
