@@ -154,7 +154,11 @@
       el("span", { class: "tv-spacer" }),
       ctx.exportWindow, ctx.exportAll);
     ctx.canvas = el("canvas", { class: "tv-canvas", id: "tv-canvas", tabindex: "0", "aria-label": "trace timeline" });
-    ctx.inner = el("div", { class: "tv-inner" }, ctx.canvas);
+    // Hover outline, counter dot and the dragged range go on a second canvas above, so
+    // moving the mouse never repaints the slices.
+    ctx.overlay = el("canvas", { class: "tv-overlay", "aria-hidden": "true" });
+    ctx.layers = el("div", { class: "tv-layers" }, ctx.canvas, ctx.overlay);
+    ctx.inner = el("div", { class: "tv-inner" }, ctx.layers);
     ctx.scroller = el("div", { class: "tv-scroll", id: "tv-scroll" }, ctx.inner);
     ctx.tip = el("div", { class: "tv-tip", id: "tv-tip", hidden: true });
     ctx.stage = el("div", { class: "tv-stage", id: "tv-stage" }, ctx.scroller, ctx.tip);
@@ -169,6 +173,7 @@
       ctx.status, ctx.stage,
       el("div", { class: "tv-panels" }, ctx.card, ctx.results));
     ctx.g = ctx.canvas.getContext("2d", { alpha: false });
+    ctx.og = ctx.overlay.getContext("2d");
     wire(ctx);
     return ctx;
   }
@@ -233,6 +238,7 @@
       steps: data.steps || [], tracks, processes: data.processes || [] };
     ctx.dataWindow = win;
     ctx.dataRes = res;
+    ctx.hover = null; // it indexed the previous window's columns
     if (structure !== ctx.structure) { ctx.structure = structure; relayout(ctx); }
     ctx.counts.textContent = `${(data.returnedEventsSize ?? n).toLocaleString("en-US")} of ${(data.totalEventsSize ?? n).toLocaleString("en-US")} events${data.truncated ? " · zoom in for more" : ""}`;
     ctx.counts.title = data.truncated ? "Slices shorter than a pixel were thinned to about one per pixel per row; zooming in shows them." : "Every event of this window is drawn.";
@@ -393,8 +399,11 @@
     const dpr = window.devicePixelRatio || 1;
     if (w !== ctx.cssW || h !== ctx.cssH || dpr !== ctx.dpr) {
       ctx.cssW = w; ctx.cssH = h; ctx.dpr = dpr;
-      ctx.canvas.style.width = `${w}px`; ctx.canvas.style.height = `${h}px`;
-      ctx.canvas.width = Math.round(w * dpr); ctx.canvas.height = Math.round(h * dpr);
+      ctx.layers.style.height = `${h}px`;
+      for (const c of [ctx.canvas, ctx.overlay]) {
+        c.style.width = `${w}px`; c.style.height = `${h}px`;
+        c.width = Math.round(w * dpr); c.height = Math.round(h * dpr);
+      }
     }
     draw(ctx);
   }
@@ -442,7 +451,7 @@
     g.restore();
     drawGutter(ctx, g, visible, yOf, H);
     drawRuler(ctx, g, W);
-    if (ctx.drag && ctx.drag.mode === "range") drawRange(ctx, g, H);
+    paintOverlay(ctx);
     const span = ctx.view[1] - ctx.view[0];
     ctx.windowLabel.textContent = `${fmtTime(ctx.view[0], span / 1000)} – ${fmtTime(ctx.view[1], span / 1000)} (${fmtDur(span)})`;
     const whole = sameWindow(ctx.view, ctx.full);
@@ -576,13 +585,6 @@
       g.fillRect(ctx.cssW - lw - 10, y0, lw + 8, 13);
       g.fillStyle = "#6b7385";
       g.fillText(label, ctx.cssW - lw - 6, y0 + 6.5);
-      if (ctx.hover && ctx.hover.counter === c) { // the hovered sample
-        const x = timeToX(ctx, c.t[ctx.hover.i]);
-        g.fillStyle = "#8e4f80";
-        g.beginPath();
-        g.arc(x, y0 + h - c.v[ctx.hover.i] * scale, 3, 0, 2 * Math.PI);
-        g.fill();
-      }
     }
   }
 
@@ -604,10 +606,31 @@
         g.strokeRect(box.x - 1, box.y - 1, box.w + 2, box.h + 2);
       }
     }
-    if (ctx.hover && ctx.hover.index >= 0) {
-      const box = sliceBox(ctx, ctx.hover.index, yOf);
-      if (box) { g.strokeStyle = "rgba(29, 35, 48, 0.6)"; g.lineWidth = 1; g.strokeRect(box.x - 0.5, box.y - 0.5, box.w + 1, box.h + 1); }
+  }
+
+  function paintOverlay(ctx) {
+    const g = ctx.og, H = ctx.cssH;
+    if (!g || !ctx.data) return;
+    g.setTransform(ctx.dpr, 0, 0, ctx.dpr, 0, 0);
+    g.clearRect(0, 0, ctx.cssW, H);
+    g.textBaseline = "middle";
+    g.save();
+    g.beginPath(); g.rect(GUTTER, RULER_H, ctx.cssW - GUTTER, H - RULER_H); g.clip();
+    const hv = ctx.hover;
+    if (hv && hv.index >= 0) {
+      const box = sliceBox(ctx, hv.index);
+      if (box) { g.strokeStyle = "rgba(29, 35, 48, 0.7)"; g.lineWidth = 1; g.strokeRect(box.x - 0.5, box.y - 0.5, box.w + 1, box.h + 1); }
+    } else if (hv && hv.counter) { // the hovered sample
+      const c = hv.counter, y0 = RULER_H + hv.row.y - ctx.scroller.scrollTop + 4, h = hv.row.h - 8;
+      let max = 0;
+      for (const v of c.v) if (v > max) max = v;
+      g.fillStyle = "#8e4f80";
+      g.beginPath();
+      g.arc(timeToX(ctx, c.t[hv.i]), y0 + h - (max > 0 ? c.v[hv.i] * h / max : 0), 3.5, 0, 2 * Math.PI);
+      g.fill();
     }
+    g.restore();
+    if (ctx.drag && ctx.drag.mode === "range" && ctx.drag.moved) drawRange(ctx, g, H);
   }
 
   // Where slice i is drawn (css px inside the canvas), or null when its row is hidden.
@@ -795,7 +818,7 @@
         const dt = (x - dr.x0) / plotWidth(ctx) * (dr.view[1] - dr.view[0]);
         ctx.scroller.scrollTop = dr.top - (y - dr.y0);
         setWindow(ctx, dr.view[0] - dt, dr.view[1] - dt);
-      } else draw(ctx);
+      } else paintOverlay(ctx);
     });
     on(ctx, window, "mouseup", (e) => {
       const dr = ctx.drag;
@@ -806,9 +829,9 @@
       if (dr.mode === "range" && Math.abs(x - dr.x0) > 3) {
         const a = xToTime(ctx, Math.max(GUTTER, Math.min(dr.x0, x))), b = xToTime(ctx, Math.min(ctx.cssW, Math.max(dr.x0, x)));
         setWindow(ctx, a, b);
-      } else draw(ctx);
+      } else paintOverlay(ctx);
     });
-    on(ctx, c, "mouseleave", () => { ctx.mouseX = null; if (ctx.hover) { ctx.hover = null; draw(ctx); } hideTip(ctx); });
+    on(ctx, c, "mouseleave", () => { ctx.mouseX = null; if (ctx.hover) { ctx.hover = null; paintOverlay(ctx); } hideTip(ctx); });
     on(ctx, c, "dblclick", (e) => {
       const [x, y] = pos(e);
       const hit = hitTest(ctx, x, y);
@@ -895,11 +918,11 @@
   }
 
   function hoverAt(ctx, x, y, e) {
-    if (e.target !== ctx.canvas) { if (ctx.hover) { ctx.hover = null; draw(ctx); } hideTip(ctx); return; }
+    if (e.target !== ctx.canvas) { if (ctx.hover) { ctx.hover = null; paintOverlay(ctx); } hideTip(ctx); return; }
     if (x < GUTTER) { // the names column: a track's full name (the column cuts long ones)
       const row = rowAt(ctx, y);
       ctx.canvas.style.cursor = row && row.type === "process" ? "pointer" : "default";
-      if (ctx.hover) { ctx.hover = null; draw(ctx); }
+      if (ctx.hover) { ctx.hover = null; paintOverlay(ctx); }
       if (!row) return hideTip(ctx);
       return showTip(ctx, x, y, row.type === "process"
         ? [el("strong", {}, row.name), el("div", { class: "muted" }, `${row.count} tracks · click to ${row.open ? "collapse" : "expand"}`)]
@@ -908,7 +931,7 @@
     const hit = hitTest(ctx, x, y);
     const same = (a, b) => (!a && !b) || (a && b && a.index === b.index && a.counter === b.counter && a.i === b.i);
     ctx.canvas.style.cursor = hit && hit.index >= 0 ? "pointer" : "default";
-    if (!same(hit, ctx.hover)) { ctx.hover = hit; draw(ctx); }
+    if (!same(hit, ctx.hover)) { ctx.hover = hit; paintOverlay(ctx); }
     if (!hit) return hideTip(ctx);
     if (hit.counter) {
       const c = hit.counter;
