@@ -151,6 +151,18 @@ def test_snapshot_page(open_page, browser, snap_server):
     page.locator("#ts-compare").scroll_into_view_if_needed()
     page.screenshot(path=str(ARTIFACTS / "snapshot_compare.png"), full_page=True)
 
+    # The compared run is part of the link: a fresh browser reopens the comparison.
+    assert parse_qs(urlparse(page.url).query)["other"] == [INFER]
+    ctx3 = browser.new_context(viewport={"width": 1400, "height": 900})
+    try:
+        page3 = ctx3.new_page()
+        _open(page3, page.url)
+        page3.wait_for_selector("#ts-only-a")
+        assert int(page3.get_attribute("#ts-only-a", "data-bytes")) == cmp["summary"]["onlyA"]["bytes"]
+        assert page3.input_value("#ts-compare-pick") == INFER
+    finally:
+        ctx3.close()
+
 
 def test_snapshot_zoom_requests_a_window(open_page, snap_server):
     page = open_page(snap_server)
@@ -160,3 +172,24 @@ def test_snapshot_zoom_requests_a_window(open_page, snap_server):
         page.evaluate("Plotly.relayout('ts-timeline', {'xaxis.range': [9000, 11000]})")
     page.wait_for_function("document.getElementById('ts-timeline-note').textContent.startsWith('events 8,9')")
     page.screenshot(path=str(ARTIFACTS / "snapshot_zoomed.png"), full_page=True)
+    # The window and the x axis are part of the link.
+    page.wait_for_function("new URLSearchParams(location.search).get('win') !== null")
+    win = parse_qs(urlparse(page.url).query)["win"][0]
+    a, b = map(int, win.split(","))
+    assert a <= 9000 and b >= 11000 and b - a < 2100
+    page2 = open_page(snap_server)
+    with page2.expect_request(lambda r: "/api/snapshot/timeline" in r.url and f"start={a}&end={b}" in r.url):
+        _open(page2, page.url)
+    page2.wait_for_function("document.getElementById('ts-timeline-note').textContent.startsWith('events 8,9')")
+    # Switching the axis to time starts from the whole trace; a time window then zooms.
+    with page2.expect_request(lambda r: "/api/snapshot/timeline" in r.url and "x=time" in r.url and "start=" not in r.url):
+        page2.select_option("#ts-xmode", "time")
+    state = parse_qs(urlparse(page2.url).query)
+    assert state["x"] == ["time"] and "win" not in state
+    first_us = _api(snap_server, "overview", run=TRAIN, host="cuda:0")["summary"]["firstTimeUs"]
+    page2.wait_for_selector("#ts-timeline .main-svg")
+    with page2.expect_request(lambda r: "/api/snapshot/timeline" in r.url and "x=time" in r.url
+                              and f"start={first_us + 1000}" in r.url):
+        page2.evaluate("Plotly.relayout('ts-timeline', {'xaxis.range': [1, 2]})")
+    page2.wait_for_function("(new URLSearchParams(location.search).get('win') || '').includes(',')")
+    assert page2.input_value("#ts-xmode") == "time"

@@ -3,7 +3,7 @@
 // view and back/forward walk through views. Tool pages register in TOOL_VIEWS.
 "use strict";
 
-const PARAMS = ["run", "tool", "host", "hosts", "module_name", "memory_space", "buffer", "memory_id", "t", "q", "start_ms", "end_ms", "ev", "capacity"];
+const PARAMS = ["run", "tool", "host", "hosts", "module_name", "memory_space", "buffer", "memory_id", "t", "q", "start_ms", "end_ms", "ev", "capacity", "x", "win", "other"];
 const $ = (sel) => document.querySelector(sel);
 const runDetails = new Map(); // run name -> promise of /api/run
 let catalog = null;
@@ -216,6 +216,7 @@ function onPick(event) {
   const state = readState();
   state[param] = event.target.value;
   // A new run, module or tool starts that view fresh: drop selections made in the old one.
+  if (param === "run" || param === "tool" || param === "host") Object.assign(state, { x: "", win: "", other: "" });
   if (param === "run") Object.assign(state, { host: "", hosts: "", module_name: "", memory_space: "", buffer: "", memory_id: "", t: "", q: "", start_ms: "", end_ms: "", ev: "" });
   if (param === "module_name" || param === "memory_space") state.buffer = "";
   if (param === "tool" || param === "host") Object.assign(state, { memory_id: "", t: "", q: "", start_ms: "", end_ms: "", ev: "" });

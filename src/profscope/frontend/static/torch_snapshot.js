@@ -51,7 +51,8 @@
     root.lastChild.remove();
     ctx.ov = ov;
     current = ctx;
-    ctx.xMode = "index";
+    ctx.xMode = xModeOf(ctx, state);
+    ctx.win = state.win || "";
     ctx.card = el("div", { class: "ts-card", id: "ts-card" }, el("p", { class: "muted" }, "Hover an allocation on the timeline to see it and its stack."));
     ctx.plot = el("div", { class: "ts-chart", id: "ts-timeline" });
     ctx.timelineNote = el("div", { class: "muted small", id: "ts-timeline-note" });
@@ -67,8 +68,17 @@
       el("h2", {}, "Live memory by stack"), ctx.stacksPanel,
       el("h2", {}, "Compare with another snapshot"), ctx.comparePanel);
     setupCompare(ctx, state);
-    await loadTimeline(ctx, null, null);
+    await loadTimeline(ctx, ...windowOf(ctx.win));
     update(ctx, state);
+  }
+
+  // The x axis (x=index|time) and the zoomed window (win=<start>,<end>: event indices,
+  // or time_us with x=time, as the timeline API takes them) live in the URL, like the
+  // selected event (t=) and the compared run (other=).
+  function xModeOf(ctx, state) { return state.x === "time" && ctx.ov.summary.hasTime ? "time" : "index"; }
+  function windowOf(win) {
+    const m = /^(\d+),(\d+)$/.exec(win || "");
+    return m && Number(m[2]) - Number(m[1]) >= 2 ? [Number(m[1]), Number(m[2])] : [null, null];
   }
 
   function leave() {
@@ -90,6 +100,16 @@
       renderStacks(ctx);
     }
     if (ctx.sites && (state.q || "") !== ctx.sites.filter) ctx.sites.setFilter(state.q || "");
+    const x = xModeOf(ctx, state);
+    if (x !== ctx.xMode || (state.win || "") !== ctx.win) {
+      ctx.xMode = x;
+      ctx.win = state.win || "";
+      ctx.range = null;
+      const pick = ctx.root.querySelector("#ts-xmode");
+      if (pick) pick.value = x;
+      loadTimeline(ctx, ...windowOf(ctx.win));
+    }
+    if (ctx.comparePick && (state.other || "") !== ctx.otherShown) showCompare(ctx, state.other || "");
   }
 
   function select(event) {
@@ -137,10 +157,10 @@
 
   function timelineControls(ctx) {
     const hasTime = ctx.ov.summary.hasTime;
-    const pick = el("select", { id: "ts-xmode", "aria-label": "x axis", disabled: !hasTime, onchange: async (e) => {
-      ctx.xMode = e.target.value;
-      await loadTimeline(ctx, null, null);
-    } }, el("option", { value: "index" }, "event index"), hasTime ? el("option", { value: "time" }, "time") : null);
+    const pick = el("select", { id: "ts-xmode", "aria-label": "x axis", disabled: !hasTime,
+      onchange: (e) => go({ ...readState(), x: e.target.value === "time" ? "time" : "", win: "" }) },
+    el("option", { value: "index" }, "event index"), hasTime ? el("option", { value: "time" }, "time") : null);
+    pick.value = ctx.xMode;
     return el("label", { class: "ts-picker" }, "x axis ", pick, hasTime ? null : el("span", { class: "muted" }, " (no timestamps)"));
   }
 
@@ -282,10 +302,19 @@
       clearTimeout(ctx.zoomTimer);
       ctx.zoomTimer = setTimeout(() => {
         ctx.range = range;
-        if (!range) return loadTimeline(ctx, null, null);
-        const total = ctx.ov.summary.traceEntries;
-        const a = Math.max(0, eventAt(ctx, range[0]) - 1), b = Math.min(total, eventAt(ctx, range[1]) + 2);
-        if (b - a < 2) return;
+        let a = null, b = null;
+        if (range && ctx.xMode === "time") { // the server takes a time window in time_us
+          a = Math.max(0, Math.floor(ctx.ov.summary.firstTimeUs + range[0] * 1000));
+          b = Math.ceil(ctx.ov.summary.firstTimeUs + range[1] * 1000);
+          if (b - a < 2) return;
+        } else if (range) {
+          const total = ctx.ov.summary.traceEntries;
+          a = Math.max(0, eventAt(ctx, range[0]) - 1);
+          b = Math.min(total, eventAt(ctx, range[1]) + 2);
+          if (b - a < 2) return;
+        }
+        ctx.win = range ? `${a},${b}` : "";
+        go({ ...readState(), win: ctx.win }, { replace: true });
         loadTimeline(ctx, a, b);
       }, ZOOM_DEBOUNCE_MS);
     });
@@ -420,9 +449,21 @@
     }
     const out = el("div", { id: "ts-compare-out" });
     const pick = el("select", { id: "ts-compare-pick", "aria-label": "snapshot to compare with",
-      onchange: (e) => runCompare(ctx, e.target.value, out) },
+      onchange: (e) => go({ ...readState(), other: e.target.value }) },
     el("option", { value: "" }, "— pick a snapshot —"), others.map((r) => el("option", { value: r.name }, r.name)));
     ctx.comparePanel.replaceChildren(el("label", { class: "ts-picker" }, `A = this snapshot (${ctx.host}), B = `, pick), out);
+    ctx.comparePick = pick;
+    ctx.compareOut = out;
+    ctx.compareRuns = others.map((r) => r.name);
+    if (current === ctx) showCompare(ctx, readState().other || "");
+  }
+
+  function showCompare(ctx, wanted) {
+    ctx.otherShown = wanted;
+    const known = ctx.compareRuns.includes(wanted);
+    ctx.comparePick.value = known ? wanted : "";
+    if (known || !wanted) runCompare(ctx, ctx.comparePick.value, ctx.compareOut);
+    else ctx.compareOut.replaceChildren(errorBox(new Error(`no other snapshot run named "${wanted}" to compare with`), "Compare"));
   }
 
   async function runCompare(ctx, other, out) {
