@@ -398,3 +398,21 @@ def test_empty_trace_says_so(open_page, big_trace_url):
     page.wait_for_selector("#tv-empty")
     assert "no events" in page.inner_text("#tv-empty")
     assert page.locator("#tv-stage").is_hidden()
+
+
+def test_hlo_op_links_to_the_memory_viewer(open_page, server_url, mlp_run, demo_expected):
+    """An XLA op's card names its module; the link opens the memory viewer on it."""
+    found = _get_json(server_url, "/api/trace/search", run=mlp_run, q="fusion", limit=50)
+    event = next(e for e in (_get_json(server_url, "/api/trace/event", run=mlp_run, id=m["id"]) for m in found["matches"]) if e.get("module"))
+    assert event["module"] == demo_expected["programs"]["mlp"]["profile_module_name"]
+    page = open_page(server_url)  # with Plotly: the memory viewer draws with it
+    page.goto(_view_url(server_url, run=mlp_run, tool="trace_viewer@", ev=event["id"]))
+    page.wait_for_selector("#tv-memory-link")
+    card = page.inner_text("#tv-card")
+    assert event["hloOp"] in card and event["hloModule"] in card
+    page.click("#tv-memory-link")
+    page.wait_for_selector("#mv-overview .mv-peak-value", timeout=60_000)
+    q = _query(page)
+    assert q["tool"] == "memory_viewer" and q["module_name"] == event["module"] and "ev" not in q
+    page.go_back()
+    page.wait_for_function(f"document.querySelector('#tv-card.selected .tv-card-name')?.textContent === {json.dumps(event['name'])}")
