@@ -171,14 +171,19 @@ def load(f: IO[bytes], path: str, sink: Callable[[list, list], bool] | None = No
                     e = m.end()
                     stack.extend(map(memo.__getitem__, np.frombuffer(buf[pos - 1:e], _RUN_DTYPE)["index"].tolist()))
                     pos = e
-            elif op == 0x94:  # MEMOIZE
-                memoize(len(memo))
-            elif op == 0x71:  # q BINPUT
-                memoize(buf[pos])
-                pos += 1
-            elif op == 0x72:  # r LONG_BINPUT
-                memoize(from_bytes(buf[pos:pos + 4], "little"))
-                pos += 4
+            elif op == 0x72 or op == 0x94 or op == 0x71:  # LONG_BINPUT, MEMOIZE, BINPUT
+                if op == 0x72:
+                    i = from_bytes(buf[pos:pos + 4], "little")
+                    pos += 4
+                elif op == 0x94:
+                    i = len(memo)
+                else:
+                    i = buf[pos]
+                    pos += 1
+                obj = stack[-1]
+                memo[i] = obj
+                if type(obj) is dict:
+                    dict_slot[id(obj)] = i
             elif op == 0x28:  # ( MARK
                 metastack.append(stack)
                 stack = []
