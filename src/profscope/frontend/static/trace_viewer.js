@@ -699,8 +699,9 @@
     }
     const step = niceStep(span * 90 / plotWidth(ctx));
     const first = Math.ceil(v0 / step) * step;
-    const unit = unitFor(step);
     const relative = Math.abs(first) / step > 1e5;
+    // One unit along the ruler: the window's magnitude ("118.19 ms", not "118190 µs").
+    const unit = relative ? unitFor(step) : unitFor(Math.max(Math.abs(v0), Math.abs(v1), step));
     g.fillStyle = "#3d4557";
     g.strokeStyle = "#b8bfcc";
     g.lineWidth = 1;
