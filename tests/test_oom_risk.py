@@ -190,8 +190,6 @@ def test_other_module_finding_names_both_modules(programs_client):
 
 def test_demo_runs_all_answer(demo_client):
     for run in demo_client.get("/data/plugin/profile/runs").json():
-        if run.startswith("torch/"):
-            continue  # PyTorch profiler traces: not an oom_risk input (no capacity, no plan)
         body = _risk(demo_client, run, device_memory="80GiB")
         assert body["capacityBytes"] == 80 * GIB and body["capacitySource"] == "request"
         assert body["risk"] == "LOW" or run.startswith("torch_snapshots/")
@@ -375,3 +373,32 @@ def test_capacity_from_device_plane_stats(programs, make_client, tmp_path):
     assert body["capacitySource"] == "device_table" and body["capacityBytes"] == 80 * GIB
     # A requested capacity still wins.
     assert _risk(client, "gpu/2026_01_01_00_00_00", capacity_bytes=25_000_000)["risk"] == "HIGH"
+
+
+# -- PyTorch profiler traces --------------------------------------------------------------
+
+
+def test_torch_traces_leak_and_profiler_categories(demo_client):
+    """The demo's leak trace (a tensor kept per step) fires heap_growth with the memory
+    profile's own evidence; the clean traces do not. Contributors are the categories
+    PyTorch's export_memory_timeline assigned, at that timeline's peak."""
+    for name in ("leak", "mlp_train", "transformer_train"):
+        run = f"torch/{name}.pt.trace.json.gz"
+        body = _risk(demo_client, run)
+        mp = demo_client.get("/data/plugin/profile/data", params={"run": run, "tag": "memory_profile"}).json()
+        ct = mp["categoryTimeline"]
+        assert sum(c["bytes"] for c in body["contributors"]) == ct["peakBytes"]
+        assert body["peakBytes"] == max(ct["peakBytes"], mp["devices"][0]["summary"]["peakAllocatedBytes"])
+        expected = {c["category"]: c["bytes"] for c in ct["peakBreakdown"]}
+        cats = {c["category"]: c["bytes"] for c in body["contributors"]}
+        assert cats.get("parameters", 0) == expected["PARAMETER"]
+        assert cats.get("gradients", 0) == expected["GRADIENT"] + expected["AUTOGRAD_DETAIL"]
+        assert cats.get("activations", 0) == expected["ACTIVATION"]
+        ids = {f["id"] for f in body["findings"]}
+        if name == "leak":
+            (hint,) = [h for h in mp["devices"][0]["leakHints"] if h["kind"] == "stepGrowth"]
+            f = next(f for f in body["findings"] if f["id"] == "heap_growth")
+            assert f["evidence"]["bytesPerStep"] == hint["evidence"]["bytesPerStep"] == 64 * 1024
+            assert f["links"][0]["tool"] == "memory_profile" and f["links"][0]["memory_id"] == "CPU"
+        else:
+            assert ids == set()

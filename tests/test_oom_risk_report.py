@@ -117,7 +117,10 @@ def test_bad_input_exits_2_with_one_line(demo_logdir, tmp_path, capsys, args, wo
 def test_missing_input_and_unassessable_run(demo_logdir, tmp_path):
     res = report(str(tmp_path / "nope"), cache=tmp_path)
     assert res.returncode == 2 and "does not exist" in res.stderr
-    res = report(str(demo_logdir), "--run", "torch/leak.pt.trace.json.gz", cache=tmp_path)
-    assert res.returncode == 2 and "chrome_trace" in res.stderr
+    (tmp_path / "logs").mkdir()
+    stray = tmp_path / "logs" / "notes.txt"
+    stray.write_text("not a profile")
+    res = report(str(stray), cache=tmp_path / "cache")
+    assert res.returncode == 2 and "not part of any run" in res.stderr
     res = report(str(demo_logdir), "--fail-on", "SOMETIMES", cache=tmp_path)
     assert res.returncode == 2 and "--fail-on" in res.stderr

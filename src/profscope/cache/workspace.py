@@ -54,6 +54,7 @@ class Workspace:
             ("oom_risk", RunKind.PROFILE): self.oom_risk,
             ("oom_risk", RunKind.XLA_DUMP): self.oom_risk,
             ("oom_risk", RunKind.TORCH_SNAPSHOT): self.oom_risk,
+            ("oom_risk", RunKind.CHROME_TRACE): self.oom_risk,
         }
         # Loaded snapshot models (columns, ~0.6x the file), the last few kept in memory:
         # every view of a snapshot (timeline windows, states, stacks) reads one.
@@ -367,11 +368,15 @@ class Workspace:
         requested = oom_risk.parse_capacity(params.get("capacity_bytes"), params.get("device_memory"))
         thresholds = oom_risk.parse_thresholds(params.get("threshold_medium"), params.get("threshold_high"))
         host = params.get("host")
-        compiled = allocator = snap_ev = None
+        compiled = allocator = snap_ev = trace_ev = None
         modules: list[dict] = []
         devices: list[dict] = []
         if run.kind is RunKind.TORCH_SNAPSHOT:
             snap_ev = self._oom_snapshot_evidence(run, host, progress)
+        elif run.kind is RunKind.CHROME_TRACE:
+            trace_ev = oom_risk.torch_trace_evidence(self.torch_memory_profile(run, params, progress))
+            if trace_ev is None:
+                raise NotFound(f"run {run.name!r}: the trace has no [memory] events (profile_memory=True) to assess")
         else:
             progress.update(0.0, "ranking the modules by peak")
             modules = self.module_peaks(run) if run.kind is RunKind.PROFILE or run.kind is RunKind.XLA_DUMP else []
@@ -394,7 +399,7 @@ class Workspace:
                 raise NotFound(f"run {run.name!r} has neither HLO modules nor allocator events to assess")
         return oom_risk.assess(compiled=compiled, allocator=allocator, snapshot=snap_ev, modules=modules,
                                requested=requested, device_name=params.get("device"), devices=devices,
-                               thresholds=thresholds)
+                               torch_trace=trace_ev, thresholds=thresholds)
 
     def device_capabilities(self, run: Run, host: str | None = None) -> list[dict]:
         """The device planes' capabilities (memory size, name) of one host's xplane."""
@@ -447,9 +452,12 @@ class Workspace:
             progress.update(0.0, f"reading {info.name}")
             with self.logdir.open(info.path) as f:
                 if classify(info.name) is FileKind.XPLANE:
-                    events = xplane_trace.read_trace(f, path, number, host, progress=progress.part(0, 0.6))
-                else:
-                    events = chrome_trace.trace_columns(f, path, progress=progress.part(0, 0.6))
+                    # events go to disk as they are decoded (bounded memory)
+                    writer = trace_viewer.IndexWriter(folder)
+                    events = xplane_trace.read_trace(f, path, number, host, progress=progress.part(0, 0.6), sink=writer)
+                    writer.finish(events, progress=progress.part(0.6, 1))
+                    return
+                events = chrome_trace.trace_columns(f, path, progress=progress.part(0, 0.6))
             trace_viewer.build_index(events, folder, progress=progress.part(0.6, 1))
 
         folder = self.cache.get_or_build_dir(key, f"Trace viewer: indexing {info.name}", build)

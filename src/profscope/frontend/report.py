@@ -45,7 +45,7 @@ def pick_runs(ws: Workspace, run_name: str | None, file: str | None = None) -> l
     if run_name:
         run = ws.run(run_name)
         if not assessable(ws, run):
-            raise BadRequest(f"run {run.name!r} is a {run.kind.value}: the OOM risk needs a profile, an XLA dump or a PyTorch snapshot")
+            raise BadRequest(f"run {run.name!r} is a {run.kind.value}: the OOM risk has nothing to read there")
         return [run]
     runs = ws.runs()
     if file is not None:
@@ -54,7 +54,7 @@ def pick_runs(ws: Workspace, run_name: str | None, file: str | None = None) -> l
             raise NotFound(f"{file}: not part of any run profscope recognises")
     runs = [r for r in runs if assessable(ws, r)]
     if not runs:
-        raise NotFound(f"no run in {ws.logdir.url} that the OOM risk can assess (profiles, XLA dumps, PyTorch snapshots)")
+        raise NotFound(f"no run in {ws.logdir.url} that the OOM risk can assess (profiles, XLA dumps, PyTorch snapshots and traces)")
     return runs
 
 

@@ -466,6 +466,70 @@ def snapshot_evidence(overview: dict, peak_totals: dict | None, groups: list[dic
     }
 
 
+# PyTorch's own memory-timeline categories (torch.profiler._memory_profiler.Category).
+_TORCH_CATEGORIES = {
+    "PARAMETER": "parameters", "OPTIMIZER_STATE": "optimizer_state", "INPUT": "inputs", "TEMPORARY": "temporaries",
+    "ACTIVATION": "activations", "GRADIENT": "gradients", "AUTOGRAD_DETAIL": "gradients", "UNKNOWN": "unknown",
+}
+
+
+def classify_torch_row(row: dict) -> tuple[str, str]:
+    """Category of a PyTorch profiler allocation row (op, nn.Module scope, Python frame)
+    when the trace has no memory-timeline JSON beside it."""
+    op, module, frame = row.get("op") or "", row.get("module") or "", row.get("frame") or ""
+    if frame.startswith("(allocated before"):
+        return "unknown", "allocated before the trace started"
+    if "optim" in frame.lower() or "Optimizer" in op:
+        return "optimizer_state", f"frame {frame!r}: optimizer code"
+    if "backward" in frame.lower() or "Backward" in op or "backward" in op:
+        return "gradients", f"op {op!r} / frame {frame!r}: autograd backward"
+    if module and not module.startswith("("):
+        return "activations", f"allocated inside nn.Module {module!r} (forward pass)"
+    return "temporaries", "no optimizer, backward or module scope"
+
+
+def torch_trace_evidence(payload: dict) -> dict | None:
+    """A PyTorch profiler trace (tools/torch_memory.py payload): the device with the
+    highest peak; contributors from the memory-timeline categories PyTorch itself assigned
+    (``export_memory_timeline``) when present, else from the allocations live at the peak."""
+    devs = payload.get("devices") or []
+    if not devs:
+        return None
+    dev = max(devs, key=lambda d: (d["device"] != "CPU", d["summary"]["peakAllocatedBytes"]))
+    s = dev["summary"]
+    peak = dev.get("peak") or {}
+    t = peak.get("timeMs")
+    link = {"tool": "memory_profile", "memory_id": dev["device"], **({"t": repr(t)} if t is not None else {})}
+    items = []
+    ct = payload.get("categoryTimeline")
+    if ct and ct.get("peakBreakdown"):
+        ct_link = {"tool": "memory_profile", "memory_id": dev["device"], "t": repr(ct["peakTimeMs"])}
+        for c in ct["peakBreakdown"]:
+            if c["bytes"]:
+                cat = _TORCH_CATEGORIES.get(c["category"], "unknown")
+                items.append({"category": cat, "rule": f"PyTorch memory-timeline category {c['category']}",
+                              "bytes": int(c["bytes"]), "count": 1, "name": c["category"], "shape": "", "opName": "",
+                              "link": ct_link})
+        source_peak = int(ct.get("peakBytes") or 0)
+    else:
+        b = dev.get("breakdownAtPeak") or {}
+        for r in b.get("allocations") or []:
+            cat, rule = classify_torch_row(r)
+            items.append({"category": cat, "rule": rule, "bytes": int(r["bytes"]), "count": int(r.get("count") or 1),
+                          "name": f"{r.get('op')} · {r.get('frame')}", "shape": "", "opName": r.get("module") or "",
+                          "link": {**link, "q": r.get("op") or ""}})
+        if b.get("unattributedBytes"):
+            items.append({"category": "unknown", "rule": "allocated before the trace started", "bytes": int(b["unattributedBytes"]),
+                          "count": 1, "name": "(allocated before the trace)", "shape": "", "opName": "", "link": link})
+        source_peak = 0
+    return {
+        "kind": "torch_trace", "device": dev["device"], "link": link,
+        "peakBytes": max(int(s["peakAllocatedBytes"]), int(s.get("peakReservedBytes") or 0), source_peak),
+        "allocatedPeakBytes": int(s["peakAllocatedBytes"]), "reservedPeakBytes": int(s.get("peakReservedBytes") or 0),
+        "categoryPeakBytes": source_peak or None, "items": items, "leakHints": dev.get("leakHints") or [],
+    }
+
+
 # ---------------------------------------------------------------------------
 # Findings
 # ---------------------------------------------------------------------------
@@ -527,6 +591,8 @@ def fragmentation(ev: dict) -> dict | None:
         return {"kind": "compiler", "share": max(0, total - ev["peakBytes"]) / total,
                 "totalAllocationBytes": total, "peakBytes": ev["peakBytes"],
                 "rule": "(total buffer allocation - peak) / total buffer allocation"}
+    if ev["kind"] == "torch_trace":
+        return None
     if ev["kind"] == "allocator":
         return {"kind": "allocator", "share": ev["fragmentationAtPeak"], "rule": "XProf's allocator fragmentation at the peak (1 - largest free chunk / free bytes)"}
     t = ev["totalsAtPeak"]
@@ -611,6 +677,18 @@ def findings(ev_list: list[dict], modules: list[dict], peak: int) -> list[dict]:
                     {k: g.get(k) for k in ("slopeBytesPerStep", "interceptBytes", "r2")} | {"steps": len(g.get("points") or [])},
                     [{"tool": "memory_profile", "memory_id": ev["memoryId"], "label": ev["memoryId"]}],
                 ))
+        if ev["kind"] == "torch_trace":
+            for h in ev["leakHints"]:
+                if h["kind"] != "stepGrowth":
+                    continue
+                e = h["evidence"]
+                out.append(_finding(
+                    "heap_growth", "high", "Heap grows step over step",
+                    f"On {ev['device']}, {h['message']}: a leak, or state accumulated across steps.",
+                    {k: e.get(k) for k in ("stepSource", "bytesPerStep", "stepsGrowing", "stepsCompared")}
+                    | {"liveBytesAtStepEnd": (e.get("liveBytesAtStepEnd") or [])[:20]},
+                    [{**ev["link"], "label": f"{ev['device']} at its peak"}],
+                ))
         if ev["kind"] == "snapshot":
             for o in ev["ooms"][:5]:
                 out.append(_finding(
@@ -643,6 +721,8 @@ def findings(ev_list: list[dict], modules: list[dict], peak: int) -> list[dict]:
 
 
 def _peak_link(ev: dict) -> dict:
+    if ev["kind"] == "torch_trace":
+        return {**ev["link"], "label": "peak"}
     if ev["kind"] == "compiled":
         return {"tool": "memory_viewer", "module_name": ev["moduleName"], "label": ev["moduleName"]}
     if ev["kind"] == "allocator":
@@ -681,10 +761,11 @@ def _contributors(items: list[dict], peak: int) -> list[dict]:
 
 def assess(*, compiled: dict | None = None, allocator: dict | None = None, snapshot: dict | None = None,
            modules: list[dict] | None = None, requested: dict | None = None, device_name: str | None = None,
-           devices: list[dict] | None = None, thresholds: dict | None = None) -> dict[str, Any]:
+           devices: list[dict] | None = None, torch_trace: dict | None = None,
+           thresholds: dict | None = None) -> dict[str, Any]:
     """The OOM-risk payload from whatever evidence there is (see the module docstring)."""
     thresholds = dict(thresholds or DEFAULT_THRESHOLDS)
-    evs = [e for e in (compiled, allocator, snapshot) if e is not None]
+    evs = [e for e in (compiled, allocator, snapshot, torch_trace) if e is not None]
     usage = []
     for e in evs:
         if e["kind"] == "compiled":
@@ -694,6 +775,11 @@ def assess(*, compiled: dict | None = None, allocator: dict | None = None, snaps
         elif e["kind"] == "allocator":
             usage.append({"kind": "runtime", "label": f"allocator peak of {e['memoryId']}", "bytes": e["peakBytes"],
                           "detail": f"stack + heap at the peak {e['peakInUseBytes']:,}; lifetime peak {e['lifetimePeakBytes']:,}",
+                          "link": _peak_link(e)})
+        elif e["kind"] == "torch_trace":
+            usage.append({"kind": "runtime", "label": f"profiler trace peak on {e['device']}", "bytes": e["peakBytes"],
+                          "detail": f"Total Allocated peak {e['allocatedPeakBytes']:,}; Total Reserved peak {e['reservedPeakBytes']:,}"
+                                    + (f"; memory-timeline peak {e['categoryPeakBytes']:,}" if e["categoryPeakBytes"] else ""),
                           "link": _peak_link(e)})
         else:
             usage.append({"kind": "runtime", "label": f"snapshot peak on {e['host']}", "bytes": e["peakBytes"],

@@ -50,7 +50,7 @@ TOOLS: tuple[Tool, ...] = (
         "oom_risk",
         "OOM risk",
         "Peak vs capacity, headroom, and what to cut.",
-        frozenset({RunKind.PROFILE, RunKind.XLA_DUMP, RunKind.TORCH_SNAPSHOT}),
+        frozenset({RunKind.PROFILE, RunKind.XLA_DUMP, RunKind.TORCH_SNAPSHOT, RunKind.CHROME_TRACE}),
     ),
 )
 
