@@ -402,3 +402,17 @@ def test_torch_traces_leak_and_profiler_categories(demo_client):
             assert f["links"][0]["tool"] == "memory_profile" and f["links"][0]["memory_id"] == "CPU"
         else:
             assert ids == set()
+
+
+def test_co_residence_of_the_eval_step(demo_client):
+    """mlp demo: the eval step runs while the Adam train state stays live; its estimate
+    adds the train step's arguments it does not take (numbers from module_peaks)."""
+    run = next(r for r in demo_client.get("/data/plugin/profile/runs").json() if r.startswith("mlp/"))
+    peaks = {m["moduleName"]: m for m in demo_client.get("/api/module_peaks", params={"run": run}).json()}
+    mib = lambda v: round(v * (1 << 20))
+    train, ev = peaks["jit_train_step(14)"], peaks["jit_eval_step(16)"]
+    expected = ev["peakBytes"] + mib(train["entryComputationParametersMib"]) - mib(ev["entryComputationParametersMib"])
+    body = _risk(demo_client, run)
+    row = next(m for m in body["modules"] if m["moduleName"] == "jit_eval_step(16)")
+    assert row["coResidentBytes"] == expected and row["coResidentWith"] == "jit_train_step(14)"
+    assert "coResidentBytes" not in next(m for m in body["modules"] if m["moduleName"] == "jit_train_step(14)")

@@ -738,6 +738,24 @@ def _peak_link(ev: dict) -> dict:
 # ---------------------------------------------------------------------------
 
 
+def _co_residence(mods: list[dict]) -> None:
+    """Estimate, for each scheduled module that is not a training step, its peak with the
+    training state resident: the train state (the largest training step's arguments) stays
+    live between steps, and this module's own arguments are assumed to be part of it (an
+    eval step reads the same weights), so only the difference adds:
+    ``coResidentBytes = peak + max(0, trainArguments - ownArguments)``."""
+    steps = [m for m in mods if m["isTrainingStep"] and m.get("argumentBytes") is not None and m.get("heapEvents")]
+    if not steps:
+        return
+    step = max(steps, key=lambda m: m["argumentBytes"])
+    for m in mods:
+        if m is step or m["isTrainingStep"] or not m.get("heapEvents") or m.get("peakBytes") is None:
+            continue
+        extra = max(0, step["argumentBytes"] - (m.get("argumentBytes") or 0))
+        m["coResidentBytes"] = m["peakBytes"] + extra
+        m["coResidentWith"] = step["moduleName"]
+
+
 def _contributors(items: list[dict], peak: int) -> list[dict]:
     by: dict[str, list[dict]] = {}
     for i in items:
@@ -837,6 +855,7 @@ def assess(*, compiled: dict | None = None, allocator: dict | None = None, snaps
             row["risk"] = tier_of(m["peakBytes"], capacity, thresholds)
         row["isTrainingStep"] = _is_step(m.get("moduleName") or "")
         mods.append(row)
+    _co_residence(mods)
     frags = [f for f in (fragmentation(e) for e in evs) if f]
     return {
         "risk": risk,

@@ -188,11 +188,14 @@
   function moduleTable(d, state) {
     return el("table", { class: "oom-table", id: "oom-modules" },
       el("thead", {}, el("tr", {}, el("th", {}, "module"), el("th", { class: "num" }, "peak"), el("th", { class: "num" }, "arguments"),
-        el("th", { class: "num" }, "outputs"), el("th", { class: "num" }, "utilization"), el("th", {}, "tier"), el("th", {}, ""))),
+        el("th", { class: "num" }, "outputs"),
+        el("th", { class: "num", title: "peak + the part of the training step's arguments (the train state) this module does not take: see docs/oom_risk.md" }, "with train state"),
+        el("th", { class: "num" }, "utilization"), el("th", {}, "tier"), el("th", {}, ""))),
       el("tbody", {}, d.modules.map((m) => el("tr", { class: m.moduleName === d.module ? "selected" : "" },
         el("td", {}, el("code", {}, m.moduleName), m.isTrainingStep ? el("span", { class: "muted small" }, " training step") : null),
         el("td", { class: "num", title: `${n(m.peakBytes)} bytes` }, fmtBytes(m.peakBytes)),
         el("td", { class: "num" }, fmtBytes(m.argumentBytes)), el("td", { class: "num" }, fmtBytes(m.outputBytes)),
+        el("td", { class: "num", title: m.coResidentWith ? `with ${m.coResidentWith}'s state` : "" }, m.coResidentBytes === undefined ? "—" : fmtBytes(m.coResidentBytes)),
         el("td", { class: "num" }, pct(m.utilization)), el("td", {}, m.risk || "—"),
         el("td", {}, m.moduleName === d.module ? el("span", { class: "muted small" }, "assessed") :
           el("a", { href: stateUrl({ ...state, module_name: m.moduleName }), onclick: (e) => { e.preventDefault(); go({ ...readState(), module_name: m.moduleName }); } }, "assess"),
