@@ -273,6 +273,12 @@ def test_keys_drag_and_range(open_page, server_url, mlp_run):
     page.mouse.click(box["x"] + 20, box["y"] + 38 + header["y"] + header["h"] / 2)
     assert _hook(page, "rows") == rows
 
+    # A hand-edited link with an empty window: said so, and the whole trace instead.
+    page.goto(_view_url(server_url, run=mlp_run, tool="trace_viewer@", start_ms="5", end_ms="1"))
+    page.wait_for_selector("#tv-bad-window")
+    _ready(page)
+    assert _hook(page, "window") == pytest.approx(full)
+
 
 def test_torch_trace_renders(open_page, server_url, demo_logdir):
     import gzip

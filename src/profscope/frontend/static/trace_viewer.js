@@ -51,7 +51,11 @@
     current = ctx;
     view.replaceChildren(ctx.root);
     ctx.status.replaceChildren(el("span", { class: "muted" }, "Reading the trace… (the first look at a run converts it once)"));
-    const want = urlWindow(state);
+    let want = urlWindow(state), note = null;
+    if (want && !(want[1] > want[0])) { // a hand-edited link: say so rather than ask for a 400
+      note = el("div", { class: "tv-note", id: "tv-bad-window" }, `The link's window (start_ms=${state.start_ms}, end_ms=${state.end_ms}) is empty: showing the whole trace.`);
+      want = null;
+    }
     let data;
     try {
       data = await cachedJson(windowUrl(ctx, want, resolution(ctx)), 12);
@@ -63,7 +67,7 @@
       return;
     }
     if (current !== ctx || !view.contains(ctx.root)) return; // the user moved on
-    ctx.status.replaceChildren();
+    ctx.status.replaceChildren(...(note ? [note] : []));
     ctx.full = data.fullTimespan || [0, 0];
     if (!(data.tracks || []).length || !data.totalEventsSize && !(data.counters || []).some((c) => c.t.length)) {
       ctx.stage.hidden = true;
@@ -103,8 +107,8 @@
   }
 
   function urlWindow(state) {
-    const s = parseFloat(state.start_ms), e = parseFloat(state.end_ms);
-    return Number.isFinite(s) && Number.isFinite(e) ? [s, e] : null;
+    const s = Number(state.start_ms), e = Number(state.end_ms);
+    return state.start_ms && state.end_ms && Number.isFinite(s) && Number.isFinite(e) ? [s, e] : null;
   }
 
   function apiParams(ctx, extra = {}) {
