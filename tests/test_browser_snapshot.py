@@ -18,6 +18,7 @@ from urllib.request import urlopen
 
 import pytest
 
+from tests.builders import torch_snapshot as b
 from tests.conftest import ARTIFACTS, profscope_server
 
 pytestmark = pytest.mark.browser
@@ -25,6 +26,7 @@ pytestmark = pytest.mark.browser
 FIXTURES = "torch_snapshots/Wedsonlin_assignment2-systems"
 TRAIN = "medium_128_training_memory_snapshot.pickle"
 INFER = "medium_128_inference_memory_snapshot.pickle"
+BUILT = "built_oom_two_devices.pickle"
 
 
 @pytest.fixture(scope="module")
@@ -32,6 +34,8 @@ def snap_server(tmp_path_factory, shared_fixtures):
     root = tmp_path_factory.mktemp("snaplog")
     for name in (TRAIN, INFER):
         shutil.copy(shared_fixtures / FIXTURES / name, root / name)
+    # What no real fixture has: an OOM, two devices, expandable segments, overflow.
+    (root / BUILT).write_bytes(b.to_pickle(b.expandable_oom_multidevice()))
     with profscope_server("serve", str(root), "--port", "0", "--cache-dir", str(tmp_path_factory.mktemp("cache"))) as (url, _):
         yield url
 
@@ -193,3 +197,29 @@ def test_snapshot_zoom_requests_a_window(open_page, snap_server):
         page2.evaluate("Plotly.relayout('ts-timeline', {'xaxis.range': [1, 2]})")
     page2.wait_for_function("(new URLSearchParams(location.search).get('win') || '').includes(',')")
     assert page2.input_value("#ts-xmode") == "time"
+
+
+def test_snapshot_oom_events_overflow_and_devices(open_page, snap_server):
+    ov = _api(snap_server, "overview", run=BUILT, host="cuda:0")
+    oom = ov["ooms"][0]
+    page = open_page(snap_server)
+    _open(page, _view_url(snap_server, run=BUILT, tool="memory_profile", host="cuda:0"))
+    # The ring-buffer flag is a warning at the top; the OOM has its row, from the file.
+    assert "Events may be missing" in page.inner_text("#ts-overflow")
+    row = page.locator(f"#ts-ooms tr[data-event='{oom['event']}']")
+    cells = row.locator("td").all_inner_texts()
+    fmt = lambda v: page.evaluate("b => fmtBytes(b)", v)
+    assert cells[1:] == [fmt(oom["requestedBytes"]), fmt(oom["deviceFreeBytes"]), fmt(oom["liveBytes"]),
+                         fmt(oom["reservedBytes"]), fmt(oom["largestFreeBlock"])]
+    assert oom["requestedBytes"] == 64 * b.GB and oom["deviceFreeBytes"] == 123 * b.MB
+    # Clicking it selects the event: the allocator state at the OOM.
+    row.click()
+    page.wait_for_selector(f"#ts-state[data-event='{oom['event']}']")
+    assert parse_qs(urlparse(page.url).query)["t"] == [str(oom["event"])]
+    page.screenshot(path=str(ARTIFACTS / "snapshot_oom.png"), full_page=True)
+    # Both devices are hosts; the second has no OOM.
+    assert page.locator("#pick-host option").all_inner_texts() == ["cuda:0", "cuda:1"]
+    page.select_option("#pick-host", "cuda:1")
+    page.wait_for_function("document.querySelector('#ts-head, .ts-head') && document.querySelector('.ts-head').textContent.includes('cuda:1')")
+    page.wait_for_selector("#ts-overview")
+    assert page.locator("#ts-ooms").count() == 0
