@@ -246,12 +246,11 @@
     if (structure !== ctx.structure) { ctx.structure = structure; relayout(ctx); }
     ctx.counts.textContent = `${(data.returnedEventsSize ?? n).toLocaleString("en-US")} of ${(data.totalEventsSize ?? n).toLocaleString("en-US")} events${data.truncated ? " · zoom in for more" : ""}`;
     ctx.counts.title = data.truncated ? "Slices shorter than a pixel were thinned to about one per pixel per row; zooming in shows them." : "Every event of this window is drawn.";
-    ctx.root.dataset.loaded = String(ctx.seq);
     if (ctx.selectedId && ctx.selected) locateSelected(ctx);
     draw(ctx);
   }
 
-  function rowKey(track, depth) { return track * 1024 + depth; }
+  function rowKey(track, depth) { return track * 65536 + depth; } // depth < 2^15 (int16 on the server)
 
   function hash(str) { // FNV-1a: the same name gets the same colour in every window
     let h = 2166136261;
@@ -268,10 +267,14 @@
 
   async function fetchWindow(ctx) {
     const win = [...ctx.view], res = resolution(ctx);
-    if (ctx.dataWindow && sameWindow(win, ctx.dataWindow) && res === ctx.dataRes) { ctx.root.dataset.loaded = String(ctx.seq); return; }
-    const seq = ++ctx.seq;
+    const seq = ++ctx.seq; // from here on, answers to earlier requests are stale
+    if (ctx.dataWindow && sameWindow(win, ctx.dataWindow) && res === ctx.dataRes) { // back where the data is
+      delete ctx.root.dataset.busy;
+      ctx.counts.classList.remove("busy");
+      return;
+    }
     ctx.root.dataset.busy = "1";
-    const slow = setTimeout(() => ctx.counts.classList.add("busy"), 150);
+    const slow = setTimeout(() => { if (seq === ctx.seq) ctx.counts.classList.add("busy"); }, 150);
     const whole = sameWindow(win, ctx.full);
     try {
       // The last few windows stay cached (app.js): reset zoom or back to a window is instant.
