@@ -89,3 +89,36 @@ class NameTable:
             i = self.index[s] = len(self.names)
             self.names.append(s)
         return i
+
+
+class MemorySink:
+    """Collects event column chunks and argument buffers in memory (the readers' default
+    sink; the trace viewer's index writer is the other, writing them to disk)."""
+
+    def __init__(self) -> None:
+        self.track: list[np.ndarray] = []
+        self.start: list[np.ndarray] = []
+        self.dur: list[np.ndarray] = []
+        self.name: list[np.ndarray] = []
+        self.off: list[np.ndarray] = []
+        self.len: list[np.ndarray] = []
+        self.blobs: list = []
+
+    def events(self, track, start, dur, name, off, length) -> None:
+        self.track.append(np.asarray(track, np.int32))
+        self.start.append(np.asarray(start, np.int64))
+        self.dur.append(np.asarray(dur, np.int64))
+        self.name.append(np.asarray(name, np.int32))
+        self.off.append(np.asarray(off, np.int64))
+        self.len.append(np.asarray(length, np.int32))
+
+    def blob(self, buf) -> None:
+        self.blobs.append(buf)
+
+    def fill(self, ev: "TraceEvents") -> None:
+        def cat(chunks, dtype):
+            return np.concatenate(chunks) if chunks else np.zeros(0, dtype)
+
+        ev.track, ev.start_ps, ev.dur_ps = cat(self.track, np.int32), cat(self.start, np.int64), cat(self.dur, np.int64)
+        ev.name, ev.args_off, ev.args_len = cat(self.name, np.int32), cat(self.off, np.int64), cat(self.len, np.int32)
+        ev.blob = self.blobs

@@ -42,7 +42,7 @@ from profscope.formats import protowire as wire
 from profscope.formats import xplane
 from profscope.formats import xplane_memory as xm
 from profscope.formats.protos import xplane_pb2
-from profscope.formats.trace_events import Counter, NameTable, Process, TraceEvents, Track
+from profscope.formats.trace_events import Counter, MemorySink, NameTable, Process, TraceEvents, Track
 
 HOST_PREFIX = "/host:CPU"
 GPU_PREFIX = "/device:GPU:"
@@ -77,12 +77,16 @@ def selected_planes(index: xplane.XSpaceIndex) -> list[tuple[xplane.PlaneRef, in
 
 
 def read_trace(raw: IO[bytes], path: str, host_number: int = 1, hostname: str | None = None,
-               progress=None) -> TraceEvents:
+               progress=None, sink=None) -> TraceEvents:
     """The trace events of one XSpace (``<host>.xplane.pb[.gz]``).
 
     ``host_number`` is XProf's 1-based host index (pids are ``1000 * host + device``);
     ``hostname`` the host as XProf names it, from the file name (process names are
     ``"<hostname> <plane name>"``); by default the XSpace's first ``hostnames`` entry.
+    ``sink``: where the event columns go as they are decoded (``sink.events(track, start,
+    dur, name, args_off, args_len)`` per chunk, ``sink.blob(buffer)`` per plane, whose
+    bytes the args offsets point into); the returned :class:`TraceEvents` then has
+    empty columns. Without one they are collected in memory.
     Corrupt or truncated input raises :class:`BadInput` naming the file.
     """
     _report(progress, 0.0, "indexing the profile planes")
@@ -94,7 +98,7 @@ def read_trace(raw: IO[bytes], path: str, host_number: int = 1, hostname: str | 
     try:
         raw.seek(0)
         f, size = xplane.open_stream(raw)
-        return _read(f, size, path, hostname, chosen, host_number, total, progress)
+        return _read(f, size, path, hostname, chosen, host_number, total, progress, sink)
     except (wire.Truncated, xm._Malformed, ValueError, IndexError, EOFError, OSError) as e:
         raise wire.wire_error(path, "XSpace profile", e) from e
     except BadInput:
@@ -105,34 +109,18 @@ def read_trace(raw: IO[bytes], path: str, host_number: int = 1, hostname: str | 
         raise
 
 
-class _Parts:
-    """Column chunks collected plane by plane."""
-
-    def __init__(self):
-        self.track, self.start, self.dur, self.name, self.off, self.len = [], [], [], [], [], []
-
-    def add(self, track, start, dur, name, off, length):
-        self.track.append(np.asarray(track, np.int32))
-        self.start.append(np.asarray(start, np.int64))
-        self.dur.append(np.asarray(dur, np.int64))
-        self.name.append(np.asarray(name, np.int32))
-        self.off.append(np.asarray(off, np.int64))
-        self.len.append(np.asarray(length, np.int32))
-
-
-CHUNK_EVENTS = 1 << 17  # events decoded at once: bounds the decoder's scratch memory
+CHUNK_EVENTS = 1 << 16  # events decoded at once: bounds the decoder's scratch memory
 LINE_WINDOW = 1 << 22  # bytes of a line searched for event headers at once (scratch memory)
 
 
-def _read(f, size, path, hostname, chosen, host_number, total, progress) -> TraceEvents:
+def _read(f, size, path, hostname, chosen, host_number, total, progress, sink) -> TraceEvents:
     names = NameTable()
     tracks: list[Track] = []
     processes: list[Process] = []
     counters: list[Counter] = []
     steps: list[tuple[str, int, int]] = []
     planes: list[bytes] = []
-    parts = _Parts()
-    blobs: list[bytearray] = []
+    parts = MemorySink() if sink is None else sink
     blob_base = 0
     base_ns: int | None = None
     done = 0
@@ -145,13 +133,12 @@ def _read(f, size, path, hostname, chosen, host_number, total, progress) -> Trac
             device_id = FIRST_DEVICE_ID + meta.id
         pid = MAX_DEVICES_PER_HOST * host_number + device_id
         b = np.frombuffer(data, dtype=np.uint8)
-        headers, starts, ends, counts = [], [], [], []
+        headers, runs, counts = [], [], []
         for a, z in line_spans:
-            head, s_, e_ = xm._line_events(data, b, a, z, window=LINE_WINDOW)
+            head, line_runs, count = _line_runs(data, b, a, z)
             headers.append(xplane_pb2.XLine.FromString(head))
-            starts.append(s_)
-            ends.append(e_)
-            counts.append(len(s_))
+            runs.append(line_runs)
+            counts.append(count)
         n = sum(counts)
         if not n:
             del data, b
@@ -162,10 +149,6 @@ def _read(f, size, path, hostname, chosen, host_number, total, progress) -> Trac
         plane_index = len(planes)
         planes.append(meta_bytes)
         processes.append(Process(pid, f"{hostname} {meta.name}".strip(), pid))
-        ev_start = xm._cat(starts, np.int64)
-        ev_end = xm._cat(ends, np.int64)
-        ev_line = np.repeat(np.arange(len(headers), dtype=np.int32), counts)
-        del starts, ends
         line_ts = np.array([h.timestamp_ns - base_ns for h in headers], dtype=np.int64)
         # tracks: one per line with events (the counter line holds counters instead)
         line_track = np.full(len(headers), -1, dtype=np.int32)
@@ -180,19 +163,20 @@ def _read(f, size, path, hostname, chosen, host_number, total, progress) -> Trac
         plane = _PlaneReader(meta, names, data)
         plane.special = {li: ("counter" if li in counter_lines else "steps") for li, h in enumerate(headers)
                          if li in counter_lines or (h.display_name or h.name) == "Steps"}
-        for lo in range(0, n, CHUNK_EVENTS):
-            hi = min(n, lo + CHUNK_EVENTS)
-            _report(progress, 0.02 + 0.9 * (done + ref.length * hi / n) / total,
-                    f"decoding {ref.name}: {hi:,} of {n:,} events")
-            ev = xm._decode_events(b, ev_start[lo:hi], ev_end[lo:hi], ev_line[lo:hi], plane.stat_names)
+        seen = 0
+        for ev_start, ev_end, ev_line in _event_chunks(data, b, runs):
+            seen += len(ev_start)
+            _report(progress, 0.02 + 0.9 * (done + ref.length * seen / n) / total,
+                    f"decoding {ref.name}: {seen:,} of {n:,} events")
+            ev = xm._decode_events(b, ev_start, ev_end, ev_line, plane.stat_names)
             ts = line_ts[ev.line] * 1000 + ev.offset_ps
             name_id = plane.name_ids(ev)
             internal = np.isin(ev.metadata_id, plane.internal_ids)
             keep = np.flatnonzero(~internal & (line_track[ev.line] >= 0))
             # XProf shows zero-length events as 1 ps long (checked on 2.24.2's output)
-            parts.add(line_track[ev.line[keep]], ts[keep], np.maximum(ev.duration_ps[keep], 1), name_id[keep],
-                      ev_start[lo:hi][keep] + blob_base, ev_end[lo:hi][keep] - ev_start[lo:hi][keep])
-            plane.collect(ev, ts, name_id, ev_start[lo:hi], ev_end[lo:hi])
+            parts.events(line_track[ev.line[keep]], ts[keep], np.maximum(ev.duration_ps[keep], 1), name_id[keep],
+                         ev_start[keep] + blob_base, (ev_end[keep] - ev_start[keep]).astype(np.int32))
+            plane.collect(ev, ts, name_id, ev_start, ev_end)
             del ev, ts, name_id, internal, keep
         # ThreadpoolListener::Region slices (XProf's preprocessing), no XEvent bytes
         reg_line, reg_ts, reg_end = plane.regions()
@@ -200,7 +184,7 @@ def _read(f, size, path, hostname, chosen, host_number, total, progress) -> Trac
             rtrack = line_track[reg_line]
             ok = rtrack >= 0
             k = int(ok.sum())
-            parts.add(rtrack[ok], reg_ts[ok], reg_end[ok] - reg_ts[ok], np.full(k, names(REGION_NAME), np.int32),
+            parts.events(rtrack[ok], reg_ts[ok], reg_end[ok] - reg_ts[ok], np.full(k, names(REGION_NAME), np.int32),
                       np.zeros(k, np.int64), np.zeros(k, np.int32))
         plane.counters(pid, tracks, counters, plane_index, counter_lines)
         for r_name, r_ts, r_dur, r_line in plane.step_rows:
@@ -208,23 +192,77 @@ def _read(f, size, path, hostname, chosen, host_number, total, progress) -> Trac
         for r_name, r_ts, r_dur, r_line in plane.line_rows:
             if plane.special[r_line] == "steps":
                 steps.append((r_name, r_ts, r_dur))
-        del ev_start, ev_end, ev_line, b, plane
-        blobs.append(data)
+        del b, plane
+        parts.blob(data)
         blob_base += len(data)
+        del data
         done += ref.length
     _report(progress, 0.95, "collecting columns")
     steps.sort(key=lambda s: s[1])
 
-    def cat(chunks, dtype):
-        return np.concatenate(chunks) if chunks else np.zeros(0, dtype)
-
-    return TraceEvents(
+    out = TraceEvents(
         path=path, hostname=hostname, base_ps=(base_ns or 0) * 1000,
-        track=cat(parts.track, np.int32), start_ps=cat(parts.start, np.int64), dur_ps=cat(parts.dur, np.int64),
-        name=cat(parts.name, np.int32), args_off=cat(parts.off, np.int64), args_len=cat(parts.len, np.int32),
-        blob=blobs, args_kind="xevent", names=names.names, tracks=tracks, processes=processes,
+        track=np.zeros(0, np.int32), start_ps=np.zeros(0, np.int64), dur_ps=np.zeros(0, np.int64),
+        name=np.zeros(0, np.int32), args_off=np.zeros(0, np.int64), args_len=np.zeros(0, np.int32),
+        blob=[], args_kind="xevent", names=names.names, tracks=tracks, processes=processes,
         counters=counters, steps=steps, planes=planes,
     )
+    if sink is None:
+        parts.fill(out)
+    return out
+
+
+def _line_runs(data, b, start: int, end: int):
+    """An XLine's bytes without its events, the byte ranges of its runs of ``events``
+    fields and how many events they hold (found ``LINE_WINDOW`` bytes at a time, so a
+    huge line never needs arrays over all its events)."""
+    keep = bytearray()
+    runs = []
+    count = 0
+    pos = start
+    while pos < end:
+        if data[pos] == 0x22:  # field 4 (events), LEN: a run of events
+            run_start = pos
+            for s_, _e, pos in _windows(data, b, pos, end):
+                count += len(s_)
+            runs.append((run_start, pos, end))
+            continue
+        _, _, _, nxt = xm._next_field(data, pos, end)
+        keep += data[pos:nxt]
+        pos = nxt
+    return bytes(keep), runs, count
+
+
+def _windows(data, b, pos: int, end: int):
+    """(event payload starts, ends, position after) of a run of events, a window at a time."""
+    while pos < end and data[pos] == 0x22:
+        stop = min(end, pos + LINE_WINDOW)
+        s_, e_, nxt = xm._event_run_part(data, b, pos, end, stop)
+        if not len(s_):  # an entry longer than the window: read it the slow way
+            _, _, payload, nxt = xm._next_field(data, pos, end)
+            s_, e_ = np.asarray([payload], dtype=np.int64), np.asarray([nxt], dtype=np.int64)
+        yield s_, e_, nxt
+        pos = nxt
+
+
+def _event_chunks(data, b, runs):
+    """(starts, ends, line) of the plane's events, about CHUNK_EVENTS at a time, in line
+    order and within a line in wire order."""
+    buf_s, buf_e, buf_l, held = [], [], [], 0
+    for li, line_runs in enumerate(runs):
+        for run_start, _run_end, line_end in line_runs:
+            for s_, e_, _ in _windows(data, b, run_start, line_end):
+                for a in range(0, len(s_), CHUNK_EVENTS):
+                    part_s, part_e = s_[a:a + CHUNK_EVENTS], e_[a:a + CHUNK_EVENTS]
+                    buf_s.append(part_s)
+                    buf_e.append(part_e)
+                    buf_l.append(np.full(len(part_s), li, dtype=np.int32))
+                    held += len(part_s)
+                    if held >= CHUNK_EVENTS:
+                        yield np.concatenate(buf_s), np.concatenate(buf_e), np.concatenate(buf_l)
+                        buf_s, buf_e, buf_l, held = [], [], [], 0
+    if held:
+        yield np.concatenate(buf_s), np.concatenate(buf_e), np.concatenate(buf_l)
 
 
 class _PlaneReader:

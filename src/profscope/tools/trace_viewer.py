@@ -70,108 +70,124 @@ _COLS = ("start", "dur", "track", "depth", "name", "aoff", "alen")
 # ---------------------------------------------------------------------------
 
 
-def build_index(ev: TraceEvents, out: Path, progress=None) -> dict:
-    """Write the index of ``ev`` into the (empty) folder ``out``; returns its meta.
+_RAW = (("track", np.int32), ("start", np.int64), ("dur", np.int64), ("name", np.int32), ("aoff", np.int64),
+        ("alen", np.int32))
 
-    Takes ownership of ``ev``'s columns (they are released as they are written, to keep
-    the peak memory of a conversion down)."""
-    out = Path(out)
-    n = len(ev)
-    _report(progress, 0.0, f"indexing {n:,} events")
-    # the argument bytes first, so the plane buffers can go
-    with open(out / "args.bin", "wb") as f:
-        for buf in ev.blob:
-            f.write(buf)
+
+class IndexWriter:
+    """A sink for the trace readers (``events`` chunks, ``blob`` buffers) that writes
+    them straight to disk, so a conversion never holds every event in memory; then
+    :meth:`finish` sorts them into the index. ``build_index`` does the same for columns
+    already in memory."""
+
+    def __init__(self, folder: Path | str):
+        self.folder = Path(folder)
+        self.n = 0
+        self.blob_bytes = 0
+        self._raw = {k: open(self.folder / f"{k}.raw", "wb") for k, _ in _RAW}
+        self._args = open(self.folder / "args.bin", "wb")
+
+    def events(self, track, start, dur, name, off, length) -> None:
+        for (k, dtype), col in zip(_RAW, (track, start, dur, name, off, length)):
+            self._raw[k].write(np.ascontiguousarray(col, dtype=dtype).tobytes())
+        self.n += len(start)
+
+    def blob(self, buf) -> None:
+        self._args.write(buf)
+        self.blob_bytes += len(buf)
+
+    def _load(self, k: str) -> np.ndarray:
+        dtype = dict(_RAW)[k]
+        path = self.folder / f"{k}.raw"
+        col = np.fromfile(path, dtype=dtype) if self.n else np.zeros(0, dtype)
+        path.unlink()
+        return col
+
+    def finish(self, ev: TraceEvents, progress=None) -> dict:
+        for f in self._raw.values():
+            f.close()
+        self._args.close()
+        out = self.folder
+        n = self.n
+        for i, pb in enumerate(ev.planes):
+            (out / f"plane_{i}.pb").write_bytes(bytes(pb))
+        _report(progress, 0.0, f"indexing {n:,} events")
+        start = self._load("start")
+        dur = self._load("dur")
+        track = self._load("track")
+        starts = [int(start.min())] if n else []
+        starts += [int(c.t_ps[0]) for c in ev.counters if len(c.t_ps)]
+        shift = min(starts) if starts else 0
+        if shift:
+            start -= shift
+        np.maximum(dur, 0, out=dur)
+        end_ps = int((start + dur).max()) if n else 0
+        for c in ev.counters:
+            if len(c.t_ps):
+                end_ps = max(end_ps, int(c.t_ps[-1] - shift))
+        _report(progress, 0.1, "nesting events per thread")
+        depth, max_depth = _depths(track, start, dur, len(ev.tracks))
+        _report(progress, 0.35, "sorting events into duration levels")
+        level = _level(dur)
+        order = np.lexsort((start, level))
+        level = level[order]
+        bounds = np.searchsorted(level, np.arange(LEVELS + 1)).astype(np.int64)
+        kept = {}
+        cols = {"start": start, "dur": dur, "track": track, "depth": depth}
+        del start, dur, track, depth
+        for k in _COLS:
+            col = cols.pop(k) if k in cols else self._load(k)
+            col = col[order]
+            np.save(out / f"{k}.npy", col)
+            if k in ("start", "track", "depth"):
+                kept[k] = col  # sorted copies for the tiers
+            del col
+        del order
+        _report(progress, 0.6, "building resolution tiers")
+        tiers = _build_tiers(kept.pop("track"), kept.pop("depth"), kept.pop("start"), level, bounds, out)
+        del level
+        _report(progress, 0.9, "writing counters")
+        counters = []
+        for i, c in enumerate(ev.counters):
+            np.save(out / f"counter_{i}_t.npy", (c.t_ps - shift).astype(np.int64))
+            np.save(out / f"counter_{i}_v.npy", c.value.astype(np.float64))
+            counters.append({"track": c.track, "name": c.name, "unit": c.unit, "points": int(len(c.t_ps))})
+        meta = {
+            "version": INDEX_VERSION,
+            "path": ev.path,
+            "hostname": ev.hostname,
+            "origin_ps": int(ev.base_ps) + int(shift),
+            "end_ps": end_ps,
+            "events": n,
+            "levels": bounds.tolist(),
+            "tiers": tiers,
+            "args_kind": ev.args_kind,
+            "planes": len(ev.planes),
+            "names": ev.names,
+            "tracks": [
+                {"pid": t.pid, "tid": t.tid, "name": t.name, "sortIndex": t.sort_index, "kind": t.kind,
+                 "plane": t.plane, "maxDepth": int(max_depth[i]) if i < len(max_depth) else 0}
+                for i, t in enumerate(ev.tracks)
+            ],
+            "processes": [{"pid": p.pid, "name": p.name, "sortIndex": p.sort_index} for p in ev.processes],
+            "counters": counters,
+            "steps": [[s[0], int(s[1] - shift), int(s[2])] for s in ev.steps],
+        }
+        (out / "meta.json").write_bytes(orjson.dumps(meta))
+        _report(progress, 1.0, "index written")
+        return meta
+
+
+def build_index(ev: TraceEvents, out: Path, progress=None) -> dict:
+    """Write the index of ``ev`` (columns in memory) into the empty folder ``out``.
+    Takes ownership of ``ev``'s columns: they are released once written."""
+    w = IndexWriter(out)
+    for buf in ev.blob:
+        w.blob(buf)
     ev.blob.clear()
-    for i, pb in enumerate(ev.planes):
-        (out / f"plane_{i}.pb").write_bytes(bytes(pb))
-    starts = [int(ev.start_ps.min())] if n else []
-    starts += [int(c.t_ps[0]) for c in ev.counters if len(c.t_ps)]
-    shift = min(starts) if starts else 0
-    start = ev.start_ps
-    if shift:
-        start -= shift
-    dur = ev.dur_ps
-    np.maximum(dur, 0, out=dur)
-    track = ev.track.astype(np.int32, copy=False)
-    ev.start_ps = ev.dur_ps = ev.track = None
-    end_ps = int((start + dur).max()) if n else 0
-    for c in ev.counters:
-        if len(c.t_ps):
-            end_ps = max(end_ps, int(c.t_ps[-1] - shift))
-    _report(progress, 0.1, "nesting events per thread")
-    depth, max_depth = _depths(track, start, dur, len(ev.tracks))
-    _report(progress, 0.35, "sorting events into duration levels")
-    level = _level(dur)
-    order = np.lexsort((start, level))
-    level = level[order]
-    bounds = np.searchsorted(level, np.arange(LEVELS + 1)).astype(np.int64)
-    sorted_cols = {}
-    for k in _COLS:
-        if k == "start":
-            col = start
-        elif k == "dur":
-            col = dur
-        elif k == "track":
-            col = track
-        elif k == "depth":
-            col = depth
-        elif k == "name":
-            col = ev.name
-            ev.name = None
-        elif k == "aoff":
-            col = ev.args_off
-            ev.args_off = None
-        else:
-            col = ev.args_len
-            ev.args_len = None
-        col = col[order]
-        np.save(out / f"{k}.npy", col)
-        if k in ("start", "track", "depth"):
-            sorted_cols[k] = col  # sorted copies for the tiers
-        del col
-        if k == "start":
-            del start
-        elif k == "dur":
-            del dur
-        elif k == "track":
-            del track
-        elif k == "depth":
-            del depth
-    del order
-    _report(progress, 0.6, "building resolution tiers")
-    tiers = _build_tiers(sorted_cols.pop("track"), sorted_cols.pop("depth"), sorted_cols.pop("start"), level, bounds, out)
-    del level
-    _report(progress, 0.9, "writing counters")
-    counters = []
-    for i, c in enumerate(ev.counters):
-        np.save(out / f"counter_{i}_t.npy", (c.t_ps - shift).astype(np.int64))
-        np.save(out / f"counter_{i}_v.npy", c.value.astype(np.float64))
-        counters.append({"track": c.track, "name": c.name, "unit": c.unit, "points": int(len(c.t_ps))})
-    meta = {
-        "version": INDEX_VERSION,
-        "path": ev.path,
-        "hostname": ev.hostname,
-        "origin_ps": int(ev.base_ps) + int(shift),
-        "end_ps": end_ps,
-        "events": n,
-        "levels": bounds.tolist(),
-        "tiers": tiers,
-        "args_kind": ev.args_kind,
-        "planes": len(ev.planes),
-        "names": ev.names,
-        "tracks": [
-            {"pid": t.pid, "tid": t.tid, "name": t.name, "sortIndex": t.sort_index, "kind": t.kind,
-             "plane": t.plane, "maxDepth": int(max_depth[i]) if i < len(max_depth) else 0}
-            for i, t in enumerate(ev.tracks)
-        ],
-        "processes": [{"pid": p.pid, "name": p.name, "sortIndex": p.sort_index} for p in ev.processes],
-        "counters": counters,
-        "steps": [[s[0], int(s[1] - shift), int(s[2])] for s in ev.steps],
-    }
-    (out / "meta.json").write_bytes(orjson.dumps(meta))
-    _report(progress, 1.0, "index written")
-    return meta
+    w.events(ev.track, ev.start_ps, ev.dur_ps, ev.name, ev.args_off, ev.args_len)
+    ev.track = ev.start_ps = ev.dur_ps = ev.name = ev.args_off = ev.args_len = None
+    return w.finish(ev, progress)
 
 
 def _level(dur: np.ndarray) -> np.ndarray:
