@@ -58,7 +58,7 @@
     }
     let data;
     try {
-      data = await cachedJson(windowUrl(ctx, want, resolution(ctx)), 12);
+      data = await cachedJson(windowUrl(ctx, want, resolution(ctx)));
     } catch (err) {
       if (current !== ctx) return;
       ctx.status.replaceChildren(errorBox(err, "Cannot show the trace"),
@@ -262,7 +262,11 @@
   function schedule(ctx) {
     clearTimeout(ctx.timer);
     ctx.timerActive = true;
-    ctx.timer = setTimeout(() => { ctx.timerActive = false; fetchWindow(ctx); }, FETCH_DELAY);
+    ctx.timer = setTimeout(() => {
+      ctx.timerActive = false;
+      if (ctx.urlPending) writeWindowUrl(ctx);
+      fetchWindow(ctx);
+    }, FETCH_DELAY);
   }
 
   async function fetchWindow(ctx) {
@@ -277,8 +281,8 @@
     const slow = setTimeout(() => { if (seq === ctx.seq) ctx.counts.classList.add("busy"); }, 150);
     const whole = sameWindow(win, ctx.full);
     try {
-      // The last few windows stay cached (app.js): reset zoom or back to a window is instant.
-      const data = await cachedJson(windowUrl(ctx, whole ? null : win, res), 12);
+      // The last few answers stay cached (app.js): reset zoom or back to a window is instant.
+      const data = await cachedJson(windowUrl(ctx, whole ? null : win, res));
       if (seq !== ctx.seq || current !== ctx) return; // a newer window was asked for meanwhile
       ctx.status.replaceChildren();
       accept(ctx, data, win, res);
@@ -314,13 +318,18 @@
 
   function setWindow(ctx, s, e, { url = true } = {}) {
     ctx.view = clampWindow(ctx, s, e);
-    if (url) {
-      const whole = sameWindow(ctx.view, ctx.full);
-      const span = ctx.view[1] - ctx.view[0];
-      setUrl(whole ? { start_ms: "", end_ms: "" } : { start_ms: fmtNum(ctx.view[0], span), end_ms: fmtNum(ctx.view[1], span) });
-    }
+    // The URL follows when the fetch goes out: Chromium throttles a page that replaces its
+    // URL on every wheel tick or mouse move.
+    ctx.urlPending = ctx.urlPending || url;
     draw(ctx);
     schedule(ctx);
+  }
+
+  function writeWindowUrl(ctx) {
+    ctx.urlPending = false;
+    const whole = sameWindow(ctx.view, ctx.full);
+    const span = ctx.view[1] - ctx.view[0];
+    setUrl(whole ? { start_ms: "", end_ms: "" } : { start_ms: fmtNum(ctx.view[0], span), end_ms: fmtNum(ctx.view[1], span) });
   }
 
   // The URL follows the view without re-rendering; replaceState while the user zooms and
@@ -993,7 +1002,7 @@
     ctx.card.classList.add("loading");
     let ev;
     try {
-      ev = await cachedJson(`/api/trace/event?${apiParams(ctx, { id })}`, 16);
+      ev = await cachedJson(`/api/trace/event?${apiParams(ctx, { id })}`);
     } catch (err) {
       if (ctx.selectedId !== id) return;
       ctx.card.classList.remove("loading");
@@ -1066,7 +1075,7 @@
     ctx.results.replaceChildren(el("p", { class: "muted" }, `Searching “${q}”…`));
     let data;
     try {
-      data = await cachedJson(`/api/trace/search?${apiParams(ctx, { q, limit: 50 })}`, 16);
+      data = await cachedJson(`/api/trace/search?${apiParams(ctx, { q, limit: 50 })}`);
     } catch (err) {
       if (seq === ctx.searchSeq) ctx.results.replaceChildren(errorBox(err, "Search failed"));
       return;
