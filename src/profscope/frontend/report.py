@@ -10,7 +10,7 @@ import math
 from datetime import UTC, datetime
 from pathlib import Path
 
-from jinja2 import Environment, FileSystemLoader, select_autoescape
+from jinja2 import Environment, FileSystemLoader, Undefined, select_autoescape
 from markupsafe import Markup
 
 from profscope import __version__
@@ -89,7 +89,7 @@ def worst(reports: list[dict]) -> str:
 
 
 def fmt_bytes(n) -> str:
-    if n is None:
+    if n is None or isinstance(n, Undefined):  # a field a payload may leave out
         return "—"
     n = float(n)
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
@@ -100,7 +100,7 @@ def fmt_bytes(n) -> str:
 
 
 def fmt_pct(x) -> str:
-    return "—" if x is None else f"{100 * x:.1f} %"
+    return "—" if x is None or isinstance(x, Undefined) else f"{100 * x:.1f} %"
 
 
 def link_text(link: dict) -> str:
