@@ -416,3 +416,22 @@ def test_co_residence_of_the_eval_step(demo_client):
     row = next(m for m in body["modules"] if m["moduleName"] == "jit_eval_step(16)")
     assert row["coResidentBytes"] == expected and row["coResidentWith"] == "jit_train_step(14)"
     assert "coResidentBytes" not in next(m for m in body["modules"] if m["moduleName"] == "jit_train_step(14)")
+
+
+def test_allocator_fragmentation_finding_on_a_real_snapshot(demo_client, demo_logdir):
+    """flexgen_1.3b.pickle: a quarter of its reserved segments is inactive. The finding's
+    numbers equal the file's, computed here from the unpickled segments and blocks."""
+    path = demo_logdir / "torch_snapshots" / "flexgen_1.3b.pickle"
+    with open(path, "rb") as f:
+        snap = snapshot_format.load_snapshot(f, str(path))
+    inactive = snap.state_names.index("inactive")
+    reserved = int(snap.segments.total_size.sum())
+    external = int(snap.blocks.size[snap.blocks.state == inactive].sum())
+    body = _risk(demo_client, "torch_snapshots/flexgen_1.3b.pickle", host="cuda:0")
+    f = next(f for f in body["findings"] if f["id"] == "fragmentation_allocator")
+    assert f["evidence"]["externalBytes"] == external
+    assert f["evidence"]["external"] == pytest.approx(external / reserved) and external / reserved > oom_risk.FRAGMENTATION_SHARE
+    # The other two demo snapshots stay under the threshold.
+    for name in ("flexgen_oom.pickle", "sketchkv_2024.pickle"):
+        ids = {f["id"] for f in _risk(demo_client, f"torch_snapshots/{name}", host="cuda:0")["findings"]}
+        assert "fragmentation_allocator" not in ids
