@@ -450,15 +450,17 @@ class Workspace:
         def build(progress, folder):
             path = self.logdir.display_path(info.path)
             progress.update(0.0, f"reading {info.name}")
-            with self.logdir.open(info.path) as f:
-                if classify(info.name) is FileKind.XPLANE:
-                    # events go to disk as they are decoded (bounded memory)
-                    writer = trace_viewer.IndexWriter(folder)
-                    events = xplane_trace.read_trace(f, path, number, host, progress=progress.part(0, 0.6), sink=writer)
-                    writer.finish(events, progress=progress.part(0.6, 1))
-                    return
-                events = chrome_trace.trace_columns(f, path, progress=progress.part(0, 0.6))
-            trace_viewer.build_index(events, folder, progress=progress.part(0.6, 1))
+            # events go to disk as they are decoded (bounded memory), then get sorted
+            writer = trace_viewer.IndexWriter(folder)
+            try:
+                with self.logdir.open(info.path) as f:
+                    if classify(info.name) is FileKind.XPLANE:
+                        events = xplane_trace.read_trace(f, path, number, host, progress=progress.part(0, 0.6), sink=writer)
+                    else:
+                        events = chrome_trace.trace_columns(f, path, progress=progress.part(0, 0.6), sink=writer)
+            finally:
+                writer.close()
+            writer.finish(events, progress=progress.part(0.6, 1))
 
         folder = self.cache.get_or_build_dir(key, f"Trace viewer: indexing {info.name}", build)
         return self._trace_indexes.get(folder)

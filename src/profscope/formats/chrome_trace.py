@@ -770,7 +770,7 @@ def parse_memory_timeline(data: bytes, path: str) -> MemoryTimeline:
 # -- trace viewer columns -------------------------------------------------------------------
 
 
-def trace_columns(raw, path: str, progress=None):
+def trace_columns(raw, path: str, progress=None, sink=None):
     """Every event of a Chrome trace as trace-viewer columns
     (:class:`profscope.formats.trace_events.TraceEvents`), in one streaming pass.
 
@@ -787,12 +787,16 @@ def trace_columns(raw, path: str, progress=None):
 
     Times: ``ts``/``dur`` are microseconds (floats); stored as integer picoseconds from the
     first event's whole microsecond. Args are kept as JSON bytes per event.
+
+    ``sink`` (see :func:`profscope.formats.xplane_trace.read_trace`) receives the columns
+    and the args bytes every million events, so nothing grows with the file; without one
+    they are collected in memory.
     """
     import array
 
     import orjson
 
-    from profscope.formats.trace_events import Counter, NameTable, Process, TraceEvents, Track
+    from profscope.formats.trace_events import Counter, MemorySink, NameTable, Process, TraceEvents, Track
 
     names = NameTable()
     tracks: dict[tuple, int] = {}
@@ -804,6 +808,8 @@ def trace_columns(raw, path: str, progress=None):
     col_track, col_start, col_dur, col_name = array.array("i"), array.array("q"), array.array("q"), array.array("i")
     col_off, col_len = array.array("q"), array.array("i")
     blob = bytearray()
+    blob_base = 0
+    out_sink = MemorySink() if sink is None else sink
     open_b: dict[tuple, list] = {}
     counters: dict[tuple, tuple] = {}
     steps: list[tuple[str, int, int]] = []
@@ -827,16 +833,33 @@ def trace_columns(raw, path: str, progress=None):
         col_name.append(names(name))
         if args:
             data = dumps(args)
-            col_off.append(len(blob))
+            col_off.append(blob_base + len(blob))
             col_len.append(len(data))
             blob.extend(data)
         else:
             col_off.append(0)
             col_len.append(0)
 
+    def flush():
+        nonlocal blob, blob_base
+        if len(col_start):
+            out_sink.events(col(col_track, np.int32), col(col_start, np.int64), col(col_dur, np.int64),
+                            col(col_name, np.int32), col(col_off, np.int64), col(col_len, np.int32))
+            for a in (col_track, col_start, col_dur, col_name, col_off, col_len):
+                del a[:]
+        if blob:
+            out_sink.blob(bytes(blob))
+            blob_base += len(blob)
+            blob = bytearray()
+
+    def col(a, dtype):
+        return np.frombuffer(a, dtype=dtype).copy() if len(a) else np.zeros(0, dtype)
+
     n = 0
     for ev in iter_events(raw, path):
         n += 1
+        if n % 1_000_000 == 0:
+            flush()
         if progress is not None and n % 200_000 == 0 and size:
             try:
                 pos = raw.tell()
@@ -938,17 +961,18 @@ def trace_columns(raw, path: str, progress=None):
         o = np.argsort(tt, kind="stable")
         out_counters.append(Counter(ti, label, unit, tt[o], vv[o]))
 
-    def col(a, dtype):
-        return np.frombuffer(a, dtype=dtype).copy() if len(a) else np.zeros(0, dtype)
-
+    flush()
     steps.sort(key=lambda s: s[1])
-    return TraceEvents(
+    out = TraceEvents(
         path=path, hostname="", base_ps=int(base_us or 0) * 10**6,
-        track=col(col_track, np.int32), start_ps=col(col_start, np.int64), dur_ps=col(col_dur, np.int64),
-        name=col(col_name, np.int32), args_off=col(col_off, np.int64), args_len=col(col_len, np.int32),
-        blob=[blob], args_kind="json", names=names.names, tracks=track_list, processes=processes,
+        track=np.zeros(0, np.int32), start_ps=np.zeros(0, np.int64), dur_ps=np.zeros(0, np.int64),
+        name=np.zeros(0, np.int32), args_off=np.zeros(0, np.int64), args_len=np.zeros(0, np.int32),
+        blob=[], args_kind="json", names=names.names, tracks=track_list, processes=processes,
         counters=out_counters, steps=steps,
     )
+    if sink is None:
+        out_sink.fill(out)
+    return out
 
 
 def _int_id(value) -> int:

@@ -103,10 +103,13 @@ class IndexWriter:
         path.unlink()
         return col
 
-    def finish(self, ev: TraceEvents, progress=None) -> dict:
+    def close(self) -> None:
         for f in self._raw.values():
             f.close()
         self._args.close()
+
+    def finish(self, ev: TraceEvents, progress=None) -> dict:
+        self.close()
         out = self.folder
         n = self.n
         for i, pb in enumerate(ev.planes):
