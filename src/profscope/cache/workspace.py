@@ -374,7 +374,7 @@ class Workspace:
         if run.kind is RunKind.TORCH_SNAPSHOT:
             snap_ev = self._oom_snapshot_evidence(run, host, progress)
         elif run.kind is RunKind.CHROME_TRACE:
-            trace_ev = oom_risk.torch_trace_evidence(self.torch_memory_profile(run, params, progress))
+            trace_ev = oom_risk.torch_trace_evidence(self._payload(run, "memory_profile", {}))
             if trace_ev is None:
                 raise NotFound(f"run {run.name!r}: the trace has no [memory] events (profile_memory=True) to assess")
         else:
@@ -388,11 +388,11 @@ class Workspace:
                 ranked += [m["moduleName"] for m in modules if not m.get("error") and not m.get("heapEvents")]
                 name = ranked[0] if ranked else (self.modules(run) or [None])[0]
             if name:
-                mv = self.memory_viewer(run, {"module_name": name, "host": host}, progress)
+                mv = self._payload(run, "memory_viewer", {"module_name": name, **({"host": host} if host else {})})
                 compiled = oom_risk.compiled_evidence(mv, name)
             if run.kind is RunKind.PROFILE and run.hosts:
                 progress.update(0.6, "reading allocator events")
-                mp = self.xplane_memory_profile(run, {"host": host}, progress)
+                mp = self._payload(run, "memory_profile", {"host": host} if host else {})
                 allocator = oom_risk.allocator_evidence(mp, params.get("memory_id"))
                 devices = self.device_capabilities(run, host)
             if compiled is None and allocator is None:
@@ -400,6 +400,15 @@ class Workspace:
         return oom_risk.assess(compiled=compiled, allocator=allocator, snapshot=snap_ev, modules=modules,
                                requested=requested, device_name=params.get("device"), devices=devices,
                                torch_trace=trace_ev, thresholds=thresholds)
+
+    def _payload(self, run: Run, tool_name: str, params: dict) -> dict:
+        """Another tool's payload through that tool's own cache entry, so that a new
+        capacity or threshold re-assesses without reading the files again."""
+        import gzip
+
+        import orjson
+
+        return orjson.loads(gzip.decompress(self.tool_data(run, registry.get(tool_name), params)))
 
     def device_capabilities(self, run: Run, host: str | None = None) -> list[dict]:
         """The device planes' capabilities (memory size, name) of one host's xplane."""
