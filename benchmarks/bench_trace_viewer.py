@@ -19,6 +19,7 @@ Usage::
 
     .venv/bin/python benchmarks/bench_trace_viewer.py --steps 32000
     .venv/bin/python benchmarks/bench_trace_viewer.py --xplane /tmp/bigprof/plugins/profile/*/bighost.xplane.pb
+    .venv/bin/python benchmarks/bench_trace_viewer.py --chrome-memory-events 1000000   # a torch-like JSON
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ def _workspace(logdir: str, cache: str):
 
 
 def _run(ws):
-    return next(r for r in ws.runs() if r.kind.value == "profile")
+    return next(r for r in ws.runs() if r.kind.value in ("profile", "chrome_trace"))
 
 
 def convert(logdir: str, cache: str) -> dict:
@@ -120,6 +121,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--xplane", type=pathlib.Path)
     ap.add_argument("--steps", type=int, default=32000)
+    ap.add_argument("--chrome-memory-events", type=int, default=0,
+                    help="instead: a torch-like Chrome trace (tests/builders/chrome_trace.write_huge_trace)")
     ap.add_argument("--workdir", type=pathlib.Path, default=pathlib.Path(tempfile.gettempdir()) / "profscope-bench-trace")
     ap.add_argument("--worker", nargs=3, metavar=("MODE", "LOGDIR", "CACHE"), help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -127,7 +130,19 @@ def main() -> None:
         mode, logdir, cache = args.worker
         print(json.dumps((convert if mode == "convert" else query)(logdir, cache)))
         return
-    if args.xplane is None:
+    if args.chrome_memory_events:
+        sys.path.insert(0, str(REPO))
+        from tests.builders.chrome_trace import write_huge_trace
+
+        out = args.workdir / f"chrome{args.chrome_memory_events}"
+        out.mkdir(parents=True, exist_ok=True)
+        trace = out / "huge.pt.trace.json"
+        if not trace.exists():
+            write_huge_trace(trace, args.chrome_memory_events)
+        logdir = out
+        size = trace.stat().st_size
+        print(f"trace: {trace} ({size / 2**20:.1f} MiB)")
+    elif args.xplane is None:
         out = args.workdir / f"steps{args.steps}"
         found = sorted(out.glob("plugins/profile/*/*.xplane.pb"))
         if not found:
@@ -135,9 +150,10 @@ def main() -> None:
                             "--steps", str(args.steps)], check=True)
             found = sorted(out.glob("plugins/profile/*/*.xplane.pb"))
         args.xplane = found[-1]
-    logdir = args.xplane.parents[3]
-    size = args.xplane.stat().st_size
-    print(f"profile: {args.xplane} ({size / 2**20:.1f} MiB)")
+    if not args.chrome_memory_events:
+        logdir = args.xplane.parents[3]
+        size = args.xplane.stat().st_size
+        print(f"profile: {args.xplane} ({size / 2**20:.1f} MiB)")
     with tempfile.TemporaryDirectory() as cache:
         results = {}
         for mode in ("convert", "query"):
