@@ -321,18 +321,15 @@ def test_fifty_thousand_visible_slices(open_page, big_trace_url):
     _ready(page)
     window = _get_json(big_trace_url, "/api/trace/window", run="big.trace.json", resolution=_hook(page, "resolution"))
     assert len(window["slices"]["id"]) == 60_000
-    # Repaint a few times (zooming by a hair keeps all slices in view) and time it.
-    times = []
-    for k in range(4):
-        v0, v1 = window["fullTimespan"]
-        page.evaluate("([a, b]) => __traceViewer.setWindow(a, b)", [v0 + k * 1e-6, v1])
-        page.wait_for_timeout(50)
-        times.append(_hook(page, "paintMs"))
-    _ready(page)
     drawn = page.evaluate("__traceViewer.visibleSlices().length")
-    print(f"50k-slice paint: {sorted(times)} ms, {drawn} slices on screen")
     assert drawn == 60_000
-    assert sorted(times)[len(times) // 2] < 100, f"painting 60k slices takes {times} ms"
+    # Full repaints, rasterised, timed in the page. Headless Chromium rasterises in software
+    # on one core (~100 ms here on a loaded 2-core machine; a GPU browser is far faster):
+    # the bound catches a paint gone out of hand (DOM per slice, redraws per slice), not a
+    # slow machine.
+    times = sorted(page.evaluate("[0, 1, 2, 3, 4].map(() => __traceViewer.benchPaint())"))
+    print(f"60k-slice repaint (rasterised): {[round(t) for t in times]} ms")
+    assert times[len(times) // 2] < 400, f"painting 60k slices takes {times} ms"
     page.screenshot(path=str(ARTIFACTS / "trace_viewer_60k.png"))
 
 

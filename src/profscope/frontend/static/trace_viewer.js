@@ -486,8 +486,11 @@
     });
   }
 
-  // One path per palette colour; slices narrower than a pixel are drawn one pixel wide and
-  // a run of them on the same pixel is drawn once.
+  // Slices bucketed by palette colour, then fillRect with one fillStyle per colour, on
+  // whole pixels: in Chromium's software raster that is ~2x faster than one path per
+  // colour and ~3x faster than a fillStyle per slice (60k slices: ~100 ms vs 150 / 260 ms
+  // with the raster flush, measured headless). Slices narrower than a pixel are drawn one
+  // pixel wide and a run of them on the same pixel column is drawn once.
   function drawSlices(ctx, g, visible, yOf) {
     const d = ctx.data, s = d.s;
     const W = ctx.cssW, k = plotWidth(ctx) / (ctx.view[1] - ctx.view[0]), v0 = ctx.view[0];
@@ -500,20 +503,22 @@
       if (r.type !== "track" || r.track.kind === "counter") continue;
       const base = yOf(r) + TRACK_PAD;
       for (let depth = 0; depth <= r.track.maxDepth; depth++) {
-        const y = base + depth * ROW_H;
+        const y = Math.round(base + depth * ROW_H);
         if (y + ROW_H < RULER_H || y > ctx.cssH) continue;
         const list = d.byRow.get(rowKey(r.track.id, depth));
         if (!list) continue;
         let lastPx = -1e9;
         for (let j = 0; j < list.length; j++) {
           const i = list[j];
-          let x0 = GUTTER + (s.start[i] - v0) * k, x1 = x0 + s.dur[i] * k;
-          if (x1 < GUTTER || x0 > W) continue;
-          if (x1 - x0 < 1) { // sub-pixel: one pixel, once per pixel column
-            const px = Math.floor(x0);
-            if (px === lastPx) continue;
-            lastPx = px; x0 = px; x1 = px + 1;
-          } else lastPx = Math.floor(x1 - 1);
+          const a = GUTTER + (s.start[i] - v0) * k, b = a + s.dur[i] * k;
+          if (b < GUTTER || a > W) continue;
+          let x0 = Math.round(a), x1 = Math.round(b);
+          if (x1 <= x0) { // sub-pixel: one pixel, once per pixel column
+            x0 = Math.floor(a);
+            if (x0 === lastPx) continue;
+            x1 = x0 + 1;
+          }
+          lastPx = x1 - 1;
           x0 = Math.max(x0, GUTTER - 2); x1 = Math.min(x1, W + 2);
           paths[d.colour[s.name[i]]].push(x0, y, x1 - x0);
           if (match && match[s.name[i]]) found.push(x0, y, x1 - x0);
@@ -528,9 +533,7 @@
       const p = paths[c];
       if (!p.length) continue;
       g.fillStyle = PALETTE[c];
-      g.beginPath();
-      for (let j = 0; j < p.length; j += 3) g.rect(p[j], p[j + 1], p[j + 2], h);
-      g.fill();
+      for (let j = 0; j < p.length; j += 3) g.fillRect(p[j], p[j + 1], p[j + 2], h);
     }
     if (found.length) { // slices named like the search text: outlined
       g.strokeStyle = "#b3261e";
@@ -1123,6 +1126,15 @@
     resolution: () => current ? resolution(current) : null,
     selected: () => current ? current.selectedId : "",
     paintMs: () => current ? current.paintMs : null,
+    // One full repaint now, rasterised (reading a pixel waits for it): ms.
+    benchPaint: () => {
+      const ctx = current;
+      if (ctx.frame) { cancelAnimationFrame(ctx.frame); ctx.frame = 0; }
+      const t0 = performance.now();
+      paint(ctx);
+      ctx.g.getImageData(0, 0, 1, 1);
+      return performance.now() - t0;
+    },
     visibleSlices: () => {
       const ctx = current;
       if (!ctx || !ctx.data) return [];
