@@ -154,3 +154,29 @@ def test_conversion_reports_progress_forward(tmp_path):
     fractions = [f for f, _ in seen]
     assert fractions == sorted(fractions) and fractions[-1] == 1.0 and len(seen) >= 8
     assert any("decoding" in m for _, m in seen) and any("tiers" in m for _, m in seen)
+
+
+def test_counters_are_decimated_keeping_min_and_max(tmp_path):
+    from profscope.formats.trace_events import Counter
+
+    rng = np.random.default_rng(3)
+    t = np.cumsum(rng.integers(1, 1000, 200_000)).astype(np.int64)
+    v = rng.normal(0, 1, len(t))
+    v[123_456] = 99.0  # a one-point spike
+    v[7] = -99.0
+    ev = TraceEvents(
+        path="c", hostname="", base_ps=0, track=np.zeros(0, np.int32), start_ps=np.zeros(0, np.int64),
+        dur_ps=np.zeros(0, np.int64), name=np.zeros(0, np.int32), args_off=np.zeros(0, np.int64),
+        args_len=np.zeros(0, np.int32), blob=[], args_kind="json", names=[],
+        tracks=[Track(1, 0, "bytes", 0, "counter")], counters=[Counter(0, "bytes", "bytes", t, v)],
+    )
+    tv.build_index(ev, tmp_path)
+    ix = tv.TraceIndex(tmp_path)
+    shift = int(t[0])
+    tt, vv = ix.counter(0, 0, int(t[-1] - shift) + 1, 300)
+    assert len(tt) <= 3 * (300 + 1) + 1 and np.all(np.diff(tt) >= 0)
+    assert vv.max() == 99.0 and vv.min() == -99.0 and vv[-1] == v[-1]
+    # zoomed in: the points as they are
+    a, b = int(t[1000] - shift), int(t[1100] - shift)
+    tt, vv = ix.counter(0, a, b, 300)
+    assert np.array_equal(tt, t[999:1101] - shift) and np.array_equal(vv, v[999:1101])

@@ -384,24 +384,28 @@ class TraceIndex:
         return rows, truncated
 
     def counter(self, i: int, s: int, e: int, resolution: int) -> tuple[np.ndarray, np.ndarray]:
-        """A counter series in [s, e), decimated to about ``resolution`` buckets keeping
-        each bucket's first, min and max points (and the point before the window)."""
+        """A counter series in [s, e) (and the point before it), decimated when it has
+        more than 3 points per pixel: per pixel its first point, then its min and max at
+        that point's time (so spikes narrower than a pixel still show)."""
         t = np.load(self.folder / f"counter_{i}_t.npy", mmap_mode="r")
         v = np.load(self.folder / f"counter_{i}_v.npy", mmap_mode="r")
         lo = max(0, int(np.searchsorted(t, s, side="left")) - 1)
         hi = int(np.searchsorted(t, e, side="right"))
-        tt = np.asarray(t[lo:hi])
+        if hi - lo <= 3 * resolution:
+            return np.asarray(t[lo:hi]), np.asarray(v[lo:hi])
+        # bucket starts by binary search on the (memory-mapped) times: only the values
+        # are read in full
+        edges = s + ((e - s) / resolution * np.arange(resolution)).astype(np.int64)
+        starts = np.unique(np.concatenate([[0], np.searchsorted(t[lo + 1:hi], edges, side="left") + 1]))
+        starts = starts[starts < hi - lo]
         vv = np.asarray(v[lo:hi])
-        if len(tt) > 3 * resolution:
-            bucket = np.clip((tt - s) * resolution // max(1, e - s), -1, resolution)
-            starts = np.flatnonzero(np.r_[True, bucket[1:] != bucket[:-1]])
-            mins = np.minimum.reduceat(vv, starts)
-            maxs = np.maximum.reduceat(vv, starts)
-            amin = starts + _argreduce(vv, starts, mins)
-            amax = starts + _argreduce(vv, starts, maxs)
-            pick = np.unique(np.concatenate([starts, amin, amax]))
-            tt, vv = tt[pick], vv[pick]
-        return tt, vv
+        first = vv[starts]
+        mins = np.minimum.reduceat(vv, starts)
+        maxs = np.maximum.reduceat(vv, starts)
+        tf = np.asarray(t[lo + starts])  # fancy indexing reads only those times
+        out_t = np.repeat(tf, 3)
+        out_v = np.stack([first, mins, maxs], axis=1).reshape(-1)
+        return np.append(out_t, t[hi - 1]), np.append(out_v, vv[-1])
 
     # -- details, search ------------------------------------------------------------------
 
@@ -439,16 +443,6 @@ class TraceIndex:
         if not name_ids or not self.n:
             return np.zeros(0, np.int64)
         return np.flatnonzero(np.isin(self.cols["name"], np.asarray(name_ids, dtype=np.int32)))
-
-
-def _argreduce(v, starts, target):
-    """Offset within each reduceat group of the first element equal to ``target``."""
-    group = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(v)]))
-    hit = np.flatnonzero(v == target[group])
-    g = group[hit]
-    first = np.full(len(starts), -1, dtype=np.int64)
-    first[g[::-1]] = hit[::-1]
-    return first - starts
 
 
 # ---------------------------------------------------------------------------
