@@ -542,13 +542,19 @@
       for (let j = 0; j < found.length; j += 3) g.rect(found[j] + 0.5, found[j + 1] + 0.5, Math.max(found[j + 2] - 1, 1), h - 1);
       g.stroke();
     }
-    // Labels where they fit, clipped to the visible part of the slice.
+    // Labels where they fit, clipped to the visible part of the slice. Slices of one row
+    // come in start order; where a trace nests badly (a slice overlapping its neighbour on
+    // the same row) a label starts after the previous one instead of writing over it.
     g.fillStyle = "#1d2330";
     const ell = g.measureText("…").width;
+    let rowY = -1, rowTrack = -1, prevEnd = -Infinity;
     for (let j = 0; j < labels.length; j += 4) {
       const i = labels[j];
       let x0 = labels[j + 1], w = labels[j + 3];
+      const y = labels[j + 2];
+      if (y !== rowY || s.track[i] !== rowTrack) { rowY = y; rowTrack = s.track[i]; prevEnd = -Infinity; }
       if (x0 < GUTTER) { w -= GUTTER - x0; x0 = GUTTER; }
+      if (x0 < prevEnd) { w -= prevEnd - x0; x0 = prevEnd; }
       if (x0 + w > W) w = W - x0;
       const room = w - 8;
       if (room < 14) continue;
@@ -561,7 +567,8 @@
         if (chars < 2) continue;
         text = name.slice(0, chars) + "…";
       }
-      g.fillText(text, x0 + 4, labels[j + 2] + h / 2 + 0.5);
+      g.fillText(text, x0 + 4, y + h / 2 + 0.5);
+      prevEnd = x0 + 4 + Math.min(full, room) + 4;
     }
   }
 
