@@ -14,7 +14,6 @@ Screenshots go to test-artifacts/ for a person to look at."""
 from __future__ import annotations
 
 import json
-import time
 from urllib.parse import parse_qs, quote, urlencode, urlparse
 from urllib.request import urlopen
 

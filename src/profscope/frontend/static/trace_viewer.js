@@ -69,7 +69,7 @@
     if (current !== ctx || !view.contains(ctx.root)) return; // the user moved on
     ctx.status.replaceChildren(...(note ? [note] : []));
     ctx.full = data.fullTimespan || [0, 0];
-    if (!(data.tracks || []).length || !data.totalEventsSize && !(data.counters || []).some((c) => c.t.length)) {
+    if (!(data.tracks || []).length || (!data.totalEventsSize && !(data.counters || []).some((c) => c.t.length))) {
       ctx.stage.hidden = true;
       ctx.status.replaceChildren(el("div", { class: "tv-note", id: "tv-empty" },
         el("strong", {}, "This trace has no events. "),
@@ -1092,10 +1092,10 @@
     }
     if (seq !== ctx.searchSeq || current !== ctx) return;
     const trackName = new Map((ctx.data ? ctx.data.tracks : []).map((t) => [t.id, t.name]));
-    const matches = data.matches || [];
+    const matches = data.matches || [], total = data.total ?? matches.length;
     ctx.results.replaceChildren(
       el("h4", { id: "tv-results-head" }, matches.length
-        ? `${data.total.toLocaleString("en-US")} slices match “${data.query ?? q}”${data.total > matches.length ? ` (first ${matches.length})` : ""}`
+        ? `${total.toLocaleString("en-US")} slices match “${data.query ?? q}”${total > matches.length ? ` (first ${matches.length})` : ""}`
         : `No slice matches “${data.query ?? q}”.`),
       matches.length ? el("table", { class: "tv-matches" },
         el("thead", {}, el("tr", {}, el("th", {}, "name"), el("th", { class: "num" }, "start"), el("th", { class: "num" }, "duration"), el("th", {}, "track"))),
