@@ -407,7 +407,7 @@
 
   function sizeCanvas(ctx) {
     const total = RULER_H + ctx.contentH + 6;
-    const room = Math.max(260, window.innerHeight - 250);
+    const room = Math.max(260, window.innerHeight - 300); // leaves the top of the details card in view
     const h = Math.min(total, room);
     ctx.scroller.style.height = `${h}px`;
     ctx.inner.style.height = `${total}px`;
@@ -889,6 +889,7 @@
       if (ctx.cssW !== before) schedule(ctx);
     });
     ro.observe(ctx.scroller);
+    on(ctx, window, "resize", () => { if (ctx.data) sizeCanvas(ctx); }); // a taller window: more rows
     ctx.dispose = () => {
       ro.disconnect();
       for (const [t, type, fn, opts] of ctx.listeners) t.removeEventListener(type, fn, opts);
