@@ -63,9 +63,13 @@ def test_windows_match_brute_force(tmp_path, seed):
         w = int(10 ** rng.uniform(3, np.log10(span)))
         e = a + w
         res = int(rng.integers(1, 3000))
-        rows, truncated = ix.window_rows(a, e, res)
+        sl, truncated = ix.window_rows(a, e, res)
+        rows = sl["rows"]
         st = np.asarray(ix.cols["start"][rows])
         du = np.asarray(ix.cols["dur"][rows])
+        # the columns handed back are the rows' (tiers keep their own copies)
+        for k in ("start", "dur", "track", "depth", "name"):
+            assert np.array_equal(sl[k], np.asarray(ix.cols[k][rows]))
         # only overlapping
         assert np.all((st < e) & ((st + du > a) | ((du == 0) & (st >= a))))
         # exact set of overlapping events (brute force over the original columns)
@@ -180,3 +184,15 @@ def test_counters_are_decimated_keeping_min_and_max(tmp_path):
     a, b = int(t[1000] - shift), int(t[1100] - shift)
     tt, vv = ix.counter(0, a, b, 300)
     assert np.array_equal(tt, t[999:1101] - shift) and np.array_equal(vv, v[999:1101])
+
+
+def test_fenced_search_equals_searchsorted():
+    rng = np.random.default_rng(5)
+    col = np.sort(rng.integers(0, 5000, 20_000))
+    fence = col[:: tv.FENCE]
+    for _ in range(2000):
+        a = int(rng.integers(0, len(col)))
+        z = int(rng.integers(a, len(col) + 1))
+        x = int(rng.integers(-10, 5010))
+        for side in ("left", "right"):
+            assert tv._fenced(col, fence, a, z, x, side) == a + int(np.searchsorted(col[a:z], x, side=side))

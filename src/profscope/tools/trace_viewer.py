@@ -63,6 +63,9 @@ MAX_RESOLUTION = 100_000
 DEFAULT_RESOLUTION = 1000
 PS_PER_MS = 10**9
 _COLS = ("start", "dur", "track", "depth", "name", "aoff", "alen")
+_TIER_COLS = ("rows", "start", "dur", "track", "depth", "name")
+FENCE = 1024  # every FENCE-th start is kept in memory: binary searches touch ~2 pages
+_WIN_COLS = ("start", "dur", "track", "depth", "name")
 
 
 # ---------------------------------------------------------------------------
@@ -142,6 +145,8 @@ class IndexWriter:
             col = cols.pop(k) if k in cols else self._load(k)
             col = col[order]
             np.save(out / f"{k}.npy", col)
+            if k == "start":
+                np.save(out / "start_fence.npy", col[::FENCE])
             if k in ("start", "track", "depth"):
                 kept[k] = col  # sorted copies for the tiers
             del col
@@ -201,6 +206,27 @@ def _level(dur: np.ndarray) -> np.ndarray:
         _, e = np.frexp(np.maximum(dur[a:a + (1 << 20)], 1).astype(np.float64))
         out[a:a + (1 << 20)] = e - 1
     return out
+
+
+def _mapped(path: Path) -> np.ndarray:
+    """A column memory-mapped read-only. (Each lookup maps the page-cache folio around
+    it: on this machine's ext4 that is 2 MB, so RssFile grows by a few MB per distinct
+    place a window touches; those pages are clean, shared and reclaimable.)"""
+    return np.load(path, mmap_mode="r")
+
+
+def _fenced(col, fence: np.ndarray, a: int, z: int, x: int, side: str) -> int:
+    """``a + searchsorted(col[a:z], x, side)`` for a sorted stretch of a memory-mapped
+    column, through the in-memory ``fence`` (``col[::FENCE]``): the fence narrows the
+    search to one block, so it faults in about 2 pages of the column instead of ~20."""
+    fa = -(-a // FENCE)  # first fence post inside [a, z)
+    fz = (z - 1) // FENCE + 1  # one past the last
+    if fz <= fa:
+        return a + int(np.searchsorted(col[a:z], x, side=side))
+    j = int(np.searchsorted(fence[fa:fz], x, side=side))  # posts [fa, fa + j) are before x
+    lo = a if j == 0 else (fa + j - 1) * FENCE
+    hi = z if fa + j >= fz else min(z, (fa + j) * FENCE + 1)
+    return lo + int(np.searchsorted(col[lo:hi], x, side=side))
 
 
 def _depths(track: np.ndarray, start: np.ndarray, dur: np.ndarray, ntracks: int):
@@ -281,8 +307,18 @@ def _build_tiers(track, depth, start, level, bounds, out: Path) -> list[int]:
         rows = order[keep]
         del keep, cand
         rows = rows[np.argsort(start[rows], kind="stable")]
+        # the tier's own copy of what a window needs, so reading it is one contiguous
+        # slice per column (random reads into the main columns would fault in most of
+        # their pages)
         np.save(out / f"tier_{z}_rows.npy", rows.astype(np.int64))
         np.save(out / f"tier_{z}_start.npy", start[rows])
+        np.save(out / f"tier_{z}_fence.npy", start[rows][::FENCE])
+        np.save(out / f"tier_{z}_track.npy", track[rows])
+        np.save(out / f"tier_{z}_depth.npy", depth[rows])
+        for k in ("dur", "name"):
+            col = np.load(out / f"{k}.npy", mmap_mode="r")
+            np.save(out / f"tier_{z}_{k}.npy", col[rows])
+            del col
         tiers.append(z)
     return tiers
 
@@ -306,10 +342,12 @@ class TraceIndex:
         self.n = self.meta["events"]
         self.origin_ps = int(self.meta["origin_ps"])
         self.end_ps = int(self.meta["end_ps"])
-        self.cols = {k: np.load(self.folder / f"{k}.npy", mmap_mode="r" if self.n else None) for k in _COLS}
+        self.cols = {k: _mapped(self.folder / f"{k}.npy") if self.n else np.load(self.folder / f"{k}.npy") for k in _COLS}
         self.levels = self.meta["levels"]
-        self.tiers = {z: (np.load(self.folder / f"tier_{z}_start.npy", mmap_mode="r"),
-                          np.load(self.folder / f"tier_{z}_rows.npy", mmap_mode="r")) for z in self.meta["tiers"]}
+        self.tiers = {z: {k: _mapped(self.folder / f"tier_{z}_{k}.npy") for k in _TIER_COLS}
+                      for z in self.meta["tiers"]}
+        self.fence = np.load(self.folder / "start_fence.npy")
+        self.tier_fence = {z: np.load(self.folder / f"tier_{z}_fence.npy") for z in self.meta["tiers"]}
         self.names = self.meta["names"]
         self.tracks = self.meta["tracks"]
         self._lower = None
@@ -327,11 +365,10 @@ class TraceIndex:
             a, z = self.levels[k], self.levels[k + 1]
             if z <= a:
                 continue
-            seg = start[a:z]
-            lo = int(np.searchsorted(seg, s - (1 << (k + 1)), side="right"))
-            hi = int(np.searchsorted(seg, e, side="left"))
+            lo = _fenced(start, self.fence, a, z, s - (1 << (k + 1)), "right")
+            hi = _fenced(start, self.fence, a, z, e, "left")
             if hi > lo:
-                out.append(np.arange(a + lo, a + hi, dtype=np.int64))
+                out.append(np.arange(lo, hi, dtype=np.int64))
         rows = np.concatenate(out) if out else np.zeros(0, np.int64)
         return self._overlap(rows, s, e)
 
@@ -344,44 +381,52 @@ class TraceIndex:
         ok = (st < e) & ((end > s) | ((du == 0) & (st >= s)))
         return rows[ok]
 
-    def window_rows(self, s: int, e: int, resolution: int) -> tuple[np.ndarray, bool]:
-        """Rows to draw for [s, e) at ``resolution`` pixels: every event at least a pixel
-        wide, and at most one narrower event per (track, depth, pixel). Sorted by start."""
+    def gather(self, rows: np.ndarray) -> dict:
+        """The window columns of ``rows`` (plus ``rows``)."""
+        out = {k: np.asarray(self.cols[k][rows]) for k in _WIN_COLS}
+        out["rows"] = rows
+        return out
+
+    def window_rows(self, s: int, e: int, resolution: int) -> tuple[dict, bool]:
+        """What to draw for [s, e) at ``resolution`` pixels: every event at least a pixel
+        wide, and at most one narrower event per (track, depth, pixel); columns (``rows``,
+        ``start``, ``dur``, ``track``, ``depth``, ``name``) sorted by start."""
         if e <= s or not self.n:
-            return np.zeros(0, np.int64), False
+            return self.gather(np.zeros(0, np.int64)), False
         p = max(1, (e - s) // max(1, resolution))
         tier = max((z for z in self.tiers if (1 << z) <= p), default=None)
         if tier is None:
-            rows = self.overlapping(s, e)
+            sl = self.gather(self.overlapping(s, e))
             sampled = False
         else:
-            rows = self.overlapping(s, e, tier)
-            ts, tr = self.tiers[tier]
-            lo = int(np.searchsorted(ts, s - (1 << tier), side="right"))
-            hi = int(np.searchsorted(ts, e, side="left"))
-            extra = self._overlap(np.asarray(tr[lo:hi], dtype=np.int64), s, e)
-            rows = np.concatenate([rows, extra])
+            sl = self.gather(self.overlapping(s, e, tier))
+            t = self.tiers[tier]
+            n_t, fence = len(t["start"]), self.tier_fence[tier]
+            lo = _fenced(t["start"], fence, 0, n_t, s - (1 << tier), "right")
+            hi = _fenced(t["start"], fence, 0, n_t, e, "left")
+            extra = {k: np.asarray(t[k][lo:hi]) for k in _TIER_COLS}
+            st, du = extra["start"], extra["dur"]
+            ok = (st < e) & ((st + du > s) | ((du == 0) & (st >= s)))
+            sl = {k: np.concatenate([sl[k], extra[k][ok].astype(sl[k].dtype, copy=False)]) for k in sl}
             sampled = True
-        if not rows.size:
-            return rows, False
-        st = self.cols["start"][rows]
-        order = np.argsort(st, kind="stable")
-        rows, st = rows[order], st[order]
-        du = self.cols["dur"][rows]
-        narrow = du < p
+        if not len(sl["rows"]):
+            return sl, False
+        order = np.argsort(sl["start"], kind="stable")
+        sl = {k: v[order] for k, v in sl.items()}
+        narrow = sl["dur"] < p
         truncated = sampled
         if narrow.any():
             nr = np.flatnonzero(narrow)
-            px = np.clip((st[nr] - s) // p, 0, resolution + 1)
-            key = ((self.cols["track"][rows[nr]].astype(np.int64) << 16 | self.cols["depth"][rows[nr]].astype(np.int64)) << 20) | px
+            px = np.clip((sl["start"][nr] - s) // p, 0, resolution + 1)
+            key = ((sl["track"][nr].astype(np.int64) << 16 | sl["depth"][nr].astype(np.int64)) << 20) | px
             _, first = np.unique(key, return_index=True)
             if len(first) < len(nr):
                 truncated = True
-                keep = np.ones(len(rows), dtype=bool)
+                keep = np.ones(len(narrow), dtype=bool)
                 keep[nr] = False
                 keep[nr[first]] = True
-                rows = rows[keep]
-        return rows, truncated
+                sl = {k: v[keep] for k, v in sl.items()}
+        return sl, truncated
 
     def counter(self, i: int, s: int, e: int, resolution: int) -> tuple[np.ndarray, np.ndarray]:
         """A counter series in [s, e) (and the point before it), decimated when it has
@@ -516,18 +561,17 @@ class TraceView:
             ix = h.index
             sh = self.shift[h.position]
             total += ix.n
-            rows, trunc = ix.window_rows(s - sh, e - sh, res)
+            sl, trunc = ix.window_rows(s - sh, e - sh, res)
             truncated |= trunc
-            if rows.size:
-                nid = np.asarray(ix.cols["name"][rows])
-                uniq, inv = np.unique(nid, return_inverse=True)
+            if len(sl["rows"]):
+                uniq, inv = np.unique(sl["name"], return_inverse=True)
                 mapped = np.asarray([name_ix.setdefault(ix.names[u], len(name_ix)) for u in uniq.tolist()], dtype=np.int64)
                 names.extend(list(name_ix)[len(names):])
-                cols["id"].append((h.position << HOST_ID_SHIFT) | rows)
-                cols["track"].append((h.position << TRACK_ID_SHIFT) | np.asarray(ix.cols["track"][rows], np.int64))
-                cols["start"].append((np.asarray(ix.cols["start"][rows]) + sh) / PS_PER_MS)
-                cols["dur"].append(np.asarray(ix.cols["dur"][rows]) / PS_PER_MS)
-                cols["depth"].append(np.asarray(ix.cols["depth"][rows], np.int64))
+                cols["id"].append((h.position << HOST_ID_SHIFT) | sl["rows"])
+                cols["track"].append((h.position << TRACK_ID_SHIFT) | sl["track"].astype(np.int64))
+                cols["start"].append((sl["start"] + sh) / PS_PER_MS)
+                cols["dur"].append(sl["dur"] / PS_PER_MS)
+                cols["depth"].append(sl["depth"].astype(np.int64))
                 cols["name"].append(mapped[inv.reshape(-1)])
             for i, c in enumerate(ix.meta["counters"]):
                 t, v = ix.counter(i, s - sh, e - sh, res)
@@ -641,13 +685,14 @@ class TraceView:
             ix = h.index
             sh = self.shift[h.position]
             if res:
-                rows, trunc = ix.window_rows(s - sh, max(e, s + 1) - sh, res)
+                sl, trunc = ix.window_rows(s - sh, max(e, s + 1) - sh, res)
                 filtered |= trunc
             else:
-                rows = ix.overlapping(s - sh, max(e, s + 1) - sh)
-                rows = rows[np.argsort(np.asarray(ix.cols["start"][rows]), kind="stable")]
-            count += len(rows)
-            parts.append((h, rows))
+                sl = ix.gather(ix.overlapping(s - sh, max(e, s + 1) - sh))
+                order = np.argsort(sl["start"], kind="stable")
+                sl = {k: v[order] for k, v in sl.items()}
+            count += len(sl["rows"])
+            parts.append((h, sl))
         head = {"displayTimeUnit": "ns", "metadata": {"highres-ticks": True}, "returnedEventsSize": count,
                 "filteredByVisibility": bool(filtered),
                 "fullTimespan": [origin_ms, origin_ms + self.end_ps / PS_PER_MS]}
@@ -656,8 +701,8 @@ class TraceView:
         for chunk in self._metadata_events(xprof=True):
             out.append(chunk if first else b"," + chunk)
             first = False
-        for h, rows in parts:
-            for chunk in self._x_events(h, rows, with_args=False):
+        for h, sl in parts:
+            for chunk in self._x_events(h, sl, with_args=False):
                 out.append(chunk if first else b"," + chunk)
                 first = False
         out.append(b"]}")
@@ -681,17 +726,21 @@ class TraceView:
                 yield orjson.dumps({"args": {"sort_index": t["tid"] if xprof else t["sortIndex"]}, "name": "thread_sort_index",
                                     "ph": "M", "pid": pid, "tid": t["tid"]})
 
-    def _x_events(self, h: HostIndex, rows: np.ndarray, with_args: bool, chunk: int = 20000) -> Iterator[bytes]:
+    def _x_events(self, h: HostIndex, sl, with_args: bool, chunk: int = 20000) -> Iterator[bytes]:
+        """X events of columns from :meth:`TraceIndex.window_rows` / ``gather`` (or of
+        rows, gathered a chunk at a time)."""
         ix = h.index
         base_us = (ix.origin_ps) / 1e6
         pids = np.asarray([t["pid"] + h.pid_offset for t in ix.tracks] or [0], dtype=np.int64)
         tids = np.asarray([t["tid"] for t in ix.tracks] or [0], dtype=np.int64)
+        rows = sl["rows"] if isinstance(sl, dict) else sl
         for a in range(0, len(rows), chunk):
             r = rows[a:a + chunk]
-            tr = np.asarray(ix.cols["track"][r])
-            ts = (np.asarray(ix.cols["start"][r]) / 1e6 + base_us).tolist()
-            du = (np.asarray(ix.cols["dur"][r]) / 1e6).tolist()
-            nm = np.asarray(ix.cols["name"][r]).tolist()
+            c = {k: v[a:a + chunk] for k, v in sl.items()} if isinstance(sl, dict) else ix.gather(r)
+            tr = c["track"]
+            ts = (c["start"] / 1e6 + base_us).tolist()
+            du = (c["dur"] / 1e6).tolist()
+            nm = c["name"].tolist()
             pid = pids[tr].tolist()
             tid = tids[tr].tolist()
             rl = r.tolist()
