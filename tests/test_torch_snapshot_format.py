@@ -190,6 +190,40 @@ def _inputs(snaps):
     d["device_traces"][0] = [b.entry("alloc", 4096 * i, 512, i, fr=({"filename": "f.py", "line": i % 7, "name": "g"},))
                              for i in range(1001)]
     yield "1001 entries", pickle.dumps(d, protocol=4)
+    # Several batches (the streaming reader's own tokenizer takes batches after the
+    # first), with what it must leave to the opcode reader in the middle of later ones:
+    # an oom, an unknown action, a float time, a frame seen for the first time, and
+    # tracebacks shared by an allocation and its frees.
+    sites = [[{"filename": f"m{k}.py", "line": j, "name": f"f{j}"} for j in range(k + 3)] for k in range(5)]
+    entries = []
+    for i in range(3500):
+        fr = sites[i % 5] if i != 3100 else sites[0] + [{"filename": "late.py", "line": 1, "name": "new"}]
+        e = {"action": "alloc" if i % 3 else "free_completed", "addr": 0x7F0000000000 + 512 * (i // 3), "size": 512 * (1 + i % 7),
+             "stream": i % 2, "time_us": 1_700_000_000_000_000 + i, "frames": fr,
+             "compile_context": "N/A", "user_metadata": "" if i % 11 else "tag"}
+        if i == 2500:
+            e = {**e, "action": "oom", "device_free": 123}
+        if i == 2800:
+            e["action"] = "mystery_action"
+        if i == 3000:
+            e["time_us"] = 1.7e15
+        entries.append(e)
+    d = b.ring_buffer()
+    d["device_traces"] = [entries, [dict(e) for e in entries[:1500]]]
+    for protocol in (2, 4, 5):
+        yield f"3500 entries/p{protocol}", pickle.dumps(d, protocol=protocol)
+
+
+def test_streaming_reader_refuses_entries_shared_between_traces():
+    """A pickle that refers back to a trace entry it already wrote (no PyTorch writes one)
+    cannot be streamed: the entry was converted and dropped. The error says so."""
+    d = b.ring_buffer()
+    entries = [b.entry("alloc", 512 * i, 512, i) for i in range(1500)]
+    d["device_traces"] = [entries, entries[:10]]
+    data = pickle.dumps(d, protocol=4)
+    assert len(load_snapshot(data, "shared.pickle", streaming=False).traces[1]) == 10
+    with pytest.raises(BadInput, match=r"shared.pickle: .*device_traces\[1\]\[0\] refers back to an entry"):
+        load_snapshot(data, "shared.pickle", streaming=True)
 
 
 def test_streaming_reader_gives_the_same_snapshot(snaps):

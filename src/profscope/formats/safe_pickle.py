@@ -55,8 +55,61 @@ _LONG_BINGET_RUN = re.compile(rb"(?:j[\x00-\xff]{4}){2,}")
 _RUN_DTYPE = np.dtype([("op", "u1"), ("index", "<u4")])
 
 
+class _Consumed:
+    """What the memo holds instead of an item a sink consumed."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<an item already consumed>"
+
+
+#: Put in the memo in place of every item a sink consumed: if the pickle refers back to
+#: one, this is what the reference yields (a sink can then say so).
+CONSUMED = _Consumed()
+
+
 class _Corrupt(Exception):
     pass
+
+
+# The opcodes of plain data, as regular expressions: each alternative starts with its own
+# opcode byte and has a length fixed by it, so a match is an exact tokenization.
+# (FRAME may sit between any two opcodes of protocol 4+: the pickler closes a frame at an
+# opcode boundary once it holds 64 KiB.)
+ANY = rb"[\x00-\xff]"
+FRAME = rb"(?:\x95" + ANY + rb"{8})"
+MEMO = rb"(?:q" + ANY + rb"|r" + ANY + rb"{4}|\x94)"
+REF = rb"(?:h" + ANY + rb"|j" + ANY + rb"{4})"
+INT = (rb"(?:K" + ANY + rb"|M" + ANY + rb"{2}|J" + ANY + rb"{4}|\x8a(?:\x00|"
+       + b"|".join(bytes([k]) + ANY + b"{%d}" % k for k in range(1, 9)) + rb"))")
+
+
+def int_token(t: bytes) -> int:
+    """The value of an ``INT`` token."""
+    op = t[0]
+    if op == 0x4B:
+        return t[1]
+    if op == 0x4D:
+        return t[1] | t[2] << 8
+    return int.from_bytes(t[1:5] if op == 0x4A else t[2:], "little", signed=True)
+
+
+def ref_index(t: bytes) -> int:
+    """The memo index of a ``REF`` token."""
+    return t[1] if t[0] == 0x68 else int.from_bytes(t[1:5], "little")
+
+
+class BatchReader:
+    """What a sink may add to read whole batches itself (see :func:`load`)."""
+
+    lists: set[int]  # ids of the lists whose batches ``read`` understands
+
+    def read(self, target: list, buf: bytes, pos: int, limit: int, memo: dict) -> tuple[int, bool]:
+        raise NotImplementedError
+
+
+FAST_AHEAD = 1 << 20  # bytes made available before a BatchReader is asked
 
 
 def load(f: IO[bytes], path: str, sink: Callable[[list, list], bool] | None = None,
@@ -67,7 +120,14 @@ def load(f: IO[bytes], path: str, sink: Callable[[list, list], bool] | None = No
     follows them). ``progress(bytes_read)`` is called every few MiB. Raises
     :class:`BadInput` naming ``path`` for a refused opcode, a truncated stream or
     anything that is not a pickle.
+
+    A sink that is also a :class:`BatchReader` is offered every ``MARK`` that opens a
+    batch for one of its ``lists``: ``read(target, buf, pos, limit, memo)`` may consume
+    items from ``buf[pos:limit]`` (after the MARK) itself, keeping the memo as the
+    opcodes it read would have, and returns where it stopped and whether it also read
+    the batch's closing ``APPENDS``. What it leaves is read here as usual.
     """
+    batch_lists = getattr(sink, "lists", None)
     buf = b""
     pos = 0
     n = 0
@@ -147,7 +207,7 @@ def load(f: IO[bytes], path: str, sink: Callable[[list, list], bool] | None = No
         for it in items:
             idx = pop(id(it), None)
             if idx is not None:
-                memo[idx] = None  # keeps len(memo), which MEMOIZE numbers by
+                memo[idx] = CONSUMED  # keeps len(memo), which MEMOIZE numbers by
 
     try:
         while True:
@@ -185,6 +245,12 @@ def load(f: IO[bytes], path: str, sink: Callable[[list, list], bool] | None = No
                 if type(obj) is dict:
                     dict_slot[id(obj)] = i
             elif op == 0x28:  # ( MARK
+                if batch_lists and stack and id(stack[-1]) in batch_lists:
+                    if not eof and n - pos < FAST_AHEAD:
+                        fill(FAST_AHEAD)
+                    pos, closed = sink.read(stack[-1], buf, pos, end if eof else n, memo)
+                    if closed:
+                        continue
                 metastack.append(stack)
                 stack = []
             elif op == 0x7D:  # } EMPTY_DICT

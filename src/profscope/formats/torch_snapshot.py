@@ -430,7 +430,10 @@ class _Tables:
             return i
         if not isinstance(frames, (list, tuple)):
             raise _Wrong(f"{where}: frames is a {type(frames).__name__}, not a list")
-        t = tuple([self.frame(f, where) for f in frames])
+        # Frame dicts are shared across the file: most are known by identity already.
+        t = tuple(map(self._frame_by_obj.get, map(id, frames)))
+        if None in t:
+            t = tuple([self.frame(f, where) for f in frames])
         i = self._stack_ids.get(t)
         if i is None:
             i = self._stack_ids[t] = len(self.stacks)
@@ -507,6 +510,9 @@ def _convert_trace(device: int, entries: Any, t: _Tables, action_names: list[str
     oom = codes["oom"]
     for i, e in enumerate(entries):
         if type(e) is not dict:
+            if e is safe_pickle.CONSUMED:
+                raise _Wrong(f"{where}[{offset + i}] refers back to an entry of another trace list, "
+                             "which the streaming reader does not keep")
             raise _Wrong(f"{where}[{offset + i}] is a {type(e).__name__}, not a dict")
         a = e.get("action")
         c = codes.get(a)
@@ -635,10 +641,120 @@ def _keys(items) -> list[str]:
     return sorted(seen)
 
 
-class _TraceSink:
+# A trace entry as the pickler writes it: EMPTY_DICT MEMO MARK (key value)* SETITEMS,
+# every key a reference to a memoized string ("action", "addr", ... are written once per
+# file), every value a reference, an int, None/True/False, or a new list of references
+# (the frames of a new traceback: EMPTY_LIST MEMO [MARK refs APPENDS | ref APPEND]*).
+# Entries with anything else (a new string, a new frame dict, a float) are left to the
+# opcode-by-opcode reader.
+_F = safe_pickle.FRAME + b"?"
+_NEW_REFS = (rb"\]" + safe_pickle.MEMO + rb"(?:" + _F + rb"\((?:" + _F + safe_pickle.REF + rb")+" + _F + rb"e|"
+             + _F + safe_pickle.REF + _F + rb"a)*")
+_ENTRY = re.compile(
+    rb"\}(" + safe_pickle.MEMO + rb")" + _F + rb"\(((?:" + _F + safe_pickle.REF + _F
+    + rb"(?:" + safe_pickle.REF + b"|" + safe_pickle.INT + rb"|N|\x88|\x89|" + _NEW_REFS + rb"))*)" + _F + rb"u")
+# The tokens of an entry's (key value)* part; FRAME tokens match with every group empty.
+_PAIR_TOKEN = re.compile(
+    rb"(" + safe_pickle.REF + rb")|(" + safe_pickle.INT + rb")|(N|\x88|\x89)|(" + _NEW_REFS + rb")|" + safe_pickle.FRAME)
+_BATCH_END = re.compile(_F + rb"e")
+_REF_RUN = re.compile(safe_pickle.REF)
+_CONSTANTS = {b"N": None, b"\x88": True, b"\x89": False}
+
+
+_LIST_HEAD = re.compile(rb"\](" + safe_pickle.MEMO + rb")")
+_LIST_TOKEN = re.compile(rb"(" + safe_pickle.REF + rb")|\(|e|a|" + safe_pickle.FRAME)
+_J_RUN = re.compile(rb"\((?:j" + safe_pickle.ANY + rb"{4})+e")
+_J_DTYPE = np.dtype([("op", "u1"), ("index", "<u4")])
+_SEEN_LISTS = 200_000  # distinct tracebacks remembered by their bytes (a few tens of MB at most)
+
+
+_VALUE = (rb"(" + safe_pickle.REF + b"|" + safe_pickle.INT + rb"|N|\x88|\x89|" + _NEW_REFS + rb")")
+_MAX_LAYOUTS = 8
+
+
+def _layout_regex(key_toks: list[bytes]) -> re.Pattern:
+    """An entry whose keys are exactly these references, in this order: one group for its
+    MEMO token, then one per value."""
+    pairs = b"".join(_F + re.escape(k) + _F + _VALUE for k in key_toks)
+    return re.compile(rb"\}(" + safe_pickle.MEMO + rb")" + _F + rb"\(" + pairs + _F + rb"u")
+
+
+def _ref(tok: bytes) -> int:
+    return tok[1] if len(tok) == 2 else int.from_bytes(tok[1:], "little")
+
+
+def _value(tok: bytes, memo: dict, puts: list, seen: dict):
+    """The value of one ``_VALUE`` token (new lists' memo puts queued in ``puts``)."""
+    op = tok[0]
+    if op == 0x68:  # h: a reference
+        return memo[tok[1]]
+    if op == 0x4B:  # K
+        return tok[1]
+    if op == 0x6A:  # j: a reference
+        return memo[int.from_bytes(tok[1:], "little")]
+    if op == 0x5D:  # ]: a new list of references
+        return _new_refs(tok, memo, puts, seen)
+    if op == 0x8A:  # LONG1
+        return int.from_bytes(tok[2:], "little", signed=True)
+    if len(tok) == 1:
+        return _CONSTANTS[tok]
+    return safe_pickle.int_token(tok)
+
+
+def _put_index(tok: bytes) -> int:
+    """The memo index of a BINPUT / LONG_BINPUT token."""
+    return tok[1] if tok[0] == 0x71 else int.from_bytes(tok[1:5], "little")
+
+
+def _new_refs(b: bytes, memo: dict, puts: list, seen: dict) -> list:
+    """The list a ``_NEW_REFS`` token builds (its memo put queued in ``puts``).
+
+    Every allocation writes its traceback as a new list, but the allocations of one
+    call site write the same bytes (references to the same frame dicts): ``seen`` maps
+    those bytes to the list already built. (A pickler never reuses a memo slot, so equal
+    bytes are equal lists.)"""
+    head = _LIST_HEAD.match(b)
+    body = b[head.end():]
+    out = seen.get(body)
+    if out is None:
+        if _J_RUN.fullmatch(body):  # one batch of LONG_BINGETs: decode them at once
+            out = list(map(memo.__getitem__, np.frombuffer(body[1:-1], _J_DTYPE)["index"].tolist()))
+        else:
+            out = [memo[t[1] if len(t) == 2 else int.from_bytes(t[1:], "little")]
+                   for t in _LIST_TOKEN.findall(body) if t]
+        if len(seen) < _SEEN_LISTS:
+            seen[body] = out
+    puts.append((head.group(1), out))
+    return out
+
+
+def _plain(entry: dict) -> bool:
+    """Whether an entry has only the keys and types ``_convert_trace`` takes as they are."""
+    for k, v in entry.items():
+        t = type(v)
+        if k in ("addr", "size", "stream", "time_us"):
+            if t is not int and not (v is None and k == "time_us"):
+                return False
+        elif k == "frames":
+            if t is not list and v is not None:
+                return False
+        elif k in ("compile_context", "user_metadata"):
+            if t is not str and v is not None:
+                return False
+        elif k != "action":
+            return False  # device_free and keys we do not know: the full path decides
+    return True
+
+
+class _TraceSink(safe_pickle.BatchReader):
     """Converts trace entries to columns batch by batch while :mod:`safe_pickle` reads
     them (its ``sink``), so the entries never exist all at once; ``normalize`` then
-    finds each device's columns by the identity of its (empty) trace list."""
+    finds each device's columns by the identity of its (empty) trace list.
+
+    Once a list is known to be a trace (its first batch went through ``__call__``), its
+    later batches are offered to ``read``, which tokenizes entries with ``_ENTRY`` and
+    writes their columns directly, without building the dicts: the opcode-by-opcode
+    reader is the slow part of streaming."""
 
     def __init__(self, path: str = "") -> None:
         self.path = path
@@ -650,6 +766,10 @@ class _TraceSink:
         self.entry_keys: dict[str, None] = {}
         self._lists: list = []  # the trace lists, alive so their ids stay theirs
         self._oom_lists: list[int] = []  # id of the trace list of each oom event
+        self.lists: set[int] = set()  # BatchReader: the trace lists, by id
+        self._codes = {name: i for i, name in enumerate(self.action_names)}
+        self._seen_lists: dict[bytes, list] = {}
+        self._layouts: list[tuple[re.Pattern, tuple[bytes, ...]]] = []
 
     def __call__(self, target: list, items: list) -> bool:
         first = items[0]
@@ -661,6 +781,7 @@ class _TraceSink:
             parts = self.parts[key] = []
             self.counts[key] = 0
             self._lists.append(target)
+            self.lists.add(key)
             for k in _keys(items):
                 self.entry_keys.setdefault(k, None)
         n_ooms = len(self.ooms)
@@ -671,6 +792,82 @@ class _TraceSink:
         self._oom_lists += [key] * (len(self.ooms) - n_ooms)
         self.counts[key] += len(items)
         return True
+
+    def read(self, target: list, buf: bytes, pos: int, limit: int, memo: dict) -> tuple[int, bool]:
+        """Convert the entries of a batch that ``_ENTRY`` matches, up to the first one it
+        does not, or that is unusual (an ``oom``, an action not seen yet, a value of
+        another type): that one and the rest of the batch go to the opcode reader.
+
+        An entry's keys come in one of a few orders (its *layout*); once seen, a layout
+        gets its own expression with one group per value, so most entries cost one match."""
+        if len(self._codes) != len(self.action_names):
+            self._codes = {name: i for i, name in enumerate(self.action_names)}
+        codes = self._codes
+        tstack, string = self.tables.stack, self.tables.string
+        oom = codes["oom"]
+        layouts = self._layouts
+        seen = self._seen_lists
+        action, addr, size, stream, time_us, stack, cc, um = ([] for _ in range(8))
+        closed = False
+        try:
+            while True:
+                puts = []  # memo puts wait until the entry is taken (see _value)
+                entry = None
+                for regex, names in layouts:
+                    m = regex.match(buf, pos, limit)
+                    if m is not None:
+                        g = m.groups()
+                        puts.append((g[0], safe_pickle.CONSUMED))  # the entry dict (see safe_pickle)
+                        entry = dict(zip(names, [_value(v, memo, puts, seen) for v in g[1:]]))
+                        break
+                if entry is None:
+                    m = _ENTRY.match(buf, pos, limit)
+                    if m is None:
+                        e = _BATCH_END.match(buf, pos, limit)
+                        if e is not None:
+                            pos, closed = e.end(), True
+                        break
+                    puts.append((m.group(1), safe_pickle.CONSUMED))
+                    toks = [t for t in _PAIR_TOKEN.findall(m.group(2)) if t != ("", "", "", "")]
+                    key_toks = [next(x for x in t if x) for t in toks[0::2]]
+                    entry = {}
+                    for k, t in zip(key_toks, toks[1::2]):
+                        entry[memo[_ref(k)]] = _value(next(x for x in t if x), memo, puts, seen)
+                    if len(layouts) < _MAX_LAYOUTS and all(len(k) <= 5 for k in key_toks):
+                        # The key names are fixed with the layout: a pickler never reuses
+                        # a memo slot, so the same reference always names the same key.
+                        layouts.insert(0, (_layout_regex(key_toks), tuple(entry)))
+                c = codes.get(entry.get("action"))
+                if c is None or c == oom or not _plain(entry):
+                    break
+                for tok, obj in puts:
+                    memo[len(memo) if tok == b"\x94" else _put_index(tok)] = obj
+                action.append(c)
+                addr.append(entry.get("addr", 0))
+                size.append(entry.get("size", 0))
+                stream.append(entry.get("stream", 0))
+                v = entry.get("time_us")
+                time_us.append(_NO_TIME if v is None else v)
+                v = entry.get("frames")
+                stack.append(tstack(v, "device_traces[?].frames") if v else 0)
+                v = entry.get("compile_context")
+                cc.append(-1 if v is None else string(v))
+                v = entry.get("user_metadata")
+                um.append(-1 if v is None else string(v))
+                pos = m.end()
+        except (KeyError, TypeError):
+            pass  # a reference to a slot this entry puts, an unhashable key: the opcode reader decides
+        except _Wrong as e:
+            raise BadInput(f"{self.path}: not a snapshot: wrong structure: {e}", file=self.path) from None
+        if action:
+            key = id(target)
+            n = len(action)
+            self.parts[key].append(DeviceTrace(
+                -1, np.array(action, np.uint8), _col(addr, np.int64), _col(size, np.int64),
+                _col(stream, np.int64), np.array(time_us, np.int64), np.array(stack, np.int32),
+                np.array(cc, np.int32), np.array(um, np.int32), np.full(n, -1, np.int64)))
+            self.counts[key] += n
+        return pos, closed
 
     def trace(self, device: int, entries: list) -> DeviceTrace | None:
         """The columns streamed for this device's trace list, or None if none were."""
