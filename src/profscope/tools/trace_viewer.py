@@ -113,6 +113,7 @@ class IndexWriter:
 
     def finish(self, ev: TraceEvents, progress=None) -> dict:
         self.close()
+        _release_freed_memory()
         out = self.folder
         n = self.n
         for i, pb in enumerate(ev.planes):
@@ -135,9 +136,16 @@ class IndexWriter:
         depth, max_depth = _depths(track, start, dur, len(ev.tracks))
         _report(progress, 0.35, "sorting events into duration levels")
         level = _level(dur)
-        order = np.lexsort((start, level))
+        # by level (a radix sort of int8), then each level by start: the temporaries are
+        # one level's, not the whole trace's
+        order = np.argsort(level, kind="stable")
         level = level[order]
         bounds = np.searchsorted(level, np.arange(LEVELS + 1)).astype(np.int64)
+        for k in range(LEVELS):
+            a, z = int(bounds[k]), int(bounds[k + 1])
+            if z - a > 1:
+                seg = order[a:z]
+                seg[:] = seg[np.argsort(start[seg], kind="stable")]
         kept = {}
         cols = {"start": start, "dur": dur, "track": track, "depth": depth}
         del start, dur, track, depth
@@ -152,6 +160,7 @@ class IndexWriter:
             del col
         del order
         _report(progress, 0.6, "building resolution tiers")
+        _release_freed_memory()
         tiers = _build_tiers(kept.pop("track"), kept.pop("depth"), kept.pop("start"), level, bounds, out)
         del level
         _report(progress, 0.9, "writing counters")
@@ -270,42 +279,49 @@ def _depths(track: np.ndarray, start: np.ndarray, dur: np.ndarray, ntracks: int)
 
 def _build_tiers(track, depth, start, level, bounds, out: Path) -> list[int]:
     """Tier z: of the events shorter than 2^z ps (levels < z), the first in every
-    (track, depth, 2^z bin), sorted by start; inputs are in index (level, start) order."""
+    (track, depth, 2^z bin), sorted by start; inputs are in index (level, start) order.
+    Each tier also stores its own copy of the window columns."""
     n = len(start)
     if not n:
         return []
     top = int(np.flatnonzero(np.diff(bounds) > 0).max()) + 1
     # rows ordered by (track, depth, start): a bin change or a row change starts a group
-    order = np.lexsort((start, depth, track))
-    tr_o = track[order]
-    de_o = depth[order]
-    row_change = np.empty(n, dtype=bool)
-    row_change[0] = True
-    np.not_equal(tr_o[1:], tr_o[:-1], out=row_change[1:])
-    row_change[1:] |= de_o[1:] != de_o[:-1]
-    del tr_o, de_o
-    row_id = np.cumsum(row_change, dtype=np.int32)
-    del row_change
+    wide = int(track.max()) >= (1 << 15)
+    rowkey = track.astype(np.int64 if wide else np.int32) << 16
+    rowkey |= depth.astype(rowkey.dtype)
+    order = np.lexsort((start, rowkey))
+    rk = rowkey[order]
+    del rowkey
+    row_id = np.empty(n, dtype=np.int32)
+    row_id[0] = 0
+    np.cumsum(rk[1:] != rk[:-1], out=row_id[1:])
+    del rk
     s_o = start[order]
     lv_o = level[order]
     tiers = []
+    block = 1 << 20
     for z in range(TIER_MIN_Z, max(top, TIER_MIN_Z) + 1, TIER_STEP):
-        cand = np.flatnonzero(lv_o < z)
-        if not cand.size:
+        parts, short, prev = [], 0, None
+        for i0 in range(0, n, block):  # in blocks: the scratch arrays stay small
+            m = np.flatnonzero(lv_o[i0:i0 + block] < z) + i0
+            if not m.size:
+                continue
+            short += len(m)
+            b = s_o[m] >> z
+            r = row_id[m]
+            first = np.empty(len(m), dtype=bool)
+            first[0] = prev is None or b[0] != prev[0] or r[0] != prev[1]
+            first[1:] = (b[1:] != b[:-1]) | (r[1:] != r[:-1])
+            parts.append(m[first])
+            prev = (b[-1], r[-1])
+        if not short:
             continue
-        b = s_o[cand] >> z
-        rid = row_id[cand]
-        first = np.empty(len(cand), dtype=bool)
-        first[0] = True
-        np.not_equal(b[1:], b[:-1], out=first[1:])
-        first[1:] |= rid[1:] != rid[:-1]
-        del b, rid
-        keep = cand[first]
-        del first
-        if len(keep) > TIER_KEEP_MAX * len(cand):
+        keep = np.concatenate(parts)
+        del parts
+        if len(keep) > TIER_KEEP_MAX * short:
             continue
         rows = order[keep]
-        del keep, cand
+        del keep
         rows = rows[np.argsort(start[rows], kind="stable")]
         # the tier's own copy of what a window needs, so reading it is one contiguous
         # slice per column (random reads into the main columns would fault in most of
@@ -315,12 +331,27 @@ def _build_tiers(track, depth, start, level, bounds, out: Path) -> list[int]:
         np.save(out / f"tier_{z}_fence.npy", start[rows][::FENCE])
         np.save(out / f"tier_{z}_track.npy", track[rows])
         np.save(out / f"tier_{z}_depth.npy", depth[rows])
-        for k in ("dur", "name"):
-            col = np.load(out / f"{k}.npy", mmap_mode="r")
-            np.save(out / f"tier_{z}_{k}.npy", col[rows])
-            del col
         tiers.append(z)
+        del rows
+    del order, s_o, lv_o, row_id
+    for k in ("dur", "name"):  # read back once each, after the scratch arrays are gone
+        col = np.load(out / f"{k}.npy")
+        for z in tiers:
+            np.save(out / f"tier_{z}_{k}.npy", col[np.load(out / f"tier_{z}_rows.npy")])
+        del col
     return tiers
+
+
+def _release_freed_memory() -> None:
+    """Give the C heap's free pages back to the system (glibc's ``malloc_trim``): the
+    decoder's many chunk-sized temporaries otherwise leave ~100 MB of freed but mapped
+    heap behind, which the index build would then stack its own peak on."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 def _report(progress, fraction, message):
