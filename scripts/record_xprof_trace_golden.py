@@ -16,6 +16,11 @@ than ``traceEvents``, the ``M`` events as they are, and the complete (``X``) eve
 ``[name, pid, tid, ts, dur]`` (ts and dur in XProf's microseconds, as printed).
 ``index.json`` lists the cases with the input's sha256.
 
+Besides the demo profiles, a few scenarios of ``tests/builders/allocator_xplane.py`` that
+real CPU profiles lack are recorded the same way (``<scenario>.json.gz``, input
+``{"builder": <scenario>}``): GPU and TPU plane layouts (device planes, stream lines,
+plane ids), threadpool regions, and a TF training profile with allocator events.
+
 Usage: ``.venv/bin/python scripts/record_xprof_trace_golden.py``
 """
 
@@ -44,10 +49,16 @@ sys.stdout.buffer.write(data if isinstance(data, bytes) else data.encode())
 """
 
 
-def record(xplane: Path, python: str) -> dict:
+BUILDER_CASES = ("gpu_layout", "tpu_layout", "threadpool_regions", "tf_training")
+
+
+def record(xplane: Path | None, python: str, data: bytes | None = None, name: str = "host0.xplane.pb") -> dict:
     with tempfile.TemporaryDirectory() as tmp:
-        copy = Path(tmp) / xplane.name
-        shutil.copyfile(xplane, copy)
+        copy = Path(tmp) / (xplane.name if xplane is not None else name)
+        if xplane is not None:
+            shutil.copyfile(xplane, copy)
+        else:
+            copy.write_bytes(data)
         proc = subprocess.run([python, "-c", _RUN, str(copy)], capture_output=True, timeout=600)
         if proc.returncode != 0:
             raise SystemExit(f"XProf failed on {xplane}:\n{proc.stderr.decode()[-2000:]}")
@@ -75,6 +86,18 @@ def main() -> None:
         index[demo] = {"input": str(xplane.relative_to(ROOT)), "input_sha256": hashlib.sha256(xplane.read_bytes()).hexdigest(),
                        "golden": name, "complete_events": len(golden["complete"])}
         print(f"{demo}: {len(golden['complete'])} complete events", file=sys.stderr)
+    sys.path.insert(0, str(ROOT))
+    from tests.builders import allocator_xplane
+
+    for case in BUILDER_CASES:
+        data = getattr(allocator_xplane, case)()
+        golden = record(None, args.xprof_python, data, "host0.xplane.pb")
+        name = f"{case}.json.gz"
+        blob = json.dumps(golden, separators=(",", ":")).encode()
+        (args.out / name).write_bytes(gzip.compress(blob, mtime=0))
+        index[case] = {"input": {"builder": case}, "host": "host0", "input_sha256": hashlib.sha256(data).hexdigest(),
+                       "golden": name, "complete_events": len(golden["complete"])}
+        print(f"{case}: {len(golden['complete'])} complete events", file=sys.stderr)
     (args.out / "index.json").write_text(json.dumps(index, indent=1, sort_keys=True) + "\n")
 
 

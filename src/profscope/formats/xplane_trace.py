@@ -153,12 +153,14 @@ def _read(f, size, path, hostname, chosen, host_number, total, progress, sink) -
         # tracks: one per line with events (the counter line holds counters instead)
         line_track = np.full(len(headers), -1, dtype=np.int32)
         counter_lines = set()
+        display = _gpu_display_ids(headers, counts) if ref.name.startswith(GPU_PREFIX) else {}
         for li, h in enumerate(headers):
             if h.name == COUNTER_LINE:
                 counter_lines.add(li)
             elif counts[li]:
                 line_track[li] = len(tracks)
-                tracks.append(Track(pid, (h.display_id or h.id) & 0xFFFFFFFF, h.display_name or h.name,
+                tid = display.get(li) or (h.display_id or h.id)
+                tracks.append(Track(pid, tid & 0xFFFFFFFF, h.display_name or h.name,
                                     len(tracks), "slices", plane_index))
         plane = _PlaneReader(meta, names, data)
         plane.special = {li: ("counter" if li in counter_lines else "steps") for li, h in enumerate(headers)
@@ -210,6 +212,16 @@ def _read(f, size, path, hostname, chosen, host_number, total, progress, sink) -
     if sink is None:
         parts.fill(out)
     return out
+
+
+def _gpu_display_ids(headers, counts) -> dict[int, int]:
+    """XProf's display ids of a GPU plane's stream lines (``xprof/utils/derived_timeline.cc``,
+    ``DeriveLinesForXPlane``): compute streams (name containing "Compute") first, then by
+    number of events, largest first, numbered from 1 (ties keep line order here; XProf's
+    ``std::sort`` leaves them unspecified). XProf also derives lines from annotations
+    between them, which this reader does not make."""
+    order = sorted(range(len(headers)), key=lambda li: ("Compute" not in headers[li].name, -counts[li], li))
+    return {li: i + 1 for i, li in enumerate(order)}
 
 
 def _line_runs(data, b, start: int, end: int):
