@@ -319,3 +319,20 @@ def test_corrupt_xplane_and_truncated_json_are_422_naming_the_file(make_client, 
         # the failure is not cached: asking again says the same
         assert client.get("/api/trace/window", params=params).status_code == 422
     assert client.get("/api/progress").json()["jobs"] == []
+
+
+def test_a_profile_without_events_is_an_empty_timeline(make_client, tmp_path):
+    from tests.builders import allocator_xplane as ax
+
+    sp = ax.Space("host0")
+    sp.plane("/host:CPU", 0).line("python3", 1)  # a line without events
+    folder = tmp_path / "logs" / "empty" / "plugins" / "profile" / "2026_01_01_00_00_00"
+    folder.mkdir(parents=True)
+    (folder / "host0.xplane.pb").write_bytes(sp.to_bytes())
+    client = make_client(tmp_path / "logs")
+    run = client.get("/api/runs").json()["runs"][0]["name"]
+    w = _window(client, run)
+    assert w["slices"]["id"] == [] and w["totalEventsSize"] == 0 and w["truncated"] is False
+    assert client.get("/api/trace/search", params={"run": run, "q": "x"}).json()["total"] == 0
+    doc = json.loads(client.get("/api/trace/export", params={"run": run}).content)
+    assert [e for e in doc["traceEvents"] if e["ph"] == "X"] == []

@@ -494,9 +494,9 @@ class TraceIndex:
         ln = int(self.cols["alen"][row])
         if ln <= 0:
             return {}
-        with open(self.folder / "args.bin", "rb") as f:
-            f.seek(off)
-            data = f.read(ln)
+        if self._args is None:  # mapped once: an export reads the args of every event
+            self._args = np.memmap(self.folder / "args.bin", dtype=np.uint8, mode="r")
+        data = self._args[off:off + ln].tobytes()
         if self.meta["args_kind"] == "json":
             try:
                 value = orjson.loads(data)
