@@ -502,8 +502,13 @@ class Workspace:
         return orjson.loads(self.trace_xprof_json(run, params))
 
     def trace_xprof_json(self, run: Run, params) -> bytes:
+        return b"".join(self.trace_xprof_stream(run, params))
+
+    def trace_xprof_stream(self, run: Run, params):
+        """XProf's trace_viewer@ JSON in pieces; parameters are checked (and the index
+        built) when the first piece is asked for."""
         view = self.trace_view(run, params)
-        return view.xprof_json(params.get("start_time_ms"), params.get("end_time_ms"), params.get("resolution"))
+        return view.xprof_chunks(params.get("start_time_ms"), params.get("end_time_ms"), params.get("resolution"))
 
     # -- tool data -----------------------------------------------------------------------
 

@@ -8,8 +8,10 @@ must lie inside the log directory.
 
 from __future__ import annotations
 
+import itertools
+
 from fastapi import APIRouter, Request
-from fastapi.responses import PlainTextResponse, Response
+from fastapi.responses import PlainTextResponse, Response, StreamingResponse
 
 from profscope import __version__
 from profscope.cache.workspace import Workspace
@@ -96,7 +98,9 @@ def router(ws: Workspace) -> APIRouter:
         if tool.name == "trace_viewer@":
             # Answered from the trace index per window (start_time_ms, end_time_ms,
             # resolution), never cached per window.
-            return Response(ws.trace_xprof_json(run, request.query_params), media_type="application/json")
+            chunks = ws.trace_xprof_stream(run, request.query_params)
+            first = next(chunks)  # a bad parameter is a 4xx before the answer starts
+            return StreamingResponse(itertools.chain([first], chunks), media_type="application/json")
         params = {k: v for k, v in request.query_params.items() if k in TOOL_PARAMS}
         return gzip_json_response(request, ws.tool_data(run, tool, params))
 

@@ -699,16 +699,27 @@ class TraceView:
     # -- XProf's JSON -------------------------------------------------------------------------
 
     def xprof_json(self, start_time_ms=None, end_time_ms=None, resolution=None) -> bytes:
+        return b"".join(self.xprof_chunks(start_time_ms, end_time_ms, resolution))
+
+    def xprof_chunks(self, start_time_ms=None, end_time_ms=None, resolution=None) -> Iterator[bytes]:
+        """XProf's trace_viewer@ answer, in pieces (a whole trace without a resolution can
+        be gigabytes, as in XProf); parameters are checked before the first piece"""
+        yield from self._xprof_pieces(*self._xprof_window(start_time_ms, end_time_ms, resolution))
+
+    def _xprof_window(self, start_time_ms, end_time_ms, resolution):
         """XProf's trace_viewer@ answer (trace_events_to_json.h): ``M`` process and thread
         names and sort indexes, then ``X`` events with µs ``ts``/``dur`` on XProf's absolute
         time base; ``fullTimespan`` and the window in ms. ``resolution`` 0 (or absent) means
         no visibility filter, as in XProf."""
-        origin_ms = self.origin_ps / PS_PER_MS
         s = 0 if start_time_ms in (None, "") else _ms_to_ps(start_time_ms, "start_time_ms") - self.origin_ps
         e = self.end_ps + 1 if end_time_ms in (None, "") else _ms_to_ps(end_time_ms, "end_time_ms") - self.origin_ps
         if e < s:
             raise BadRequest(f"end_time_ms ({end_time_ms}) is before start_time_ms ({start_time_ms})")
         res = 0 if resolution in (None, "") else _int_param(resolution, "resolution", 0, 0, 10_000_000)
+        return s, e, res
+
+    def _xprof_pieces(self, s: int, e: int, res: int) -> Iterator[bytes]:
+        origin_ms = self.origin_ps / PS_PER_MS
         parts = []
         count = 0
         filtered = False
@@ -727,17 +738,21 @@ class TraceView:
         head = {"displayTimeUnit": "ns", "metadata": {"highres-ticks": True}, "returnedEventsSize": count,
                 "filteredByVisibility": bool(filtered),
                 "fullTimespan": [origin_ms, origin_ms + self.end_ps / PS_PER_MS]}
-        out = [orjson.dumps(head)[:-1], b',"traceEvents":[']
+        yield orjson.dumps(head)[:-1] + b',"traceEvents":['
         first = True
+        buf = []
         for chunk in self._metadata_events(xprof=True):
-            out.append(chunk if first else b"," + chunk)
+            buf.append(chunk if first else b"," + chunk)
             first = False
         for h, sl in parts:
             for chunk in self._x_events(h, sl, with_args=False):
-                out.append(chunk if first else b"," + chunk)
+                buf.append(chunk if first else b"," + chunk)
                 first = False
-        out.append(b"]}")
-        return b"".join(out)
+                if len(buf) >= 20000:
+                    yield b"".join(buf)
+                    buf = []
+        buf.append(b"]}")
+        yield b"".join(buf)
 
     def _metadata_events(self, xprof: bool) -> Iterator[bytes]:
         for h in self.hosts:
