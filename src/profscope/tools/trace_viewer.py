@@ -238,6 +238,29 @@ def _fenced(col, fence: np.ndarray, a: int, z: int, x: int, side: str) -> int:
     return lo + int(np.searchsorted(col[lo:hi], x, side=side))
 
 
+def _track_order(track: np.ndarray, start: np.ndarray, dur: np.ndarray) -> np.ndarray:
+    """Rows by (track, start, longest first). XLines are usually stored in that order
+    already (tsl's ``SortXPlane``: by offset, longer first), so the rows are grouped by
+    track with a stable sort (near-linear on runs) and only the tracks found out of order
+    are sorted; a 3-key sort of everything costs ~5 s per 10 M events."""
+    order = np.argsort(track, kind="stable")
+    n = len(order)
+    bad_tracks = set()
+    block = 1 << 20
+    for a in range(0, n - 1, block):
+        r = order[a:min(n, a + block + 1)]
+        tr, st, du = track[r], start[r], dur[r]
+        ok = (tr[1:] != tr[:-1]) | (st[1:] > st[:-1]) | ((st[1:] == st[:-1]) & (du[1:] <= du[:-1]))
+        if not ok.all():
+            bad_tracks.update(np.unique(tr[1:][~ok]).tolist())
+    if bad_tracks:
+        tb = np.searchsorted(track[order], np.arange(int(track.max()) + 2))
+        for ti in sorted(bad_tracks):
+            seg = order[tb[ti]:tb[ti + 1]]
+            seg[:] = seg[np.lexsort((~dur[seg], start[seg]))]
+    return order
+
+
 def _depths(track: np.ndarray, start: np.ndarray, dur: np.ndarray, ntracks: int):
     """Nesting depth of every event on its track: the number of earlier events (by start,
     longest first) still open when it starts. For properly nested events that is the
@@ -247,7 +270,7 @@ def _depths(track: np.ndarray, start: np.ndarray, dur: np.ndarray, ntracks: int)
     max_depth = np.zeros(ntracks, dtype=np.int64)
     if not n:
         return depth, max_depth
-    order = np.lexsort((~dur, start, track))  # ~dur: longest first at equal starts
+    order = _track_order(track, start, dur)
     tb = np.searchsorted(track[order], np.arange(ntracks + 1))
     block = 1 << 20
     for ti in range(ntracks):
@@ -289,7 +312,10 @@ def _build_tiers(track, depth, start, level, bounds, out: Path) -> list[int]:
     wide = int(track.max()) >= (1 << 15)
     rowkey = track.astype(np.int64 if wide else np.int32) << 16
     rowkey |= depth.astype(rowkey.dtype)
-    order = np.lexsort((start, rowkey))
+    # by start (timsort: the index order is a few dozen sorted runs, one per level),
+    # then stably by row: faster than a 2-key lexsort
+    order = np.argsort(start, kind="stable")
+    order = order[np.argsort(rowkey[order], kind="stable")]
     rk = rowkey[order]
     del rowkey
     row_id = np.empty(n, dtype=np.int32)
