@@ -59,7 +59,7 @@ def record(xplane: Path | None, python: str, data: bytes | None = None, name: st
             shutil.copyfile(xplane, copy)
         else:
             copy.write_bytes(data)
-        proc = subprocess.run([python, "-c", _RUN, str(copy)], capture_output=True, timeout=600)
+        proc = subprocess.run([python, "-c", _RUN, str(copy)], capture_output=True, timeout=600, check=False)
         if proc.returncode != 0:
             raise SystemExit(f"XProf failed on {xplane}:\n{proc.stderr.decode()[-2000:]}")
         body = json.loads(proc.stdout)

@@ -12,7 +12,7 @@ import pytest
 from profscope.cache.progress import Progress
 from profscope.cache.store import DiskCache
 from profscope.formats import xplane_trace
-from profscope.formats.trace_events import Track, TraceEvents
+from profscope.formats.trace_events import TraceEvents, Track
 from profscope.tools import trace_viewer as tv
 
 DEMO = Path(__file__).parents[1] / "src" / "profscope" / "demo" / "logdir"

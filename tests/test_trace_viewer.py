@@ -28,8 +28,8 @@ def _window(client, run, **params):
 
 def _slices(w):
     s = w["slices"]
-    return [dict(id=s["id"][i], track=s["track"][i], start=s["start"][i], dur=s["dur"][i], depth=s["depth"][i],
-                 name=w["names"][s["name"][i]]) for i in range(len(s["id"]))]
+    return [{"id": s["id"][i], "track": s["track"][i], "start": s["start"][i], "dur": s["dur"][i],
+             "depth": s["depth"][i], "name": w["names"][s["name"][i]]} for i in range(len(s["id"]))]
 
 
 # -- real torch traces --------------------------------------------------------------------
@@ -188,7 +188,7 @@ def test_windows_overlap_span_and_resolution(dense, window, res):
 
 
 def test_a_slice_seen_only_when_zoomed_in(dense):
-    client, run, truth = dense
+    client, run, _truth = dense
     far = _window(client, run, resolution=500)
     names_far = {(x["name"], round(x["start"], 6)) for x in _slices(far)}
     near = _window(client, run, start_ms=123.0, end_ms=123.05, resolution=500)
@@ -250,7 +250,7 @@ def test_generated_jax_profile(make_client, tmp_path):
 
     script = Path(__file__).parents[1] / "scripts" / "make_big_jax_profile.py"
     out = subprocess.run([sys.executable, str(script), "--out", str(tmp_path / "big"), "--steps", "25"],
-                         capture_output=True, text=True, timeout=120)
+                         capture_output=True, text=True, timeout=120, check=False)
     assert out.returncode == 0, out.stderr[-2000:]
     client = make_client(tmp_path / "big")
     run = client.get("/api/runs").json()["runs"][0]["name"]

@@ -884,12 +884,12 @@ def trace_columns(raw, path: str, progress=None, sink=None):
             continue
         if base_us is None:
             base_us = float(int(ts))
-        ts_ps = int(round((ts - base_us) * 1e6))
+        ts_ps = round((ts - base_us) * 1e6)
         name = ev.get("name")
         name = "" if name is None else str(name)
         if ph == "X":
             dur = ev.get("dur")
-            dur_ps = int(round(dur * 1e6)) if isinstance(dur, (int, float)) and not isinstance(dur, bool) else 0
+            dur_ps = round(dur * 1e6) if isinstance(dur, (int, float)) and not isinstance(dur, bool) else 0
             t = track_of(ev.get("pid"), ev.get("tid"))
             add(t, ts_ps, dur_ps, name, ev.get("args"))
             last_ps = max(last_ps, ts_ps + dur_ps)

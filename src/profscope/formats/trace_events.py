@@ -77,7 +77,7 @@ class TraceEvents:
 class NameTable:
     """A string table built while reading (index per distinct string)."""
 
-    __slots__ = ("names", "index")
+    __slots__ = ("index", "names")
 
     def __init__(self) -> None:
         self.names: list[str] = []
@@ -115,7 +115,7 @@ class MemorySink:
     def blob(self, buf) -> None:
         self.blobs.append(buf)
 
-    def fill(self, ev: "TraceEvents") -> None:
+    def fill(self, ev: TraceEvents) -> None:
         def cat(chunks, dtype):
             return np.concatenate(chunks) if chunks else np.zeros(0, dtype)
 

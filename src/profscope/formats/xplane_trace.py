@@ -42,7 +42,14 @@ from profscope.formats import protowire as wire
 from profscope.formats import xplane
 from profscope.formats import xplane_memory as xm
 from profscope.formats.protos import xplane_pb2
-from profscope.formats.trace_events import Counter, MemorySink, NameTable, Process, TraceEvents, Track
+from profscope.formats.trace_events import (
+    Counter,
+    MemorySink,
+    NameTable,
+    Process,
+    TraceEvents,
+    Track,
+)
 
 HOST_PREFIX = "/host:CPU"
 GPU_PREFIX = "/device:GPU:"
@@ -234,9 +241,10 @@ def _line_runs(data, b, start: int, end: int):
     pos = start
     while pos < end:
         if data[pos] == 0x22:  # field 4 (events), LEN: a run of events
-            run_start = pos
-            for s_, _e, pos in _windows(data, b, pos, end):
+            run_start = after = pos
+            for s_, _e, after in _windows(data, b, run_start, end):
                 count += len(s_)
+            pos = after
             runs.append((run_start, pos, end))
             continue
         _, _, _, nxt = xm._next_field(data, pos, end)

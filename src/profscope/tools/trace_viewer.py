@@ -41,9 +41,9 @@ import os
 import re
 import threading
 from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import orjson
@@ -87,8 +87,9 @@ class IndexWriter:
         self.folder = Path(folder)
         self.n = 0
         self.blob_bytes = 0
-        self._raw = {k: open(self.folder / f"{k}.raw", "wb") for k, _ in _RAW}
-        self._args = open(self.folder / "args.bin", "wb")
+        # open for the whole conversion (chunks arrive one by one); closed by close()
+        self._raw = {k: open(self.folder / f"{k}.raw", "wb") for k, _ in _RAW}  # noqa: SIM115
+        self._args = open(self.folder / "args.bin", "wb")  # noqa: SIM115
 
     def events(self, track, start, dur, name, off, length) -> None:
         for (k, dtype), col in zip(_RAW, (track, start, dur, name, off, length)):
@@ -168,7 +169,7 @@ class IndexWriter:
         for i, c in enumerate(ev.counters):
             np.save(out / f"counter_{i}_t.npy", (c.t_ps - shift).astype(np.int64))
             np.save(out / f"counter_{i}_v.npy", c.value.astype(np.float64))
-            counters.append({"track": c.track, "name": c.name, "unit": c.unit, "points": int(len(c.t_ps))})
+            counters.append({"track": c.track, "name": c.name, "unit": c.unit, "points": len(c.t_ps)})
         meta = {
             "version": INDEX_VERSION,
             "path": ev.path,
@@ -871,7 +872,7 @@ def _ms_to_ps(value, name: str) -> int:
     v = float(text)
     if abs(v) > 1e15:
         raise BadRequest(f"parameter {name!r} is out of range: {value!r}")
-    return int(round(v * PS_PER_MS))
+    return round(v * PS_PER_MS)
 
 
 def parse_resolution(value) -> int:
