@@ -233,6 +233,7 @@ def test_two_hosts_merge_on_one_timeline(make_client, tmp_path):
     ids = both["slices"]["id"]
     assert len(set(ids)) == len(ids) and len({t["id"] for t in both["tracks"]}) == len(both["tracks"])
     b_only = _window(client, run, host="host_b", resolution=100000)
+    assert {p["pid"] for p in b_only["processes"]} == {1701}  # XProf numbers the selected hosts
     d = client.get("/api/trace/event", params={"run": run, "hosts": "host_a,host_b", "id": b_only["slices"]["id"][0]}).json()
     assert d["track"]["host"] == "host_b"
     assert client.get("/api/trace/window", params={"run": run, "host": "nope"}).status_code == 404

@@ -452,9 +452,10 @@ class Workspace:
         traces = run.files_of(FileKind.CHROME_TRACE)
         return [(f.name, f) for f in traces]
 
-    def trace_index(self, run: Run, host: str, info: FileInfo, number: int) -> "trace_viewer.TraceIndex":
-        """The on-disk index of one file, built once per file identity."""
-        key = cache_key("trace_index", trace_viewer.INDEX_VERSION, self.logdir.url, info.identity(), number)
+    def trace_index(self, run: Run, host: str, info: FileInfo) -> "trace_viewer.TraceIndex":
+        """The on-disk index of one file, built once per file identity (pids are stored
+        without XProf's host number, which depends on the hosts selected)."""
+        key = cache_key("trace_index", trace_viewer.INDEX_VERSION, self.logdir.url, info.identity(), host)
 
         def build(progress, folder):
             path = self.logdir.display_path(info.path)
@@ -464,7 +465,7 @@ class Workspace:
             try:
                 with self.logdir.open(info.path) as f:
                     if classify(info.name) is FileKind.XPLANE:
-                        events = xplane_trace.read_trace(f, path, number, host, progress=progress.part(0, 0.6), sink=writer)
+                        events = xplane_trace.read_trace(f, path, 0, host, progress=progress.part(0, 0.6), sink=writer)
                     else:
                         events = chrome_trace.trace_columns(f, path, progress=progress.part(0, 0.6), sink=writer)
             finally:
@@ -490,9 +491,10 @@ class Workspace:
                 raise NotFound(f"run {run.name!r} has no host {name!r}; hosts: {', '.join(known)}")
             pos = known.index(name)
             info = sources[pos][1]
-            xla = classify(info.name) is FileKind.XPLANE
-            ix = self.trace_index(run, name, info, pos + 1 if xla else 0)
-            chosen.append(trace_viewer.HostIndex(pos, name, ix))
+            ix = self.trace_index(run, name, info)
+            # XProf numbers the selected hosts from 1: pid = 1000 * number + device id
+            offset = 1000 * (len(chosen) + 1) if classify(info.name) is FileKind.XPLANE else 0
+            chosen.append(trace_viewer.HostIndex(pos, name, ix, offset))
         return trace_viewer.TraceView(run.name, chosen)
 
     def trace_viewer_xprof(self, run: Run, params: dict, progress=None) -> dict:

@@ -558,7 +558,7 @@ class HostIndex:
     position: int  # the host's position among the run's hosts (stable ids)
     host: str
     index: TraceIndex
-    pid_offset: int = 0  # Chrome traces: 0; xplane pids already carry XProf's host number
+    pid_offset: int = 0  # xplane: 1000 * XProf's number of the host among those selected; Chrome: 0
 
 
 class TraceView:
