@@ -337,3 +337,13 @@ def test_a_profile_without_events_is_an_empty_timeline(make_client, tmp_path):
     assert client.get("/api/trace/search", params={"run": run, "q": "x"}).json()["total"] == 0
     doc = json.loads(client.get("/api/trace/export", params={"run": run}).content)
     assert [e for e in doc["traceEvents"] if e["ph"] == "X"] == []
+
+
+def test_gzipped_xplane_serves_the_same_events(make_client, tmp_path):
+    folder = tmp_path / "logs" / "gz" / "plugins" / "profile" / "2026_01_01_00_00_00"
+    folder.mkdir(parents=True)
+    (folder / "demo-host.xplane.pb.gz").write_bytes(gzip.compress(MLP.read_bytes()))
+    client = make_client(tmp_path / "logs")
+    run = client.get("/api/runs").json()["runs"][0]["name"]
+    w = _window(client, run, resolution=100000)
+    assert w["hosts"] == ["demo-host"] and w["totalEventsSize"] == 780
