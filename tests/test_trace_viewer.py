@@ -297,6 +297,14 @@ def test_bad_parameters_are_4xx_json(demo_client):
     assert x.status_code == 400
     x = demo_client.get("/data/plugin/profile/data", params={"run": run, "tag": "trace_viewer@", "resolution": "-3"})
     assert x.status_code == 400
+    # windows far outside the trace are empty answers, not overflows
+    for params in ({"start_ms": 1e14, "end_ms": 2e14}, {"start_ms": -1e14, "end_ms": 1e14}, {"start_ms": -5, "end_ms": -1}):
+        w = demo_client.get("/api/trace/window", params={"run": run, **params})
+        assert w.status_code == 200, (params, w.text)
+        assert demo_client.get("/api/trace/export", params={"run": run, **params}).status_code == 200
+    x = demo_client.get("/data/plugin/profile/data", params={"run": run, "tag": "trace_viewer@", "start_time_ms": -1e14,
+                                                              "end_time_ms": 1e14, "resolution": 7})
+    assert x.status_code == 200 and x.json()["returnedEventsSize"] > 0
 
 
 def test_corrupt_xplane_and_truncated_json_are_422_naming_the_file(make_client, tmp_path):
@@ -309,10 +317,13 @@ def test_corrupt_xplane_and_truncated_json_are_422_naming_the_file(make_client, 
     text = gzip.decompress((DEMO / "torch" / "leak.pt.trace.json.gz").read_bytes())
     (root / "short.pt.trace.json").write_bytes(text[: len(text) // 2])
     (root / "notjson.trace.json").write_bytes(b"hello, world")
+    far = [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 1.0, "dur": 2.0},
+           {"ph": "X", "name": "b", "pid": 1, "tid": 1, "ts": 1e300, "dur": 2.0}]
+    (root / "far.trace.json").write_text(json.dumps({"traceEvents": far}))
     client = make_client(root)
     bad = next(r["name"] for r in client.get("/api/runs").json()["runs"] if r["kind"] == "profile")
     for params in ({"run": bad, "host": "cut"}, {"run": bad, "host": "junk"},
-                   {"run": "short.pt.trace.json"}, {"run": "notjson.trace.json"}):
+                   {"run": "short.pt.trace.json"}, {"run": "notjson.trace.json"}, {"run": "far.trace.json"}):
         r = client.get("/api/trace/window", params=params)
         assert r.status_code == 422, (params, r.text)
         body = r.json()
@@ -347,3 +358,20 @@ def test_gzipped_xplane_serves_the_same_events(make_client, tmp_path):
     run = client.get("/api/runs").json()["runs"][0]["name"]
     w = _window(client, run, resolution=100000)
     assert w["hosts"] == ["demo-host"] and w["totalEventsSize"] == 780
+
+
+def test_odd_but_valid_chrome_events(make_client, tmp_path):
+    """NaN timestamps are skipped, absurd durations capped, string pids/tids numbered."""
+    events = [{"ph": "X", "name": "ok", "pid": "main", "tid": "t1", "ts": 5.0, "dur": 1.0},
+              {"ph": "X", "name": "huge", "pid": "main", "tid": "t1", "ts": 6.0, "dur": 1e30},
+              {"ph": "i", "name": "nan", "pid": 1, "tid": 1, "ts": float("nan")},
+              {"ph": "B", "name": "open", "pid": 1, "tid": 2, "ts": 7.0}]  # never closed
+    root = tmp_path / "logs"
+    root.mkdir()
+    (root / "odd.trace.json").write_text(json.dumps({"traceEvents": events}))  # NaN as Python writes it
+    client = make_client(root)
+    w = _window(client, "odd.trace.json", resolution=100000)
+    names = {x["name"]: x for x in _slices(w)}
+    assert set(names) == {"ok", "huge", "open"}
+    assert names["huge"]["dur"] == pytest.approx(2**60 / 1e9)  # capped at 2^60 ps
+    assert names["open"]["dur"] > 0  # closed at the last timestamp of the trace

@@ -51,6 +51,7 @@ import codecs
 import gzip
 import io
 import json
+import math
 import re
 import zlib
 from collections.abc import Iterator
@@ -880,16 +881,20 @@ def trace_columns(raw, path: str, progress=None, sink=None):
                 thread_sort[(pid, tid)] = args.get("sort_index")
             continue
         ts = ev.get("ts")
-        if not isinstance(ts, (int, float)) or isinstance(ts, bool):
+        if not isinstance(ts, (int, float)) or isinstance(ts, bool) or not math.isfinite(ts):
             continue
         if base_us is None:
             base_us = float(int(ts))
         ts_ps = round((ts - base_us) * 1e6)
+        if abs(ts_ps) > _MAX_PS:
+            raise BadInput(f"{path}: event {n} has ts {ts!r} µs, {abs(ts - base_us):.3g} µs from the first event; "
+                           "not a trace this reader accepts", file=path)
         name = ev.get("name")
         name = "" if name is None else str(name)
         if ph == "X":
             dur = ev.get("dur")
-            dur_ps = round(dur * 1e6) if isinstance(dur, (int, float)) and not isinstance(dur, bool) else 0
+            dur_ps = (min(round(dur * 1e6), _MAX_PS) if isinstance(dur, (int, float)) and not isinstance(dur, bool)
+                      and math.isfinite(dur) else 0)
             t = track_of(ev.get("pid"), ev.get("tid"))
             add(t, ts_ps, dur_ps, name, ev.get("args"))
             last_ps = max(last_ps, ts_ps + dur_ps)
@@ -973,6 +978,9 @@ def trace_columns(raw, path: str, progress=None, sink=None):
     if sink is None:
         out_sink.fill(out)
     return out
+
+
+_MAX_PS = 1 << 60  # event times and durations beyond this (13 days) are not a real trace
 
 
 def _int_id(value) -> int:

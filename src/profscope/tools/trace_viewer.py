@@ -62,6 +62,7 @@ TRACK_ID_SHIFT = 20  # track id = host position << 20 | track
 MAX_RESOLUTION = 100_000
 DEFAULT_RESOLUTION = 1000
 PS_PER_MS = 10**9
+MAX_DUR_PS = 1 << 60  # 13 days; longer durations (corrupt input) are capped
 _COLS = ("start", "dur", "track", "depth", "name", "aoff", "alen")
 _TIER_COLS = ("rows", "start", "dur", "track", "depth", "name")
 FENCE = 1024  # every FENCE-th start is kept in memory: binary searches touch ~2 pages
@@ -128,7 +129,7 @@ class IndexWriter:
         shift = min(starts) if starts else 0
         if shift:
             start -= shift
-        np.maximum(dur, 0, out=dur)
+        np.clip(dur, 0, MAX_DUR_PS, out=dur)
         end_ps = int((start + dur).max()) if n else 0
         for c in ev.counters:
             if len(c.t_ps):
@@ -575,8 +576,8 @@ class TraceView:
     # -- parameters -------------------------------------------------------------------------
 
     def span_ps(self, start_ms, end_ms) -> tuple[int, int]:
-        s = 0 if start_ms is None else _ms_to_ps(start_ms, "start_ms")
-        e = self.end_ps if end_ms is None else _ms_to_ps(end_ms, "end_ms")
+        s = 0 if start_ms is None else _clamp_ps(_ms_to_ps(start_ms, "start_ms"))
+        e = self.end_ps if end_ms is None else _clamp_ps(_ms_to_ps(end_ms, "end_ms"))
         if e < s:
             raise BadRequest(f"end_ms ({end_ms}) is before start_ms ({start_ms})")
         if e == s:
@@ -740,6 +741,7 @@ class TraceView:
         no visibility filter, as in XProf."""
         s = 0 if start_time_ms in (None, "") else _ms_to_ps(start_time_ms, "start_time_ms") - self.origin_ps
         e = self.end_ps + 1 if end_time_ms in (None, "") else _ms_to_ps(end_time_ms, "end_time_ms") - self.origin_ps
+        s, e = _clamp_ps(s), _clamp_ps(e)
         if e < s:
             raise BadRequest(f"end_time_ms ({end_time_ms}) is before start_time_ms ({start_time_ms})")
         res = 0 if resolution in (None, "") else _int_param(resolution, "resolution", 0, 0, 10_000_000)
@@ -873,6 +875,12 @@ def _ms_to_ps(value, name: str) -> int:
     if abs(v) > 1e15:
         raise BadRequest(f"parameter {name!r} is out of range: {value!r}")
     return round(v * PS_PER_MS)
+
+
+def _clamp_ps(v: int) -> int:
+    """Window bounds far outside any trace are clamped to ±2^61 ps (26 days), so that
+    they and the level margins (durations are capped at 2^60 ps) stay within int64."""
+    return max(-(1 << 61), min(1 << 61, v))
 
 
 def parse_resolution(value) -> int:
