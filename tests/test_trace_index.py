@@ -196,3 +196,26 @@ def test_fenced_search_equals_searchsorted():
         x = int(rng.integers(-10, 5010))
         for side in ("left", "right"):
             assert tv._fenced(col, fence, a, z, x, side) == a + int(np.searchsorted(col[a:z], x, side=side))
+
+
+def test_crossing_events_get_depths_that_never_overlap(tmp_path):
+    """Events that end after the event holding them (the Python tracer and torch traces
+    have some) are stacked so that no two events at one depth overlap."""
+    rng = np.random.default_rng(3)
+    n = 3000
+    start = np.sort(rng.integers(0, 1_000_000, n)).astype(np.int64)
+    dur = rng.integers(0, 50_000, n).astype(np.int64)
+    ev = TraceEvents(
+        path="x", hostname="", base_ps=0, track=np.zeros(n, np.int32), start_ps=start, dur_ps=dur,
+        name=np.zeros(n, np.int32), args_off=np.zeros(n, np.int64), args_len=np.zeros(n, np.int32),
+        blob=[], args_kind="json", names=["s"], tracks=[Track(1, 1, "t", 0)],
+    )
+    tv.build_index(ev, tmp_path)
+    ix = tv.TraceIndex(tmp_path)
+    st, du, de = (np.asarray(ix.cols[k], np.int64) for k in ("start", "dur", "depth"))
+    assert int(de.max()) == ix.tracks[0]["maxDepth"]
+    for level in np.unique(de):
+        at = np.flatnonzero(de == level)
+        at = at[np.argsort(st[at], kind="stable")]
+        ends = st[at] + du[at]
+        assert (ends[:-1] <= st[at][1:]).all(), f"events overlap at depth {level}"

@@ -52,7 +52,7 @@ from profscope.errors import BadRequest, NotFound
 from profscope.formats import xplane_trace
 from profscope.formats.trace_events import TraceEvents
 
-INDEX_VERSION = 1
+INDEX_VERSION = 2  # 2: crossing events stacked (depths never overlap)
 LEVELS = 64
 TIER_MIN_Z = 10  # 1 ns bins
 TIER_STEP = 2
@@ -297,9 +297,52 @@ def _depths(track: np.ndarray, start: np.ndarray, dur: np.ndarray, ntracks: int)
             np.clip(d, 0, 32767, out=d)
             depth[r] = d
             top = max(top, int(d.max()))
-        max_depth[ti] = top
         del e2
+        if top and _crossing(rows, depth, start, dur, top):
+            top = _stack_depths(rows, depth, start, dur)
+        max_depth[ti] = top
     return depth, max_depth
+
+
+def _ends2(rows, start, dur) -> np.ndarray:
+    """Doubled ends: zero-length events get half a picosecond (see _depths)."""
+    d = dur[rows]
+    return (start[rows] + d) * 2 + (d == 0)
+
+
+def _crossing(rows, depth, start, dur, top: int) -> bool:
+    """Whether some event on this track ends after the event that holds it (Python
+    tracer and torch traces have a few): counting open events then gives two
+    overlapping events the same depth. An event's holder is the last event one level
+    up that starts before it (``rows`` are in start order)."""
+    d = depth[rows]
+    upper = np.flatnonzero(d == 0)
+    for level in range(1, top + 1):
+        lower = np.flatnonzero(d == level)
+        if len(lower) and len(upper):
+            holder = upper[np.maximum(np.searchsorted(upper, lower) - 1, 0)]
+            if (_ends2(rows[lower], start, dur) > _ends2(rows[holder], start, dur)).any():
+                return True
+        upper = lower
+    return False
+
+
+def _stack_depths(rows, depth, start, dur) -> int:
+    """Depths by a stack of open events, for a track where events cross: an event goes
+    one level above the events still open when it starts, after closing those that
+    ended, so two events at one depth never overlap. Returns the track's maximum."""
+    starts = (start[rows] * 2).tolist()
+    ends = _ends2(rows, start, dur).tolist()
+    out = []
+    stack: list[int] = []
+    for s, e in zip(starts, ends):
+        while stack and stack[-1] <= s:
+            stack.pop()
+        out.append(len(stack))
+        stack.append(e)
+    d = np.minimum(np.array(out, np.int64), 32767)
+    depth[rows] = d
+    return int(d.max())
 
 
 def _build_tiers(track, depth, start, level, bounds, out: Path) -> list[int]:
