@@ -101,11 +101,12 @@ class IndexWriter:
         self._args.write(buf)
         self.blob_bytes += len(buf)
 
-    def _load(self, k: str) -> np.ndarray:
+    def _load(self, k: str, keep: bool = False) -> np.ndarray:
         dtype = dict(_RAW)[k]
         path = self.folder / f"{k}.raw"
         col = np.fromfile(path, dtype=dtype) if self.n else np.zeros(0, dtype)
-        path.unlink()
+        if not keep:
+            path.unlink()
         return col
 
     def close(self) -> None:
@@ -121,9 +122,11 @@ class IndexWriter:
         for i, pb in enumerate(ev.planes):
             (out / f"plane_{i}.pb").write_bytes(bytes(pb))
         _report(progress, 0.0, f"indexing {n:,} events")
+        # The raw columns stay on disk until they are written sorted: what is not needed
+        # for a step is read again rather than held (the build's peak is these columns).
         start = self._load("start")
-        dur = self._load("dur")
-        track = self._load("track")
+        dur = self._load("dur", keep=True)
+        track = self._load("track", keep=True)
         starts = [int(start.min())] if n else []
         starts += [int(c.t_ps[0]) for c in ev.counters if len(c.t_ps)]
         shift = min(starts) if starts else 0
@@ -136,11 +139,15 @@ class IndexWriter:
                 end_ps = max(end_ps, int(c.t_ps[-1] - shift))
         _report(progress, 0.1, "nesting events per thread")
         depth, max_depth = _depths(track, start, dur, len(ev.tracks))
+        del track
         _report(progress, 0.35, "sorting events into duration levels")
         level = _level(dur)
+        del dur
         # by level (a radix sort of int8), then each level by start: the temporaries are
         # one level's, not the whole trace's
         order = np.argsort(level, kind="stable")
+        if n < 2**31:
+            order = order.astype(np.int32)
         level = level[order]
         bounds = np.searchsorted(level, np.arange(LEVELS + 1)).astype(np.int64)
         for k in range(LEVELS):
@@ -149,10 +156,12 @@ class IndexWriter:
                 seg = order[a:z]
                 seg[:] = seg[np.argsort(start[seg], kind="stable")]
         kept = {}
-        cols = {"start": start, "dur": dur, "track": track, "depth": depth}
-        del start, dur, track, depth
+        cols = {"start": start, "depth": depth}
+        del start, depth
         for k in _COLS:
             col = cols.pop(k) if k in cols else self._load(k)
+            if k == "dur":  # clipped again, as _depths and _level saw it
+                np.clip(col, 0, MAX_DUR_PS, out=col)
             col = col[order]
             np.save(out / f"{k}.npy", col)
             if k == "start":
@@ -331,18 +340,20 @@ def _stack_depths(rows, depth, start, dur) -> int:
     """Depths by a stack of open events, for a track where events cross: an event goes
     one level above the events still open when it starts, after closing those that
     ended, so two events at one depth never overlap. Returns the track's maximum."""
-    starts = (start[rows] * 2).tolist()
-    ends = _ends2(rows, start, dur).tolist()
-    out = []
     stack: list[int] = []
-    for s, e in zip(starts, ends):
-        while stack and stack[-1] <= s:
-            stack.pop()
-        out.append(len(stack))
-        stack.append(e)
-    d = np.minimum(np.array(out, np.int64), 32767)
-    depth[rows] = d
-    return int(d.max())
+    top = 0
+    for c0 in range(0, len(rows), 1 << 16):  # Python ints for one chunk at a time
+        r = rows[c0:c0 + (1 << 16)]
+        out = []
+        for s, e in zip((start[r] * 2).tolist(), _ends2(r, start, dur).tolist()):
+            while stack and stack[-1] <= s:
+                stack.pop()
+            out.append(len(stack))
+            stack.append(e)
+        d = np.minimum(np.array(out, np.int64), 32767)
+        depth[r] = d
+        top = max(top, int(d.max()))
+    return top
 
 
 def _build_tiers(track, depth, start, level, bounds, out: Path) -> list[int]:
@@ -359,26 +370,32 @@ def _build_tiers(track, depth, start, level, bounds, out: Path) -> list[int]:
     rowkey |= depth.astype(rowkey.dtype)
     # by start (timsort: the index order is a few dozen sorted runs, one per level),
     # then stably by row: faster than a 2-key lexsort
+    # int32 positions where they fit: this function is the index build's memory peak
+    small = n < 2**31
     order = np.argsort(start, kind="stable")
-    order = order[np.argsort(rowkey[order], kind="stable")]
+    if small:
+        order = order.astype(np.int32)
+    by_row = np.argsort(rowkey[order], kind="stable")
+    order = order[by_row]
+    del by_row
     rk = rowkey[order]
     del rowkey
     row_id = np.empty(n, dtype=np.int32)
     row_id[0] = 0
     np.cumsum(rk[1:] != rk[:-1], out=row_id[1:])
     del rk
-    s_o = start[order]
-    lv_o = level[order]
     tiers = []
     block = 1 << 20
     for z in range(TIER_MIN_Z, max(top, TIER_MIN_Z) + 1, TIER_STEP):
         parts, short, prev = [], 0, None
         for i0 in range(0, n, block):  # in blocks: the scratch arrays stay small
-            m = np.flatnonzero(lv_o[i0:i0 + block] < z) + i0
+            o = order[i0:i0 + block]
+            m = np.flatnonzero(level[o] < z)
             if not m.size:
                 continue
             short += len(m)
-            b = s_o[m] >> z
+            b = start[o[m]] >> z
+            m += i0
             r = row_id[m]
             first = np.empty(len(m), dtype=bool)
             first[0] = prev is None or b[0] != prev[0] or r[0] != prev[1]
@@ -404,7 +421,7 @@ def _build_tiers(track, depth, start, level, bounds, out: Path) -> list[int]:
         np.save(out / f"tier_{z}_depth.npy", depth[rows])
         tiers.append(z)
         del rows
-    del order, s_o, lv_o, row_id
+    del order, row_id
     for k in ("dur", "name"):  # read back once each, after the scratch arrays are gone
         col = np.load(out / f"{k}.npy")
         for z in tiers:
