@@ -714,6 +714,8 @@ def _keys(items) -> list[str]:
 
 
 # A trace entry as the pickler writes it: EMPTY_DICT MEMO MARK (key value)* SETITEMS,
+# with a FRAME (protocol 4+) possibly after any complete object (C pickler
+# ``_Pickler_OpcodeBoundary``), so before the entry too;
 # every key a reference to a memoized string ("action", "addr", ... are written once per
 # file), every value a reference, an int, None/True/False, or a new list of references
 # (the frames of a new traceback: EMPTY_LIST MEMO [MARK refs APPENDS | ref APPEND]*).
@@ -723,7 +725,7 @@ _F = safe_pickle.FRAME + b"?"
 _NEW_REFS = (rb"\]" + safe_pickle.MEMO + rb"(?:" + _F + rb"\((?:" + _F + safe_pickle.REF + rb")+" + _F + rb"e|"
              + _F + safe_pickle.REF + _F + rb"a)*")
 _ENTRY = re.compile(
-    rb"\}(" + safe_pickle.MEMO + rb")" + _F + rb"\(((?:" + _F + safe_pickle.REF + _F
+    _F + rb"\}(" + safe_pickle.MEMO + rb")" + _F + rb"\(((?:" + _F + safe_pickle.REF + _F
     + rb"(?:" + safe_pickle.REF + b"|" + safe_pickle.INT + rb"|N|\x88|\x89|" + _NEW_REFS + rb"))*)" + _F + rb"u")
 # The tokens of an entry's (key value)* part; FRAME tokens match with every group empty.
 _PAIR_TOKEN = re.compile(
@@ -748,7 +750,7 @@ def _layout_regex(key_toks: list[bytes]) -> re.Pattern:
     """An entry whose keys are exactly these references, in this order: one group for its
     MEMO token, then one per value."""
     pairs = b"".join(_F + re.escape(k) + _F + _VALUE for k in key_toks)
-    return re.compile(rb"\}(" + safe_pickle.MEMO + rb")" + _F + rb"\(" + pairs + _F + rb"u")
+    return re.compile(_F + rb"\}(" + safe_pickle.MEMO + rb")" + _F + rb"\(" + pairs + _F + rb"u")
 
 
 def _ref(tok: bytes) -> int:
