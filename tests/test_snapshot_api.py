@@ -85,3 +85,35 @@ def test_a_pickle_that_asks_for_a_global_is_refused_and_nothing_runs(make_client
     assert res.status_code == 422 and res.json()["file"].endswith("cut.pickle")
     # Other runs in the same log directory are undisturbed.
     assert client.get("/data/plugin/profile/runs").status_code == 200
+
+
+def test_a_snapshot_is_parsed_once_per_cache(tmp_path, shared_fixtures, monkeypatch):
+    """A second server on the same cache folder reads the saved columns: the pickle is
+    not parsed again (load_snapshot would fail here)."""
+    import shutil
+
+    from fastapi.testclient import TestClient
+
+    from profscope.cache.store import DiskCache
+    from profscope.cache.workspace import Workspace
+    from profscope.formats import torch_snapshot as fmt
+    from profscope.server import create_app
+    from profscope.storage import LogDir
+
+    name = "medium_128_training_memory_snapshot.pickle"
+    (tmp_path / "logs").mkdir()
+    shutil.copy(shared_fixtures / "torch_snapshots/Wedsonlin_assignment2-systems" / name, tmp_path / "logs" / name)
+
+    def client():
+        return TestClient(create_app(Workspace(LogDir(str(tmp_path / "logs")), DiskCache(tmp_path / "cache"))))
+
+    first = client().get("/api/snapshot/stacks", params={"run": name, "event": 100})
+    assert first.status_code == 200
+
+    def refuse(*a, **k):
+        raise AssertionError("the pickle was parsed again")
+
+    monkeypatch.setattr(fmt, "load_snapshot", refuse)
+    again = client().get("/api/snapshot/stacks", params={"run": name, "event": 101})
+    assert again.status_code == 200, again.text
+    assert again.json()["event"] == 101

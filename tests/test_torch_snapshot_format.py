@@ -400,3 +400,17 @@ def test_progress_is_reported():
 
     load_snapshot(b.to_pickle(b.expandable_oom_multidevice()), "p", progress=Recorder())
     assert seen and seen[-1] == 1.0
+
+
+def test_saved_model_reads_back_the_same(snaps, tmp_path):
+    """The columns kept in the cache folder give back the same snapshot."""
+    from profscope.formats.torch_snapshot import load_model, save_model
+
+    for k, (name, data) in enumerate(_inputs(snaps)):
+        s = load_snapshot(data, name)
+        folder = tmp_path / str(k)
+        folder.mkdir()
+        save_model(s, folder)
+        back = load_model(folder)
+        assert _resolved(back) == _resolved(s), name
+        assert back.strings == s.strings and back.stacks == s.stacks

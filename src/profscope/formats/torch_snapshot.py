@@ -63,7 +63,9 @@ import pickle
 import re
 import zlib
 from dataclasses import dataclass, field, fields
+from itertools import pairwise
 from operator import itemgetter
+from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
@@ -249,6 +251,74 @@ class Snapshot:
 
     def state_code(self, name: str) -> int:
         return self.state_names.index(name)
+
+
+# -- the model on local disk (the cache) ------------------------------------------------
+
+#: Bump when the saved layout changes: it is part of the cache key.
+MODEL_FORMAT_VERSION = 1
+
+
+def _json_safe(obj: Any) -> Any:
+    """Allocator settings and annotations as JSON takes them (tuples become lists, other
+    values their repr)."""
+    if isinstance(obj, dict):
+        return {str(k): _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v) for v in obj]
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    return repr(obj)
+
+
+def save_model(snap: Snapshot, folder: Path) -> None:
+    """Write a loaded snapshot's columns (``.npy``) and tables (``model.json``) into an
+    empty folder, so that opening the file again is a read of arrays, not a re-parse."""
+    folder = Path(folder)
+    arrays = {"frame_filename": snap.frame_filename, "frame_line": snap.frame_line,
+              "frame_name": snap.frame_name,
+              "stack_items": np.fromiter((f for st in snap.stacks for f in st), np.int32),
+              "stack_offsets": np.cumsum([0] + [len(st) for st in snap.stacks], dtype=np.int64)}
+    for i, tr in enumerate(snap.traces):
+        arrays.update({f"trace{i}_{f.name}": getattr(tr, f.name) for f in fields(DeviceTrace) if f.name != "device"})
+    arrays.update({f"segments_{f.name}": getattr(snap.segments, f.name) for f in fields(Segments)})
+    arrays.update({f"blocks_{f.name}": getattr(snap.blocks, f.name) for f in fields(Blocks)})
+    for name, a in arrays.items():
+        np.save(folder / f"{name}.npy", np.asarray(a))
+    meta = {"version": MODEL_FORMAT_VERSION, "path": snap.path, "format": snap.format,
+            "pickle_protocol": snap.pickle_protocol, "strings": snap.strings,
+            "traces": [tr.device for tr in snap.traces], "devices": snap.devices,
+            "allocator_settings": _json_safe(snap.allocator_settings),
+            "external_annotations": _json_safe(snap.external_annotations),
+            "oom_events": snap.oom_events, "trace_overflow": snap.trace_overflow,
+            "era_keys": snap.era_keys, "action_names": snap.action_names, "state_names": snap.state_names}
+    (folder / "model.json").write_text(json.dumps(meta), encoding="utf-8")
+
+
+def load_model(folder: Path) -> Snapshot:
+    """The snapshot :func:`save_model` wrote."""
+    folder = Path(folder)
+    meta = json.loads((folder / "model.json").read_text(encoding="utf-8"))
+    if meta.get("version") != MODEL_FORMAT_VERSION:
+        raise ValueError(f"{folder}: saved model version {meta.get('version')}, not {MODEL_FORMAT_VERSION}")
+
+    def arr(name: str) -> np.ndarray:
+        return np.load(folder / f"{name}.npy")
+
+    items, offsets = arr("stack_items").tolist(), arr("stack_offsets").tolist()
+    stacks = [tuple(items[a:z]) for a, z in pairwise(offsets)]
+    traces = [DeviceTrace(d, *(arr(f"trace{i}_{f.name}") for f in fields(DeviceTrace) if f.name != "device"))
+              for i, d in enumerate(meta["traces"])]
+    return Snapshot(
+        path=meta["path"], format=meta["format"], pickle_protocol=meta["pickle_protocol"],
+        strings=meta["strings"], frame_filename=arr("frame_filename"), frame_line=arr("frame_line"),
+        frame_name=arr("frame_name"), stacks=stacks, traces=traces,
+        segments=Segments(*(arr(f"segments_{f.name}") for f in fields(Segments))),
+        blocks=Blocks(*(arr(f"blocks_{f.name}") for f in fields(Blocks))),
+        devices=meta["devices"], allocator_settings=meta["allocator_settings"],
+        external_annotations=meta["external_annotations"], oom_events=meta["oom_events"],
+        trace_overflow=meta["trace_overflow"], era_keys=meta["era_keys"],
+        action_names=meta["action_names"], state_names=meta["state_names"])
 
 
 # -- decoding the container -----------------------------------------------------------
