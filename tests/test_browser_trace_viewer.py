@@ -292,6 +292,9 @@ def test_torch_trace_renders(open_page, server_url, demo_logdir):
     assert steps <= {s["name"] for s in drawn}, "every ProfilerStep# slice (longer than a pixel) is drawn"
     _assert_painted(page, next(s for s in drawn if s["name"] in steps))
     assert any(r["type"] == "track" for r in _hook(page, "rows"))
+    # torch's fwdbwd flows (forward op -> its backward op) are drawn as arrows
+    flows = sum(1 for e in events if e.get("ph") == "f")
+    assert _hook(page, "flows") == {"inWindow": flows, "drawn": flows}
     page.screenshot(path=str(ARTIFACTS / "trace_viewer_torch.png"), full_page=True)
 
 

@@ -61,6 +61,29 @@ def test_every_x_event_of_a_torch_trace_is_served(demo_client, trace):
             assert i < len(m) and abs(m[i, 0] - t) < 1e-3 and any(abs(m[j, 1] - d) < 1e-3 for j in range(i, min(i + 50, len(m))) if abs(m[j, 0] - t) < 1e-3), (key, t, d)
 
 
+@pytest.mark.parametrize("trace", TORCH, ids=lambda p: p.name)
+def test_every_flow_of_a_torch_trace_is_an_arrow(demo_client, trace):
+    """torch's fwdbwd flows (``s`` at a forward op, ``f`` at its backward op, joined by
+    cat and id) come back as arrows between the threads and times they mark."""
+    doc = json.loads(gzip.decompress(trace.read_bytes()))
+    events = doc["traceEvents"]
+    base = min(e["ts"] for e in events if e.get("ph") != "M" and "ts" in e)
+    starts = {(e["cat"], e["id"]): e for e in events if e.get("ph") == "s"}
+    want = sorted((round(starts[(e["cat"], e["id"])]["ts"] - base, 3), round(e["ts"] - base, 3))
+                  for e in events if e.get("ph") == "f" and (e["cat"], e["id"]) in starts)
+    assert len(want) >= 40
+    w = _window(demo_client, f"torch/{trace.name}", resolution=4000)
+    f = w["flows"]
+    got = sorted((round(a * 1000, 3), round(b * 1000, 3)) for a, b in zip(f["from"], f["to"]))
+    assert got == want  # µs from the first event, as the window's ms * 1000
+    assert {w["names"][i] for i in f["name"]} == {"fwdbwd"} and f["truncated"] == 0
+    tracks = {t["id"]: t for t in w["tracks"]}
+    assert all(tracks[t]["kind"] == "slices" for t in f["fromTrack"] + f["toTrack"])
+    # a window that holds neither end of an arrow, nor is crossed by one, has none
+    first = min(f["from"] + f["to"])
+    assert _window(demo_client, f"torch/{trace.name}", start_ms=0, end_ms=first * 0.999)["flows"]["from"] == []
+
+
 def test_torch_trace_window_steps_counters_and_details(demo_client):
     run = "torch/transformer_train.pt.trace.json.gz"
     w = _window(demo_client, run)

@@ -782,8 +782,10 @@ def trace_columns(raw, path: str, progress=None, sink=None):
       global-scoped ones too); torch's ``[memory]`` instants become counter tracks
       ("memory allocated/reserved", per device) instead.
     * ``C`` counters: one counter track per (pid, name, args key).
-    * ``M`` metadata: process and thread names and sort indexes. Flow (``s``/``t``/``f``)
-      and async (``b``/``e``/``n``) events are not drawn.
+    * ``M`` metadata: process and thread names and sort indexes.
+    * Flow events (``s`` start, ``t`` step, ``f`` end, joined by ``cat`` and ``id``) become
+      arrows between the points they mark (torch's ``fwdbwd``: a forward op to its
+      backward op); async (``b``/``e``/``n``) events are not drawn.
     * ``ProfilerStep#N`` slices are also the steps.
 
     Times: ``ts``/``dur`` are microseconds (floats); stored as integer picoseconds from the
@@ -812,6 +814,8 @@ def trace_columns(raw, path: str, progress=None, sink=None):
     blob_base = 0
     out_sink = MemorySink() if sink is None else sink
     open_b: dict[tuple, list] = {}
+    open_flows: dict[tuple, tuple[int, int, int]] = {}  # (cat, id) -> (name, track, ts_ps)
+    flows: list[tuple[int, int, int, int, int]] = []
     counters: dict[tuple, tuple] = {}
     steps: list[tuple[str, int, int]] = []
     base_us: float | None = None
@@ -928,6 +932,19 @@ def trace_columns(raw, path: str, progress=None, sink=None):
                         c[1].append(float(v))
                 continue
             add(track_of(ev.get("pid"), ev.get("tid")), ts_ps, 0, name, args)
+        elif ph in ("s", "t", "f"):
+            fid = ev.get("id", ev.get("bind_id"))
+            if fid is None or isinstance(fid, (dict, list)):
+                continue
+            key = (str(ev.get("cat")), str(fid))
+            here = (names(name), track_of(ev.get("pid"), ev.get("tid")), ts_ps)
+            if ph != "s" and key in open_flows:
+                name_id, t0, ts0 = open_flows[key]
+                flows.append((name_id, t0, ts0, here[1], ts_ps))
+            if ph == "f":
+                open_flows.pop(key, None)
+            else:
+                open_flows[key] = here
         elif ph == "C":
             last_ps = max(last_ps, ts_ps)
             args = ev.get("args") or {}
@@ -973,7 +990,7 @@ def trace_columns(raw, path: str, progress=None, sink=None):
         track=np.zeros(0, np.int32), start_ps=np.zeros(0, np.int64), dur_ps=np.zeros(0, np.int64),
         name=np.zeros(0, np.int32), args_off=np.zeros(0, np.int64), args_len=np.zeros(0, np.int32),
         blob=[], args_kind="json", names=names.names, tracks=track_list, processes=processes,
-        counters=out_counters, steps=steps,
+        counters=out_counters, steps=steps, flows=flows,
     )
     if sink is None:
         out_sink.fill(out)

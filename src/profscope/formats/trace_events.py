@@ -69,6 +69,8 @@ class TraceEvents:
     steps: list[tuple[str, int, int]] = field(default_factory=list)  # (name, start_ps, dur_ps)
     # xplane: per plane the serialized XPlane without its lines (metadata and stats)
     planes: list[bytes] = field(default_factory=list)
+    # arrows: (name, from track, from ps, to track, to ps), Chrome-trace flow events
+    flows: list[tuple[int, int, int, int, int]] = field(default_factory=list)
 
     def __len__(self) -> int:
         return int(self.start_ps.shape[0])

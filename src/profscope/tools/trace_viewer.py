@@ -52,7 +52,8 @@ from profscope.errors import BadRequest, NotFound
 from profscope.formats import xplane_trace
 from profscope.formats.trace_events import TraceEvents
 
-INDEX_VERSION = 2  # 2: crossing events stacked (depths never overlap)
+INDEX_VERSION = 3  # 2: crossing events stacked (depths never overlap); 3: flows
+MAX_FLOWS = 5000  # arrows per window
 LEVELS = 64
 TIER_MIN_Z = 10  # 1 ns bins
 TIER_STEP = 2
@@ -174,7 +175,11 @@ class IndexWriter:
         _release_freed_memory()
         tiers = _build_tiers(kept.pop("track"), kept.pop("depth"), kept.pop("start"), level, bounds, out)
         del level
-        _report(progress, 0.9, "writing counters")
+        _report(progress, 0.9, "writing counters and flows")
+        flows = np.array(ev.flows, np.int64).reshape(-1, 5)
+        flows[:, 2] -= shift
+        flows[:, 4] -= shift
+        np.save(out / "flows.npy", flows)
         counters = []
         for i, c in enumerate(ev.counters):
             np.save(out / f"counter_{i}_t.npy", (c.t_ps - shift).astype(np.int64))
@@ -200,6 +205,7 @@ class IndexWriter:
             "processes": [{"pid": p.pid, "name": p.name, "sortIndex": p.sort_index} for p in ev.processes],
             "counters": counters,
             "steps": [[s[0], int(s[1] - shift), int(s[2])] for s in ev.steps],
+            "flows": len(flows),
         }
         (out / "meta.json").write_bytes(orjson.dumps(meta))
         _report(progress, 1.0, "index written")
@@ -469,6 +475,8 @@ class TraceIndex:
         self.tier_fence = {z: np.load(self.folder / f"tier_{z}_fence.npy") for z in self.meta["tiers"]}
         self.names = self.meta["names"]
         self.tracks = self.meta["tracks"]
+        # (name, from track, from ps, to track, to ps) per arrow; few, so in memory
+        self.flows = np.load(self.folder / "flows.npy")
         self._lower = None
         self._planes: dict[int, dict] = {}
         self._args = None
@@ -674,6 +682,7 @@ class TraceView:
         name_ix: dict[str, int] = {}
         cols = {k: [] for k in ("id", "track", "start", "dur", "depth", "name")}
         counters, steps = [], []
+        flows = {"name": [], "fromTrack": [], "from": [], "toTrack": [], "to": [], "truncated": 0}
         truncated = False
         total = 0
         for h in self.hosts:
@@ -699,6 +708,22 @@ class TraceView:
             for name, st, du in ix.meta["steps"]:
                 if st < e - sh and st + du > s - sh:
                     steps.append({"name": name, "start": (st + sh) / PS_PER_MS, "dur": du / PS_PER_MS})
+            f = ix.flows
+            if len(f):  # arrows with a point in the window or crossing it, the first few thousand
+                lo, hi = np.minimum(f[:, 2], f[:, 4]), np.maximum(f[:, 2], f[:, 4])
+                sel = f[(lo < e - sh) & (hi >= s - sh)][:MAX_FLOWS]
+                truncated_flows = max(0, int(((lo < e - sh) & (hi >= s - sh)).sum()) - MAX_FLOWS)
+                flows["truncated"] += truncated_flows
+                for k, a, z in (("name", 0, 1), ("fromTrack", 1, 2), ("from", 2, 3), ("toTrack", 3, 4), ("to", 4, 5)):
+                    col = sel[:, a]
+                    if k == "name":
+                        col = [name_ix.setdefault(ix.names[u], len(name_ix)) for u in col.tolist()]
+                        names.extend(list(name_ix)[len(names):])
+                    elif k.endswith("Track"):
+                        col = ((h.position << TRACK_ID_SHIFT) | col).tolist()
+                    else:
+                        col = ((col + sh) / PS_PER_MS).tolist()
+                    flows[k].extend(col)
         slices = {}
         for k, parts in cols.items():
             slices[k] = np.concatenate(parts).tolist() if parts else []
@@ -715,6 +740,7 @@ class TraceView:
             "slices": slices,
             "counters": counters,
             "steps": steps,
+            "flows": flows,
             "returnedEventsSize": len(slices["id"]),
             "totalEventsSize": total,
             "truncated": bool(truncated),

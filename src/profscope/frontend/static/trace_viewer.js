@@ -462,6 +462,7 @@
     g.clip();
     drawStepBands(ctx, g, H);
     drawSlices(ctx, g, visible, yOf);
+    drawFlows(ctx, g, yOf);
     drawCounters(ctx, g, visible, yOf);
     drawSelection(ctx, g, yOf, H);
     g.restore();
@@ -573,6 +574,51 @@
   }
 
   // Which of the window's names contain the search text (what /api/trace/search matches).
+  // Flow arrows (Chrome-trace s/t/f events, e.g. torch's forward op -> its backward op):
+  // from the deepest slice holding each end on its track, or the track's first row.
+  function drawFlows(ctx, g, yOf) {
+    const f = ctx.data.raw.flows;
+    ctx.flowsDrawn = 0;
+    if (!f || !f.from.length) return;
+    const k = plotWidth(ctx) / (ctx.view[1] - ctx.view[0]), v0 = ctx.view[0];
+    g.strokeStyle = "rgba(70, 80, 110, 0.75)";
+    g.fillStyle = "rgba(70, 80, 110, 0.85)";
+    g.lineWidth = 1;
+    for (let i = 0; i < f.from.length; i++) {
+      const y0 = flowY(ctx, f.fromTrack[i], f.from[i], yOf), y1 = flowY(ctx, f.toTrack[i], f.to[i], yOf);
+      if (y0 === null || y1 === null) continue; // a collapsed process
+      const x0 = GUTTER + (f.from[i] - v0) * k, x1 = GUTTER + (f.to[i] - v0) * k;
+      if (Math.max(x0, x1) < GUTTER || Math.min(x0, x1) > ctx.cssW) continue;
+      g.beginPath();
+      g.moveTo(x0, y0);
+      const mx = (x0 + x1) / 2;
+      g.bezierCurveTo(mx, y0, mx, y1, x1, y1);
+      g.stroke();
+      const dir = x1 >= x0 ? 1 : -1; // the head points along the curve's end
+      g.beginPath();
+      g.moveTo(x1, y1);
+      g.lineTo(x1 - 6 * dir, y1 - 3);
+      g.lineTo(x1 - 6 * dir, y1 + 3);
+      g.closePath();
+      g.fill();
+      ctx.flowsDrawn++;
+    }
+  }
+
+  function flowY(ctx, trackId, t, yOf) {
+    const row = ctx.trackRow.get(trackId);
+    if (!row) return null;
+    const s = ctx.data.s, base = yOf(row) + TRACK_PAD;
+    for (let depth = row.track.maxDepth; depth >= 0; depth--) {
+      const list = ctx.data.byRow.get(rowKey(trackId, depth));
+      if (!list) continue;
+      let lo = 0, hi = list.length - 1, at = -1; // the last slice starting at or before t
+      while (lo <= hi) { const mid = (lo + hi) >> 1; if (s.start[list[mid]] <= t + 1e-9) { at = mid; lo = mid + 1; } else hi = mid - 1; }
+      if (at >= 0 && s.start[list[at]] + s.dur[list[at]] >= t - 1e-9) return base + depth * ROW_H + ROW_H / 2;
+    }
+    return base + ROW_H / 2;
+  }
+
   function searchMatches(ctx) {
     const q = (ctx.searchQ || "").toLowerCase();
     if (!q) return null;
@@ -1134,6 +1180,7 @@
     resolution: () => current ? resolution(current) : null,
     selected: () => current ? current.selectedId : "",
     paintMs: () => current ? current.paintMs : null,
+    flows: () => current && current.data ? { inWindow: current.data.raw.flows ? current.data.raw.flows.from.length : 0, drawn: current.flowsDrawn || 0 } : null,
     // One full repaint now, rasterised (reading a pixel waits for it): ms.
     benchPaint: () => {
       const ctx = current;
