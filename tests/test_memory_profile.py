@@ -589,6 +589,6 @@ def test_formats_module_imports_only_what_it_may():
             imported.add(node.module)
         elif isinstance(node, ast.Import):
             imported.update(a.name for a in node.names)
-    allowed = {"__future__", "dataclasses", "typing", "numpy", "profscope.errors", "profscope.formats",
+    allowed = {"__future__", "contextlib", "dataclasses", "typing", "numpy", "profscope.errors", "profscope.formats",
                "profscope.formats.protos", "profscope.formats.stdsort"}
     assert imported <= allowed, imported - allowed

@@ -985,13 +985,9 @@ def trace_columns(raw, path: str, progress=None, sink=None):
 
     flush()
     steps.sort(key=lambda s: s[1])
-    out = TraceEvents(
-        path=path, hostname="", base_ps=int(base_us or 0) * 10**6,
-        track=np.zeros(0, np.int32), start_ps=np.zeros(0, np.int64), dur_ps=np.zeros(0, np.int64),
-        name=np.zeros(0, np.int32), args_off=np.zeros(0, np.int64), args_len=np.zeros(0, np.int32),
-        blob=[], args_kind="json", names=names.names, tracks=track_list, processes=processes,
-        counters=out_counters, steps=steps, flows=flows,
-    )
+    out = TraceEvents.without_events(
+        path, "", int(base_us or 0) * 10**6, "json", names=names.names, tracks=track_list,
+        processes=processes, counters=out_counters, steps=steps, flows=flows)
     if sink is None:
         out_sink.fill(out)
     return out

@@ -52,6 +52,21 @@ def decode_varint(buf: bytes, pos: int) -> tuple[int, int]:
             raise ValueError("varint longer than 10 bytes")
 
 
+def encode_varint(v: int) -> bytes:
+    """``v`` as a varint (negative numbers as their 64-bit two's complement, as protobuf
+    writes int64)."""
+    out = bytearray()
+    v &= (1 << 64) - 1
+    while True:
+        b = v & 0x7F
+        v >>= 7
+        if v:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
 def skip_to(f: IO[bytes], target: int, size: int | None) -> None:
     """Seek forward to ``target``; raise Truncated if the stream is shorter than that."""
     if size is not None and target > size:

@@ -75,6 +75,14 @@ class TraceEvents:
     def __len__(self) -> int:
         return int(self.start_ps.shape[0])
 
+    @classmethod
+    def without_events(cls, path: str, hostname: str, base_ps: int, args_kind: str, **tables) -> TraceEvents:
+        """The tables of a trace whose event columns went to a sink (or are filled later)."""
+        return cls(path=path, hostname=hostname, base_ps=base_ps, track=np.zeros(0, np.int32),
+                   start_ps=np.zeros(0, np.int64), dur_ps=np.zeros(0, np.int64), name=np.zeros(0, np.int32),
+                   args_off=np.zeros(0, np.int64), args_len=np.zeros(0, np.int32), blob=[],
+                   args_kind=args_kind, **tables)
+
 
 class NameTable:
     """A string table built while reading (index per distinct string)."""

@@ -59,16 +59,4 @@ def device_capabilities(raw: IO[bytes], path: str) -> list[dict]:
 
 
 def _tag_and_length(number: int, length: int) -> bytes:
-    return _varint((number << 3) | wire.LEN) + _varint(length)
-
-
-def _varint(v: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = v & 0x7F
-        v >>= 7
-        if v:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
+    return wire.encode_varint((number << 3) | wire.LEN) + wire.encode_varint(length)

@@ -69,16 +69,17 @@ Corrupt or truncated input raises :class:`~profscope.errors.BadInput` naming the
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from typing import IO
 
 import numpy as np
 
 from profscope.errors import BadInput
-from profscope.formats.stdsort import std_sort_order
 from profscope.formats import protowire as wire
 from profscope.formats import xplane
 from profscope.formats.protos import xplane_pb2
+from profscope.formats.stdsort import std_sort_order
 
 __all__ = [
     "ALLOCATION",
@@ -202,6 +203,22 @@ _ONE = np.uint64(1)
 
 class _Malformed(Exception):
     pass
+
+
+@contextlib.contextmanager
+def xspace_errors(path: str):
+    """Anything a corrupt or truncated XSpace makes the wire readers (or protobuf) raise
+    becomes a :class:`BadInput` naming the file."""
+    try:
+        yield
+    except (wire.Truncated, _Malformed, ValueError, IndexError, EOFError, OSError) as e:
+        raise wire.wire_error(path, "XSpace profile", e) from e
+    except BadInput:
+        raise
+    except Exception as e:  # protobuf's DecodeError
+        if type(e).__name__ == "DecodeError":
+            raise wire.wire_error(path, "XSpace profile", e) from e
+        raise
 
 
 def _windows(b: np.ndarray) -> np.ndarray:
@@ -526,15 +543,15 @@ def _plane_metadata(f: IO[bytes], size: int | None, ref: xplane.PlaneRef) -> xpl
         if number == 0:
             raise _Malformed("field number 0")
         if wt == wire.VARINT:
-            keep += _encode_varint(tag) + _encode_varint(wire.read_varint(f))
+            keep += wire.encode_varint(tag) + wire.encode_varint(wire.read_varint(f))
         elif wt == wire.LEN:
             length = wire.read_varint(f)
             if number == 3:  # XPlane.lines
                 wire.skip_to(f, f.tell() + length, size)
             else:
-                keep += _encode_varint(tag) + _encode_varint(length) + wire.read_exact(f, length)
+                keep += wire.encode_varint(tag) + wire.encode_varint(length) + wire.read_exact(f, length)
         elif wt in (wire.FIXED64, wire.FIXED32):
-            keep += _encode_varint(tag) + wire.read_exact(f, 8 if wt == wire.FIXED64 else 4)
+            keep += wire.encode_varint(tag) + wire.read_exact(f, 8 if wt == wire.FIXED64 else 4)
         else:
             raise _Malformed(f"unsupported wire type {wt}")
     if f.tell() != end:
@@ -542,17 +559,6 @@ def _plane_metadata(f: IO[bytes], size: int | None, ref: xplane.PlaneRef) -> xpl
     return xplane_pb2.XPlane.FromString(bytes(keep))
 
 
-def _encode_varint(v: int) -> bytes:
-    out = bytearray()
-    v &= (1 << 64) - 1
-    while True:
-        b = v & 0x7F
-        v >>= 7
-        if v:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
 
 
 # ---------------------------------------------------------------------------
@@ -870,7 +876,7 @@ def read_allocator_events(raw: IO[bytes], path: str, progress=None) -> Allocator
     pre_grouped = False
     loop_ops = False
     hlo_modules: list[HloModuleSpan] = []
-    try:
+    with xspace_errors(path):
         raw.seek(0)
         f, size = xplane.open_stream(raw)
         data = None
@@ -914,14 +920,6 @@ def read_allocator_events(raw: IO[bytes], path: str, progress=None) -> Allocator
         del starts, ends, lines_of, b
         _report(progress, 0.5, "grouping steps")
         return _build(path, hostname, data, meta, headers, ev, pre_grouped, loop_ops, hlo_modules, progress)
-    except (wire.Truncated, _Malformed, ValueError, IndexError, EOFError, OSError) as e:
-        raise wire.wire_error(path, "XSpace profile", e) from e
-    except BadInput:
-        raise
-    except Exception as e:  # protobuf's DecodeError
-        if type(e).__name__ == "DecodeError":
-            raise wire.wire_error(path, "XSpace profile", e) from e
-        raise
 
 
 def _cat(parts, dtype):

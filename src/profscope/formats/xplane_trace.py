@@ -37,8 +37,6 @@ from typing import IO
 
 import numpy as np
 
-from profscope.errors import BadInput
-from profscope.formats import protowire as wire
 from profscope.formats import xplane
 from profscope.formats import xplane_memory as xm
 from profscope.formats.protos import xplane_pb2
@@ -102,18 +100,10 @@ def read_trace(raw: IO[bytes], path: str, host_number: int = 1, hostname: str | 
         hostname = index.hostnames[0] if index.hostnames else ""
     chosen = selected_planes(index)
     total = sum(ref.length for ref, _ in chosen) or 1
-    try:
+    with xm.xspace_errors(path):
         raw.seek(0)
         f, size = xplane.open_stream(raw)
         return _read(f, size, path, hostname, chosen, host_number, total, progress, sink)
-    except (wire.Truncated, xm._Malformed, ValueError, IndexError, EOFError, OSError) as e:
-        raise wire.wire_error(path, "XSpace profile", e) from e
-    except BadInput:
-        raise
-    except Exception as e:  # protobuf's DecodeError
-        if type(e).__name__ == "DecodeError":
-            raise wire.wire_error(path, "XSpace profile", e) from e
-        raise
 
 
 CHUNK_EVENTS = 1 << 16  # events decoded at once: bounds the decoder's scratch memory
@@ -209,13 +199,9 @@ def _read(f, size, path, hostname, chosen, host_number, total, progress, sink) -
     _report(progress, 0.95, "collecting columns")
     steps.sort(key=lambda s: s[1])
 
-    out = TraceEvents(
-        path=path, hostname=hostname, base_ps=(base_ns or 0) * 1000,
-        track=np.zeros(0, np.int32), start_ps=np.zeros(0, np.int64), dur_ps=np.zeros(0, np.int64),
-        name=np.zeros(0, np.int32), args_off=np.zeros(0, np.int64), args_len=np.zeros(0, np.int32),
-        blob=[], args_kind="xevent", names=names.names, tracks=tracks, processes=processes,
-        counters=counters, steps=steps, planes=planes,
-    )
+    out = TraceEvents.without_events(
+        path, hostname, (base_ns or 0) * 1000, "xevent", names=names.names, tracks=tracks,
+        processes=processes, counters=counters, steps=steps, planes=planes)
     if sink is None:
         parts.fill(out)
     return out
