@@ -63,7 +63,7 @@ import pickle
 import re
 import zlib
 from dataclasses import dataclass, field, fields
-from itertools import pairwise
+from itertools import pairwise, repeat
 from operator import itemgetter
 from pathlib import Path
 from typing import IO, Any
@@ -814,13 +814,22 @@ _SEEN_LISTS = 200_000  # distinct tracebacks remembered by their bytes (a few te
 
 _VALUE = (rb"(" + safe_pickle.REF + b"|" + safe_pickle.INT + rb"|N|\x88|\x89|" + _NEW_REFS + rb")")
 _MAX_LAYOUTS = 8
+_BULK = 256  # entries decoded together (see _TraceSink._bulk)
+_INT_OPS = frozenset(b"KMJ\x8a")
 
 
-def _layout_regex(key_toks: list[bytes]) -> re.Pattern:
+class _Unusual(Exception):
+    """An entry the column-by-column decoder leaves to the entry-by-entry one."""
+
+
+def _layout_regex(key_toks: list[bytes], framed: bool = True) -> re.Pattern:
     """An entry whose keys are exactly these references, in this order: one group for its
-    MEMO token, then one per value."""
-    pairs = b"".join(_F + re.escape(k) + _F + _VALUE for k in key_toks)
-    return re.compile(_F + rb"\}(" + safe_pickle.MEMO + rb")" + _F + rb"\(" + pairs + _F + rb"u")
+    MEMO token, then one per value. Pickles below protocol 4 have no FRAME opcodes: their
+    expression leaves out the optional FRAMEs, which cost a quarter of the matching."""
+    f = _F if framed else b""
+    value = _VALUE if framed else _VALUE.replace(_F, b"")
+    pairs = b"".join(f + re.escape(k) + f + value for k in key_toks)
+    return re.compile(f + rb"\}(" + safe_pickle.MEMO + rb")" + f + rb"\(" + pairs + f + rb"u")
 
 
 def _ref(tok: bytes) -> int:
@@ -837,7 +846,9 @@ def _value(tok: bytes, memo: dict, puts: list, seen: dict):
     if op == 0x6A:  # j: a reference
         return memo[int.from_bytes(tok[1:], "little")]
     if op == 0x5D:  # ]: a new list of references
-        return _new_refs(tok, memo, puts, seen)
+        memo_tok, out = _new_refs(tok, memo, seen)
+        puts.append((memo_tok, out))
+        return out
     if op == 0x8A:  # LONG1
         return int.from_bytes(tok[2:], "little", signed=True)
     if len(tok) == 1:
@@ -850,8 +861,8 @@ def _put_index(tok: bytes) -> int:
     return tok[1] if tok[0] == 0x71 else int.from_bytes(tok[1:5], "little")
 
 
-def _new_refs(b: bytes, memo: dict, puts: list, seen: dict) -> list:
-    """The list a ``_NEW_REFS`` token builds (its memo put queued in ``puts``).
+def _new_refs(b: bytes, memo: dict, seen: dict) -> tuple[bytes, list]:
+    """The list a ``_NEW_REFS`` token builds, with the MEMO token that puts it.
 
     Every allocation writes its traceback as a new list, but the allocations of one
     call site write the same bytes (references to the same frame dicts): ``seen`` maps
@@ -868,8 +879,7 @@ def _new_refs(b: bytes, memo: dict, puts: list, seen: dict) -> list:
                    for t in _LIST_TOKEN.findall(body) if t]
         if len(seen) < _SEEN_LISTS:
             seen[body] = out
-    puts.append((head.group(1), out))
-    return out
+    return head.group(1), out
 
 
 def _plain(entry: dict) -> bool:
@@ -900,8 +910,9 @@ class _TraceSink(safe_pickle.BatchReader):
     writes their columns directly, without building the dicts: the opcode-by-opcode
     reader is the slow part of streaming."""
 
-    def __init__(self, path: str = "") -> None:
+    def __init__(self, path: str = "", framed: bool = True) -> None:
         self.path = path
+        self.framed = framed  # protocol 4+: FRAME opcodes may sit between objects
         self.tables = _Tables()
         self.action_names = list(ACTIONS)
         self.ooms: list[dict] = []
@@ -955,6 +966,21 @@ class _TraceSink(safe_pickle.BatchReader):
         closed = False
         try:
             while True:
+                if layouts:  # a run of entries in the usual layout: decoded column by column
+                    regex, names = layouts[0]
+                    run, at = [], pos
+                    while len(run) < _BULK:
+                        m = regex.match(buf, at, limit)
+                        if m is None:
+                            break
+                        run.append(m.groups())
+                        at = m.end()
+                    cols = self._bulk(run, names, memo) if len(run) > 1 else None
+                    if cols is not None:
+                        for out, col in zip((action, addr, size, stream, time_us, stack, cc, um), cols):
+                            out.extend(col)
+                        pos = at
+                        continue
                 puts = []  # memo puts wait until the entry is taken (see _value)
                 entry = None
                 for regex, names in layouts:
@@ -980,7 +1006,7 @@ class _TraceSink(safe_pickle.BatchReader):
                     if len(layouts) < _MAX_LAYOUTS and all(len(k) <= 5 for k in key_toks):
                         # The key names are fixed with the layout: a pickler never reuses
                         # a memo slot, so the same reference always names the same key.
-                        layouts.insert(0, (_layout_regex(key_toks), tuple(entry)))
+                        layouts.insert(0, (_layout_regex(key_toks, self.framed), tuple(entry)))
                 c = codes.get(entry.get("action"))
                 if c is None or c == oom or not _plain(entry):
                     break
@@ -1012,6 +1038,136 @@ class _TraceSink(safe_pickle.BatchReader):
                 np.array(cc, np.int32), np.array(um, np.int32), np.full(n, -1, np.int64)))
             self.counts[key] += n
         return pos, closed
+
+    def _bulk(self, run: list[tuple], names: tuple, memo: dict) -> list[list] | None:
+        """The columns of consecutive entries of one layout (``run``: their match groups),
+        or None, with the memo as it was, when any of them is unusual (see ``read``).
+
+        Values that repeat (actions, sizes, streams, strings) are decoded once per
+        distinct token; only the tracebacks go entry by entry, since a new traceback's
+        list is put in the memo where a later entry of the run may refer to it."""
+        known = ("action", "addr", "size", "stream", "time_us", "frames", "compile_context", "user_metadata")
+        if "action" not in names or set(names) - set(known):
+            return None
+        cols = dict(zip(("memo", *names), zip(*run)))
+        n = len(run)
+
+        def decoded(key: str, kind: str, absent):
+            toks = cols.get(key)
+            if toks is None:
+                return [absent] * n
+            if kind == "int" and toks[0][0] == 0x8A and len(set(map(len, toks))) == 1 and 3 <= len(toks[0]) <= 10:
+                # LONG1 of one length (addresses, timestamps): little-endian two's complement
+                k = len(toks[0]) - 2
+                raw = np.frombuffer(b"".join(toks), np.uint8).reshape(n, k + 2)
+                if not (raw[:, 0] == 0x8A).all() or not (raw[:, 1] == k).all():
+                    return None
+                wide = np.zeros((n, 8), np.uint8)
+                wide[:, :min(k, 8)] = raw[:, 2:2 + min(k, 8)]
+                if k < 8:  # sign-extend
+                    wide[raw[:, 1 + k] >= 0x80, k:] = 0xFF
+                elif k > 8 and not ((raw[:, 10:] == 0) | (raw[:, 10:] == 0xFF)).all():
+                    return None  # wider than int64: the entry path wraps it
+                return wide.view("<i8").reshape(n).tolist()
+            values = {}
+            for t in set(toks):
+                op = t[0]
+                if kind == "int":
+                    if op not in _INT_OPS:
+                        return None
+                    values[t] = safe_pickle.int_token(t)
+                elif op == 0x68 or op == 0x6A:  # a reference to a string already read
+                    v = memo.get(t[1] if op == 0x68 else int.from_bytes(t[1:], "little"))
+                    if type(v) is not str:
+                        return None
+                    values[t] = v
+                elif t == b"N" and absent is None:
+                    values[t] = None
+                else:
+                    return None
+            return list(map(values.__getitem__, toks))
+
+        actions = decoded("action", "str", None)
+        if actions is None:
+            return None
+        codes = self._codes
+        action = list(map(codes.get, actions))
+        if None in action or codes["oom"] in action:
+            return None
+        out = [action]
+        for key in ("addr", "size", "stream"):
+            out.append(decoded(key, "int", 0))
+            if out[-1] is None:
+                return None
+        out.append(decoded("time_us", "int", _NO_TIME))  # a None time: left to the entry path
+        strs = [decoded(k, "str", None) for k in ("compile_context", "user_metadata")]
+        if out[-1] is None or None in strs:
+            return None
+        # Tracebacks and the memo, entry by entry, undone if one is unusual.
+        memo_toks = cols["memo"]
+        sequential = memo_toks.count(b"\x94") == n  # protocol 4+: every put is MEMOIZE
+        first_slot = len(memo)
+        written: list[tuple[int, Any]] = []  # explicit slots: (slot, value before)
+        missing = object()
+        tstack, seen, by_obj = self.tables.stack, self._seen_lists, self.tables._stack_by_obj
+        frames = cols.get("frames")
+        stack = []
+        consumed = safe_pickle.CONSUMED
+
+        def put(tok: bytes, obj) -> None:  # an explicit slot (BINPUT / LONG_BINPUT)
+            slot = tok[1] if tok[0] == 0x71 else int.from_bytes(tok[1:5], "little")
+            written.append((slot, memo.get(slot, missing)))
+            memo[slot] = obj
+
+        try:
+            if not sequential:  # the entry dicts' slots, all at once (nothing refers to them)
+                slots = [t[1] if t[0] == 0x71 else int.from_bytes(t[1:5], "little") for t in memo_toks]
+                written.extend(zip(slots, map(memo.get, slots, repeat(missing))))
+                memo.update(zip(slots, repeat(consumed)))
+            for i in range(n):
+                if sequential:
+                    memo[len(memo)] = consumed  # the entry dict: nothing refers back to one
+                if frames is None:
+                    stack.append(0)
+                    continue
+                t = frames[i]
+                op = t[0]
+                if op == 0x68:
+                    v = memo[t[1]]
+                elif op == 0x6A:
+                    v = memo[int.from_bytes(t[1:], "little")]
+                elif op == 0x5D:
+                    tok, v = _new_refs(t, memo, seen)
+                    if sequential:
+                        memo[len(memo)] = v
+                    else:
+                        put(tok, v)
+                elif t == b"N":
+                    v = None
+                else:
+                    raise _Unusual
+                if not v:
+                    if v is not None and type(v) is not list:
+                        raise _Unusual
+                    stack.append(0)
+                elif type(v) is not list:
+                    raise _Unusual
+                else:
+                    k = by_obj.get(id(v))
+                    stack.append(k if k is not None else tstack(v, "device_traces[?].frames"))
+        except (_Unusual, KeyError):
+            if sequential:
+                for slot in range(len(memo) - 1, first_slot - 1, -1):
+                    del memo[slot]
+            for slot, old in reversed(written):
+                if old is missing:
+                    del memo[slot]
+                else:
+                    memo[slot] = old
+            return None
+        string = self.tables.string
+        cc, um = (list(map({v: -1 if v is None else string(v) for v in set(col)}.__getitem__, col)) for col in strs)
+        return [*out, stack, cc, um]
 
     def trace(self, device: int, entries: list) -> DeviceTrace | None:
         """The columns streamed for this device's trace list, or None if none were."""
@@ -1197,7 +1353,7 @@ def _stream_pickle(stream: IO[bytes], path: str, progress, size: int | None, fmt
     protocol = head[1] if len(head) > 1 and head[:1] == b"\x80" else None
     if protocol is not None and not 2 <= protocol <= 5:
         raise BadInput(f"{path}: not a snapshot: unsupported pickle protocol {protocol}", file=path)
-    sink = _TraceSink(path)
+    sink = _TraceSink(path, framed=protocol is None or protocol >= 4)
     read = None
     if progress is not None:
         def read(done: int) -> None:  # the file is read, and its entries converted, at once
