@@ -1,7 +1,7 @@
 """A streaming unpickler for plain data that refuses every global.
 
 Python's C unpickler builds a file's whole object tree before anything can look at it;
-for a PyTorch memory snapshot that tree is 4-4.5x the file (a trace entry is a
+for a PyTorch memory snapshot that tree is 4-5x the file (a trace entry is a
 ~150-byte run of opcodes and a ~600-byte dict of boxed ints). :func:`load` runs the
 same stack machine (``Lib/pickle.py`` ``_Unpickler``, opcode semantics from
 ``Lib/pickletools.py``) in Python, reading the file in 4 MiB pieces, and hands every
@@ -9,6 +9,10 @@ batch appended to a list (``MARK items APPENDS``; the pickler writes batches of 
 and ``APPEND`` for a lone last item) to ``sink(target, items)`` first. A sink that
 consumes the batch returns True: the items are then neither appended nor kept in the
 memo, so a trace of millions of entries never exists as Python objects all at once.
+A sink that is also a :class:`BatchReader` may read whole batches itself from the bytes
+(the snapshot reader tokenizes trace entries with regular expressions built from
+:data:`REF`, :data:`INT`, :data:`MEMO`, :data:`FRAME`: the opcode loop here is the slow
+part).
 
 Only what ``pickle.dumps`` writes for dict, list, tuple, set, str, bytes, int, float,
 bool and None (protocols 0-5) is understood. Every opcode that reaches for a global or

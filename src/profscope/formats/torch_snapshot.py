@@ -1278,9 +1278,9 @@ def load_snapshot(raw: IO[bytes] | bytes, path: str,
     and for any pickle that asks for a global or a persistent id (nothing is run).
 
     Two readers, both refusing every global: Python's C unpickler, fast, but it builds
-    the whole object tree first (4-4.5x the file), and :mod:`safe_pickle`, which
-    converts trace entries as it reads them and peaks near 2.5x the file, at a quarter
-    of the speed. The tree is built when it fits in half the memory available now;
+    the whole object tree first (4-5x the file), and :mod:`safe_pickle`, which
+    converts trace entries as it reads them and peaks at 1.5-1.7x the file, at about
+    70 % of the speed. The tree is built when it fits in half the memory available now;
     otherwise (or when the size is unknown) the file is streamed. ``streaming`` forces
     one reader.
     """
