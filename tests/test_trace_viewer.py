@@ -145,6 +145,21 @@ def test_export_reparses_as_chrome_json_with_the_window_events(demo_client):
     assert sum(1 for e in chrome_trace.iter_events(whole.content, "export.json") if e.get("ph") == "X") == 780
 
 
+def test_export_keeps_the_flows_and_reads_back_the_same(demo_client, tmp_path, make_client):
+    run = f"torch/{TORCH[0].name}"
+    w = _window(demo_client, run, resolution=4000)
+    exported = demo_client.get("/api/trace/export", params={"run": run}).content
+    doc = json.loads(exported)
+    assert sum(1 for e in doc["traceEvents"] if e["ph"] == "s") == len(w["flows"]["from"]) > 0
+    # the export is itself a trace: read back, it has the same arrows and slices
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "again.trace.json").write_bytes(exported)
+    again = _window(make_client(tmp_path / "logs"), "again.trace.json", resolution=4000)
+    key = lambda x: np.array(sorted(zip(x["flows"]["from"], x["flows"]["to"])))
+    assert np.allclose(key(again), key(w), rtol=0, atol=1e-5)  # ms, so within 10 ns (µs floats)
+    assert again["totalEventsSize"] == w["totalEventsSize"]
+
+
 # -- windows on a dense built trace -----------------------------------------------------------
 
 

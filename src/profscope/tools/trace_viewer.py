@@ -914,8 +914,11 @@ class TraceView:
 
     def export(self, start_ms=None, end_ms=None) -> Iterator[bytes]:
         """Chrome-trace JSON of every event in the window (no resolution filter): M names,
-        X events (µs), C counter events; Perfetto and chrome://tracing open it."""
+        X events (µs), C counter events, s/f flow pairs; Perfetto and chrome://tracing
+        open it."""
         s, e = self.span_ps(start_ms, end_ms)
+        if end_ms is None:
+            e += 1  # the whole trace: also an instant at its very end
         yield b'{"displayTimeUnit":"ns","traceEvents":['
         first = True
         for chunk in self._metadata_events(xprof=False):
@@ -942,6 +945,19 @@ class TraceView:
                 for tt, vv in zip((t / 1e6 + base_us).tolist(), v.tolist()):
                     yield (b"" if first else b",") + orjson.dumps({"ph": "C", "pid": pid, "name": c["name"], "ts": tt,
                                                                    "args": {c["unit"] or "value": vv}})
+                    first = False
+            # flows with both ends in the window, as s/f pairs bound to the enclosing slices
+            f = ix.flows
+            inside = f[(np.minimum(f[:, 2], f[:, 4]) >= s - sh) & (np.maximum(f[:, 2], f[:, 4]) < e - sh)] if len(f) else f
+            for k, (name, t0, ts0, t1, ts1) in enumerate(inside.tolist()):
+                fid = (h.position << 32) | k
+                for ph, track, ts in (("s", t0, ts0), ("f", t1, ts1)):
+                    tr = ix.tracks[track]
+                    ev = {"ph": ph, "id": fid, "cat": ix.names[name], "name": ix.names[name], "pid": tr["pid"] + h.pid_offset,
+                          "tid": tr["tid"], "ts": (ts + ix.origin_ps) / 1e6}
+                    if ph == "f":
+                        ev["bp"] = "e"
+                    yield (b"" if first else b",") + orjson.dumps(ev)
                     first = False
         yield b"]}"
 
