@@ -17,13 +17,7 @@ from profscope.formats.torch_snapshot import load_snapshot
 from profscope.tools import torch_snapshot as V
 from tests.builders import torch_snapshot as b
 
-FILES = [
-    "Yiyi-philosophy_LLM-inference/oom_snapshot.pickle",
-    "Yiyi-philosophy_LLM-inference/1.3b_snapshot.pickle",
-    "LfieLike_SketchKV2/my_snapshot.pickle",
-    "Wedsonlin_assignment2-systems/medium_128_inference_memory_snapshot.pickle",
-    "Wedsonlin_assignment2-systems/medium_128_training_memory_snapshot.pickle",
-]
+FILES = b.FIXTURE_FILES
 INF, TRAIN = FILES[3], FILES[4]
 
 

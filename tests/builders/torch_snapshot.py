@@ -137,3 +137,14 @@ def to_memory_viz_html(snap: dict) -> bytes:
             "torch/utils/viz/MemoryViz.js\"\n"
             f"const local_files = {files}\nadd_local_files(local_files, 'Active Memory Timeline')\n"
             "</script>\n</body>\n").encode()
+
+
+#: The real snapshots in ``shared/fixtures/torch_snapshots`` (see its README), relative to
+#: that folder: what the builders above complete.
+FIXTURE_FILES = [
+    "Yiyi-philosophy_LLM-inference/oom_snapshot.pickle",
+    "Yiyi-philosophy_LLM-inference/1.3b_snapshot.pickle",
+    "LfieLike_SketchKV2/my_snapshot.pickle",
+    "Wedsonlin_assignment2-systems/medium_128_inference_memory_snapshot.pickle",
+    "Wedsonlin_assignment2-systems/medium_128_training_memory_snapshot.pickle",
+]

@@ -711,9 +711,9 @@ class TraceView:
             f = ix.flows
             if len(f):  # arrows with a point in the window or crossing it, the first few thousand
                 lo, hi = np.minimum(f[:, 2], f[:, 4]), np.maximum(f[:, 2], f[:, 4])
-                sel = f[(lo < e - sh) & (hi >= s - sh)][:MAX_FLOWS]
-                truncated_flows = max(0, int(((lo < e - sh) & (hi >= s - sh)).sum()) - MAX_FLOWS)
-                flows["truncated"] += truncated_flows
+                hit = f[(lo < e - sh) & (hi >= s - sh)]
+                sel = hit[:MAX_FLOWS]
+                flows["truncated"] += max(0, len(hit) - MAX_FLOWS)
                 for k, a, z in (("name", 0, 1), ("fromTrack", 1, 2), ("from", 2, 3), ("toTrack", 3, 4), ("to", 4, 5)):
                     col = sel[:, a]
                     if k == "name":
