@@ -71,6 +71,8 @@ class TraceEvents:
     planes: list[bytes] = field(default_factory=list)
     # arrows: (name, from track, from ps, to track, to ps), Chrome-trace flow events
     flows: list[tuple[int, int, int, int, int]] = field(default_factory=list)
+    # events bound to a flow (xplane ``flow`` stats, XProf's FlowV2): see :class:`FlowEvents`
+    flow_events: FlowEvents | None = None
 
     def __len__(self) -> int:
         return int(self.start_ps.shape[0])
@@ -82,6 +84,35 @@ class TraceEvents:
                    start_ps=np.zeros(0, np.int64), dur_ps=np.zeros(0, np.int64), name=np.zeros(0, np.int32),
                    args_off=np.zeros(0, np.int64), args_len=np.zeros(0, np.int32), blob=[],
                    args_kind=args_kind, **tables)
+
+
+FLOW_START, FLOW_MID, FLOW_END = 1, 2, 3  # XProf's TraceEvent.FlowEntryType (FLOW_NONE is 0)
+
+
+@dataclass(slots=True)
+class FlowEvents:
+    """Slices that belong to a flow, as XProf binds them (``bind_id`` with ``flow_out``
+    on the first, ``flow_in`` on the last, both on a middle one): one row per such slice.
+
+    ``seq`` is the slice's position in the order the reader handed slices to its sink
+    (0 for the first slice of the first ``events`` chunk), so a reader can name a slice
+    before the index has sorted anything.
+    """
+
+    seq: np.ndarray  # int64
+    flow_id: np.ndarray  # uint64, XFlow id (the ``bind_id``)
+    kind: np.ndarray  # int8: FLOW_START, FLOW_MID or FLOW_END
+    category: np.ndarray  # int32 into the name table (XProf's ``cat``), -1 for none
+
+    @classmethod
+    def empty(cls) -> FlowEvents:
+        return cls(np.zeros(0, np.int64), np.zeros(0, np.uint64), np.zeros(0, np.int8), np.zeros(0, np.int32))
+
+    @classmethod
+    def concat(cls, parts: list[FlowEvents]) -> FlowEvents:
+        if not parts:
+            return cls.empty()
+        return cls(*(np.concatenate([getattr(p, k) for p in parts]) for k in ("seq", "flow_id", "kind", "category")))
 
 
 class NameTable:
@@ -113,6 +144,7 @@ class MemorySink:
         self.off: list[np.ndarray] = []
         self.len: list[np.ndarray] = []
         self.blobs: list = []
+        self.flows: list[FlowEvents] = []
 
     def events(self, track, start, dur, name, off, length) -> None:
         self.track.append(np.asarray(track, np.int32))
@@ -125,6 +157,12 @@ class MemorySink:
     def blob(self, buf) -> None:
         self.blobs.append(buf)
 
+    def flow_events(self, seq, flow_id, kind, category) -> None:
+        """Slices bound to flows (see :class:`FlowEvents`; ``seq`` counts the slices
+        handed to :meth:`events` so far, from 0)."""
+        self.flows.append(FlowEvents(np.asarray(seq, np.int64), np.asarray(flow_id, np.uint64),
+                                     np.asarray(kind, np.int8), np.asarray(category, np.int32)))
+
     def fill(self, ev: TraceEvents) -> None:
         def cat(chunks, dtype):
             return np.concatenate(chunks) if chunks else np.zeros(0, dtype)
@@ -132,3 +170,5 @@ class MemorySink:
         ev.track, ev.start_ps, ev.dur_ps = cat(self.track, np.int32), cat(self.start, np.int64), cat(self.dur, np.int64)
         ev.name, ev.args_off, ev.args_len = cat(self.name, np.int32), cat(self.off, np.int64), cat(self.len, np.int32)
         ev.blob = self.blobs
+        if self.flows:
+            ev.flow_events = FlowEvents.concat(self.flows)

@@ -50,9 +50,9 @@ import orjson
 
 from profscope.errors import BadRequest, NotFound
 from profscope.formats import xplane_trace
-from profscope.formats.trace_events import TraceEvents
+from profscope.formats.trace_events import FLOW_END, FLOW_MID, FLOW_START, FlowEvents, TraceEvents
 
-INDEX_VERSION = 3  # 2: crossing events stacked (depths never overlap); 3: flows
+INDEX_VERSION = 4  # 2: crossing events stacked (depths never overlap); 3: flows; 4: flow-bound slices
 MAX_FLOWS = 5000  # arrows per window
 LEVELS = 64
 TIER_MIN_Z = 10  # 1 ns bins
@@ -92,6 +92,7 @@ class IndexWriter:
         # open for the whole conversion (chunks arrive one by one); closed by close()
         self._raw = {k: open(self.folder / f"{k}.raw", "wb") for k, _ in _RAW}  # noqa: SIM115
         self._args = open(self.folder / "args.bin", "wb")  # noqa: SIM115
+        self._flows: list[FlowEvents] = []  # few (one per flow end): kept in memory
 
     def events(self, track, start, dur, name, off, length) -> None:
         for (k, dtype), col in zip(_RAW, (track, start, dur, name, off, length)):
@@ -101,6 +102,12 @@ class IndexWriter:
     def blob(self, buf) -> None:
         self._args.write(buf)
         self.blob_bytes += len(buf)
+
+    def flow_events(self, seq, flow_id, kind, category) -> None:
+        """Slices bound to flows (:class:`FlowEvents`; ``seq`` counts the slices handed
+        to :meth:`events`, from 0)."""
+        self._flows.append(FlowEvents(np.asarray(seq, np.int64), np.asarray(flow_id, np.uint64),
+                                      np.asarray(kind, np.int8), np.asarray(category, np.int32)))
 
     def _load(self, k: str, keep: bool = False) -> np.ndarray:
         dtype = dict(_RAW)[k]
@@ -170,6 +177,7 @@ class IndexWriter:
             if k in ("start", "track", "depth"):
                 kept[k] = col  # sorted copies for the tiers
             del col
+        flow_rows = self._flow_rows(ev, order)
         del order
         _report(progress, 0.6, "building resolution tiers")
         _release_freed_memory()
@@ -179,6 +187,7 @@ class IndexWriter:
         flows = np.array(ev.flows, np.int64).reshape(-1, 5)
         flows[:, 2] -= shift
         flows[:, 4] -= shift
+        flows = np.concatenate([flows, _flow_arrows(flow_rows, out, ev)])
         np.save(out / "flows.npy", flows)
         counters = []
         for i, c in enumerate(ev.counters):
@@ -210,6 +219,48 @@ class IndexWriter:
         (out / "meta.json").write_bytes(orjson.dumps(meta))
         _report(progress, 1.0, "index written")
         return meta
+
+
+    def _flow_rows(self, ev: TraceEvents, order: np.ndarray) -> FlowEvents:
+        """The flow-bound slices by index row (``order`` maps rows to reader order),
+        sorted by row, saved as ``flow_*.npy``."""
+        fe = FlowEvents.concat(self._flows + ([ev.flow_events] if ev.flow_events is not None else []))
+        ok = (fe.seq >= 0) & (fe.seq < self.n)
+        if not ok.all():
+            fe = FlowEvents(fe.seq[ok], fe.flow_id[ok], fe.kind[ok], fe.category[ok])
+        if len(fe.seq):
+            rank = np.empty(self.n, dtype=np.int64)
+            rank[order] = np.arange(self.n, dtype=np.int64)
+            rows = rank[fe.seq]
+            del rank
+            o = np.argsort(rows, kind="stable")
+            fe = FlowEvents(rows[o], fe.flow_id[o], fe.kind[o], fe.category[o])
+        for k in ("seq", "flow_id", "kind", "category"):
+            np.save(self.folder / f"flow_{k}.npy", getattr(fe, k))
+        return fe
+
+
+def _flow_arrows(fe: FlowEvents, out: Path, ev: TraceEvents) -> np.ndarray:
+    """Arrows (name, from track, from ps, to track, to ps) between the consecutive slices
+    of each flow (by start), from one slice's start to the next one's: what the page
+    draws for xplane flows. ``fe.seq`` holds index rows here."""
+    if not len(fe.seq):
+        return np.zeros((0, 5), np.int64)
+    start = np.load(out / "start.npy", mmap_mode="r")
+    track = np.load(out / "track.npy", mmap_mode="r")
+    st = np.asarray(start[fe.seq])
+    tr = np.asarray(track[fe.seq]).astype(np.int64)
+    o = np.lexsort((st, fe.flow_id))
+    fid, st, tr, cat = fe.flow_id[o], st[o], tr[o], fe.category[o]
+    same = fid[1:] == fid[:-1]
+    names = ev.names
+    try:
+        flow_name = names.index("flow")
+    except ValueError:
+        flow_name = len(names)
+        names.append("flow")
+    label = np.where(cat[:-1] >= 0, cat[:-1], flow_name).astype(np.int64)
+    return np.stack([label[same], tr[:-1][same], st[:-1][same], tr[1:][same], st[1:][same]], axis=1)
 
 
 def build_index(ev: TraceEvents, out: Path, progress=None) -> dict:
@@ -477,6 +528,8 @@ class TraceIndex:
         self.tracks = self.meta["tracks"]
         # (name, from track, from ps, to track, to ps) per arrow; few, so in memory
         self.flows = np.load(self.folder / "flows.npy")
+        # slices bound to a flow (XProf's bind_id), by row
+        self.flow = FlowEvents(*(np.load(self.folder / f"flow_{k}.npy") for k in ("seq", "flow_id", "kind", "category")))
         self._lower = None
         self._planes: dict[int, dict] = {}
         self._args = None
@@ -605,6 +658,29 @@ class TraceIndex:
             if pm is None:
                 pm = self._planes[plane] = xplane_trace.plane_metadata((self.folder / f"plane_{plane}.pb").read_bytes())
         return xplane_trace.event_args(data, pm)
+
+    def flow_fields(self, rows: np.ndarray) -> dict[int, dict]:
+        """XProf's FlowV2 fields of the flow-bound slices among ``rows``
+        (``trace_events_to_json.h``: ``bind_id``, ``cat``, ``flow_out`` on a flow's
+        start, ``flow_in`` on its end, both on a middle slice)."""
+        fe = self.flow
+        if not len(fe.seq) or not len(rows):
+            return {}
+        pos = np.clip(np.searchsorted(fe.seq, rows), 0, len(fe.seq) - 1)
+        hit = np.flatnonzero(fe.seq[pos] == rows)
+        out = {}
+        for r, i in zip(rows[hit].tolist(), pos[hit].tolist()):
+            f = {"bind_id": int(fe.flow_id[i])}
+            c = int(fe.category[i])
+            if c >= 0:
+                f["cat"] = self.names[c]
+            k = int(fe.kind[i])
+            if k in (FLOW_END, FLOW_MID):
+                f["flow_in"] = True
+            if k in (FLOW_START, FLOW_MID):
+                f["flow_out"] = True
+            out[r] = f
+        return out
 
     def lower_names(self) -> list[str]:
         if self._lower is None:
@@ -850,9 +926,13 @@ class TraceView:
                 sl = {k: v[order] for k, v in sl.items()}
             count += len(sl["rows"])
             parts.append((h, sl))
-        head = {"displayTimeUnit": "ns", "metadata": {"highres-ticks": True}, "returnedEventsSize": count,
+        # XProf 2.24.2's keys, all of them: its trace viewer reads e.g.
+        # ``showCounterMessage.length`` and stays blank without it
+        # (``trace_events_to_json.h``, TraceEventsToJson)
+        head = {"displayTimeUnit": "ns", "metadata": {"highres-ticks": True}, "codeLink": "", "useNewBackend": False,
+                "details": [{"name": "mpmd_pipeline_view", "value": False}], "returnedEventsSize": count,
                 "filteredByVisibility": bool(filtered),
-                "fullTimespan": [origin_ms, origin_ms + self.end_ps / PS_PER_MS]}
+                "fullTimespan": [origin_ms, origin_ms + self.end_ps / PS_PER_MS], "stackFrames": {}}
         yield orjson.dumps(head)[:-1] + b',"traceEvents":['
         first = True
         buf = []
@@ -860,13 +940,13 @@ class TraceView:
             buf.append(chunk if first else b"," + chunk)
             first = False
         for h, sl in parts:
-            for chunk in self._x_events(h, sl, with_args=False):
+            for chunk in self._x_events(h, sl, with_args=False, xprof=True):
                 buf.append(chunk if first else b"," + chunk)
                 first = False
                 if len(buf) >= 20000:
                     yield b"".join(buf)
                     buf = []
-        buf.append(b"]}")
+        buf.append(b'],"showCounterMessage":"","totalCounterEvents":0}')
         yield b"".join(buf)
 
     def _metadata_events(self, xprof: bool) -> Iterator[bytes]:
@@ -887,9 +967,9 @@ class TraceView:
                 yield orjson.dumps({"args": {"sort_index": t["tid"] if xprof else t["sortIndex"]}, "name": "thread_sort_index",
                                     "ph": "M", "pid": pid, "tid": t["tid"]})
 
-    def _x_events(self, h: HostIndex, sl, with_args: bool, chunk: int = 20000) -> Iterator[bytes]:
+    def _x_events(self, h: HostIndex, sl, with_args: bool, chunk: int = 20000, xprof: bool = False) -> Iterator[bytes]:
         """X events of columns from :meth:`TraceIndex.window_rows` / ``gather`` (or of
-        rows, gathered a chunk at a time)."""
+        rows, gathered a chunk at a time); ``xprof``: with XProf's flow fields."""
         ix = h.index
         base_us = (ix.origin_ps) / 1e6
         pids = np.asarray([t["pid"] + h.pid_offset for t in ix.tracks] or [0], dtype=np.int64)
@@ -905,8 +985,12 @@ class TraceView:
             pid = pids[tr].tolist()
             tid = tids[tr].tolist()
             rl = r.tolist()
+            flows = ix.flow_fields(np.asarray(r)) if xprof else {}
             for i in range(len(rl)):
                 ev = {"pid": pid[i], "tid": tid[i], "name": ix.names[nm[i]], "ts": ts[i], "dur": du[i], "ph": "X"}
+                f = flows.get(rl[i])
+                if f is not None:
+                    ev.update(f)
                 ev["args"] = _jsonable(ix.args(rl[i])) if with_args else {}
                 yield orjson.dumps(ev)
 
