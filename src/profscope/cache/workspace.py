@@ -543,7 +543,8 @@ class Workspace:
         """XProf's trace_viewer@ JSON in pieces; parameters are checked (and the index
         built) when the first piece is asked for."""
         view = self.trace_view(run, params)
-        return view.xprof_chunks(params.get("start_time_ms"), params.get("end_time_ms"), params.get("resolution"))
+        return view.xprof_chunks(params.get("start_time_ms"), params.get("end_time_ms"), params.get("resolution"),
+                                 params.get("event_name"), params.get("duration_ms"), params.get("unique_id"))
 
     # -- tool data -----------------------------------------------------------------------
 

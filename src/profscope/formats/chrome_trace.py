@@ -814,8 +814,9 @@ def trace_columns(raw, path: str, progress=None, sink=None):
     blob_base = 0
     out_sink = MemorySink() if sink is None else sink
     open_b: dict[tuple, list] = {}
-    open_flows: dict[tuple, tuple[int, int, int]] = {}  # (cat, id) -> (name, track, ts_ps)
-    flows: list[tuple[int, int, int, int, int]] = []
+    # (cat, id) -> [(ts_ps, phase order, name, track)]: paired at the end, in time order,
+    # since kineto writes each CPU->GPU flow's ``f`` before its ``s``
+    flow_points: dict[tuple, list[tuple[int, int, int, int]]] = {}
     counters: dict[tuple, tuple] = {}
     steps: list[tuple[str, int, int]] = []
     base_us: float | None = None
@@ -937,14 +938,8 @@ def trace_columns(raw, path: str, progress=None, sink=None):
             if fid is None or isinstance(fid, (dict, list)):
                 continue
             key = (str(ev.get("cat")), str(fid))
-            here = (names(name), track_of(ev.get("pid"), ev.get("tid")), ts_ps)
-            if ph != "s" and key in open_flows:
-                name_id, t0, ts0 = open_flows[key]
-                flows.append((name_id, t0, ts0, here[1], ts_ps))
-            if ph == "f":
-                open_flows.pop(key, None)
-            else:
-                open_flows[key] = here
+            flow_points.setdefault(key, []).append((ts_ps, _FLOW_PHASES[ph], names(name),
+                                                    track_of(ev.get("pid"), ev.get("tid"))))
         elif ph == "C":
             last_ps = max(last_ps, ts_ps)
             args = ev.get("args") or {}
@@ -985,6 +980,7 @@ def trace_columns(raw, path: str, progress=None, sink=None):
 
     flush()
     steps.sort(key=lambda s: s[1])
+    flows = _pair_flows(flow_points)
     out = TraceEvents.without_events(
         path, "", int(base_us or 0) * 10**6, "json", names=names.names, tracks=track_list,
         processes=processes, counters=out_counters, steps=steps, flows=flows)
@@ -994,6 +990,27 @@ def trace_columns(raw, path: str, progress=None, sink=None):
 
 
 _MAX_PS = 1 << 60  # event times and durations beyond this (13 days) are not a real trace
+_FLOW_PHASES = {"s": 0, "t": 1, "f": 2}
+
+
+def _pair_flows(points: dict[tuple, list[tuple[int, int, int, int]]]) -> list[tuple[int, int, int, int, int]]:
+    """Arrows (name, from track, from ps, to track, to ps) of the flow events of each
+    (cat, id), whatever their order in the file: in time order (``s`` before ``t``
+    before ``f`` at one time), an ``s`` opens a flow, each later ``t`` or ``f`` is joined
+    to the point before it, and an ``f`` closes it (an id may be reused afterwards).
+    Points before any ``s`` of their id start nothing, as in the Trace Event Format."""
+    arrows = []
+    for pts in points.values():
+        pts.sort()
+        prev = None
+        for ts, phase, name, track in pts:
+            if phase == 0:
+                prev = (name, track, ts)
+                continue
+            if prev is not None:
+                arrows.append((prev[0], prev[1], prev[2], track, ts))
+                prev = None if phase == 2 else (prev[0], track, ts)
+    return arrows
 
 
 def _int_id(value) -> int:

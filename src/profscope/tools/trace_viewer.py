@@ -54,6 +54,7 @@ from profscope.formats.trace_events import FLOW_END, FLOW_MID, FLOW_START, FlowE
 
 INDEX_VERSION = 4  # 2: crossing events stacked (depths never overlap); 3: flows; 4: flow-bound slices
 MAX_FLOWS = 5000  # arrows per window
+XPROF_FILTER_MIN_EVENTS = 500_000  # XProf's kDisableStreamingThreshold (trace_view_options.cc)
 LEVELS = 64
 TIER_MIN_Z = 10  # 1 ns bins
 TIER_STEP = 2
@@ -142,6 +143,9 @@ class IndexWriter:
             start -= shift
         np.clip(dur, 0, MAX_DUR_PS, out=dur)
         end_ps = int((start + dur).max()) if n else 0
+        # XProf's trace span (its ``fullTimespan``, the bounds a window is clamped to)
+        # is that of the slices: counters and allocator events are not in its answer
+        slice_span = [int(start.min()), end_ps] if n else [0, 0]
         for c in ev.counters:
             if len(c.t_ps):
                 end_ps = max(end_ps, int(c.t_ps[-1] - shift))
@@ -198,8 +202,10 @@ class IndexWriter:
             "version": INDEX_VERSION,
             "path": ev.path,
             "hostname": ev.hostname,
-            "origin_ps": int(ev.base_ps) + int(shift),
+            # a string: Unix-epoch traces (kineto's µs since 1970) put it past 2^63 ps
+            "origin_ps": str(int(ev.base_ps) + int(shift)),
             "end_ps": end_ps,
+            "slice_span": slice_span,
             "events": n,
             "levels": bounds.tolist(),
             "tiers": tiers,
@@ -552,6 +558,17 @@ class TraceIndex:
         rows = np.concatenate(out) if out else np.zeros(0, np.int64)
         return self._overlap(rows, s, e)
 
+    def overlapping_closed(self, s: int, e: int) -> np.ndarray:
+        """Rows of every event overlapping [s, e] as XProf tests it (``Timespan::Overlaps``:
+        both ends inclusive, so an event ending exactly at ``s`` is in)."""
+        if e < s:
+            return np.zeros(0, np.int64)
+        rows = self.overlapping(s - 1, e + 1)
+        if not rows.size:
+            return rows
+        st = self.cols["start"][rows]
+        return rows[(st <= e) & (st + self.cols["dur"][rows] >= s)]
+
     def _overlap(self, rows: np.ndarray, s: int, e: int) -> np.ndarray:
         if not rows.size:
             return rows
@@ -891,48 +908,108 @@ class TraceView:
     def xprof_json(self, start_time_ms=None, end_time_ms=None, resolution=None) -> bytes:
         return b"".join(self.xprof_chunks(start_time_ms, end_time_ms, resolution))
 
-    def xprof_chunks(self, start_time_ms=None, end_time_ms=None, resolution=None) -> Iterator[bytes]:
+    def xprof_chunks(self, start_time_ms=None, end_time_ms=None, resolution=None, event_name=None,
+                     duration_ms=None, unique_id=None) -> Iterator[bytes]:
         """XProf's trace_viewer@ answer, in pieces (a whole trace without a resolution can
-        be gigabytes, as in XProf); parameters are checked before the first piece"""
-        yield from self._xprof_pieces(*self._xprof_window(start_time_ms, end_time_ms, resolution))
+        be gigabytes, as in XProf); parameters are checked before the first piece.
+
+        With ``event_name`` it is XProf's event-details request instead (its UI sends it
+        on a click: ``event_name``, ``start_time_ms``, ``duration_ms``, ``unique_id`` =
+        the event's ``args.uid``; ``trace_view_options.cc``, ``ReadFullEventFromLevelDbTable``):
+        the answer holds that one event, with all its args, or no event."""
+        if event_name not in (None, ""):
+            found = self._xprof_find(str(event_name), start_time_ms, duration_ms, unique_id)
+            return self._xprof_pieces(0, 0, 0, found=found)
+        return self._xprof_pieces(*self._xprof_window(start_time_ms, end_time_ms, resolution))
+
+    def _xprof_find(self, name: str, start_time_ms, duration_ms, unique_id) -> list[tuple[HostIndex, dict]]:
+        """The event of an event-details request: the row named by ``unique_id`` (our
+        ``uid`` is the row) when its name, start and duration agree, else the event of
+        that name starting closest to ``start_time_ms`` within a microsecond."""
+        if start_time_ms in (None, ""):
+            raise BadRequest("missing parameter 'start_time_ms' (the event's start, with event_name)")
+        start = _ms_to_ps(start_time_ms, "start_time_ms") - self.origin_ps
+        dur = None if duration_ms in (None, "") else _ms_to_ps(duration_ms, "duration_ms")
+        uid = None if unique_id in (None, "") else _number_id(unique_id, "unique_id")
+        tol = 10**6  # 1 µs: the UI sends times as float µs / 1e3
+
+        def fits(ix: TraceIndex, row: int, sh: int) -> bool:
+            return (ix.names[int(ix.cols["name"][row])] == name
+                    and abs(int(ix.cols["start"][row]) + sh - start) <= tol
+                    and (dur is None or abs(int(ix.cols["dur"][row]) - dur) <= tol))
+
+        for h in self.hosts:
+            ix, sh = h.index, self.shift[h.position]
+            if uid is not None and 0 <= uid < ix.n and fits(ix, uid, sh):
+                return [(h, ix.gather(np.asarray([uid], np.int64)))]
+        best = None
+        for h in self.hosts:
+            ix, sh = h.index, self.shift[h.position]
+            rows = ix.overlapping(start - sh - tol, start - sh + tol + 1)
+            for row in rows.tolist():
+                if fits(ix, row, sh):
+                    d = abs(int(ix.cols["start"][row]) + sh - start)
+                    if best is None or d < best[0]:
+                        best = (d, h, row)
+        if best is None:
+            return []
+        return [(best[1], best[1].index.gather(np.asarray([best[2]], np.int64)))]
+
+    def xprof_span(self) -> tuple[int, int]:
+        """XProf's trace span: first slice start to last slice end (ps from our origin)."""
+        spans = [(self.shift[h.position] + lo, self.shift[h.position] + hi) for h in self.hosts
+                 for lo, hi in [h.index.meta.get("slice_span", [0, h.index.end_ps])] if h.index.n]
+        if not spans:
+            return 0, 0
+        return min(a for a, _ in spans), max(b for _, b in spans)
 
     def _xprof_window(self, start_time_ms, end_time_ms, resolution):
         """XProf's trace_viewer@ answer (trace_events_to_json.h): ``M`` process and thread
         names and sort indexes, then ``X`` events with µs ``ts``/``dur`` on XProf's absolute
-        time base; ``fullTimespan`` and the window in ms. ``resolution`` 0 (or absent) means
-        no visibility filter, as in XProf."""
-        s = 0 if start_time_ms in (None, "") else _ms_to_ps(start_time_ms, "start_time_ms") - self.origin_ps
-        e = self.end_ps + 1 if end_time_ms in (None, "") else _ms_to_ps(end_time_ms, "end_time_ms") - self.origin_ps
-        s, e = _clamp_ps(s), _clamp_ps(e)
-        if e < s:
+        time base; ``fullTimespan`` and the window in ms. As in XProf
+        (``GetTraceViewOption``, ``TraceVisibilityFilter::SetUp``), an absent or zero
+        ``start_time_ms``/``end_time_ms`` is the trace's start/end and the window is
+        clamped to the trace's span."""
+        given_s = start_time_ms not in (None, "")
+        given_e = end_time_ms not in (None, "")
+        s_abs = _ms_to_ps(start_time_ms, "start_time_ms") if given_s else 0
+        e_abs = _ms_to_ps(end_time_ms, "end_time_ms") if given_e else 0
+        if s_abs and e_abs and e_abs < s_abs:
             raise BadRequest(f"end_time_ms ({end_time_ms}) is before start_time_ms ({start_time_ms})")
+        lo, hi = self.xprof_span()
+        s = max(lo, _clamp_ps(s_abs - self.origin_ps)) if s_abs else lo
+        e = min(hi, _clamp_ps(e_abs - self.origin_ps)) if e_abs else hi
         res = 0 if resolution in (None, "") else _int_param(resolution, "resolution", 0, 0, 10_000_000)
         return s, e, res
 
-    def _xprof_pieces(self, s: int, e: int, res: int) -> Iterator[bytes]:
+    def _xprof_pieces(self, s: int, e: int, res: int, found: list | None = None) -> Iterator[bytes]:
         origin_ms = self.origin_ps / PS_PER_MS
-        parts = []
-        count = 0
-        filtered = False
-        for h in self.hosts:
+        parts = [] if found is None else found
+        count = sum(len(sl["rows"]) for _, sl in parts)
+        # XProf filters by visibility only traces of at least kDisableStreamingThreshold
+        # events (``trace_view_options.cc``; ``DoLoadFromLevelDbTable`` sets the
+        # resolution to 0 below it): smaller ones get every event in the window.
+        thin = res and sum(h.index.n for h in self.hosts) >= XPROF_FILTER_MIN_EVENTS
+        for h in self.hosts if found is None else ():
             ix = h.index
             sh = self.shift[h.position]
-            if res:
-                sl, trunc = ix.window_rows(s - sh, max(e, s + 1) - sh, res)
-                filtered |= trunc
+            if thin:
+                sl, _ = ix.window_rows(s - sh, max(e, s + 1) - sh, res)
             else:
-                sl = ix.gather(ix.overlapping(s - sh, max(e, s + 1) - sh))
+                sl = ix.gather(ix.overlapping_closed(s - sh, e - sh))
                 order = np.argsort(sl["start"], kind="stable")
                 sl = {k: v[order] for k, v in sl.items()}
             count += len(sl["rows"])
             parts.append((h, sl))
+        lo, hi = self.xprof_span()
         # XProf 2.24.2's keys, all of them: its trace viewer reads e.g.
         # ``showCounterMessage.length`` and stays blank without it
-        # (``trace_events_to_json.h``, TraceEventsToJson)
+        # (``trace_events_to_json.h``, TraceEventsToJson). filteredByVisibility: XProf
+        # says true on every answer (its UI then asks again when zooming).
         head = {"displayTimeUnit": "ns", "metadata": {"highres-ticks": True}, "codeLink": "", "useNewBackend": False,
                 "details": [{"name": "mpmd_pipeline_view", "value": False}], "returnedEventsSize": count,
-                "filteredByVisibility": bool(filtered),
-                "fullTimespan": [origin_ms, origin_ms + self.end_ps / PS_PER_MS], "stackFrames": {}}
+                "filteredByVisibility": True,
+                "fullTimespan": [origin_ms + lo / PS_PER_MS, origin_ms + hi / PS_PER_MS], "stackFrames": {}}
         yield orjson.dumps(head)[:-1] + b',"traceEvents":['
         first = True
         buf = []
@@ -940,7 +1017,7 @@ class TraceView:
             buf.append(chunk if first else b"," + chunk)
             first = False
         for h, sl in parts:
-            for chunk in self._x_events(h, sl, with_args=False, xprof=True):
+            for chunk in self._x_events(h, sl, with_args=found is not None, xprof=True):
                 buf.append(chunk if first else b"," + chunk)
                 first = False
                 if len(buf) >= 20000:
@@ -992,6 +1069,8 @@ class TraceView:
                 if f is not None:
                     ev.update(f)
                 ev["args"] = _jsonable(ix.args(rl[i])) if with_args else {}
+                if xprof:  # XProf's UI asks for an event's details by its args.uid
+                    ev["args"]["uid"] = rl[i]
                 yield orjson.dumps(ev)
 
     # -- export -----------------------------------------------------------------------------
@@ -1083,6 +1162,17 @@ def _int_param(value, name: str, default: int, lo: int, hi: int) -> int:
     if not lo <= v <= hi:
         raise BadRequest(f"parameter {name!r} must be between {lo} and {hi}, not {v}")
     return v
+
+
+def _number_id(value, name: str) -> int:
+    """A non-negative integer XProf's UI may send as a float (``unique_id=12.0``)."""
+    text = str(value).strip()
+    if not _NUMBER.match(text) or text.startswith("-"):
+        raise BadRequest(f"parameter {name!r} must be a non-negative number, not {value!r}")
+    v = float(text)
+    if not v < 2**63:
+        raise BadRequest(f"parameter {name!r} is out of range: {value!r}")
+    return int(v)
 
 
 def _int_id(value) -> int:
