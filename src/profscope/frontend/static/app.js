@@ -3,7 +3,7 @@
 // view and back/forward walk through views. Tool pages register in TOOL_VIEWS.
 "use strict";
 
-const PARAMS = ["run", "tool", "host", "hosts", "module_name", "memory_space", "buffer", "memory_id", "t", "q", "start_ms", "end_ms", "ev", "capacity", "x", "win", "other"];
+const PARAMS = ["run", "tool", "host", "hosts", "module_name", "memory_space", "buffer", "memory_id", "t", "q", "start_ms", "end_ms", "ev", "flows", "capacity", "x", "win", "other"];
 const $ = (sel) => document.querySelector(sel);
 const runDetails = new Map(); // run name -> promise of /api/run
 let catalog = null;

@@ -12,7 +12,7 @@
 // from the data in hand and refetches only the visible window at the canvas's pixel
 // width, debounced; a response that is no longer the newest request is dropped.
 // State in the URL: start_ms, end_ms (replaceState while interacting), ev (the selected
-// slice, pushState), q (search), host / hosts; app.js owns the rest.
+// slice, pushState), q (search), host / hosts, flows (0: arrows hidden); app.js owns the rest.
 // Loaded before app.js; uses app.js's globals (el, getJson, cachedJson, fmtBytes, go,
 // readState, stateUrl, errorBox) only at render time.
 "use strict";
@@ -104,6 +104,8 @@
     if (!sameWindow(win, ctx.view)) setWindow(ctx, win[0], win[1], { url: false });
     if ((state.ev || "") !== (ctx.selectedId || "")) select(ctx, state.ev || "", { fromUrl: true });
     if ((state.q || "") !== ctx.search.value) { ctx.search.value = state.q || ""; runSearch(ctx, state.q || ""); }
+    const showFlows = state.flows !== "0";
+    if (showFlows !== ctx.showFlows) { ctx.showFlows = showFlows; ctx.flowToggle.checked = showFlows; paint(ctx); }
   }
 
   function urlWindow(state) {
@@ -139,13 +141,19 @@
       ready: false, full: [0, 0], view: [0, 1], data: null, dataWindow: null, dataRes: 0,
       seq: 0, timer: 0, collapsed: new Set(), rows: [], trackRow: new Map(), scrollTop: 0,
       selectedId: "", selected: null, hover: null, drag: null, mouseX: null, searchSeq: 0,
-      drawn: { n: 0, idx: new Int32Array(0) }, frame: 0, listeners: [],
+      drawn: { n: 0, idx: new Int32Array(0) }, frame: 0, listeners: [], showFlows: state.flows !== "0",
     };
     ctx.search = el("input", { type: "search", id: "tv-search", placeholder: "search slices by name…", "aria-label": "search slices", value: state.q || "",
       oninput: () => { clearTimeout(ctx.searchTimer); ctx.searchTimer = setTimeout(() => searchTyped(ctx), 250); },
       onkeydown: (e) => { if (e.key === "Enter") { clearTimeout(ctx.searchTimer); searchTyped(ctx); } } });
     ctx.exportWindow = el("a", { class: "tv-btn", id: "tv-export-window", download: "", title: "Every event in the visible window as Chrome-trace JSON (Perfetto, chrome://tracing)" }, "Download window");
     ctx.exportAll = el("a", { class: "tv-btn", id: "tv-export-all", download: "", href: `/api/trace/export?${apiParams(ctx)}`, title: "The whole trace as Chrome-trace JSON" }, "Download whole trace");
+    // Flow arrows (launch -> kernel, async op start -> end, torch's fwd -> bwd) can hide
+    // the slices on a busy GPU timeline: one click hides them, and the link keeps it.
+    ctx.flowToggle = el("input", { type: "checkbox", id: "tv-flows", checked: ctx.showFlows,
+      onchange: () => { ctx.showFlows = ctx.flowToggle.checked; setUrl({ flows: ctx.showFlows ? "" : "0" }); paint(ctx); } });
+    ctx.flowLabel = el("label", { class: "tv-toggle", title: "Draw flow arrows between the slices of a flow (host launch → device kernel, async op start → end)" },
+      ctx.flowToggle, " Flows", el("span", { class: "muted", id: "tv-flow-count" }, ""));
     ctx.windowLabel = el("span", { class: "tv-window muted", id: "tv-window" });
     ctx.counts = el("span", { class: "tv-counts muted", id: "tv-counts" });
     const toolbar = el("div", { class: "tv-toolbar" },
@@ -154,6 +162,7 @@
       el("button", { type: "button", id: "tv-zoom-out", title: "Zoom out (S)", onclick: () => zoomBy(ctx, 2) }, "−"),
       el("button", { type: "button", id: "tv-reset", title: "Show the whole trace (0)", onclick: () => resetZoom(ctx) }, "Reset zoom"),
       hostPicker(ctx, state, details),
+      ctx.flowLabel,
       ctx.windowLabel, ctx.counts,
       el("span", { class: "tv-spacer" }),
       ctx.exportWindow, ctx.exportAll);
@@ -573,13 +582,16 @@
     }
   }
 
-  // Which of the window's names contain the search text (what /api/trace/search matches).
-  // Flow arrows (Chrome-trace s/t/f events, e.g. torch's forward op -> its backward op):
+  // Flow arrows (Chrome-trace s/t/f events, e.g. torch's forward op -> its backward op or a
+  // CPU launch -> its GPU kernel; xplane flows, e.g. a host launch -> its device kernel):
   // from the deepest slice holding each end on its track, or the track's first row.
   function drawFlows(ctx, g, yOf) {
     const f = ctx.data.raw.flows;
     ctx.flowsDrawn = 0;
-    if (!f || !f.from.length) return;
+    const n = f ? f.from.length + (f.truncated || 0) : 0;
+    const count = ctx.root.querySelector("#tv-flow-count");
+    if (count) count.textContent = n ? ` (${n.toLocaleString()} in view${f.truncated ? `, first ${f.from.length.toLocaleString()} drawn` : ""})` : "";
+    if (!f || !f.from.length || !ctx.showFlows) return;
     const k = plotWidth(ctx) / (ctx.view[1] - ctx.view[0]), v0 = ctx.view[0];
     g.strokeStyle = "rgba(70, 80, 110, 0.75)";
     g.fillStyle = "rgba(70, 80, 110, 0.85)";

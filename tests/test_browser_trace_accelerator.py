@@ -1,0 +1,63 @@
+"""Our trace viewer page on real accelerator profiles (``shared/fixtures/public_profiles``):
+the real server, Debian's Chromium, network cut. A GPU/TPU timeline shows XProf's
+derived lines (XLA Modules, XLA Ops, ...) next to the raw streams, flow arrows are drawn
+(host launch -> device kernel, CPU launch -> GPU kernel in a torch trace) and the Flows
+toggle hides them, in the link too. Screenshots go to test-artifacts/."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import ARTIFACTS, profscope_server
+from tests.test_browser_trace_viewer import _hook, _open, _query, _ready
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.fixture(scope="module")
+def public_server(shared_fixtures, tmp_path_factory):
+    with profscope_server("serve", str(shared_fixtures / "public_profiles"), "--port", "0", "--cache-dir",
+                          str(tmp_path_factory.mktemp("cache"))) as (url, _):
+        yield url
+
+
+def _track_names(page) -> set[str]:
+    return {r["name"] for r in _hook(page, "rows") if r["type"] == "track"}
+
+
+@pytest.mark.parametrize("run, lines", [
+    ("xplane/mi300_jax08_gemm/jax08_gemm", {"XLA Modules", "XLA Ops"}),
+    ("xplane/tpu_inference/2025_12_10_tpu", {"XLA Modules", "XLA Ops"}),
+], ids=["rocm_mi300", "tpu"])
+def test_device_timeline_shows_derived_lines_and_flows(open_page, public_server, run, lines):
+    page = _open(open_page, public_server, run=run, tool="trace_viewer@")
+    _ready(page)
+    names = _track_names(page)
+    assert lines <= names, sorted(names)
+    assert len(_hook(page, "visibleSlices")) > 200
+    flows = _hook(page, "flows")
+    assert flows["inWindow"] > 0 and flows["drawn"] > 0
+    tag = run.split("/")[1]
+    page.screenshot(path=str(ARTIFACTS / f"trace_viewer_{tag}.png"), full_page=True)
+
+    # the toggle hides the arrows, the link remembers it, and a reload keeps them hidden
+    page.click("#tv-flows")
+    assert _hook(page, "flows")["drawn"] == 0
+    assert _query(page).get("flows") == "0"
+    page.reload()
+    _ready(page)
+    assert not page.is_checked("#tv-flows") and _hook(page, "flows")["drawn"] == 0
+    page.screenshot(path=str(ARTIFACTS / f"trace_viewer_{tag}_no_flows.png"), full_page=True)
+    page.click("#tv-flows")
+    assert _hook(page, "flows")["drawn"] > 0 and "flows" not in _query(page)
+
+
+def test_torch_cuda_trace_draws_launch_to_kernel_arrows(open_page, public_server):
+    """B200 eager trace: kineto writes each flow's GPU end before its CPU start."""
+    run = "traces/tracelens_b200_eager.trace.json.gz"
+    page = _open(open_page, public_server, run=run, tool="trace_viewer@")
+    _ready(page)
+    flows = _hook(page, "flows")
+    assert flows["inWindow"] == 929 and flows["drawn"] > 100
+    assert len(_track_names(page)) >= 3  # the CPU thread and the GPU streams
+    page.screenshot(path=str(ARTIFACTS / "trace_viewer_b200.png"), full_page=True)
