@@ -575,6 +575,8 @@ _STAT_KINDS = (
     "requested_bytes", "allocation_bytes", "addr", "tf_op", "region_type", "data_type",
     "shape", "id", "group_id", "_pt", "_p", "_ct", "_c", "_pid", "_r", "_a", "iter_num",
     "step_num", "graph_type", "request_id", "queue_addr", "queue_id", "run_id", "core_type",
+    # the trace viewer's flows (formats/xplane_flows.py)
+    "flow", "correlation_id",
 )
 _KIND = {name: i + 1 for i, name in enumerate(_STAT_KINDS)}
 _CHUNK = 1 << 18  # events decoded at once

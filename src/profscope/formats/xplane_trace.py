@@ -38,6 +38,7 @@ from typing import IO
 import numpy as np
 
 from profscope.formats import xplane
+from profscope.formats import xplane_flows
 from profscope.formats import xplane_memory as xm
 from profscope.formats.protos import xplane_pb2
 from profscope.formats.trace_events import (
@@ -117,7 +118,9 @@ def _read(f, size, path, hostname, chosen, host_number, total, progress, sink) -
     counters: list[Counter] = []
     steps: list[tuple[str, int, int]] = []
     planes: list[bytes] = []
-    parts = MemorySink() if sink is None else sink
+    # counts the slices handed over: a flow names its slices by that position
+    parts = xplane_flows.CountingSink(MemorySink() if sink is None else sink)
+    flows = xplane_flows.Flows(hostname, names)
     blob_base = 0
     base_ns: int | None = None
     done = 0
@@ -136,6 +139,7 @@ def _read(f, size, path, hostname, chosen, host_number, total, progress, sink) -
             headers.append(xplane_pb2.XLine.FromString(head))
             runs.append(line_runs)
             counts.append(count)
+        pflows = flows.plane(meta, ref.name, [h.name for h in headers])
         n = sum(counts)
         if not n:
             del data, b
@@ -172,6 +176,7 @@ def _read(f, size, path, hostname, chosen, host_number, total, progress, sink) -
             name_id = plane.name_ids(ev)
             internal = np.isin(ev.metadata_id, plane.internal_ids)
             keep = np.flatnonzero(~internal & (line_track[ev.line] >= 0))
+            keep = pflows.select(ev, keep, parts.count)  # flows; XProf's async events dropped
             # XProf shows zero-length events as 1 ps long (checked on 2.24.2's output)
             parts.events(line_track[ev.line[keep]], ts[keep], np.maximum(ev.duration_ps[keep], 1), name_id[keep],
                          ev_start[keep] + blob_base, (ev_end[keep] - ev_start[keep]).astype(np.int32))
@@ -196,6 +201,7 @@ def _read(f, size, path, hostname, chosen, host_number, total, progress, sink) -
         blob_base += len(data)
         del data
         done += ref.length
+    flows.emit(parts)
     _report(progress, 0.95, "collecting columns")
     steps.sort(key=lambda s: s[1])
 

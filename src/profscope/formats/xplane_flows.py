@@ -1,0 +1,321 @@
+"""Flows between the events of an XSpace, as XProf 2.24.2's trace viewer binds them.
+
+XProf's ``trace_viewer@`` answer gives an ``X`` event that belongs to a flow a
+``bind_id``, a ``cat`` and ``flow_out`` (the flow's start) / ``flow_in`` (its end) / both
+(a middle slice) (``xprof/convert/trace_viewer/trace_events_to_json.h``, "FlowV2"). Where
+the flows come from:
+
+1. ``PreprocessSingleHostXSpace`` (``xprof/convert/preprocess_single_host_xplane.cc``),
+   only when the XSpace is not grouped yet (tsl ``IsXSpaceGrouped``: a plane with a
+   ``group_id`` stat metadata, as the memory profile found for 2.24.2), runs per plane
+
+   a. ``PreprocessXPlane`` (tsl ``preprocess_xplane.cc``), whose connected-event mutators
+      give producer/consumer contexts (``_pt``/``_p``, ``_ct``/``_c``) to events that
+      lack them: ``ExecutorState::Process`` -> ``TpuExecuteOp`` (legacy, by ``id`` and
+      ``iter_num``), ``EnqueueRequestLocked`` -> ``RunProgramRequest`` and 11 other
+      requests (``tpu_stream``, by ``request_id`` and ``queue_addr``),
+      ``DoEnqueueProgram`` -> ``CompleteCallbacks`` (``tpu_launch``, by
+      ``device_ordinal``, ``queue_id``, ``run_id`` masked to 27 bits
+      (``HostRunIdMutator``), ``core_type`` or 0) and, on a TensorCore plane
+      (``/device:TPU:<n>``), every event of its ``XLA Modules`` line with ``run_id`` and
+      ``queue_id`` (consumer, ``tpu_launch``, same key with the plane's ordinal:
+      ``TpuModuleLineMutator``). The key is a hash of those stats (``absl::HashOf``).
+   b. ``AddFlowsToXplane(host_id, is_host_plane, connect_traceme=true)`` (tsl
+      ``xplane_utils.cc``): per event, a ``correlation_id`` (read as
+      ``XStat.uint64_value``, so one stored as int64 reads 0) makes a ``gpu_launch`` flow
+      out of a host plane and into a device plane (``IsDevicePlane``); a producer
+      context (``_pt``/``_p``, both present) a flow out, a consumer context a flow in,
+      its category the context type (``GetSafeContextType``: unknown types are generic).
+      Each one is a new ``flow`` stat appended to the event: the flow id is
+      ``XFlow::GetFlowId(host_id, correlation_id)`` or ``GetFlowId(host_id, id,
+      context_type)``.
+
+2. ``ConvertXStatsToTraceEventArguments`` (``xprof/convert/xplane_to_trace_container.cc``)
+   reads the metadata's stats, then the event's: the *last* ``flow`` stat wins
+   (``XFlow::FromStatValue``: direction in bits 0-1 (1 in, 2 out, 3 both), id in bits
+   2-57, category in bits 58-63), so a consumer context beats a producer context, which
+   beats a correlation id, which beats a ``flow`` stat the profiler wrote. An event with
+   a flow and an ``_a`` (``is_async``) stat becomes an async event, not an ``X`` event:
+   XProf 2.24.2's ``trace_viewer@`` JSON leaves those out altogether (checked on the TPU
+   profile's ``Async XLA Ops`` line), so they are no slices here either. ``cat`` is left
+   out for the generic and legacy types (``GetContextTypeString`` is "").
+
+Checked against XProf 2.24.2's output on every public profile and demo profile
+(``tests/test_trace_golden_public.py``): the same slices in the same flows with the same
+direction and category. The ``ThreadpoolListener::Region`` slices XProf adds get no flow
+in its output, and none here.
+
+Flow ids: XProf's ``GetFlowId`` is ``absl::HashOf(...) & (2^56 - 1)``, and absl's hash is
+seeded per process (the same profile gets other ``bind_id`` numbers on every run of
+XProf), so no reader can reproduce XProf's numbers; ids here are a fixed 64-bit mix of the
+same keys, also masked to 56 bits, salted with the host name the trace viewer shows (the
+file's host, not ``XSpace.hostnames[0]`` as XProf's ``Fingerprint32``: two hosts copied
+from one XSpace would otherwise share flow ids), so they are stable for a file. A
+``flow`` stat stored in the profile keeps its own id, as in XProf.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+import numpy as np
+
+from profscope.formats import xplane_memory as xm
+from profscope.formats.trace_events import FLOW_END, FLOW_MID, FLOW_START, FlowEvents, NameTable
+
+# tsl/profiler/lib/context_types.h: ContextType, GetContextTypeString ("" = no "cat").
+# kJaxServingExecutor (16) is "jax_serving" in XProf 2.24.2's binary.
+CONTEXT_NAMES = ("", "", "tf_exec", "tfrt_exec", "batch_sched", "PjRt", "as_batch_sched", "tfrt_rt",
+                 "tpu_embed", "gpu_launch", "batcher", "tpu_stream", "tpu_launch", "pathways_exec",
+                 "pjrt_library_call", "threadpool_event", "jax_serving")
+CT_LEGACY, CT_GPU_LAUNCH, CT_TPU_STREAM, CT_TPU_LAUNCH = 1, 9, 11, 12
+FLOW_MASK = (1 << 56) - 1  # XFlow::kFlowMask
+RUN_ID_MASK = (1 << 27) - 1  # preprocess_xplane.h kRunIdMask
+QUEUE_CONSUMERS = xm._QUEUE_CONSUMERS  # ADD_QUEUE_CONNECTION(kEnqueueRequestLocked, ...)
+TENSOR_CORE_PLANE = re.compile(r"/device:TPU:([0-9]*)")  # tsl kTpuPlaneRegex (full match)
+XLA_MODULE_LINE = "XLA Modules"  # tsl kXlaModuleLineName
+# XFlow::FlowDirection -> TraceEvent::FlowEntryType (FlowEntryTypeFromDirection)
+_KIND_OF_DIRECTION = np.array([0, FLOW_END, FLOW_START, FLOW_MID], dtype=np.int8)
+# what a key is made of (the tuples absl::HashOf saw differ in arity and types)
+_TAG_CORRELATION, _TAG_UNIQUE, _TAG_PAIR = 1 << 8, 2 << 8, 3 << 8
+
+_U = np.uint64
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finalizer (wrapping uint64 arithmetic on arrays)."""
+    x = x + _U(0x9E3779B97F4A7C15)
+    x = (x ^ (x >> _U(30))) * _U(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> _U(27))) * _U(0x94D049BB133111EB)
+    return x ^ (x >> _U(31))
+
+
+def _hash(n: int, *parts) -> np.ndarray:
+    """A 64-bit hash per row of the parts (ints or uint64 arrays of length n)."""
+    h = np.full(n, 0x243F6A8885A308D3, dtype=np.uint64)
+    for p in parts:
+        v = np.asarray(p, dtype=np.uint64) if not isinstance(p, int) else np.full(n, p & (2**64 - 1), np.uint64)
+        h = _mix(h ^ v)
+    return h
+
+
+def _name_key(s: str) -> int:
+    return int.from_bytes(hashlib.blake2b(s.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "little")
+
+
+def _as_u64(x: np.ndarray) -> np.ndarray:
+    return x.astype(np.int64).view(np.uint64) if x.dtype != np.uint64 else x
+
+
+class Flows:
+    """The flow-bound slices of one trace, collected plane by plane (:meth:`plane`) and
+    handed to the sink at the end (:meth:`emit`), when it is known whether XProf would
+    have preprocessed the XSpace at all."""
+
+    def __init__(self, hostname: str, names: NameTable):
+        self.salt = _name_key(hostname)
+        self.names = names
+        self.grouped = False  # some plane read so far has a group_id stat (IsXSpaceGrouped)
+        self.rows: list[tuple[FlowEvents, np.ndarray]] = []  # (rows, made by preprocessing)
+        self.cat_ids = [names(s) if s else -1 for s in CONTEXT_NAMES]
+
+    def plane(self, meta, plane_name: str, line_names: list[str]) -> PlaneFlows:
+        """Start a plane (``meta``: its XPlane without lines); call for every plane read,
+        events or not."""
+        stat_names = {v.name for v in meta.stat_metadata.values()}
+        self.grouped |= "group_id" in stat_names
+        return PlaneFlows(self, meta, plane_name, line_names)
+
+    def emit(self, sink) -> None:
+        """``sink.flow_events`` with every flow-bound slice; if the XSpace turned out to be
+        grouped, XProf made no flows itself and only the profile's own ``flow`` stats count."""
+        parts = []
+        for fe, made in self.rows:
+            if self.grouped:
+                keep = ~made
+                fe = FlowEvents(fe.seq[keep], fe.flow_id[keep], fe.kind[keep], fe.category[keep])
+            if len(fe.seq):
+                parts.append(fe)
+        if parts:
+            fe = FlowEvents.concat(parts)
+            sink.flow_events(fe.seq, fe.flow_id, fe.kind, fe.category)
+
+
+class PlaneFlows:
+    """Flow rules for the events of one plane (XProf's per-plane preprocessing)."""
+
+    def __init__(self, flows: Flows, meta, plane_name: str, line_names: list[str]):
+        self.flows = flows
+        self.stat_names = {v.name for v in meta.stat_metadata.values()}
+        names_by_id = {k: v.name for k, v in meta.event_metadata.items()}
+        self.ids_of: dict[str, np.ndarray] = {}
+        for k, v in names_by_id.items():
+            self.ids_of.setdefault(v, []).append(k)
+        self.ids_of = {k: np.asarray(v, np.int64) for k, v in self.ids_of.items()}
+        # tsl IsDevicePlane: a correlation id flows out of a host plane, into a device one
+        self.is_device = plane_name.startswith("/device")
+        m = TENSOR_CORE_PLANE.fullmatch(plane_name)
+        self.tpu_ordinal = int(m.group(1) or 0) if m else None
+        self.module_lines = np.asarray([i for i, n in enumerate(line_names) if n == XLA_MODULE_LINE], np.int32)
+        # metadata stats come before the event's own (ConvertXStatsToTraceEventArguments)
+        sid = {k: v.name for k, v in meta.stat_metadata.items()}
+        meta_flow, meta_async = {}, set()
+        for k, md in meta.event_metadata.items():
+            for st in md.stats:
+                name = sid.get(st.metadata_id)
+                case = st.WhichOneof("value")
+                if name == "flow" and case in ("int64_value", "uint64_value"):
+                    meta_flow[k] = getattr(st, case) & (2**64 - 1)
+                elif name == "_a":
+                    meta_async.add(k)
+        self.meta_flow_ids = np.asarray(sorted(meta_flow), np.int64)
+        self.meta_flow_vals = np.asarray([meta_flow[k] for k in sorted(meta_flow)], np.uint64)
+        self.meta_async_ids = np.asarray(sorted(meta_async), np.int64)
+
+    def _is(self, ev, *names) -> np.ndarray:
+        ids = [self.ids_of[n] for n in names if n in self.ids_of]
+        if not ids:
+            return np.zeros(ev.n, dtype=bool)
+        return np.isin(ev.metadata_id, np.concatenate(ids))
+
+    def select(self, ev, keep: np.ndarray, seq0: int) -> np.ndarray:
+        """Record the flows of the slices ``keep`` (indices into the decoded chunk ``ev``,
+        in the order they go to the sink, the first being slice ``seq0``); returns
+        ``keep`` without the events XProf turns into async events."""
+        n = ev.n
+        kind = np.zeros(n, dtype=np.int8)
+        fid = np.zeros(n, dtype=np.uint64)
+        ctx = np.zeros(n, dtype=np.int64)
+        made = np.zeros(n, dtype=bool)
+        # a flow stat the profiler wrote: the metadata's, then the event's own (last wins)
+        native = np.zeros(n, dtype=bool)
+        nval = np.zeros(n, dtype=np.uint64)
+        if len(self.meta_flow_ids):
+            pos = np.clip(np.searchsorted(self.meta_flow_ids, ev.metadata_id), 0, len(self.meta_flow_ids) - 1)
+            hit = self.meta_flow_ids[pos] == ev.metadata_id
+            native |= hit
+            nval[hit] = self.meta_flow_vals[pos[hit]]
+        v = xm._StatView(ev, "flow")
+        if v.present.any():
+            c = np.zeros(n, dtype=np.int8)
+            c[v.present] = v.ks.case[v.stat[v.present]]
+            ok = (c == xm._INT64) | (c == xm._UINT64)
+            nval[ok] = v.int_or_uint_value()[ok]
+            native |= ok
+        if native.any():
+            kind[native] = _KIND_OF_DIRECTION[(nval[native] & _U(3)).astype(np.int64)]
+            fid[native] = (nval[native] >> _U(2)) & _U(FLOW_MASK)
+            cat = (nval[native] >> _U(58)).astype(np.int64)
+            ctx[native] = np.where(cat < len(CONTEXT_NAMES), cat, 0)
+        if not self.flows.grouped:
+            self._preprocessed(ev, kind, fid, ctx, made)
+        # an event with a flow and an is_async stat is an async event, not a slice
+        is_async = xm._StatView(ev, "_a").present
+        if len(self.meta_async_ids):
+            is_async = is_async | np.isin(ev.metadata_id, self.meta_async_ids)
+        drop = is_async & (kind != 0)
+        if drop.any():
+            keep = keep[~drop[keep]]
+        # FLOW_NONE (direction 0 in a stored flow stat) binds nothing to draw: left out
+        bound = np.flatnonzero(kind[keep] != 0)
+        if bound.size:
+            r = keep[bound]
+            cats = np.asarray(self.flows.cat_ids, np.int32)[ctx[r]]
+            self.flows.rows.append((FlowEvents(seq0 + bound.astype(np.int64), fid[r], kind[r], cats), made[r]))
+        return keep
+
+    def _preprocessed(self, ev, kind, fid, ctx, made) -> None:
+        """The flows PreprocessXPlane's context mutators and AddFlowsToXplane add."""
+        n = ev.n
+        has = self.stat_names.__contains__
+
+        def first(name):  # XEventBuilder::GetStat: the first stat of that name
+            view = xm._StatView(ev, name, last=False)
+            return view.present, view.int_or_uint_value()
+
+        def last(name):  # the ForEachStat loops of AddFlowsToXplane: the last one
+            view = xm._StatView(ev, name)
+            return view.present, view.int_or_uint_value()
+
+        p_has, p_type = last("_pt")
+        p_idh, p_id = last("_p")
+        p_has = p_has & p_idh
+        c_has, c_type = last("_ct")
+        c_idh, c_id = last("_c")
+        c_has = c_has & c_idh
+        p_type, c_type = p_type.copy(), c_type.copy()
+        p_id, c_id = p_id.copy(), c_id.copy()
+
+        def connect(producer, consumers, ctype, key):
+            """XplaneConnectedEventMutator: SetOrAdd the context on both sides."""
+            ok, k = key
+            for names, has_, typ, ids in (((producer,), p_has, p_type, p_id), (consumers, c_has, c_type, c_id)):
+                m = self._is(ev, *names) & ok
+                has_[m] = True
+                typ[m] = ctype
+                ids[m] = k[m]
+
+        if has("id") and has("iter_num"):  # legacy TPU executor: unique_stats=false
+            (a, va), (b, vb) = first("id"), first("iter_num")
+            connect("ExecutorState::Process", ("TpuExecuteOp",), CT_LEGACY,
+                    (a & b, _hash(n, _TAG_PAIR, _name_key("ExecutorState::Process"), _name_key("TpuExecuteOp"),
+                                  va, vb)))
+        if has("request_id") and has("queue_addr"):
+            (a, va), (b, vb) = first("request_id"), first("queue_addr")
+            connect("EnqueueRequestLocked", QUEUE_CONSUMERS, CT_TPU_STREAM, (a & b, _hash(n, _TAG_UNIQUE, 2, va, vb)))
+        if has("run_id") and has("queue_id"):
+            run_h, run = first("run_id")
+            q_h, q = first("queue_id")
+            core_h, core = first("core_type")
+            core = np.where(core_h, core, _U(0))  # XContextStatsAccessorWithDefault
+            if has("device_ordinal"):
+                d_h, d = first("device_ordinal")
+                # HostRunIdMutator: run_id keeps its 27 low bits on these events first
+                fixed = np.where(self._is(ev, "DoEnqueueProgram", "CompleteCallbacks", "DoEnqueueContinuationProgram"),
+                                 _as_u64(run.view(np.int64) & RUN_ID_MASK), run)
+                connect("DoEnqueueProgram", ("CompleteCallbacks",), CT_TPU_LAUNCH,
+                        (d_h & q_h & run_h, _hash(n, _TAG_UNIQUE, 4, d, q, fixed, core)))
+            if self.tpu_ordinal is not None and len(self.module_lines):
+                m = np.isin(ev.line, self.module_lines) & run_h & q_h
+                c_has[m] = True
+                c_type[m] = CT_TPU_LAUNCH
+                c_id[m] = _hash(n, _TAG_UNIQUE, 4, self.tpu_ordinal, q, run, core)[m]
+        # AddFlowsToXplane: correlation, then producer, then consumer; the last one wins
+        salt = self.flows.salt
+        if has("correlation_id"):
+            view = xm._StatView(ev, "correlation_id")
+            if view.present.any():
+                s = view.stat[view.present]
+                corr = np.zeros(n, dtype=np.uint64)
+                corr[view.present] = np.where(view.ks.case[s] == xm._UINT64, view.ks.value[s], _U(0))
+                m = view.present
+                kind[m] = FLOW_END if self.is_device else FLOW_START
+                fid[m] = (_hash(n, salt, _TAG_CORRELATION, corr) & _U(FLOW_MASK))[m]
+                ctx[m] = CT_GPU_LAUNCH
+                made[m] = True
+        for has_, typ, ids, k in ((p_has, p_type, p_id, FLOW_START), (c_has, c_type, c_id, FLOW_END)):
+            if not has_.any():
+                continue
+            t = typ.astype(np.uint32).astype(np.int64)  # GetSafeContextType(uint32_t)
+            t = np.where(t < len(CONTEXT_NAMES), t, 0)
+            kind[has_] = k
+            fid[has_] = (_hash(n, salt, t, ids) & _U(FLOW_MASK))[has_]
+            ctx[has_] = t[has_]
+            made[has_] = True
+
+
+class CountingSink:
+    """A sink wrapper that counts the slices handed to ``events`` (a flow names its slices
+    by that position, :class:`~profscope.formats.trace_events.FlowEvents`)."""
+
+    def __init__(self, sink):
+        self._sink = sink
+        self.count = 0
+
+    def events(self, track, start, dur, name, off, length) -> None:
+        self.count += len(start)
+        self._sink.events(track, start, dur, name, off, length)
+
+    def __getattr__(self, name):
+        return getattr(self._sink, name)
