@@ -60,3 +60,63 @@ def profile_session(root: Path, hosts: dict[str, Path], session: str = "2026_01_
     for host, src in hosts.items():
         shutil.copyfile(src, folder / f"{host}.xplane.pb")
     return folder
+
+
+def crowded_xspace(*, seed: int = 11, hostname: str = "crowded") -> bytes:
+    """A deterministic XSpace with about 640,000 events on one ``/host:CPU`` plane: more
+    than XProf's 500,000-event threshold, so XProf's visibility filter applies (real
+    profiles that large are not deterministic, so their goldens could not be re-made).
+
+    Lines: ``flat`` (360k back-to-back slices, log-normal durations and gaps: rows where
+    many slices share a pixel), ``nested`` (parents of ~1 ms holding ~40 children of
+    ~15 µs, each holding 2 of ~3 µs), ``bursty`` (bursts of 1-ns-apart slices separated
+    by long idle gaps). Encoded with numpy (seconds)."""
+    import numpy as np
+
+    from profscope.formats.protos import xplane_pb2
+    from tests.builders.allocator_xplane import Space, _Rows, _tag, _varint_bytes
+
+    rng = np.random.default_rng(seed)
+    sp = Space(hostname)
+    host = sp.plane("/host:CPU", 0)
+    names = [host.event_id(f"op_{i}") for i in range(24)]
+    lines = []
+
+    def line(name, line_id, start, dur):
+        o = np.lexsort((-dur, start))  # XLines come sorted: by offset, longer first
+        start, dur = start[o], dur[o]
+        mids = np.asarray(names)[rng.integers(0, len(names), len(start))]
+        ev = _Rows(len(start)).const(_tag(1, 0)).varint(mids).const(_tag(2, 0)).varint(start)
+        ev.const(_tag(3, 0)).varint(dur)
+        flat, _ = _Rows(len(start)).field(4, ev).flat()
+        head = xplane_pb2.XLine(id=line_id, name=name, timestamp_ns=1_000_000).SerializeToString(deterministic=True)
+        lines.append(head + flat.tobytes())
+
+    n = 360_000
+    dur = np.maximum(1, rng.lognormal(np.log(800_000), 1.2, n)).astype(np.int64)  # ~0.8 µs
+    gap = rng.lognormal(np.log(300_000), 1.5, n).astype(np.int64)
+    start = np.cumsum(dur + gap) - dur - gap
+    line("flat", 1, start, dur)
+
+    parents, kids, grand = 2_000, 40, 2
+    p_start = np.arange(parents, dtype=np.int64) * 1_200_000_000
+    p_dur = rng.integers(900_000_000, 1_100_000_000, parents)
+    c_off = np.sort(rng.integers(0, 880_000_000, (parents, kids)), axis=1)
+    c_start = (p_start[:, None] + c_off).reshape(-1)
+    c_dur = rng.integers(5_000_000, 20_000_000, parents * kids)
+    g_start = (c_start[:, None] + np.array([100_000, 2_500_000])).reshape(-1)
+    g_dur = rng.integers(500_000, 2_300_000, parents * kids * grand)
+    line("nested", 2, np.concatenate([p_start, c_start, g_start]), np.concatenate([p_dur, c_dur, g_dur]))
+
+    bursts, per = 400, 100
+    b_start = (np.arange(bursts, dtype=np.int64) * 6_000_000_000)[:, None] + np.arange(per) * 1_000
+    line("bursty", 3, b_start.reshape(-1), rng.integers(1, 3_000, bursts * per))
+
+    plane = xplane_pb2.XPlane()
+    plane.CopyFrom(host.p)
+    del plane.lines[:]
+    out = bytearray(plane.SerializeToString(deterministic=True))
+    for lb in lines:
+        out += _tag(3, 2) + _varint_bytes(len(lb)) + lb
+    space = _tag(1, 2) + _varint_bytes(len(out)) + bytes(out)
+    return space + xplane_pb2.XSpace(hostnames=[hostname]).SerializeToString()

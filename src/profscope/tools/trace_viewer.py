@@ -51,10 +51,12 @@ import orjson
 from profscope.errors import BadRequest, NotFound
 from profscope.formats import xplane_trace
 from profscope.formats.trace_events import FLOW_END, FLOW_MID, FLOW_START, FlowEvents, TraceEvents
+from profscope.tools import trace_visibility as tv
 
 INDEX_VERSION = 4  # 2: crossing events stacked (depths never overlap); 3: flows; 4: flow-bound slices
 MAX_FLOWS = 5000  # arrows per window
-XPROF_FILTER_MIN_EVENTS = 500_000  # XProf's kDisableStreamingThreshold (trace_view_options.cc)
+XPROF_FILTER_MIN_EVENTS = tv.XPROF_FILTER_MIN_EVENTS
+XPROF_EXACT_MAX = 1_500_000  # events in a window that XProf's filter visits one by one
 LEVELS = 64
 TIER_MIN_Z = 10  # 1 ns bins
 TIER_STEP = 2
@@ -537,6 +539,8 @@ class TraceIndex:
         # slices bound to a flow (XProf's bind_id), by row
         self.flow = FlowEvents(*(np.load(self.folder / f"flow_{k}.npy") for k in ("seq", "flow_id", "kind", "category")))
         self._lower = None
+        self._zoom: tv.ZoomLevels | None = None
+        self._zoom_lock = threading.Lock()  # one level computation at a time per index
         self._planes: dict[int, dict] = {}
         self._args = None
         self._lock = threading.Lock()
@@ -583,6 +587,68 @@ class TraceIndex:
         out = {k: np.asarray(self.cols[k][rows]) for k in _WIN_COLS}
         out["rows"] = rows
         return out
+
+    def xprof_visible(self, s: int, e: int, resolution: int) -> dict:
+        """The events XProf's visibility filter returns for [s, e] at ``resolution``
+        pixels (:mod:`profscope.tools.trace_visibility`): window columns sorted by start.
+
+        Up to ``XPROF_LEVELS_MAX`` events, exactly XProf's: the events of the zoom levels
+        a window at this resolution loads (computed once per level and kept with the
+        index), filtered by XProf's rule. Past that, the rule runs over every event in
+        the window (or, past ``XPROF_EXACT_MAX`` of them, this index's resolution tier
+        for the window): picks can then differ from XProf's where events crowd a pixel."""
+        r = tv.resolution_ps(max(0, e - s), resolution)
+        rows = self.overlapping_closed(s, e)
+        if r and self.n <= tv.XPROF_LEVELS_MAX:
+            upto = tv.levels_needed(r)
+            rows = rows[self.zoom_levels(upto)[rows] <= upto]
+        elif len(rows) > XPROF_EXACT_MAX:
+            rows = self.window_rows(s, max(e, s + 1), resolution)[0]["rows"]
+        sl = self.gather(rows)
+        if not len(rows) or r == 0:
+            order = np.argsort(sl["start"], kind="stable")
+            return {k: v[order] for k, v in sl.items()}
+        order = np.lexsort((sl["track"], -sl["dur"], sl["start"]))  # XProf's TraceEventsComparator
+        sl = {k: v[order] for k, v in sl.items()}
+        fe = self.flow
+        flow_id = np.full(len(sl["rows"]), -1, np.int64)
+        flow_end = np.zeros(len(sl["rows"]), bool)
+        if len(fe.seq):
+            pos = np.clip(np.searchsorted(fe.seq, sl["rows"]), 0, len(fe.seq) - 1)
+            hit = fe.seq[pos] == sl["rows"]
+            flow_id[hit] = fe.flow_id[pos[hit]].astype(np.int64)
+            flow_end[hit] = fe.kind[pos[hit]] == FLOW_END
+        keep = tv.keep_mask(sl["start"].tolist(), sl["dur"].tolist(), sl["track"].tolist(), flow_id.tolist(),
+                            flow_end.tolist(), r)
+        order = np.argsort(sl["start"][keep], kind="stable")
+        return {k: v[keep][order] for k, v in sl.items()}
+
+    def zoom_levels(self, upto: int) -> np.ndarray:
+        """XProf's zoom level of every row, computed down to level ``upto`` (deeper
+        ones read as ``NOT_YET``) and saved beside the index (``xlevel.npy``, written
+        atomically; its depth in ``xlevel.json``)."""
+        with self._zoom_lock:
+            z = self._zoom
+            if z is None:
+                path = self.folder / "xlevel.npy"
+                done = -1
+                level = np.full(self.n, tv.NOT_YET, np.int8)
+                try:
+                    done = int(orjson.loads((self.folder / "xlevel.json").read_bytes())["done"])
+                    level = np.load(path)
+                except (OSError, ValueError, KeyError, TypeError):
+                    done = -1
+                fe = self.flow
+                z = self._zoom = tv.ZoomLevels(self.cols["start"], self.cols["dur"], self.cols["track"], fe.seq,
+                                               fe.flow_id.astype(np.int64), fe.kind == FLOW_END, level, done)
+            if z.done < upto:
+                z.compute(upto)
+                tmp = self.folder / f"xlevel.{os.getpid()}.{threading.get_ident()}.tmp.npy"
+                np.save(tmp, z.level)
+                os.replace(tmp, self.folder / "xlevel.npy")
+                (self.folder / "xlevel.json.tmp").write_bytes(orjson.dumps({"done": z.done}))
+                os.replace(self.folder / "xlevel.json.tmp", self.folder / "xlevel.json")
+            return z.level
 
     def window_rows(self, s: int, e: int, resolution: int) -> tuple[dict, bool]:
         """What to draw for [s, e) at ``resolution`` pixels: every event at least a pixel
@@ -994,7 +1060,7 @@ class TraceView:
             ix = h.index
             sh = self.shift[h.position]
             if thin:
-                sl, _ = ix.window_rows(s - sh, max(e, s + 1) - sh, res)
+                sl = ix.xprof_visible(s - sh, e - sh, res)
             else:
                 sl = ix.gather(ix.overlapping_closed(s - sh, e - sh))
                 order = np.argsort(sl["start"], kind="stable")

@@ -1,0 +1,245 @@
+"""XProf's visibility filter for its ``trace_viewer@`` answer: which events a window at a
+resolution returns, exactly as XProf 2.24.2 picks them.
+
+XProf (``xprof/convert/trace_viewer/``) does it in two steps:
+
+1. When it converts a trace, every event gets a *zoom level* (``lite_trace_events.cc``,
+   ``GetLiteTraceEventsByLevel``): levels 0..12 have resolutions 1 s, 100 ms, ... 1 ps
+   (``kLayerResolutions``); per row, in time order, an event goes to the first level at
+   which ``TraceViewerVisibility::VisibleAtResolution`` keeps it given what that level
+   kept so far, and counts as kept at every finer level (``SetVisibleAtResolution``).
+   Flow events are decided first, per flow (``CalculateFlowVisibilityLite``): a flow's
+   slices land where its first slice is kept, or where they are long enough.
+2. A window ``[s, e]`` at ``resolution`` pixels (``DoLoadFromLevelDbTable``) loads the
+   levels down to the first whose resolution is at most ``r = llround((e - s) /
+   resolution)`` and runs the same rule with a fresh state over what it loaded.
+
+Traces with fewer than ``XPROF_FILTER_MIN_EVENTS`` events are not filtered at all
+(``kDisableStreamingThreshold``): XProf returns every event overlapping the window.
+
+The rule (``VisibleAtResolution``), per row: an event is kept if it lasts at least ``r``,
+or is the first kept one at its depth, or starts at least ``r`` after the end of the last
+kept event at its depth; its depth counts the kept events still open at its start (a
+stack of kept ends, truncated at each keep). A slice bound to a flow is kept with its
+flow: the flow's first slice decides (when the rule would drop it, it is still kept if
+its end is ``r`` past the row's last kept arrow end).
+
+Step 1 is computed lazily, level by level, and only as deep as a request needs; each
+level is one pass over the events in Python. Past ``XPROF_LEVELS_MAX`` events that would
+take too long, and the rule then runs over the window's candidates directly (see
+:meth:`profscope.tools.trace_viewer.TraceIndex.xprof_visible`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+XPROF_FILTER_MIN_EVENTS = 500_000  # kDisableStreamingThreshold (trace_view_options.cc)
+XPROF_LEVELS_MAX = 4_000_000  # events whose zoom levels are computed in Python
+LAYER_RESOLUTIONS = tuple(10 ** (12 - i) for i in range(13))  # kLayerResolutions, ps
+N_LEVELS = len(LAYER_RESOLUTIONS)
+NOT_YET = 127  # an event not kept at any level computed so far
+
+
+def resolution_ps(duration_ps: int, resolution: int) -> int:
+    """``TraceVisibilityFilter::ResolutionPs``: 0 (no filter) for resolution 0."""
+    return 0 if resolution <= 0 else int(duration_ps / resolution + 0.5)  # llround, duration >= 0
+
+
+def levels_needed(r: int) -> int:
+    """The last zoom level XProf loads for a window at ``r`` ps per pixel: levels are
+    read until one's resolution is at most ``r`` (``DoLoadFromLevelDbTable``)."""
+    for i, res in enumerate(LAYER_RESOLUTIONS):
+        if r >= res:
+            return i
+    return N_LEVELS - 1
+
+
+def _depth(stack: list, begin: int) -> int:
+    """``RowVisibility::Depth``: the first kept end at or before ``begin``."""
+    d, n = 0, len(stack)
+    while d < n and stack[d] > begin:
+        d += 1
+    return d
+
+
+def keep_mask(start: list, dur: list, track: list, flow_id: list, flow_end: list, r: int) -> np.ndarray:
+    """Which events ``VisibleAtResolution`` keeps, with a fresh state, for events in
+    XProf's order (start, then longest first); ``flow_id`` -1 for none."""
+    rows: dict[int, list] = {}  # track -> [stack of kept ends, last kept arrow end]
+    flows: dict[int, bool] = {}
+    keep = np.zeros(len(start), bool)
+    for i, (b, d, t, fid) in enumerate(zip(start, dur, track, flow_id)):
+        row = rows.get(t)
+        if row is None:
+            row = rows[t] = [[], None]
+        stack = row[0]
+        depth = _depth(stack, b)
+        end = b + d
+        visible = d >= r or depth >= len(stack) or b - stack[depth] >= r
+        if fid >= 0:
+            first = fid not in flows
+            if first:
+                flows[fid] = visible
+            if not visible:
+                if first:
+                    last = row[1]
+                    flows[fid] = last is None or end - last >= r
+                visible = flows[fid]
+            if flow_end[i]:
+                flows.pop(fid, None)
+            if visible:
+                row[1] = end
+        if visible:
+            del stack[depth:]
+            stack.append(end)
+            keep[i] = True
+    return keep
+
+
+class ZoomLevels:
+    """XProf's zoom level of every event of one index, computed level by level.
+
+    ``start``/``dur``/``track`` are the index's columns; ``flow_rows``/``flow_ids``/
+    ``flow_end`` its flow-bound slices (rows sorted); ``level`` the int8 column being
+    filled (``NOT_YET`` where unknown) and ``done`` the deepest level computed."""
+
+    def __init__(self, start, dur, track, flow_rows, flow_ids, flow_end, level: np.ndarray, done: int):
+        self.start, self.dur, self.track = start, dur, track
+        self.flow_rows, self.flow_ids, self.flow_end = flow_rows, flow_ids, flow_end
+        self.level = level
+        self.done = done
+        self._order = None
+        # where the flow pre-pass keeps each flow slice (its own levels: it runs the
+        # rule over the flow slices alone), recomputed from level 0 when first needed
+        self._flow_level: np.ndarray | None = None
+        self._flow_done = -1
+        self._flow_of: np.ndarray | None = None  # per row, its flow id or -1
+        self._flow_seq: tuple | None = None
+
+    def order(self) -> np.ndarray:
+        """Rows by (track, start, longest first): XProf's order within a row."""
+        if self._order is None:
+            self._order = np.lexsort((-np.asarray(self.dur), np.asarray(self.start), np.asarray(self.track)))
+        return self._order
+
+    def compute(self, upto: int) -> None:
+        for k in range(self.done + 1, min(upto, N_LEVELS - 2) + 1):
+            self._level(k)
+            self.done = k
+        if upto >= N_LEVELS - 1 and self.done < N_LEVELS - 1:
+            self.level[self.level == NOT_YET] = N_LEVELS - 1  # the catch-all level
+            self.done = N_LEVELS - 1
+
+    def _flow_visibility(self, k: int, r: int) -> dict[int, bool]:
+        """``CalculateFlowVisibilityLite`` at level ``k``: per flow id, whether its first
+        slice (in XProf's global order) is kept; slices kept at a coarser level count as
+        kept (``SetVisibleAtResolution``)."""
+        fr = self.flow_rows
+        if not len(fr):
+            return {}
+        if self._flow_level is None:
+            self._flow_level = np.full(len(fr), NOT_YET, np.int8)
+        while self._flow_done < k - 1:  # the pre-pass's coarser levels first
+            self._flow_done += 1
+            self._flow_pass(self._flow_done, LAYER_RESOLUTIONS[self._flow_done])
+        self._flow_done = k
+        return self._flow_pass(k, r)
+
+    def _flow_pass(self, k: int, r: int) -> dict[int, bool]:
+        if self._flow_seq is None:  # the flow slices in XProf's global order, once
+            fr = self.flow_rows
+            st, du, tr = np.asarray(self.start[fr]), np.asarray(self.dur[fr]), np.asarray(self.track[fr])
+            o = np.lexsort((tr, -du, st))
+            self._flow_seq = (o.tolist(), st[o].tolist(), du[o].tolist(), tr[o].tolist(),
+                              self.flow_ids[o].tolist(), self.flow_end[o].tolist())
+        rows: dict[int, list] = {}
+        flows: dict[int, bool] = {}  # TraceViewerVisibility::flows_ of this level
+        out: dict[int, bool] = {}
+        lv = self._flow_level
+        for i, b, d, t, fid, end_flow in zip(*self._flow_seq):
+            row = rows.get(t)
+            if row is None:
+                row = rows[t] = [[], None]
+            stack = row[0]
+            n = len(stack)
+            if n == 0 or stack[0] <= b:
+                depth = 0
+            else:
+                depth = 1
+                while depth < n and stack[depth] > b:
+                    depth += 1
+            if lv[i] < k:  # SetVisibleAtResolution
+                if end_flow:
+                    flows.pop(fid, None)
+                else:
+                    flows.setdefault(fid, True)
+                visible = True
+                out.setdefault(fid, True)
+            else:
+                visible = d >= r or depth >= n or b - stack[depth] >= r
+                first = fid not in flows
+                if first:
+                    flows[fid] = visible
+                if not visible:
+                    if first:
+                        flows[fid] = row[1] is None or b + d - row[1] >= r
+                    visible = flows[fid]
+                if end_flow:
+                    flows.pop(fid, None)
+                if visible:
+                    lv[i] = k
+                out.setdefault(fid, visible)
+            if visible:
+                row[1] = b + d
+                del stack[depth:]
+                stack.append(b + d)
+        return out
+
+    def _level(self, k: int) -> None:
+        """One level: which events not kept at a coarser level are kept here
+        (``ProcessTrackEventsParallelLite``)."""
+        r = LAYER_RESOLUTIONS[k]
+        lv = self.level
+        flow_vis = self._flow_visibility(k, r)
+        pending = lv == NOT_YET
+        if not (pending & (np.asarray(self.dur) < r)).any():
+            lv[pending] = k  # everything left is at least r long: all kept here
+            return
+        if self._flow_of is None:
+            self._flow_of = np.full(len(lv), -1, np.int64)
+            self._flow_of[self.flow_rows] = self.flow_ids
+        order = self.order()
+        tr_sorted = np.asarray(self.track)[order]
+        bounds = np.flatnonzero(np.diff(tr_sorted)) + 1
+        for seg in np.split(order, bounds):
+            if not pending[seg].any():
+                continue
+            kept = []
+            stack: list[int] = []
+            # the loop inlines RowVisibility::Depth: most events start after every kept
+            # end (depth 0), and a call per event costs more than the rule
+            for row, b, d, l_, fid in zip(seg.tolist(), np.asarray(self.start[seg]).tolist(),
+                                          np.asarray(self.dur[seg]).tolist(), lv[seg].tolist(),
+                                          self._flow_of[seg].tolist()):
+                n = len(stack)
+                if n == 0 or stack[0] <= b:
+                    depth = 0
+                else:
+                    depth = 1
+                    while depth < n and stack[depth] > b:
+                        depth += 1
+                if l_ < k:  # kept at a coarser level: kept here too
+                    pass
+                elif fid >= 0:  # a flow's slice: kept with its flow, or if long enough
+                    if not (flow_vis.get(fid, False) or d >= r):
+                        continue
+                    kept.append(row)
+                elif d >= r or depth >= n or b - stack[depth] >= r:
+                    kept.append(row)
+                else:
+                    continue
+                del stack[depth:]
+                stack.append(b + d)
+            if kept:
+                lv[np.asarray(kept, np.int64)] = k

@@ -1,0 +1,120 @@
+"""XProf's visibility filter: the events a trace_viewer@ window at a resolution returns.
+
+Below XProf's 500,000-event threshold nothing is filtered (every event overlapping the
+window comes back, both ends inclusive); above it, XProf's zoom levels and its per-row
+rule pick the events. The golden comes from XProf 2.24.2 itself on a deterministic
+640,000-event trace (scripts/record_xprof_visibility_golden.py); the small real profiles
+are compared in test_trace_golden_public.py."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from profscope.tools import trace_visibility as tv
+from tests.builders.trace_viewer import crowded_xspace
+
+GOLDEN = Path(__file__).parent / "golden" / "trace_viewer" / "crowded_visibility.json.gz"
+
+
+@pytest.fixture(scope="module")
+def golden() -> dict:
+    return json.loads(gzip.decompress(GOLDEN.read_bytes()))
+
+
+@pytest.fixture(scope="module")
+def crowded(tmp_path_factory, golden):
+    from fastapi.testclient import TestClient
+
+    from profscope.cache.store import DiskCache
+    from profscope.cache.workspace import Workspace
+    from profscope.server import create_app
+    from profscope.storage import LogDir
+
+    data = crowded_xspace()
+    assert hashlib.sha256(data).hexdigest() == golden["input_sha256"], "the builder changed: re-record the golden"
+    root = tmp_path_factory.mktemp("crowded")
+    session = root / "run" / "plugins" / "profile" / "s1"
+    session.mkdir(parents=True)
+    (session / "crowded.xplane.pb").write_bytes(data)
+    cache = tmp_path_factory.mktemp("cache")
+    client = TestClient(create_app(Workspace(LogDir(str(root), listing_ttl=0), DiskCache(cache))))
+    return client, "run/s1", cache
+
+
+def _events(body: dict) -> Counter:
+    # XProf prints µs with up to 17 digits; compare at the picosecond
+    return Counter((e["name"], e["tid"], round(e["ts"] * 1e6), round(e["dur"] * 1e6))
+                   for e in body["traceEvents"] if e["ph"] == "X")
+
+
+def _golden(rows) -> Counter:
+    return Counter((n, tid, round(ts * 1e6), round(dur * 1e6)) for n, tid, ts, dur in rows)
+
+
+def test_whole_trace_at_4040_returns_xprofs_events(crowded, golden):
+    client, run, cache = crowded
+    assert golden["events"] >= tv.XPROF_FILTER_MIN_EVENTS
+    r = client.get("/data/plugin/profile/data", params={"run": run, "tag": "trace_viewer@", "resolution": 4040})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    want = _golden(golden["whole"]["complete"])
+    assert len(want) < golden["events"] / 20  # the filter really thins this trace out
+    assert _events(body) == want
+    assert body["fullTimespan"] == pytest.approx(golden["whole"]["fullTimespan"], rel=1e-5)
+    # the zoom levels computed for it are kept with the index: the next answer reads them
+    assert list(Path(cache).rglob("xlevel.npy"))
+    again = client.get("/data/plugin/profile/data", params={"run": run, "tag": "trace_viewer@", "resolution": 4040})
+    assert _events(again.json()) == want
+
+
+def test_window_at_4040_returns_xprofs_events(crowded, golden):
+    client, run, _ = crowded
+    g = golden["window"]
+    r = client.get("/data/plugin/profile/data", params={
+        "run": run, "tag": "trace_viewer@", "resolution": 4040,
+        "start_time_ms": repr(g["start_time_ms"]), "end_time_ms": repr(g["end_time_ms"])})
+    assert r.status_code == 200, r.text
+    assert _events(r.json()) == _golden(g["complete"])
+
+
+def test_no_filter_below_xprofs_threshold(demo_client):
+    """The demo profiles are small: XProf returns all of their events at any resolution."""
+    runs = [r for r in demo_client.get("/data/plugin/profile/runs").json() if r.startswith("transformer/")]
+    run = runs[0]
+    every = demo_client.get("/data/plugin/profile/data", params={"run": run, "tag": "trace_viewer@"}).json()
+    coarse = demo_client.get("/data/plugin/profile/data", params={"run": run, "tag": "trace_viewer@",
+                                                                 "resolution": 100}).json()
+    assert _events(coarse) == _events(every) and len(_events(every)) > 5000
+
+
+def test_rule_keeps_first_per_depth_and_spaced_events():
+    """VisibleAtResolution on a hand-made row (r = 10 ps): long events always, the first
+    at each depth, then only those starting r after the last kept end at their depth."""
+    #        parent, child a (first at depth 1), b (2 after a), c (24 after a), short, far (depth 0)
+    start = [0, 1, 13, 35, 200]
+    dur = [100, 10, 5, 5, 3]
+    keep = tv.keep_mask(start, dur, [0] * 5, [-1] * 5, [False] * 5, 10)
+    assert keep.tolist() == [True, True, False, True, True]
+    # a flow's later slice follows its first one: flow 7's first slice is dropped (too close
+    # to the row's last kept arrow), so is its end on another row, which the rule alone
+    # would drop too; flow 9's first slice is kept, so its end is kept as well
+    keep = tv.keep_mask([0, 3, 15, 17], [1, 1, 1, 1], [0, 0, 1, 1], [5, 7, -1, 7], [False, False, False, True], 10)
+    assert keep.tolist() == [True, False, True, False]
+    keep = tv.keep_mask([0, 30, 31, 33], [1, 1, 1, 1], [0, 0, 1, 1], [-1, 9, -1, 9], [False, False, False, True], 10)
+    assert keep.tolist() == [True, True, True, True]
+
+
+def test_resolution_and_levels_follow_xprof():
+    assert tv.resolution_ps(2_400_000_000_000, 4040) == 594_059_406
+    assert tv.resolution_ps(10, 0) == 0
+    assert tv.levels_needed(594_059_406) == 4  # reads 1 s .. 100 µs
+    assert tv.levels_needed(10**12) == 0 and tv.levels_needed(0) == tv.N_LEVELS - 1
+    assert tv.LAYER_RESOLUTIONS[0] == 10**12 and tv.LAYER_RESOLUTIONS[-1] == 1
+    assert np.all(np.diff(tv.LAYER_RESOLUTIONS) < 0)
