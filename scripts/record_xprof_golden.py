@@ -34,8 +34,8 @@ Usage (as root, which ``unshare -n`` needs):
 ``--xplane`` is the profile written as every host's xplane. Default: the MLP
 demo profile (``src/profscope/demo/logdir/*mlp*/plugins/profile/*/demo-host.xplane.pb``)
 if it exists, else a fresh JAX CPU profile of a small jitted MLP made with
-``--jax-python`` (default ``/work/venvs/jax/bin/python``). XProf itself is run
-with ``--xprof-python`` (default ``/work/venvs/xprof/bin/python``, a venv with
+``--jax-python`` (default ``$JAX_PYTHON``). XProf itself is run
+with ``--xprof-python`` (default ``$XPROF_PYTHON``, a venv with
 ``pip install xprof==2.24.2``; never a project dependency).
 """
 
@@ -60,8 +60,9 @@ import urllib.parse
 REPO = pathlib.Path(__file__).resolve().parent.parent
 PREFIX = "/data/plugin/profile"
 DEFAULT_OUT = REPO / "tests" / "golden" / "xprof_listing.json"
-DEFAULT_XPROF_PYTHON = "/work/venvs/xprof/bin/python"
-DEFAULT_JAX_PYTHON = "/work/venvs/jax/bin/python"
+# a venv with xprof==2.24.2 (never a profscope dependency): --xprof-python or $XPROF_PYTHON
+DEFAULT_XPROF_PYTHON = os.environ.get("XPROF_PYTHON", "")
+DEFAULT_JAX_PYTHON = os.environ.get("JAX_PYTHON", "")  # a venv with jax[cpu]==0.10.2: --jax-python or $JAX_PYTHON
 DEMO_GLOB = "src/profscope/demo/logdir/*/plugins/profile/*/demo-host.xplane.pb"
 LOGDIR_TOKEN = "{LOGDIR}"
 
@@ -445,6 +446,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--logdir", help=argparse.SUPPRESS)
     ap.add_argument("--read-only", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if not args.xprof_python:
+        ap.error("give --xprof-python or set XPROF_PYTHON (a venv with xprof==2.24.2)")
     if args.inside_out:
         return _inside(args)
 

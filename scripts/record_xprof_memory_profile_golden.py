@@ -7,7 +7,7 @@ Inputs: the real TensorFlow profile with BFC allocator events in the shared fixt
 out-of-order events, frees of memory allocated before the window, a steady leak, GPU and
 TPU plane layouts, step grouping corner cases, > 1000 events, odd stat value types, ...).
 For each, XProf's own converter runs in a scratch virtual environment
-(``--xprof-python``, default ``/work/venvs/xprof/bin/python`` with ``pip install
+(``--xprof-python``, default ``$XPROF_PYTHON`` with ``pip install
 xprof==2.24.2``; never a profscope dependency):
 
     from xprof.convert import raw_to_tool_data as r
@@ -30,6 +30,7 @@ Usage: ``.venv/bin/python scripts/record_xprof_memory_profile_golden.py``
 from __future__ import annotations
 
 import argparse
+import os
 import gzip
 import hashlib
 import json
@@ -46,7 +47,8 @@ sys.path.insert(0, str(REPO))
 from tests.builders import allocator_xplane as ax
 
 DEFAULT_OUT = REPO / "tests" / "golden" / "memory_profile"
-DEFAULT_XPROF_PYTHON = "/work/venvs/xprof/bin/python"
+# a venv with xprof==2.24.2 (never a profscope dependency): --xprof-python or $XPROF_PYTHON
+DEFAULT_XPROF_PYTHON = os.environ.get("XPROF_PYTHON", "")
 SHARED_FIXTURES = REPO.parent / "shared" / "fixtures"
 SHARED_CASES = {
     "tf_bfc_cpu": "tf_bfc_cpu/profile/plugins/profile/2026_11_29_18_51_13/vm.xplane.pb",
@@ -98,6 +100,8 @@ def main() -> None:
     ap.add_argument("--xprof-python", default=DEFAULT_XPROF_PYTHON)
     ap.add_argument("--only", nargs="*", help="record just these cases (keep the others)")
     args = ap.parse_args()
+    if not args.xprof_python:
+        ap.error("give --xprof-python or set XPROF_PYTHON (a venv with xprof==2.24.2)")
     args.out.mkdir(parents=True, exist_ok=True)
     index_path = args.out / "index.json"
     old = json.loads(index_path.read_text()) if index_path.exists() and args.only else {"cases": []}

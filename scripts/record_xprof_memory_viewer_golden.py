@@ -15,7 +15,7 @@ converter:
                           {"module_name": "<module>(<program_id>)", "memory_space": "<n>"})
 
 in a scratch virtual environment (``--xprof-python``, default
-``/work/venvs/xprof/bin/python``, with ``pip install xprof==2.24.2``; never a profscope
+``$XPROF_PYTHON``, with ``pip install xprof==2.24.2``; never a profscope
 dependency), always on a *copy* of the profile in a temporary folder (XProf writes
 ``<module>.hlo_proto.pb`` files next to the profile it reads). Every synthetic module gets
 its own profile and XProf process, so a crash in one cannot hide the others.
@@ -56,7 +56,8 @@ from profscope.formats.protos import hlo_pb2, xplane_pb2  # noqa: E402
 from profscope.tools import memory_viewer  # noqa: E402
 
 DEFAULT_OUT = REPO / "tests" / "golden" / "memory_viewer"
-DEFAULT_XPROF_PYTHON = "/work/venvs/xprof/bin/python"
+# a venv with xprof==2.24.2 (never a profscope dependency): --xprof-python or $XPROF_PYTHON
+DEFAULT_XPROF_PYTHON = os.environ.get("XPROF_PYTHON", "")
 DEMO_GLOB = "src/profscope/demo/logdir/*/plugins/profile/*/*.xplane.pb"
 SYNTHETIC_RUN = "synthetic"
 
@@ -540,6 +541,8 @@ def main() -> int:
     ap.add_argument("--xprof-python", default=DEFAULT_XPROF_PYTHON)
     ap.add_argument("--out", type=pathlib.Path, default=DEFAULT_OUT)
     args = ap.parse_args()
+    if not args.xprof_python:
+        ap.error("give --xprof-python or set XPROF_PYTHON (a venv with xprof==2.24.2)")
 
     version = subprocess.run(
         [args.xprof_python, "-c", "import importlib.metadata as m; print(m.version('xprof'))"],
