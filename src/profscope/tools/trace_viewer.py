@@ -249,9 +249,11 @@ class IndexWriter:
 
 
 def _flow_arrows(fe: FlowEvents, out: Path, ev: TraceEvents) -> np.ndarray:
-    """Arrows (name, from track, from ps, to track, to ps) between the consecutive slices
-    of each flow (by start), from one slice's start to the next one's: what the page
-    draws for xplane flows. ``fe.seq`` holds index rows here."""
+    """Arrows (name, from track, from ps, to track, to ps) of each flow, as the page draws
+    them: from the flow's start slice (XProf's ``flow_out``) to each of its other slices,
+    slice start to slice start; a flow without a start slice is chained in time order.
+    (XProf's flows are one ``flow_out`` slice and up to a dozen ``flow_in`` ones: a launch
+    and the kernels or callbacks it caused.) ``fe.seq`` holds index rows here."""
     if not len(fe.seq):
         return np.zeros((0, 5), np.int64)
     start = np.load(out / "start.npy", mmap_mode="r")
@@ -259,16 +261,26 @@ def _flow_arrows(fe: FlowEvents, out: Path, ev: TraceEvents) -> np.ndarray:
     st = np.asarray(start[fe.seq])
     tr = np.asarray(track[fe.seq]).astype(np.int64)
     o = np.lexsort((st, fe.flow_id))
-    fid, st, tr, cat = fe.flow_id[o], st[o], tr[o], fe.category[o]
-    same = fid[1:] == fid[:-1]
+    fid, st, tr, cat, kind = fe.flow_id[o], st[o], tr[o], fe.category[o], fe.kind[o]
+    n = len(fid)
+    pos = np.arange(n)
+    first = np.r_[True, fid[1:] != fid[:-1]]
+    gid = np.cumsum(first) - 1
+    start_of = np.full(int(gid[-1]) + 1, -1, np.int64)
+    starts = pos[kind == FLOW_START]
+    g, at = np.unique(gid[starts], return_index=True)
+    start_of[g] = starts[at]
+    src = np.where(start_of[gid] >= 0, start_of[gid], pos - 1)
+    ok = (src != pos) & ~(first & (start_of[gid] < 0))
+    src, dst = src[ok], pos[ok]
     names = ev.names
     try:
         flow_name = names.index("flow")
     except ValueError:
         flow_name = len(names)
         names.append("flow")
-    label = np.where(cat[:-1] >= 0, cat[:-1], flow_name).astype(np.int64)
-    return np.stack([label[same], tr[:-1][same], st[:-1][same], tr[1:][same], st[1:][same]], axis=1)
+    label = np.where(cat[src] >= 0, cat[src], flow_name).astype(np.int64)
+    return np.stack([label, tr[src], st[src], tr[dst], st[dst]], axis=1)
 
 
 def build_index(ev: TraceEvents, out: Path, progress=None) -> dict:
