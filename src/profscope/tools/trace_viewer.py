@@ -56,6 +56,7 @@ from profscope.tools import trace_visibility as tv
 INDEX_VERSION = 4  # 2: crossing events stacked (depths never overlap); 3: flows; 4: flow-bound slices
 MAX_FLOWS = 5000  # arrows per window
 XPROF_FILTER_MIN_EVENTS = tv.XPROF_FILTER_MIN_EVENTS
+XPROF_DEFAULT_RESOLUTION = 8000
 XPROF_EXACT_MAX = 1_500_000  # events in a window that XProf's filter visits one by one
 LEVELS = 64
 TIER_MIN_Z = 10  # 1 ns bins
@@ -1057,7 +1058,9 @@ class TraceView:
         lo, hi = self.xprof_span()
         s = max(lo, _clamp_ps(s_abs - self.origin_ps)) if s_abs else lo
         e = min(hi, _clamp_ps(e_abs - self.origin_ps)) if e_abs else hi
-        res = 0 if resolution in (None, "") else _int_param(resolution, "resolution", 0, 0, 10_000_000)
+        # XProf's data route asks for 8000 px when the client gives no resolution
+        # (profile_plugin.py: ``request.args.get('resolution', 8000)``); 0 is no filter
+        res = _int_param(resolution, "resolution", XPROF_DEFAULT_RESOLUTION, 0, 10_000_000)
         return s, e, res
 
     def _xprof_pieces(self, s: int, e: int, res: int, found: list | None = None) -> Iterator[bytes]:
