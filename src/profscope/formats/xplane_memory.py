@@ -577,6 +577,8 @@ _STAT_KINDS = (
     "step_num", "graph_type", "request_id", "queue_addr", "queue_id", "run_id", "core_type",
     # the trace viewer's flows (formats/xplane_flows.py)
     "flow", "correlation_id",
+    # XProf's derived device lines (formats/xplane_derived.py: GpuEventStats, DeriveLinesFromStats)
+    "kernel_details", "cuda_graph_exec_id", "hlo_op", "hlo_module", "program_id", "scope_range_id", "source",
 )
 _KIND = {name: i + 1 for i, name in enumerate(_STAT_KINDS)}
 _CHUNK = 1 << 18  # events decoded at once

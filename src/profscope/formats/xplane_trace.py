@@ -9,8 +9,13 @@ Which planes and lines become which processes and threads follows XProf 2.24.2
   XProf then numbers hosts from 1 and makes the pid ``1000 * host + device id``
   (``TraceEventsContainerBase::Merge``), so one host's host plane is pid 1701.
 * every line with events is a thread whose tid is ``uint32(line.display_id or line.id)``
-  (``XLineVisitor::DisplayId``) and whose name is the line's display name (or name); the
-  line named ``_counters_`` holds counter events instead.
+  (``XLineVisitor::DisplayId``; on GPU planes the display id XProf's preprocessing sets)
+  and whose name is the line's display name (or name); the line named ``_counters_``
+  holds counter events instead.
+* XProf's derived device lines (XLA Modules / XLA Ops / Framework Ops / Framework Name
+  Scope / Source code per GPU stream, TPU framework ops and host offload rows) and the
+  names of TPU steps: :mod:`profscope.formats.xplane_derived`, made once every plane has
+  been read (the metadata of the planes not shown too).
 * an event's time is ``line.timestamp_ns * 1000 + offset_ps`` (``XEventVisitor::TimestampPs``),
   its name the event metadata's ``display_name`` if set, else its ``name``; a zero
   duration is shown as 1 ps (as XProf 2.24.2's output has it).
@@ -38,6 +43,7 @@ from typing import IO
 import numpy as np
 
 from profscope.formats import xplane
+from profscope.formats import xplane_derived
 from profscope.formats import xplane_flows
 from profscope.formats import xplane_memory as xm
 from profscope.formats.protos import xplane_pb2
@@ -100,18 +106,20 @@ def read_trace(raw: IO[bytes], path: str, host_number: int = 1, hostname: str | 
     if hostname is None:
         hostname = index.hostnames[0] if index.hostnames else ""
     chosen = selected_planes(index)
+    # the other planes' metadata matter too: XProf's preprocessing (xplane_derived.Space.note)
+    others = [p for p in index.planes if all(p is not r for r, _ in chosen)]
     total = sum(ref.length for ref, _ in chosen) or 1
     with xm.xspace_errors(path):
         raw.seek(0)
         f, size = xplane.open_stream(raw)
-        return _read(f, size, path, hostname, chosen, host_number, total, progress, sink)
+        return _read(f, size, path, hostname, chosen, host_number, total, progress, sink, others)
 
 
 CHUNK_EVENTS = 1 << 16  # events decoded at once: bounds the decoder's scratch memory
 LINE_WINDOW = 1 << 22  # bytes of a line searched for event headers at once (scratch memory)
 
 
-def _read(f, size, path, hostname, chosen, host_number, total, progress, sink) -> TraceEvents:
+def _read(f, size, path, hostname, chosen, host_number, total, progress, sink, others=()) -> TraceEvents:
     names = NameTable()
     tracks: list[Track] = []
     processes: list[Process] = []
@@ -121,10 +129,14 @@ def _read(f, size, path, hostname, chosen, host_number, total, progress, sink) -
     # counts the slices handed over: a flow names its slices by that position
     parts = xplane_flows.CountingSink(MemorySink() if sink is None else sink)
     flows = xplane_flows.Flows(hostname, names)
+    derived = xplane_derived.Space(names)  # XProf's derived device lines, made at the end
     blob_base = 0
     base_ns: int | None = None
     done = 0
-    for ref, device_id in sorted(chosen, key=lambda c: c[0].offset):
+    for ref, device_id in sorted([*chosen, *((r, None) for r in others)], key=lambda c: c[0].offset):
+        if device_id is None:  # a plane not shown: only its metadata
+            derived.note(xm._plane_metadata(f, size, ref), ref.name)
+            continue
         _report(progress, 0.02 + 0.9 * done / total, f"reading {ref.name} ({ref.length >> 20} MiB)")
         data = xm._read_plane_bytes(f, size, ref, pad=xm._PAD + (-ref.length) % 8)
         meta_bytes, line_spans = xm._split_plane(data, ref.length)
@@ -140,6 +152,7 @@ def _read(f, size, path, hostname, chosen, host_number, total, progress, sink) -
             runs.append(line_runs)
             counts.append(count)
         pflows = flows.plane(meta, ref.name, [h.name for h in headers])
+        dplane = derived.plane(meta, ref.name, headers, counts)
         n = sum(counts)
         if not n:
             del data, b
@@ -154,15 +167,16 @@ def _read(f, size, path, hostname, chosen, host_number, total, progress, sink) -
         # tracks: one per line with events (the counter line holds counters instead)
         line_track = np.full(len(headers), -1, dtype=np.int32)
         counter_lines = set()
-        display = _gpu_display_ids(headers, counts) if ref.name.startswith(GPU_PREFIX) else {}
         for li, h in enumerate(headers):
             if h.name == COUNTER_LINE:
                 counter_lines.add(li)
             elif counts[li]:
                 line_track[li] = len(tracks)
-                tid = display.get(li) or (h.display_id or h.id)
+                tid = h.display_id or h.id  # a device plane's display ids: derived.emit
                 tracks.append(Track(pid, tid & 0xFFFFFFFF, h.display_name or h.name,
                                     len(tracks), "slices", plane_index))
+        if isinstance(dplane, xplane_derived.DevicePlane):
+            dplane.pid, dplane.plane_index, dplane.line_track = pid, plane_index, line_track
         plane = _PlaneReader(meta, names, data)
         plane.special = {li: ("counter" if li in counter_lines else "steps") for li, h in enumerate(headers)
                          if li in counter_lines or (h.display_name or h.name) == "Steps"}
@@ -176,11 +190,15 @@ def _read(f, size, path, hostname, chosen, host_number, total, progress, sink) -
             name_id = plane.name_ids(ev)
             internal = np.isin(ev.metadata_id, plane.internal_ids)
             keep = np.flatnonzero(~internal & (line_track[ev.line] >= 0))
+            if dplane is not None:  # a TensorCore's Steps events wait for their step names
+                keep = dplane.hold(ev, keep, ts, name_id, ev_start, ev_end, blob_base)
             keep = pflows.select(ev, keep, parts.count)  # flows; XProf's async events dropped
             # XProf shows zero-length events as 1 ps long (checked on 2.24.2's output)
             parts.events(line_track[ev.line[keep]], ts[keep], np.maximum(ev.duration_ps[keep], 1), name_id[keep],
                          ev_start[keep] + blob_base, (ev_end[keep] - ev_start[keep]).astype(np.int32))
             plane.collect(ev, ts, name_id, ev_start, ev_end)
+            if dplane is not None:
+                dplane.collect(ev, ts, data)
             del ev, ts, name_id, internal, keep
         # ThreadpoolListener::Region slices (XProf's preprocessing), no XEvent bytes
         reg_line, reg_ts, reg_end = plane.regions()
@@ -201,6 +219,8 @@ def _read(f, size, path, hostname, chosen, host_number, total, progress, sink) -
         blob_base += len(data)
         del data
         done += ref.length
+    # derived lines and the display ids of device lines, once every plane is known
+    blob_base += derived.emit(parts, tracks, planes, blob_base, steps)
     flows.emit(parts)
     _report(progress, 0.95, "collecting columns")
     steps.sort(key=lambda s: s[1])
@@ -211,16 +231,6 @@ def _read(f, size, path, hostname, chosen, host_number, total, progress, sink) -
     if sink is None:
         parts.fill(out)
     return out
-
-
-def _gpu_display_ids(headers, counts) -> dict[int, int]:
-    """XProf's display ids of a GPU plane's stream lines (``xprof/utils/derived_timeline.cc``,
-    ``DeriveLinesForXPlane``): compute streams (name containing "Compute") first, then by
-    number of events, largest first, numbered from 1 (ties keep line order here; XProf's
-    ``std::sort`` leaves them unspecified). XProf also derives lines from annotations
-    between them, which this reader does not make."""
-    order = sorted(range(len(headers)), key=lambda li: ("Compute" not in headers[li].name, -counts[li], li))
-    return {li: i + 1 for i, li in enumerate(order)}
 
 
 def _line_runs(data, b, start: int, end: int):
