@@ -251,6 +251,12 @@ def test_every_event_matches_xprof(whole, case):
         f"{sum(missing.values())} of XProf's {sum(theirs.values())} events missing ({_per_line(missing)}); "
         f"{sum(extra.values())} extra ({_per_line(extra)})")
     assert ours["fullTimespan"] == pytest.approx(golden["fields"]["fullTimespan"], rel=1e-5)
+    # every top-level key XProf sends, with XProf's values where they are not about the
+    # events (stackFrames: XProf's "@@" names, which we do not send, see xprof_compat.md)
+    assert set(golden["fields"]) <= set(ours)
+    for key in ("displayTimeUnit", "metadata", "codeLink", "useNewBackend", "details", "filteredByVisibility",
+                "showCounterMessage", "totalCounterEvents"):
+        assert ours[key] == golden["fields"][key], key
 
 
 # -- (c) the visibility filter -------------------------------------------------------------

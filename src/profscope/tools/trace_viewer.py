@@ -1087,8 +1087,11 @@ class TraceView:
         # ``showCounterMessage.length`` and stays blank without it
         # (``trace_events_to_json.h``, TraceEventsToJson). filteredByVisibility: XProf
         # says true on every answer (its UI then asks again when zooming).
+        details = [{"name": "mpmd_pipeline_view", "value": False}]
+        if any("/device:TPU:" in p["name"] for h in self.hosts for p in h.index.meta["processes"]):
+            details.append({"name": "full_dma", "value": False})  # XProf's TPU-only option
         head = {"displayTimeUnit": "ns", "metadata": {"highres-ticks": True}, "codeLink": "", "useNewBackend": False,
-                "details": [{"name": "mpmd_pipeline_view", "value": False}], "returnedEventsSize": count,
+                "details": details, "returnedEventsSize": count,
                 "filteredByVisibility": True,
                 "fullTimespan": [origin_ms + lo / PS_PER_MS, origin_ms + hi / PS_PER_MS], "stackFrames": {}}
         yield orjson.dumps(head)[:-1] + b',"traceEvents":['
