@@ -53,7 +53,7 @@ from profscope.formats import xplane_trace
 from profscope.formats.trace_events import FLOW_END, FLOW_MID, FLOW_START, FlowEvents, TraceEvents
 from profscope.tools import trace_visibility as tv
 
-INDEX_VERSION = 4  # 2: crossing events stacked (depths never overlap); 3: flows; 4: flow-bound slices
+INDEX_VERSION = 5  # 2: crossing events stacked (depths never overlap); 3: flows; 4: flow-bound slices; 5: derived lines, events per track
 MAX_FLOWS = 5000  # arrows per window
 XPROF_FILTER_MIN_EVENTS = tv.XPROF_FILTER_MIN_EVENTS
 XPROF_DEFAULT_RESOLUTION = 8000
@@ -154,6 +154,7 @@ class IndexWriter:
                 end_ps = max(end_ps, int(c.t_ps[-1] - shift))
         _report(progress, 0.1, "nesting events per thread")
         depth, max_depth = _depths(track, start, dur, len(ev.tracks))
+        per_track = np.bincount(track, minlength=len(ev.tracks)) if n else np.zeros(len(ev.tracks), np.int64)
         del track
         _report(progress, 0.35, "sorting events into duration levels")
         level = _level(dur)
@@ -217,7 +218,8 @@ class IndexWriter:
             "names": ev.names,
             "tracks": [
                 {"pid": t.pid, "tid": t.tid, "name": t.name, "sortIndex": t.sort_index, "kind": t.kind,
-                 "plane": t.plane, "maxDepth": int(max_depth[i]) if i < len(max_depth) else 0}
+                 "plane": t.plane, "maxDepth": int(max_depth[i]) if i < len(max_depth) else 0,
+                 "events": int(per_track[i]) if i < len(per_track) else 0}
                 for i, t in enumerate(ev.tracks)
             ],
             "processes": [{"pid": p.pid, "name": p.name, "sortIndex": p.sort_index} for p in ev.processes],
@@ -552,6 +554,7 @@ class TraceIndex:
         # slices bound to a flow (XProf's bind_id), by row
         self.flow = FlowEvents(*(np.load(self.folder / f"flow_{k}.npy") for k in ("seq", "flow_id", "kind", "category")))
         self._lower = None
+        self._modules: dict[str, str] | None = None
         self._zoom: tv.ZoomLevels | None = None
         self._zoom_lock = threading.Lock()  # one level computation at a time per index
         self._planes: dict[int, dict] = {}
@@ -778,6 +781,17 @@ class TraceIndex:
             out[r] = f
         return out
 
+    def module_named(self, program_id) -> str | None:
+        """The name ``<module>(<program_id>)`` among the slice names (an XLA Modules
+        line's), or None."""
+        if isinstance(program_id, re.Match):
+            program_id = program_id.group(1)
+        if program_id is None:
+            return None
+        if self._modules is None:
+            self._modules = {m.group(1): n for n in self.names if (m := _MODULE_ID.search(n))}
+        return self._modules.get(str(program_id))
+
     def lower_names(self) -> list[str]:
         if self._lower is None:
             self._lower = [s.lower() for s in self.names]
@@ -843,7 +857,7 @@ class TraceView:
             for i, t in enumerate(h.index.tracks):
                 tracks.append({"id": (h.position << TRACK_ID_SHIFT) | i, "pid": t["pid"] + h.pid_offset,
                                "tid": t["tid"], "name": t["name"], "sortIndex": t["sortIndex"],
-                               "maxDepth": t["maxDepth"], "kind": t["kind"]})
+                               "maxDepth": t["maxDepth"], "kind": t["kind"], "events": t.get("events", 1)})
         return processes, tracks
 
     def window(self, start_ms=None, end_ms=None, resolution=None) -> dict:
@@ -933,6 +947,12 @@ class TraceView:
         module = None
         if hlo_module:
             module = f"{hlo_module}({program_id})" if program_id is not None and not str(hlo_module).endswith(f"({program_id})") else str(hlo_module)
+        elif program_id is not None:
+            # TPU ops carry only the program id: their module is the XLA Modules slice
+            # named "<module>(<program id>)", as module_list names it
+            module = ix.module_named(program_id)
+        elif t["name"] == "XLA Modules":
+            module = ix.module_named(_MODULE_ID.search(ix.names[int(ix.cols["name"][row])]))
         return {
             "id": eid,
             "name": ix.names[int(ix.cols["name"][row])],
@@ -1213,6 +1233,7 @@ class TraceView:
 # Parameters
 # ---------------------------------------------------------------------------
 
+_MODULE_ID = re.compile(r"\((\d+)\)$")  # jit_train_step(42): XProf's module names
 _NUMBER = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
 
 

@@ -152,8 +152,8 @@
     // the slices on a busy GPU timeline: one click hides them, and the link keeps it.
     ctx.flowToggle = el("input", { type: "checkbox", id: "tv-flows", checked: ctx.showFlows,
       onchange: () => { ctx.showFlows = ctx.flowToggle.checked; setUrl({ flows: ctx.showFlows ? "" : "0" }); paint(ctx); } });
-    ctx.flowLabel = el("label", { class: "tv-toggle", title: "Draw flow arrows between the slices of a flow (host launch → device kernel, async op start → end)" },
-      ctx.flowToggle, " Flows", el("span", { class: "muted", id: "tv-flow-count" }, ""));
+    ctx.flowLabel = el("label", { class: "tv-toggle", id: "tv-flows-label", title: "Draw flow arrows between the slices of a flow (host launch → device kernel, async op start → end)" },
+      ctx.flowToggle, " Flows");
     ctx.windowLabel = el("span", { class: "tv-window muted", id: "tv-window" });
     ctx.counts = el("span", { class: "tv-counts muted", id: "tv-counts" });
     const toolbar = el("div", { class: "tv-toolbar" },
@@ -253,7 +253,9 @@
     ctx.dataRes = res;
     ctx.hover = null; // it indexed the previous window's columns
     if (structure !== ctx.structure) { ctx.structure = structure; relayout(ctx); }
-    ctx.counts.textContent = `${(data.returnedEventsSize ?? n).toLocaleString("en-US")} of ${(data.totalEventsSize ?? n).toLocaleString("en-US")} events${data.truncated ? " · zoom in for more" : ""}`;
+    const f = data.flows, arrows = f ? f.from.length + (f.truncated || 0) : 0;
+    ctx.counts.textContent = `${(data.returnedEventsSize ?? n).toLocaleString("en-US")} of ${(data.totalEventsSize ?? n).toLocaleString("en-US")} events${arrows ? ` · ${arrows.toLocaleString("en-US")} flows` : ""}${data.truncated ? " · zoom in for more" : ""}`;
+    ctx.flowLabel.title = arrows ? `${arrows.toLocaleString("en-US")} flow arrows in view${f.truncated ? ` (the first ${f.from.length.toLocaleString("en-US")} drawn)` : ""}: click to ${ctx.showFlows ? "hide" : "show"} them` : "No flow in this window";
     ctx.counts.title = data.truncated ? "Slices shorter than a pixel were thinned to about one per pixel per row; zooming in shows them." : "Every event of this window is drawn.";
     if (ctx.selectedId && ctx.selected) locateSelected(ctx);
     draw(ctx);
@@ -393,7 +395,9 @@
     const multiHost = new Set(procs.map((p) => p.host)).size > 1;
     let y = 0;
     for (const p of procs) {
-      const tracks = (byPid.get(p.pid) || []).sort((a, b) => (a.sortIndex ?? 0) - (b.sortIndex ?? 0) || a.tid - b.tid || a.id - b.id);
+      // a line without a single slice (XProf's emptied "Async XLA Ops") is not a row
+      const tracks = (byPid.get(p.pid) || []).filter((t) => t.kind === "counter" || t.events !== 0)
+        .sort((a, b) => (a.sortIndex ?? 0) - (b.sortIndex ?? 0) || a.tid - b.tid || a.id - b.id);
       if (!tracks.length) continue;
       const open = !ctx.collapsed.has(p.pid);
       const name = multiHost && p.host && !String(p.name).includes(p.host) ? `${p.host} ${p.name}` : p.name;
@@ -588,9 +592,6 @@
   function drawFlows(ctx, g, yOf) {
     const f = ctx.data.raw.flows;
     ctx.flowsDrawn = 0;
-    const n = f ? f.from.length + (f.truncated || 0) : 0;
-    const count = ctx.root.querySelector("#tv-flow-count");
-    if (count) count.textContent = n ? ` (${n.toLocaleString()} in view${f.truncated ? `, first ${f.from.length.toLocaleString()} drawn` : ""})` : "";
     if (!f || !f.from.length || !ctx.showFlows) return;
     const k = plotWidth(ctx) / (ctx.view[1] - ctx.view[0]), v0 = ctx.view[0];
     g.strokeStyle = "rgba(70, 80, 110, 0.75)";
@@ -1216,7 +1217,7 @@
       return out;
     },
     rows: () => current ? current.rows.map((row) => ({ type: row.type, name: row.type === "process" ? row.name : row.track.name,
-      kind: row.type === "track" ? row.track.kind : "process", y: row.y, h: row.h })) : [],
+      kind: row.type === "track" ? row.track.kind : "process", id: row.type === "track" ? row.track.id : null, y: row.y, h: row.h })) : [],
     pixel: (x, y) => { // RGB of the canvas at page coordinates
       const ctx = current, r = ctx.canvas.getBoundingClientRect();
       return [...ctx.g.getImageData(Math.round((x - r.left) * ctx.dpr), Math.round((y - r.top) * ctx.dpr), 1, 1).data.slice(0, 3)];
