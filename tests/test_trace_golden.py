@@ -53,13 +53,9 @@ def builder_client(tmp_path_factory):
     from profscope.cache.workspace import Workspace
     from profscope.server.app import create_app
     from profscope.storage import LogDir
-    from tests.builders import allocator_xplane
+    from tests.builders.trace_viewer import builder_logdir
 
-    root = tmp_path_factory.mktemp("builders")
-    for case in BUILDER_CASES:
-        folder = root / case / "plugins" / "profile" / "2026_01_01_00_00_00"
-        folder.mkdir(parents=True)
-        (folder / f"{INDEX[case]['host']}.xplane.pb").write_bytes(getattr(allocator_xplane, case)())
+    root = builder_logdir(tmp_path_factory.mktemp("builders"), {c: INDEX[c]["host"] for c in BUILDER_CASES})
     ws = Workspace(LogDir(str(root), listing_ttl=0), DiskCache(tmp_path_factory.mktemp("cache")))
     return TestClient(create_app(ws))
 

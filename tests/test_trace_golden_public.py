@@ -135,13 +135,9 @@ def demo_client(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def builder_client(tmp_path_factory):
-    from tests.builders import allocator_xplane
+    from tests.builders.trace_viewer import builder_logdir
 
-    root = tmp_path_factory.mktemp("builders")
-    for case in BUILDER_CASES:
-        folder = root / case / "plugins" / "profile" / "2026_01_01_00_00_00"
-        folder.mkdir(parents=True)
-        (folder / f"{DEMO_INDEX[case]['host']}.xplane.pb").write_bytes(getattr(allocator_xplane, case)())
+    root = builder_logdir(tmp_path_factory.mktemp("builders"), {c: DEMO_INDEX[c]["host"] for c in BUILDER_CASES})
     return _client(root, tmp_path_factory.mktemp("cache"))
 
 

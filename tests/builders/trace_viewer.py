@@ -53,6 +53,19 @@ def dense_trace(path: Path, *, ticks: int = 100_000, tick_every: float = 5.0, ti
     return truth
 
 
+def builder_logdir(root: Path, hosts: dict[str, str]) -> Path:
+    """A log directory with one run per ``tests.builders.allocator_xplane`` scenario
+    (``{scenario: host}``): ``<scenario>/plugins/profile/2026_01_01_00_00_00/<host>.xplane.pb``,
+    as the goldens of XProf's answers on those scenarios were recorded."""
+    from tests.builders import allocator_xplane
+
+    for case, host in hosts.items():
+        folder = Path(root) / case / "plugins" / "profile" / "2026_01_01_00_00_00"
+        folder.mkdir(parents=True)
+        (folder / f"{host}.xplane.pb").write_bytes(getattr(allocator_xplane, case)())
+    return Path(root)
+
+
 def profile_session(root: Path, hosts: dict[str, Path], session: str = "2026_01_01_00_00_00") -> Path:
     """A profile run under ``root`` (a log directory) with one xplane per host, copied."""
     folder = Path(root) / "run" / "plugins" / "profile" / session
