@@ -75,6 +75,7 @@ import re
 from dataclasses import dataclass, field
 
 import numpy as np
+from google.protobuf.message import DecodeError
 
 from profscope.formats import xplane_memory as xm
 from profscope.formats.protos import hlo_pb2, xplane_pb2
@@ -466,7 +467,7 @@ class DevicePlane:
         self.extras: list[dict] = []  # their details (stats), shared
         self.extra_index: dict[tuple, int] = {}
         self.sig_cache: dict[tuple, tuple] = {}
-        for k, v in meta.event_metadata.items():
+        for v in meta.event_metadata.values():
             if v.name and v.name not in self.display_by_name:
                 self.display_by_name[v.name] = v.display_name
         if self.tensor_core:
@@ -1184,7 +1185,7 @@ class Space:
             if data is not None:
                 try:
                     proto = hlo_pb2.HloProto.FromString(data)
-                except Exception:  # protobuf's DecodeError: XProf skips a module it cannot read
+                except DecodeError:  # XProf skips a module it cannot read
                     proto = None
                 if proto is not None:
                     for comp in proto.hlo_module.computations:
