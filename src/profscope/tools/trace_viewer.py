@@ -55,6 +55,7 @@ from profscope.tools import trace_visibility as tv
 
 INDEX_VERSION = 5  # 2: crossing events stacked (depths never overlap); 3: flows; 4: flow-bound slices; 5: derived lines, events per track
 MAX_FLOWS = 5000  # arrows per window
+FLOW_SHORT_PS = 10**10  # arrows spanning at most 10 ms are found by binary search
 XPROF_FILTER_MIN_EVENTS = tv.XPROF_FILTER_MIN_EVENTS
 XPROF_DEFAULT_RESOLUTION = 8000
 XPROF_EXACT_MAX = 1_500_000  # events in a window that XProf's filter visits one by one
@@ -555,6 +556,7 @@ class TraceIndex:
         self.flow = FlowEvents(*(np.load(self.folder / f"flow_{k}.npy") for k in ("seq", "flow_id", "kind", "category")))
         self._lower = None
         self._modules: dict[str, str] | None = None
+        self._flow_short = self._flow_long = None  # see flows_in
         self._zoom: tv.ZoomLevels | None = None
         self._zoom_lock = threading.Lock()  # one level computation at a time per index
         self._planes: dict[int, dict] = {}
@@ -758,6 +760,32 @@ class TraceIndex:
                 pm = self._planes[plane] = xplane_trace.plane_metadata((self.folder / f"plane_{plane}.pb").read_bytes())
         return xplane_trace.event_args(data, pm)
 
+    def flows_in(self, s: int, e: int) -> np.ndarray:
+        """The arrows with a point in [s, e) or crossing it, in time order. Most arrows
+        are short (a launch and its kernel, µs apart): those are sorted by their first
+        point once and found by binary search, the few long ones are tested one by one."""
+        f = self.flows
+        if not len(f):
+            return f
+        if self._flow_short is None:
+            lo, hi = np.minimum(f[:, 2], f[:, 4]), np.maximum(f[:, 2], f[:, 4])
+            o = np.argsort(lo, kind="stable")
+            f, lo, hi = f[o], lo[o], hi[o]
+            short = hi - lo <= FLOW_SHORT_PS
+            self._flow_short = (f[short], lo[short], hi[short])
+            self._flow_long = (f[~short], lo[~short], hi[~short])
+        fs, lo, hi = self._flow_short
+        a = int(np.searchsorted(lo, s - FLOW_SHORT_PS, side="left"))
+        b = int(np.searchsorted(lo, e, side="left"))
+        parts = [fs[a:b][hi[a:b] >= s]]
+        fl, llo, lhi = self._flow_long
+        if len(fl):
+            parts.append(fl[(llo < e) & (lhi >= s)])
+        out = np.concatenate(parts) if len(parts) > 1 else parts[0]
+        if len(parts) > 1 and len(out):
+            out = out[np.argsort(np.minimum(out[:, 2], out[:, 4]), kind="stable")]
+        return out
+
     def flow_fields(self, rows: np.ndarray) -> dict[int, dict]:
         """XProf's FlowV2 fields of the flow-bound slices among ``rows``
         (``trace_events_to_json.h``: ``bind_id``, ``cat``, ``flow_out`` on a flow's
@@ -894,10 +922,8 @@ class TraceView:
             for name, st, du in ix.meta["steps"]:
                 if st < e - sh and st + du > s - sh:
                     steps.append({"name": name, "start": (st + sh) / PS_PER_MS, "dur": du / PS_PER_MS})
-            f = ix.flows
-            if len(f):  # arrows with a point in the window or crossing it, the first few thousand
-                lo, hi = np.minimum(f[:, 2], f[:, 4]), np.maximum(f[:, 2], f[:, 4])
-                hit = f[(lo < e - sh) & (hi >= s - sh)]
+            hit = ix.flows_in(s - sh, e - sh)
+            if len(hit):  # arrows with a point in the window or crossing it, the first few thousand
                 sel = hit[:MAX_FLOWS]
                 flows["truncated"] += max(0, len(hit) - MAX_FLOWS)
                 for k, a, z in (("name", 0, 1), ("fromTrack", 1, 2), ("from", 2, 3), ("toTrack", 3, 4), ("to", 4, 5)):

@@ -39,6 +39,7 @@ XPROF_LEVELS_MAX = 4_000_000  # events whose zoom levels are computed in Python
 LAYER_RESOLUTIONS = tuple(10 ** (12 - i) for i in range(13))  # kLayerResolutions, ps
 N_LEVELS = len(LAYER_RESOLUTIONS)
 NOT_YET = 127  # an event not kept at any level computed so far
+CHUNK = 1 << 16  # events of a row turned into Python ints at once (bounds the pass's memory)
 
 
 def resolution_ps(duration_ps: int, resolution: int) -> int:
@@ -215,31 +216,33 @@ class ZoomLevels:
         for seg in np.split(order, bounds):
             if not pending[seg].any():
                 continue
-            kept = []
-            stack: list[int] = []
-            # the loop inlines RowVisibility::Depth: most events start after every kept
-            # end (depth 0), and a call per event costs more than the rule
-            for row, b, d, l_, fid in zip(seg.tolist(), np.asarray(self.start[seg]).tolist(),
-                                          np.asarray(self.dur[seg]).tolist(), lv[seg].tolist(),
-                                          self._flow_of[seg].tolist()):
-                n = len(stack)
-                if n == 0 or stack[0] <= b:
-                    depth = 0
-                else:
-                    depth = 1
-                    while depth < n and stack[depth] > b:
-                        depth += 1
-                if l_ < k:  # kept at a coarser level: kept here too
-                    pass
-                elif fid >= 0:  # a flow's slice: kept with its flow, or if long enough
-                    if not (flow_vis.get(fid, False) or d >= r):
+            stack: list[int] = []  # the row's state, carried across its chunks
+            for c0 in range(0, len(seg), CHUNK):  # Python ints for one chunk at a time
+                part = seg[c0:c0 + CHUNK]
+                kept = []
+                # the loop inlines RowVisibility::Depth: most events start after every
+                # kept end (depth 0), and a call per event costs more than the rule
+                for row, b, d, l_, fid in zip(part.tolist(), np.asarray(self.start[part]).tolist(),
+                                              np.asarray(self.dur[part]).tolist(), lv[part].tolist(),
+                                              self._flow_of[part].tolist()):
+                    n = len(stack)
+                    if n == 0 or stack[0] <= b:
+                        depth = 0
+                    else:
+                        depth = 1
+                        while depth < n and stack[depth] > b:
+                            depth += 1
+                    if l_ < k:  # kept at a coarser level: kept here too
+                        pass
+                    elif fid >= 0:  # a flow's slice: kept with its flow, or if long enough
+                        if not (flow_vis.get(fid, False) or d >= r):
+                            continue
+                        kept.append(row)
+                    elif d >= r or depth >= n or b - stack[depth] >= r:
+                        kept.append(row)
+                    else:
                         continue
-                    kept.append(row)
-                elif d >= r or depth >= n or b - stack[depth] >= r:
-                    kept.append(row)
-                else:
-                    continue
-                del stack[depth:]
-                stack.append(b + d)
-            if kept:
-                lv[np.asarray(kept, np.int64)] = k
+                    del stack[depth:]
+                    stack.append(b + d)
+                if kept:
+                    lv[np.asarray(kept, np.int64)] = k
