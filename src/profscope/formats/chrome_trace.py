@@ -26,7 +26,11 @@ thread. What torch 2.13 writes (see ``scripts/make_torch_traces.py``)::
 ``Bytes`` is positive for an allocation and negative for a free; ``Total Allocated`` /
 ``Total Reserved`` are the allocator's totals after the event (on CPU they count only
 what was allocated while the profiler ran; ``Total Reserved`` is 0 there). ``Device Type``
-is c10's ``DeviceType`` (0 CPU, 1 CUDA, ...); CPU events carry ``Device Id`` -1. Ops are
+is c10's ``DeviceType`` (0 CPU, 1 CUDA, ...); CPU events carry ``Device Id`` -1. Older
+traces (PyTorch of 2021, e.g. kineto's samples) carry only ``Bytes``, ``Device Type`` and
+``Device Id``: no ``Addr``, no totals. Their ``Total Allocated`` is rebuilt per device as
+the running sum of ``Bytes``, and :attr:`MemoryEvents.has_addr` says which events had no
+address (their allocations cannot be paired with their frees). Ops are
 ``X`` events (``cat`` ``cpu_op``, ``user_annotation``, ...) nested on the same pid/tid;
 with ``with_stack=True`` Python frames are ``X`` events with ``cat`` ``python_function``
 on the same thread, interleaved with the ops, and module calls appear among them as
@@ -368,6 +372,10 @@ class MemoryEvents:
     op_names: list[str] = field(default_factory=list)
     module_names: list[str] = field(default_factory=list)
     frame_names: list[str] = field(default_factory=list)
+    # bool per event: False where the event had no "Addr" (2021 PyTorch wrote only
+    # "Bytes", "Device Type", "Device Id"); None when every event had one. Without
+    # addresses an allocation cannot be paired with its free.
+    has_addr: np.ndarray | None = None
     steps: Steps | None = None
     optimizer_step_ends: np.ndarray | None = None  # float64 us, ends of Optimizer.step#... annotations
     metadata: dict = field(default_factory=dict)
@@ -531,9 +539,11 @@ def memory_events(raw, path: str, progress=None) -> MemoryEvents:
     opt_ends = array.array("d")
     m_ts, m_bytes = array.array("d"), array.array("q")
     m_addr = array.array("Q")
+    m_noaddr = array.array("b")  # 1: the event had no "Addr"
     m_alloc, m_res = array.array("q"), array.array("q")
     m_dtype, m_did, m_thr = array.array("h"), array.array("h"), array.array("i")
     missing_total = False
+    missing_addr = False
     t_min, t_max = float("inf"), float("-inf")
     n = 0
     num_ops = 0
@@ -545,6 +555,7 @@ def memory_events(raw, path: str, progress=None) -> MemoryEvents:
     op_id, frame_id, module_id = op_table, frame_table, module_table
     threads_get = threads.get
     ts_append, bytes_append, addr_append, thr_append = m_ts.append, m_bytes.append, m_addr.append, m_thr.append
+    noaddr_append = m_noaddr.append
     alloc_append, res_append, dtype_append, did_append = m_alloc.append, m_res.append, m_dtype.append, m_did.append
     n_module_prefix = len(MODULE_PREFIX)
     try:
@@ -604,7 +615,11 @@ def memory_events(raw, path: str, progress=None) -> MemoryEvents:
                 raise BadInput(f"{path}: a [memory] event at ts {ts} has no args", file=path)
             aget = args.get
             b = aget("Bytes")
-            addr = aget("Addr", 0)
+            addr = aget("Addr")
+            addr_missing = addr is None
+            if addr_missing:  # PyTorch of 2021 (kineto samples) wrote no "Addr": see MemoryEvents.has_addr
+                missing_addr = True
+                addr = 0
             total = aget("Total Allocated")
             res = aget("Total Reserved") or 0
             dt = aget("Device Type", 0)
@@ -633,6 +648,7 @@ def memory_events(raw, path: str, progress=None) -> MemoryEvents:
                 thr = threads[key] = len(threads)
             ts_append(ts)
             thr_append(thr)
+            noaddr_append(addr_missing)
     except (TypeError, AttributeError) as exc:  # an event whose fields have impossible types
         raise BadInput(f"{path}: trace event {n - 1} is malformed ({exc})", file=path) from None
 
@@ -656,10 +672,19 @@ def memory_events(raw, path: str, progress=None) -> MemoryEvents:
     did = col(m_did, np.int16)[order]
     total_alloc = col(m_alloc, np.int64)[order]
     del m_alloc, alloc_append
-    if missing_total:  # older traces: rebuild the totals per device from the deltas
+    has_addr = None
+    if missing_addr:
+        has_addr = col(m_noaddr, np.int8)[order] == 0
+    del m_noaddr, noaddr_append
+    if missing_total:
+        # Older traces (PyTorch of 2021, e.g. kineto's samples) have no "Total
+        # Allocated": rebuild it per device as the running sum of "Bytes" (+ alloc, - free).
+        # Should that sum dip below 0, the frees prove at least that much was live before
+        # the first event: the sum is lifted by it, the least the file allows.
         for dt, di in set(zip(dtype_.tolist(), did.tolist())):
             sel = (dtype_ == dt) & (did == di)
-            total_alloc[sel] = np.cumsum(byts[sel])
+            running = np.cumsum(byts[sel])
+            total_alloc[sel] = running + max(0, -int(running.min()))
     thr = col(m_thr, np.int32)[order]
     del order, m_thr, thr_append
 
@@ -697,6 +722,7 @@ def memory_events(raw, path: str, progress=None) -> MemoryEvents:
         op_names=op_table.names,
         module_names=module_names,
         frame_names=frame_table.names,
+        has_addr=has_addr,
         steps=steps,
         optimizer_step_ends=np.sort(col(opt_ends, np.float64)),
         metadata=metadata,

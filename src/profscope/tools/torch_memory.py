@@ -16,6 +16,7 @@ lines) and, optionally, the :class:`~profscope.formats.chrome_trace.MemoryTimeli
       "timeOriginUs": float,          # trace ts of time 0
       "devices": [{                   # one per (Device Type, Device Id), CPU first
         "device": "CPU" | "CUDA:0" | ..., "deviceType": int (c10), "deviceIndex": int,
+        "accounting": "address" | "runningSum", "addresses": bool, "notes": [str],
         "summary": {
           "numEvents", "numAllocations", "numDeallocations",
           "allocatedBytes", "freedBytes",            # sums of sizes allocated / freed
@@ -88,6 +89,15 @@ Allocations and frees are paired by address per device: a block lives until the 
 event at its address. A free with no allocation before it in the window freed a block
 allocated before the trace (``freedNotAllocated*``).
 
+Traces whose ``[memory]`` events have no ``Addr`` (PyTorch of 2021: only ``Bytes``,
+``Device Type``, ``Device Id``) cannot be paired. Such a device has ``"accounting":
+"runningSum"``, ``"addresses": false`` and a note: live bytes are the running sum of
+``Bytes`` (what ``Total Allocated`` would have said), counts and byte sums of allocations
+and frees are exact, ``neverFreed*`` / ``freedNotAllocated*`` (summary and steps) are null,
+``breakdownAtPeak`` has no rows (``byAllocation`` false; ``attributedBytes`` is the peak
+minus ``liveBytesAtStart``), and only the ``stepGrowth`` hint (from live bytes) is given.
+``source.addresses`` is false when any event lacked an address.
+
 :func:`counter_series` exposes the full-resolution allocated / reserved series per device
 (numpy arrays in trace microseconds) for the trace viewer's counter tracks.
 """
@@ -108,6 +118,11 @@ NO_OP = "(no op)"
 NO_MODULE = "(no module)"
 NO_FRAME = "(no Python frame)"
 BEFORE_TRACE = "(allocated before the trace)"
+NO_ADDR_NOTE = (
+    "This trace's [memory] events have no addresses (older PyTorch wrote only Bytes, Device Type and "
+    "Device Id): live bytes are the running sum of Bytes per device, so allocations cannot be paired with "
+    "their frees; per-allocation lifetimes, the breakdown at the peak and leaks by address are not available."
+)
 
 
 def _report(progress, fraction: float | None = None, message: str | None = None) -> None:
@@ -207,6 +222,25 @@ class _Pairs:
         return self.is_alloc & (idx <= i) & ((self.end < 0) | (self.end > i))
 
 
+class _RunningSum(_Pairs):
+    """A device whose events have no ``Addr`` (2021 PyTorch wrote only ``Bytes``,
+    ``Device Type``, ``Device Id``): allocations and frees are counted, live bytes are the
+    running sum of ``Bytes``, but no allocation can be paired with its free. Nothing is
+    claimed about single allocations: none is "never freed", no free "freed memory
+    allocated before the trace", none is live at the peak by itself."""
+
+    def __init__(self, byts: np.ndarray):
+        n = len(byts)
+        self.is_alloc = byts > 0
+        self.is_free = byts < 0
+        self.end = np.full(n, -1, dtype=np.int64)
+        self.never_freed = np.zeros(n, dtype=bool)
+        self.freed_not_allocated = np.zeros(n, dtype=bool)
+
+    def live_at(self, i: int) -> np.ndarray:
+        return np.zeros(len(self.end), dtype=bool)
+
+
 def _rows_by(names: list[str], col: np.ndarray, sel: np.ndarray, sizes: np.ndarray, none: str, field: str):
     keys, counts, sums = _group([col[sel]], sizes[sel])
     return [{field: _name(names, int(k[0]), none), "bytes": int(s), "count": int(c)} for k, c, s in zip(keys, counts, sums)]
@@ -257,7 +291,8 @@ def _device_payload(mem: MemoryEvents, dtype: int, did: int, gi: np.ndarray, ori
     reserved = column(mem.total_reserved)
     ms = (t - origin) / 1000.0
     n = len(gi)
-    pairs = _Pairs(column(mem.addr), byts)
+    has_addr = mem.has_addr is None or bool(column(mem.has_addr).all())
+    pairs = _Pairs(column(mem.addr), byts) if has_addr else _RunningSum(byts)
     start_live = int(total[0] - byts[0])
 
     # -- summary and peak ------------------------------------------------------------
@@ -279,10 +314,10 @@ def _device_payload(mem: MemoryEvents, dtype: int, did: int, gi: np.ndarray, ori
         "liveBytesAtEnd": int(total[-1]),
         "firstEventMs": float(ms[0]),
         "lastEventMs": float(ms[-1]),
-        "neverFreedCount": int(never.sum()),
-        "neverFreedBytes": int(byts[never].sum()),
-        "freedNotAllocatedCount": int(fna.sum()),
-        "freedNotAllocatedBytes": int(-byts[fna].sum()),
+        "neverFreedCount": int(never.sum()) if has_addr else None,
+        "neverFreedBytes": int(byts[never].sum()) if has_addr else None,
+        "freedNotAllocatedCount": int(fna.sum()) if has_addr else None,
+        "freedNotAllocatedBytes": int(-byts[fna].sum()) if has_addr else None,
     }
     bounds = _step_bounds(mem)
     step_pos = np.full(n, -1, dtype=np.int64)  # index into the step arrays, -1: outside any step
@@ -334,7 +369,9 @@ def _device_payload(mem: MemoryEvents, dtype: int, did: int, gi: np.ndarray, ori
     # -- breakdown at peak -------------------------------------------------------------------
     live = pairs.live_at(p)
     sizes = byts
-    attributed = int(sizes[live].sum())
+    # Without addresses the running sum still says how much of the peak was allocated
+    # during the trace (the peak minus what was live before the first event), not by whom.
+    attributed = int(sizes[live].sum()) if has_addr else int(total[p]) - start_live
     by_op = _rows_by(mem.op_names, mem.op[gi], live, sizes, NO_OP, "op")
     by_module = _rows_by(mem.module_names, mem.module[gi], live, sizes, NO_MODULE, "module")
     rows, truncated = _allocation_rows(mem, gi[live], sizes[live], MAX_ROWS)
@@ -350,6 +387,7 @@ def _device_payload(mem: MemoryEvents, dtype: int, did: int, gi: np.ndarray, ori
         "byModule": by_module[:MAX_ROWS],
         "allocations": rows,
         "truncatedRows": truncated,
+        "byAllocation": has_addr,  # False: no rows, the trace cannot say which blocks were live
     }
 
     # -- steps ---------------------------------------------------------------------------------
@@ -383,15 +421,20 @@ def _device_payload(mem: MemoryEvents, dtype: int, did: int, gi: np.ndarray, ori
                 "peakBytes": int(peak_in[j]),
                 "numAllocations": int(n_alloc[j]),
                 "numDeallocations": int(n_free[j]),
-                "neverFreedBytes": int(never_bytes[j]),
+                "neverFreedBytes": int(never_bytes[j]) if has_addr else None,
             })
 
-    hints = _leak_hints(mem, gi, t, total, byts, pairs, start_live, bounds, step_of, origin)
+    hints = _leak_hints(mem, gi, t, total, byts, pairs, start_live, bounds, step_of, origin, has_addr)
 
     return {
         "device": device_name(dtype, did),
         "deviceType": dtype,
         "deviceIndex": did,
+        # "address": blocks paired by Addr; "runningSum": no Addr in the trace, live bytes
+        # are the running sum of Bytes and per-allocation views are left out.
+        "accounting": "address" if has_addr else "runningSum",
+        "addresses": has_addr,
+        "notes": [] if has_addr else [NO_ADDR_NOTE],
         "summary": summary,
         "timeline": timeline,
         "peak": peak,
@@ -418,7 +461,7 @@ def _thin(n: int, limit: int) -> np.ndarray:
     return np.unique(np.linspace(0, n - 1, limit).round().astype(np.int64))
 
 
-def _leak_hints(mem, gi, t, total, byts, pairs, start_live, bounds, step_of, origin) -> list[dict]:
+def _leak_hints(mem, gi, t, total, byts, pairs, start_live, bounds, step_of, origin, has_addr=True) -> list[dict]:
     hints: list[dict] = []
     never = pairs.never_freed
     alloc_idx = np.flatnonzero(pairs.is_alloc)
@@ -473,7 +516,7 @@ def _leak_hints(mem, gi, t, total, byts, pairs, start_live, bounds, step_of, ori
     pick = _thin(len(cps), MAX_CHECKPOINTS)
     cps, cp_labels = cps[pick], [cp_labels[i] for i in pick]
     steps_between = np.diff(pick) if source is not None else None
-    if len(cps) >= 3 and len(alloc_idx):
+    if has_addr and len(cps) >= 3 and len(alloc_idx):  # an op's live bytes need allocation lifetimes
         cp_event = np.searchsorted(t, cps, side="right") - 1  # last event at or before each checkpoint
         ends = pairs.end[alloc_idx]
         ops = mem.op[gi[alloc_idx]].astype(np.int64) + 1
@@ -605,6 +648,7 @@ def convert(mem: MemoryEvents, timeline: MemoryTimeline | None = None, max_point
             "ops": mem.num_ops,
             "displayTimeUnit": meta.get("displayTimeUnit"),
             "baseTimeNanoseconds": mem.base_time_ns,
+            "addresses": mem.has_addr is None or bool(mem.has_addr.all()),
         },
         "timeOriginUs": origin,
         "devices": out_devices,

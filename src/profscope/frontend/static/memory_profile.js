@@ -594,7 +594,9 @@
           s.peakReservedBytes || !cpu ? `at ${fmtMs(s.peakReservedTimeMs)}` : "the CPU allocator reserves nothing"),
         tile("liveAtStart", "Live at start", bytesNode(s.liveBytesAtStart), s.liveBytesAtStart, "allocated before the trace"),
         tile("liveAtEnd", "Live at end", bytesNode(s.liveBytesAtEnd), s.liveBytesAtEnd, `${signedBytes(num(s.liveBytesAtEnd) - num(s.liveBytesAtStart))} over the trace`),
-        tile("neverFreed", "Never freed", bytesNode(s.neverFreedBytes), s.neverFreedBytes, `${num(s.neverFreedCount).toLocaleString()} allocations made in the window`),
+        // null when the trace has no addresses (accounting "runningSum"): unknown, not 0.
+        s.neverFreedBytes === null ? tile("neverFreed", "Never freed", "—", null, "unknown: no addresses in this trace")
+          : tile("neverFreed", "Never freed", bytesNode(s.neverFreedBytes), s.neverFreedBytes, `${num(s.neverFreedCount).toLocaleString()} allocations made in the window`),
         tile("allocatedTotal", "Allocated in all", bytesNode(s.allocatedBytes), s.allocatedBytes, `freed ${fmtBytes(s.freedBytes)}`)));
   }
 
@@ -712,7 +714,11 @@
         el("td", {}, opNode(r[field])), el("td", { class: "num" }, num(r.count).toLocaleString()), el("td", { class: "num" }, meterCell(r.bytes, total))))))
         : el("p", { class: "muted" }, "nothing attributed"),
       rows.length > 12 ? el("p", { class: "muted small" }, `${rows.length - 12} more in the table below`) : null);
-    return el("div", {},
+    const notes = (m.d.notes || []).map((t) => el("p", { class: "mp-note" }, t));
+    if (bd.byAllocation === false) return el("div", {}, ...notes,
+      el("p", {}, `At the peak, ${fmtBytes(bd.totalBytes)} were live: ${fmtBytes(bd.attributedBytes)} allocated during the trace`,
+        num(bd.unattributedBytes) ? `, ${fmtBytes(bd.unattributedBytes)} before it started.` : "."));
+    return el("div", {}, ...notes,
       el("p", {}, `At the peak, ${fmtBytes(bd.totalBytes)} were live: ${fmtBytes(bd.attributedBytes)} allocated during the trace (below)`,
         num(bd.unattributedBytes) ? `, ${fmtBytes(bd.unattributedBytes)} allocated before it started (no op to blame).` : "."),
       el("div", { class: "mp-sides" }, side("by op", bd.byOp || [], "op"), side("by module scope", bd.byModule || [], "module")),
