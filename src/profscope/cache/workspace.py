@@ -404,12 +404,14 @@ class Workspace:
         compiled = allocator = snap_ev = trace_ev = None
         modules: list[dict] = []
         devices: list[dict] = []
+        trace_devices: list[dict] = []
         if run.kind is RunKind.TORCH_SNAPSHOT:
             snap_ev = self._oom_snapshot_evidence(run, host, progress)
         elif run.kind is RunKind.CHROME_TRACE:
             trace_ev = oom_risk.torch_trace_evidence(self._payload(run, "memory_profile", {}))
             if trace_ev is None:
                 raise NotFound(f"run {run.name!r}: the trace has no [memory] events (profile_memory=True) to assess")
+            trace_devices = self.trace_device_properties(run)
         else:
             progress.update(0.0, "ranking the modules by peak")
             modules = self.module_peaks(run) if run.kind is RunKind.PROFILE or run.kind is RunKind.XLA_DUMP else []
@@ -432,7 +434,7 @@ class Workspace:
                 raise NotFound(f"run {run.name!r} has neither HLO modules nor allocator events to assess")
         return oom_risk.assess(compiled=compiled, allocator=allocator, snapshot=snap_ev, modules=modules,
                                requested=requested, device_name=params.get("device"), devices=devices,
-                               torch_trace=trace_ev, thresholds=thresholds)
+                               torch_trace=trace_ev, trace_devices=trace_devices, thresholds=thresholds)
 
     def _payload(self, run: Run, tool_name: str, params: dict) -> dict:
         """Another tool's payload through that tool's own cache entry, so that a new
@@ -456,6 +458,23 @@ class Workspace:
                 return xplane_devices.device_capabilities(f, self.logdir.display_path(info.path))
 
         return self.cache.get_or_compute_json(key, f"devices of {info.path}", compute)
+
+    def trace_device_properties(self, run: Run) -> list[dict]:
+        """A PyTorch trace's ``deviceProperties`` (kineto writes ``id``, ``name``,
+        ``totalGlobalMem``, ... per GPU as a top-level key), for the OOM-risk capacity."""
+        trace = run.files_of(FileKind.CHROME_TRACE)[0]
+        key = cache_key("trace_device_properties", 1, self.logdir.url, trace.identity())
+
+        def compute(progress):
+            progress.update(message=f"reading deviceProperties of {trace.name}")
+            meta: dict = {}
+            with self.logdir.open(trace.path) as f:
+                for _ in chrome_trace.iter_events(f, self.logdir.display_path(trace.path), meta):
+                    pass
+            props = meta.get("deviceProperties")
+            return [d for d in props if isinstance(d, dict)] if isinstance(props, list) else []
+
+        return self.cache.get_or_compute_json(key, f"deviceProperties of {trace.path}", compute)
 
     def _oom_snapshot_evidence(self, run: Run, host: str | None, progress) -> dict:
         snap = self.snapshot(run, progress)

@@ -80,6 +80,12 @@ CATEGORIES = {
     "constants": "Constants",
     "small": "Small buffers (< 16 KiB, merged)",
     "allocator_reserve": "Reserved, not allocated",
+    # XProf's "unused preallocated device memory" row is heap in use at the peak that no
+    # allocation event of the profiled window explains (memory_profile.cc
+    # InsertSpecialAllocations: peak heap bytes in use minus the mapped allocations), i.e.
+    # memory allocated before the profile started (weights, optimizer state). It is in use,
+    # not slack: cutting it means cutting what was allocated earlier.
+    "allocated_before": "In use, allocated before the profile (XProf: unused preallocated device memory)",
     "unknown": "Unknown (no stack / metadata)",
 }
 
@@ -175,7 +181,7 @@ def parse_capacity(capacity_bytes: str | int | None = None, device_memory: str |
                 f"unknown device memory {text!r}: give a size (80GiB, 40GB, 17179869184) "
                 f"or a known device ({known_devices()})"
             )
-        return {"bytes": dev[0], "source": "device_table", "detail": f"{dev[1]} (nominal; named {text!r})"}
+        return {"bytes": dev[0], "source": "device_table", "detail": f"{dev[1]} (nominal; named {text!r})", "device": text}
     return None
 
 
@@ -311,7 +317,8 @@ def classify_allocator(meta: dict) -> tuple[str, str]:
     low = op.lower()
     region = meta.get("regionType") or ""
     if "preallocated" in low:
-        return "allocator_reserve", "XProf's special 'unused preallocated device memory'"
+        return "allocated_before", ("XProf's special 'unused preallocated device memory': heap in use at the peak that no "
+                                    "allocation of the profiled window explains (allocated before the profile began)")
     tokens = set(re.split(r"[^a-z0-9_]+", low))
     if tokens & {"adam", "adamw", "momentum", "rmsprop", "adagrad", "sgd", "optimizer"} or "/optimizer" in low:
         return "optimizer_state", f"tf_op {op!r} names an optimizer"
@@ -733,6 +740,73 @@ def _peak_link(ev: dict) -> dict:
     return link
 
 
+def _jax_gpu(modules: list[dict] | None, devices: list[dict] | None, cap: dict, device_name: str | None) -> bool:
+    """A JAX program (its XLA modules are named ``jit_<function>``, jax/_src/interpreters
+    /pxla.py) on a GPU (a ``/device:GPU:N`` plane, or a named device that is a GPU in
+    :data:`DEVICES`)."""
+    if not any(re.match(r"(jit|pjit|pmap|xmap)_", (m.get("moduleName") or "")) for m in modules or []):
+        return False
+    if any("GPU" in (d.get("plane") or "") for d in devices or []):
+        return True
+    name = cap.get("device") or device_name or next((d.get("gpu_device_name") for d in devices or [] if d.get("gpu_device_name")), None)
+    if not name:
+        return False
+    norm = re.sub(r"[^a-z0-9]", "", name.lower())
+    entry = next((e for e in DEVICES if re.search(e[0], norm)), None)
+    return entry is not None and not entry[3].startswith("TPU")
+
+
+# What to cut, per category: the change that shrinks that category (the evidence gives
+# the bytes it must shrink by).
+_CUT_ADVICE = {
+    "parameters": "shard the weights across devices (FSDP / jax.sharding), keep them in bf16/fp16, or offload some to host memory",
+    "optimizer_state": "shard the optimizer state (ZeRO / FSDP, or a sharded optax state), use a low-memory optimizer "
+                       "(8-bit Adam, Adafactor) or keep the state in bf16",
+    "gradients": "accumulate gradients over micro-batches (a smaller per-step batch) or shard them (ZeRO-2 / reduce-scatter)",
+    "activations": "rematerialize (jax.checkpoint / torch.utils.checkpoint) the repeated blocks or shrink the batch or sequence",
+    "inputs": "shrink the per-device batch (accumulate over micro-batches to keep the global batch)",
+    "outputs": "donate the arguments the outputs replace (donate_argnums) or return less",
+    "temporaries": "look at the largest temporary in the memory viewer: fuse or chunk the op that makes it",
+    "constants": "pass large constants as arguments instead of closing over them",
+    "small": "many small buffers: batch them into larger arrays",
+    "allocator_reserve": "release the caching allocator's unused segments (torch.cuda.empty_cache) or reduce fragmentation "
+                         "(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True)",
+    "allocated_before": "this is memory in use, allocated before the profile started (usually weights and optimizer state): "
+                        "start the profile earlier to attribute it, then shard or shrink that state",
+    "unknown": "record the allocations with stacks (PyTorch: _record_memory_history; JAX: a profile with the HLO) to attribute "
+               "them, then cut the largest",
+}
+
+
+def what_to_cut(contributors: list[dict], peak: int, capacity: int | None, thresholds: dict, risk: str) -> dict:
+    """The HIGH/OOM answer's concrete cut: the bytes to shave to get below the high
+    threshold (and to fit at all), and the largest contributor with the change that
+    shrinks it."""
+    top = contributors[0]
+    target = int(capacity * Fraction(str(thresholds["high"]))) if capacity else None
+    need = max(0, peak - target + 1) if target is not None else None  # below high: peak < high x capacity
+    to_fit = max(0, peak - capacity) if capacity else None
+    biggest = max(top["items"], key=lambda i: i["bytes"]) if top["items"] else None
+    msg = (f"{top['label']} is the largest part of the {_fmt(peak)} peak: {_fmt(top['bytes'])} "
+           f"({100 * top['share']:.1f} %). ")
+    if need is not None:
+        msg += (f"Cut {_fmt(need)} ({need:,} bytes) to get below {100 * thresholds['high']:.0f} % of the "
+                f"{_fmt(capacity)} capacity" + (f", {_fmt(to_fit)} just to fit" if to_fit else "") + ". ")
+    msg += _CUT_ADVICE.get(top["category"], _CUT_ADVICE["unknown"]).capitalize() + "."
+    if len(contributors) > 1:
+        nxt = contributors[1]
+        msg += f" Next: {nxt['label']}, {_fmt(nxt['bytes'])} ({100 * nxt['share']:.1f} %)."
+    links = [{**biggest["link"], "label": biggest["name"] or top["label"]}] if biggest and biggest.get("link") else []
+    return _finding(
+        "what_to_cut", "oom" if risk == "OOM" else "high", f"What to cut: {top['label']}", msg,
+        {"category": top["category"], "categoryBytes": top["bytes"], "share": top["share"], "peakBytes": peak,
+         "capacityBytes": capacity, "bytesToCutBelowHigh": need, "bytesToCutToFit": to_fit, "threshold": thresholds["high"],
+         "largestItem": ({"name": biggest["name"], "bytes": biggest["bytes"]} if biggest else None),
+         "next": [{"category": c["category"], "bytes": c["bytes"], "share": c["share"]} for c in contributors[1:3]]},
+        links,
+    )
+
+
 # ---------------------------------------------------------------------------
 # The answer
 # ---------------------------------------------------------------------------
@@ -780,15 +854,30 @@ def _contributors(items: list[dict], peak: int) -> list[dict]:
 def assess(*, compiled: dict | None = None, allocator: dict | None = None, snapshot: dict | None = None,
            modules: list[dict] | None = None, requested: dict | None = None, device_name: str | None = None,
            devices: list[dict] | None = None, torch_trace: dict | None = None,
+           trace_devices: list[dict] | None = None,
            thresholds: dict | None = None) -> dict[str, Any]:
-    """The OOM-risk payload from whatever evidence there is (see the module docstring)."""
+    """The OOM-risk payload from whatever evidence there is (see the module docstring).
+    ``trace_devices``: a PyTorch trace's ``deviceProperties`` (``id``, ``name``,
+    ``totalGlobalMem``)."""
     thresholds = dict(thresholds or DEFAULT_THRESHOLDS)
     evs = [e for e in (compiled, allocator, snapshot, torch_trace) if e is not None]
+    # A text-only dump (buffer-assignment text, no heap-simulator trace) has no simulated
+    # peak: its memory viewer says 0. Use what the text does say (the allocations XLA
+    # makes) or, with nothing, leave the peak unknown rather than rate "0 bytes" LOW.
+    unknown_peak = compiled is not None and not compiled["peakBytes"] and len(evs) == 1
+    if compiled is not None and not compiled["peakBytes"]:
+        alt = compiled.get("liveRangePeakBytes") or int((compiled.get("totals") or {}).get("totalAllocationBytes") or 0)
+        if alt:
+            compiled["peakBytes"] = alt
+            compiled["peakFrom"] = ("live-range.txt: logical buffers live at once at XLA's HloLiveRange peak, before buffer "
+                                    "reuse" if compiled.get("liveRangePeakBytes") else
+                                    "sum of the buffer allocations in the buffer-assignment text (no heap-simulator trace)")
+            unknown_peak = False
     usage = []
     for e in evs:
         if e["kind"] == "compiled":
             usage.append({"kind": "compiled", "label": f"compiled peak of {e['moduleName']}", "bytes": e["peakBytes"],
-                          "detail": "memory viewer: heap-simulated peak + arguments, outputs and constants",
+                          "detail": e.get("peakFrom") or "memory viewer: heap-simulated peak + arguments, outputs and constants",
                           "link": {"tool": "memory_viewer", "module_name": e["moduleName"]}})
         elif e["kind"] == "allocator":
             usage.append({"kind": "runtime", "label": f"allocator peak of {e['memoryId']}", "bytes": e["peakBytes"],
@@ -820,6 +909,14 @@ def assess(*, compiled: dict | None = None, allocator: dict | None = None, snaps
         label = d.get("gpu_device_name") or d.get("device_vendor") or ""
         cap = {"bytes": int(d["memory_size"]), "source": "device_plane",
                "detail": f"memory_size stat of {d['plane']}{' (' + label + ')' if label else ''} in the profile"}
+    elif torch_trace and any(d.get("totalGlobalMem") for d in trace_devices or []):
+        # PyTorch traces state each device (kineto's deviceProperties: cudaDeviceProp /
+        # hipDeviceProp_t totalGlobalMem): the device the peak is on, else the smallest.
+        did = torch_trace["device"].rsplit(":", 1)[-1]
+        with_mem = [d for d in trace_devices if d.get("totalGlobalMem")]
+        d = next((d for d in with_mem if str(d.get("id")) == did), None) or min(with_mem, key=lambda d: int(d["totalGlobalMem"]))
+        cap = {"bytes": int(d["totalGlobalMem"]), "source": "trace_device",
+               "detail": f"totalGlobalMem of device {d.get('id')} ({d.get('name') or 'unnamed'}) in the trace's deviceProperties"}
     elif snapshot and snapshot["ooms"]:
         o = snapshot["ooms"][0]
         cap = {"bytes": int(o["deviceFreeBytes"]) + int(o["reservedBytes"]), "source": "oom_event",
@@ -830,12 +927,28 @@ def assess(*, compiled: dict | None = None, allocator: dict | None = None, snaps
     if cap is None and device_name and device_capacity(device_name):
         b, label = device_capacity(device_name)
         cap = {"bytes": b, "source": "device_table", "detail": f"{label} (nominal, from the device name {device_name!r})"}
+    if cap is not None and cap["source"] in ("device_table", "device_plane") and _jax_gpu(modules, devices, cap, device_name):
+        # JAX on GPU preallocates XLA_PYTHON_CLIENT_MEM_FRACTION (default 0.75) of the
+        # device's memory for its BFC allocator and cannot use the rest
+        # (docs.jax.dev/en/latest/gpu_memory_allocation.html): a device's full memory
+        # would rate a run LOW that can still OOM. With XLA_PYTHON_CLIENT_PREALLOCATE=false
+        # or another fraction, give the capacity (capacity_bytes / --device-memory SIZE).
+        full = cap["bytes"]
+        cap = {**cap, "bytes": full * 3 // 4, "deviceBytes": full, "jaxMemFraction": 0.75,
+               "detail": f"{cap['detail']}; x 0.75: JAX on GPU preallocates XLA_PYTHON_CLIENT_MEM_FRACTION=0.75 of "
+                         f"{full:,} bytes by default (set capacity_bytes if you changed XLA_PYTHON_CLIENT_MEM_FRACTION "
+                         "or XLA_PYTHON_CLIENT_PREALLOCATE)"}
     capacity = cap["bytes"] if cap else None
     oom_events = snapshot["ooms"] if snapshot else []
     risk = tier_of(peak, capacity, thresholds, bool(oom_events))
+    if unknown_peak and not oom_events:
+        risk = "UNKNOWN"
     util = peak / capacity if capacity else None
     if oom_events:
         reason = f"{len(oom_events)} out-of-memory event(s) recorded"
+    elif unknown_peak:
+        reason = "peak unknown: the module has no heap-simulator trace and no allocation sizes (dump with --xla_dump_hlo_as_proto)"
+        util = None
     elif capacity is None:
         reason = "capacity unknown: give capacity_bytes / --device-memory"
     elif peak > capacity:
@@ -843,7 +956,13 @@ def assess(*, compiled: dict | None = None, allocator: dict | None = None, snaps
     else:
         reason = f"peak is {100 * util:.2f} % of capacity ({'>=' if risk != 'LOW' else '<'} " \
                  f"{100 * thresholds['high' if risk == 'HIGH' else 'medium']:.0f} %)"
-    items = main["items"] if main else []
+    items = list(main["items"]) if main else []
+    if main and peak and not items and risk in ("HIGH", "OOM"):
+        # Every HIGH/OOM answer names what the peak is made of, even when this input has
+        # no breakdown (a trace without allocation details, a text-only dump).
+        items = [{"category": "unknown", "rule": "this input has no per-buffer breakdown of its peak", "bytes": peak,
+                  "count": 1, "name": usage[evs.index(main)]["label"], "shape": "", "opName": "",
+                  "link": dict(usage[evs.index(main)]["link"])}]
     mods = []
     for m in modules or []:
         row = {k: m.get(k) for k in ("moduleName", "peakBytes", "totalAllocationBytes", "heapEvents", "error") if m.get(k) is not None}
@@ -857,6 +976,10 @@ def assess(*, compiled: dict | None = None, allocator: dict | None = None, snaps
         mods.append(row)
     _co_residence(mods)
     frags = [f for f in (fragmentation(e) for e in evs) if f]
+    contributors = _contributors(items, peak)
+    found = findings(evs, modules or [], peak)
+    if risk in ("HIGH", "OOM") and contributors:
+        found.append(what_to_cut(contributors, peak, capacity, thresholds, risk))
     return {
         "risk": risk,
         "reason": reason,
@@ -865,15 +988,16 @@ def assess(*, compiled: dict | None = None, allocator: dict | None = None, snaps
         "capacityBytes": capacity,
         "capacitySource": cap["source"] if cap else None,
         "capacityDetail": cap["detail"] if cap else None,
+        "deviceBytes": cap.get("deviceBytes") if cap else None,
         "utilization": util,
         "headroomBytes": capacity - peak if capacity else None,
         "thresholds": {**thresholds, "rule": "OOM: an OOM event, or peak > capacity; HIGH: utilization >= high; "
                                              "MEDIUM: >= medium; LOW: below; UNKNOWN: no capacity"},
         "usage": usage,
         "fragmentation": frags,
-        "contributors": _contributors(items, peak),
+        "contributors": contributors,
         "contributorsSource": usage[evs.index(main)]["label"] if main else None,
-        "findings": findings(evs, modules or [], peak),
+        "findings": found,
         "oomEvents": oom_events,
         "modules": mods,
         "module": compiled["moduleName"] if compiled else None,

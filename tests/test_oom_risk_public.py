@@ -1,0 +1,128 @@
+"""OOM risk on the real accelerator profiles users bring (shared fixtures
+``public_profiles/``: PyTorch CUDA/ROCm traces with ``deviceProperties``, TF GPU, TPU and
+ROCm xplanes, CUDA snapshots): where the capacity comes from, the tier, XProf's
+"unused preallocated device memory" row, and the contributors and "what to cut" finding
+that every HIGH/OOM answer carries."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from fractions import Fraction
+
+import pytest
+
+from profscope.tools import oom_risk
+
+
+@pytest.fixture(scope="module")
+def public(shared_fixtures):
+    return shared_fixtures / "public_profiles"
+
+
+@pytest.fixture
+def client(make_client, public):
+    return make_client(public)
+
+
+def _risk(client, run, **params):
+    res = client.get("/data/plugin/profile/data", params={"run": run, "tag": "oom_risk", **params})
+    return res
+
+
+def _device_properties(path):
+    with gzip.open(path) as f:
+        return json.load(f)["deviceProperties"]
+
+
+# Per trace: (the device the [memory] peak is on -> its totalGlobalMem, tier). The three
+# traces without [memory] events have nothing to rate (404), whatever their device says.
+TRACES = {
+    "traces/tracelens_h100_bert_small.trace.json.gz": (85_018_279_936, "NVIDIA H100 80GB HBM3", "LOW"),
+    "traces/kineto_resnet50_v100.pt.trace.json.gz": (34_084_028_416, "Tesla V100-DGXS-32GB", "LOW"),
+    "traces/tracelens_b200_eager.trace.json.gz": None,
+    "traces/hta_mi250_rocm62.trace.json.gz": None,
+    "traces/hta_alexnet.trace.json.gz": None,
+}
+
+
+@pytest.mark.parametrize("run", sorted(TRACES))
+def test_trace_capacity_from_device_properties(client, public, run):
+    res = _risk(client, run)
+    expected = TRACES[run]
+    if expected is None:
+        assert res.status_code == 404 and "[memory]" in res.json()["error"]
+        return
+    assert res.status_code == 200, res.text
+    body = res.json()
+    capacity, name, tier = expected
+    props = _device_properties(public / run)
+    assert props[0]["totalGlobalMem"] == capacity  # the file's own number
+    assert body["capacitySource"] == "trace_device" and body["capacityBytes"] == capacity
+    assert name in body["capacityDetail"] and "totalGlobalMem" in body["capacityDetail"]
+    assert body["risk"] == tier and body["utilization"] == pytest.approx(body["peakBytes"] / capacity)
+
+
+def test_rocm_device_properties_rate_a_94_percent_reservation_high(public):
+    """No public trace here has [memory] events on a ROCm device; the MI250 trace states its
+    device (hipDeviceProp_t totalGlobalMem 68,702,699,520 bytes per GCD). A reservation of
+    94 % of it, as vLLM makes (gpu_memory_utilization), is HIGH with a cut to make."""
+    props = _device_properties(public / "traces/hta_mi250_rocm62.trace.json.gz")
+    total = props[0]["totalGlobalMem"]
+    assert total == 68_702_699_520
+    reserved = total * 94 // 100
+    ev = {"kind": "torch_trace", "device": "CUDA:0", "link": {"tool": "memory_profile", "memory_id": "CUDA:0"},
+          "peakBytes": reserved, "allocatedPeakBytes": reserved // 2, "reservedPeakBytes": reserved,
+          "categoryPeakBytes": None, "items": [], "leakHints": []}
+    body = oom_risk.assess(torch_trace=ev, trace_devices=props)
+    assert body["capacitySource"] == "trace_device" and body["capacityBytes"] == total
+    assert body["risk"] == "HIGH" and body["utilization"] == pytest.approx(0.94, abs=1e-9)
+    assert body["contributors"] and body["contributors"][0]["bytes"] == reserved
+    cut = next(f for f in body["findings"] if f["id"] == "what_to_cut")
+    assert cut["evidence"]["bytesToCutBelowHigh"] == reserved - int(total * 0.9) + 1
+
+
+def test_unused_preallocated_memory_is_in_use_on_tf_gpu(client):
+    """XProf's 'unused preallocated device memory' row (memory_profile.cc
+    InsertSpecialAllocations: heap in use at the peak that no allocation of the window
+    explains) is 64.6 % of the TF GPU peak: memory in use, allocated before the profile."""
+    body = _risk(client, "xplane/tf_gpu/GPU-multi-worker").json()
+    cats = {c["category"]: c for c in body["contributors"]}
+    assert "allocator_reserve" not in cats
+    pre = cats["allocated_before"]
+    assert pre["bytes"] == 4_013_337_088 and body["peakBytes"] == 6_210_111_488
+    assert round(100 * pre["share"], 1) == 64.6
+    assert pre["label"].startswith("In use") and "unused preallocated device memory" in pre["label"]
+    # Rated HIGH, the cut names it as memory in use (start the profile earlier), not slack.
+    high = _risk(client, "xplane/tf_gpu/GPU-multi-worker", capacity_bytes=body["peakBytes"]).json()
+    cut = next(f for f in high["findings"] if f["id"] == "what_to_cut")
+    assert cut["evidence"]["category"] == "allocated_before" and "memory in use" in cut["message"]
+
+
+HIGH_RUNS = [
+    "xplane/tf_gpu/GPU-multi-worker",
+    "xplane/tpu_inference/2025_12_10_tpu",
+    "xplane/mi300_jax08_gemm/jax08_gemm",
+    "xplane/mi300_jax_conv_xprof_touched/jax_conv_minimal",
+    "traces/tracelens_h100_bert_small.trace.json.gz",
+    "traces/kineto_resnet50_v100.pt.trace.json.gz",
+    "snapshots/niu_fwd_bwd_200_mixed.pickle",
+    "snapshots/bolong_xl_fwd_cl2048_fp32_expandable.pickle",
+]
+
+
+@pytest.mark.parametrize("run", HIGH_RUNS)
+def test_every_high_or_oom_answer_says_what_to_cut(client, run):
+    """With the capacity set to the peak (HIGH) and to one byte less (OOM), every real run
+    names its top contributors and a 'what to cut' finding with its numbers."""
+    peak = _risk(client, run).json()["peakBytes"]
+    for capacity, tier in ((peak, "HIGH"), (peak - 1, "OOM")):
+        body = _risk(client, run, capacity_bytes=capacity).json()
+        assert body["risk"] == tier
+        assert body["contributors"] and sum(c["bytes"] for c in body["contributors"]) > 0
+        cut = next(f for f in body["findings"] if f["id"] == "what_to_cut")
+        e = cut["evidence"]
+        assert e["peakBytes"] == peak and e["capacityBytes"] == capacity
+        assert e["bytesToCutBelowHigh"] == peak - int(capacity * Fraction(9, 10)) + 1
+        assert e["bytesToCutToFit"] == (1 if tier == "OOM" else 0)
+        assert e["categoryBytes"] == body["contributors"][0]["bytes"] and cut["links"]
