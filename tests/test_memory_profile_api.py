@@ -14,6 +14,12 @@ def _data(client, run, **params):
     return client.get("/data/plugin/profile/data", params={"run": run, "tag": "memory_profile", **params})
 
 
+def _native(client, run):
+    """profscope's own payload of a trace run (the dashboard's; XProf's data API answers
+    XProf's schema)."""
+    return client.get("/api/memory_profile", params={"run": run})
+
+
 def _max_total_allocated(path) -> int:
     events = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
     return max(e["args"]["Total Allocated"] for e in events if e.get("name") == "[memory]")
@@ -23,18 +29,24 @@ def _max_total_allocated(path) -> int:
 def test_torch_trace_peak_is_the_files_max_total_allocated(demo_client, demo_logdir, name):
     run = TORCH.format(name)
     assert demo_client.get("/data/plugin/profile/run_tools", params={"run": run}).json() == ["trace_viewer@", "memory_profile"]
-    body = _data(demo_client, run).json()
+    body = _native(demo_client, run).json()
     device = body["devices"][0]
     assert device["summary"]["peakAllocatedBytes"] == _max_total_allocated(demo_logdir / run)
     assert body["categoryTimeline"]["categories"]  # the memory-timeline JSON beside it was read
+    # XProf's schema of the same run: the highest-peak device first, with the same peak.
+    xp = _data(demo_client, run).json()
+    first = max(body["devices"], key=lambda d: d["summary"]["peakAllocatedBytes"])
+    assert xp["memoryIds"][0] == first["device"]
+    summary = xp["memoryProfilePerAllocator"][first["device"]]["profileSummary"]
+    assert int(summary["peakStats"]["heapAllocatedBytes"]) == first["summary"]["peakAllocatedBytes"]
 
 
 def test_torch_leak_is_found(demo_client):
-    hints = _data(demo_client, TORCH.format("leak")).json()["devices"][0]["leakHints"]
+    hints = _native(demo_client, TORCH.format("leak")).json()["devices"][0]["leakHints"]
     growth = [h for h in hints if h["kind"] == "stepGrowth"]
     assert growth and growth[0]["evidence"]["bytesPerStep"] == 65536
-    assert not _data(demo_client, TORCH.format("mlp_train")).json()["devices"][0]["leakHints"] or all(
-        h["severity"] != "warning" for h in _data(demo_client, TORCH.format("mlp_train")).json()["devices"][0]["leakHints"]
+    assert not _native(demo_client, TORCH.format("mlp_train")).json()["devices"][0]["leakHints"] or all(
+        h["severity"] != "warning" for h in _native(demo_client, TORCH.format("mlp_train")).json()["devices"][0]["leakHints"]
     )
 
 

@@ -389,7 +389,7 @@ def test_torch_traces_leak_and_profiler_categories(demo_client):
     for name in ("leak", "mlp_train", "transformer_train"):
         run = f"torch/{name}.pt.trace.json.gz"
         body = _risk(demo_client, run)
-        mp = demo_client.get("/data/plugin/profile/data", params={"run": run, "tag": "memory_profile"}).json()
+        mp = demo_client.get("/api/memory_profile", params={"run": run}).json()
         ct = mp["categoryTimeline"]
         assert sum(c["bytes"] for c in body["contributors"]) == ct["peakBytes"]
         assert body["peakBytes"] == max(ct["peakBytes"], mp["devices"][0]["summary"]["peakAllocatedBytes"])

@@ -29,6 +29,7 @@ from profscope.tools import (
     memory_profile,
     memory_viewer,
     memory_viewer_text,
+    memory_viewer_timeline,
     oom_risk,
     registry,
     torch_memory,
@@ -63,8 +64,11 @@ class Workspace:
             ("memory_viewer", RunKind.PROFILE): self.memory_viewer,
             ("memory_viewer", RunKind.XLA_DUMP): self.memory_viewer,
             ("memory_profile", RunKind.PROFILE): self.xplane_memory_profile,
-            ("memory_profile", RunKind.CHROME_TRACE): self.torch_memory_profile,
-            ("memory_profile", RunKind.TORCH_SNAPSHOT): self.snapshot_overview,
+            # XProf's schema for every run kind (XProf's page reads nothing else); the
+            # dashboard reads the richer payloads from /api/memory_profile and
+            # /api/snapshot/overview.
+            ("memory_profile", RunKind.CHROME_TRACE): self.torch_memory_profile_xprof,
+            ("memory_profile", RunKind.TORCH_SNAPSHOT): self.snapshot_memory_profile_xprof,
             ("trace_viewer@", RunKind.PROFILE): self.trace_viewer_xprof,
             ("trace_viewer@", RunKind.CHROME_TRACE): self.trace_viewer_xprof,
             ("oom_risk", RunKind.PROFILE): self.oom_risk,
@@ -237,6 +241,13 @@ class Workspace:
             result = memory_viewer.page_view(result)
         return result
 
+    def memory_viewer_timeline_html(self, run: Run, params: dict) -> str:
+        """XProf's allocation-timeline page of one module, drawn from the memory viewer
+        payload (its own cache entry; tools/memory_viewer_timeline.py)."""
+        params = {k: v for k, v in params.items() if k != "view"}
+        result = self._payload(run, "memory_viewer", params)
+        return memory_viewer_timeline.render(result, params.get("module_name") or "", _int_param(params, "memory_space", 0))
+
     def module_peaks(self, run: Run, memory_space: int = 0) -> list[dict]:
         """Every module of a run with its peak, largest first (a cheap summary each)."""
         rows = []
@@ -297,6 +308,23 @@ class Workspace:
             timeline = chrome_trace.parse_memory_timeline(self.logdir.read_bytes(info.path), self.logdir.display_path(info.path))
         return torch_memory.convert(mem, timeline, progress=progress.part(0.9, 1))
 
+    def torch_memory_payload(self, run: Run) -> bytes:
+        """profscope's own memory payload of a trace run (gzip JSON, cached; the dashboard's
+        /api/memory_profile and OOM risk read it)."""
+        if run.kind is not RunKind.CHROME_TRACE:
+            raise NotFound(f"run {run.name!r} is a {run.kind.value}; /api/memory_profile reads PyTorch profiler traces")
+        tool = registry.get("memory_profile")
+        key = cache_key("torch_memory_profile", tool.version, self.logdir.url, [f.identity() for f in run.files])
+        return self.cache.get_or_compute(key, f"{tool.title}: {run.name}", lambda p: self.torch_memory_profile(run, {}, p))
+
+    def torch_memory_profile_xprof(self, run: Run, params: dict, progress) -> dict:
+        """XProf's memory_profile schema of a trace run, from profscope's payload."""
+        import gzip
+
+        import orjson
+
+        return torch_memory.xprof_memory_profile(orjson.loads(gzip.decompress(self.torch_memory_payload(run))))
+
     # -- PyTorch memory snapshots -------------------------------------------------------
 
     def snapshot(self, run: Run, progress=None) -> torch_snapshot_format.Snapshot:
@@ -348,9 +376,10 @@ class Workspace:
             raise NotFound(f"run {run.name!r} has no device {host!r}; devices: {', '.join(hosts)}")
         return int(host.split(":", 1)[1])
 
-    def snapshot_overview(self, run: Run, params: dict, progress) -> dict:
+    def snapshot_memory_profile_xprof(self, run: Run, params: dict, progress) -> dict:
+        """XProf's memory_profile schema of one device, keyed by its host name (cuda:N)."""
         device = self.snapshot_device(run, params.get("host"))
-        return torch_snapshot.overview(self.snapshot(run, progress), device)
+        return torch_snapshot.xprof_memory_profile(self.snapshot(run, progress), device, f"cuda:{device}")
 
     def snapshot_view(self, run: Run, view: str, params: dict) -> bytes:
         """One of the snapshot views (timeline window, state at an event, stacks, one
@@ -408,7 +437,11 @@ class Workspace:
         if run.kind is RunKind.TORCH_SNAPSHOT:
             snap_ev = self._oom_snapshot_evidence(run, host, progress)
         elif run.kind is RunKind.CHROME_TRACE:
-            trace_ev = oom_risk.torch_trace_evidence(self._payload(run, "memory_profile", {}))
+            import gzip
+
+            import orjson
+
+            trace_ev = oom_risk.torch_trace_evidence(orjson.loads(gzip.decompress(self.torch_memory_payload(run))))
             if trace_ev is None:
                 raise NotFound(f"run {run.name!r}: the trace has no [memory] events (profile_memory=True) to assess")
             trace_devices = self.trace_device_properties(run)

@@ -335,6 +335,10 @@ def _read_all(raw: IO[bytes] | bytes, path: str) -> bytes:
         raise BadInput(f"{path}: cannot read: {e}", file=path) from None
 
 
+# The first line of every git-LFS pointer file (https://git-lfs.com/spec/v1).
+LFS_POINTER = b"version https://git-lfs.github.com/spec/v1"
+
+
 def _decode_container(data: bytes, path: str) -> tuple[str, bytes]:
     """-> (kind, payload): kind "pickle" (payload = pickle bytes) or "json" (text bytes)."""
     if data[:2] == b"\x1f\x8b":
@@ -365,6 +369,13 @@ def _decode_container(data: bytes, path: str) -> tuple[str, bytes]:
             raise BadInput(f"{path}: not a snapshot: the embedded data is not a pickle",
                            file=path)
         return "html", payload
+    if head.startswith(LFS_POINTER):
+        # A clone without `git lfs pull` leaves this text file (the LFS spec's first line)
+        # where the snapshot should be: say so, the fix is to fetch the object.
+        size = re.search(rb"^size (\d+)", head, re.M)
+        real = f" of {int(size.group(1)):,} bytes" if size else ""
+        raise BadInput(f"{path}: a git-LFS pointer, not a snapshot: the file stands for an object{real} "
+                       "kept by git-LFS (run `git lfs pull` to fetch it)", file=path)
     raise BadInput(f"{path}: not a snapshot: neither a pickle, JSON nor a _memory_viz HTML "
                    "file (unrecognised first bytes)", file=path)
 

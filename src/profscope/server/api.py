@@ -55,6 +55,13 @@ def router(ws: Workspace) -> APIRouter:
             raise BadRequest(f"parameter 'memory_space' must be an integer, not {space!r}")
         return json_response(ws.module_peaks(run, int(space)))
 
+    @r.get("/memory_profile")
+    def memory_profile(request: Request) -> Response:
+        """profscope's memory payload of a PyTorch profiler trace (tools/torch_memory.py):
+        devices, breakdown by op and module, steps, leak hints, categories. XProf's data
+        API answers the same run in XProf's schema, which has room for none of these."""
+        return gzip_json_response(request, ws.torch_memory_payload(ws.run(request.query_params.get("run"))))
+
     @r.get("/snapshot/{view}")
     def snapshot_view(view: str, request: Request) -> Response:
         """Views of a PyTorch memory snapshot run (see tools/torch_snapshot.py)."""

@@ -11,11 +11,11 @@ from __future__ import annotations
 import itertools
 
 from fastapi import APIRouter, Request
-from fastapi.responses import PlainTextResponse, Response, StreamingResponse
+from fastapi.responses import HTMLResponse, PlainTextResponse, Response, StreamingResponse
 
 from profscope import __version__
 from profscope.cache.workspace import Workspace
-from profscope.errors import NotFound
+from profscope.errors import NotFound, ProfscopeError
 from profscope.model.catalog import RunKind
 from profscope.server.responses import gzip_json_response, json_response
 
@@ -71,12 +71,27 @@ def router(ws: Workspace) -> APIRouter:
     @r.get("/run_tools")
     def run_tools(request: Request) -> Response:
         run = scoped_run(request)
-        return json_response([t.name for t in ws.tools(run) if ws.can_serve(t, run) and t.name not in PROFSCOPE_ONLY])
+        try:
+            tools = [t.name for t in ws.tools(run) if ws.can_serve(t, run) and t.name not in PROFSCOPE_ONLY]
+            if tools and run.kind is RunKind.TORCH_SNAPSHOT:
+                ws.hosts(run)  # reads the snapshot: a file that is none has no tool to offer
+        except ProfscopeError:
+            # XProf's run_tools answers 200 with no tool for a run it cannot read
+            # (profile_plugin.py: tool names from an unreadable xspace are an empty list),
+            # so a client that lists tools at start-up keeps working; data?... still
+            # answers the 4xx that names the file and the problem.
+            tools = []
+        return json_response(tools)
 
     @r.get("/hosts")
     def hosts(request: Request) -> Response:
         run = scoped_run(request)
-        hosts = hosts_for_tool(ws.hosts(run), request.query_params.get("tag"))
+        hosts = ws.hosts(run)
+        if not hosts and run.kind is RunKind.CHROME_TRACE:
+            # XProf's page needs a host to select before it asks for data: a trace is
+            # named by its file, as the trace viewer names it (Workspace.trace_sources).
+            hosts = [h for h, _ in ws.trace_sources(run)]
+        hosts = hosts_for_tool(hosts, request.query_params.get("tag"))
         return json_response([{"hostname": h} for h in hosts])
 
     @r.get("/module_list")
@@ -102,6 +117,11 @@ def router(ws: Workspace) -> APIRouter:
             first = next(chunks)  # a bad parameter is a 4xx before the answer starts
             return StreamingResponse(itertools.chain([first], chunks), media_type="application/json")
         params = {k: v for k, v in request.query_params.items() if k in TOOL_PARAMS}
+        if tool.name == "memory_viewer" and request.query_params.get("view_memory_allocation_timeline"):
+            # XProf's link "view memory allocation timeline" opens a page: profile_plugin.py
+            # passes the flag on and raw_to_tool_data.py answers text/html (any non-empty
+            # value counts, as request.args.get there).
+            return HTMLResponse(ws.memory_viewer_timeline_html(run, params))
         return gzip_json_response(request, ws.tool_data(run, tool, params))
 
     @r.get("/version")

@@ -107,6 +107,7 @@ from __future__ import annotations
 import numpy as np
 
 from profscope.formats.chrome_trace import DEVICE_TYPES, MemoryEvents, MemoryTimeline
+from profscope.tools import xprof_memory as xm
 
 VERSION = 1
 MAX_ROWS = 500
@@ -683,3 +684,41 @@ def counter_series(mem: MemoryEvents) -> dict:
         })
     origin = mem.start_us if mem.start_us is not None else (float(mem.ts[0]) if len(mem) else 0.0)
     return {"timeOriginUs": origin, "tracks": tracks}
+
+
+# -- XProf's memory_profile answer -----------------------------------------------------
+
+def xprof_memory_profile(payload: dict) -> dict:
+    """XProf's ``memory_profile`` schema from :func:`convert`'s payload (tools/xprof_memory.py
+    has the field mapping): one allocator per device (``CUDA:0``, ``CPU``), the highest
+    peak first. Timeline: the payload's max-filtered points (times in ps from the trace's
+    first event); rows: ``breakdownAtPeak.allocations``, plus the bytes live at the peak
+    that were allocated before the trace started (region ``persist/dynamic``, as XProf
+    labels its own "unused preallocated device memory" row)."""
+    per = {}
+    for dev in sorted(payload.get("devices", []), key=lambda d: -d["summary"]["peakAllocatedBytes"]):
+        tl, s = dev["timeline"], dev["summary"]
+        strings = tl.get("strings", [])
+        running = np.maximum.accumulate(np.asarray(tl["allocatedBytes"], np.int64)) if tl["allocatedBytes"] else []
+        timeline = []
+        for i in xm.sample(np.asarray(tl["allocatedBytes"], np.int64)).tolist():
+            op = tl["op"][i]
+            module = tl["module"][i]
+            size = int(tl["eventBytes"][i])
+            meta = xm.activity("ALLOCATION" if size > 0 else "DEALLOCATION", size,
+                               op=strings[op] if op >= 0 else "", region=strings[module] if module >= 0 else "")
+            timeline.append(xm.snapshot(round(tl["timeMs"][i] * 1e9),
+                                        xm.agg(tl["allocatedBytes"][i], tl["reservedBytes"][i], running[i]), meta))
+        pk, bd = dev["peak"] or {}, dev["breakdownAtPeak"] or {}
+        rows = [(xm.activity("ALLOCATION", r["sizeBytes"], op=r["op"] or "", region=r["module"] or ""), r["count"]) for r in bd.get("allocations", [])]
+        if bd.get("unattributedBytes"):
+            rows.insert(0, (xm.activity("ALLOCATION", bd["unattributedBytes"], op=BEFORE_TRACE,
+                                        region="persist/dynamic"), 1))
+        rows.sort(key=lambda r: -int(r[0]["allocationBytes"]) * r[1])
+        peak = s["peakAllocatedBytes"]
+        per[dev["device"]] = xm.allocator(
+            timeline=timeline,
+            peak_stats=xm.agg(peak, pk.get("reservedBytes", 0), peak),
+            peak_time_ps=round((s.get("peakAllocatedTimeMs") or 0) * 1e9), lifetime_peak=peak,
+            capacity=s["peakReservedBytes"], rows=rows)
+    return xm.answer(per)

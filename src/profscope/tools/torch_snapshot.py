@@ -136,6 +136,7 @@ import numpy as np
 
 from profscope.errors import BadRequest, NotFound
 from profscope.formats.torch_snapshot import Snapshot
+from profscope.tools import xprof_memory as xm
 
 OMIT_FUNCTIONS = ("unwind::unwind", "CapturedTraceback::gather", "gather_with_cpp", "_start",
                   "__libc_start_main", "PyEval_", "PyObject_", "PyFunction_")
@@ -949,3 +950,62 @@ def compare(a: Snapshot, b: Snapshot, device_a, device_b, max_sites: int = 500) 
                      "onlyABytes": sum(y for _, y in oa), "onlyBBytes": sum(y for _, y in ob),
                      "common": len(ga & gb)},
     }
+
+
+# -- XProf's memory_profile answer -----------------------------------------------------
+
+XPROF_TOP_ROWS = 200  # breakdown rows (allocations live at the peak, grouped)
+XPROF_NAMED_ROWS = 50  # rows whose stack gets resolved to a frame name
+
+
+def xprof_memory_profile(snap: Snapshot, device, memory_id: str) -> dict:
+    """XProf's ``memory_profile`` schema for one device (tools/xprof_memory.py has the
+    field mapping), keyed by ``memory_id`` (the host name XProf selects, ``cuda:N``).
+
+    Timeline: the live total after each trace event, sampled as XProf samples its
+    snapshots (max box filter to 1000, so the peak survives); times are ``time_us`` from
+    the first event (event indices as microseconds when the trace has no times). Rows:
+    the allocations live at the peak event (the same peak as :func:`overview`), grouped
+    by size and stack, named after the innermost kept frame of their stack."""
+
+    dv = _dev(snap, device)
+    if dv.n == 0:
+        return xm.answer({})
+    names = snap.action_names
+    kinds = {"alloc": "ALLOCATION", "free_completed": "DEALLOCATION", "free": "DEALLOCATION",
+             "segment_alloc": "RESERVATION", "segment_map": "RESERVATION"}
+    t0 = int(dv.time[0]) if dv.has_time else 0
+    t_ps = ((dv.time - t0) if dv.has_time else np.arange(dv.n, dtype=np.int64)) * 1_000_000
+    running = np.maximum.accumulate(dv.total)
+    tr = dv.trace
+    timeline = []
+    for i in xm.sample(dv.total).tolist():
+        act = names[int(tr.action[i])]
+        meta = xm.activity(kinds.get(act, "UNKNOWN_ACTIVITY"), int(tr.size[i]), address=int(tr.addr[i]),
+                           op=act, region=f"stream {int(tr.stream[i])}")
+        timeline.append(xm.snapshot(int(t_ps[i]), xm.agg(dv.total[i], dv.reserved[i], running[i]), meta))
+    peak_bytes, pk = dv.peak()
+    live = dv.live_at(pk)
+    groups: dict[tuple[int, int], int] = {}
+    for size, sid in zip(dv.size[live].tolist(), dv.stack[live].tolist()):
+        groups[(size, sid)] = groups.get((size, sid), 0) + 1
+    ranked = sorted(groups.items(), key=lambda g: (-g[0][0] * g[1], -g[0][0], g[0][1]))
+    rows = []
+    for k, ((size, sid), count) in enumerate(ranked[:XPROF_TOP_ROWS]):
+        op = f"stack {sid}"
+        if k < XPROF_NAMED_ROWS and sid >= 0:
+            frames = stack(snap, sid)["frames"]
+            if frames:
+                f = frames[0]
+                op = f"{f['name']} ({f['filename']}:{f['line']})"
+        rows.append((xm.activity("ALLOCATION", size, op=op, region="active at peak"), count))
+    rest = ranked[XPROF_TOP_ROWS:]
+    if rest:
+        rows.append((xm.activity("ALLOCATION", sum(s * c for (s, _), c in rest),
+                                 op=f"{len(rest)} smaller groups"), 1))
+    per = xm.allocator(
+        timeline=timeline,
+        peak_stats=xm.agg(peak_bytes, dv.reserved[pk], peak_bytes),
+        peak_time_ps=int(t_ps[pk]), lifetime_peak=int(running[-1]),
+        capacity=int(dv.reserved.max()), rows=rows)
+    return xm.answer({memory_id: per})

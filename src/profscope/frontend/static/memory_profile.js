@@ -4,8 +4,10 @@
 //    memoryIds, ...; int64 may be strings) plus profscope's extras under `profscope`
 //    (summary numbers, leak hints with evidence, step bands; all optional: plain XProf
 //    output works too);
-//  - PyTorch profiler traces: profscope's own payload (devices[] with allocated/reserved
-//    over time, breakdown at peak by op and module, steps, leak hints; categoryTimeline).
+//  - PyTorch profiler traces: profscope's own payload from /api/memory_profile (devices[]
+//    with allocated/reserved over time, breakdown at peak by op and module, steps, leak
+//    hints; categoryTimeline); the data API answers those runs in XProf's schema, for
+//    XProf's own page.
 // The page tells them apart by shape. State in the URL: memory_id (allocator or device),
 // t (the selected time, ms), q (the breakdown table's filter); app.js owns the rest.
 // Loaded before app.js; uses app.js's globals (el, getJson, fmtBytes, go, readState,
@@ -101,6 +103,7 @@
   }
 
   function dataUrl(state, run) {
+    if (run.kind === "chrome_trace") return `/api/memory_profile?${new URLSearchParams({ run: run.name })}`;
     const q = new URLSearchParams({ run: run.name, tag: "memory_profile" });
     const host = hostOf(state, run);
     if (host) q.set("host", host);

@@ -1,0 +1,112 @@
+"""XProf's ``memory_profile`` answer (``tensorflow.profiler.MemoryProfile`` as proto3 JSON)
+for inputs XProf cannot read: PyTorch CUDA memory snapshots and PyTorch profiler traces.
+
+XProf's page (memory-profile-summary, memory-timeline-graph, memory-breakdown-table)
+reads exactly the fields XProf's converter emits on an xplane
+(``xprof/convert/xplane_to_memory_profile.cc``, ``ProcessMemoryProfileProto``), so
+these answers carry the same keys, spelled and typed the same way (int64 as strings,
+enums by name), built from profscope's own payloads (tools/torch_snapshot.py,
+tools/torch_memory.py). The richer payloads stay on profscope's API
+(``/api/memory_profile``, ``/api/snapshot/...``), which the dashboard reads.
+
+How the allocator's numbers map onto XProf's ``MemoryAggregationStats``:
+
+* ``heapAllocatedBytes``: live bytes (the snapshot's active allocations, the trace's
+  ``Total Allocated``);
+* ``stackReservedBytes``: 0 (PyTorch's caching allocator has no stack region);
+* ``freeMemoryBytes``: reserved minus allocated, the bytes the caching allocator holds
+  from the device but has not handed out (BFC's ``bytes_available`` is likewise what the
+  allocator could still hand out);
+* ``fragmentation``: that free share of the reserved bytes (0 when nothing is reserved);
+* ``peakBytesInUse``: the running maximum of the allocated bytes.
+
+``profileSummary.memoryCapacity`` is the largest reserved total (the device's size is
+not recorded in either input; XProf's is stack + heap + free at the peak, which is the
+reserved total there).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+# ``SampleMemoryProfileTimeline``'s max_num_snapshots (xplane_to_memory_profile.cc).
+MAX_TIMELINE_SNAPSHOTS = 1000
+
+
+def sample(total: np.ndarray, limit: int = MAX_TIMELINE_SNAPSHOTS) -> np.ndarray:
+    """XProf's ``SampleMemoryProfileTimeline``: indices kept (max box filter)."""
+    from profscope.tools.memory_profile import _sample
+
+    return _sample(np.asarray(total), limit)
+
+
+def agg(heap: int, reserved: int, peak_in_use: int) -> dict:
+    """``MemoryAggregationStats`` as proto3 JSON (the mapping in the module docstring)."""
+    heap, reserved = int(heap), int(reserved)
+    free = max(reserved - heap, 0)
+    return {
+        "stackReservedBytes": "0",
+        "heapAllocatedBytes": str(heap),
+        "freeMemoryBytes": str(free),
+        "fragmentation": (free / reserved) if reserved > 0 else 0.0,
+        "peakBytesInUse": str(int(peak_in_use)),
+    }
+
+
+def activity(kind: str, size: int, *, address: int = 0, op: str = "", region: str = "",
+             dtype: str = "INVALID", shape: str = "", step: int = 0) -> dict:
+    """``MemoryActivityMetadata``; ``kind`` is a ``MemoryActivity`` enum name."""
+    size = abs(int(size))
+    return {
+        "memoryActivity": kind,
+        "requestedBytes": str(size),
+        "allocationBytes": str(size),
+        "address": str(int(address)),
+        "tfOpName": op,
+        "stepId": str(int(step)),
+        "regionType": region,
+        "dataType": dtype,
+        "tensorShape": shape,
+    }
+
+
+def snapshot(time_ps: int, stats: dict, meta: dict) -> dict:
+    """``MemoryProfileSnapshot``."""
+    return {"timeOffsetPs": str(int(time_ps)), "aggregationStats": stats, "activityMetadata": meta}
+
+
+def allocator(*, timeline: list[dict], peak_stats: dict, peak_time_ps: int, lifetime_peak: int,
+              capacity: int, rows: list[tuple[dict, int]]) -> dict:
+    """``PerAllocatorMemoryProfile``. ``rows``: (activity, count) of the allocations live
+    at the peak, largest first; all become ``specialAllocations`` (XProf's rows that
+    point at no snapshot: ``snapshotIndex`` -k, ``specialIndex`` k-1, as for its
+    synthetic "unused preallocated device memory" row)."""
+    return {
+        "memoryProfileSnapshots": [],
+        "profileSummary": {
+            "peakBytesUsageLifetime": str(int(lifetime_peak)),
+            "peakStats": peak_stats,
+            "peakStatsTimePs": str(int(peak_time_ps)),
+            "memoryCapacity": str(int(capacity)),
+        },
+        "activeAllocations": [
+            {"snapshotIndex": str(-(k + 1)), "specialIndex": str(k), "numOccurrences": str(int(count))}
+            for k, (_, count) in enumerate(rows)
+        ],
+        "specialAllocations": [meta for meta, _ in rows],
+        "sampledTimelineSnapshots": timeline,
+    }
+
+
+def answer(per_allocator: dict[str, dict]) -> dict:
+    """``MemoryProfile``: one host, version 1 (as XProf's). ``memoryIds`` in the order of
+    ``per_allocator``: XProf's page opens on ``memoryIds[0]``, so callers put the
+    allocator with the highest peak first (XProf sorts them by name; a trace's ``CPU``
+    would then hide its ``CUDA:0``)."""
+    return {
+        "memoryProfilePerAllocator": per_allocator,
+        "numHosts": 1,
+        "memoryIds": list(per_allocator),
+        "version": 1,
+        "hloModules": [],
+    }
