@@ -95,3 +95,27 @@ def test_bucket_paths_cannot_escape_the_prefix(gcs_client, emulator):
         assert res.status_code == 400 and res.json()["ok"] is False
     res = gcs_client.get("/data/plugin/profile/runs", params={"session_path": f"gs://{BUCKET}/logs/dumps/mlp"})
     assert res.status_code == 200 and res.json() == []
+
+
+def test_traces_under_any_json_name_are_sniffed_with_ranged_reads(emulator, demo_logdir):
+    """``rank-0.json.gz`` is found by its first bytes, read with a ranged request through
+    gcsfs; a JSON file that is no trace stays out."""
+    import gcsfs
+
+    from profscope.formats import sniff
+    from profscope.model.catalog import RunKind, discover
+    from profscope.storage import LogDir
+
+    fs = gcsfs.GCSFileSystem(endpoint_url=emulator, token="anon", skip_instance_cache=True)
+    trace = (demo_logdir / "torch" / "mlp_train.pt.trace.json.gz").read_bytes()
+    assert len(trace) > sniff.HEAD_BYTES
+    fs.pipe(f"{BUCKET}/sniff/dist/rank-0.json.gz", trace)
+    fs.pipe(f"{BUCKET}/sniff/config.json", b'{"schemaVersion": 2, "mediaType": "x"}')
+    logdir = LogDir(f"gs://{BUCKET}/sniff", storage_options={"endpoint_url": emulator, "token": "anon"})
+    sizes = []
+    real = logdir.head
+    logdir.head = lambda info, n: (lambda b: sizes.append(len(b)) or b)(real(info, n))
+    runs = discover(logdir.listing())
+    assert [(r.name, r.kind) for r in runs] == [("dist/rank-0.json.gz", RunKind.CHROME_TRACE)]
+    assert sorted(sizes) == [38, sniff.HEAD_BYTES]  # the head only, not the whole object
+    fs.rm(f"{BUCKET}/sniff", recursive=True)

@@ -126,3 +126,39 @@ def test_every_high_or_oom_answer_says_what_to_cut(client, run):
         assert e["bytesToCutBelowHigh"] == peak - int(capacity * Fraction(9, 10)) + 1
         assert e["bytesToCutToFit"] == (1 if tier == "OOM" else 0)
         assert e["categoryBytes"] == body["contributors"][0]["bytes"] and cut["links"]
+
+
+# -- text-only XLA dumps ---------------------------------------------------------------
+
+BA = __import__("pathlib").Path(__file__).parent / "data" / "buffer_assignment"
+
+
+def test_text_only_dump_is_rated_on_what_the_text_says(make_client, tmp_path):
+    """A dump with only ``*-buffer-assignment.txt`` (no .hlo.pb, so no heap-simulator
+    trace) was rated "LOW, peak 0 bytes". Now: the live ranges' peak when the text has
+    XLA's HloLiveRange (jax 0.4.30 wrote it into the same file), else the sum of the
+    allocation sizes; either way labelled for what it is."""
+    import re
+    import shutil
+
+    (conv,) = (BA / "jax-0.10.2").glob("*jit_conv_step*-buffer-assignment.txt")
+    (upd,) = (BA / "jax-0.4.30").glob("*jit_update*-buffer-assignment.txt")
+    for name, src in (("conv", conv), ("update", upd)):
+        (tmp_path / "logs" / name).mkdir(parents=True)
+        shutil.copy(src, tmp_path / "logs" / name / src.name)
+    client = make_client(tmp_path / "logs")
+    text = conv.read_text()
+    sizes = sum(int(m) for m in re.findall(r"^allocation \d+: size (\d+)", text, re.M))
+    body = _risk(client, "conv").json()
+    assert body["peakBytes"] == sizes == 337_982 and body["risk"] == "UNKNOWN"  # no capacity
+    assert "allocation sizes" in body["usage"][0]["detail"] and "not a simulated peak" in body["usage"][0]["detail"]
+    assert _risk(client, "conv", capacity_bytes=10 * sizes).json()["risk"] == "LOW"
+    over = _risk(client, "conv", capacity_bytes=300_000).json()
+    assert over["risk"] == "OOM" and any(f["id"] == "what_to_cut" for f in over["findings"])
+    assert sum(c["bytes"] for c in over["contributors"]) == sizes
+    # HloLiveRange's "Live ranges at N (peak)": the logical buffers live at once.
+    block = upd.read_text().split("(peak):", 1)[1]
+    live = sum(int(b) for b in re.findall(r"^\s+\S+: (\d+) bytes", block, re.M))
+    body = _risk(client, "update").json()
+    assert body["peakBytes"] == live == 3208
+    assert "HloLiveRange" in body["usage"][0]["detail"] and "before buffer reuse" in body["usage"][0]["detail"]

@@ -8,7 +8,12 @@ hosts are its ``<host>.xplane.pb`` files.
 
 profscope adds runs XProf does not know, named by their path below the log directory:
 a folder of XLA dump files (``*.hlo.pb``, ``*-buffer-assignment.txt``), a PyTorch memory
-snapshot (``*.pickle``), a Chrome trace outside any profile session.
+snapshot (``*.pickle``), a Chrome trace outside any profile session: ``*.trace.json[.gz]``
+by name, and any other ``*.json[.gz]`` (``trace.json``, ``rank-0.json.gz``) whose first
+bytes show a Chrome trace (formats/sniff.py). Those are read through ``Listing.head``
+(at most :data:`~profscope.formats.sniff.HEAD_BYTES`, only for names nothing else claims)
+and remembered in ``Listing.notes`` per file identity, so listing again reads nothing. A
+trace's companion ``<stem>.memory_timeline.json[.gz]`` joins its run.
 
 Run names are looked up in the catalog, never joined onto a path, so a name from a URL
 can only ever select one of the runs listed here.
@@ -20,11 +25,21 @@ import enum
 import posixpath
 from dataclasses import dataclass, field
 
-from profscope.formats import hlo_dump
-from profscope.formats.kinds import MEMORY_TIMELINE_SUFFIX, FileKind, classify, trace_stem, xplane_host
+import logging
+
+from profscope.formats import hlo_dump, sniff
+from profscope.formats.kinds import (
+    MEMORY_TIMELINE_SUFFIXES,
+    FileKind,
+    classify,
+    may_be_chrome_trace,
+    trace_stem,
+    xplane_host,
+)
 from profscope.storage import FileInfo, Listing
 
 PLUGINS_DIR, PROFILE_DIR = "plugins", "profile"
+log = logging.getLogger(__name__)
 
 
 class RunKind(enum.Enum):
@@ -40,9 +55,14 @@ class Run:
     kind: RunKind
     folder: str  # relative path of the session / dump folder, or of the single file's folder
     files: list[FileInfo] = field(default_factory=list)
+    # kinds found by looking inside a file (a sniffed Chrome trace), by path; the name decides the rest
+    kinds: dict[str, FileKind] = field(default_factory=dict)
+
+    def kind_of(self, info: FileInfo) -> FileKind:
+        return self.kinds.get(info.path) or classify(info.name)
 
     def files_of(self, kind: FileKind) -> list[FileInfo]:
-        return [f for f in self.files if classify(f.name) is kind]
+        return [f for f in self.files if self.kind_of(f) is kind]
 
     @property
     def hosts(self) -> list[str]:
@@ -81,6 +101,23 @@ def _run_name(tb_run: str, session: str) -> str:
     return f"{tb_run}/{session}" if tb_run else session
 
 
+def _sniffed_trace(listing: Listing, info: FileInfo) -> bool:
+    """Whether a ``*.json[.gz]`` nothing else claims starts like a Chrome trace; looked up
+    in ``listing.notes`` first, so each version of a file is read once."""
+    if listing.head is None:
+        return False
+    key = ("chrome_trace_head", info.identity())
+    known = listing.notes.get(key)
+    if known is None:
+        try:
+            known = sniff.is_chrome_trace(listing.head(info, sniff.HEAD_BYTES))
+        except Exception as e:  # noqa: BLE001 - unreadable (gone, no permission): not a run
+            log.debug("cannot read the start of %s: %s", info.path, e)
+            return False  # not remembered: it may be readable next time
+        listing.notes[key] = known
+    return known
+
+
 def discover(listing: Listing) -> list[Run]:
     """All runs of a log directory listing, in XProf's order (names sorted descending)."""
     runs: dict[str, Run] = {}
@@ -106,13 +143,15 @@ def discover(listing: Listing) -> list[Run]:
             dump_folders.setdefault(info.parent, []).append(info)
         elif kind is FileKind.TORCH_SNAPSHOT:
             extra.append(Run(info.path, RunKind.TORCH_SNAPSHOT, info.parent, [info]))
-        elif kind is FileKind.CHROME_TRACE:
+        elif kind is FileKind.CHROME_TRACE or may_be_chrome_trace(info.name) and _sniffed_trace(listing, info):
             files = [info]
             stem = posixpath.join(info.parent, trace_stem(info.name) or "")
-            timeline = listing.files.get(stem + MEMORY_TIMELINE_SUFFIX)
+            # export_memory_timeline writes gzip when its path ends in .gz
+            timeline = next((t for s in MEMORY_TIMELINE_SUFFIXES if (t := listing.files.get(stem + s))), None)
             if timeline is not None:
                 files.append(timeline)
-            extra.append(Run(info.path, RunKind.CHROME_TRACE, info.parent, files))
+            kinds = {} if kind is FileKind.CHROME_TRACE else {info.path: FileKind.CHROME_TRACE}
+            extra.append(Run(info.path, RunKind.CHROME_TRACE, info.parent, files, kinds))
 
     for folder, files in dump_folders.items():
         run = Run(folder or ".", RunKind.XLA_DUMP, folder, files)

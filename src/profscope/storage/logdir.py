@@ -15,13 +15,14 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import IO
+from typing import IO, Any, Callable
 
 import fsspec
 
 from profscope.errors import BadRequest, NotFound
 
 _DRIVE = re.compile(r"^[A-Za-z]:")
+MAX_NOTES = 200_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +53,12 @@ class FileInfo:
 class Listing:
     files: dict[str, FileInfo] = field(default_factory=dict)
     dirs: set[str] = field(default_factory=set)
+    # head(info, n): a file's first n bytes (a ranged read on object stores), for readers
+    # that must look inside a file to know what it is; None for a listing made by hand.
+    head: Callable[[FileInfo, int], bytes] | None = field(default=None, repr=False, compare=False)
+    # What those readers learnt, keyed by their own keys (with FileInfo.identity()): one
+    # dict per LogDir, shared by its listings, so a file is looked into once per version.
+    notes: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
 
 
 def safe_relpath(path: str) -> str:
@@ -115,6 +122,7 @@ class LogDir:
         self._lock = threading.Lock()
         self._listing: Listing | None = None
         self._listed_at = 0.0
+        self._notes: dict = {}
 
     def __repr__(self) -> str:
         return f"LogDir({self.url!r})"
@@ -139,7 +147,11 @@ class LogDir:
         with self._lock:
             now = time.monotonic()
             if refresh or self._listing is None or now - self._listed_at > self.listing_ttl:
-                self._listing = self._list_local() if self.is_local else self._list_remote()
+                listing = self._list_local() if self.is_local else self._list_remote()
+                if len(self._notes) > MAX_NOTES:  # files rewritten many times: start over
+                    self._notes.clear()
+                listing.head, listing.notes = self.head, self._notes
+                self._listing = listing
                 self._listed_at = now
             return self._listing
 
@@ -221,6 +233,17 @@ class LogDir:
     def open(self, relpath: str) -> IO[bytes]:
         info = self.info(relpath)
         return self.fs.open(self.full_path(info.path), "rb")
+
+    def head(self, info: FileInfo, n: int) -> bytes:
+        """The first ``n`` bytes of a listed file (fewer if it is shorter). On object stores
+        this is one ranged request, not a download."""
+        full = self.full_path(info.path)
+        if info.size == 0:
+            return b""
+        if self.is_local:
+            with open(full, "rb") as f:
+                return f.read(n)
+        return self.fs.cat_file(full, start=0, end=min(n, info.size))
 
     def read_bytes(self, relpath: str) -> bytes:
         with self.open(relpath) as f:

@@ -347,6 +347,8 @@ def compiled_evidence(mv: dict, module_name: str) -> dict:
     """What the compiler planned for one module: peak, contributors, and the numbers the
     compile-time findings need. ``mv`` is the memory viewer payload (with ``profscope``
     extras; a text-only dump payload works with fewer findings)."""
+    if mv.get("textOnly"):
+        return _text_only_evidence(mv, module_name)
     ext = mv.get("profscope") or {}
     totals = ext.get("totals") or {}
     peak = int(totals.get("peakBytes", _mib_bytes(mv.get("peakHeapMib"))))
@@ -382,6 +384,47 @@ def compiled_evidence(mv: dict, module_name: str) -> dict:
         "totals": totals, "items": items, "lifetimes": lifetimes,
         "isTraining": training,
         "usesRemat": any(("checkpoint" in o or "remat" in o) for o in ops),
+    }
+
+
+def _text_only_evidence(mv: dict, module_name: str) -> dict:
+    """A module with only XLA's buffer-assignment text (tools/memory_viewer_text.py): no
+    heap-simulator trace, so no simulated peak. What the text does say: the live ranges'
+    peak when XLA printed them (``HloLiveRange``: ``Live ranges at N (peak)``, the logical
+    buffers live at once before buffer reuse), else XLA's "Total bytes used" (the sum of
+    the allocations the executable makes, what it requests from the allocator). The
+    contributors are the allocations by kind (Parameter, Output, ... as XProf types them)."""
+    totals = mv.get("totals") or {}
+    live = mv.get("liveRange") or {}
+    live_peak = sum(int(v.get("bytes") or 0) for v in live.get("peakValues") or [])
+    total = int(totals.get("totalBufferAllocationBytes") or 0)
+    link = {"tool": "memory_viewer", "module_name": module_name}
+    items = []
+    cats = {"Parameter": "parameters", "Output": "outputs", "Constant": "constants", "Thread-local": "temporaries",
+            "Temporary": "temporaries"}
+    if live_peak:
+        for v in live["peakValues"]:
+            items.append({"category": "unknown", "rule": "a logical buffer live at XLA's live-range peak (HloLiveRange)",
+                          "bytes": int(v["bytes"]), "count": 1, "name": v["name"], "shape": "", "opName": "", "link": link})
+    else:
+        for a in mv.get("allocations") or []:
+            cat = a.get("category") or "Temporary"
+            if cat == "Parameter":
+                names = [x.get("name") or "" for x in a.get("values") or []]
+                category, rule = classify_argument(" ".join(names))
+            else:
+                category, rule = cats.get(cat, "temporaries"), f"buffer-assignment allocation of type {cat}"
+            items.append({"category": category, "rule": rule, "bytes": int(a.get("sizeBytes") or 0), "count": 1,
+                          "name": f"allocation {a.get('index')}", "shape": "", "opName": "", "link": link})
+    peak = live_peak or total
+    return {
+        "kind": "compiled", "moduleName": module_name, "peakBytes": peak, "textOnly": True,
+        "peakFrom": ("live ranges: logical buffers live at once at XLA's HloLiveRange peak (time "
+                     f"{live.get('peakTime')}), before buffer reuse; {total:,} bytes of allocations") if live_peak else
+                    ("the sum of the buffer-assignment text's allocation sizes (what the executable allocates; "
+                     "no heap-simulator trace, so not a simulated peak)" if total else None),
+        "peakPosition": None, "totals": {"totalAllocationBytes": total}, "items": items, "lifetimes": [],
+        "isTraining": False, "usesRemat": False,
     }
 
 
@@ -593,7 +636,7 @@ def fragmentation(ev: dict) -> dict | None:
     if ev["kind"] == "compiled":
         t = ev["totals"]
         total = int(t.get("totalAllocationBytes") or 0)
-        if not total:
+        if not total or ev.get("textOnly"):  # no simulated peak to compare the allocations with
             return None
         return {"kind": "compiler", "share": max(0, total - ev["peakBytes"]) / total,
                 "totalAllocationBytes": total, "peakBytes": ev["peakBytes"],
@@ -865,14 +908,6 @@ def assess(*, compiled: dict | None = None, allocator: dict | None = None, snaps
     # peak: its memory viewer says 0. Use what the text does say (the allocations XLA
     # makes) or, with nothing, leave the peak unknown rather than rate "0 bytes" LOW.
     unknown_peak = compiled is not None and not compiled["peakBytes"] and len(evs) == 1
-    if compiled is not None and not compiled["peakBytes"]:
-        alt = compiled.get("liveRangePeakBytes") or int((compiled.get("totals") or {}).get("totalAllocationBytes") or 0)
-        if alt:
-            compiled["peakBytes"] = alt
-            compiled["peakFrom"] = ("live-range.txt: logical buffers live at once at XLA's HloLiveRange peak, before buffer "
-                                    "reuse" if compiled.get("liveRangePeakBytes") else
-                                    "sum of the buffer allocations in the buffer-assignment text (no heap-simulator trace)")
-            unknown_peak = False
     usage = []
     for e in evs:
         if e["kind"] == "compiled":
