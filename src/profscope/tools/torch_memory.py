@@ -710,15 +710,20 @@ def xprof_memory_profile(payload: dict) -> dict:
             timeline.append(xm.snapshot(round(tl["timeMs"][i] * 1e9),
                                         xm.agg(tl["allocatedBytes"][i], tl["reservedBytes"][i], running[i]), meta))
         pk, bd = dev["peak"] or {}, dev["breakdownAtPeak"] or {}
-        rows = [(xm.activity("ALLOCATION", r["sizeBytes"], op=r["op"] or "", region=r["module"] or ""), r["count"]) for r in bd.get("allocations", [])]
-        if bd.get("unattributedBytes"):
-            rows.insert(0, (xm.activity("ALLOCATION", bd["unattributedBytes"], op=BEFORE_TRACE,
-                                        region="persist/dynamic"), 1))
-        rows.sort(key=lambda r: -int(r[0]["allocationBytes"]) * r[1])
         peak = s["peakAllocatedBytes"]
+        peak_ps = round((s.get("peakAllocatedTimeMs") or 0) * 1e9)
+        peak_stats = xm.agg(peak, pk.get("reservedBytes", 0), peak)
+        # The payload groups the rows (op, module, frame, size) without their events'
+        # times: each points at a snapshot at the peak; the bytes from before the trace
+        # are a special row.
+        rows = [(xm.activity("ALLOCATION", r["sizeBytes"], op=r["op"] or "", region=r["module"] or ""), r["count"],
+                 (peak_ps, peak_stats)) for r in bd.get("allocations", [])]
+        if bd.get("unattributedBytes"):
+            rows.append((xm.activity("ALLOCATION", bd["unattributedBytes"], op=BEFORE_TRACE,
+                                     region="persist/dynamic"), 1, None))
+        rows.sort(key=lambda r: -int(r[0]["allocationBytes"]) * r[1])
         per[dev["device"]] = xm.allocator(
             timeline=timeline,
-            peak_stats=xm.agg(peak, pk.get("reservedBytes", 0), peak),
-            peak_time_ps=round((s.get("peakAllocatedTimeMs") or 0) * 1e9), lifetime_peak=peak,
+            peak_stats=peak_stats, peak_time_ps=peak_ps, lifetime_peak=peak,
             capacity=s["peakReservedBytes"], rows=rows)
     return xm.answer(per)

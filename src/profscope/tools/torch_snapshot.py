@@ -986,23 +986,30 @@ def xprof_memory_profile(snap: Snapshot, device, memory_id: str) -> dict:
         timeline.append(xm.snapshot(int(t_ps[i]), xm.agg(dv.total[i], dv.reserved[i], running[i]), meta))
     peak_bytes, pk = dv.peak()
     live = dv.live_at(pk)
-    groups: dict[tuple[int, int], int] = {}
-    for size, sid in zip(dv.size[live].tolist(), dv.stack[live].tolist()):
-        groups[(size, sid)] = groups.get((size, sid), 0) + 1
-    ranked = sorted(groups.items(), key=lambda g: (-g[0][0] * g[1], -g[0][0], g[0][1]))
+    groups: dict[tuple[int, int], list[int]] = {}  # (size, stack) -> [count, first element]
+    for e, size, sid in zip(live.tolist(), dv.size[live].tolist(), dv.stack[live].tolist()):
+        g = groups.setdefault((size, sid), [0, e])
+        g[0] += 1
+    ranked = sorted(groups.items(), key=lambda g: (-g[0][0] * g[1][0], -g[0][0], g[0][1]))
     rows = []
-    for k, ((size, sid), count) in enumerate(ranked[:XPROF_TOP_ROWS]):
+    for k, ((size, sid), (count, e)) in enumerate(ranked[:XPROF_TOP_ROWS]):
         op = f"stack {sid}"
         if k < XPROF_NAMED_ROWS and sid >= 0:
             frames = stack(snap, sid)["frames"]
             if frames:
                 f = frames[0]
                 op = f"{f['name']} ({f['filename']}:{f['line']})"
-        rows.append((xm.activity("ALLOCATION", size, op=op, region="active at peak"), count))
+        start = int(dv.start[e])
+        meta = xm.activity("ALLOCATION", size, address=int(dv.addr[e]), op=op,
+                           region=f"stream {int(dv.stream[e])}")
+        # The group's first allocation event (XProf points each row at its allocation's
+        # snapshot); blocks allocated before recording began have none: special rows.
+        where = None if start < 0 else (int(t_ps[start]), xm.agg(dv.total[start], dv.reserved[start], running[start]))
+        rows.append((meta, count, where))
     rest = ranked[XPROF_TOP_ROWS:]
     if rest:
-        rows.append((xm.activity("ALLOCATION", sum(s * c for (s, _), c in rest),
-                                 op=f"{len(rest)} smaller groups"), 1))
+        rows.append((xm.activity("ALLOCATION", sum(s * c for (s, _), (c, _) in rest),
+                                 op=f"{len(rest)} smaller groups"), 1, None))
     per = xm.allocator(
         timeline=timeline,
         peak_stats=xm.agg(peak_bytes, dv.reserved[pk], peak_bytes),

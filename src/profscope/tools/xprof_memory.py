@@ -76,24 +76,33 @@ def snapshot(time_ps: int, stats: dict, meta: dict) -> dict:
 
 
 def allocator(*, timeline: list[dict], peak_stats: dict, peak_time_ps: int, lifetime_peak: int,
-              capacity: int, rows: list[tuple[dict, int]]) -> dict:
-    """``PerAllocatorMemoryProfile``. ``rows``: (activity, count) of the allocations live
-    at the peak, largest first; all become ``specialAllocations`` (XProf's rows that
-    point at no snapshot: ``snapshotIndex`` -k, ``specialIndex`` k-1, as for its
-    synthetic "unused preallocated device memory" row)."""
+              capacity: int, rows: list[tuple[dict, int, tuple[int, dict] | None]]) -> dict:
+    """``PerAllocatorMemoryProfile``. ``rows``: (activity, count, where) of the allocations
+    live at the peak, largest first. As in XProf's ``ProcessActiveAllocations``, a row
+    with ``where`` = (time ps, aggregation stats) of its allocation points at a
+    ``memoryProfileSnapshots`` entry (``specialIndex`` -1); one without (memory from
+    before the recording) is a ``specialAllocations`` entry (``snapshotIndex`` -k,
+    ``specialIndex`` k-1, as XProf's synthetic "unused preallocated device memory")."""
+    snapshots, specials, active = [], [], []
+    for meta, count, where in rows:
+        if where is not None:
+            active.append({"snapshotIndex": str(len(snapshots)), "specialIndex": "-1",
+                           "numOccurrences": str(int(count))})
+            snapshots.append(snapshot(where[0], where[1], meta))
+        else:
+            specials.append(meta)
+            active.append({"snapshotIndex": str(-len(specials)), "specialIndex": str(len(specials) - 1),
+                           "numOccurrences": str(int(count))})
     return {
-        "memoryProfileSnapshots": [],
+        "memoryProfileSnapshots": snapshots,
         "profileSummary": {
             "peakBytesUsageLifetime": str(int(lifetime_peak)),
             "peakStats": peak_stats,
             "peakStatsTimePs": str(int(peak_time_ps)),
             "memoryCapacity": str(int(capacity)),
         },
-        "activeAllocations": [
-            {"snapshotIndex": str(-(k + 1)), "specialIndex": str(k), "numOccurrences": str(int(count))}
-            for k, (_, count) in enumerate(rows)
-        ],
-        "specialAllocations": [meta for meta, _ in rows],
+        "activeAllocations": active,
+        "specialAllocations": specials,
         "sampledTimelineSnapshots": timeline,
     }
 
