@@ -141,6 +141,16 @@ def test_workspace_reads_a_sniffed_trace(files, tmp_path):
     assert [r.name for r in ws.runs()] == ["trace.json"]
     run = ws.run("trace.json")
     assert [f.path for _, f in ws.trace_sources(run)] == ["trace.json"]
+    from fastapi.testclient import TestClient
+
+    from profscope.server import create_app
+
+    client = TestClient(create_app(ws))
+    files = client.get("/api/run", params={"run": "trace.json"}).json()["files"]
+    assert [(f["path"], f["kind"]) for f in files] == [("trace.json", "chrome_trace"),
+                                                       ("trace.memory_timeline.json.gz", "memory_timeline")]
+    tools = client.get("/data/plugin/profile/run_tools", params={"run": "trace.json"}).json()
+    assert "memory_profile" in tools and "trace_viewer@" in tools
 
 
 def test_sniffing_rules():

@@ -7,7 +7,6 @@ from fastapi.responses import Response
 
 from profscope.cache.workspace import Workspace
 from profscope.errors import BadRequest
-from profscope.formats.kinds import classify
 from profscope.model.catalog import Run
 from profscope.server.responses import gzip_json_response, json_response
 
@@ -42,7 +41,7 @@ def router(ws: Workspace) -> APIRouter:
             for t in ws.tools(run)
         ]
         body["files"] = [
-            {"path": f.path, "size": f.size, "kind": classify(f.name).value, "mtime": f.mtime} for f in run.files
+            {"path": f.path, "size": f.size, "kind": run.kind_of(f).value, "mtime": f.mtime} for f in run.files
         ]
         body["modules"] = ws.modules(run)
         return json_response(body)
