@@ -62,7 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
     report = sub.add_parser(
         "report", help="write the OOM-risk report of a run (HTML, JSON or Markdown) and exit",
         description="OOM risk: peak vs capacity, contributors, findings (docs/oom_risk.md). Exit status: "
-                    "0, or 1 when a run's risk is at or above --fail-on, 2 on bad input.")
+                    "0, or 1 when a run's risk is at or above --fail-on, 2 on bad input or when no run could be read. "
+                    "A file that is refused (an unsafe pickle, a corrupt profile) is listed in the report; the other runs are still assessed.")
     report.add_argument("logdir", nargs="?", metavar="LOGDIR_OR_FILE",
                         help="log directory, or one file of a run (*.xplane.pb, *.hlo.pb, *.pickle)")
     report.add_argument("--demo", action="store_true", help="use the bundled demo log directory")
@@ -187,13 +188,19 @@ def cmd_report(args) -> int:
             file = target.resolve().relative_to(root).as_posix()
             args.logdir = str(root)
     ws = _workspace(args)
-    runs = report.pick_runs(ws, args.run, file)
+    # One refused file (an unsafe pickle, a corrupt profile) must not hide the other runs:
+    # it is listed in the report, and only a report with nothing in it is an error.
+    refused: list[dict] = []
+    runs = report.pick_runs(ws, args.run, file, refused)
     params = {"capacity_bytes": args.capacity_bytes, "device_memory": args.device_memory,
               "host": args.host, "module_name": args.module}
-    reports = report.collect(ws, runs, params)
+    reports = report.ordered(report.collect(ws, runs, params, refused))
+    if not reports:
+        raise ProfscopeError(f"nothing could be read: {len(refused)} run(s) refused: "
+                             + "; ".join(f"{x['file']}: {x['problem']}" for x in refused))
     source = args.logdir or "demo"
-    text = {"html": lambda: report.render_html(reports, source), "json": lambda: report.render_json(reports),
-            "markdown": lambda: report.render_markdown(reports, source)}[args.format]()
+    text = {"html": lambda: report.render_html(reports, source, refused), "json": lambda: report.render_json(reports, refused),
+            "markdown": lambda: report.render_markdown(reports, source, refused)}[args.format]()
     worst = report.worst(reports)
     if args.output:
         Path(args.output).write_text(text, encoding="utf-8")
@@ -205,7 +212,10 @@ def cmd_report(args) -> int:
         util = "" if r["utilization"] is None else f", {100 * r['utilization']:.1f} % of {r['capacityBytes']:,} bytes"
         print(f"{r['risk']:<7} {r['run']}{' ' + r['host'] if r.get('host') else ''}: peak {r['peakBytes']:,} bytes{util}, "
               f"{len(r['findings'])} finding(s)", file=sys.stderr)
-    print(f"profscope: OOM risk {worst}; {args.format} report written to {where} in {time.perf_counter() - start:.1f}s", file=sys.stderr)
+    for x in refused:
+        print(f"REFUSED {x['file']}: {x['problem']}", file=sys.stderr)
+    skipped = f" ({len(refused)} refused)" if refused else ""
+    print(f"profscope: OOM risk {worst}{skipped}; {args.format} report written to {where} in {time.perf_counter() - start:.1f}s", file=sys.stderr)
     if args.fail_on and report.RISK_ORDER[worst] >= report.fail_level(args.fail_on):
         return 1
     return 0

@@ -430,6 +430,8 @@ class Workspace:
         requested = oom_risk.parse_capacity(params.get("capacity_bytes"), params.get("device_memory"))
         thresholds = oom_risk.parse_thresholds(params.get("threshold_medium"), params.get("threshold_high"))
         host = params.get("host")
+        if run.kind is RunKind.PROFILE and not host and len(run.hosts) > 1:
+            return self._oom_risk_every_host(run, params, progress)
         compiled = allocator = snap_ev = trace_ev = None
         modules: list[dict] = []
         devices: list[dict] = []
@@ -468,6 +470,39 @@ class Workspace:
         return oom_risk.assess(compiled=compiled, allocator=allocator, snapshot=snap_ev, modules=modules,
                                requested=requested, device_name=params.get("device"), devices=devices,
                                torch_trace=trace_ev, trace_devices=trace_devices, thresholds=thresholds)
+
+    def _oom_risk_every_host(self, run: Run, params: dict, progress) -> dict:
+        """A multi-host profile rated by its worst host: the first host alone can miss a
+        larger peak or a leak on another one. The payload is the worst host's, with
+        ``host`` (that host), ``hosts`` (every host's headline) and the other hosts'
+        findings that the worst one lacks (each finding names its ``host``)."""
+        rank = {"UNKNOWN": -1, **{t: i for i, t in enumerate(oom_risk.TIERS)}}
+        per, failed = [], []
+        for i, h in enumerate(run.hosts):
+            progress.update(i / len(run.hosts), f"assessing host {h}")
+            try:
+                # Through the per-host cache entry: asking for one host later reads it back.
+                per.append((h, self._payload(run, "oom_risk", {**params, "host": h})))
+            except ProfscopeError as e:
+                # One unreadable host must not hide the others; it is named in ``hosts``.
+                failed.append({"host": h, "risk": "UNKNOWN", "problem": e.message, "findings": []})
+        if not per:
+            raise NotFound(f"run {run.name!r}: no host could be assessed: "
+                           + "; ".join(f"{f['host']}: {f['problem']}" for f in failed))
+        worst_host, worst = max(per, key=lambda hp: (rank.get(hp[1]["risk"], -1), hp[1].get("utilization") or 0, hp[1]["peakBytes"]))
+        out = dict(worst)
+        out["host"] = worst_host
+        out["hosts"] = [{"host": h, **{k: p.get(k) for k in ("risk", "reason", "peakBytes", "peakSource", "capacityBytes",
+                                                             "capacitySource", "utilization", "headroomBytes")},
+                         "findings": [f["id"] for f in p["findings"]]} for h, p in per] + failed
+        seen = {f["id"] for f in worst["findings"]}
+        out["findings"] = [{**f, "host": worst_host} for f in worst["findings"]]
+        for h, p in per:
+            for f in p["findings"]:
+                if f["id"] not in seen:
+                    seen.add(f["id"])
+                    out["findings"].append({**f, "host": h})
+        return out
 
     def _payload(self, run: Run, tool_name: str, params: dict) -> dict:
         """Another tool's payload through that tool's own cache entry, so that a new

@@ -7,6 +7,7 @@ from __future__ import annotations
 import html
 import json
 import math
+import re
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from markupsafe import Markup
 
 from profscope import __version__
 from profscope.cache.workspace import Workspace
-from profscope.errors import BadRequest, NotFound
+from profscope.errors import BadRequest, NotFound, ProfscopeError
 from profscope.model.catalog import Run, RunKind
 from profscope.tools import oom_risk, registry
 
@@ -39,9 +40,11 @@ def assessable(ws: Workspace, run: Run) -> bool:
     return tool in ws.tools(run) and ws.can_serve(tool, run)
 
 
-def pick_runs(ws: Workspace, run_name: str | None, file: str | None = None) -> list[Run]:
+def pick_runs(ws: Workspace, run_name: str | None, file: str | None = None, refused: list[dict] | None = None) -> list[Run]:
     """The runs to report: ``run_name``, the run holding ``file`` (a path relative to the
-    log directory), or every run the OOM-risk tool can assess."""
+    log directory), or every run the OOM-risk tool can assess. With ``refused`` (a list),
+    a run whose files cannot even be listed (a corrupt profile) goes there instead of
+    stopping the others."""
     if run_name:
         run = ws.run(run_name)
         if not assessable(ws, run):
@@ -52,25 +55,65 @@ def pick_runs(ws: Workspace, run_name: str | None, file: str | None = None) -> l
         runs = [r for r in runs if any(f.path == file for f in r.files)]
         if not runs:
             raise NotFound(f"{file}: not part of any run profscope recognises")
-    runs = [r for r in runs if assessable(ws, r)]
+    kept = []
+    for r in runs:
+        try:
+            if assessable(ws, r):
+                kept.append(r)
+        except ProfscopeError as e:
+            if refused is None:
+                raise
+            refused.append(_refusal(r, None, e))
+    runs = kept
+    if not runs and refused:
+        raise ProfscopeError(f"nothing could be read: {len(refused)} run(s) refused: "
+                             + "; ".join(f"{x['file']}: {x['problem']}" for x in refused))
     if not runs:
         raise NotFound(f"no run in {ws.logdir.url} that the OOM risk can assess (profiles, XLA dumps, PyTorch snapshots and traces)")
     return runs
 
 
-def collect(ws: Workspace, runs: list[Run], params: dict) -> list[dict]:
-    """One payload per run (and per device of a snapshot), with ``run``/``host`` added."""
+def collect(ws: Workspace, runs: list[Run], params: dict, refused: list[dict] | None = None) -> list[dict]:
+    """One payload per run (and per device of a snapshot), with ``run``/``host`` added. A
+    multi-host profile is one payload: the workspace rates it by its worst host and lists
+    every host under ``hosts``. With ``refused`` (a list), a run whose file is refused
+    (an unsafe pickle, a corrupt profile, nothing to assess) is appended there as
+    ``{run, host, file, problem}`` and the others are still reported; without it, the
+    first such error is raised."""
     out = []
+    tool = registry.get("oom_risk")
     for run in runs:
-        hosts = [params["host"]] if params.get("host") else (ws.hosts(run) if run.kind is RunKind.TORCH_SNAPSHOT else [None])
+        try:
+            hosts = [params["host"]] if params.get("host") else (ws.hosts(run) if run.kind is RunKind.TORCH_SNAPSHOT else [None])
+        except ProfscopeError as e:
+            if refused is None:
+                raise
+            refused.append(_refusal(run, None, e))
+            continue
         for host in hosts:
             p = {k: v for k, v in params.items() if v not in (None, "")}
             if host:
                 p["host"] = host
-            tool = registry.get("oom_risk")
-            payload = json.loads(_gunzip(ws.tool_data(run, tool, p)))
+            try:
+                payload = json.loads(_gunzip(ws.tool_data(run, tool, p)))
+            except ProfscopeError as e:
+                if refused is None:
+                    raise
+                refused.append(_refusal(run, host, e))
+                continue
             out.append({"run": run.name, "kind": run.kind.value, "host": host, **payload})
     return out
+
+
+def _refusal(run: Run, host: str | None, e: ProfscopeError) -> dict:
+    xplane = run.xplane(host) if host and run.kind is RunKind.PROFILE else None
+    file = e.file or (xplane.path if xplane else run.files[0].path if len(run.files) == 1 else run.name)
+    problem = e.message
+    # Messages often start with the file's own path: say it once, in ``file``.
+    head, sep, rest = problem.partition(": ")
+    if sep and (head.endswith(file) or file.endswith(head.rsplit("/", 1)[-1]) or head == f"run {run.name!r}"):
+        problem = rest
+    return {"run": run.name, "host": host, "file": file, "problem": problem}
 
 
 def _gunzip(b: bytes) -> bytes:
@@ -81,6 +124,18 @@ def _gunzip(b: bytes) -> bytes:
 
 def worst(reports: list[dict]) -> str:
     return max((r["risk"] for r in reports), key=lambda k: RISK_ORDER[k], default="UNKNOWN")
+
+
+def ordered(reports: list[dict]) -> list[dict]:
+    """Worst first: by tier, then by how full the device is, then by peak."""
+    return sorted(reports, key=lambda r: (-RISK_ORDER[r["risk"]], -(r.get("utilization") or 0), -(r.get("peakBytes") or 0),
+                                          r["run"], r.get("host") or ""))
+
+
+def anchor(r: dict, i: int) -> str:
+    """A section's id: its place in the (ordered) report, then a readable slug."""
+    slug = re.sub(r"[^A-Za-z0-9_-]+", "-", r["run"] + ("-" + r["host"] if r.get("host") else "")).strip("-")
+    return f"run-{i + 1}-{slug}"
 
 
 # ---------------------------------------------------------------------------
@@ -107,6 +162,53 @@ def link_text(link: dict) -> str:
     """A dashboard query for a row's evidence (append to the profscope server's URL)."""
     keys = ("tool", "module_name", "buffer", "memory_id", "host", "t", "q")
     return "?" + "&".join(f"{k}={link[k]}" for k in keys if link.get(k) not in (None, ""))
+
+
+def _words(key: str) -> str:
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", " ", key).lower()
+
+
+def _value(key: str, v) -> str:
+    k = key.lower()
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, (int, float)) and "bytes" in k:
+        return f"{fmt_bytes(v)} ({int(v):,} bytes{' per step' if k.endswith('perstep') else ''})"
+    # A fraction (a share, a threshold, a fragmentation figure) reads as a percentage;
+    # a fit's r2 and a ratio of peaks do not.
+    if isinstance(v, float) and 0 <= v <= 1 and k != "r2" and "ratio" not in k:
+        return fmt_pct(v)
+    if isinstance(v, float) and ("ratio" in k or k == "threshold"):
+        return f"{v:.2f}×"
+    if isinstance(v, float):
+        return f"{v:.3g}"
+    if isinstance(v, int):
+        return f"{v:,}"
+    if isinstance(v, list):
+        shown = ", ".join(_value(key, x) for x in v[:6])
+        return shown + (f", … ({len(v)} values)" if len(v) > 6 else "")
+    if isinstance(v, dict):
+        return "(" + evidence_text(v, end="") + ")"
+    return "—" if v is None else str(v)
+
+
+def evidence_text(e: dict, end: str = ".") -> str:
+    """A finding's evidence as a sentence ("activation 12.00 MiB (12,582,912 bytes), share
+    61.0 %, threshold 50.0 %."), not JSON; ``examples`` are rendered apart."""
+    parts = []
+    for k, v in e.items():
+        if k == "examples":
+            continue
+        label = _words(k)
+        if label.endswith(" bytes") and label != "bytes":
+            label = label[: -len(" bytes")]
+        parts.append(f"{label} {_value(k, v)}")
+    text = ", ".join(parts)
+    return (text[:1].upper() + text[1:] + end) if text else ""
+
+
+def examples_text(e: dict) -> list[str]:
+    return [evidence_text(x) if isinstance(x, dict) else str(x) for x in (e.get("examples") or [])]
 
 
 # ---------------------------------------------------------------------------
@@ -238,22 +340,40 @@ def svg_modules(r: dict, width: int = 720, limit: int = 15) -> str:
 # ---------------------------------------------------------------------------
 
 
-def render_html(reports: list[dict], source: str) -> str:
+def render_html(reports: list[dict], source: str, refused: list[dict] | None = None) -> str:
     env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(["html"]))
     env.filters["bytes"] = fmt_bytes
     env.filters["pct"] = fmt_pct
     env.filters["link"] = link_text
-    env.filters["evidence"] = lambda e: json.dumps({k: v for k, v in e.items() if k != "examples"}, default=str)
+    env.filters["evidence"] = evidence_text
+    env.filters["examples"] = examples_text
+    reports = ordered(reports)
     charts = [{"gauge": Markup(svg_gauge(r)), "treemap": Markup(svg_treemap(r)), "modules": Markup(svg_modules(r))} for r in reports]
     return env.get_template("oom_report.html").render(
-        reports=reports, charts=charts, source=source, version=__version__, worst=worst(reports),
+        reports=reports, charts=charts, anchors=[anchor(r, i) for i, r in enumerate(reports)], refused=refused or [],
+        source=source, version=__version__, worst=worst(reports),
         colors=RISK_COLORS, category_colors=CATEGORY_COLORS,
         generated=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
     )
 
 
-def render_markdown(reports: list[dict], source: str) -> str:
-    lines = [f"# OOM risk: {worst(reports)}", "", f"Source: `{source}` · profscope {__version__}", ""]
+def _cap_text(r: dict) -> str:
+    return "unknown" if r.get("capacityBytes") is None else f"{fmt_bytes(r['capacityBytes'])} ({r.get('capacitySource') or '—'})"
+
+
+def render_markdown(reports: list[dict], source: str, refused: list[dict] | None = None) -> str:
+    reports = ordered(reports)
+    lines = [f"# OOM risk: {worst(reports)}", "", f"Source: `{source}` · profscope {__version__} · "
+             f"{len(reports)} assessed, {len(refused or [])} refused", ""]
+    lines += ["| run | verdict | peak | capacity (source) | headroom | utilization |", "|---|---|---:|---|---:|---:|"]
+    for r in reports:
+        where = r["run"] + (f" ({r['host']})" if r.get("host") else "")
+        lines.append(f"| {where} | {r['risk']} | {fmt_bytes(r['peakBytes'])} | {_cap_text(r)} | {fmt_bytes(r['headroomBytes'])} | {fmt_pct(r['utilization'])} |")
+    lines.append("")
+    if refused:
+        lines += ["## Refused", "", "| file | problem |", "|---|---|"]
+        lines += [f"| `{x['file']}` | {x['problem']} |" for x in refused]
+        lines.append("")
     for r in reports:
         where = r["run"] + (f" ({r['host']})" if r.get("host") else "")
         cap = "unknown" if r["capacityBytes"] is None else f"{r['capacityBytes']:,} bytes ({fmt_bytes(r['capacityBytes'])})"
@@ -265,9 +385,19 @@ def render_markdown(reports: list[dict], source: str) -> str:
                   f"| headroom | {fmt_bytes(r['headroomBytes'])} |",
                   f"| thresholds | MEDIUM >= {100 * r['thresholds']['medium']:.0f} %, HIGH >= {100 * r['thresholds']['high']:.0f} %, OOM > 100 % or an OOM event |",
                   ""]
+        if r.get("hosts"):
+            lines += [f"### Hosts (rated by the worst: {r['host']})", "", "| host | verdict | peak | capacity (source) | headroom | utilization | findings |",
+                      "|---|---|---:|---|---:|---:|---|"]
+            lines += [f"| {h['host']} | {h['risk']} | {fmt_bytes(h.get('peakBytes'))} | {_cap_text(h)} | {fmt_bytes(h.get('headroomBytes'))} | "
+                      f"{fmt_pct(h.get('utilization'))} | {('not assessed: ' + h['problem']) if h.get('problem') else ', '.join(h['findings']) or '—'} |"
+                      for h in r["hosts"]]
+            lines.append("")
         if r["findings"]:
             lines += ["### Findings", ""]
-            lines += [f"- **{f['title']}** ({f['severity']}): {f['message']}" for f in r["findings"]]
+            for f in r["findings"]:
+                on = f" on {f['host']}" if f.get("host") and r.get("hosts") else ""
+                lines.append(f"- **{f['title']}** ({f['severity']}{on}): {f['message']} {evidence_text(f['evidence'])}".rstrip())
+                lines += [f"  - {x}" for x in examples_text(f["evidence"])]
             lines.append("")
         if r["contributors"]:
             lines += ["### Contributors at the peak", "", "| category | bytes | share | buffers | largest |", "|---|---:|---:|---:|---|"]
@@ -282,8 +412,8 @@ def render_markdown(reports: list[dict], source: str) -> str:
     return "\n".join(lines)
 
 
-def render_json(reports: list[dict]) -> str:
-    return json.dumps({"risk": worst(reports), "reports": reports}, indent=1)
+def render_json(reports: list[dict], refused: list[dict] | None = None) -> str:
+    return json.dumps({"risk": worst(reports), "reports": ordered(reports), "refused": refused or []}, indent=1)
 
 
 def fail_level(name: str) -> int:
