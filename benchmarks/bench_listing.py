@@ -4,6 +4,7 @@
 
 Prints, for each case, wall time and the peak RSS of a fresh process:
   1. discovering runs in a local log directory with many sessions (cold, then cached);
+     then with many loose *.json[.gz] files whose first bytes decide (sniffed once each);
   2. listing the modules of a large xplane by scanning it on the wire, against parsing
      the whole XSpace with protobuf (what a naive reader does);
   3. listing a gs:// bucket with many objects through gcsfs and a local GCS emulator.
@@ -56,6 +57,29 @@ RESULT = dict(runs=len(runs), cold_s=cold, cached_s=warm)
 """)
     print(f"runs in a local logdir: {n} sessions ({2 * n} files): {r['runs']} runs, "
           f"cold {r['cold_s']:.3f} s, cached listing {r['cached_s']:.3f} s, peak RSS {r['peak_rss_mb']:.0f} MB")
+
+
+def bench_sniffed(n: int, tmp: Path) -> None:
+    """n loose *.json[.gz] files outside sessions, half Chrome traces (renamed copies of
+    the demo's PyTorch trace), half other JSON: each one's head is read once."""
+    logdir = tmp / "loose"
+    trace = (DEMO / "torch" / "mlp_train.pt.trace.json.gz").read_bytes()
+    config = json.dumps({"schemaVersion": 2, "mediaType": "x", "layers": list(range(2000))}).encode()
+    for i in range(n):
+        d = logdir / f"job{i % 50}"
+        d.mkdir(parents=True, exist_ok=True)
+        (d / (f"rank-{i}.json.gz" if i % 2 else f"config-{i}.json")).write_bytes(trace if i % 2 else config)
+    r = child(f"""
+import time
+from profscope.storage import LogDir
+from profscope.model.catalog import discover
+logdir = LogDir({str(logdir)!r}, listing_ttl=0)
+t = time.perf_counter(); runs = discover(logdir.listing()); cold = time.perf_counter() - t
+t = time.perf_counter(); runs = discover(logdir.listing()); warm = time.perf_counter() - t
+RESULT = dict(runs=len(runs), cold_s=cold, relisted_s=warm)
+""")
+    print(f"runs among {n} loose *.json[.gz] files (half traces): {r['runs']} runs, first listing (sniffing) "
+          f"{r['cold_s']:.3f} s, listed again (nothing read) {r['relisted_s']:.3f} s, peak RSS {r['peak_rss_mb']:.0f} MB")
 
 
 def bench_big_xplane(target_mb: int, tmp: Path) -> None:
@@ -132,10 +156,13 @@ def main() -> None:
     ap.add_argument("--sessions", type=int, default=5000)
     ap.add_argument("--xplane-mb", type=int, default=300)
     ap.add_argument("--gcs-objects", type=int, default=2000)
+    ap.add_argument("--loose-json", type=int, default=2000)
     args = ap.parse_args()
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} cpus")
     with tempfile.TemporaryDirectory() as tmp:
         bench_sessions(args.sessions, Path(tmp))
+        if args.loose_json:
+            bench_sniffed(args.loose_json, Path(tmp))
         bench_big_xplane(args.xplane_mb, Path(tmp))
     if args.gcs_objects:
         bench_gcs(args.gcs_objects)

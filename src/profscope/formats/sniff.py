@@ -37,7 +37,10 @@ KINETO_KEYS = frozenset({
     "roctracer_version",
 })
 
-_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[{}\[\],:]')
+# A string (group 1 set when a ":" follows: an object key) or a bracket. Commas, numbers
+# and literals need no token: in JSON a string followed by ":" is always a key, so long
+# arrays of numbers cost nothing.
+_TOKEN = re.compile(r'"((?:[^"\\]|\\.)*)"(\s*:)?|[{}\[\]]')
 
 
 def _text(head: bytes) -> str:
@@ -53,31 +56,23 @@ def _text(head: bytes) -> str:
 
 
 def _keys(text: str):
-    """(depth, key, container stack) for each object key, depth 1 being the top level."""
+    """(depth, key, container stack) for each object key, depth 1 being the top level;
+    (depth, None, stack) each time a container closes."""
     stack: list[str] = []
-    expect_key = False
     for m in _TOKEN.finditer(text):
-        tok = m.group()
-        c = tok[0]
-        if c == '"':
-            if expect_key:
-                yield len(stack), tok[1:-1], stack
-            expect_key = False
-        elif c == "{" or c == "[":
+        if m.group(2) is not None:
+            yield len(stack), m.group(1), stack
+            continue
+        c = m.group()
+        if c == "{" or c == "[":
             stack.append(c)
-            expect_key = c == "{"
         elif c == "}" or c == "]":
             if not stack:
                 return
             stack.pop()
-            expect_key = False
-            yield len(stack), None, stack  # a container closed
+            yield len(stack), None, stack
             if not stack:
                 return
-        elif c == ",":
-            expect_key = bool(stack) and stack[-1] == "{"
-        else:  # ":"
-            expect_key = False
 
 
 def is_chrome_trace(head: bytes) -> bool:
