@@ -162,3 +162,57 @@ def test_text_only_dump_is_rated_on_what_the_text_says(make_client, tmp_path):
     body = _risk(client, "update").json()
     assert body["peakBytes"] == live == 3208
     assert "HloLiveRange" in body["usage"][0]["detail"] and "before buffer reuse" in body["usage"][0]["detail"]
+
+
+# -- the default module ---------------------------------------------------------------
+
+INIT_AND_STEP = '''
+import sys, jax, jax.numpy as jnp
+
+@jax.jit
+def init(key):
+    # A one-off initialiser whose peak (a 16 MiB draw) is far above the step's.
+    big = jax.random.normal(key, (2048, 2048))
+    return big[:64, :64] * jnp.mean(big)
+
+@jax.jit
+def train_step(w, x):
+    g = jax.grad(lambda w: jnp.sum(jnp.tanh(x @ w) ** 2))(w)
+    return w - 0.1 * g
+
+w = init(jax.random.key(0))
+x = jnp.ones((32, 64))
+train_step(w, x).block_until_ready()
+with jax.profiler.trace(sys.argv[1]):  # init ran before: compiled, listed, not run here
+    for _ in range(20):
+        w = train_step(w, x)
+    w.block_until_ready()
+'''
+
+
+def test_default_module_is_the_one_that_ran_most(make_client, tmp_path):
+    """A fresh JAX CPU profile whose initialiser has the larger compiled peak: the default
+    module is the train step, which ran 20 times (its HLO op events carry hlo_module and
+    program_id), not the largest peak; module_name still picks any module."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "init_and_step.py"
+    script.write_text(INIT_AND_STEP)
+    subprocess.run([sys.executable, str(script), str(tmp_path / "logs")], check=True, timeout=180, capture_output=True,
+                   env={**__import__("os").environ, "JAX_PLATFORMS": "cpu"})
+    client = make_client(tmp_path / "logs")
+    (run,) = client.get("/data/plugin/profile/runs").json()
+    body = _risk(client, run).json()
+    peaks = {m["moduleName"]: m["peakBytes"] for m in body["modules"]}
+    init = next(n for n in peaks if n.startswith("jit_init("))
+    step = next(n for n in peaks if n.startswith("jit_train_step("))
+    assert peaks[init] > 10 * peaks[step]  # the largest peak is the initialiser's
+    assert body["module"] == step and body["peakBytes"] == peaks[step]
+    choice = body["moduleChoice"]
+    assert choice["rule"] == "ran most in the profile" and choice["source"] == "HLO op events" and choice["ps"] > 0
+    # The initialiser's peak is still reported (other_module_peak) and can be asked for.
+    assert "other_module_peak" in {f["id"] for f in body["findings"]}
+    asked = _risk(client, run, module_name=init).json()
+    assert asked["module"] == init and asked["peakBytes"] == peaks[init]
+    assert asked["moduleChoice"] == {"rule": "requested (module_name)"}

@@ -19,6 +19,7 @@ from profscope.formats import (
     xplane,
     xplane_devices,
     xplane_memory,
+    xplane_module_time,
     xplane_trace,
 )
 from profscope.formats import torch_snapshot as torch_snapshot_format
@@ -432,7 +433,7 @@ class Workspace:
         host = params.get("host")
         if run.kind is RunKind.PROFILE and not host and len(run.hosts) > 1:
             return self._oom_risk_every_host(run, params, progress)
-        compiled = allocator = snap_ev = trace_ev = None
+        compiled = allocator = snap_ev = trace_ev = module_choice = None
         modules: list[dict] = []
         devices: list[dict] = []
         trace_devices: list[dict] = []
@@ -451,12 +452,23 @@ class Workspace:
             progress.update(0.0, "ranking the modules by peak")
             modules = self.module_peaks(run) if run.kind is RunKind.PROFILE or run.kind is RunKind.XLA_DUMP else []
             name = params.get("module_name")
+            module_choice = {"rule": "requested (module_name)"} if name else None
             if not name:
-                # The highest peak among modules with a schedule (heap events): a module
-                # without one (jit_stage, broadcast_in_dim) is a single copy or fill.
+                # The module that ran most (total time of its module events in the
+                # profile: what the user means by "the step"), else the highest peak among
+                # modules with a schedule (heap events): a module without one (jit_stage,
+                # broadcast_in_dim) is a single copy or fill.
+                times = self.module_run_times(run, host) if run.kind is RunKind.PROFILE and run.hosts else {}
+                known = {m["moduleName"] for m in modules if not m.get("error")}
+                ran = sorted((t["ps"], k) for k, t in times.items() if k in known and t["ps"] > 0)
                 ranked = [m["moduleName"] for m in modules if not m.get("error") and m.get("heapEvents")]
                 ranked += [m["moduleName"] for m in modules if not m.get("error") and not m.get("heapEvents")]
-                name = ranked[0] if ranked else (self.modules(run) or [None])[0]
+                if ran:
+                    name = ran[-1][1]
+                    module_choice = {"rule": "ran most in the profile", "ps": ran[-1][0], **times[name]}
+                else:
+                    name = ranked[0] if ranked else (self.modules(run) or [None])[0]
+                    module_choice = {"rule": "highest compiled peak (no module events in the profile)"}
             if name:
                 mv = self._payload(run, "memory_viewer", {"module_name": name, **({"host": host} if host else {})})
                 compiled = oom_risk.compiled_evidence(mv, name)
@@ -469,7 +481,8 @@ class Workspace:
                 raise NotFound(f"run {run.name!r} has neither HLO modules nor allocator events to assess")
         return oom_risk.assess(compiled=compiled, allocator=allocator, snapshot=snap_ev, modules=modules,
                                requested=requested, device_name=params.get("device"), devices=devices,
-                               torch_trace=trace_ev, trace_devices=trace_devices, thresholds=thresholds)
+                               torch_trace=trace_ev, trace_devices=trace_devices, thresholds=thresholds,
+                               module_choice=module_choice)
 
     def _oom_risk_every_host(self, run: Run, params: dict, progress) -> dict:
         """A multi-host profile rated by its worst host: the first host alone can miss a
@@ -526,6 +539,21 @@ class Workspace:
                 return xplane_devices.device_capabilities(f, self.logdir.display_path(info.path))
 
         return self.cache.get_or_compute_json(key, f"devices of {info.path}", compute)
+
+    def module_run_times(self, run: Run, host: str | None = None) -> dict[str, dict]:
+        """Total time of each XLA module's events in one host's xplane
+        (formats/xplane_module_time.py), for the OOM-risk default module."""
+        info = run.xplane(host or run.hosts[0])
+        if info is None:
+            return {}
+        key = cache_key("module_run_times", 1, self.logdir.url, info.identity())
+
+        def compute(progress):
+            progress.update(message=f"timing the modules of {info.name}")
+            with self.logdir.open(info.path) as f:
+                return xplane_module_time.module_run_times(f, self.logdir.display_path(info.path))
+
+        return self.cache.get_or_compute_json(key, f"module times of {info.path}", compute)
 
     def trace_device_properties(self, run: Run) -> list[dict]:
         """A PyTorch trace's ``deviceProperties`` (kineto writes ``id``, ``name``,

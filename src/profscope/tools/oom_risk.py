@@ -898,7 +898,7 @@ def assess(*, compiled: dict | None = None, allocator: dict | None = None, snaps
            modules: list[dict] | None = None, requested: dict | None = None, device_name: str | None = None,
            devices: list[dict] | None = None, torch_trace: dict | None = None,
            trace_devices: list[dict] | None = None,
-           thresholds: dict | None = None) -> dict[str, Any]:
+           thresholds: dict | None = None, module_choice: dict | None = None) -> dict[str, Any]:
     """The OOM-risk payload from whatever evidence there is (see the module docstring).
     ``trace_devices``: a PyTorch trace's ``deviceProperties`` (``id``, ``name``,
     ``totalGlobalMem``)."""
@@ -1036,5 +1036,6 @@ def assess(*, compiled: dict | None = None, allocator: dict | None = None, snaps
         "oomEvents": oom_events,
         "modules": mods,
         "module": compiled["moduleName"] if compiled else None,
+        "moduleChoice": module_choice if compiled else None,
         "version": 1,
     }
