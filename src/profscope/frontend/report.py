@@ -188,23 +188,28 @@ def _value(key: str, v) -> str:
         shown = ", ".join(_value(key, x) for x in v[:6])
         return shown + (f", … ({len(v)} values)" if len(v) > 6 else "")
     if isinstance(v, dict):
-        return "(" + evidence_text(v, end="") + ")"
+        return "(" + evidence_text(v, end="", capital=False) + ")"
     return "—" if v is None else str(v)
 
 
-def evidence_text(e: dict, end: str = ".") -> str:
+def evidence_text(e: dict, end: str = ".", capital: bool = True) -> str:
     """A finding's evidence as a sentence ("activation 12.00 MiB (12,582,912 bytes), share
     61.0 %, threshold 50.0 %."), not JSON; ``examples`` are rendered apart."""
+    labels = {_words(k) for k in e}
     parts = []
     for k, v in e.items():
         if k == "examples":
             continue
         label = _words(k)
-        if label.endswith(" bytes") and label != "bytes":
+        # The value already says "bytes"; keep the word where dropping it would make the
+        # label another key's (category vs categoryBytes).
+        if label.endswith(" bytes") and label != "bytes" and label[: -len(" bytes")] not in labels:
             label = label[: -len(" bytes")]
         parts.append(f"{label} {_value(k, v)}")
     text = ", ".join(parts)
-    return (text[:1].upper() + text[1:] + end) if text else ""
+    if not text:
+        return ""
+    return (text[:1].upper() + text[1:] if capital else text) + end
 
 
 def examples_text(e: dict) -> list[str]:
@@ -396,7 +401,7 @@ def render_markdown(reports: list[dict], source: str, refused: list[dict] | None
             lines += ["### Findings", ""]
             for f in r["findings"]:
                 on = f" on {f['host']}" if f.get("host") and r.get("hosts") else ""
-                lines.append(f"- **{f['title']}** ({f['severity']}{on}): {f['message']} {evidence_text(f['evidence'])}".rstrip())
+                lines.append(f"- **{f['title']}** ({f['severity']}{on}): {f['message']} Evidence: {evidence_text(f['evidence'])}".rstrip())
                 lines += [f"  - {x}" for x in examples_text(f["evidence"])]
             lines.append("")
         if r["contributors"]:
