@@ -49,6 +49,10 @@ def _run(server: str, kind: str, contains: str = "") -> dict:
 
 
 def _data(server: str, run: dict) -> dict:
+    """What the page draws: a PyTorch trace's profscope payload (/api/memory_profile),
+    else XProf's memory profile (the data API)."""
+    if run["kind"] == "chrome_trace":
+        return _get_json(server, "/api/memory_profile", run=run["name"])
     params = {"run": run["name"], "tag": "memory_profile"}
     if run["hosts"]:
         params["host"] = run["hosts"][0]

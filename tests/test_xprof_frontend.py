@@ -120,6 +120,20 @@ def demo_xprof(xprof_static_dir, demo_logdir, tmp_path_factory):
         yield url
 
 
+# PyTorch inputs XProf cannot read itself, answered in XProf's memory_profile schema
+# (tools/xprof_memory.py): a CUDA memory snapshot and a PyTorch profiler GPU trace.
+TORCH_INPUTS = (("snapshots", "niu_fwd_bwd_200_mixed.pickle"), ("traces", "tracelens_h100_bert_small.trace.json.gz"))
+
+
+@pytest.fixture(scope="module")
+def torch_xprof(xprof_static_dir, shared_fixtures, tmp_path_factory):
+    logdir = tmp_path_factory.mktemp("torch_logdir")
+    for folder, name in TORCH_INPUTS:
+        shutil.copyfile(shared_fixtures / "public_profiles" / folder / name, logdir / name)
+    with _xprof_server(logdir, tmp_path_factory.mktemp("cache"), xprof_static_dir) as url:
+        yield url
+
+
 @pytest.fixture(scope="module")
 def shared_xprof(xprof_static_dir, shared_fixtures, tmp_path_factory):
     # Copied (7 MB), since the log-directory scan does not follow symlinks; files only,
@@ -393,13 +407,33 @@ MEMORY_PROFILE_CASES = [
     ("shared_xprof", "tf_gpu"),
     ("shared_xprof", "tpu_inference"),
     ("shared_xprof", "mi300_jax08_gemm"),
+    ("torch_xprof", "niu_fwd_bwd_200_mixed.pickle"),
+    ("torch_xprof", "tracelens_h100_bert_small.trace.json.gz"),
 ]
+
+
+def _run_named(server: str, name: str) -> str:
+    """A session run (``<prefix>/<session>``) or a single-file run named ``name``."""
+    runs = _get(server, "runs")
+    return name if name in runs else _run(server, name)
+
+
+def _profscope_peak(server: str, run: str, host: str, allocator: str) -> dict:
+    """What profscope's own API computes for a PyTorch run: peak and capacity."""
+    if run.endswith(".pickle"):
+        with urlopen(f"{server}/api/snapshot/overview?{urlencode({'run': run, 'host': host})}", timeout=300) as res:
+            s = json.loads(res.read())["summary"]
+        return {"peak": s["peak"]["bytes"]}
+    with urlopen(f"{server}/api/memory_profile?{urlencode({'run': run})}", timeout=300) as res:
+        d = next(d for d in json.loads(res.read())["devices"] if d["device"] == allocator)
+    return {"peak": d["summary"]["peakAllocatedBytes"], "capacity": d["summary"]["peakReservedBytes"],
+            "allocations": d["summary"]["numAllocations"], "deallocations": d["summary"]["numDeallocations"]}
 
 
 @pytest.mark.parametrize("server_fixture, run_prefix", MEMORY_PROFILE_CASES, ids=[c[1] for c in MEMORY_PROFILE_CASES])
 def test_memory_profile(request, xprof_page, server_fixture, run_prefix):
     server = request.getfixturevalue(server_fixture)
-    run = _run(server, run_prefix)
+    run = _run_named(server, run_prefix)
     xp = xprof_page(server)
     xp.open("memory_profile", run=run, tag="memory_profile")
     # XProf asks once with host_id=0 before it knows the host, then with its first host.
@@ -424,7 +458,15 @@ def test_memory_profile(request, xprof_page, server_fixture, run_prefix):
     assert f"window {_xprof_bytes(int(peak['peakBytesInUse']))} " in text, text
     assert f"Heap Allocation: {_xprof_bytes(int(peak['heapAllocatedBytes']))} " in text, text
     assert activities.count("ALLOCATION") > 0
-    xp.screenshot(f"memory_profile_{run_prefix}")
+    if server_fixture == "torch_xprof":
+        # The numbers XProf prints are the ones profscope's own API computes.
+        ours = _profscope_peak(server, run, host, allocator)
+        assert int(peak["peakBytesInUse"]) == int(peak["heapAllocatedBytes"]) == ours["peak"]
+        assert f"window {_xprof_bytes(ours['peak'])} " in text, text
+        if "capacity" in ours:
+            assert int(summary["memoryCapacity"]) == ours["capacity"]
+            assert f"#Allocation {ours['allocations']} " in text and f"#Deallocation {ours['deallocations']} " in text
+    xp.screenshot(f"memory_profile_{run_prefix.split('.')[0]}")
 
 
 def test_memory_profile_without_allocator_events(xprof_page, demo_xprof):

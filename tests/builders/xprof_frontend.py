@@ -113,7 +113,7 @@ def xprof_frontend_app(profscope_app, static_dir: Path):
       own routes, e.g. ``/data/plugin/profile/memory_viewer`` on reload): ``index.html``;
     - a static file name at ``/`` or under the prefix: that file (index.html sets
       ``<base href="/data/plugin/profile/">``, so the app asks for them under the prefix);
-    - a data route under the prefix: profscope.
+    - a data route under the prefix, or profscope's own ``/api/...``: profscope.
     Everything else is a 404, as from XProf.
     """
     static_dir = Path(static_dir)
@@ -130,7 +130,9 @@ def xprof_frontend_app(profscope_app, static_dir: Path):
         if rest != "/" and rest.endswith("/"):
             rest = rest[:-1]
         name = rest.lstrip("/")
-        if under_prefix and name in DATA_ROUTES:
+        # profscope's own API too (XProf's page never asks for it): the tests compare
+        # what XProf prints with what profscope computes there.
+        if (under_prefix and name in DATA_ROUTES) or path.startswith("/api/"):
             await profscope_app(scope, receive, send)
             return
         if name in STATIC_FILES:
