@@ -52,7 +52,8 @@ TOOLS: tuple[Tool, ...] = (
         "OOM risk",
         "Peak vs capacity, headroom, and what to cut.",
         frozenset({RunKind.PROFILE, RunKind.XLA_DUMP, RunKind.TORCH_SNAPSHOT, RunKind.CHROME_TRACE}),
-        version=2,  # 2: a multi-host profile is rated by its worst host (hosts, finding.host)
+        version=3,  # 2: a multi-host profile is rated by its worst host (hosts, finding.host);
+        # 3: default module = the one that ran most (moduleChoice)
     ),
 )
 
