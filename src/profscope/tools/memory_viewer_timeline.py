@@ -68,7 +68,8 @@ def render(result: dict, module_name: str, memory_space: int) -> str:
         "<body style=\"font-family: sans-serif; margin: 16px\">"
         f"<h1 style=\"font-size: 18px\">{escape(title)}</h1>"
         f"<p>{escape(summary)}. x: program order (heap-simulator event index); y: offset in the heap. "
-        "Hover a buffer for its name and size.</p>"
+        "Only allocations with a heap-simulator trace are drawn (XProf's buffer blocks); the peak "
+        "also counts long-lived ones (parameters, outputs, constants). Hover a buffer for its name and size.</p>"
         f"<svg id=\"allocation-timeline\" width=\"{w:.0f}\" height=\"{h:.0f}\" viewBox=\"0 0 {w:.0f} {h:.0f}\">"
         + "".join(ticks) + "".join(rects)
         + f'<text x="{MARGIN_L + WIDTH / 2}" y="{h - 6}" text-anchor="middle" font-size="12">program order</text>'

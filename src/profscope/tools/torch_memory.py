@@ -725,5 +725,7 @@ def xprof_memory_profile(payload: dict) -> dict:
         per[dev["device"]] = xm.allocator(
             timeline=timeline,
             peak_stats=peak_stats, peak_time_ps=peak_ps, lifetime_peak=peak,
-            capacity=s["peakReservedBytes"], rows=rows)
+            # Traces without Total Reserved (runningSum accounting) say 0: XProf's capacity
+            # is never below the heap it holds.
+            capacity=max(s["peakReservedBytes"] or 0, peak), rows=rows)
     return xm.answer(per)

@@ -1014,5 +1014,5 @@ def xprof_memory_profile(snap: Snapshot, device, memory_id: str) -> dict:
         timeline=timeline,
         peak_stats=xm.agg(peak_bytes, dv.reserved[pk], peak_bytes),
         peak_time_ps=int(t_ps[pk]), lifetime_peak=int(running[-1]),
-        capacity=int(dv.reserved.max()), rows=rows)
+        capacity=max(int(dv.reserved.max()), peak_bytes), rows=rows)
     return xm.answer({memory_id: per})

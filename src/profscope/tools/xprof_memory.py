@@ -20,9 +20,9 @@ How the allocator's numbers map onto XProf's ``MemoryAggregationStats``:
 * ``fragmentation``: that free share of the reserved bytes (0 when nothing is reserved);
 * ``peakBytesInUse``: the running maximum of the allocated bytes.
 
-``profileSummary.memoryCapacity`` is the largest reserved total (the device's size is
-not recorded in either input; XProf's is stack + heap + free at the peak, which is the
-reserved total there).
+``profileSummary.memoryCapacity`` is the largest reserved total, at least the peak (the
+device's size is not recorded in either input; XProf's is stack + heap + free at the
+peak, which is the reserved total there).
 """
 
 from __future__ import annotations
