@@ -216,3 +216,44 @@ def test_default_module_is_the_one_that_ran_most(make_client, tmp_path):
     asked = _risk(client, run, module_name=init).json()
     assert asked["module"] == init and asked["peakBytes"] == peaks[init]
     assert asked["moduleChoice"] == {"rule": "requested (module_name)"}
+
+
+def test_live_range_file_of_a_fresh_jax_text_dump(make_client, tmp_path):
+    """jax 0.10.2 with --xla_dump_hlo_as_text (no proto) writes ``*-live-range.txt``
+    (HloLiveRange, ``Live ranges at N (peak):``) beside the buffer assignment: its peak is
+    the module's usage, labelled as the logical buffers live at once before reuse."""
+    import os
+    import re
+    import subprocess
+    import sys
+
+    dump = tmp_path / "dump"
+    program = "import jax, jax.numpy as jnp\nprint(jax.jit(lambda x: jnp.tanh(x @ x.T).sum())(jnp.ones((64, 64))))\n"
+    subprocess.run([sys.executable, "-c", program], check=True, timeout=120, capture_output=True,
+                   env={**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": f"--xla_dump_to={dump} --xla_dump_hlo_as_text"})
+    (live_file,) = dump.glob("*jit__lambda*-live-range.txt")
+    assert not list(dump.glob("*.hlo.pb*"))  # text only
+    text = live_file.read_text()
+    block = text.split("(peak):", 1)[1].split("Stack trace", 1)[0]
+    expected = sum(int(b) for b in re.findall(r": (\d+) bytes \(cumulative", block))
+    assert expected == 64 * 64 * 4 + 4  # x (f32[64,64]) and the f32[] result
+    client = make_client(dump)
+    (run,) = client.get("/data/plugin/profile/runs").json()
+    module = next(m for m in client.get("/data/plugin/profile/module_list", params={"run": run}).text.split(",")
+                  if m.startswith("jit__lambda"))
+    body = _risk(client, run, module_name=module).json()
+    assert body["peakBytes"] == expected and body["risk"] == "UNKNOWN"
+    assert "HloLiveRange" in body["usage"][0]["detail"] and "before buffer reuse" in body["usage"][0]["detail"]
+    cats = {c["category"]: c["bytes"] for c in body["contributors"]}
+    assert cats == {"inputs": 64 * 64 * 4, "outputs": 4}  # x is the argument, the sum the output
+    assert _risk(client, run, module_name=module, capacity_bytes=expected).json()["risk"] == "HIGH"
+
+
+def test_live_range_parser_rejects_other_text():
+    from profscope.errors import BadInput
+    from profscope.formats.live_range_text import parse_live_range
+
+    with pytest.raises(BadInput, match="HloLiveRange"):
+        parse_live_range("BufferAssignment:\nallocation 0: size 4\n", "x-live-range.txt")
+    empty = parse_live_range("HloLiveRange (max 0):\n  InstructionSequence:\n  BufferLiveRange:\n", "y")
+    assert empty == {"maxTime": 0, "peakTime": None, "peakValues": [], "peakBytes": 0}

@@ -16,6 +16,7 @@ from profscope.formats import (
     buffer_assignment_text,
     chrome_trace,
     hlo_proto,
+    live_range_text,
     xplane,
     xplane_devices,
     xplane_memory,
@@ -471,6 +472,8 @@ class Workspace:
                     module_choice = {"rule": "highest compiled peak (no module events in the profile)"}
             if name:
                 mv = self._payload(run, "memory_viewer", {"module_name": name, **({"host": host} if host else {})})
+                if mv.get("textOnly") and not mv.get("liveRange"):
+                    mv = {**mv, "liveRange": self._live_range_beside(run, (mv.get("sources") or {}).get("bufferAssignment"))}
                 compiled = oom_risk.compiled_evidence(mv, name)
             if run.kind is RunKind.PROFILE and run.hosts:
                 progress.update(0.6, "reading allocator events")
@@ -539,6 +542,19 @@ class Workspace:
                 return xplane_devices.device_capabilities(f, self.logdir.display_path(info.path))
 
         return self.cache.get_or_compute_json(key, f"devices of {info.path}", compute)
+
+    def _live_range_beside(self, run: Run, buffer_assignment: str | None) -> dict | None:
+        """XLA's ``*-live-range.txt`` next to a module's ``*-buffer-assignment.txt`` (newer
+        XLA writes HloLiveRange there, formats/live_range_text.py), or None."""
+        suffix = "-buffer-assignment.txt"
+        info = next((f for f in run.files if buffer_assignment and f.name == buffer_assignment), None)
+        if info is None or not info.path.endswith(suffix):
+            return None
+        rel = info.path[: -len(suffix)] + "-live-range.txt"
+        if self.logdir.files().get(rel) is None:
+            return None
+        return live_range_text.parse_live_range(self.logdir.read_bytes(rel).decode("utf-8", "replace"),
+                                                self.logdir.display_path(rel))
 
     def module_run_times(self, run: Run, host: str | None = None) -> dict[str, dict]:
         """Total time of each XLA module's events in one host's xplane

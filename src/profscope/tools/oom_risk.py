@@ -12,10 +12,14 @@ The model (``docs/oom_risk.md`` is the long form; every rule there is a rule her
 Capacity, first source that applies wins, and the answer says which (``capacitySource``):
 ``request`` (``capacity_bytes=`` / ``device_memory=`` / ``--device-memory``), ``allocator``
 (memory profile: ``profileSummary.memoryCapacity`` = stack + heap + free bytes of the
-allocator, XProf's ``memory_profile.proto``), ``oom_event`` (PyTorch ``oom`` trace entry:
+allocator, XProf's ``memory_profile.proto``), ``device_plane`` (an xplane device plane's
+``memory_size`` stat), ``trace_device`` (a PyTorch trace's ``deviceProperties``
+``totalGlobalMem``), ``oom_event`` (PyTorch ``oom`` trace entry:
 ``device_free`` + the bytes reserved by the caching allocator at that event: a lower bound
 of the device's memory that this process could have had), ``device_table`` (a known
-device name, :data:`DEVICES`). Otherwise the capacity is unknown and so is the tier
+device name, :data:`DEVICES`). A JAX run on a GPU gets 0.75 of a device plane's or a named
+device's memory (JAX preallocates XLA_PYTHON_CLIENT_MEM_FRACTION = 0.75 by default).
+Otherwise the capacity is unknown and so is the tier
 (``risk`` ``UNKNOWN``) unless an OOM was observed.
 
 Usage (``peakBytes``): the largest of the compiled peak of the chosen module (memory viewer
@@ -403,9 +407,22 @@ def _text_only_evidence(mv: dict, module_name: str) -> dict:
     cats = {"Parameter": "parameters", "Output": "outputs", "Constant": "constants", "Thread-local": "temporaries",
             "Temporary": "temporaries"}
     if live_peak:
+        # A live value is named "<instruction><shape index>" (x.1{}); the buffer assignment
+        # says which allocation (Parameter, Output, ...) holds the value of that name.
+        where = {}
+        for a in mv.get("allocations") or []:
+            for v in a.get("values") or []:
+                where.setdefault(f"{v.get('name')}{v.get('shapeIndex') or ''}", (a.get("category") or "Temporary", v))
         for v in live["peakValues"]:
-            items.append({"category": "unknown", "rule": "a logical buffer live at XLA's live-range peak (HloLiveRange)",
-                          "bytes": int(v["bytes"]), "count": 1, "name": v["name"], "shape": "", "opName": "", "link": link})
+            cat, val = where.get(v["name"], (None, None))
+            if cat == "Parameter":
+                category, rule = classify_argument(v["name"])
+            elif cat:
+                category, rule = cats.get(cat, "temporaries"), f"live at XLA's live-range peak, held by a {cat} allocation"
+            else:
+                category, rule = "unknown", "a logical buffer live at XLA's live-range peak (HloLiveRange), in no allocation"
+            items.append({"category": category, "rule": rule, "bytes": int(v["bytes"]), "count": 1, "name": v["name"],
+                          "shape": (val or {}).get("shape") or "", "opName": "", "link": link})
     else:
         for a in mv.get("allocations") or []:
             cat = a.get("category") or "Temporary"

@@ -1,0 +1,61 @@
+"""XLA's ``*-live-range.txt`` dump: ``HloLiveRange::ToString`` (xla/hlo/analysis/
+hlo_live_range.cc), which newer XLA writes beside ``*-buffer-assignment.txt`` (jax 0.10.2
+does with ``--xla_dump_to=DIR --xla_dump_hlo_as_text``; jax 0.4.x put the same block at the
+end of the buffer-assignment file, parsed by :mod:`profscope.formats.buffer_assignment_text`).
+
+What jax 0.10.2 writes::
+
+    HloLiveRange (max 2):
+      InstructionSequence:
+        0:x.1
+        1:ynn_fusion
+      BufferLiveRange:
+        x.1{}:0-2
+      Live ranges at 1 (peak):
+        x.1{}: 16384 bytes (cumulative: 16384 bytes)
+        ynn_fusion{}: 4 bytes (cumulative: 16388 bytes)
+      Stack trace breakdown for peak usage: 16 388 bytes
+        main.2 (100.0%, total: 16 388 bytes, ...)
+
+The peak is the set of logical buffers (HloValues) live at one point of the schedule:
+the sum of their sizes is what would be live at once *before* buffer assignment lets
+values share an allocation, not the heap simulator's planned peak.
+"""
+
+from __future__ import annotations
+
+import re
+
+from profscope.errors import BadInput
+
+__all__ = ["parse_live_range"]
+
+_HEADER = re.compile(r"^HloLiveRange \(max (\d+)\):\s*$")
+_PEAK = re.compile(r"^\s+Live ranges at (\d+) \(peak\):\s*$")
+_VALUE = re.compile(r"^\s+(\S.*?): (\d+) bytes(?: \(cumulative: (\d+) bytes\))?\s*$")
+
+
+def parse_live_range(text: str, path: str) -> dict:
+    """``{"maxTime", "peakTime", "peakValues": [{"name", "bytes"}], "peakBytes"}``;
+    ``peakTime`` None and no values when the file has no peak block. Raises BadInput
+    naming ``path`` when the text is not an ``HloLiveRange`` dump."""
+    lines = text.splitlines()
+    first = next((ln for ln in lines if ln.strip()), "")
+    m = _HEADER.match(first)
+    if not m:
+        raise BadInput(f"not an XLA live-range dump: expected 'HloLiveRange (max N):', found {first[:80]!r}", file=path)
+    out: dict = {"maxTime": int(m.group(1)), "peakTime": None, "peakValues": [], "peakBytes": 0}
+    in_peak = False
+    for ln in lines:
+        pm = _PEAK.match(ln)
+        if pm:
+            out["peakTime"], in_peak = int(pm.group(1)), True
+            continue
+        if not in_peak:
+            continue
+        vm = _VALUE.match(ln)
+        if not vm or ln.lstrip().startswith("Stack trace"):
+            break  # the block ends at the stack-trace breakdown (or anything else)
+        out["peakValues"].append({"name": vm.group(1), "bytes": int(vm.group(2))})
+    out["peakBytes"] = sum(v["bytes"] for v in out["peakValues"])
+    return out
