@@ -65,8 +65,9 @@ KNOWN_XPROF_ERRORS = (
 EMPTY_MEMORY_PROFILE_ERROR = re.compile(
     r"^XProf Error: TypeError: Cannot read properties of undefined \(reading 'sampledTimelineSnapshots'\)")
 
-# The real accelerator profiles served to XProf's page (tpu_inference_corrupt is left
-# out: XProf's page opens on the first run in the list, which would then be a 422).
+# The real accelerator profiles served to XProf's page (tpu_inference_corrupt has its own
+# log directory: XProf's page opens on the first run in the list, which it would be;
+# test_start_up_on_an_unreadable_run).
 SHARED_PROFILES = ("tf_gpu", "tpu_inference", "mi300_jax08_gemm")
 
 LOAD_TIMEOUT_MS = 120_000  # the first request of a run converts its profile
@@ -398,6 +399,38 @@ def test_memory_viewer(request, xprof_page, server_fixture, run_prefix):
         assert f"{_to_fixed(answer['entryComputationParametersMib'], 2)} MiB total argument size" in text
     assert answer["peakHeapMib"] > 0
     xp.screenshot(f"memory_viewer_{run_prefix}")
+
+
+@pytest.fixture(scope="module")
+def corrupt_first_xprof(xprof_static_dir, shared_fixtures, tmp_path_factory):
+    """A log directory whose first run (XProf's page opens on it) cannot be read."""
+    logdir = tmp_path_factory.mktemp("corrupt_logdir")
+    for name in ("tpu_inference_corrupt", "mi300_jax08_gemm"):
+        src = shared_fixtures / "public_profiles" / "xplane" / name
+        for f in src.rglob("*"):
+            if f.is_file():
+                dest = logdir / name / f.relative_to(src)
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(f, dest)
+    with _xprof_server(logdir, tmp_path_factory.mktemp("cache"), xprof_static_dir) as url:
+        yield url
+
+
+def test_start_up_on_an_unreadable_run(xprof_page, corrupt_first_xprof):
+    """XProf's page lists the tools of the first run at start-up: for a corrupt xplane
+    profscope answers as XProf does (200, no tool), so the page loads and still offers
+    the other sessions."""
+    server = corrupt_first_xprof
+    runs = _get(server, "runs")
+    assert runs[0].startswith("tpu_inference_corrupt/") and len(runs) == 2
+    assert _get(server, "run_tools", run=runs[0]) == []
+    xp = xprof_page(server)
+    with xp.page.expect_response(lambda r: f"{PREFIX}/run_tools?" in r.url, timeout=LOAD_TIMEOUT_MS) as first:
+        xp.page.goto(f"{server}/")
+    assert first.value.status == 200 and first.value.json() == []
+    xp.page.get_by_text("Sessions (2)").wait_for(timeout=LOAD_TIMEOUT_MS)
+    xp.page.get_by_text("Tools (0)").wait_for(timeout=LOAD_TIMEOUT_MS)
+    xp.screenshot("start_up_corrupt_first")
 
 
 def test_memory_allocation_timeline_page(xprof_page, demo_xprof):
