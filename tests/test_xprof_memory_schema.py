@@ -145,6 +145,8 @@ def test_snapshot_numbers_are_profscopes(client):
 def test_trace_numbers_are_profscopes(client):
     run = _run(client, TRACE)
     assert _get(client, "hosts", run=run, tag="memory_profile").json() == [{"hostname": TRACE}]
+    bad = _get(client, "data", run=run, tag="memory_profile", host="other.trace.json")
+    assert bad.status_code == 404 and TRACE in bad.json()["error"]
     answer = _xprof_answer(client, run)
     native = client.get("/api/memory_profile", params={"run": run}).json()
     devices = {d["device"]: d for d in native["devices"]}

@@ -63,6 +63,12 @@ def router(ws: Workspace) -> APIRouter:
         q = request.query_params
         return ws.run(q.get("run"), session_path=q.get("session_path"), run_path=q.get("run_path"))
 
+    def trace_hosts(run) -> list[str]:
+        """A Chrome-trace run's hosts: XProf's page needs one to select before it asks for
+        data; a trace is named by its file, as the trace viewer names it
+        (Workspace.trace_sources)."""
+        return [h for h, _ in ws.trace_sources(run)] if run.kind is RunKind.CHROME_TRACE else []
+
     @r.get("/runs")
     def runs(request: Request) -> Response:
         q = request.query_params
@@ -86,12 +92,7 @@ def router(ws: Workspace) -> APIRouter:
     @r.get("/hosts")
     def hosts(request: Request) -> Response:
         run = scoped_run(request)
-        hosts = ws.hosts(run)
-        if not hosts and run.kind is RunKind.CHROME_TRACE:
-            # XProf's page needs a host to select before it asks for data: a trace is
-            # named by its file, as the trace viewer names it (Workspace.trace_sources).
-            hosts = [h for h, _ in ws.trace_sources(run)]
-        hosts = hosts_for_tool(hosts, request.query_params.get("tag"))
+        hosts = hosts_for_tool(trace_hosts(run) or ws.hosts(run), request.query_params.get("tag"))
         return json_response([{"hostname": h} for h in hosts])
 
     @r.get("/module_list")
@@ -108,8 +109,9 @@ def router(ws: Workspace) -> APIRouter:
         run = scoped_run(request)
         tool = ws.tool(request.query_params.get("tag"), run)
         host = request.query_params.get("host")
-        if host and run.hosts and host not in run.hosts:
-            raise NotFound(f"run {run.name!r} has no host {host!r}; hosts: {', '.join(run.hosts)}")
+        known = run.hosts or trace_hosts(run)
+        if host and known and host not in known:
+            raise NotFound(f"run {run.name!r} has no host {host!r}; hosts: {', '.join(known)}")
         if tool.name == "trace_viewer@":
             # Answered from the trace index per window (start_time_ms, end_time_ms,
             # resolution), never cached per window.
