@@ -104,6 +104,8 @@ minus ``liveBytesAtStart``), and only the ``stepGrowth`` hint (from live bytes) 
 
 from __future__ import annotations
 
+import bisect
+
 import numpy as np
 
 from profscope.formats.chrome_trace import DEVICE_TYPES, MemoryEvents, MemoryTimeline
@@ -700,13 +702,20 @@ def xprof_memory_profile(payload: dict) -> dict:
         tl, s = dev["timeline"], dev["summary"]
         strings = tl.get("strings", [])
         running = np.maximum.accumulate(np.asarray(tl["allocatedBytes"], np.int64)) if tl["allocatedBytes"] else []
+        # stepId: the ProfilerStep#N a point falls in (the last one started before it; 0
+        # before the first). XProf's page warns "Steps may be incomplete" when the last
+        # sampled snapshot's step is below 1.
+        step_start = [st["startMs"] for st in dev.get("steps") or []]
+        step_no = [st["step"] for st in dev.get("steps") or []]
         timeline = []
         for i in xm.sample(np.asarray(tl["allocatedBytes"], np.int64)).tolist():
             op = tl["op"][i]
             module = tl["module"][i]
             size = int(tl["eventBytes"][i])
+            k = bisect.bisect_right(step_start, tl["timeMs"][i]) - 1
             meta = xm.activity("ALLOCATION" if size > 0 else "DEALLOCATION", size,
-                               op=strings[op] if op >= 0 else "", region=strings[module] if module >= 0 else "")
+                               op=strings[op] if op >= 0 else "", region=strings[module] if module >= 0 else "",
+                               step=step_no[k] if k >= 0 else 0)
             timeline.append(xm.snapshot(round(tl["timeMs"][i] * 1e9),
                                         xm.agg(tl["allocatedBytes"][i], tl["reservedBytes"][i], running[i]), meta))
         pk, bd = dev["peak"] or {}, dev["breakdownAtPeak"] or {}
