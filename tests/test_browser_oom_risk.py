@@ -130,3 +130,37 @@ def test_html_report_offline_shows_its_charts(programs, tmp_path, open_page):  #
         assert s.locator("svg.modules rect").count() >= 1
     page.screenshot(path=str(ARTIFACTS / "oom_report.png"), full_page=True)
     sections.nth(0).screenshot(path=str(ARTIFACTS / "oom_report_first_run.png"))
+
+
+@pytest.fixture(scope="module")
+def public_server(shared_fixtures, tmp_path_factory):
+    with profscope_server("serve", str(shared_fixtures / "public_profiles"), "--port", "0", "--cache-dir",
+                          str(tmp_path_factory.mktemp("cache"))) as (url, _):
+        yield url
+
+
+def test_multi_host_page_shows_every_host_and_why_its_module(public_server, open_page):
+    """tf_gpu (two hosts): the run is rated by its worst host, every host is a row that
+    opens that host; a JAX ROCm profile says why its module was the one assessed."""
+    run = "xplane/tf_gpu/GPU-multi-worker"
+    api = _api(public_server, run=run)
+    page = open_page(public_server)
+    page.goto(_url(public_server, run=run, tool="oom_risk"))
+    page.wait_for_selector("#oom-hosts")
+    rows = page.locator("#oom-hosts tbody tr")
+    assert rows.count() == len(api["hosts"]) == 2
+    assert api["host"] in page.inner_text("#oom-host") and "worst" in page.inner_text("#oom-host")
+    assert page.inner_text("#oom-risk") == api["risk"]
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "oom_risk_hosts.png"), full_page=True)
+    other = api["hosts"][1]["host"]
+    rows.nth(1).locator("a").click()
+    page.wait_for_function(f"() => new URLSearchParams(location.search).get('host') === {json.dumps(other)}")
+    page.wait_for_selector("#oom-risk")
+
+    run = "xplane/mi300_jax08_gemm/jax08_gemm"
+    api = _api(public_server, run=run)
+    page.goto(_url(public_server, run=run, tool="oom_risk"))
+    page.wait_for_selector("#oom-module")
+    assert api["moduleChoice"]["rule"] in page.inner_text("#oom-module")
+    assert api["module"] in page.inner_text("#oom-module")

@@ -14,7 +14,7 @@
   const CATEGORY_COLORS = {
     parameters: "#4e79a7", optimizer_state: "#b07aa1", gradients: "#e15759", activations: "#f28e2b",
     inputs: "#76b7b2", outputs: "#59a14f", temporaries: "#edc948", constants: "#9c755f",
-    small: "#c9c3bf", allocator_reserve: "#d5d9e0", unknown: "#8c8c8c",
+    small: "#c9c3bf", allocator_reserve: "#d5d9e0", allocated_before: "#86bcb6", unknown: "#8c8c8c",
   };
   const pct = (x) => (x === null || x === undefined ? "—" : `${(100 * x).toFixed(x < 0.001 && x > 0 ? 3 : 1)} %`);
   const n = (v) => (v === null || v === undefined ? "—" : Number(v).toLocaleString("en-US"));
@@ -65,6 +65,8 @@
     root.append(...[
       headline(data),
       tiles(data),
+      (data.hosts || []).length > 1 ? el("h2", {}, `Hosts (${data.hosts.length})`) : null,
+      hostTable(data),
       el("div", { class: "oom-gauge", id: "oom-gauge" }),
       el("h2", {}, `Findings (${data.findings.length})`), findings(data),
       el("h2", {}, "Contributors at the peak"),
@@ -94,7 +96,36 @@
     return el("div", { class: "oom-headline", id: "oom-headline" },
       el("span", { class: "oom-risk", id: "oom-risk", style: `background:${RISK_COLORS[d.risk]}` }, d.risk),
       el("span", { class: "oom-reason" }, d.reason),
-      d.module ? el("span", { class: "muted small" }, "module ", el("code", {}, d.module)) : null);
+      d.module ? el("span", { class: "muted small", id: "oom-module", title: moduleWhy(d) }, "module ", el("code", {}, d.module),
+        d.moduleChoice ? ` · ${d.moduleChoice.rule}` : "") : null,
+      d.host && (d.hosts || []).length > 1 ? el("span", { class: "muted small", id: "oom-host" }, "host ", el("code", {}, d.host),
+        readState().host ? "" : " (the worst of the run's hosts)") : null);
+  }
+
+  // Why this module was assessed (tools/oom_risk.py's moduleChoice): the one that ran
+  // most in the profile, else the largest peak.
+  function moduleWhy(d) {
+    const c = d.moduleChoice;
+    if (!c) return "";
+    const ms = c.ps ? ` (${(c.ps / 1e9).toFixed(3)} ms over ${n(c.events)} ${c.source || "events"})` : "";
+    return `Assessed because it ${c.rule}${ms}; pick another in the module table below.`;
+  }
+
+  // A multi-host run is rated by its worst host; each host's verdict, one click to it.
+  function hostTable(d) {
+    const hosts = d.hosts || [];
+    if (hosts.length < 2) return null;
+    return el("table", { class: "oom-table", id: "oom-hosts" },
+      el("thead", {}, el("tr", {}, ...["host", "risk", "peak", "capacity", "source", "utilization", "findings"]
+        .map((h, i) => el("th", { class: i >= 2 && i !== 4 ? "num" : "" }, h)))),
+      el("tbody", {}, hosts.map((h) => el("tr", { class: h.host === d.host ? "selected" : "" },
+        el("td", {}, el("a", { href: stateUrl({ ...readState(), host: h.host }), onclick: (e) => { e.preventDefault(); go({ ...readState(), host: h.host }); } }, h.host)),
+        el("td", {}, h.risk ? el("span", { class: "oom-risk small", style: `background:${RISK_COLORS[h.risk] || RISK_COLORS.UNKNOWN}` }, h.risk) : (h.error || h.problem || "—")),
+        el("td", { class: "num" }, h.peakBytes === undefined || h.peakBytes === null ? "—" : fmtBytes(h.peakBytes)),
+        el("td", { class: "num" }, h.capacityBytes === undefined || h.capacityBytes === null ? "—" : fmtBytes(h.capacityBytes)),
+        el("td", {}, h.capacitySource || "—"),
+        el("td", { class: "num" }, pct(h.utilization)),
+        el("td", { class: "num" }, n((h.findings || []).length))))));
   }
 
   function tiles(d) {
@@ -182,7 +213,13 @@
         el("td", { class: "num", title: `${n(c.bytes)} bytes` }, fmtBytes(c.bytes)), el("td", { class: "num" }, pct(c.share)),
         el("td", { class: "num" }, n(c.count)),
         el("td", {}, c.items.slice(0, 3).flatMap((it, i) => [i ? el("br") : null, linkTo(it.link, it.name), " ", el("span", { class: "muted" }, fmtBytes(it.bytes))])),
-        el("td", { class: "muted small" }, c.rules.join("; "))))));
+        el("td", { class: "muted small", title: c.rules.length > 3 ? c.rules.join("\n") : null }, ruleText(c.rules))))));
+  }
+
+  // A category's matching rules: a TF profile's gradient rule names each op it matched,
+  // dozens of them; three are shown, the rest counted (all in the tooltip).
+  function ruleText(rules) {
+    return rules.length > 3 ? `${rules.slice(0, 3).join("; ")}; … and ${rules.length - 3} more` : rules.join("; ");
   }
 
   function moduleTable(d, state) {
