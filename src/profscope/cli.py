@@ -22,7 +22,8 @@ profscope: a self-hosted profile viewer for ML workloads (XProf-compatible).
 Point it at a log directory -- a local folder or a gs:// bucket -- holding JAX/TF
 profiles (plugins/profile/<session>/<host>.xplane.pb), XLA dumps (*.hlo.pb,
 *-buffer-assignment.txt), PyTorch memory snapshots (*.pickle) or Chrome traces
-(*.trace.json.gz), and open the printed URL in a browser.
+(*.trace.json[.gz], or any *.json[.gz] that starts like one), and open the printed URL
+in a browser.
 
 examples:
   profscope ~/logs                      serve a folder at http://127.0.0.1:8791/
