@@ -115,6 +115,18 @@ def _xprof_server(logdir: Path, cache: Path, static_dir: Path):
         yield url
 
 
+def _copy_profiles(shared_fixtures: Path, names, logdir: Path) -> None:
+    """The named public xplane folders copied into ``logdir``: files only, without the
+    fixtures' read-only modes (the log-directory scan does not follow symlinks)."""
+    for name in names:
+        src = shared_fixtures / "public_profiles" / "xplane" / name
+        for f in src.rglob("*"):
+            if f.is_file():
+                dest = logdir / name / f.relative_to(src)
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(f, dest)
+
+
 @pytest.fixture(scope="module")
 def demo_xprof(xprof_static_dir, demo_logdir, tmp_path_factory):
     with _xprof_server(demo_logdir, tmp_path_factory.mktemp("cache"), xprof_static_dir) as url:
@@ -137,16 +149,9 @@ def torch_xprof(xprof_static_dir, shared_fixtures, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def shared_xprof(xprof_static_dir, shared_fixtures, tmp_path_factory):
-    # Copied (7 MB), since the log-directory scan does not follow symlinks; files only,
-    # without the fixtures' read-only modes.
+    # copied (7 MB): see _copy_profiles
     logdir = tmp_path_factory.mktemp("shared_logdir")
-    for name in SHARED_PROFILES:
-        src = shared_fixtures / "public_profiles" / "xplane" / name
-        for f in src.rglob("*"):
-            if f.is_file():
-                dest = logdir / name / f.relative_to(src)
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(f, dest)
+    _copy_profiles(shared_fixtures, SHARED_PROFILES, logdir)
     with _xprof_server(logdir, tmp_path_factory.mktemp("cache"), xprof_static_dir) as url:
         yield url
 
@@ -405,13 +410,7 @@ def test_memory_viewer(request, xprof_page, server_fixture, run_prefix):
 def corrupt_first_xprof(xprof_static_dir, shared_fixtures, tmp_path_factory):
     """A log directory whose first run (XProf's page opens on it) cannot be read."""
     logdir = tmp_path_factory.mktemp("corrupt_logdir")
-    for name in ("tpu_inference_corrupt", "mi300_jax08_gemm"):
-        src = shared_fixtures / "public_profiles" / "xplane" / name
-        for f in src.rglob("*"):
-            if f.is_file():
-                dest = logdir / name / f.relative_to(src)
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(f, dest)
+    _copy_profiles(shared_fixtures, ("tpu_inference_corrupt", "mi300_jax08_gemm"), logdir)
     with _xprof_server(logdir, tmp_path_factory.mktemp("cache"), xprof_static_dir) as url:
         yield url
 

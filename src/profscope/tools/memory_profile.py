@@ -261,7 +261,7 @@ def _agg_json(stack, heap, free, frag, peak) -> dict:
     }
 
 
-def _meta_json(activity: int, requested, alloc, address, tf_op: str, step, region: str, dtype: str,
+def activity_metadata(activity: int, requested, alloc, address, tf_op: str, step, region: str, dtype: str,
                shape: str) -> dict:
     return {
         "memoryActivity": {1: "ALLOCATION", 2: "DEALLOCATION"}.get(int(activity), "UNKNOWN_ACTIVITY"),
@@ -295,7 +295,7 @@ class _Allocator:
         return {
             "timeOffsetPs": str(int(c.time[i])),
             "aggregationStats": _agg_json(c.stack[i], c.heap[i], c.free[i], c.frag[i], c.peak_in_use[i]),
-            "activityMetadata": _meta_json(c.kind[i], c.requested[i], c.alloc_bytes[i], c.address[i],
+            "activityMetadata": activity_metadata(c.kind[i], c.requested[i], c.alloc_bytes[i], c.address[i],
                                            s[c.tf_op[i]], c.step[i], s[c.region[i]],
                                            self.dtype_name(c.dtype[i]), s[c.shape[i]]),
         }
@@ -384,7 +384,7 @@ class _Allocator:
                                      (stack, "stack", "stack")):
             if amount > 0:
                 special_index -= 1
-                specials.append(_meta_json(xm.ALLOCATION, amount, amount, 0, name, peak_step, region,
+                specials.append(activity_metadata(xm.ALLOCATION, amount, amount, 0, name, peak_step, region,
                                            xm.data_type_name(0), "unknown"))
                 entries.append(((-amount, -amount, name, region, xm.data_type_name(0), "unknown"),
                                 special_index))

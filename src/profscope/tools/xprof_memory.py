@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from profscope.tools.memory_profile import activity_metadata
+
 # ``SampleMemoryProfileTimeline``'s max_num_snapshots (xplane_to_memory_profile.cc).
 MAX_TIMELINE_SNAPSHOTS = 1000
 
@@ -57,17 +59,8 @@ def activity(kind: str, size: int, *, address: int = 0, op: str = "", region: st
              dtype: str = "INVALID", shape: str = "", step: int = 0) -> dict:
     """``MemoryActivityMetadata``; ``kind`` is a ``MemoryActivity`` enum name."""
     size = abs(int(size))
-    return {
-        "memoryActivity": kind,
-        "requestedBytes": str(size),
-        "allocationBytes": str(size),
-        "address": str(int(address)),
-        "tfOpName": op,
-        "stepId": str(int(step)),
-        "regionType": region,
-        "dataType": dtype,
-        "tensorShape": shape,
-    }
+    code = {"ALLOCATION": 1, "DEALLOCATION": 2}.get(kind, 0)  # the enum's numbers
+    return activity_metadata(code, size, size, address, op, step, region, dtype, shape)
 
 
 def snapshot(time_ps: int, stats: dict, meta: dict) -> dict:
