@@ -164,12 +164,7 @@ class ZoomLevels:
                 row = rows[t] = [[], None]
             stack = row[0]
             n = len(stack)
-            if n == 0 or stack[0] <= b:
-                depth = 0
-            else:
-                depth = 1
-                while depth < n and stack[depth] > b:
-                    depth += 1
+            depth = _depth(stack, b)  # few flow slices: a call is cheap here
             if lv[i] < k:  # SetVisibleAtResolution
                 if end_flow:
                     flows.pop(fid, None)
