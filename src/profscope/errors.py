@@ -39,3 +39,17 @@ class BadInput(ProfscopeError):
     """A file exists but cannot be read as what it claims to be (truncated, corrupt)."""
 
     status = 422
+
+
+class TooLarge(BadInput):
+    """A file would cost more than profscope spends on one input: bytes decompressed, the
+    bytes of one field, nesting depth, objects expanded from shared references, entries.
+    The message names the file and the limit (and how to raise it, where it can be)."""
+
+    status = 413
+
+
+class CacheFull(ProfscopeError):
+    """The cache folder's disk is full (or its quota reached): nothing can be converted."""
+
+    status = 507
