@@ -6,6 +6,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from profscope.forksafe import renew_locks_after_fork
+
 
 @dataclass
 class Progress:
@@ -56,6 +58,7 @@ class ProgressBoard:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._jobs: dict[str, Progress] = {}
+        renew_locks_after_fork(self, "_lock")
 
     def start(self, key: str, label: str) -> Progress:
         with self._lock:

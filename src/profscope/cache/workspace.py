@@ -12,6 +12,7 @@ from pathlib import Path
 
 from profscope.cache.store import DiskCache, cache_key
 from profscope.errors import BadRequest, NotFound, ProfscopeError
+from profscope.forksafe import renew_locks_after_fork
 from profscope.formats import (
     buffer_assignment_text,
     chrome_trace,
@@ -83,6 +84,7 @@ class Workspace:
         self._snapshots: OrderedDict[str, torch_snapshot_format.Snapshot] = OrderedDict()
         self._snapshots_lock = threading.Lock()
         self._trace_indexes = trace_viewer.IndexCache()
+        renew_locks_after_fork(self, "_snapshots_lock")
 
     # -- runs ----------------------------------------------------------------------------
 

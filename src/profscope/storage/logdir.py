@@ -20,6 +20,7 @@ from typing import IO, Any, Callable
 import fsspec
 
 from profscope.errors import BadRequest, NotFound
+from profscope.forksafe import renew_after_fork
 
 _DRIVE = re.compile(r"^[A-Za-z]:")
 MAX_NOTES = 200_000
@@ -114,15 +115,28 @@ class LogDir:
     def __init__(self, url: str, *, storage_options: dict | None = None, listing_ttl: float = 5.0):
         self.url = url
         self.protocol, self.root = _split_url(url)
-        if self.protocol == "gcs":
-            self.fs = _gcs_filesystem(storage_options or {})
-        else:
-            self.fs = fsspec.filesystem(self.protocol, **(storage_options or {}))
+        self._storage_options = dict(storage_options or {})
+        self.fs = self._filesystem()
         self.listing_ttl = listing_ttl
         self._lock = threading.Lock()
         self._listing: Listing | None = None
         self._listed_at = 0.0
         self._notes: dict = {}
+        renew_after_fork(self, LogDir._after_fork)
+
+    def _filesystem(self):
+        if self.protocol == "gcs":
+            return _gcs_filesystem(self._storage_options)
+        return fsspec.filesystem(self.protocol, **self._storage_options)
+
+    def _after_fork(self) -> None:
+        # In a conversion worker (cache/worker.py): gcsfs runs on an event-loop thread
+        # that a fork does not copy (fsspec refuses: "This class is not fork-safe"), so
+        # the child opens its own client; the listing lock may have been held by
+        # another thread.
+        self._lock = threading.Lock()
+        if self.protocol == "gcs":
+            self.fs = self._filesystem()
 
     def __repr__(self) -> str:
         return f"LogDir({self.url!r})"

@@ -49,6 +49,7 @@ import numpy as np
 import orjson
 
 from profscope.errors import BadRequest, NotFound
+from profscope.forksafe import renew_locks_after_fork
 from profscope.formats import xplane_trace
 from profscope.formats.trace_events import FLOW_END, FLOW_MID, FLOW_START, FlowEvents, TraceEvents
 from profscope.tools import trace_visibility as tv
@@ -1334,6 +1335,7 @@ class IndexCache:
         self.size = size
         self._open: OrderedDict[str, TraceIndex] = OrderedDict()
         self._lock = threading.Lock()
+        renew_locks_after_fork(self, "_lock")
 
     def get(self, folder: Path) -> TraceIndex:
         key = os.fspath(folder)

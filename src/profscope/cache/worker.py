@@ -1,0 +1,321 @@
+"""Conversions in forked worker processes, with a memory limit and admission control.
+
+A conversion reads a user's file, and a hostile or broken one may make a reader allocate
+gigabytes (a gzip bomb, a pickle of shared references) or crash in C code (protobuf's
+parser failing to allocate). The readers refuse what they can recognise cheaply (their
+budgets, :class:`profscope.errors.TooLarge`); this module is the backstop that keeps the
+server itself out of reach, so one session's file never costs another session its
+answers:
+
+* each conversion runs in a child forked from the server: it inherits the workspace
+  (no pickling of closures, nothing to import again), sends its progress and its result
+  (bytes) back over a pipe and ends with ``os._exit``;
+* the child's address space is capped (``RLIMIT_AS``: its size at the fork plus the
+  memory limit) and its CPU time too (``RLIMIT_CPU``); an allocation beyond the cap is a
+  ``MemoryError`` in Python or kills the child in C code, and either way the request gets
+  a 413 naming the limit, while the server's memory does not move;
+* the child runs at a lower priority (``nice``), so the server's own threads, answering
+  other sessions from the cache, come first on a busy machine;
+* at most ``concurrency`` children run at once (a semaphore); a conversion waiting for a
+  slot shows "queued" in the progress board;
+* what a child itself converts (a tool reading another tool's cached payload) runs in
+  that child, inline.
+
+Without ``os.fork`` (or with ``PROFSCOPE_WORKERS=0``) conversions run in the calling
+thread, as before.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import resource
+import select
+import signal
+import struct
+import sys
+import threading
+import time
+import traceback
+from typing import Callable
+
+import orjson
+
+from profscope import errors
+from profscope.cache.progress import Progress, ProgressBoard
+from profscope.errors import BadInput, ProfscopeError, TooLarge
+
+log = logging.getLogger("profscope.worker")
+
+# True in a worker child: nested conversions run inline (a child never forks again, and
+# never waits for a slot its parent holds).
+_IN_WORKER = False
+
+# Frames on the pipe: one type byte, an 8-byte length, the payload.
+_HEAD = struct.Struct("<cQ")
+_PROGRESS, _RESULT, _ERROR, _BUG, _MEMORY = b"P", b"R", b"E", b"B", b"M"
+# A child sends progress at most this often (a reader reports every few MiB).
+PROGRESS_INTERVAL_S = 0.1
+# What the child's nice value is raised by.
+NICE = 10
+
+_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6, "mb": 10**6, "mib": 2**20,
+          "g": 10**9, "gb": 10**9, "gib": 2**30, "t": 10**12, "tb": 10**12, "tib": 2**40}
+
+
+def parse_size(text: str | int | None, what: str) -> int | None:
+    """``"4GiB"``, ``"500MB"``, ``"2g"``, ``"17179869184"`` as bytes; None/``""`` → None."""
+    if text is None or text == "":
+        return None
+    if isinstance(text, int):
+        return text
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*", str(text))
+    if not m or m.group(2).lower() not in _UNITS:
+        raise errors.BadRequest(f"{what}: {text!r} is not a size (e.g. 4GiB, 500MB, 2000000000)")
+    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+
+
+def default_memory_limit() -> int:
+    """Half of the machine's memory, at least 2 GiB: a 225 MB profile converts in about
+    1.1 GB (5x the file, docs/performance.md), a 1 GB snapshot in about 3 GB, so real
+    files fit on any machine that can hold them, and a runaway child leaves the other
+    half to the server and the rest of the machine."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        total = 8 << 30
+    return max(2 << 30, total // 2)
+
+
+def default_concurrency() -> int:
+    """Half the cores, at least 2 (one long conversion must not queue every small one)."""
+    return max(2, min(8, (os.cpu_count() or 2) // 2))
+
+
+def _fmt_bytes(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
+
+
+class WorkerPool:
+    """Runs conversions in forked children (see the module docstring)."""
+
+    def __init__(self, memory_limit: int | None = None, concurrency: int | None = None,
+                 cpu_seconds: int | None = None, enabled: bool | None = None):
+        env = os.environ
+        if enabled is None:
+            enabled = env.get("PROFSCOPE_WORKERS", "1") not in ("0", "off", "no", "false")
+        self.enabled = enabled and hasattr(os, "fork")
+        self.memory_limit = memory_limit or parse_size(env.get("PROFSCOPE_WORKER_MEMORY"), "PROFSCOPE_WORKER_MEMORY") \
+            or default_memory_limit()
+        self.concurrency = concurrency or int(env.get("PROFSCOPE_WORKER_CONCURRENCY") or 0) or default_concurrency()
+        # CPU seconds one conversion may use: far beyond a real file (a 1 GB snapshot
+        # takes about a minute), so only a reader stuck in a loop reaches it.
+        self.cpu_seconds = cpu_seconds or int(env.get("PROFSCOPE_WORKER_CPU_SECONDS") or 0) or 3600
+        self._slots = threading.BoundedSemaphore(self.concurrency)
+        self.stats = {"runs": 0, "failed": 0, "killed": 0, "peakRssBytes": 0, "running": 0, "queued": 0}
+        self._stats_lock = threading.Lock()
+
+    def describe(self) -> str:
+        if not self.enabled:
+            return "in-process (no worker processes)"
+        return (f"{self.concurrency} worker process(es) at once, {_fmt_bytes(self.memory_limit)} of memory "
+                f"and {self.cpu_seconds} s of CPU each")
+
+    def run(self, fn: Callable[[Progress], bytes | None], job: Progress, board: ProgressBoard) -> bytes | None:
+        """``fn(job)`` in a worker child; its bytes (or None) back here, its
+        ProfscopeError raised here as the same class."""
+        if not self.enabled or _IN_WORKER:
+            return fn(job)
+        self._count("queued", 1)
+        if not self._slots.acquire(blocking=False):
+            job.update(message="queued: waiting for a free worker")
+            self._slots.acquire()
+        self._count("queued", -1)
+        self._count("running", 1)
+        try:
+            return self._fork(fn, job, board)
+        finally:
+            self._count("running", -1)
+            self._slots.release()
+
+    def _count(self, name: str, delta: int) -> None:
+        with self._stats_lock:
+            self.stats[name] += delta
+
+    # -- the parent side -----------------------------------------------------------------
+
+    def _fork(self, fn, job: Progress, board: ProgressBoard) -> bytes | None:
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: never returns
+            os.close(r)
+            _child(fn, job, board, w, self.memory_limit, self.cpu_seconds)
+        os.close(w)
+        mirrored: dict[str, Progress] = {}
+        outcome = None
+        try:
+            with os.fdopen(r, "rb", buffering=1 << 16) as pipe:
+                while True:
+                    head = pipe.read(_HEAD.size)
+                    if len(head) < _HEAD.size:
+                        break  # the child is gone
+                    kind, length = _HEAD.unpack(head)
+                    payload = pipe.read(length)
+                    if len(payload) < length:
+                        break
+                    if kind == _PROGRESS:
+                        self._mirror(orjson.loads(payload), job, board, mirrored)
+                    else:
+                        outcome = (kind, payload)
+        finally:
+            _, status, usage = os.wait4(pid, 0)
+            for other in mirrored.values():
+                board.finish(other)
+        rss = usage.ru_maxrss * 1024  # kilobytes on Linux
+        with self._stats_lock:
+            self.stats["runs"] += 1
+            self.stats["peakRssBytes"] = max(self.stats["peakRssBytes"], rss)
+        if outcome is not None:
+            kind, payload = outcome
+            if kind == _RESULT:
+                return payload
+            if kind == _ERROR:
+                self._count("failed", 1)
+                raise _rebuild(orjson.loads(payload))
+            if kind == _MEMORY:
+                self._count("killed", 1)
+                raise self._too_large(job)
+            self._count("failed", 1)
+            bug = orjson.loads(payload)
+            log.error("conversion %r failed in a worker:\n%s", job.label, bug["traceback"])
+            # A reader raised something other than its own error for this input: the
+            # input is what it could not read, so it is a 422 naming it, not a 500 (the
+            # traceback is in the log, for us).
+            raise BadInput(f"{job.label}: the input could not be read ({bug['type']}: {bug['message']})")
+        self._count("killed", 1)
+        if os.WIFSIGNALED(status):
+            sig = os.WTERMSIG(status)
+            if sig in (signal.SIGKILL, signal.SIGABRT, signal.SIGSEGV, signal.SIGBUS):
+                # An allocation failing in C code aborts (std::bad_alloc) or faults; the
+                # kernel's OOM killer sends SIGKILL.
+                raise self._too_large(job, f"the worker ended with {signal.Signals(sig).name}")
+            if sig == signal.SIGXCPU:
+                raise TooLarge(f"{job.label}: the conversion used more than {self.cpu_seconds} s of CPU and was "
+                               "stopped (raise it with PROFSCOPE_WORKER_CPU_SECONDS)")
+            raise BadInput(f"{job.label}: the conversion stopped ({signal.Signals(sig).name})")
+        raise BadInput(f"{job.label}: the conversion stopped (exit status {os.WEXITSTATUS(status)})")
+
+    def _too_large(self, job: Progress, how: str = "") -> TooLarge:
+        detail = f" ({how})" if how else ""
+        return TooLarge(f"{job.label}: converting this input needs more than the worker memory limit of "
+                        f"{_fmt_bytes(self.memory_limit)}{detail}; raise it with --worker-memory "
+                        "if the file is genuine")
+
+    @staticmethod
+    def _mirror(msg: dict, job: Progress, board: ProgressBoard, mirrored: dict[str, Progress]) -> None:
+        """A child's progress, on the parent's board: the job itself, or a nested one."""
+        key = msg["key"]
+        if key == job.key:
+            target = job
+        else:
+            target = mirrored.get(key)
+            if target is None:
+                target = mirrored[key] = board.start(key, msg["label"])
+            if msg.get("done"):
+                board.finish(mirrored.pop(key))
+                return
+        target.update(msg.get("fraction"), msg.get("message"))
+
+
+def _rebuild(e: dict) -> ProfscopeError:
+    cls = getattr(errors, e["cls"], None)
+    if not (isinstance(cls, type) and issubclass(cls, ProfscopeError)):
+        cls = BadInput
+    err = cls(e["message"], file=e["file"])
+    err.status = e["status"]
+    return err
+
+
+# -- the child side ----------------------------------------------------------------------
+
+
+def _child(fn, job: Progress, board: ProgressBoard, w: int, memory_limit: int, cpu_seconds: int) -> None:
+    global _IN_WORKER
+    _IN_WORKER = True
+    code = 0
+    try:
+        pipe = os.fdopen(w, "wb", buffering=0)
+        send_lock = threading.Lock()
+
+        def send(kind: bytes, payload: bytes) -> None:
+            with send_lock:
+                pipe.write(_HEAD.pack(kind, len(payload)))
+                pipe.write(payload)
+
+        try:
+            _limit_self(memory_limit, cpu_seconds)
+            _forward_progress(job, board, send)
+            result = fn(job)
+            send(_RESULT, result or b"")
+        except MemoryError:
+            send(_MEMORY, b"")
+        except ProfscopeError as e:
+            send(_ERROR, orjson.dumps({"cls": type(e).__name__, "status": e.status, "message": e.message,
+                                       "file": e.file}))
+        except BaseException as e:  # noqa: BLE001 - reported to the parent, which decides
+            send(_BUG, orjson.dumps({"type": type(e).__name__, "message": str(e)[:2000],
+                                     "traceback": traceback.format_exc()[-20000:]}))
+    except BaseException:  # noqa: BLE001 - the pipe itself failed: the parent sees EOF
+        code = 1
+    finally:
+        os._exit(code)
+
+
+def _limit_self(memory_limit: int, cpu_seconds: int) -> None:
+    try:
+        os.nice(NICE)
+    except OSError:
+        pass
+    # RLIMIT_AS counts the address space, not what is resident: the fork's own size (the
+    # server's mappings, shared copy-on-write) plus the budget.
+    with open("/proc/self/statm") as f:
+        size = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    resource.setrlimit(resource.RLIMIT_AS, (size + memory_limit, size + memory_limit))
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    spent = int(used.ru_utime + used.ru_stime)  # CPU time is inherited from the parent
+    resource.setrlimit(resource.RLIMIT_CPU, (spent + cpu_seconds, spent + cpu_seconds + 5))
+    # A deep recursion in a reader is a RecursionError, never a fault of the C stack.
+    sys.setrecursionlimit(min(sys.getrecursionlimit(), 5000))
+
+
+def _forward_progress(job: Progress, board: ProgressBoard, send) -> None:
+    """Make the job's (and nested jobs') updates reach the parent's board."""
+    last = [0.0, None]
+
+    def forwarder(p: Progress, original):
+        def update(fraction=None, message=None):
+            original(fraction, message)
+            now = time.monotonic()
+            if message == last[1] and now - last[0] < PROGRESS_INTERVAL_S:
+                return
+            last[0], last[1] = now, message
+            send(_PROGRESS, orjson.dumps({"key": p.key, "label": p.label, "fraction": p.fraction,
+                                          "message": p.message}))
+        return update
+
+    job.update = forwarder(job, job.update)
+    start, finish = board.start, board.finish
+
+    def nested_start(key: str, label: str) -> Progress:
+        p = start(key, label)
+        p.update = forwarder(p, p.update)
+        send(_PROGRESS, orjson.dumps({"key": key, "label": label, "fraction": 0.0, "message": ""}))
+        return p
+
+    def nested_finish(p: Progress) -> None:
+        finish(p)
+        if p is not job:
+            send(_PROGRESS, orjson.dumps({"key": p.key, "label": p.label, "done": True}))
+
+    board.start, board.finish = nested_start, nested_finish
