@@ -11,20 +11,19 @@ import pytest
 
 from profscope.cache.store import DiskCache, cache_key
 from profscope.cache.workspace import Workspace
-from profscope.errors import BadRequest
+from profscope.errors import BadInput, BadRequest, NotFound
 from profscope.storage import LogDir
 
 
 def test_concurrent_cold_requests_convert_once(tmp_path):
-    cache = DiskCache(tmp_path)
-    calls = []
-    seen_progress = []
+    cache = DiskCache(tmp_path / "cache")
+    calls = tmp_path / "calls"  # conversions run in forked workers: they count in a file
 
     def compute(progress):
-        calls.append(1)
+        with open(calls, "a") as f:
+            f.write("x")
         progress.update(0.5, "halfway")
-        seen_progress.append(cache.progress.snapshot())
-        time.sleep(0.3)
+        time.sleep(0.5)
         return {"value": 42}
 
     key = cache_key("tool", 1, "input|1|2", {})
@@ -32,28 +31,60 @@ def test_concurrent_cold_requests_convert_once(tmp_path):
     threads = [threading.Thread(target=lambda: results.append(cache.get_or_compute_json(key, "t", compute))) for _ in range(6)]
     for t in threads:
         t.start()
+    seen_progress = []
+    while not seen_progress and any(t.is_alive() for t in threads):
+        seen_progress = [j for j in cache.progress.snapshot() if j["message"] == "halfway"]
+        time.sleep(0.01)
     for t in threads:
         t.join()
-    assert len(calls) == 1
+    assert calls.read_text() == "x"
     assert results == [{"value": 42}] * 6
-    assert seen_progress[0][0]["fraction"] == 0.5 and seen_progress[0][0]["message"] == "halfway"
+    assert seen_progress[0]["fraction"] == 0.5  # the worker's progress reaches the board
     assert cache.progress.snapshot() == []  # finished jobs leave the board
     stored = cache.get(key)
     assert orjson.loads(gzip.decompress(stored)) == {"value": 42}
     assert not list(tmp_path.rglob("*.part"))  # no temp files left behind
 
 
-def test_failed_conversion_is_not_cached(tmp_path):
-    cache = DiskCache(tmp_path)
+def test_a_bad_input_is_remembered_and_a_request_error_is_not(tmp_path):
+    cache = DiskCache(tmp_path / "cache")
+    calls = tmp_path / "calls"
     key = cache_key("x")
+
+    def corrupt(_progress):
+        with open(calls, "a") as f:
+            f.write("x")
+        raise BadInput("logs/a.xplane.pb: truncated XSpace profile", file="logs/a.xplane.pb")
+
+    for _ in range(3):  # converted once; then answered from the remembered failure
+        with pytest.raises(BadInput, match="truncated") as e:
+            cache.get_or_compute(key, "x", corrupt)
+        assert e.value.file == "logs/a.xplane.pb" and e.value.status == 422
+    assert calls.read_text() == "x"
+    assert cache.get(key) is None
+    # A new profscope version tries again (a reader may have been fixed).
+    record = next((tmp_path / "cache").rglob("*.failed.json"))
+    record.write_bytes(record.read_bytes().replace(b'"version":"', b'"version":"0.old'))
+    assert cache.get_or_compute_json(key, "x", lambda p: [1]) == [1]
+
+    other = cache_key("y")
+
+    def missing(_progress):
+        raise NotFound("no host 'h'")
+
+    with pytest.raises(NotFound):
+        cache.get_or_compute(other, "y", missing)
+    assert cache.get_or_compute_json(other, "y", lambda p: [2]) == [2]
+
+
+def test_an_unexpected_error_in_a_conversion_is_a_422(tmp_path):
+    cache = DiskCache(tmp_path)
 
     def boom(_progress):
         raise ValueError("corrupt")
 
-    with pytest.raises(ValueError):
-        cache.get_or_compute(key, "x", boom)
-    assert cache.get(key) is None
-    assert cache.get_or_compute_json(key, "x", lambda p: [1]) == [1]
+    with pytest.raises(BadInput, match="ValueError: corrupt"):
+        cache.get_or_compute(cache_key("x"), "reading bad.pb", boom)
 
 
 def test_key_changes_with_the_input_identity(tmp_path):
@@ -85,11 +116,15 @@ def test_progress_printer_reports_slow_conversions(tmp_path):
     def slow(progress):
         for i in range(4):
             progress.update((i + 1) / 4, f"step {i + 1}")
-            time.sleep(0.1)
-            printer.tick()
+            time.sleep(0.15)
         return 1
 
-    cache.get_or_compute(cache_key("slow"), "converting big.xplane.pb", slow)
+    # The printer runs here, in the server process, beside the worker that converts.
+    t = threading.Thread(target=cache.get_or_compute, args=(cache_key("slow"), "converting big.xplane.pb", slow))
+    t.start()
+    while t.is_alive():
+        printer.tick()
+        time.sleep(0.05)
     printer.tick()
     text = out.getvalue()
     assert "[profscope] converting big.xplane.pb: step" in text and "%" in text

@@ -22,7 +22,11 @@ from typing import Callable, Iterator
 
 import orjson
 
+from profscope import __version__
 from profscope.cache.progress import Progress, ProgressBoard
+from profscope.cache.worker import WorkerPool
+from profscope.errors import BadInput, TooLarge
+from profscope.forksafe import renew_after_fork
 
 # Bumped when the storage layout changes; old entries are then simply never read again.
 LAYOUT_VERSION = 1
@@ -40,11 +44,19 @@ def cache_key(*parts: object) -> str:
 
 
 class DiskCache:
-    def __init__(self, root: Path | str):
+    def __init__(self, root: Path | str, *, workers: WorkerPool | None = None):
         self.root = Path(root).expanduser().resolve()
         self.root.mkdir(parents=True, exist_ok=True)
         self.progress = ProgressBoard()
+        # Where conversions run: forked children with a memory limit (cache/worker.py).
+        self.workers = workers if workers is not None else WorkerPool()
         self._locks: dict[str, threading.Lock] = {}
+        self._locks_guard = threading.Lock()
+        renew_after_fork(self, DiskCache._after_fork)
+
+    def _after_fork(self) -> None:
+        # Another thread may have held these at the fork (forksafe.py).
+        self._locks = {}
         self._locks_guard = threading.Lock()
 
     def _path(self, key: str) -> Path:
@@ -58,12 +70,15 @@ class DiskCache:
             return None
 
     def put(self, key: str, gz: bytes) -> None:
-        path = self._path(key)
+        self.put_raw(self._path(key), gz)
+
+    def put_raw(self, path: Path, data: bytes) -> None:
+        """Write ``data`` at ``path`` atomically (a temp file renamed in the same folder)."""
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".part")
         try:
             with os.fdopen(fd, "wb") as f:
-                f.write(gz)
+                f.write(data)
             os.replace(tmp, path)
         except BaseException:
             with _suppress():
@@ -93,16 +108,20 @@ class DiskCache:
         hit = self.get(key)
         if hit is not None:
             return hit
+        self._raise_if_failed(key)
         with self._single_flight(key):
             hit = self.get(key)  # another request finished it while we waited
             if hit is not None:
                 return hit
+            self._raise_if_failed(key)
             job = self.progress.start(key, label)
             try:
-                value = compute(job)
+                # Serialised in the worker too: a payload that cannot be (or that would
+                # expand into gigabytes of JSON) fails there, not here.
+                gz = self._convert(key, job, lambda p: gzip.compress(
+                    orjson.dumps(compute(p), option=orjson.OPT_SERIALIZE_NUMPY), compresslevel=5))
             finally:
                 self.progress.finish(job)
-            gz = gzip.compress(orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY), compresslevel=5)
             self.put(key, gz)
             return gz
 
@@ -116,13 +135,15 @@ class DiskCache:
         final = self.root / key[:2] / f"{key}.d"
         if final.is_dir():
             return final
+        self._raise_if_failed(key)
         with self._single_flight(key):
             if final.is_dir():
                 return final
+            self._raise_if_failed(key)
             tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=".tmp-", suffix=".d"))
             job = self.progress.start(key, label)
             try:
-                build(job, tmp)
+                self._convert(key, job, lambda p: build(p, tmp))
                 os.replace(tmp, final)
             except BaseException:
                 shutil.rmtree(tmp, ignore_errors=True)
@@ -130,6 +151,44 @@ class DiskCache:
             finally:
                 self.progress.finish(job)
             return final
+
+    # -- conversions and their failures ---------------------------------------------------
+
+    def _convert(self, key: str, job: Progress, fn: Callable[[Progress], bytes | None]) -> bytes | None:
+        """``fn(job)`` in a worker; a bad input's error is remembered for ``key``."""
+        try:
+            return self.workers.run(fn, job, self.progress)
+        except BadInput as e:
+            self._remember_failure(key, e)
+            raise
+
+    def _failure_path(self, key: str) -> Path:
+        return self.root / key[:2] / f"{key}.failed.json"
+
+    def _remember_failure(self, key: str, err: BadInput) -> None:
+        """Keep a bad input's error beside where its result would be: the key holds the
+        input's identity (path, size, mtime or generation), so the next request for the
+        same file gets the same 4xx at once instead of costing the conversion again, and
+        a changed file gets a new key. A memory-limit refusal is kept with the limit, and
+        tried again once the limit is raised."""
+        record = {"cls": type(err).__name__, "status": err.status, "message": err.message, "file": err.file,
+                  "workerMemory": self.workers.memory_limit if getattr(err, "worker_limit", False) else None,
+                  "version": __version__}
+        with _suppress():
+            self.put_raw(self._failure_path(key), orjson.dumps(record))
+
+    def _raise_if_failed(self, key: str) -> None:
+        try:
+            record = orjson.loads(self._failure_path(key).read_bytes())
+        except (OSError, orjson.JSONDecodeError):
+            return
+        if record.get("workerMemory") not in (None, self.workers.memory_limit):
+            return  # refused by the worker's memory limit, which has changed since
+        if record.get("version") != __version__:
+            return  # another release may read it
+        err = (TooLarge if record.get("cls") == "TooLarge" else BadInput)(record["message"], file=record.get("file"))
+        err.status = record.get("status", err.status)
+        raise err
 
     def get_or_compute_json(self, key: str, label: str, compute: Callable[[Progress], object]):
         return orjson.loads(gzip.decompress(self.get_or_compute(key, label, compute)))

@@ -27,6 +27,7 @@ thread, as before.
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import os
 import re
@@ -208,9 +209,11 @@ class WorkerPool:
 
     def _too_large(self, job: Progress, how: str = "") -> TooLarge:
         detail = f" ({how})" if how else ""
-        return TooLarge(f"{job.label}: converting this input needs more than the worker memory limit of "
-                        f"{_fmt_bytes(self.memory_limit)}{detail}; raise it with --worker-memory "
-                        "if the file is genuine")
+        err = TooLarge(f"{job.label}: converting this input needs more than the worker memory limit of "
+                       f"{_fmt_bytes(self.memory_limit)}{detail}; raise it with --worker-memory "
+                       "if the file is genuine")
+        err.worker_limit = True  # the cache retries it once the limit changes
+        return err
 
     @staticmethod
     def _mirror(msg: dict, job: Progress, board: ProgressBoard, mirrored: dict[str, Progress]) -> None:
@@ -273,6 +276,9 @@ def _child(fn, job: Progress, board: ProgressBoard, w: int, memory_limit: int, c
 
 
 def _limit_self(memory_limit: int, cpu_seconds: int) -> None:
+    # A child that ends on a signal is reported by the parent (by its name); a traceback
+    # of every thread on stderr (pytest turns faulthandler on) would only repeat it.
+    faulthandler.disable()
     try:
         os.nice(NICE)
     except OSError:

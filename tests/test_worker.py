@@ -1,0 +1,162 @@
+"""Conversions in forked workers (cache/worker.py): results, errors, limits, progress."""
+
+from __future__ import annotations
+
+import os
+import resource
+import threading
+import time
+
+import pytest
+
+from profscope.cache.progress import ProgressBoard
+from profscope.cache.worker import WorkerPool, parse_size
+from profscope.errors import BadInput, BadRequest, NotFound, TooLarge
+
+
+def run(pool: WorkerPool, fn, board: ProgressBoard | None = None, key: str = "k", label: str = "test.pb"):
+    board = board or ProgressBoard()
+    job = board.start(key, label)
+    try:
+        return pool.run(fn, job, board)
+    finally:
+        board.finish(job)
+
+
+def test_result_comes_back_and_runs_in_another_process():
+    pool = WorkerPool(enabled=True)
+    parent = os.getpid()
+    assert run(pool, lambda job: str(os.getpid()).encode()) != str(parent).encode()
+    assert run(pool, lambda job: None) == b""
+    big = os.urandom(3 << 20)  # more than a pipe holds: the parent reads while it writes
+    assert run(pool, lambda job: big) == big
+
+
+def test_profscope_errors_keep_their_class_status_and_file():
+    def fail(job):
+        raise NotFound("no host 'x'", file="logs/a.xplane.pb")
+
+    with pytest.raises(NotFound) as e:
+        run(WorkerPool(enabled=True), fail)
+    assert (e.value.status, e.value.file, e.value.message) == (404, "logs/a.xplane.pb", "no host 'x'")
+
+
+def test_an_unexpected_exception_is_a_422_naming_the_job():
+    def fail(job):
+        raise OverflowError("int too large to convert")
+
+    with pytest.raises(BadInput) as e:
+        run(WorkerPool(enabled=True), fail, label="Trace viewer: indexing bad.trace.json")
+    assert e.value.status == 422
+    assert "bad.trace.json" in e.value.message and "OverflowError" in e.value.message
+
+
+def test_memory_beyond_the_limit_is_a_413_and_the_server_does_not_grow():
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    pool = WorkerPool(memory_limit=256 << 20, enabled=True)
+
+    def hog(job):
+        blocks = []
+        while True:
+            blocks.append(bytearray(32 << 20))  # touched: resident, not only reserved
+
+    t = time.perf_counter()
+    with pytest.raises(TooLarge) as e:
+        run(pool, hog, label="bomb.xplane.pb.gz")
+    assert e.value.status == 413 and "256 MiB" in e.value.message and "bomb.xplane.pb.gz" in e.value.message
+    assert time.perf_counter() - t < 10
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 64 << 10  # KiB
+    assert pool.stats["killed"] == 1
+
+
+def test_a_crash_in_c_code_is_reported_not_propagated():
+    with pytest.raises(TooLarge) as e:
+        run(WorkerPool(enabled=True), lambda job: os.abort())
+    assert "SIGABRT" in e.value.message
+
+
+def test_cpu_limit_stops_a_reader_stuck_in_a_loop():
+    def spin(job):
+        while True:
+            pass
+
+    t = time.perf_counter()
+    with pytest.raises(TooLarge) as e:
+        run(WorkerPool(cpu_seconds=1, enabled=True), spin)
+    assert "CPU" in e.value.message and time.perf_counter() - t < 15
+
+
+def test_progress_of_the_job_and_nested_jobs_reaches_the_parent_board():
+    board = ProgressBoard()
+    seen: list[list[dict]] = []
+    gate = threading.Event()
+
+    def work(job):
+        job.update(0.5, "half way")
+        nested = board.start("inner", "module list of x")
+        nested.update(0.25, "reading")
+        time.sleep(0.5)  # the parent reads the board meanwhile
+        board.finish(nested)
+        gate.wait(0)  # nothing shared: the event lives in the parent
+        return b"ok"
+
+    done = []
+    t = threading.Thread(target=lambda: done.append(run(WorkerPool(enabled=True), work, board, key="outer")))
+    t.start()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and len(seen) < 1:
+        snap = board.snapshot()
+        if any(j["key"] == "inner" for j in snap):
+            seen.append(snap)
+        time.sleep(0.02)
+    t.join()
+    assert done == [b"ok"]
+    jobs = {j["key"]: j for j in seen[0]}
+    assert jobs["outer"]["message"] == "half way" and jobs["outer"]["fraction"] == 0.5
+    assert jobs["inner"]["message"] == "reading"
+    assert board.snapshot() == []
+
+
+def test_conversions_beyond_the_concurrency_wait_for_a_slot():
+    pool = WorkerPool(concurrency=1, enabled=True)
+    board = ProgressBoard()
+    results, messages = [], []
+
+    def slow(job):
+        time.sleep(0.6)
+        return b"x"
+
+    threads = [threading.Thread(target=lambda k=k: results.append(run(pool, slow, board, key=f"k{k}"))) for k in range(2)]
+    start = time.perf_counter()
+    for t in threads:
+        t.start()
+    time.sleep(0.3)
+    messages = [j["message"] for j in board.snapshot()]
+    for t in threads:
+        t.join()
+    assert results == [b"x", b"x"]
+    assert time.perf_counter() - start >= 1.2  # one after the other
+    assert any(m.startswith("queued") for m in messages)
+
+
+def test_a_child_runs_nested_conversions_inline():
+    pool = WorkerPool(enabled=True)
+
+    def outer(job):
+        return run(pool, lambda j: str(os.getpid()).encode()) + b" " + str(os.getpid()).encode()
+
+    inner_pid, outer_pid = run(pool, outer).split()
+    assert inner_pid == outer_pid
+
+
+def test_disabled_pool_runs_in_the_calling_process():
+    assert run(WorkerPool(enabled=False), lambda job: str(os.getpid()).encode()) == str(os.getpid()).encode()
+
+
+def test_parse_size():
+    assert parse_size("4GiB", "x") == 4 << 30
+    assert parse_size("500MB", "x") == 500_000_000
+    assert parse_size("123", "x") == 123
+    assert parse_size(None, "x") is None
+    with pytest.raises(BadRequest):
+        parse_size("lots", "--worker-memory")
