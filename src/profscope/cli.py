@@ -53,12 +53,14 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 picks a free one)")
     serve.add_argument("--cache-dir", help="where converted results are kept (default ~/.cache/profscope)")
     serve.add_argument("--open", action="store_true", help="open the page in a web browser")
+    _worker_options(serve)
 
     runs = sub.add_parser("runs", help="list the runs of a log directory and exit")
     runs.add_argument("logdir", nargs="?", help="local folder, gs://bucket/prefix or memory://path")
     runs.add_argument("--demo", action="store_true", help="use the bundled demo log directory")
     runs.add_argument("--json", action="store_true", help="print JSON instead of a table")
     runs.add_argument("--cache-dir", help="where converted results are kept (default ~/.cache/profscope)")
+    _worker_options(runs)
 
     report = sub.add_parser(
         "report", help="write the OOM-risk report of a run (HTML, JSON or Markdown) and exit",
@@ -78,7 +80,17 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--fail-on", type=str.upper, choices=("LOW", "MEDIUM", "HIGH", "OOM"),
                         help="exit 1 when a run's risk is at or above this tier")
     report.add_argument("--cache-dir", help="where converted results are kept (default ~/.cache/profscope)")
+    _worker_options(report)
     return parser
+
+
+def _worker_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--worker-memory", metavar="SIZE",
+                   help="memory one conversion may use, in its own process (default: half the machine's memory, "
+                        "at least 2GiB; env PROFSCOPE_WORKER_MEMORY)")
+    p.add_argument("--workers", type=int, metavar="N",
+                   help="conversions run at once (default: half the cores, at least 2; 0 converts in the server "
+                        "process itself, without limits)")
 
 
 def _normalise_argv(argv: list[str]) -> list[str]:
@@ -90,6 +102,7 @@ def _normalise_argv(argv: list[str]) -> list[str]:
 
 def _workspace(args):
     from profscope.cache.store import DiskCache, default_cache_dir
+    from profscope.cache.worker import WorkerPool, parse_size
     from profscope.cache.workspace import Workspace
     from profscope.storage import LogDir
 
@@ -100,7 +113,9 @@ def _workspace(args):
         raise ProfscopeError("no log directory given: profscope LOGDIR, or profscope serve --demo")
     logdir = LogDir(url)
     logdir.check()
-    return Workspace(logdir, DiskCache(args.cache_dir or default_cache_dir()))
+    workers = WorkerPool(memory_limit=parse_size(args.worker_memory, "--worker-memory"),
+                         concurrency=args.workers or None, enabled=None if args.workers != 0 else False)
+    return Workspace(logdir, DiskCache(args.cache_dir or default_cache_dir(), workers=workers))
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -132,6 +147,7 @@ def cmd_serve(args) -> int:
     runs = ws.runs()
     print(f"profscope {__version__}: {len(runs)} run(s) in {ws.logdir.url}", flush=True)
     print(f"cache: {ws.cache.root}", flush=True)
+    print(f"conversions: {ws.cache.workers.describe()}", flush=True)
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"warning: listening on {args.host}: anyone who can reach it can read these profiles", flush=True)
     print(f"serving at {url}  (Ctrl+C to stop)", flush=True)
