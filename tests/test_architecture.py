@@ -1,7 +1,8 @@
 """Data flows one way: storage -> formats -> model -> tools -> cache -> server -> frontend.
 
 A module may import from its own layer and the layers before it, never after it; only the
-CLI (the entry point) imports the server. ``errors`` is shared by every layer.
+CLI (the entry point) imports the server. ``errors`` and ``forksafe`` (what a forked
+conversion worker renews) are shared by every layer.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from pathlib import Path
 import profscope
 
 PACKAGE = Path(profscope.__file__).parent
-LAYERS = ["errors", "storage", "formats", "model", "tools", "cache", "server", "frontend"]
+LAYERS = ["errors", "forksafe", "storage", "formats", "model", "tools", "cache", "server", "frontend"]
 ENTRY_POINTS = {"cli", "__main__"}
 
 
