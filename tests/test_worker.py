@@ -160,3 +160,25 @@ def test_parse_size():
     assert parse_size(None, "x") is None
     with pytest.raises(BadRequest):
         parse_size("lots", "--worker-memory")
+
+
+def test_a_child_lets_go_of_the_servers_sockets():
+    import socket
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    client = socket.create_connection(listener.getsockname())
+    conn, _ = listener.accept()
+
+    def hold(job):
+        time.sleep(1.0)
+        return b""
+
+    t = threading.Thread(target=run, args=(WorkerPool(enabled=True), hold))
+    t.start()
+    time.sleep(0.3)
+    conn.close()  # the server closes the connection while a conversion runs
+    client.settimeout(0.5)
+    assert client.recv(1) == b""  # the peer sees the close now, not when the worker ends
+    t.join()
+    client.close()
+    listener.close()

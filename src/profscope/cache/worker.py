@@ -34,6 +34,7 @@ import re
 import resource
 import select
 import signal
+import stat
 import struct
 import sys
 import threading
@@ -257,6 +258,7 @@ def _child(fn, job: Progress, board: ProgressBoard, w: int, memory_limit: int, c
                 pipe.write(payload)
 
         try:
+            _detach(w)
             _limit_self(memory_limit, cpu_seconds)
             _forward_progress(job, board, send)
             result = fn(job)
@@ -273,6 +275,39 @@ def _child(fn, job: Progress, board: ProgressBoard, w: int, memory_limit: int, c
         code = 1
     finally:
         os._exit(code)
+
+
+def _detach(keep: int) -> None:
+    """Let go of what the child inherited from the server but must not hold."""
+    # Ctrl+C reaches the whole process group: a child ends at once instead of running the
+    # server's own handlers (uvicorn's graceful shutdown, copied into it).
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:  # and it ends with the server, should the server be killed (prctl PR_SET_PDEATHSIG)
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+    # The server's sockets (the listening one, clients' connections): a copy held here
+    # would keep a connection the server closed open until the conversion ends. Each is
+    # pointed at /dev/null rather than closed, so that its number is not reused while the
+    # socket object copied into this process still owns it.
+    devnull = os.open(os.devnull, os.O_RDWR)
+    try:
+        for name in os.listdir("/proc/self/fd"):
+            fd = int(name)
+            if fd in (keep, devnull) or fd < 3:
+                continue
+            try:
+                if stat.S_ISSOCK(os.fstat(fd).st_mode):
+                    os.dup2(devnull, fd)
+            except OSError:
+                continue
+    except OSError:  # no /proc: nothing to let go of that can be found
+        pass
+    finally:
+        os.close(devnull)
 
 
 def _limit_self(memory_limit: int, cpu_seconds: int) -> None:
