@@ -39,6 +39,10 @@ def demo_logdir() -> Path:
     return Path(str(resources.files("profscope") / "demo" / "logdir"))
 
 
+CACHE_SIZE_HELP = ("most the cache may hold: 20GiB, 500MB, 10%% (of its disk); least recently used results are "
+                   "deleted beyond it (default $PROFSCOPE_CACHE_SIZE, else 10%% of its disk, 1 to 50 GiB)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="profscope", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -52,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1: this machine only)")
     serve.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 picks a free one)")
     serve.add_argument("--cache-dir", help="where converted results are kept (default ~/.cache/profscope)")
+    serve.add_argument("--cache-size", metavar="SIZE", help=CACHE_SIZE_HELP)
     serve.add_argument("--open", action="store_true", help="open the page in a web browser")
     _worker_options(serve)
 
@@ -60,6 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     runs.add_argument("--demo", action="store_true", help="use the bundled demo log directory")
     runs.add_argument("--json", action="store_true", help="print JSON instead of a table")
     runs.add_argument("--cache-dir", help="where converted results are kept (default ~/.cache/profscope)")
+    runs.add_argument("--cache-size", metavar="SIZE", help=CACHE_SIZE_HELP)
     _worker_options(runs)
 
     report = sub.add_parser(
@@ -80,6 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--fail-on", type=str.upper, choices=("LOW", "MEDIUM", "HIGH", "OOM"),
                         help="exit 1 when a run's risk is at or above this tier")
     report.add_argument("--cache-dir", help="where converted results are kept (default ~/.cache/profscope)")
+    report.add_argument("--cache-size", metavar="SIZE", help=CACHE_SIZE_HELP)
     _worker_options(report)
     return parser
 
@@ -115,7 +122,7 @@ def _workspace(args):
     logdir.check()
     workers = WorkerPool(memory_limit=parse_size(args.worker_memory, "--worker-memory"),
                          concurrency=args.workers or None, enabled=None if args.workers != 0 else False)
-    return Workspace(logdir, DiskCache(args.cache_dir or default_cache_dir(), workers=workers))
+    return Workspace(logdir, DiskCache(args.cache_dir or default_cache_dir(), workers=workers, limit=args.cache_size))
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -146,7 +153,7 @@ def cmd_serve(args) -> int:
     url = f"http://{shown_host}:{port}/"
     runs = ws.runs()
     print(f"profscope {__version__}: {len(runs)} run(s) in {ws.logdir.url}", flush=True)
-    print(f"cache: {ws.cache.root}", flush=True)
+    print(f"cache: {ws.cache.root} ({ws.cache.describe()})", flush=True)
     print(f"conversions: {ws.cache.workers.describe()}", flush=True)
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"warning: listening on {args.host}: anyone who can reach it can read these profiles", flush=True)

@@ -5,17 +5,25 @@ determines it (tool, tool version, input identity, parameters); it is sent to br
 as-is with ``Content-Encoding: gzip``. Writes are atomic (temp file + rename in the same
 folder), and concurrent requests for the same cold key wait for one conversion: a
 thread lock inside the process, an ``fcntl`` lock file across processes.
+
+The cache is bounded (``limit``; the policy is in cache/eviction.py): least recently used
+entries are deleted when a write pushes it over; what crashed processes left is removed
+when it is opened; a full disk is a :class:`~profscope.errors.CacheFull` (507) naming the
+folder, with nothing half-written left.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import gzip
 import hashlib
 import os
 import shutil
 import tempfile
+import stat
 import threading
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
@@ -23,9 +31,10 @@ from typing import Callable, Iterator
 import orjson
 
 from profscope import __version__
+from profscope.cache import eviction
 from profscope.cache.progress import Progress, ProgressBoard
 from profscope.cache.worker import WorkerPool
-from profscope.errors import BadInput, TooLarge
+from profscope.errors import BadInput, CacheFull, ProfscopeError, TooLarge
 from profscope.forksafe import renew_after_fork
 
 # Bumped when the storage layout changes; old entries are then simply never read again.
@@ -44,45 +53,73 @@ def cache_key(*parts: object) -> str:
 
 
 class DiskCache:
-    def __init__(self, root: Path | str, *, workers: WorkerPool | None = None):
+    def __init__(self, root: Path | str, *, workers: WorkerPool | None = None, limit: int | str | None = None):
+        """``limit``: bytes, or a size like ``"20GiB"`` / ``"10%"`` (of its disk); None:
+        $PROFSCOPE_CACHE_SIZE, else the default (eviction.default_limit)."""
         self.root = Path(root).expanduser().resolve()
-        self.root.mkdir(parents=True, exist_ok=True)
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            if eviction.is_full(e):
+                raise self._cache_full(e) from e
+            raise
         self.progress = ProgressBoard()
         # Where conversions run: forked children with a memory limit (cache/worker.py).
         self.workers = workers if workers is not None else WorkerPool()
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
+        self._held = threading.local()  # keys whose single-flight lock this thread holds
+        self._open_accounting(limit)
         renew_after_fork(self, DiskCache._after_fork)
 
     def _after_fork(self) -> None:
         # Another thread may have held these at the fork (forksafe.py).
         self._locks = {}
         self._locks_guard = threading.Lock()
+        self._usage_lock = threading.Lock()
 
     def _path(self, key: str) -> Path:
         return self.root / key[:2] / f"{key}.json.gz"
 
     def get(self, key: str) -> bytes | None:
-        """The stored gzip bytes for a key, or None."""
+        """The stored gzip bytes for a key, or None (a hit marks it as recently used)."""
+        path = self._path(key)
         try:
-            return self._path(key).read_bytes()
+            with open(path, "rb") as f:
+                data = f.read()
+                mtime = os.fstat(f.fileno()).st_mtime
         except FileNotFoundError:
             return None
+        eviction.touch_if_stale(path, mtime)
+        return data
 
     def put(self, key: str, gz: bytes) -> None:
-        self.put_raw(self._path(key), gz)
+        # Under the key's lock (already held inside get_or_compute), so that the start-up
+        # clean-up of another process never takes this temporary for a crash's leftover.
+        with self._holding(key):
+            self.put_raw(self._path(key), gz)
+        self._added(key, len(gz))
 
     def put_raw(self, path: Path, data: bytes) -> None:
-        """Write ``data`` at ``path`` atomically (a temp file renamed in the same folder)."""
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".part")
+        """Write ``data`` at ``path`` atomically (a temp file renamed in the same folder);
+        a full disk leaves no temp file and raises CacheFull."""
+        # The temporary is named after its key: the start-up clean-up checks its lock.
+        stem = path.name[:64]
+        prefix = f".tmp-{stem}-" if eviction.KEY_RE.match(stem) else ".tmp-"
+        tmp = None
         try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=prefix, suffix=".part")
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
             os.replace(tmp, path)
-        except BaseException:
-            with _suppress():
-                os.unlink(tmp)
+        except BaseException as e:
+            if tmp is not None:
+                with _suppress():
+                    os.unlink(tmp)
+            full = eviction.is_full(e)
+            if full is not None and not isinstance(e, CacheFull):
+                raise self._cache_full(full) from e
             raise
 
     @contextmanager
@@ -90,14 +127,47 @@ class DiskCache:
         with self._locks_guard:
             lock = self._locks.setdefault(key, threading.Lock())
         with lock:
-            lock_path = self.root / key[:2] / f"{key}.lock"
-            lock_path.parent.mkdir(parents=True, exist_ok=True)
-            with open(lock_path, "a+b") as lf:
-                fcntl.flock(lf, fcntl.LOCK_EX)
+            lock_path = eviction.lock_path(self.root, key)
+            while True:
                 try:
-                    yield
-                finally:
-                    fcntl.flock(lf, fcntl.LOCK_UN)
+                    lock_path.parent.mkdir(parents=True, exist_ok=True)
+                    lf = open(lock_path, "a+b")  # noqa: SIM115 - closed below
+                except OSError as e:
+                    if eviction.is_full(e):
+                        raise self._cache_full(e) from e
+                    raise
+                fcntl.flock(lf, fcntl.LOCK_EX)
+                # Eviction and the start-up clean-up delete lock files they could take:
+                # the one locked here must still be the one at that path, else take anew.
+                try:
+                    if os.stat(lock_path).st_ino == os.fstat(lf.fileno()).st_ino:
+                        break
+                except FileNotFoundError:
+                    pass
+                lf.close()
+            held = self._held_keys()
+            held.add(key)
+            try:
+                yield
+            finally:
+                held.discard(key)
+                fcntl.flock(lf, fcntl.LOCK_UN)
+                lf.close()
+
+    def _held_keys(self) -> set:
+        held = getattr(self._held, "keys", None)
+        if held is None:
+            held = self._held.keys = set()
+        return held
+
+    @contextmanager
+    def _holding(self, key: str) -> Iterator[None]:
+        """The key's lock, unless this thread holds it already (flock would deadlock)."""
+        if key in self._held_keys():
+            yield
+        else:
+            with self._single_flight(key):
+                yield
 
     def get_or_compute(self, key: str, label: str, compute: Callable[[Progress], object]) -> bytes:
         """Stored gzip JSON bytes for ``key``, computing (once) with ``compute(progress)``.
@@ -133,23 +203,25 @@ class DiskCache:
         single-flight lock as :meth:`get_or_compute`; a failed build leaves nothing behind.
         """
         final = self.root / key[:2] / f"{key}.d"
-        if final.is_dir():
+        if self._use_dir(final):
             return final
         self._raise_if_failed(key)
         with self._single_flight(key):
             if final.is_dir():
                 return final
             self._raise_if_failed(key)
-            tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=".tmp-", suffix=".d"))
+            # named after its key: the start-up clean-up of another process checks its lock
+            tmp = Path(self._full_guard(tempfile.mkdtemp)(dir=final.parent, prefix=f".tmp-{key}-", suffix=".d"))
             job = self.progress.start(key, label)
             try:
-                self._convert(key, job, lambda p: build(p, tmp))
+                self._convert(key, job, lambda p: self._full_guard(build)(p, tmp))
                 os.replace(tmp, final)
             except BaseException:
                 shutil.rmtree(tmp, ignore_errors=True)
                 raise
             finally:
                 self.progress.finish(job)
+            self._added(key, eviction.tree_size(final))
             return final
 
     # -- conversions and their failures ---------------------------------------------------
@@ -193,10 +265,92 @@ class DiskCache:
     def get_or_compute_json(self, key: str, label: str, compute: Callable[[Progress], object]):
         return orjson.loads(gzip.decompress(self.get_or_compute(key, label, compute)))
 
+    # -- size limit, use, a full disk (the policy itself is in cache/eviction.py) ---------
+
+    def _open_accounting(self, limit: int | str | None) -> None:
+        """The limit; what crashed processes left removed; the current size counted."""
+        try:
+            self.limit, self.limit_source = eviction.resolve_limit(self.root, limit)
+        except ValueError as e:
+            raise ProfscopeError(str(e)) from None
+        self._usage_lock = threading.Lock()
+        self.cleanup = eviction.clean_stale(self.root)
+        self.last_eviction: eviction.EvictionResult | None = None
+        self.size = sum(e.size for e in eviction.scan(self.root))
+        self._counted_at = time.monotonic()
+
+    def _added(self, key: str, nbytes: int) -> None:
+        """A new entry of ``nbytes``: evict (never ``key`` itself) when the running total
+        goes over the limit. The total is this process's count; what other processes
+        sharing the folder wrote is seen when it is counted again: at every eviction, and
+        at least once a minute on a write (eviction.RESYNC_S)."""
+        with self._usage_lock:
+            self.size += nbytes
+            due = self.size > self.limit or time.monotonic() - self._counted_at > eviction.RESYNC_S
+        if due:
+            self.evict(protect=(key,))
+
+    def evict(self, protect=()) -> eviction.EvictionResult:
+        """Bring the cache under its limit now (least recently used entries first)."""
+        result = eviction.evict(self.root, self.limit, protect)
+        with self._usage_lock:
+            self.size = result.total
+            self._counted_at = time.monotonic()
+            self.last_eviction = result
+        return result
+
+    def describe(self) -> str:
+        """``1.2 GiB of 25.1 GiB used; limit: --cache-size 27GB``, for the CLI."""
+        text = f"{eviction.format_size(self.size)} of {eviction.format_size(self.limit)} used; limit: {self.limit_source}"
+        c = self.cleanup
+        if c.temporaries:
+            text += f"; removed {c.temporaries} half-written temporar{'y' if c.temporaries == 1 else 'ies'} " \
+                    f"({eviction.format_size(c.freed)}) left by a crash"
+        return text
+
+    def _use_dir(self, final: Path) -> bool:
+        """Whether a folder entry exists; if so it is marked as recently used."""
+        try:
+            st = os.stat(final)
+        except FileNotFoundError:
+            return False
+        if not stat.S_ISDIR(st.st_mode):
+            return False
+        eviction.touch_if_stale(final, st.st_mtime)
+        return True
+
+    def _full_guard(self, fn: Callable) -> Callable:
+        """``fn`` with a full disk (ENOSPC, EDQUOT, EFBIG, wrapped or not) raised as
+        CacheFull. It wraps the code that writes, so that in a worker process the error
+        is a ProfscopeError there already and reaches the parent as itself (not as a
+        reader's failure, which would be remembered as a bad input)."""
+
+        def guarded(*args, **kwargs):
+            try:
+                return fn(*args, **kwargs)
+            except CacheFull:
+                raise
+            except BaseException as e:
+                full = eviction.is_full(e)
+                if full is None:
+                    raise
+                raise self._cache_full(full) from e
+
+        return guarded
+
+    def _cache_full(self, err: OSError) -> CacheFull:
+        what = "its disk is full" if err.errno == errno.ENOSPC else f"{err.strerror.lower()} (a disk quota or file size limit)"
+        limit = getattr(self, "limit", None)
+        now = f" (now {eviction.format_size(limit)})" if limit else ""
+        return CacheFull(
+            f"the cache folder {self.root} cannot take more: {what}. Free some space there, point "
+            f"profscope at another folder with --cache-dir, or give a smaller --cache-size{now} so that "
+            "older results are evicted sooner", file=str(self.root))
+
 
 @contextmanager
 def _suppress() -> Iterator[None]:
     try:
         yield
-    except OSError:
+    except (OSError, CacheFull):  # a failure record is worth no error of its own
         pass
