@@ -182,3 +182,19 @@ def test_a_child_lets_go_of_the_servers_sockets():
     t.join()
     client.close()
     listener.close()
+
+
+def test_an_io_error_reading_the_input_is_a_422_that_is_not_remembered(tmp_path):
+    from profscope.cache.store import DiskCache, cache_key
+
+    cache = DiskCache(tmp_path / "cache")
+    missing = tmp_path / "gone.xplane.pb"
+
+    def read(_progress):
+        return missing.read_bytes()
+
+    with pytest.raises(BadInput, match="cannot read the input") as e:
+        cache.get_or_compute(cache_key("io"), "reading gone.xplane.pb", read)
+    assert e.value.status == 422 and e.value.file == str(missing)
+    missing.write_bytes(b"[1]")
+    assert cache.get_or_compute_json(cache_key("io"), "reading gone.xplane.pb", lambda p: [1]) == [1]

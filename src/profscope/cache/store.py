@@ -231,7 +231,8 @@ class DiskCache:
         try:
             return self.workers.run(fn, job, self.progress)
         except BadInput as e:
-            self._remember_failure(key, e)
+            if not getattr(e, "transient", False):  # an I/O error may pass: tried again next time
+                self._remember_failure(key, e)
             raise
 
     def _failure_path(self, key: str) -> Path:
@@ -274,6 +275,7 @@ class DiskCache:
         except ValueError as e:
             raise ProfscopeError(str(e)) from None
         self._usage_lock = threading.Lock()
+        self.in_use_s = eviction.IN_USE_S  # how long a used folder is kept even over the limit
         self.cleanup = eviction.clean_stale(self.root)
         self.last_eviction: eviction.EvictionResult | None = None
         self.size = sum(e.size for e in eviction.scan(self.root))
@@ -292,7 +294,7 @@ class DiskCache:
 
     def evict(self, protect=()) -> eviction.EvictionResult:
         """Bring the cache under its limit now (least recently used entries first)."""
-        result = eviction.evict(self.root, self.limit, protect)
+        result = eviction.evict(self.root, self.limit, protect, in_use_s=self.in_use_s)
         with self._usage_lock:
             self.size = result.total
             self._counted_at = time.monotonic()

@@ -238,6 +238,7 @@ def _rebuild(e: dict) -> ProfscopeError:
         cls = BadInput
     err = cls(e["message"], file=e["file"])
     err.status = e["status"]
+    err.transient = e.get("transient", False)
     return err
 
 
@@ -268,6 +269,11 @@ def _child(fn, job: Progress, board: ProgressBoard, w: int, memory_limit: int, c
         except ProfscopeError as e:
             send(_ERROR, orjson.dumps({"cls": type(e).__name__, "status": e.status, "message": e.message,
                                        "file": e.file}))
+        except OSError as e:
+            # Reading the input failed (permission, I/O error, the bucket unreachable):
+            # the user's to see, but not a property of the file, so not remembered.
+            send(_ERROR, orjson.dumps({"cls": "BadInput", "status": 422, "file": getattr(e, "filename", None),
+                                       "message": f"{job.label}: cannot read the input: {e}", "transient": True}))
         except BaseException as e:  # noqa: BLE001 - reported to the parent, which decides
             send(_BUG, orjson.dumps({"type": type(e).__name__, "message": str(e)[:2000],
                                      "traceback": traceback.format_exc()[-20000:]}))
