@@ -169,7 +169,8 @@ class DiskCache:
             with self._single_flight(key):
                 yield
 
-    def get_or_compute(self, key: str, label: str, compute: Callable[[Progress], object]) -> bytes:
+    def get_or_compute(self, key: str, label: str, compute: Callable[[Progress], object], *,
+                       file: str | None = None) -> bytes:
         """Stored gzip JSON bytes for ``key``, computing (once) with ``compute(progress)``.
 
         ``compute`` returns a JSON-able object. Exceptions propagate and nothing is stored,
@@ -188,14 +189,15 @@ class DiskCache:
             try:
                 # Serialised in the worker too: a payload that cannot be (or that would
                 # expand into gigabytes of JSON) fails there, not here.
-                gz = self._convert(key, job, lambda p: gzip.compress(
+                gz = self._convert(key, job, file, lambda p: gzip.compress(
                     orjson.dumps(compute(p), option=orjson.OPT_SERIALIZE_NUMPY), compresslevel=5))
             finally:
                 self.progress.finish(job)
             self.put(key, gz)
             return gz
 
-    def get_or_build_dir(self, key: str, label: str, build: Callable[[Progress, Path], object]) -> Path:
+    def get_or_build_dir(self, key: str, label: str, build: Callable[[Progress, Path], object], *,
+                         file: str | None = None) -> Path:
         """A folder of files for ``key`` (an on-disk index), built once.
 
         ``build(progress, tmp_dir)`` fills a fresh temporary folder next to the final one,
@@ -214,7 +216,7 @@ class DiskCache:
             tmp = Path(self._full_guard(tempfile.mkdtemp)(dir=final.parent, prefix=f".tmp-{key}-", suffix=".d"))
             job = self.progress.start(key, label)
             try:
-                self._convert(key, job, lambda p: self._full_guard(build)(p, tmp))
+                self._convert(key, job, file, lambda p: self._full_guard(build)(p, tmp))
                 os.replace(tmp, final)
             except BaseException:
                 shutil.rmtree(tmp, ignore_errors=True)
@@ -226,10 +228,10 @@ class DiskCache:
 
     # -- conversions and their failures ---------------------------------------------------
 
-    def _convert(self, key: str, job: Progress, fn: Callable[[Progress], bytes | None]) -> bytes | None:
+    def _convert(self, key: str, job: Progress, file: str | None, fn: Callable[[Progress], bytes | None]) -> bytes | None:
         """``fn(job)`` in a worker; a bad input's error is remembered for ``key``."""
         try:
-            return self.workers.run(fn, job, self.progress)
+            return self.workers.run(fn, job, self.progress, file)
         except BadInput as e:
             if not getattr(e, "transient", False):  # an I/O error may pass: tried again next time
                 self._remember_failure(key, e)
@@ -263,8 +265,9 @@ class DiskCache:
         err.status = record.get("status", err.status)
         raise err
 
-    def get_or_compute_json(self, key: str, label: str, compute: Callable[[Progress], object]):
-        return orjson.loads(gzip.decompress(self.get_or_compute(key, label, compute)))
+    def get_or_compute_json(self, key: str, label: str, compute: Callable[[Progress], object], *,
+                            file: str | None = None):
+        return orjson.loads(gzip.decompress(self.get_or_compute(key, label, compute, file=file)))
 
     # -- size limit, use, a full disk (the policy itself is in cache/eviction.py) ---------
 

@@ -124,9 +124,11 @@ class WorkerPool:
         return (f"{self.concurrency} worker process(es) at once, {_fmt_bytes(self.memory_limit)} of memory "
                 f"and {self.cpu_seconds} s of CPU each")
 
-    def run(self, fn: Callable[[Progress], bytes | None], job: Progress, board: ProgressBoard) -> bytes | None:
+    def run(self, fn: Callable[[Progress], bytes | None], job: Progress, board: ProgressBoard,
+            file: str | None = None) -> bytes | None:
         """``fn(job)`` in a worker child; its bytes (or None) back here, its
-        ProfscopeError raised here as the same class."""
+        ProfscopeError raised here as the same class. ``file``: the input, named by the
+        errors made here (a crash, the memory limit, an unexpected exception)."""
         if not self.enabled or _IN_WORKER:
             return fn(job)
         self._count("queued", 1)
@@ -136,7 +138,7 @@ class WorkerPool:
         self._count("queued", -1)
         self._count("running", 1)
         try:
-            return self._fork(fn, job, board)
+            return self._fork(fn, job, board, file)
         finally:
             self._count("running", -1)
             self._slots.release()
@@ -147,7 +149,7 @@ class WorkerPool:
 
     # -- the parent side -----------------------------------------------------------------
 
-    def _fork(self, fn, job: Progress, board: ProgressBoard) -> bytes | None:
+    def _fork(self, fn, job: Progress, board: ProgressBoard, file: str | None) -> bytes | None:
         r, w = os.pipe()
         pid = os.fork()
         if pid == 0:  # the child: never returns
@@ -187,32 +189,32 @@ class WorkerPool:
                 raise _rebuild(orjson.loads(payload))
             if kind == _MEMORY:
                 self._count("killed", 1)
-                raise self._too_large(job)
+                raise self._too_large(job, file)
             self._count("failed", 1)
             bug = orjson.loads(payload)
             log.error("conversion %r failed in a worker:\n%s", job.label, bug["traceback"])
             # A reader raised something other than its own error for this input: the
             # input is what it could not read, so it is a 422 naming it, not a 500 (the
             # traceback is in the log, for us).
-            raise BadInput(f"{job.label}: the input could not be read ({bug['type']}: {bug['message']})")
+            raise BadInput(f"{job.label}: the input could not be read ({bug['type']}: {bug['message']})", file=file)
         self._count("killed", 1)
         if os.WIFSIGNALED(status):
             sig = os.WTERMSIG(status)
             if sig in (signal.SIGKILL, signal.SIGABRT, signal.SIGSEGV, signal.SIGBUS):
                 # An allocation failing in C code aborts (std::bad_alloc) or faults; the
                 # kernel's OOM killer sends SIGKILL.
-                raise self._too_large(job, f"the worker ended with {signal.Signals(sig).name}")
+                raise self._too_large(job, file, f"the worker ended with {signal.Signals(sig).name}")
             if sig == signal.SIGXCPU:
                 raise TooLarge(f"{job.label}: the conversion used more than {self.cpu_seconds} s of CPU and was "
-                               "stopped (raise it with PROFSCOPE_WORKER_CPU_SECONDS)")
-            raise BadInput(f"{job.label}: the conversion stopped ({signal.Signals(sig).name})")
-        raise BadInput(f"{job.label}: the conversion stopped (exit status {os.WEXITSTATUS(status)})")
+                               "stopped (raise it with PROFSCOPE_WORKER_CPU_SECONDS)", file=file)
+            raise BadInput(f"{job.label}: the conversion stopped ({signal.Signals(sig).name})", file=file)
+        raise BadInput(f"{job.label}: the conversion stopped (exit status {os.WEXITSTATUS(status)})", file=file)
 
-    def _too_large(self, job: Progress, how: str = "") -> TooLarge:
+    def _too_large(self, job: Progress, file: str | None, how: str = "") -> TooLarge:
         detail = f" ({how})" if how else ""
         err = TooLarge(f"{job.label}: converting this input needs more than the worker memory limit of "
                        f"{_fmt_bytes(self.memory_limit)}{detail}; raise it with --worker-memory "
-                       "if the file is genuine")
+                       "if the file is genuine", file=file)
         err.worker_limit = True  # the cache retries it once the limit changes
         return err
 

@@ -149,7 +149,8 @@ class Workspace:
         if run.kind is RunKind.TORCH_SNAPSHOT:
             info = run.files[0]
             key = cache_key("snapshot_devices", SNAPSHOT_VERSION, self.logdir.url, info.identity())
-            devices = self.cache.get_or_compute_json(key, f"devices of {info.name}", lambda p: self.snapshot(run, p).devices)
+            devices = self.cache.get_or_compute_json(key, f"devices of {info.name}", lambda p: self.snapshot(run, p).devices,
+                                                     file=self.logdir.display_path(info.path))
             return [f"cuda:{d}" for d in devices]
         return run.hosts
 
@@ -262,7 +263,8 @@ class Workspace:
             key = cache_key("module_peak", MODULE_LIST_VERSION, self.logdir.url, source.identity(), name, memory_space)
             try:
                 row = self.cache.get_or_compute_json(
-                    key, f"peak of {name}", lambda p, s=source: memory_viewer.summary(self.hlo_proto(s), memory_space)
+                    key, f"peak of {name}", lambda p, s=source: memory_viewer.summary(self.hlo_proto(s), memory_space),
+                    file=self.logdir.display_path(source.hlo_file.path),
                 )
                 # moduleName is the name to ask for (module_name=), as in module_list;
                 # the summary's own is the bare HLO module name.
@@ -282,7 +284,8 @@ class Workspace:
             with self.logdir.open(info.path) as f:
                 return [m.display_name for m in xplane.hlo_modules(f, self.logdir.display_path(info.path))]
 
-        return self.cache.get_or_compute_json(key, f"module list of {info.path}", compute)
+        return self.cache.get_or_compute_json(key, f"module list of {info.path}", compute,
+                                              file=self.logdir.display_path(info.path))
 
     # -- runtime memory (memory profile) -----------------------------------------------
 
@@ -319,7 +322,8 @@ class Workspace:
             raise NotFound(f"run {run.name!r} is a {run.kind.value}; /api/memory_profile reads PyTorch profiler traces")
         tool = registry.get("memory_profile")
         key = cache_key("torch_memory_profile", tool.version, self.logdir.url, [f.identity() for f in run.files])
-        return self.cache.get_or_compute(key, f"{tool.title}: {run.name}", lambda p: self.torch_memory_profile(run, {}, p))
+        return self.cache.get_or_compute(key, f"{tool.title}: {run.name}", lambda p: self.torch_memory_profile(run, {}, p),
+                                         file=self._run_file(run))
 
     def torch_memory_profile_xprof(self, run: Run, params: dict, progress) -> dict:
         """XProf's memory_profile schema of a trace run, from profscope's payload."""
@@ -354,7 +358,8 @@ class Workspace:
             parsed.append(snap)
 
         model_key = cache_key("snapshot_model", torch_snapshot_format.MODEL_FORMAT_VERSION, self.logdir.url, key)
-        folder = self.cache.get_or_build_dir(model_key, f"Snapshot: loading {info.name}", build)
+        folder = self.cache.get_or_build_dir(model_key, f"Snapshot: loading {info.name}", build,
+                                             file=self.logdir.display_path(info.path))
         if parsed:
             snap = parsed[0]
         else:
@@ -422,7 +427,7 @@ class Workspace:
             other_device = self.snapshot_device(other, params.get("other_host"))
             return torch_snapshot.compare(snap, other_snap, device, other_device)
 
-        return self.cache.get_or_compute(key, f"snapshot {view} of {run.name}", compute)
+        return self.cache.get_or_compute(key, f"snapshot {view} of {run.name}", compute, file=self._run_file(run))
 
     # -- OOM risk ------------------------------------------------------------------------
 
@@ -543,7 +548,8 @@ class Workspace:
             with self.logdir.open(info.path) as f:
                 return xplane_devices.device_capabilities(f, self.logdir.display_path(info.path))
 
-        return self.cache.get_or_compute_json(key, f"devices of {info.path}", compute)
+        return self.cache.get_or_compute_json(key, f"devices of {info.path}", compute,
+                                              file=self.logdir.display_path(info.path))
 
     def _live_range_beside(self, run: Run, buffer_assignment: str | None) -> dict | None:
         """XLA's ``*-live-range.txt`` next to a module's ``*-buffer-assignment.txt`` (newer
@@ -571,7 +577,8 @@ class Workspace:
             with self.logdir.open(info.path) as f:
                 return xplane_module_time.module_run_times(f, self.logdir.display_path(info.path))
 
-        return self.cache.get_or_compute_json(key, f"module times of {info.path}", compute)
+        return self.cache.get_or_compute_json(key, f"module times of {info.path}", compute,
+                                              file=self.logdir.display_path(info.path))
 
     def trace_device_properties(self, run: Run) -> list[dict]:
         """A PyTorch trace's ``deviceProperties`` (kineto writes ``id``, ``name``,
@@ -588,7 +595,8 @@ class Workspace:
             props = meta.get("deviceProperties")
             return [d for d in props if isinstance(d, dict)] if isinstance(props, list) else []
 
-        return self.cache.get_or_compute_json(key, f"deviceProperties of {trace.path}", compute)
+        return self.cache.get_or_compute_json(key, f"deviceProperties of {trace.path}", compute,
+                                              file=self.logdir.display_path(trace.path))
 
     def _oom_snapshot_evidence(self, run: Run, host: str | None, progress) -> dict:
         snap = self.snapshot(run, progress)
@@ -638,7 +646,8 @@ class Workspace:
                 writer.close()
             writer.finish(events, progress=progress.part(0.6, 1))
 
-        folder = self.cache.get_or_build_dir(key, f"Trace viewer: indexing {info.name}", build)
+        folder = self.cache.get_or_build_dir(key, f"Trace viewer: indexing {info.name}", build,
+                                             file=self.logdir.display_path(info.path))
         return self._trace_indexes.get(folder)
 
     def trace_view(self, run: Run, params) -> trace_viewer.TraceView:
@@ -687,7 +696,14 @@ class Workspace:
         inputs = [f.identity() for f in run.files]
         key = cache_key(tool.name, tool.version, self.logdir.url, inputs, sorted(params.items()))
         label = f"{tool.title}: {params.get('module_name') or run.name}"
-        return self.cache.get_or_compute(key, label, lambda progress: producer(run, params, progress))
+        return self.cache.get_or_compute(key, label, lambda progress: producer(run, params, progress),
+                                         file=self._run_file(run))
+
+    def _run_file(self, run: Run) -> str:
+        """How errors name a run's input: its one file, else its folder."""
+        if len(run.files) == 1:
+            return self.logdir.display_path(run.files[0].path)
+        return self.logdir.display_path(run.folder) if run.folder else self.logdir.url
 
     def tool(self, name: str | None, run: Run) -> Tool:
         if not name:  # XProf: 404 "No Data"
