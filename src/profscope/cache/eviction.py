@@ -159,15 +159,25 @@ def touch_if_stale(path: Path | str, mtime: float, now: float | None = None) -> 
 @dataclass
 class Entry:
     key: str
-    path: Path
+    where: str  # its path (a str: a scan makes thousands, and a Path costs more than the stat)
     size: int
     mtime: float
     is_dir: bool
+
+    @property
+    def path(self) -> Path:
+        return Path(self.where)
 
 
 def tree_size(path: Path | str) -> int:
     """Bytes of the files under a folder (apparent sizes, as ``du --apparent-size``);
     files vanishing meanwhile count as 0."""
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return 0
+    if not stat.S_ISDIR(st.st_mode):  # a plain file: its own size
+        return st.st_size
     total = 0
     stack = [os.fspath(path)]
     while stack:
@@ -185,6 +195,27 @@ def tree_size(path: Path | str) -> int:
                 except OSError:
                     pass
     return total
+
+
+# Folder sizes already counted, by path: (inode, mtime_ns, bytes). A folder's mtime changes
+# when a file is added, renamed or removed in it (an index's zoom levels are written beside
+# it by rename) and when it is touched, so a folder is walked again only then; a scan is
+# then one stat per entry instead of one per file (about 30 per trace index).
+_dir_sizes: dict[str, tuple[int, int, int]] = {}
+_dir_sizes_lock = threading.Lock()
+
+
+def folder_size(path: str, st: os.stat_result) -> int:
+    with _dir_sizes_lock:
+        known = _dir_sizes.get(path)
+    if known is not None and known[0] == st.st_ino and known[1] == st.st_mtime_ns:
+        return known[2]
+    size = tree_size(path)
+    with _dir_sizes_lock:
+        if len(_dir_sizes) > 100_000:  # entries evicted by other processes are never seen to go
+            _dir_sizes.clear()
+        _dir_sizes[path] = (st.st_ino, st.st_mtime_ns, size)
+    return size
 
 
 def _shards(root: Path) -> Iterator[os.DirEntry]:
@@ -224,10 +255,10 @@ def scan(root: Path) -> list[Entry]:
                     st = d.stat(follow_symlinks=False)
                     if is_dir != stat.S_ISDIR(st.st_mode):
                         continue
-                    size = tree_size(d.path) if is_dir else st.st_size
+                    size = folder_size(d.path, st) if is_dir else st.st_size
                 except OSError:
                     continue
-                out.append(Entry(key, Path(d.path), size, st.st_mtime, is_dir))
+                out.append(Entry(key, d.path, size, st.st_mtime, is_dir))
     return out
 
 
@@ -281,8 +312,9 @@ _global_guard = threading.Lock()
 
 def _renew_guard() -> None:
     # a forked conversion worker may evict too; a thread of the parent may hold the lock
-    global _global_guard
+    global _global_guard, _dir_sizes_lock
     _global_guard = threading.Lock()
+    _dir_sizes_lock = threading.Lock()
 
 
 if hasattr(os, "register_at_fork"):
@@ -316,13 +348,13 @@ def remove_entry(entry: Entry) -> None:
     that the next start-up clean-up removes."""
     if not entry.is_dir:
         try:
-            os.unlink(entry.path)
+            os.unlink(entry.where)
         except FileNotFoundError:
             pass
         return
-    trash = entry.path.with_name(f".tmp-{entry.key}-evict{os.getpid()}-{threading.get_ident()}.d")
+    trash = os.path.join(os.path.dirname(entry.where), f".tmp-{entry.key}-evict{os.getpid()}-{threading.get_ident()}.d")
     try:
-        os.rename(entry.path, trash)
+        os.rename(entry.where, trash)
     except FileNotFoundError:
         return
     shutil.rmtree(trash, ignore_errors=True)
@@ -333,7 +365,7 @@ class EvictionResult:
     total: int  # bytes in the cache after eviction
     evicted: int  # entries deleted
     freed: int  # bytes deleted
-    kept_in_use: int  # entries over the limit kept because they are in use
+    kept_in_use: int  # entries kept over the limit because in use (recently, or being written)
     seconds: float
 
 
@@ -357,7 +389,9 @@ def evict(root: Path, limit: int, protect: Iterable[str] = (), now: float | None
             for e in sorted(entries, key=lambda e: e.mtime):
                 if total <= limit:
                     break
-                if e.key in protect or (e.is_dir and now - e.mtime < in_use_s):
+                if e.key in protect:
+                    continue
+                if e.is_dir and now - e.mtime < in_use_s:
                     kept += 1
                     continue
                 with try_key_lock(root, e.key) as free:
@@ -365,7 +399,7 @@ def evict(root: Path, limit: int, protect: Iterable[str] = (), now: float | None
                         kept += 1
                         continue
                     try:  # used again since the scan: it is no longer the oldest
-                        if os.stat(e.path).st_mtime > e.mtime + 1:
+                        if os.stat(e.where).st_mtime > e.mtime + 1:
                             kept += 1
                             continue
                     except FileNotFoundError:  # another process removed it already
@@ -426,7 +460,7 @@ def clean_stale(root: Path, now: float | None = None) -> CleanupResult:
                 if name.startswith(".tmp-") and (name.endswith(".d") or name.endswith(".part")):
                     m = _TMP_KEY.match(name)
                     try:
-                        size = tree_size(path) if name.endswith(".d") else os.stat(path).st_size
+                        size = tree_size(path)
                         if m is None and now - _newest_mtime(path) < ORPHAN_AGE_S:
                             continue
                     except OSError:
