@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import socket
 import sys
 import webbrowser
@@ -58,6 +59,14 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--cache-dir", help="where converted results are kept (default ~/.cache/profscope)")
     serve.add_argument("--cache-size", metavar="SIZE", help=CACHE_SIZE_HELP)
     serve.add_argument("--open", action="store_true", help="open the page in a web browser")
+    serve.add_argument("--allow-host", action="append", default=[], metavar="NAME",
+                       help="also answer requests for this Host name (a reverse proxy's name; *.example.com "
+                            "for every name under it; repeatable). Other names are refused (DNS rebinding)")
+    serve.add_argument("--token", default=os.environ.get("PROFSCOPE_TOKEN") or None, metavar="VALUE",
+                       help="the token a browser must bring (default: a random one when bound beyond loopback, "
+                            "none on loopback; $PROFSCOPE_TOKEN keeps it out of the process list)")
+    serve.add_argument("--no-token", action="store_true",
+                       help="ask no token even when bound beyond loopback (anyone who can reach the port reads the profiles)")
     _worker_options(serve)
 
     runs = sub.add_parser("runs", help="list the runs of a log directory and exit")
@@ -140,28 +149,65 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+def _serve_token(args) -> str | None:
+    """The token asked for: --token, else a random one when bound beyond loopback (a
+    colleague's browser, or any page after a DNS rebinding, must not read the profiles),
+    none on loopback, where the Host check is enough; --no-token turns it off."""
+    from profscope.server.guard import is_loopback, new_token
+
+    if args.no_token and args.token:
+        raise ProfscopeError("give either --token or --no-token, not both")
+    if args.no_token:
+        return None
+    if args.token is not None:
+        if len(args.token) < 8 or not args.token.isascii() or not args.token.isprintable() or " " in args.token:
+            raise ProfscopeError("--token must be at least 8 printable ASCII characters without spaces")
+        return args.token
+    return None if is_loopback(args.host) else new_token()
+
+
 def cmd_serve(args) -> int:
     import uvicorn
 
     from profscope.cache.progress_printer import ProgressPrinter
     from profscope.server import create_app
+    from profscope.server.guard import H11_MAX_HEAD_BYTES, WILDCARD_BINDS, Security, is_loopback
 
+    token = _serve_token(args)
     ws = _workspace(args)
     sock = _bind(args.host, args.port)
     port = sock.getsockname()[1]
-    shown_host = f"[{args.host}]" if ":" in args.host else args.host
-    url = f"http://{shown_host}:{port}/"
+    security = Security.for_bind(args.host, port, allow_hosts=args.allow_host, token=token)
+    query = f"?token={token}" if token else ""
+
+    def url_of(host: str) -> str:
+        return f"http://{f'[{host}]' if ':' in host else host}:{port}/{query}"
+
+    # A wildcard bind is no address to browse to (Chrome refuses 0.0.0.0): print the one
+    # that works from this machine, then the one for others.
+    url = url_of({"0.0.0.0": "127.0.0.1", "::": "::1"}.get(args.host, args.host))
     runs = ws.runs()
     print(f"profscope {__version__}: {len(runs)} run(s) in {ws.logdir.url}", flush=True)
     print(f"cache: {ws.cache.root} ({ws.cache.describe()})", flush=True)
     print(f"conversions: {ws.cache.workers.describe()}", flush=True)
-    if args.host not in ("127.0.0.1", "localhost", "::1"):
-        print(f"warning: listening on {args.host}: anyone who can reach it can read these profiles", flush=True)
+    if not is_loopback(args.host):
+        if token:
+            print(f"listening on {args.host}: only a browser that brings the token (in the URL below) gets in", flush=True)
+        else:
+            print(f"warning: listening on {args.host} with no token (--no-token): anyone who can reach it "
+                  "can read these profiles", flush=True)
+    elif token is None and "*" in args.allow_host:
+        print("warning: --allow-host '*' with no token: a DNS-rebinding page can read these profiles", flush=True)
     print(f"serving at {url}  (Ctrl+C to stop)", flush=True)
+    if args.host in WILDCARD_BINDS:
+        print(f"  from other machines: {url_of(socket.gethostname())}", flush=True)
     if args.open:
         webbrowser.open(url)
     printer = ProgressPrinter(ws.cache.progress).start()
-    config = uvicorn.Config(create_app(ws), log_level="warning", access_log=False)
+    # h11 refuses a request head over 16 KiB with a plain-text 400; the guard's limits
+    # (414 in the one JSON error shape) come first up to H11_MAX_HEAD_BYTES.
+    config = uvicorn.Config(create_app(ws, security), log_level="warning", access_log=False,
+                            h11_max_incomplete_event_size=H11_MAX_HEAD_BYTES, server_header=False)
     try:
         uvicorn.Server(config).run(sockets=[sock])
     finally:

@@ -50,7 +50,7 @@ def router(ws: Workspace) -> APIRouter:
     def module_peaks(request: Request) -> Response:
         run = ws.run(request.query_params.get("run"))
         space = request.query_params.get("memory_space") or "0"
-        if not space.isdigit():
+        if not (space.isascii() and space.isdigit()):  # isdigit alone takes '²', which int() refuses
             raise BadRequest(f"parameter 'memory_space' must be an integer, not {space!r}")
         return json_response(ws.module_peaks(run, int(space)))
 

@@ -1,10 +1,11 @@
-"""The FastAPI application: routers, the one error shape, compression."""
+"""The FastAPI application: routers, the one error shape, compression, the guard (Host,
+Origin, token, URL limits, security headers: server/guard.py)."""
 
 from __future__ import annotations
 
 import logging
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.gzip import GZipMiddleware
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -13,16 +14,27 @@ from profscope import __version__
 from profscope.cache.workspace import Workspace
 from profscope.errors import ProfscopeError
 from profscope.server import api, pages, trace_api, xprof_api
+from profscope.server.guard import TEST_CLIENT_HOST, Guard, Security, add_headers
+from profscope.server.params import checked_numbers
 from profscope.server.responses import json_response
 
 log = logging.getLogger("profscope.server")
 
 
-def create_app(ws: Workspace) -> FastAPI:
+def create_app(ws: Workspace, security: Security | None = None) -> FastAPI:
+    """The app over ``ws``. ``security`` is what the guard lets through; the CLI passes
+    the one for its ``--host`` / ``--allow-host`` / token. Without it (tests, an app run
+    in-process): loopback names only, plus Starlette's TestClient host, and no token."""
+    if security is None:
+        security = Security(allow_hosts=(TEST_CLIENT_HOST,))
     app = FastAPI(title="profscope", version=__version__, docs_url=None, redoc_url=None, openapi_url="/api/openapi.json")
     app.state.workspace = ws
     # Responses already stored gzip-compressed carry Content-Encoding and are skipped.
     app.add_middleware(GZipMiddleware, minimum_size=2048, compresslevel=5)
+    # Added last, so outermost of ours: a refused request costs nothing further, and
+    # every answer (refusals too) gets the security headers.
+    app.add_middleware(Guard, security=security)
+    app.state.security = security
 
     @app.exception_handler(ProfscopeError)
     async def profscope_error(_request: Request, err: ProfscopeError):
@@ -41,10 +53,18 @@ def create_app(ws: Workspace) -> FastAPI:
     async def bug(_request: Request, err: Exception):
         log.exception("unexpected error")
         body = {"ok": False, "status": 500, "error": f"internal error: {type(err).__name__}: {err}", "file": None}
-        return json_response(body, status=500)
+        response = json_response(body, status=500)
+        # Starlette answers this outside the guard's middleware and then re-raises, and
+        # uvicorn closes the connection after an exception: say so (Connection: close),
+        # or the client sends its next request on a dead connection. The security
+        # headers are added here for the same reason.
+        response.raw_headers[:] = add_headers(list(response.raw_headers), 500)
+        return response
 
-    app.include_router(xprof_api.router(ws))
-    app.include_router(api.router(ws))
-    app.include_router(trace_api.router(ws))
+    # Numbers no parameter can mean (10^400, 1e309, '²') are a 400 before a tool sees them.
+    numbers = [Depends(checked_numbers)]
+    app.include_router(xprof_api.router(ws), dependencies=numbers)
+    app.include_router(api.router(ws), dependencies=numbers)
+    app.include_router(trace_api.router(ws), dependencies=numbers)
     app.include_router(pages.router(ws))
     return app

@@ -139,7 +139,11 @@ def parse_size(text: str) -> int | None:
     unit = m.group(2).lower()
     if unit not in _UNITS:
         return None
-    return int(float(m.group(1)) * _UNITS[unit])
+    size = float(m.group(1)) * _UNITS[unit]
+    # "1e400" is infinity (int() of it raises), "1e300GiB" a number no JSON can store.
+    if not math.isfinite(size) or size >= 2.0 ** 63:
+        raise BadRequest(f"size {text.strip()[:40]!r} is out of range (at most 2^63 bytes)")
+    return int(size)
 
 
 def device_capacity(name: str) -> tuple[int, str] | None:
