@@ -427,12 +427,23 @@ FULL_DISK = textwrap.dedent("""
 
 
 def _tiny_fs_command(folder: Path) -> list[str] | None:
-    """A command line running FULL_DISK on a 2 MiB tmpfs at ``folder``, or None."""
-    probe = subprocess.run(["unshare", "-r", "-m", "sh", "-c", f"mount -t tmpfs -o size=1m none {folder}"],
-                           capture_output=True, text=True) if shutil.which("unshare") else None
-    if probe is not None and probe.returncode == 0:
-        return ["unshare", "-r", "-m", "sh", "-c",
-                f'mount -t tmpfs -o size=2m none {folder} && exec "$0" -c "$1" {folder}', sys.executable, FULL_DISK]
+    """A command line running FULL_DISK on a 2 MiB tmpfs at ``folder``, or None.
+
+    First a user and mount namespace (``unshare -r -m``: no privilege needed where the
+    kernel allows it); else, where passwordless sudo exists (CI runners), a mount namespace
+    made by root in which the script runs as this user again (``setpriv``)."""
+    mount = f"mount -t tmpfs -o size=2m,uid={os.getuid()},gid={os.getgid()} none {folder}"
+    run_it = f'"$0" -c "$1" {folder}'
+    candidates = []
+    if shutil.which("unshare"):
+        candidates.append((["unshare", "-r", "-m", "sh", "-c"], f"{mount} && exec {run_it}"))
+    if shutil.which("sudo") and shutil.which("setpriv"):
+        back = f"setpriv --reuid={os.getuid()} --regid={os.getgid()} --clear-groups"
+        candidates.append((["sudo", "-n", "unshare", "-m", "sh", "-c"], f"{mount} && exec {back} {run_it}"))
+    for prefix, script in candidates:
+        probe = subprocess.run([*prefix, f"{mount} && test -w {folder}"], capture_output=True, text=True)
+        if probe.returncode == 0:
+            return [*prefix, script, sys.executable, FULL_DISK]
     return None
 
 
@@ -441,9 +452,10 @@ def test_a_full_disk_is_a_507_naming_the_cache_folder(tmp_path):
     folder.mkdir()
     command = _tiny_fs_command(folder)
     if command is None:
-        message = ("cannot mount a tiny tmpfs: `unshare -r -m` (user and mount namespaces) is refused here; "
-                   "allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1, and on "
-                   "Ubuntu 24.04 kernel.apparmor_restrict_unprivileged_userns=0) to run this test")
+        message = ("cannot mount a tiny tmpfs: `unshare -r -m` (user and mount namespaces) is refused here and "
+                   "there is no passwordless sudo; allow unprivileged user namespaces (sysctl "
+                   "kernel.unprivileged_userns_clone=1, and on Ubuntu 24.04 "
+                   "kernel.apparmor_restrict_unprivileged_userns=0) to run this test")
         if os.environ.get("CI"):
             pytest.fail(message)
         pytest.skip(message)
