@@ -148,7 +148,7 @@ def test_an_entry_being_built_is_never_evicted(tmp_path):
         other = in_process(tmp_path, limit=1000)
         other.put(key(1), b"y" * 900)
         assert keys_on_disk(tmp_path) == {key(0), key(1)}
-    other.put(key(2), b"z" * 10)
+    other.put(key(2), b"z" * 200)  # (more than a tenth of the limit: see the last test)
     assert key(0) not in keys_on_disk(tmp_path)
 
 
@@ -496,3 +496,18 @@ def test_a_file_size_limit_is_a_cache_full_too(tmp_path):
 
 def test_cache_full_is_a_507_profscope_error():
     assert issubclass(CacheFull, ProfscopeError) and CacheFull.status == 507
+
+
+def test_over_the_limit_with_only_folders_in_use_small_writes_do_not_rescan(tmp_path, monkeypatch):
+    cache = in_process(tmp_path, limit=10_000)
+    cache.get_or_build_dir(key("a"), "a", fill_dir(8000))
+    cache.get_or_build_dir(key("b"), "b", fill_dir(8000))  # over: both in use
+    scans = []
+    real = eviction.evict
+    monkeypatch.setattr(eviction, "evict", lambda *a, **k: scans.append(1) or real(*a, **k))
+    for i in range(20):
+        cache.put(key(i), b"x" * 20)  # small writes a moment later: counted, no rescan
+    assert scans == [] and cache.size == 16_000 + 20 * 20
+    cache.put(key("big"), b"x" * 1500)  # more than a tenth of the limit: evicts again
+    assert scans == [1]
+    assert key(0) not in keys_on_disk(tmp_path)  # the oldest small result went

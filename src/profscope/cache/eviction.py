@@ -44,6 +44,11 @@ IN_USE_S = 300.0
 # that what other processes sharing the folder wrote is seen within a minute.
 RESYNC_S = 60.0
 
+# When an eviction could not reach the limit (only entries in use were left), writes in
+# the next seconds add to the total without scanning again, unless they add a tenth of the
+# limit: a burst of small results would otherwise rescan the whole cache for each one.
+STUCK_RETRY_S = 10.0
+
 # A temporary whose name does not say its key (older versions named them .tmp-XXXX.d)
 # cannot be checked against its builder's lock; it is stale once nothing in it changed
 # for this long (no build writes nothing for an hour).
