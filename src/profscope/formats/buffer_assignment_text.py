@@ -249,13 +249,62 @@ _UNIT = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40, "P": 1 <
 
 def human_bytes(text: str | None) -> int | None:
     """Bytes from tsl's HumanReadableNumBytes ("512B", "128.0KiB", "4.98MiB"); rounded, so
-    approximate beyond 1 KiB. None if it is not such a string."""
+    approximate beyond 1 KiB. None if it is not such a string, or if it is beyond int64
+    (tsl formats an int64 byte count, so no real dump says more; 10^400 KiB would be a
+    float inf)."""
     if not text:
         return None
     m = _HUMAN.match(text)
     if m is None:
         return None
-    return round(float(m.group(1)) * _UNIT[m.group(2)])
+    value = float(m.group(1)) * _UNIT[m.group(2)]
+    return round(value) if abs(value) <= _I64_MAX else None
+
+
+# XLA prints every number of these files from an int64: sizes and offsets (int64_t
+# BufferAllocation::size, HloValue offsets), allocation indices (BufferAllocation::Index),
+# value ids (HloValue::Id), colors, parameter numbers, schedule times (%lld in
+# hlo_live_range.cc). A number beyond int64 is corruption, and would fail later (numpy
+# int64 columns, JSON's 64-bit integers): it is refused with its line.
+_I64_MAX = (1 << 63) - 1
+
+
+class _BadNumber(Exception):
+    """A number no XLA writes: beyond int64, or a negative size/offset. Not a ValueError,
+    which the protobuf-text reader takes for "skip this field"."""
+
+    def __init__(self, text: str, why: str):
+        super().__init__(f"{why}: {text[:40]}{'...' if len(text) > 40 else ''}")
+        self.text = text
+
+
+def _i64(text: str) -> int:
+    """``int(text)``, refused (_BadNumber) outside int64. Non-integers still raise
+    ValueError (int's own), which some readers skip."""
+    if len(text) > 20:  # also keeps int() clear of its 4300-digit ValueError
+        raise _BadNumber(text, "a number beyond int64")
+    v = int(text)
+    if -_I64_MAX - 1 <= v <= _I64_MAX:
+        return v
+    raise _BadNumber(text, "a number beyond int64")
+
+
+def _size(text: str) -> int:
+    """A byte size or offset: an int64 that is not negative."""
+    v = _i64(text)
+    if v < 0:
+        raise _BadNumber(text, "a negative size or offset")
+    return v
+
+
+def _number_error(path: str, e: _BadNumber, lines: list[str], lineno: int | None = None) -> BadInput:
+    """BadInput naming the file and the line of a _BadNumber (found by its text when the
+    reader does not count lines)."""
+    if lineno is None:
+        lineno = next((i for i, ln in enumerate(lines, 1) if e.text in ln), None)
+    where = f"line {lineno}: " if lineno is not None else ""
+    return BadInput(f"{path}: {where}{e} (XLA writes sizes, offsets, ids and indices as int64; "
+                    f"the file is corrupt)", file=path)
 
 
 def decode_dump_text(data: bytes, path: str) -> str:
@@ -365,12 +414,12 @@ def _parse_short(short: str) -> tuple[int, str, str, bool, int | None] | None:
     m = _SHORT.match(short)
     if m is None:
         head = short.split(" ", 1)
-        if not head[0].isdigit():
+        if not head[0].isdecimal():
             return None
-        return int(head[0]), head[1] if len(head) > 1 else "", "{}", False, None
+        return _i64(head[0]), head[1] if len(head) > 1 else "", "{}", False, None
     index = (m["index"] or "{}").replace(" ", "")
-    color = int(m["color"]) if m["color"] is not None else None
-    return int(m["id"]), m["name"], index, m["phi"] is not None, color
+    color = _i64(m["color"]) if m["color"] is not None else None
+    return _i64(m["id"]), m["name"], index, m["phi"] is not None, color
 
 
 def _parse_alloc_header(line: str) -> tuple[Allocation, str] | None:
@@ -382,8 +431,15 @@ def _parse_alloc_header(line: str) -> tuple[Allocation, str] | None:
     if not rest.endswith(":"):
         return None
     size_text = m.group(2)
-    size = int(size_text) if size_text.lstrip("-").isdigit() else human_bytes(size_text)
-    alloc = Allocation(index=int(m.group(1)), size=size if size is not None else 0)
+    if size_text.lstrip("-").isdecimal():
+        size = _size(size_text)
+    else:
+        size = human_bytes(size_text)
+        if size is None and _HUMAN.match(size_text):
+            raise _BadNumber(size_text, "a size beyond int64")
+        if size is not None and size < 0:
+            raise _BadNumber(size_text, "a negative size or offset")
+    alloc = Allocation(index=_i64(m.group(1)), size=size if size is not None else 0)
     for piece in _split_attrs(rest[:-1]):
         if piece in _FLAGS:
             if piece == FLAG_CONSTANT:
@@ -395,14 +451,14 @@ def _parse_alloc_header(line: str) -> tuple[Allocation, str] | None:
             else:
                 alloc.is_preallocated_temp = True
         elif (pm := _PARAM.match(piece)) is not None:
-            alloc.parameter_number = int(pm.group(1))
+            alloc.parameter_number = _i64(pm.group(1))
         elif (sm := _PARAM_SHAPE.match(piece)) is not None:
             alloc.parameter_shape = sm["shape"]
             alloc.parameter_shape_index = sm["index"].replace(" ", "")
         elif (om := _OUTPUT_SHAPE.match(piece)) is not None:
             alloc.output_shape = om["shape"]
         elif (cm := _COLOR.match(piece)) is not None:
-            alloc.color = int(cm.group(1))
+            alloc.color = _i64(cm.group(1))
         alloc.attributes.append(piece)
     return alloc, size_text
 
@@ -443,203 +499,207 @@ def parse_buffer_assignment(text: str, path: str) -> BufferAssignmentText:
     peak: PeakBuffer | None = None
     last_no = len(lines)
 
-    for lineno, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        if line.startswith("allocation "):
-            parsed = _parse_alloc_header(line)
-            if parsed is None:
-                if lineno == last_no and not complete_last:
-                    raise bad(f"truncated: line {lineno} stops inside an allocation header")
-                note(lineno, line)
+    lineno = 0
+    try:
+        for lineno, line in enumerate(lines, 1):
+            if not line.strip():
                 continue
-            if alloc is not None and not alloc.values and mode == "alloc":
-                ba.warnings.append(f"allocation {alloc.index} lists no values")
-            alloc = parsed[0]
-            alloc.line = lineno
-            if alloc.index in seen_indices:
-                raise bad(f"allocation {alloc.index} appears twice (line {lineno})")
-            seen_indices.add(alloc.index)
-            ba.allocations.append(alloc)
-            mode = "alloc"
-            cross = False
-            continue
-        if mode == "alloc":
-            if not cross and alloc is not None and (fm := _VALUE_FAST.match(line)) is not None:
-                vid, name, index, phi, color, size_s, offset_s, shape = fm.groups()
-                size, offset = int(size_s), int(offset_s)
-                if offset + size > alloc.size:
-                    raise bad(f"line {lineno}: value <{vid} {name}> (offset {offset}, size "
-                              f"{size}) lies outside allocation {alloc.index} of size "
-                              f"{alloc.size}")
-                alloc.values.append(AssignedValue(
-                    int(vid), name, index or "{}", offset, size, shape.strip(),
-                    phi is not None, int(color) if color is not None else None,
-                ))
-                continue
-            stripped = line.lstrip()
-            if stripped.startswith("value:"):
-                if alloc is None:
-                    note(lineno, line)
-                    continue
-                if cross:
-                    cm = _CROSS_VALUE.match(line)
-                    if cm is not None:
-                        short = _parse_short(cm["short"])
-                        if short is not None:
-                            alloc.cross_color_values.append(
-                                CrossColorValue(short[0], short[1], short[2], int(cm["color"]))
-                            )
-                            continue
-                vm = _VALUE.match(line)
-                short = _parse_short(vm["short"]) if vm is not None else None
-                if vm is None or short is None:
+            if line.startswith("allocation "):
+                parsed = _parse_alloc_header(line)
+                if parsed is None:
                     if lineno == last_no and not complete_last:
-                        raise bad(f"truncated: line {lineno} stops inside a value of "
-                                  f"allocation {alloc.index}")
+                        raise bad(f"truncated: line {lineno} stops inside an allocation header")
                     note(lineno, line)
                     continue
-                size, offset = int(vm["size"]), int(vm["offset"])
-                if offset < 0 or size < 0 or offset + size > alloc.size:
-                    raise bad(f"line {lineno}: value <{vm['short']}> (offset {offset}, size "
-                              f"{size}) lies outside allocation {alloc.index} of size "
-                              f"{alloc.size}")
-                alloc.values.append(AssignedValue(
-                    id=short[0], name=short[1], shape_index=short[2], offset=offset,
-                    size=size, shape=vm["shape"].strip(), phi=short[3], color=short[4],
-                ))
+                if alloc is not None and not alloc.values and mode == "alloc":
+                    ba.warnings.append(f"allocation {alloc.index} lists no values")
+                alloc = parsed[0]
+                alloc.line = lineno
+                if alloc.index in seen_indices:
+                    raise bad(f"allocation {alloc.index} appears twice (line {lineno})")
+                seen_indices.add(alloc.index)
+                ba.allocations.append(alloc)
+                mode = "alloc"
+                cross = False
                 continue
-            if stripped.startswith("reused by buffers of a different color"):
-                cross = True
-                continue
-            if line.startswith("BufferAssignment:"):
-                seen_header = True
-                continue
-        # Sections that follow the allocations (older XLA) or a pasted OOM message.
-        if (tm := _TOTAL_USED.match(line)) is not None:
-            ba.total_bytes_used = int(tm.group(1))
-            mode = "tail"
-            continue
-        if line.startswith("Used values:"):
-            ba.used_values = []
-            mode, used, used_sub = "values", None, ""
-            continue
-        if (lm := _LIVE_HEAD.match(line)) is not None:
-            live = ba.live_range = LiveRangeText(max_time=int(lm.group(1)))
-            mode, live_sub = "live", ""
-            continue
-        if line.startswith("BufferAssignment OOM Debugging") or line.startswith(
-            "BufferAssignment stats:"
-        ):
-            ba.stats = ba.stats or {}
-            mode = "stats"
-            continue
-        if line.startswith("Peak buffers:"):
-            ba.peak_buffers = []
-            mode, peak = "peak", None
-            continue
-        if mode == "values":
-            assert ba.used_values is not None
-            if line.startswith("<"):
-                short = _parse_short(line.strip()[1:-1]) if line.rstrip().endswith(">") else None
-                if short is None:
-                    note(lineno, line)
+            if mode == "alloc":
+                if not cross and alloc is not None and (fm := _VALUE_FAST.match(line)) is not None:
+                    vid, name, index, phi, color, size_s, offset_s, shape = fm.groups()
+                    size, offset = _size(size_s), _size(offset_s)
+                    if offset + size > alloc.size:
+                        raise bad(f"line {lineno}: value <{vid} {name}> (offset {offset}, size "
+                                  f"{size}) lies outside allocation {alloc.index} of size "
+                                  f"{alloc.size}")
+                    alloc.values.append(AssignedValue(
+                        _i64(vid), name, index or "{}", offset, size, shape.strip(),
+                        phi is not None, _i64(color) if color is not None else None,
+                    ))
                     continue
-                used = UsedValue(id=short[0], name=short[1], shape_index=short[2],
-                                 phi=short[3], color=short[4])
-                ba.used_values.append(used)
-                used_sub = ""
-                continue
-            if used is None:
-                note(lineno, line)
-                continue
-            if line.startswith(" positions:"):
-                used_sub = "positions"
-            elif line.startswith(" uses:"):
-                used_sub = "uses"
-            elif line.startswith(" from instruction:"):
-                instr = line[len(" from instruction:"):].strip()
-                # jax 0.4.30: no newline after the instruction; the next value follows.
-                gm = _SHORT_AT_END.search(instr)
-                if gm is not None and gm.start() > 0:
-                    short = _parse_short(gm["short"])
-                    if short is not None:
-                        used.instruction = instr[: gm.start()]
-                        used = UsedValue(id=short[0], name=short[1], shape_index=short[2],
-                                         phi=short[3], color=short[4])
-                        ba.used_values.append(used)
-                        used_sub = ""
+                stripped = line.lstrip()
+                if stripped.startswith("value:"):
+                    if alloc is None:
+                        note(lineno, line)
                         continue
-                used.instruction = instr
-                used_sub = ""
-            elif line.startswith("  ") and used_sub == "positions":
-                used.positions.append(line.strip())
-            elif line.startswith("  ") and used_sub == "uses":
-                used.uses.append(line.strip())
-            else:
-                note(lineno, line)
-            continue
-        if mode == "live":
-            assert live is not None
-            if line.startswith("  InstructionSequence:"):
-                live_sub = "seq"
-            elif line.startswith("  BufferLiveRange:"):
-                live_sub = "ranges"
-            elif (pm := _LIVE_PEAK_HEAD.match(line)) is not None:
-                live.peak_time = int(pm.group(1))
-                live_sub = "peak"
-            elif live_sub == "seq" and (sm := _LIVE_SEQ.match(line)) is not None:
-                live.instruction_sequence.append(sm.group(2))
-            elif live_sub == "ranges" and (rm := _LIVE_RANGE.match(line)) is not None:
-                live.ranges.append((rm["name"], rm["index"].replace(" ", ""),
-                                    int(rm["s"]), int(rm["e"])))
-            elif live_sub == "peak" and (pm := _LIVE_PEAK.match(line)) is not None:
-                live.peak_values.append((pm["name"], int(pm["bytes"])))
-            else:
-                if lineno == last_no and not complete_last:
-                    raise bad(f"truncated: line {lineno} stops inside the live ranges")
-                note(lineno, line)
-            continue
-        if mode == "stats":
-            assert ba.stats is not None
-            if (st := _STAT.match(line)) is not None:
-                pct = st["pct"]
-                try:
-                    percent = float(pct) if pct is not None else None
-                except ValueError:
-                    percent = None
-                ba.stats[st["label"].strip()] = {
-                    "text": st["value"], "approxBytes": human_bytes(st["value"]),
-                    "percent": percent,
-                }
-            else:
-                note(lineno, line)
-            continue
-        if mode == "peak":
-            assert ba.peak_buffers is not None
-            s = line.strip()
-            if s.startswith("Buffer ") and s.endswith(":") and s[7:-1].isdigit():
-                peak = PeakBuffer(rank=int(s[7:-1]))
-                ba.peak_buffers.append(peak)
-            elif peak is not None and s.startswith("Size:"):
-                peak.size_text = s[5:].strip()
-            elif peak is not None and s.startswith("Operator:"):
-                peak.operator = s[9:].strip()
-            elif peak is not None and s.startswith("XLA Label:"):
-                peak.label = s[10:].strip()
-            elif peak is not None and s.startswith("Shape:"):
-                peak.shape = s[6:].strip()
-            elif peak is not None and s.startswith("Entry Parameter Subshape:"):
-                peak.shape = s[25:].strip()
-                peak.entry_parameter = True
-            elif not s.strip("="):
-                pass  # the "=====" separator
-            else:
-                note(lineno, line)
-            continue
-        if lineno == last_no and not complete_last:
-            raise bad(f"truncated: line {lineno} ends without a newline")
-        note(lineno, line)
+                    if cross:
+                        cm = _CROSS_VALUE.match(line)
+                        if cm is not None:
+                            short = _parse_short(cm["short"])
+                            if short is not None:
+                                alloc.cross_color_values.append(
+                                    CrossColorValue(short[0], short[1], short[2], _i64(cm["color"]))
+                                )
+                                continue
+                    vm = _VALUE.match(line)
+                    short = _parse_short(vm["short"]) if vm is not None else None
+                    if vm is None or short is None:
+                        if lineno == last_no and not complete_last:
+                            raise bad(f"truncated: line {lineno} stops inside a value of "
+                                      f"allocation {alloc.index}")
+                        note(lineno, line)
+                        continue
+                    size, offset = _i64(vm["size"]), _i64(vm["offset"])
+                    if offset < 0 or size < 0 or offset + size > alloc.size:
+                        raise bad(f"line {lineno}: value <{vm['short']}> (offset {offset}, size "
+                                  f"{size}) lies outside allocation {alloc.index} of size "
+                                  f"{alloc.size}")
+                    alloc.values.append(AssignedValue(
+                        id=short[0], name=short[1], shape_index=short[2], offset=offset,
+                        size=size, shape=vm["shape"].strip(), phi=short[3], color=short[4],
+                    ))
+                    continue
+                if stripped.startswith("reused by buffers of a different color"):
+                    cross = True
+                    continue
+                if line.startswith("BufferAssignment:"):
+                    seen_header = True
+                    continue
+            # Sections that follow the allocations (older XLA) or a pasted OOM message.
+            if (tm := _TOTAL_USED.match(line)) is not None:
+                ba.total_bytes_used = _size(tm.group(1))
+                mode = "tail"
+                continue
+            if line.startswith("Used values:"):
+                ba.used_values = []
+                mode, used, used_sub = "values", None, ""
+                continue
+            if (lm := _LIVE_HEAD.match(line)) is not None:
+                live = ba.live_range = LiveRangeText(max_time=_i64(lm.group(1)))
+                mode, live_sub = "live", ""
+                continue
+            if line.startswith("BufferAssignment OOM Debugging") or line.startswith(
+                "BufferAssignment stats:"
+            ):
+                ba.stats = ba.stats or {}
+                mode = "stats"
+                continue
+            if line.startswith("Peak buffers:"):
+                ba.peak_buffers = []
+                mode, peak = "peak", None
+                continue
+            if mode == "values":
+                assert ba.used_values is not None
+                if line.startswith("<"):
+                    short = _parse_short(line.strip()[1:-1]) if line.rstrip().endswith(">") else None
+                    if short is None:
+                        note(lineno, line)
+                        continue
+                    used = UsedValue(id=short[0], name=short[1], shape_index=short[2],
+                                     phi=short[3], color=short[4])
+                    ba.used_values.append(used)
+                    used_sub = ""
+                    continue
+                if used is None:
+                    note(lineno, line)
+                    continue
+                if line.startswith(" positions:"):
+                    used_sub = "positions"
+                elif line.startswith(" uses:"):
+                    used_sub = "uses"
+                elif line.startswith(" from instruction:"):
+                    instr = line[len(" from instruction:"):].strip()
+                    # jax 0.4.30: no newline after the instruction; the next value follows.
+                    gm = _SHORT_AT_END.search(instr)
+                    if gm is not None and gm.start() > 0:
+                        short = _parse_short(gm["short"])
+                        if short is not None:
+                            used.instruction = instr[: gm.start()]
+                            used = UsedValue(id=short[0], name=short[1], shape_index=short[2],
+                                             phi=short[3], color=short[4])
+                            ba.used_values.append(used)
+                            used_sub = ""
+                            continue
+                    used.instruction = instr
+                    used_sub = ""
+                elif line.startswith("  ") and used_sub == "positions":
+                    used.positions.append(line.strip())
+                elif line.startswith("  ") and used_sub == "uses":
+                    used.uses.append(line.strip())
+                else:
+                    note(lineno, line)
+                continue
+            if mode == "live":
+                assert live is not None
+                if line.startswith("  InstructionSequence:"):
+                    live_sub = "seq"
+                elif line.startswith("  BufferLiveRange:"):
+                    live_sub = "ranges"
+                elif (pm := _LIVE_PEAK_HEAD.match(line)) is not None:
+                    live.peak_time = _i64(pm.group(1))
+                    live_sub = "peak"
+                elif live_sub == "seq" and (sm := _LIVE_SEQ.match(line)) is not None:
+                    live.instruction_sequence.append(sm.group(2))
+                elif live_sub == "ranges" and (rm := _LIVE_RANGE.match(line)) is not None:
+                    live.ranges.append((rm["name"], rm["index"].replace(" ", ""),
+                                        _i64(rm["s"]), _i64(rm["e"])))
+                elif live_sub == "peak" and (pm := _LIVE_PEAK.match(line)) is not None:
+                    live.peak_values.append((pm["name"], _size(pm["bytes"])))
+                else:
+                    if lineno == last_no and not complete_last:
+                        raise bad(f"truncated: line {lineno} stops inside the live ranges")
+                    note(lineno, line)
+                continue
+            if mode == "stats":
+                assert ba.stats is not None
+                if (st := _STAT.match(line)) is not None:
+                    pct = st["pct"]
+                    try:
+                        percent = float(pct) if pct is not None else None
+                    except ValueError:
+                        percent = None
+                    ba.stats[st["label"].strip()] = {
+                        "text": st["value"], "approxBytes": human_bytes(st["value"]),
+                        "percent": percent,
+                    }
+                else:
+                    note(lineno, line)
+                continue
+            if mode == "peak":
+                assert ba.peak_buffers is not None
+                s = line.strip()
+                if s.startswith("Buffer ") and s.endswith(":") and s[7:-1].isdecimal():
+                    peak = PeakBuffer(rank=_i64(s[7:-1]))
+                    ba.peak_buffers.append(peak)
+                elif peak is not None and s.startswith("Size:"):
+                    peak.size_text = s[5:].strip()
+                elif peak is not None and s.startswith("Operator:"):
+                    peak.operator = s[9:].strip()
+                elif peak is not None and s.startswith("XLA Label:"):
+                    peak.label = s[10:].strip()
+                elif peak is not None and s.startswith("Shape:"):
+                    peak.shape = s[6:].strip()
+                elif peak is not None and s.startswith("Entry Parameter Subshape:"):
+                    peak.shape = s[25:].strip()
+                    peak.entry_parameter = True
+                elif not s.strip("="):
+                    pass  # the "=====" separator
+                else:
+                    note(lineno, line)
+                continue
+            if lineno == last_no and not complete_last:
+                raise bad(f"truncated: line {lineno} ends without a newline")
+            note(lineno, line)
+    except _BadNumber as e:
+        raise _number_error(path, e, lines, lineno) from None
 
     # -- whole-file checks ----------------------------------------------------------------
     if not ba.allocations:
@@ -649,6 +709,8 @@ def parse_buffer_assignment(text: str, path: str) -> BufferAssignmentText:
         raise bad(f"no 'allocation N: size ...' lines{hint}: not {what}")
     if not complete_last:  # XLA ends every file with a newline (even jax 0.4.30's)
         raise bad(f"truncated: the last line ({len(lines)}) ends without a newline")
+    if ba.allocation_bytes > _I64_MAX:  # each size fits int64, their sum must too (int64 total_size)
+        raise bad(f"allocations add up to {ba.allocation_bytes} bytes, beyond int64 (corrupt)")
     last = ba.allocations[-1]
     if not last.values and ba.total_bytes_used is None:
         raise bad(f"truncated: allocation {last.index} (line {last.line}) ends before its values")
@@ -702,8 +764,8 @@ def _shapes(text: str) -> list[dict]:
     for piece in _split_top_level(text.strip()):
         count = 1
         head, sep, tail = piece.partition("×")
-        if sep and head.isdigit():
-            count, piece = int(head), tail
+        if sep and head.isdecimal():
+            count, piece = _size(head), tail
         out.append({"shape": piece, "count": count})
     return out
 
@@ -714,8 +776,8 @@ def _row(m: re.Match) -> dict:
         "cumulativePercent": _pct(m["pct"]),
         "sizeText": m["size"],
         "approxBytes": human_bytes(m["size"]),
-        "offset": int(m["offset"]),
-        "valueCount": int(m["n"]),
+        "offset": _size(m["offset"]),
+        "valueCount": _size(m["n"]),
         "shapes": _shapes(m["shapes"]),
     }
 
@@ -727,7 +789,7 @@ def _table_rows(lines: list[str]) -> tuple[list[dict], int | None]:
         if (m := _ROW.match(line)) is not None:
             rows.append(_row(m))
         elif (r := _REST_VALUES.match(line)) is not None:
-            omitted = int(r.group(1))
+            omitted = _size(r.group(1))
     return rows, omitted
 
 
@@ -823,11 +885,11 @@ def _parse_report_proto_text(lines: list[str], path: str) -> dict:
         try:
             if entry is not None:
                 if key == "index":
-                    entry["index"] = int(value)
+                    entry["index"] = _i64(value)
                 elif key == "size":
-                    entry["sizeBytes"] = int(value)
+                    entry["sizeBytes"] = _size(value)
                 elif key == "cumulative_size":
-                    entry["cumulativeBytes"] = int(value)
+                    entry["cumulativeBytes"] = _size(value)
                 elif key == "cumulative_percentage":
                     pct = _pct(value)
                     entry["cumulativePercent"] = None if pct is None else pct * 100.0
@@ -838,9 +900,9 @@ def _parse_report_proto_text(lines: list[str], path: str) -> dict:
                     entry["offsets"], entry["omittedOffsets"] = rows, omitted
             elif space is not None:
                 if key == "total_bytes":
-                    space["totalBytes"] = int(value)
+                    space["totalBytes"] = _size(value)
                 elif key == "memory_space_color":
-                    space["color"] = int(value)
+                    space["color"] = _i64(value)
         except ValueError:
             continue
     if stack:
@@ -866,7 +928,7 @@ def _parse_report_legacy(lines: list[str]) -> dict:
     section = 0
     for line in lines:
         if (tm := _TOTAL_USED.match(line)) is not None:
-            space["totalBytes"] = int(tm.group(1))
+            space["totalBytes"] = _size(tm.group(1))
             continue
         if line.startswith("Allocations sorted by size with their values"):
             section = 2
@@ -890,7 +952,7 @@ def _parse_report_legacy(lines: list[str]) -> dict:
                     by_index[parsed[0].index] = entry
                 space["allocations"].append(entry)
             elif (r := _REST_ALLOCS.match(line)) is not None:
-                space["omittedAllocations"] = int(r.group(1))
+                space["omittedAllocations"] = _size(r.group(1))
         elif section == 2:
             if line.startswith("allocation "):
                 flush()
@@ -908,13 +970,13 @@ def _parse_report_spaces(lines: list[str], path: str) -> dict:
     entry: dict | None = None
     for line in lines:
         if (mm := _MS_HEAD.match(line)) is not None:
-            space = {"name": mm["name"], "color": int(mm["color"]), "totalBytes": None,
+            space = {"name": mm["name"], "color": _i64(mm["color"]), "totalBytes": None,
                      "allocations": [], "omittedAllocations": None}
             spaces.append(space)
             entry = None
             continue
         if (tm := _TOTAL.match(line)) is not None and space is not None:
-            space["totalBytes"] = int(tm.group(1))
+            space["totalBytes"] = _size(tm.group(1))
             continue
         if space is None:
             continue
@@ -927,7 +989,7 @@ def _parse_report_spaces(lines: list[str], path: str) -> dict:
         if (m := _ROW.match(line)) is not None:
             entry["offsets"].append(_row(m))
         elif (r := _REST_VALUES.match(line)) is not None:
-            entry["omittedOffsets"] = int(r.group(1))
+            entry["omittedOffsets"] = _size(r.group(1))
     for sp in spaces:
         if sp["totalBytes"] is None:
             raise BadInput(f"{path}: truncated: memory space {sp['name']!r} has no "
@@ -969,20 +1031,26 @@ def parse_memory_usage_report(text: str, path: str) -> dict:
                        "newline", file=path)
     lines.pop()
     head = next((ln for ln in lines if ln.strip()), "")
-    if head.lstrip().startswith("memory_space_allocation_entries"):
-        report = _parse_report_proto_text(lines, path)
-    elif any(_MS_HEAD.match(ln) for ln in lines[:64]):
-        report = _parse_report_spaces(lines, path)
-    elif any(_TOTAL_USED.match(ln) for ln in lines[:64]) and any(
-        ln.startswith("Allocations sorted by size") for ln in lines
-    ):
-        report = _parse_report_legacy(lines)
-    else:
-        raise BadInput(f"{path}: no 'Memory Space:' / 'Total bytes used:' lines: not {what}",
-                       file=path)
+    try:
+        if head.lstrip().startswith("memory_space_allocation_entries"):
+            report = _parse_report_proto_text(lines, path)
+        elif any(_MS_HEAD.match(ln) for ln in lines[:64]):
+            report = _parse_report_spaces(lines, path)
+        elif any(_TOTAL_USED.match(ln) for ln in lines[:64]) and any(
+            ln.startswith("Allocations sorted by size") for ln in lines
+        ):
+            report = _parse_report_legacy(lines)
+        else:
+            raise BadInput(f"{path}: no 'Memory Space:' / 'Total bytes used:' lines: not {what}",
+                           file=path)
+    except _BadNumber as e:
+        raise _number_error(path, e, lines) from None
     if not report["memorySpaces"]:
         raise BadInput(f"{path}: no memory space in the report: not {what}", file=path)
     totals = [s["totalBytes"] for s in report["memorySpaces"]]
     report["totalBytes"] = sum(totals) if all(t is not None for t in totals) else None
+    if report["totalBytes"] is not None and report["totalBytes"] > _I64_MAX:
+        raise BadInput(f"{path}: the memory spaces' totals add up to {report['totalBytes']} bytes, "
+                       "beyond int64 (corrupt)", file=path)
     report["path"] = path
     return report

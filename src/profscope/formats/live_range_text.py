@@ -30,6 +30,7 @@ from profscope.errors import BadInput
 
 __all__ = ["parse_live_range"]
 
+_I64_MAX = (1 << 63) - 1
 _HEADER = re.compile(r"^HloLiveRange \(max (\d+)\):\s*$")
 _PEAK = re.compile(r"^\s+Live ranges at (\d+) \(peak\):\s*$")
 _VALUE = re.compile(r"^\s+(\S.*?): (\d+) bytes(?: \(cumulative: (\d+) bytes\))?\s*$")
@@ -44,18 +45,30 @@ def parse_live_range(text: str, path: str) -> dict:
     m = _HEADER.match(first)
     if not m:
         raise BadInput(f"not an XLA live-range dump: expected 'HloLiveRange (max N):', found {first[:80]!r}", file=path)
-    out: dict = {"maxTime": int(m.group(1)), "peakTime": None, "peakValues": [], "peakBytes": 0}
+    def number(text: str, lineno: int) -> int:
+        # hlo_live_range.cc prints schedule times and byte sizes from int64 (%d / %lld);
+        # beyond that the file is corrupt, and the value would not survive JSON's 64 bits
+        if len(text) > 19 or int(text) > _I64_MAX:
+            raise BadInput(f"{path}: line {lineno}: {text[:40]} is beyond int64 (XLA writes these "
+                           "as int64; the file is corrupt)", file=path)
+        return int(text)
+
+    out: dict = {"maxTime": number(m.group(1), lines.index(first) + 1), "peakTime": None, "peakValues": [],
+                 "peakBytes": 0}
     in_peak = False
-    for ln in lines:
+    for lineno, ln in enumerate(lines, 1):
         pm = _PEAK.match(ln)
         if pm:
-            out["peakTime"], in_peak = int(pm.group(1)), True
+            out["peakTime"], in_peak = number(pm.group(1), lineno), True
             continue
         if not in_peak:
             continue
         vm = _VALUE.match(ln)
         if not vm or ln.lstrip().startswith("Stack trace"):
             break  # the block ends at the stack-trace breakdown (or anything else)
-        out["peakValues"].append({"name": vm.group(1), "bytes": int(vm.group(2))})
+        out["peakValues"].append({"name": vm.group(1), "bytes": number(vm.group(2), lineno)})
     out["peakBytes"] = sum(v["bytes"] for v in out["peakValues"])
+    if out["peakBytes"] > _I64_MAX:
+        raise BadInput(f"{path}: the peak's values add up to {out['peakBytes']} bytes, beyond int64 "
+                       "(the file is corrupt)", file=path)
     return out

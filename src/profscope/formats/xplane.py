@@ -16,10 +16,12 @@ plane holds one XEventMetadata per program, named after the HLO module, with sta
 
 from __future__ import annotations
 
-import gzip
 from dataclasses import dataclass, field
 from typing import IO
 
+from google.protobuf.message import DecodeError
+
+from profscope.errors import BadInput
 from profscope.formats import protowire as wire
 from profscope.formats.protos import xplane_pb2
 
@@ -60,27 +62,30 @@ class ModuleRef:
         return f"{self.name}({self.program_id})"
 
 
-def open_stream(raw: IO[bytes]) -> tuple[IO[bytes], int | None]:
+def open_stream(raw: IO[bytes], path: str | None = None) -> tuple[IO[bytes], int | None]:
     """Wrap a raw file in a gzip reader when it is gzipped (by its magic, not its name).
 
     Returns the stream and its size when known (None for gzip: the decompressed size is
-    only known at the end).
+    only known at the end). A gzip stream is a :class:`protowire.GzipBudget`: it refuses
+    to decompress more than a bounded multiple of the file's size (TooLarge naming
+    ``path``) and reports a corrupt stream as BadInput.
     """
+    path = path or str(getattr(raw, "name", "<stream>"))
     head = raw.read(2)
     raw.seek(0)
-    if head == b"\x1f\x8b":
-        return gzip.GzipFile(fileobj=raw, mode="rb"), None
     try:
         size = raw.seek(0, 2)
         raw.seek(0)
     except (OSError, ValueError):
         size = None
+    if head == b"\x1f\x8b":
+        return wire.GzipBudget(raw, path, size), None
     return raw, size
 
 
 def scan(raw: IO[bytes], path: str) -> XSpaceIndex:
     """Index the planes and host names of an XSpace without parsing its events."""
-    f, size = open_stream(raw)
+    f, size = open_stream(raw, path)
     index = XSpaceIndex()
     try:
         for number, wt, length, start in wire.iter_fields(f, size=size):
@@ -104,14 +109,15 @@ def _plane_name(f: IO[bytes], end: int, size: int | None) -> str:
 
 def read_plane(raw: IO[bytes], ref: PlaneRef, path: str) -> xplane_pb2.XPlane:
     """Parse one plane found by :func:`scan`."""
-    f, size = open_stream(raw)
+    f, size = open_stream(raw, path)
     try:
         wire.skip_to(f, ref.offset, size)
+        wire.check_len(f, ref.offset, ref.length, size)  # a ref made by hand, or for another file
         data = wire.read_exact(f, ref.length)
         return xplane_pb2.XPlane.FromString(data)
     except (wire.Truncated, OSError, EOFError) as e:
         raise wire.wire_error(path, "XSpace profile", e) from e
-    except Exception as e:  # protobuf's DecodeError
+    except DecodeError as e:  # upb's parser: bad tags, lengths, nesting past its limit
         raise wire.wire_error(path, f"XPlane {ref.name!r}", e) from e
 
 
@@ -129,7 +135,7 @@ def stat_value(stat: xplane_pb2.XStat, stat_names: dict[int, str]):
     return getattr(stat, kind)
 
 
-def modules_in_plane(plane: xplane_pb2.XPlane) -> list[ModuleRef]:
+def modules_in_plane(plane: xplane_pb2.XPlane, path: str = "<xplane>") -> list[ModuleRef]:
     stat_names = {k: v.name for k, v in plane.stat_metadata.items()}
     modules = []
     for meta in plane.event_metadata.values():
@@ -137,9 +143,18 @@ def modules_in_plane(plane: xplane_pb2.XPlane) -> list[ModuleRef]:
         if HLO_PROTO_STAT not in stats:
             continue
         pid = stats.get(PROGRAM_ID_STAT)
-        program_id = None if pid is None else int(stat_value(pid, stat_names))
-        modules.append(ModuleRef(meta.name, program_id))
+        modules.append(ModuleRef(meta.name, None if pid is None else _program_id(stat_value(pid, stat_names), meta.name, path)))
     return modules
+
+
+def _program_id(value, module: str, path: str) -> int:
+    # XLA writes program_id as an int64/uint64 XStat (tsl xplane_schema kProgramId); a
+    # string, bytes or a non-integral double is not one
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    raise BadInput(f"{path}: module {module!r} has a program_id that is not an integer: {value!r:.80}", file=path)
 
 
 def hlo_proto_bytes(raw: IO[bytes], path: str, display_name: str) -> bytes | None:
@@ -151,7 +166,7 @@ def hlo_proto_bytes(raw: IO[bytes], path: str, display_name: str) -> bytes | Non
     raw.seek(0)
     plane = read_plane(raw, ref, path)
     stat_names = {k: v.name for k, v in plane.stat_metadata.items()}
-    for module in modules_in_plane(plane):
+    for module in modules_in_plane(plane, path):
         if module.display_name != display_name:
             continue
         meta = next(m for m in plane.event_metadata.values() if m.name == module.name)
@@ -168,4 +183,4 @@ def hlo_modules(raw: IO[bytes], path: str) -> list[ModuleRef]:
     if ref is None:
         return []
     raw.seek(0)
-    return modules_in_plane(read_plane(raw, ref, path))
+    return modules_in_plane(read_plane(raw, ref, path), path)

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import IO
 
+from google.protobuf.message import DecodeError
+
 from profscope.formats import protowire as wire
 from profscope.formats import xplane
 from profscope.formats.protos import xplane_pb2
@@ -33,7 +35,7 @@ def device_capabilities(raw: IO[bytes], path: str) -> list[dict]:
     refs = sorted((r for r in index.planes if r.name.startswith(DEVICE_PLANE_PREFIX)), key=lambda r: r.offset)
     if not refs:
         return []
-    f, size = xplane.open_stream(raw)
+    f, size = xplane.open_stream(raw, path)
     out = []
     try:
         for ref in refs:
@@ -53,7 +55,7 @@ def device_capabilities(raw: IO[bytes], path: str) -> list[dict]:
             out.append(caps)
     except (wire.Truncated, OSError, EOFError, ValueError) as e:
         raise wire.wire_error(path, "XSpace profile", e) from e
-    except Exception as e:  # protobuf's DecodeError
+    except DecodeError as e:  # upb's parser
         raise wire.wire_error(path, "XPlane device stats", e) from e
     return out
 

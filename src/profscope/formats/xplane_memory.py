@@ -75,7 +75,6 @@ from typing import IO
 
 import numpy as np
 
-from profscope.errors import BadInput
 from profscope.formats import protowire as wire
 from profscope.formats import xplane
 from profscope.formats.protos import xplane_pb2
@@ -213,12 +212,8 @@ def xspace_errors(path: str):
         yield
     except (wire.Truncated, _Malformed, ValueError, IndexError, EOFError, OSError) as e:
         raise wire.wire_error(path, "XSpace profile", e) from e
-    except BadInput:
-        raise
-    except Exception as e:  # protobuf's DecodeError
-        if type(e).__name__ == "DecodeError":
-            raise wire.wire_error(path, "XSpace profile", e) from e
-        raise
+    except wire.DecodeError as e:  # upb's parser (any other exception is a bug, and surfaces)
+        raise wire.wire_error(path, "XSpace profile", e) from e
 
 
 def _windows(b: np.ndarray) -> np.ndarray:
@@ -376,6 +371,7 @@ def _read_plane_bytes(f: IO[bytes], size: int | None, ref: xplane.PlaneRef, pad:
     ``f`` is positioned at or before the plane (planes are read in file order, so a
     gzip stream only ever seeks forward)."""
     wire.skip_to(f, ref.offset, size)
+    wire.check_len(f, ref.offset, ref.length, size)  # before the buffer is allocated
     buf = bytearray(ref.length + pad)
     view = memoryview(buf)
     got = 0
@@ -546,6 +542,7 @@ def _plane_metadata(f: IO[bytes], size: int | None, ref: xplane.PlaneRef) -> xpl
             keep += wire.encode_varint(tag) + wire.encode_varint(wire.read_varint(f))
         elif wt == wire.LEN:
             length = wire.read_varint(f)
+            wire.check_len(f, f.tell(), length, size)  # a declared length past the file or the gzip budget
             if number == 3:  # XPlane.lines
                 wire.skip_to(f, f.tell() + length, size)
             else:
@@ -882,7 +879,7 @@ def read_allocator_events(raw: IO[bytes], path: str, progress=None) -> Allocator
     hlo_modules: list[HloModuleSpan] = []
     with xspace_errors(path):
         raw.seek(0)
-        f, size = xplane.open_stream(raw)
+        f, size = xplane.open_stream(raw, path)
         data = None
         # one forward pass over the planes, in file order
         for ref in sorted(index.planes, key=lambda r: r.offset):

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from typing import IO
 
+from google.protobuf.message import DecodeError
+
 from profscope.formats import protowire as wire
 from profscope.formats import xplane
 
@@ -83,6 +85,6 @@ def module_run_times(raw: IO[bytes], path: str) -> dict[str, dict]:
                     row["events"] += 1
     except (wire.Truncated, OSError, EOFError, ValueError) as e:
         raise wire.wire_error(path, "XSpace profile", e) from e
-    except Exception as e:  # protobuf's DecodeError
+    except DecodeError as e:  # upb's parser
         raise wire.wire_error(path, "XPlane module events", e) from e
     return out

@@ -42,6 +42,7 @@ from typing import IO
 
 import numpy as np
 
+from profscope.formats import protowire as wire
 from profscope.formats import xplane
 from profscope.formats import xplane_derived
 from profscope.formats import xplane_flows
@@ -111,7 +112,7 @@ def read_trace(raw: IO[bytes], path: str, host_number: int = 1, hostname: str | 
     total = sum(ref.length for ref, _ in chosen) or 1
     with xm.xspace_errors(path):
         raw.seek(0)
-        f, size = xplane.open_stream(raw)
+        f, size = xplane.open_stream(raw, path)
         return _read(f, size, path, hostname, chosen, host_number, total, progress, sink, others)
 
 
@@ -429,7 +430,13 @@ def event_args(event_bytes: bytes, plane_meta: dict) -> dict:
     are skipped; a ``ref_value`` is the name of the stat metadata it points to. The
     event metadata's name is ``long_name`` when a display name is shown instead."""
     stat_names = plane_meta["stat_names"]
-    event = xplane_pb2.XEvent.FromString(bytes(event_bytes))
+    try:
+        event = xplane_pb2.XEvent.FromString(bytes(event_bytes))
+    except wire.DecodeError:
+        # The index only checked the event's framing (XLine.events lengths, the fields the
+        # columns need); its stats are parsed here, on request, possibly mid-export: a
+        # corrupt one is shown, not raised (the answer may be streaming already).
+        return {"profscope_error": "this event's stats are corrupt in the profile (not a valid XEvent)"}
     meta = plane_meta["events"].get(event.metadata_id)
     args: dict = {}
     if meta is not None and meta.display_name:

@@ -304,6 +304,9 @@ def _shape_string(shape) -> str:
     return text + layout
 
 
+_I64_MAX = (1 << 63) - 1
+
+
 def _unpadded_size(shape) -> int:
     """ShapeUtil::ByteSizeOf(shape with default layout, pointer_size=8)."""
     et = shape.element_type
@@ -320,9 +323,13 @@ def _unpadded_size(shape) -> int:
         n *= d
     # SetToDefaultLayout only resets minor_to_major: a packed element size stays.
     bits = shape.layout.element_size_in_bits if shape.HasField("layout") else 0
-    if bits:
-        return -((-n * bits) // 8)
-    return n * _BYTE_WIDTH[et]
+    size = -((-n * bits) // 8) if bits else n * _BYTE_WIDTH[et]
+    # ShapeUtil::ByteSizeOf is an int64 and XLA checks dimensions >= 0 (an unbounded
+    # dynamic one, -2^63, has no size): anything else is a corrupt proto, which would
+    # overflow the numpy int64 heap curves
+    if not 0 <= size <= _I64_MAX:
+        raise BadInput(f"shape {_shape_string(shape)[:200]} has no byte size: {size} is outside 0..2^63-1")
+    return size
 
 
 def _resolve_shape(shape, shape_index) -> Any:
@@ -519,6 +526,8 @@ class _Module:
                     entry = by_shape[skey] = [sub, _unpadded_size(sub), None]
                 shape_cache[key] = entry
             unpadded[lb.id] = entry[1]
+        if sum(unpadded.values()) > _I64_MAX:  # the unpadded heap curve is an int64 array too
+            raise BadInput("the logical buffers' shapes add up to more than 2^63-1 bytes (corrupt sizes)")
         self.shape_cache = shape_cache
 
         allocs = list(ba.buffer_allocations)
