@@ -199,11 +199,16 @@ def _negative_size(p):
     p.buffer_assignment.logical_buffers[0].size = -5
 
 
+def _negative_shape_index(p):
+    p.buffer_assignment.logical_buffers[0].defined_at.shape_index[:] = [-(1 << 63)]  # IndexError before
+
+
 HLO_CASES = {
     "huge dimensions": (_huge_dimensions, "has no byte size"),
     "logical buffers beyond int64": (_huge_logical_buffers, "beyond int64"),
     "allocations beyond int64": (_huge_allocations, "beyond int64"),
     "negative size": (_negative_size, "negative size"),
+    "negative shape index": (_negative_shape_index, "negative tuple index"),
 }
 
 

@@ -336,6 +336,8 @@ def _resolve_shape(shape, shape_index) -> Any:
     """XProf's ResolveShapeIndex: only the last index is used."""
     if len(shape_index):
         i = shape_index[-1]
+        if i < 0:  # a ShapeIndex counts tuple elements from 0; Python would count from the end
+            raise BadInput(f"logical buffer at shape index {list(shape_index)}: a negative tuple index")
         if i < len(shape.tuple_shapes):
             return shape.tuple_shapes[i]
     return shape
