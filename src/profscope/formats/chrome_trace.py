@@ -12,6 +12,16 @@ stays bounded by the chunk size plus the largest single event, whatever the file
 Top-level keys other than ``traceEvents`` (``deviceProperties``, ``displayTimeUnit``,
 ``baseTimeNanoseconds``, ``schemaVersion``, ...) are collected into a ``metadata`` dict.
 
+Hostile input (issue 13) costs a 4xx, never a 500 or a value that fails later: what is
+past a budget (``MAX_EVENT``, ``MAX_VALUE``, ``MAX_DEPTH``, ``MAX_TRACKS``, ``MAX_COUNTERS``,
+``MAX_GZIP_RATIO``, ``MAX_TIMELINE_BYTES``) is refused with :class:`TooLarge` naming the
+file and the limit; a corrupt file is :class:`BadInput`. Where a trace viewer reads past an
+oddity, so does this reader, and keeps the rest of the trace: lone surrogates become
+U+FFFD, an event without a usable ``ts`` (NaN, infinite, a string) or with a list as pid or
+tid is skipped, integers beyond 64 bits in args are kept as their text, ids beyond 2^53 are
+hashed like string ids, counter samples that are not finite doubles are dropped. Each
+choice is explained where it is made.
+
 :func:`memory_events` turns a trace into :class:`MemoryEvents`: the PyTorch profiler's
 ``[memory]`` instant events (``profile_memory=True``) as columnar numpy arrays, each
 attributed to the innermost enclosing op, Python frame and ``nn.Module`` scope on its
@@ -57,6 +67,7 @@ import io
 import json
 import math
 import re
+import sys
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -64,12 +75,37 @@ from typing import IO
 
 import numpy as np
 
-from profscope.errors import BadInput
+from profscope.errors import BadInput, TooLarge
 from profscope.formats import streams
 
 CHUNK = 1 << 20
-#: Largest single JSON value (one event, or one top-level metadata value) accepted.
-MAX_VALUE = 256 << 20
+# What one input may cost (issue 13's budget). Beyond any of these a trace is refused with
+# TooLarge (413), naming the file and the limit: each bounds the memory or the time of a
+# request that a hostile file of a few kilobytes could otherwise blow up.
+#: Largest single top-level value (``deviceProperties``, ``stackFrames``, ...) accepted. Its
+#: Python objects can take ~20x its text (``[[],[],...]``): 64 MiB stays near a gigabyte.
+MAX_VALUE = 64 << 20
+#: Largest single event accepted: real ones are well under a megabyte (kineto's longest
+#: carry a Python stack), a hostile one is decoded whole before anything can look at it.
+MAX_EVENT = 16 << 20
+#: Deepest nesting of one event's args (the event object is level 1; ``args`` of torch and
+#: jax nest 2 or 3 deep) that the trace viewer stores, and of a top-level value that the
+#: memory profile keeps. Deeper input is refused rather than read: what writes it back
+#: (orjson: 254 levels, the page's JSON.parse) would fail part-way, and no profiler writes
+#: it. The memory profile reads no nested value of an event, so it does not refuse them
+#: (it does refuse past Python's own decoder, whose recursion is the backstop for both).
+MAX_DEPTH = 64
+#: Distinct threads (pid, tid) and counter series of one trace: each is a track in the
+#: index's meta.json, sent with every window (and a counter is two files); real traces
+#: have hundreds, a hostile one could make one per event.
+MAX_TRACKS = 50_000
+MAX_COUNTERS = 10_000
+#: A gzipped trace expanding past this many times its compressed size (and past 256 MiB)
+#: is a decompression bomb: deflate reaches ~1000:1 on whitespace, which would cost minutes
+#: of reading to no end (~15 s a GiB). Real traces compress 10-30x (kineto's ResNet-50
+#: trace 30x, the demo's and HTA's 10-18x).
+MAX_GZIP_RATIO = 100
+_GZIP_FREE = 256 << 20
 MEMORY_EVENT = "[memory]"
 PYTHON_FUNCTION = "python_function"
 MODULE_PREFIX = "nn.Module: "
@@ -100,6 +136,10 @@ _SCAN = json.decoder.JSONDecoder().scan_once
 _STRUCTURAL = re.compile(r'[\]\[{},:"]')
 _QUERY_BLOCK = 1 << 18
 _NEAR_END = 64  # a truncated number/literal fails at most this many characters before the end
+#: json decodes a JSON escape of a lone UTF-16 surrogate (``\\ud800``) into a str that no
+#: UTF-8 encoder (orjson, the index, the HTTP answer) accepts: see _clean.
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+_DEEP_MIN = 2 * MAX_DEPTH  # the shortest args text nesting MAX_DEPTH deep ("[[[...]]]"), too deep in an event
 
 
 # -- the byte stream ----------------------------------------------------------------------
@@ -130,16 +170,25 @@ def _cut_short(buf: str, at: int) -> bool:
 class _Text:
     """Decompressed, decoded text in a sliding window: ``buf[pos:]`` is what is unread."""
 
-    __slots__ = ("path", "_stream", "_decoder", "buf", "pos", "base", "eof")
+    __slots__ = ("path", "_stream", "_decoder", "buf", "pos", "base", "eof", "start", "escapes",
+                 "_gz_budget", "_read")
 
     def __init__(self, raw, path: str):
         self.path = path
+        size = len(raw) if isinstance(raw, (bytes, bytearray, memoryview)) else _size(raw)
         self._stream = _open(raw, path)
+        # Decompressed bytes allowed before the file counts as a gzip bomb (None: plain, or
+        # a stream whose size is unknown, which a ratio cannot judge).
+        self._gz_budget = (max(_GZIP_FREE, MAX_GZIP_RATIO * size)
+                           if isinstance(self._stream, gzip.GzipFile) and size else None)
+        self._read = 0
         self._decoder = codecs.getincrementaldecoder("utf-8")()
         self.buf = ""
         self.pos = 0
         self.base = 0  # characters dropped before buf[0]
         self.eof = False
+        self.start = 0  # where the last value() began in buf
+        self.escapes = False  # buf may hold a surrogate escape: see _clean
         self.fill()
         if self.buf.startswith("\ufeff"):
             self.pos = 1
@@ -147,10 +196,19 @@ class _Text:
     def bad(self, problem: str) -> BadInput:
         return BadInput(f"{self.path}: {problem}", file=self.path)
 
-    def fill(self, at_least: int = 0) -> bool:
-        """Read more text onto the window; False at the end of the stream."""
+    def too_deep(self, what: str) -> TooLarge:
+        return TooLarge(f"{self.path}: {what} nests deeper than {MAX_DEPTH} levels, the limit of this "
+                        "reader (no profiler writes such input)", file=self.path)
+
+    def fill(self, at_least: int = 0, limit: int = MAX_VALUE, what: str = "a single JSON value") -> bool:
+        """Read more text onto the window; False at the end of the stream. ``limit``: the
+        most the unread text may hold (the value being decoded) before more is read."""
         if self.eof:
             return False
+        pending = len(self.buf) - self.pos
+        if pending > limit:
+            raise TooLarge(f"{self.path}: {what} is larger than {limit >> 20} MiB, the limit of this reader "
+                           "for one value; not a trace it accepts", file=self.path)
         want = max(CHUNK, at_least)
         try:
             data = self._stream.read(want)
@@ -158,6 +216,13 @@ class _Text:
             raise self.bad("truncated gzip stream (the file ends before the gzip trailer)") from None
         except (gzip.BadGzipFile, zlib.error, OSError) as exc:
             raise self.bad(f"corrupt gzip data ({exc})") from None
+        if self._gz_budget is not None:
+            self._read += len(data)
+            if self._read > self._gz_budget:
+                raise TooLarge(f"{self.path}: the gzip stream expands to more than {MAX_GZIP_RATIO} times the "
+                               f"file's size ({self._read >> 20} MiB read so far), the limit of this reader: a "
+                               "decompression bomb, not a trace",
+                               file=self.path)
         final = not data
         try:
             text = self._decoder.decode(data, final)
@@ -165,12 +230,13 @@ class _Text:
             raise self.bad(
                 f"not a JSON text file (invalid UTF-8 near byte {exc.start}); expected a Chrome trace JSON"
             ) from None
-        pending = len(self.buf) - self.pos
-        if pending > MAX_VALUE:
-            raise self.bad(f"a single JSON value is larger than {MAX_VALUE >> 20} MiB; not a trace this reader accepts")
         self.base += self.pos
         self.buf = self.buf[self.pos:] + text
         self.pos = 0
+        # A per-window flag, so the per-event check for lone surrogates runs only where an
+        # escape of one may be: a backslash is found at memchr speed (0.02 ms a MiB; the
+        # regex takes 0.3, a 3-character substring search 0.8), most traces have none.
+        self.escapes = "\\" in self.buf and _LONE_ESCAPE.search(self.buf) is not None
         if final:
             self.eof = True
         return True
@@ -184,7 +250,7 @@ class _Text:
             if not self.fill():
                 return ""
 
-    def value(self, what: str):
+    def value(self, what: str, limit: int = MAX_VALUE):
         """Decode the JSON value starting at ``pos`` (after :meth:`peek`), fetching more text as needed."""
         while True:
             buf, pos = self.buf, self.pos
@@ -193,23 +259,62 @@ class _Text:
             except StopIteration as stop:  # the C scanner reports where a nested value was missing
                 at = stop.value if isinstance(stop.value, int) else pos
                 if not self.eof and at >= len(buf) - _NEAR_END:
-                    self.fill(2 * (len(buf) - pos))
+                    self.fill(2 * (len(buf) - pos), limit, what)
                     continue
                 if self.eof and _cut_short(buf, at):
                     raise self.bad(f"truncated JSON: the file ends inside {what}") from None
                 raise self.bad(f"invalid JSON at character {self.base + at}: expected a value in {what}") from None
             except json.JSONDecodeError as exc:
                 if not self.eof and (exc.pos >= len(buf) - _NEAR_END or exc.msg.startswith("Unterminated string")):
-                    self.fill(2 * (len(buf) - pos))
+                    self.fill(2 * (len(buf) - pos), limit, what)
                     continue
                 if self.eof and (exc.msg.startswith("Unterminated string") or _cut_short(buf, exc.pos)):
                     raise self.bad(f"truncated JSON: the file ends inside {what}") from None
                 raise self.bad(f"invalid JSON in {what} at character {self.base + exc.pos}: {exc.msg}") from None
+            except RecursionError:  # the C scanner recurses per level: far past MAX_DEPTH
+                raise self.too_deep(what) from None
+            except ValueError as exc:  # an integer of more than sys.get_int_max_str_digits() digits
+                raise TooLarge(f"{self.path}: {what} holds a number too long to read ({exc})", file=self.path) from None
             if end >= len(buf) and not self.eof and not isinstance(obj, (dict, list, str)):
                 self.fill()  # a number or literal may go on in the next chunk
                 continue
+            self.start = pos
             self.pos = end
             return obj
+
+
+def _depth_over(obj, limit: int) -> bool:
+    """Whether ``obj`` nests deeper than ``limit`` levels (``obj`` itself is level 1)."""
+    stack = [(obj, 1)]
+    while stack:
+        o, d = stack.pop()
+        if d > limit:
+            return True
+        if o.__class__ is dict:
+            stack.extend((v, d + 1) for v in o.values() if v.__class__ is dict or v.__class__ is list)
+        elif o.__class__ is list:
+            stack.extend((v, d + 1) for v in o if v.__class__ is dict or v.__class__ is list)
+    return False
+
+
+def _clean(obj):
+    """``obj`` with lone UTF-16 surrogates (JSON ``"\\ud800"`` escapes) in strings and keys
+    replaced by U+FFFD. Lenient, as a browser is: Chrome's trace viewer keeps such a string
+    (JS strings are UTF-16, ``JSON.parse`` takes the escape) and draws a replacement glyph;
+    what profscope stores and answers is UTF-8, which cannot hold it. One odd name should
+    not cost the whole trace."""
+    if obj.__class__ is str:
+        return _LONE_SURROGATE.sub("\ufffd", obj)
+    if obj.__class__ is dict:
+        return {_clean(k): _clean(v) for k, v in obj.items()}
+    if obj.__class__ is list:
+        return [_clean(v) for v in obj]
+    return obj
+
+
+#: ``\uD800``-``\uDFFF`` escapes (a valid pair, decoded into one character, is harmless but
+#: also matches: then _clean finds nothing to replace).
+_LONE_ESCAPE = re.compile(r"\\u[dD][89abcdefABCDEF]")
 
 
 def _array(t: _Text, bare: bool) -> Iterator[dict]:
@@ -222,9 +327,10 @@ def _array(t: _Text, bare: bool) -> Iterator[dict]:
         if pos < len(buf) and buf[pos] == "{":
             try:
                 obj, end = scan(buf, pos)
-            except (StopIteration, json.JSONDecodeError):
+            except (StopIteration, ValueError, RecursionError):  # cut by the window, or bad: value() tells
                 t.pos = pos
-                obj = t.value(f"traceEvents[{n}]")
+                obj = t.value(f"traceEvents[{n}]", MAX_EVENT)
+                pos, end = t.start, t.pos
             else:
                 t.pos = end
         else:
@@ -237,9 +343,15 @@ def _array(t: _Text, bare: bool) -> Iterator[dict]:
                 if bare:
                     return  # the JSON Array Format allows a missing ']'
                 raise t.bad(f"truncated JSON: the file ends inside traceEvents (after {n} events)")
-            obj = t.value(f"traceEvents[{n}]")
+            obj = t.value(f"traceEvents[{n}]", MAX_EVENT)
+            pos, end = t.start, t.pos
         if type(obj) is not dict:
             raise t.bad(f"traceEvents[{n}] is a {type(obj).__name__}, not an event object; not a Chrome trace")
+        # Only a window with a \ud escape can hold a lone surrogate: a flag on the hot path,
+        # a search of this event's text where it is set. (Depth is the consumers' check:
+        # trace_columns stores and serves args, memory_events reads no nested value.)
+        if t.escapes and _LONE_ESCAPE.search(t.buf, pos, end) is not None:
+            obj = _clean(obj)
         yield obj
         n += 1
         buf, pos = t.buf, ws.match(t.buf, t.pos).end()
@@ -324,13 +436,38 @@ def iter_events(raw, path: str, metadata: dict | None = None) -> Iterator[dict]:
             seen_events = True
             yield from _array(t, bare=False)
         else:
-            val = t.value(f"the top-level value {key!r}")
+            what = f"the top-level value {key!r}"
+            val = t.value(what)
             if metadata is not None:
-                metadata[key] = val
+                # Few values, read by the memory profile and OOM risk as numbers and cached
+                # as JSON: made JSON-safe here, once (see _json_safe).
+                metadata[_clean(key)] = _json_safe(t, val, what)
     if t.peek() != "":
         raise t.bad(f"unexpected data after the top-level object at character {t.base + t.pos}")
     if not seen_events:
         raise t.bad("not a Chrome trace: the JSON object has no 'traceEvents' array")
+
+
+def _json_safe(t: _Text, val, what: str, depth: int = 1):
+    """A top-level value as its consumers can use it: no deeper than MAX_DEPTH, lone
+    surrogates replaced, and numbers no JSON writer takes (integers beyond 64 bits, NaN,
+    infinities) as None. Those are metadata numbers (``baseTimeNanoseconds``,
+    ``totalGlobalMem``): one beyond int64 is not a real value, and as a string it would
+    be read as a number again downstream."""
+    if depth > MAX_DEPTH:
+        raise t.too_deep(what)
+    c = val.__class__
+    if c is str:
+        return _LONE_SURROGATE.sub("\ufffd", val)
+    if c is int:
+        return val if -(1 << 63) <= val < (1 << 63) else None
+    if c is float:
+        return val if math.isfinite(val) else None
+    if c is dict:
+        return {_LONE_SURROGATE.sub("\ufffd", k): _json_safe(t, v, what, depth + 1) for k, v in val.items()}
+    if c is list:
+        return [_json_safe(t, v, what, depth + 1) for v in val]
+    return val
 
 
 # -- memory events ----------------------------------------------------------------------------
@@ -391,7 +528,9 @@ class MemoryEvents:
     def base_time_ns(self) -> int | None:
         """``baseTimeNanoseconds``: trace ts + this / 1000 = the profiler clock in us."""
         v = self.metadata.get("baseTimeNanoseconds")
-        return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not -(2.0**63) < v < 2.0**63:
+            return None  # not a number an int64 answer can carry (NaN fails the comparison too)
+        return int(v)
 
 
 class _Intervals:
@@ -558,99 +697,113 @@ def memory_events(raw, path: str, progress=None) -> MemoryEvents:
     noaddr_append = m_noaddr.append
     alloc_append, res_append, dtype_append, did_append = m_alloc.append, m_res.append, m_dtype.append, m_did.append
     n_module_prefix = len(MODULE_PREFIX)
-    try:
-        for ev in iter_events(raw, path, metadata):
-            n += 1
-            if not n % 200_000 and progress is not None:
-                progress.update(fraction=0.9 * raw.tell() / size if size else None, message=f"read {n:,} trace events")
-            get = ev.get
-            ts = get("ts")
-            tcls = ts.__class__
-            if tcls is not _float and tcls is not _int:
-                continue
-            if get("ph") == "X":
-                dur = get("dur")
-                if dur.__class__ is not _float and dur.__class__ is not _int:
-                    dur = 0
-                end = ts + dur
+    events = iter_events(raw, path, metadata)
+    ev: dict = {}
+    while True:  # re-entered after an event that is skipped by an exception (see below)
+        try:
+            for ev in events:
+                n += 1
+                if not n % 200_000 and progress is not None:
+                    progress.update(fraction=0.9 * raw.tell() / size if size else None, message=f"read {n:,} trace events")
+                get = ev.get
+                ts = get("ts")
+                tcls = ts.__class__
+                if tcls is not _float and tcls is not _int:
+                    continue
+                if not -_MAX_TS_US <= ts <= _MAX_TS_US:  # NaN fails it too
+                    _far_ts(ts, n, path)  # raises, unless NaN or infinite: then the event has no time
+                    continue
+                if get("ph") == "X":
+                    dur = get("dur")
+                    if dur.__class__ is not _float and dur.__class__ is not _int:
+                        dur = 0
+                    elif not 0 <= dur <= _MAX_DUR_US:
+                        dur = _dur_us(dur)
+                    end = ts + dur
+                    if ts < t_min:
+                        t_min = ts
+                    if end > t_max:
+                        t_max = end
+                    key = (get("pid"), get("tid"))
+                    thr = threads_get(key)
+                    if thr is None:
+                        thr = threads[key] = len(threads)
+                    name = get("name")
+                    if name.__class__ is not _str:
+                        name = "" if name is None else str(name)
+                    if get("cat") == PYTHON_FUNCTION:
+                        if name.startswith(MODULE_PREFIX):
+                            module_add(thr, ts, end, module_id(name[n_module_prefix:]))
+                        elif not name.startswith("<built-in"):  # source lines only: where in the user's code
+                            frame_add(thr, ts, end, frame_id(name))
+                    elif name.startswith(STEP_PREFIX):
+                        try:
+                            number = int(name[len(STEP_PREFIX):])
+                        except ValueError:
+                            number = -1
+                        steps_num.append(number if -(1 << 63) <= number < (1 << 63) else -1)
+                        steps_start.append(ts)
+                        steps_end.append(end)
+                    elif name.startswith("## ") and name.endswith(" ##"):
+                        module_add(thr, ts, end, module_id(name[3:-3]))
+                    else:
+                        num_ops += 1
+                        op_add(thr, ts, end, op_id(name))
+                        if name.startswith(OPTIMIZER_STEP_PREFIX):
+                            opt_ends.append(end)
+                    continue
                 if ts < t_min:
                     t_min = ts
-                if end > t_max:
-                    t_max = end
-                key = (get("pid"), get("tid"))
+                if ts > t_max:
+                    t_max = ts
+                if get("name") != MEMORY_EVENT:
+                    continue
+                args = get("args")
+                if args.__class__ is not _dict:
+                    raise BadInput(f"{path}: a [memory] event at ts {ts} has no args", file=path)
+                aget = args.get
+                b = aget("Bytes")
+                addr = aget("Addr")
+                addr_missing = addr is None
+                if addr_missing:  # PyTorch of 2021 (kineto samples) wrote no "Addr": see MemoryEvents.has_addr
+                    missing_addr = True
+                    addr = 0
+                total = aget("Total Allocated")
+                res = aget("Total Reserved") or 0
+                dt = aget("Device Type", 0)
+                di = aget("Device Id", -1)
+                if total is None:
+                    missing_total = True
+                    total = -(1 << 62)
+                if not (b.__class__ is _int and addr.__class__ is _int and total.__class__ is _int
+                        and res.__class__ is _int and dt.__class__ is _int and di.__class__ is _int):
+                    try:  # floats, numeric strings: what int() takes
+                        b, addr, total, res, dt, di = int(b), int(addr), int(total), int(res), int(dt), int(di)
+                    except (TypeError, ValueError, OverflowError) as exc:
+                        raise BadInput(f"{path}: a [memory] event at ts {ts} has bad args ({exc!r})", file=path) from None
+                key = (get("pid"), get("tid"))  # before any column grows: an unhashable id skips the event
                 thr = threads_get(key)
                 if thr is None:
                     thr = threads[key] = len(threads)
-                name = get("name")
-                if name.__class__ is not _str:
-                    name = "" if name is None else str(name)
-                if get("cat") == PYTHON_FUNCTION:
-                    if name.startswith(MODULE_PREFIX):
-                        module_add(thr, ts, end, module_id(name[n_module_prefix:]))
-                    elif not name.startswith("<built-in"):  # source lines only: where in the user's code
-                        frame_add(thr, ts, end, frame_id(name))
-                elif name.startswith(STEP_PREFIX):
-                    try:
-                        steps_num.append(int(name[len(STEP_PREFIX):]))
-                    except ValueError:
-                        steps_num.append(-1)
-                    steps_start.append(ts)
-                    steps_end.append(end)
-                elif name.startswith("## ") and name.endswith(" ##"):
-                    module_add(thr, ts, end, module_id(name[3:-3]))
-                else:
-                    num_ops += 1
-                    op_add(thr, ts, end, op_id(name))
-                    if name.startswith(OPTIMIZER_STEP_PREFIX):
-                        opt_ends.append(end)
-                continue
-            if ts < t_min:
-                t_min = ts
-            if ts > t_max:
-                t_max = ts
-            if get("name") != MEMORY_EVENT:
-                continue
-            args = get("args")
-            if args.__class__ is not _dict:
-                raise BadInput(f"{path}: a [memory] event at ts {ts} has no args", file=path)
-            aget = args.get
-            b = aget("Bytes")
-            addr = aget("Addr")
-            addr_missing = addr is None
-            if addr_missing:  # PyTorch of 2021 (kineto samples) wrote no "Addr": see MemoryEvents.has_addr
-                missing_addr = True
-                addr = 0
-            total = aget("Total Allocated")
-            res = aget("Total Reserved") or 0
-            dt = aget("Device Type", 0)
-            di = aget("Device Id", -1)
-            if total is None:
-                missing_total = True
-                total = -(1 << 62)
-            if not (b.__class__ is _int and addr.__class__ is _int and total.__class__ is _int
-                    and res.__class__ is _int and dt.__class__ is _int and di.__class__ is _int):
-                try:  # floats, numeric strings: what int() takes
-                    b, addr, total, res, dt, di = int(b), int(addr), int(total), int(res), int(dt), int(di)
-                except (TypeError, ValueError, OverflowError) as exc:
+                try:
+                    alloc_append(total)
+                    res_append(res)
+                    dtype_append(dt)
+                    did_append(di)
+                    bytes_append(b)
+                    addr_append(addr & 0xFFFFFFFFFFFFFFFF)
+                except OverflowError as exc:
                     raise BadInput(f"{path}: a [memory] event at ts {ts} has bad args ({exc!r})", file=path) from None
-            try:
-                alloc_append(total)
-                res_append(res)
-                dtype_append(dt)
-                did_append(di)
-                bytes_append(b)
-                addr_append(addr & 0xFFFFFFFFFFFFFFFF)
-            except OverflowError as exc:
-                raise BadInput(f"{path}: a [memory] event at ts {ts} has bad args ({exc!r})", file=path) from None
-            key = (get("pid"), get("tid"))
-            thr = threads_get(key)
-            if thr is None:
-                thr = threads[key] = len(threads)
-            ts_append(ts)
-            thr_append(thr)
-            noaddr_append(addr_missing)
-    except (TypeError, AttributeError) as exc:  # an event whose fields have impossible types
-        raise BadInput(f"{path}: trace event {n - 1} is malformed ({exc})", file=path) from None
+                ts_append(ts)
+                thr_append(thr)
+                noaddr_append(addr_missing)
+            break
+        except TypeError as exc:
+            if _unhashable_ids(ev):
+                continue  # as trace_columns does (see there): the event is skipped, the pass goes on
+            raise BadInput(f"{path}: trace event {n - 1} is malformed ({exc})", file=path) from None
+        except AttributeError as exc:  # an event whose fields have impossible types
+            raise BadInput(f"{path}: trace event {n - 1} is malformed ({exc})", file=path) from None
 
     if progress is not None:
         progress.update(message=f"read {n:,} trace events; attributing {len(m_ts):,} memory events")
@@ -750,44 +903,69 @@ class MemoryTimeline:
         return self.sizes.sum(axis=1)
 
 
+#: The largest memory-timeline JSON read (decompressed): it is parsed whole, and its Python
+#: lists take ~5x the text. torch writes ~100 bytes a point, and a point per distinct time
+#: with a memory event: 64 MiB is ~600,000 points, far more than a profiling window has.
+MAX_TIMELINE_BYTES = 64 << 20
+_INT64 = 2.0**63
+
+
 def parse_memory_timeline(data: bytes, path: str) -> MemoryTimeline:
     """Parse ``prof.export_memory_timeline(path.json | path.json.gz)`` output.
 
     Raises :class:`BadInput` when ``data`` is not ``[times, sizes]`` with one row of
-    category sizes per time.
+    category sizes per time, and :class:`TooLarge` past ``MAX_TIMELINE_BYTES``.
     """
     def bad(problem: str) -> BadInput:
         return BadInput(f"{path}: {problem}", file=path)
 
+    def too_large() -> TooLarge:
+        return TooLarge(f"{path}: a memory timeline larger than {MAX_TIMELINE_BYTES >> 20} MiB (decompressed), "
+                        "the limit of this reader", file=path)
+
     if data[:2] == b"\x1f\x8b":
+        # Bounded: a few kilobytes of gzip can expand to gigabytes.
+        d = zlib.decompressobj(wbits=31)
         try:
-            data = gzip.decompress(data)
-        except EOFError:
-            raise bad("truncated gzip stream") from None
-        except (gzip.BadGzipFile, zlib.error, OSError) as exc:
+            out = d.decompress(data, MAX_TIMELINE_BYTES + 1)
+            if len(out) > MAX_TIMELINE_BYTES or d.unconsumed_tail:
+                raise too_large()
+            if not d.eof:
+                raise bad("truncated gzip stream")
+        except zlib.error as exc:
             raise bad(f"corrupt gzip data ({exc})") from None
+        data = out
+    if len(data) > MAX_TIMELINE_BYTES:
+        raise too_large()
     if not data.strip():
         raise bad("empty file; expected a PyTorch memory timeline JSON ([times, sizes])")
     try:
         doc = json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise bad(f"not JSON ({exc}); expected a PyTorch memory timeline ([times, sizes])") from None
+    except RecursionError:  # [[[[...: the decoder recurses per level
+        raise TooLarge(f"{path}: nested deeper than Python's JSON decoder reads; not a PyTorch memory timeline",
+                       file=path) from None
+    except ValueError as exc:  # an integer of more than 4300 digits
+        raise bad(f"not a PyTorch memory timeline: {exc}") from None
     if not (isinstance(doc, list) and len(doc) == 2 and isinstance(doc[0], list) and isinstance(doc[1], list)):
         raise bad("not a PyTorch memory timeline: expected a JSON array [times, sizes]")
     times, sizes = doc
     if len(times) != len(sizes):
         raise bad(f"not a PyTorch memory timeline: {len(times)} times but {len(sizes)} rows of sizes")
     k = len(CATEGORIES)
-    width = len(sizes[0]) if sizes else k + 1
+    width = len(sizes[0]) if sizes and isinstance(sizes[0], list) else k + 1
     if width not in (k, k + 1) or any(not isinstance(r, list) or len(r) != width for r in sizes):
         raise bad(f"not a PyTorch memory timeline: each row of sizes must hold {k + 1} numbers")
     try:
         t = np.asarray(times, dtype=np.float64)
         s = np.asarray(sizes, dtype=np.float64)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an integer past a double's range
         raise bad("not a PyTorch memory timeline: times and sizes must be numbers") from None
-    if s.size and not np.isfinite(s).all() or t.size and not np.isfinite(t).all():
-        raise bad("not a PyTorch memory timeline: non-finite numbers")
+    # torch writes int64 microseconds and bytes: NaN, infinities and numbers past int64
+    # (which astype would turn into garbage) are no timeline.
+    if s.size and not (np.abs(s) < _INT64).all() or t.size and not (np.abs(t) < _INT64).all():
+        raise bad("not a PyTorch memory timeline: times and sizes must be finite numbers within 64 bits")
     s = s.reshape(len(sizes), width)
     if width == k + 1:
         s = s[:, 1:]
@@ -854,23 +1032,46 @@ def trace_columns(raw, path: str, progress=None, sink=None):
         key = (pid, tid)
         t = tracks.get(key)
         if t is None:
+            if len(track_list) >= MAX_TRACKS:
+                raise TooLarge(f"{path}: more than {MAX_TRACKS:,} threads (distinct pid, tid), the limit of this "
+                               "reader for one trace", file=path)
             t = tracks[key] = len(track_list)
             track_list.append(Track(_int_id(pid), _int_id(tid), "", len(track_list)))
         return t
 
+    def counter_of(series, unit):
+        c = counters.get(series)
+        if c is None:
+            if len(counters) >= MAX_COUNTERS:
+                raise TooLarge(f"{path}: more than {MAX_COUNTERS:,} counter series, the limit of this reader "
+                               "for one trace", file=path)
+            c = counters[series] = (array.array("q"), array.array("d"), unit)
+        return c
+
     def add(t, ts_ps, dur_ps, name, args):
-        col_track.append(t)
-        col_start.append(ts_ps)
-        col_dur.append(max(0, dur_ps))
-        col_name.append(names(name))
         if args:
-            data = dumps(args)
+            try:
+                data = dumps(args)
+            except TypeError:  # orjson: an integer beyond 64 bits, or nesting past its limit
+                data = _dump_args(args, path)
+            # The depth budget, on the args this index stores and serves back (an opener
+            # count bounds the depth from above: the exact walk runs only for the rare args
+            # with that many brackets; most are shorter than _DEEP_MIN bytes anyway).
+            if len(data) >= _DEEP_MIN and data.count(b"{") + data.count(b"[") >= MAX_DEPTH \
+                    and _depth_over(args, MAX_DEPTH - 1):
+                raise TooLarge(f"{path}: an event's args nest deeper than {MAX_DEPTH} levels (the event "
+                               "counted), the limit of this reader", file=path)
+            # no column grows before the args are known to be storable
             col_off.append(blob_base + len(blob))
             col_len.append(len(data))
             blob.extend(data)
         else:
             col_off.append(0)
             col_len.append(0)
+        col_track.append(t)
+        col_start.append(ts_ps)
+        col_dur.append(max(0, dur_ps))
+        col_name.append(names(name))
 
     def flush():
         nonlocal blob, blob_base
@@ -888,98 +1089,124 @@ def trace_columns(raw, path: str, progress=None, sink=None):
         return np.frombuffer(a, dtype=dtype).copy() if len(a) else np.zeros(0, dtype)
 
     n = 0
-    for ev in iter_events(raw, path):
-        n += 1
-        if n % 1_000_000 == 0:
-            flush()
-        if progress is not None and n % 200_000 == 0 and size:
-            try:
-                pos = raw.tell()
-            except (OSError, ValueError):
-                pos = 0
-            progress.update(fraction=min(0.95, pos / size), message=f"read {n:,} events")
-        ph = ev.get("ph")
-        if ph == "M":
-            name, args = ev.get("name"), ev.get("args") or {}
-            pid, tid = ev.get("pid"), ev.get("tid")
-            if name == "process_name":
-                proc_names[pid] = str(args.get("name", ""))
-            elif name == "process_sort_index":
-                proc_sort[pid] = args.get("sort_index")
-            elif name == "thread_name":
-                thread_names[(pid, tid)] = str(args.get("name", ""))
-            elif name == "thread_sort_index":
-                thread_sort[(pid, tid)] = args.get("sort_index")
-            continue
-        ts = ev.get("ts")
-        if not isinstance(ts, (int, float)) or isinstance(ts, bool) or not math.isfinite(ts):
-            continue
-        if base_us is None:
-            base_us = float(int(ts))
-        ts_ps = round((ts - base_us) * 1e6)
-        if abs(ts_ps) > _MAX_PS:
-            raise BadInput(f"{path}: event {n} has ts {ts!r} µs, {abs(ts - base_us):.3g} µs from the first event; "
-                           "not a trace this reader accepts", file=path)
-        name = ev.get("name")
-        name = "" if name is None else str(name)
-        if ph == "X":
-            dur = ev.get("dur")
-            dur_ps = (min(round(dur * 1e6), _MAX_PS) if isinstance(dur, (int, float)) and not isinstance(dur, bool)
-                      and math.isfinite(dur) else 0)
-            t = track_of(ev.get("pid"), ev.get("tid"))
-            add(t, ts_ps, dur_ps, name, ev.get("args"))
-            last_ps = max(last_ps, ts_ps + dur_ps)
-            if name.startswith(STEP_PREFIX):
-                steps.append((name.removeprefix(STEP_PREFIX), ts_ps, max(0, dur_ps)))
-        elif ph == "B":
-            open_b.setdefault((ev.get("pid"), ev.get("tid")), []).append((ts_ps, name, ev.get("args")))
-            last_ps = max(last_ps, ts_ps)
-        elif ph == "E":
-            stack = open_b.get((ev.get("pid"), ev.get("tid")))
-            last_ps = max(last_ps, ts_ps)
-            if stack:
-                b_ts, b_name, b_args = stack.pop()
-                args = dict(b_args or {})
-                if isinstance(ev.get("args"), dict):
-                    args.update(ev["args"])
-                add(track_of(ev.get("pid"), ev.get("tid")), b_ts, ts_ps - b_ts, b_name, args)
-        elif ph in ("i", "I"):
-            last_ps = max(last_ps, ts_ps)
-            args = ev.get("args") or {}
-            if name == MEMORY_EVENT and isinstance(args, dict):
-                dev = args.get("Device Id", -1)
-                for key, label in (("Total Allocated", "memory allocated"), ("Total Reserved", "memory reserved")):
-                    v = args.get(key)
-                    if isinstance(v, (int, float)):
-                        series = (ev.get("pid"), f"{label} (device {dev})")
-                        c = counters.get(series)
-                        if c is None:
-                            c = counters[series] = (array.array("q"), array.array("d"), "bytes")
-                        c[0].append(ts_ps)
-                        c[1].append(float(v))
+    _float, _int, _dict = float, int, dict
+    events = iter_events(raw, path)
+    ev: dict = {}
+    while True:  # re-entered after an event that is skipped by an exception (see below)
+        try:
+            for ev in events:
+                n += 1
+                if n % 1_000_000 == 0:
+                    flush()
+                if progress is not None and n % 200_000 == 0 and size:
+                    try:
+                        pos = raw.tell()
+                    except (OSError, ValueError):
+                        pos = 0
+                    progress.update(fraction=min(0.95, pos / size), message=f"read {n:,} events")
+                ph = ev.get("ph")
+                if ph == "M":
+                    name, args = ev.get("name"), ev.get("args")
+                    if args.__class__ is not _dict:  # Chrome's viewer reads args.name of an object only
+                        args = {}
+                    pid, tid = ev.get("pid"), ev.get("tid")
+                    if name == "process_name":
+                        proc_names[pid] = str(args.get("name", ""))
+                    elif name == "process_sort_index":
+                        proc_sort[pid] = _sort_index(args.get("sort_index"))
+                    elif name == "thread_name":
+                        thread_names[(pid, tid)] = str(args.get("name", ""))
+                    elif name == "thread_sort_index":
+                        thread_sort[(pid, tid)] = _sort_index(args.get("sort_index"))
+                    continue
+                ts = ev.get("ts")
+                tcls = ts.__class__
+                # One chained comparison on the hot path: NaN and infinities fail it as well as
+                # times too far to be a trace's; _far_ts tells them apart.
+                if (tcls is not _float and tcls is not _int) or not -_MAX_TS_US <= ts <= _MAX_TS_US:
+                    if tcls is _float or tcls is _int:
+                        _far_ts(ts, n, path)
+                    continue  # no time (missing, a string, NaN, infinite): nothing to place, as in Chrome's viewer
+                if base_us is None:
+                    base_us = float(int(ts))
+                d = (ts - base_us) * 1e6
+                if not -_MAX_PS <= d <= _MAX_PS:
+                    raise BadInput(f"{path}: event {n} has ts {ts!r} µs, {abs(ts - base_us):.3g} µs from the first "
+                                   "event; not a trace this reader accepts", file=path)
+                ts_ps = round(d)
+                name = ev.get("name")
+                name = "" if name is None else str(name)
+                if ph == "X":
+                    dur = ev.get("dur")
+                    dcls = dur.__class__
+                    if (dcls is _float or dcls is _int) and 0 <= dur <= _MAX_DUR_US:
+                        dur_ps = round(dur * 1e6)
+                    else:  # missing, not a number, NaN, negative or beyond 2^60 ps (13 days)
+                        dur_ps = _dur_ps(dur)
+                    t = track_of(ev.get("pid"), ev.get("tid"))
+                    add(t, ts_ps, dur_ps, name, ev.get("args"))
+                    last_ps = max(last_ps, ts_ps + dur_ps)
+                    if name.startswith(STEP_PREFIX):
+                        steps.append((name.removeprefix(STEP_PREFIX), ts_ps, max(0, dur_ps)))
+                elif ph == "B":
+                    open_b.setdefault((ev.get("pid"), ev.get("tid")), []).append((ts_ps, name, ev.get("args")))
+                    last_ps = max(last_ps, ts_ps)
+                elif ph == "E":
+                    stack = open_b.get((ev.get("pid"), ev.get("tid")))
+                    last_ps = max(last_ps, ts_ps)
+                    if stack:
+                        b_ts, b_name, b_args = stack.pop()
+                        e_args = ev.get("args")
+                        if e_args.__class__ is _dict and e_args:  # merged into the B's args, as Chrome's viewer does
+                            args = dict(b_args) if b_args.__class__ is _dict else ({"args": b_args} if b_args else {})
+                            args.update(e_args)
+                        else:
+                            args = b_args
+                        add(track_of(ev.get("pid"), ev.get("tid")), b_ts, ts_ps - b_ts, b_name, args)
+                elif ph in ("i", "I"):
+                    last_ps = max(last_ps, ts_ps)
+                    args = ev.get("args") or {}
+                    if name == MEMORY_EVENT and args.__class__ is _dict:
+                        dev = args.get("Device Id", -1)
+                        pid = ev.get("pid")
+                        for key, label in (("Total Allocated", "memory allocated"), ("Total Reserved", "memory reserved")):
+                            v = args.get(key)
+                            if (v.__class__ is _int or v.__class__ is _float) and -_MAX_COUNTER <= v <= _MAX_COUNTER:
+                                c = counter_of((pid, f"{label} (device {dev})"), "bytes")
+                                c[0].append(ts_ps)
+                                c[1].append(float(v))
+                        continue
+                    add(track_of(ev.get("pid"), ev.get("tid")), ts_ps, 0, name, args)
+                elif ph in ("s", "t", "f"):
+                    fid = ev.get("id", ev.get("bind_id"))
+                    if fid is None or isinstance(fid, (dict, list)):
+                        continue
+                    t = track_of(ev.get("pid"), ev.get("tid"))
+                    flow_points.setdefault((str(ev.get("cat")), str(fid)), []).append(
+                        (ts_ps, _FLOW_PHASES[ph], names(name), t))
+                elif ph == "C":
+                    last_ps = max(last_ps, ts_ps)
+                    args = ev.get("args") or {}
+                    if args.__class__ is not _dict:
+                        continue
+                    pid = ev.get("pid")
+                    for key, v in args.items():
+                        # Counter values a chart can draw: finite, within a double (a NaN or an
+                        # integer of 400 digits is no sample: skipped, the rest kept).
+                        if (v.__class__ is _int or v.__class__ is _float) and -_MAX_COUNTER <= v <= _MAX_COUNTER:
+                            label = name if len(args) == 1 else f"{name} {key}"
+                            c = counter_of((pid, label), "")
+                            c[0].append(ts_ps)
+                            c[1].append(float(v))
+            break
+        except TypeError:
+            # A list or an object as pid or tid: no profiler writes one, and no thread can be
+            # keyed by it (unhashable) without guessing what it means. The event is skipped,
+            # the rest of the trace kept, as for an event without a time; nothing was stored
+            # for it (each branch looks its keys up before it stores anything).
+            if _unhashable_ids(ev):
                 continue
-            add(track_of(ev.get("pid"), ev.get("tid")), ts_ps, 0, name, args)
-        elif ph in ("s", "t", "f"):
-            fid = ev.get("id", ev.get("bind_id"))
-            if fid is None or isinstance(fid, (dict, list)):
-                continue
-            key = (str(ev.get("cat")), str(fid))
-            flow_points.setdefault(key, []).append((ts_ps, _FLOW_PHASES[ph], names(name),
-                                                    track_of(ev.get("pid"), ev.get("tid"))))
-        elif ph == "C":
-            last_ps = max(last_ps, ts_ps)
-            args = ev.get("args") or {}
-            if not isinstance(args, dict):
-                continue
-            for key, v in args.items():
-                if isinstance(v, (int, float)) and not isinstance(v, bool):
-                    label = name if len(args) == 1 else f"{name} {key}"
-                    series = (ev.get("pid"), label)
-                    c = counters.get(series)
-                    if c is None:
-                        c = counters[series] = (array.array("q"), array.array("d"), "")
-                    c[0].append(ts_ps)
-                    c[1].append(float(v))
+            raise
     for (pid, tid), stack in open_b.items():
         for b_ts, b_name, b_args in stack:
             add(track_of(pid, tid), b_ts, last_ps - b_ts, b_name, b_args)
@@ -987,14 +1214,14 @@ def trace_columns(raw, path: str, progress=None, sink=None):
         t = track_list[ti]
         t.name = thread_names.get((pid, tid)) or f"thread {tid}"
         si = thread_sort.get((pid, tid))
-        if isinstance(si, (int, float)):
-            t.sort_index = int(si)
+        if si is not None:
+            t.sort_index = si
     pids = {pid for pid, _ in tracks} | {pid for pid, _ in counters}
     processes = []
-    for pid in sorted(pids, key=lambda p: (proc_sort.get(p) if isinstance(proc_sort.get(p), (int, float)) else _int_id(p))):
+    for pid in sorted(pids, key=lambda p: _int_id(p) if proc_sort.get(p) is None else proc_sort[p]):
         si = proc_sort.get(pid)
         processes.append(Process(_int_id(pid), proc_names.get(pid) or f"process {pid}",
-                                 int(si) if isinstance(si, (int, float)) else _int_id(pid)))
+                                 _int_id(pid) if si is None else si))
     out_counters = []
     for (pid, label), (t, v, unit) in counters.items():
         ti = len(track_list)
@@ -1016,7 +1243,84 @@ def trace_columns(raw, path: str, progress=None, sink=None):
 
 
 _MAX_PS = 1 << 60  # event times and durations beyond this (13 days) are not a real trace
+_MAX_DUR_US = _MAX_PS / 1e6
+#: Largest |ts| in µs: 2^53 (the last integer a double holds exactly; in Unix µs, the year
+#: 2255). Past it the time origin no longer fits the answers' int64 nanoseconds (the
+#: window's ``originNs``): a trace in nanoseconds written as µs, or a corrupt number.
+_MAX_TS_US = float(1 << 53)
+_MAX_COUNTER = sys.float_info.max
+#: pid, tid and sort indexes travel as JSON numbers to the page (JS: exact up to 2^53) and
+#: as int64 columns in the answers; an integer beyond that is treated as a name (hashed,
+#: as string ids are), so the index never holds a number an answer cannot write.
+_MAX_ID = 1 << 53
 _FLOW_PHASES = {"s": 0, "t": 1, "f": 2}
+
+
+def _far_ts(ts, n: int, path: str) -> None:
+    """For a ts outside ±_MAX_TS_US: return when it is NaN or infinite (the event has no
+    time and is skipped, as one without ``ts``: Chrome's viewer cannot place it either),
+    else refuse the trace (a time that far is a corrupt file or a unit error)."""
+    if ts.__class__ is float and not math.isfinite(ts):
+        return
+    shown = f"{ts:.6g}" if ts.__class__ is float else (str(ts) if len(str(ts)) < 30 else f"a {len(str(ts))}-digit number")
+    raise BadInput(f"{path}: event {n} has ts {shown} µs, beyond ±2^53 µs (285 years); not a trace this reader accepts",
+                   file=path)
+
+
+def _dur_ps(dur) -> int:
+    """A ``dur`` outside the fast path's range, as picoseconds: 0 when missing, not a
+    number or NaN; capped at ±2^60 ps (13 days: a longer slice is a corrupt number, and
+    every later sum must stay in int64). Negative ones are kept (added as 0, as before)."""
+    if (dur.__class__ is not float and dur.__class__ is not int) or dur != dur:
+        return 0
+    if dur >= _MAX_DUR_US:
+        return _MAX_PS
+    if dur <= -_MAX_DUR_US:
+        return -_MAX_PS
+    return round(dur * 1e6)
+
+
+def _dur_us(dur: float | int) -> float | int:
+    """memory_events' reading of a ``dur`` outside [0, 2^60 ps]: as :func:`_dur_ps`, in µs."""
+    if dur != dur:
+        return 0
+    return max(-_MAX_DUR_US, min(_MAX_DUR_US, dur))
+
+
+def _sort_index(value) -> int | None:
+    """A ``sort_index`` as an int the index can hold, or None (not a finite number)."""
+    if value.__class__ is int:
+        return max(-_MAX_ID, min(_MAX_ID, value))
+    if value.__class__ is float and math.isfinite(value):
+        return int(max(-_MAX_ID, min(_MAX_ID, value)))
+    return None
+
+
+def _unhashable_ids(ev) -> bool:
+    return isinstance(ev, dict) and any(isinstance(ev.get(k), (list, dict)) for k in ("pid", "tid"))
+
+
+def _dump_args(args, path: str) -> bytes:
+    """orjson refused ``args``: an integer beyond 64 bits (kept as its decimal string, as
+    the event answer writes one past 2^63: exact, where a browser's ``JSON.parse`` would
+    round it), or nesting past orjson's limit (refused: MAX_DEPTH)."""
+    import orjson
+
+    try:
+        return orjson.dumps(_big_ints_as_text(args))
+    except TypeError:
+        raise TooLarge(f"{path}: an event's args nest deeper than {MAX_DEPTH} levels (the event counted), "
+                       "the limit of this reader", file=path) from None
+
+
+def _big_ints_as_text(v):
+    if v.__class__ is int:
+        return v if -(1 << 63) <= v < (1 << 64) else str(v)
+    if v.__class__ is dict:
+        return {k: _big_ints_as_text(x) for k, x in v.items()}
+    if v.__class__ is list:
+        return [_big_ints_as_text(x) for x in v]
+    return v
 
 
 def _pair_flows(points: dict[tuple, list[tuple[int, int, int, int]]]) -> list[tuple[int, int, int, int, int]]:
@@ -1040,12 +1344,13 @@ def _pair_flows(points: dict[tuple, list[tuple[int, int, int, int]]]) -> list[tu
 
 
 def _int_id(value) -> int:
-    """A pid/tid as an int (Chrome traces allow strings: those get a stable hash)."""
+    """A pid/tid as an int (Chrome traces allow strings: those get a stable hash, and so do
+    numbers past ±2^53, see _MAX_ID)."""
     if isinstance(value, bool):
         return int(value)
-    if isinstance(value, int):
+    if isinstance(value, int) and -_MAX_ID <= value <= _MAX_ID:
         return value
-    if isinstance(value, float) and value.is_integer():
+    if isinstance(value, float) and value.is_integer() and -_MAX_ID <= value <= _MAX_ID:
         return int(value)
     import zlib as _z
 

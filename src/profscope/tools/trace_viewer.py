@@ -48,7 +48,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 
-from profscope.errors import BadRequest, NotFound
+from profscope.errors import BadInput, BadRequest, NotFound
 from profscope.forksafe import renew_locks_after_fork
 from profscope.formats import xplane_trace
 from profscope.formats.trace_events import FLOW_END, FLOW_MID, FLOW_START, FlowEvents, TraceEvents
@@ -229,7 +229,7 @@ class IndexWriter:
             "steps": [[s[0], int(s[1] - shift), int(s[2])] for s in ev.steps],
             "flows": len(flows),
         }
-        (out / "meta.json").write_bytes(orjson.dumps(meta))
+        (out / "meta.json").write_bytes(_checked_meta(meta, ev.path))
         _report(progress, 1.0, "index written")
         return meta
 
@@ -286,6 +286,32 @@ def _flow_arrows(fe: FlowEvents, out: Path, ev: TraceEvents) -> np.ndarray:
         names.append("flow")
     label = np.where(cat[src] >= 0, cat[src], flow_name).astype(np.int64)
     return np.stack([label, tr[src], st[src], tr[dst], st[dst]], axis=1)
+
+
+#: pid, tid and sort indexes are written as int64 by every answer (``_x_events`` builds int64
+#: columns of them, plus a host's pid offset of at most 1000 * 8192): an index never holds one
+#: past this, so no answer can fail once it has begun to stream.
+_MAX_ID = (1 << 63) - (1 << 32)
+
+
+def _checked_meta(meta: dict, path: str) -> bytes:
+    """``meta.json``'s bytes, refused (BadInput naming the file) rather than written when it
+    holds what an answer could not write: an id past int64, a string no UTF-8 encoder
+    takes. The readers keep their values within these bounds (formats/chrome_trace.py
+    hashes ids past 2^53, replaces lone surrogates); this is the index's own guarantee, for
+    every reader, checked once per build instead of failing mid-stream on every request."""
+    for where, rows, keys in (("track", meta["tracks"], ("pid", "tid", "sortIndex")),
+                              ("process", meta["processes"], ("pid", "sortIndex"))):
+        for row in rows:
+            for k in keys:
+                v = row[k]
+                if not isinstance(v, int) or not -_MAX_ID <= v <= _MAX_ID:
+                    raise BadInput(f"{path}: a {where}'s {k} ({str(v)[:40]}) is not an integer within int64; "
+                                   "cannot index this trace", file=path)
+    try:
+        return orjson.dumps(meta)
+    except TypeError as exc:  # orjson: a lone surrogate, an integer beyond 64 bits
+        raise BadInput(f"{path}: cannot index this trace ({exc})", file=path) from None
 
 
 def build_index(ev: TraceEvents, out: Path, progress=None) -> dict:
