@@ -129,6 +129,17 @@ def browser():
     assert Path(CHROMIUM).exists(), "Debian's chromium is missing: run `make chromium`"
     with sync_playwright() as p:
         b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        # Playwright's wait_for_function polls with eval() in the page, which profscope's
+        # Content-Security-Policy (script-src 'self', no 'unsafe-eval') refuses: contexts
+        # bypass the policy unless a test asks for it (bypass_csp=False), as
+        # tests/test_browser_security.py does for every page.
+        new_context = b.new_context
+
+        def context(**options):
+            options.setdefault("bypass_csp", True)
+            return new_context(**options)
+
+        b.new_context = context
         yield b
         b.close()
 
@@ -139,9 +150,11 @@ def open_page(browser):
     only that server; the test fails if the page tried anything else or logged an error."""
     contexts, outside, errors = [], [], []
 
-    def make(server):
+    def make(server, csp: bool = False):
+        """``csp=True``: the page runs under the server's Content-Security-Policy (then
+        wait with wait_for_selector or page.evaluate, not wait_for_function)."""
         allowed = urlparse(server).netloc
-        ctx = browser.new_context(viewport={"width": 1400, "height": 900}, locale="en-US")
+        ctx = browser.new_context(viewport={"width": 1400, "height": 900}, locale="en-US", bypass_csp=not csp)
         contexts.append(ctx)
 
         def route(r):
