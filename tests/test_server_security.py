@@ -487,3 +487,14 @@ def test_the_fuzz_covers_every_route(demo_client):
     missing = ours - covered - {"/static/{name}", "/static/vendor/plotly.min.js"}
     assert not missing, f"routes without a fuzz entry: {sorted(missing)}"
     assert urlparse("/").path in covered
+
+
+@pytest.mark.parametrize("args,message", [(["--token", "short"], "at least 8"), (["--token", "semi;colon=x"], "at least 8"),
+                                          (["--token", TOKEN, "--no-token"], "not both")])
+def test_bad_token_options_are_refused_before_serving(tmp_path, args, message):
+    import subprocess
+    import sys
+
+    res = subprocess.run([sys.executable, "-m", "profscope", "serve", "--demo", "--port", "0",
+                          "--cache-dir", str(tmp_path), *args], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2 and message in res.stderr, res.stderr

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import socket
 import sys
 import webbrowser
@@ -160,8 +161,9 @@ def _serve_token(args) -> str | None:
     if args.no_token:
         return None
     if args.token is not None:
-        if len(args.token) < 8 or not args.token.isascii() or not args.token.isprintable() or " " in args.token:
-            raise ProfscopeError("--token must be at least 8 printable ASCII characters without spaces")
+        # It goes into a URL and a cookie unquoted: characters that need no escaping in either.
+        if len(args.token) < 8 or not re.fullmatch(r"[A-Za-z0-9._~-]+", args.token):
+            raise ProfscopeError("--token must be at least 8 characters of A-Z, a-z, 0-9, '.', '_', '~', '-'")
         return args.token
     return None if is_loopback(args.host) else new_token()
 
