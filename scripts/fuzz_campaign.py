@@ -81,6 +81,43 @@ def findings(sigs: dict, seed: int, target) -> str:
     return "\n".join(out) + "\n"
 
 
+def compare(before: dict, after: dict) -> str:
+    """Input by input, step by step: answers that changed class between two campaigns of
+    the same seed (ok -> refused is the one to look at: a budget that may be too tight)."""
+    def cls(v: str) -> str:
+        if v == "ok" or (v[:1] == "2" and v[:3].isdigit()):
+            return "ok"
+        if v[:1] == "4" and v[:3].isdigit():
+            return "4xx"
+        return "fail"
+
+    out = ["| format/mode | inputs compared | ok -> 4xx | fail -> 4xx | fail -> ok | 4xx -> ok | ok/4xx -> fail |",
+           "|---|---|---|---|---|---|---|"]
+    examples: list[str] = []
+    for key, rows in (after.get("outcomes") or {}).items():
+        old = {r["name"]: r["steps"] for r in (before.get("outcomes") or {}).get(key, [])}
+        counts = dict.fromkeys(["ok>4xx", "fail>4xx", "fail>ok", "4xx>ok", ">fail"], 0)
+        n = 0
+        for r in rows:
+            if r["name"] not in old:
+                continue
+            n += 1
+            for step, v in r["steps"].items():
+                if step not in old[r["name"]]:
+                    continue
+                a, b = cls(old[r["name"]][step]), cls(v)
+                if a == b:
+                    continue
+                k = f"{a}>{b}" if b != "fail" else ">fail"
+                if k in counts:
+                    counts[k] += 1
+                if k == "ok>4xx" and sum(1 for e in examples if e.startswith(f"- {key}")) < 8:
+                    examples.append(f"- {key} `{r['name']}` {step}: {v[:160]}")
+        out.append(f"| {key} | {n} | {counts['ok>4xx']} | {counts['fail>4xx']} | {counts['fail>ok']} "
+                   f"| {counts['4xx>ok']} | {counts['>fail']} |")
+    return "\n".join(out + ["", "Read before, refused now (examples):", ""] + examples)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seed", type=int, default=1)
@@ -100,6 +137,8 @@ def main(argv=None) -> int:
     ap.add_argument("--work", type=Path, help="scratch folder (default: a temporary one)")
     ap.add_argument("--findings", type=Path, help="write the distinct failure signatures, each with how to reproduce it")
     ap.add_argument("--from-json", type=Path, help="with --findings: render them from an earlier campaign's --json")
+    ap.add_argument("--compare", nargs=2, type=Path, metavar=("BEFORE_JSON", "AFTER_JSON"),
+                    help="compare two campaigns of one seed input by input (what read before and is refused now)")
     ap.add_argument("--write-mutant", nargs=2, metavar=("FORMAT", "NAME"),
                     help="write one input (a reproducer 'repro:NAME' or a mutant 'SEED#K' of this --seed) "
                          "as a run folder under --work, and exit")
@@ -116,6 +155,9 @@ def main(argv=None) -> int:
         print(f"{m.name}: {' '.join(m.ops)} -> {', '.join(str(out / f) for f in m.files)}")
         return 0
 
+    if a.compare:
+        print(compare(*(json.loads(p.read_text()) for p in a.compare)))
+        return 0
     if a.from_json:
         data = json.loads(a.from_json.read_text())
         a.findings.write_text(findings(data["signatures"], data["seed"], data.get("target")))
@@ -176,7 +218,8 @@ def main(argv=None) -> int:
     if a.json:
         a.json.write_text(json.dumps({"seed": a.seed, "mutants": a.mutants, "server_mutants": a.server_mutants,
                                       "target": a.src or a.profscope_python, "summary": [r.summary() for r in results],
-                                      "signatures": {s: fs for s, fs in sigs.items()}, "masked": masked}, indent=1))
+                                      "signatures": {s: fs for s, fs in sigs.items()}, "masked": masked,
+                                      "outcomes": {f"{r.fmt}/{r.mode}": r.outcomes for r in results}}, indent=1))
     if a.findings:
         a.findings.write_text(findings(sigs, a.seed, a.src or a.profscope_python))
     if not a.work:

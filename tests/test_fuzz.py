@@ -66,3 +66,11 @@ def test_server_answers_hostile_inputs_with_4xx(fmt, seed_pool, target, tmp_path
     _check(res)
     # Another session stays responsive while hostile files are refused.
     assert res.latency_ms and max(res.latency_ms) < driver.HANG_S * 1000
+
+
+def test_server_answers_hostile_query_parameters_with_4xx(target, tmp_path):
+    # Hostile values (10^400, NaN, 2^64, lone surrogates, 5,000 characters, paths) in one
+    # to three parameters of every endpoint, on good runs copied from the bundled demo.
+    good = driver.good_runs_logdir(seeds.DEMO, tmp_path / "logdir")
+    res = driver.run_params(good, target, tmp_path / "work", SEED, max(30, 4 * N_SERVER))
+    _check(res)

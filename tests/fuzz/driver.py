@@ -156,6 +156,9 @@ class FormatResult:
     secs: float = 0.0
     failures: list = field(default_factory=list)  # dicts: signature, mutant, detail
     notes: list = field(default_factory=list)  # the same, for the masked 4xx answers
+    # per input: {"name", "steps": {step or endpoint: "ok" | status | exception}}, so that
+    # two campaigns of one seed can be compared input by input (read before, refused now?)
+    outcomes: list = field(default_factory=list)
 
     def fail(self, signature: str, mutant: Mutant, index: int, detail: str = "", counted: bool = True) -> None:
         """Record one failure (``counted=False``: a note, not a failure of the bound)."""
@@ -163,7 +166,8 @@ class FormatResult:
             {"signature": signature, "mutant": mutant.name, "index": index, "ops": mutant.ops[:6], "detail": detail[:400]})
 
     def summary(self) -> dict:
-        d = {k: v for k, v in self.__dict__.items() if k not in ("failures", "notes", "latency_ms", "latency_base_ms")}
+        d = {k: v for k, v in self.__dict__.items()
+             if k not in ("failures", "notes", "outcomes", "latency_ms", "latency_base_ms")}
         for name, xs in (("latency", self.latency_ms), ("latency_base", self.latency_base_ms)):
             d[f"{name}_median_ms"] = round(statistics.median(xs), 1) if xs else None
             d[f"{name}_max_ms"] = round(max(xs), 1) if xs else None
@@ -246,6 +250,10 @@ def run_readers(fmt: str, mutants: list[Mutant], target: Target, work: Path, pro
                     res.rss_over_bound += ans == "killed"
                 res.fail(f"readers {fmt} {ans}", m, i)
             else:
+                res.outcomes.append({"name": m.name, "steps": {
+                    st["step"]: "ok" if st["outcome"] == "ok" else
+                    (f"{st.get('status')} {st.get('msg', '')[:120]}" if st["outcome"] == "4xx" else st.get("exc"))
+                    for st in ans["steps"]}})
                 for st in ans["steps"]:
                     res.requests += 1
                     if st["outcome"] == "ok":
@@ -376,6 +384,7 @@ class Session:
         self.client = httpx.Client(timeout=HANG_S, headers={"Accept-Encoding": "gzip"})
         self.hung = False
         self.bad = False
+        self.statuses: dict[str, str] = {}
 
     def close(self):
         self.client.close()
@@ -419,6 +428,7 @@ class Session:
                 self.res.requests -= 1
                 return self.get(path, retry=False)
             return None
+        self.statuses.setdefault(re.sub(r"(?<![a-z_])(run|other)=[^&]*&?", "", path).rstrip("?&")[:100], str(status))
         if 200 <= status < 300:
             self.res.s2xx += 1
             if not _is_json(r.headers, body):
@@ -548,6 +558,7 @@ def run_server(fmt: str, mutants: list[Mutant], target: Target, work: Path, prog
                 s.bad = True
                 res.fail(f"server {fmt} rss>{RSS_BOUND_MB}MB" + (" (killed)" if server.sampler.killed else ""), m, i, f"{over:.0f} MB")
             res.bad_inputs += s.bad
+            res.outcomes.append({"name": m.name, "steps": s.statuses})
             if s.hung or not server.alive():
                 # a stuck conversion keeps its thread: start clean for the next mutant
                 server.stop()
