@@ -439,3 +439,21 @@ def test_allocator_fragmentation_finding_on_a_real_snapshot(demo_client, demo_lo
     for name in ("flexgen_oom.pickle", "sketchkv_2024.pickle"):
         ids = {f["id"] for f in _risk(demo_client, f"torch_snapshots/{name}", host="cuda:0")["findings"]}
         assert "fragmentation_allocator" not in ids
+
+
+@pytest.mark.parametrize("stated", ['"lots"', "[1]", "1e400", str(2**70), "-5", "true", "85899345920"])
+def test_a_traces_odd_device_memory_is_not_a_capacity(make_client, tmp_path, stated):
+    """kineto writes totalGlobalMem as an integer; anything else (text, a list, a number
+    beyond int64, a negative one) is not taken for the device's capacity, and never a 5xx."""
+    from tests.builders.chrome_trace import CUDA, steady_leak
+
+    tb = steady_leak(device_type=CUDA, device_id=0)
+    (tmp_path / "logs").mkdir()
+    path = tb.write(tmp_path / "logs" / "odd.pt.trace.json")
+    text = path.read_text().replace('"deviceProperties": []',
+                                    '"deviceProperties": [{"id": 0, "name": "GPU", "totalGlobalMem": %s}]' % stated)
+    path.write_text(text)
+    r = make_client(tmp_path / "logs").get("/data/plugin/profile/data", params={"run": "odd.pt.trace.json", "tag": "oom_risk"})
+    assert r.status_code == 200, r.text
+    source = r.json()["capacitySource"]
+    assert (source == "trace_device") == (stated == "85899345920")

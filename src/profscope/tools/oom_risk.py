@@ -915,6 +915,19 @@ def _contributors(items: list[dict], peak: int) -> list[dict]:
     return sorted(out, key=lambda c: -c["bytes"])
 
 
+
+def _byte_count(value) -> int | None:
+    """A device memory size as the trace states it (kineto writes an integer; a hostile
+    or broken file may hold text, a list, a float or a number beyond int64): a positive
+    int64, else None, so that such a device is simply not used as the capacity."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        return None
+    try:
+        n = int(value)
+    except (ValueError, OverflowError):
+        return None
+    return n if 0 < n < 2**63 else None
+
 def assess(*, compiled: dict | None = None, allocator: dict | None = None, snapshot: dict | None = None,
            modules: list[dict] | None = None, requested: dict | None = None, device_name: str | None = None,
            devices: list[dict] | None = None, torch_trace: dict | None = None,
@@ -965,13 +978,14 @@ def assess(*, compiled: dict | None = None, allocator: dict | None = None, snaps
         label = d.get("gpu_device_name") or d.get("device_vendor") or ""
         cap = {"bytes": int(d["memory_size"]), "source": "device_plane",
                "detail": f"memory_size stat of {d['plane']}{' (' + label + ')' if label else ''} in the profile"}
-    elif torch_trace and any(d.get("totalGlobalMem") for d in trace_devices or []):
+    elif torch_trace and any(_byte_count(d.get("totalGlobalMem")) for d in trace_devices or []):
         # PyTorch traces state each device (kineto's deviceProperties: cudaDeviceProp /
         # hipDeviceProp_t totalGlobalMem): the device the peak is on, else the smallest.
         did = torch_trace["device"].rsplit(":", 1)[-1]
-        with_mem = [d for d in trace_devices if d.get("totalGlobalMem")]
-        d = next((d for d in with_mem if str(d.get("id")) == did), None) or min(with_mem, key=lambda d: int(d["totalGlobalMem"]))
-        cap = {"bytes": int(d["totalGlobalMem"]), "source": "trace_device",
+        with_mem = [d for d in trace_devices if _byte_count(d.get("totalGlobalMem"))]
+        d = next((d for d in with_mem if str(d.get("id")) == did), None) \
+            or min(with_mem, key=lambda d: _byte_count(d["totalGlobalMem"]))
+        cap = {"bytes": _byte_count(d["totalGlobalMem"]), "source": "trace_device",
                "detail": f"totalGlobalMem of device {d.get('id')} ({d.get('name') or 'unnamed'}) in the trace's deviceProperties"}
     elif snapshot and snapshot["ooms"]:
         o = snapshot["ooms"][0]

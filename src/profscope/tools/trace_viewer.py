@@ -689,10 +689,19 @@ class TraceIndex:
             if z.done < upto:
                 z.compute(upto)
                 tmp = self.folder / f"xlevel.{os.getpid()}.{threading.get_ident()}.tmp.npy"
-                np.save(tmp, z.level)
-                os.replace(tmp, self.folder / "xlevel.npy")
-                (self.folder / "xlevel.json.tmp").write_bytes(orjson.dumps({"done": z.done}))
-                os.replace(self.folder / "xlevel.json.tmp", self.folder / "xlevel.json")
+                try:
+                    np.save(tmp, z.level)
+                    os.replace(tmp, self.folder / "xlevel.npy")
+                    (self.folder / "xlevel.json.tmp").write_bytes(orjson.dumps({"done": z.done}))
+                    os.replace(self.folder / "xlevel.json.tmp", self.folder / "xlevel.json")
+                except OSError:
+                    # Only a saving for the next process (a full disk, or the index
+                    # evicted meanwhile): this answer has the levels in memory.
+                    for leftover in (tmp, self.folder / "xlevel.json.tmp"):
+                        try:
+                            leftover.unlink()
+                        except OSError:
+                            pass
             return z.level
 
     def window_rows(self, s: int, e: int, resolution: int) -> tuple[dict, bool]:
