@@ -14,7 +14,13 @@ Inputs accepted (optionally gzip-compressed):
 whose ``find_class`` refuses every global (so ``__reduce__`` payloads such as
 ``os.system``, ``builtins.eval`` or ``copyreg._reconstructor`` never resolve) and which
 refuses persistent ids. Only dict, list, tuple, str, bytes, int, float, bool and None can
-be built. The pickle is parsed completely before anything is looked at.
+be built. The pickle is parsed completely before anything is looked at, and its bytes
+are checked on their way to the unpickler (:class:`safe_pickle.Prescan`: memo indices and
+declared lengths that would size a huge allocation are refused, and a pickle with
+unusual tuples or sets is read by the streaming reader instead, which bounds what
+hashing a key costs). What the reader keeps verbatim (``allocator_settings``,
+``external_annotations``) is copied into a bounded, JSON-ready tree (``_verbatim``), and
+every string kept has its lone surrogates escaped, so every view can serialize it.
 
 The snapshot structure (``torch/cuda/memory.py`` ``_snapshot`` docstring; produced by
 ``torch/csrc/cuda/Module.cpp`` ``_cuda_memorySnapshot`` from
@@ -58,9 +64,11 @@ import gc
 import gzip
 import io
 import json
+import math
 import os
 import pickle
 import re
+import reprlib
 import zlib
 from dataclasses import dataclass, field, fields
 from itertools import pairwise, repeat
@@ -70,8 +78,9 @@ from typing import IO, Any
 
 import numpy as np
 
-from profscope.errors import BadInput
+from profscope.errors import BadInput, TooLarge
 from profscope.formats import safe_pickle, streams
+from profscope.formats.safe_pickle import MAX_DEPTH, MAX_VERBATIM_CHARS, MAX_VERBATIM_VALUES
 
 #: Trace action codes. Unknown actions get codes from len(ACTIONS) on, named in
 #: ``Snapshot.action_names``.
@@ -255,8 +264,9 @@ class Snapshot:
 
 # -- the model on local disk (the cache) ------------------------------------------------
 
-#: Bump when the saved layout changes: it is part of the cache key.
-MODEL_FORMAT_VERSION = 1
+#: Bump when the saved layout changes: it is part of the cache key. (2: strings with
+#: their lone surrogates escaped, verbatim fields bounded.)
+MODEL_FORMAT_VERSION = 2
 
 
 def _json_safe(obj: Any) -> Any:
@@ -410,12 +420,15 @@ def _pickle_stream(raw: IO[bytes] | bytes, path: str) -> IO[bytes] | None:
     return None
 
 
-def _unpickle_stream(stream: IO[bytes], path: str) -> tuple[Any, int | None]:
+def _unpickle_stream(stream: IO[bytes], path: str, size: int | None = None) -> tuple[Any, int | None]:
+    """The C unpickler over ``stream``, its bytes checked by :class:`safe_pickle.Prescan`
+    as they reach it (``size``: the pickle's bytes, when known)."""
     head = stream.read(2)
     protocol = head[1] if len(head) > 1 else None
     if protocol is not None and not 2 <= protocol <= 5:
         raise BadInput(f"{path}: not a snapshot: unsupported pickle protocol {protocol}", file=path)
-    buffered = streams.buffered(head, stream)
+    checked = safe_pickle.Checked(streams.Prefixed(head, stream), safe_pickle.Prescan(path, size))
+    buffered = io.BufferedReader(checked, 1 << 20)
     obj = _load(buffered, path)
     while True:  # what follows STOP (read ahead into the buffer, then the rest)
         rest = buffered.read(1 << 20)
@@ -431,7 +444,7 @@ def _load(f, path: str) -> Any:
     u.path = path
     try:
         return u.load()
-    except BadInput:
+    except (BadInput, safe_pickle.Reroute):
         raise
     except EOFError:
         raise BadInput(f"{path}: truncated: the pickle ends before its STOP opcode", file=path) from None
@@ -453,6 +466,7 @@ def _unpickle(payload: bytes, path: str) -> tuple[Any, int | None]:
     if protocol is not None and not 2 <= protocol <= 5:
         raise BadInput(f"{path}: not a snapshot: unsupported pickle protocol {protocol}",
                        file=path)
+    safe_pickle.Prescan(path, len(payload)).feed(payload, final=True)
     buf = io.BytesIO(payload)
     obj = _load(buf, path)
     rest = payload[buf.tell():]
@@ -480,7 +494,7 @@ class _Tables:
 
     def string(self, s: Any) -> int:
         if not isinstance(s, str):
-            s = "" if s is None else str(s)
+            s = _text(s)
         i = self._string_ids.get(s)
         if i is None:
             i = self._string_ids[s] = len(self.strings)
@@ -544,16 +558,39 @@ class _Wrong(Exception):
     """Wrong structure; turned into BadInput with the path."""
 
 
+# repr() of a value from the file, for messages: a few levels and items only (a full repr
+# of a shared-reference DAG is exponential, of a deep one a RecursionError).
+_BRIEF = reprlib.Repr()
+_BRIEF.maxlevel, _BRIEF.maxstring, _BRIEF.maxother = 3, 40, 40
+_BRIEF.maxdict = _BRIEF.maxlist = _BRIEF.maxtuple = _BRIEF.maxset = _BRIEF.maxfrozenset = 4
+
+
+def _brief(v: Any) -> str:
+    try:
+        return _BRIEF.repr(v)
+    except ValueError:  # an int of more than 4,300 digits (sys.int_info.default_max_str_digits)
+        return f"<a {v.bit_length()}-bit integer>" if isinstance(v, int) else f"<a {type(v).__name__}>"
+
+
+def _text(v: Any) -> str:
+    """A string from the file as kept (anything else as a bounded repr)."""
+    if type(v) is str:
+        return v
+    return "" if v is None else _brief(v)
+
+
 def _int(v: Any, where: str) -> int:
     if v is None:
         return 0
     if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise _Wrong(f"{where} is {type(v).__name__} {v!r:.40}, not a number")
+        raise _Wrong(f"{where} is {type(v).__name__} {_brief(v)}, not a number")
+    if type(v) is float and not math.isfinite(v):
+        raise _Wrong(f"{where} is {v}, not a finite number")
     return int(v)
 
 
 def _code(names: list[str], value: Any) -> int:
-    value = str(value)
+    value = _text(value)
     try:
         return names.index(value)
     except ValueError:
@@ -575,7 +612,8 @@ def _col(values: list, dtype) -> np.ndarray:
         return np.array(values, dtype=dtype)
     except OverflowError:
         # CUDA addresses/streams fit int64; anything wider is wrapped to its 64 low bits.
-        return np.array([_wrap64(int(v)) for v in values], dtype=dtype)
+        return np.array([[_wrap64(int(x)) for x in v] if isinstance(v, tuple) else _wrap64(int(v))
+                         for v in values], dtype=dtype)
 
 
 _INT = {int}
@@ -604,7 +642,10 @@ def _convert_trace(device: int, entries: Any, t: _Tables, action_names: list[str
         except KeyError:
             return [e.get(key, absent) for e in entries]
 
-    action = list(map(codes.get, column("action")))
+    try:
+        action = list(map(codes.get, column("action")))
+    except TypeError:  # an unhashable action: named by the checked path
+        return _convert_trace_checked(*slow)
     cols = {k: column(k, 0) for k in ("addr", "size", "stream")}
     time_us = column("time_us")
     cc = column("compile_context")
@@ -630,11 +671,11 @@ def _convert_trace(device: int, entries: Any, t: _Tables, action_names: list[str
     out = DeviceTrace(
         device, np.array(action, np.uint8), _col(cols["addr"], np.int64), _col(cols["size"], np.int64),
         _col(cols["stream"], np.int64),
-        np.array(time_us if None not in time_us else [_NO_TIME if v is None else v for v in time_us], np.int64),
+        _col(time_us if None not in time_us else [_NO_TIME if v is None else v for v in time_us], np.int64),
         np.array(stack, np.int32), strings(cc), strings(um), np.full(n, -1, np.int64))
     oom = codes["oom"]
     for i in np.flatnonzero(out.action == oom).tolist():
-        df = _int(entries[i].get("device_free", 0), f"{where}[{offset + i}].device_free")
+        df = _wrap64(_int(entries[i].get("device_free", 0), f"{where}[{offset + i}].device_free"))
         out.device_free[i] = df
         ooms.append({"device": device, "index": offset + i, "size": int(out.size[i]), "device_free": df,
                      "stream": int(out.stream[i]), "time_us": int(out.time_us[i]), "stack": int(out.stack[i])})
@@ -668,10 +709,11 @@ def _convert_trace_checked(where: str, entries: Any, t: _Tables, action_names: l
                              "which the streaming reader does not keep")
             raise _Wrong(f"{where}[{offset + i}] is a {type(e).__name__}, not a dict")
         a = e.get("action")
-        c = codes.get(a)
+        c = codes.get(a) if type(a) is str else None
         if c is None:
             if not isinstance(a, str):
-                raise _Wrong(f"{where}[{offset + i}] has no action")
+                raise _Wrong(f"{where}[{offset + i}] has no action" if a is None else
+                             f"{where}[{offset + i}].action is {type(a).__name__} {_brief(a)}, not a string")
             c = codes[a] = _code(action_names, a)
             if c > 255:
                 raise _Wrong(f"{where}: more than 255 distinct actions")
@@ -688,7 +730,7 @@ def _convert_trace_checked(where: str, entries: Any, t: _Tables, action_names: l
                                            for k in ("addr", "size", "stream"))
         v = e.get("time_us")
         if v is not None:
-            time_us[i] = v if type(v) is int else _int(v, f"{where}[{offset + i}].time_us")
+            time_us[i] = _wrap64(v if type(v) is int else _int(v, f"{where}[{offset + i}].time_us"))
         v = e.get("frames")
         if v:
             stack[i] = tstack(v, f"{where}[{offset + i}].frames")
@@ -699,7 +741,7 @@ def _convert_trace_checked(where: str, entries: Any, t: _Tables, action_names: l
         if v is not None:
             um[i] = string(v)
         if c == oom:
-            df = _int(e.get("device_free", 0), f"{where}[{offset + i}].device_free")
+            df = _wrap64(_int(e.get("device_free", 0), f"{where}[{offset + i}].device_free"))
             dfree[i] = df
             ooms.append({"device": device, "index": offset + i, "size": int(size[i]), "device_free": df,
                          "stream": int(stream[i]), "time_us": int(time_us[i]), "stack": int(stack[i])})
@@ -774,7 +816,7 @@ def _convert_segments(segs: Any, t: _Tables, state_names: list[str]) -> tuple[Se
         total_size=_col(sc["total_size"], i64), allocated_size=_col(sc["allocated_size"], i64),
         active_size=_col(sc["active_size"], i64), requested_size=_col(sc["requested_size"], i64),
         stream=_col(sc["stream"], i64), segment_type=np.array(sc["segment_type"], np.int32),
-        pool_id=np.array(sc["pool_id"], i64).reshape(-1, 2),
+        pool_id=_col(sc["pool_id"], i64).reshape(-1, 2),
         is_expandable=np.array(sc["is_expandable"], bool), stack=np.array(sc["stack"], np.int32),
         block_start=np.array(sc["block_start"], i64), block_count=np.array(sc["block_count"], i64))
     blocks = Blocks(
@@ -790,8 +832,84 @@ def _keys(items) -> list[str]:
     for it in items:
         if isinstance(it, dict):
             for k in it:
-                seen.setdefault(str(k), None)
+                seen.setdefault(_text(k), None)
     return sorted(seen)
+
+
+def _clean(s: str) -> str:
+    """``s`` with lone surrogates (which the unpickler's "surrogatepass" and JSON's
+    ``\\ud800`` escapes let through, and which no UTF-8 encoder takes) written as
+    ``\\udXXX``."""
+    try:
+        s.encode("utf-8")
+        return s
+    except UnicodeEncodeError:
+        return s.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _clean_all(strings: list[str]) -> list[str]:
+    try:  # the usual case: one pass in C
+        "".join(strings).encode("utf-8")
+        return strings
+    except UnicodeEncodeError:
+        return [_clean(x) for x in strings]
+
+
+_I64_MIN, _U64_MAX = -(2**63), 2**64 - 1
+
+
+def _verbatim(obj: Any, what: str, path: str) -> Any:
+    """A field kept as the file has it (allocator settings, annotations), as a bounded,
+    JSON-ready tree: dicts with string keys, lists, clean strings, ints that fit 64 bits,
+    finite floats (others as strings). Refuses nesting beyond :data:`MAX_DEPTH`, a
+    container inside itself, and more than :data:`MAX_VERBATIM_VALUES` values or
+    :data:`MAX_VERBATIM_CHARS` characters, shared references counted each time they are
+    reached (the tree the views serialize). Recursive: at most MAX_DEPTH frames."""
+    budget = [MAX_VERBATIM_VALUES, MAX_VERBATIM_CHARS]
+    on_path: set[int] = set()
+
+    def over(limit: str) -> TooLarge:
+        return TooLarge(f"{path}: refused: {what} holds more than {limit}, shared references counted each "
+                        "time they are reached (a legit one holds tens)", file=path)
+
+    def text(v: str) -> str:
+        budget[1] -= len(v)
+        if budget[1] < 0:
+            raise over(f"{MAX_VERBATIM_CHARS:,} characters")
+        return _clean(v)
+
+    def copy(v: Any, depth: int) -> Any:
+        budget[0] -= 1
+        if budget[0] < 0:
+            raise over(f"{MAX_VERBATIM_VALUES:,} values")
+        t = type(v)
+        if t is str:
+            return text(v)
+        if v is None or t is bool:
+            return v
+        if t is int:
+            return v if _I64_MIN <= v <= _U64_MAX else text(_text(v) if v.bit_length() < 1000 else
+                                                            f"<a {v.bit_length()}-bit integer>")
+        if t is float:
+            return v if math.isfinite(v) else str(v)
+        if t in (dict, list, tuple):
+            if depth >= MAX_DEPTH:
+                raise TooLarge(f"{path}: refused: {what} nests deeper than {MAX_DEPTH} levels "
+                               f"(limit: {MAX_DEPTH}; a snapshot nests about 9)", file=path)
+            if id(v) in on_path:
+                raise BadInput(f"{path}: not a snapshot: {what} contains itself", file=path)
+            on_path.add(id(v))
+            if t is dict:
+                out = {text(k) if type(k) is str else text(_text(k)): copy(x, depth + 1) for k, x in v.items()}
+            else:
+                out = [copy(x, depth + 1) for x in v]
+            on_path.discard(id(v))
+            return out
+        if t in (bytes, bytearray):
+            return text(bytes(v[:MAX_VERBATIM_CHARS]).decode("utf-8", "replace"))
+        return text(_brief(v))
+
+    return copy(obj, 0)
 
 
 # A trace entry as the pickler writes it: EMPTY_DICT MEMO MARK (key value)* SETITEMS,
@@ -1013,7 +1131,10 @@ class _TraceSink(safe_pickle.BatchReader):
                     key_toks = [next(x for x in t if x) for t in toks[0::2]]
                     entry = {}
                     for k, t in zip(key_toks, toks[1::2]):
-                        entry[memo[_ref(k)]] = _value(next(x for x in t if x), memo, puts, seen)
+                        key = memo[_ref(k)]
+                        if type(key) is not str:
+                            raise TypeError  # the opcode reader checks what hashing it costs
+                        entry[key] = _value(next(x for x in t if x), memo, puts, seen)
                     if len(layouts) < _MAX_LAYOUTS and all(len(k) <= 5 for k in key_toks):
                         # The key names are fixed with the layout: a pickler never reuses
                         # a memo slot, so the same reference always names the same key.
@@ -1045,7 +1166,7 @@ class _TraceSink(safe_pickle.BatchReader):
             n = len(action)
             self.parts[key].append(DeviceTrace(
                 -1, np.array(action, np.uint8), _col(addr, np.int64), _col(size, np.int64),
-                _col(stream, np.int64), np.array(time_us, np.int64), np.array(stack, np.int32),
+                _col(stream, np.int64), _col(time_us, np.int64), np.array(stack, np.int32),
                 np.array(cc, np.int32), np.array(um, np.int32), np.full(n, -1, np.int64)))
             self.counts[key] += n
         return pos, closed
@@ -1211,7 +1332,7 @@ def normalize(obj: Any, path: str, *, fmt: str = "pickle", protocol: int | None 
     state_names = list(STATES)
     try:
         segs = obj.get("segments", []) or []
-        era = {"top": sorted(map(str, obj)), "segment": _keys(segs) if isinstance(segs, list) else []}
+        era = {"top": sorted(map(_text, obj)), "segment": _keys(segs) if isinstance(segs, list) else []}
         if isinstance(segs, list):
             era["block"] = _keys(b for s in segs if isinstance(s, dict)
                                  for b in (s.get("blocks") or []))
@@ -1241,6 +1362,10 @@ def normalize(obj: Any, path: str, *, fmt: str = "pickle", protocol: int | None 
         era["trace_entry"] = sorted(entry_keys)
     except _Wrong as e:
         raise BadInput(f"{path}: not a snapshot: wrong structure: {e}", file=path) from None
+    except (TypeError, ValueError, OverflowError, RecursionError, MemoryError) as e:
+        # Whatever the checks above did not foresee is still the file's fault, not a 500.
+        raise BadInput(f"{path}: not a snapshot: wrong structure ({type(e).__name__}: {_brief(str(e))})",
+                       file=path) from None
     t.forget_objects()
     settings = obj.get("allocator_settings")
     annotations = obj.get("external_annotations") or []
@@ -1248,18 +1373,21 @@ def normalize(obj: Any, path: str, *, fmt: str = "pickle", protocol: int | None 
         raise BadInput(f"{path}: not a snapshot: allocator_settings is not a dict", file=path)
     if not isinstance(annotations, list):
         raise BadInput(f"{path}: not a snapshot: external_annotations is not a list", file=path)
+    settings = None if settings is None else _verbatim(settings, "allocator_settings", path)
+    annotations = _verbatim(annotations, "external_annotations", path)
+    era = {k: _clean_all(v) for k, v in era.items()}
     overflow = any(bool(obj.get(k)) for k in OVERFLOW_KEYS)
     devices = {int(d) for d in np.unique(segments.device)} if len(segments) else set()
     devices.update(tr.device for tr in traces if len(tr))
     frames = np.array(t.frame_rows, np.int64).reshape(-1, 3)
     return Snapshot(
-        path=path, format=fmt, pickle_protocol=protocol, strings=t.strings,
+        path=path, format=fmt, pickle_protocol=protocol, strings=_clean_all(t.strings),
         frame_filename=frames[:, 0].astype(np.int32), frame_line=frames[:, 1].copy(),
         frame_name=frames[:, 2].astype(np.int32), stacks=t.stacks, traces=traces,
         segments=segments, blocks=blocks, devices=sorted(devices),
         allocator_settings=settings, external_annotations=annotations, oom_events=ooms,
-        trace_overflow=overflow, era_keys=era, action_names=action_names,
-        state_names=state_names)
+        trace_overflow=overflow, era_keys=era, action_names=_clean_all(action_names),
+        state_names=_clean_all(state_names))
 
 
 @contextlib.contextmanager
@@ -1303,12 +1431,17 @@ def _load_snapshot(raw: IO[bytes] | bytes, path: str, progress, streaming: bool 
     stream = _pickle_stream(raw, path)
     if stream is not None:  # a pickle file: unpickle straight from it, no copy in memory
         size = _size(raw)
+        compressed = stream is not raw  # a GzipFile: the pickle is several times the file
         if streaming is None:
-            compressed = stream is not raw  # a GzipFile: the pickle is several times the file
             streaming = size is None or _too_big_for_tree(size * (8 if compressed else 1))
         if streaming:
             return _stream_pickle(stream, path, progress, size, fmt="pickle")
-        obj, protocol = _unpickle_stream(stream, path)
+        start = raw.tell()
+        try:
+            obj, protocol = _unpickle_stream(stream, path, None if compressed else size)
+        except safe_pickle.Reroute:  # unusual tuples or sets: the reader that checks keys
+            raw.seek(start)
+            return _stream_pickle(_pickle_stream(raw, path), path, progress, size, fmt="pickle")
         return normalize(obj, path, fmt="pickle", protocol=protocol, progress=progress)
     data = _read_all(raw, path)
     kind, payload = _decode_container(data, path)
@@ -1316,6 +1449,9 @@ def _load_snapshot(raw: IO[bytes] | bytes, path: str, progress, streaming: bool 
     if kind == "json":
         try:
             obj = json.loads(payload)
+        except RecursionError:
+            raise TooLarge(f"{path}: refused: the JSON nests deeper than Python's parser goes "
+                           f"(limit: {MAX_DEPTH} levels are kept; a snapshot nests about 9)", file=path) from None
         except (ValueError, UnicodeDecodeError) as e:
             reason = str(e)
             what = "truncated" if "Expecting" in reason and "char" in reason and payload.rstrip()[-1:] not in (b"}", b"]") else "not a snapshot"
@@ -1324,7 +1460,10 @@ def _load_snapshot(raw: IO[bytes] | bytes, path: str, progress, streaming: bool 
     elif streaming or (streaming is None and _too_big_for_tree(len(payload))):
         return _stream_pickle(io.BytesIO(payload), path, progress, len(payload), fmt=kind)
     else:
-        obj, protocol = _unpickle(payload, path)
+        try:
+            obj, protocol = _unpickle(payload, path)
+        except safe_pickle.Reroute:
+            return _stream_pickle(io.BytesIO(payload), path, progress, len(payload), fmt=kind)
     del payload
     return normalize(obj, path, fmt=kind, protocol=protocol, progress=progress)
 
