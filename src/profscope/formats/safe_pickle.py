@@ -140,8 +140,8 @@ def _check_keys(keys: list, path: str) -> None:
                 todo.extend(v)
 
 
-def _too_long(path: str, k: int, at: int) -> TooLarge:
-    return TooLarge(f"{path}: refused: the pickle declares a string, bytes or integer of {k:,} bytes at byte {at:,} "
+def _too_long(path: str, k: int, at: int, what: str = "a string, bytes or integer") -> TooLarge:
+    return TooLarge(f"{path}: refused: the pickle declares {what} of {k:,} bytes at byte {at:,} "
                     f"(limit: {MAX_FIELD_BYTES:,} bytes per field)", file=path)
 
 
@@ -437,7 +437,7 @@ def load(f: IO[bytes], path: str, sink: Callable[[list, list], bool] | None = No
                 stack.append({items[i]: items[i + 1] for i in range(0, len(items), 2)})
             elif op == 0x95:  # FRAME: a length hint only (checked like the C unpickler's, which reads it at once)
                 if from_bytes(buf[pos:pos + 8], "little") > MAX_FIELD_BYTES:
-                    raise _too_long(path, from_bytes(buf[pos:pos + 8], "little"), start + pos)
+                    raise _too_long(path, from_bytes(buf[pos:pos + 8], "little"), start + pos + 8, "a frame")
                 pos += 8
             elif op == 0x80:  # PROTO
                 if buf[pos] > 5:
