@@ -111,3 +111,21 @@ def test_the_policy_blocks_injected_script(browser, demo_server):
         assert all(v.startswith("script-src") for v in _violations(page)), _violations(page)
     finally:
         ctx.close()
+
+
+def test_token_url_in_a_browser(open_page, tmp_path):
+    """``serve --host 0.0.0.0``: the printed URL opens the dashboard, the token leaves the
+    address bar for an HttpOnly cookie, and the page's requests (and a data-API fetch as
+    XProf's frontend makes it, same origin) are answered with it."""
+    from tests.conftest import profscope_server
+
+    with profscope_server("serve", "--demo", "--host", "0.0.0.0", "--port", "0", "--cache-dir", str(tmp_path)) as (url, _):
+        assert "?token=" in url
+        page = open_page(url, csp=True)
+        page.goto(url)
+        page.wait_for_selector("#run-title", timeout=120_000)
+        assert "token" not in page.url
+        assert page.evaluate("document.cookie") == ""  # HttpOnly: no script reads it
+        status = page.evaluate("() => fetch('/data/plugin/profile/runs').then(r => r.status)")
+        assert status == 200
+        # (Without the cookie the same fetch is a 401: tests/test_server_security.py.)
