@@ -583,6 +583,9 @@ _SCAN_ALTS = [  # one alternative per opcode, each starting with its opcode byte
     rb"\x8a(?:\x06" + _B + rb"{6}|\x05" + _B + rb"{5}|\x07" + _B + rb"{7}|\x08" + _B + rb"{8}|\x00|\x01"
     + _B + rb"|\x02" + _B + rb"{2}|\x03" + _B + rb"{3}|\x04" + _B + rb"{4})",
     rb"\}", rb"\x94", rb"\(", rb"u", rb"\]", rb"e", rb"a", rb"q" + _B, None, rb"N",
+    # SHORT_BINUNICODE of up to 63 bytes (1-byte length, then the UTF-8): every string
+    # of a trace's compile_context / user_metadata; longer ones go through feed()
+    rb"\x8c(?:" + b"|".join(re.escape(bytes([k])) + _B + b"{%d}" % k for k in range(64)) + rb")",
     rb"M" + _B + rb"{2}" + _PAIR_TAIL, rb"s", rb"\x88", rb"\x89", rb"\)", rb"G" + _B + rb"{8}",
     rb"0", rb"1", rb"2", rb"d", rb"l", rb"R", rb"b", rb"o", rb"\x81", rb"\x92", rb"\x98",
 ]
