@@ -352,3 +352,28 @@ def test_prescan_holds_back_bytes_it_has_not_checked():
                 break
             given += bytes(b[:n])
     assert b"r" not in given  # the opcode never reached the reader
+
+
+# -- gzip bombs ---------------------------------------------------------------------------
+
+
+def _gzip_bomb(head: bytes, zeros: int) -> bytes:
+    """``head`` then ``zeros`` NUL bytes, gzipped in 1 MiB pieces (about 1000:1)."""
+    import zlib
+
+    c = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    out = [c.compress(head)]
+    piece = bytes(1 << 20)
+    for _ in range(zeros >> 20):
+        out.append(c.compress(piece))
+    out.append(c.flush())
+    return b"".join(out)
+
+
+def test_a_gzip_bomb_is_refused_at_its_decompression_budget(tmp_path, serve):
+    """A snapshot's opcodes then 512 MiB of padding (0.5 MB on disk): the padding after
+    STOP is read, and before this it was decompressed without a limit (a snapshot is
+    recognised by its gzip magic, whatever its name)."""
+    snap = pickle.dumps({"segments": [], "device_traces": [[]]}, 4)
+    _refused(tmp_path, serve, "bomb.pickle", _gzip_bomb(snap, 512 << 20), 413,
+             ["beyond the", "bytes profscope decompresses", "real snapshots compress"])

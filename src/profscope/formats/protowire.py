@@ -29,6 +29,7 @@ VARINT, FIXED64, LEN, FIXED32 = 0, 1, 2, 5
 # lets tiny, highly regular profiles through and costs at most 32 MiB.
 GZIP_RATIO = 64
 GZIP_FLOOR = 32 << 20
+PROFILES_SEEN = "real profiles compress 2.5-7x"
 
 
 class Truncated(Exception):
@@ -162,15 +163,18 @@ class GzipBudget:
     is not an OSError and would otherwise escape every reader as a 500.
     """
 
-    def __init__(self, raw: IO[bytes], path: str, compressed_size: int | None):
+    def __init__(self, raw: IO[bytes], path: str, compressed_size: int | None, *,
+                 ratio: int = GZIP_RATIO, floor: int = GZIP_FLOOR, seen: str = PROFILES_SEEN):
         self._g = gzip.GzipFile(fileobj=raw, mode="rb")
         self.path = path
         self.compressed_size = compressed_size
-        self.limit = max(GZIP_FLOOR, GZIP_RATIO * (compressed_size or 0))
+        self.ratio, self.floor, self.seen = ratio, floor, seen
+        self.limit = max(floor, ratio * (compressed_size or 0))
         self._pos = 0
 
     def refuse(self, end: int, what: str | None = None):
-        raise too_large(self.path, what or f"it decompresses past byte {end:,}", self.limit, self.compressed_size)
+        raise too_large(self.path, what or f"it decompresses past byte {end:,}", self.limit, self.compressed_size,
+                        self.ratio, self.floor, self.seen)
 
     def tell(self) -> int:
         return self._pos
@@ -218,19 +222,21 @@ class GzipBudget:
         self._g.close()
 
 
-def too_large(path: str, what: str, limit: int, compressed_size: int | None) -> TooLarge:
+def too_large(path: str, what: str, limit: int, compressed_size: int | None, ratio: int = GZIP_RATIO,
+              floor: int = GZIP_FLOOR, seen: str = PROFILES_SEEN) -> TooLarge:
     size = f"its {compressed_size:,} compressed bytes" if compressed_size else "its compressed size"
     return TooLarge(
         f"{path}: {what}, beyond the {limit:,} bytes profscope decompresses of this gzipped file "
-        f"({GZIP_RATIO}x {size}, at least {GZIP_FLOOR >> 20} MiB; real profiles compress 2.5-7x). "
+        f"({ratio}x {size}, at least {floor >> 20} MiB; {seen}). "
         f"If the file is genuine, gunzip it: an uncompressed file has no such limit",
         file=path)
 
 
-def gunzip(data: bytes, path: str) -> bytes:
+def gunzip(data: bytes, path: str, *, ratio: int = GZIP_RATIO, floor: int = GZIP_FLOOR,
+           seen: str = PROFILES_SEEN) -> bytes:
     """``data`` decompressed within the same budget as :class:`GzipBudget` (for inputs
     read whole, such as ``*.hlo.pb.gz``)."""
-    limit = max(GZIP_FLOOR, GZIP_RATIO * len(data))
+    limit = max(floor, ratio * len(data))
     d = zlib.decompressobj(16 + zlib.MAX_WBITS)  # 16+: the gzip wrapper (RFC 1952)
     out: list[bytes] = []
     got = 0
@@ -240,7 +246,7 @@ def gunzip(data: bytes, path: str) -> bytes:
             chunk = d.decompress(buf, min(1 << 24, limit + 1 - got))
             got += len(chunk)
             if got > limit:
-                raise too_large(path, f"it decompresses past byte {limit:,}", limit, len(data))
+                raise too_large(path, f"it decompresses past byte {limit:,}", limit, len(data), ratio, floor, seen)
             out.append(chunk)
             if d.eof:  # a further member (cat a.gz b.gz) continues, as gzip.decompress reads it
                 buf = d.unused_data.lstrip(b"\0")  # gzip allows zero padding after a member

@@ -79,7 +79,7 @@ from typing import IO, Any
 import numpy as np
 
 from profscope.errors import BadInput, TooLarge
-from profscope.formats import safe_pickle, streams
+from profscope.formats import protowire, safe_pickle, streams
 from profscope.formats.safe_pickle import MAX_DEPTH, MAX_VERBATIM_CHARS, MAX_VERBATIM_VALUES
 
 #: Trace action codes. Unknown actions get codes from len(ACTIONS) on, named in
@@ -345,6 +345,11 @@ def _read_all(raw: IO[bytes] | bytes, path: str) -> bytes:
         raise BadInput(f"{path}: cannot read: {e}", file=path) from None
 
 
+# What a gzipped snapshot may decompress to (protowire's gzip budget): pickles compress
+# better than protobuf (measured at gzip -9: the public and demo snapshots 11-37x), so
+# 256x its size, at least 64 MiB; a 0.25 MB bomb then stops at 64 MiB.
+GZIP_BUDGET = {"ratio": 256, "floor": 64 << 20, "seen": "real snapshots compress 11-37x"}
+
 # The first line of every git-LFS pointer file (https://git-lfs.com/spec/v1).
 LFS_POINTER = b"version https://git-lfs.github.com/spec/v1"
 
@@ -352,10 +357,7 @@ LFS_POINTER = b"version https://git-lfs.github.com/spec/v1"
 def _decode_container(data: bytes, path: str) -> tuple[str, bytes]:
     """-> (kind, payload): kind "pickle" (payload = pickle bytes) or "json" (text bytes)."""
     if data[:2] == b"\x1f\x8b":
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError, zlib.error) as e:
-            raise BadInput(f"{path}: not a snapshot: broken gzip stream ({e})", file=path) from None
+        data = protowire.gunzip(data, path, **GZIP_BUDGET)
     if not data:
         raise BadInput(f"{path}: not a snapshot: the file is empty", file=path)
     if data[:1] == b"\x80":
@@ -411,7 +413,11 @@ def _pickle_stream(raw: IO[bytes] | bytes, path: str) -> IO[bytes] | None:
                 inner = b""
             raw.seek(start)
             if inner == b"\x80":
-                return gzip.GzipFile(fileobj=raw, mode="rb")
+                try:
+                    size = raw.seek(0, 2) - start
+                finally:
+                    raw.seek(start)
+                return protowire.GzipBudget(raw, path, size, **GZIP_BUDGET)
     except (OSError, ValueError, AttributeError):
         try:
             raw.seek(start)
