@@ -157,6 +157,9 @@ def _build() -> list[Mutant]:
                                    b"    x.1{}: " + str(2**64).encode() + b" bytes (cumulative: " + b"9" * 400 + b" bytes)\n")})
     add("hlo", "hlo_len_2^63", {f"{DUMP}.hlo.pb": wire.varint(10) + wire.varint(2**63) + b"abc"})
     add("hlo", "hlo_truncated", {f"{DUMP}.hlo.pb": b"\x0a\x80\x80\x80\x80\x10"})
+    big = hlo_shape_dims(300, 2**62)
+    if big is not None:
+        add("hlo", "shape_300_dims_of_2^62", {f"{DUMP}.hlo.pb": big})
 
     # -- memory timeline (beside a trace) -------------------------------------------------
     mt = "x.memory_timeline.json"
@@ -166,6 +169,26 @@ def _build() -> list[Mutant]:
     add("memory_timeline", "nested_deep", {**base_trace, mt: ("[" * 50_000 + "]" * 50_000).encode()})
     add("memory_timeline", "wrong_shape", {**base_trace, mt: json.dumps({"a": [1, 2]}).encode()})
     return out
+
+
+def hlo_shape_dims(n: int, d: int) -> bytes | None:
+    """The demo's compiled MLP module with its first entry instruction's shape made
+    n dimensions of d: the byte size has thousands of digits (found by the fuzzer, seed 3:
+    the error message formatting it raised ValueError past Python's 4300-digit limit)."""
+    from pathlib import Path
+
+    from profscope.formats.protos import hlo_pb2
+
+    dump = Path(__file__).resolve().parents[2] / "src" / "profscope" / "demo" / "logdir" / "dumps" / "mlp"
+    files = sorted(dump.glob("*cpu_after_optimizations.hlo.pb"))
+    if not files:
+        return None
+    h = hlo_pb2.HloProto()
+    h.ParseFromString(files[0].read_bytes())
+    shape = h.hlo_module.computations[-1].instructions[0].shape
+    del shape.dimensions[:]
+    shape.dimensions.extend([d] * n)
+    return h.SerializeToString()
 
 
 def live_range_seed() -> bytes:
