@@ -321,6 +321,8 @@ def _unpadded_size(shape) -> int:
     n = 1
     for d in shape.dimensions:
         n *= d
+        if abs(n) > _I64_MAX:  # stop before the product grows to thousands of digits
+            raise BadInput(f"shape {_shape_string(shape)[:200]} has no byte size: its element count is beyond 2^63-1")
     # SetToDefaultLayout only resets minor_to_major: a packed element size stays.
     bits = shape.layout.element_size_in_bits if shape.HasField("layout") else 0
     size = -((-n * bits) // 8) if bits else n * _BYTE_WIDTH[et]
