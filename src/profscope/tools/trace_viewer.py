@@ -1244,7 +1244,20 @@ class TraceView:
     def export(self, start_ms=None, end_ms=None) -> Iterator[bytes]:
         """Chrome-trace JSON of every event in the window (no resolution filter): M names,
         X events (µs), C counter events, s/f flow pairs; Perfetto and chrome://tracing
-        open it."""
+        open it. In pieces of at least EXPORT_PIECE bytes: the server sends (and gzips)
+        each piece on its own, which for one counter sample or flow end at a time made a
+        30 MB export take 25 s."""
+        piece, size = [], 0
+        for chunk in self._export_events(start_ms, end_ms):
+            piece.append(chunk)
+            size += len(chunk)
+            if size >= EXPORT_PIECE:
+                yield b"".join(piece)
+                piece, size = [], 0
+        if piece:
+            yield b"".join(piece)
+
+    def _export_events(self, start_ms, end_ms) -> Iterator[bytes]:
         s, e = self.span_ps(start_ms, end_ms)
         if end_ms is None:
             e += 1  # the whole trace: also an instant at its very end
@@ -1289,6 +1302,9 @@ class TraceView:
                     yield (b"" if first else b",") + orjson.dumps(ev)
                     first = False
         yield b"]}"
+
+
+EXPORT_PIECE = 1 << 18
 
 
 # ---------------------------------------------------------------------------
