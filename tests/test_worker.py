@@ -198,3 +198,25 @@ def test_an_io_error_reading_the_input_is_a_422_that_is_not_remembered(tmp_path)
     assert e.value.status == 422 and e.value.file == str(missing)
     missing.write_bytes(b"[1]")
     assert cache.get_or_compute_json(cache_key("io"), "reading gone.xplane.pb", lambda p: [1]) == [1]
+
+
+def test_sockets_made_by_a_fork_handler_in_the_child_are_kept():
+    """gcsfs's client is made anew in the child, and its event loop wakes through a
+    socketpair: only the server's own sockets, listed before the fork, are let go of
+    (letting go of every socket hung the GCS tests' first listing in a child)."""
+    import socket
+
+    from profscope.forksafe import renew_after_fork
+
+    class Holder:
+        pair = None
+
+    holder = Holder()
+    renew_after_fork(holder, lambda o: setattr(o, "pair", socket.socketpair()))
+
+    def use(job):
+        a, b = holder.pair
+        a.send(b"x")
+        return b.recv(1)
+
+    assert run(WorkerPool(enabled=True), use) == b"x"

@@ -150,11 +150,12 @@ class WorkerPool:
     # -- the parent side -----------------------------------------------------------------
 
     def _fork(self, fn, job: Progress, board: ProgressBoard, file: str | None) -> bytes | None:
+        sockets = _socket_fds()  # the server's, listed before the fork (see _detach)
         r, w = os.pipe()
         pid = os.fork()
         if pid == 0:  # the child: never returns
             os.close(r)
-            _child(fn, job, board, w, self.memory_limit, self.cpu_seconds)
+            _child(fn, job, board, w, self.memory_limit, self.cpu_seconds, sockets)
         os.close(w)
         mirrored: dict[str, Progress] = {}
         outcome = None
@@ -247,7 +248,8 @@ def _rebuild(e: dict) -> ProfscopeError:
 # -- the child side ----------------------------------------------------------------------
 
 
-def _child(fn, job: Progress, board: ProgressBoard, w: int, memory_limit: int, cpu_seconds: int) -> None:
+def _child(fn, job: Progress, board: ProgressBoard, w: int, memory_limit: int, cpu_seconds: int,
+           sockets: list[int]) -> None:
     global _IN_WORKER
     _IN_WORKER = True
     code = 0
@@ -261,7 +263,7 @@ def _child(fn, job: Progress, board: ProgressBoard, w: int, memory_limit: int, c
                 pipe.write(payload)
 
         try:
-            _detach(w)
+            _detach(sockets)
             _limit_self(memory_limit, cpu_seconds)
             _forward_progress(job, board, send)
             result = fn(job)
@@ -285,7 +287,24 @@ def _child(fn, job: Progress, board: ProgressBoard, w: int, memory_limit: int, c
         os._exit(code)
 
 
-def _detach(keep: int) -> None:
+def _socket_fds() -> list[int]:
+    """The file descriptors of this process that are sockets (none without /proc)."""
+    out = []
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return out
+    for name in names:
+        fd = int(name)
+        try:
+            if fd > 2 and stat.S_ISSOCK(os.fstat(fd).st_mode):
+                out.append(fd)
+        except OSError:
+            continue
+    return out
+
+
+def _detach(sockets: list[int]) -> None:
     """Let go of what the child inherited from the server but must not hold."""
     # Ctrl+C reaches the whole process group: a child ends at once instead of running the
     # server's own handlers (uvicorn's graceful shutdown, copied into it).
@@ -297,23 +316,19 @@ def _detach(keep: int) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)
     except (OSError, AttributeError):
         pass
-    # The server's sockets (the listening one, clients' connections): a copy held here
-    # would keep a connection the server closed open until the conversion ends. Each is
-    # pointed at /dev/null rather than closed, so that its number is not reused while the
-    # socket object copied into this process still owns it.
+    # The server's sockets (the listening one, clients' connections), as listed before
+    # the fork: a copy held here would keep a connection the server closed open until
+    # the conversion ends. Sockets made in the child since (an event loop's self-pipe, by
+    # a fork handler) are not among them. Each is pointed at /dev/null rather than
+    # closed, so that its number is not reused while the socket object copied into this
+    # process still owns it.
     devnull = os.open(os.devnull, os.O_RDWR)
     try:
-        for name in os.listdir("/proc/self/fd"):
-            fd = int(name)
-            if fd in (keep, devnull) or fd < 3:
-                continue
+        for fd in sockets:
             try:
-                if stat.S_ISSOCK(os.fstat(fd).st_mode):
-                    os.dup2(devnull, fd)
+                os.dup2(devnull, fd)
             except OSError:
                 continue
-    except OSError:  # no /proc: nothing to let go of that can be found
-        pass
     finally:
         os.close(devnull)
 

@@ -116,13 +116,19 @@ class LogDir:
         self.url = url
         self.protocol, self.root = _split_url(url)
         self._storage_options = dict(storage_options or {})
-        self.fs = self._filesystem()
+        self._fs = self._filesystem()
         self.listing_ttl = listing_ttl
         self._lock = threading.Lock()
         self._listing: Listing | None = None
         self._listed_at = 0.0
         self._notes: dict = {}
         renew_after_fork(self, LogDir._after_fork)
+
+    @property
+    def fs(self):
+        if self._fs is None:
+            self._fs = self._filesystem()
+        return self._fs
 
     def _filesystem(self):
         if self.protocol == "gcs":
@@ -132,11 +138,12 @@ class LogDir:
     def _after_fork(self) -> None:
         # In a conversion worker (cache/worker.py): gcsfs runs on an event-loop thread
         # that a fork does not copy (fsspec refuses: "This class is not fork-safe"), so
-        # the child opens its own client; the listing lock may have been held by
-        # another thread.
+        # the child opens its own client, when it first needs one (not here, in the fork
+        # handler, before the child has settled); the listing lock may have been held
+        # by another thread.
         self._lock = threading.Lock()
         if self.protocol == "gcs":
-            self.fs = self._filesystem()
+            self._fs = None
 
     def __repr__(self) -> str:
         return f"LogDir({self.url!r})"
