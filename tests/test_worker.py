@@ -11,7 +11,7 @@ import pytest
 
 from profscope.cache.progress import ProgressBoard
 from profscope.cache.worker import WorkerPool, parse_size
-from profscope.errors import BadInput, BadRequest, NotFound, TooLarge
+from profscope.errors import BadInput, BadRequest, NotFound, ProfscopeError, TooLarge
 
 
 def run(pool: WorkerPool, fn, board: ProgressBoard | None = None, key: str = "k", label: str = "test.pb"):
@@ -220,3 +220,20 @@ def test_sockets_made_by_a_fork_handler_in_the_child_are_kept():
         return b.recv(1)
 
     assert run(WorkerPool(enabled=True), use) == b"x"
+
+
+def test_a_child_stuck_without_cpu_or_progress_is_stopped():
+    t = time.perf_counter()
+    with pytest.raises(ProfscopeError) as e:
+        run(WorkerPool(enabled=True, idle_seconds=1), lambda job: time.sleep(3600), label="gs://b/x.xplane.pb")
+    assert e.value.status == 504 and "no CPU" in e.value.message and time.perf_counter() - t < 10
+
+
+def test_a_child_that_computes_quietly_is_not_stopped():
+    def busy(job):
+        end = time.monotonic() + 2.5
+        while time.monotonic() < end:
+            pass
+        return b"done"
+
+    assert run(WorkerPool(enabled=True, idle_seconds=1), busy) == b"done"

@@ -103,7 +103,7 @@ class WorkerPool:
     """Runs conversions in forked children (see the module docstring)."""
 
     def __init__(self, memory_limit: int | None = None, concurrency: int | None = None,
-                 cpu_seconds: int | None = None, enabled: bool | None = None):
+                 cpu_seconds: int | None = None, enabled: bool | None = None, idle_seconds: float | None = None):
         env = os.environ
         if enabled is None:
             enabled = env.get("PROFSCOPE_WORKERS", "1") not in ("0", "off", "no", "false")
@@ -114,6 +114,10 @@ class WorkerPool:
         # CPU seconds one conversion may use: far beyond a real file (a 1 GB snapshot
         # takes about a minute), so only a reader stuck in a loop reaches it.
         self.cpu_seconds = cpu_seconds or int(env.get("PROFSCOPE_WORKER_CPU_SECONDS") or 0) or 3600
+        # A child that neither computes nor reports for this long is stuck (a read from a
+        # bucket that never answers, a lock it cannot take): it is stopped, and the
+        # request answered, instead of waiting for ever.
+        self.idle_seconds = idle_seconds or int(env.get("PROFSCOPE_WORKER_IDLE_SECONDS") or 0) or 300
         self._slots = threading.BoundedSemaphore(self.concurrency)
         self.stats = {"runs": 0, "failed": 0, "killed": 0, "peakRssBytes": 0, "running": 0, "queued": 0}
         self._stats_lock = threading.Lock()
@@ -159,24 +163,27 @@ class WorkerPool:
         os.close(w)
         mirrored: dict[str, Progress] = {}
         outcome = None
+        stalled = False
         try:
-            with os.fdopen(r, "rb", buffering=1 << 16) as pipe:
-                while True:
-                    head = pipe.read(_HEAD.size)
-                    if len(head) < _HEAD.size:
-                        break  # the child is gone
-                    kind, length = _HEAD.unpack(head)
-                    payload = pipe.read(length)
-                    if len(payload) < length:
-                        break
+            with os.fdopen(r, "rb", buffering=0) as pipe:
+                frames = _Frames(pipe, pid, self.idle_seconds)
+                for kind, payload in frames:
                     if kind == _PROGRESS:
                         self._mirror(orjson.loads(payload), job, board, mirrored)
                     else:
                         outcome = (kind, payload)
+                stalled = frames.stalled
         finally:
             _, status, usage = os.wait4(pid, 0)
             for other in mirrored.values():
                 board.finish(other)
+        if stalled:
+            self._count("killed", 1)
+            err = ProfscopeError(f"{job.label}: the conversion stopped: it used no CPU and sent nothing for "
+                                 f"{self.idle_seconds} s (waiting on a file or a bucket that does not answer?); "
+                                 "try again", file=file)
+            err.status = 504  # not the file's fault, so not remembered
+            raise err
         rss = usage.ru_maxrss * 1024  # kilobytes on Linux
         with self._stats_lock:
             self.stats["runs"] += 1
@@ -233,6 +240,58 @@ class WorkerPool:
                 board.finish(mirrored.pop(key))
                 return
         target.update(msg.get("fraction"), msg.get("message"))
+
+
+class _Frames:
+    """The frames a child sends, read as they come; a child that is silent and uses no
+    CPU for ``idle`` seconds is killed (``stalled``)."""
+
+    def __init__(self, pipe, pid: int, idle: float):
+        self.pipe, self.pid, self.idle = pipe, pid, idle
+        self.buf = bytearray()  # grows in place: a result of 100 MB arrives in 64 KiB reads
+        self.stalled = False
+
+    def _cpu(self) -> int | None:
+        try:
+            with open(f"/proc/{self.pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            return int(fields[11]) + int(fields[12])  # utime + stime (proc(5), after the name)
+        except (OSError, IndexError, ValueError):
+            return None
+
+    def _more(self) -> bool:
+        quiet_since, cpu = time.monotonic(), self._cpu()
+        while True:
+            ready, _, _ = select.select([self.pipe], [], [], min(5.0, self.idle))
+            if ready:
+                data = self.pipe.read(1 << 20)
+                if not data:
+                    return False
+                self.buf += data
+                return True
+            now_cpu = self._cpu()
+            if now_cpu != cpu:
+                quiet_since, cpu = time.monotonic(), now_cpu
+            elif time.monotonic() - quiet_since >= self.idle:
+                self.stalled = True
+                try:
+                    os.kill(self.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                return False
+
+    def __iter__(self):
+        while True:
+            while len(self.buf) < _HEAD.size:
+                if not self._more():
+                    return
+            kind, length = _HEAD.unpack_from(self.buf)
+            while len(self.buf) < _HEAD.size + length:
+                if not self._more():
+                    return
+            payload = bytes(self.buf[_HEAD.size:_HEAD.size + length])
+            del self.buf[:_HEAD.size + length]
+            yield kind, payload
 
 
 def _rebuild(e: dict) -> ProfscopeError:
