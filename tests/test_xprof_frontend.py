@@ -27,6 +27,7 @@ import time
 from contextlib import contextmanager
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
+from urllib.error import HTTPError
 from urllib.parse import quote, urlencode, urlparse
 from urllib.request import urlopen
 
@@ -157,8 +158,11 @@ def shared_xprof(xprof_static_dir, shared_fixtures, tmp_path_factory):
 
 
 def _get(server: str, route: str, **params):
-    with urlopen(f"{server}{PREFIX}/{route}?{urlencode(params)}", timeout=300) as res:
-        body = res.read()
+    try:
+        with urlopen(f"{server}{PREFIX}/{route}?{urlencode(params)}", timeout=300) as res:
+            body = res.read()
+    except HTTPError as e:  # the answer's error says what went wrong
+        raise AssertionError(f"{route} {params}: {e.code} {e.read()[:2000]!r}") from None
     return json.loads(body) if res.headers.get_content_type() == "application/json" else body.decode()
 
 
