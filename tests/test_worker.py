@@ -237,3 +237,19 @@ def test_a_child_that_computes_quietly_is_not_stopped():
         return b"done"
 
     assert run(WorkerPool(enabled=True, idle_seconds=1), busy) == b"done"
+
+
+def test_a_server_with_over_a_thousand_files_open_still_converts():
+    """select() refuses descriptors past 1024 (FD_SETSIZE): the pipe is polled."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 1200:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4096), hard))
+    held = [open(os.devnull) for _ in range(1100)]
+    try:
+        assert run(WorkerPool(enabled=True), lambda job: b"ok") == b"ok"
+    finally:
+        for f in held:
+            f.close()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

@@ -261,8 +261,12 @@ class _Frames:
 
     def _more(self) -> bool:
         quiet_since, cpu = time.monotonic(), self._cpu()
+        # poll, not select: a server with many files open (memory-mapped trace indexes)
+        # has descriptors past select's FD_SETSIZE of 1024.
+        poller = select.poll()
+        poller.register(self.pipe.fileno(), select.POLLIN | select.POLLHUP)
         while True:
-            ready, _, _ = select.select([self.pipe], [], [], min(5.0, self.idle))
+            ready = poller.poll(1000 * min(5.0, self.idle))
             if ready:
                 data = self.pipe.read(1 << 20)
                 if not data:
