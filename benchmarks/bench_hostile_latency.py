@@ -32,6 +32,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from tests.fuzz.driver import _rss_kb, tree_rss_mb  # noqa: E402
 from tests.fuzz.reproducers import reproducers  # noqa: E402
 
 DEMO = ROOT / "src" / "profscope" / "demo" / "logdir"
@@ -39,30 +40,7 @@ DEMO = ROOT / "src" / "profscope" / "demo" / "logdir"
 
 def tree_rss(pid: int) -> tuple[int, int]:
     """(RSS of pid, RSS of pid and all its descendants), in bytes."""
-    def rss(p: int) -> int:
-        try:
-            with open(f"/proc/{p}/statm") as f:
-                return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-        except OSError:
-            return 0
-
-    def children(p: int) -> list[int]:
-        out = []
-        try:
-            for task in os.listdir(f"/proc/{p}/task"):
-                with open(f"/proc/{p}/task/{task}/children") as f:
-                    out += [int(c) for c in f.read().split()]
-        except OSError:
-            pass
-        return out
-
-    own = rss(pid)
-    total, todo = 0, [pid]
-    while todo:
-        p = todo.pop()
-        total += rss(p)
-        todo += children(p)
-    return own, total
+    return _rss_kb(pid) * 1024, int(tree_rss_mb(pid) * 2**20)
 
 
 def build_logdir(root: Path) -> list[str]:
