@@ -11,8 +11,6 @@ import http.client
 import json
 import re
 import socket
-import threading
-import time
 import urllib.error
 import urllib.request
 from contextlib import contextmanager
@@ -27,6 +25,7 @@ from profscope.errors import CacheFull
 from profscope.server import create_app
 from profscope.server.guard import CSP, H11_MAX_HEAD_BYTES, MAX_QUERY_BYTES, MAX_VALUE_BYTES, Security
 from profscope.storage import LogDir
+from tests.builders.local_server import serve_in_thread
 from tests.conftest import profscope_server
 
 PROFILE = "mlp/2026_11_29_19_47_08"
@@ -292,26 +291,9 @@ def test_a_5xx_says_connection_close(tmp_path, demo_logdir):
     assert "connection" not in client.get("/api/run?run=nope").headers  # a 4xx keeps the connection
 
 
-@contextmanager
 def _uvicorn(app, **config):
-    import uvicorn
-
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(16)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="critical", access_log=False, lifespan="off", **config))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.05)
-    try:
-        yield sock.getsockname()[1]
-    finally:
-        server.should_exit = True
-        thread.join(timeout=20)
-        sock.close()
+    # A real uvicorn: what it does after a 5xx and with long heads is the point.
+    return serve_in_thread(app, log_level="critical", **config)
 
 
 def test_the_next_request_on_a_keep_alive_connection_works_after_a_500(tmp_path, demo_logdir):

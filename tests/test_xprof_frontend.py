@@ -21,8 +21,6 @@ import math
 import os
 import re
 import shutil
-import socket
-import threading
 import time
 from contextlib import contextmanager
 from decimal import ROUND_HALF_UP, Decimal
@@ -37,6 +35,7 @@ from profscope.cache.store import DiskCache
 from profscope.cache.workspace import Workspace
 from profscope.server import create_app
 from profscope.storage import LogDir
+from tests.builders.local_server import serve_in_thread
 from tests.builders.xprof_frontend import FrontendUnavailable, xprof_frontend_app, xprof_static
 from tests.conftest import ARTIFACTS
 
@@ -89,24 +88,8 @@ def xprof_static_dir() -> Path:
 @contextmanager
 def _serve(app):
     """``app`` on 127.0.0.1 at a free port, in a thread of this process."""
-    import uvicorn
-
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(128)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=20)
-        sock.close()
+    with serve_in_thread(app) as port:
+        yield f"http://127.0.0.1:{port}"
 
 
 @contextmanager

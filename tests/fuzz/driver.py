@@ -344,6 +344,16 @@ class Poller(threading.Thread):
                 self.latencies.append((time.monotonic() - t) * 1000)
 
 
+def baseline_latencies(url: str, seconds: float = 1.0) -> list[float]:
+    """Another user's latencies over ``seconds`` with nothing hostile open."""
+    base = Poller(url)
+    base.start()
+    time.sleep(seconds)
+    base.stop_ev.set()
+    base.join()
+    return base.latencies
+
+
 TOOLS = {
     "profile": ["memory_viewer", "memory_profile", "trace_viewer@", "oom_risk"],
     "xla_dump": ["memory_viewer", "oom_risk"],
@@ -529,12 +539,7 @@ def run_server(fmt: str, mutants: list[Mutant], target: Target, work: Path, prog
             top = (r.get("folder") or r["name"]).split("/")[0]
             by_folder.setdefault(top, []).append((r["name"], r["kind"]))
         # another user's latency before any hostile file is opened
-        base = Poller(server.url)
-        base.start()
-        time.sleep(1.0)
-        base.stop_ev.set()
-        base.join()
-        res.latency_base_ms = base.latencies
+        res.latency_base_ms = baseline_latencies(server.url)
         poller = Poller(server.url)
         poller.start()
         for i, m in enumerate(mutants):
@@ -650,12 +655,7 @@ def run_params(runs_root: Path, target: Target, work: Path, seed: int, n: int, p
     shutil.rmtree(cache, ignore_errors=True)
     server = Server(target, runs_root, cache)
     server.start()
-    base = Poller(server.url)
-    base.start()
-    time.sleep(1.0)
-    base.stop_ev.set()
-    base.join()
-    res.latency_base_ms = base.latencies
+    res.latency_base_ms = baseline_latencies(server.url)
     poller = Poller(server.url)
     poller.start()
     t0 = time.monotonic()
