@@ -120,7 +120,7 @@ def _normalise_argv(argv: list[str]) -> list[str]:
 def _workspace(args):
     from profscope.cache.store import DiskCache, default_cache_dir
     from profscope.cache.worker import WorkerPool, parse_size
-    from profscope.cache.workspace import Workspace
+    from profscope.app.workspace import Workspace
     from profscope.storage import LogDir
 
     if args.demo and args.logdir:

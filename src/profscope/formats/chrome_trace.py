@@ -977,7 +977,7 @@ def parse_memory_timeline(data: bytes, path: str) -> MemoryTimeline:
 
 def trace_columns(raw, path: str, progress=None, sink=None):
     """Every event of a Chrome trace as trace-viewer columns
-    (:class:`profscope.formats.trace_events.TraceEvents`), in one streaming pass.
+    (:class:`profscope.model.trace.TraceEvents`), in one streaming pass.
 
     * ``X`` complete events are slices; ``B``/``E`` pairs are matched per (pid, tid) as a
       stack (an ``E`` closes the innermost open ``B``; its args are merged in); ``B``
@@ -1003,7 +1003,7 @@ def trace_columns(raw, path: str, progress=None, sink=None):
 
     import orjson
 
-    from profscope.formats.trace_events import Counter, MemorySink, NameTable, Process, TraceEvents, Track
+    from profscope.model.trace import Counter, MemorySink, NameTable, Process, TraceEvents, Track
 
     names = NameTable()
     tracks: dict[tuple, int] = {}

@@ -10,7 +10,7 @@ file, built by ``DerivedXLineBuilder`` (``xprof/utils/derived_timeline.cc``):
 GPU planes (``DeriveEventsFromAnnotations``): the stream lines (every line whose id is not
 a derived thread id, tsl ``IsDerivedThreadId``) are sorted, compute streams (name
 containing "Compute") first, then by number of events, largest first (``std::sort``, ties
-as libstdc++ leaves them: :func:`profscope.formats.stdsort.std_sort_order`); for each
+as libstdc++ leaves them: :func:`profscope.model.stdsort.std_sort_order`); for each
 stream, from its kernel events (``GpuEventStats::IsKernel``: a non-empty
 ``kernel_details`` stat, or a ``cuda_graph_exec_id``) in time order
 (``GetSortedEvents``: start, then duration, ascending), ``DeriveEventsFromAnnotationsForLines``
@@ -79,8 +79,8 @@ from google.protobuf.message import DecodeError
 
 from profscope.formats import xplane_memory as xm
 from profscope.formats.protos import hlo_pb2, xplane_pb2
-from profscope.formats.stdsort import std_sort_order
-from profscope.formats.trace_events import NameTable, Track
+from profscope.model.stdsort import std_sort_order
+from profscope.model.trace import NameTable, Track
 
 GPU_PREFIX = "/device:GPU:"
 TENSOR_CORE_PLANE = re.compile(r"/device:TPU:([0-9]*)")  # tsl kTpuPlaneRegex (full match)

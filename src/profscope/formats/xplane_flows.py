@@ -62,7 +62,7 @@ import re
 import numpy as np
 
 from profscope.formats import xplane_memory as xm
-from profscope.formats.trace_events import FLOW_END, FLOW_MID, FLOW_START, FlowEvents, NameTable
+from profscope.model.trace import FLOW_END, FLOW_MID, FLOW_START, FlowEvents, NameTable
 
 # tsl/profiler/lib/context_types.h: ContextType, GetContextTypeString ("" = no "cat").
 # kJaxServingExecutor (16) is "jax_serving" in XProf 2.24.2's binary.
@@ -307,7 +307,7 @@ class PlaneFlows:
 
 class CountingSink:
     """A sink wrapper that counts the slices handed to ``events`` (a flow names its slices
-    by that position, :class:`~profscope.formats.trace_events.FlowEvents`)."""
+    by that position, :class:`~profscope.model.trace.FlowEvents`)."""
 
     def __init__(self, sink):
         self._sink = sink

@@ -78,7 +78,7 @@ import numpy as np
 from profscope.formats import protowire as wire
 from profscope.formats import xplane
 from profscope.formats.protos import xplane_pb2
-from profscope.formats.stdsort import std_sort_order
+from profscope.model.stdsort import std_sort_order
 
 __all__ = [
     "ALLOCATION",

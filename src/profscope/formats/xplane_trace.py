@@ -48,7 +48,7 @@ from profscope.formats import xplane_derived
 from profscope.formats import xplane_flows
 from profscope.formats import xplane_memory as xm
 from profscope.formats.protos import xplane_pb2
-from profscope.formats.trace_events import (
+from profscope.model.trace import (
     Counter,
     MemorySink,
     NameTable,

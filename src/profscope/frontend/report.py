@@ -15,7 +15,7 @@ from jinja2 import Environment, FileSystemLoader, Undefined, select_autoescape
 from markupsafe import Markup
 
 from profscope import __version__
-from profscope.cache.workspace import Workspace
+from profscope.app.workspace import Workspace
 from profscope.errors import BadRequest, NotFound, ProfscopeError
 from profscope.model.catalog import Run, RunKind
 from profscope.tools import oom_risk, registry

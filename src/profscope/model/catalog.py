@@ -27,8 +27,9 @@ from dataclasses import dataclass, field
 
 import logging
 
-from profscope.formats import hlo_dump, sniff
-from profscope.formats.kinds import (
+from profscope.formats import sniff
+from profscope.model import dump_layout
+from profscope.model.file_kinds import (
     MEMORY_TIMELINE_SUFFIXES,
     FileKind,
     classify,
@@ -74,8 +75,8 @@ class Run:
     def xplane(self, host: str) -> FileInfo | None:
         return next((f for f in self.files if xplane_host(f.name) == host), None)
 
-    def dump_modules(self) -> list[hlo_dump.DumpModule]:
-        return hlo_dump.modules([f.name for f in self.files]) if self.kind is RunKind.XLA_DUMP else []
+    def dump_modules(self) -> list[dump_layout.DumpModule]:
+        return dump_layout.modules([f.name for f in self.files]) if self.kind is RunKind.XLA_DUMP else []
 
     def file(self, name: str) -> FileInfo | None:
         return next((f for f in self.files if f.name == name), None)
@@ -139,7 +140,7 @@ def discover(listing: Listing) -> list[Run]:
             run.files.append(info)
             continue
         kind = classify(info.name)
-        if hlo_dump.is_dump_file(info.name) or kind is FileKind.HLO_TEXT:
+        if dump_layout.is_dump_file(info.name) or kind is FileKind.HLO_TEXT:
             dump_folders.setdefault(info.parent, []).append(info)
         elif kind is FileKind.TORCH_SNAPSHOT:
             extra.append(Run(info.path, RunKind.TORCH_SNAPSHOT, info.parent, [info]))

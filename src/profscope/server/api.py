@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from profscope.cache.workspace import Workspace
+from profscope.app.workspace import Workspace
 from profscope.errors import BadRequest
 from profscope.model.catalog import Run
 from profscope.server.responses import gzip_json_response, json_response
@@ -56,14 +56,14 @@ def router(ws: Workspace) -> APIRouter:
 
     @r.get("/memory_profile")
     def memory_profile(request: Request) -> Response:
-        """profscope's memory payload of a PyTorch profiler trace (tools/torch_memory.py):
+        """profscope's memory payload of a PyTorch profiler trace (tools/memory_profile_torch.py):
         devices, breakdown by op and module, steps, leak hints, categories. XProf's data
         API answers the same run in XProf's schema, which has room for none of these."""
         return gzip_json_response(request, ws.torch_memory_payload(ws.run(request.query_params.get("run"))))
 
     @r.get("/snapshot/{view}")
     def snapshot_view(view: str, request: Request) -> Response:
-        """Views of a PyTorch memory snapshot run (see tools/torch_snapshot.py)."""
+        """Views of a PyTorch memory snapshot run (see tools/memory_profile_snapshot.py)."""
         params = {k: v for k, v in request.query_params.items() if k != "run"}
         return gzip_json_response(request, ws.snapshot_view(ws.run(request.query_params.get("run")), view, params))
 

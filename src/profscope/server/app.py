@@ -11,7 +11,7 @@ from fastapi.middleware.gzip import GZipMiddleware
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from profscope import __version__
-from profscope.cache.workspace import Workspace
+from profscope.app.workspace import Workspace
 from profscope.errors import ProfscopeError
 from profscope.server import api, pages, trace_api, xprof_api
 from profscope.server.guard import TEST_CLIENT_HOST, Guard, Security, add_headers

@@ -8,7 +8,7 @@ import re
 from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 
-from profscope.cache.workspace import Workspace
+from profscope.app.workspace import Workspace
 from profscope.server.responses import json_response
 
 

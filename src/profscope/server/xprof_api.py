@@ -14,7 +14,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, PlainTextResponse, Response, StreamingResponse
 
 from profscope import __version__
-from profscope.cache.workspace import Workspace
+from profscope.app.workspace import Workspace
 from profscope.errors import NotFound, ProfscopeError
 from profscope.model.catalog import RunKind
 from profscope.server.responses import gzip_json_response, json_response

@@ -35,7 +35,7 @@ demo programs and on synthetic modules; see ``tests/test_memory_viewer.py``):
   indefinite allocations (there is no unpadded figure for those).
 * ``maxHeapBySize`` is ordered by libstdc++'s ``std::sort`` (introsort, not stable):
   buffers of equal size come out in the order that exact algorithm leaves them, which
-  ``profscope.formats.stdsort`` replays step by step.
+  ``profscope.model.stdsort`` replays step by step.
 * Indefinite allocations count in the heap offset only when they hold at least one buffer
   of non-zero size (``indefiniteBufferAllocationMib`` counts them all).
 * A buffer shared with a canonical buffer (SHARE_WITH) is shown at peak under the most
@@ -116,7 +116,7 @@ import numpy as np
 
 from profscope.errors import BadInput, NotFound
 from profscope.formats.protos import hlo_pb2
-from profscope.formats.stdsort import std_sort_order
+from profscope.model.stdsort import std_sort_order
 
 __all__ = [
     "SMALL_BUFFER_SIZE",

@@ -3,9 +3,9 @@
 Inputs are the payloads of the other tools, never files: the memory viewer of one module
 (:mod:`profscope.tools.memory_viewer`, the compiler's plan), the per-module summaries
 (``Workspace.module_peaks``), the memory profile of allocator events
-(:mod:`profscope.tools.memory_profile`, what the allocator really did) and a PyTorch
+(:mod:`profscope.tools.memory_profile_allocator`, what the allocator really did) and a PyTorch
 snapshot's overview plus its live blocks at the peak grouped by stack
-(:mod:`profscope.tools.torch_snapshot`). :func:`assess` combines whichever are given.
+(:mod:`profscope.tools.memory_profile_snapshot`). :func:`assess` combines whichever are given.
 
 The model (``docs/oom_risk.md`` is the long form; every rule there is a rule here):
 
@@ -51,9 +51,9 @@ __all__ = [
     "classify_frames",
     "compiled_evidence",
     "device_capacity",
-    "parse_capacity",
+    "requested_capacity",
     "parse_size",
-    "parse_thresholds",
+    "tier_thresholds",
     "snapshot_evidence",
     "tier_of",
 ]
@@ -164,20 +164,17 @@ def known_devices() -> str:
     return ", ".join(sorted({label.split(" (")[0] for *_, label in DEVICES}))
 
 
-def parse_capacity(capacity_bytes: str | int | None = None, device_memory: str | None = None) -> dict | None:
+def requested_capacity(capacity_bytes: int | None = None, device_memory: str | None = None) -> dict | None:
     """The requested capacity: ``{"bytes", "source": "request", "detail"}``, or None when
-    neither is given. Raises BadRequest (the parameter named) for 0, negative or garbage."""
-    if capacity_bytes not in (None, ""):
-        text = str(capacity_bytes).strip()
-        try:
-            value = int(text)
-        except ValueError:
-            raise BadRequest(f"parameter 'capacity_bytes' must be a positive integer (bytes), not {text!r}") from None
-        if value <= 0:
-            raise BadRequest(f"parameter 'capacity_bytes' must be a positive integer (bytes), not {text!r}")
-        return {"bytes": value, "source": "request", "detail": f"capacity_bytes={value}"}
-    if device_memory not in (None, ""):
-        text = str(device_memory).strip()
+    neither is given. ``capacity_bytes`` is a number the caller has checked (the server,
+    the CLI); ``device_memory`` is this tool's own vocabulary, a size (80GiB) or a name
+    of the device table, resolved here. Raises BadRequest for what it cannot mean."""
+    if capacity_bytes is not None:
+        if capacity_bytes <= 0:
+            raise BadRequest(f"parameter 'capacity_bytes' must be a positive integer (bytes), not {capacity_bytes}")
+        return {"bytes": capacity_bytes, "source": "request", "detail": f"capacity_bytes={capacity_bytes}"}
+    if device_memory:
+        text = device_memory.strip()
         size = parse_size(text)
         if size is not None:
             if size <= 0:
@@ -193,18 +190,15 @@ def parse_capacity(capacity_bytes: str | int | None = None, device_memory: str |
     return None
 
 
-def parse_thresholds(medium: str | float | None = None, high: str | float | None = None) -> dict:
+def tier_thresholds(medium: float | None = None, high: float | None = None) -> dict:
+    """The utilisation thresholds of the MEDIUM and HIGH tiers, defaults where None."""
     out = dict(DEFAULT_THRESHOLDS)
     for name, value in (("medium", medium), ("high", high)):
-        if value in (None, ""):
+        if value is None:
             continue
-        try:
-            v = float(value)
-        except (TypeError, ValueError):
-            raise BadRequest(f"threshold {name!r} must be a fraction such as 0.7, not {value!r}") from None
-        if not (0 < v <= 1.5) or math.isnan(v):
+        if not (0 < value <= 1.5) or math.isnan(value):
             raise BadRequest(f"threshold {name!r} must lie in (0, 1.5], not {value!r}")
-        out[name] = v
+        out[name] = value
     if out["medium"] > out["high"]:
         raise BadRequest(f"threshold 'medium' ({out['medium']}) must not exceed 'high' ({out['high']})")
     return out
@@ -560,7 +554,7 @@ def classify_torch_row(row: dict) -> tuple[str, str]:
 
 
 def torch_trace_evidence(payload: dict) -> dict | None:
-    """A PyTorch profiler trace (tools/torch_memory.py payload): the device with the
+    """A PyTorch profiler trace (tools/memory_profile_torch.py payload): the device with the
     highest peak; contributors from the memory-timeline categories PyTorch itself assigned
     (``export_memory_timeline``) when present, else from the allocations live at the peak."""
     devs = payload.get("devices") or []

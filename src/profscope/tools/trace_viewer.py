@@ -51,7 +51,7 @@ import orjson
 from profscope.errors import BadInput, BadRequest, NotFound
 from profscope.forksafe import renew_locks_after_fork
 from profscope.formats import xplane_trace
-from profscope.formats.trace_events import FLOW_END, FLOW_MID, FLOW_START, FlowEvents, TraceEvents
+from profscope.model.trace import FLOW_END, FLOW_MID, FLOW_START, FlowEvents, TraceEvents
 from profscope.tools import trace_visibility as tv
 
 INDEX_VERSION = 5  # 2: crossing events stacked (depths never overlap); 3: flows; 4: flow-bound slices; 5: derived lines, events per track

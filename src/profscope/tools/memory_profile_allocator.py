@@ -122,7 +122,7 @@ from typing import Any
 
 import numpy as np
 
-from profscope.formats.stdsort import std_sort_order
+from profscope.model.stdsort import std_sort_order
 from profscope.formats import xplane_memory as xm
 
 __all__ = ["EXTRAS_VERSION", "MAX_TIMELINE_SNAPSHOTS", "convert"]

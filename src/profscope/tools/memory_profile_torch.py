@@ -109,7 +109,7 @@ import bisect
 import numpy as np
 
 from profscope.formats.chrome_trace import DEVICE_TYPES, MemoryEvents, MemoryTimeline
-from profscope.tools import xprof_memory as xm
+from profscope.tools import memory_profile_xprof as xm
 
 VERSION = 1
 MAX_ROWS = 500
@@ -691,7 +691,7 @@ def counter_series(mem: MemoryEvents) -> dict:
 # -- XProf's memory_profile answer -----------------------------------------------------
 
 def xprof_memory_profile(payload: dict) -> dict:
-    """XProf's ``memory_profile`` schema from :func:`convert`'s payload (tools/xprof_memory.py
+    """XProf's ``memory_profile`` schema from :func:`convert`'s payload (tools/memory_profile_xprof.py
     has the field mapping): one allocator per device (``CUDA:0``, ``CPU``), the highest
     peak first. Timeline: the payload's max-filtered points (times in ps from the trace's
     first event); rows: ``breakdownAtPeak.allocations``, plus the bytes live at the peak

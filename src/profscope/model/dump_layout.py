@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from profscope.formats.kinds import DUMP_KINDS, FileKind, classify
+from profscope.model.file_kinds import DUMP_KINDS, FileKind, classify
 
 _DUMP_NAME = re.compile(
     r"^module_(?P<id>\d+)\.(?P<name>.+?)\."

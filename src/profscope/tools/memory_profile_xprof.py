@@ -5,8 +5,8 @@ XProf's page (memory-profile-summary, memory-timeline-graph, memory-breakdown-ta
 reads exactly the fields XProf's converter emits on an xplane
 (``xprof/convert/xplane_to_memory_profile.cc``, ``ProcessMemoryProfileProto``), so
 these answers carry the same keys, spelled and typed the same way (int64 as strings,
-enums by name), built from profscope's own payloads (tools/torch_snapshot.py,
-tools/torch_memory.py). The richer payloads stay on profscope's API
+enums by name), built from profscope's own payloads (tools/memory_profile_snapshot.py,
+tools/memory_profile_torch.py). The richer payloads stay on profscope's API
 (``/api/memory_profile``, ``/api/snapshot/...``), which the dashboard reads.
 
 How the allocator's numbers map onto XProf's ``MemoryAggregationStats``:
@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from profscope.tools.memory_profile import activity_metadata
+from profscope.tools.memory_profile_allocator import activity_metadata
 
 # ``SampleMemoryProfileTimeline``'s max_num_snapshots (xplane_to_memory_profile.cc).
 MAX_TIMELINE_SNAPSHOTS = 1000
@@ -37,7 +37,7 @@ MAX_TIMELINE_SNAPSHOTS = 1000
 
 def sample(total: np.ndarray, limit: int = MAX_TIMELINE_SNAPSHOTS) -> np.ndarray:
     """XProf's ``SampleMemoryProfileTimeline``: indices kept (max box filter)."""
-    from profscope.tools.memory_profile import _sample
+    from profscope.tools.memory_profile_allocator import _sample
 
     return _sample(np.asarray(total), limit)
 

@@ -1,4 +1,4 @@
-"""Views of a PyTorch CUDA memory snapshot (:class:`profscope.formats.torch_snapshot.Snapshot`).
+"""Views of a PyTorch CUDA memory snapshot (:class:`profscope.formats.snapshot_pickle.Snapshot`).
 
 Pure functions; each returns a JSON-able dict (camelCase keys, sizes in bytes, times in
 ``time_us`` as recorded by torch, event indices into ``device_traces[device]``). Bad
@@ -135,8 +135,8 @@ import weakref
 import numpy as np
 
 from profscope.errors import BadRequest, NotFound
-from profscope.formats.torch_snapshot import Snapshot
-from profscope.tools import xprof_memory as xm
+from profscope.formats.snapshot_pickle import Snapshot
+from profscope.tools import memory_profile_xprof as xm
 
 OMIT_FUNCTIONS = ("unwind::unwind", "CapturedTraceback::gather", "gather_with_cpp", "_start",
                   "__libc_start_main", "PyEval_", "PyObject_", "PyFunction_")
@@ -959,7 +959,7 @@ XPROF_NAMED_ROWS = 50  # rows whose stack gets resolved to a frame name
 
 
 def xprof_memory_profile(snap: Snapshot, device, memory_id: str) -> dict:
-    """XProf's ``memory_profile`` schema for one device (tools/xprof_memory.py has the
+    """XProf's ``memory_profile`` schema for one device (tools/memory_profile_xprof.py has the
     field mapping), keyed by ``memory_id`` (the host name XProf selects, ``cuda:N``).
 
     Timeline: the live total after each trace event, sampled as XProf samples its

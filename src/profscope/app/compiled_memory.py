@@ -1,0 +1,155 @@
+"""The memory viewer's family: a run's compiled HLO modules, one module's buffers over
+program order (tools/memory_viewer.py on an ``HloProto``, tools/memory_viewer_text.py on
+dump text), its allocation-timeline page and every module's peak."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from profscope.app import keys
+from profscope.app.queries import MemoryViewerQuery
+from profscope.errors import BadRequest, NotFound, ProfscopeError
+from profscope.formats import buffer_assignment_text, hlo_proto, xplane
+from profscope.model.catalog import Run, RunKind
+from profscope.model.file_kinds import FileKind
+from profscope.storage import FileInfo
+from profscope.tools import memory_viewer, memory_viewer_text, memory_viewer_timeline
+
+
+class CompiledMemory:
+    """Part of :class:`~profscope.app.workspace.Workspace`: compiled modules and their buffers."""
+
+    def __init__(self):
+        # The module names of each xplane by file identity: every memory-viewer request
+        # checks that the run has modules and finds the module's file; reading the list
+        # back from the disk cache each time cost a gzip JSON read per xplane.
+        self._module_lists: dict[str, list[str]] = {}
+
+    def modules(self, run: Run) -> list[str]:
+        """The HLO modules of a run, as XProf names them (``<name>(<program id>)``), sorted."""
+        names: set[str] = set()
+        if run.kind is RunKind.XLA_DUMP:
+            names.update(m.display_name for m in run.dump_modules())
+        for info in run.files_of(FileKind.XPLANE):
+            names.update(self._modules_of(info))
+        return sorted(names)
+
+    def module_source(self, run: Run, module_name: str | None, host: str | None = None) -> ModuleSource:
+        """Where a module's buffer assignment comes from: an HloProto (profile or dump)
+        or, for dumps written without ``--xla_dump_hlo_as_proto``, the text files."""
+        if not module_name:
+            raise BadRequest("missing parameter 'module_name' (see module_list for this run's modules)")
+        if run.kind is RunKind.XLA_DUMP:
+            module = next((m for m in run.dump_modules() if m.display_name == module_name), None)
+            if module is not None:
+                files = {role: run.file(name) for role, name in module.files.items()}
+                return ModuleSource(module_name, files.get("hlo_proto"), files.get("buffer_assignment"), files.get("memory_usage_report"))
+        elif run.kind is RunKind.PROFILE:
+            xplanes = run.files_of(FileKind.XPLANE)
+            if host:
+                xplanes = [f for f in xplanes if f == run.xplane(host)]
+                if not xplanes:
+                    raise NotFound(f"run {run.name!r} has no host {host!r}; hosts: {', '.join(run.hosts)}")
+            for info in xplanes:
+                if module_name in self._modules_of(info):
+                    return ModuleSource(module_name, info, embedded=True)
+        raise NotFound(f"no module {module_name!r} in run {run.name!r}; see module_list for its modules")
+
+    def hlo_proto(self, source: ModuleSource):
+        info = source.hlo_file
+        path = self.logdir.display_path(info.path)
+        if source.embedded:
+            with self.logdir.open(info.path) as f:
+                data = xplane.hlo_proto_bytes(f, path, source.module_name)
+            if data is None:
+                raise NotFound(f"{path}: no HLO proto recorded for module {source.module_name!r}", file=path)
+            path = f"{path} (module {source.module_name})"
+        else:
+            data = self.logdir.read_bytes(info.path)
+        return hlo_proto.parse(data, path)
+
+    def memory_viewer(self, run: Run, query: MemoryViewerQuery, progress) -> dict:
+        """XProf's memory viewer payload for one module and memory space."""
+        source = self.module_source(run, query.module_name, query.host)
+        space = query.memory_space or 0
+        if source.hlo_file is None:
+            progress.update(message=f"reading {source.buffer_assignment.name}")
+            ba_path = self.logdir.display_path(source.buffer_assignment.path)
+            ba = buffer_assignment_text.parse_buffer_assignment(self._text(source.buffer_assignment), ba_path)
+            report = None
+            if source.memory_usage_report is not None:
+                report_path = self.logdir.display_path(source.memory_usage_report.path)
+                report = buffer_assignment_text.parse_memory_usage_report(self._text(source.memory_usage_report), report_path)
+            return memory_viewer_text.convert_text(ba, report, source.module_name)
+        progress.update(message=f"reading the HLO proto of {source.module_name}")
+        hlo = self.hlo_proto(source)
+        try:
+            result = memory_viewer.convert(hlo, space, progress=progress)
+        except ProfscopeError as e:
+            # Tools know no files: name the one the module came from.
+            e.file = e.file or self.logdir.display_path(source.hlo_file.path)
+            e.message = f"{e.file} (module {source.module_name}): {e.message}"
+            raise
+        if query.view == "page":
+            result = memory_viewer.page_view(result)
+        return result
+
+    def memory_viewer_timeline_html(self, run: Run, query: MemoryViewerQuery) -> str:
+        """XProf's allocation-timeline page of one module, drawn from the memory viewer
+        payload (its own cache entry; tools/memory_viewer_timeline.py)."""
+        query = query.but(view=None)
+        result = self._payload(run, "memory_viewer", query)
+        return memory_viewer_timeline.render(result, query.module_name or "", query.memory_space or 0)
+
+    def module_peaks(self, run: Run, memory_space: int = 0) -> list[dict]:
+        """Every module of a run with its peak, largest first (a cheap summary each)."""
+        rows = []
+        for name in self.modules(run):
+            source = self.module_source(run, name)
+            if source.hlo_file is None:
+                continue
+            key = keys.derived(keys.MODULE_PEAK, self.logdir.url, source.identity(), name, memory_space)
+            try:
+                row = self.cache.get_or_compute_json(
+                    key, f"peak of {name}", lambda p, s=source: memory_viewer.summary(self.hlo_proto(s), memory_space),
+                    file=self.logdir.display_path(source.hlo_file.path),
+                )
+                # moduleName is the name to ask for (module_name=), as in module_list;
+                # the summary's own is the bare HLO module name.
+                rows.append({**row, "moduleName": name, "hloModuleName": row["moduleName"]})
+            except ProfscopeError as e:
+                rows.append({"moduleName": name, "error": e.message})
+        return sorted(rows, key=lambda r: -(r.get("peakHeapMib") or 0))
+
+    def _text(self, info) -> str:
+        return buffer_assignment_text.decode_dump_text(self.logdir.read_bytes(info.path), self.logdir.display_path(info.path))
+
+    def _modules_of(self, info: FileInfo) -> list[str]:
+        known = self._module_lists.get(info.identity())
+        if known is not None:
+            return known
+        key = keys.derived(keys.MODULE_LIST, self.logdir.url, info.identity())
+
+        def compute(progress):
+            progress.update(message=f"reading compiled modules of {info.path}")
+            with self.logdir.open(info.path) as f:
+                return [m.display_name for m in xplane.hlo_modules(f, self.logdir.display_path(info.path))]
+
+        names = self.cache.get_or_compute_json(key, f"module list of {info.path}", compute,
+                                               file=self.logdir.display_path(info.path))
+        if len(self._module_lists) > 4096:  # bounded: identities change as files are rewritten
+            self._module_lists.clear()
+        self._module_lists[info.identity()] = names
+        return names
+
+
+@dataclass(frozen=True, slots=True)
+class ModuleSource:
+    module_name: str
+    hlo_file: FileInfo | None  # an xplane (embedded=True) or a dump's *.hlo.pb
+    buffer_assignment: FileInfo | None = None  # dump text files, used when there is no proto
+    memory_usage_report: FileInfo | None = None
+    embedded: bool = False
+
+    def identity(self) -> str:
+        return "|".join(f.identity() for f in (self.hlo_file, self.buffer_assignment) if f is not None)

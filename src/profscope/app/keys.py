@@ -1,0 +1,42 @@
+"""Every cache key the application asks the store for, with its version, in one place.
+
+A key is ``sha256([kind, version, logdir URL, input identities, parameters])``
+(cache/store.py ``cache_key``). Bump a version when what is stored under that kind
+changes shape; tool payloads carry their tool's version (tools/registry.py).
+"""
+
+from __future__ import annotations
+
+from profscope.cache.store import cache_key
+from profscope.formats import snapshot_pickle
+from profscope.tools import trace_viewer
+from profscope.tools.registry import Tool
+
+# (kind, version) of the derived values kept beside the tools' payloads.
+MODULE_LIST = ("module_list", 1)  # the HLO modules embedded in one xplane
+MODULE_PEAK = ("module_peak", 1)  # one module's peak summary (the OOM ranking, /api/module_peaks)
+DEVICE_CAPS = ("device_caps", 1)  # an xplane's device planes' capabilities
+MODULE_RUN_TIMES = ("module_run_times", 1)  # time spent in each module's events
+TRACE_DEVICE_PROPERTIES = ("trace_device_properties", 1)  # a PyTorch trace's deviceProperties
+SNAPSHOT_DEVICES = ("snapshot_devices", 1)
+SNAPSHOT_MODEL = ("snapshot_model", snapshot_pickle.MODEL_FORMAT_VERSION)  # a folder of columns
+SNAPSHOT_VIEW_VERSION = 1  # /api/snapshot/<view> payloads: ("snapshot", view, version)
+TRACE_INDEX = ("trace_index", trace_viewer.INDEX_VERSION)  # a folder: one file's trace index
+TORCH_MEMORY = "torch_memory_profile"  # profscope's payload of a trace run (memory_profile's version)
+
+
+def derived(kind: tuple[str, int], logdir: str, *parts: object) -> str:
+    name, version = kind
+    return cache_key(name, version, logdir, *parts)
+
+
+def snapshot_view(view: str, logdir: str, inputs: list[str], query: list) -> str:
+    return cache_key("snapshot", view, SNAPSHOT_VIEW_VERSION, logdir, inputs, query)
+
+
+def tool_payload(tool: Tool, logdir: str, inputs: list[str], query: list) -> str:
+    return cache_key(tool.name, tool.version, logdir, inputs, query)
+
+
+def torch_memory(tool: Tool, logdir: str, inputs: list[str]) -> str:
+    return cache_key(TORCH_MEMORY, tool.version, logdir, inputs)

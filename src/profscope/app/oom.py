@@ -1,0 +1,202 @@
+"""OOM risk: the evidence of the other tools' payloads for one run (the compiled peak, the
+allocator's, a snapshot's, a trace's) and the device capacity, assessed by
+tools/oom_risk.py."""
+
+from __future__ import annotations
+
+import gzip
+
+import orjson
+
+from profscope.app import keys
+from profscope.app.queries import MemoryProfileQuery, MemoryViewerQuery, OomRiskQuery
+from profscope.errors import NotFound, ProfscopeError
+from profscope.formats import chrome_trace, live_range_text, xplane_devices, xplane_module_time
+from profscope.model.catalog import Run, RunKind
+from profscope.model.file_kinds import FileKind
+from profscope.tools import memory_profile_snapshot, oom_risk, registry
+
+# OOM risk of a snapshot: blocks read at the peak, and stacks resolved to frames.
+OOM_MAX_BLOCKS = 500_000
+OOM_MAX_STACKS = 500
+
+
+class OomAssessment:
+    """Part of :class:`~profscope.app.workspace.Workspace`: OOM risk."""
+
+    def oom_risk(self, run: Run, query: OomRiskQuery, progress) -> dict:
+        """Peak vs capacity with contributors and findings (tools/oom_risk.py), from the
+        memory viewer of one module (``module_name``, default the highest peak), the
+        run's module peaks, the allocator events of an xplane and a snapshot's peak."""
+        # The request first: an unknown device is a 400 before any file is read.
+        requested = oom_risk.requested_capacity(query.capacity_bytes, query.device_memory)
+        thresholds = oom_risk.tier_thresholds(query.threshold_medium, query.threshold_high)
+        host = query.host
+        if run.kind is RunKind.PROFILE and not host and len(run.hosts) > 1:
+            return self._oom_risk_every_host(run, query, progress)
+        compiled = allocator = snap_ev = trace_ev = module_choice = None
+        modules: list[dict] = []
+        devices: list[dict] = []
+        trace_devices: list[dict] = []
+        if run.kind is RunKind.TORCH_SNAPSHOT:
+            snap_ev = self._oom_snapshot_evidence(run, host, progress)
+        elif run.kind is RunKind.CHROME_TRACE:
+            trace_ev = oom_risk.torch_trace_evidence(orjson.loads(gzip.decompress(self.torch_memory_payload(run))))
+            if trace_ev is None:
+                raise NotFound(f"run {run.name!r}: the trace has no [memory] events (profile_memory=True) to assess")
+            trace_devices = self.trace_device_properties(run)
+        else:
+            progress.update(0.0, "ranking the modules by peak")
+            modules = self.module_peaks(run) if run.kind is RunKind.PROFILE or run.kind is RunKind.XLA_DUMP else []
+            name = query.module_name
+            module_choice = {"rule": "requested (module_name)"} if name else None
+            if not name:
+                # The module that ran most (total time of its module events in the
+                # profile: what the user means by "the step"), else the highest peak among
+                # modules with a schedule (heap events): a module without one (jit_stage,
+                # broadcast_in_dim) is a single copy or fill.
+                times = self.module_run_times(run, host) if run.kind is RunKind.PROFILE and run.hosts else {}
+                known = {m["moduleName"] for m in modules if not m.get("error")}
+                ran = sorted((t["ps"], k) for k, t in times.items() if k in known and t["ps"] > 0)
+                ranked = [m["moduleName"] for m in modules if not m.get("error") and m.get("heapEvents")]
+                ranked += [m["moduleName"] for m in modules if not m.get("error") and not m.get("heapEvents")]
+                if ran:
+                    name = ran[-1][1]
+                    module_choice = {"rule": "ran most in the profile", "ps": ran[-1][0], **times[name]}
+                else:
+                    name = ranked[0] if ranked else (self.modules(run) or [None])[0]
+                    module_choice = {"rule": "highest compiled peak (no module events in the profile)"}
+            if name:
+                mv = self._payload(run, "memory_viewer", MemoryViewerQuery(module_name=name, host=host))
+                if mv.get("textOnly") and not mv.get("liveRange"):
+                    mv = {**mv, "liveRange": self._live_range_beside(run, (mv.get("sources") or {}).get("bufferAssignment"))}
+                compiled = oom_risk.compiled_evidence(mv, name)
+            if run.kind is RunKind.PROFILE and run.hosts:
+                progress.update(0.6, "reading allocator events")
+                mp = self._payload(run, "memory_profile", MemoryProfileQuery(host=host))
+                allocator = oom_risk.allocator_evidence(mp)
+                devices = self.device_capabilities(run, host)
+            if compiled is None and allocator is None:
+                raise NotFound(f"run {run.name!r} has neither HLO modules nor allocator events to assess")
+        return oom_risk.assess(compiled=compiled, allocator=allocator, snapshot=snap_ev, modules=modules,
+                               requested=requested, device_name=query.device, devices=devices,
+                               torch_trace=trace_ev, trace_devices=trace_devices, thresholds=thresholds,
+                               module_choice=module_choice)
+
+    def _oom_risk_every_host(self, run: Run, query: OomRiskQuery, progress) -> dict:
+        """A multi-host profile rated by its worst host: the first host alone can miss a
+        larger peak or a leak on another one. The payload is the worst host's, with
+        ``host`` (that host), ``hosts`` (every host's headline) and the other hosts'
+        findings that the worst one lacks (each finding names its ``host``)."""
+        rank = {"UNKNOWN": -1, **{t: i for i, t in enumerate(oom_risk.TIERS)}}
+        per, failed = [], []
+        for i, h in enumerate(run.hosts):
+            progress.update(i / len(run.hosts), f"assessing host {h}")
+            try:
+                # Through the per-host cache entry: asking for one host later reads it back.
+                per.append((h, self._payload(run, "oom_risk", query.but(host=h))))
+            except ProfscopeError as e:
+                # One unreadable host must not hide the others; it is named in ``hosts``.
+                failed.append({"host": h, "risk": "UNKNOWN", "problem": e.message, "findings": []})
+        if not per:
+            raise NotFound(f"run {run.name!r}: no host could be assessed: "
+                           + "; ".join(f"{f['host']}: {f['problem']}" for f in failed))
+        worst_host, worst = max(per, key=lambda hp: (rank.get(hp[1]["risk"], -1), hp[1].get("utilization") or 0, hp[1]["peakBytes"]))
+        out = dict(worst)
+        out["host"] = worst_host
+        out["hosts"] = [{"host": h, **{k: p.get(k) for k in ("risk", "reason", "peakBytes", "peakSource", "capacityBytes",
+                                                             "capacitySource", "utilization", "headroomBytes")},
+                         "findings": [f["id"] for f in p["findings"]]} for h, p in per] + failed
+        seen = {f["id"] for f in worst["findings"]}
+        out["findings"] = [{**f, "host": worst_host} for f in worst["findings"]]
+        for h, p in per:
+            for f in p["findings"]:
+                if f["id"] not in seen:
+                    seen.add(f["id"])
+                    out["findings"].append({**f, "host": h})
+        return out
+
+    def _payload(self, run: Run, tool_name: str, query) -> dict:
+        """Another tool's payload through that tool's own cache entry, so that a new
+        capacity or threshold re-assesses without reading the files again."""
+        return orjson.loads(gzip.decompress(self.tool_data(run, registry.get(tool_name), query)))
+
+    def device_capabilities(self, run: Run, host: str | None = None) -> list[dict]:
+        """The device planes' capabilities (memory size, name) of one host's xplane."""
+        info = run.xplane(host or run.hosts[0])
+        if info is None:
+            raise NotFound(f"run {run.name!r} has no host {host!r}; hosts: {', '.join(run.hosts)}")
+        key = keys.derived(keys.DEVICE_CAPS, self.logdir.url, info.identity())
+
+        def compute(progress):
+            progress.update(message=f"reading device planes of {info.name}")
+            with self.logdir.open(info.path) as f:
+                return xplane_devices.device_capabilities(f, self.logdir.display_path(info.path))
+
+        return self.cache.get_or_compute_json(key, f"devices of {info.path}", compute,
+                                              file=self.logdir.display_path(info.path))
+
+    def _live_range_beside(self, run: Run, buffer_assignment: str | None) -> dict | None:
+        """XLA's ``*-live-range.txt`` next to a module's ``*-buffer-assignment.txt`` (newer
+        XLA writes HloLiveRange there, formats/live_range_text.py), or None."""
+        suffix = "-buffer-assignment.txt"
+        info = next((f for f in run.files if buffer_assignment and f.name == buffer_assignment), None)
+        if info is None or not info.path.endswith(suffix):
+            return None
+        rel = info.path[: -len(suffix)] + "-live-range.txt"
+        if self.logdir.files().get(rel) is None:
+            return None
+        return live_range_text.parse_live_range(self.logdir.read_bytes(rel).decode("utf-8", "replace"),
+                                                self.logdir.display_path(rel))
+
+    def module_run_times(self, run: Run, host: str | None = None) -> dict[str, dict]:
+        """Total time of each XLA module's events in one host's xplane
+        (formats/xplane_module_time.py), for the OOM-risk default module."""
+        info = run.xplane(host or run.hosts[0])
+        if info is None:
+            return {}
+        key = keys.derived(keys.MODULE_RUN_TIMES, self.logdir.url, info.identity())
+
+        def compute(progress):
+            progress.update(message=f"timing the modules of {info.name}")
+            with self.logdir.open(info.path) as f:
+                return xplane_module_time.module_run_times(f, self.logdir.display_path(info.path))
+
+        return self.cache.get_or_compute_json(key, f"module times of {info.path}", compute,
+                                              file=self.logdir.display_path(info.path))
+
+    def trace_device_properties(self, run: Run) -> list[dict]:
+        """A PyTorch trace's ``deviceProperties`` (kineto writes ``id``, ``name``,
+        ``totalGlobalMem``, ... per GPU as a top-level key), for the OOM-risk capacity."""
+        trace = run.files_of(FileKind.CHROME_TRACE)[0]
+        key = keys.derived(keys.TRACE_DEVICE_PROPERTIES, self.logdir.url, trace.identity())
+
+        def compute(progress):
+            progress.update(message=f"reading deviceProperties of {trace.name}")
+            meta: dict = {}
+            with self.logdir.open(trace.path) as f:
+                for _ in chrome_trace.iter_events(f, self.logdir.display_path(trace.path), meta):
+                    pass
+            props = meta.get("deviceProperties")
+            return [d for d in props if isinstance(d, dict)] if isinstance(props, list) else []
+
+        return self.cache.get_or_compute_json(key, f"deviceProperties of {trace.path}", compute,
+                                              file=self.logdir.display_path(trace.path))
+
+    def _oom_snapshot_evidence(self, run: Run, host: str | None, progress) -> dict:
+        snap = self.snapshot(run, progress)
+        device = self.snapshot_device(run, host)
+        ov = memory_profile_snapshot.overview(snap, device)
+        event = (ov["summary"].get("peak") or {}).get("event")
+        state = memory_profile_snapshot.state_at(snap, device, event, max_blocks=OOM_MAX_BLOCKS)
+        groups: dict[int, dict] = {}
+        for seg in state["segments"]:
+            for b in seg["blocks"]:
+                if b["state"].startswith("active"):
+                    g = groups.setdefault(b["stackId"], {"stackId": b["stackId"], "bytes": 0, "count": 0})
+                    g["bytes"] += b["size"]
+                    g["count"] += 1
+        ranked = sorted(groups.values(), key=lambda g: -g["bytes"])
+        for g in ranked[:OOM_MAX_STACKS]:  # frames for the largest stacks; the rest stay "unknown"
+            g["frames"] = memory_profile_snapshot.stack(snap, g["stackId"])["frames"] if g["stackId"] >= 0 else []
+        return oom_risk.snapshot_evidence(ov, state["totals"], ranked, f"cuda:{device}")

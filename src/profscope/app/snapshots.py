@@ -1,0 +1,127 @@
+"""PyTorch memory snapshots: the loaded model (columns on local disk, the last few in
+memory) and its views (tools/memory_profile_snapshot.py)."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from collections import OrderedDict
+
+from profscope.app import keys
+from profscope.app.queries import MemoryProfileQuery, SnapshotQuery
+from profscope.errors import BadRequest, NotFound
+from profscope.forksafe import renew_locks_after_fork
+from profscope.formats import snapshot_pickle
+from profscope.model.catalog import Run, RunKind
+from profscope.tools import memory_profile_snapshot
+
+SNAPSHOTS_IN_MEMORY = 2
+# The views of a snapshot beyond its overview (which is also the memory_profile tool's
+# data), served under /api/snapshot/<view>.
+SNAPSHOT_VIEWS = ("overview", "timeline", "state", "stack", "stacks", "compare")
+
+
+class Snapshots:
+    """Part of :class:`~profscope.app.workspace.Workspace`: snapshot runs."""
+
+    def __init__(self):
+        # Loaded snapshot models (columns, ~0.6x the file), the last few kept in memory:
+        # every view of a snapshot (timeline windows, states, stacks) reads one.
+        self._snapshots: OrderedDict[str, snapshot_pickle.Snapshot] = OrderedDict()
+        self._snapshots_lock = threading.Lock()
+        renew_locks_after_fork(self, "_snapshots_lock")
+
+    def snapshot(self, run: Run, progress=None) -> snapshot_pickle.Snapshot:
+        """The loaded model of a snapshot run: kept in memory for the next views (the
+        last few), and its columns on local disk, so that opening it again, after a
+        restart or once evicted, reads arrays instead of parsing the pickle (a minute
+        for 1 GB)."""
+        info = run.files[0]
+        key = info.identity()
+        with self._snapshots_lock:
+            if key in self._snapshots:
+                self._snapshots.move_to_end(key)
+                return self._snapshots[key]
+        parsed = []
+
+        def build(job, folder):
+            reporter = progress if progress is not None else job
+            reporter.update(message=f"loading {info.name}")
+            with self.logdir.open(info.path) as f:
+                snap = snapshot_pickle.load_snapshot(f, self.logdir.display_path(info.path), progress=reporter)
+            reporter.update(message="saving its columns in the cache")
+            snapshot_pickle.save_model(snap, folder)
+            parsed.append(snap)
+
+        model_key = keys.derived(keys.SNAPSHOT_MODEL, self.logdir.url, key)
+        folder = self.cache.get_or_build_dir(model_key, f"Snapshot: loading {info.name}", build,
+                                             file=self.logdir.display_path(info.path))
+        if parsed:
+            snap = parsed[0]
+        else:
+            if progress is not None:
+                progress.update(message=f"reading the columns of {info.name}")
+            try:
+                snap = snapshot_pickle.load_model(folder)
+            except (OSError, ValueError, KeyError, TypeError):  # a damaged cache entry: parse again
+                shutil.rmtree(folder, ignore_errors=True)
+                return self.snapshot(run, progress)
+        with self._snapshots_lock:
+            self._snapshots[key] = snap
+            while len(self._snapshots) > SNAPSHOTS_IN_MEMORY:
+                self._snapshots.popitem(last=False)
+        return snap
+
+    def snapshot_device(self, run: Run, host: str | None) -> int:
+        hosts = self.hosts(run)
+        if not hosts:
+            raise NotFound(f"{run.name}: the snapshot holds no device")
+        host = host or hosts[0]
+        if host not in hosts:
+            raise NotFound(f"run {run.name!r} has no device {host!r}; devices: {', '.join(hosts)}")
+        return int(host.split(":", 1)[1])
+
+    def snapshot_memory_profile_xprof(self, run: Run, query: MemoryProfileQuery, progress) -> dict:
+        """XProf's memory_profile schema of one device, keyed by its host name (cuda:N)."""
+        device = self.snapshot_device(run, query.host)
+        return memory_profile_snapshot.xprof_memory_profile(self.snapshot(run, progress), device, f"cuda:{device}")
+
+    def snapshot_view(self, run: Run, view: str, query: SnapshotQuery) -> bytes:
+        """One of the snapshot views (timeline window, state at an event, stacks, one
+        stack's frames, compare), converted once per query and cached."""
+        if run.kind is not RunKind.TORCH_SNAPSHOT:
+            raise NotFound(f"run {run.name!r} is not a PyTorch memory snapshot")
+        if view not in SNAPSHOT_VIEWS:
+            raise NotFound(f"no snapshot view {view!r}; views: {', '.join(SNAPSHOT_VIEWS)}")
+        inputs = [run.files[0].identity()]
+        other = None
+        if view == "compare":
+            other = self.run(query.other)
+            if other.kind is not RunKind.TORCH_SNAPSHOT:
+                raise BadRequest(f"'other' must be a snapshot run; {other.name!r} is a {other.kind.value}")
+            inputs.append(other.files[0].identity())
+        key = keys.snapshot_view(view, self.logdir.url, inputs, query.cache_parts())
+        q = query
+
+        def compute(progress):
+            snap = self.snapshot(run, progress)
+            device = self.snapshot_device(run, q.host)
+            if view == "overview":
+                return memory_profile_snapshot.overview(snap, device)
+            if view == "timeline":
+                return memory_profile_snapshot.timeline(
+                    snap, device, start=q.start, end=q.end, x=q.x or "index",
+                    max_points=2000 if q.max_points is None else q.max_points,
+                    top=200 if q.top is None else q.top,
+                )
+            if view == "state":
+                return memory_profile_snapshot.state_at(snap, device, q.event)
+            if view == "stack":
+                return memory_profile_snapshot.stack(snap, q.stack or 0, filtered=q.filtered is not False)
+            if view == "stacks":
+                return memory_profile_snapshot.stacks_at(snap, device, q.event)
+            other_snap = self.snapshot(other, progress)
+            other_device = self.snapshot_device(other, q.other_host)
+            return memory_profile_snapshot.compare(snap, other_snap, device, other_device)
+
+        return self.cache.get_or_compute(key, f"snapshot {view} of {run.name}", compute, file=self._run_file(run))

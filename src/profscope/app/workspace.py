@@ -1,0 +1,189 @@
+"""One log directory as the application sees it: its runs, their hosts and tools, and
+every tool's payload, computed once and kept in the disk cache.
+
+The workspace is the application layer's one entry: the server (and the CLI, and
+``profscope report``) ask it for runs and payloads with typed queries
+(app/queries.py); it dispatches (tool, run kind) to the producer that reads the files
+(formats) and builds the payload (tools), under a cache key from app/keys.py. It knows
+no HTTP. Each tool family's producers live in their own module, mixed in here.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from profscope.app import keys
+from profscope.app.compiled_memory import CompiledMemory, ModuleSource
+from profscope.app.oom import OomAssessment
+from profscope.app.queries import TOOL_QUERIES, Query
+from profscope.app.runtime_memory import RuntimeMemory
+from profscope.app.snapshots import SNAPSHOT_VIEWS, Snapshots
+from profscope.app.traces import Traces
+from profscope.cache.store import DiskCache
+from profscope.errors import BadRequest, NotFound
+from profscope.model.catalog import Run, RunKind, discover
+from profscope.model.file_kinds import FileKind, classify
+from profscope.storage import LogDir, safe_relpath
+from profscope.tools import registry
+from profscope.tools.registry import Tool
+
+__all__ = ["SNAPSHOT_VIEWS", "ModuleSource", "Workspace"]
+
+
+class Workspace(CompiledMemory, RuntimeMemory, Snapshots, OomAssessment, Traces):
+    def __init__(self, logdir: LogDir, cache: DiskCache):
+        if logdir.is_local and _inside(cache.root, Path(logdir.root)):
+            # Log directories may be read-only or shared; we never write into them.
+            raise BadRequest(
+                f"the cache folder {cache.root} is inside the log directory {logdir.url}; "
+                "choose another with --cache-dir"
+            )
+        self.logdir = logdir
+        self.cache = cache
+        # (tool, run kind) -> the method that produces its payload from a typed query of
+        # that tool (app/queries.py TOOL_QUERIES).
+        self._producers = {
+            ("memory_viewer", RunKind.PROFILE): self.memory_viewer,
+            ("memory_viewer", RunKind.XLA_DUMP): self.memory_viewer,
+            ("memory_profile", RunKind.PROFILE): self.xplane_memory_profile,
+            # XProf's schema for every run kind (XProf's page reads nothing else); the
+            # dashboard reads the richer payloads from /api/memory_profile and
+            # /api/snapshot/overview.
+            ("memory_profile", RunKind.CHROME_TRACE): self.torch_memory_profile_xprof,
+            ("memory_profile", RunKind.TORCH_SNAPSHOT): self.snapshot_memory_profile_xprof,
+            ("trace_viewer@", RunKind.PROFILE): self.trace_viewer_xprof,
+            ("trace_viewer@", RunKind.CHROME_TRACE): self.trace_viewer_xprof,
+            ("oom_risk", RunKind.PROFILE): self.oom_risk,
+            ("oom_risk", RunKind.XLA_DUMP): self.oom_risk,
+            ("oom_risk", RunKind.TORCH_SNAPSHOT): self.oom_risk,
+            ("oom_risk", RunKind.CHROME_TRACE): self.oom_risk,
+        }
+        CompiledMemory.__init__(self)
+        Snapshots.__init__(self)
+        Traces.__init__(self)
+
+    def runs(self) -> list[Run]:
+        return discover(self.logdir.listing())
+
+    def runs_at(self, session_path: str | None = None, run_path: str | None = None) -> list[Run]:
+        """The runs XProf's ``session_path`` / ``run_path`` parameters select.
+
+        XProf reads any folder these name; we accept them only inside the log directory
+        (relative to it, or absolute below it) and name runs as XProf does: a session
+        folder holding ``*.xplane.pb`` is a run named after the folder; ``run_path``
+        selects each such session folder directly below it.
+        """
+        if session_path:
+            folders = [self._relative(session_path, "session_path")]
+        elif run_path:
+            base = self._relative(run_path, "run_path")
+            listing = self.logdir.listing()
+            prefix = base + "/" if base else ""
+            folders = sorted(d for d in listing.dirs if d.startswith(prefix) and "/" not in d[len(prefix) :])
+        else:
+            return self.runs()
+        files = self.logdir.files()
+        runs = []
+        for folder in folders:
+            own = [f for f in files.values() if f.parent == folder]
+            if any(classify(f.name) is FileKind.XPLANE for f in own):
+                name = folder.rsplit("/", 1)[-1] or self.logdir.url
+                runs.append(Run(name, RunKind.PROFILE, folder, sorted(own, key=lambda f: f.path)))
+        return sorted(runs, key=lambda r: r.name, reverse=True)
+
+    def _relative(self, path: str, param: str) -> str:
+        for prefix in (self.logdir.url.rstrip("/") + "/", self.logdir.root.rstrip("/") + "/"):
+            if path.startswith(prefix):
+                path = path[len(prefix) :]
+                break
+        else:
+            if path.rstrip("/") in (self.logdir.url.rstrip("/"), self.logdir.root.rstrip("/")):
+                path = ""
+        try:
+            rel = safe_relpath(path)
+            self.logdir.full_path(rel)  # on local disks: refuses symlinks that lead out
+            return rel
+        except BadRequest as e:
+            raise BadRequest(f"{param}: {e.message} (only folders inside {self.logdir.url} are served)") from e
+
+    def run(self, name: str | None, *, session_path: str | None = None, run_path: str | None = None) -> Run:
+        if not name and not session_path:
+            raise BadRequest("missing parameter 'run'")
+        name = name.rstrip("/") if name else name  # XProf strips it too (_run_dir)
+        candidates = self.runs_at(session_path, run_path)
+        if session_path and not name and candidates:
+            return candidates[0]
+        for run in candidates:
+            if run.name == name:
+                return run
+        raise NotFound(f"no run named {name!r} in {self.logdir.url}")
+
+    def hosts(self, run: Run) -> list[str]:
+        """A run's hosts: its xplane files, or a snapshot's devices (``cuda:N``)."""
+        if run.kind is RunKind.TORCH_SNAPSHOT:
+            info = run.files[0]
+            key = keys.derived(keys.SNAPSHOT_DEVICES, self.logdir.url, info.identity())
+            devices = self.cache.get_or_compute_json(key, f"devices of {info.name}", lambda p: self.snapshot(run, p).devices,
+                                                     file=self.logdir.display_path(info.path))
+            return [f"cuda:{d}" for d in devices]
+        return run.hosts
+
+    def can_serve(self, tool: Tool, run: Run) -> bool:
+        """Whether this version of profscope produces ``tool``'s data for runs like ``run``."""
+        return (tool.name, run.kind) in self._producers
+
+    def tools(self, run: Run) -> list[Tool]:
+        """The tools that have something to show for this run (servable or not yet)."""
+        return [t for t in registry.for_run(run) if self._has_input(t, run)]
+
+    def _has_input(self, tool: Tool, run: Run) -> bool:
+        if tool.name == "memory_viewer":  # XProf: only when the profile carries HLO protos
+            return bool(self.modules(run))
+        if run.kind is RunKind.PROFILE:
+            if tool.name == "trace_viewer@":
+                # XProf 2.24 reads a session's xplanes only; a session holding just
+                # *.trace.json.gz gets no trace viewer there (run_tools), nor here.
+                return bool(run.files_of(FileKind.XPLANE))
+            return bool(run.files_of(FileKind.XPLANE))
+        return True
+
+    def tool_data(self, run: Run, tool: Tool, query: Query | None = None) -> bytes:
+        """A tool's payload as stored gzip JSON bytes, converted once per input and query."""
+        producer = self._producers[tool.name, run.kind]
+        query = query if query is not None else self.query_type(tool)()
+        if not isinstance(query, self.query_type(tool)):
+            raise TypeError(f"{tool.name} takes a {self.query_type(tool).__name__}, not {type(query).__name__}")
+        inputs = [f.identity() for f in run.files]
+        key = keys.tool_payload(tool, self.logdir.url, inputs, query.cache_parts())
+        label = f"{tool.title}: {getattr(query, 'module_name', None) or run.name}"
+        return self.cache.get_or_compute(key, label, lambda progress: producer(run, query, progress),
+                                         file=self._run_file(run))
+
+    @staticmethod
+    def query_type(tool: Tool) -> type[Query]:
+        return TOOL_QUERIES[tool.name]
+
+    def _run_file(self, run: Run) -> str:
+        """How errors name a run's input: its one file, else its folder."""
+        if len(run.files) == 1:
+            return self.logdir.display_path(run.files[0].path)
+        return self.logdir.display_path(run.folder) if run.folder else self.logdir.url
+
+    def tool(self, name: str | None, run: Run) -> Tool:
+        if not name:  # XProf: 404 "No Data"
+            raise NotFound("missing parameter 'tag' (the tool name)")
+        tool = registry.get(name)
+        if tool is None:
+            known = ", ".join(t.name for t in registry.TOOLS)
+            raise NotFound(f"unknown tool {name!r}; profscope has: {known}")
+        if tool not in self.tools(run):
+            raise NotFound(f"run {run.name!r} has no input for tool {tool.name!r}")
+        if not self.can_serve(tool, run):
+            raise NotFound(f"tool {tool.name!r} is not available in this version of profscope yet")
+        return tool
+
+
+def _inside(path: Path, root: Path) -> bool:
+    path, root = Path(os.path.realpath(path)), Path(os.path.realpath(root))
+    return path == root or root in path.parents
