@@ -1,6 +1,8 @@
 """Listing and scanning speed: what `runs` and `module_list` cost on big inputs.
 
-    python benchmarks/bench_listing.py [--sessions 5000] [--xplane-mb 300] [--gcs-objects 2000]
+    python benchmarks/bench_listing.py [--sessions 500] [--xplane-mb 20] [--gcs-objects 200] [--loose-json 200]
+    python benchmarks/bench_listing.py --sessions 5000 --xplane-mb 300 --gcs-objects 2000 --loose-json 2000
+                                       # docs/performance.md
 
 Prints, for each case, wall time and the peak RSS of a fresh process:
   1. discovering runs in a local log directory with many sessions (cold, then cached);
@@ -83,7 +85,6 @@ RESULT = dict(runs=len(runs), cold_s=cold, relisted_s=warm)
 
 
 def bench_big_xplane(target_mb: int, tmp: Path) -> None:
-    sys.path.insert(0, str(ROOT / "src"))
     from profscope.formats.protos import xplane_pb2
 
     base = next(DEMO.glob("transformer/plugins/profile/*/demo-host.xplane.pb")).read_bytes()
@@ -153,10 +154,10 @@ RESULT = dict(runs=len(runs), seconds=cold)
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sessions", type=int, default=5000)
-    ap.add_argument("--xplane-mb", type=int, default=300)
-    ap.add_argument("--gcs-objects", type=int, default=2000)
-    ap.add_argument("--loose-json", type=int, default=2000)
+    ap.add_argument("--sessions", type=int, default=500)
+    ap.add_argument("--xplane-mb", type=int, default=20)
+    ap.add_argument("--gcs-objects", type=int, default=200)
+    ap.add_argument("--loose-json", type=int, default=200)
     args = ap.parse_args()
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} cpus")
     with tempfile.TemporaryDirectory() as tmp:

@@ -23,7 +23,9 @@ result and of the page view, and its peak resident memory (``VmHWM`` in
 
 Usage::
 
-    .venv/bin/python benchmarks/bench_memory_viewer.py                  # both, defaults
+    .venv/bin/python benchmarks/bench_memory_viewer.py                  # both, small
+    .venv/bin/python benchmarks/bench_memory_viewer.py --jax-layers 200 \
+        --synthetic-buffers 100000 --synthetic-events 1000000           # docs/performance.md
     .venv/bin/python benchmarks/bench_memory_viewer.py --jax-layers 50 --synthetic-buffers 0
 """
 
@@ -40,8 +42,6 @@ import sys
 import tempfile
 import time
 
-REPO = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "src"))
 
 JAX_PROGRAM = r"""
 import json, os, sys, time
@@ -267,11 +267,11 @@ def report(label: str, r: dict, extra: str = "") -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--jax-layers", type=int, default=200,
+    ap.add_argument("--jax-layers", type=int, default=4,
                     help="unrolled transformer layers (0: skip the real program)")
     ap.add_argument("--jax-python", default=sys.executable)
-    ap.add_argument("--synthetic-buffers", type=int, default=100_000)
-    ap.add_argument("--synthetic-events", type=int, default=1_000_000)
+    ap.add_argument("--synthetic-buffers", type=int, default=5_000)
+    ap.add_argument("--synthetic-events", type=int, default=50_000)
     ap.add_argument("--workdir", type=pathlib.Path, default=None)
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args()

@@ -12,8 +12,8 @@ per step with the defaults; ``--steps 8000`` gives a few hundred MB).
 
 Usage::
 
-    .venv/bin/python scripts/make_big_jax_profile.py --out /tmp/bigprof --steps 8000
-    .venv/bin/python scripts/make_big_jax_profile.py --out /tmp/small --steps 20   # tests
+    .venv/bin/python scripts/make_big_jax_profile.py --out bigprof --steps 8000
+    .venv/bin/python scripts/make_big_jax_profile.py --out small --steps 20      # tests
 
 Prints the xplane path and its size. The run's folder is ``--out`` (a log directory:
 ``<out>/plugins/profile/<session>/<host>.xplane.pb``); the host part of the file name is

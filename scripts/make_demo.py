@@ -656,9 +656,9 @@ def main(argv=None):
                     help="comma-separated subset of " + ",".join(PROGRAMS))
     ap.add_argument("--dump-programs", default=",".join(DUMP_PROGRAMS),
                     help="programs to XLA-dump (default: %(default)s)")
-    ap.add_argument("--xprof-python", default=None,
-                    help="python of a scratch venv with `xprof` installed; if "
-                    "given, XProf's memory-viewer numbers for every module are "
+    ap.add_argument("--xprof-python", default=os.environ.get("XPROF_PYTHON") or None,
+                    help="python of a scratch venv with `xprof` installed (default: "
+                    "$XPROF_PYTHON); if given, XProf's memory-viewer numbers for every module are "
                     "recorded in expected.json (XProf runs on copies: it "
                     "writes *.hlo_proto.pb files next to the xplane)")
     ap.add_argument("--_worker", help=argparse.SUPPRESS)
@@ -780,6 +780,9 @@ def main(argv=None):
             if not same_content:
                 print("[make_demo] WARNING: dump and profile HLO differ", flush=True)
 
+        if not args.xprof_python:
+            print("[make_demo] XProf reference numbers skipped: set XPROF_PYTHON or give "
+                  "--xprof-python (a venv's python with xprof==2.24.2)", flush=True)
         if args.xprof_python:
             print("[make_demo] computing XProf reference numbers ...", flush=True)
             ref = _xprof_reference(args.xprof_python, out, expected, tmp)

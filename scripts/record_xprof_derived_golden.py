@@ -3,7 +3,7 @@
 
 For every xplane of the real accelerator profiles
 (``<fixtures>/public_profiles/xplane/*/plugins/profile/*/*.xplane.pb``, one file of a set
-of byte-identical ones) and the scenarios of ``tests/builders/derived_xplane.py``, XProf's
+of byte-identical ones) and the scenarios of ``src/profscope/testing/derived_xplane.py``, XProf's
 own converter runs on a *copy* in a fresh temporary folder (it writes side files next to
 what it reads), in a scratch virtual environment with ``xprof==2.24.2`` (never a profscope
 dependency: ``--xprof-python`` or ``$XPROF_PYTHON``)::
@@ -61,7 +61,6 @@ def run_xprof(python: str, name: str, data: bytes) -> dict:
 
 def raw_lines(data: bytes) -> dict[int, set[str]]:
     """The line names each device plane of the file has, by XProf's device pid."""
-    sys.path.insert(0, str(ROOT / "src"))
     from profscope.formats.protos import xplane_pb2
 
     space = xplane_pb2.XSpace.FromString(data)
@@ -100,8 +99,7 @@ def main() -> None:
     if not args.xprof_python:
         ap.error("give --xprof-python or set XPROF_PYTHON (a venv with xprof==2.24.2)")
     args.out.mkdir(parents=True, exist_ok=True)
-    sys.path.insert(0, str(ROOT))
-    from tests.builders import derived_xplane
+    from profscope.testing import derived_xplane
 
     cases: list[tuple[str, str, bytes, dict]] = []
     seen: set[str] = set()

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Record XProf 2.24.2's answers to its listing endpoints, as golden data.
 
-Builds the log directory of ``tests/builders/xprof_layout.py`` in a temporary
+Builds the log directory of ``src/profscope/testing/xprof_layout.py`` in a temporary
 folder, starts the real XProf server on it inside a private network namespace
 (XProf listens on all interfaces and has no option to change that), asks it every
 listing endpoint for every run (and the error cases of ``data``), and writes
@@ -373,7 +373,7 @@ def _modules_in_xplane(xplane_bytes: bytes) -> list[str]:
     XSpace.planes = 1; XPlane.name = 2, XPlane.event_metadata = 4 (map entry:
     key 1, value 2); XEventMetadata.name = 2.
     """
-    from builders.xprof_layout import _fields, _plane_name
+    from profscope.testing.xprof_layout import _fields, _plane_name
 
     names = []
     for num, wt, plane, _ in _fields(xplane_bytes):
@@ -458,9 +458,7 @@ def main(argv: list[str] | None = None) -> int:
     if version != "2.24.2":
         print(f"warning: recording from xprof {version}, not 2.24.2", file=sys.stderr)
 
-    sys.path.insert(0, str(REPO / "tests"))
-    sys.path.insert(0, str(REPO / "src"))  # the builder reads varints with profscope.formats.protowire
-    from builders.xprof_layout import BASE_MTIME, build_xprof_layout  # noqa: E402
+    from profscope.testing.xprof_layout import BASE_MTIME, build_xprof_layout
 
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="xprof_golden_"))
     try:
@@ -483,7 +481,7 @@ def main(argv: list[str] | None = None) -> int:
             "_meta": {
                 "recorded_with": f"xprof {version} (python -m xprof.server --logdir {LOGDIR_TOKEN})",
                 "script": "scripts/record_xprof_golden.py",
-                "layout": "tests/builders/xprof_layout.py:build_xprof_layout",
+                "layout": "src/profscope/testing/xprof_layout.py:build_xprof_layout",
                 "layout_base_mtime": BASE_MTIME,
                 "xplane_source": xplane_source,
                 "xplane_path": (

@@ -3,7 +3,7 @@
 
 Inputs: the real TensorFlow profile with BFC allocator events in the shared fixtures
 (``../shared/fixtures/tf_bfc_cpu/.../vm.xplane.pb``) and every scenario of
-``tests/builders/allocator_xplane.py`` (``SCENARIOS``: several allocators and hosts,
+``src/profscope/testing/allocator_xplane.py`` (``SCENARIOS``: several allocators and hosts,
 out-of-order events, frees of memory allocated before the window, a steady leak, GPU and
 TPU plane layouts, step grouping corner cases, > 1000 events, odd stat value types, ...).
 For each, XProf's own converter runs in a scratch virtual environment
@@ -40,11 +40,9 @@ import subprocess
 import sys
 import tempfile
 
-REPO = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "src"))
-sys.path.insert(0, str(REPO))
+from profscope.testing import allocator_xplane as ax
 
-from tests.builders import allocator_xplane as ax
+REPO = pathlib.Path(__file__).resolve().parent.parent
 
 DEFAULT_OUT = REPO / "tests" / "golden" / "memory_profile"
 # a venv with xprof==2.24.2 (never a profscope dependency): --xprof-python or $XPROF_PYTHON

@@ -48,12 +48,11 @@ import subprocess
 import sys
 import tempfile
 
-REPO = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "src"))
+from profscope.formats import hlo_proto, xplane
+from profscope.formats.protos import hlo_pb2, xplane_pb2
+from profscope.tools import memory_viewer
 
-from profscope.formats import hlo_proto, xplane  # noqa: E402
-from profscope.formats.protos import hlo_pb2, xplane_pb2  # noqa: E402
-from profscope.tools import memory_viewer  # noqa: E402
+REPO = pathlib.Path(__file__).resolve().parent.parent
 
 DEFAULT_OUT = REPO / "tests" / "golden" / "memory_viewer"
 # a venv with xprof==2.24.2 (never a profscope dependency): --xprof-python or $XPROF_PYTHON

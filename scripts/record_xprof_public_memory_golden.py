@@ -32,14 +32,12 @@ import os
 import pathlib
 import shutil
 import subprocess
-import sys
 import tempfile
 
-REPO = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "src"))
+from profscope.formats import hlo_proto, xplane
+from profscope.tools import memory_viewer
 
-from profscope.formats import hlo_proto, xplane  # noqa: E402
-from profscope.tools import memory_viewer  # noqa: E402
+REPO = pathlib.Path(__file__).resolve().parent.parent
 
 OUT = REPO / "tests" / "golden" / "public_memory"
 

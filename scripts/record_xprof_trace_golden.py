@@ -18,7 +18,7 @@ What is kept, compactly (gzip, mtime 0):
 
 * ``tests/golden/trace_viewer/<demo>.json.gz`` (the demo profiles,
   ``src/profscope/demo/logdir``) and ``<scenario>.json.gz`` (scenarios of
-  ``tests/builders/allocator_xplane.py`` real CPU profiles lack), listed in
+  ``src/profscope/testing/allocator_xplane.py`` real CPU profiles lack), listed in
   ``index.json``: the top-level fields other than ``traceEvents``, the ``M`` events as
   they are, the complete (``X``) events as rows ``[name, pid, tid, ts, dur]`` (ts and dur
   in XProf's microseconds, as printed) and ``flows``: ``[row, flow, kind, cat]`` for every
@@ -161,8 +161,7 @@ def record_demo(python: str, out: Path) -> None:
         index[demo] = {"input": str(xplane.relative_to(ROOT)), "input_sha256": hashlib.sha256(data).hexdigest(),
                        "golden": f"{demo}.json.gz", "complete_events": len(golden["complete"])}
         print(f"{demo}: {len(golden['complete'])} complete events, {len(golden['flows'])} flow-bound", file=sys.stderr)
-    sys.path.insert(0, str(ROOT))
-    from tests.builders import allocator_xplane
+    from profscope.testing import allocator_xplane
 
     for case in BUILDER_CASES:
         data = getattr(allocator_xplane, case)()

@@ -13,7 +13,7 @@ from pathlib import Path
 import profscope
 
 PACKAGE = Path(profscope.__file__).parent
-LAYERS = ["errors", "forksafe", "storage", "formats", "model", "tools", "cache", "server", "frontend"]
+LAYERS = ["errors", "forksafe", "storage", "formats", "model", "tools", "cache", "server", "frontend", "testing"]
 ENTRY_POINTS = {"cli", "__main__"}
 
 

@@ -17,7 +17,6 @@ import time
 import tracemalloc
 import zlib
 from contextlib import contextmanager
-from pathlib import Path
 
 import pytest
 
@@ -25,6 +24,7 @@ from profscope.errors import BadInput, TooLarge
 from profscope.formats import protowire as wire
 from profscope.formats import xplane, xplane_devices, xplane_memory, xplane_module_time, xplane_trace
 from profscope.formats.protowire import encode_varint as V
+from tests.conftest import SHARED_FIXTURES
 
 SECONDS = 10
 MEMORY = 200 << 20
@@ -186,7 +186,7 @@ def test_the_budget_grows_with_the_compressed_size():
 
 def test_real_profiles_compress_far_below_the_ratio(demo_logdir):
     """The limit's headroom, measured: real XSpaces deflate 2.5-7x (protowire's comment)."""
-    public = Path("/work/shared/fixtures/public_profiles/xplane")
+    public = SHARED_FIXTURES / "public_profiles" / "xplane"  # optional: more real profiles
     paths = sorted(demo_logdir.rglob("*.xplane.pb")) + (sorted(public.rglob("*.xplane.pb")) if public.is_dir() else [])
     assert paths
     for p in paths:

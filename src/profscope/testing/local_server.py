@@ -1,8 +1,13 @@
-"""An ASGI app served by a real uvicorn on 127.0.0.1, in a thread of the test process."""
+"""Live servers for tests: an ASGI app served by a real uvicorn on 127.0.0.1 in a thread
+of the test process (``serve_in_thread``), or ``python -m profscope`` in its own process
+as a user runs it (``profscope_server``)."""
 
 from __future__ import annotations
 
+import re
 import socket
+import subprocess
+import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -30,3 +35,23 @@ def serve_in_thread(app, **config):
         server.should_exit = True
         thread.join(timeout=20)
         sock.close()
+
+
+@contextmanager
+def profscope_server(*args: str):
+    """Run ``python -m profscope ARGS`` as a user would; yield (url, output lines so far)."""
+    proc = subprocess.Popen([sys.executable, "-m", "profscope", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        lines = []
+        for line in proc.stdout:
+            lines.append(line)
+            m = re.search(r"serving at (http://\S+)", line)
+            if m:
+                yield m.group(1), lines
+                break
+        else:
+            raise AssertionError("profscope did not start:\n" + "".join(lines))
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)

@@ -54,10 +54,10 @@ def dense_trace(path: Path, *, ticks: int = 100_000, tick_every: float = 5.0, ti
 
 
 def builder_logdir(root: Path, hosts: dict[str, str]) -> Path:
-    """A log directory with one run per ``tests.builders.allocator_xplane`` scenario
+    """A log directory with one run per ``profscope.testing.allocator_xplane`` scenario
     (``{scenario: host}``): ``<scenario>/plugins/profile/2026_01_01_00_00_00/<host>.xplane.pb``,
     as the goldens of XProf's answers on those scenarios were recorded."""
-    from tests.builders import allocator_xplane
+    from profscope.testing import allocator_xplane
 
     for case, host in hosts.items():
         folder = Path(root) / case / "plugins" / "profile" / "2026_01_01_00_00_00"
@@ -87,7 +87,7 @@ def crowded_xspace(*, seed: int = 11, hostname: str = "crowded") -> bytes:
     import numpy as np
 
     from profscope.formats.protos import xplane_pb2
-    from tests.builders.allocator_xplane import Space, _Rows, _tag, _varint_bytes
+    from profscope.testing.allocator_xplane import Space, _Rows, _tag, _varint_bytes
 
     rng = np.random.default_rng(seed)
     sp = Space(hostname)

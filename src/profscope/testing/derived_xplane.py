@@ -14,7 +14,7 @@ offload copies, and step names after the host's step roots.
 from __future__ import annotations
 
 from profscope.formats.protos import hlo_pb2
-from tests.builders.allocator_xplane import MS, US, Ref, Space, Str
+from profscope.testing.allocator_xplane import MS, US, Ref, Space, Str
 
 
 def hlo_module(name: str, instructions: list[tuple[str, str, str, str, int]]) -> bytes:

@@ -10,8 +10,9 @@ served to a browser.
 static files where XProf's server (``xprof/server.py``, ``make_wsgi_app``, and
 ``profile_plugin.py``'s ``*_ROUTE`` constants) puts them, and profscope for the data API.
 
-The cache folder is ``$PROFSCOPE_TEST_CACHE/xprof-frontend`` when that is set, else
-``<repo>/.cache/xprof-frontend`` (git-ignored).
+The cache folder is ``$PROFSCOPE_TEST_CACHE/xprof-frontend`` when that is set (the
+test suite sets it to ``<repo>/.cache``, git-ignored), else
+``$XDG_CACHE_HOME/profscope-testing/xprof-frontend`` (``~/.cache/...``).
 """
 
 from __future__ import annotations
@@ -56,8 +57,10 @@ class FrontendUnavailable(RuntimeError):
 
 def cache_dir() -> Path:
     root = os.environ.get("PROFSCOPE_TEST_CACHE")
-    base = Path(root) if root else Path(__file__).resolve().parents[2] / ".cache"
-    return base / "xprof-frontend"
+    if root:
+        return Path(root) / "xprof-frontend"
+    xdg = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(xdg) / "profscope-testing" / "xprof-frontend"
 
 
 def _sha256(path: Path) -> str:

@@ -1,1 +1,0 @@
-"""Builders that lay out realistic, deterministic input trees for tests."""
