@@ -2,8 +2,8 @@
 offline HTML report of each, in one process.
 
     python benchmarks/bench_oom_risk.py [LOGDIR ...]   (default: the demo and tests/data/oom_programs)
-    python scripts/make_big_snapshot.py /tmp/big/big.pickle --target-mb 50
-    python benchmarks/bench_oom_risk.py /tmp/big
+    python scripts/make_big_snapshot.py big/big.pickle --target-mb 50
+    python benchmarks/bench_oom_risk.py big
 
 Prints per run: the assessment time, the loading part of it for snapshots (the rest is the
 OOM risk's own work: the allocator state at the peak, stacks grouped and resolved) and
@@ -32,7 +32,8 @@ def _rss_peak() -> int:
 
 def main() -> None:
     from profscope.cache.store import DiskCache
-    from profscope.cache.workspace import Workspace
+    from profscope.app.queries import OomRiskQuery
+    from profscope.app.workspace import Workspace
     from profscope.cli import demo_logdir
     from profscope.frontend import report
     from profscope.model.catalog import RunKind
@@ -51,16 +52,15 @@ def main() -> None:
                 t = time.perf_counter()
                 ws.snapshot(run)
                 load = time.perf_counter() - t
-            params = {"device_memory": "80GiB"}
-            if run.kind is RunKind.TORCH_SNAPSHOT:
-                params["host"] = ws.hosts(run)[0]
+            query = OomRiskQuery(device_memory="80GiB",
+                                 host=ws.hosts(run)[0] if run.kind is RunKind.TORCH_SNAPSHOT else None)
             t = time.perf_counter()
-            body = json.loads(gzip.decompress(ws.tool_data(run, tool, params)))
+            body = json.loads(gzip.decompress(ws.tool_data(run, tool, query)))
             took = time.perf_counter() - t
             print(f"  {run.name:<48} {body['risk']:<7} peak {body['peakBytes']:>14,}  "
                   f"assess {took * 1000:8.1f} ms  (load {load * 1000:8.1f} ms)  peak RSS {_rss_peak() / 2**20:7.1f} MiB")
         t = time.perf_counter()
-        html = report.render_html(report.collect(ws, runs, {"device_memory": "80GiB"}), url)
+        html = report.render_html(report.collect(ws, runs, OomRiskQuery(device_memory="80GiB")), url)
         print(f"  report (cached assessments): {(time.perf_counter() - t) * 1000:.1f} ms, {len(html.encode()) / 1024:.0f} KiB")
 
 

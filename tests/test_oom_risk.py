@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from profscope.formats import torch_snapshot as snapshot_format
+from profscope.formats import snapshot_pickle as snapshot_format
 from profscope.tools import oom_risk
-from tests.builders import allocator_xplane as ax
-from tests.builders import torch_snapshot as tsb
+from profscope.testing import allocator_xplane as ax
+from profscope.testing import torch_snapshot as tsb
 
 ROOT = Path(__file__).resolve().parents[1]
 GIB = 1 << 30
@@ -318,7 +318,7 @@ def test_sizes_and_device_names():
     assert oom_risk.device_capacity("TPU v4")[0] == 32 * GIB
     assert oom_risk.device_capacity("Tesla T4")[0] == 16 * GIB
     assert oom_risk.device_capacity("Z9000") is None
-    assert oom_risk.parse_capacity(device_memory="H100")["source"] == "device_table"
+    assert oom_risk.requested_capacity(device_memory="H100")["source"] == "device_table"
 
 
 def test_padding_rule_on_the_numbers():
@@ -445,7 +445,7 @@ def test_allocator_fragmentation_finding_on_a_real_snapshot(demo_client, demo_lo
 def test_a_traces_odd_device_memory_is_not_a_capacity(make_client, tmp_path, stated):
     """kineto writes totalGlobalMem as an integer; anything else (text, a list, a number
     beyond int64, a negative one) is not taken for the device's capacity, and never a 5xx."""
-    from tests.builders.chrome_trace import CUDA, steady_leak
+    from profscope.testing.chrome_trace import CUDA, steady_leak
 
     tb = steady_leak(device_type=CUDA, device_id=0)
     (tmp_path / "logs").mkdir()

@@ -13,7 +13,7 @@ from importlib import resources
 from pathlib import Path
 
 from profscope import __version__
-from profscope.errors import ProfscopeError
+from profscope.errors import BadRequest, ProfscopeError
 
 DEFAULT_PORT = 8791
 COMMANDS = ("serve", "runs", "report")
@@ -238,15 +238,28 @@ def cmd_runs(args) -> int:
     return 0
 
 
+def _positive_int(text: str | None, name: str) -> int | None:
+    if text is None or not text.strip():
+        return None
+    value = text.strip()
+    if not (value.isascii() and value.isdigit()) or len(value) > 19 or not 0 < int(value) < 1 << 63:
+        raise BadRequest(f"parameter {name!r} must be a positive integer (bytes), not {text!r}")
+    return int(value)
+
+
 def cmd_report(args) -> int:
     import time
 
+    from profscope.app.queries import OomRiskQuery
     from profscope.frontend import report
     from profscope.tools import oom_risk
 
     start = time.perf_counter()
     # Bad parameters are reported before any file is read.
-    oom_risk.parse_capacity(args.capacity_bytes, args.device_memory)
+    capacity = _positive_int(args.capacity_bytes, "capacity_bytes")
+    oom_risk.requested_capacity(capacity, args.device_memory)
+    query = OomRiskQuery(host=args.host, module_name=args.module, capacity_bytes=capacity,
+                         device_memory=args.device_memory or None)
     file = None
     if args.logdir and not args.demo:
         target = Path(args.logdir)
@@ -264,9 +277,7 @@ def cmd_report(args) -> int:
     # it is listed in the report, and only a report with nothing in it is an error.
     refused: list[dict] = []
     runs = report.pick_runs(ws, args.run, file, refused)
-    params = {"capacity_bytes": args.capacity_bytes, "device_memory": args.device_memory,
-              "host": args.host, "module_name": args.module}
-    reports = report.ordered(report.collect(ws, runs, params, refused))
+    reports = report.ordered(report.collect(ws, runs, query, refused))
     if not reports:
         raise ProfscopeError(f"nothing could be read: {len(refused)} run(s) refused: "
                              + "; ".join(f"{x['file']}: {x['problem']}" for x in refused))

@@ -19,6 +19,8 @@ from profscope.tools import memory_profile_snapshot, oom_risk, registry
 # OOM risk of a snapshot: blocks read at the peak, and stacks resolved to frames.
 OOM_MAX_BLOCKS = 500_000
 OOM_MAX_STACKS = 500
+# The tiers of an assessment, lowest first (what --fail-on names).
+RISK_TIERS = oom_risk.TIERS
 
 
 class OomAssessment:

@@ -161,6 +161,10 @@ class Workspace(CompiledMemory, RuntimeMemory, Snapshots, OomAssessment, Traces)
                                          file=self._run_file(run))
 
     @staticmethod
+    def tool_named(name: str) -> Tool | None:
+        return registry.get(name)
+
+    @staticmethod
     def query_type(tool: Tool) -> type[Query]:
         return TOOL_QUERIES[tool.name]
 

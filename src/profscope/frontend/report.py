@@ -15,10 +15,11 @@ from jinja2 import Environment, FileSystemLoader, Undefined, select_autoescape
 from markupsafe import Markup
 
 from profscope import __version__
+from profscope.app.oom import RISK_TIERS
+from profscope.app.queries import OomRiskQuery
 from profscope.app.workspace import Workspace
 from profscope.errors import BadRequest, NotFound, ProfscopeError
 from profscope.model.catalog import Run, RunKind
-from profscope.tools import oom_risk, registry
 
 TEMPLATES = Path(__file__).parent / "templates"
 RISK_ORDER = {"UNKNOWN": -1, "LOW": 0, "MEDIUM": 1, "HIGH": 2, "OOM": 3}
@@ -36,7 +37,7 @@ CATEGORY_COLORS = {
 
 
 def assessable(ws: Workspace, run: Run) -> bool:
-    tool = registry.get("oom_risk")
+    tool = ws.tool_named("oom_risk")
     return tool in ws.tools(run) and ws.can_serve(tool, run)
 
 
@@ -73,7 +74,7 @@ def pick_runs(ws: Workspace, run_name: str | None, file: str | None = None, refu
     return runs
 
 
-def collect(ws: Workspace, runs: list[Run], params: dict, refused: list[dict] | None = None) -> list[dict]:
+def collect(ws: Workspace, runs: list[Run], query: OomRiskQuery, refused: list[dict] | None = None) -> list[dict]:
     """One payload per run (and per device of a snapshot), with ``run``/``host`` added. A
     multi-host profile is one payload: the workspace rates it by its worst host and lists
     every host under ``hosts``. With ``refused`` (a list), a run whose file is refused
@@ -81,21 +82,18 @@ def collect(ws: Workspace, runs: list[Run], params: dict, refused: list[dict] | 
     ``{run, host, file, problem}`` and the others are still reported; without it, the
     first such error is raised."""
     out = []
-    tool = registry.get("oom_risk")
+    tool = ws.tool_named("oom_risk")
     for run in runs:
         try:
-            hosts = [params["host"]] if params.get("host") else (ws.hosts(run) if run.kind is RunKind.TORCH_SNAPSHOT else [None])
+            hosts = [query.host] if query.host else (ws.hosts(run) if run.kind is RunKind.TORCH_SNAPSHOT else [None])
         except ProfscopeError as e:
             if refused is None:
                 raise
             refused.append(_refusal(run, None, e))
             continue
         for host in hosts:
-            p = {k: v for k, v in params.items() if v not in (None, "")}
-            if host:
-                p["host"] = host
             try:
-                payload = json.loads(_gunzip(ws.tool_data(run, tool, p)))
+                payload = json.loads(_gunzip(ws.tool_data(run, tool, query.but(host=host))))
             except ProfscopeError as e:
                 if refused is None:
                     raise
@@ -423,6 +421,6 @@ def render_json(reports: list[dict], refused: list[dict] | None = None) -> str:
 
 def fail_level(name: str) -> int:
     key = name.upper()
-    if key not in oom_risk.TIERS:
-        raise BadRequest(f"--fail-on must be one of {', '.join(oom_risk.TIERS)}, not {name!r}")
+    if key not in RISK_TIERS:
+        raise BadRequest(f"--fail-on must be one of {', '.join(RISK_TIERS)}, not {name!r}")
     return RISK_ORDER[key]

@@ -6,8 +6,9 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from profscope.app.workspace import Workspace
-from profscope.errors import BadRequest
+from profscope.app.queries import SnapshotQuery
 from profscope.model.catalog import Run
+from profscope.server.params import Count, Int, Text
 from profscope.server.responses import gzip_json_response, json_response
 
 
@@ -30,8 +31,8 @@ def router(ws: Workspace) -> APIRouter:
         return json_response({"logdir": ws.logdir.url, "runs": [_run_summary(ws, run) for run in ws.runs()]})
 
     @r.get("/run")
-    def run(request: Request) -> Response:
-        run = ws.run(request.query_params.get("run"))
+    def run(run: Text = None) -> Response:
+        run = ws.run(run)
         body = _run_summary(ws, run)
         body["hosts"] = ws.hosts(run)  # a snapshot's devices need a look inside it
         # Tools and modules need a look inside the run's files (cached): only per run,
@@ -47,25 +48,25 @@ def router(ws: Workspace) -> APIRouter:
         return json_response(body)
 
     @r.get("/module_peaks")
-    def module_peaks(request: Request) -> Response:
-        run = ws.run(request.query_params.get("run"))
-        space = request.query_params.get("memory_space") or "0"
-        if not (space.isascii() and space.isdigit()):  # isdigit alone takes '²', which int() refuses
-            raise BadRequest(f"parameter 'memory_space' must be an integer, not {space!r}")
-        return json_response(ws.module_peaks(run, int(space)))
+    def module_peaks(run: Text = None, memory_space: Count = None) -> Response:
+        return json_response(ws.module_peaks(ws.run(run), memory_space or 0))
 
     @r.get("/memory_profile")
-    def memory_profile(request: Request) -> Response:
+    def memory_profile(request: Request, run: Text = None) -> Response:
         """profscope's memory payload of a PyTorch profiler trace (tools/memory_profile_torch.py):
         devices, breakdown by op and module, steps, leak hints, categories. XProf's data
         API answers the same run in XProf's schema, which has room for none of these."""
-        return gzip_json_response(request, ws.torch_memory_payload(ws.run(request.query_params.get("run"))))
+        return gzip_json_response(request, ws.torch_memory_payload(ws.run(run)))
 
     @r.get("/snapshot/{view}")
-    def snapshot_view(view: str, request: Request) -> Response:
+    def snapshot_view(view: str, request: Request, run: Text = None, host: Text = None, start: Int = None,
+                      end: Int = None, x: Text = None, max_points: Int = None, top: Int = None, event: Int = None,
+                      stack: Int = None, filtered: Text = None, other: Text = None, other_host: Text = None) -> Response:
         """Views of a PyTorch memory snapshot run (see tools/memory_profile_snapshot.py)."""
-        params = {k: v for k, v in request.query_params.items() if k != "run"}
-        return gzip_json_response(request, ws.snapshot_view(ws.run(request.query_params.get("run")), view, params))
+        query = SnapshotQuery(host=host, start=start, end=end, x=x, max_points=max_points, top=top, event=event,
+                              stack=stack, filtered=None if filtered is None else filtered != "0",
+                              other=other, other_host=other_host)
+        return gzip_json_response(request, ws.snapshot_view(ws.run(run), view, query))
 
     @r.get("/progress")
     def progress() -> Response:

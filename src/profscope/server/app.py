@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 
-from fastapi import Depends, FastAPI, Request
+from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.gzip import GZipMiddleware
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -15,7 +15,7 @@ from profscope.app.workspace import Workspace
 from profscope.errors import ProfscopeError
 from profscope.server import api, pages, trace_api, xprof_api
 from profscope.server.guard import TEST_CLIENT_HOST, Guard, Security, add_headers
-from profscope.server.params import checked_numbers
+from profscope.server.params import validation_message
 from profscope.server.responses import json_response
 
 log = logging.getLogger("profscope.server")
@@ -47,7 +47,7 @@ def create_app(ws: Workspace, security: Security | None = None) -> FastAPI:
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(_request: Request, err: RequestValidationError):
-        return json_response({"ok": False, "status": 400, "error": str(err), "file": None}, status=400)
+        return json_response({"ok": False, "status": 400, "error": validation_message(err), "file": None}, status=400)
 
     @app.exception_handler(Exception)
     async def bug(_request: Request, err: Exception):
@@ -61,10 +61,8 @@ def create_app(ws: Workspace, security: Security | None = None) -> FastAPI:
         response.raw_headers[:] = add_headers(list(response.raw_headers), 500)
         return response
 
-    # Numbers no parameter can mean (10^400, 1e309, '²') are a 400 before a tool sees them.
-    numbers = [Depends(checked_numbers)]
-    app.include_router(xprof_api.router(ws), dependencies=numbers)
-    app.include_router(api.router(ws), dependencies=numbers)
-    app.include_router(trace_api.router(ws), dependencies=numbers)
+    app.include_router(xprof_api.router(ws))
+    app.include_router(api.router(ws))
+    app.include_router(trace_api.router(ws))
     app.include_router(pages.router(ws))
     return app

@@ -1,56 +1,73 @@
-"""Numbers in query parameters, checked once at the server before a tool parses them.
+"""Every query parameter, parsed and checked once, here, into the typed values the
+application takes (app/queries.py): routes declare them with FastAPI's ``Query`` and
+these types, and a value no parameter can mean is a 400 naming the parameter
+(server/app.py maps FastAPI's validation errors to the one error shape).
 
-The tools parse their own parameters (and word their own errors for ``abc`` or ``-1``),
-but a fuzz of every route found values that got through their parsers and broke later
-(a 500): ``10^400`` (int() refuses over 4,300 digits; a 400-digit one passed and then
-could not be stored as JSON), ``1e309`` (infinity to int), ``²`` (``str.isdigit`` is
-true for it, ``int`` refuses it). A number no parameter can mean is answered here with
-a 400 naming the parameter; everything else is left to the tool.
+Why bounds on every number: a fuzz of every route found values that got through loose
+parsers and broke later (a 500): ``10^400`` (int() refuses over 4,300 digits; a
+400-digit one passed and then could not be stored as JSON), ``1e309`` (infinity),
+``²`` (``str.isdigit`` is true for it, ``int`` refuses it). Pydantic's parsers refuse
+those; every count, id, byte size and time here fits a signed 64-bit integer.
+
+An empty value is an absent one (``?memory_space=``), as XProf's ``request.args.get``
+with a default treats it.
 """
 
 from __future__ import annotations
 
-import math
-import re
+from typing import Annotated
 
-from fastapi import Request
+from fastapi import Query
+from pydantic import BeforeValidator
 
-from profscope.errors import BadRequest
+from profscope.app.queries import MemoryProfileQuery, MemoryViewerQuery, OomRiskQuery, Query as ToolQuery
 
-# The parameters that are numbers, over every route (profscope's own and XProf's).
-NUMERIC_PARAMS = frozenset({
-    # /api/module_peaks, /data memory_viewer
-    "memory_space",
-    # /api/trace/* (trace_api.py) and XProf's trace_viewer@
-    "start_ms", "end_ms", "resolution", "id", "limit",
-    "start_time_ms", "end_time_ms", "duration_ms", "unique_id",
-    # /api/snapshot/* (workspace.snapshot_view)
-    "start", "end", "max_points", "top", "event", "stack",
-    # oom_risk
-    "capacity_bytes", "threshold_medium", "threshold_high", "device_memory",
-})
-_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
-MAX_DIGITS = 40  # 2^63 has 19 digits; room for decimals
-LIMIT = 2.0 ** 63  # every count, id, byte size and time here fits a signed 64-bit integer
+MAX_INT = (1 << 63) - 1
 
 
-def check_number(name: str, value: str) -> None:
-    """BadRequest when ``value`` of numeric parameter ``name`` is no usable number:
-    non-ASCII characters, or a number beyond ±2^63 (or infinite, or too long)."""
-    text = value.strip()
-    if not text:
-        return
-    if not text.isascii():
-        raise BadRequest(f"parameter {name!r} must be a number written with ASCII digits, not {value[:40]!r}")
-    if _NUMBER.fullmatch(text) is None:
-        return  # not a number at all: the tool says what it expects
-    if len(text) > MAX_DIGITS or not math.isfinite(number := float(text)) or abs(number) >= LIMIT:
-        raise BadRequest(f"parameter {name!r} is out of range: {text[:40]!r}{'...' if len(text) > 40 else ''} "
-                         "(at most 2^63 in magnitude)")
+def _blank_is_absent(value):
+    if isinstance(value, str) and not value.strip():
+        return None
+    return value
 
 
-def checked_numbers(request: Request) -> None:
-    """A router dependency: every numeric parameter of the request checked."""
-    for name, value in request.query_params.multi_items():
-        if name in NUMERIC_PARAMS:
-            check_number(name, value)
+_absent = BeforeValidator(_blank_is_absent)
+
+Int = Annotated[int | None, _absent, Query(ge=-MAX_INT, le=MAX_INT)]
+Count = Annotated[int | None, _absent, Query(ge=0, le=MAX_INT)]  # sizes, spaces, ids
+Bytes = Annotated[int | None, _absent, Query(gt=0, le=MAX_INT)]  # a capacity
+Ms = Annotated[float | None, _absent, Query(ge=-9.2e15, le=9.2e15, allow_inf_nan=False)]  # milliseconds
+Share = Annotated[float | None, _absent, Query(gt=0, le=1.5, allow_inf_nan=False)]  # a fraction of capacity
+Text = Annotated[str | None, _absent, Query(max_length=8192)]
+Flag = Annotated[str | None, Query(max_length=8192)]  # XProf: any non-empty value is "on"
+
+
+def tool_query(tool: str, *, host: str | None, module_name: str | None, memory_space: int | None,
+               view: str | None, capacity_bytes: int | None, device_memory: str | None, device: str | None,
+               threshold_medium: float | None, threshold_high: float | None) -> ToolQuery:
+    """The typed query of XProf's ``data?tag=<tool>`` for the tools cached per query."""
+    if tool == "memory_viewer":
+        return MemoryViewerQuery(module_name=module_name, memory_space=memory_space, host=host, view=view)
+    if tool == "memory_profile":
+        return MemoryProfileQuery(host=host)
+    if tool == "oom_risk":
+        return OomRiskQuery(host=host, module_name=module_name, capacity_bytes=capacity_bytes,
+                            device_memory=device_memory, device=device,
+                            threshold_medium=threshold_medium, threshold_high=threshold_high)
+    raise ValueError(f"no typed query for tool {tool!r}")
+
+
+def validation_message(err) -> str:
+    """FastAPI's validation error as one sentence per parameter, naming it and the value:
+    ``parameter 'memory_space' must be greater than or equal to 0, not '-1'``."""
+    parts = []
+    for e in err.errors():
+        loc = [str(x) for x in e.get("loc", ()) if x not in ("query", "path")]
+        name = ".".join(loc) or "request"
+        msg = str(e.get("msg", "is invalid"))
+        msg = msg[0].lower() + msg[1:] if msg else msg
+        msg = msg.replace("input should be", "must be")
+        value = e.get("input")
+        shown = f", not {str(value)[:40]!r}" + ("..." if len(str(value)) > 40 else "") if value is not None else ""
+        parts.append(f"parameter {name!r} {msg}{shown}")
+    return "; ".join(parts) or "invalid request"

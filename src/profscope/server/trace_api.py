@@ -12,6 +12,11 @@ from profscope.app.workspace import Workspace
 from profscope.server.responses import json_response
 
 
+def xprof_trace_query(request: Request):
+    """The trace_viewer@ parameters of XProf's data route."""
+    return request.query_params
+
+
 def router(ws: Workspace) -> APIRouter:
     r = APIRouter(prefix="/api/trace")
 

@@ -17,6 +17,8 @@ from profscope import __version__
 from profscope.app.workspace import Workspace
 from profscope.errors import NotFound, ProfscopeError
 from profscope.model.catalog import RunKind
+from profscope.server import trace_api
+from profscope.server.params import Bytes, Count, Flag, Share, Text, tool_query
 from profscope.server.responses import gzip_json_response, json_response
 
 PREFIX = "/data/plugin/profile"
@@ -31,12 +33,6 @@ ALL_HOSTS_ONLY = frozenset({"overview_page", "pod_viewer", "smart_suggestion"})
 ALL_HOSTS_SUPPORTED = frozenset(
     {"input_pipeline_analyzer", "framework_op_stats", "kernel_stats", "overview_page", "pod_viewer", "megascale_stats"}
 )
-# The data parameters a tool's result depends on (XProf's names; ``view`` is ours: the
-# browser's decimated copy of a large result).
-# oom_risk's: capacity_bytes / device_memory / device (capacity), threshold_medium / _high.
-TOOL_PARAMS = ("host", "module_name", "memory_space", "view",
-               "capacity_bytes", "device_memory", "device", "threshold_medium", "threshold_high")
-
 # Tools XProf does not have: served under tag= like the others, but not listed in
 # run_tools, which stays XProf's list (an XProf frontend would not know the tag).
 PROFSCOPE_ONLY = frozenset({"oom_risk"})
@@ -105,26 +101,30 @@ def router(ws: Workspace) -> APIRouter:
         return PlainTextResponse(",".join(modules))
 
     @r.get("/data")
-    def data(request: Request) -> Response:
+    def data(request: Request, host: Text = None, module_name: Text = None, memory_space: Count = None,
+             view: Text = None, capacity_bytes: Bytes = None, device_memory: Text = None, device: Text = None,
+             threshold_medium: Share = None, threshold_high: Share = None,
+             view_memory_allocation_timeline: Flag = None) -> Response:
         run = scoped_run(request)
         tool = ws.tool(request.query_params.get("tag"), run)
-        host = request.query_params.get("host")
         known = run.hosts or trace_hosts(run)
         if host and known and host not in known:
             raise NotFound(f"run {run.name!r} has no host {host!r}; hosts: {', '.join(known)}")
         if tool.name == "trace_viewer@":
             # Answered from the trace index per window (start_time_ms, end_time_ms,
             # resolution), never cached per window.
-            chunks = ws.trace_xprof_stream(run, request.query_params)
+            chunks = ws.trace_xprof_stream(run, trace_api.xprof_trace_query(request))
             first = next(chunks)  # a bad parameter is a 4xx before the answer starts
             return StreamingResponse(itertools.chain([first], chunks), media_type="application/json")
-        params = {k: v for k, v in request.query_params.items() if k in TOOL_PARAMS}
-        if tool.name == "memory_viewer" and request.query_params.get("view_memory_allocation_timeline"):
+        query = tool_query(tool.name, host=host, module_name=module_name, memory_space=memory_space, view=view,
+                           capacity_bytes=capacity_bytes, device_memory=device_memory, device=device,
+                           threshold_medium=threshold_medium, threshold_high=threshold_high)
+        if tool.name == "memory_viewer" and view_memory_allocation_timeline:
             # XProf's link "view memory allocation timeline" opens a page: profile_plugin.py
             # passes the flag on and raw_to_tool_data.py answers text/html (any non-empty
             # value counts, as request.args.get there).
-            return HTMLResponse(ws.memory_viewer_timeline_html(run, params))
-        return gzip_json_response(request, ws.tool_data(run, tool, params))
+            return HTMLResponse(ws.memory_viewer_timeline_html(run, query))
+        return gzip_json_response(request, ws.tool_data(run, tool, query))
 
     @r.get("/version")
     def version() -> Response:
