@@ -52,7 +52,7 @@ def bench_sessions(n: int, tmp: Path) -> None:
     r = child(f"""
 import time
 from profscope.storage import LogDir
-from profscope.model.catalog import discover
+from profscope.app.discovery import discover
 t = time.perf_counter(); logdir = LogDir({str(logdir)!r}); runs = discover(logdir.listing()); cold = time.perf_counter() - t
 t = time.perf_counter(); runs = discover(logdir.listing()); warm = time.perf_counter() - t
 RESULT = dict(runs=len(runs), cold_s=cold, cached_s=warm)
@@ -74,7 +74,7 @@ def bench_sniffed(n: int, tmp: Path) -> None:
     r = child(f"""
 import time
 from profscope.storage import LogDir
-from profscope.model.catalog import discover
+from profscope.app.discovery import discover
 logdir = LogDir({str(logdir)!r}, listing_ttl=0)
 t = time.perf_counter(); runs = discover(logdir.listing()); cold = time.perf_counter() - t
 t = time.perf_counter(); runs = discover(logdir.listing()); warm = time.perf_counter() - t
@@ -141,7 +141,7 @@ def bench_gcs(n: int) -> None:
 import os, time
 os.environ['GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT'] = 'false'
 from profscope.storage import LogDir
-from profscope.model.catalog import discover
+from profscope.app.discovery import discover
 logdir = LogDir('gs://bench/logs', storage_options=dict(endpoint_url={endpoint!r}, token='anon'))
 t = time.perf_counter(); runs = discover(logdir.listing()); cold = time.perf_counter() - t
 RESULT = dict(runs=len(runs), seconds=cold)

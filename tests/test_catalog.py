@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from profscope.formats import hlo_dump
-from profscope.model.catalog import RunKind, discover
+from profscope.model import dump_layout
+from profscope.app.discovery import discover
+from profscope.model.catalog import RunKind
 from profscope.storage import FileInfo, Listing
 
 
@@ -73,10 +74,10 @@ def test_root_dump_folder_and_name_clash():
 
 
 def test_dump_file_names():
-    parsed = hlo_dump.parse_name("module_0014.jit_train_step.cpu_after_optimizations-buffer-assignment.txt")
+    parsed = dump_layout.parse_name("module_0014.jit_train_step.cpu_after_optimizations-buffer-assignment.txt")
     assert (parsed.module_id, parsed.module_name, parsed.stage, parsed.after_optimizations) == (14, "jit_train_step", "cpu_after_optimizations", True)
-    parsed = hlo_dump.parse_name("module_0002.jit__lambda_.1.before_optimizations.hlo.pb.gz")
+    parsed = dump_layout.parse_name("module_0002.jit__lambda_.1.before_optimizations.hlo.pb.gz")
     assert (parsed.module_name, parsed.stage) == ("jit__lambda_.1", "before_optimizations")
-    parsed = hlo_dump.parse_name("module_0040.pjit_f.sm_9.0_gpu_after_optimizations.hlo.pb")
+    parsed = dump_layout.parse_name("module_0040.pjit_f.sm_9.0_gpu_after_optimizations.hlo.pb")
     assert parsed.module_name == "pjit_f" and parsed.after_optimizations
-    assert hlo_dump.parse_name("notes.txt") is None
+    assert dump_layout.parse_name("notes.txt") is None

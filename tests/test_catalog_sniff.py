@@ -16,8 +16,9 @@ import pytest
 
 from profscope.cli import demo_logdir
 from profscope.formats import sniff
-from profscope.formats.kinds import FileKind, classify, trace_stem
-from profscope.model.catalog import RunKind, discover
+from profscope.model.file_kinds import FileKind, classify, trace_stem
+from profscope.app.discovery import discover
+from profscope.model.catalog import RunKind
 from profscope.storage import LogDir
 
 TORCH_DEMO = Path(demo_logdir()) / "torch"
@@ -133,7 +134,7 @@ def test_memory_filesystem(files):
 
 def test_workspace_reads_a_sniffed_trace(files, tmp_path):
     from profscope.cache.store import DiskCache
-    from profscope.cache.workspace import Workspace
+    from profscope.app.workspace import Workspace
 
     logs = tmp_path / "logs"
     _write(logs, {k: files[k] for k in ("trace.json", "trace.memory_timeline.json.gz", "manifest.json", "jax/memory.prof")})

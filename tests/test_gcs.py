@@ -103,7 +103,8 @@ def test_traces_under_any_json_name_are_sniffed_with_ranged_reads(emulator, demo
     import gcsfs
 
     from profscope.formats import sniff
-    from profscope.model.catalog import RunKind, discover
+    from profscope.app.discovery import discover
+    from profscope.model.catalog import RunKind
     from profscope.storage import LogDir
 
     fs = gcsfs.GCSFileSystem(endpoint_url=emulator, token="anon", skip_instance_cache=True)

@@ -22,7 +22,8 @@ from profscope.app.snapshots import SNAPSHOT_VIEWS, Snapshots
 from profscope.app.traces import Traces
 from profscope.cache.store import DiskCache
 from profscope.errors import BadRequest, NotFound
-from profscope.model.catalog import Run, RunKind, discover
+from profscope.app.discovery import discover
+from profscope.model.catalog import Run, RunKind
 from profscope.model.file_kinds import FileKind, classify
 from profscope.storage import LogDir, safe_relpath
 from profscope.tools import registry

@@ -1,0 +1,89 @@
+"""Finding the runs of a log directory listing (the types and naming rules are
+model/catalog.py): profile sessions and dump folders by their layout, snapshots and
+Chrome traces by name, and any other ``*.json[.gz]`` (``trace.json``, ``rank-0.json.gz``)
+whose first bytes show a Chrome trace (formats/sniff.py). Those bytes are read through
+``Listing.head`` (at most :data:`~profscope.formats.sniff.HEAD_BYTES`, only for names
+nothing else claims) and remembered in ``Listing.notes`` per file identity, so listing
+again reads nothing."""
+
+from __future__ import annotations
+
+import logging
+import posixpath
+
+from profscope.formats import sniff
+from profscope.model import dump_layout
+from profscope.model.catalog import Run, RunKind, run_name, session_dir, session_of
+from profscope.model.file_kinds import MEMORY_TIMELINE_SUFFIXES, FileKind, classify, may_be_chrome_trace, trace_stem
+from profscope.storage import FileInfo, Listing
+
+log = logging.getLogger(__name__)
+
+
+def _sniffed_trace(listing: Listing, info: FileInfo) -> bool:
+    """Whether a ``*.json[.gz]`` nothing else claims starts like a Chrome trace; looked up
+    in ``listing.notes`` first, so each version of a file is read once."""
+    if listing.head is None:
+        return False
+    key = ("chrome_trace_head", info.identity())
+    known = listing.notes.get(key)
+    if known is None:
+        try:
+            known = sniff.is_chrome_trace(listing.head(info, sniff.HEAD_BYTES))
+        except Exception as e:  # noqa: BLE001 - unreadable (gone, no permission): not a run
+            log.debug("cannot read the start of %s: %s", info.path, e)
+            return False  # not remembered: it may be readable next time
+        listing.notes[key] = known
+    return known
+
+
+def discover(listing: Listing) -> list[Run]:
+    """All runs of a log directory listing, in XProf's order (names sorted descending)."""
+    runs: dict[str, Run] = {}
+
+    # XProf lists a session folder even when it holds no profile yet.
+    for d in listing.dirs:
+        where = session_dir(d)
+        if where is not None:
+            name = run_name(*where)
+            runs.setdefault(name, Run(name, RunKind.PROFILE, d))
+
+    dump_folders: dict[str, list[FileInfo]] = {}
+    extra: list[Run] = []
+    for info in listing.files.values():
+        where = session_of(info.path)
+        if where is not None:
+            name = run_name(*where)
+            run = runs.setdefault(name, Run(name, RunKind.PROFILE, info.parent))
+            run.files.append(info)
+            continue
+        kind = classify(info.name)
+        if dump_layout.is_dump_file(info.name) or kind is FileKind.HLO_TEXT:
+            dump_folders.setdefault(info.parent, []).append(info)
+        elif kind is FileKind.TORCH_SNAPSHOT:
+            extra.append(Run(info.path, RunKind.TORCH_SNAPSHOT, info.parent, [info]))
+        elif kind is FileKind.CHROME_TRACE or may_be_chrome_trace(info.name) and _sniffed_trace(listing, info):
+            files = [info]
+            stem = posixpath.join(info.parent, trace_stem(info.name) or "")
+            # export_memory_timeline writes gzip when its path ends in .gz
+            timeline = next((t for s in MEMORY_TIMELINE_SUFFIXES if (t := listing.files.get(stem + s))), None)
+            if timeline is not None:
+                files.append(timeline)
+            kinds = {} if kind is FileKind.CHROME_TRACE else {info.path: FileKind.CHROME_TRACE}
+            extra.append(Run(info.path, RunKind.CHROME_TRACE, info.parent, files, kinds))
+
+    for folder, files in dump_folders.items():
+        run = Run(folder or ".", RunKind.XLA_DUMP, folder, files)
+        if run.dump_modules():
+            extra.append(run)
+
+    for run in extra:
+        name = run.name
+        if name in runs:  # a path that happens to equal a profile run's name
+            name = f"{name} [{run.kind.value}]"
+            run.name = name
+        runs[name] = run
+
+    for run in runs.values():
+        run.files.sort(key=lambda f: f.path)
+    return [runs[name] for name in sorted(runs, reverse=True)]
