@@ -81,7 +81,7 @@ def _point(page, x: float, y_fraction: float = 0.5) -> tuple[float, float]:
 
 
 def _fmt(page, n) -> str:
-    return page.evaluate("b => fmtBytes(b)", n)
+    return page.evaluate("b => import('/static/lib/format.js').then((m) => m.fmtBytes(b))", n)
 
 
 def _ps_ms(ps) -> float:

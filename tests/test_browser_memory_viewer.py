@@ -99,7 +99,7 @@ def test_hover_click_and_share_a_buffer(open_page, server_url, demo_expected):
     # The overview's peak is the API's peak (exact bytes in the tooltip).
     peak_bytes = round(data["peakHeapMib"] * MIB)
     peak = page.locator("#mv-overview .mv-peak-value")
-    assert peak.inner_text() == page.evaluate("b => fmtBytes(b)", peak_bytes)
+    assert peak.inner_text() == page.evaluate("b => import('/static/lib/format.js').then((m) => m.fmtBytes(b))", peak_bytes)
     exact = data.get("profscope", {}).get("totals", {}).get("peakBytes", peak_bytes)
     assert peak.get_attribute("title") == f"{exact:,} bytes"
     assert "program order" in page.text_content("#mv-heap-chart .g-xtitle")
@@ -191,7 +191,7 @@ def test_dump_run_gives_the_same_page(open_page, server_url, demo_expected):
     page.goto(_view_url(server_url, run="dumps/mlp", tool="memory_viewer", module_name=module))
     _wait_for_module_page(page)
     assert page.inner_text("#mv-overview .mv-peak-value") == page.evaluate(
-        "b => fmtBytes(b)", round(data["peakHeapMib"] * MIB))
+        "b => import('/static/lib/format.js').then((m) => m.fmtBytes(b))", round(data["peakHeapMib"] * MIB))
     assert page.locator("#mv-bars-order .point path").count() == len(data["maxHeap"])
     page.screenshot(path=str(ARTIFACTS / "memory_viewer_dump.png"), full_page=True)
 

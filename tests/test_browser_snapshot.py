@@ -83,9 +83,9 @@ def test_snapshot_page(open_page, browser, snap_server):
     page = open_page(snap_server)
     _open(page, _view_url(snap_server, run=TRAIN, tool="memory_profile", host="cuda:0"))
 
-    # Overview: the peak exactly as the JSON says, formatted by the page's fmtBytes.
+    # Overview: the peak exactly as the JSON says, formatted by the page's fmtBytes (lib/format.js).
     assert int(page.get_attribute("#ts-peak", "data-bytes")) == peak["bytes"]
-    assert page.inner_text("#ts-peak") == page.evaluate("b => fmtBytes(b)", peak["bytes"])
+    assert page.inner_text("#ts-peak") == page.evaluate("b => import('/static/lib/format.js').then((m) => m.fmtBytes(b))", peak["bytes"])
     assert "7,013,335,044 bytes" in page.inner_text("#ts-overview")
     assert f"event {peak['event']:,}" in page.inner_text("#ts-overview")
     # No t yet: the state panel shows the peak event.
@@ -104,7 +104,7 @@ def test_snapshot_page(open_page, browser, snap_server):
     page.wait_for_selector("#ts-card[data-alloc]")
     alloc = by_id[int(page.get_attribute("#ts-card", "data-alloc"))]
     assert abs(alloc["id"] - tl["allocations"][k]["id"]) < 50  # the one under the mouse or a neighbour
-    assert page.inner_text("#ts-card-size").startswith(page.evaluate("b => fmtBytes(b)", alloc["size"]))
+    assert page.inner_text("#ts-card-size").startswith(page.evaluate("b => import('/static/lib/format.js').then((m) => m.fmtBytes(b))", alloc["size"]))
     assert hex(alloc["addr"]) in page.inner_text("#ts-card")
     page.wait_for_selector("#ts-card-frames[data-loaded]")
     stack = _api(snap_server, "stack", run=TRAIN, host="cuda:0", stack=alloc["stackId"])
@@ -208,7 +208,7 @@ def test_snapshot_oom_events_overflow_and_devices(open_page, snap_server):
     assert "Events may be missing" in page.inner_text("#ts-overflow")
     row = page.locator(f"#ts-ooms tr[data-event='{oom['event']}']")
     cells = row.locator("td").all_inner_texts()
-    fmt = lambda v: page.evaluate("b => fmtBytes(b)", v)
+    fmt = lambda v: page.evaluate("b => import('/static/lib/format.js').then((m) => m.fmtBytes(b))", v)
     assert cells[1:] == [fmt(oom["requestedBytes"]), fmt(oom["deviceFreeBytes"]), fmt(oom["liveBytes"]),
                          fmt(oom["reservedBytes"]), fmt(oom["largestFreeBlock"])]
     assert oom["requestedBytes"] == 64 * b.GB and oom["deviceFreeBytes"] == 123 * b.MB

@@ -360,7 +360,7 @@ def test_memory_counter_track(open_page, server_url):
     tip = page.inner_text("#tv-tip")
     # The value of the last sample at or before the cursor: the peak or a neighbour.
     near = [i for i, t in enumerate(counter["t"]) if abs(left + (t - v0) / (v1 - v0) * res - x) <= 2]
-    expected = {page.evaluate("v => fmtBytes(v)", counter["v"][i]) for i in near + [max(min(near) - 1, 0)]}
+    expected = {page.evaluate("v => import('/static/lib/format.js').then((m) => m.fmtBytes(v))", counter["v"][i]) for i in near + [max(min(near) - 1, 0)]}
     assert any(e in tip for e in expected), (tip, expected)
     assert counter["name"] in tip
     page.screenshot(path=str(ARTIFACTS / "trace_viewer_counter.png"))

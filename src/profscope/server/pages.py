@@ -16,8 +16,9 @@ from profscope.errors import NotFound
 
 FRONTEND = Path(str(resources.files("profscope") / "frontend"))
 STATIC = FRONTEND / "static"
-# One script per tool page, loaded when present (each registers itself in TOOL_VIEWS).
-TOOL_SCRIPTS = [name for name in ("memory_viewer.js", "memory_profile.js", "torch_snapshot.js", "trace_viewer.js", "oom_risk.js") if (STATIC / name).is_file()]
+# The frontend is native ES modules, no build step: app.js (the shell) imports lib/ (shared
+# helpers) and pages/ (one module per page, each with its own stylesheet, added when shown).
+MEDIA_TYPES = {".js": "text/javascript", ".css": "text/css", ".html": "text/html"}
 
 
 def plotly_js() -> Path:
@@ -34,7 +35,7 @@ def router(ws: Workspace) -> APIRouter:
     @r.get("/", response_class=HTMLResponse)
     def index(request: Request) -> HTMLResponse:
         page = env.get_template("index.html").render(
-            version=__version__, logdir=ws.logdir.url, tool_scripts=TOOL_SCRIPTS
+            version=__version__, logdir=ws.logdir.url
         )
         return HTMLResponse(page)
 
@@ -42,12 +43,16 @@ def router(ws: Workspace) -> APIRouter:
     def plotly() -> Response:
         return FileResponse(plotly_js(), media_type="text/javascript", headers=cache_static)
 
-    @r.get("/static/{name}")
+    @r.get("/static/{name:path}")
     def static(name: str) -> Response:
-        # Flat folder: a name with a separator or '..' can never resolve to a file here.
-        path = STATIC / name
-        if "/" in name or "\\" in name or name.startswith(".") or not path.is_file():
+        # static/, lib/ and pages/ below it: every part a plain name (no '..', no dot file,
+        # no backslash, no empty part), so a request can never resolve outside STATIC.
+        parts = name.split("/")
+        if "\\" in name or any(not part or part.startswith(".") for part in parts):
             raise NotFound(f"no static file {name!r}")
-        return FileResponse(path, headers=cache_static)
+        path = STATIC.joinpath(*parts)
+        if not path.is_file():
+            raise NotFound(f"no static file {name!r}")
+        return FileResponse(path, media_type=MEDIA_TYPES.get(path.suffix), headers=cache_static)
 
     return r

@@ -1,0 +1,93 @@
+// Formatting: bytes in binary units (KiB, MiB, GiB: what XProf shows), times, numbers.
+
+const BYTE_UNITS = ["B", "KiB", "MiB", "GiB", "TiB"];
+export const MIB = 1024 * 1024;
+
+export function fmtBytes(n) {
+  if (n === null || n === undefined) return "";
+  let i = 0;
+  while (Math.abs(n) >= 1024 && i < BYTE_UNITS.length - 1) { n /= 1024; i++; }
+  return `${i ? n.toFixed(n < 10 ? 2 : 1) : n} ${BYTE_UNITS[i]}`;
+}
+
+// A size given in MiB (XProf's memory viewer fields), formatted as bytes.
+export function fmtMib(v) { return v === undefined || v === null ? "—" : fmtBytes(Math.round(v * MIB)); }
+
+// The unit for an axis whose largest value is maxBytes: { label, div }.
+export function byteUnit(maxBytes) {
+  let u = 0;
+  for (let i = 0; i < BYTE_UNITS.length; i++) if (maxBytes >= 1024 ** i) u = i;
+  return { label: BYTE_UNITS[u], div: 1024 ** u };
+}
+
+// A number from a JSON field that may be missing, a string (protobuf's int64) or junk: 0.
+export function num(v) {
+  if (v === undefined || v === null || v === "") return 0;
+  const n = Number(v);
+  return Number.isFinite(n) ? n : 0;
+}
+
+export function exact(bytes) { return bytes === undefined || bytes === null ? "" : `${Math.round(num(bytes)).toLocaleString()} bytes`; }
+export function signed(n) { return n > 0 ? `+${n.toLocaleString()}` : n.toLocaleString(); }
+export function signedBytes(n) { n = num(n); return n > 0 ? `+${fmtBytes(n)}` : n < 0 ? `−${fmtBytes(-n)}` : "0 B"; }
+export function fmtCount(v) { return v === null || v === undefined ? "—" : Number(v).toLocaleString("en-US"); }
+export function fmt3(v) { return v === null || v === undefined ? "—" : Number(v).toFixed(3); }
+
+// A percentage (0–100): two decimals under 10, one above.
+export function pct(v) {
+  if (v === null || v === undefined || !Number.isFinite(v)) return "—";
+  if (v > 0 && v < 0.01) return "<0.01%";
+  return `${v < 10 ? v.toFixed(2) : v.toFixed(1)}%`;
+}
+
+// A share (0–1) as "12.3 %", small shares to three decimals.
+export function fmtShare(x) { return x === null || x === undefined ? "—" : `${(100 * x).toFixed(x < 0.001 && x > 0 ? 3 : 1)} %`; }
+
+export function fmtHex(a) {
+  if (a === null || a === undefined) return "—";
+  try { return `0x${BigInt(a).toString(16)}`; } catch { return String(a); }
+}
+
+// -- times (ms) ---------------------------------------------------------------------------
+
+// A time in ms, as the memory pages print it: 3 decimals under 100 ms, s from 10 s.
+export function fmtMs(ms) {
+  if (ms === undefined || ms === null || !Number.isFinite(Number(ms))) return "—";
+  ms = Number(ms);
+  if (Math.abs(ms) >= 10000) return `${(ms / 1000).toFixed(2)} s`;
+  if (Math.abs(ms) >= 100) return `${ms.toFixed(1)} ms`;
+  return `${ms.toFixed(3)} ms`;
+}
+
+// A time in ms to the microsecond, in s from 1 s (a snapshot's event times).
+export function fmtMsFixed(ms) { return ms >= 1000 ? `${(ms / 1000).toFixed(3)} s` : `${ms.toFixed(3)} ms`; }
+
+// The trace viewer's units: xplane times are ps.
+export const TIME_UNITS = [["s", 1e3], ["ms", 1], ["µs", 1e-3], ["ns", 1e-6], ["ps", 1e-9]];
+export function timeUnit(ms) {
+  for (const u of TIME_UNITS) if (Math.abs(ms) >= u[1] * 0.9999) return u;
+  return TIME_UNITS[TIME_UNITS.length - 1];
+}
+
+// A tick label: as many decimals as the tick step needs.
+export function fmtTick(ms, unit, step) {
+  const v = ms / unit[1], st = step / unit[1];
+  const digits = Math.max(0, Math.min(6, -Math.floor(Math.log10(st) + 1e-9)));
+  return `${v.toFixed(digits)} ${unit[0]}`;
+}
+
+// A duration in the unit that reads best (3 significant digits).
+export function fmtDur(ms) {
+  if (!Number.isFinite(ms)) return "";
+  if (ms === 0) return "0";
+  const u = timeUnit(ms);
+  const v = ms / u[1];
+  return `${Number(v.toPrecision(3)).toLocaleString("en-US", { maximumFractionDigits: 3 })} ${u[0]}`;
+}
+
+// A point in time, in the unit of its magnitude, to the precision `resolution` (ms).
+export function fmtTime(ms, resolution) {
+  const u = timeUnit(Math.max(Math.abs(ms), resolution * 1000));
+  const digits = Math.max(0, Math.min(6, Math.ceil(-Math.log10(resolution / u[1]) - 1e-9)));
+  return `${(ms / u[1]).toFixed(digits)} ${u[0]}`;
+}

@@ -1,0 +1,42 @@
+// Overview page (no tool picked): the run's kind, files, HLO modules and tools.
+import { el } from "../lib/dom.js";
+import { fmtBytes } from "../lib/format.js";
+import { go, stateUrl } from "../lib/state.js";
+import { newPlot } from "../lib/plotly.js";
+
+const KIND_LABELS = { profile: "profile session", xla_dump: "XLA dump folder", torch_snapshot: "PyTorch memory snapshot", chrome_trace: "Chrome trace" };
+
+function render(view, state, run, details) {
+  const toolCards = details.tools.map((t) => el("div", { class: `card${t.implemented ? "" : " off"}`, "data-tool": t.name },
+    el("h3", {}, t.implemented ? el("a", { href: stateUrl({ ...state, tool: t.name }), onclick: (e) => { e.preventDefault(); go({ ...state, tool: t.name }); } }, t.title) : t.title),
+    el("div", {}, t.summary),
+    el("div", { class: "tag" }, t.implemented ? `tag=${t.name}` : "not in this version yet")));
+  const files = el("table", { id: "files" },
+    el("thead", {}, el("tr", {}, el("th", {}, "file"), el("th", {}, "kind"), el("th", { class: "num" }, "size"))),
+    el("tbody", {}, details.files.map((f) => el("tr", {}, el("td", { class: "path" }, f.path), el("td", {}, f.kind), el("td", { class: "num" }, fmtBytes(f.size))))));
+  const modules = details.modules.length
+    ? el("ul", { class: "modules", id: "modules" }, details.modules.map((m) => el("li", {
+        class: m === state.module_name ? "selected" : "", onclick: () => go({ ...state, module_name: m }) }, m)))
+    : el("p", { class: "muted" }, "No compiled HLO modules recorded in this run.");
+  view.replaceChildren(
+    el("h1", { id: "run-title" }, run.name),
+    el("dl", { class: "kv" },
+      el("dt", {}, "kind"), el("dd", {}, KIND_LABELS[run.kind] || run.kind),
+      el("dt", {}, "folder"), el("dd", {}, el("code", {}, run.folder || ".")),
+      el("dt", {}, "hosts"), el("dd", {}, details.hosts.join(", ") || "—"),
+      el("dt", {}, "files"), el("dd", {}, `${run.fileCount} (${fmtBytes(run.totalBytes)})`),
+      el("dt", {}, "modules"), el("dd", {}, String(details.modules.length))),
+    el("h2", {}, "Tools"), el("div", { class: "cards" }, toolCards),
+    el("div", { class: "grid2" },
+      el("div", {}, el("h2", {}, "Files"), files),
+      el("div", {}, el("h2", {}, `HLO modules (${details.modules.length})`), modules,
+        el("h2", {}, "File sizes"), el("div", { id: "sizes" }))));
+  if (window.Plotly && details.files.length) {
+    const sorted = [...details.files].sort((a, b) => b.size - a.size).slice(0, 20).reverse();
+    newPlot("sizes", [{ type: "bar", orientation: "h", x: sorted.map((f) => f.size),
+      y: sorted.map((f) => f.path.split("/").pop()), hovertemplate: "%{y}<br>%{x:,} bytes<extra></extra>" }],
+    { margin: { l: 220, r: 10, t: 10, b: 30 }, xaxis: { title: { text: "bytes" } } });
+  }
+}
+
+export default { tool: "", title: "overview", css: [], keys: {}, render };
