@@ -45,7 +45,7 @@ test-fast: $(VENV)/.installed-test
 lint: $(VENV)/.installed-test
 	$(PY) -m ruff check src tests scripts benchmarks
 
-# Regenerate src/profscope/formats/protos/*_pb2.py from protos/*.proto (pinned grpcio-tools).
+# Regenerate src/profscope/{model,formats}/protos/*_pb2.py from protos/*.proto (pinned grpcio-tools).
 protos: $(VENV)/.installed-test
 	$(PY) scripts/gen_protos.py
 

@@ -92,7 +92,7 @@ def build_jax(layers: int, workdir: pathlib.Path, python: str) -> tuple[pathlib.
 
 def build_synthetic(buffers: int, events: int, seed: int = 1) -> bytes:
     """A big, plausible HloProto (see the module docstring)."""
-    from profscope.formats.protos import hlo_pb2
+    from profscope.model.protos import hlo_pb2
 
     rnd = random.Random(seed)
     h = hlo_pb2.HloProto()

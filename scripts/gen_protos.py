@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """Regenerate profscope's committed protobuf Python code.
 
-    python scripts/gen_protos.py            # rewrite src/profscope/formats/protos/
+    python scripts/gen_protos.py            # rewrite the generated modules in src/profscope/
     python scripts/gen_protos.py --check    # exit 1 if the committed code is stale
 
 Compiles every ``protos/*.proto`` with the pinned ``grpcio-tools`` (its bundled
 ``protoc``, run as ``python -m grpc_tools.protoc``) into ``<name>_pb2.py`` and
-``<name>_pb2.pyi``, makes imports between our own generated modules
-package-relative, and writes them to ``src/profscope/formats/protos/``.
+``<name>_pb2.pyi``, fixes imports between our own generated modules (package-relative
+within one package, absolute across two), and writes each into the package that owns it
+(``PACKAGES``): ``hlo_pb2`` into ``src/profscope/model/protos/`` (the ``HloProto`` is the
+memory viewer's model), ``xplane_pb2`` into ``src/profscope/formats/protos/``.
 
 The output depends only on the .proto files and the grpcio-tools version, so it
 is byte-for-byte reproducible; ``tests/test_protos.py`` regenerates into a
@@ -31,7 +33,13 @@ GRPCIO_TOOLS_VERSION = "1.85.1"
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PROTO_DIR = REPO_ROOT / "protos"
-OUT_DIR = REPO_ROOT / "src" / "profscope" / "formats" / "protos"
+#: The source root the generated packages sit under (``--out`` replaces it).
+SRC_DIR = REPO_ROOT / "src"
+#: The package each ``protos/<name>.proto``'s module is written into.
+PACKAGES = {
+    "hlo": "profscope.model.protos",
+    "xplane": "profscope.formats.protos",
+}
 
 _HEADER_NOTE = "# Regenerate with scripts/gen_protos.py (grpcio-tools=={version}); do not edit.\n"
 
@@ -54,19 +62,42 @@ def proto_files(proto_dir: Path = PROTO_DIR) -> list[Path]:
     return sorted(proto_dir.glob("*.proto"), key=lambda p: p.name)
 
 
-def _relativize_imports(text: str, local_modules: set[str]) -> str:
-    """``import hlo_pb2 as hlo__pb2`` -> ``from . import hlo_pb2 as hlo__pb2``.
+def package_dir(package: str, src_dir: Path = SRC_DIR) -> Path:
+    """The folder of a dotted package under a source root."""
+    return src_dir.joinpath(*package.split("."))
 
-    protoc writes absolute imports for imported .proto files; ours live in a
-    package, so imports of our own generated modules must be relative. Imports
-    of google.protobuf well-known types are left alone.
+
+def output_dirs(src_dir: Path = SRC_DIR) -> list[Path]:
+    """Every folder that holds generated modules, in a fixed order."""
+    return [package_dir(p, src_dir) for p in sorted(set(PACKAGES.values()))]
+
+
+def _package_of(proto: Path) -> str:
+    try:
+        return PACKAGES[proto.stem]
+    except KeyError:
+        raise GenerationError(
+            f"{proto.name}: no package for its module; add {proto.stem!r} to PACKAGES in scripts/gen_protos.py"
+        ) from None
+
+
+def _relativize_imports(text: str, local_modules: dict[str, str], own_package: str) -> str:
+    """``import hlo_pb2 as hlo__pb2`` -> ``from . import hlo_pb2 as hlo__pb2`` (same
+    package) or ``from profscope.model.protos import hlo_pb2 as hlo__pb2`` (another one).
+
+    protoc writes absolute imports for imported .proto files; ours live in packages,
+    so imports of our own generated modules must name them. ``local_modules`` maps
+    each of our modules to its package. Imports of google.protobuf well-known types
+    are left alone.
     """
 
     def repl(match: re.Match[str]) -> str:
         module = match.group(2)
         if module not in local_modules:
             return match.group(0)
-        return f"{match.group(1)}from . import {module}{match.group(3)}"
+        package = local_modules[module]
+        source = "." if package == own_package else package
+        return f"{match.group(1)}from {source} import {module}{match.group(3) or ''}"
 
     return re.sub(
         r"^(\s*)import ([A-Za-z_][A-Za-z0-9_]*_pb2)(\s+as\s+\w+)?$",
@@ -86,10 +117,11 @@ def _add_header_note(text: str) -> str:
     return "".join(lines[:i]) + note + "".join(lines[i:])
 
 
-def generate(out_dir: Path, proto_dir: Path = PROTO_DIR, *, strict_version: bool = True) -> list[Path]:
-    """Compile ``proto_dir/*.proto`` into ``out_dir``; return the files written.
+def generate(src_dir: Path = SRC_DIR, proto_dir: Path = PROTO_DIR, *, strict_version: bool = True) -> list[Path]:
+    """Compile ``proto_dir/*.proto`` into their packages under ``src_dir``; return the
+    files written.
 
-    Writes only ``<name>_pb2.py`` and ``<name>_pb2.pyi``; removes no file.
+    Writes only ``<package>/<name>_pb2.py`` and ``<name>_pb2.pyi``; removes no file.
     """
     version = installed_grpcio_tools_version()
     if version is None:
@@ -107,8 +139,7 @@ def generate(out_dir: Path, proto_dir: Path = PROTO_DIR, *, strict_version: bool
     protos = proto_files(proto_dir)
     if not protos:
         raise GenerationError(f"no .proto files in {proto_dir}")
-    local_modules = {p.stem + "_pb2" for p in protos}
-    out_dir.mkdir(parents=True, exist_ok=True)
+    local_modules = {p.stem + "_pb2": _package_of(p) for p in protos}
     written: list[Path] = []
     with tempfile.TemporaryDirectory(prefix="profscope-protoc-") as tmp:
         cmd = [
@@ -126,10 +157,13 @@ def generate(out_dir: Path, proto_dir: Path = PROTO_DIR, *, strict_version: bool
         if result.returncode != 0:
             raise GenerationError(f"protoc failed ({result.returncode}):\n{result.stderr}")
         for proto in protos:
+            package = _package_of(proto)
+            out_dir = package_dir(package, src_dir)
+            out_dir.mkdir(parents=True, exist_ok=True)
             for suffix in (".py", ".pyi"):
                 name = f"{proto.stem}_pb2{suffix}"
                 text = (Path(tmp) / name).read_text(encoding="utf-8")
-                text = _relativize_imports(text, local_modules)
+                text = _relativize_imports(text, local_modules, package)
                 text = _add_header_note(text)
                 target = out_dir / name
                 with open(target, "w", encoding="utf-8", newline="\n") as fh:
@@ -138,16 +172,29 @@ def generate(out_dir: Path, proto_dir: Path = PROTO_DIR, *, strict_version: bool
     return written
 
 
-def stale_files(out_dir: Path = OUT_DIR, proto_dir: Path = PROTO_DIR) -> list[str]:
-    """Names of generated files in ``out_dir`` that differ from a fresh build."""
+def stale_files(src_dir: Path = SRC_DIR, proto_dir: Path = PROTO_DIR) -> list[str]:
+    """Generated files under ``src_dir`` (paths relative to it) that are missing or
+    differ from a fresh build."""
     with tempfile.TemporaryDirectory(prefix="profscope-protos-") as tmp:
         fresh = generate(Path(tmp), proto_dir)
         stale = []
         for path in fresh:
-            committed = out_dir / path.name
+            rel = path.relative_to(tmp)
+            committed = src_dir / rel
             if not committed.is_file() or committed.read_bytes() != path.read_bytes():
-                stale.append(path.name)
+                stale.append(rel.as_posix())
         return stale
+
+
+def orphan_files(src_dir: Path = SRC_DIR, proto_dir: Path = PROTO_DIR) -> list[str]:
+    """Generated-looking files under ``src_dir``'s output folders that no .proto makes
+    there (a removed .proto, or a module that moved to another package)."""
+    expected = set()
+    for proto in proto_files(proto_dir):
+        rel = package_dir(_package_of(proto), Path())
+        expected.update((rel / f"{proto.stem}_pb2{suffix}").as_posix() for suffix in (".py", ".pyi"))
+    found = {p.relative_to(src_dir).as_posix() for d in output_dirs(src_dir) for p in d.glob("*_pb2.py*")}
+    return sorted(found - expected)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -155,14 +202,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--check", action="store_true", help="only report whether the committed code is stale"
     )
-    parser.add_argument("--out", type=Path, default=OUT_DIR, help=argparse.SUPPRESS)
+    parser.add_argument("--out", type=Path, default=SRC_DIR, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     try:
         if args.check:
             stale = stale_files(args.out)
+            orphans = orphan_files(args.out)
             if stale:
                 print("stale generated protobuf code: " + ", ".join(stale), file=sys.stderr)
                 print("run: python scripts/gen_protos.py", file=sys.stderr)
+            if orphans:
+                print("generated files without a .proto (remove them): " + ", ".join(orphans), file=sys.stderr)
+            if stale or orphans:
                 return 1
             print("generated protobuf code is up to date")
             return 0

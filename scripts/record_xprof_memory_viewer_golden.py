@@ -49,7 +49,8 @@ import sys
 import tempfile
 
 from profscope.formats import hlo_proto, xplane
-from profscope.formats.protos import hlo_pb2, xplane_pb2
+from profscope.formats.protos import xplane_pb2
+from profscope.model.protos import hlo_pb2
 from profscope.tools import memory_viewer
 
 REPO = pathlib.Path(__file__).resolve().parent.parent

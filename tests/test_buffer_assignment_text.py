@@ -25,7 +25,7 @@ from profscope.formats.buffer_assignment_text import (
     parse_buffer_assignment,
     parse_memory_usage_report,
 )
-from profscope.formats.protos import hlo_pb2
+from profscope.model.protos import hlo_pb2
 from profscope.tools.memory_viewer_text import category, convert_text
 
 HERE = Path(__file__).resolve().parent

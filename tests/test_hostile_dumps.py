@@ -18,7 +18,7 @@ from profscope.errors import BadInput, TooLarge
 from profscope.formats import buffer_assignment_text as bat
 from profscope.formats import hlo_proto, live_range_text
 from profscope.formats import protowire as wire
-from profscope.formats.protos import hlo_pb2
+from profscope.model.protos import hlo_pb2
 from profscope.tools import memory_viewer
 
 from tests.test_hostile_xplane import CORRUPT_DEFLATE, bounded, gzip_of

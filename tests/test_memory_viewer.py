@@ -27,7 +27,7 @@ import pytest
 
 from profscope.errors import BadInput, NotFound
 from profscope.formats import xplane
-from profscope.formats.protos import hlo_pb2
+from profscope.model.protos import hlo_pb2
 from profscope.tools import memory_viewer as mv
 
 

@@ -24,11 +24,21 @@ from pathlib import Path
 import pytest
 from google.protobuf import unknown_fields
 
-from profscope.formats.protos import hlo_pb2, xplane_pb2
+from profscope.formats.protos import xplane_pb2
+from profscope.model.protos import hlo_pb2
 from profscope.formats.protowire import decode_varint
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-GENERATED_DIR = REPO_ROOT / "src" / "profscope" / "formats" / "protos"
+SRC_DIR = REPO_ROOT / "src"
+# Each generated module lives in the package that owns its messages: the HloProto is the
+# memory viewer's model, the XSpace only the readers' wire format.
+GENERATED = {
+    "profscope/formats/protos/xplane_pb2.py",
+    "profscope/formats/protos/xplane_pb2.pyi",
+    "profscope/model/protos/hlo_pb2.py",
+    "profscope/model/protos/hlo_pb2.pyi",
+}
+GENERATED_DIRS = [SRC_DIR / "profscope" / "formats" / "protos", SRC_DIR / "profscope" / "model" / "protos"]
 DEMO_LOGDIR = REPO_ROOT / "src" / "profscope" / "demo" / "logdir"
 
 
@@ -54,27 +64,22 @@ def test_generated_code_is_fresh(tmp_path: Path) -> None:
         pytest.skip(
             f"needs grpcio-tools=={gen_protos.GRPCIO_TOOLS_VERSION} (the test extra), found {version}"
         )
-    fresh = gen_protos.generate(tmp_path)
-    assert sorted(p.name for p in fresh) == [
-        "hlo_pb2.py",
-        "hlo_pb2.pyi",
-        "xplane_pb2.py",
-        "xplane_pb2.pyi",
-    ]
+    fresh = {p.relative_to(tmp_path).as_posix(): p for p in gen_protos.generate(tmp_path)}
+    assert set(fresh) == GENERATED
     stale = [
-        p.name
-        for p in fresh
-        if not (GENERATED_DIR / p.name).is_file() or (GENERATED_DIR / p.name).read_bytes() != p.read_bytes()
+        rel
+        for rel, p in sorted(fresh.items())
+        if not (SRC_DIR / rel).is_file() or (SRC_DIR / rel).read_bytes() != p.read_bytes()
     ]
     assert not stale, (
         f"generated protobuf code is stale: {', '.join(stale)}; "
         "run `python scripts/gen_protos.py` and commit the result"
     )
     # No leftovers of a removed .proto.
-    committed = {p.name for p in GENERATED_DIR.glob("*_pb2.py*")}
-    assert committed == {p.name for p in fresh}, (
-        f"generated files without a .proto: {sorted(committed - {p.name for p in fresh})}"
-    )
+    committed = {p.relative_to(SRC_DIR).as_posix() for d in GENERATED_DIRS for p in d.glob("*_pb2.py*")}
+    assert committed == set(fresh), f"generated files without a .proto: {sorted(committed - set(fresh))}"
+    assert gen_protos.orphan_files() == []
+    assert [d.relative_to(SRC_DIR) for d in gen_protos.output_dirs()] == [d.relative_to(SRC_DIR) for d in GENERATED_DIRS]
 
 
 def test_generation_is_deterministic(tmp_path: Path) -> None:
@@ -86,13 +91,15 @@ def test_generation_is_deterministic(tmp_path: Path) -> None:
 
 
 def test_generated_imports_are_package_relative() -> None:
-    for path in GENERATED_DIR.glob("*_pb2.py*"):
+    paths = [path for d in GENERATED_DIRS for path in d.glob("*_pb2.py*")]
+    assert {p.relative_to(SRC_DIR).as_posix() for p in paths} == GENERATED
+    for path in paths:
         text = path.read_text(encoding="utf-8")
         assert not re.search(r"^import \w+_pb2", text, re.MULTILINE), path.name
 
 
 def _gencode_version() -> tuple[int, int, int]:
-    text = (GENERATED_DIR / "xplane_pb2.py").read_text(encoding="utf-8")
+    text = (SRC_DIR / "profscope" / "formats" / "protos" / "xplane_pb2.py").read_text(encoding="utf-8")
     match = re.search(r"^# Protobuf Python Version: (\d+)\.(\d+)\.(\d+)$", text, re.MULTILINE)
     assert match, "no 'Protobuf Python Version' line in xplane_pb2.py"
     return tuple(int(x) for x in match.groups())  # type: ignore[return-value]

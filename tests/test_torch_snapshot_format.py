@@ -398,7 +398,7 @@ def test_progress_is_reported():
 
 def test_saved_model_reads_back_the_same(snaps, tmp_path):
     """The columns kept in the cache folder give back the same snapshot."""
-    from profscope.formats.torch_snapshot import load_model, save_model
+    from profscope.model.snapshot import load_model, save_model
 
     for k, (name, data) in enumerate(_inputs(snaps)):
         s = load_snapshot(data, name)

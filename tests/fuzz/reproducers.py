@@ -177,7 +177,7 @@ def hlo_shape_dims(n: int, d: int) -> bytes | None:
     the error message formatting it raised ValueError past Python's 4300-digit limit)."""
     from pathlib import Path
 
-    from profscope.formats.protos import hlo_pb2
+    from profscope.model.protos import hlo_pb2
 
     dump = Path(__file__).resolve().parents[2] / "src" / "profscope" / "demo" / "logdir" / "dumps" / "mlp"
     files = sorted(dump.glob("*cpu_after_optimizations.hlo.pb"))

@@ -10,7 +10,7 @@ from google.protobuf.message import DecodeError
 
 from profscope.errors import BadInput
 from profscope.formats import protowire
-from profscope.formats.protos import hlo_pb2
+from profscope.model.protos import hlo_pb2
 
 
 def parse(data: bytes, path: str) -> hlo_pb2.HloProto:

@@ -78,7 +78,8 @@ import numpy as np
 from google.protobuf.message import DecodeError
 
 from profscope.formats import xplane_memory as xm
-from profscope.formats.protos import hlo_pb2, xplane_pb2
+from profscope.formats.protos import xplane_pb2
+from profscope.model.protos import hlo_pb2
 from profscope.model.stdsort import std_sort_order
 from profscope.model.trace import NameTable, Track
 

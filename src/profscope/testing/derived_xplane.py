@@ -13,7 +13,7 @@ offload copies, and step names after the host's step roots.
 
 from __future__ import annotations
 
-from profscope.formats.protos import hlo_pb2
+from profscope.model.protos import hlo_pb2
 from profscope.testing.allocator_xplane import MS, US, Ref, Space, Str
 
 

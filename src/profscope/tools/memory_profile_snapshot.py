@@ -1,4 +1,4 @@
-"""Views of a PyTorch CUDA memory snapshot (:class:`profscope.formats.snapshot_pickle.Snapshot`).
+"""Views of a PyTorch CUDA memory snapshot (:class:`profscope.model.snapshot.Snapshot`).
 
 Pure functions; each returns a JSON-able dict (camelCase keys, sizes in bytes, times in
 ``time_us`` as recorded by torch, event indices into ``device_traces[device]``). Bad
@@ -135,7 +135,7 @@ import weakref
 import numpy as np
 
 from profscope.errors import BadRequest, NotFound
-from profscope.formats.snapshot_pickle import Snapshot
+from profscope.model.snapshot import Snapshot
 from profscope.tools import memory_profile_xprof as xm
 
 OMIT_FUNCTIONS = ("unwind::unwind", "CapturedTraceback::gather", "gather_with_cpp", "_start",

@@ -1,9 +1,9 @@
 """Memory over time from PyTorch profiler traces (``profile_memory=True``).
 
 XProf has no equivalent (its memory profile reads xplane allocator events), so the payload
-is our own. Input: :class:`~profscope.formats.chrome_trace.MemoryEvents` (the ``[memory]``
+is our own. Input: :class:`~profscope.model.memory_events.MemoryEvents` (the ``[memory]``
 events of one Chrome trace, attributed to ops, ``nn.Module`` scopes and Python source
-lines) and, optionally, the :class:`~profscope.formats.chrome_trace.MemoryTimeline` that
+lines) and, optionally, the :class:`~profscope.model.memory_events.MemoryTimeline` that
 ``prof.export_memory_timeline(path.json)`` wrote for the same run.
 
 :func:`convert` returns (all times in milliseconds since ``timeOriginUs``, the earliest
@@ -108,7 +108,7 @@ import bisect
 
 import numpy as np
 
-from profscope.formats.chrome_trace import DEVICE_TYPES, MemoryEvents, MemoryTimeline
+from profscope.model.memory_events import DEVICE_TYPES, MemoryEvents, MemoryTimeline
 from profscope.tools import memory_profile_xprof as xm
 
 VERSION = 1

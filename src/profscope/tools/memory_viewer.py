@@ -115,7 +115,7 @@ from typing import Any
 import numpy as np
 
 from profscope.errors import BadInput, NotFound
-from profscope.formats.protos import hlo_pb2
+from profscope.model.protos import hlo_pb2
 from profscope.model.stdsort import std_sort_order
 
 __all__ = [
@@ -480,7 +480,7 @@ def _indefinite(a) -> bool:
 class _Module:
     def __init__(self, hlo: hlo_pb2.HloProto, progress=None):
         if not isinstance(hlo, hlo_pb2.HloProto):
-            raise TypeError("expected a profscope.formats.protos.hlo_pb2.HloProto")
+            raise TypeError("expected a profscope.model.protos.hlo_pb2.HloProto")
         if not hlo.HasField("hlo_module"):
             raise BadInput("the HloProto holds no HLO module")
         if not hlo.HasField("buffer_assignment"):

@@ -32,7 +32,7 @@ report copy says ``file`` (its name, no path) and each of its tables gets ``inde
 from __future__ import annotations
 
 from profscope.errors import BadInput
-from profscope.formats.buffer_assignment_text import Allocation, BufferAssignmentText
+from profscope.model.buffer_assignment import Allocation, BufferAssignmentText
 
 PARAMETER = "Parameter"
 OUTPUT = "Output"

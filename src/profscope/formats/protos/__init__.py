@@ -1,7 +1,6 @@
-"""Generated protobuf modules for the wire formats profscope reads.
+"""Generated protobuf modules for the wire formats profscope's readers parse.
 
-``xplane_pb2``: XSpace profiles (``*.xplane.pb``). ``hlo_pb2``: a subset of
-``xla.HloProto`` (XLA dumps' ``*.hlo.pb``, the HLO protos a profile embeds) and
-``MemoryUsageReportProto``. Both are generated from ``protos/*.proto`` by
-``scripts/gen_protos.py`` and committed; do not edit them. See docs/protos.md.
+``xplane_pb2``: XSpace profiles (``*.xplane.pb``). Generated from ``protos/xplane.proto``
+by ``scripts/gen_protos.py`` and committed; do not edit it. ``hlo_pb2`` (the HloProto, the
+memory viewer's model) lives in :mod:`profscope.model.protos`. See docs/protos.md.
 """
