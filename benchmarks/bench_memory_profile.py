@@ -10,7 +10,7 @@ within 200 us except 0.1 % (a small leak). The file is built once and kept in
 ``--workdir`` (keyed by the parameters).
 
 Each measurement runs in a fresh worker process (``--worker FILE``) that reports the
-time of :func:`profscope.formats.xplane_memory.read_allocator_events` (wall and CPU),
+time of :func:`profscope.formats.xplane_allocator.read_allocator_events` (wall and CPU),
 of :func:`profscope.tools.memory_profile.convert`, of encoding the result with orjson,
 the JSON size, and its peak resident memory (``VmHWM`` in ``/proc/self/status``; the
 baseline after imports is printed too). ``--xprof-python PY`` also times XProf 2.24.2's
@@ -49,7 +49,7 @@ def vm_hwm_kib() -> int:
 def worker(path: str) -> None:
     import orjson
 
-    from profscope.formats import xplane_memory as xm
+    from profscope.formats import xplane_allocator as xm
     from profscope.tools import memory_profile as mp
 
     base = vm_hwm_kib()

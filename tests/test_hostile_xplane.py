@@ -22,7 +22,7 @@ import pytest
 
 from profscope.errors import BadInput, TooLarge
 from profscope.formats import protowire as wire
-from profscope.formats import xplane, xplane_devices, xplane_memory, xplane_module_time, xplane_trace
+from profscope.formats import xplane, xplane_allocator, xplane_devices, xplane_module_time, xplane_trace
 from profscope.formats.protowire import encode_varint as V
 from tests.conftest import SHARED_FIXTURES
 
@@ -140,7 +140,7 @@ READERS = [
     xplane.scan,
     xplane.hlo_modules,
     lambda f, p: xplane_trace.read_trace(f, p, 1, "host"),
-    xplane_memory.read_allocator_events,
+    xplane_allocator.read_allocator_events,
     xplane_devices.device_capabilities,
     xplane_module_time.module_run_times,
 ]
@@ -277,7 +277,7 @@ def test_a_plane_protobuf_cannot_parse_is_422(serve):
     data = plane("/host:metadata", field(4, b"\x0f\x01"))
     # the readers of /host:metadata (scan reads only the names; devices and module times
     # skip this plane)
-    for read in (xplane.hlo_modules, READERS[2], xplane_memory.read_allocator_events):
+    for read in (xplane.hlo_modules, READERS[2], xplane_allocator.read_allocator_events):
         with pytest.raises(BadInput) as e:  # upb's DecodeError, or the wire readers' own check
             read(io.BytesIO(data), "x.xplane.pb")
         assert e.value.file == "x.xplane.pb" and "not a valid" in e.value.message

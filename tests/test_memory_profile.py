@@ -30,7 +30,7 @@ import pytest
 
 from profscope.formats.stdsort import std_sort_order
 from profscope.errors import BadInput
-from profscope.formats import xplane_memory as xm
+from profscope.formats import xplane_allocator as xm
 from profscope.tools import memory_profile as mp
 from tests.builders import allocator_xplane as ax
 

@@ -50,7 +50,7 @@ def steps_for(fmt: str, d: Path, tmp: Path):
     from profscope.formats import buffer_assignment_text as bat
     from profscope.formats import chrome_trace, hlo_proto, live_range_text, xplane
     from profscope.formats import torch_snapshot as snap_format
-    from profscope.formats import xplane_devices, xplane_memory, xplane_module_time, xplane_trace
+    from profscope.formats import xplane_allocator, xplane_devices, xplane_module_time, xplane_trace
     from profscope.tools import memory_profile, memory_viewer, memory_viewer_text, torch_memory, trace_viewer
     from profscope.tools import torch_snapshot as snap_tool
 
@@ -87,7 +87,7 @@ def steps_for(fmt: str, d: Path, tmp: Path):
                         memory_viewer.convert(hlo, 0)
             out += [("xplane.hlo_modules+memory_viewer", modules),
                     ("xplane_trace.read_trace", index(lambda f, w, p=p: xplane_trace.read_trace(f, str(p), 0, "host", sink=w), p)),
-                    ("xplane_memory+memory_profile", opened(p, lambda f, n: memory_profile.convert(xplane_memory.read_allocator_events(f, n)))),
+                    ("xplane_allocator+memory_profile", opened(p, lambda f, n: memory_profile.convert(xplane_allocator.read_allocator_events(f, n)))),
                     ("xplane_devices.device_capabilities", opened(p, xplane_devices.device_capabilities)),
                     ("xplane_module_time.module_run_times", opened(p, xplane_module_time.module_run_times))]
     elif fmt in ("trace", "memory_timeline"):

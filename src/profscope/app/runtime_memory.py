@@ -11,7 +11,7 @@ import orjson
 from profscope.app import keys
 from profscope.app.queries import MemoryProfileQuery
 from profscope.errors import NotFound
-from profscope.formats import chrome_trace, xplane_memory
+from profscope.formats import chrome_trace, xplane_allocator
 from profscope.model.catalog import Run, RunKind
 from profscope.model.file_kinds import FileKind
 from profscope.tools import memory_profile_allocator, memory_profile_torch, registry
@@ -31,7 +31,7 @@ class RuntimeMemory:
             raise NotFound(f"run {run.name!r} has no host {host!r}; hosts: {', '.join(hosts)}")
         progress.update(message=f"reading allocator events of {info.name}")
         with self.logdir.open(info.path) as f:
-            events = xplane_memory.read_allocator_events(f, self.logdir.display_path(info.path), progress=progress.part(0, 0.85))
+            events = xplane_allocator.read_allocator_events(f, self.logdir.display_path(info.path), progress=progress.part(0, 0.85))
         return memory_profile_allocator.convert(events, progress=progress.part(0.85, 1))
 
     def torch_memory_profile(self, run: Run, progress) -> dict:

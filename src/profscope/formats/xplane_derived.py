@@ -77,7 +77,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from google.protobuf.message import DecodeError
 
-from profscope.formats import xplane_memory as xm
+from profscope.formats import xplane_allocator as xm
 from profscope.formats.protos import xplane_pb2
 from profscope.model.protos import hlo_pb2
 from profscope.model.stdsort import std_sort_order

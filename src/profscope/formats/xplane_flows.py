@@ -61,7 +61,7 @@ import re
 
 import numpy as np
 
-from profscope.formats import xplane_memory as xm
+from profscope.formats import xplane_allocator as xm
 from profscope.model.trace import FLOW_END, FLOW_MID, FLOW_START, FlowEvents, NameTable
 
 # tsl/profiler/lib/context_types.h: ContextType, GetContextTypeString ("" = no "cat").

@@ -21,14 +21,14 @@ Which planes and lines become which processes and threads follows XProf 2.24.2
   duration is shown as 1 ps (as XProf 2.24.2's output has it).
 * XProf's preprocessing adds a ``ThreadpoolListener::Region`` slice per
   ``StartRegion``/``StopRegion`` pair on a line (computed here with
-  :mod:`profscope.formats.xplane_memory`'s reading of it), and leaves out "internal"
+  :mod:`profscope.formats.xplane_allocator`'s reading of it), and leaves out "internal"
   events; the allocator's ``MemoryAllocation``/``MemoryDeallocation`` instants are those
   we know, and they become counter tracks here (bytes in use per allocator, from their
   ``bytes_allocated``/``bytes_reserved`` stats) instead of zero-length slices.
 * steps: events carrying a ``step_num`` stat (JAX ``StepTraceAnnotation``, TF's
   ``Trace(..., step_num=)``) and the events of device ``Steps`` lines.
 
-Reading is wire-level and vectorised (the helpers of :mod:`profscope.formats.xplane_memory`):
+Reading is wire-level and vectorised (the helpers of :mod:`profscope.formats.xplane_allocator`):
 a plane is read as one buffer, split into lines and event byte ranges with numpy, and
 the events' metadata id, offset and duration decoded in bulk; only the stats the trace
 viewer needs up front are decoded. The arguments of an event stay as the raw ``XEvent``
@@ -46,7 +46,7 @@ from profscope.formats import protowire as wire
 from profscope.formats import xplane
 from profscope.formats import xplane_derived
 from profscope.formats import xplane_flows
-from profscope.formats import xplane_memory as xm
+from profscope.formats import xplane_allocator as xm
 from profscope.formats.protos import xplane_pb2
 from profscope.model.trace import (
     Counter,
@@ -363,7 +363,7 @@ class _PlaneReader:
     def regions(self):
         """XProf's ThreadpoolLineMutator: a Region per StopRegion after a StartRegion on a
         line (the start is not reset, so two stops make two regions); see
-        :func:`profscope.formats.xplane_memory._threadpool_regions`."""
+        :func:`profscope.formats.xplane_allocator._threadpool_regions`."""
         out_l, out_s, out_e = [], [], []
         cur_line, start_ts = -1, 0
         for lines, tss, starts in self.reg:

@@ -1,7 +1,7 @@
 """Memory profile: what the runtime allocator did over time, per allocator.
 
 :func:`convert` turns the allocator events of one host
-(:class:`profscope.formats.xplane_memory.AllocatorEvents`) into what XProf 2.24.2's
+(:class:`profscope.formats.xplane_allocator.AllocatorEvents`) into what XProf 2.24.2's
 ``GET /data/plugin/profile/data?tag=memory_profile&host=...`` returns: the
 ``tensorflow.profiler.MemoryProfile`` proto as proto3 JSON (camelCase names, every
 scalar printed even when zero, int64/uint64 as strings, enums by name), as a Python dict,
@@ -123,7 +123,7 @@ from typing import Any
 import numpy as np
 
 from profscope.model.stdsort import std_sort_order
-from profscope.formats import xplane_memory as xm
+from profscope.formats import xplane_allocator as xm
 
 __all__ = ["EXTRAS_VERSION", "MAX_TIMELINE_SNAPSHOTS", "convert"]
 
