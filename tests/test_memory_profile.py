@@ -31,6 +31,7 @@ import pytest
 from profscope.formats.stdsort import std_sort_order
 from profscope.errors import BadInput
 from profscope.formats import xplane_allocator as xm
+from profscope.model import allocator as ma
 from profscope.tools import memory_profile as mp
 from tests.builders import allocator_xplane as ax
 
@@ -41,7 +42,7 @@ BY_NAME = {c["name"]: c for c in CASES}
 MIB = 1 << 20
 
 
-def _read(data: bytes, name: str = "host0.xplane.pb", progress=None) -> xm.AllocatorEvents:
+def _read(data: bytes, name: str = "host0.xplane.pb", progress=None) -> ma.AllocatorEvents:
     return xm.read_allocator_events(io.BytesIO(data), name, progress=progress)
 
 
@@ -191,7 +192,7 @@ def test_fixture_summary_matches_readme_and_xprof(tf_profile):
     assert s["stackBytesAtPeak"] == 0  # bytes_reserved is always 0
     assert round((s["windowEndPs"] - s["windowStartPs"]) / 1e9, 3) == 28.629
     # the numbers behind the README's other lines, from the columns
-    alloc = events.kind == xm.ALLOCATION
+    alloc = events.kind == ma.ALLOCATION
     assert int(events.requested_bytes[alloc].sum()) == 52_111_588
     assert int(events.allocation_bytes[alloc].sum()) == 59_610_112
     assert float(events.fragmentation.max()) == 0.308697
@@ -357,7 +358,7 @@ def test_value_types_are_read_as_xprof_reads_them(request):
     second = np.flatnonzero(named)[1]
     assert events.bytes_allocated[second] == 0 and events.address[second] == 0
     assert events.memory_ids == ["", "1", "2", "5", "named"]
-    assert [xm.data_type_name(v) for v in (0, 1, 9, 101, 150, 77, -1)] == [
+    assert [ma.data_type_name(v) for v in (0, 1, 9, 101, 150, 77, -1)] == [
         "INVALID", "float", "int64", "float_ref", "unknown dtype enum (50)_ref",
         "unknown dtype enum (77)", "unknown dtype enum (-1)"]
 
@@ -579,16 +580,27 @@ def test_reads_through_fsspec_files(tmp_path):
     assert via_fsspec == via_local == mp.convert(_read(data))
 
 
-def test_formats_module_imports_only_what_it_may():
+def _imports(module) -> set[str]:
     import ast
 
-    tree = ast.parse(Path(xm.__file__).read_text())
+    tree = ast.parse(Path(module.__file__).read_text())
     imported = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module:
             imported.add(node.module)
         elif isinstance(node, ast.Import):
             imported.update(a.name for a in node.names)
+    return imported
+
+
+def test_formats_modules_import_only_what_they_may():
+    from profscope.formats import xplane_steps, xplane_wire
+
     allowed = {"__future__", "contextlib", "dataclasses", "typing", "numpy", "profscope.errors", "profscope.formats",
-               "profscope.formats.protos", "profscope.formats.stdsort"}
-    assert imported <= allowed, imported - allowed
+               "profscope.formats.protos", "profscope.model.allocator", "profscope.model.stdsort"}
+    for module in (xm, xplane_steps, xplane_wire):
+        imported = _imports(module)
+        assert imported <= allowed, (module.__name__, imported - allowed)
+    # the model's types import no format, the tool reads only the model
+    assert _imports(ma) <= {"__future__", "dataclasses", "numpy"}
+    assert not any(m.startswith("profscope.formats") for m in _imports(mp))

@@ -77,7 +77,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from google.protobuf.message import DecodeError
 
-from profscope.formats import xplane_allocator as xm
+from profscope.formats import xplane_steps as xs
+from profscope.formats import xplane_wire as xw
 from profscope.formats.protos import xplane_pb2
 from profscope.model.protos import hlo_pb2
 from profscope.model.stdsort import std_sort_order
@@ -453,7 +454,7 @@ class DevicePlane:
         self.line_ids = [h.id for h in headers]
         self.line_names = [h.name for h in headers]
         stat_names = {k: v.name for k, v in meta.stat_metadata.items()}
-        self.strings = xm._Strings(None, stat_names)
+        self.strings = xw.Strings(None, stat_names)
         self.cols = _Cols()
         self.kcols = _Cols()  # GPU: the kernels' stats
         self.pid = 0
@@ -512,8 +513,8 @@ class DevicePlane:
             # kernels are picked: std::sort's order of ties depends on them), the stats of
             # kernels only (GpuEventStats::IsKernel: a non-empty kernel_details, or
             # IsCudaGraphExecution). No group ids: a profile with any is not derived.
-            kd = xm._StatView(ev, "kernel_details")
-            cg = xm._StatView(ev, "cuda_graph_exec_id")
+            kd = xw.StatView(ev, "kernel_details")
+            cg = xw.StatView(ev, "cuda_graph_exec_id")
             kernel = cg.present.copy()
             has = np.flatnonzero(kd.present)
             kernel[has] |= kd.str_or_ref(self.strings, has) > 0
@@ -521,10 +522,10 @@ class DevicePlane:
             sel = np.flatnonzero(kernel)
             cols = {}
             for name in _GPU_STR_STATS[1:]:
-                v = xm._StatView(ev, name)
+                v = xw.StatView(ev, name)
                 cols[name] = np.where(v.present[sel], v.str_or_ref(self.strings, sel), -1).astype(np.int32)
             for name in ("program_id", "scope_range_id"):
-                v = xm._StatView(ev, name)
+                v = xw.StatView(ev, name)
                 cols[name + "?"] = v.present[sel]
                 cols[name] = (v.int_or_uint_value() if name == "program_id" else v.int_value())[sel]
             self.kcols.append(**cols)
@@ -532,11 +533,11 @@ class DevicePlane:
             sel = np.arange(ev.n)
             cols = {"line": ev.line, "ts": ts, "dur": ev.duration_ps, "mid": ev.metadata_id}
             for name in _TPU_STR_STATS:
-                v = xm._StatView(ev, name)
+                v = xw.StatView(ev, name)
                 cols[name] = np.where(v.present, v.str_or_ref(self.strings, sel), -1).astype(np.int32)
             for name in ("_a", "step_num", "iter_num"):
                 # GetGroupName's GetContextStat reads step_num/iter_num with GetStat (the first)
-                v = xm._StatView(ev, name, last=name == "_a")
+                v = xw.StatView(ev, name, last=name == "_a")
                 cols[name + "?"] = v.present
                 vals = v.int_or_uint_value().view(np.int64) if name == "_a" else v.int_value()
                 cols[name] = vals
@@ -1216,18 +1217,18 @@ class Space:
         """Host step roots of one chunk of a host plane (``_r``; legacy ``TraceContext``;
         the roots XProf's XplaneRootEventMutator makes), for the group ids TPU steps get
         after them."""
-        v = xm._StatView(ev, "_r")
+        v = xw.StatView(ev, "_r")
         level = np.zeros(ev.n, np.int64)
         rv = v.int_value()
         level[v.present] = ((rv[v.present] + (1 << 31)) % (1 << 32)) - (1 << 31)
-        special = {k: nm for k, nm in event_names.items() if nm == "TraceContext" or nm in xm._ROOT_MUTATED}
+        special = {k: nm for k, nm in event_names.items() if nm == "TraceContext" or nm in xs.ROOT_MUTATED}
         for k, nm in special.items():
             m = ev.metadata_id == k
             if nm == "TraceContext":
                 m &= ~v.present
                 level[m] = 1
             else:
-                level[m] = xm._ROOT_MUTATED[nm]
+                level[m] = xs.ROOT_MUTATED[nm]
         sel = np.flatnonzero(level > 0)
         if sel.size:
             self.roots.append(np.stack([ev.line[sel].astype(np.int64) + (plane_key << 32), ts[sel],

@@ -61,7 +61,8 @@ import re
 
 import numpy as np
 
-from profscope.formats import xplane_allocator as xm
+from profscope.formats import xplane_steps as xs
+from profscope.formats import xplane_wire as xw
 from profscope.model.trace import FLOW_END, FLOW_MID, FLOW_START, FlowEvents, NameTable
 
 # tsl/profiler/lib/context_types.h: ContextType, GetContextTypeString ("" = no "cat").
@@ -72,7 +73,7 @@ CONTEXT_NAMES = ("", "", "tf_exec", "tfrt_exec", "batch_sched", "PjRt", "as_batc
 CT_LEGACY, CT_GPU_LAUNCH, CT_TPU_STREAM, CT_TPU_LAUNCH = 1, 9, 11, 12
 FLOW_MASK = (1 << 56) - 1  # XFlow::kFlowMask
 RUN_ID_MASK = (1 << 27) - 1  # preprocess_xplane.h kRunIdMask
-QUEUE_CONSUMERS = xm._QUEUE_CONSUMERS  # ADD_QUEUE_CONNECTION(kEnqueueRequestLocked, ...)
+QUEUE_CONSUMERS = xs.QUEUE_CONSUMERS  # ADD_QUEUE_CONNECTION(kEnqueueRequestLocked, ...)
 TENSOR_CORE_PLANE = re.compile(r"/device:TPU:([0-9]*)")  # tsl kTpuPlaneRegex (full match)
 XLA_MODULE_LINE = "XLA Modules"  # tsl kXlaModuleLineName
 # XFlow::FlowDirection -> TraceEvent::FlowEntryType (FlowEntryTypeFromDirection)
@@ -196,11 +197,11 @@ class PlaneFlows:
             hit = self.meta_flow_ids[pos] == ev.metadata_id
             native |= hit
             nval[hit] = self.meta_flow_vals[pos[hit]]
-        v = xm._StatView(ev, "flow")
+        v = xw.StatView(ev, "flow")
         if v.present.any():
             c = np.zeros(n, dtype=np.int8)
             c[v.present] = v.ks.case[v.stat[v.present]]
-            ok = (c == xm._INT64) | (c == xm._UINT64)
+            ok = (c == xw.INT64) | (c == xw.UINT64)
             nval[ok] = v.int_or_uint_value()[ok]
             native |= ok
         if native.any():
@@ -211,7 +212,7 @@ class PlaneFlows:
         if not self.flows.grouped:
             self._preprocessed(ev, kind, fid, ctx, made)
         # an event with a flow and an is_async stat is an async event, not a slice
-        is_async = xm._StatView(ev, "_a").present
+        is_async = xw.StatView(ev, "_a").present
         if len(self.meta_async_ids):
             is_async = is_async | np.isin(ev.metadata_id, self.meta_async_ids)
         drop = is_async & (kind != 0)
@@ -231,11 +232,11 @@ class PlaneFlows:
         has = self.stat_names.__contains__
 
         def first(name):  # XEventBuilder::GetStat: the first stat of that name
-            view = xm._StatView(ev, name, last=False)
+            view = xw.StatView(ev, name, last=False)
             return view.present, view.int_or_uint_value()
 
         def last(name):  # the ForEachStat loops of AddFlowsToXplane: the last one
-            view = xm._StatView(ev, name)
+            view = xw.StatView(ev, name)
             return view.present, view.int_or_uint_value()
 
         p_has, p_type = last("_pt")
@@ -284,11 +285,11 @@ class PlaneFlows:
         # AddFlowsToXplane: correlation, then producer, then consumer; the last one wins
         salt = self.flows.salt
         if has("correlation_id"):
-            view = xm._StatView(ev, "correlation_id")
+            view = xw.StatView(ev, "correlation_id")
             if view.present.any():
                 s = view.stat[view.present]
                 corr = np.zeros(n, dtype=np.uint64)
-                corr[view.present] = np.where(view.ks.case[s] == xm._UINT64, view.ks.value[s], _U(0))
+                corr[view.present] = np.where(view.ks.case[s] == xw.UINT64, view.ks.value[s], _U(0))
                 m = view.present
                 kind[m] = FLOW_END if self.is_device else FLOW_START
                 fid[m] = (_hash(n, salt, _TAG_CORRELATION, corr) & _U(FLOW_MASK))[m]

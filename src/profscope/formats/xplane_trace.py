@@ -21,14 +21,14 @@ Which planes and lines become which processes and threads follows XProf 2.24.2
   duration is shown as 1 ps (as XProf 2.24.2's output has it).
 * XProf's preprocessing adds a ``ThreadpoolListener::Region`` slice per
   ``StartRegion``/``StopRegion`` pair on a line (computed here with
-  :mod:`profscope.formats.xplane_allocator`'s reading of it), and leaves out "internal"
+  :mod:`profscope.formats.xplane_steps`'s reading of it), and leaves out "internal"
   events; the allocator's ``MemoryAllocation``/``MemoryDeallocation`` instants are those
   we know, and they become counter tracks here (bytes in use per allocator, from their
   ``bytes_allocated``/``bytes_reserved`` stats) instead of zero-length slices.
 * steps: events carrying a ``step_num`` stat (JAX ``StepTraceAnnotation``, TF's
   ``Trace(..., step_num=)``) and the events of device ``Steps`` lines.
 
-Reading is wire-level and vectorised (the helpers of :mod:`profscope.formats.xplane_allocator`):
+Reading is wire-level and vectorised (the helpers of :mod:`profscope.formats.xplane_wire`):
 a plane is read as one buffer, split into lines and event byte ranges with numpy, and
 the events' metadata id, offset and duration decoded in bulk; only the stats the trace
 viewer needs up front are decoded. The arguments of an event stay as the raw ``XEvent``
@@ -46,7 +46,7 @@ from profscope.formats import protowire as wire
 from profscope.formats import xplane
 from profscope.formats import xplane_derived
 from profscope.formats import xplane_flows
-from profscope.formats import xplane_allocator as xm
+from profscope.formats import xplane_wire as xw
 from profscope.formats.protos import xplane_pb2
 from profscope.model.trace import (
     Counter,
@@ -110,7 +110,7 @@ def read_trace(raw: IO[bytes], path: str, host_number: int = 1, hostname: str | 
     # the other planes' metadata matter too: XProf's preprocessing (xplane_derived.Space.note)
     others = [p for p in index.planes if all(p is not r for r, _ in chosen)]
     total = sum(ref.length for ref, _ in chosen) or 1
-    with xm.xspace_errors(path):
+    with xw.xspace_errors(path):
         raw.seek(0)
         f, size = xplane.open_stream(raw, path)
         return _read(f, size, path, hostname, chosen, host_number, total, progress, sink, others)
@@ -136,11 +136,11 @@ def _read(f, size, path, hostname, chosen, host_number, total, progress, sink, o
     done = 0
     for ref, device_id in sorted([*chosen, *((r, None) for r in others)], key=lambda c: c[0].offset):
         if device_id is None:  # a plane not shown: only its metadata
-            derived.note(xm._plane_metadata(f, size, ref), ref.name)
+            derived.note(xw.plane_metadata(f, size, ref), ref.name)
             continue
         _report(progress, 0.02 + 0.9 * done / total, f"reading {ref.name} ({ref.length >> 20} MiB)")
-        data = xm._read_plane_bytes(f, size, ref, pad=xm._PAD + (-ref.length) % 8)
-        meta_bytes, line_spans = xm._split_plane(data, ref.length)
+        data = xw.read_plane_bytes(f, size, ref, pad=xw.PAD + (-ref.length) % 8)
+        meta_bytes, line_spans = xw.split_plane(data, ref.length)
         meta = xplane_pb2.XPlane.FromString(meta_bytes)
         if device_id < 0:
             device_id = FIRST_DEVICE_ID + meta.id
@@ -186,7 +186,7 @@ def _read(f, size, path, hostname, chosen, host_number, total, progress, sink, o
             seen += len(ev_start)
             _report(progress, 0.02 + 0.9 * (done + ref.length * seen / n) / total,
                     f"decoding {ref.name}: {seen:,} of {n:,} events")
-            ev = xm._decode_events(b, ev_start, ev_end, ev_line, plane.stat_names)
+            ev = xw.decode_events(b, ev_start, ev_end, ev_line, plane.stat_names)
             ts = line_ts[ev.line] * 1000 + ev.offset_ps
             name_id = plane.name_ids(ev)
             internal = np.isin(ev.metadata_id, plane.internal_ids)
@@ -250,7 +250,7 @@ def _line_runs(data, b, start: int, end: int):
             pos = after
             runs.append((run_start, pos, end))
             continue
-        _, _, _, nxt = xm._next_field(data, pos, end)
+        _, _, _, nxt = xw.next_field(data, pos, end)
         keep += data[pos:nxt]
         pos = nxt
     return bytes(keep), runs, count
@@ -260,9 +260,9 @@ def _windows(data, b, pos: int, end: int):
     """(event payload starts, ends, position after) of a run of events, a window at a time."""
     while pos < end and data[pos] == 0x22:
         stop = min(end, pos + LINE_WINDOW)
-        s_, e_, nxt = xm._event_run_part(data, b, pos, end, stop)
+        s_, e_, nxt = xw.event_run_part(data, b, pos, end, stop)
         if not len(s_):  # an entry longer than the window: read it the slow way
-            _, _, payload, nxt = xm._next_field(data, pos, end)
+            _, _, payload, nxt = xw.next_field(data, pos, end)
             s_, e_ = np.asarray([payload], dtype=np.int64), np.asarray([nxt], dtype=np.int64)
         yield s_, e_, nxt
         pos = nxt
@@ -304,7 +304,7 @@ class _PlaneReader:
         self.alloc_ids = np.asarray([k for k, v in raw.items() if v in ALLOC_EVENTS], dtype=np.int64)
         self.region_start = [k for k, v in raw.items() if v == "ThreadpoolListener::StartRegion"][-1:]
         self.region_stop = [k for k, v in raw.items() if v == "ThreadpoolListener::StopRegion"][-1:]
-        self.strings = xm._Strings(data, self.stat_names)
+        self.strings = xw.Strings(data, self.stat_names)
         self.reg: list[tuple] = []  # (line, ts, is_start) chunks
         self.alloc: list[tuple] = []  # (allocator string id, ts, heap, stack) chunks
         self.counter_rows: list[tuple] = []  # (line, name id, ts, value) chunks
@@ -322,14 +322,14 @@ class _PlaneReader:
         # Step roots (a ``step_num`` stat: JAX's StepTraceAnnotation, TF's Trace with
         # step_num) are shown under their step's name, "<name> <step_num>": XProf's step
         # grouping gives them that ``step_name`` (checked on 2.24.2's output).
-        sv = xm._StatView(ev, "step_num")
+        sv = xw.StatView(ev, "step_num")
         rows = np.flatnonzero(sv.present)
         for r, num in zip(rows.tolist(), sv.int_or_uint_value()[rows].view(np.int64).tolist()):
             name_id[r] = self.names(f"{self.names.names[int(name_id[r])]} {num}")
         return name_id
 
     def collect(self, ev, ts, name_id, ev_start, ev_end) -> None:
-        sv = xm._StatView(ev, "step_num")
+        sv = xw.StatView(ev, "step_num")
         for r in np.flatnonzero(sv.present).tolist():
             self.step_rows.append((self.names.names[int(name_id[r])], int(ts[r]), int(ev.duration_ps[r]), int(ev.line[r])))
         if self.special:
@@ -347,7 +347,7 @@ class _PlaneReader:
                 if value is not None:
                     self.counter_values.setdefault(name, []).append((int(ts[r]), value))
         if self.region_start and self.region_stop:
-            is_start = (ev.metadata_id == self.region_start[0]) & xm._StatView(ev, "_c", last=False).present
+            is_start = (ev.metadata_id == self.region_start[0]) & xw.StatView(ev, "_c", last=False).present
             is_stop = ev.metadata_id == self.region_stop[0]
             sel = np.flatnonzero(is_start | is_stop)
             if sel.size:
@@ -355,15 +355,15 @@ class _PlaneReader:
         if len(self.alloc_ids):
             sel = np.flatnonzero(np.isin(ev.metadata_id, self.alloc_ids))
             if sel.size:
-                who = xm._StatView(ev, "allocator_name").str_or_ref(self.strings, sel)
-                heap = xm._StatView(ev, "bytes_allocated").int_value()[sel]
-                stack = xm._StatView(ev, "bytes_reserved").int_value()[sel]
+                who = xw.StatView(ev, "allocator_name").str_or_ref(self.strings, sel)
+                heap = xw.StatView(ev, "bytes_allocated").int_value()[sel]
+                stack = xw.StatView(ev, "bytes_reserved").int_value()[sel]
                 self.alloc.append((who, ts[sel], heap, stack))
 
     def regions(self):
         """XProf's ThreadpoolLineMutator: a Region per StopRegion after a StartRegion on a
         line (the start is not reset, so two stops make two regions); see
-        :func:`profscope.formats.xplane_allocator._threadpool_regions`."""
+        :func:`profscope.formats.xplane_steps.threadpool_regions`."""
         out_l, out_s, out_e = [], [], []
         cur_line, start_ts = -1, 0
         for lines, tss, starts in self.reg:

@@ -1,7 +1,7 @@
 """Memory profile: what the runtime allocator did over time, per allocator.
 
 :func:`convert` turns the allocator events of one host
-(:class:`profscope.formats.xplane_allocator.AllocatorEvents`) into what XProf 2.24.2's
+(:class:`profscope.model.allocator.AllocatorEvents`) into what XProf 2.24.2's
 ``GET /data/plugin/profile/data?tag=memory_profile&host=...`` returns: the
 ``tensorflow.profiler.MemoryProfile`` proto as proto3 JSON (camelCase names, every
 scalar printed even when zero, int64/uint64 as strings, enums by name), as a Python dict,
@@ -123,7 +123,7 @@ from typing import Any
 import numpy as np
 
 from profscope.model.stdsort import std_sort_order
-from profscope.formats import xplane_allocator as xm
+from profscope.model import allocator as ma
 
 __all__ = ["EXTRAS_VERSION", "MAX_TIMELINE_SNAPSHOTS", "convert"]
 
@@ -151,7 +151,7 @@ def _double(x: float):
 class _Columns:
     """One allocator's snapshots, sorted by time, with XProf's fix-ups applied."""
 
-    def __init__(self, ev: xm.AllocatorEvents, rows: np.ndarray):
+    def __init__(self, ev: ma.AllocatorEvents, rows: np.ndarray):
         # generation (reading) order first
         self.ev = ev
         gen_total = ev.bytes_reserved[rows] + ev.bytes_allocated[rows]
@@ -179,7 +179,7 @@ class _Columns:
         self.match = _match_deallocations(self.kind, self.address)
         # for profscope's evidence: at equal times a free comes first (an address cannot
         # be allocated twice), so reuse of an address within one picosecond pairs right
-        o = np.lexsort((np.arange(len(r)), self.kind == xm.ALLOCATION, self.time))
+        o = np.lexsort((np.arange(len(r)), self.kind == ma.ALLOCATION, self.time))
         m = _match_deallocations(self.kind[o], self.address[o])
         self.pair = np.full(len(r), -1, dtype=np.int64)
         ok = m >= 0
@@ -220,8 +220,8 @@ def _match_deallocations(kind: np.ndarray, address: np.ndarray) -> np.ndarray:
     pos = np.arange(n)
     run_start = np.flatnonzero(np.concatenate(([True], addr[1:] != addr[:-1])))
     start_of = np.repeat(run_start, np.diff(np.append(run_start, n)))
-    is_d = k == xm.DEALLOCATION
-    is_a = k == xm.ALLOCATION
+    is_d = k == ma.DEALLOCATION
+    is_a = k == ma.ALLOCATION
     last_d = np.maximum.accumulate(np.where(is_d, pos, -1))
     prev_d = np.concatenate(([-1], last_d[:-1]))
     prev_d = np.maximum(prev_d, start_of - 1)  # not before the run
@@ -277,7 +277,7 @@ def activity_metadata(activity: int, requested, alloc, address, tf_op: str, step
 
 
 class _Allocator:
-    def __init__(self, ev: xm.AllocatorEvents, rows: np.ndarray):
+    def __init__(self, ev: ma.AllocatorEvents, rows: np.ndarray):
         self.ev = ev
         self.c = _Columns(ev, rows)
         self._dtype_names: dict[int, str] = {}
@@ -287,7 +287,7 @@ class _Allocator:
         v = int(v)
         name = self._dtype_names.get(v)
         if name is None:
-            name = self._dtype_names[v] = xm.data_type_name(v)
+            name = self._dtype_names[v] = ma.data_type_name(v)
         return name
 
     def snapshot_json(self, i: int) -> dict:
@@ -359,7 +359,7 @@ class _Allocator:
         kinds = c.kind[sel]
         addr = c.address[sel]
         nbytes = c.alloc_bytes[sel]
-        is_a = kinds == xm.ALLOCATION
+        is_a = kinds == ma.ALLOCATION
         unmapped -= int(nbytes[is_a].sum())
         unmapped += int(nbytes[~is_a].sum())
         live = np.zeros(0, dtype=np.int64)
@@ -384,9 +384,9 @@ class _Allocator:
                                      (stack, "stack", "stack")):
             if amount > 0:
                 special_index -= 1
-                specials.append(activity_metadata(xm.ALLOCATION, amount, amount, 0, name, peak_step, region,
-                                           xm.data_type_name(0), "unknown"))
-                entries.append(((-amount, -amount, name, region, xm.data_type_name(0), "unknown"),
+                specials.append(activity_metadata(ma.ALLOCATION, amount, amount, 0, name, peak_step, region,
+                                           ma.data_type_name(0), "unknown"))
+                entries.append(((-amount, -amount, name, region, ma.data_type_name(0), "unknown"),
                                 special_index))
         entries.sort(key=lambda e: e[0])
         rows = []
@@ -404,10 +404,10 @@ class _Allocator:
     def extras(self) -> dict:
         c = self.c
         n = len(c)
-        allocs = int((c.kind == xm.ALLOCATION).sum())
+        allocs = int((c.kind == ma.ALLOCATION).sum())
         deallocs = n - allocs
         p = self.peak
-        is_a = c.kind == xm.ALLOCATION
+        is_a = c.kind == ma.ALLOCATION
         freed = np.zeros(n, dtype=bool)
         freed[c.pair[c.pair >= 0]] = True
         never = np.flatnonzero(is_a & ~freed)
@@ -529,7 +529,7 @@ class _Allocator:
             return []
         o = np.argsort(last, kind="stable")
         steps, ends = steps[o], last[o]
-        alloc = np.flatnonzero(c.kind == xm.ALLOCATION)
+        alloc = np.flatnonzero(c.kind == ma.ALLOCATION)
         if not alloc.size:
             return []
         free_at = np.full(len(c), len(c) + 1, dtype=np.int64)
@@ -554,7 +554,7 @@ class _Allocator:
         return out[:_MAX_RISING]
 
 
-def convert(events: xm.AllocatorEvents, progress=None) -> dict[str, Any]:
+def convert(events: ma.AllocatorEvents, progress=None) -> dict[str, Any]:
     """XProf's memory profile of one host, plus profscope's extras under ``"profscope"``."""
     _report(progress, 0.0, "building the memory profile")
     extras: dict[str, Any] = {

@@ -1,0 +1,507 @@
+"""XProf's step grouping of a host plane's events (the ``group_id`` of every event).
+
+XProf 2.24.2 preprocesses a single-host XSpace (``PreprocessSingleHostXSpace`` with
+``step_grouping=true``) before it builds the memory profile: tsl's
+``PreprocessXPlane`` (``xla/tsl/profiler/utils/preprocess_xplane.cc``: threadpool
+regions, root-event and connected-event mutators), then ``GroupTfEvents``
+(``xla/tsl/profiler/utils/group_events.cc``: the ``EventForest`` of nested and connected
+events, root events numbered in time order, group ids flowing from each root to what it
+reaches, TF loops grouped per iteration, group names from ``EventNode::GetGroupName``).
+This module is that computation over the events decoded by
+:mod:`profscope.formats.xplane_wire`:
+
+* :func:`threadpool_regions`: XProf's ``ThreadpoolLineMutator`` (the
+  ``ThreadpoolListener::Region`` events it adds, and the order XProf's visitors see the
+  events in).
+* :class:`Grouping`: the event forest and the group ids, with the
+  :class:`~profscope.model.allocator.StepGroup` of each root.
+* :data:`ROOT_MUTATED` and :data:`QUEUE_CONSUMERS`: XProf's root-event and
+  connected-event mutator tables, shared with the trace viewer's derived lines and flows.
+
+What is read, and the documented limits, are in :mod:`profscope.formats.xplane_allocator`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from profscope.formats import xplane_wire as xw
+from profscope.model.allocator import StepGroup
+from profscope.model.stdsort import std_sort_order
+
+__all__ = ["QUEUE_CONSUMERS", "ROOT_MUTATED", "Grouping", "Regions", "threadpool_regions"]
+
+
+# ---------------------------------------------------------------------------
+# XProf's preprocessing: ThreadpoolListener regions
+# ---------------------------------------------------------------------------
+
+_THREADPOOL_EVENT_CONTEXT = 15  # tsl ContextType::kThreadpoolEvent
+
+
+@dataclass
+class Regions:
+    """``ThreadpoolListener::Region`` events XProf adds; their node ids follow ev.n."""
+
+    line: np.ndarray
+    ts_ps: np.ndarray  # absolute begin
+    end_ps: np.ndarray  # absolute end
+    region_id: np.ndarray  # uint64 consumer id
+
+
+def threadpool_regions(ev: xw.Events, event_names, line_ts_ns):
+    """XProf's ThreadpoolLineMutator: one ``ThreadpoolListener::Region`` per
+    ``StopRegion`` after a ``StartRegion`` on a line (the start is not reset, so two stops
+    make two regions), consumer of the start's ``_c`` context (type 15).
+
+    XProf 2.24.2 appends them to the end of their line and does not re-sort the line
+    (checked: allocator events keep their line order, and events inside a region are not
+    grouped through it), so they nest nothing and only add consumers to their context.
+    Returns (order, regions): ``order`` lists the event indices in the order XProf's
+    visitors see them (lines in plane order, events in line order).
+    """
+    n = ev.n
+    order = np.arange(n, dtype=np.int64)  # events were read line by line, in line order
+    empty = Regions(np.zeros(0, np.int32), np.zeros(0, np.int64), np.zeros(0, np.int64),
+                     np.zeros(0, np.uint64))
+    start_ids = [k for k, v in event_names.items() if v == "ThreadpoolListener::StartRegion"]
+    stop_ids = [k for k, v in event_names.items() if v == "ThreadpoolListener::StopRegion"]
+    if not start_ids or not stop_ids or n == 0:
+        return order, empty
+    start_mid, stop_mid = start_ids[-1], stop_ids[-1]
+    consumer = xw.StatView(ev, "_c", last=False)
+    ts = line_ts_ns[ev.line] * 1000 + ev.offset_ps
+    is_start = (ev.metadata_id == start_mid) & consumer.present
+    is_stop = ev.metadata_id == stop_mid
+    cid = consumer.int_or_uint_value()
+    reg_line, reg_ts, reg_end, reg_id = [], [], [], []
+    cur_line, start_ts, region = -1, 0, 0
+    for i in order[(is_start | is_stop)[order]].tolist():
+        li = int(ev.line[i])
+        if li != cur_line:
+            cur_line, start_ts, region = li, 0, 0
+        if is_start[i]:
+            start_ts, region = int(ts[i]), int(cid[i])
+        elif start_ts != 0:
+            reg_line.append(li)
+            reg_ts.append(start_ts)
+            reg_end.append(int(ts[i]))
+            reg_id.append(region)
+    if not reg_line:
+        return order, empty
+    return order, Regions(np.asarray(reg_line, np.int32), np.asarray(reg_ts, np.int64),
+                           np.asarray(reg_end, np.int64), np.asarray(reg_id, np.uint64))
+
+
+# ---------------------------------------------------------------------------
+# Step grouping (tsl GroupTfEvents, group_events.cc, over the host plane)
+# ---------------------------------------------------------------------------
+
+# tsl ContextType values
+_CT_LEGACY, _CT_TPU_STREAM, _CT_TPU_LAUNCH = 1, 11, 12
+_RUN_ID_MASK = (1 << 27) - 1
+
+ROOT_MUTATED = {"ProcessBatch": 2, "OrbaxServing::ProcessBatch": 2, "BatchingSessionRun": 1}
+_IMPLICIT_ROOTS = {"FunctionRun", "SessionRun", "RunGraph", "ExecutorState::Process"}
+_TF_DATA_FUNCS = {
+    "InstantiatedCapturedFunction::Run",
+    "InstantiatedCapturedFunction::RunWithBorrowedArgs",
+    "InstantiatedCapturedFunction::RunInstantiated",
+    "InstantiatedCapturedFunction::RunAsync",
+}
+QUEUE_CONSUMERS = (
+    "RunProgramRequest", "HostCallbackRequest", "TransferH2DRequest",
+    "TransferPreprocessedH2DRequest", "TransferD2HRequest", "OnDeviceSendRequest",
+    "OnDeviceRecvRequest", "OnDeviceSendRecvLocalRequest", "CustomWait",
+    "OnDeviceSendRequestMulti", "OnDeviceRecvRequestMulti", "PjrtAsyncWait",
+)
+
+
+def _int32(x: int) -> int:
+    return ((int(x) + (1 << 31)) % (1 << 32)) - (1 << 31)
+
+
+class Grouping:
+    """Group ids of the host plane's events, as tsl's EventForest (group_events.cc) computes them."""
+
+    def __init__(self, ev, ev_kind, event_names, stat_names, meta, headers, line_ts_ns, order, regions,
+                 strings):
+        self.ev = ev
+        self.ev_kind = ev_kind
+        self.event_names = event_names
+        self.stat_names = stat_names
+        self.meta = meta
+        self.headers = headers
+        self.line_ts_ns = line_ts_ns
+        self.order = order
+        self.regions = regions
+        self.strings = strings
+
+    def _mask(self, wanted) -> np.ndarray:
+        return xw.mid_mask(self.ev, self.event_names, wanted)
+
+    def run(self):
+        ev, regions = self.ev, self.regions
+        n = ev.n
+        nr = len(regions.line)
+        total = n + nr
+
+        # GroupingEventStats (ForEachStat: the last stat of a kind wins)
+        v_pt, v_p = xw.StatView(ev, "_pt"), xw.StatView(ev, "_p")
+        v_ct, v_c = xw.StatView(ev, "_ct"), xw.StatView(ev, "_c")
+        v_pid, v_r, v_a = xw.StatView(ev, "_pid"), xw.StatView(ev, "_r"), xw.StatView(ev, "_a")
+        # GetStat (the first one)
+        g_step = xw.StatView(ev, "id", last=False)
+        g_iter = xw.StatView(ev, "iter_num", last=False)
+
+        root_level = np.zeros(total, dtype=np.int64)
+        r_vals = v_r.int_value()
+        rl = ((r_vals + (1 << 31)) % (1 << 32)) - (1 << 31)  # std::optional<int>
+        root_level[:n] = np.where(v_r.present, rl, 0)
+        legacy = self._mask({"TraceContext"}) & ~v_r.present
+        root_level[:n][legacy] = 1
+        for ename, level in ROOT_MUTATED.items():  # XplaneRootEventMutator
+            root_level[:n][self._mask({ename})] = level
+        is_async = np.zeros(total, dtype=bool)
+        is_async[:n] = v_a.present & (v_a.int_value() != 0)
+
+        # Producer / consumer contexts, after XProf's connected-event mutators.
+        prod: dict[int, tuple] = {}
+        cons: dict[int, tuple] = {}
+        pt_v, p_v = v_pt.int_value(), v_p.int_or_uint_value()
+        ct_v, c_v = v_ct.int_value(), v_c.int_or_uint_value()
+        for i in np.flatnonzero(v_pt.present & v_p.present).tolist():
+            prod[i] = (_int32(pt_v[i]), int(p_v[i]))
+        for i in np.flatnonzero(v_ct.present & v_c.present).tolist():
+            cons[i] = (_int32(ct_v[i]), int(c_v[i]))
+        self._mutate_contexts(prod, cons)
+        for j in range(nr):
+            cons[n + j] = (_THREADPOOL_EVENT_CONTEXT, int(regions.region_id[j]))
+
+        esp = self._mask({"ExecutorState::Process"})
+        loops_possible = (esp & g_step.present & g_iter.present & (g_iter.int_value() != 0)).any()
+        if not (root_level > 0).any() and not loops_possible:
+            return np.full(n, -1, dtype=np.int64), [], "no-roots"
+
+        ts = np.empty(total, dtype=np.int64)
+        dur = np.empty(total, dtype=np.int64)
+        line = np.empty(total, dtype=np.int32)
+        ts[:n] = self.line_ts_ns[ev.line] * 1000 + ev.offset_ps
+        dur[:n] = ev.duration_ps
+        line[:n] = ev.line
+        if nr:
+            ts[n:] = regions.ts_ps
+            dur[n:] = regions.end_ps - regions.ts_ps
+            line[n:] = regions.line
+        end = ts + dur
+
+        children: dict[int, list[int]] = {}
+        parents: dict[int, list[int]] = {}
+
+        def add_child(p, c):
+            children.setdefault(p, []).append(c)
+            parents.setdefault(c, []).append(p)
+
+        # ConnectIntraThread: nesting on each line, in line order.
+        mem = np.zeros(total, dtype=bool)
+        mem[:n] = self.ev_kind > 0
+        special = np.zeros(total, dtype=bool)
+        special[list(prod)] = True
+        special[list(cons)] = True
+        special |= root_level > 0
+        nest_parent = np.full(total, -1, dtype=np.int64)
+        below = np.full(total, -1, dtype=np.int64)
+        leaf = np.zeros(total, dtype=bool)  # allocator events hung under their parent only
+        order = self.order
+        bounds = np.flatnonzero(np.diff(line[order])) + 1
+        for seg in np.split(order, bounds):
+            if len(seg):
+                self._nest_line(seg, ts, end, dur, is_async, mem, special, nest_parent, below, leaf)
+        for c in np.flatnonzero((nest_parent >= 0) & ~leaf).tolist():
+            add_child(int(nest_parent[c]), c)
+
+        # ConnectInterThread: ExecutorState::Process -> IteratorGetNext(AsOptional)Op
+        both = g_step.present & g_iter.present
+        g_step_u, g_iter_u = g_step.int_or_uint_value(), g_iter.int_or_uint_value()
+        parent_map = {}
+        for i in np.flatnonzero(esp & both).tolist():
+            parent_map[(int(g_step_u[i]), int(g_iter_u[i]))] = i
+        for cname in ("IteratorGetNextOp::DoCompute", "IteratorGetNextAsOptionalOp::DoCompute"):
+            for i in np.flatnonzero(self._mask({cname}) & both).tolist():
+                p = parent_map.get((int(g_step_u[i]), int(g_iter_u[i])))
+                if p is not None:
+                    add_child(p, i)
+
+        # ConnectContextGroups
+        plane_pid = None
+        for s in self.meta.stats:
+            if self.stat_names.get(s.metadata_id) == "process_id":
+                plane_pid = _int32(s.int64_value if s.WhichOneof("value") == "int64_value" else 0)
+                break
+        pid_present, pid_vals = v_pid.present, v_pid.int_value()
+        groups: dict[tuple, tuple[list, list]] = {}
+        for i in sorted(set(prod) | set(cons)):
+            pid = _int32(pid_vals[i]) if i < n and pid_present[i] else plane_pid
+            if i in prod:
+                groups.setdefault((prod[i], pid), ([], []))[0].append(i)
+            if i in cons:
+                groups.setdefault((cons[i], pid), ([], []))[1].append(i)
+        for producers, consumers in groups.values():
+            if len(producers) >= 64 and len(consumers) >= 64:
+                continue
+            for p in producers:
+                for c in consumers:
+                    add_child(p, c)
+
+        # GroupEvents: tf.data steps, TF loops, then root events.
+        g_step_i = g_step.int_value()
+        tf_data_steps = {int(g_step_i[i]) for i in np.flatnonzero(self._mask(_TF_DATA_FUNCS) & g_step.present)}
+        loop_roots = self._tf_loops(esp, g_step, g_iter, tf_data_steps, ts, add_child)
+
+        group = np.full(total, -1, dtype=np.int64)
+        steps: list[StepGroup] = []
+
+        def process_root(root, gid):
+            queue = [root]
+            seen = {root}
+            k = 0
+            while k < len(queue):
+                node = queue[k]
+                k += 1
+                if group[node] >= 0:
+                    continue
+                group[node] = gid
+                for c in children.get(node, ()):
+                    if c not in seen:
+                        seen.add(c)
+                        queue.append(c)
+            steps.append(self._step(root, gid, ts, dur, line, parents))
+
+        if loop_roots:
+            for gid, root in enumerate(loop_roots):
+                process_root(root, gid)
+        else:
+            roots = np.flatnonzero(root_level > 0)
+            roots = np.asarray([r for r in roots.tolist()
+                                if not (r < n and g_step.present[r] and int(g_step_i[r]) in tf_data_steps)],
+                               dtype=np.int64)
+            if len(roots):
+                pos = np.empty(total, dtype=np.int64)
+                pos[order] = np.arange(len(order))
+                roots = roots[np.argsort(pos[roots], kind="stable")]  # the forest's order
+                roots = roots[std_sort_order(-root_level[roots], ts[roots])]
+            gid = 0
+            for r in roots.tolist():
+                if group[r] >= 0 or self._has_root_ancestor(r, root_level, parents):
+                    continue
+                process_root(r, gid)
+                gid += 1
+
+        # Allocator events hung directly under their nesting parent take its group.
+        li = np.flatnonzero(leaf & (nest_parent >= 0))
+        if li.size:
+            group[li] = group[nest_parent[li]]
+        return group[:n], steps, "grouped"
+
+    # -- pieces ----------------------------------------------------------------------
+
+    def _mutate_contexts(self, prod, cons):
+        """XProf's XplaneConnectedEventMutatorFactory instances (preprocess_xplane.cc)."""
+        names = set(self.event_names.values())
+        stat_names = set(self.stat_names.values())
+        ev = self.ev
+
+        def connect(producer, consumer, ctype, unique, stats, key_of=None):
+            if not all(s in stat_names for s in stats):
+                return
+            views = [xw.StatView(ev, s, last=False) for s in stats]
+            tag = () if unique else (producer, consumer)
+            for ename, store in ((producer, prod), (consumer, cons)):
+                if ename not in names:
+                    continue
+                mask = self._mask({ename})
+                for v in views:
+                    mask &= v.present
+                vals = [v.int_or_uint_value() for v in views]
+                for i in np.flatnonzero(mask).tolist():
+                    key = tuple(int(x[i]) for x in vals)
+                    if key_of is not None:
+                        key = key_of(i, key)
+                    store[i] = (ctype, (tag, key))
+
+        connect("ExecutorState::Process", "TpuExecuteOp", _CT_LEGACY, False, ("id", "iter_num"))
+        for c in QUEUE_CONSUMERS:
+            connect("EnqueueRequestLocked", c, _CT_TPU_STREAM, True, ("request_id", "queue_addr"))
+        # run_id is first masked to 27 bits (HostRunIdMutator); core_type defaults to 0
+        core = xw.StatView(ev, "core_type", last=False)
+        core_v = core.int_or_uint_value()
+        run = xw.StatView(ev, "run_id", last=False).int_value()
+
+        def launch_key(i, key):
+            return (key[0], key[1], int(run[i]) & _RUN_ID_MASK, int(core_v[i]) if core.present[i] else 0)
+
+        connect("DoEnqueueProgram", "CompleteCallbacks", _CT_TPU_LAUNCH, True,
+                ("device_ordinal", "queue_id", "run_id"), launch_key)
+
+    def _nest_line(self, seg, ts, end, dur, is_async, mem, special, nest_parent, below, leaf):
+        """ConnectIntraThread for one line (``seg``: node ids in line order)."""
+        seg_mem = mem[seg]
+        mem_ids = seg[seg_mem]
+        fast = (len(seg) < 2 or bool((np.diff(ts[seg]) >= 0).all())) and not special[mem_ids].any() \
+            and not (dur[mem_ids] != 0).any()
+        if not fast or not mem_ids.size:
+            self._nest_sequence(seg, ts, end, is_async, nest_parent, below)
+            return
+        # Allocator events are instants on a time-ordered line: whatever they pop, a later
+        # event would pop too, and whatever nests under one of them nests under its parent
+        # (same group). So nest the other events, then hang each allocator event under the
+        # innermost open event that contains it.
+        self._nest_sequence(seg[~seg_mem], ts, end, is_async, nest_parent, below)
+        mpos = np.flatnonzero(seg_mem)
+        opener = np.where(~seg_mem & ~is_async[seg], np.arange(len(seg)), -1)
+        opener = np.maximum.accumulate(opener)[mpos]
+        cand = np.where(opener >= 0, seg[np.maximum(opener, 0)], -1)
+        t = ts[seg[mpos]]
+        active = np.flatnonzero(cand >= 0)
+        while active.size:
+            c = cand[active]
+            ok = (ts[c] <= t[active]) & (end[c] >= t[active])
+            done = active[ok]
+            nest_parent[seg[mpos[done]]] = c[ok]
+            rest = active[~ok]
+            cand[rest] = below[cand[rest]]
+            active = rest[cand[rest] >= 0]
+        leaf[mem_ids] = True
+
+    @staticmethod
+    def _nest_sequence(seg, ts, end, is_async, nest_parent, below):
+        """The exact stack walk of ConnectIntraThread; records the node under each."""
+        stack: list[int] = []
+        ids = seg.tolist()
+        ts_l = ts[seg].tolist()
+        end_l = end[seg].tolist()
+        asy = is_async[seg].tolist()
+        sb: list[int] = []
+        se: list[int] = []
+        parent_out = []
+        below_out = []
+        for k, i in enumerate(ids):
+            if asy[k]:
+                continue
+            b, e = ts_l[k], end_l[k]
+            while stack:
+                if sb[-1] <= b and e <= se[-1]:
+                    parent_out.append((i, stack[-1]))
+                    break
+                stack.pop()
+                sb.pop()
+                se.pop()
+            below_out.append((i, stack[-1] if stack else -1))
+            stack.append(i)
+            sb.append(b)
+            se.append(e)
+        if parent_out:
+            a = np.asarray(parent_out, dtype=np.int64)
+            nest_parent[a[:, 0]] = a[:, 1]
+        if below_out:
+            a = np.asarray(below_out, dtype=np.int64)
+            below[a[:, 0]] = a[:, 1]
+
+    def _tf_loops(self, esp, g_step, g_iter, tf_data_steps, ts, add_child):
+        """ProcessTensorFlowLoop: one root per iteration of a TF while loop."""
+        both = esp & g_step.present & g_iter.present
+        if not both.any():
+            return []
+        steps = g_step.int_value()
+        iters = g_iter.int_value()
+        loops: dict[int, dict[int, list[int]]] = {}
+        for i in self.order[both[np.minimum(self.order, self.ev.n - 1)] & (self.order < self.ev.n)].tolist():
+            s = int(steps[i])
+            if s in tf_data_steps:
+                continue
+            loops.setdefault(s, {}).setdefault(int(iters[i]), []).append(i)
+        iterations = []
+        for loop in loops.values():
+            if len(loop) == 1 and 0 in loop:
+                continue
+            for events in loop.values():
+                first = events[0]
+                for e in events:
+                    if ts[e] < ts[first]:
+                        first = e
+                iterations.append((first, events))
+        if not iterations:
+            return []
+        firsts = np.asarray([f for f, _ in iterations], dtype=np.int64)
+        roots = []
+        for k in std_sort_order(ts[firsts]).tolist():
+            first, events = iterations[k]
+            roots.append(first)
+            for e in events:
+                if e != first:
+                    add_child(first, e)
+        return roots
+
+    @staticmethod
+    def _has_root_ancestor(r, root_level, parents) -> bool:
+        """Not RootNeedsGrouping: an ancestor is a root of the same level."""
+        level = root_level[r]
+        queue = list(parents.get(r, ()))
+        seen = {r, *queue}
+        k = 0
+        while k < len(queue):
+            node = queue[k]
+            k += 1
+            if root_level[node] > 0 and root_level[node] == level:
+                return True
+            for p in parents.get(node, ()):
+                if p not in seen:
+                    seen.add(p)
+                    queue.append(p)
+        return False
+
+    def _context_stat(self, node, view, parents):
+        """EventNode::GetContextStat: the node, or its nearest ancestor, with the stat."""
+        n = self.ev.n
+        queue = [node]
+        seen = {node}
+        k = 0
+        while k < len(queue):
+            x = queue[k]
+            k += 1
+            if x < n and view.present[x]:
+                return x
+            for p in parents.get(x, ()):
+                if p not in seen:
+                    seen.add(p)
+                    queue.append(p)
+        return None
+
+    def _step(self, root, gid, ts, dur, line, parents) -> StepGroup:
+        """The group's name as EventNode::GetGroupName makes it, and the root's span."""
+        ev = self.ev
+        n = ev.n
+        name = ""
+        gt = xw.StatView(ev, "graph_type", last=False)
+        x = self._context_stat(root, gt, parents)
+        if x is not None:
+            name = self.strings.table[int(gt.str_or_ref(self.strings, np.asarray([x]))[0])] + " "
+        else:
+            ename = self.event_names.get(int(ev.metadata_id[root]), "") if root < n else "ThreadpoolListener::Region"
+            if ename not in _IMPLICIT_ROOTS:
+                name = ename + " "
+        step_num = gid
+        it = xw.StatView(ev, "iter_num", last=False)
+        x = self._context_stat(root, it, parents)
+        if x is not None:
+            step_num = int(it.int_value()[x])
+        else:
+            sn = xw.StatView(ev, "step_num", last=False)
+            x = self._context_stat(root, sn, parents)
+            if x is not None:
+                step_num = int(sn.int_value()[x])
+        li = int(line[root])
+        off = int(ts[root] - self.line_ts_ns[li] * 1000)
+        return StepGroup(gid, f"{name}{step_num}", off, off + int(dur[root]), self.headers[li].name)
