@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Memory profile on millions of allocator events: extraction and conversion time, RSS.
 
-The input is :func:`tests.builders.allocator_xplane.bulk_xspace`: an XSpace whose
+The input is :func:`profscope.testing.allocator_xplane.bulk_xspace`: an XSpace whose
 ``/host:CPU`` plane carries ``--events`` ``MemoryAllocation``/``MemoryDeallocation``
-events (default 2,000,000, ~286 MB) with exactly the stats the BFC allocator writes,
+events (default 100,000; docs/performance.md's 2,000,000 make ~286 MB) with exactly the stats the BFC allocator writes,
 spread over ``--threads`` host lines and ``--allocators`` allocators, nested in op events
 connected to ``--steps`` step roots (so XProf's step grouping runs), allocations freed
 within 200 us except 0.1 % (a small leak). The file is built once and kept in
@@ -13,13 +13,14 @@ Each measurement runs in a fresh worker process (``--worker FILE``) that reports
 time of :func:`profscope.formats.xplane_allocator.read_allocator_events` (wall and CPU),
 of :func:`profscope.tools.memory_profile.convert`, of encoding the result with orjson,
 the JSON size, and its peak resident memory (``VmHWM`` in ``/proc/self/status``; the
-baseline after imports is printed too). ``--xprof-python PY`` also times XProf 2.24.2's
-own converter on a copy of the same file (a reference point; never a dependency).
+baseline after imports is printed too). ``--xprof-python PY`` (default ``$XPROF_PYTHON``;
+a scratch venv's python with ``xprof==2.24.2``, never a dependency) also times XProf's
+own converter on a copy of the same file, a reference point; unset, XProf is skipped.
 
 Usage::
 
-    .venv/bin/python benchmarks/bench_memory_profile.py                 # 2M events
-    .venv/bin/python benchmarks/bench_memory_profile.py --events 200000 --xprof-python /work/venvs/xprof/bin/python
+    .venv/bin/python benchmarks/bench_memory_profile.py                 # 100k events
+    XPROF_PYTHON=<venv>/bin/python .venv/bin/python benchmarks/bench_memory_profile.py --events 2000000
 """
 
 from __future__ import annotations
@@ -34,9 +35,6 @@ import sys
 import tempfile
 import time
 
-REPO = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "src"))
-sys.path.insert(0, str(REPO))
 
 
 def vm_hwm_kib() -> int:
@@ -90,18 +88,19 @@ print(json.dumps({"xprof_s": round(s, 2), "xprof_peak_rss_mib": round(int(hwm) /
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--events", type=int, default=2_000_000)
+    ap.add_argument("--events", type=int, default=100_000)
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--allocators", type=int, default=2)
     ap.add_argument("--threads", type=int, default=4)
     ap.add_argument("--workdir", type=pathlib.Path, default=pathlib.Path(tempfile.gettempdir()) / "profscope-bench")
-    ap.add_argument("--xprof-python", help="also time XProf 2.24.2 (a scratch venv's python)")
+    ap.add_argument("--xprof-python", default=os.environ.get("XPROF_PYTHON"),
+                    help="also time XProf 2.24.2: a scratch venv's python (default: $XPROF_PYTHON; unset: skipped)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
         worker(args.worker)
         return
-    from tests.builders import allocator_xplane as ax
+    from profscope.testing import allocator_xplane as ax
 
     args.workdir.mkdir(parents=True, exist_ok=True)
     name = f"bulk_e{args.events}_s{args.steps}_a{args.allocators}_t{args.threads}.xplane.pb"
@@ -119,7 +118,9 @@ def main() -> None:
                          capture_output=True, text=True)
     res = json.loads(out.stdout.strip().splitlines()[-1])
     print(json.dumps(res, indent=1), flush=True)
-    if args.xprof_python:
+    if not args.xprof_python:
+        print("XProf: skipped (set XPROF_PYTHON or give --xprof-python: a venv's python with xprof==2.24.2)")
+    else:
         with tempfile.TemporaryDirectory() as tmp:
             copy = pathlib.Path(tmp) / "bulk-host.xplane.pb"
             shutil.copyfile(path, copy)

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """PyTorch trace memory: streaming parse + convert time and peak RSS on a huge trace.
 
-Generates a torch-like Chrome trace (``tests/builders/chrome_trace.write_huge_trace``:
+Generates a torch-like Chrome trace (``src/profscope/testing/chrome_trace.write_huge_trace``:
 steps of 1,000 ``cpu_op`` events, each allocating two blocks and freeing two older ones,
 ``ProfilerStep#N`` and Python-frame events, a 512-byte leak per step) with about
-``--events`` ``[memory]`` events (default 2,000,000: ~690 MB of JSON), then, in a fresh
+``--events`` ``[memory]`` events (default 100,000; 2,000,000 make ~690 MB of JSON), then, in a fresh
 worker process per input, times :func:`profscope.formats.chrome_trace.memory_events`
 (the streaming read, op/frame attribution) and
 :func:`profscope.tools.torch_memory.convert`, and reports the worker's peak resident
@@ -13,7 +13,8 @@ memory (``VmHWM`` in ``/proc/self/status``; the baseline after imports is printe
 
 Usage::
 
-    .venv/bin/python benchmarks/bench_torch_memory.py                    # 2M events
+    .venv/bin/python benchmarks/bench_torch_memory.py                    # 100k events
+    .venv/bin/python benchmarks/bench_torch_memory.py --events 2000000   # docs/performance.md
     .venv/bin/python benchmarks/bench_torch_memory.py --events 200000 --gzip
 """
 
@@ -21,16 +22,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import pathlib
 import subprocess
 import sys
 import tempfile
 import time
 
-REPO = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "src"))
-sys.path.insert(0, str(REPO))
 
 
 def _vm(key: str) -> int:
@@ -73,7 +70,7 @@ def worker(path: str) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--events", type=int, default=2_000_000, help="[memory] events in the trace")
+    parser.add_argument("--events", type=int, default=100_000, help="[memory] events in the trace")
     parser.add_argument("--gzip", action="store_true", help="also measure the gzipped trace")
     parser.add_argument("--keep", type=pathlib.Path, help="write the trace here instead of a temp folder")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
@@ -81,7 +78,7 @@ def main() -> int:
     if args.worker:
         worker(args.worker)
         return 0
-    from tests.builders.chrome_trace import write_huge_trace
+    from profscope.testing.chrome_trace import write_huge_trace
 
     with tempfile.TemporaryDirectory() as tmp:
         folder = args.keep or pathlib.Path(tmp)
@@ -95,8 +92,7 @@ def main() -> int:
             size = path.stat().st_size
             print(f"generated {path.name}: {size / 2**20:,.0f} MiB, {facts['memoryEvents']:,} memory events, "
                   f"{facts['ops']:,} ops, {facts['steps']} steps ({time.perf_counter() - t:.1f} s)", flush=True)
-            proc = subprocess.run([sys.executable, __file__, "--worker", str(path)], check=False, capture_output=True, text=True,
-                                  env=dict(os.environ, PYTHONPATH=str(REPO / "src")))
+            proc = subprocess.run([sys.executable, __file__, "--worker", str(path)], check=False, capture_output=True, text=True)
             if proc.returncode != 0:
                 sys.stderr.write(proc.stderr)
                 return proc.returncode

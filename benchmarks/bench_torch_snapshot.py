@@ -1,19 +1,28 @@
 """Load a big PyTorch memory snapshot in a fresh process and draw its first charts.
 
-    python scripts/make_big_snapshot.py /tmp/big.pickle --target-mb 1000
-    python benchmarks/bench_torch_snapshot.py /tmp/big.pickle [--reader auto|tree|streaming]
+    python benchmarks/bench_torch_snapshot.py      # a 5 MB snapshot made on the spot
+    python scripts/make_big_snapshot.py big.pickle --target-mb 1000
+    python benchmarks/bench_torch_snapshot.py big.pickle [--reader auto|tree|streaming]
 
 Prints file size, load time, the time to the overview and the first (whole-trace)
 timeline window, the times of zoomed-in windows, peak RSS (VmHWM of this process, which
 starts fresh) and the ratio peak RSS / file size (target: <= 3). ``--reader`` picks the
-C unpickler's tree, the streaming reader, or what profscope would choose here.
+C unpickler's tree, the streaming reader, or what profscope would choose here. Without a
+path, ``scripts/make_big_snapshot.py --target-mb 5`` writes one into a temporary folder
+first (in its own process, so this one's peak RSS stays the reader's).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 
 
 def _vm(key: str) -> int:
@@ -26,9 +35,20 @@ def _vm(key: str) -> int:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("path")
+    ap.add_argument("path", nargs="?", help="a snapshot (default: a small one made on the spot)")
     ap.add_argument("--reader", choices=("auto", "tree", "streaming"), default="auto")
     args = ap.parse_args()
+    if args.path is None:
+        with tempfile.TemporaryDirectory() as tmp:
+            args.path = os.path.join(tmp, "small.pickle")
+            subprocess.run([sys.executable, str(SCRIPTS / "make_big_snapshot.py"), args.path, "--target-mb", "5"],
+                           check=True, stdout=subprocess.DEVNULL)
+            measure(args)
+        return
+    measure(args)
+
+
+def measure(args) -> None:
     from profscope.formats.torch_snapshot import load_snapshot
     from profscope.tools import torch_snapshot
 

@@ -3,7 +3,8 @@
 
 The input is a real profile made by ``scripts/make_big_jax_profile.py`` (a jitted
 training loop run for many steps with the Python tracer and host tracer level 3), given
-with ``--xplane`` or made into ``--workdir`` with ``--steps`` (32000 steps: ~236 MB).
+with ``--xplane`` or made into ``--workdir`` with ``--steps`` (default 300, a small one;
+docs/performance.md's 32000 steps make ~236 MB).
 
 Two fresh worker processes, so each peak RSS (``VmHWM``) is its own:
 
@@ -17,8 +18,9 @@ Two fresh worker processes, so each peak RSS (``VmHWM``) is its own:
 
 Usage::
 
+    .venv/bin/python benchmarks/bench_trace_viewer.py                 # 300 steps
     .venv/bin/python benchmarks/bench_trace_viewer.py --steps 32000
-    .venv/bin/python benchmarks/bench_trace_viewer.py --xplane /tmp/bigprof/plugins/profile/*/bighost.xplane.pb
+    .venv/bin/python benchmarks/bench_trace_viewer.py --xplane PROFILE/plugins/profile/*/bighost.xplane.pb
     .venv/bin/python benchmarks/bench_trace_viewer.py --chrome-memory-events 1000000   # a torch-like JSON
 """
 
@@ -34,7 +36,6 @@ import tempfile
 import time
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "src"))
 
 
 def vm_hwm_mib() -> float:
@@ -119,9 +120,9 @@ def query(logdir: str, cache: str) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--xplane", type=pathlib.Path)
-    ap.add_argument("--steps", type=int, default=32000)
+    ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--chrome-memory-events", type=int, default=0,
-                    help="instead: a torch-like Chrome trace (tests/builders/chrome_trace.write_huge_trace)")
+                    help="instead: a torch-like Chrome trace (src/profscope/testing/chrome_trace.write_huge_trace)")
     ap.add_argument("--workdir", type=pathlib.Path, default=pathlib.Path(tempfile.gettempdir()) / "profscope-bench-trace")
     ap.add_argument("--worker", nargs=3, metavar=("MODE", "LOGDIR", "CACHE"), help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -130,8 +131,7 @@ def main() -> None:
         print(json.dumps((convert if mode == "convert" else query)(logdir, cache)))
         return
     if args.chrome_memory_events:
-        sys.path.insert(0, str(REPO))
-        from tests.builders.chrome_trace import write_huge_trace
+        from profscope.testing.chrome_trace import write_huge_trace
 
         out = args.workdir / f"chrome{args.chrome_memory_events}"
         out.mkdir(parents=True, exist_ok=True)
