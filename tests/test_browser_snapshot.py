@@ -18,7 +18,7 @@ from urllib.request import urlopen
 
 import pytest
 
-from tests.builders import torch_snapshot as b
+from profscope.testing import torch_snapshot as b
 from tests.conftest import ARTIFACTS, profscope_server
 
 pytestmark = pytest.mark.browser

@@ -33,7 +33,7 @@ from profscope.errors import BadInput
 from profscope.formats import xplane_allocator as xm
 from profscope.model import allocator as ma
 from profscope.tools import memory_profile as mp
-from tests.builders import allocator_xplane as ax
+from profscope.testing import allocator_xplane as ax
 
 GOLDEN = Path(__file__).parent / "golden" / "memory_profile"
 INDEX = json.loads((GOLDEN / "index.json").read_text())

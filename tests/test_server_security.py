@@ -23,9 +23,9 @@ from profscope.cache.store import DiskCache
 from profscope.cache.workspace import Workspace
 from profscope.errors import CacheFull
 from profscope.server import create_app
-from profscope.server.guard import CSP, H11_MAX_HEAD_BYTES, MAX_QUERY_BYTES, MAX_VALUE_BYTES, Security
+from profscope.server.guard import CSP, H11_MAX_HEAD_BYTES, MAX_VALUE_BYTES, Security
 from profscope.storage import LogDir
-from tests.builders.local_server import serve_in_thread
+from profscope.testing.local_server import serve_in_thread
 from tests.conftest import profscope_server
 
 PROFILE = "mlp/2026_11_29_19_47_08"

@@ -68,17 +68,18 @@ def test_bad_view_requests(snapshot_client, view, params, status):
 
 
 class _Evil:
+    def __init__(self, marker: str):
+        self.marker = marker
+
     def __reduce__(self):
-        return (os.system, ("touch /tmp/profscope-pwned-by-snapshot",))
+        return (os.system, (f"touch '{self.marker}'",))
 
 
 def test_a_pickle_that_asks_for_a_global_is_refused_and_nothing_runs(make_client, tmp_path):
-    marker = "/tmp/profscope-pwned-by-snapshot"
-    if os.path.exists(marker):
-        os.unlink(marker)
+    marker = str(tmp_path / "pwned-by-snapshot")
     logdir = tmp_path / "logs"
     logdir.mkdir()
-    (logdir / "evil.pickle").write_bytes(pickle.dumps({"segments": [], "device_traces": [[_Evil()]]}))
+    (logdir / "evil.pickle").write_bytes(pickle.dumps({"segments": [], "device_traces": [[_Evil(marker)]]}))
     (logdir / "cut.pickle").write_bytes(pickle.dumps({"segments": [], "device_traces": [[]]})[:-5])
     client = make_client(logdir)
     res = _view(client, "overview", run="evil.pickle")

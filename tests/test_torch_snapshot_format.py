@@ -15,7 +15,7 @@ import pytest
 
 from profscope.errors import BadInput
 from profscope.formats.torch_snapshot import load_snapshot
-from tests.builders import torch_snapshot as b
+from profscope.testing import torch_snapshot as b
 
 FILES = b.FIXTURE_FILES
 

@@ -15,7 +15,7 @@ import pytest
 from profscope.errors import BadRequest, NotFound
 from profscope.formats.torch_snapshot import load_snapshot
 from profscope.tools import torch_snapshot as V
-from tests.builders import torch_snapshot as b
+from profscope.testing import torch_snapshot as b
 
 FILES = b.FIXTURE_FILES
 INF, TRAIN = FILES[3], FILES[4]

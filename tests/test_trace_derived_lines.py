@@ -2,7 +2,7 @@
 
 ``tests/golden/trace_viewer/derived_*.json.gz`` (``scripts/record_xprof_derived_golden.py``)
 hold, for every real accelerator profile and the scenarios of
-``tests/builders/derived_xplane.py``, XProf's thread names and event counts of the device
+``src/profscope/testing/derived_xplane.py``, XProf's thread names and event counts of the device
 processes and every event of the lines it derives (XLA Modules / XLA Ops / Framework Ops
 / Framework Name Scope / Source code per GPU stream, TPU framework ops and host offload
 rows). Ours must be the same to the picosecond, and a kernel must lead to its XLA op and
@@ -48,7 +48,7 @@ def public_client(shared_fixtures, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def builder_client(tmp_path_factory):
-    from tests.builders import derived_xplane
+    from profscope.testing import derived_xplane
 
     root = tmp_path_factory.mktemp("derived")
     for case in BUILDERS:
@@ -190,7 +190,7 @@ def test_tpu_steps_named_after_their_groups(builder_client):
 def test_derivation_is_fast_enough(tmp_path):
     """200,000 kernels of one stream: derived in a few seconds (the XLA ops and modules)."""
     from profscope.formats import xplane_trace
-    from tests.builders import derived_xplane
+    from profscope.testing import derived_xplane
 
     path = tmp_path / "big.xplane.pb"
     path.write_bytes(derived_xplane.large_gpu(200_000))
@@ -210,7 +210,7 @@ def test_numpy_lines_equal_the_event_by_event_builder(seed, monkeypatch, tmp_pat
     """The vectorized derivation gives what DerivedXLineBuilder's event-by-event rules
     (xplane_derived._Builder, checked against XProf above) give, on random kernels and ops."""
     from profscope.formats import xplane_derived, xplane_trace
-    from tests.builders import derived_xplane
+    from profscope.testing import derived_xplane
 
     for kind in ("random_gpu", "random_tpu"):
         path = tmp_path / f"{kind}.xplane.pb"

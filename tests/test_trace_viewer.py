@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from profscope.formats import chrome_trace
-from tests.builders import trace_viewer as tvb
+from profscope.testing import trace_viewer as tvb
 
 DEMO = Path(__file__).parents[1] / "src" / "profscope" / "demo" / "logdir"
 TORCH = sorted((DEMO / "torch").glob("*.pt.trace.json.gz"))
@@ -384,7 +384,7 @@ def test_corrupt_xplane_and_truncated_json_are_422_naming_the_file(make_client, 
 
 
 def test_a_profile_without_events_is_an_empty_timeline(make_client, tmp_path):
-    from tests.builders import allocator_xplane as ax
+    from profscope.testing import allocator_xplane as ax
 
     sp = ax.Space("host0")
     sp.plane("/host:CPU", 0).line("python3", 1)  # a line without events

@@ -1,7 +1,7 @@
 """Listing endpoints answer as XProf 2.24.2 does, request for request.
 
 ``tests/golden/xprof_listing.json`` holds XProf's real answers for the layout that
-``tests/builders/xprof_layout.py`` builds (recorded by ``scripts/record_xprof_golden.py``
+``src/profscope/testing/xprof_layout.py`` builds (recorded by ``scripts/record_xprof_golden.py``
 in a private network namespace). Every recorded request is replayed here. Where XProf
 crashes (no response, or a 500) we must answer a 4xx with a JSON error; where XProf reads
 ``*.xplane.pb.gz`` not at all, we read it, so gzipped hosts may be extra; ``run_tools``
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.builders.xprof_layout import FILES, build_xprof_layout
+from profscope.testing.xprof_layout import FILES, build_xprof_layout
 
 GOLDEN = json.loads((Path(__file__).parent / "golden" / "xprof_listing.json").read_text())
 LISTING = ("/data/plugin/profile/runs", "/data/plugin/profile/run_tools", "/data/plugin/profile/hosts",

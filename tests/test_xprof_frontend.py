@@ -35,8 +35,8 @@ from profscope.cache.store import DiskCache
 from profscope.cache.workspace import Workspace
 from profscope.server import create_app
 from profscope.storage import LogDir
-from tests.builders.local_server import serve_in_thread
-from tests.builders.xprof_frontend import FrontendUnavailable, xprof_frontend_app, xprof_static
+from profscope.testing.local_server import serve_in_thread
+from profscope.testing.xprof_frontend import FrontendUnavailable, xprof_frontend_app, xprof_static
 from tests.conftest import ARTIFACTS
 
 pytestmark = pytest.mark.browser
