@@ -1,7 +1,7 @@
 """Another session's latency while hostile files are refused (issue 13).
 
 Starts ``profscope serve`` on a log directory holding the bundled demo and the hostile
-reproducers of ``tests/fuzz/reproducers.py`` (a pickle of shared references, a gzip
+reproducers of ``profscope/testing/fuzz/reproducers.py`` (a pickle of shared references, a gzip
 bomb, deep nesting, ...). One client ("the other session") asks, every 20 ms, for the
 run list and for a demo tool answer already in the cache; another opens every hostile
 run the way the page does. Each round touches the hostile files first, so that they are
@@ -29,13 +29,11 @@ from pathlib import Path
 
 import httpx
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from profscope.cli import demo_logdir
+from profscope.testing.fuzz.driver import _rss_kb, tree_rss_mb
+from profscope.testing.fuzz.reproducers import reproducers
 
-from tests.fuzz.driver import _rss_kb, tree_rss_mb  # noqa: E402
-from tests.fuzz.reproducers import reproducers  # noqa: E402
-
-DEMO = ROOT / "src" / "profscope" / "demo" / "logdir"
+DEMO = demo_logdir()
 
 
 def tree_rss(pid: int) -> tuple[int, int]:

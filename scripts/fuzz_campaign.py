@@ -7,8 +7,8 @@ distinct failure signatures.
     git worktree add ../before <commit>
     python scripts/fuzz_campaign.py --seed 1 --mutants 200 --src ../before/src
 
-The mutants come from this checkout's tests/fuzz (same seed, same bytes), whichever
-profscope is measured.
+The mutants come from this checkout's profscope.testing.fuzz (same seed, same bytes),
+whichever profscope is measured.
 """
 
 from __future__ import annotations
@@ -21,9 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from tests.fuzz import driver, mutators, reproducers, seeds  # noqa: E402
+from profscope.testing.fuzz import driver, mutators, reproducers, seeds
 
 
 def build_mutants(fmt: str, seed: int, n: int, pool) -> list[mutators.Mutant]:
@@ -62,7 +60,7 @@ def findings(sigs: dict, seed: int, target) -> str:
             e["examples"].append(f)
     out = [f"# Fuzz findings (seed {seed}, target {target})", "",
            f"{len(groups)} distinct failures. Each: count; an example input (a hand-written reproducer "
-           "from tests/fuzz/reproducers.py where one shows it); the error; "
+           "from profscope/testing/fuzz/reproducers.py where one shows it); the error; "
            "`python scripts/fuzz_campaign.py --seed S --write-mutant FORMAT NAME --work DIR` writes the input as a run folder.", ""]
     for mode in ("readers", "server"):
         out += [f"## {mode}", ""]

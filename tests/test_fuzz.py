@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fuzz import driver, mutators, reproducers, seeds
+from profscope.testing.fuzz import driver, mutators, reproducers, seeds
 
 REPO = Path(__file__).resolve().parents[1]
 SEED = int(os.environ.get("PROFSCOPE_FUZZ_SEED", "13"))

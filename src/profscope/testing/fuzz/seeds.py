@@ -8,18 +8,21 @@ import os
 import pickle
 from pathlib import Path
 
-from tests.fuzz.mutators import Seed
-from tests.fuzz.reproducers import DUMP, XPLANE, live_range_seed, minimal_xspace, reproducers
+from profscope.testing.fuzz.mutators import Seed
+from profscope.testing.fuzz.reproducers import DUMP, XPLANE, live_range_seed, minimal_xspace, reproducers
 
-REPO = Path(__file__).resolve().parents[2]
-DEMO = REPO / "src" / "profscope" / "demo" / "logdir"
+PACKAGE = Path(__file__).resolve().parents[2]
+DEMO = PACKAGE / "demo" / "logdir"  # the bundled demo
+#: The source checkout profscope runs from (an editable install): ``<checkout>/src/profscope``.
+CHECKOUT = PACKAGE.parents[1]
 MAX_SEED_BYTES = 400_000
 
 
 def fixtures_dir() -> Path | None:
-    """``PROFSCOPE_FIXTURES`` or ``../shared/fixtures`` beside the checkout (as tests/conftest.py)."""
+    """``PROFSCOPE_FIXTURES`` or ``../shared/fixtures`` beside the checkout (as tests/conftest.py);
+    None when neither is a folder."""
     env = os.environ.get("PROFSCOPE_FIXTURES")
-    p = Path(env) if env else REPO.parent / "shared" / "fixtures"
+    p = Path(env) if env else CHECKOUT.parent / "shared" / "fixtures"
     return p if p.is_dir() else None
 
 

@@ -1,6 +1,6 @@
 """One tiny hand-written input per finding of issue 13 (and a few neighbours), written
 as builder functions so that each is readable here rather than a binary blob. Each
-returns a :class:`~tests.fuzz.mutators.Mutant`: a run folder. They are run first in
+returns a :class:`~profscope.testing.fuzz.mutators.Mutant`: a run folder. They are run first in
 every campaign and also serve as seeds for the mutators.
 """
 
@@ -11,8 +11,8 @@ import json
 import pickle
 from functools import lru_cache
 
-from tests.fuzz import wire
-from tests.fuzz.mutators import Mutant, Raw, dag, deep_pickle, dumps_raw, gzip_bomb, long_binput
+from profscope.testing.fuzz import wire
+from profscope.testing.fuzz.mutators import Mutant, Raw, dag, deep_pickle, dumps_raw, gzip_bomb, long_binput
 
 XPLANE = "plugins/profile/s/host.xplane.pb"
 DUMP = "module_0001.jit_f.cpu_after_optimizations"
@@ -179,7 +179,7 @@ def hlo_shape_dims(n: int, d: int) -> bytes | None:
 
     from profscope.model.protos import hlo_pb2
 
-    dump = Path(__file__).resolve().parents[2] / "src" / "profscope" / "demo" / "logdir" / "dumps" / "mlp"
+    dump = Path(__file__).resolve().parents[2] / "demo" / "logdir" / "dumps" / "mlp"  # the bundled demo
     files = sorted(dump.glob("*cpu_after_optimizations.hlo.pb"))
     if not files:
         return None

@@ -1,8 +1,8 @@
 """Feed mutants straight into profscope's readers (the formats/ and tools/ functions the
 Workspace calls), one run folder per line of stdin, one JSON result per line of stdout.
 
-Run as a script by ``tests/fuzz/driver.py`` under whichever profscope ``PYTHONPATH``
-names (the current tree or an older checkout), so it imports nothing from ``tests``. It
+Run as a script by ``profscope/testing/fuzz/driver.py`` under whichever profscope ``PYTHONPATH``
+names (the current tree or an older checkout), so it imports nothing from ``profscope.testing``. It
 is a separate process so that a hang can be killed and a memory blow-up bounded
 (``RLIMIT_AS``) without losing the campaign. Each line of stdin is
 ``{"dir": <run folder>, "fmt": <format>}``; each answer lists every reader step with

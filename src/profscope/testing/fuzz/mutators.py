@@ -18,7 +18,7 @@ import zlib
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from tests.fuzz import wire
+from profscope.testing.fuzz import wire
 
 FORMATS = ("xplane", "trace", "snapshot", "hlo", "dump_text", "memory_timeline")
 

@@ -3,8 +3,8 @@ real ``profscope serve`` subprocess, hitting every endpoint a browser would for 
 run; collect per-format counts, failures with their signatures, peak RSS of the server
 process tree over its baseline, and another client's latency meanwhile.
 
-Nothing here imports profscope: the worker and the server run under the interpreter
-and ``PYTHONPATH`` given (:class:`Target`), so the same driver measures an older
+Nothing here imports profscope's readers or server: the worker and the server run
+under the interpreter and ``PYTHONPATH`` given (:class:`Target`), so the same driver measures an older
 checkout (the BEFORE table) and the current tree (AFTER)."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from urllib.parse import quote
 
 import httpx
 
-from tests.fuzz.mutators import Mutant
+from profscope.testing.fuzz.mutators import Mutant
 
 HANG_S = 10.0  # a request or reader step past this is a hang (issue 13)
 RSS_BOUND_MB = 500  # the stated bound: peak RSS over baseline, per mutant
@@ -479,7 +479,7 @@ class Session:
 def browse(s: Session, run: str, kind: str) -> None:
     """What a user's browser asks for one run (dashboard and XProf's page)."""
     q = quote(run, safe="")
-    s.get(f"/api/runs")
+    s.get("/api/runs")
     s.get(f"/api/run?run={q}")
     s.get(f"/data/plugin/profile/run_tools?run={q}")
     hosts_r = s.get(f"/data/plugin/profile/hosts?run={q}")
