@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import posixpath
 import re
 from pathlib import Path
 
@@ -25,9 +26,22 @@ def test_rendered_pages_load_nothing_from_elsewhere(demo_client):
     for url in ["/", "/?run=dumps/mlp&tool=memory_viewer"]:
         html = demo_client.get(url).text
         assert not LOADS.search(html), url
-        for asset in re.findall(r"""(?:src|href)="(/[^"]+)\"""", html):
+        # The page's assets, and what its ES modules import and add (each page's stylesheet).
+        todo = re.findall(r"""(?:src|href)="(/[^"]+)\"""", html)
+        seen = set()
+        while todo:
+            asset = todo.pop()
+            if asset in seen:
+                continue
+            seen.add(asset)
             res = demo_client.get(asset)
             assert res.status_code == 200, asset
+            if asset.endswith(".js") and "/vendor/" not in asset:
+                base = asset.rsplit("/", 1)[0]
+                for rel in re.findall(r"""^import\s[^;]*?from\s+"(\.{1,2}/[^"]+)";""", res.text, re.M | re.S):
+                    todo.append(posixpath.normpath(f"{base}/{rel}"))
+                todo += [f"/static/{css}" for css in re.findall(r"""["'](pages/[\w-]+\.css)["']""", res.text)]
+        assert any(a.startswith("/static/pages/") for a in seen), "the page modules were not reached"
     js = demo_client.get("/static/vendor/plotly.min.js")
     assert js.status_code == 200 and b"plotly.js v" in js.content[:200]
 
