@@ -15,12 +15,22 @@ with a default treats it.
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Mapping
+from typing import Annotated, Any
 
 from fastapi import Query
-from pydantic import BeforeValidator
+from fastapi.exceptions import RequestValidationError
+from pydantic import AfterValidator, BeforeValidator, Field, TypeAdapter, ValidationError
 
-from profscope.app.queries import MemoryProfileQuery, MemoryViewerQuery, OomRiskQuery, Query as ToolQuery
+from profscope.app.queries import (
+    TRACE_MAX_RESOLUTION,
+    TRACE_MAX_SEARCH_LIMIT,
+    XPROF_TRACE_MAX_RESOLUTION,
+    MemoryProfileQuery,
+    MemoryViewerQuery,
+    OomRiskQuery,
+    Query as ToolQuery,
+)
 
 MAX_INT = (1 << 63) - 1
 
@@ -33,13 +43,54 @@ def _blank_is_absent(value):
 
 _absent = BeforeValidator(_blank_is_absent)
 
-Int = Annotated[int | None, _absent, Query(ge=-MAX_INT, le=MAX_INT)]
-Count = Annotated[int | None, _absent, Query(ge=0, le=MAX_INT)]  # sizes, spaces, ids
-Bytes = Annotated[int | None, _absent, Query(gt=0, le=MAX_INT)]  # a capacity
-Ms = Annotated[float | None, _absent, Query(ge=-9.2e15, le=9.2e15, allow_inf_nan=False)]  # milliseconds
-Share = Annotated[float | None, _absent, Query(gt=0, le=1.5, allow_inf_nan=False)]  # a fraction of capacity
-Text = Annotated[str | None, _absent, Query(max_length=8192)]
-Flag = Annotated[str | None, Query(max_length=8192)]  # XProf: any non-empty value is "on"
+# The bounds sit on the inner type: a blank value becomes None before they apply.
+Int = Annotated[Annotated[int, Field(ge=-MAX_INT, le=MAX_INT)] | None, _absent, Query()]
+Count = Annotated[Annotated[int, Field(ge=0, le=MAX_INT)] | None, _absent, Query()]  # sizes, spaces, ids
+Bytes = Annotated[Annotated[int, Field(gt=0, le=MAX_INT)] | None, _absent, Query()]  # a capacity
+Ms = Annotated[Annotated[float, Field(ge=-9.2e15, le=9.2e15, allow_inf_nan=False)] | None, _absent, Query()]
+Share = Annotated[Annotated[float, Field(gt=0, le=1.5, allow_inf_nan=False)] | None, _absent, Query()]  # of capacity
+Text = Annotated[Annotated[str, Field(max_length=8192)] | None, _absent, Query()]
+Flag = Annotated[Annotated[str, Field(max_length=8192)] | None, Query()]  # XProf: any non-empty value is "on"
+
+# The trace viewer's (server/trace_api.py; tools/trace_viewer.py, trace_xprof.py). Their
+# bounds are on the value, not on ``value | None``: pydantic applies a union's bounds to
+# None too, so a blank value (None after _absent) would fail them with a TypeError (a 500).
+
+
+def _value(kind: type, *validators: Any, **bounds: Any) -> Any:
+    """An optional parameter of type ``kind`` within ``bounds`` (pydantic ``Field``'s)."""
+    return Annotated[Annotated[kind, Field(**bounds), *validators] | None, _absent, Query()]
+
+
+Name = _value(str, max_length=8192)  # a run, a host, a search text, an event name
+TraceMs = _value(float, ge=-1e15, le=1e15, allow_inf_nan=False)  # a time, ms
+Resolution = _value(int, ge=1, le=TRACE_MAX_RESOLUTION)  # pixels of a window
+XprofResolution = _value(int, ge=0, le=XPROF_TRACE_MAX_RESOLUTION)  # 0: no filter
+EventId = _value(int, ge=0, le=MAX_INT)  # an event id of /api/trace/window or /search
+SearchLimit = _value(int, ge=1, le=TRACE_MAX_SEARCH_LIMIT)
+# XProf's UI may send an event's args.uid as a float (``unique_id=12.0``)
+UniqueId = _value(float, AfterValidator(int), ge=0, lt=2**63, allow_inf_nan=False)
+
+
+class QueryParser:
+    """For a route that reads a tool's parameters itself (XProf's one data route serves
+    every tool): ``parse(request.query_params)`` checks the parameters named in ``types``
+    as a route's declarations would, a bad one a ``RequestValidationError`` (the one 400
+    shape, naming each bad parameter)."""
+
+    def __init__(self, **types: Any):
+        self._adapters = {name: TypeAdapter(t) for name, t in types.items()}
+
+    def parse(self, params: Mapping[str, str]) -> dict[str, Any]:
+        values, errors = {}, []
+        for name, adapter in self._adapters.items():
+            try:
+                values[name] = adapter.validate_python(params.get(name))
+            except ValidationError as exc:
+                errors += [{**e, "loc": ("query", name)} for e in exc.errors(include_url=False)]
+        if errors:
+            raise RequestValidationError(errors)
+        return values
 
 
 def tool_query(tool: str, *, host: str | None, module_name: str | None, memory_space: int | None,
@@ -66,7 +117,7 @@ def validation_message(err) -> str:
         name = ".".join(loc) or "request"
         msg = str(e.get("msg", "is invalid"))
         msg = msg[0].lower() + msg[1:] if msg else msg
-        msg = msg.replace("input should be", "must be")
+        msg = msg.replace("input should be", "must be").replace(", unable to parse string as an integer", "")
         value = e.get("input")
         shown = f", not {str(value)[:40]!r}" + ("..." if len(str(value)) > 40 else "") if value is not None else ""
         parts.append(f"parameter {name!r} {msg}{shown}")
