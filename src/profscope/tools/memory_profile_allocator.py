@@ -39,7 +39,7 @@ algorithm (``xprof/convert/xplane_to_memory_profile.cc``), per allocator (memory
    Modules`` lines of TPU planes.
 
 XProf behaviours reproduced on purpose (each checked against XProf 2.24.2's output on the
-TF fixture and on the builders in ``tests/builders/allocator_xplane.py``):
+TF fixture and on the builders in ``profscope/testing/allocator_xplane.py``):
 
 * ``peakBytesUsageLifetime`` is the ``peak_bytes_in_use`` of the *last event read* (lines
   in plane order), not the largest one; profscope's summary adds the real maximum.
