@@ -343,7 +343,7 @@ def test_expandable_oom_multidevice_private_pool_overflow():
                              "stream": 0, "time_us": d["device_traces"][0][6]["time_us"],
                              "stack": int(t0.stack[6])}]
     assert t0.device_free.tolist() == [-1] * 6 + [123 * b.MB]
-    assert s.stack_frames(int(t0.stack[6])) == [("??", 0, b.CPP_FRAME["name"]), ("/work/train.py", 42, "forward")]
+    assert s.stack_frames(int(t0.stack[6])) == [("??", 0, b.CPP_FRAME["name"]), ("/src/train.py", 42, "forward")]
     assert s.segments.is_expandable.tolist() == [True, False, False]
     assert s.segments.pool_id.tolist() == [[0, 0], [0, 0], [1, 0]]
     assert s.segments.stream.tolist() == [0, 7, 7]
@@ -371,7 +371,7 @@ def test_legacy_2023_history_blocks():
     assert s.blocks.address.tolist() == [base, base + 512, base + 2048]
     assert s.blocks.address_computed.all()
     assert s.blocks.requested_size.tolist() == [500, 0, 2000]  # last one from history real_size
-    assert s.stack_frames(int(s.blocks.stack[0])) == [("/work/train.py", 42, "forward")]
+    assert s.stack_frames(int(s.blocks.stack[0])) == [("/src/train.py", 42, "forward")]
     assert s.blocks.stack[1] == 0 and len(s.stack_frames(int(s.blocks.stack[2]))) == 2
     assert [s.state_names[c] for c in s.blocks.state.tolist()] == ["active_allocated", "inactive", "active_allocated"]
     assert s.segments.block_start.tolist() == [0] and s.segments.block_count.tolist() == [3]

@@ -10,9 +10,9 @@ import base64
 import json
 import pickle
 
-PY_FRAME = {"filename": "/work/train.py", "line": 42, "name": "forward"}
+PY_FRAME = {"filename": "/src/train.py", "line": 42, "name": "forward"}
 CPP_FRAME = {"filename": "??", "line": 0, "name": "c10::cuda::CUDACachingAllocator::malloc"}
-OPT_FRAME = {"filename": "/work/train.py", "line": 77, "name": "step"}
+OPT_FRAME = {"filename": "/src/train.py", "line": 77, "name": "step"}
 
 
 def frames(*fs):
