@@ -119,7 +119,7 @@ DEVICES = (
     (r"tpuv2|v2", {"16gb": 16 * GIB}, "16gb", "TPU v2 (16 GiB HBM per chip)"),
 )
 
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?(?:e\d+)?)\s*([kmgtp]?i?b?)\s*$", re.IGNORECASE)
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?(?:e\d+)?)\s*([kmgtp]?i?b?)\s*$", re.IGNORECASE | re.ASCII)  # "١٢" is no size
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 1 << 10, "m": 10**6, "mb": 10**6, "mib": 1 << 20,
           "g": 10**9, "gb": 10**9, "gib": 1 << 30, "t": 10**12, "tb": 10**12, "tib": 1 << 40,
           "p": 10**15, "pb": 10**15, "pib": 1 << 50}
