@@ -11,7 +11,7 @@ within 200 us except 0.1 % (a small leak). The file is built once and kept in
 
 Each measurement runs in a fresh worker process (``--worker FILE``) that reports the
 time of :func:`profscope.formats.xplane_allocator.read_allocator_events` (wall and CPU),
-of :func:`profscope.tools.memory_profile.convert`, of encoding the result with orjson,
+of :func:`profscope.tools.memory_profile_allocator.convert`, of encoding the result with orjson,
 the JSON size, and its peak resident memory (``VmHWM`` in ``/proc/self/status``; the
 baseline after imports is printed too). ``--xprof-python PY`` (default ``$XPROF_PYTHON``;
 a scratch venv's python with ``xprof==2.24.2``, never a dependency) also times XProf's
@@ -48,7 +48,7 @@ def worker(path: str) -> None:
     import orjson
 
     from profscope.formats import xplane_allocator as xm
-    from profscope.tools import memory_profile as mp
+    from profscope.tools import memory_profile_allocator as mp
 
     base = vm_hwm_kib()
     w0, c0 = time.perf_counter(), time.process_time()

@@ -49,8 +49,8 @@ def main() -> None:
 
 
 def measure(args) -> None:
-    from profscope.formats.torch_snapshot import load_snapshot
-    from profscope.tools import torch_snapshot
+    from profscope.formats.snapshot_pickle import load_snapshot
+    from profscope.tools import memory_profile_snapshot
 
     path = args.path
     size = os.path.getsize(path)
@@ -63,15 +63,15 @@ def measure(args) -> None:
     peak_load = _vm("VmHWM")
     device = snap.devices[0]
     t1 = time.perf_counter()
-    torch_snapshot.overview(snap, device)
-    first = torch_snapshot.timeline(snap, device)
+    memory_profile_snapshot.overview(snap, device)
+    first = memory_profile_snapshot.timeline(snap, device)
     t_first = time.perf_counter() - t1
     n = sum(len(t) for t in snap.traces)
     windows = []
     for i in range(8):  # zooming into a tenth of the trace, here and there
         start = (n * i) // 9
         t2 = time.perf_counter()
-        torch_snapshot.timeline(snap, device, start=start, end=start + n // 10)
+        memory_profile_snapshot.timeline(snap, device, start=start, end=start + n // 10)
         windows.append(time.perf_counter() - t2)
     peak = _vm("VmHWM")
     print(f"file            {size / 2**20:10.1f} MiB   reader: {args.reader}")

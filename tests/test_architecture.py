@@ -1,68 +1,147 @@
-"""Data flows one way: storage -> formats -> model -> tools -> cache -> server -> frontend.
+"""The layer rules, as an explicit allow-list of layer-to-layer imports (Perfetto's
+tools/check_imports.py is the model): data flows storage -> formats -> model -> tools ->
+app -> server -> frontend, with the cache beside the app.
 
-A module may import from its own layer and the layers before it, never after it; only the
-CLI (the entry point) imports the server. ``errors`` and ``forksafe`` (what a forked
-conversion worker renews) are shared by every layer.
+* the model is the shared language: formats produce its types, tools consume only them
+  (a tool knows no file format, no cache, no HTTP);
+* the app (the workspace) is the only layer that puts readers, tools and the cache
+  together, and knows no HTTP;
+* the server calls only the app (and reads the model's types it hands back);
+* ``errors`` (the one error family) and ``forksafe`` (what a forked conversion worker
+  renews) are shared by every layer; only the CLI, the entry point, imports the server.
+
+Every import counts: top-level, inside functions (lazy), relative. The table in
+docs/architecture.md is checked against ALLOWED below.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import profscope
 
 PACKAGE = Path(profscope.__file__).parent
-LAYERS = ["errors", "forksafe", "storage", "formats", "model", "tools", "cache", "server", "frontend", "testing"]
-ENTRY_POINTS = {"cli", "__main__"}
+DOCS = PACKAGE.parents[1] / "docs" / "architecture.md"
+SHARED = {"errors", "forksafe"}
+ALLOWED: dict[str, set[str]] = {
+    "errors": set(),
+    "forksafe": set(),
+    "storage": set(),
+    "model": {"storage"},  # a run lists the storage's file records
+    "formats": {"model"},
+    "tools": {"model"},
+    "cache": set(),
+    "app": {"storage", "formats", "model", "tools", "cache"},
+    "server": {"app", "model"},
+    "frontend": {"app", "model"},
+    "testing": {"storage", "formats", "model", "tools", "cache", "app", "server"},  # builders, test servers, the fuzz harness
+}
+ENTRY_POINTS = {"cli", "__main__"}  # may import every layer
+ROOT = ""  # ``profscope`` itself: only __version__
 
 
-def _layer(module: str) -> str:
+def layer_of(module: str) -> str:
     parts = module.split(".")
-    assert parts[0] == "profscope"
-    return parts[1] if len(parts) > 1 else ""
+    assert parts[0] == "profscope", module
+    return parts[1] if len(parts) > 1 else ROOT
 
 
-def _imports(path: Path):
+def imports(path: Path, module: str):
+    """(line, imported module) for every import in a file, relative ones resolved."""
     tree = ast.parse(path.read_text(), filename=str(path))
+    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 yield node.lineno, alias.name
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            yield node.lineno, node.module
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if node.module is None or (node.level and not node.module):
+                # ``from . import x`` names modules: check each one
+                for alias in node.names:
+                    yield node.lineno, f"{target}.{alias.name}"
+            else:
+                yield node.lineno, target
 
 
-def test_every_module_sits_in_a_known_layer():
-    for path in PACKAGE.rglob("*.py"):
-        rel = path.relative_to(PACKAGE)
-        top = rel.parts[0].removesuffix(".py")
-        assert top in LAYERS or top in ENTRY_POINTS or top == "__init__", f"{rel}: not in a layer"
+def module_name(root: Path, path: Path) -> str:
+    rel = path.relative_to(root).with_suffix("")
+    parts = [p for p in rel.parts if p != "__init__"]
+    return ".".join(["profscope", *parts])
 
 
-def test_imports_only_flow_downstream():
-    violations = []
-    for path in PACKAGE.rglob("*.py"):
-        rel = path.relative_to(PACKAGE)
-        own = rel.parts[0].removesuffix(".py")
-        if own in ENTRY_POINTS or own == "__init__":
+def violations(root: Path = PACKAGE) -> list[str]:
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        module = module_name(root, path)
+        own = layer_of(module)
+        if own in ENTRY_POINTS or own == ROOT:
             continue
-        for lineno, module in _imports(path):
-            if not module.startswith("profscope.") and module != "profscope":
+        if own not in ALLOWED:
+            out.append(f"{path.relative_to(root)}: in no layer (add it to ALLOWED)")
+            continue
+        for lineno, target in imports(path, module):
+            if target != "profscope" and not target.startswith("profscope."):
                 continue
-            target = _layer(module)
-            if target in ("", "__init__"):
-                continue  # the package root only holds __version__
-            if target in ENTRY_POINTS and own != "server":
-                violations.append(f"{rel}:{lineno} imports the entry point {module}")
-            elif target in LAYERS and LAYERS.index(target) > LAYERS.index(own):
-                violations.append(f"{rel}:{lineno} ({own}) imports {module} ({target})")
-    assert not violations, "imports against the flow:\n" + "\n".join(violations)
+            to = layer_of(target)
+            if to == own or to in SHARED or to == ROOT:
+                continue
+            if to not in ALLOWED[own]:
+                out.append(f"{path.relative_to(root)}:{lineno} ({own}) imports {target} ({to})")
+    return out
 
 
-def test_the_checker_catches_an_upstream_import(tmp_path):
-    bad = tmp_path / "bad.py"
-    bad.write_text("from profscope.server import create_app\nimport profscope.cache.store\n")
-    found = [m for _, m in _imports(bad)]
-    assert found == ["profscope.server", "profscope.cache.store"]
-    assert LAYERS.index(_layer(found[0])) > LAYERS.index("formats")
+def matrix(root: Path = PACKAGE) -> dict[tuple[str, str], int]:
+    """Import statements per (importing layer, imported layer): the note's table."""
+    counts: dict[tuple[str, str], int] = {}
+    for path in sorted(root.rglob("*.py")):
+        module = module_name(root, path)
+        for _, target in imports(path, module):
+            if target.startswith("profscope."):
+                key = (layer_of(module), layer_of(target))
+                counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def test_every_import_is_allowed():
+    found = violations()
+    assert not found, "imports the layer rules do not allow:\n" + "\n".join(found)
+
+
+def test_the_checker_catches_each_kind_of_violation(tmp_path):
+    pkg = tmp_path / "profscope"
+    for name, text in {
+        "__init__.py": "",
+        "tools/__init__.py": "",
+        "tools/bad_tool.py": "def f():\n    from profscope.formats import xplane  # lazy: still counted\n",
+        "server/__init__.py": "",
+        "server/bad_route.py": "import profscope.tools.oom_risk\nfrom profscope.cache.store import DiskCache\n",
+        "formats/__init__.py": "",
+        "formats/bad_reader.py": "from ..app import workspace\nfrom . import xplane\n",
+        "model/__init__.py": "",
+        "model/fine.py": "from profscope.errors import BadInput\nfrom profscope.storage import FileInfo\n",
+        "gadgets/thing.py": "",
+    }.items():
+        (pkg / name).parent.mkdir(parents=True, exist_ok=True)
+        (pkg / name).write_text(text)
+    found = violations(pkg)
+    assert found == [
+        "formats/bad_reader.py:1 (formats) imports profscope.app (app)",
+        "gadgets/thing.py: in no layer (add it to ALLOWED)",
+        "server/bad_route.py:1 (server) imports profscope.tools.oom_risk (tools)",
+        "server/bad_route.py:2 (server) imports profscope.cache.store (cache)",
+        "tools/bad_tool.py:2 (tools) imports profscope.formats (formats)",
+    ], found
+
+
+def test_the_documented_rules_are_the_checked_ones():
+    """docs/architecture.md's allow-list table lists, per layer, exactly ALLOWED."""
+    rows = re.findall(r"^\| `(\w+)` \| ([^|]*) \|", DOCS.read_text(), flags=re.M)
+    documented = {layer: set(re.findall(r"`(\w+)`", allowed)) for layer, allowed in rows}
+    assert documented == {k: v for k, v in ALLOWED.items()}, documented

@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from profscope.cache.store import DiskCache, cache_key
-from profscope.cache.workspace import Workspace
+from profscope.app.workspace import Workspace
 from profscope.errors import BadInput, BadRequest, NotFound
 from profscope.storage import LogDir
 

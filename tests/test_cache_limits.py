@@ -153,12 +153,12 @@ def test_an_entry_being_built_is_never_evicted(tmp_path):
 
 
 def test_an_evicted_trace_index_is_rebuilt_for_the_next_request(tmp_path, demo_logdir):
-    """A trace index is memory-mapped by the server (tools/trace_viewer.IndexCache), and
+    """A trace index is memory-mapped by the server (tools/trace_index.IndexCache), and
     some of its files are opened later: once it is evicted, the next request builds it
     again at the same path, and the open index keeps working."""
     from fastapi.testclient import TestClient
 
-    from profscope.cache.workspace import Workspace
+    from profscope.app.workspace import Workspace
     from profscope.server import create_app
     from profscope.storage import LogDir
 
@@ -384,7 +384,7 @@ FULL_DISK = textwrap.dedent("""
     from pathlib import Path
     from fastapi.testclient import TestClient
     from profscope.cache.store import DiskCache
-    from profscope.cache.workspace import Workspace
+    from profscope.app.workspace import Workspace
     from profscope.cli import demo_logdir
     from profscope.server import create_app
     from profscope.storage import LogDir

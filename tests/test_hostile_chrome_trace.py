@@ -374,10 +374,10 @@ def test_a_good_memory_timeline_still_reads():
 
 
 def test_the_index_refuses_an_id_no_answer_could_write(tmp_path):
-    """The index's own backstop (tools/trace_viewer.py), for any reader that lets one by:
+    """The index's own backstop (tools/trace_index.py), for any reader that lets one by:
     an id past int64 or a lone surrogate is a BadInput at build time, not a stream that
     breaks off later."""
-    from profscope.tools import trace_viewer
+    from profscope.tools import trace_index
 
     for mutate in (lambda ev: setattr(ev.tracks[0], "tid", 2**63), lambda ev: ev.names.append("\ud800")):
         ev = chrome_trace.trace_columns(trace().encode(), "t.json")
@@ -385,5 +385,5 @@ def test_the_index_refuses_an_id_no_answer_could_write(tmp_path):
         out = tmp_path / str(len(list(tmp_path.iterdir())))
         out.mkdir()
         with pytest.raises(BadInput) as info:
-            trace_viewer.build_index(ev, out)
+            trace_index.build_index(ev, out)
         assert info.value.file == "t.json"

@@ -18,7 +18,7 @@ import pytest
 
 from profscope.errors import BadInput, TooLarge
 from profscope.formats import safe_pickle
-from profscope.formats.torch_snapshot import load_snapshot
+from profscope.formats.snapshot_pickle import load_snapshot
 
 SECONDS = 10
 MEGABYTES = 200
@@ -105,7 +105,7 @@ def serve(tmp_path, monkeypatch):
     from fastapi.testclient import TestClient
 
     from profscope.cache.store import DiskCache
-    from profscope.cache.workspace import Workspace
+    from profscope.app.workspace import Workspace
     from profscope.server import create_app
     from profscope.storage import LogDir
 

@@ -28,11 +28,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from profscope.formats.stdsort import std_sort_order
+from profscope.model.stdsort import std_sort_order
 from profscope.errors import BadInput
 from profscope.formats import xplane_allocator as xm
 from profscope.model import allocator as ma
-from profscope.tools import memory_profile as mp
+from profscope.tools import memory_profile_allocator as mp
 from profscope.testing import allocator_xplane as ax
 
 GOLDEN = Path(__file__).parent / "golden" / "memory_profile"

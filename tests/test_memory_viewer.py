@@ -593,7 +593,7 @@ def test_by_size_order_is_std_sort_largest_first():
 
     import numpy as np
 
-    from profscope.formats.stdsort import std_sort_order
+    from profscope.model.stdsort import std_sort_order
 
     rnd = random.Random(3)
     for n in (1, 2, 5, 16, 17, 33, 100, 1000):

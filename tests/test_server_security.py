@@ -20,7 +20,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from profscope.cache.store import DiskCache
-from profscope.cache.workspace import Workspace
+from profscope.app.workspace import Workspace
 from profscope.errors import CacheFull
 from profscope.server import create_app
 from profscope.server.guard import CSP, H11_MAX_HEAD_BYTES, MAX_VALUE_BYTES, Security

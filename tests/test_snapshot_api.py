@@ -99,8 +99,8 @@ def test_a_snapshot_is_parsed_once_per_cache(tmp_path, shared_fixtures, monkeypa
     from fastapi.testclient import TestClient
 
     from profscope.cache.store import DiskCache
-    from profscope.cache.workspace import Workspace
-    from profscope.formats import torch_snapshot as fmt
+    from profscope.app.workspace import Workspace
+    from profscope.formats import snapshot_pickle as fmt
     from profscope.server import create_app
     from profscope.storage import LogDir
 

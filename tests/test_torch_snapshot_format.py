@@ -1,4 +1,4 @@
-"""profscope.formats.torch_snapshot: safe loading of every snapshot era into columns."""
+"""profscope.formats.snapshot_pickle: safe loading of every snapshot era into columns."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from profscope.errors import BadInput
-from profscope.formats.torch_snapshot import load_snapshot
+from profscope.formats.snapshot_pickle import load_snapshot
 from profscope.testing import torch_snapshot as b
 
 FILES = b.FIXTURE_FILES

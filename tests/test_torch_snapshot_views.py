@@ -1,4 +1,4 @@
-"""profscope.tools.torch_snapshot: the views, checked against independent counts."""
+"""profscope.tools.memory_profile_snapshot: the views, checked against independent counts."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from profscope.errors import BadRequest, NotFound
-from profscope.formats.torch_snapshot import load_snapshot
-from profscope.tools import torch_snapshot as V
+from profscope.formats.snapshot_pickle import load_snapshot
+from profscope.tools import memory_profile_snapshot as V
 from profscope.testing import torch_snapshot as b
 
 FILES = b.FIXTURE_FILES

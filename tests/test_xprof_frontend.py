@@ -32,7 +32,7 @@ from urllib.request import urlopen
 import pytest
 
 from profscope.cache.store import DiskCache
-from profscope.cache.workspace import Workspace
+from profscope.app.workspace import Workspace
 from profscope.server import create_app
 from profscope.storage import LogDir
 from profscope.testing.local_server import serve_in_thread
@@ -118,7 +118,7 @@ def demo_xprof(xprof_static_dir, demo_logdir, tmp_path_factory):
 
 
 # PyTorch inputs XProf cannot read itself, answered in XProf's memory_profile schema
-# (tools/xprof_memory.py): a CUDA memory snapshot and a PyTorch profiler GPU trace.
+# (tools/memory_profile_xprof.py): a CUDA memory snapshot and a PyTorch profiler GPU trace.
 TORCH_INPUTS = (("snapshots", "niu_fwd_bwd_200_mixed.pickle"), ("traces", "tracelens_h100_bert_small.trace.json.gz"))
 
 
