@@ -49,10 +49,12 @@ def steps_for(fmt: str, d: Path, tmp: Path):
     """(name, thunk) pairs: what the Workspace calls for this kind of run."""
     from profscope.formats import buffer_assignment_text as bat
     from profscope.formats import chrome_trace, hlo_proto, live_range_text, xplane
-    from profscope.formats import torch_snapshot as snap_format
+    from profscope.formats import snapshot_pickle as snap_format
     from profscope.formats import xplane_allocator, xplane_devices, xplane_module_time, xplane_trace
-    from profscope.tools import memory_profile, memory_viewer, memory_viewer_text, torch_memory, trace_viewer
-    from profscope.tools import torch_snapshot as snap_tool
+    from profscope.tools import memory_viewer, memory_viewer_text, trace_index
+    from profscope.tools import memory_profile_torch
+    from profscope.tools import memory_profile_allocator
+    from profscope.tools import memory_profile_snapshot as snap_tool
 
     def opened(p, fn):
         def run():
@@ -63,7 +65,7 @@ def steps_for(fmt: str, d: Path, tmp: Path):
     def index(reader, p):
         def run():
             folder = Path(tempfile.mkdtemp(dir=tmp))
-            writer = trace_viewer.IndexWriter(folder)
+            writer = trace_index.IndexWriter(folder)
             try:
                 with open(p, "rb") as f:
                     events = reader(f, writer)
@@ -87,7 +89,7 @@ def steps_for(fmt: str, d: Path, tmp: Path):
                         memory_viewer.convert(hlo, 0)
             out += [("xplane.hlo_modules+memory_viewer", modules),
                     ("xplane_trace.read_trace", index(lambda f, w, p=p: xplane_trace.read_trace(f, str(p), 0, "host", sink=w), p)),
-                    ("xplane_allocator+memory_profile", opened(p, lambda f, n: memory_profile.convert(xplane_allocator.read_allocator_events(f, n)))),
+                    ("xplane_allocator+memory_profile", opened(p, lambda f, n: memory_profile_allocator.convert(xplane_allocator.read_allocator_events(f, n)))),
                     ("xplane_devices.device_capabilities", opened(p, xplane_devices.device_capabilities)),
                     ("xplane_module_time.module_run_times", opened(p, xplane_module_time.module_run_times))]
     elif fmt in ("trace", "memory_timeline"):
@@ -107,7 +109,7 @@ def steps_for(fmt: str, d: Path, tmp: Path):
                     tl = chrome_trace.parse_memory_timeline(t.read_bytes(), str(t))
                 with open(p, "rb") as f:
                     mem = chrome_trace.memory_events(f, str(p))
-                torch_memory.convert(mem, tl)
+                memory_profile_torch.convert(mem, tl)
             out.append(("chrome_trace.memory_events+torch_memory" + ("+timeline" if fmt != "trace" else ""), memory))
     elif fmt == "snapshot":
         for p in _files(d, ".pickle"):
