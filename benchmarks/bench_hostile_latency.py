@@ -10,7 +10,7 @@ on, and ``PROFSCOPE_WORKERS=0``: conversions in the server process): the other
 session's latency idle and under attack (median, p99, max), the hostile requests'
 statuses and slowest answer, and the peak RSS of the server and of its process tree.
 
-    python benchmarks/bench_hostile_latency.py [--rounds 3] [--modes workers,inline]
+    python benchmarks/bench_hostile_latency.py [--rounds 1] [--modes workers,inline]
 """
 
 from __future__ import annotations
@@ -152,7 +152,7 @@ def measure(mode: str, rounds: int) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=1)  # docs/performance.md: --rounds 3
     ap.add_argument("--modes", default="workers,inline")
     args = ap.parse_args()
     rows = [measure(mode, args.rounds) for mode in args.modes.split(",")]
