@@ -47,7 +47,7 @@ def vm_hwm_mib() -> float:
 
 def _workspace(logdir: str, cache: str):
     from profscope.cache.store import DiskCache
-    from profscope.cache.workspace import Workspace
+    from profscope.app.workspace import Workspace
     from profscope.storage import LogDir
 
     return Workspace(LogDir(logdir, listing_ttl=0), DiskCache(cache))
@@ -59,10 +59,12 @@ def _run(ws):
 
 def convert(logdir: str, cache: str) -> dict:
     base = vm_hwm_mib()
+    from profscope.app.queries import TraceQuery
+
     ws = _workspace(logdir, cache)
     run = _run(ws)
     t0 = time.perf_counter()
-    view = ws.trace_view(run, {})
+    view = ws.trace_view(run, TraceQuery())
     t1 = time.perf_counter()
     w = view.window(None, None, 1000)
     t2 = time.perf_counter()
@@ -72,10 +74,13 @@ def convert(logdir: str, cache: str) -> dict:
 
 
 def query(logdir: str, cache: str) -> dict:
+    from profscope.app.queries import TraceQuery
+    from profscope.tools import trace_xprof
+
     ws = _workspace(logdir, cache)
     run = _run(ws)
     t0 = time.perf_counter()
-    view = ws.trace_view(run, {})
+    view = ws.trace_view(run, TraceQuery())
     w = view.window(None, None, 1000)
     first = time.perf_counter() - t0
     span = w["fullTimespan"][1]
@@ -106,7 +111,7 @@ def query(logdir: str, cache: str) -> dict:
     found = view.search("dot", 50)
     search = time.perf_counter() - t
     t = time.perf_counter()
-    xj = view.xprof_json(None, None, 1000)
+    xj = trace_xprof.xprof_json(view, None, None, 1000)
     xprof = time.perf_counter() - t
     return {"open_and_first_window_s": first, "zoom_windows_ms": [round(x * 1000, 2) for x in times],
             "zoom_returned": sizes, "zoom_max_ms": max(times) * 1000, "zoom_median_ms": statistics.median(times) * 1000,

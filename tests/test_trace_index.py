@@ -13,8 +13,8 @@ from profscope.cache.progress import Progress
 from profscope.cache.store import DiskCache
 from profscope.errors import BadInput
 from profscope.formats import xplane_trace
-from profscope.formats.trace_events import TraceEvents, Track
-from profscope.tools import trace_viewer as tv
+from profscope.model.trace import TraceEvents, Track
+from profscope.tools import trace_index as tv
 
 DEMO = Path(__file__).parents[1] / "src" / "profscope" / "demo" / "logdir"
 
@@ -163,7 +163,7 @@ def test_conversion_reports_progress_forward(tmp_path):
 
 
 def test_counters_are_decimated_keeping_min_and_max(tmp_path):
-    from profscope.formats.trace_events import Counter
+    from profscope.model.trace import Counter
 
     rng = np.random.default_rng(3)
     t = np.cumsum(rng.integers(1, 1000, 200_000)).astype(np.int64)

@@ -163,11 +163,12 @@ def test_export_keeps_the_flows_and_reads_back_the_same(demo_client, tmp_path, m
 def test_export_is_sent_in_large_pieces(demo_client):
     """Each piece of a streamed answer is sent (and gzipped) on its own: one per counter
     sample or flow end made a 30 MB export take 25 s."""
-    from profscope.tools.trace_viewer import EXPORT_PIECE
+    from profscope.app.queries import TraceQuery
+    from profscope.tools.trace_export import EXPORT_PIECE
 
     ws = demo_client.app.state.workspace
     run = f"torch/{TORCH[0].name}"
-    pieces = list(ws.trace_view(ws.run(run), {}).export())
+    pieces = list(ws.trace_export(ws.run(run), TraceQuery()))
     assert len(pieces) >= 2 and all(len(p) >= EXPORT_PIECE for p in pieces[:-1])
     assert json.loads(b"".join(pieces))["traceEvents"]
 
@@ -180,7 +181,7 @@ def dense(tmp_path_factory):
     from fastapi.testclient import TestClient
 
     from profscope.cache.store import DiskCache
-    from profscope.cache.workspace import Workspace
+    from profscope.app.workspace import Workspace
     from profscope.server.app import create_app
     from profscope.storage import LogDir
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from profscope.cache.store import cache_key
 from profscope.formats import snapshot_pickle
-from profscope.tools import trace_viewer
+from profscope.tools import trace_index
 from profscope.tools.registry import Tool
 
 # (kind, version) of the derived values kept beside the tools' payloads.
@@ -21,7 +21,7 @@ TRACE_DEVICE_PROPERTIES = ("trace_device_properties", 1)  # a PyTorch trace's de
 SNAPSHOT_DEVICES = ("snapshot_devices", 1)
 SNAPSHOT_MODEL = ("snapshot_model", snapshot_pickle.MODEL_FORMAT_VERSION)  # a folder of columns
 SNAPSHOT_VIEW_VERSION = 1  # /api/snapshot/<view> payloads: ("snapshot", view, version)
-TRACE_INDEX = ("trace_index", trace_viewer.INDEX_VERSION)  # a folder: one file's trace index
+TRACE_INDEX = ("trace_index", trace_index.INDEX_VERSION)  # a folder: one file's trace index
 TORCH_MEMORY = "torch_memory_profile"  # profscope's payload of a trace run (memory_profile's version)
 
 

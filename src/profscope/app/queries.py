@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+from profscope.tools import trace_viewer as _trace_viewer, trace_xprof as _trace_xprof
+
 
 @dataclass(frozen=True, slots=True)
 class Query:
@@ -56,8 +58,43 @@ class SnapshotQuery(Query):
     other_host: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class TraceQuery(Query):
+    """The trace viewer's own API (``/api/trace/window|event|search|export``)."""
+
+    host: str | None = None  # one host (an xplane's host, a Chrome trace's file name)
+    hosts: str | None = None  # several, comma-separated (wins over host); default: the first
+    start_ms: float | None = None  # ms from the selected hosts' origin; None: the trace's start
+    end_ms: float | None = None  # None: the trace's end
+    resolution: int | None = None  # pixels, 1..MAX_RESOLUTION; None: DEFAULT_RESOLUTION
+    id: int | None = None  # an event id, from a window or a search
+    q: str | None = None  # the text to search event names for
+    limit: int | None = None  # matches, 1..MAX_SEARCH_LIMIT; None: DEFAULT_SEARCH_LIMIT
+
+
+@dataclass(frozen=True, slots=True)
+class XprofTraceQuery(Query):
+    """XProf's ``data?tag=trace_viewer@`` (profile_plugin.py, trace_view_options.cc)."""
+
+    host: str | None = None
+    hosts: str | None = None
+    start_time_ms: float | None = None  # XProf's absolute ms; None or 0: the trace's start
+    end_time_ms: float | None = None  # None or 0: the trace's end
+    resolution: int | None = None  # pixels, 0 (no filter)..XPROF_MAX_RESOLUTION; None: 8000
+    event_name: str | None = None  # an event-details request: the event's name,
+    duration_ms: float | None = None  # its duration
+    unique_id: int | None = None  # and its args.uid
+
+
 TOOL_QUERIES: dict[str, type[Query]] = {
     "memory_viewer": MemoryViewerQuery,
     "memory_profile": MemoryProfileQuery,
     "oom_risk": OomRiskQuery,
+    "trace_viewer@": XprofTraceQuery,
 }
+
+# The bounds the server checks the trace viewer's numbers against (tools/trace_viewer.py,
+# tools/trace_xprof.py hold them; the server imports no tool).
+TRACE_MAX_RESOLUTION = _trace_viewer.MAX_RESOLUTION
+TRACE_MAX_SEARCH_LIMIT = _trace_viewer.MAX_SEARCH_LIMIT
+XPROF_TRACE_MAX_RESOLUTION = _trace_xprof.XPROF_MAX_RESOLUTION

@@ -1,24 +1,32 @@
 """The trace viewer's family: which files make a run's timeline, their on-disk indexes
-(tools/trace_viewer.py) and the views over the selected hosts."""
+(tools/trace_index.py) and the views over the selected hosts (tools/trace_viewer.py;
+XProf's JSON: trace_xprof.py; the Chrome-trace export: trace_export.py). The xplane
+reader's decoders of an event's arguments are handed to the indexes here, so the tools
+import no format."""
 
 from __future__ import annotations
 
 import orjson
 
+from collections.abc import Iterator
+
 from profscope.app import keys
+from profscope.app.queries import TraceQuery, XprofTraceQuery
 from profscope.errors import NotFound
 from profscope.formats import chrome_trace, xplane_trace
 from profscope.model.catalog import Run, RunKind
 from profscope.model.file_kinds import FileKind, classify
 from profscope.storage import FileInfo
-from profscope.tools import trace_viewer
+from profscope.tools import trace_export, trace_index, trace_viewer, trace_xprof
 
 
 class Traces:
     """Part of :class:`~profscope.app.workspace.Workspace`: timelines."""
 
     def __init__(self):
-        self._trace_indexes = trace_viewer.IndexCache()
+        # xplane_trace.plane_metadata / event_args decode an xplane index's event args
+        # (the module is the trace_index.XEventDecoder)
+        self._trace_indexes = trace_index.IndexCache(decoder=xplane_trace)
 
     def trace_sources(self, run: Run) -> list[tuple[str, FileInfo]]:
         """(host, file) pairs a run's timeline is made of: one xplane per host, or, for
@@ -28,7 +36,7 @@ class Traces:
         traces = run.files_of(FileKind.CHROME_TRACE)
         return [(f.name, f) for f in traces]
 
-    def trace_index(self, run: Run, host: str, info: FileInfo) -> trace_viewer.TraceIndex:
+    def trace_index(self, run: Run, host: str, info: FileInfo) -> trace_index.TraceIndex:
         """The on-disk index of one file, built once per file identity (pids are stored
         without XProf's host number, which depends on the hosts selected)."""
         key = keys.derived(keys.TRACE_INDEX, self.logdir.url, info.identity(), host)
@@ -37,7 +45,7 @@ class Traces:
             path = self.logdir.display_path(info.path)
             progress.update(0.0, f"reading {info.name}")
             # events go to disk as they are decoded (bounded memory), then get sorted
-            writer = trace_viewer.IndexWriter(folder)
+            writer = trace_index.IndexWriter(folder)
             try:
                 with self.logdir.open(info.path) as f:
                     if classify(info.name) is FileKind.XPLANE:
@@ -52,7 +60,7 @@ class Traces:
                                              file=self.logdir.display_path(info.path))
         return self._trace_indexes.get(folder)
 
-    def trace_view(self, run: Run, params) -> trace_viewer.TraceView:
+    def trace_view(self, run: Run, query: TraceQuery | XprofTraceQuery) -> trace_viewer.TraceView:
         """The hosts selected by ``host=`` / ``hosts=a,b`` (default: the first), indexed."""
         if run.kind not in (RunKind.PROFILE, RunKind.CHROME_TRACE):
             raise NotFound(f"run {run.name!r} is a {run.kind.value}; the trace viewer reads profiles and Chrome traces")
@@ -60,7 +68,7 @@ class Traces:
         if not sources:
             raise NotFound(f"run {run.name!r} has no xplane profile or Chrome trace to show")
         known = [h for h, _ in sources]
-        wanted = params.get("hosts") or params.get("host")
+        wanted = query.hosts or query.host
         names = [h.strip() for h in wanted.split(",") if h.strip()] if wanted else [known[0]]
         chosen = []
         for name in dict.fromkeys(names):
@@ -74,16 +82,33 @@ class Traces:
             chosen.append(trace_viewer.HostIndex(pos, name, ix, offset))
         return trace_viewer.TraceView(run.name, chosen)
 
-    def trace_viewer_xprof(self, run: Run, params: dict, progress=None) -> dict:
+    def trace_window(self, run: Run, query: TraceQuery) -> dict:
+        """What the timeline page draws of ``start_ms``..``end_ms`` at ``resolution``."""
+        return self.trace_view(run, query).window(query.start_ms, query.end_ms, query.resolution)
+
+    def trace_event(self, run: Run, query: TraceQuery) -> dict:
+        """The details of the event ``id``."""
+        return self.trace_view(run, query).event(query.id)
+
+    def trace_search(self, run: Run, query: TraceQuery) -> dict:
+        """The events whose name holds ``q``, the first ``limit``."""
+        return self.trace_view(run, query).search(query.q, query.limit)
+
+    def trace_export(self, run: Run, query: TraceQuery) -> Iterator[bytes]:
+        """The window ``start_ms``..``end_ms`` as Chrome-trace JSON, in pieces; the window
+        is checked when the first piece is asked for."""
+        return trace_export.export(self.trace_view(run, query), query.start_ms, query.end_ms)
+
+    def trace_viewer_xprof(self, run: Run, query: XprofTraceQuery, progress=None) -> dict:
         """XProf's trace_viewer@ JSON (served straight from the index by the data API)."""
-        return orjson.loads(self.trace_xprof_json(run, params))
+        return orjson.loads(self.trace_xprof_json(run, query))
 
-    def trace_xprof_json(self, run: Run, params) -> bytes:
-        return b"".join(self.trace_xprof_stream(run, params))
+    def trace_xprof_json(self, run: Run, query: XprofTraceQuery) -> bytes:
+        return b"".join(self.trace_xprof_stream(run, query))
 
-    def trace_xprof_stream(self, run: Run, params):
-        """XProf's trace_viewer@ JSON in pieces; parameters are checked (and the index
-        built) when the first piece is asked for."""
-        view = self.trace_view(run, params)
-        return view.xprof_chunks(params.get("start_time_ms"), params.get("end_time_ms"), params.get("resolution"),
-                                 params.get("event_name"), params.get("duration_ms"), params.get("unique_id"))
+    def trace_xprof_stream(self, run: Run, query: XprofTraceQuery) -> Iterator[bytes]:
+        """XProf's trace_viewer@ JSON in pieces; what needs the data is checked (and the
+        index built) before the first piece is returned."""
+        view = self.trace_view(run, query)
+        return trace_xprof.xprof_chunks(view, query.start_time_ms, query.end_time_ms, query.resolution,
+                                        query.event_name, query.duration_ms, query.unique_id)

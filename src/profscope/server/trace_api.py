@@ -1,5 +1,9 @@
 """The trace viewer's own API (``/api/trace/...``): windows of the timeline, one event's
-details, search by name, export as Chrome-trace JSON. Shapes: ``docs/trace_viewer.md``."""
+details, search by name, export as Chrome-trace JSON. Shapes: ``docs/trace_viewer.md``.
+
+Every parameter is parsed here (server/params.py) into a :class:`TraceQuery`; XProf's
+``data?tag=trace_viewer@`` parameters into an :class:`XprofTraceQuery`
+(:func:`xprof_trace_query`, called by server/xprof_api.py)."""
 
 from __future__ import annotations
 
@@ -8,44 +12,60 @@ import re
 from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 
+from profscope.app.queries import TraceQuery, XprofTraceQuery
 from profscope.app.workspace import Workspace
+from profscope.errors import BadRequest
+from profscope.server.params import (
+    EventId,
+    Name,
+    QueryParser,
+    Resolution,
+    SearchLimit,
+    TraceMs,
+    UniqueId,
+    XprofResolution,
+)
 from profscope.server.responses import json_response
 
+_XPROF_TRACE = QueryParser(host=Name, hosts=Name, start_time_ms=TraceMs, end_time_ms=TraceMs,
+                           resolution=XprofResolution, event_name=Name, duration_ms=TraceMs, unique_id=UniqueId)
 
-def xprof_trace_query(request: Request):
-    """The trace_viewer@ parameters of XProf's data route."""
-    return request.query_params
+
+def xprof_trace_query(request: Request) -> XprofTraceQuery:
+    """The trace_viewer@ parameters of XProf's data route, typed (a bad one is a 400
+    naming it)."""
+    return XprofTraceQuery(**_XPROF_TRACE.parse(request.query_params))
 
 
 def router(ws: Workspace) -> APIRouter:
     r = APIRouter(prefix="/api/trace")
 
-    def view(request: Request):
-        q = request.query_params
-        return ws.trace_view(ws.run(q.get("run")), q)
-
     @r.get("/window")
-    def window(request: Request) -> Response:
-        q = request.query_params
-        v = view(request)
-        return json_response(v.window(q.get("start_ms"), q.get("end_ms"), q.get("resolution")))
+    def window(run: Name = None, host: Name = None, hosts: Name = None, start_ms: TraceMs = None,
+               end_ms: TraceMs = None, resolution: Resolution = None) -> Response:
+        query = TraceQuery(host=host, hosts=hosts, start_ms=start_ms, end_ms=end_ms, resolution=resolution)
+        return json_response(ws.trace_window(ws.run(run), query))
 
     @r.get("/event")
-    def event(request: Request) -> Response:
-        return json_response(view(request).event(request.query_params.get("id")))
+    def event(run: Name = None, host: Name = None, hosts: Name = None, id: EventId = None) -> Response:
+        if id is None:
+            raise BadRequest("missing parameter 'id' (an event id from /api/trace/window or /api/trace/search)")
+        return json_response(ws.trace_event(ws.run(run), TraceQuery(host=host, hosts=hosts, id=id)))
 
     @r.get("/search")
-    def search(request: Request) -> Response:
-        q = request.query_params
-        return json_response(view(request).search(q.get("q"), q.get("limit")))
+    def search(run: Name = None, host: Name = None, hosts: Name = None, q: Name = None,
+               limit: SearchLimit = None) -> Response:
+        if not q:
+            raise BadRequest("missing parameter 'q' (the text to search event names for)")
+        return json_response(ws.trace_search(ws.run(run), TraceQuery(host=host, hosts=hosts, q=q, limit=limit)))
 
     @r.get("/export")
-    def export(request: Request) -> Response:
-        q = request.query_params
-        v = view(request)
-        chunks = v.export(q.get("start_ms"), q.get("end_ms"))
-        first = next(chunks)  # parameters are checked before the response starts
-        stem = re.sub(r"[^A-Za-z0-9._-]+", "_", v.run).strip("_") or "trace"
+    def export(run: Name = None, host: Name = None, hosts: Name = None, start_ms: TraceMs = None,
+               end_ms: TraceMs = None) -> Response:
+        the_run = ws.run(run)
+        chunks = ws.trace_export(the_run, TraceQuery(host=host, hosts=hosts, start_ms=start_ms, end_ms=end_ms))
+        first = next(chunks)  # the window is checked before the response starts
+        stem = re.sub(r"[^A-Za-z0-9._-]+", "_", the_run.name).strip("_") or "trace"
         name = f"{stem}.trace.json"
 
         def body():

@@ -1,5 +1,6 @@
-"""The trace viewer: an on-disk, multi-resolution index of trace events and the queries
-the timeline page and XProf's clients ask of it.
+"""The trace viewer's index: an on-disk, multi-resolution index of trace events, built once
+per input file, and the row queries the views (tools/trace_viewer.py, trace_xprof.py,
+trace_export.py) are made of.
 
 Index (one folder per input file, written once by :func:`build_index`)
 ----------------------------------------------------------------------
@@ -30,9 +31,12 @@ Every slice becomes one row of fixed-width numpy columns (``np.save``, read back
   ``counter_<i>_t.npy`` / ``_v.npy``), the time origin (absolute ps, a Python int) and the
   planes' metadata for decoding xplane args (``plane_<i>.pb``).
 
-Times in the payloads of profscope's API are milliseconds from the origin of the
-selected hosts; XProf's own JSON keeps XProf's units (µs ``ts``/``dur``, ms
-``fullTimespan``).
+Decoding an event's arguments
+-----------------------------
+A Chrome trace's are JSON, read here. An xplane's are the raw ``XEvent`` bytes, which
+only the xplane reader knows how to decode: the app hands a :class:`XEventDecoder` (its
+``plane_metadata`` / ``event_args``) to :class:`TraceIndex` (through :class:`IndexCache`),
+so no tool imports a format.
 """
 
 from __future__ import annotations
@@ -41,39 +45,42 @@ import os
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Protocol
 
 import numpy as np
 import orjson
 
-from profscope.errors import BadInput, BadRequest, NotFound
+from profscope.errors import BadInput, NotFound
 from profscope.forksafe import renew_locks_after_fork
-from profscope.formats import xplane_trace
 from profscope.model.trace import FLOW_END, FLOW_MID, FLOW_START, FlowEvents, TraceEvents
 from profscope.tools import trace_visibility as tv
 
 INDEX_VERSION = 5  # 2: crossing events stacked (depths never overlap); 3: flows; 4: flow-bound slices; 5: derived lines, events per track
-MAX_FLOWS = 5000  # arrows per window
 FLOW_SHORT_PS = 10**10  # arrows spanning at most 10 ms are found by binary search
-XPROF_FILTER_MIN_EVENTS = tv.XPROF_FILTER_MIN_EVENTS
-XPROF_DEFAULT_RESOLUTION = 8000
 XPROF_EXACT_MAX = 1_500_000  # events in a window that XProf's filter visits one by one
 LEVELS = 64
 TIER_MIN_Z = 10  # 1 ns bins
 TIER_STEP = 2
 TIER_KEEP_MAX = 0.7
-HOST_ID_SHIFT = 40  # event id = host position << 40 | row (< 2^53 with < 8192 hosts)
-TRACK_ID_SHIFT = 20  # track id = host position << 20 | track
-MAX_RESOLUTION = 100_000
-DEFAULT_RESOLUTION = 1000
-PS_PER_MS = 10**9
 MAX_DUR_PS = 1 << 60  # 13 days; longer durations (corrupt input) are capped
 _COLS = ("start", "dur", "track", "depth", "name", "aoff", "alen")
 _TIER_COLS = ("rows", "start", "dur", "track", "depth", "name")
 FENCE = 1024  # every FENCE-th start is kept in memory: binary searches touch ~2 pages
 _WIN_COLS = ("start", "dur", "track", "depth", "name")
+MODULE_ID = re.compile(r"\((\d+)\)$")  # jit_train_step(42): XProf's module names
+
+
+class XEventDecoder(Protocol):
+    """How an xplane index's event arguments are decoded (formats/xplane_trace.py's
+    functions of these names: the app passes that module)."""
+
+    def plane_metadata(self, meta_bytes: bytes) -> Any:
+        """What :meth:`event_args` needs of a plane, from its serialized XPlane without
+        lines (``plane_<i>.pb``); decoded once per plane and index."""
+
+    def event_args(self, event_bytes: bytes, plane_meta: Any) -> dict:
+        """One XEvent's arguments as XProf's trace viewer shows them."""
 
 
 # ---------------------------------------------------------------------------
@@ -561,10 +568,12 @@ def _report(progress, fraction, message):
 
 
 class TraceIndex:
-    """A built index, its columns memory-mapped."""
+    """A built index, its columns memory-mapped. ``decoder`` decodes an xplane index's
+    event arguments (:class:`XEventDecoder`); a Chrome trace's index needs none."""
 
-    def __init__(self, folder: Path | str):
+    def __init__(self, folder: Path | str, decoder: XEventDecoder | None = None):
         self.folder = Path(folder)
+        self.decoder = decoder
         self.meta = orjson.loads((self.folder / "meta.json").read_bytes())
         self.n = self.meta["events"]
         self.origin_ps = int(self.meta["origin_ps"])
@@ -789,12 +798,14 @@ class TraceIndex:
             except orjson.JSONDecodeError:
                 return {}
             return value if isinstance(value, dict) else {"args": value}
+        if self.decoder is None:
+            raise TypeError(f"{self.folder} holds XEvents: open it with an XEventDecoder to read their args")
         plane = self.tracks[int(self.cols["track"][row])]["plane"]
         with self._lock:
             pm = self._planes.get(plane)
             if pm is None:
-                pm = self._planes[plane] = xplane_trace.plane_metadata((self.folder / f"plane_{plane}.pb").read_bytes())
-        return xplane_trace.event_args(data, pm)
+                pm = self._planes[plane] = self.decoder.plane_metadata((self.folder / f"plane_{plane}.pb").read_bytes())
+        return self.decoder.event_args(data, pm)
 
     def flows_in(self, s: int, e: int) -> np.ndarray:
         """The arrows with a point in [s, e) or crossing it, in time order. Most arrows
@@ -853,7 +864,7 @@ class TraceIndex:
         if program_id is None:
             return None
         if self._modules is None:
-            self._modules = {m.group(1): n for n in self.names if (m := _MODULE_ID.search(n))}
+            self._modules = {m.group(1): n for n in self.names if (m := MODULE_ID.search(n))}
         return self._modules.get(str(program_id))
 
     def lower_names(self) -> list[str]:
@@ -867,523 +878,13 @@ class TraceIndex:
         return np.flatnonzero(np.isin(self.cols["name"], np.asarray(name_ids, dtype=np.int32)))
 
 
-# ---------------------------------------------------------------------------
-# Several hosts on one timeline
-# ---------------------------------------------------------------------------
-
-
-@dataclass
-class HostIndex:
-    position: int  # the host's position among the run's hosts (stable ids)
-    host: str
-    index: TraceIndex
-    pid_offset: int = 0  # xplane: 1000 * XProf's number of the host among those selected; Chrome: 0
-
-
-class TraceView:
-    """The selected hosts of a run, merged on one timeline whose origin is the earliest
-    of theirs."""
-
-    def __init__(self, run_name: str, hosts: list[HostIndex]):
-        self.run = run_name
-        self.hosts = hosts
-        self.origin_ps = min((h.index.origin_ps for h in hosts), default=0)
-        self.shift = {h.position: h.index.origin_ps - self.origin_ps for h in hosts}
-        self.end_ps = max((self.shift[h.position] + h.index.end_ps for h in hosts), default=0)
-
-    # -- parameters -------------------------------------------------------------------------
-
-    def span_ps(self, start_ms, end_ms) -> tuple[int, int]:
-        s = 0 if start_ms is None else _clamp_ps(_ms_to_ps(start_ms, "start_ms"))
-        e = self.end_ps if end_ms is None else _clamp_ps(_ms_to_ps(end_ms, "end_ms"))
-        if e < s:
-            raise BadRequest(f"end_ms ({end_ms}) is before start_ms ({start_ms})")
-        if e == s:
-            e = s + 1
-        return s, e
-
-    def _host(self, event_id: int) -> tuple[HostIndex, int]:
-        pos, row = event_id >> HOST_ID_SHIFT, event_id & ((1 << HOST_ID_SHIFT) - 1)
-        for h in self.hosts:
-            if h.position == pos:
-                h.index.check_row(row)
-                return h, row
-        raise NotFound(f"no event with id {event_id} in the selected hosts of run {self.run!r}")
-
-    # -- payloads ---------------------------------------------------------------------------
-
-    def tracks(self) -> tuple[list[dict], list[dict]]:
-        processes, tracks = [], []
-        for h in self.hosts:
-            for p in h.index.meta["processes"]:
-                processes.append({"pid": p["pid"] + h.pid_offset, "name": p["name"], "host": h.host,
-                                  "sortIndex": p["sortIndex"] + h.pid_offset})
-            for i, t in enumerate(h.index.tracks):
-                tracks.append({"id": (h.position << TRACK_ID_SHIFT) | i, "pid": t["pid"] + h.pid_offset,
-                               "tid": t["tid"], "name": t["name"], "sortIndex": t["sortIndex"],
-                               "maxDepth": t["maxDepth"], "kind": t["kind"], "events": t.get("events", 1)})
-        return processes, tracks
-
-    def window(self, start_ms=None, end_ms=None, resolution=None) -> dict:
-        res = parse_resolution(resolution)
-        s, e = self.span_ps(start_ms, end_ms)
-        processes, tracks = self.tracks()
-        names: list[str] = []
-        name_ix: dict[str, int] = {}
-        cols = {k: [] for k in ("id", "track", "start", "dur", "depth", "name")}
-        counters, steps = [], []
-        flows = {"name": [], "fromTrack": [], "from": [], "toTrack": [], "to": [], "truncated": 0}
-        truncated = False
-        total = 0
-        for h in self.hosts:
-            ix = h.index
-            sh = self.shift[h.position]
-            total += ix.n
-            sl, trunc = ix.window_rows(s - sh, e - sh, res)
-            truncated |= trunc
-            if len(sl["rows"]):
-                uniq, inv = np.unique(sl["name"], return_inverse=True)
-                mapped = np.asarray([name_ix.setdefault(ix.names[u], len(name_ix)) for u in uniq.tolist()], dtype=np.int64)
-                names.extend(list(name_ix)[len(names):])
-                cols["id"].append((h.position << HOST_ID_SHIFT) | sl["rows"])
-                cols["track"].append((h.position << TRACK_ID_SHIFT) | sl["track"].astype(np.int64))
-                cols["start"].append((sl["start"] + sh) / PS_PER_MS)
-                cols["dur"].append(sl["dur"] / PS_PER_MS)
-                cols["depth"].append(sl["depth"].astype(np.int64))
-                cols["name"].append(mapped[inv.reshape(-1)])
-            for i, c in enumerate(ix.meta["counters"]):
-                t, v = ix.counter(i, s - sh, e - sh, res)
-                counters.append({"track": (h.position << TRACK_ID_SHIFT) | c["track"], "name": c["name"],
-                                 "unit": c["unit"], "t": ((t + sh) / PS_PER_MS).tolist(), "v": v.tolist()})
-            for name, st, du in ix.meta["steps"]:
-                if st < e - sh and st + du > s - sh:
-                    steps.append({"name": name, "start": (st + sh) / PS_PER_MS, "dur": du / PS_PER_MS})
-            hit = ix.flows_in(s - sh, e - sh)
-            if len(hit):  # arrows with a point in the window or crossing it, the first few thousand
-                sel = hit[:MAX_FLOWS]
-                flows["truncated"] += max(0, len(hit) - MAX_FLOWS)
-                for k, a, z in (("name", 0, 1), ("fromTrack", 1, 2), ("from", 2, 3), ("toTrack", 3, 4), ("to", 4, 5)):
-                    col = sel[:, a]
-                    if k == "name":
-                        col = [name_ix.setdefault(ix.names[u], len(name_ix)) for u in col.tolist()]
-                        names.extend(list(name_ix)[len(names):])
-                    elif k.endswith("Track"):
-                        col = ((h.position << TRACK_ID_SHIFT) | col).tolist()
-                    else:
-                        col = ((col + sh) / PS_PER_MS).tolist()
-                    flows[k].extend(col)
-        slices = {}
-        for k, parts in cols.items():
-            slices[k] = np.concatenate(parts).tolist() if parts else []
-        return {
-            "run": self.run,
-            "hosts": [h.host for h in self.hosts],
-            "originNs": self.origin_ps // 1000,
-            "fullTimespan": [0.0, self.end_ps / PS_PER_MS],
-            "window": [s / PS_PER_MS, e / PS_PER_MS],
-            "resolution": res,
-            "processes": processes,
-            "tracks": tracks,
-            "names": names,
-            "slices": slices,
-            "counters": counters,
-            "steps": steps,
-            "flows": flows,
-            "returnedEventsSize": len(slices["id"]),
-            "totalEventsSize": total,
-            "truncated": bool(truncated),
-        }
-
-    def event(self, event_id) -> dict:
-        eid = _int_id(event_id)
-        h, row = self._host(eid)
-        ix = h.index
-        sh = self.shift[h.position]
-        ti = int(ix.cols["track"][row])
-        t = ix.tracks[ti]
-        proc = next((p["name"] for p in ix.meta["processes"] if p["pid"] == t["pid"]), "")
-        args = ix.args(row)
-        hlo_op = args.get("hlo_op")
-        hlo_module = args.get("hlo_module")
-        program_id = args.get("program_id")
-        module = None
-        if hlo_module:
-            module = f"{hlo_module}({program_id})" if program_id is not None and not str(hlo_module).endswith(f"({program_id})") else str(hlo_module)
-        elif program_id is not None:
-            # TPU ops carry only the program id: their module is the XLA Modules slice
-            # named "<module>(<program id>)", as module_list names it
-            module = ix.module_named(program_id)
-        elif t["name"] == "XLA Modules":
-            module = ix.module_named(_MODULE_ID.search(ix.names[int(ix.cols["name"][row])]))
-        return {
-            "id": eid,
-            "name": ix.names[int(ix.cols["name"][row])],
-            "start": (int(ix.cols["start"][row]) + sh) / PS_PER_MS,
-            "dur": int(ix.cols["dur"][row]) / PS_PER_MS,
-            "depth": int(ix.cols["depth"][row]),
-            "track": {"id": (h.position << TRACK_ID_SHIFT) | ti, "name": t["name"], "pid": t["pid"] + h.pid_offset,
-                      "process": proc, "host": h.host},
-            "args": _jsonable(args),
-            "hloOp": hlo_op,
-            "hloModule": hlo_module,
-            "module": module,
-        }
-
-    def search(self, q: str | None, limit=None) -> dict:
-        q = (q or "").strip()
-        if not q:
-            raise BadRequest("missing parameter 'q' (the text to search event names for)")
-        lim = _int_param(limit, "limit", 50, 1, 10_000)
-        ql = q.lower()
-        groups: list[list[tuple[int, HostIndex, np.ndarray]]] = [[], []]
-        total = 0
-        for h in self.hosts:
-            lower = h.index.lower_names()
-            prefix = [i for i, s in enumerate(lower) if s.startswith(ql)]
-            inner = [i for i, s in enumerate(lower) if ql in s and not s.startswith(ql)]
-            for g, ids in enumerate((prefix, inner)):
-                rows = h.index.rows_named(ids)
-                total += len(rows)
-                groups[g].append((h, rows))
-        matches = []
-        for g in groups:
-            merged = []
-            for h, rows in g:
-                if not rows.size:
-                    continue
-                st = np.asarray(h.index.cols["start"][rows]) + self.shift[h.position]
-                take = np.argsort(st, kind="stable")[: lim]
-                merged += [(int(st[i]), h, int(rows[i])) for i in take.tolist()]
-            merged.sort(key=lambda x: x[0])
-            for st, h, row in merged:
-                if len(matches) >= lim:
-                    break
-                ix = h.index
-                matches.append({"id": (h.position << HOST_ID_SHIFT) | row, "name": ix.names[int(ix.cols["name"][row])],
-                                "start": st / PS_PER_MS, "dur": int(ix.cols["dur"][row]) / PS_PER_MS,
-                                "track": (h.position << TRACK_ID_SHIFT) | int(ix.cols["track"][row])})
-        return {"query": q, "total": total, "matches": matches}
-
-    # -- XProf's JSON -------------------------------------------------------------------------
-
-    def xprof_json(self, start_time_ms=None, end_time_ms=None, resolution=None) -> bytes:
-        return b"".join(self.xprof_chunks(start_time_ms, end_time_ms, resolution))
-
-    def xprof_chunks(self, start_time_ms=None, end_time_ms=None, resolution=None, event_name=None,
-                     duration_ms=None, unique_id=None) -> Iterator[bytes]:
-        """XProf's trace_viewer@ answer, in pieces (a whole trace without a resolution can
-        be gigabytes, as in XProf); parameters are checked before the first piece.
-
-        With ``event_name`` it is XProf's event-details request instead (its UI sends it
-        on a click: ``event_name``, ``start_time_ms``, ``duration_ms``, ``unique_id`` =
-        the event's ``args.uid``; ``trace_view_options.cc``, ``ReadFullEventFromLevelDbTable``):
-        the answer holds that one event, with all its args, or no event."""
-        if event_name not in (None, ""):
-            found = self._xprof_find(str(event_name), start_time_ms, duration_ms, unique_id)
-            return self._xprof_pieces(0, 0, 0, found=found)
-        return self._xprof_pieces(*self._xprof_window(start_time_ms, end_time_ms, resolution))
-
-    def _xprof_find(self, name: str, start_time_ms, duration_ms, unique_id) -> list[tuple[HostIndex, dict]]:
-        """The event of an event-details request: the row named by ``unique_id`` (our
-        ``uid`` is the row) when its name, start and duration agree, else the event of
-        that name starting closest to ``start_time_ms`` within a microsecond."""
-        if start_time_ms in (None, ""):
-            raise BadRequest("missing parameter 'start_time_ms' (the event's start, with event_name)")
-        start = _ms_to_ps(start_time_ms, "start_time_ms") - self.origin_ps
-        dur = None if duration_ms in (None, "") else _ms_to_ps(duration_ms, "duration_ms")
-        uid = None if unique_id in (None, "") else _number_id(unique_id, "unique_id")
-        tol = 10**6  # 1 µs: the UI sends times as float µs / 1e3
-
-        def fits(ix: TraceIndex, row: int, sh: int) -> bool:
-            return (ix.names[int(ix.cols["name"][row])] == name
-                    and abs(int(ix.cols["start"][row]) + sh - start) <= tol
-                    and (dur is None or abs(int(ix.cols["dur"][row]) - dur) <= tol))
-
-        for h in self.hosts:
-            ix, sh = h.index, self.shift[h.position]
-            if uid is not None and 0 <= uid < ix.n and fits(ix, uid, sh):
-                return [(h, ix.gather(np.asarray([uid], np.int64)))]
-        best = None
-        for h in self.hosts:
-            ix, sh = h.index, self.shift[h.position]
-            rows = ix.overlapping(start - sh - tol, start - sh + tol + 1)
-            for row in rows.tolist():
-                if fits(ix, row, sh):
-                    d = abs(int(ix.cols["start"][row]) + sh - start)
-                    if best is None or d < best[0]:
-                        best = (d, h, row)
-        if best is None:
-            return []
-        return [(best[1], best[1].index.gather(np.asarray([best[2]], np.int64)))]
-
-    def xprof_span(self) -> tuple[int, int]:
-        """XProf's trace span: first slice start to last slice end (ps from our origin)."""
-        spans = [(self.shift[h.position] + lo, self.shift[h.position] + hi) for h in self.hosts
-                 for lo, hi in [h.index.meta.get("slice_span", [0, h.index.end_ps])] if h.index.n]
-        if not spans:
-            return 0, 0
-        return min(a for a, _ in spans), max(b for _, b in spans)
-
-    def _xprof_window(self, start_time_ms, end_time_ms, resolution):
-        """XProf's trace_viewer@ answer (trace_events_to_json.h): ``M`` process and thread
-        names and sort indexes, then ``X`` events with µs ``ts``/``dur`` on XProf's absolute
-        time base; ``fullTimespan`` and the window in ms. As in XProf
-        (``GetTraceViewOption``, ``TraceVisibilityFilter::SetUp``), an absent or zero
-        ``start_time_ms``/``end_time_ms`` is the trace's start/end and the window is
-        clamped to the trace's span."""
-        given_s = start_time_ms not in (None, "")
-        given_e = end_time_ms not in (None, "")
-        s_abs = _ms_to_ps(start_time_ms, "start_time_ms") if given_s else 0
-        e_abs = _ms_to_ps(end_time_ms, "end_time_ms") if given_e else 0
-        if s_abs and e_abs and e_abs < s_abs:
-            raise BadRequest(f"end_time_ms ({end_time_ms}) is before start_time_ms ({start_time_ms})")
-        lo, hi = self.xprof_span()
-        s = max(lo, _clamp_ps(s_abs - self.origin_ps)) if s_abs else lo
-        e = min(hi, _clamp_ps(e_abs - self.origin_ps)) if e_abs else hi
-        # XProf's data route asks for 8000 px when the client gives no resolution
-        # (profile_plugin.py: ``request.args.get('resolution', 8000)``); 0 is no filter
-        res = _int_param(resolution, "resolution", XPROF_DEFAULT_RESOLUTION, 0, 10_000_000)
-        return s, e, res
-
-    def _xprof_pieces(self, s: int, e: int, res: int, found: list | None = None) -> Iterator[bytes]:
-        origin_ms = self.origin_ps / PS_PER_MS
-        parts = [] if found is None else found
-        count = sum(len(sl["rows"]) for _, sl in parts)
-        # XProf filters by visibility only traces of at least kDisableStreamingThreshold
-        # events (``trace_view_options.cc``; ``DoLoadFromLevelDbTable`` sets the
-        # resolution to 0 below it): smaller ones get every event in the window.
-        thin = res and sum(h.index.n for h in self.hosts) >= XPROF_FILTER_MIN_EVENTS
-        for h in self.hosts if found is None else ():
-            ix = h.index
-            sh = self.shift[h.position]
-            if thin:
-                sl = ix.xprof_visible(s - sh, e - sh, res)
-            else:
-                sl = ix.gather(ix.overlapping_closed(s - sh, e - sh))
-                order = np.argsort(sl["start"], kind="stable")
-                sl = {k: v[order] for k, v in sl.items()}
-            count += len(sl["rows"])
-            parts.append((h, sl))
-        lo, hi = self.xprof_span()
-        # XProf 2.24.2's keys, all of them: its trace viewer reads e.g.
-        # ``showCounterMessage.length`` and stays blank without it
-        # (``trace_events_to_json.h``, TraceEventsToJson). filteredByVisibility: XProf
-        # says true on every answer (its UI then asks again when zooming).
-        details = [{"name": "mpmd_pipeline_view", "value": False}]
-        if any("/device:TPU:" in p["name"] for h in self.hosts for p in h.index.meta["processes"]):
-            details.append({"name": "full_dma", "value": False})  # XProf's TPU-only option
-        head = {"displayTimeUnit": "ns", "metadata": {"highres-ticks": True}, "codeLink": "", "useNewBackend": False,
-                "details": details, "returnedEventsSize": count,
-                "filteredByVisibility": True,
-                "fullTimespan": [origin_ms + lo / PS_PER_MS, origin_ms + hi / PS_PER_MS], "stackFrames": {}}
-        yield orjson.dumps(head)[:-1] + b',"traceEvents":['
-        first = True
-        buf = []
-        for chunk in self._metadata_events(xprof=True):
-            buf.append(chunk if first else b"," + chunk)
-            first = False
-        for h, sl in parts:
-            for chunk in self._x_events(h, sl, with_args=found is not None, xprof=True):
-                buf.append(chunk if first else b"," + chunk)
-                first = False
-                if len(buf) >= 20000:
-                    yield b"".join(buf)
-                    buf = []
-        buf.append(b'],"showCounterMessage":"","totalCounterEvents":0}')
-        yield b"".join(buf)
-
-    def _metadata_events(self, xprof: bool) -> Iterator[bytes]:
-        for h in self.hosts:
-            ix = h.index
-            for p in ix.meta["processes"]:
-                pid = p["pid"] + h.pid_offset
-                nthreads = sum(1 for t in ix.tracks if t["pid"] == p["pid"] and t["kind"] == "slices")
-                yield orjson.dumps({"args": {"name": p["name"]}, "name": "process_name", "ph": "M", "pid": pid,
-                                    "thread_count": nthreads})
-                yield orjson.dumps({"args": {"sort_index": p["sortIndex"] + h.pid_offset}, "name": "process_sort_index",
-                                    "ph": "M", "pid": pid})
-            for t in ix.tracks:
-                if t["kind"] != "slices":
-                    continue
-                pid = t["pid"] + h.pid_offset
-                yield orjson.dumps({"args": {"name": t["name"]}, "name": "thread_name", "ph": "M", "pid": pid, "tid": t["tid"]})
-                yield orjson.dumps({"args": {"sort_index": t["tid"] if xprof else t["sortIndex"]}, "name": "thread_sort_index",
-                                    "ph": "M", "pid": pid, "tid": t["tid"]})
-
-    def _x_events(self, h: HostIndex, sl, with_args: bool, chunk: int = 20000, xprof: bool = False) -> Iterator[bytes]:
-        """X events of columns from :meth:`TraceIndex.window_rows` / ``gather`` (or of
-        rows, gathered a chunk at a time); ``xprof``: with XProf's flow fields."""
-        ix = h.index
-        base_us = (ix.origin_ps) / 1e6
-        pids = np.asarray([t["pid"] + h.pid_offset for t in ix.tracks] or [0], dtype=np.int64)
-        tids = np.asarray([t["tid"] for t in ix.tracks] or [0], dtype=np.int64)
-        rows = sl["rows"] if isinstance(sl, dict) else sl
-        for a in range(0, len(rows), chunk):
-            r = rows[a:a + chunk]
-            c = {k: v[a:a + chunk] for k, v in sl.items()} if isinstance(sl, dict) else ix.gather(r)
-            tr = c["track"]
-            ts = (c["start"] / 1e6 + base_us).tolist()
-            du = (c["dur"] / 1e6).tolist()
-            nm = c["name"].tolist()
-            pid = pids[tr].tolist()
-            tid = tids[tr].tolist()
-            rl = r.tolist()
-            flows = ix.flow_fields(np.asarray(r)) if xprof else {}
-            for i in range(len(rl)):
-                ev = {"pid": pid[i], "tid": tid[i], "name": ix.names[nm[i]], "ts": ts[i], "dur": du[i], "ph": "X"}
-                f = flows.get(rl[i])
-                if f is not None:
-                    ev.update(f)
-                ev["args"] = _jsonable(ix.args(rl[i])) if with_args else {}
-                if xprof:  # XProf's UI asks for an event's details by its args.uid
-                    ev["args"]["uid"] = rl[i]
-                yield orjson.dumps(ev)
-
-    # -- export -----------------------------------------------------------------------------
-
-    def export(self, start_ms=None, end_ms=None) -> Iterator[bytes]:
-        """Chrome-trace JSON of every event in the window (no resolution filter): M names,
-        X events (µs), C counter events, s/f flow pairs; Perfetto and chrome://tracing
-        open it. In pieces of at least EXPORT_PIECE bytes: the server sends (and gzips)
-        each piece on its own, which for one counter sample or flow end at a time made a
-        30 MB export take 25 s."""
-        piece, size = [], 0
-        for chunk in self._export_events(start_ms, end_ms):
-            piece.append(chunk)
-            size += len(chunk)
-            if size >= EXPORT_PIECE:
-                yield b"".join(piece)
-                piece, size = [], 0
-        if piece:
-            yield b"".join(piece)
-
-    def _export_events(self, start_ms, end_ms) -> Iterator[bytes]:
-        s, e = self.span_ps(start_ms, end_ms)
-        if end_ms is None:
-            e += 1  # the whole trace: also an instant at its very end
-        yield b'{"displayTimeUnit":"ns","traceEvents":['
-        first = True
-        for chunk in self._metadata_events(xprof=False):
-            yield chunk if first else b"," + chunk
-            first = False
-        for h in self.hosts:
-            ix = h.index
-            sh = self.shift[h.position]
-            rows = ix.overlapping(s - sh, e - sh)
-            rows = rows[np.argsort(np.asarray(ix.cols["start"][rows]), kind="stable")]
-            buf = []
-            for ev in self._x_events(h, rows, with_args=True):
-                buf.append(ev if first else b"," + ev)
-                first = False
-                if len(buf) >= 5000:
-                    yield b"".join(buf)
-                    buf = []
-            if buf:
-                yield b"".join(buf)
-            base_us = ix.origin_ps / 1e6
-            for i, c in enumerate(ix.meta["counters"]):
-                t, v = ix.counter(i, s - sh, e - sh, 10**9)
-                pid = ix.tracks[c["track"]]["pid"] + h.pid_offset
-                for tt, vv in zip((t / 1e6 + base_us).tolist(), v.tolist()):
-                    yield (b"" if first else b",") + orjson.dumps({"ph": "C", "pid": pid, "name": c["name"], "ts": tt,
-                                                                   "args": {c["unit"] or "value": vv}})
-                    first = False
-            # flows with both ends in the window, as s/f pairs bound to the enclosing slices
-            f = ix.flows
-            inside = f[(np.minimum(f[:, 2], f[:, 4]) >= s - sh) & (np.maximum(f[:, 2], f[:, 4]) < e - sh)] if len(f) else f
-            for k, (name, t0, ts0, t1, ts1) in enumerate(inside.tolist()):
-                fid = (h.position << 32) | k
-                for ph, track, ts in (("s", t0, ts0), ("f", t1, ts1)):
-                    tr = ix.tracks[track]
-                    ev = {"ph": ph, "id": fid, "cat": ix.names[name], "name": ix.names[name], "pid": tr["pid"] + h.pid_offset,
-                          "tid": tr["tid"], "ts": (ts + ix.origin_ps) / 1e6}
-                    if ph == "f":
-                        ev["bp"] = "e"
-                    yield (b"" if first else b",") + orjson.dumps(ev)
-                    first = False
-        yield b"]}"
-
-
-EXPORT_PIECE = 1 << 18
-
-
-# ---------------------------------------------------------------------------
-# Parameters
-# ---------------------------------------------------------------------------
-
-_MODULE_ID = re.compile(r"\((\d+)\)$")  # jit_train_step(42): XProf's module names
-_NUMBER = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
-
-
-def _ms_to_ps(value, name: str) -> int:
-    text = str(value).strip()
-    if not _NUMBER.match(text):
-        raise BadRequest(f"parameter {name!r} must be a number of milliseconds, not {value!r}")
-    v = float(text)
-    if abs(v) > 1e15:
-        raise BadRequest(f"parameter {name!r} is out of range: {value!r}")
-    return round(v * PS_PER_MS)
-
-
-def _clamp_ps(v: int) -> int:
-    """Window bounds far outside any trace are clamped to ±2^61 ps (26 days), so that
-    they and the level margins (durations are capped at 2^60 ps) stay within int64."""
-    return max(-(1 << 61), min(1 << 61, v))
-
-
-def parse_resolution(value) -> int:
-    return _int_param(value, "resolution", DEFAULT_RESOLUTION, 1, MAX_RESOLUTION)
-
-
-def _int_param(value, name: str, default: int, lo: int, hi: int) -> int:
-    if value in (None, ""):
-        return default
-    text = str(value).strip()
-    if not re.fullmatch(r"[+-]?\d+", text):
-        raise BadRequest(f"parameter {name!r} must be an integer, not {value!r}")
-    v = int(text)
-    if not lo <= v <= hi:
-        raise BadRequest(f"parameter {name!r} must be between {lo} and {hi}, not {v}")
-    return v
-
-
-def _number_id(value, name: str) -> int:
-    """A non-negative integer XProf's UI may send as a float (``unique_id=12.0``)."""
-    text = str(value).strip()
-    if not _NUMBER.match(text) or text.startswith("-"):
-        raise BadRequest(f"parameter {name!r} must be a non-negative number, not {value!r}")
-    v = float(text)
-    if not v < 2**63:
-        raise BadRequest(f"parameter {name!r} is out of range: {value!r}")
-    return int(v)
-
-
-def _int_id(value) -> int:
-    if value in (None, ""):
-        raise BadRequest("missing parameter 'id' (an event id from /api/trace/window or /api/trace/search)")
-    text = str(value).strip()
-    if not text.isdigit():
-        raise BadRequest(f"parameter 'id' must be a non-negative integer, not {value!r}")
-    return int(text)
-
-
-def _jsonable(value):
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, bytes):
-        return value.hex()
-    if isinstance(value, int) and abs(value) >= 1 << 63:
-        return str(value)
-    return value
-
-
 class IndexCache:
-    """Open indexes, the last few kept (their columns are memory-mapped)."""
+    """Open indexes, the last few kept (their columns are memory-mapped); each opened with
+    ``decoder`` (see :class:`TraceIndex`)."""
 
-    def __init__(self, size: int = 8):
+    def __init__(self, size: int = 8, decoder: XEventDecoder | None = None):
         self.size = size
+        self.decoder = decoder
         self._open: OrderedDict[str, TraceIndex] = OrderedDict()
         self._lock = threading.Lock()
         renew_locks_after_fork(self, "_lock")
@@ -1395,7 +896,7 @@ class IndexCache:
             if ix is not None:
                 self._open.move_to_end(key)
                 return ix
-        ix = TraceIndex(folder)
+        ix = TraceIndex(folder, self.decoder)
         with self._lock:
             self._open[key] = ix
             while len(self._open) > self.size:

@@ -27,7 +27,7 @@ its end is ``r`` past the row's last kept arrow end).
 Step 1 is computed lazily, level by level, and only as deep as a request needs; each
 level is one pass over the events in Python. Past ``XPROF_LEVELS_MAX`` events that would
 take too long, and the rule then runs over the window's candidates directly (see
-:meth:`profscope.tools.trace_viewer.TraceIndex.xprof_visible`).
+:meth:`profscope.tools.trace_index.TraceIndex.xprof_visible`).
 """
 
 from __future__ import annotations

@@ -1,0 +1,269 @@
+"""The trace viewer's views: the selected hosts of a run on one timeline
+(:class:`TraceView`) and what the timeline page asks of it: a window at a resolution,
+one event's details, search by name. XProf's own JSON is tools/trace_xprof.py, the
+Chrome-trace export tools/trace_export.py; both read a :class:`TraceView`. The rows come
+from each host's index (tools/trace_index.py).
+
+Every parameter arrives typed (the server parses them: server/params.py): times in
+milliseconds (floats) from the origin of the selected hosts, a resolution in pixels, an
+event id, a search text and a limit. What needs the data is checked here: a window that
+ends before it starts, an event id no selected host has.
+
+Times in the payloads of profscope's API are milliseconds from the origin of the
+selected hosts; XProf's own JSON keeps XProf's units (µs ``ts``/``dur``, ms
+``fullTimespan``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from profscope.errors import BadRequest, NotFound
+from profscope.tools.trace_index import MODULE_ID, TraceIndex
+
+MAX_FLOWS = 5000  # arrows per window
+HOST_ID_SHIFT = 40  # event id = host position << 40 | row (< 2^53 with < 8192 hosts)
+TRACK_ID_SHIFT = 20  # track id = host position << 20 | track
+MAX_RESOLUTION = 100_000  # the server's bounds of ``resolution`` (server/params.py)
+DEFAULT_RESOLUTION = 1000
+MAX_SEARCH_LIMIT = 10_000  # the server's bound of ``limit``
+DEFAULT_SEARCH_LIMIT = 50
+PS_PER_MS = 10**9
+
+
+# ---------------------------------------------------------------------------
+# Several hosts on one timeline
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class HostIndex:
+    position: int  # the host's position among the run's hosts (stable ids)
+    host: str
+    index: TraceIndex
+    pid_offset: int = 0  # xplane: 1000 * XProf's number of the host among those selected; Chrome: 0
+
+
+class TraceView:
+    """The selected hosts of a run, merged on one timeline whose origin is the earliest
+    of theirs."""
+
+    def __init__(self, run_name: str, hosts: list[HostIndex]):
+        self.run = run_name
+        self.hosts = hosts
+        self.origin_ps = min((h.index.origin_ps for h in hosts), default=0)
+        self.shift = {h.position: h.index.origin_ps - self.origin_ps for h in hosts}
+        self.end_ps = max((self.shift[h.position] + h.index.end_ps for h in hosts), default=0)
+
+    # -- parameters -------------------------------------------------------------------------
+
+    def span_ps(self, start_ms: float | None, end_ms: float | None) -> tuple[int, int]:
+        """The window [start_ms, end_ms) in ps from the origin (absent: the trace's start,
+        end); an empty one is 1 ps wide."""
+        s = 0 if start_ms is None else clamp_ps(ms_to_ps(start_ms))
+        e = self.end_ps if end_ms is None else clamp_ps(ms_to_ps(end_ms))
+        if e < s:
+            end = ms_text(end_ms) if end_ms is not None else f"the trace's end, {ms_text(e / PS_PER_MS)}"
+            raise BadRequest(f"end_ms ({end}) is before start_ms ({ms_text(start_ms or 0)})")
+        if e == s:
+            e = s + 1
+        return s, e
+
+    def _host(self, event_id: int) -> tuple[HostIndex, int]:
+        pos, row = event_id >> HOST_ID_SHIFT, event_id & ((1 << HOST_ID_SHIFT) - 1)
+        for h in self.hosts:
+            if h.position == pos:
+                h.index.check_row(row)
+                return h, row
+        raise NotFound(f"no event with id {event_id} in the selected hosts of run {self.run!r}")
+
+    # -- payloads ---------------------------------------------------------------------------
+
+    def tracks(self) -> tuple[list[dict], list[dict]]:
+        processes, tracks = [], []
+        for h in self.hosts:
+            for p in h.index.meta["processes"]:
+                processes.append({"pid": p["pid"] + h.pid_offset, "name": p["name"], "host": h.host,
+                                  "sortIndex": p["sortIndex"] + h.pid_offset})
+            for i, t in enumerate(h.index.tracks):
+                tracks.append({"id": (h.position << TRACK_ID_SHIFT) | i, "pid": t["pid"] + h.pid_offset,
+                               "tid": t["tid"], "name": t["name"], "sortIndex": t["sortIndex"],
+                               "maxDepth": t["maxDepth"], "kind": t["kind"], "events": t.get("events", 1)})
+        return processes, tracks
+
+    def window(self, start_ms: float | None = None, end_ms: float | None = None, resolution: int | None = None) -> dict:
+        """What to draw of [start_ms, end_ms) at ``resolution`` pixels (default
+        DEFAULT_RESOLUTION; the server keeps it within 1..MAX_RESOLUTION)."""
+        res = DEFAULT_RESOLUTION if resolution is None else resolution
+        s, e = self.span_ps(start_ms, end_ms)
+        processes, tracks = self.tracks()
+        names: list[str] = []
+        name_ix: dict[str, int] = {}
+        cols = {k: [] for k in ("id", "track", "start", "dur", "depth", "name")}
+        counters, steps = [], []
+        flows = {"name": [], "fromTrack": [], "from": [], "toTrack": [], "to": [], "truncated": 0}
+        truncated = False
+        total = 0
+        for h in self.hosts:
+            ix = h.index
+            sh = self.shift[h.position]
+            total += ix.n
+            sl, trunc = ix.window_rows(s - sh, e - sh, res)
+            truncated |= trunc
+            if len(sl["rows"]):
+                uniq, inv = np.unique(sl["name"], return_inverse=True)
+                mapped = np.asarray([name_ix.setdefault(ix.names[u], len(name_ix)) for u in uniq.tolist()], dtype=np.int64)
+                names.extend(list(name_ix)[len(names):])
+                cols["id"].append((h.position << HOST_ID_SHIFT) | sl["rows"])
+                cols["track"].append((h.position << TRACK_ID_SHIFT) | sl["track"].astype(np.int64))
+                cols["start"].append((sl["start"] + sh) / PS_PER_MS)
+                cols["dur"].append(sl["dur"] / PS_PER_MS)
+                cols["depth"].append(sl["depth"].astype(np.int64))
+                cols["name"].append(mapped[inv.reshape(-1)])
+            for i, c in enumerate(ix.meta["counters"]):
+                t, v = ix.counter(i, s - sh, e - sh, res)
+                counters.append({"track": (h.position << TRACK_ID_SHIFT) | c["track"], "name": c["name"],
+                                 "unit": c["unit"], "t": ((t + sh) / PS_PER_MS).tolist(), "v": v.tolist()})
+            for name, st, du in ix.meta["steps"]:
+                if st < e - sh and st + du > s - sh:
+                    steps.append({"name": name, "start": (st + sh) / PS_PER_MS, "dur": du / PS_PER_MS})
+            hit = ix.flows_in(s - sh, e - sh)
+            if len(hit):  # arrows with a point in the window or crossing it, the first few thousand
+                sel = hit[:MAX_FLOWS]
+                flows["truncated"] += max(0, len(hit) - MAX_FLOWS)
+                for k, a, z in (("name", 0, 1), ("fromTrack", 1, 2), ("from", 2, 3), ("toTrack", 3, 4), ("to", 4, 5)):
+                    col = sel[:, a]
+                    if k == "name":
+                        col = [name_ix.setdefault(ix.names[u], len(name_ix)) for u in col.tolist()]
+                        names.extend(list(name_ix)[len(names):])
+                    elif k.endswith("Track"):
+                        col = ((h.position << TRACK_ID_SHIFT) | col).tolist()
+                    else:
+                        col = ((col + sh) / PS_PER_MS).tolist()
+                    flows[k].extend(col)
+        slices = {}
+        for k, parts in cols.items():
+            slices[k] = np.concatenate(parts).tolist() if parts else []
+        return {
+            "run": self.run,
+            "hosts": [h.host for h in self.hosts],
+            "originNs": self.origin_ps // 1000,
+            "fullTimespan": [0.0, self.end_ps / PS_PER_MS],
+            "window": [s / PS_PER_MS, e / PS_PER_MS],
+            "resolution": res,
+            "processes": processes,
+            "tracks": tracks,
+            "names": names,
+            "slices": slices,
+            "counters": counters,
+            "steps": steps,
+            "flows": flows,
+            "returnedEventsSize": len(slices["id"]),
+            "totalEventsSize": total,
+            "truncated": bool(truncated),
+        }
+
+    def event(self, event_id: int) -> dict:
+        """One event's details: an id from :meth:`window` or :meth:`search`."""
+        eid = event_id
+        h, row = self._host(eid)
+        ix = h.index
+        sh = self.shift[h.position]
+        ti = int(ix.cols["track"][row])
+        t = ix.tracks[ti]
+        proc = next((p["name"] for p in ix.meta["processes"] if p["pid"] == t["pid"]), "")
+        args = ix.args(row)
+        hlo_op = args.get("hlo_op")
+        hlo_module = args.get("hlo_module")
+        program_id = args.get("program_id")
+        module = None
+        if hlo_module:
+            module = f"{hlo_module}({program_id})" if program_id is not None and not str(hlo_module).endswith(f"({program_id})") else str(hlo_module)
+        elif program_id is not None:
+            # TPU ops carry only the program id: their module is the XLA Modules slice
+            # named "<module>(<program id>)", as module_list names it
+            module = ix.module_named(program_id)
+        elif t["name"] == "XLA Modules":
+            module = ix.module_named(MODULE_ID.search(ix.names[int(ix.cols["name"][row])]))
+        return {
+            "id": eid,
+            "name": ix.names[int(ix.cols["name"][row])],
+            "start": (int(ix.cols["start"][row]) + sh) / PS_PER_MS,
+            "dur": int(ix.cols["dur"][row]) / PS_PER_MS,
+            "depth": int(ix.cols["depth"][row]),
+            "track": {"id": (h.position << TRACK_ID_SHIFT) | ti, "name": t["name"], "pid": t["pid"] + h.pid_offset,
+                      "process": proc, "host": h.host},
+            "args": jsonable(args),
+            "hloOp": hlo_op,
+            "hloModule": hlo_module,
+            "module": module,
+        }
+
+    def search(self, q: str | None, limit: int | None = None) -> dict:
+        """Events whose name holds ``q`` (case-insensitive; names starting with it first),
+        the first ``limit`` (default DEFAULT_SEARCH_LIMIT) by start."""
+        q = (q or "").strip()
+        if not q:
+            raise BadRequest("missing parameter 'q' (the text to search event names for)")
+        lim = DEFAULT_SEARCH_LIMIT if limit is None else limit
+        ql = q.lower()
+        groups: list[list[tuple[int, HostIndex, np.ndarray]]] = [[], []]
+        total = 0
+        for h in self.hosts:
+            lower = h.index.lower_names()
+            prefix = [i for i, s in enumerate(lower) if s.startswith(ql)]
+            inner = [i for i, s in enumerate(lower) if ql in s and not s.startswith(ql)]
+            for g, ids in enumerate((prefix, inner)):
+                rows = h.index.rows_named(ids)
+                total += len(rows)
+                groups[g].append((h, rows))
+        matches = []
+        for g in groups:
+            merged = []
+            for h, rows in g:
+                if not rows.size:
+                    continue
+                st = np.asarray(h.index.cols["start"][rows]) + self.shift[h.position]
+                take = np.argsort(st, kind="stable")[: lim]
+                merged += [(int(st[i]), h, int(rows[i])) for i in take.tolist()]
+            merged.sort(key=lambda x: x[0])
+            for st, h, row in merged:
+                if len(matches) >= lim:
+                    break
+                ix = h.index
+                matches.append({"id": (h.position << HOST_ID_SHIFT) | row, "name": ix.names[int(ix.cols["name"][row])],
+                                "start": st / PS_PER_MS, "dur": int(ix.cols["dur"][row]) / PS_PER_MS,
+                                "track": (h.position << TRACK_ID_SHIFT) | int(ix.cols["track"][row])})
+        return {"query": q, "total": total, "matches": matches}
+
+    # -- XProf's JSON -------------------------------------------------------------------------
+
+
+def ms_to_ps(ms: float) -> int:
+    """Milliseconds (the server keeps them within ±1e15) as integer picoseconds."""
+    return round(ms * PS_PER_MS)
+
+
+def clamp_ps(v: int) -> int:
+    """Window bounds far outside any trace are clamped to ±2^61 ps (26 days), so that
+    they and the level margins (durations are capped at 2^60 ps) stay within int64."""
+    return max(-(1 << 61), min(1 << 61, v))
+
+
+def ms_text(ms: float) -> str:
+    """A time in an error message, as it was likely typed (``5``, not ``5.0``)."""
+    return str(int(ms)) if float(ms).is_integer() else repr(float(ms))
+
+
+def jsonable(value):
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, int) and abs(value) >= 1 << 63:
+        return str(value)
+    return value
