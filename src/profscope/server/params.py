@@ -52,9 +52,8 @@ Share = Annotated[Annotated[float, Field(gt=0, le=1.5, allow_inf_nan=False)] | N
 Text = Annotated[Annotated[str, Field(max_length=8192)] | None, _absent, Query()]
 Flag = Annotated[Annotated[str, Field(max_length=8192)] | None, Query()]  # XProf: any non-empty value is "on"
 
-# The trace viewer's (server/trace_api.py; tools/trace_viewer.py, trace_xprof.py). Their
-# bounds are on the value, not on ``value | None``: pydantic applies a union's bounds to
-# None too, so a blank value (None after _absent) would fail them with a TypeError (a 500).
+# The trace viewer's (server/trace_api.py; the bounds are tools/trace_viewer.py's and
+# trace_xprof.py's, through app/queries.py), bounds on the inner type as above.
 
 
 def _value(kind: type, *validators: Any, **bounds: Any) -> Any:
