@@ -11,7 +11,7 @@ within 200 us except 0.1 % (a small leak). The file is built once and kept in
 
 Each measurement runs in a fresh worker process (``--worker FILE``) that reports the
 time of :func:`profscope.formats.xplane_allocator.read_allocator_events` (wall and CPU),
-of :func:`profscope.tools.memory_profile_allocator.convert`, of encoding the result with orjson,
+of :func:`profscope.tools.memory_profile_allocator.from_allocator_events`, of encoding the result with orjson,
 the JSON size, and its peak resident memory (``VmHWM`` in ``/proc/self/status``; the
 baseline after imports is printed too). ``--xprof-python PY`` (default ``$XPROF_PYTHON``;
 a scratch venv's python with ``xprof==2.24.2``, never a dependency) also times XProf's
@@ -56,7 +56,7 @@ def worker(path: str) -> None:
         events = xm.read_allocator_events(f, path)
     w1, c1 = time.perf_counter(), time.process_time()
     hwm_read = vm_hwm_kib()
-    result = mp.convert(events)
+    result = mp.from_allocator_events(events)
     w2, c2 = time.perf_counter(), time.process_time()
     body = orjson.dumps(result)
     w3 = time.perf_counter()

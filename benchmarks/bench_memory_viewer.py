@@ -216,7 +216,7 @@ def worker(path: str) -> None:
     t0 = time.perf_counter()
     hlo = hlo_proto.parse(data, "bench.hlo.pb")
     t1 = time.perf_counter()
-    result = mv.convert(hlo)
+    result = mv.from_hlo(hlo)
     t2 = time.perf_counter()
     page = mv.page_view(result)
     t3 = time.perf_counter()

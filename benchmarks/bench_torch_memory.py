@@ -7,7 +7,7 @@ steps of 1,000 ``cpu_op`` events, each allocating two blocks and freeing two old
 ``--events`` ``[memory]`` events (default 100,000; 2,000,000 make ~690 MB of JSON), then, in a fresh
 worker process per input, times :func:`profscope.formats.chrome_trace.memory_events`
 (the streaming read, op/frame attribution) and
-:func:`profscope.tools.memory_profile_torch.convert`, and reports the worker's peak resident
+:func:`profscope.tools.memory_profile_torch.from_memory_events`, and reports the worker's peak resident
 memory (``VmHWM`` in ``/proc/self/status``; the baseline after imports is printed too).
 ``--gzip`` also measures the same trace gzipped.
 
@@ -48,7 +48,7 @@ def worker(path: str) -> None:
         mem = chrome_trace.memory_events(f, path)
     t1 = time.perf_counter()
     rss_parse = _vm("VmHWM")
-    out = memory_profile_torch.convert(mem)
+    out = memory_profile_torch.from_memory_events(mem)
     t2 = time.perf_counter()
     payload = json.dumps(out)
     dev = out["devices"][0]

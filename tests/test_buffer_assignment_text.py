@@ -26,7 +26,7 @@ from profscope.formats.buffer_assignment_text import (
     parse_memory_usage_report,
 )
 from profscope.model.protos import hlo_pb2
-from profscope.tools.memory_viewer_text import category, convert_text
+from profscope.tools.memory_viewer_text import category, from_dump_text
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE / "data" / "buffer_assignment"
@@ -154,7 +154,7 @@ def test_text_and_proto_agree_allocation_by_allocation(path):
 def test_totals_are_the_sums_of_the_allocations(path):
     ba = _load_ba(path)
     report = _load_report(path)
-    payload = convert_text(ba, report, "m")
+    payload = from_dump_text(ba, report, "m")
     allocs = payload["allocations"]
     totals = payload["totals"]
 
@@ -187,7 +187,7 @@ def test_total_equals_the_memory_usage_report(path):
         assert space["totalBytes"] == sum(
             a.size for a in ba.allocations if space["color"] in (None, a.color)
         )
-    payload = convert_text(ba, report, "m")
+    payload = from_dump_text(ba, report, "m")
     by_index = {a.index: a for a in ba.allocations}
     for space in payload["memoryUsageReport"]["memorySpaces"]:
         for entry in space["allocations"]:
@@ -203,10 +203,10 @@ def test_total_equals_the_memory_usage_report(path):
 @pytest.mark.parametrize("path", [p for p in EXAMPLES if p.parent.name == "jax-0.10.2"],
                          ids=lambda p: p.name.split(".")[1])
 def test_report_order_matches_xla_memory_usage_report_proto(path):
-    """The text report does not print allocation indices; convert_text infers them from
+    """The text report does not print allocation indices; from_dump_text infers them from
     XLA's order. The ``-memory-usage-report.pb`` XLA wrote beside it does name them."""
     ba = _load_ba(path)
-    payload = convert_text(ba, _load_report(path), "m")
+    payload = from_dump_text(ba, _load_report(path), "m")
     pb = hlo_pb2.MemoryUsageReportProto()
     pb.ParseFromString(gzip.decompress(Path(_stem(path) + "-memory-usage-report.pb.gz")
                                        .read_bytes()))
@@ -236,8 +236,8 @@ def test_report_as_protobuf_text_parses_like_the_table_form(path):
         assert all(e["index"] is not None and e["sizeBytes"] is not None
                    for e in ps["allocations"])
     ba = _load_ba(path)
-    a = convert_text(ba, proto_text, "m")["memoryUsageReport"]
-    b = convert_text(ba, table, "m")["memoryUsageReport"]
+    a = from_dump_text(ba, proto_text, "m")["memoryUsageReport"]
+    b = from_dump_text(ba, table, "m")["memoryUsageReport"]
     assert [[e["index"] for e in s["allocations"]] for s in a["memorySpaces"]] == [
         [e["index"] for e in s["allocations"]] for s in b["memorySpaces"]
     ]
@@ -250,7 +250,7 @@ def test_report_as_protobuf_text_parses_like_the_table_form(path):
 def test_payload_contract(path):
     ba = _load_ba(path)
     report = _load_report(path)
-    payload = convert_text(ba, report, "jit_x(7)")
+    payload = from_dump_text(ba, report, "jit_x(7)")
     json.dumps(payload)  # JSON-able as is
     assert payload["moduleName"] == "jit_x(7)"
     assert payload["textOnly"] is True
@@ -287,7 +287,7 @@ def test_payload_contract(path):
 def test_categories_follow_xprof_precedence_on_real_modules():
     update = _load_ba(next(p for p in EXAMPLES if p.parent.name == "jax-0.10.2"
                            and ".jit_update." in p.name))
-    payload = convert_text(update, None, "m")
+    payload = from_dump_text(update, None, "m")
     by_index = {a["index"]: a for a in payload["allocations"]}
     # donated state: parameters 0 and 1 are also live out; Parameter wins over Output
     donated = [a for a in payload["allocations"]
@@ -313,7 +313,7 @@ def test_scan_values_carry_shape_index_and_phi():
 
 def test_demo_matches_the_report_and_names_the_files(demo_logdir):
     path = next((demo_logdir / "dumps" / "mlp").glob(f"*{BA_SUFFIX}"))
-    payload = convert_text(_load_ba(path), _load_report(path), "jit_train_step(14)")
+    payload = from_dump_text(_load_ba(path), _load_report(path), "jit_train_step(14)")
     assert payload["totals"]["totalBufferAllocationBytes"] == 5226152  # "Total bytes: 5226152"
     top = payload["allocations"][0]
     assert top["category"] == "Temporary" and "preallocated-temp" in top["attributes"]
@@ -346,7 +346,7 @@ def test_jax_0_5_3_legacy_sections():
     ]
     for e in space["allocations"]:
         assert e["approxBytes"] == next(a.size for a in ba.allocations if a.index == e["index"])
-    payload = convert_text(ba, report, "m")
+    payload = from_dump_text(ba, report, "m")
     assert payload["liveRange"]["peakTime"] == live.peak_time
     assert "live ranges" in payload["note"]
 
@@ -407,7 +407,7 @@ def test_new_attributes_colors_and_cross_color_reuse():
     ]
     assert [(c.id, c.color) for c in a0.cross_color_values] == [(9, 1)]
     assert a1.size == 2048 and a1.is_preallocated_temp
-    payload = convert_text(ba, None, "m")
+    payload = from_dump_text(ba, None, "m")
     first = payload["allocations"][0]
     assert "color 1" in first["attributes"] and "page 3" in first["attributes"]
     assert "parameter shape index {1}" in first["attributes"]
@@ -500,7 +500,7 @@ def test_cut_at_a_line_boundary_is_caught_with_the_report(path):
     ends = [m.end() for m in re.finditer("\n", text)][:-1]
     for cut in ends[1:]:
         with pytest.raises(BadInput) as info:
-            convert_text(parse_buffer_assignment(text[:cut], "cut.txt"), report, "m")
+            from_dump_text(parse_buffer_assignment(text[:cut], "cut.txt"), report, "m")
         assert info.value.file == "cut.txt"
 
 
@@ -559,7 +559,7 @@ def test_report_truncated_and_mismatched():
     other = _load_ba(next(DATA.glob(f"jax-0.10.2/*jit_update*{BA_SUFFIX}")))
     report = parse_memory_usage_report(text, str(path))
     with pytest.raises(BadInput) as info:
-        convert_text(other, report, "m")
+        from_dump_text(other, report, "m")
     assert info.value.file == other.path
 
 
@@ -606,7 +606,7 @@ def test_any_cut_is_an_error_or_leaves_every_allocation_whole(path):
         try:
             ba = parse_buffer_assignment(text[:cut], "cut.txt")
             if report is not None:
-                convert_text(ba, report, "m")
+                from_dump_text(ba, report, "m")
         except BadInput as e:
             assert e.file == "cut.txt"
             continue

@@ -217,7 +217,7 @@ def test_hlo_proto_with_absurd_sizes(case, hlo_bytes, serve_dump):
     change, word = HLO_CASES[case]
     data = _edit(hlo_bytes, change)
     with pytest.raises(BadInput, match=word):
-        memory_viewer.convert(hlo_proto.parse(data, HLO_NAME), 0)
+        memory_viewer.from_hlo(hlo_proto.parse(data, HLO_NAME), 0)
     client, run = serve_dump({HLO_NAME: data})
     with bounded():
         assert_viewer_refuses(client, run, HLO_MODULE, HLO_NAME, 422, word)

@@ -69,7 +69,7 @@ _RESULTS: dict[str, dict] = {}
 def _ours(name: str, request) -> dict:
     if name not in _RESULTS:
         case = BY_NAME[name]
-        _RESULTS[name] = mp.convert(_read(_input(case, request), f"{case['host']}.xplane.pb"))
+        _RESULTS[name] = mp.from_allocator_events(_read(_input(case, request), f"{case['host']}.xplane.pb"))
     return _RESULTS[name]
 
 
@@ -172,7 +172,7 @@ def tf_profile(shared_fixtures):
     path = shared_fixtures / BY_NAME["tf_bfc_cpu"]["input"]["shared"]
     with open(path, "rb") as f:
         events = xm.read_allocator_events(f, str(path))
-    return events, mp.convert(events)
+    return events, mp.from_allocator_events(events)
 
 
 def test_fixture_summary_matches_readme_and_xprof(tf_profile):
@@ -323,7 +323,7 @@ def test_several_hosts(tmp_path):
         with open(path, "rb") as f:
             events = xm.read_allocator_events(f, str(path))
         assert events.hostname == path.name.split(".")[0]
-        results[events.hostname] = mp.convert(events)
+        results[events.hostname] = mp.from_allocator_events(events)
     assert {r["numHosts"] for r in results.values()} == {1}
     assert results["host0"]["memoryProfilePerAllocator"] != results["host1"]["memoryProfilePerAllocator"]
 
@@ -371,7 +371,7 @@ def test_progress_is_reported():
             seen.append((fraction, message))
 
     events = _read(ax.build("tf_training"), progress=P())
-    mp.convert(events, progress=P())
+    mp.from_allocator_events(events, progress=P())
     assert seen[0][0] == 0.0 and seen[-1][0] == 1.0
 
 
@@ -558,8 +558,8 @@ def test_corrupt_events_inside_a_valid_plane_are_bad_input():
 @pytest.mark.parametrize("name", ["steady_leak", "gpu_layout", "tpu_layout"])
 def test_gzipped_profile_reads_the_same(name):
     data = ax.build(name)
-    plain = mp.convert(_read(data))
-    zipped = mp.convert(_read(gzip.compress(data), "host0.xplane.pb.gz"))
+    plain = mp.from_allocator_events(_read(data))
+    zipped = mp.from_allocator_events(_read(gzip.compress(data), "host0.xplane.pb.gz"))
     assert plain == zipped
 
 
@@ -571,13 +571,13 @@ def test_reads_through_fsspec_files(tmp_path):
     fs = fsspec.filesystem("memory")
     fs.pipe("/mp-test/host0.xplane.pb", data)
     with fs.open("/mp-test/host0.xplane.pb", "rb") as f:
-        via_fsspec = mp.convert(xm.read_allocator_events(f, "memory://mp-test/host0.xplane.pb"))
+        via_fsspec = mp.from_allocator_events(xm.read_allocator_events(f, "memory://mp-test/host0.xplane.pb"))
     local = tmp_path / "host0.xplane.pb"
     local.write_bytes(gzip.compress(data))
     with fsspec.filesystem("file").open(str(local), "rb") as f:
-        via_local = mp.convert(xm.read_allocator_events(f, str(local)))
+        via_local = mp.from_allocator_events(xm.read_allocator_events(f, str(local)))
     fs.rm("/mp-test", recursive=True)
-    assert via_fsspec == via_local == mp.convert(_read(data))
+    assert via_fsspec == via_local == mp.from_allocator_events(_read(data))
 
 
 def _imports(module) -> set[str]:

@@ -74,7 +74,7 @@ def _ours(case: dict) -> dict:
     key = _case_id(case)
     if key not in _RESULTS:
         hlo = parse_hlo(_input_bytes(case))
-        _RESULTS[key] = mv.convert(hlo, case["space"], strict=False)
+        _RESULTS[key] = mv.from_hlo(hlo, case["space"], strict=False)
     return _RESULTS[key]
 
 
@@ -134,7 +134,7 @@ def test_matches_xprof(case):
         # XProf answers a space the module does not have with module names only; we say
         # 404 unless asked to behave like XProf.
         with pytest.raises(NotFound, match=f"no memory space {case['space']}"):
-            mv.convert(hlo, case["space"])
+            mv.from_hlo(hlo, case["space"])
         assert set(theirs) == {"moduleName", "entryComputationName"}
     ours = _ours(case)
     _exact_equal(_without_extras(ours), theirs)
@@ -147,7 +147,7 @@ def test_xprof_refuses_so_do_we(case):
     """XProf gives no data for an inconsistent heap-simulator trace; we say why."""
     hlo = parse_hlo(_input_bytes(case))
     with pytest.raises(BadInput, match="Failed to process heap simulator trace"):
-        mv.convert(hlo, case["space"])
+        mv.from_hlo(hlo, case["space"])
 
 
 def test_golden_reaches_the_corners():
@@ -176,7 +176,7 @@ def test_golden_reaches_the_corners():
 
 
 def test_quirks_spelled_out(demo_logdir):
-    mlp = mv.convert(_module_from_profile(demo_logdir, "mlp", "jit_train_step(14)"))
+    mlp = mv.from_hlo(_module_from_profile(demo_logdir, "mlp", "jit_train_step(14)"))
     # heapSizes[i] is the heap *before* event i: the peak value is one point later.
     pos = mlp["peakHeapSizePosition"]
     assert mlp["heapSizes"][pos + 1] == mlp["peakHeapMib"] == max(mlp["heapSizes"])
@@ -223,7 +223,7 @@ def test_peak_agrees_with_memory_analysis(run, demo_logdir, demo_expected):
     module = program["profile_module_name"]
     assert module == TRAIN_STEPS[run]
     hlo = _module_from_profile(demo_logdir, run, module)
-    r = mv.convert(hlo)
+    r = mv.from_hlo(hlo)
     t = r["profscope"]["totals"]
     ma = program["memory_analysis"]
     constants = sum(a.size for a in hlo.buffer_assignment.buffer_allocations if a.is_constant)
@@ -266,7 +266,7 @@ def test_peak_agrees_with_the_dumps_memory_usage_report(demo_logdir):
     report = (dump / "module_0014.jit_train_step.cpu_after_optimizations-memory-usage-report.txt"
               ).read_text()
     total = int(re.search(r"Total bytes: (\d+)", report).group(1))
-    t = mv.convert(hlo)["profscope"]["totals"]
+    t = mv.from_hlo(hlo)["profscope"]["totals"]
     thread_local = sum(a.size for a in hlo.buffer_assignment.buffer_allocations
                        if a.is_thread_local)
     # XLA's report counts every allocation; XProf 2.24.2 leaves thread-local ones out.
@@ -275,9 +275,9 @@ def test_peak_agrees_with_the_dumps_memory_usage_report(demo_logdir):
 
 
 def test_profile_and_dump_give_identical_json(demo_logdir):
-    from_profile = mv.convert(_module_from_profile(demo_logdir, "mlp", "jit_train_step(14)"))
+    from_profile = mv.from_hlo(_module_from_profile(demo_logdir, "mlp", "jit_train_step(14)"))
     dump = demo_logdir / "dumps" / "mlp" / "module_0014.jit_train_step.cpu_after_optimizations.hlo.pb"
-    from_dump = mv.convert(parse_hlo(dump.read_bytes()))
+    from_dump = mv.from_hlo(parse_hlo(dump.read_bytes()))
     assert json.dumps(from_profile, sort_keys=True) == json.dumps(from_dump, sort_keys=True)
 
 
@@ -320,7 +320,7 @@ def test_fresh_jax_program_agrees_with_xla(tmp_path):
     [pb] = tmp_path.glob("*jit_step*after_optimizations.hlo.pb")
     [txt] = tmp_path.glob("*jit_step*after_optimizations-memory-usage-report.txt")
     hlo = parse_hlo(pb.read_bytes())
-    r = mv.convert(hlo)
+    r = mv.from_hlo(hlo)
     t = r["profscope"]["totals"]
     allocs = hlo.buffer_assignment.buffer_allocations
     constants = sum(a.size for a in allocs if a.is_constant)
@@ -430,7 +430,7 @@ def test_extras_documented():
 
 def test_whole_program_buffers(demo_logdir):
     hlo = _module_from_profile(demo_logdir, "mlp", "jit_train_step(14)")
-    r = mv.convert(hlo)
+    r = mv.from_hlo(hlo)
     whole = r["profscope"]["wholeProgramBuffers"]
     indefinite = [w for w in whole if w["kind"] != "never-freed"]
     assert len(indefinite) == len(r["indefiniteLifetimes"])
@@ -443,7 +443,7 @@ def test_whole_program_buffers(demo_logdir):
 def test_summary_matches_convert(demo_logdir):
     for run, module in TRAIN_STEPS.items():
         hlo = _module_from_profile(demo_logdir, run, module)
-        full, cheap = mv.convert(hlo), mv.summary(hlo)
+        full, cheap = mv.from_hlo(hlo), mv.summary(hlo)
         for key in ("moduleName", "peakHeapMib", "peakUnpaddedHeapMib",
                     "totalBufferAllocationMib", "entryComputationParametersMib",
                     "maybeLiveOutMib"):
@@ -469,7 +469,7 @@ def test_progress_is_reported(demo_logdir):
         def update(self, fraction=None, message=None):
             seen.append((fraction, message))
 
-    mv.convert(_module_from_profile(demo_logdir, "transformer", "jit_train_step(24)"),
+    mv.from_hlo(_module_from_profile(demo_logdir, "transformer", "jit_train_step(24)"),
                progress=Progress())
     fractions = [f for f, _ in seen if f is not None]
     assert fractions == sorted(fractions) and fractions[-1] == 1.0
@@ -482,7 +482,7 @@ def test_progress_is_reported(demo_logdir):
 
 
 def test_page_view_small_is_unchanged(demo_logdir):
-    r = mv.convert(_module_from_profile(demo_logdir, "mlp", "jit_train_step(14)"))
+    r = mv.from_hlo(_module_from_profile(demo_logdir, "mlp", "jit_train_step(14)"))
     page = mv.page_view(r)
     assert page["profscope"]["heapPositions"] == list(range(len(r["heapSizes"])))
     assert {k: v for k, v in page.items() if k != "profscope"} == _without_extras(r)
@@ -490,7 +490,7 @@ def test_page_view_small_is_unchanged(demo_logdir):
 
 
 def test_page_view_decimates_and_keeps_the_peak(demo_logdir):
-    r = mv.convert(_module_from_profile(demo_logdir, "transformer", "jit_train_step(24)"))
+    r = mv.from_hlo(_module_from_profile(demo_logdir, "transformer", "jit_train_step(24)"))
     n = len(r["heapSizes"])
     for max_points in (3, 10, 57, 400):
         page = mv.page_view(r, max_points=max_points, max_blocks=5)
@@ -551,7 +551,7 @@ def test_module_without_buffer_assignment(demo_logdir):
     before = demo_logdir / "dumps" / "mlp" / "module_0014.jit_train_step.before_optimizations.hlo.pb"
     hlo = parse_hlo(before.read_bytes())
     with pytest.raises(BadInput, match="no buffer assignment"):
-        mv.convert(hlo)
+        mv.from_hlo(hlo)
     with pytest.raises(BadInput, match="no buffer assignment"):
         mv.memory_spaces(hlo)
     with pytest.raises(BadInput, match="no buffer assignment"):
@@ -562,16 +562,16 @@ def test_unknown_memory_space(demo_logdir):
     hlo = _module_from_profile(demo_logdir, "mlp", "jit_train_step(14)")
     for space in (1, 7, -1):
         with pytest.raises(NotFound, match=r"has no memory space .*it has: 0 \(HBM\)"):
-            mv.convert(hlo, space)
+            mv.from_hlo(hlo, space)
     with pytest.raises(NotFound, match="not a number"):
-        mv.convert(hlo, "abc")
+        mv.from_hlo(hlo, "abc")
 
 
 def test_dangling_instruction(demo_logdir):
     hlo = _module_from_profile(demo_logdir, "mlp", "jit_train_step(14)")
     hlo.buffer_assignment.logical_buffers[0].defined_at.instruction_id = 10**12
     with pytest.raises(BadInput, match="instruction id 1000000000000"):
-        mv.convert(hlo)
+        mv.from_hlo(hlo)
 
 
 def test_cycle_of_shares_is_refused():
@@ -582,7 +582,7 @@ def test_cycle_of_shares_is_refused():
                           share_with_canonical_id=13)
     del ev
     with pytest.raises(BadInput, match="cycle"):
-        mv.convert(hlo)
+        mv.from_hlo(hlo)
 
 
 def test_by_size_order_is_std_sort_largest_first():

@@ -47,7 +47,7 @@ def _read(name: str) -> ct.MemoryEvents:
 
 def _convert(name: str, **kw) -> dict:
     timeline = ct.parse_memory_timeline((TORCH / f"{name}.memory_timeline.json").read_bytes(), name)
-    return tm.convert(_read(name), timeline, **kw)
+    return tm.from_memory_events(_read(name), timeline, **kw)
 
 
 def _mem_of(trace: dict) -> list[dict]:
@@ -385,7 +385,7 @@ def test_convert_is_json_serializable_and_camel_case():
 
 def _built(tb: TraceBuilder, **kw) -> dict:
     mem = ct.memory_events(tb.to_bytes(**{k: v for k, v in kw.items() if k in ("bare", "shuffle", "close_bare")}), "built.json")
-    return tm.convert(mem, max_points=kw.get("max_points", 1000))
+    return tm.from_memory_events(mem, max_points=kw.get("max_points", 1000))
 
 
 def test_several_devices():
@@ -529,7 +529,7 @@ def test_downsampling_many_events_keeps_the_exact_peak():
             tb.alloc(float(k), 0x10 * (k + 1), int(rng.integers(1, 10_000)))
             live.append(0x10 * (k + 1))
     mem = ct.memory_events(tb.to_bytes(), "many.json")
-    out = tm.convert(mem, max_points=300)
+    out = tm.from_memory_events(mem, max_points=300)
     tl = out["devices"][0]["timeline"]
     assert 2 <= len(tl["timeMs"]) <= 300
     assert max(tl["allocatedBytes"]) == int(mem.total_allocated.max())
@@ -544,7 +544,7 @@ def test_huge_trace_writer_small(tmp_path):
     with open(path, "rb") as f:
         mem = ct.memory_events(f, str(path))
     assert len(mem) == facts["memoryEvents"]
-    out = tm.convert(mem)
+    out = tm.from_memory_events(mem)
     dev = out["devices"][0]
     assert dev["summary"]["peakAllocatedBytes"] == facts["peakTotalAllocated"]
     assert dev["summary"]["numAllocations"] == facts["allocations"]
@@ -572,7 +572,7 @@ def test_trace_without_memory_events():
     with open(path, "rb") as f:
         mem = ct.memory_events(f, str(path))
     assert len(mem) == 0 and mem.num_ops > 0
-    out = tm.convert(mem)
+    out = tm.from_memory_events(mem)
     assert out["devices"] == [] and out["source"]["memoryEvents"] == 0
     assert tm.counter_series(mem)["tracks"] == []
 
@@ -588,6 +588,6 @@ def test_progress_reports():
     rec = Rec()
     with open(_trace("transformer_train"), "rb") as f:
         mem = ct.memory_events(f, "t", progress=rec)
-    tm.convert(mem, progress=rec)
+    tm.from_memory_events(mem, progress=rec)
     assert rec.calls[-1][0] == 1.0
     assert all(f is None or 0 <= f <= 1 for f, _ in rec.calls)

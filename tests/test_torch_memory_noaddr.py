@@ -65,7 +65,7 @@ def expected(trace):
 def payload(trace):
     with open(trace, "rb") as f:
         mem = chrome_trace.memory_events(f, NAME)
-    return mem, memory_profile_torch.convert(mem)
+    return mem, memory_profile_torch.from_memory_events(mem)
 
 
 def test_events_know_they_have_no_addresses(payload, expected):
@@ -128,7 +128,7 @@ def test_running_sum_below_zero_is_lifted(tmp_path):
     with open(path, "rb") as f:
         mem = chrome_trace.memory_events(f, "cut.json")
     assert mem.total_allocated.tolist() == [768, 1024, 0, 2048]
-    d = memory_profile_torch.convert(mem)["devices"][0]
+    d = memory_profile_torch.from_memory_events(mem)["devices"][0]
     assert d["summary"]["liveBytesAtStart"] == 1280
     assert d["breakdownAtPeak"]["unattributedBytes"] == 1280  # live before the trace, proven by the frees
     assert d["breakdownAtPeak"]["attributedBytes"] == 2048 - 1280
@@ -145,7 +145,7 @@ def test_addressed_traces_unchanged(tmp_path):
     with open(path, "rb") as f:
         mem = chrome_trace.memory_events(f, "new.json")
     assert mem.has_addr is None
-    out = memory_profile_torch.convert(mem)
+    out = memory_profile_torch.from_memory_events(mem)
     d = out["devices"][0]
     assert out["source"]["addresses"] is True
     assert d["accounting"] == "address" and d["notes"] == []

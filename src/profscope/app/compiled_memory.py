@@ -80,11 +80,11 @@ class CompiledMemory:
             if source.memory_usage_report is not None:
                 report_path = self.logdir.display_path(source.memory_usage_report.path)
                 report = buffer_assignment_text.parse_memory_usage_report(self._text(source.memory_usage_report), report_path)
-            return memory_viewer_text.convert_text(ba, report, source.module_name)
+            return memory_viewer_text.from_dump_text(ba, report, source.module_name)
         progress.update(message=f"reading the HLO proto of {source.module_name}")
         hlo = self.hlo_proto(source)
         try:
-            result = memory_viewer.convert(hlo, space, progress=progress)
+            result = memory_viewer.from_hlo(hlo, space, progress=progress)
         except ProfscopeError as e:
             # Tools know no files: name the one the module came from.
             e.file = e.file or self.logdir.display_path(source.hlo_file.path)

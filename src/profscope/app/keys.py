@@ -8,7 +8,7 @@ changes shape; tool payloads carry their tool's version (tools/registry.py).
 from __future__ import annotations
 
 from profscope.cache.store import cache_key
-from profscope.formats import snapshot_pickle
+from profscope.model import snapshot
 from profscope.tools import trace_index
 from profscope.tools.registry import Tool
 
@@ -19,7 +19,7 @@ DEVICE_CAPS = ("device_caps", 1)  # an xplane's device planes' capabilities
 MODULE_RUN_TIMES = ("module_run_times", 1)  # time spent in each module's events
 TRACE_DEVICE_PROPERTIES = ("trace_device_properties", 1)  # a PyTorch trace's deviceProperties
 SNAPSHOT_DEVICES = ("snapshot_devices", 1)
-SNAPSHOT_MODEL = ("snapshot_model", snapshot_pickle.MODEL_FORMAT_VERSION)  # a folder of columns
+SNAPSHOT_MODEL = ("snapshot_model", snapshot.MODEL_FORMAT_VERSION)  # a folder of columns
 SNAPSHOT_VIEW_VERSION = 1  # /api/snapshot/<view> payloads: ("snapshot", view, version)
 TRACE_INDEX = ("trace_index", trace_index.INDEX_VERSION)  # a folder: one file's trace index
 TORCH_MEMORY = "torch_memory_profile"  # profscope's payload of a trace run (memory_profile's version)

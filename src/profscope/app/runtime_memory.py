@@ -32,7 +32,7 @@ class RuntimeMemory:
         progress.update(message=f"reading allocator events of {info.name}")
         with self.logdir.open(info.path) as f:
             events = xplane_allocator.read_allocator_events(f, self.logdir.display_path(info.path), progress=progress.part(0, 0.85))
-        return memory_profile_allocator.convert(events, progress=progress.part(0.85, 1))
+        return memory_profile_allocator.from_allocator_events(events, progress=progress.part(0.85, 1))
 
     def torch_memory_profile(self, run: Run, progress) -> dict:
         """Memory over time from a PyTorch profiler trace (``[memory]`` events), with the
@@ -44,7 +44,7 @@ class RuntimeMemory:
         timeline = None
         for info in run.files_of(FileKind.MEMORY_TIMELINE):
             timeline = chrome_trace.parse_memory_timeline(self.logdir.read_bytes(info.path), self.logdir.display_path(info.path))
-        return memory_profile_torch.convert(mem, timeline, progress=progress.part(0.9, 1))
+        return memory_profile_torch.from_memory_events(mem, timeline, progress=progress.part(0.9, 1))
 
     def torch_memory_payload(self, run: Run) -> bytes:
         """profscope's own memory payload of a trace run (gzip JSON, cached; the dashboard's

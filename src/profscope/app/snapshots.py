@@ -13,6 +13,7 @@ from profscope.errors import BadRequest, NotFound
 from profscope.forksafe import renew_locks_after_fork
 from profscope.formats import snapshot_pickle
 from profscope.model.catalog import Run, RunKind
+from profscope.model.snapshot import Snapshot, load_model, save_model
 from profscope.tools import memory_profile_snapshot
 
 SNAPSHOTS_IN_MEMORY = 2
@@ -27,11 +28,11 @@ class Snapshots:
     def __init__(self):
         # Loaded snapshot models (columns, ~0.6x the file), the last few kept in memory:
         # every view of a snapshot (timeline windows, states, stacks) reads one.
-        self._snapshots: OrderedDict[str, snapshot_pickle.Snapshot] = OrderedDict()
+        self._snapshots: OrderedDict[str, Snapshot] = OrderedDict()
         self._snapshots_lock = threading.Lock()
         renew_locks_after_fork(self, "_snapshots_lock")
 
-    def snapshot(self, run: Run, progress=None) -> snapshot_pickle.Snapshot:
+    def snapshot(self, run: Run, progress=None) -> Snapshot:
         """The loaded model of a snapshot run: kept in memory for the next views (the
         last few), and its columns on local disk, so that opening it again, after a
         restart or once evicted, reads arrays instead of parsing the pickle (a minute
@@ -50,7 +51,7 @@ class Snapshots:
             with self.logdir.open(info.path) as f:
                 snap = snapshot_pickle.load_snapshot(f, self.logdir.display_path(info.path), progress=reporter)
             reporter.update(message="saving its columns in the cache")
-            snapshot_pickle.save_model(snap, folder)
+            save_model(snap, folder)
             parsed.append(snap)
 
         model_key = keys.derived(keys.SNAPSHOT_MODEL, self.logdir.url, key)
@@ -62,7 +63,7 @@ class Snapshots:
             if progress is not None:
                 progress.update(message=f"reading the columns of {info.name}")
             try:
-                snap = snapshot_pickle.load_model(folder)
+                snap = load_model(folder)
             except (OSError, ValueError, KeyError, TypeError):  # a damaged cache entry: parse again
                 shutil.rmtree(folder, ignore_errors=True)
                 return self.snapshot(run, progress)

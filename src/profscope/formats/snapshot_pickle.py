@@ -91,10 +91,6 @@ from profscope.model.snapshot import (
     Snapshot,
 )
 
-# The model's persistence is profscope.model.snapshot's; re-exported while app/ imports it from here.
-from profscope.model.snapshot import MODEL_FORMAT_VERSION as MODEL_FORMAT_VERSION
-from profscope.model.snapshot import load_model as load_model
-from profscope.model.snapshot import save_model as save_model
 
 #: Peak memory of Python's C unpickler and the conversion, per byte of pickle: a trace
 #: entry is ~150 bytes of opcodes and ~600 bytes of dict and boxed ints (measured 4.4x

@@ -1,11 +1,11 @@
 """Memory profile: what the runtime allocator did over time, per allocator.
 
-:func:`convert` turns the allocator events of one host
+:func:`from_allocator_events` turns the allocator events of one host
 (:class:`profscope.model.allocator.AllocatorEvents`) into what XProf 2.24.2's
 ``GET /data/plugin/profile/data?tag=memory_profile&host=...`` returns: the
 ``tensorflow.profiler.MemoryProfile`` proto as proto3 JSON (camelCase names, every
 scalar printed even when zero, int64/uint64 as strings, enums by name), as a Python dict,
-so that ``json.loads(xprof_body) == convert(...)`` minus the ``"profscope"`` key. XProf's
+so that ``json.loads(xprof_body) == from_allocator_events(...)`` minus the ``"profscope"`` key. XProf's
 algorithm (``xprof/convert/xplane_to_memory_profile.cc``), per allocator (memory id):
 
 1. Every ``MemoryAllocation``/``MemoryDeallocation`` becomes a snapshot: the event's
@@ -50,7 +50,7 @@ TF fixture and on the builders in ``profscope/testing/allocator_xplane.py``):
   happened to list first; profscope points at the earliest one (the order of XProf's
   ``absl::flat_hash_map`` is seeded per process and is not reproducible).
 * An event that belongs to no allocator name gets the memory id ``""``.
-* A profile without a ``/host:CPU`` plane gets an empty body from XProf; :func:`convert`
+* A profile without a ``/host:CPU`` plane gets an empty body from XProf; :func:`from_allocator_events`
   returns ``{}`` (plus the extras).
 
 profscope's own additions live under the top-level key ``"profscope"`` (no XProf field is
@@ -125,7 +125,7 @@ import numpy as np
 from profscope.model.stdsort import std_sort_order
 from profscope.model import allocator as ma
 
-__all__ = ["EXTRAS_VERSION", "MAX_TIMELINE_SNAPSHOTS", "convert"]
+__all__ = ["EXTRAS_VERSION", "MAX_TIMELINE_SNAPSHOTS", "from_allocator_events"]
 
 MAX_TIMELINE_SNAPSHOTS = 1000
 EXTRAS_VERSION = 1
@@ -554,7 +554,7 @@ class _Allocator:
         return out[:_MAX_RISING]
 
 
-def convert(events: ma.AllocatorEvents, progress=None) -> dict[str, Any]:
+def from_allocator_events(events: ma.AllocatorEvents, progress=None) -> dict[str, Any]:
     """XProf's memory profile of one host, plus profscope's extras under ``"profscope"``."""
     _report(progress, 0.0, "building the memory profile")
     extras: dict[str, Any] = {

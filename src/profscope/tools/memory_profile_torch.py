@@ -6,7 +6,7 @@ events of one Chrome trace, attributed to ops, ``nn.Module`` scopes and Python s
 lines) and, optionally, the :class:`~profscope.model.memory_events.MemoryTimeline` that
 ``prof.export_memory_timeline(path.json)`` wrote for the same run.
 
-:func:`convert` returns (all times in milliseconds since ``timeOriginUs``, the earliest
+:func:`from_memory_events` returns (all times in milliseconds since ``timeOriginUs``, the earliest
 ``ts`` in the trace; all sizes in bytes)::
 
     {
@@ -627,7 +627,7 @@ def _category_timeline(timeline: MemoryTimeline, mem: MemoryEvents, origin: floa
     }
 
 
-def convert(mem: MemoryEvents, timeline: MemoryTimeline | None = None, max_points: int = 1000, progress=None) -> dict:
+def from_memory_events(mem: MemoryEvents, timeline: MemoryTimeline | None = None, max_points: int = 1000, progress=None) -> dict:
     """The memory payload of one PyTorch trace (see the module docstring for its fields)."""
     if max_points < 2:
         raise ValueError("max_points must be at least 2")
@@ -691,7 +691,7 @@ def counter_series(mem: MemoryEvents) -> dict:
 # -- XProf's memory_profile answer -----------------------------------------------------
 
 def xprof_memory_profile(payload: dict) -> dict:
-    """XProf's ``memory_profile`` schema from :func:`convert`'s payload (tools/memory_profile_xprof.py
+    """XProf's ``memory_profile`` schema from :func:`from_memory_events`'s payload (tools/memory_profile_xprof.py
     has the field mapping): one allocator per device (``CUDA:0``, ``CPU``), the highest
     peak first. Timeline: the payload's max-filtered points (times in ps from the trace's
     first event); rows: ``breakdownAtPeak.allocations``, plus the bytes live at the peak

@@ -1,11 +1,11 @@
 """Memory viewer: XLA buffer assignment -> heap over program order, buffers at peak.
 
 A static, compiler view of one HLO module in one memory space ("color"). The numbers are
-XProf 2.24.2's, byte for byte: :func:`convert` returns what XProf's
+XProf 2.24.2's, byte for byte: :func:`from_hlo` returns what XProf's
 ``GET /data/plugin/profile/data?tag=memory_viewer&module_name=...&memory_space=...``
 returns (``tensorflow.profiler.PreprocessResult`` as proto3 JSON, camelCase names, default
 values left out, int64 fields as strings), as a Python dict, so that
-``json.loads(xprof_body) == convert(...)`` minus the ``"profscope"`` key. XProf's
+``json.loads(xprof_body) == from_hlo(...)`` minus the ``"profscope"`` key. XProf's
 algorithm (``xprof/convert/hlo_proto_to_memory_visualization_utils.cc``) in short:
 
 1. Pick the heap-simulator trace of the memory space: the trace whose first event's
@@ -122,7 +122,7 @@ __all__ = [
     "SMALL_BUFFER_SIZE",
     "MEMORY_SPACE_NAMES",
     "memory_spaces",
-    "convert",
+    "from_hlo",
     "page_view",
     "summary",
 ]
@@ -982,7 +982,7 @@ def _indefinite_buffers(m: _Module, color: int) -> list[_LB]:
     return out
 
 
-def convert(hlo: hlo_pb2.HloProto, memory_space: int = 0, progress=None, *,
+def from_hlo(hlo: hlo_pb2.HloProto, memory_space: int = 0, progress=None, *,
             strict: bool = True) -> dict:
     """XProf 2.24.2's memory-viewer ``PreprocessResult`` of one module, as a JSON-able dict.
 
@@ -1298,7 +1298,7 @@ def _buffer_blocks(m: _Module, color: int, positions: list[int],
 def summary(hlo: hlo_pb2.HloProto, memory_space: int = 0) -> dict:
     """Cheap per-module figures for ranking the modules of a run by peak.
 
-    Same numbers as :func:`convert` (``peakHeapMib`` etc. equal exactly) without building
+    Same numbers as :func:`from_hlo` (``peakHeapMib`` etc. equal exactly) without building
     the buffer lists; plus ``peakBytes`` / ``totalAllocationBytes`` as exact ints and
     ``memorySpaces``. A memory space the module does not have gives zeros, not an error,
     so that every module of a run can be ranked for one space.
@@ -1353,7 +1353,7 @@ def _keep_points(heap: np.ndarray, max_points: int) -> np.ndarray:
 
 
 def page_view(result: dict, max_points: int = 4000, max_blocks: int = 20000) -> dict:
-    """A copy of :func:`convert`'s result small enough for a browser.
+    """A copy of :func:`from_hlo`'s result small enough for a browser.
 
     ``heapSizes``, ``unpaddedHeapSizes`` and ``hloInstructionNames`` are cut to at most
     ``max_points`` points: the first, the last and, in each of ``max_points - 2`` equal

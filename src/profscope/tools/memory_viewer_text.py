@@ -5,7 +5,7 @@ Without the heap-simulator trace there is no heap over program order, no peak, n
 peak and no lifetimes; what the text does say is shown as it is: every allocation with its
 size, category, attributes and the values placed in it (offset, size, shape), and the totals.
 
-Payload (``convert_text``)::
+Payload (``from_dump_text``)::
 
     {"moduleName", "textOnly": true, "note",
      "totals": {"totalBufferAllocationBytes", "parameterBytes", "outputBytes",
@@ -154,7 +154,7 @@ def _match_report(ba: BufferAssignmentText, report: dict) -> dict:
     return out
 
 
-def convert_text(ba: BufferAssignmentText, report: dict | None, module_name: str) -> dict:
+def from_dump_text(ba: BufferAssignmentText, report: dict | None, module_name: str) -> dict:
     """The text-only memory viewer payload for one module (see module doc).
 
     ``report`` is :func:`parse_memory_usage_report`'s dict or None. Raises BadInput naming

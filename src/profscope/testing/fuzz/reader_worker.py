@@ -50,6 +50,7 @@ def steps_for(fmt: str, d: Path, tmp: Path):
     from profscope.formats import buffer_assignment_text as bat
     from profscope.formats import chrome_trace, hlo_proto, live_range_text, xplane
     from profscope.formats import snapshot_pickle as snap_format
+    from profscope.model import snapshot as snapshot_model
     from profscope.formats import xplane_allocator, xplane_devices, xplane_module_time, xplane_trace
     from profscope.tools import memory_viewer, memory_viewer_text, trace_index
     from profscope.tools import memory_profile_torch
@@ -86,10 +87,10 @@ def steps_for(fmt: str, d: Path, tmp: Path):
                     if data is not None:
                         hlo = hlo_proto.parse(data, str(p))
                         memory_viewer.summary(hlo, 0)
-                        memory_viewer.convert(hlo, 0)
+                        memory_viewer.from_hlo(hlo, 0)
             out += [("xplane.hlo_modules+memory_viewer", modules),
                     ("xplane_trace.read_trace", index(lambda f, w, p=p: xplane_trace.read_trace(f, str(p), 0, "host", sink=w), p)),
-                    ("xplane_allocator+memory_profile", opened(p, lambda f, n: memory_profile_allocator.convert(xplane_allocator.read_allocator_events(f, n)))),
+                    ("xplane_allocator+memory_profile", opened(p, lambda f, n: memory_profile_allocator.from_allocator_events(xplane_allocator.read_allocator_events(f, n)))),
                     ("xplane_devices.device_capabilities", opened(p, xplane_devices.device_capabilities)),
                     ("xplane_module_time.module_run_times", opened(p, xplane_module_time.module_run_times))]
     elif fmt in ("trace", "memory_timeline"):
@@ -109,7 +110,7 @@ def steps_for(fmt: str, d: Path, tmp: Path):
                     tl = chrome_trace.parse_memory_timeline(t.read_bytes(), str(t))
                 with open(p, "rb") as f:
                     mem = chrome_trace.memory_events(f, str(p))
-                memory_profile_torch.convert(mem, tl)
+                memory_profile_torch.from_memory_events(mem, tl)
             out.append(("chrome_trace.memory_events+torch_memory" + ("+timeline" if fmt != "trace" else ""), memory))
     elif fmt == "snapshot":
         for p in _files(d, ".pickle"):
@@ -117,8 +118,8 @@ def steps_for(fmt: str, d: Path, tmp: Path):
                 with open(p, "rb") as f:
                     snap = snap_format.load_snapshot(f, str(p))
                 folder = Path(tempfile.mkdtemp(dir=tmp))
-                snap_format.save_model(snap, folder)
-                snap = snap_format.load_model(folder)
+                snapshot_model.save_model(snap, folder)
+                snap = snapshot_model.load_model(folder)
                 for dev in snap.devices[:2]:
                     snap_tool.overview(snap, dev)
                     snap_tool.timeline(snap, dev)
@@ -133,7 +134,7 @@ def steps_for(fmt: str, d: Path, tmp: Path):
             def hlo(p=p):
                 h = hlo_proto.parse(p.read_bytes(), str(p))
                 memory_viewer.summary(h, 0)
-                memory_viewer.convert(h, 0)
+                memory_viewer.from_hlo(h, 0)
             out.append(("hlo_proto.parse+memory_viewer", hlo))
     elif fmt == "dump_text":
         bas = _files(d, "-buffer-assignment.txt")
@@ -144,7 +145,7 @@ def steps_for(fmt: str, d: Path, tmp: Path):
                 report = None
                 for r in reports:
                     report = bat.parse_memory_usage_report(bat.decode_dump_text(r.read_bytes(), str(r)), str(r))
-                memory_viewer_text.convert_text(parsed, report, "m")
+                memory_viewer_text.from_dump_text(parsed, report, "m")
             out.append(("buffer_assignment_text+memory_viewer_text", ba))
         for p in _files(d, "-live-range.txt"):
             out.append(("live_range_text.parse_live_range",
