@@ -74,7 +74,7 @@ def main() -> None:
     from fastapi.testclient import TestClient
 
     from profscope.cache.store import DiskCache
-    from profscope.cache.workspace import Workspace
+    from profscope.app.workspace import Workspace
     from profscope.server import create_app
     from profscope.storage import LogDir
 

@@ -33,7 +33,7 @@ def client(public, tmp_path_factory):
     from fastapi.testclient import TestClient
 
     from profscope.cache.store import DiskCache
-    from profscope.cache.workspace import Workspace
+    from profscope.app.workspace import Workspace
     from profscope.server import create_app
     from profscope.storage import LogDir
 

@@ -34,7 +34,7 @@ def _app(root, cache):
     from fastapi.testclient import TestClient
 
     from profscope.cache.store import DiskCache
-    from profscope.cache.workspace import Workspace
+    from profscope.app.workspace import Workspace
     from profscope.server.app import create_app
     from profscope.storage import LogDir
 

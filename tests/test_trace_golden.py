@@ -29,7 +29,7 @@ def client(tmp_path_factory):
     from fastapi.testclient import TestClient
 
     from profscope.cache.store import DiskCache
-    from profscope.cache.workspace import Workspace
+    from profscope.app.workspace import Workspace
     from profscope.server.app import create_app
     from profscope.storage import LogDir
 
@@ -50,7 +50,7 @@ def builder_client(tmp_path_factory):
     from fastapi.testclient import TestClient
 
     from profscope.cache.store import DiskCache
-    from profscope.cache.workspace import Workspace
+    from profscope.app.workspace import Workspace
     from profscope.server.app import create_app
     from profscope.storage import LogDir
     from profscope.testing.trace_viewer import builder_logdir

@@ -104,7 +104,7 @@ def _client(root: Path, cache: Path):
     from fastapi.testclient import TestClient
 
     from profscope.cache.store import DiskCache
-    from profscope.cache.workspace import Workspace
+    from profscope.app.workspace import Workspace
     from profscope.server.app import create_app
     from profscope.storage import LogDir
 
