@@ -154,8 +154,8 @@ class WorkerPool:
     # -- the parent side -----------------------------------------------------------------
 
     def _fork(self, fn, job: Progress, board: ProgressBoard, file: str | None) -> bytes | None:
-        sockets = _socket_fds()  # the server's, listed before the fork (see _detach)
         r, w = os.pipe()
+        sockets = _socket_fds()  # the server's, listed before the fork and after the pipe (see _detach)
         pid = os.fork()
         if pid == 0:  # the child: never returns
             os.close(r)
@@ -385,11 +385,16 @@ def _detach(sockets: list[int]) -> None:
     # a fork handler) are not among them. Each is pointed at /dev/null rather than
     # closed, so that its number is not reused while the socket object copied into this
     # process still owns it.
+    # Another thread may have closed one of them between the listing and the fork, and
+    # its number been reused, by this child's result pipe among others: a fd that is no
+    # socket now is left alone (the pipe pointed at /dev/null was a result sent nowhere,
+    # "the conversion stopped (exit status 0)", seen under a loaded test run).
     devnull = os.open(os.devnull, os.O_RDWR)
     try:
         for fd in sockets:
             try:
-                os.dup2(devnull, fd)
+                if stat.S_ISSOCK(os.fstat(fd).st_mode):
+                    os.dup2(devnull, fd)
             except OSError:
                 continue
     finally:
