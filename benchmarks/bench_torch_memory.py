@@ -78,7 +78,7 @@ def main() -> int:
     if args.worker:
         worker(args.worker)
         return 0
-    from profscope.testing.chrome_trace import write_huge_trace
+    from profscope.testing.memory_trace import write_huge_trace
 
     with tempfile.TemporaryDirectory() as tmp:
         folder = args.keep or pathlib.Path(tmp)

@@ -136,7 +136,7 @@ def main() -> None:
         print(json.dumps((convert if mode == "convert" else query)(logdir, cache)))
         return
     if args.chrome_memory_events:
-        from profscope.testing.chrome_trace import write_huge_trace
+        from profscope.testing.memory_trace import write_huge_trace
 
         out = args.workdir / f"chrome{args.chrome_memory_events}"
         out.mkdir(parents=True, exist_ok=True)

@@ -2,7 +2,7 @@
 """Record which events XProf 2.24.2's visibility filter returns on a trace big enough to
 be filtered (at least 500,000 events), as golden data for tests/test_trace_visibility.py.
 
-The input is ``profscope.testing.trace_viewer.crowded_xspace()`` (deterministic: its sha256
+The input is ``profscope.testing.timelines.crowded_xspace()`` (deterministic: its sha256
 is kept with the golden). XProf's converter runs in a scratch virtual environment
 (``--xprof-python``, or the ``XPROF_PYTHON`` environment variable; never a profscope
 dependency) on a copy in a temporary folder, with the options its data route passes
@@ -62,7 +62,7 @@ def main() -> None:
     args = ap.parse_args()
     if not args.xprof_python:
         ap.error("give --xprof-python or set XPROF_PYTHON")
-    from profscope.testing.trace_viewer import crowded_xspace
+    from profscope.testing.timelines import crowded_xspace
 
     data = crowded_xspace()
     with tempfile.TemporaryDirectory() as tmp:

@@ -145,3 +145,13 @@ def test_the_documented_rules_are_the_checked_ones():
     rows = re.findall(r"^\| `(\w+)` \| ([^|]*) \|", DOCS.read_text(), flags=re.M)
     documented = {layer: set(re.findall(r"`(\w+)`", allowed)) for layer, allowed in rows}
     assert documented == {k: v for k, v in ALLOWED.items()}, documented
+
+
+def test_no_two_modules_share_a_name():
+    """A module's name says what it handles, once: ``torch_snapshot`` in two layers (or
+    ``chrome_trace`` as a reader and a builder) made every traceback and grep ambiguous."""
+    seen: dict[str, list[str]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        if path.name != "__init__.py":
+            seen.setdefault(path.stem, []).append(str(path.relative_to(PACKAGE)))
+    assert not {k: v for k, v in seen.items() if len(v) > 1}

@@ -369,7 +369,7 @@ def test_memory_counter_track(open_page, server_url):
 @pytest.fixture(scope="module")
 def two_host_url(tmp_path_factory, demo_logdir):
     """A profile session with two hosts (the demo's mlp and convnet xplanes, renamed)."""
-    from profscope.testing.trace_viewer import profile_session
+    from profscope.testing.timelines import profile_session
 
     root = tmp_path_factory.mktemp("twohosts")
     xplane = {name: next((demo_logdir / name).rglob("*.xplane.pb")) for name in ("mlp", "convnet")}

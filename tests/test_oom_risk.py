@@ -445,7 +445,7 @@ def test_allocator_fragmentation_finding_on_a_real_snapshot(demo_client, demo_lo
 def test_a_traces_odd_device_memory_is_not_a_capacity(make_client, tmp_path, stated):
     """kineto writes totalGlobalMem as an integer; anything else (text, a list, a number
     beyond int64, a negative one) is not taken for the device's capacity, and never a 5xx."""
-    from profscope.testing.chrome_trace import CUDA, steady_leak
+    from profscope.testing.memory_trace import CUDA, steady_leak
 
     tb = steady_leak(device_type=CUDA, device_id=0)
     (tmp_path / "logs").mkdir()

@@ -19,7 +19,7 @@ import pytest
 from profscope.errors import BadInput
 from profscope.formats import chrome_trace as ct
 from profscope.tools import memory_profile_torch as tm
-from profscope.testing.chrome_trace import CPU, CUDA, TraceBuilder, multi_device, steady_leak, write_huge_trace
+from profscope.testing.memory_trace import CPU, CUDA, TraceBuilder, multi_device, steady_leak, write_huge_trace
 
 TORCH = Path(__file__).resolve().parents[1] / "src" / "profscope" / "demo" / "logdir" / "torch"
 DEMO = TORCH.parent

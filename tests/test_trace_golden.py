@@ -53,7 +53,7 @@ def builder_client(tmp_path_factory):
     from profscope.app.workspace import Workspace
     from profscope.server.app import create_app
     from profscope.storage import LogDir
-    from profscope.testing.trace_viewer import builder_logdir
+    from profscope.testing.timelines import builder_logdir
 
     root = builder_logdir(tmp_path_factory.mktemp("builders"), {c: INDEX[c]["host"] for c in BUILDER_CASES})
     ws = Workspace(LogDir(str(root), listing_ttl=0), DiskCache(tmp_path_factory.mktemp("cache")))

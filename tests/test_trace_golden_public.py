@@ -135,7 +135,7 @@ def demo_client(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def builder_client(tmp_path_factory):
-    from profscope.testing.trace_viewer import builder_logdir
+    from profscope.testing.timelines import builder_logdir
 
     root = builder_logdir(tmp_path_factory.mktemp("builders"), {c: DEMO_INDEX[c]["host"] for c in BUILDER_CASES})
     return _client(root, tmp_path_factory.mktemp("cache"))

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from profscope.formats import chrome_trace
-from profscope.testing import trace_viewer as tvb
+from profscope.testing import timelines as tvb
 
 DEMO = Path(__file__).parents[1] / "src" / "profscope" / "demo" / "logdir"
 TORCH = sorted((DEMO / "torch").glob("*.pt.trace.json.gz"))

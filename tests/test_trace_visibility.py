@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from profscope.tools import trace_visibility as tv
-from profscope.testing.trace_viewer import crowded_xspace
+from profscope.testing.timelines import crowded_xspace
 
 GOLDEN = Path(__file__).parent / "golden" / "trace_viewer" / "crowded_visibility.json.gz"
 

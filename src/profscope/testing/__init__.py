@@ -5,5 +5,6 @@ events, Chrome/PyTorch traces, PyTorch memory snapshots, XProf-style log directo
 serves an app for a test (``local_server``, ``xprof_frontend``). Nothing in profscope's
 runtime imports them; the test suite, ``scripts/`` and ``benchmarks/`` do::
 
-    from profscope.testing import allocator_xplane, chrome_trace, torch_snapshot
+    from profscope.testing import allocator_xplane, torch_snapshot
+    from profscope.testing import memory_trace
 """

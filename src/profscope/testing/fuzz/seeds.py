@@ -34,7 +34,7 @@ def collect(fixtures: Path | None = None, demo: Path | None = DEMO, max_bytes: i
         return [p for p in sorted(paths) if p.is_file() and p.stat().st_size <= max_bytes]
 
     from profscope.testing import allocator_xplane, derived_xplane
-    from profscope.testing import chrome_trace as chrome_builder
+    from profscope.testing import memory_trace as chrome_builder
     from profscope.testing import torch_snapshot as snap_builder
 
     fixtures = fixtures if fixtures is not None else fixtures_dir()
