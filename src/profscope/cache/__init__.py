@@ -1,2 +1,2 @@
-"""Cache layer: converted results on local disk, keyed by input identity, and the
-workspace that ties a log directory's runs to the tools and the cache."""
+"""Cache layer: storage of converted results on local disk, keyed by the application
+(app/keys.py), each conversion in a forked worker, size limits and progress."""

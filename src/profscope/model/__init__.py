@@ -1,2 +1,3 @@
-"""Model layer: format-agnostic descriptions of what a log directory holds (runs, hosts,
-modules), built from storage listings and format readers."""
+"""Model layer: the format-agnostic types the tools consume (runs, trace columns,
+allocator events, memory events, snapshots, buffer assignments, the HloProto); the
+format readers produce them."""

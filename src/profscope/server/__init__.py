@@ -1,4 +1,5 @@
-"""Server layer: thin FastAPI glue over the workspace. Nothing imports it but the CLI."""
+"""Server layer: thin FastAPI glue over the application layer: every query parameter
+parsed once (server/params.py), one error shape. Nothing imports it but the CLI."""
 
 from profscope.server.app import create_app
 
