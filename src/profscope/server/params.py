@@ -43,25 +43,21 @@ def _blank_is_absent(value):
 
 _absent = BeforeValidator(_blank_is_absent)
 
-# The bounds sit on the inner type: a blank value becomes None before they apply.
-Int = Annotated[Annotated[int, Field(ge=-MAX_INT, le=MAX_INT)] | None, _absent, Query()]
-Count = Annotated[Annotated[int, Field(ge=0, le=MAX_INT)] | None, _absent, Query()]  # sizes, spaces, ids
-Bytes = Annotated[Annotated[int, Field(gt=0, le=MAX_INT)] | None, _absent, Query()]  # a capacity
-Ms = Annotated[Annotated[float, Field(ge=-9.2e15, le=9.2e15, allow_inf_nan=False)] | None, _absent, Query()]
-Share = Annotated[Annotated[float, Field(gt=0, le=1.5, allow_inf_nan=False)] | None, _absent, Query()]  # of capacity
-Text = Annotated[Annotated[str, Field(max_length=8192)] | None, _absent, Query()]
-Flag = Annotated[Annotated[str, Field(max_length=8192)] | None, Query()]  # XProf: any non-empty value is "on"
-
-# The trace viewer's (server/trace_api.py; the bounds are tools/trace_viewer.py's and
-# trace_xprof.py's, through app/queries.py), bounds on the inner type as above.
-
 
 def _value(kind: type, *validators: Any, **bounds: Any) -> Any:
-    """An optional parameter of type ``kind`` within ``bounds`` (pydantic ``Field``'s)."""
+    """An optional parameter of type ``kind`` within ``bounds`` (pydantic ``Field``'s). The
+    bounds sit on the inner type: a blank value becomes None before they would apply."""
     return Annotated[Annotated[kind, Field(**bounds), *validators] | None, _absent, Query()]
 
 
-Name = _value(str, max_length=8192)  # a run, a host, a search text, an event name
+Int = _value(int, ge=-MAX_INT, le=MAX_INT)
+Count = _value(int, ge=0, le=MAX_INT)  # sizes, memory spaces
+Bytes = _value(int, gt=0, le=MAX_INT)  # a capacity
+Share = _value(float, gt=0, le=1.5, allow_inf_nan=False)  # a fraction of the capacity
+Text = _value(str, max_length=8192)  # a run, a host, a module, a search text, a flag
+
+# The trace viewer's (server/trace_api.py; the bounds are tools/trace_viewer.py's and
+# trace_xprof.py's, through app/queries.py).
 TraceMs = _value(float, ge=-1e15, le=1e15, allow_inf_nan=False)  # a time, ms
 Resolution = _value(int, ge=1, le=TRACE_MAX_RESOLUTION)  # pixels of a window
 XprofResolution = _value(int, ge=0, le=XPROF_TRACE_MAX_RESOLUTION)  # 0: no filter

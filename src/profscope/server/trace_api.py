@@ -17,18 +17,18 @@ from profscope.app.workspace import Workspace
 from profscope.errors import BadRequest
 from profscope.server.params import (
     EventId,
-    Name,
     QueryParser,
     Resolution,
     SearchLimit,
+    Text,
     TraceMs,
     UniqueId,
     XprofResolution,
 )
 from profscope.server.responses import json_response
 
-_XPROF_TRACE = QueryParser(host=Name, hosts=Name, start_time_ms=TraceMs, end_time_ms=TraceMs,
-                           resolution=XprofResolution, event_name=Name, duration_ms=TraceMs, unique_id=UniqueId)
+_XPROF_TRACE = QueryParser(host=Text, hosts=Text, start_time_ms=TraceMs, end_time_ms=TraceMs,
+                           resolution=XprofResolution, event_name=Text, duration_ms=TraceMs, unique_id=UniqueId)
 
 
 def xprof_trace_query(request: Request) -> XprofTraceQuery:
@@ -41,26 +41,26 @@ def router(ws: Workspace) -> APIRouter:
     r = APIRouter(prefix="/api/trace")
 
     @r.get("/window")
-    def window(run: Name = None, host: Name = None, hosts: Name = None, start_ms: TraceMs = None,
+    def window(run: Text = None, host: Text = None, hosts: Text = None, start_ms: TraceMs = None,
                end_ms: TraceMs = None, resolution: Resolution = None) -> Response:
         query = TraceQuery(host=host, hosts=hosts, start_ms=start_ms, end_ms=end_ms, resolution=resolution)
         return json_response(ws.trace_window(ws.run(run), query))
 
     @r.get("/event")
-    def event(run: Name = None, host: Name = None, hosts: Name = None, id: EventId = None) -> Response:
+    def event(run: Text = None, host: Text = None, hosts: Text = None, id: EventId = None) -> Response:
         if id is None:
             raise BadRequest("missing parameter 'id' (an event id from /api/trace/window or /api/trace/search)")
         return json_response(ws.trace_event(ws.run(run), TraceQuery(host=host, hosts=hosts, id=id)))
 
     @r.get("/search")
-    def search(run: Name = None, host: Name = None, hosts: Name = None, q: Name = None,
+    def search(run: Text = None, host: Text = None, hosts: Text = None, q: Text = None,
                limit: SearchLimit = None) -> Response:
         if not q:
             raise BadRequest("missing parameter 'q' (the text to search event names for)")
         return json_response(ws.trace_search(ws.run(run), TraceQuery(host=host, hosts=hosts, q=q, limit=limit)))
 
     @r.get("/export")
-    def export(run: Name = None, host: Name = None, hosts: Name = None, start_ms: TraceMs = None,
+    def export(run: Text = None, host: Text = None, hosts: Text = None, start_ms: TraceMs = None,
                end_ms: TraceMs = None) -> Response:
         the_run = ws.run(run)
         chunks = ws.trace_export(the_run, TraceQuery(host=host, hosts=hosts, start_ms=start_ms, end_ms=end_ms))

@@ -18,7 +18,7 @@ from profscope.app.workspace import Workspace
 from profscope.errors import NotFound, ProfscopeError
 from profscope.model.catalog import RunKind
 from profscope.server import trace_api
-from profscope.server.params import Bytes, Count, Flag, Share, Text, tool_query
+from profscope.server.params import Bytes, Count, Share, Text, tool_query
 from profscope.server.responses import gzip_json_response, json_response
 
 PREFIX = "/data/plugin/profile"
@@ -104,7 +104,7 @@ def router(ws: Workspace) -> APIRouter:
     def data(request: Request, host: Text = None, module_name: Text = None, memory_space: Count = None,
              view: Text = None, capacity_bytes: Bytes = None, device_memory: Text = None, device: Text = None,
              threshold_medium: Share = None, threshold_high: Share = None,
-             view_memory_allocation_timeline: Flag = None) -> Response:
+             view_memory_allocation_timeline: Text = None) -> Response:
         run = scoped_run(request)
         tool = ws.tool(request.query_params.get("tag"), run)
         known = run.hosts or trace_hosts(run)
