@@ -293,6 +293,27 @@ def test_two_hosts_merge_on_one_timeline(make_client, tmp_path):
     assert {e["pid"] for e in x["traceEvents"] if e["ph"] == "X"} == {1701, 2701}
 
 
+def test_xprofs_no_host_selected_is_the_default_host(make_client, tmp_path):
+    """XProf's trace viewer sends ``hosts=none`` before its page has picked a host
+    (trace_viewer_index.js ``_updateHostsParamToBaseUrl``): the first host, as with no
+    parameter; a host really named ``none`` is still that host."""
+    root = tmp_path / "logs"
+    tvb.profile_session(root, {"host_a": MLP, "host_b": MLP})
+    client = make_client(root)
+    run = client.get("/api/runs").json()["runs"][0]["name"]
+    xprof = {"run": run, "tag": "trace_viewer@", "resolution": 0}
+    default = client.get("/data/plugin/profile/data", params=xprof)
+    none = client.get("/data/plugin/profile/data", params={**xprof, "hosts": "none"})
+    assert none.status_code == 200 and none.json() == default.json()
+    assert _window(client, run, hosts="none")["hosts"] == ["host_a"]
+    assert client.get("/api/trace/window", params={"run": run, "hosts": "none,host_b"}).status_code == 404
+    named = tmp_path / "named"
+    tvb.profile_session(named, {"host_a": MLP, "none": MLP})
+    client = make_client(named)
+    run = client.get("/api/runs").json()["runs"][0]["name"]
+    assert _window(client, run, hosts="none")["hosts"] == ["none"]
+
+
 # -- a real profile made by the big-profile script, small --------------------------------------
 
 

@@ -20,6 +20,12 @@ from profscope.storage import FileInfo
 from profscope.tools import trace_export, trace_index, trace_viewer, trace_xprof
 
 
+# XProf's trace viewer asks for ``hosts=none`` while its page has not selected a host yet
+# (trace_viewer_index.js ``_updateHostsParamToBaseUrl``: an empty selection is sent as
+# 'none'); that is the default host, unless a host is really named so.
+NO_HOST_SELECTED = "none"
+
+
 class Traces:
     """Part of :class:`~profscope.app.workspace.Workspace`: timelines."""
 
@@ -70,6 +76,8 @@ class Traces:
         known = [h for h, _ in sources]
         wanted = query.hosts or query.host
         names = [h.strip() for h in wanted.split(",") if h.strip()] if wanted else [known[0]]
+        if names == [NO_HOST_SELECTED] and NO_HOST_SELECTED not in known:
+            names = [known[0]]
         chosen = []
         for name in dict.fromkeys(names):
             if name not in known:
