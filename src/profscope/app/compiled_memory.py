@@ -128,15 +128,8 @@ class CompiledMemory:
         known = self._module_lists.get(info.identity())
         if known is not None:
             return known
-        key = keys.derived(keys.MODULE_LIST, self.logdir.url, info.identity())
-
-        def compute(progress):
-            progress.update(message=f"reading compiled modules of {info.path}")
-            with self.logdir.open(info.path) as f:
-                return [m.display_name for m in xplane.hlo_modules(f, self.logdir.display_path(info.path))]
-
-        names = self.cache.get_or_compute_json(key, f"module list of {info.path}", compute,
-                                               file=self.logdir.display_path(info.path))
+        names = self.derived_json(keys.MODULE_LIST, info, "reading compiled modules of", "module list",
+                                  lambda f, path: [m.display_name for m in xplane.hlo_modules(f, path)])
         if len(self._module_lists) > 4096:  # bounded: identities change as files are rewritten
             self._module_lists.clear()
         self._module_lists[info.identity()] = names

@@ -3,6 +3,7 @@
 A key is ``sha256([kind, version, logdir URL, input identities, parameters])``
 (cache/store.py ``cache_key``). Bump a version when what is stored under that kind
 changes shape; tool payloads carry their tool's version (tools/registry.py).
+:class:`FileDerived` reads a value out of one file under one of these keys.
 """
 
 from __future__ import annotations
@@ -40,3 +41,21 @@ def tool_payload(tool: Tool, logdir: str, inputs: list[str], query: list) -> str
 
 def torch_memory(tool: Tool, logdir: str, inputs: list[str]) -> str:
     return cache_key(TORCH_MEMORY, tool.version, logdir, inputs)
+
+
+class FileDerived:
+    """Part of the workspace: a value read out of one file (a module list, device
+    capabilities), kept in the cache under ``kind`` and the file's identity."""
+
+    def derived_json(self, kind: tuple[str, int], info, doing: str, label: str, read):
+        """``read(file object, display path)`` once per file identity; ``doing`` is the
+        progress message, ``label`` the job's name."""
+        path = self.logdir.display_path(info.path)
+
+        def compute(progress):
+            progress.update(message=f"{doing} {info.name}")
+            with self.logdir.open(info.path) as f:
+                return read(f, path)
+
+        return self.cache.get_or_compute_json(derived(kind, self.logdir.url, info.identity()),
+                                              f"{label} of {info.path}", compute, file=path)

@@ -128,15 +128,8 @@ class OomAssessment:
         info = run.xplane(host or run.hosts[0])
         if info is None:
             raise NotFound(f"run {run.name!r} has no host {host!r}; hosts: {', '.join(run.hosts)}")
-        key = keys.derived(keys.DEVICE_CAPS, self.logdir.url, info.identity())
-
-        def compute(progress):
-            progress.update(message=f"reading device planes of {info.name}")
-            with self.logdir.open(info.path) as f:
-                return xplane_devices.device_capabilities(f, self.logdir.display_path(info.path))
-
-        return self.cache.get_or_compute_json(key, f"devices of {info.path}", compute,
-                                              file=self.logdir.display_path(info.path))
+        return self.derived_json(keys.DEVICE_CAPS, info, "reading device planes of", "devices",
+                                 xplane_devices.device_capabilities)
 
     def _live_range_beside(self, run: Run, buffer_assignment: str | None) -> dict | None:
         """XLA's ``*-live-range.txt`` next to a module's ``*-buffer-assignment.txt`` (newer
@@ -157,15 +150,8 @@ class OomAssessment:
         info = run.xplane(host or run.hosts[0])
         if info is None:
             return {}
-        key = keys.derived(keys.MODULE_RUN_TIMES, self.logdir.url, info.identity())
-
-        def compute(progress):
-            progress.update(message=f"timing the modules of {info.name}")
-            with self.logdir.open(info.path) as f:
-                return xplane_module_time.module_run_times(f, self.logdir.display_path(info.path))
-
-        return self.cache.get_or_compute_json(key, f"module times of {info.path}", compute,
-                                              file=self.logdir.display_path(info.path))
+        return self.derived_json(keys.MODULE_RUN_TIMES, info, "timing the modules of", "module times",
+                                 xplane_module_time.module_run_times)
 
     def trace_device_properties(self, run: Run) -> list[dict]:
         """A PyTorch trace's ``deviceProperties`` (kineto writes ``id``, ``name``,

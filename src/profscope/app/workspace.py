@@ -23,6 +23,7 @@ from profscope.app.traces import Traces
 from profscope.cache.store import DiskCache
 from profscope.errors import BadRequest, NotFound
 from profscope.app.discovery import discover
+from profscope.app.keys import FileDerived
 from profscope.model.catalog import Run, RunKind
 from profscope.model.file_kinds import FileKind, classify
 from profscope.storage import LogDir, safe_relpath
@@ -32,7 +33,7 @@ from profscope.tools.registry import Tool
 __all__ = ["SNAPSHOT_VIEWS", "ModuleSource", "Workspace"]
 
 
-class Workspace(CompiledMemory, RuntimeMemory, Snapshots, OomAssessment, Traces):
+class Workspace(CompiledMemory, RuntimeMemory, Snapshots, OomAssessment, Traces, FileDerived):
     def __init__(self, logdir: LogDir, cache: DiskCache):
         if logdir.is_local and _inside(cache.root, Path(logdir.root)):
             # Log directories may be read-only or shared; we never write into them.
