@@ -17,11 +17,13 @@ $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 
-$(VENV)/.installed: pyproject.toml | $(VENV)/bin/python
+NATIVE  := setup.py $(wildcard src/profscope/*/_*.c)
+
+$(VENV)/.installed: pyproject.toml $(NATIVE) | $(VENV)/bin/python
 	$(PY) -m pip install -q -e .
 	touch $@
 
-$(VENV)/.installed-test: pyproject.toml | $(VENV)/bin/python
+$(VENV)/.installed-test: pyproject.toml $(NATIVE) | $(VENV)/bin/python
 	$(PY) -m pip install -q -e '.[test]'
 	touch $(VENV)/.installed $@
 
