@@ -120,3 +120,25 @@ def test_traces_under_any_json_name_are_sniffed_with_ranged_reads(emulator, demo
     assert [(r.name, r.kind) for r in runs] == [("dist/rank-0.json.gz", RunKind.CHROME_TRACE)]
     assert sorted(sizes) == [38, sniff.HEAD_BYTES]  # the head only, not the whole object
     fs.rm(f"{BUCKET}/sniff", recursive=True)
+
+
+def test_remote_files_are_copied_once_per_version_into_the_cache_folder(emulator, demo_logdir, tmp_path):
+    """A remote file is read from one whole copy under the cache folder, keyed by its
+    version: the log directory is never written, and a rewritten object is fetched again."""
+    import gcsfs
+
+    from profscope.storage import LogDir
+
+    fs = gcsfs.GCSFileSystem(endpoint_url=emulator, token="anon", skip_instance_cache=True)
+    src = next(demo_logdir.glob("mlp/plugins/profile/*/demo-host.xplane.pb")).read_bytes()
+    fs.pipe(f"{BUCKET}/copies/a.xplane.pb", src)
+    logdir = LogDir(f"gs://{BUCKET}/copies", storage_options={"endpoint_url": emulator, "token": "anon"},
+                    listing_ttl=0, copy_dir=tmp_path / "objects")
+    assert logdir.read_bytes("a.xplane.pb") == src
+    copies = list((tmp_path / "objects").rglob("*a.xplane.pb"))
+    assert len(copies) == 1 and copies[0].read_bytes() == src
+    assert fs.find(f"{BUCKET}/copies") == [f"{BUCKET}/copies/a.xplane.pb"]
+    fs.pipe(f"{BUCKET}/copies/a.xplane.pb", b"changed")
+    assert logdir.read_bytes("a.xplane.pb") == b"changed"
+    assert len(list((tmp_path / "objects").rglob("*a.xplane.pb"))) == 2
+    fs.rm(f"{BUCKET}/copies", recursive=True)

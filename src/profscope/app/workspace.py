@@ -43,6 +43,9 @@ class Workspace(CompiledMemory, RuntimeMemory, Snapshots, OomAssessment, Traces,
             )
         self.logdir = logdir
         self.cache = cache
+        if not logdir.is_local and logdir.copy_dir is None:
+            # Remote files are copied once per version into the cache folder (storage/logdir.py).
+            logdir.copy_dir = cache.root / "objects"
         # (tool, run kind) -> the method that produces its payload from a typed query of
         # that tool (app/queries.py TOOL_QUERIES).
         self._producers = {
