@@ -56,7 +56,14 @@ from profscope.forksafe import renew_locks_after_fork
 from profscope.model.trace import FLOW_END, FLOW_MID, FLOW_START, FlowEvents, TraceEvents
 from profscope.tools import trace_visibility as tv
 
-INDEX_VERSION = 5  # 2: crossing events stacked (depths never overlap); 3: flows; 4: flow-bound slices; 5: derived lines, events per track
+try:  # the build's linear passes in C (setup.py builds it; absent: the numpy path below)
+    from profscope.tools import _trace_build as _native
+except ImportError:  # pragma: no cover - no compiler where installed
+    _native = None
+if os.environ.get("PROFSCOPE_NATIVE") == "0":
+    _native = None
+
+INDEX_VERSION = 6  # 2: crossing events stacked (depths never overlap); 3: flows; 4: flow-bound slices; 5: derived lines, events per track; 6: narrower tier columns
 FLOW_SHORT_PS = 10**10  # arrows spanning at most 10 ms are found by binary search
 XPROF_EXACT_MAX = 1_500_000  # events in a window that XProf's filter visits one by one
 LEVELS = 64
@@ -162,7 +169,7 @@ class IndexWriter:
             if len(c.t_ps):
                 end_ps = max(end_ps, int(c.t_ps[-1] - shift))
         _report(progress, 0.1, "nesting events per thread")
-        depth, max_depth = _depths(track, start, dur, len(ev.tracks))
+        depth, max_depth, by_track = _nest(track, start, dur, len(ev.tracks))
         per_track = np.bincount(track, minlength=len(ev.tracks)) if n else np.zeros(len(ev.tracks), np.int64)
         del track
         _report(progress, 0.35, "sorting events into duration levels")
@@ -182,7 +189,9 @@ class IndexWriter:
                 seg[:] = seg[np.argsort(start[seg], kind="stable")]
         kept = {}
         cols = {"start": start, "depth": depth}
-        del start, depth
+        del start
+        if by_track is None:
+            del depth
         for k in _COLS:
             col = cols.pop(k) if k in cols else self._load(k)
             if k == "dur":  # clipped again, as _depths and _level saw it
@@ -195,11 +204,19 @@ class IndexWriter:
                 kept[k] = col  # sorted copies for the tiers
             del col
         flow_rows = self._flow_rows(ev, order)
-        del order
+        native = None
+        if by_track is not None:
+            # the native tiers walk the rows in the nesting pass's track order: they need
+            # each reader row's index row
+            rank = np.empty(n, np.int32)
+            rank[order] = np.arange(n, dtype=np.int32)
+            native = (*by_track, max_depth, depth, rank)
+            del depth, rank
+        del order, by_track
         _report(progress, 0.6, "building resolution tiers")
         _release_freed_memory()
-        tiers = _build_tiers(kept.pop("track"), kept.pop("depth"), kept.pop("start"), level, bounds, out)
-        del level
+        tiers = _build_tiers(kept.pop("track"), kept.pop("depth"), kept.pop("start"), level, bounds, out, native)
+        del level, native
         _report(progress, 0.9, "writing counters and flows")
         flows = np.array(ev.flows, np.int64).reshape(-1, 5)
         flows[:, 2] -= shift
@@ -391,6 +408,38 @@ def _depths(track: np.ndarray, start: np.ndarray, dur: np.ndarray, ntracks: int)
     """Nesting depth of every event on its track: the number of earlier events (by start,
     longest first) still open when it starts. For properly nested events that is the
     number of ancestors; computed with one sort and binary searches per track."""
+    return _nest(track, start, dur, ntracks)[:2]
+
+
+def _native_ok(track: np.ndarray, start: np.ndarray, dur: np.ndarray, ntracks: int) -> bool:
+    """Whether the C passes apply: int32 row numbers, doubled ends within int64 (starts
+    are shifted to >= 0, durations capped at MAX_DUR_PS) and every track id in range
+    (the numpy path leaves events on unknown tracks at depth 0)."""
+    n = len(start)
+    return (_native is not None and 0 < n < 2**31 - 1 and ntracks > 0 and int(start.min()) >= 0
+            and int(start.max()) < (1 << 61) - MAX_DUR_PS and int(dur.min()) >= 0 and int(dur.max()) <= MAX_DUR_PS
+            and int(track.min()) >= 0 and int(track.max()) < ntracks)
+
+
+def _nest(track: np.ndarray, start: np.ndarray, dur: np.ndarray, ntracks: int):
+    """``_depths``' (depth, max_depth), plus, from the C pass, (rows by track, start and
+    longest first; each track's bounds in it) for the tiers (None on the numpy path)."""
+    if _native_ok(track, start, dur, ntracks):
+        track = np.ascontiguousarray(track, np.int32)
+        start = np.ascontiguousarray(start, np.int64)
+        dur = np.ascontiguousarray(dur, np.int64)
+        order, tb, bad = _native.track_order(track, start, dur, ntracks)
+        for ti in np.flatnonzero(bad).tolist():  # as _track_order: sort only those
+            seg = order[tb[ti]:tb[ti + 1]]
+            seg[:] = seg[np.lexsort((~dur[seg], start[seg]))]
+        depth = np.zeros(len(start), dtype=np.int16)
+        max_depth = np.zeros(ntracks, dtype=np.int64)
+        _native.depths(order, tb, start, dur, depth, max_depth)
+        return depth, max_depth, (order, tb)
+    return (*_depths_numpy(track, start, dur, ntracks), None)
+
+
+def _depths_numpy(track: np.ndarray, start: np.ndarray, dur: np.ndarray, ntracks: int):
     n = len(start)
     depth = np.zeros(n, dtype=np.int16)
     max_depth = np.zeros(ntracks, dtype=np.int64)
@@ -471,14 +520,70 @@ def _stack_depths(rows, depth, start, dur) -> int:
     return top
 
 
-def _build_tiers(track, depth, start, level, bounds, out: Path) -> list[int]:
+def _build_tiers(track, depth, start, level, bounds, out: Path, native=None) -> list[int]:
     """Tier z: of the events shorter than 2^z ps (levels < z), the first in every
     (track, depth, 2^z bin), sorted by start; inputs are in index (level, start) order.
-    Each tier also stores its own copy of the window columns."""
+    Each tier also stores its own copy of the window columns, as narrow as the values
+    allow (a tier's durations are below 2^z). ``native``: (rows by track, the tracks'
+    bounds, max depth per track, depth, index row) of the reader's rows, for the C pass."""
     n = len(start)
     if not n:
         return []
     top = int(np.flatnonzero(np.diff(bounds) > 0).max()) + 1
+    zs = list(range(TIER_MIN_Z, max(top, TIER_MIN_Z) + 1, TIER_STEP))
+    if native is not None:
+        picks = _tier_picks_native(native, start, level, bounds, zs)
+    else:
+        picks = _tier_picks(track, depth, start, level, zs)
+    tiers = []
+    small = n < 2**31
+    narrow_track = len(track) and int(track.max()) < (1 << 15)
+    for z, rows in picks:
+        rows = rows[np.argsort(start[rows], kind="stable")]
+        # the tier's own copy of what a window needs, so reading it is one contiguous
+        # slice per column (random reads into the main columns would fault in most of
+        # their pages)
+        np.save(out / f"tier_{z}_rows.npy", rows.astype(np.int32 if small else np.int64))
+        np.save(out / f"tier_{z}_start.npy", start[rows])
+        np.save(out / f"tier_{z}_fence.npy", start[rows][::FENCE])
+        np.save(out / f"tier_{z}_track.npy", track[rows].astype(np.int16) if narrow_track else track[rows])
+        np.save(out / f"tier_{z}_depth.npy", depth[rows])
+        tiers.append(z)
+        del rows
+    for k in ("dur", "name"):  # read back once each, after the scratch arrays are gone
+        col = np.load(out / f"{k}.npy")
+        for z in tiers:
+            v = col[np.load(out / f"tier_{z}_rows.npy")]
+            if k == "dur" and z <= 31:  # levels < z: every duration is below 2^z
+                v = v.astype(np.int32)
+            np.save(out / f"tier_{z}_{k}.npy", v)
+        del col
+    return tiers
+
+
+def _keep_tier(kept: int, short: int) -> bool:
+    """Tiers that would not thin out the events (more than 70 % kept) are not stored."""
+    return bool(short) and kept <= TIER_KEEP_MAX * short
+
+
+def _tier_picks_native(native, start, level, bounds, zs):
+    """The tiers' rows (unsorted) by the C pass: counted for every tier first, then
+    collected only for the tiers that are kept, so the low tiers (~every event) are
+    never held."""
+    order, tb, max_depth, depth, rank = native
+    args = (order, tb, max_depth, depth, rank, np.ascontiguousarray(start, np.int64),
+            np.ascontiguousarray(level, np.int8))
+    counts = _native.tiers(*args, tuple(zs), True)
+    keep = [z for z, c in zip(zs, counts) if _keep_tier(int(c), int(bounds[z]))]
+    if not keep:
+        return []
+    return list(zip(keep, _native.tiers(*args, tuple(keep), False)))
+
+
+def _tier_picks(track, depth, start, level, zs):
+    """The tiers' rows (unsorted), numpy: rows ordered by (track, depth, start), then per
+    tier the first event of each (row, bin) among the short ones."""
+    n = len(start)
     # rows ordered by (track, depth, start): a bin change or a row change starts a group
     wide = int(track.max()) >= (1 << 15)
     rowkey = track.astype(np.int64 if wide else np.int32) << 16
@@ -499,9 +604,9 @@ def _build_tiers(track, depth, start, level, bounds, out: Path) -> list[int]:
     row_id[0] = 0
     np.cumsum(rk[1:] != rk[:-1], out=row_id[1:])
     del rk
-    tiers = []
+    out = []
     block = 1 << 20
-    for z in range(TIER_MIN_Z, max(top, TIER_MIN_Z) + 1, TIER_STEP):
+    for z in zs:
         parts, short, prev = [], 0, None
         for i0 in range(0, n, block):  # in blocks: the scratch arrays stay small
             o = order[i0:i0 + block]
@@ -521,28 +626,11 @@ def _build_tiers(track, depth, start, level, bounds, out: Path) -> list[int]:
             continue
         keep = np.concatenate(parts)
         del parts
-        if len(keep) > TIER_KEEP_MAX * short:
+        if not _keep_tier(len(keep), short):
             continue
-        rows = order[keep]
+        out.append((z, order[keep]))
         del keep
-        rows = rows[np.argsort(start[rows], kind="stable")]
-        # the tier's own copy of what a window needs, so reading it is one contiguous
-        # slice per column (random reads into the main columns would fault in most of
-        # their pages)
-        np.save(out / f"tier_{z}_rows.npy", rows.astype(np.int64))
-        np.save(out / f"tier_{z}_start.npy", start[rows])
-        np.save(out / f"tier_{z}_fence.npy", start[rows][::FENCE])
-        np.save(out / f"tier_{z}_track.npy", track[rows])
-        np.save(out / f"tier_{z}_depth.npy", depth[rows])
-        tiers.append(z)
-        del rows
-    del order, row_id
-    for k in ("dur", "name"):  # read back once each, after the scratch arrays are gone
-        col = np.load(out / f"{k}.npy")
-        for z in tiers:
-            np.save(out / f"tier_{z}_{k}.npy", col[np.load(out / f"tier_{z}_rows.npy")])
-        del col
-    return tiers
+    return out
 
 
 def _release_freed_memory() -> None:

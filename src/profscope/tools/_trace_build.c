@@ -1,0 +1,402 @@
+/* The trace index build's linear passes (tools/trace_index.py): events grouped by track,
+ * nesting depths, and the resolution tiers' picks, each in one pass over the rows.
+ *
+ * trace_index.py keeps the numpy path for every function here and selects it when this
+ * module is absent (or PROFSCOPE_NATIVE=0); tests/test_trace_build_native.py asserts both
+ * give identical answers. Inputs are numpy arrays that trace_index.py makes (C-contiguous,
+ * of the dtypes checked below); every index read from them is checked against the array
+ * it indexes, and a bad one raises ValueError rather than reading out of bounds.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
+#include <numpy/arrayobject.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_DEPTH 32767 /* depths are int16 in the index */
+
+static int check(PyArrayObject *a, int type, npy_intp n, const char *what) {
+    if (PyArray_TYPE(a) != type || PyArray_NDIM(a) != 1 || !PyArray_IS_C_CONTIGUOUS(a) ||
+        (n >= 0 && PyArray_DIM(a, 0) != n)) {
+        PyErr_Format(PyExc_ValueError, "_trace_build: %s has the wrong dtype, shape or layout", what);
+        return 0;
+    }
+    return 1;
+}
+
+static int writable(PyArrayObject *a, const char *what) {
+    if (!PyArray_ISWRITEABLE(a)) {
+        PyErr_Format(PyExc_ValueError, "_trace_build: %s is read-only", what);
+        return 0;
+    }
+    return 1;
+}
+
+/* track_order(track int32[n], start int64[n], dur int64[n], ntracks)
+ *   -> (order int32[n], bounds int64[ntracks+1], bad bool[ntracks])
+ * Rows grouped by track, in their order within a track (a stable counting sort), and
+ * which tracks are not already in (start, longest first) order: those are sorted by the
+ * caller (numpy's lexsort), as trace_index._track_order does. */
+static PyObject *track_order(PyObject *self, PyObject *args) {
+    PyArrayObject *tr, *st, *du;
+    Py_ssize_t ntracks;
+    if (!PyArg_ParseTuple(args, "O!O!O!n", &PyArray_Type, &tr, &PyArray_Type, &st, &PyArray_Type, &du, &ntracks))
+        return NULL;
+    npy_intp n = PyArray_SIZE(tr);
+    if (!check(tr, NPY_INT32, -1, "track") || !check(st, NPY_INT64, n, "start") || !check(du, NPY_INT64, n, "dur"))
+        return NULL;
+    if (ntracks < 0 || n >= INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "_trace_build.track_order: bad sizes");
+        return NULL;
+    }
+    npy_intp nb = ntracks + 1;
+    PyArrayObject *order = (PyArrayObject *)PyArray_EMPTY(1, &n, NPY_INT32, 0);
+    PyArrayObject *bounds = (PyArrayObject *)PyArray_ZEROS(1, &nb, NPY_INT64, 0);
+    PyArrayObject *bad = (PyArrayObject *)PyArray_ZEROS(1, (npy_intp *)&ntracks, NPY_BOOL, 0);
+    if (!order || !bounds || !bad) goto fail;
+    const int32_t *t = PyArray_DATA(tr);
+    const int64_t *s = PyArray_DATA(st), *d = PyArray_DATA(du);
+    int32_t *o = PyArray_DATA(order);
+    int64_t *b = PyArray_DATA(bounds);
+    npy_bool *bd = PyArray_DATA(bad);
+    int range_ok = 1;
+    Py_BEGIN_ALLOW_THREADS
+    for (npy_intp i = 0; i < n; i++) {
+        int32_t ti = t[i];
+        if (ti < 0 || ti >= ntracks) { range_ok = 0; break; }
+        b[ti + 1]++;
+    }
+    if (range_ok) {
+        for (npy_intp k = 0; k < ntracks; k++) b[k + 1] += b[k];
+        /* scatter, using bounds as the write positions, then shift them back */
+        for (npy_intp i = 0; i < n; i++) o[b[t[i]]++] = (int32_t)i;
+        for (npy_intp k = ntracks; k > 0; k--) b[k] = b[k - 1];
+        b[0] = 0;
+        for (npy_intp k = 0; k < ntracks; k++) {
+            for (int64_t j = b[k] + 1; j < b[k + 1]; j++) {
+                int32_t p = o[j - 1], q = o[j];
+                if (s[q] < s[p] || (s[q] == s[p] && d[q] > d[p])) { bd[k] = 1; break; }
+            }
+        }
+    }
+    Py_END_ALLOW_THREADS
+    if (!range_ok) {
+        PyErr_SetString(PyExc_ValueError, "_trace_build.track_order: a track id is out of range");
+        goto fail;
+    }
+    return Py_BuildValue("NNN", order, bounds, bad);
+fail:
+    Py_XDECREF(order);
+    Py_XDECREF(bounds);
+    Py_XDECREF(bad);
+    return NULL;
+}
+
+/* Doubled end: zero-length events get half a picosecond so they nest inside what holds
+ * them (trace_index._ends2). The caller guarantees start + dur < 2^61. */
+static inline int64_t end2(int64_t s, int64_t d) { return (s + d) * 2 + (d == 0); }
+
+static inline void heap_push(int64_t *h, npy_intp *len, int64_t v) {
+    npy_intp i = (*len)++;
+    while (i > 0) {
+        npy_intp p = (i - 1) / 2;
+        if (h[p] <= v) break;
+        h[i] = h[p];
+        i = p;
+    }
+    h[i] = v;
+}
+
+static inline void heap_pop(int64_t *h, npy_intp *len) {
+    npy_intp m = --(*len);
+    if (!m) return;
+    int64_t v = h[m];
+    npy_intp i = 0;
+    for (;;) {
+        npy_intp c = 2 * i + 1;
+        if (c >= m) break;
+        if (c + 1 < m && h[c + 1] < h[c]) c++;
+        if (h[c] >= v) break;
+        h[i] = h[c];
+        i = c;
+    }
+    h[i] = v;
+}
+
+/* depths(order int32[n], bounds int64[ntracks+1], start int64[n], dur int64[n],
+ *        depth int16[n] (out), max_depth int64[ntracks] (out))
+ * trace_index._depths for rows in (track, start, longest first) order: per track, the
+ * number of earlier events still open when an event starts (a min-heap of open ends);
+ * where that makes an event end after its holder (the last earlier event one level up:
+ * trace_index._crossing), the track's depths are redone with a stack of open ends
+ * (trace_index._stack_depths). Depths are capped at 32767. */
+static PyObject *depths(PyObject *self, PyObject *args) {
+    PyArrayObject *ord, *bnd, *st, *du, *dep, *mx;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!O!", &PyArray_Type, &ord, &PyArray_Type, &bnd, &PyArray_Type, &st,
+                          &PyArray_Type, &du, &PyArray_Type, &dep, &PyArray_Type, &mx))
+        return NULL;
+    npy_intp n = PyArray_SIZE(st);
+    npy_intp nt = PyArray_SIZE(mx);
+    if (!check(ord, NPY_INT32, n, "order") || !check(bnd, NPY_INT64, nt + 1, "bounds") ||
+        !check(du, NPY_INT64, n, "dur") || !check(dep, NPY_INT16, n, "depth") || !check(mx, NPY_INT64, nt, "max_depth") ||
+        !check(st, NPY_INT64, n, "start") || !writable(dep, "depth") || !writable(mx, "max_depth"))
+        return NULL;
+    const int32_t *o = PyArray_DATA(ord);
+    const int64_t *b = PyArray_DATA(bnd), *s = PyArray_DATA(st), *d = PyArray_DATA(du);
+    int16_t *depth = PyArray_DATA(dep);
+    int64_t *max_depth = PyArray_DATA(mx);
+    /* bounds must be a partition of [0, n); every row in range */
+    if (b[0] != 0 || b[nt] != n) goto bad;
+    npy_intp longest = 0;
+    for (npy_intp k = 0; k < nt; k++) {
+        if (b[k + 1] < b[k]) goto bad;
+        if (b[k + 1] - b[k] > longest) longest = b[k + 1] - b[k];
+    }
+    int ok = 1;
+    int64_t *heap = malloc(sizeof(int64_t) * (longest ? longest : 1));
+    int64_t *last = malloc(sizeof(int64_t) * (MAX_DEPTH + 1));
+    if (!heap || !last) {
+        free(heap);
+        free(last);
+        return PyErr_NoMemory();
+    }
+    Py_BEGIN_ALLOW_THREADS
+    for (npy_intp k = 0; k < nt && ok; k++) {
+        npy_intp a = b[k], z = b[k + 1], hl = 0;
+        int top = 0, crossing = 0;
+        for (npy_intp i = a; i < z; i++) {
+            int32_t r = o[i];
+            if (r < 0 || r >= n) { ok = 0; break; }
+            int64_t s2 = s[r] * 2, e2 = end2(s[r], d[r]);
+            while (hl && heap[0] <= s2) heap_pop(heap, &hl);
+            int dd = hl > MAX_DEPTH ? MAX_DEPTH : (int)hl;
+            depth[r] = (int16_t)dd;
+            heap_push(heap, &hl, e2);
+            /* depths rise by at most one per row, so depth dd - 1 has been seen */
+            if (dd > top) { top = dd; last[dd] = INT64_MAX; }
+            if (dd && e2 > last[dd - 1]) crossing = 1;
+            last[dd] = e2;
+        }
+        if (ok && top && crossing) {
+            npy_intp sp = 0;
+            top = 0;
+            for (npy_intp i = a; i < z; i++) {
+                int32_t r = o[i];
+                int64_t s2 = s[r] * 2;
+                while (sp && heap[sp - 1] <= s2) sp--;
+                int dd = sp > MAX_DEPTH ? MAX_DEPTH : (int)sp;
+                depth[r] = (int16_t)dd;
+                if (dd > top) top = dd;
+                heap[sp++] = end2(s[r], d[r]);
+            }
+        }
+        max_depth[k] = top;
+    }
+    Py_END_ALLOW_THREADS
+    free(heap);
+    free(last);
+    if (!ok) goto bad;
+    Py_RETURN_NONE;
+bad:
+    PyErr_SetString(PyExc_ValueError, "_trace_build.depths: order or bounds out of range");
+    return NULL;
+}
+
+static int cmp_i32(const void *x, const void *y) {
+    int32_t a = *(const int32_t *)x, b = *(const int32_t *)y;
+    return (a > b) - (a < b);
+}
+
+typedef struct {
+    int32_t *rows;
+    npy_intp len, cap;
+} buf_t;
+
+static int buf_add(buf_t *bf, int32_t v) {
+    if (bf->len == bf->cap) {
+        npy_intp cap = bf->cap ? bf->cap * 2 : 4096;
+        int32_t *p = realloc(bf->rows, sizeof(int32_t) * cap);
+        if (!p) return 0;
+        bf->rows = p;
+        bf->cap = cap;
+    }
+    bf->rows[bf->len++] = v;
+    return 1;
+}
+
+/* tiers(order int32[n], bounds int64[ntracks+1], max_depth int64[ntracks], depth int16[n],
+ *       rank int32[n], start_s int64[n], level_s int8[n], zs tuple of ints, count_only)
+ *   -> list of int32 arrays, one per z: index rows (count_only: list of their lengths,
+ *      nothing collected, so the caller picks the tiers worth keeping first)
+ * ``order``/``bounds``/``depth`` are trace_index._depths' (rows of the reader's order, by
+ * track, start, longest first); ``rank`` maps those rows to index rows, whose start and
+ * level are ``start_s``/``level_s``. Tier z holds, of the events at levels < z, the first
+ * in every (track, depth, 2^z bin) taking events by (track, depth, start, index row):
+ * trace_index._build_tiers' picks, for all tiers in one pass, in that order (the caller
+ * sorts them by start). */
+static PyObject *tiers(PyObject *self, PyObject *args) {
+    PyArrayObject *ord, *bnd, *mx, *dep, *rk, *st, *lv;
+    PyObject *zs;
+    int count_only;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!O!O!O!p", &PyArray_Type, &ord, &PyArray_Type, &bnd, &PyArray_Type, &mx,
+                          &PyArray_Type, &dep, &PyArray_Type, &rk, &PyArray_Type, &st, &PyArray_Type, &lv,
+                          &PyTuple_Type, &zs, &count_only))
+        return NULL;
+    npy_intp n = PyArray_SIZE(st), nt = PyArray_SIZE(mx), nz = PyTuple_GET_SIZE(zs);
+    if (!check(ord, NPY_INT32, n, "order") || !check(bnd, NPY_INT64, nt + 1, "bounds") ||
+        !check(mx, NPY_INT64, nt, "max_depth") || !check(dep, NPY_INT16, n, "depth") || !check(rk, NPY_INT32, n, "rank") ||
+        !check(st, NPY_INT64, n, "start_s") || !check(lv, NPY_INT8, n, "level_s"))
+        return NULL;
+    if (nz > 64) {
+        PyErr_SetString(PyExc_ValueError, "_trace_build.tiers: too many tiers");
+        return NULL;
+    }
+    int zv[64];
+    for (npy_intp j = 0; j < nz; j++) {
+        long v = PyLong_AsLong(PyTuple_GET_ITEM(zs, j));
+        if (v == -1 && PyErr_Occurred()) return NULL;
+        if (v < 0 || v > 63 || (j && v <= zv[j - 1])) {
+            PyErr_SetString(PyExc_ValueError, "_trace_build.tiers: tiers must be increasing, in [0, 63]");
+            return NULL;
+        }
+        zv[j] = (int)v;
+    }
+    const int32_t *o = PyArray_DATA(ord), *rank = PyArray_DATA(rk);
+    const int64_t *b = PyArray_DATA(bnd), *maxd = PyArray_DATA(mx), *start = PyArray_DATA(st);
+    const int16_t *depth = PyArray_DATA(dep);
+    const int8_t *level = PyArray_DATA(lv);
+    if (b[0] != 0 || b[nt] != n) goto bad_input;
+    npy_intp nkeys = 0;
+    for (npy_intp k = 0; k < nt; k++) {
+        if (b[k + 1] < b[k] || maxd[k] < 0 || maxd[k] > MAX_DEPTH) goto bad_input;
+        nkeys += maxd[k] + 1;
+    }
+    /* the first tier index with z > level, per level */
+    int first_z[128];
+    for (int l = -64; l < 64; l++) {
+        int j = 0;
+        while (j < nz && zv[j] <= l) j++;
+        first_z[l + 64] = j;
+    }
+    int64_t *pos = calloc(nkeys + 1, sizeof(int64_t));
+    int64_t *base = malloc(sizeof(int64_t) * (nt ? nt : 1));
+    int32_t *trav = malloc(sizeof(int32_t) * (n ? n : 1));
+    buf_t out[64];
+    npy_intp counts[64];
+    memset(out, 0, sizeof out);
+    memset(counts, 0, sizeof counts);
+    if (!pos || !base || !trav) {
+        free(pos);
+        free(base);
+        free(trav);
+        return PyErr_NoMemory();
+    }
+    int ok = 1, mem = 1;
+    Py_BEGIN_ALLOW_THREADS
+    /* rows by (track, depth), keeping their (start, longest first) order: a counting sort
+     * on key base[track] + depth */
+    npy_intp acc = 0;
+    for (npy_intp k = 0; k < nt; k++) { base[k] = acc; acc += maxd[k] + 1; }
+    for (npy_intp k = 0; k < nt && ok; k++) {
+        for (npy_intp i = b[k]; i < b[k + 1]; i++) {
+            int32_t r = o[i];
+            if (r < 0 || r >= n || depth[r] < 0 || depth[r] > maxd[k]) { ok = 0; break; }
+            pos[base[k] + depth[r] + 1]++;
+        }
+    }
+    if (ok) {
+        for (npy_intp q = 0; q < nkeys; q++) pos[q + 1] += pos[q];
+        for (npy_intp k = 0; k < nt; k++)
+            for (npy_intp i = b[k]; i < b[k + 1]; i++) {
+                int32_t r = o[i];
+                int32_t row = rank[r];
+                if (row < 0 || row >= n) { ok = 0; break; }
+                trav[pos[base[k] + depth[r]]++] = row;
+            }
+    }
+    /* pos[q] is now the end of group q (the start of q + 1) */
+    npy_intp g0 = 0;
+    for (npy_intp q = 0; q < nkeys && ok && mem; q++) {
+        npy_intp g1 = pos[q];
+        /* events with one start on one (track, depth) only meet where depths are capped:
+         * there the index row decides, as in _build_tiers' stable sorts */
+        for (npy_intp i = g0; i + 1 < g1;) {
+            npy_intp j = i + 1;
+            while (j < g1 && start[trav[j]] == start[trav[i]]) j++;
+            if (j - i > 1) qsort(trav + i, (size_t)(j - i), sizeof(int32_t), cmp_i32);
+            i = j;
+        }
+        int64_t last[64];
+        for (npy_intp j = 0; j < nz; j++) last[j] = -1;
+        for (npy_intp i = g0; i < g1 && mem && ok; i++) {
+            int32_t row = trav[i];
+            int64_t sv = start[row];
+            int lvl = level[row];
+            if (lvl < -64 || lvl > 63) { ok = 0; break; }
+            for (int j = first_z[lvl + 64]; j < nz; j++) {
+                int64_t bin = sv >> zv[j];  /* starts are >= 0 (shifted by the first) */
+                if (bin != last[j]) {
+                    last[j] = bin;
+                    counts[j]++;
+                    if (!count_only && !buf_add(&out[j], row)) { mem = 0; break; }
+                }
+            }
+        }
+        g0 = g1;
+    }
+    Py_END_ALLOW_THREADS
+    free(pos);
+    free(base);
+    free(trav);
+    PyObject *res = NULL;
+    if (!ok) {
+        PyErr_SetString(PyExc_ValueError, "_trace_build.tiers: order, depth or rank out of range");
+        goto done;
+    }
+    if (!mem) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    res = PyList_New(nz);
+    if (!res) goto done;
+    for (npy_intp j = 0; j < nz && count_only; j++) {
+        PyObject *c = PyLong_FromSsize_t(counts[j]);
+        if (!c) {
+            Py_CLEAR(res);
+            goto done;
+        }
+        PyList_SET_ITEM(res, j, c);
+    }
+    for (npy_intp j = 0; j < nz && !count_only; j++) {
+        npy_intp len = out[j].len;
+        PyArrayObject *a = (PyArrayObject *)PyArray_EMPTY(1, &len, NPY_INT32, 0);
+        if (!a) {
+            Py_CLEAR(res);
+            goto done;
+        }
+        if (len) memcpy(PyArray_DATA(a), out[j].rows, sizeof(int32_t) * len);
+        PyList_SET_ITEM(res, j, (PyObject *)a);
+    }
+done:
+    for (npy_intp j = 0; j < nz; j++) free(out[j].rows);
+    return res;
+bad_input:
+    PyErr_SetString(PyExc_ValueError, "_trace_build.tiers: bounds or depths out of range");
+    return NULL;
+}
+
+static PyMethodDef methods[] = {
+    {"track_order", track_order, METH_VARARGS, "Rows grouped by track (stable) and the tracks out of order."},
+    {"depths", depths, METH_VARARGS, "Nesting depth per row and track (trace_index._depths)."},
+    {"tiers", tiers, METH_VARARGS, "Every resolution tier's picks in one pass (trace_index._build_tiers)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_trace_build", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__trace_build(void) {
+    import_array();
+    return PyModule_Create(&module);
+}

@@ -1,0 +1,95 @@
+"""The index build's C passes (tools/_trace_build.c) against the numpy path: identical
+index files and metadata, on real profiles (xplanes, torch Chrome traces) and on traces
+whose events cross (the Python tracer's), built once with each path."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from profscope.formats import chrome_trace, xplane_trace
+from profscope.model.trace import TraceEvents, Track
+from profscope.tools import trace_index as ti
+
+pytestmark = pytest.mark.skipif(ti._native is None, reason="the _trace_build extension is not built")
+
+
+def _read(path: Path) -> TraceEvents:
+    with open(path, "rb") as f:
+        if path.name.endswith(".xplane.pb"):
+            return xplane_trace.read_trace(f, str(path), 0, "host")
+        return chrome_trace.trace_columns(f, str(path))
+
+
+def _same_index(a: Path, b: Path) -> None:
+    names = sorted(p.name for p in a.glob("*.npy"))
+    assert names == sorted(p.name for p in b.glob("*.npy"))
+    for name in names:
+        x, y = np.load(a / name), np.load(b / name)
+        assert x.dtype == y.dtype and np.array_equal(x, y), name
+    assert json.loads((a / "meta.json").read_bytes()) == json.loads((b / "meta.json").read_bytes())
+
+
+def _both(make, tmp_path, monkeypatch) -> None:
+    (tmp_path / "c").mkdir()
+    (tmp_path / "py").mkdir()
+    ti.build_index(make(), tmp_path / "c")
+    monkeypatch.setattr(ti, "_native", None)
+    ti.build_index(make(), tmp_path / "py")
+    _same_index(tmp_path / "c", tmp_path / "py")
+
+
+@pytest.mark.parametrize("rel", [
+    "xplane/tpu_inference/plugins/profile/2025_12_10_tpu/tpu_inference_2.xplane.pb",
+    "xplane/tf_gpu/plugins/profile/GPU-multi-worker/34.83.195.180_6003.xplane.pb",
+    "traces/hta_alexnet.trace.json.gz",
+    "traces/tracelens_h100_bert_small.trace.json.gz",
+])
+def test_native_build_equals_numpy_on_real_profiles(rel, shared_fixtures, tmp_path, monkeypatch):
+    path = shared_fixtures / "public_profiles" / rel
+    _both(lambda: _read(path), tmp_path, monkeypatch)
+
+
+def _crossing_trace(seed: int, n: int = 40_000) -> TraceEvents:
+    """Three tracks: nested slices (track 0), crossing ones as the Python tracer writes
+    (track 1: random starts and ends), and zero-length and tied events (track 2), in a
+    shuffled reader order so the per-track sort runs."""
+    rng = np.random.default_rng(seed)
+    start = np.concatenate([np.repeat(np.arange(n // 3) * 1000, 1), np.sort(rng.integers(0, 10**8, n // 3)),
+                            rng.integers(0, 1000, n - 2 * (n // 3)) * 1000]).astype(np.int64)
+    dur = np.concatenate([np.full(n // 3, 500), rng.integers(0, 10**6, n // 3),
+                          rng.integers(0, 3, n - 2 * (n // 3)) * 1500]).astype(np.int64)
+    track = np.repeat(np.arange(3, dtype=np.int32), [n // 3, n // 3, n - 2 * (n // 3)])
+    perm = rng.permutation(n)
+    return TraceEvents(
+        path="x", hostname="", base_ps=0, track=track[perm], start_ps=start[perm], dur_ps=dur[perm],
+        name=(perm % 5).astype(np.int32), args_off=np.zeros(n, np.int64), args_len=np.zeros(n, np.int32),
+        blob=[], args_kind="json", names=[f"n{i}" for i in range(5)], tracks=[Track(1, i, f"t{i}", i) for i in range(3)],
+    )
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_native_build_equals_numpy_when_events_cross(seed, tmp_path, monkeypatch):
+    _both(lambda: _crossing_trace(seed), tmp_path, monkeypatch)
+
+
+def test_native_depths_equal_numpy_and_cross_is_stacked(monkeypatch):
+    ev = _crossing_trace(4)
+    a = ti._depths(ev.track, ev.start_ps, ev.dur_ps, 3)
+    monkeypatch.setattr(ti, "_native", None)
+    b = ti._depths(ev.track, ev.start_ps, ev.dur_ps, 3)
+    assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+    assert a[1][1] > 0
+
+
+def test_native_rejects_bad_order():
+    n = 4
+    z = np.zeros(n, np.int64)
+    with pytest.raises(ValueError):
+        ti._native.depths(np.array([0, 1, 2, 9], np.int32), np.array([0, n], np.int64), z, z,
+                          np.zeros(n, np.int16), np.zeros(1, np.int64))
+    with pytest.raises(ValueError):
+        ti._native.track_order(np.array([0, 5, 0, 0], np.int32), z, z, 1)
