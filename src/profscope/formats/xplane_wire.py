@@ -49,6 +49,7 @@ Corrupt or truncated input raises :class:`~profscope.errors.BadInput` naming the
 from __future__ import annotations
 
 import contextlib
+import os
 from dataclasses import dataclass, field
 from typing import IO
 
@@ -57,6 +58,20 @@ import numpy as np
 from profscope.formats import protowire as wire
 from profscope.formats import xplane
 from profscope.formats.protos import xplane_pb2
+
+try:  # the native twin of the event decoders below (setup.py builds it where it can)
+    from profscope.formats import _xplane_scan as _native
+except ImportError:  # pragma: no cover - no C compiler at install time
+    _native = None
+else:
+    _native.set_truncated(wire.Truncated)
+
+
+def native_enabled() -> bool:
+    """Whether the native decoder (``profscope.formats._xplane_scan``) is used:
+    when it is built, unless ``PROFSCOPE_NATIVE=0`` (tests compare both paths)."""
+    return _native is not None and os.environ.get("PROFSCOPE_NATIVE", "1") != "0"
+
 
 __all__ = [
     "BYTES",
@@ -78,6 +93,7 @@ __all__ = [
     "line_events",
     "line_name",
     "mid_mask",
+    "native_enabled",
     "next_field",
     "plane_metadata",
     "read_plane_bytes",
@@ -386,6 +402,8 @@ def event_run(data, b: np.ndarray, pos: int, end: int, window: int | None = None
 
 def event_run_part(data, b: np.ndarray, pos: int, end: int, stop: int) -> tuple[np.ndarray, np.ndarray, int]:
     """:func:`event_run` over the entries that end by ``stop`` (<= ``end``)."""
+    if native_enabled():  # the sequential walk itself, in C
+        return _native.event_run(b, pos, end, stop, 1 << 62)
     cand = np.flatnonzero(b[pos:stop] == 0x22) + pos
     # the entry's length: one or two bytes (longer ones are read the slow way)
     b1 = b[cand + 1]
@@ -523,6 +541,11 @@ class Events:
 
 def decode_events(b: np.ndarray, ev_start: np.ndarray, ev_end: np.ndarray, ev_line: np.ndarray,
                    stat_names: dict[int, str]) -> Events:
+    """The events ``b[ev_start[i]:ev_end[i]]`` (of lines ``ev_line``) and the stats of the
+    kinds read here, with the plane's stat names by metadata id. The stats of one kind
+    are in (chunk of ``_CHUNK`` events, field position, event) order."""
+    if native_enabled():
+        return _decode_events_native(b, ev_start, ev_end, ev_line, stat_names)
     n = len(ev_start)
     metadata_id = np.zeros(n, dtype=np.int64)
     offset_ps = np.zeros(n, dtype=np.int64)
@@ -594,6 +617,24 @@ def decode_events(b: np.ndarray, ev_start: np.ndarray, ev_end: np.ndarray, ev_li
         kinds[k] = ks
     offset_ps[data_case != 2] = 0
     return Events(n, ev_line, metadata_id, offset_ps, duration_ps, kinds)
+
+
+def _kind_lut(stat_names: dict[int, str]) -> tuple[np.ndarray, np.ndarray]:
+    """(stat metadata ids, their kinds), sorted by id, for the kinds read here."""
+    kmids = np.fromiter((k for k, v in stat_names.items() if v in _KIND), dtype=np.int64)
+    kvals = np.fromiter((_KIND[v] for v in stat_names.values() if v in _KIND), dtype=np.int16)
+    o = np.argsort(kmids)
+    return kmids[o], kvals[o]
+
+
+def _decode_events_native(b, ev_start, ev_end, ev_line, stat_names) -> Events:
+    """:func:`decode_events` in one pass of ``_xplane_scan.decode_events``: the same
+    columns, in the same order (it sorts each chunk's stats as the numpy path lays them
+    out)."""
+    kmids, kvals = _kind_lut(stat_names)
+    mid, off, dur, raw = _native.decode_events(b, ev_start, ev_end, kmids, kvals, _CHUNK)
+    kinds = {k: KindStats(ev_, ord_, case, value, str_end) for k, (ev_, ord_, case, value, str_end) in raw.items()}
+    return Events(len(mid), ev_line, mid, off, dur, kinds)
 
 
 _VALUE_FIELDS = {(0, UINT64), (0, INT64), (0, REF), (1, DOUBLE), (2, STR), (2, BYTES)}

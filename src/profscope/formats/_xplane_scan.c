@@ -1,0 +1,631 @@
+/* One-pass decoder of XLine event runs and XEvent/XStat fields, the native twin of the
+ * numpy path in profscope/formats/xplane_wire.py (event_run_part, decode_events,
+ * _decode_stats, walk). Its results are those of that path, array for array.
+ *
+ * Field numbers (protos/xplane.proto, upstream tsl/profiler/protobuf/xplane.proto):
+ *   XLine:  events = 4 (LEN; tag byte 0x22), a run of consecutive entries.
+ *   XEvent: metadata_id = 1, offset_ps = 2 | num_occurrences = 5 (oneof data: the last one
+ *           set wins, offset_ps reads 0 when the other is set), duration_ps = 3, stats = 4.
+ *   XStat:  metadata_id = 1; oneof value: double_value = 2 (fixed64), uint64_value = 3,
+ *           int64_value = 4, str_value = 5 (LEN), bytes_value = 6 (LEN), ref_value = 7.
+ * Protobuf's rules: fields in any order, the last occurrence wins, unknown fields (any
+ * number, wire types 0/1/2/5) skipped, varints up to 10 bytes (the value modulo 2^64),
+ * wire types 3/4/6/7 and field number 0 are errors, a field past its message's end is
+ * truncation. Every read is bounded by the buffer; any error raises ValueError (the
+ * callers' xspace_errors turns it into BadInput naming the file). Nothing is allocated
+ * from a size read from the file: output grows with the entries actually present.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
+#include <numpy/arrayobject.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { OK = 0, E_TRUNC, E_LONGVARINT, E_FIELD0, E_WIRETYPE, E_LENGTH, E_ORDINAL, E_RANGE, E_NOMEM };
+
+static const char *const ERRORS[] = {
+    "", "truncated: a field runs past its message", "varint longer than 10 bytes", "field number 0",
+    "unsupported wire type", "length out of range", "an event with more than 32767 fields",
+    "event range outside the buffer", "out of memory",
+};
+
+static PyObject *Truncated;  /* profscope.formats.protowire.Truncated, set by the caller */
+
+static PyObject *raise_err(int e)
+{
+    if (e == E_NOMEM)
+        return PyErr_NoMemory();
+    if (e == E_TRUNC && Truncated != NULL)
+        PyErr_SetString(Truncated, ERRORS[e]);
+    else
+        PyErr_SetString(PyExc_ValueError, ERRORS[e]);
+    return NULL;
+}
+
+/* A varint at *pos (bounded by n, the buffer's length). */
+static inline int rd_varint(const uint8_t *b, Py_ssize_t n, Py_ssize_t *pos, uint64_t *out)
+{
+    Py_ssize_t p = *pos;
+    if (p < n && b[p] < 0x80) {
+        *out = b[p];
+        *pos = p + 1;
+        return OK;
+    }
+    uint64_t v = 0;
+    int shift = 0;
+    for (;;) {
+        if (p >= n)
+            return E_TRUNC;
+        uint8_t c = b[p++];
+        v |= (uint64_t)(c & 0x7F) << shift;
+        if (!(c & 0x80)) {
+            *out = v;
+            *pos = p;
+            return OK;
+        }
+        shift += 7;
+        if (shift > 63)
+            return E_LONGVARINT;
+    }
+}
+
+static inline uint64_t le64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+/* One field at pos of a message ending at stop (<= n): its number, wire type, value (the
+ * varint, the fixed64 bits, or a LEN payload's start), LEN end and the next position. */
+typedef struct {
+    uint64_t number;
+    int wt;
+    uint64_t value;
+    Py_ssize_t fend;
+    Py_ssize_t nxt;
+} Field;
+
+static inline int rd_field(const uint8_t *b, Py_ssize_t n, Py_ssize_t pos, Py_ssize_t stop, Field *f)
+{
+    uint64_t tag, ln;
+    int r = rd_varint(b, n, &pos, &tag);
+    if (r)
+        return r;
+    f->number = tag >> 3;
+    f->wt = (int)(tag & 7);
+    f->value = 0;
+    f->fend = 0;
+    if (f->number == 0)
+        return E_FIELD0;
+    switch (f->wt) {
+    case 0:
+        r = rd_varint(b, n, &pos, &f->value);
+        if (r)
+            return r;
+        f->nxt = pos;
+        break;
+    case 1:
+        f->nxt = pos + 8;
+        if (f->nxt > stop)
+            return E_TRUNC;
+        f->value = le64(b + pos);
+        break;
+    case 2:
+        r = rd_varint(b, n, &pos, &ln);
+        if (r)
+            return r;
+        if (ln > ((uint64_t)1 << 40))
+            return E_LENGTH;
+        f->value = (uint64_t)pos;
+        f->fend = f->nxt = pos + (Py_ssize_t)ln;
+        break;
+    case 5:
+        f->nxt = pos + 4;
+        break;
+    default:
+        return E_WIRETYPE;
+    }
+    return f->nxt > stop ? E_TRUNC : OK;
+}
+
+/* ----------------------------------------------------------------------------------
+ * Runs of XLine.events
+ * ---------------------------------------------------------------------------------- */
+
+/* The entries of a run from pos that end by stop (<= end): xplane_wire.event_run_part's
+ * sequential walk. With starts == NULL only counts (at most max_n). */
+static int walk_run(const uint8_t *b, Py_ssize_t n, Py_ssize_t pos, Py_ssize_t end, Py_ssize_t stop,
+                    Py_ssize_t max_n, int64_t *starts, int64_t *ends, Py_ssize_t *count, Py_ssize_t *after)
+{
+    Py_ssize_t cur = pos, k = 0;
+    Field f;
+    while (k < max_n && cur < stop && b[cur] == 0x22) {
+        int r = rd_field(b, n, cur, end, &f);
+        if (r)
+            return r;
+        if (f.nxt > stop && stop != end)
+            break;
+        if (starts != NULL) {
+            starts[k] = (int64_t)f.value;
+            ends[k] = (int64_t)f.nxt;
+        }
+        k++;
+        cur = f.nxt;
+    }
+    *count = k;
+    *after = cur;
+    return OK;
+}
+
+static int get_buf(PyObject *obj, Py_buffer *view)
+{
+    return PyObject_GetBuffer(obj, view, PyBUF_SIMPLE);
+}
+
+static int check_span(Py_ssize_t n, Py_ssize_t pos, Py_ssize_t end, Py_ssize_t stop)
+{
+    if (pos < 0 || end > n || stop > end || pos > stop) {
+        PyErr_SetString(PyExc_ValueError, "run bounds outside the buffer");
+        return -1;
+    }
+    return 0;
+}
+
+/* event_run(buf, pos, end, stop, max_n) -> (starts int64, ends int64, position after) */
+static PyObject *py_event_run(PyObject *self, PyObject *args)
+{
+    PyObject *obj;
+    Py_ssize_t pos, end, stop, max_n, count, after, count2;
+    Py_buffer view;
+    if (!PyArg_ParseTuple(args, "Onnnn", &obj, &pos, &end, &stop, &max_n))
+        return NULL;
+    if (get_buf(obj, &view) < 0)
+        return NULL;
+    const uint8_t *b = view.buf;
+    PyObject *s = NULL, *e = NULL, *out = NULL;
+    int r;
+    if (check_span(view.len, pos, end, stop) < 0)
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    r = walk_run(b, view.len, pos, end, stop, max_n, NULL, NULL, &count, &after);
+    Py_END_ALLOW_THREADS
+    if (r) {
+        raise_err(r);
+        goto done;
+    }
+    npy_intp dims[1] = {count};
+    s = PyArray_SimpleNew(1, dims, NPY_INT64);
+    e = PyArray_SimpleNew(1, dims, NPY_INT64);
+    if (s == NULL || e == NULL)
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    walk_run(b, view.len, pos, end, stop, count, PyArray_DATA((PyArrayObject *)s),
+             PyArray_DATA((PyArrayObject *)e), &count2, &after);
+    Py_END_ALLOW_THREADS
+    out = Py_BuildValue("OOn", s, e, after);
+done:
+    Py_XDECREF(s);
+    Py_XDECREF(e);
+    PyBuffer_Release(&view);
+    return out;
+}
+
+/* run_count(buf, pos, end) -> (events in the whole run, position after) */
+static PyObject *py_run_count(PyObject *self, PyObject *args)
+{
+    PyObject *obj;
+    Py_ssize_t pos, end, count, after;
+    Py_buffer view;
+    int r;
+    if (!PyArg_ParseTuple(args, "Onn", &obj, &pos, &end))
+        return NULL;
+    if (get_buf(obj, &view) < 0)
+        return NULL;
+    if (check_span(view.len, pos, end, end) < 0) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    r = walk_run(view.buf, view.len, pos, end, end, PY_SSIZE_T_MAX, NULL, NULL, &count, &after);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    if (r)
+        return raise_err(r);
+    return Py_BuildValue("nn", count, after);
+}
+
+/* ----------------------------------------------------------------------------------
+ * Events and their stats
+ * ---------------------------------------------------------------------------------- */
+
+typedef struct {
+    int32_t ev;
+    int16_t ord;
+    int8_t kcase;
+    uint8_t kind;
+    uint64_t value;
+    int64_t send;
+} Rec;
+
+typedef struct {  /* a growable array of the stats of one kind */
+    int32_t *ev;
+    int16_t *ord;
+    int8_t *kcase;
+    uint64_t *value;
+    int64_t *send;
+    Py_ssize_t n, cap;
+} KindOut;
+
+static int kind_push(KindOut *k, const Rec *r)
+{
+    if (k->n == k->cap) {
+        Py_ssize_t cap = k->cap ? 2 * k->cap : 256;
+        void *a = realloc(k->ev, cap * sizeof(int32_t));
+        if (!a) return E_NOMEM;
+        k->ev = a;
+        a = realloc(k->ord, cap * sizeof(int16_t));
+        if (!a) return E_NOMEM;
+        k->ord = a;
+        a = realloc(k->kcase, cap * sizeof(int8_t));
+        if (!a) return E_NOMEM;
+        k->kcase = a;
+        a = realloc(k->value, cap * sizeof(uint64_t));
+        if (!a) return E_NOMEM;
+        k->value = a;
+        a = realloc(k->send, cap * sizeof(int64_t));
+        if (!a) return E_NOMEM;
+        k->send = a;
+        k->cap = cap;
+    }
+    k->ev[k->n] = r->ev;
+    k->ord[k->n] = r->ord;
+    k->kcase[k->n] = r->kcase;
+    k->value[k->n] = r->value;
+    k->send[k->n] = r->send;
+    k->n++;
+    return OK;
+}
+
+#define LUT_MAX (1 << 20)  /* stat metadata ids below this are looked up in a table */
+
+typedef struct {
+    const uint8_t *b;
+    Py_ssize_t n;
+    const int64_t *starts, *ends;
+    Py_ssize_t nev, chunk;
+    const int64_t *kmids;  /* sorted */
+    const int16_t *kvals;
+    Py_ssize_t nk;
+    int nkinds;            /* largest kind */
+    uint8_t *lut;          /* NULL: binary search */
+    Py_ssize_t lut_n;
+    int64_t *mid, *off, *dur;
+    KindOut *kinds;        /* [nkinds + 1] */
+    Rec *scratch, *sorted;
+    Py_ssize_t scap;
+    Py_ssize_t *counts;
+    Py_ssize_t ccap;
+} Dec;
+
+static inline int kind_of(const Dec *d, int64_t mid)
+{
+    if (d->lut != NULL)
+        return (mid >= 0 && mid < d->lut_n) ? d->lut[mid] : 0;
+    Py_ssize_t lo = 0, hi = d->nk;
+    while (lo < hi) {
+        Py_ssize_t m = (lo + hi) / 2;
+        if (d->kmids[m] < mid) lo = m + 1; else hi = m;
+    }
+    return (lo < d->nk && d->kmids[lo] == mid) ? d->kvals[lo] : 0;
+}
+
+/* One XStat [pos, stop): metadata_id and the last value field (case, bits, LEN end). */
+static inline int dec_stat(const uint8_t *b, Py_ssize_t n, Py_ssize_t pos, Py_ssize_t stop,
+                           int64_t *mid, int *kcase, uint64_t *value, int64_t *send)
+{
+    Field f;
+    *mid = 0;
+    *kcase = 0;
+    *value = 0;
+    *send = 0;
+    while (pos < stop) {
+        int r = rd_field(b, n, pos, stop, &f);
+        if (r)
+            return r;
+        if (f.wt == 0 && f.number == 1) {
+            *mid = (int64_t)f.value;
+        } else if ((f.wt == 0 && (f.number == 3 || f.number == 4 || f.number == 7)) ||
+                   (f.wt == 1 && f.number == 2) || (f.wt == 2 && (f.number == 5 || f.number == 6))) {
+            *kcase = (int)f.number;
+            *value = f.value;
+            *send = (int64_t)f.fend;
+        }
+        pos = f.nxt;
+    }
+    return OK;
+}
+
+static int push_scratch(Dec *d, Py_ssize_t *ns, const Rec *r)
+{
+    if (*ns == d->scap) {
+        Py_ssize_t cap = d->scap ? 2 * d->scap : 4096;
+        Rec *a = realloc(d->scratch, cap * sizeof(Rec));
+        if (!a) return E_NOMEM;
+        d->scratch = a;
+        a = realloc(d->sorted, cap * sizeof(Rec));
+        if (!a) return E_NOMEM;
+        d->sorted = a;
+        d->scap = cap;
+    }
+    d->scratch[(*ns)++] = *r;
+    return OK;
+}
+
+/* The numpy path lays out a chunk's stats by field position, then event, and groups them
+ * by kind with a stable sort: so within a chunk (kind, ordinal, event) order. The scratch
+ * is in (event, ordinal) order; a stable counting sort on (kind, ordinal) gives that. */
+static int flush_chunk(Dec *d, Py_ssize_t ns, int maxord)
+{
+    if (!ns)
+        return OK;
+    Py_ssize_t width = (Py_ssize_t)maxord + 1, nkeys = (Py_ssize_t)(d->nkinds + 1) * width;
+    if (nkeys + 1 > d->ccap) {
+        Py_ssize_t *a = realloc(d->counts, (nkeys + 1) * sizeof(Py_ssize_t));
+        if (!a) return E_NOMEM;
+        d->counts = a;
+        d->ccap = nkeys + 1;
+    }
+    Py_ssize_t *c = d->counts;
+    memset(c, 0, (nkeys + 1) * sizeof(Py_ssize_t));
+    for (Py_ssize_t i = 0; i < ns; i++)
+        c[d->scratch[i].kind * width + d->scratch[i].ord + 1]++;
+    for (Py_ssize_t k = 1; k <= nkeys; k++)
+        c[k] += c[k - 1];
+    for (Py_ssize_t i = 0; i < ns; i++) {
+        const Rec *r = &d->scratch[i];
+        d->sorted[c[r->kind * width + r->ord]++] = *r;
+    }
+    for (Py_ssize_t i = 0; i < ns; i++) {
+        int e = kind_push(&d->kinds[d->sorted[i].kind], &d->sorted[i]);
+        if (e) return e;
+    }
+    return OK;
+}
+
+static int decode(Dec *d)
+{
+    const uint8_t *b = d->b;
+    Py_ssize_t n = d->n;
+    Field f;
+    for (Py_ssize_t lo = 0; lo < d->nev; lo += d->chunk) {
+        Py_ssize_t hi = lo + d->chunk < d->nev ? lo + d->chunk : d->nev;
+        Py_ssize_t ns = 0;
+        int maxord = 0;
+        for (Py_ssize_t i = lo; i < hi; i++) {
+            Py_ssize_t pos = d->starts[i], stop = d->ends[i];
+            if (pos < 0 || stop > n)
+                return E_RANGE;
+            int64_t mid = 0, off = 0, dur = 0;
+            int data_case = 0, ordinal = 0;
+            for (; pos < stop; ordinal++) {
+                int r = rd_field(b, n, pos, stop, &f);
+                if (r)
+                    return r;
+                if (f.wt == 0) {
+                    switch (f.number) {
+                    case 1: mid = (int64_t)f.value; break;
+                    case 2: off = (int64_t)f.value; data_case = 2; break;
+                    case 3: dur = (int64_t)f.value; break;
+                    case 5: data_case = 5; break;
+                    }
+                } else if (f.wt == 2 && f.number == 4) {  /* XEvent.stats */
+                    if (ordinal > 32767)
+                        return E_ORDINAL;
+                    Rec rec;
+                    int64_t smid;
+                    int kcase;
+                    r = dec_stat(b, n, (Py_ssize_t)f.value, f.fend, &smid, &kcase, &rec.value, &rec.send);
+                    if (r)
+                        return r;
+                    int kind = d->nk ? kind_of(d, smid) : 0;
+                    if (kind > 0) {
+                        rec.ev = (int32_t)i;
+                        rec.ord = (int16_t)ordinal;
+                        rec.kcase = (int8_t)kcase;
+                        rec.kind = (uint8_t)kind;
+                        if (ordinal > maxord)
+                            maxord = ordinal;
+                        r = push_scratch(d, &ns, &rec);
+                        if (r)
+                            return r;
+                    }
+                }
+                pos = f.nxt;
+            }
+            d->mid[i] = mid;
+            d->off[i] = data_case == 2 ? off : 0;
+            d->dur[i] = dur;
+        }
+        int r = flush_chunk(d, ns, maxord);
+        if (r)
+            return r;
+    }
+    return OK;
+}
+
+static PyObject *copy_array(const void *src, Py_ssize_t n, int type, size_t item)
+{
+    npy_intp dims[1] = {n};
+    PyObject *a = PyArray_SimpleNew(1, dims, type);
+    if (a != NULL && n)
+        memcpy(PyArray_DATA((PyArrayObject *)a), src, (size_t)n * item);
+    return a;
+}
+
+/* decode_events(buf, starts int64, ends int64, kmids int64 sorted, kvals int16, chunk)
+ * -> (metadata_id, offset_ps, duration_ps, {kind: (event, ordinal, case, value, str_end)}) */
+static PyObject *py_decode_events(PyObject *self, PyObject *args)
+{
+    PyObject *obj, *o_s, *o_e, *o_km, *o_kv;
+    Py_ssize_t chunk;
+    if (!PyArg_ParseTuple(args, "OOOOOn", &obj, &o_s, &o_e, &o_km, &o_kv, &chunk))
+        return NULL;
+    if (chunk < 1)
+        chunk = 1;
+    Py_buffer view;
+    if (get_buf(obj, &view) < 0)
+        return NULL;
+    PyArrayObject *a_s = NULL, *a_e = NULL, *a_km = NULL, *a_kv = NULL;
+    PyObject *mid = NULL, *off = NULL, *dur = NULL, *kinds = NULL, *out = NULL;
+    Dec d;
+    memset(&d, 0, sizeof d);
+    int r = OK;
+    a_s = (PyArrayObject *)PyArray_FROMANY(o_s, NPY_INT64, 1, 1, NPY_ARRAY_CARRAY_RO);
+    a_e = (PyArrayObject *)PyArray_FROMANY(o_e, NPY_INT64, 1, 1, NPY_ARRAY_CARRAY_RO);
+    a_km = (PyArrayObject *)PyArray_FROMANY(o_km, NPY_INT64, 1, 1, NPY_ARRAY_CARRAY_RO);
+    a_kv = (PyArrayObject *)PyArray_FROMANY(o_kv, NPY_INT16, 1, 1, NPY_ARRAY_CARRAY_RO);
+    if (!a_s || !a_e || !a_km || !a_kv)
+        goto done;
+    if (PyArray_SIZE(a_s) != PyArray_SIZE(a_e) || PyArray_SIZE(a_km) != PyArray_SIZE(a_kv)) {
+        PyErr_SetString(PyExc_ValueError, "column lengths differ");
+        goto done;
+    }
+    d.b = view.buf;
+    d.n = view.len;
+    d.starts = PyArray_DATA(a_s);
+    d.ends = PyArray_DATA(a_e);
+    d.nev = PyArray_SIZE(a_s);
+    if (d.nev >= ((Py_ssize_t)1 << 31)) {
+        PyErr_SetString(PyExc_ValueError, "too many events for one call");
+        goto done;
+    }
+    d.chunk = chunk;
+    d.kmids = PyArray_DATA(a_km);
+    d.kvals = PyArray_DATA(a_kv);
+    d.nk = PyArray_SIZE(a_km);
+    d.nkinds = 0;
+    int64_t maxmid = -1;
+    int lut_ok = 1;
+    for (Py_ssize_t i = 0; i < d.nk; i++) {
+        if (d.kvals[i] < 1 || d.kvals[i] > 255) {
+            PyErr_SetString(PyExc_ValueError, "stat kinds must be 1..255");
+            goto done;
+        }
+        if (d.kvals[i] > d.nkinds) d.nkinds = d.kvals[i];
+        if (d.kmids[i] < 0 || d.kmids[i] >= LUT_MAX) lut_ok = 0;
+        else if (d.kmids[i] > maxmid) maxmid = d.kmids[i];
+    }
+    if (lut_ok && d.nk) {
+        d.lut_n = (Py_ssize_t)maxmid + 1;
+        d.lut = calloc((size_t)d.lut_n, 1);
+        if (!d.lut) { PyErr_NoMemory(); goto done; }
+        for (Py_ssize_t i = 0; i < d.nk; i++)
+            d.lut[d.kmids[i]] = (uint8_t)d.kvals[i];
+    }
+    d.kinds = calloc((size_t)d.nkinds + 1, sizeof(KindOut));
+    if (!d.kinds) { PyErr_NoMemory(); goto done; }
+    npy_intp dims[1] = {d.nev};
+    mid = PyArray_SimpleNew(1, dims, NPY_INT64);
+    off = PyArray_SimpleNew(1, dims, NPY_INT64);
+    dur = PyArray_SimpleNew(1, dims, NPY_INT64);
+    if (!mid || !off || !dur)
+        goto done;
+    d.mid = PyArray_DATA((PyArrayObject *)mid);
+    d.off = PyArray_DATA((PyArrayObject *)off);
+    d.dur = PyArray_DATA((PyArrayObject *)dur);
+    Py_BEGIN_ALLOW_THREADS
+    r = decode(&d);
+    Py_END_ALLOW_THREADS
+    if (r) {
+        raise_err(r);
+        goto done;
+    }
+    kinds = PyDict_New();
+    if (!kinds)
+        goto done;
+    for (int k = 1; k <= d.nkinds; k++) {
+        KindOut *ko = &d.kinds[k];
+        if (!ko->n)
+            continue;
+        PyObject *se = PyDict_New(), *t = NULL;
+        if (!se)
+            goto done;
+        for (Py_ssize_t i = 0; i < ko->n; i++) {
+            if (ko->kcase[i] == 5 || ko->kcase[i] == 6) {  /* str_value / bytes_value */
+                PyObject *ki = PyLong_FromSsize_t(i), *vi = PyLong_FromLongLong(ko->send[i]);
+                int bad = !ki || !vi || PyDict_SetItem(se, ki, vi) < 0;
+                Py_XDECREF(ki);
+                Py_XDECREF(vi);
+                if (bad) { Py_DECREF(se); goto done; }
+            }
+        }
+        t = Py_BuildValue("(NNNNN)", copy_array(ko->ev, ko->n, NPY_INT32, 4),
+                          copy_array(ko->ord, ko->n, NPY_INT16, 2),
+                          copy_array(ko->kcase, ko->n, NPY_INT8, 1),
+                          copy_array(ko->value, ko->n, NPY_UINT64, 8), se);
+        if (!t)
+            goto done;
+        PyObject *key = PyLong_FromLong(k);
+        int bad = !key || PyDict_SetItem(kinds, key, t) < 0;
+        Py_XDECREF(key);
+        Py_DECREF(t);
+        if (bad)
+            goto done;
+    }
+    out = Py_BuildValue("OOOO", mid, off, dur, kinds);
+done:
+    Py_XDECREF(a_s);
+    Py_XDECREF(a_e);
+    Py_XDECREF(a_km);
+    Py_XDECREF(a_kv);
+    Py_XDECREF(mid);
+    Py_XDECREF(off);
+    Py_XDECREF(dur);
+    Py_XDECREF(kinds);
+    if (d.kinds) {
+        for (int k = 0; k <= d.nkinds; k++) {
+            free(d.kinds[k].ev);
+            free(d.kinds[k].ord);
+            free(d.kinds[k].kcase);
+            free(d.kinds[k].value);
+            free(d.kinds[k].send);
+        }
+        free(d.kinds);
+    }
+    free(d.lut);
+    free(d.scratch);
+    free(d.sorted);
+    free(d.counts);
+    PyBuffer_Release(&view);
+    return out;
+}
+
+static PyObject *py_set_truncated(PyObject *self, PyObject *cls)
+{
+    Py_XINCREF(cls);
+    Py_XSETREF(Truncated, cls);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"event_run", py_event_run, METH_VARARGS,
+     "event_run(buf, pos, end, stop, max_n) -> (starts, ends, after): the XLine.events entries from pos "
+     "that end by stop (at most max_n)"},
+    {"run_count", py_run_count, METH_VARARGS, "run_count(buf, pos, end) -> (count, after) of a run of events"},
+    {"decode_events", py_decode_events, METH_VARARGS,
+     "decode_events(buf, starts, ends, kmids, kvals, chunk) -> (metadata_id, offset_ps, duration_ps, kinds)"},
+    {"set_truncated", py_set_truncated, METH_O, "the exception class raised for truncation"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_xplane_scan", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__xplane_scan(void)
+{
+    import_array();
+    return PyModule_Create(&module);
+}
