@@ -93,6 +93,7 @@ XLA_MODULE_LINE = "XLA Modules"
 # ---------------------------------------------------------------------------
 
 # XProf's names (tsl xplane_schema.cc)
+_ALLOCATOR_EVENTS = {"MemoryAllocation", "MemoryDeallocation"}
 _LOOP_OPS = {"WhileOp-EvalCond", "WhileOp-StartBody", "ForOp", "ParallelForOp", "ForeverOp"}
 
 
@@ -110,6 +111,7 @@ def read_allocator_events(raw: IO[bytes], path: str, progress=None) -> Allocator
     host_ref = index.plane(HOST_PLANE)
     pre_grouped = False
     loop_ops = False
+    without_events = False
     hlo_modules: list[HloModuleSpan] = []
     with xw.xspace_errors(path):
         raw.seek(0)
@@ -118,7 +120,16 @@ def read_allocator_events(raw: IO[bytes], path: str, progress=None) -> Allocator
         # one forward pass over the planes, in file order
         for ref in sorted(index.planes, key=lambda r: r.offset):
             if ref is host_ref:
+                # The plane's event metadata names every event kind it holds: without a
+                # MemoryAllocation/MemoryDeallocation entry no event can be one, and the
+                # lines (nearly the whole file) are neither read nor grouped.
+                meta = xw.plane_metadata(f, size, ref)
+                if not any(m.name in _ALLOCATOR_EVENTS for m in meta.event_metadata.values()):
+                    host_ref = None
+                    without_events = True
+                    continue
                 _report(progress, 0.05, f"reading {HOST_PLANE}")
+                f.seek(ref.offset)  # back to the plane (a gzip stream rewinds)
                 data = xw.read_plane_bytes(f, size, ref, pad=xw.PAD + (-ref.length) % 8)
                 continue
             if ref.name.startswith(TPU_PLANE_PREFIX):
@@ -131,6 +142,8 @@ def read_allocator_events(raw: IO[bytes], path: str, progress=None) -> Allocator
                 meta = xw.plane_metadata(f, size, ref)
             pre_grouped |= any(m.name == "group_id" for m in meta.stat_metadata.values())
             loop_ops |= any(m.name in _LOOP_OPS for m in meta.event_metadata.values())
+        if without_events:
+            return _empty(path, hostname, True, hlo_modules, grouping="no-allocator-events")
         if host_ref is None:
             return _empty(path, hostname, False, hlo_modules)
         meta_bytes, line_spans = xw.split_plane(data, host_ref.length)

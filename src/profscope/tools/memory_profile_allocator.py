@@ -61,7 +61,9 @@ named so). All numbers there are JSON numbers (ints exact), addresses are string
 ``host``, ``grouping``
     the XSpace's host name; how step ids were found (``grouped``: XProf's step
     grouping found roots; ``no-roots``: nothing to group; ``pre-grouped``: the profile
-    carried ``group_id`` stats; ``loop-ops``: XProf skips grouping for TF loop ops).
+    carried ``group_id`` stats; ``loop-ops``: XProf skips grouping for TF loop ops;
+    ``no-allocator-events``: the host plane's metadata names no allocator event, so
+    nothing was read or grouped and ``steps`` is empty).
 ``steps``
     the groups XProf's grouping made: ``groupId``, ``name`` (e.g. ``"train 3"``),
     ``startPs``/``endPs`` (the root event's span, same time base as ``timeOffsetPs``):

@@ -39,7 +39,7 @@ TOOLS: tuple[Tool, ...] = (
         "Memory profile",
         "What the allocator really did over time: peak, breakdown at peak, leaks.",
         frozenset({RunKind.PROFILE, RunKind.CHROME_TRACE, RunKind.TORCH_SNAPSHOT}),
-        version=2,  # 2: XProf's schema for traces and snapshots too (tools/memory_profile_xprof.py)
+        version=3,  # 2: XProf's schema for traces and snapshots too (tools/memory_profile_xprof.py); 3: profiles without allocator events are not grouped
     ),
     Tool(
         "memory_viewer",
