@@ -1,0 +1,624 @@
+#!/usr/bin/env python3
+"""profscope against XProf 2.24.2 and xprof-rs 0.1.3, cold, same inputs: time and peak RSS.
+
+The proof of issue 15: one table, one row per request, each tool run cold (a fresh
+process, a fresh cache folder, a fresh copy of the log directory) and the tools
+interleaved per row (profscope, XProf, xprof-rs, then again for ``--repeat``), the median
+reported, with the ratios profscope/xprof-rs and profscope/XProf.
+
+How each tool is driven:
+
+* profscope: a child of this interpreter (``--worker MODE LOGDIR CACHE``) builds a
+  ``Workspace`` as ``profscope serve`` does (conversions in forked workers) and times one
+  request: ``trace_viewer@`` (XProf's JSON, resolution 8000, what
+  ``/data/plugin/profile/data?tag=trace_viewer@`` streams), ``memory_profile``,
+  ``oom_risk``, or a snapshot's first chart (overview + whole-trace timeline, what
+  ``bench_torch_snapshot.py`` measures). The trace worker also times 10 later windows (1 %
+  of the span each, 8000 px, JSON-encoded) on the index it built.
+* XProf: a child of the peers venv's python times
+  ``xprof.convert.raw_to_tool_data.xspace_to_tool_data([path], tool, params)`` with the
+  params its ``profile_plugin.py`` passes (trace: ``trace_viewer_options.resolution=8000``).
+* xprof-rs: its server (``xprof-rs --logdir DIR --port N``, binds 127.0.0.1) is spawned
+  and the time is spawn to the full answer of the same ``data?...`` request; it preloads
+  sessions itself, so the time to the answer is what a user waits for.
+* gs:// against local: ``bench_gcs.py --repeat 1`` (GCS emulator on loopback), its
+  ``report`` line.
+* Server start: spawn to the first answer of ``/data/plugin/profile/runs``. XProf's own
+  server binds the wildcard address and starts a gRPC worker service on 0.0.0.0; it is
+  started here bound to 127.0.0.1 and without that service (unused by a single server).
+
+Import time of profscope and XProf is not in their times (in-process calls, like the
+issue's measurements); xprof-rs's includes its start (~15 ms). Peak RSS is each child's
+``ru_maxrss`` from ``os.wait4`` (Linux counts the reaped descendants too: profscope's
+conversion workers). Every run has a ``--timeout`` (the child's process group is killed,
+the cell says "timeout"); everything listens on loopback only.
+
+The peers live in a scratch venv, never project dependencies: ``--peers-venv`` (default
+``$XDG_CACHE_HOME/profscope-bench/peers``), made on first use with
+``python3 -m venv DIR && DIR/bin/pip install xprof==2.24.2 xprof-rs==0.1.3``.
+
+Inputs are made once into ``--inputs`` (default ``/tmp/profscope-bench``) and reused:
+a real JAX profile (``scripts/make_big_jax_profile.py``, 44000 steps = 308 MB, 7000 = 50 MB),
+an XSpace with 2 M allocator events (``profscope.testing.allocator_xplane.bulk_xspace``,
+the file ``bench_memory_profile.py --events 2000000`` also uses), a 1 GB CUDA snapshot
+(``scripts/make_big_snapshot.py``). ``--sizes small`` uses the 50 MB profile, 200 k
+allocator events and a 100 MB snapshot (a few minutes in all).
+
+Usage::
+
+    .venv/bin/python benchmarks/compare_peers.py --sizes small
+    .venv/bin/python benchmarks/compare_peers.py --markdown docs/perf_table.md       # full: ~20 min
+    .venv/bin/python benchmarks/compare_peers.py --only trace308,memprof308 --repeat 3
+    .venv/bin/python benchmarks/compare_peers.py --skip-xprof --only snapshot
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Callable
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+PEERS = {"xprof": "2.24.2", "xprof-rs": "0.1.3"}
+SESSION = "2026_01_01_00_00_00"  # the session folder every staged profile gets
+TOOLS = ("profscope", "xprof", "xprof-rs")
+HEADERS = {"profscope": "profscope", "xprof": f"XProf {PEERS['xprof']}", "xprof-rs": f"xprof-rs {PEERS['xprof-rs']}"}
+
+
+# ---------------------------------------------------------------- profscope worker (child)
+
+def worker(mode: str, logdir: str, cache: str) -> dict:
+    import orjson
+
+    from profscope.app.queries import MemoryProfileQuery, OomRiskQuery, SnapshotQuery, TraceQuery, XprofTraceQuery
+    from profscope.app.workspace import Workspace
+    from profscope.cache.store import DiskCache
+    from profscope.storage import LogDir
+
+    ws = Workspace(LogDir(logdir, listing_ttl=0), DiskCache(cache))
+    run = ws.runs()[0]
+    out = {}
+    t0 = time.perf_counter()
+    if mode == "trace":
+        body = ws.trace_xprof_json(run, XprofTraceQuery(resolution=8000))
+    elif mode == "memory_profile":
+        body = ws.tool_data(run, ws.tool_named("memory_profile"), MemoryProfileQuery())
+    elif mode == "oom_risk":
+        body = ws.tool_data(run, ws.tool_named("oom_risk"), OomRiskQuery(device_memory="80GiB"))
+    elif mode == "snapshot":
+        body = ws.snapshot_view(run, "overview", SnapshotQuery())
+        body += ws.snapshot_view(run, "timeline", SnapshotQuery())
+    else:
+        raise SystemExit(f"unknown worker mode {mode!r}")
+    out["s"] = time.perf_counter() - t0
+    out["bytes"] = len(body)
+    if mode == "snapshot":  # the model itself: parsed in the first process, its cached columns in a later one
+        t = time.perf_counter()
+        ws.snapshot(run)
+        out["model_s"] = time.perf_counter() - t
+    if mode == "trace":  # later windows on the index just built: 1 % of the span, here and there
+        view = ws.trace_view(run, TraceQuery())
+        span = view.window(None, None, 100)["fullTimespan"][1]
+        times = []
+        for k in range(10):
+            start = span * (0.2 + 0.06 * k)
+            t = time.perf_counter()
+            orjson.dumps(ws.trace_window(run, TraceQuery(start_ms=start, end_ms=start + span / 100, resolution=8000)))
+            times.append(time.perf_counter() - t)
+        out["later_s"] = statistics.median(times)
+    return out
+
+
+# ---------------------------------------------------------------- child processes
+
+@dataclass
+class Measure:
+    seconds: float | None = None
+    rss_mib: float | None = None
+    status: str = "ok"  # ok, timeout, failed: ..., skipped
+    extra: dict = field(default_factory=dict)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def spawn(cmd: list[str], log: pathlib.Path) -> subprocess.Popen:
+    # Its own session: a timeout kills the whole group (profscope's workers included).
+    with open(log, "wb") as f:
+        return subprocess.Popen([str(c) for c in cmd], stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+
+
+def reap(proc: subprocess.Popen, deadline: float, stop: bool = False) -> tuple[int | None, float]:
+    """Wait for the child until ``deadline`` (or stop it now: SIGTERM, then SIGKILL);
+    returns (exit status or None on timeout, its peak RSS in MiB)."""
+    if stop:
+        _signal(proc, signal.SIGTERM)
+        deadline = time.monotonic() + 10
+    timed_out = False
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            break
+        if time.monotonic() > deadline:
+            timed_out = not stop
+            _signal(proc, signal.SIGKILL)
+            pid, status, usage = os.wait4(proc.pid, 0)
+            break
+        time.sleep(0.02)
+    _signal(proc, signal.SIGKILL)  # what the group left behind (a server's worker)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return (None if timed_out else proc.returncode), usage.ru_maxrss / 1024
+
+
+def _signal(proc: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def run_child(cmd: list, scratch: pathlib.Path, timeout: float) -> Measure:
+    """A child that prints one JSON line with ``s`` (the seconds it timed)."""
+    log = scratch / "child.log"
+    proc = spawn(cmd, log)
+    code, rss = reap(proc, time.monotonic() + timeout)
+    text = log.read_text(errors="replace")
+    if code is None:
+        return Measure(rss_mib=rss, status="timeout")
+    lines = [ln for ln in text.splitlines() if ln.startswith("{")]
+    if code or not lines:
+        return Measure(rss_mib=rss, status=f"failed: exit {code}: {text.strip()[-300:]}")
+    res = json.loads(lines[-1])
+    return Measure(res.pop("s"), rss, extra=res)
+
+
+def get(url: str, proc: subprocess.Popen, deadline: float) -> bytes:
+    """``url``'s body once the server answers: retries while nothing listens yet."""
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited ({proc.returncode})")
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError
+        try:
+            with urllib.request.urlopen(url, timeout=left) as r:
+                return r.read()
+        except urllib.error.HTTPError:
+            raise
+        except (urllib.error.URLError, ConnectionError) as e:
+            if isinstance(getattr(e, "reason", None), TimeoutError):
+                raise TimeoutError from e
+            time.sleep(0.005)
+
+
+def time_server(cmd: list, port: int, path: str, scratch: pathlib.Path, timeout: float) -> Measure:
+    """Spawn a server, time spawn to the full answer of ``path``, stop it."""
+    t0 = time.monotonic()
+    proc = spawn(cmd, scratch / "server.log")
+    try:
+        body = get(f"http://127.0.0.1:{port}{path}", proc, t0 + timeout)
+        took = time.monotonic() - t0
+        status = "ok" if body else "failed: empty answer"
+    except TimeoutError:
+        took, body, status = None, b"", "timeout"
+    except Exception as e:  # noqa: BLE001 - the cell says what happened
+        took, body, status = None, b"", f"failed: {e}: {(scratch / 'server.log').read_text(errors='replace')[-300:]}"
+    _, rss = reap(proc, 0, stop=True)
+    return Measure(took, rss, status, {"bytes": len(body)})
+
+
+# ---------------------------------------------------------------- inputs
+
+@dataclass
+class Input:
+    path: pathlib.Path  # the file
+    host: str  # the host name a profile's file gives (its name before .xplane.pb)
+
+    @property
+    def is_profile(self) -> bool:
+        return self.path.name.endswith(".xplane.pb")
+
+
+def jax_profile(out: pathlib.Path, steps: int) -> Input:
+    found = sorted(out.glob("plugins/profile/*/*.xplane.pb"))
+    if not found:
+        print(f"making {out} ({steps} steps) ...", flush=True)
+        subprocess.run([sys.executable, REPO / "scripts" / "make_big_jax_profile.py", "--out", out,
+                        "--steps", str(steps)], check=True, timeout=1800)
+        found = sorted(out.glob("plugins/profile/*/*.xplane.pb"))
+    return Input(found[-1], "bighost")
+
+
+def allocator_profile(inputs: pathlib.Path, events: int) -> Input:
+    # bench_memory_profile.py's file name and defaults (200 steps, 2 allocators, 4 threads).
+    path = inputs / f"bulk_e{events}_s200_a2_t4.xplane.pb"
+    if not path.exists():
+        print(f"making {path} ...", flush=True)
+        code = ("import os, sys\nfrom profscope.testing.allocator_xplane import bulk_xspace\n"
+                f"data = bulk_xspace({events}, steps=200, allocators=2, threads=4)\n"
+                "open(sys.argv[1] + '.tmp', 'wb').write(data)\nos.replace(sys.argv[1] + '.tmp', sys.argv[1])\n")
+        subprocess.run([sys.executable, "-c", code, str(path)], check=True, timeout=1800)
+    return Input(path, "bulk-host")
+
+
+def snapshot(inputs: pathlib.Path, mb: int) -> Input:
+    path = inputs / f"snapshot_{mb}mb.pickle"
+    if not path.exists():
+        print(f"making {path} ...", flush=True)
+        subprocess.run([sys.executable, REPO / "scripts" / "make_big_snapshot.py", f"{path}.tmp",
+                        "--target-mb", str(mb)], check=True, timeout=3600, stdout=subprocess.DEVNULL)
+        os.replace(f"{path}.tmp", path)
+    return Input(path, "cuda:0")
+
+
+INPUTS: dict[str, Callable[[pathlib.Path], Input]] = {
+    "jax308": lambda d: jax_profile(d / "jax308", 44000),
+    "jax50": lambda d: jax_profile(d / "jax50", 7000),
+    "alloc2m": lambda d: allocator_profile(d, 2_000_000),
+    "alloc200k": lambda d: allocator_profile(d, 200_000),
+    "snap1000": lambda d: snapshot(d, 1000),
+    "snap100": lambda d: snapshot(d, 100),
+    "demo": lambda d: Input(REPO / "src" / "profscope" / "demo" / "logdir", ""),
+}
+
+
+def stage(inp: Input, scratch: pathlib.Path) -> tuple[pathlib.Path, str]:
+    """A fresh log directory holding only ``inp`` (hard-linked; XProf writes its caches
+    next to the xplane), and the run's name as XProf and xprof-rs list it."""
+    logdir = scratch / "logdir"
+    if inp.is_profile:
+        session = logdir / "run" / "plugins" / "profile" / SESSION
+        session.mkdir(parents=True)
+        target = session / f"{inp.host}.xplane.pb"
+    else:
+        logdir.mkdir(parents=True)
+        target = logdir / inp.path.name
+    try:
+        os.link(inp.path, target)
+    except OSError:  # another file system
+        shutil.copyfile(inp.path, target)
+    return logdir, f"run/{SESSION}"
+
+
+# ---------------------------------------------------------------- runners: (ctx, input, scratch) -> Measure
+
+@dataclass
+class Ctx:
+    peers: pathlib.Path
+    timeout: float
+
+    @property
+    def peers_python(self) -> pathlib.Path:
+        return self.peers / "bin" / "python"
+
+
+def ps_worker(mode: str):
+    def run(ctx: Ctx, inp: Input, scratch: pathlib.Path) -> Measure:
+        logdir, _ = stage(inp, scratch)
+        cache = scratch / "cache"
+        m = run_child([sys.executable, __file__, "--worker", mode, logdir, cache], scratch, ctx.timeout)
+        m.extra["cache_bytes"] = sum(p.stat().st_size for p in cache.rglob("*") if p.is_file())
+        return m
+    return run
+
+
+def ps_snapshot(ctx: Ctx, inp: Input, scratch: pathlib.Path) -> Measure:
+    """First chart with an empty cache, then again in a new process from that cache."""
+    logdir, _ = stage(inp, scratch)
+    cmd = [sys.executable, __file__, "--worker", "snapshot", logdir, scratch / "cache"]
+    first = run_child(cmd, scratch, ctx.timeout)
+    if first.status == "ok":
+        again = run_child(cmd, scratch, ctx.timeout)
+        first.extra.update(reopen_s=again.seconds, reopen_rss_mib=again.rss_mib,
+                           reopen_model_s=again.extra.get("model_s"))
+    return first
+
+
+XPROF_CALL = r"""
+import json, sys, time
+from xprof.convert import raw_to_tool_data as r
+params = json.loads(sys.argv[3])
+t = time.perf_counter()
+data, _ = r.xspace_to_tool_data([sys.argv[1]], sys.argv[2], params)
+s = time.perf_counter() - t
+if not data:
+    sys.exit("XProf returned no data")
+print(json.dumps({"s": s, "bytes": len(data)}))
+"""
+
+# XProf's server, but on loopback only: its _get_wildcard_address binds "::"/0.0.0.0 and
+# start_server starts a gRPC worker service on 0.0.0.0:grpc_port (for distributed
+# conversion, which one server does not need).
+XPROF_SERVER = r"""
+import sys
+from xprof import server
+from xprof.convert import _pywrap_profiler_plugin
+server._get_wildcard_address = lambda port: "127.0.0.1"
+_pywrap_profiler_plugin.start_grpc_server = lambda *a, **k: None
+server.start_server(logdir=sys.argv[1], port=int(sys.argv[2]), grpc_port=int(sys.argv[3]),
+                    worker_service_address="127.0.0.1:" + sys.argv[3])
+"""
+
+
+def xprof_call(tool: str):
+    def run(ctx: Ctx, inp: Input, scratch: pathlib.Path) -> Measure:
+        logdir, _ = stage(inp, scratch)
+        path = next(logdir.rglob("*.xplane.pb"))
+        params: dict = {"hosts": [inp.host], "memory_space": "0"}
+        if tool == "trace_viewer@":
+            params["trace_viewer_options"] = {"resolution": 8000, "full_dma": False}
+        return run_child([ctx.peers_python, "-c", XPROF_CALL, path, tool, json.dumps(params)], scratch, ctx.timeout)
+    return run
+
+
+def rs_data(tag: str):
+    def run(ctx: Ctx, inp: Input, scratch: pathlib.Path) -> Measure:
+        logdir, run_name = stage(inp, scratch)
+        port = free_port()
+        q = {"run": run_name, "tag": tag, "host": inp.host}
+        if tag == "trace_viewer@":
+            q["resolution"] = "8000"
+        path = "/data/plugin/profile/data?" + urllib.parse.urlencode(q)
+        return time_server([ctx.peers / "bin" / "xprof-rs", "--logdir", logdir, "--port", str(port)],
+                           port, path, scratch, ctx.timeout)
+    return run
+
+
+RUNS_PATH = "/data/plugin/profile/runs"
+
+
+def ps_start(ctx: Ctx, inp: Input, scratch: pathlib.Path) -> Measure:
+    logdir, _ = stage(inp, scratch)
+    port = free_port()
+    return time_server([sys.executable, "-m", "profscope", "serve", logdir, "--port", str(port),
+                        "--cache-dir", scratch / "cache"], port, RUNS_PATH, scratch, ctx.timeout)
+
+
+def xprof_start(ctx: Ctx, inp: Input, scratch: pathlib.Path) -> Measure:
+    logdir, _ = stage(inp, scratch)
+    port = free_port()
+    return time_server([ctx.peers_python, "-c", XPROF_SERVER, logdir, str(port), str(free_port())],
+                       port, RUNS_PATH, scratch, ctx.timeout)
+
+
+def rs_start(ctx: Ctx, inp: Input, scratch: pathlib.Path) -> Measure:
+    logdir, _ = stage(inp, scratch)
+    port = free_port()
+    return time_server([ctx.peers / "bin" / "xprof-rs", "--logdir", logdir, "--port", str(port)],
+                       port, RUNS_PATH, scratch, ctx.timeout)
+
+
+def ps_gcs(ctx: Ctx, inp: Input, scratch: pathlib.Path) -> Measure:
+    """bench_gcs.py's cold ``report`` over the emulator (gs://) and on local disk."""
+    log = scratch / "gcs.log"
+    proc = spawn([sys.executable, REPO / "benchmarks" / "bench_gcs.py", "--repeat", "1"], log)
+    code, rss = reap(proc, time.monotonic() + ctx.timeout)
+    text = log.read_text(errors="replace")
+    rows = [ln.split() for ln in text.splitlines() if ln.startswith("report")]
+    if code is None:
+        return Measure(rss_mib=rss, status="timeout")
+    if code or not rows:
+        return Measure(rss_mib=rss, status=f"failed: exit {code}: {text.strip()[-300:]}")
+    local, remote = float(rows[0][1]), float(rows[0][2])
+    return Measure(remote, None, extra={"local_s": local})
+
+
+# ---------------------------------------------------------------- the rows
+
+@dataclass
+class Row:
+    key: str
+    name: str
+    input: str  # a key of INPUTS
+    runners: dict[str, Callable]  # tool -> runner; a tool without one gets "–"
+    derived: list[tuple[str, str]] = field(default_factory=list)  # (row name, profscope extra key): more rows
+
+
+def rows_for(sizes: str) -> list[Row]:
+    big, alloc, snap = ("jax308", "alloc2m", "snap1000") if sizes == "full" else ("jax50", "alloc200k", "snap100")
+    trace = {"profscope": ps_worker("trace"), "xprof": xprof_call("trace_viewer@"), "xprof-rs": rs_data("trace_viewer@")}
+    memprof = {"profscope": ps_worker("memory_profile"), "xprof": xprof_call("memory_profile"),
+               "xprof-rs": rs_data("memory_profile")}
+    start = {"profscope": ps_start, "xprof": xprof_start, "xprof-rs": rs_start}
+    rows = [Row("trace308" if sizes == "full" else "trace", "trace viewer first window, res 8000", big, trace,
+                [("later window (warm), 1 % of the span, median of 10", "later_s")])]
+    if sizes == "full":
+        rows.append(Row("trace50", "trace viewer first window, res 8000", "jax50", trace))
+    rows += [
+        Row("memprof308" if sizes == "full" else "memprof", "memory profile, no allocator events", big, memprof),
+        Row("memprof-alloc", "memory profile, allocator events", alloc, memprof),
+        Row("oom308" if sizes == "full" else "oom", "OOM risk, no allocator events", big,
+            {"profscope": ps_worker("oom_risk")}),
+        Row("oom-alloc", "OOM risk, allocator events", alloc, {"profscope": ps_worker("oom_risk")}),
+        Row("snapshot", "CUDA snapshot, first chart", snap, {"profscope": ps_snapshot},
+            [("CUDA snapshot, reopen: first chart from the cache", "reopen_s"),
+             ("CUDA snapshot, reopen: model from its cached columns", "reopen_model_s")]),
+        Row("gcs", "report over gs:// (emulator), 0.67 MB demo profile", "demo", {"profscope": ps_gcs}),
+        Row("start", "server start to first answer (runs)", "jax50", start),
+    ]
+    return rows
+
+
+# ---------------------------------------------------------------- table
+
+def fmt_s(s: float | None) -> str:
+    if s is None:
+        return "–"
+    return f"{s * 1000:.1f} ms" if s < 0.1 else f"{s:.2f} s" if s < 10 else f"{s:.1f} s"
+
+
+def cell(ms: list[Measure]) -> tuple[str, float | None]:
+    """The median of a tool's runs as a table cell, and the median seconds."""
+    if not ms:
+        return "–", None
+    ok = [m for m in ms if m.status == "ok"]
+    if not ok:
+        return ms[0].status.split(":")[0], None
+    s = statistics.median(m.seconds for m in ok)
+    rss = [m.rss_mib for m in ok if m.rss_mib is not None]
+    text = fmt_s(s) + (f", {statistics.median(rss):,.0f} MiB" if rss else "")
+    return text + (f" ({len(ok)}/{len(ms)} ok)" if len(ok) < len(ms) else ""), s
+
+
+def ratio(a: float | None, b: float | None) -> str:
+    return f"{a / b:.2f}×" if a and b else "–"
+
+
+def note(row: Row, inp: Input | None, ms: dict[str, list[Measure]]) -> str:
+    parts = []
+    if inp is not None and inp.path.is_file():
+        parts.append(f"file {inp.path.stat().st_size / 1e6:,.0f} MB")
+    ok = [m for m in ms.get("profscope", []) if m.status == "ok"]
+    if ok and "cache_bytes" in ok[0].extra and row.key.startswith("trace") and inp is not None:
+        index = statistics.median(m.extra["cache_bytes"] for m in ok)
+        parts.append(f"profscope index {index / 1e6:,.0f} MB = {index / inp.path.stat().st_size:.2f}× the file")
+    if ok and "local_s" in ok[0].extra:
+        local = statistics.median(m.extra["local_s"] for m in ok)
+        gs = statistics.median(m.seconds for m in ok)
+        parts.append(f"local {fmt_s(local)}: gs/local {gs / local:.2f}×")
+    return "; ".join(parts)
+
+
+def table(results: list[tuple[Row, Input | None, dict[str, list[Measure]]]]) -> list[list[str]]:
+    out = [["request", "input", HEADERS["profscope"], HEADERS["xprof"], HEADERS["xprof-rs"],
+            "profscope / xprof-rs", "profscope / XProf", "note"]]
+    for row, inp, ms in results:
+        texts, secs = zip(*(cell(ms.get(t, [])) for t in TOOLS))
+        out.append([row.name, row.input, *texts, ratio(secs[0], secs[2]), ratio(secs[0], secs[1]), note(row, inp, ms)])
+        for name, key in row.derived:
+            vals = [m.extra[key] for m in ms.get("profscope", []) if m.status == "ok" and m.extra.get(key) is not None]
+            rss = [m.extra["reopen_rss_mib"] for m in ms.get("profscope", [])
+                   if key == "reopen_s" and m.extra.get("reopen_rss_mib") is not None]
+            text = fmt_s(statistics.median(vals)) if vals else "–"
+            if rss:
+                text += f", {statistics.median(rss):,.0f} MiB"
+            out.append([name, row.input, text, "–", "–", "–", "–", ""])
+    return out
+
+
+def print_table(rows: list[list[str]]) -> None:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for k, r in enumerate(rows):
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+        if k == 0:
+            print("  ".join("-" * w for w in widths))
+
+
+def markdown(rows: list[list[str]], args, took: float) -> str:
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    head = (f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} with `benchmarks/compare_peers.py "
+            f"{' '.join(sys.argv[1:])}` on {os.cpu_count()} cores, {mem:.0f} GiB; load average at the start "
+            f"{args.load_at_start:.2f}; median of {args.repeat} cold run(s) per tool, interleaved; the whole run "
+            f"took {took / 60:.1f} min. Cells: time, peak RSS.\n\n")
+    lines = ["| " + " | ".join(rows[0]) + " |", "|" + "---|" * len(rows[0])]
+    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows[1:]]
+    return head + "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------- main
+
+def ensure_peers(venv: pathlib.Path) -> None:
+    marker = venv / ".installed"
+    want = " ".join(f"{k}=={v}" for k, v in PEERS.items())
+    if marker.exists() and marker.read_text().strip() == want:
+        return
+    print(f"setting up the peers in {venv}: {want} ...", flush=True)
+    if not (venv / "bin" / "python").exists():
+        subprocess.run(["python3", "-m", "venv", venv], check=True, timeout=600)
+    subprocess.run([venv / "bin" / "pip", "install", "-q", *want.split()], check=True, timeout=1800)
+    marker.write_text(want + "\n")
+
+
+def default_peers() -> pathlib.Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return pathlib.Path(base) / "profscope-bench" / "peers"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 epilog="rows: trace308 trace50 memprof308 memprof-alloc oom308 oom-alloc snapshot "
+                                        "gcs start (--sizes small: trace memprof memprof-alloc oom oom-alloc snapshot "
+                                        "gcs start)")
+    ap.add_argument("--sizes", choices=("full", "small"), default="full")
+    ap.add_argument("--only", help="comma-separated row keys (see below); default: all")
+    ap.add_argument("--repeat", type=int, default=1, help="cold runs per tool and row; the median is reported")
+    ap.add_argument("--timeout", type=float, default=900, help="seconds one run may take (default 900)")
+    ap.add_argument("--inputs", type=pathlib.Path, default=pathlib.Path(tempfile.gettempdir()) / "profscope-bench")
+    ap.add_argument("--peers-venv", type=pathlib.Path, default=default_peers())
+    ap.add_argument("--skip-xprof", action="store_true")
+    ap.add_argument("--skip-xprof-rs", action="store_true")
+    ap.add_argument("--markdown", type=pathlib.Path, metavar="FILE", help="also write the table here (Markdown)")
+    ap.add_argument("--worker", nargs=3, metavar=("MODE", "LOGDIR", "CACHE"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        print(json.dumps(worker(*args.worker)), flush=True)
+        return
+
+    t_start = time.monotonic()
+    args.load_at_start = os.getloadavg()[0]
+    rows = rows_for(args.sizes)
+    if args.only:
+        keys = args.only.split(",")
+        unknown = set(keys) - {r.key for r in rows}
+        if unknown:
+            ap.error(f"unknown rows {sorted(unknown)}; rows: {' '.join(r.key for r in rows)}")
+        rows = [r for r in rows if r.key in keys]
+    skip = {t for t, flag in (("xprof", args.skip_xprof), ("xprof-rs", args.skip_xprof_rs)) if flag}
+    if {t for r in rows for t in r.runners} - {"profscope"} - skip:
+        ensure_peers(args.peers_venv)
+    ctx = Ctx(args.peers_venv, args.timeout)
+    args.inputs.mkdir(parents=True, exist_ok=True)
+    inputs: dict[str, Input] = {}
+    for key in dict.fromkeys(r.input for r in rows):  # all made before any timing
+        inputs[key] = INPUTS[key](args.inputs)
+
+    results = []
+    for row in rows:
+        inp = inputs[row.input]
+        ms: dict[str, list[Measure]] = {}
+        for rep in range(args.repeat):
+            for tool, runner in row.runners.items():
+                if tool in skip:
+                    continue
+                scratch = pathlib.Path(tempfile.mkdtemp(prefix="cmp-", dir=args.inputs))
+                try:
+                    m = runner(ctx, inp, scratch)
+                finally:
+                    shutil.rmtree(scratch, ignore_errors=True)
+                ms.setdefault(tool, []).append(m)
+                what = fmt_s(m.seconds) if m.status == "ok" else m.status
+                rss = f", {m.rss_mib:,.0f} MiB" if m.rss_mib is not None else ""
+                print(f"  {row.key:<14} {tool:<10} #{rep + 1}: {what}{rss}"
+                      f"{'  ' + json.dumps(m.extra) if m.extra else ''}", flush=True)
+        results.append((row, inp if inp.path.is_file() else None, ms))
+
+    tab = table(results)
+    print()
+    print_table(tab)
+    took = time.monotonic() - t_start
+    print(f"\n{took / 60:.1f} min in all")
+    if args.markdown:
+        args.markdown.write_text(markdown(tab, args, took))
+        print(f"wrote {args.markdown}")
+
+
+if __name__ == "__main__":
+    main()
