@@ -551,22 +551,20 @@ static PyObject *py_decode_events(PyObject *self, PyObject *args)
         KindOut *ko = &d.kinds[k];
         if (!ko->n)
             continue;
-        PyObject *se = PyDict_New(), *t = NULL;
-        if (!se)
-            goto done;
+        /* str_end: the LEN ends of str/bytes values, or empty when the kind has none */
+        Py_ssize_t n_str = 0;
         for (Py_ssize_t i = 0; i < ko->n; i++) {
-            if (ko->kcase[i] == 5 || ko->kcase[i] == 6) {  /* str_value / bytes_value */
-                PyObject *ki = PyLong_FromSsize_t(i), *vi = PyLong_FromLongLong(ko->send[i]);
-                int bad = !ki || !vi || PyDict_SetItem(se, ki, vi) < 0;
-                Py_XDECREF(ki);
-                Py_XDECREF(vi);
-                if (bad) { Py_DECREF(se); goto done; }
-            }
+            if (ko->kcase[i] == 5 || ko->kcase[i] == 6)
+                n_str++;
+            else
+                ko->send[i] = 0;
         }
+        PyObject *t;
         t = Py_BuildValue("(NNNNN)", copy_array(ko->ev, ko->n, NPY_INT32, 4),
                           copy_array(ko->ord, ko->n, NPY_INT16, 2),
                           copy_array(ko->kcase, ko->n, NPY_INT8, 1),
-                          copy_array(ko->value, ko->n, NPY_UINT64, 8), se);
+                          copy_array(ko->value, ko->n, NPY_UINT64, 8),
+                          copy_array(ko->send, n_str ? ko->n : 0, NPY_INT64, 8));
         if (!t)
             goto done;
         PyObject *key = PyLong_FromLong(k);

@@ -525,7 +525,10 @@ class KindStats:
     ordinal: np.ndarray  # int16: position among the event's fields
     case: np.ndarray  # int8: 0 none, else the XStat value field number
     value: np.ndarray  # uint64 bits (varint value / double bits / ref id / str start)
-    str_end: dict = field(default_factory=dict)  # index -> end, for str/bytes values
+    # int64: where each str/bytes value ends (aligned with ``value``); empty when the
+    # kind has no such value. An array, not a dict: millions of string stats (tf_op,
+    # shape, region_type of every allocator event) are millions of dict entries.
+    str_end: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
 
 @dataclass
@@ -601,19 +604,13 @@ def decode_events(b: np.ndarray, ev_start: np.ndarray, ev_end: np.ndarray, ev_li
                 continue
             idx = korder[a:z]
             c = case[idx]
-            strs = np.flatnonzero((c == STR) | (c == BYTES))
             parts.setdefault(k, []).append((st_ev[idx], st_ord[idx], c, val[idx],
-                                            strs, send[idx[strs]]))
+                                            np.where((c == STR) | (c == BYTES), send[idx], 0)))
     kinds = {}
     for k, chunks in parts.items():
-        ev_ = np.concatenate([x[0] for x in chunks])
-        ks = KindStats(ev_, np.concatenate([x[1] for x in chunks]), np.concatenate([x[2] for x in chunks]),
-                        np.concatenate([x[3] for x in chunks]))
-        base = 0
-        for x in chunks:
-            for i, e in zip(x[4].tolist(), x[5].tolist()):
-                ks.str_end[base + i] = e
-            base += len(x[0])
+        ks = KindStats(*(np.concatenate([x[j] for x in chunks]) for j in range(5)))
+        if not ks.str_end.any():
+            ks.str_end = np.zeros(0, np.int64)
         kinds[k] = ks
     offset_ps[data_case != 2] = 0
     return Events(n, ev_line, metadata_id, offset_ps, duration_ps, kinds)
@@ -803,8 +800,8 @@ class Strings:
             data = self.data
             cache: dict[bytes, int] = {}
             vals = []
-            for i in si[sv].tolist():
-                raw = bytes(data[int(ks.value[i]):ks.str_end[i]])
+            for a, z in zip(ks.value[si[sv]].tolist(), ks.str_end[si[sv]].tolist()):
+                raw = bytes(data[a:z])
                 k = cache.get(raw)
                 if k is None:
                     k = cache[raw] = self.add(raw.decode("utf-8", "replace"))
