@@ -91,6 +91,11 @@ from profscope.model.snapshot import (
     Snapshot,
 )
 
+try:  # the one-pass native reader of pickles (setup.py builds it where it can)
+    from profscope.formats import _pickle_scan as _native
+except ImportError:  # pragma: no cover - no C compiler at install time
+    _native = None
+
 
 #: Peak memory of Python's C unpickler and the conversion, per byte of pickle: a trace
 #: entry is ~150 bytes of opcodes and ~600 bytes of dict and boxed ints (measured 4.4x
@@ -1225,6 +1230,13 @@ def _load_snapshot(raw: IO[bytes] | bytes, path: str, progress, streaming: bool 
     if stream is not None:  # a pickle file: unpickle straight from it, no copy in memory
         size = _size(raw)
         compressed = stream is not raw  # a GzipFile: the pickle is several times the file
+        if streaming is None and native_enabled():
+            start = raw.tell()
+            snap = _native_pickle(stream, path, progress, None if compressed else size, fmt="pickle")
+            if snap is not None:
+                return snap
+            raw.seek(start)  # something unusual: the readers below decide
+            stream = _pickle_stream(raw, path)
         if streaming is None:
             streaming = size is None or _too_big_for_tree(size * (8 if compressed else 1))
         if streaming:
@@ -1250,6 +1262,9 @@ def _load_snapshot(raw: IO[bytes] | bytes, path: str, progress, streaming: bool 
             what = "truncated" if "Expecting" in reason and "char" in reason and payload.rstrip()[-1:] not in (b"}", b"]") else "not a snapshot"
             raise BadInput(f"{path}: {what}: invalid JSON ({reason})", file=path) from None
         protocol = None
+    elif streaming is None and native_enabled() and (
+            snap := _native_pickle(io.BytesIO(payload), path, progress, len(payload), fmt=kind)) is not None:
+        return snap
     elif streaming or (streaming is None and _too_big_for_tree(len(payload))):
         return _stream_pickle(io.BytesIO(payload), path, progress, len(payload), fmt=kind)
     else:
@@ -1307,3 +1322,144 @@ def _stream_pickle(stream: IO[bytes], path: str, progress, size: int | None, fmt
             raise BadInput(f"{path}: not a snapshot: data after the pickle's end", file=path)
         rest = stream.read(1 << 20)
     return normalize(obj, path, fmt=fmt, protocol=protocol, progress=progress, streamed=sink)
+
+
+# -- the one-pass native reader -------------------------------------------------------
+
+
+def native_enabled() -> bool:
+    """Whether pickles are read by the native one-pass reader (``_pickle_scan``) first:
+    when it is built, unless ``PROFSCOPE_NATIVE=0`` (tests compare both paths)."""
+    return _native is not None and os.environ.get("PROFSCOPE_NATIVE", "1") != "0"
+
+
+#: Bytes handed to the native reader at a time: the file is never in memory whole.
+NATIVE_CHUNK = 8 << 20
+
+
+class _Fallback(Exception):
+    """The native reader's result would not be the tree reader's: read the file that way."""
+
+
+class _NativeSink:
+    """The trace columns ``_pickle_scan`` wrote, handed to :func:`normalize` device by
+    device (its ``streamed``), with the tables built as the tree reader builds them.
+
+    The scanner numbers tracebacks (by the identities of their frame dicts) and
+    compile_context / user_metadata strings in order of first appearance, and the rows
+    of the trace lists come in file order; so the ids first seen in a device's rows are
+    exactly those above the highest one seen before it, in order. Keying each of those
+    once with :class:`_Tables` (a few thousand tracebacks, not millions of entries) gives
+    the tables and ids ``_convert_trace`` gives: stacks of a device first, then its
+    compile_context strings, then its user_metadata strings, new strings interned in the
+    order of the set the tree reader builds of them (a set built from the same values in
+    the same order iterates the same way)."""
+
+    def __init__(self, cols: dict, tables: dict) -> None:
+        self.tables = _Tables()
+        self.action_names = list(ACTIONS)
+        self.ooms: list[dict] = []
+        self.entry_keys: dict[str, None] = {}
+        self.cols = cols
+        self.reps = tables["reps"]
+        self.key_names = tables["key_names"]
+        self.layouts = tables["layouts"]
+        self.lists = dict(tables["row_lists"])
+        self.rows = len(cols["action"])
+        self.next_row = 0
+        self.stack_map = np.zeros(len(self.reps) + 1, np.int32)
+        self.stacks_done = 0
+        self.strs = {k: (tables[k], np.full(len(tables[k]) + 1, -1, np.int32), [-1])
+                     for k in ("compile_context", "user_metadata")}
+
+    def trace(self, device: int, entries: list) -> DeviceTrace | None:
+        rec = self.lists.pop(id(entries), None)
+        if rec is None:
+            return None
+        lst, start, end = rec
+        if lst is not entries or entries or start != self.next_row:
+            raise _Fallback(f"device_traces[{device}]: not one run of rows in file order")
+        self.next_row = end
+        c = self.cols
+        sl = slice(start, end)
+        n = end - start
+        where = f"device_traces[{device}]"
+        t = self.tables
+        for m in {self.layouts[i] for i in np.unique(c["layout"][start:start + 1000]).tolist()}:
+            for bit, name in enumerate(self.key_names):
+                if m >> bit & 1:
+                    self.entry_keys.setdefault(_text(name), None)
+        loc = c["frames"][sl]
+        top = int(loc.max()) if n else 0
+        for j in range(self.stacks_done + 1, top + 1):
+            self.stack_map[j] = t.stack(self.reps[j - 1], where)
+        self.stacks_done = max(self.stacks_done, top)
+        stack = self.stack_map[loc]
+        out = {}
+        for key, (strs, mapping, done) in self.strs.items():
+            loc = c[key][sl]
+            top = int(loc.max()) if n else -1
+            if top > done[0]:
+                new = strs[done[0] + 1:top + 1]
+                known = t._string_ids
+                for v in {v for v in new if v not in known}:
+                    t.string(v)
+                mapping[done[0] + 2:top + 2] = [known[v] for v in new]
+                done[0] = top
+            out[key] = mapping[loc + 1]
+        tr = DeviceTrace(device, c["action"][sl], c["addr"][sl], c["size"][sl], c["stream"][sl],
+                         c["time_us"][sl], stack, out["compile_context"], out["user_metadata"],
+                         c["device_free"][sl])
+        for i in np.flatnonzero(tr.action == ACTIONS.index("oom")).tolist():
+            self.ooms.append({"device": device, "index": i, "size": int(tr.size[i]),
+                              "device_free": int(tr.device_free[i]), "stream": int(tr.stream[i]),
+                              "time_us": int(tr.time_us[i]), "stack": int(tr.stack[i])})
+        return tr
+
+    def check_all_taken(self) -> None:
+        if self.lists or self.next_row != self.rows:
+            raise _Fallback("trace entries outside device_traces")
+
+
+def _native_read(stream: IO[bytes], path: str, progress, size: int | None, fmt: str) -> Snapshot:
+    """Read a pickle in one pass with ``_pickle_scan`` (see its header): the tree
+    reader's containers for everything but the trace entries, which become columns as
+    they are read. Raises ``_pickle_scan.Unusual`` or :class:`_Fallback` where the tree
+    reader's result could differ (its errors included): then that reader reads it."""
+    scanner = _native.Scanner({name: i for i, name in enumerate(ACTIONS)})
+    first = stream.read(NATIVE_CHUNK)
+    if len(first) < 2 or first[0] != 0x80:
+        raise _Fallback("no PROTO opcode")
+    protocol = first[1]
+    chunk = first
+    del first
+    while not scanner.feed(chunk):
+        if progress is not None:
+            progress.update(min(scanner.offset / size, 1.0) * 0.97 if size else None, "reading the snapshot")
+        chunk = stream.read(NATIVE_CHUNK)
+        if not chunk:
+            raise _Fallback("truncated")
+    del chunk
+    rest = scanner.rest()
+    while rest:  # what follows STOP: the NUL padding of _memory_viz HTML only
+        if rest.strip(b"\x00"):
+            raise _Fallback("data after STOP")
+        rest = stream.read(1 << 20)
+    obj, cols, tables = scanner.result()
+    del scanner
+    sink = _NativeSink(cols, tables)
+    del cols, tables
+    snap = normalize(obj, path, fmt=fmt, protocol=protocol, progress=progress, streamed=sink)
+    sink.check_all_taken()
+    if progress is not None:
+        progress.update(1.0, "read the snapshot")
+    return snap
+
+
+def _native_pickle(stream: IO[bytes], path: str, progress, size: int | None, fmt: str) -> Snapshot | None:
+    """:func:`_native_read`, or None where the other readers must decide (anything
+    unusual, every error included: they name it)."""
+    try:
+        return _native_read(stream, path, progress, size, fmt)
+    except Exception:  # noqa: BLE001 - Unusual, _Fallback, BadInput...: the tree reader decides
+        return None
