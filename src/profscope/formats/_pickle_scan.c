@@ -61,6 +61,11 @@ typedef struct {
 } RepSlot;
 
 typedef struct {
+    PyObject *p;
+    int32_t id;
+} RepPtr;
+
+typedef struct {
     PyObject_HEAD
     /* input */
     uint8_t *buf;
@@ -83,6 +88,7 @@ typedef struct {
     int64_t *addr, *size, *stream, *time_us, *dfree;
     int32_t *frames, *cc, *um;
     Py_ssize_t nrows, rcap, pending;
+    Py_ssize_t fast_rows; /* rows read by fast_entry */
     PyObject *codes;     /* dict: action name -> code (given) */
     PyObject *act_key[32];
     int act_code[32], nact;
@@ -95,11 +101,20 @@ typedef struct {
     PyObject *reps; /* list of lists */
     RepSlot *rtab;
     Py_ssize_t rtcap;
-    PyObject **rset; /* the rep lists, by pointer (none may grow once keyed) */
+    RepPtr *rset; /* the rep lists, by pointer (none may grow once keyed) */
     Py_ssize_t rscap;
     PyObject *cc_ids, *cc_strs, *um_ids, *um_strs;
     PyObject *row_lists; /* dict id(list) -> [list, start, end] */
 } Scanner;
+
+/* The n-byte little-endian number at p (pickle arguments are little-endian). */
+static inline uint64_t le(const uint8_t *p, int n)
+{
+    uint64_t v = 0;
+    for (int i = n - 1; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
 
 static int unusual(const char *why, long long at)
 {
@@ -168,7 +183,8 @@ static inline uint64_t mix(uint64_t h, uint64_t v)
     return h * 0xFF51AFD7ED558CCDULL;
 }
 
-static int rset_add(Scanner *s, PyObject *l);
+static int rset_add(Scanner *s, PyObject *l, int32_t id);
+static int32_t rset_has(Scanner *s, PyObject *l);
 
 static int rtab_rehash(Scanner *s, Py_ssize_t cap)
 {
@@ -196,6 +212,9 @@ static int rtab_rehash(Scanner *s, Py_ssize_t cap)
  * first appearance), or -1 on error. */
 static int32_t traceback_id(Scanner *s, PyObject *l)
 {
+    int32_t known = rset_has(s, l); /* a list already keyed (a shared traceback) */
+    if (known)
+        return known;
     Py_ssize_t n = PyList_GET_SIZE(l);
     PyObject **items = ((PyListObject *)l)->ob_item;
     uint64_t h = (uint64_t)n;
@@ -215,7 +234,7 @@ static int32_t traceback_id(Scanner *s, PyObject *l)
     }
     if (nreps >= INT32_MAX - 1)
         return unusual("too many tracebacks", s->base + s->pos);
-    if (PyList_Append(s->reps, l) < 0 || rset_add(s, l) < 0)
+    if (PyList_Append(s->reps, l) < 0 || rset_add(s, l, (int32_t)(nreps + 1)) < 0)
         return -1;
     s->rtab[j].hash = h;
     s->rtab[j].id = (int32_t)(nreps + 1);
@@ -229,34 +248,35 @@ static inline Py_ssize_t ptr_slot(PyObject *p, Py_ssize_t cap)
     return (Py_ssize_t)((h >> 17) & (uint64_t)(cap - 1));
 }
 
-static int rset_has(Scanner *s, PyObject *l)
+/* The id of rep list l (0: not a rep). */
+static int32_t rset_has(Scanner *s, PyObject *l)
 {
     if (!s->rscap)
         return 0;
     Py_ssize_t j = ptr_slot(l, s->rscap);
-    while (s->rset[j]) {
-        if (s->rset[j] == l)
-            return 1;
+    while (s->rset[j].p) {
+        if (s->rset[j].p == l)
+            return s->rset[j].id;
         j = (j + 1) & (s->rscap - 1);
     }
     return 0;
 }
 
-static int rset_add(Scanner *s, PyObject *l)
+static int rset_add(Scanner *s, PyObject *l, int32_t id)
 {
     Py_ssize_t n = PyList_GET_SIZE(s->reps); /* l already appended */
     if (n * 2 > s->rscap) {
         Py_ssize_t cap = s->rscap ? s->rscap * 2 : 4096;
-        PyObject **t = calloc((size_t)cap, sizeof(PyObject *));
+        RepPtr *t = calloc((size_t)cap, sizeof(RepPtr));
         if (!t) {
             PyErr_NoMemory();
             return -1;
         }
         for (Py_ssize_t i = 0; i < s->rscap; i++) {
-            if (!s->rset[i])
+            if (!s->rset[i].p)
                 continue;
-            Py_ssize_t j = ptr_slot(s->rset[i], cap);
-            while (t[j])
+            Py_ssize_t j = ptr_slot(s->rset[i].p, cap);
+            while (t[j].p)
                 j = (j + 1) & (cap - 1);
             t[j] = s->rset[i];
         }
@@ -265,27 +285,21 @@ static int rset_add(Scanner *s, PyObject *l)
         s->rscap = cap;
     }
     Py_ssize_t j = ptr_slot(l, s->rscap);
-    while (s->rset[j]) {
-        if (s->rset[j] == l)
+    while (s->rset[j].p) {
+        if (s->rset[j].p == l)
             return 0;
         j = (j + 1) & (s->rscap - 1);
     }
-    s->rset[j] = l;
+    s->rset[j].p = l;
+    s->rset[j].id = id;
     return 0;
 }
 
 /* -- the memo --------------------------------------------------------------------------- */
 
-static int memo_put(Scanner *s, Py_ssize_t idx, long long at)
+/* memo[idx] = o (a new reference is taken); idx already checked. */
+static int memo_set(Scanner *s, Py_ssize_t idx, PyObject *o)
 {
-    if (s->sp < 1 || (s->nmarks && s->marks[s->nmarks - 1] == s->sp))
-        return unusual("a memo put with nothing to put", at);
-    PyObject *o = s->stack[s->sp - 1];
-    if (o == ROW)
-        return unusual("a trace entry put in the memo twice", at);
-    /* safe_pickle.Prescan._memo: a pickler numbers its slots in order, at most one per 2 bytes */
-    if (idx < 0 || idx > (Py_ssize_t)((at >> 1) + 64))
-        return unusual("a memo index beyond what a pickler writes", at);
     if (idx >= s->msize) {
         Py_ssize_t c = s->msize ? s->msize : 4096;
         while (c <= idx)
@@ -306,6 +320,21 @@ static int memo_put(Scanner *s, Py_ssize_t idx, long long at)
         Py_DECREF(old);
     else
         s->mfilled++;
+    return 0;
+}
+
+static int memo_put(Scanner *s, Py_ssize_t idx, long long at)
+{
+    if (s->sp < 1 || (s->nmarks && s->marks[s->nmarks - 1] == s->sp))
+        return unusual("a memo put with nothing to put", at);
+    PyObject *o = s->stack[s->sp - 1];
+    if (o == ROW)
+        return unusual("a trace entry put in the memo twice", at);
+    /* safe_pickle.Prescan._memo: a pickler numbers its slots in order, at most one per 2 bytes */
+    if (idx < 0 || idx > (Py_ssize_t)((at >> 1) + 64))
+        return unusual("a memo index beyond what a pickler writes", at);
+    if (memo_set(s, idx, o) < 0)
+        return -1;
     int32_t *sl = &s->slot[s->sp - 1];
     *sl = (*sl == -1 && idx <= INT32_MAX) ? (int32_t)idx : -2;
     return 0;
@@ -471,6 +500,91 @@ static int grow_rows(Scanner *s)
     return 0;
 }
 
+/* A value of a trace entry: an object (NULL: the key is absent) or, read straight from
+ * the bytes by fast_entry, an int. */
+typedef struct {
+    PyObject *o;
+    int64_t i;
+    int is_int;
+} Val;
+
+static int val_int(const Val *v, int none_ok, int64_t absent, int64_t *out)
+{
+    if (v->is_int) {
+        *out = v->i;
+        return 1;
+    }
+    return int_value(v->o, none_ok, absent, out);
+}
+
+/* The row of an entry with these values (val[f] for each field, the last of a key
+ * repeated) and keys (mask of key bits). Returns its traceback id (0: none), -1 on error. */
+static int32_t add_row(Scanner *s, const Val *val, uint64_t mask, long long at)
+{
+    PyObject *a = val[F_ACTION].o;
+    if (val[F_ACTION].is_int || !a || !PyUnicode_CheckExact(a))
+        return unusual("an action that is not a string", at);
+    int code = action_code(s, a, at);
+    if (code < 0)
+        return -1;
+    int64_t addr, size, stream, t, df = -1;
+    if (!val_int(&val[F_ADDR], 0, 0, &addr) || !val_int(&val[F_SIZE], 0, 0, &size) ||
+        !val_int(&val[F_STREAM], 0, 0, &stream) || !val_int(&val[F_TIME], 1, NO_TIME, &t))
+        return unusual("a trace entry number that is not an int of 64 bits", at);
+    if (code == OOM_CODE && !val_int(&val[F_DFREE], 1, 0, &df))
+        return unusual("an oom entry whose device_free is not an int", at);
+    int32_t cc = -1, um = -1;
+    PyObject *c = val[F_CC].o, *u = val[F_UM].o;
+    if (val[F_CC].is_int || val[F_UM].is_int || val[F_FRAMES].is_int)
+        return unusual("a trace entry string or frames that is an int", at);
+    if (c && c != Py_None) {
+        if (!PyUnicode_CheckExact(c))
+            return unusual("a compile_context that is not a string", at);
+        if ((cc = intern_str(s->cc_ids, s->cc_strs, c)) == -2)
+            return -1;
+    }
+    if (u && u != Py_None) {
+        if (!PyUnicode_CheckExact(u))
+            return unusual("a user_metadata that is not a string", at);
+        if ((um = intern_str(s->um_ids, s->um_strs, u)) == -2)
+            return -1;
+    }
+    int32_t fr = 0;
+    PyObject *f = val[F_FRAMES].o;
+    if (f && f != Py_None) {
+        if (!PyList_CheckExact(f))
+            return unusual("frames that are not a list", at);
+        if (PyList_GET_SIZE(f) && (fr = traceback_id(s, f)) < 0)
+            return -1;
+    }
+    int li = -1;
+    for (int i = 0; i < s->nlayouts; i++)
+        if (s->layouts[i] == mask) {
+            li = i;
+            break;
+        }
+    if (li < 0) {
+        if (s->nlayouts >= MAX_LAYOUTS)
+            return unusual("trace entries with too many key layouts", at);
+        s->layouts[li = s->nlayouts++] = mask;
+    }
+    if (grow_rows(s) < 0)
+        return -1;
+    Py_ssize_t r = s->nrows++;
+    s->action[r] = (uint8_t)code;
+    s->layout[r] = (uint8_t)li;
+    s->addr[r] = addr;
+    s->size[r] = size;
+    s->stream[r] = stream;
+    s->time_us[r] = t;
+    s->dfree[r] = code == OOM_CODE ? df : -1;
+    s->frames[r] = fr;
+    s->cc[r] = cc;
+    s->um[r] = um;
+    s->pending++;
+    return fr;
+}
+
 /* SETITEMS on a fresh dict that sits in a list being built and has an "action" key:
  * the entry becomes a row. Returns 1 when done, 0 when the dict is no entry (built as a
  * dict), -1 on error (Unusual: read the file the other way). */
@@ -483,7 +597,8 @@ static int entry_row(Scanner *s, Py_ssize_t mark, long long at)
     PyObject *below = s->stack[d - 1];
     if (below != ROW && !PyList_CheckExact(below))
         return 0;
-    PyObject *val[N_FIELDS] = {NULL};
+    Val val[N_FIELDS];
+    memset(val, 0, sizeof(val));
     Py_ssize_t frames_at = -1;
     int is_entry = 0;
     for (Py_ssize_t i = mark; i < s->sp; i += 2) {
@@ -509,83 +624,28 @@ static int entry_row(Scanner *s, Py_ssize_t mark, long long at)
         if (bit < 0)
             return -1;
         mask |= (uint64_t)1 << bit;
-        val[f] = v; /* the last one wins, as in a dict */
+        val[f].o = v; /* the last one wins, as in a dict */
         if (f == F_FRAMES)
             frames_at = i + 1;
-    }
-    PyObject *a = val[F_ACTION];
-    if (!PyUnicode_CheckExact(a))
-        return unusual("an action that is not a string", at);
-    int code = action_code(s, a, at);
-    if (code < 0)
-        return -1;
-    int64_t addr, size, stream, t, df = -1;
-    if (!int_value(val[F_ADDR], 0, 0, &addr) || !int_value(val[F_SIZE], 0, 0, &size) ||
-        !int_value(val[F_STREAM], 0, 0, &stream) || !int_value(val[F_TIME], 1, NO_TIME, &t))
-        return unusual("a trace entry number that is not an int of 64 bits", at);
-    if (code == OOM_CODE && !int_value(val[F_DFREE], 1, 0, &df))
-        return unusual("an oom entry whose device_free is not an int", at);
-    int32_t cc = -1, um = -1;
-    PyObject *c = val[F_CC], *u = val[F_UM];
-    if (c && c != Py_None) {
-        if (!PyUnicode_CheckExact(c))
-            return unusual("a compile_context that is not a string", at);
-        if ((cc = intern_str(s->cc_ids, s->cc_strs, c)) == -2)
-            return -1;
-    }
-    if (u && u != Py_None) {
-        if (!PyUnicode_CheckExact(u))
-            return unusual("a user_metadata that is not a string", at);
-        if ((um = intern_str(s->um_ids, s->um_strs, u)) == -2)
-            return -1;
-    }
-    int32_t fr = 0;
-    PyObject *f = val[F_FRAMES];
-    if (f && f != Py_None) {
-        if (!PyList_CheckExact(f))
-            return unusual("frames that are not a list", at);
-        if (PyList_GET_SIZE(f)) {
-            if ((fr = traceback_id(s, f)) < 0)
-                return -1;
-            /* A new list the memo holds (and nothing else): the memo keeps the first list
-             * of these frames instead, so equal tracebacks cost one list. */
-            PyObject *rep = PyList_GET_ITEM(s->reps, fr - 1);
-            int32_t sl = s->slot[frames_at];
-            if (rep != f && sl >= 0 && Py_REFCNT(f) == 2 && s->memo[sl] == f) {
-                Py_INCREF(rep);
-                s->memo[sl] = rep;
-                Py_DECREF(f);
-            }
-        }
-    }
-    int li = -1;
-    for (int i = 0; i < s->nlayouts; i++)
-        if (s->layouts[i] == mask) {
-            li = i;
-            break;
-        }
-    if (li < 0) {
-        if (s->nlayouts >= MAX_LAYOUTS)
-            return unusual("trace entries with too many key layouts", at);
-        s->layouts[li = s->nlayouts++] = mask;
     }
     /* The dict itself: on the stack and at most once in the memo, nowhere else. */
     int32_t dsl = s->slot[d];
     if (dsl == -2 || Py_REFCNT(dict) != 1 + (dsl >= 0) || (dsl >= 0 && s->memo[dsl] != dict))
         return unusual("a trace entry referred to elsewhere", at);
-    if (grow_rows(s) < 0)
+    int32_t fr = add_row(s, val, mask, at);
+    if (fr < 0)
         return -1;
-    Py_ssize_t r = s->nrows++;
-    s->action[r] = (uint8_t)code;
-    s->layout[r] = (uint8_t)li;
-    s->addr[r] = addr;
-    s->size[r] = size;
-    s->stream[r] = stream;
-    s->time_us[r] = t;
-    s->dfree[r] = code == OOM_CODE ? df : -1;
-    s->frames[r] = fr;
-    s->cc[r] = cc;
-    s->um[r] = um;
+    if (fr > 0) {
+        /* A new list the memo holds (and nothing else): the memo keeps the first list
+         * of these frames instead, so equal tracebacks cost one list. */
+        PyObject *f = val[F_FRAMES].o, *rep = PyList_GET_ITEM(s->reps, fr - 1);
+        int32_t sl = s->slot[frames_at];
+        if (rep != f && sl >= 0 && Py_REFCNT(f) == 2 && s->memo[sl] == f) {
+            Py_INCREF(rep);
+            s->memo[sl] = rep;
+            Py_DECREF(f);
+        }
+    }
     pop_to(s, mark);
     if (dsl >= 0) {
         Py_INCREF(CONSUMED);
@@ -596,8 +656,361 @@ static int entry_row(Scanner *s, Py_ssize_t mark, long long at)
     s->stack[d] = ROW;
     s->slot[d] = -1;
     Py_DECREF(dict);
-    s->pending++;
     return 1;
+}
+
+/* -- trace entries straight from the bytes -------------------------------------------------
+ * The usual entry, as the C pickler writes it: EMPTY_DICT, its memo put, MARK, then
+ * (key value)* and SETITEMS, FRAME possibly between any two opcodes; every key a memo
+ * reference to a string; every value a memo reference, an int (BININT1/2/4, LONG1 of at
+ * most 8 bytes), None/True/False, a new short string (SHORT_BINUNICODE, maybe put), or a
+ * new list of memo references (EMPTY_LIST, maybe put, then MARK refs APPENDS or ref
+ * APPEND, any number of times). fast_entry reads such an entry without building its dict,
+ * its ints or (when a list of the same frames was seen) its traceback, and does what the
+ * opcodes would: the same memo puts, the same row as entry_row. Anything else, a memo
+ * reference to a slot the entry itself puts included, is left to the opcode loop. */
+
+#define FE_PAIRS 32
+#define FE_ITEMS 4096
+#define FE_PUTS 40
+#define FE_FRAMES 8
+
+enum { V_OBJ, V_INT, V_STR, V_LIST };
+
+typedef struct {
+    PyObject *key;
+    int field, kind;
+    PyObject *o;        /* V_OBJ (borrowed) */
+    int64_t i;          /* V_INT */
+    Py_ssize_t off, n;  /* V_STR: bytes; V_LIST: items[off:off+n] */
+    int put;            /* index into puts, -1 none */
+} FePair;
+
+typedef struct {
+    Py_ssize_t slot;
+    long long at;
+} FePut;
+
+static int pending_has(const FePut *puts, int n, Py_ssize_t idx)
+{
+    for (int i = 0; i < n; i++)
+        if (puts[i].slot == idx)
+            return 1;
+    return 0;
+}
+
+/* Returns the bytes the entry took (>0), 0 to leave it to the opcode loop, -2 for more
+ * bytes, -1 on error. */
+static Py_ssize_t fast_entry(Scanner *s, Py_ssize_t p0)
+{
+    const uint8_t *b = s->buf;
+    Py_ssize_t end = s->len, q = p0 + 1;
+    FePair pairs[FE_PAIRS];
+    FePut puts[FE_PUTS];
+    PyObject *items[FE_ITEMS];
+    int np = 0, nputs = 0, nframes = 0, nitems = 0;
+    Py_ssize_t vfilled = s->mfilled;
+    long long frame_end = s->frame_end;
+    int dict_put = -1;
+#define NEED(k)                                                     \
+    do {                                                            \
+        if (end - q < (Py_ssize_t)(k))                              \
+            return end - p0 < (1 << 17) ? -2 : 0;                   \
+    } while (0)
+#define FRAMES()                                                    \
+    while (q < end && b[q] == 0x95) {                               \
+        NEED(9);                                                    \
+        uint64_t fk = le(b + q + 1, 8);                             \
+        if (fk > (uint64_t)MAX_FIELD_BYTES || ++nframes > FE_FRAMES) \
+            return 0;                                               \
+        frame_end = s->base + q + 9 + (long long)fk;                \
+        q += 9;                                                     \
+    }
+    /* a memo put at q, if any: -> index into puts (-1 none), or returns 0 */
+#define PUT(dst)                                                                    \
+    do {                                                                            \
+        FRAMES();                                                                   \
+        NEED(1);                                                                    \
+        (dst) = -1;                                                                 \
+        Py_ssize_t idx = -1;                                                        \
+        long long pat = s->base + q;                                                \
+        if (b[q] == 0x94) {                                                         \
+            idx = vfilled;                                                          \
+            q += 1;                                                                 \
+        } else if (b[q] == 'q') {                                                   \
+            NEED(2);                                                                \
+            idx = b[q + 1];                                                         \
+            q += 2;                                                                 \
+        } else if (b[q] == 'r') {                                                   \
+            NEED(5);                                                                \
+            idx = (Py_ssize_t)le(b + q + 1, 4);                                     \
+            q += 5;                                                                 \
+        }                                                                           \
+        if (idx >= 0) {                                                             \
+            if (nputs >= FE_PUTS || idx > (Py_ssize_t)((pat >> 1) + 64))            \
+                return 0;                                                           \
+            int filled = (idx < s->msize && s->memo[idx]) || pending_has(puts, nputs, idx); \
+            puts[nputs].slot = idx;                                                 \
+            puts[nputs].at = pat;                                                   \
+            (dst) = nputs++;                                                        \
+            if (!filled)                                                            \
+                vfilled++;                                                          \
+        }                                                                           \
+    } while (0)
+    /* a memo reference at q: -> obj (borrowed), or returns 0 */
+#define REF(obj)                                                                    \
+    do {                                                                            \
+        Py_ssize_t idx;                                                             \
+        NEED(2);                                                                    \
+        if (b[q] == 'h') {                                                          \
+            idx = b[q + 1];                                                         \
+            q += 2;                                                                 \
+        } else if (b[q] == 'j') {                                                   \
+            NEED(5);                                                                \
+            idx = (Py_ssize_t)le(b + q + 1, 4);                                     \
+            q += 5;                                                                 \
+        } else                                                                      \
+            return 0;                                                               \
+        if (idx >= s->msize || !s->memo[idx] || s->memo[idx] == CONSUMED || pending_has(puts, nputs, idx)) \
+            return 0;                                                               \
+        (obj) = s->memo[idx];                                                       \
+    } while (0)
+
+    if (s->nmarks + 2 > MAX_MARKS)
+        return 0;
+    PUT(dict_put);
+    FRAMES();
+    NEED(1);
+    if (b[q] != '(')
+        return 0;
+    q++;
+    for (;;) {
+        FRAMES();
+        NEED(1);
+        if (b[q] == 'u') {
+            q++;
+            break;
+        }
+        if (np >= FE_PAIRS)
+            return 0;
+        FePair *pr = &pairs[np++];
+        REF(pr->key);
+        if (!PyUnicode_CheckExact(pr->key))
+            return 0;
+        pr->put = -1;
+        FRAMES();
+        NEED(1);
+        uint8_t op = b[q];
+        switch (op) {
+        case 'h':
+        case 'j':
+            pr->kind = V_OBJ;
+            REF(pr->o);
+            break;
+        case 'N':
+        case 0x88:
+        case 0x89:
+            pr->kind = V_OBJ;
+            pr->o = op == 'N' ? Py_None : op == 0x88 ? Py_True : Py_False;
+            q++;
+            break;
+        case 'K':
+            NEED(2);
+            pr->kind = V_INT;
+            pr->i = b[q + 1];
+            q += 2;
+            break;
+        case 'M':
+            NEED(3);
+            pr->kind = V_INT;
+            pr->i = (int64_t)le(b + q + 1, 2);
+            q += 3;
+            break;
+        case 'J':
+            NEED(5);
+            pr->kind = V_INT;
+            pr->i = (int32_t)(uint32_t)le(b + q + 1, 4);
+            q += 5;
+            break;
+        case 0x8A: {
+            NEED(2);
+            int k = b[q + 1];
+            if (k > 8)
+                return 0;
+            NEED(2 + k);
+            uint64_t v = le(b + q + 2, k);
+            if (k > 0 && k < 8 && (b[q + 1 + k] & 0x80))
+                v |= ~(uint64_t)0 << (8 * k);
+            pr->kind = V_INT;
+            pr->i = (int64_t)v;
+            q += 2 + k;
+            break;
+        }
+        case 0x8C: {
+            NEED(2);
+            Py_ssize_t k = b[q + 1];
+            NEED(2 + k);
+            pr->kind = V_STR;
+            pr->off = q + 2;
+            pr->n = k;
+            q += 2 + k;
+            PUT(pr->put);
+            break;
+        }
+        case ']': {
+            q++;
+            pr->kind = V_LIST;
+            pr->off = nitems;
+            PUT(pr->put);
+            for (;;) {
+                FRAMES();
+                NEED(1);
+                if (b[q] == '(') {
+                    q++;
+                    for (;;) {
+                        FRAMES();
+                        NEED(1);
+                        if (b[q] == 'e') {
+                            q++;
+                            break;
+                        }
+                        if (nitems >= FE_ITEMS)
+                            return 0;
+                        REF(items[nitems]);
+                        nitems++;
+                    }
+                } else if (b[q] == 'h' || b[q] == 'j') { /* ref APPEND, or the next key */
+                    Py_ssize_t back = q;
+                    if (nitems >= FE_ITEMS)
+                        return 0;
+                    REF(items[nitems]);
+                    FRAMES();
+                    NEED(1);
+                    if (b[q] != 'a') {
+                        q = back;
+                        break;
+                    }
+                    nitems++;
+                    q++;
+                } else
+                    break;
+            }
+            pr->n = nitems - pr->off;
+            break;
+        }
+        default:
+            return 0;
+        }
+    }
+#undef NEED
+#undef FRAMES
+#undef PUT
+#undef REF
+    long long at = s->base + p0;
+    int is_entry = 0;
+    for (int i = 0; i < np; i++) {
+        int name;
+        pairs[i].field = key_field(s, pairs[i].key, &name);
+        is_entry |= pairs[i].field == F_ACTION;
+    }
+    if (!is_entry)
+        return 0;
+    /* From here on the entry is taken (or the file left to the tree reader). */
+    PyObject *made[FE_PAIRS];
+    int nmade = 0;
+    Val val[N_FIELDS];
+    memset(val, 0, sizeof(val));
+    uint64_t mask = 0;
+    int frames_pair = -1;
+    int ret = -1;
+    for (int i = 0; i < np; i++) {
+        FePair *pr = &pairs[i];
+        int bit = key_bit(s, pr->key, at);
+        if (bit < 0)
+            goto done;
+        mask |= (uint64_t)1 << bit;
+        Val v = {NULL, 0, 0};
+        if (pr->kind == V_OBJ)
+            v.o = pr->o;
+        else if (pr->kind == V_INT) {
+            v.i = pr->i;
+            v.is_int = 1;
+        } else {
+            PyObject *o = NULL;
+            if (pr->kind == V_STR) {
+                o = PyUnicode_DecodeUTF8((const char *)b + pr->off, pr->n, "surrogatepass");
+                if (!o) {
+                    if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
+                        PyErr_Clear();
+                        unusual("a string that is not UTF-8", at);
+                    }
+                    goto done;
+                }
+            } else {
+                if (pr->field == F_FRAMES && pr->n) { /* the first list of the same frames, if any */
+                    uint64_t h = (uint64_t)pr->n;
+                    for (Py_ssize_t k = 0; k < pr->n; k++)
+                        h = mix(h, (uint64_t)(uintptr_t)items[pr->off + k]);
+                    if (s->rtcap) {
+                        Py_ssize_t m = s->rtcap - 1, j = (Py_ssize_t)(h & (uint64_t)m);
+                        for (; s->rtab[j].id; j = (j + 1) & m) {
+                            if (s->rtab[j].hash != h)
+                                continue;
+                            PyObject *r = PyList_GET_ITEM(s->reps, s->rtab[j].id - 1);
+                            if (PyList_GET_SIZE(r) == pr->n &&
+                                memcmp(((PyListObject *)r)->ob_item, items + pr->off, pr->n * sizeof(PyObject *)) == 0) {
+                                Py_INCREF(r);
+                                o = r;
+                                break;
+                            }
+                        }
+                    }
+                }
+                if (!o) {
+                    if (!(o = PyList_New(pr->n)))
+                        goto done;
+                    for (Py_ssize_t k = 0; k < pr->n; k++) {
+                        Py_INCREF(items[pr->off + k]);
+                        PyList_SET_ITEM(o, k, items[pr->off + k]);
+                    }
+                }
+            }
+            made[nmade++] = o;
+            v.o = o;
+        }
+        val[pr->field] = v;
+        if (pr->field == F_FRAMES)
+            frames_pair = i;
+    }
+    (void)frames_pair;
+    if (add_row(s, val, mask, at) < 0)
+        goto done;
+    /* the memo puts, in the order of the bytes */
+    for (int i = 0; i < nputs; i++) {
+        PyObject *o = CONSUMED;
+        if (i != dict_put) {
+            o = NULL;
+            for (int k = 0, m = 0; k < np; k++) {
+                if (pairs[k].kind == V_STR || pairs[k].kind == V_LIST) {
+                    if (pairs[k].put == i)
+                        o = made[m];
+                    m++;
+                }
+            }
+        }
+        if (!o || memo_set(s, puts[i].slot, o) < 0)
+            goto done;
+    }
+    s->frame_end = frame_end;
+    Py_INCREF(ROW);
+    if (push(s, ROW) < 0)
+        goto done;
+    s->fast_rows++;
+    ret = 0;
+done:
+    for (int i = 0; i < nmade; i++)
+        Py_DECREF(made[i]);
+    return ret < 0 ? -1 : q - p0;
 }
 
 /* APPEND(S) of k rows (the last k made) to list l. */
@@ -641,13 +1054,6 @@ static int rows_to_list(Scanner *s, PyObject *l, Py_ssize_t k, long long at)
 
 /* -- the opcode loop -------------------------------------------------------------------- */
 
-static inline uint64_t le(const uint8_t *p, int n)
-{
-    uint64_t v = 0;
-    for (int i = n - 1; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
 
 /* Runs opcodes while whole ones are in the buffer: 1 at STOP, 0 for more bytes, -1 error. */
 static int run(Scanner *s)
@@ -690,6 +1096,17 @@ static int run(Scanner *s)
             s->pos = p + 1;
             break;
         case '}':
+            if (s->sp && (s->stack[s->sp - 1] == ROW || PyList_CheckExact(s->stack[s->sp - 1]))) {
+                Py_ssize_t k = fast_entry(s, p);
+                if (k == -2)
+                    return 0;
+                if (k < 0)
+                    return -1;
+                if (k > 0) {
+                    s->pos = p + k;
+                    break;
+                }
+            }
             if (push(s, PyDict_New()) < 0)
                 return -1;
             s->pos = p + 1;
@@ -1141,7 +1558,13 @@ static PyMethodDef Scanner_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+static PyObject *Scanner_fast_rows(Scanner *s, void *unused)
+{
+    return PyLong_FromSsize_t(s->fast_rows);
+}
+
 static PyGetSetDef Scanner_getset[] = {
+    {"fast_rows", (getter)Scanner_fast_rows, NULL, "trace entries read straight from the bytes", NULL},
     {"offset", (getter)Scanner_offset, NULL, "bytes of the pickle read so far", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
