@@ -111,6 +111,7 @@ def worker(mode: str, logdir: str, cache: str) -> dict:
         ws.snapshot(run)
         out["model_s"] = time.perf_counter() - t
     if mode == "trace":  # later windows on the index just built: 1 % of the span, here and there
+        out["traceEvents"] = len(orjson.loads(body)["traceEvents"])
         view = ws.trace_view(run, TraceQuery())
         span = view.window(None, None, 100)["fullTimespan"][1]
         times = []
@@ -140,10 +141,16 @@ def free_port() -> int:
 
 
 def spawn(cmd: list[str], log: pathlib.Path) -> subprocess.Popen:
+    """``cmd`` with its output in ``log`` and a temporary folder of its own next to it:
+    XProf keeps results in ``$TMPDIR`` and xprof-rs its copies in ``$XPROF_CACHE_DIR``
+    (default the temporary folder), so a shared one would make the next run warm."""
+    tmp = log.parent / "tmp"
+    tmp.mkdir(exist_ok=True)
+    env = {**os.environ, "TMPDIR": str(tmp), "XPROF_CACHE_DIR": str(tmp)}
     # Its own session: a timeout kills the whole group (profscope's workers included).
     with open(log, "wb") as f:
         return subprocess.Popen([str(c) for c in cmd], stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
+                                start_new_session=True, env=env)
 
 
 def reap(proc: subprocess.Popen, deadline: float, stop: bool = False) -> tuple[int | None, float]:
@@ -222,7 +229,10 @@ def time_server(cmd: list, port: int, path: str, scratch: pathlib.Path, timeout:
     except Exception as e:  # noqa: BLE001 - the cell says what happened
         took, body, status = None, b"", f"failed: {e}: {(scratch / 'server.log').read_text(errors='replace')[-300:]}"
     _, rss = reap(proc, 0, stop=True)
-    return Measure(took, rss, status, {"bytes": len(body)})
+    extra = {"bytes": len(body)}
+    if "trace_viewer%40" in path and body:
+        extra["traceEvents"] = len(json.loads(body)["traceEvents"])
+    return Measure(took, rss, status, extra)
 
 
 # ---------------------------------------------------------------- inputs
@@ -277,6 +287,17 @@ INPUTS: dict[str, Callable[[pathlib.Path], Input]] = {
     "snap1000": lambda d: snapshot(d, 1000),
     "snap100": lambda d: snapshot(d, 100),
     "demo": lambda d: Input(REPO / "src" / "profscope" / "demo" / "logdir", ""),
+}
+
+
+INPUT_ORIGINS = {
+    "jax308": "`scripts/make_big_jax_profile.py --steps 44000` (a real JAX profile, no allocator events)",
+    "jax50": "the same with `--steps 7000`",
+    "alloc2m": "`allocator_xplane.bulk_xspace(2_000_000)` (2 M BFC allocator events, as bench_memory_profile.py)",
+    "alloc200k": "`allocator_xplane.bulk_xspace(200_000)`",
+    "snap1000": "`scripts/make_big_snapshot.py --target-mb 1000`",
+    "snap100": "`scripts/make_big_snapshot.py --target-mb 100`",
+    "demo": "the bundled demo's transformer run",
 }
 
 
@@ -341,7 +362,10 @@ data, _ = r.xspace_to_tool_data([sys.argv[1]], sys.argv[2], params)
 s = time.perf_counter() - t
 if not data:
     sys.exit("XProf returned no data")
-print(json.dumps({"s": s, "bytes": len(data)}))
+out = {"s": s, "bytes": len(data)}
+if sys.argv[2] == "trace_viewer@":
+    out["traceEvents"] = len(json.loads(data)["traceEvents"])
+print(json.dumps(out))
 """
 
 # XProf's server, but on loopback only: its _get_wildcard_address binds "::"/0.0.0.0 and
@@ -479,7 +503,9 @@ def cell(ms: list[Measure]) -> tuple[str, float | None]:
 
 
 def ratio(a: float | None, b: float | None) -> str:
-    return f"{a / b:.2f}×" if a and b else "–"
+    if not (a and b):
+        return "–"
+    return f"{a / b:.2f}×" if a / b >= 0.1 else f"{a / b:.1g}×"
 
 
 def note(row: Row, inp: Input | None, ms: dict[str, list[Measure]]) -> str:
@@ -489,7 +515,12 @@ def note(row: Row, inp: Input | None, ms: dict[str, list[Measure]]) -> str:
     ok = [m for m in ms.get("profscope", []) if m.status == "ok"]
     if ok and "cache_bytes" in ok[0].extra and row.key.startswith("trace") and inp is not None:
         index = statistics.median(m.extra["cache_bytes"] for m in ok)
-        parts.append(f"profscope index {index / 1e6:,.0f} MB = {index / inp.path.stat().st_size:.2f}× the file")
+        parts.append(f"profscope cache on disk {index / 1e6:,.0f} MB = {index / inp.path.stat().st_size:.2f}× the file")
+        # The same JSON format from all three (trace_viewer@ at 8000 px): a check that they did the same work.
+        for what, key, scale in (("answer MB", "bytes", 1e6), ("events", "traceEvents", 1)):
+            vals = [next((f"{m.extra[key] / scale:,.{1 if scale > 1 else 0}f}" for m in ms.get(t, [])
+                          if m.status == "ok" and key in m.extra), "–") for t in TOOLS]
+            parts.append(f"{what} {' / '.join(vals)}")
     if ok and "local_s" in ok[0].extra:
         local = statistics.median(m.extra["local_s"] for m in ok)
         gs = statistics.median(m.seconds for m in ok)
@@ -505,8 +536,8 @@ def table(results: list[tuple[Row, Input | None, dict[str, list[Measure]]]]) -> 
         out.append([row.name, row.input, *texts, ratio(secs[0], secs[2]), ratio(secs[0], secs[1]), note(row, inp, ms)])
         for name, key in row.derived:
             vals = [m.extra[key] for m in ms.get("profscope", []) if m.status == "ok" and m.extra.get(key) is not None]
-            rss = [m.extra["reopen_rss_mib"] for m in ms.get("profscope", [])
-                   if key == "reopen_s" and m.extra.get("reopen_rss_mib") is not None]
+            rss = [m.extra["reopen_rss_mib"] for m in ms.get("profscope", [])  # the reopening process's peak
+                   if key == "reopen_model_s" and m.extra.get("reopen_rss_mib") is not None]
             text = fmt_s(statistics.median(vals)) if vals else "–"
             if rss:
                 text += f", {statistics.median(rss):,.0f} MiB"
@@ -527,7 +558,8 @@ def markdown(rows: list[list[str]], args, took: float) -> str:
     head = (f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} with `benchmarks/compare_peers.py "
             f"{' '.join(sys.argv[1:])}` on {os.cpu_count()} cores, {mem:.0f} GiB; load average at the start "
             f"{args.load_at_start:.2f}; median of {args.repeat} cold run(s) per tool, interleaved; the whole run "
-            f"took {took / 60:.1f} min. Cells: time, peak RSS.\n\n")
+            f"took {took / 60:.1f} min. Cells: time, peak RSS.\n\nInputs: " + "; ".join(
+                f"{k} = {v}" for k, v in INPUT_ORIGINS.items() if k in {r[1] for r in rows[1:]}) + ".\n\n")
     lines = ["| " + " | ".join(rows[0]) + " |", "|" + "---|" * len(rows[0])]
     lines += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows[1:]]
     return head + "\n".join(lines) + "\n"
