@@ -1427,7 +1427,7 @@ def _native_read(stream: IO[bytes], path: str, progress, size: int | None, fmt: 
     they are read. Raises ``_pickle_scan.Unusual`` or :class:`_Fallback` where the tree
     reader's result could differ (its errors included): then that reader reads it."""
     scanner = _native.Scanner({name: i for i, name in enumerate(ACTIONS)})
-    first = stream.read(NATIVE_CHUNK)
+    first = stream.read(max(NATIVE_CHUNK, 2))
     if len(first) < 2 or first[0] != 0x80:
         raise _Fallback("no PROTO opcode")
     protocol = first[1]
