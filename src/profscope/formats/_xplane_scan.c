@@ -136,29 +136,34 @@ static inline int rd_field(const uint8_t *b, Py_ssize_t n, Py_ssize_t pos, Py_ss
  * Runs of XLine.events
  * ---------------------------------------------------------------------------------- */
 
-/* The entries of a run from pos that end by stop (<= end): xplane_wire.event_run_part's
- * sequential walk. With starts == NULL only counts (at most max_n). */
+/* How many entries of a run from pos end by stop (<= end), and where they end:
+ * xplane_wire.event_run_part's sequential walk, counting only. */
 static int walk_run(const uint8_t *b, Py_ssize_t n, Py_ssize_t pos, Py_ssize_t end, Py_ssize_t stop,
-                    Py_ssize_t max_n, int64_t *starts, int64_t *ends, Py_ssize_t *count, Py_ssize_t *after)
+                    Py_ssize_t *count, Py_ssize_t *after)
 {
     Py_ssize_t cur = pos, k = 0;
     Field f;
-    while (k < max_n && cur < stop && b[cur] == 0x22) {
+    while (cur < stop && b[cur] == 0x22) {
         int r = rd_field(b, n, cur, end, &f);
         if (r)
             return r;
         if (f.nxt > stop && stop != end)
             break;
-        if (starts != NULL) {
-            starts[k] = (int64_t)f.value;
-            ends[k] = (int64_t)f.nxt;
-        }
         k++;
         cur = f.nxt;
     }
     *count = k;
     *after = cur;
     return OK;
+}
+
+static PyObject *copy_array(const void *src, Py_ssize_t n, int type, size_t item)
+{
+    npy_intp dims[1] = {n};
+    PyObject *a = PyArray_SimpleNew(1, dims, type);
+    if (a != NULL && n)
+        memcpy(PyArray_DATA((PyArrayObject *)a), src, (size_t)n * item);
+    return a;
 }
 
 static int get_buf(PyObject *obj, Py_buffer *view)
@@ -175,11 +180,13 @@ static int check_span(Py_ssize_t n, Py_ssize_t pos, Py_ssize_t end, Py_ssize_t s
     return 0;
 }
 
-/* event_run(buf, pos, end, stop, max_n) -> (starts int64, ends int64, position after) */
+/* event_run(buf, pos, end, stop, max_n) -> (starts int64, ends int64, position after):
+ * one walk, into arrays grown as entries are found (an entry takes at least 4 bytes, so
+ * the first guess is a quarter of what the walk may read, at most 1 M entries) */
 static PyObject *py_event_run(PyObject *self, PyObject *args)
 {
     PyObject *obj;
-    Py_ssize_t pos, end, stop, max_n, count, after, count2;
+    Py_ssize_t pos, end, stop, max_n;
     Py_buffer view;
     if (!PyArg_ParseTuple(args, "Onnnn", &obj, &pos, &end, &stop, &max_n))
         return NULL;
@@ -187,27 +194,54 @@ static PyObject *py_event_run(PyObject *self, PyObject *args)
         return NULL;
     const uint8_t *b = view.buf;
     PyObject *s = NULL, *e = NULL, *out = NULL;
-    int r;
+    int64_t *starts = NULL, *ends = NULL;
+    Py_ssize_t k = 0, cur = pos;
+    int r = OK;
     if (check_span(view.len, pos, end, stop) < 0)
         goto done;
+    Py_ssize_t cap = (stop - pos) / 4 + 1;
+    if (cap > (1 << 20))
+        cap = 1 << 20;
+    starts = malloc(cap * sizeof(int64_t));
+    ends = malloc(cap * sizeof(int64_t));
+    if (!starts || !ends) {
+        PyErr_NoMemory();
+        goto done;
+    }
     Py_BEGIN_ALLOW_THREADS
-    r = walk_run(b, view.len, pos, end, stop, max_n, NULL, NULL, &count, &after);
+    Field f;
+    while (k < max_n && cur < stop && b[cur] == 0x22) {
+        r = rd_field(b, view.len, cur, end, &f);
+        if (r)
+            break;
+        if (f.nxt > stop && stop != end)
+            break;
+        if (k == cap) {
+            Py_ssize_t ncap = 2 * cap;
+            int64_t *a1 = realloc(starts, ncap * sizeof(int64_t));
+            if (a1) starts = a1;
+            int64_t *a2 = a1 ? realloc(ends, ncap * sizeof(int64_t)) : NULL;
+            if (a2) ends = a2;
+            if (!a1 || !a2) { r = E_NOMEM; break; }
+            cap = ncap;
+        }
+        starts[k] = (int64_t)f.value;
+        ends[k] = (int64_t)f.nxt;
+        k++;
+        cur = f.nxt;
+    }
     Py_END_ALLOW_THREADS
     if (r) {
         raise_err(r);
         goto done;
     }
-    npy_intp dims[1] = {count};
-    s = PyArray_SimpleNew(1, dims, NPY_INT64);
-    e = PyArray_SimpleNew(1, dims, NPY_INT64);
-    if (s == NULL || e == NULL)
-        goto done;
-    Py_BEGIN_ALLOW_THREADS
-    walk_run(b, view.len, pos, end, stop, count, PyArray_DATA((PyArrayObject *)s),
-             PyArray_DATA((PyArrayObject *)e), &count2, &after);
-    Py_END_ALLOW_THREADS
-    out = Py_BuildValue("OOn", s, e, after);
+    s = copy_array(starts, k, NPY_INT64, 8);
+    e = copy_array(ends, k, NPY_INT64, 8);
+    if (s && e)
+        out = Py_BuildValue("OOn", s, e, cur);
 done:
+    free(starts);
+    free(ends);
     Py_XDECREF(s);
     Py_XDECREF(e);
     PyBuffer_Release(&view);
@@ -230,7 +264,7 @@ static PyObject *py_run_count(PyObject *self, PyObject *args)
         return NULL;
     }
     Py_BEGIN_ALLOW_THREADS
-    r = walk_run(view.buf, view.len, pos, end, end, PY_SSIZE_T_MAX, NULL, NULL, &count, &after);
+    r = walk_run(view.buf, view.len, pos, end, end, &count, &after);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
     if (r)
@@ -457,14 +491,6 @@ static int decode(Dec *d)
     return OK;
 }
 
-static PyObject *copy_array(const void *src, Py_ssize_t n, int type, size_t item)
-{
-    npy_intp dims[1] = {n};
-    PyObject *a = PyArray_SimpleNew(1, dims, type);
-    if (a != NULL && n)
-        memcpy(PyArray_DATA((PyArrayObject *)a), src, (size_t)n * item);
-    return a;
-}
 
 /* decode_events(buf, starts int64, ends int64, kmids int64 sorted, kvals int16, chunk)
  * -> (metadata_id, offset_ps, duration_ps, {kind: (event, ordinal, case, value, str_end)}) */

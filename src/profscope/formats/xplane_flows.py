@@ -101,6 +101,13 @@ def _hash(n: int, *parts) -> np.ndarray:
     return h
 
 
+def _hash_where(mask: np.ndarray, *parts) -> np.ndarray:
+    """:func:`_hash` of the rows where ``mask`` is set (a row's hash is its own: hashing
+    only those costs what they number, not what the chunk does)."""
+    rows = np.flatnonzero(mask)
+    return _hash(len(rows), *(p if np.ndim(p) == 0 else np.asarray(p)[rows] for p in parts))
+
+
 def _name_key(s: str) -> int:
     return int.from_bytes(hashlib.blake2b(s.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "little")
 
@@ -248,23 +255,22 @@ class PlaneFlows:
         p_type, c_type = p_type.copy(), c_type.copy()
         p_id, c_id = p_id.copy(), c_id.copy()
 
-        def connect(producer, consumers, ctype, key):
-            """XplaneConnectedEventMutator: SetOrAdd the context on both sides."""
-            ok, k = key
+        def connect(producer, consumers, ctype, ok, *key):
+            """XplaneConnectedEventMutator: SetOrAdd the context on both sides; the context
+            id is the hash of ``key`` (ints, or per-event columns hashed only where set)."""
             for names, has_, typ, ids in (((producer,), p_has, p_type, p_id), (consumers, c_has, c_type, c_id)):
                 m = self._is(ev, *names) & ok
                 has_[m] = True
                 typ[m] = ctype
-                ids[m] = k[m]
+                ids[m] = _hash_where(m, *key)
 
         if has("id") and has("iter_num"):  # legacy TPU executor: unique_stats=false
             (a, va), (b, vb) = first("id"), first("iter_num")
-            connect("ExecutorState::Process", ("TpuExecuteOp",), CT_LEGACY,
-                    (a & b, _hash(n, _TAG_PAIR, _name_key("ExecutorState::Process"), _name_key("TpuExecuteOp"),
-                                  va, vb)))
+            connect("ExecutorState::Process", ("TpuExecuteOp",), CT_LEGACY, a & b,
+                    _TAG_PAIR, _name_key("ExecutorState::Process"), _name_key("TpuExecuteOp"), va, vb)
         if has("request_id") and has("queue_addr"):
             (a, va), (b, vb) = first("request_id"), first("queue_addr")
-            connect("EnqueueRequestLocked", QUEUE_CONSUMERS, CT_TPU_STREAM, (a & b, _hash(n, _TAG_UNIQUE, 2, va, vb)))
+            connect("EnqueueRequestLocked", QUEUE_CONSUMERS, CT_TPU_STREAM, a & b, _TAG_UNIQUE, 2, va, vb)
         if has("run_id") and has("queue_id"):
             run_h, run = first("run_id")
             q_h, q = first("queue_id")
@@ -275,13 +281,13 @@ class PlaneFlows:
                 # HostRunIdMutator: run_id keeps its 27 low bits on these events first
                 fixed = np.where(self._is(ev, "DoEnqueueProgram", "CompleteCallbacks", "DoEnqueueContinuationProgram"),
                                  _as_u64(run.view(np.int64) & RUN_ID_MASK), run)
-                connect("DoEnqueueProgram", ("CompleteCallbacks",), CT_TPU_LAUNCH,
-                        (d_h & q_h & run_h, _hash(n, _TAG_UNIQUE, 4, d, q, fixed, core)))
+                connect("DoEnqueueProgram", ("CompleteCallbacks",), CT_TPU_LAUNCH, d_h & q_h & run_h,
+                        _TAG_UNIQUE, 4, d, q, fixed, core)
             if self.tpu_ordinal is not None and len(self.module_lines):
                 m = np.isin(ev.line, self.module_lines) & run_h & q_h
                 c_has[m] = True
                 c_type[m] = CT_TPU_LAUNCH
-                c_id[m] = _hash(n, _TAG_UNIQUE, 4, self.tpu_ordinal, q, run, core)[m]
+                c_id[m] = _hash_where(m, _TAG_UNIQUE, 4, self.tpu_ordinal, q, run, core)
         # AddFlowsToXplane: correlation, then producer, then consumer; the last one wins
         salt = self.flows.salt
         if has("correlation_id"):
@@ -292,7 +298,7 @@ class PlaneFlows:
                 corr[view.present] = np.where(view.ks.case[s] == xw.UINT64, view.ks.value[s], _U(0))
                 m = view.present
                 kind[m] = FLOW_END if self.is_device else FLOW_START
-                fid[m] = (_hash(n, salt, _TAG_CORRELATION, corr) & _U(FLOW_MASK))[m]
+                fid[m] = _hash_where(m, salt, _TAG_CORRELATION, corr) & _U(FLOW_MASK)
                 ctx[m] = CT_GPU_LAUNCH
                 made[m] = True
         for has_, typ, ids, k in ((p_has, p_type, p_id, FLOW_START), (c_has, c_type, c_id, FLOW_END)):
@@ -301,7 +307,7 @@ class PlaneFlows:
             t = typ.astype(np.uint32).astype(np.int64)  # GetSafeContextType(uint32_t)
             t = np.where(t < len(CONTEXT_NAMES), t, 0)
             kind[has_] = k
-            fid[has_] = (_hash(n, salt, t, ids) & _U(FLOW_MASK))[has_]
+            fid[has_] = _hash_where(has_, salt, t, ids) & _U(FLOW_MASK)
             ctx[has_] = t[has_]
             made[has_] = True
 

@@ -245,8 +245,12 @@ def _line_runs(data, b, start: int, end: int):
     while pos < end:
         if data[pos] == 0x22:  # field 4 (events), LEN: a run of events
             run_start = after = pos
-            for s_, _e, after in _windows(data, b, run_start, end):
-                count += len(s_)
+            if xw.native_enabled():  # counted without collecting
+                k, after = xw.run_count(b, run_start, end)
+                count += k
+            else:
+                for s_, _e, after in _windows(data, b, run_start, end):
+                    count += len(s_)
             pos = after
             runs.append((run_start, pos, end))
             continue
