@@ -21,6 +21,9 @@ How each tool is driven:
 * xprof-rs: its server (``xprof-rs --logdir DIR --port N``, binds 127.0.0.1) is spawned
   and the time is spawn to the full answer of the same ``data?...`` request; it preloads
   sessions itself, so the time to the answer is what a user waits for.
+* ``--http``: profscope (``profscope serve``) and XProf (its server, see below) are timed
+  as xprof-rs is, spawn to the full answer of the ``data?...`` request; their times then
+  include the server's start and imports.
 * gs:// against local: ``bench_gcs.py --repeat 1`` (GCS emulator on loopback), its
   ``report`` line.
 * Server start: spawn to the first answer of ``/data/plugin/profile/runs``. XProf's own
@@ -38,23 +41,25 @@ The peers live in a scratch venv, never project dependencies: ``--peers-venv`` (
 ``python3 -m venv DIR && DIR/bin/pip install xprof==2.24.2 xprof-rs==0.1.3``.
 
 Inputs are made once into ``--inputs`` (default ``/tmp/profscope-bench``) and reused:
-a real JAX profile (``scripts/make_big_jax_profile.py``, 44000 steps = 308 MB, 7000 = 50 MB),
+a real JAX profile (``scripts/make_big_jax_profile.py``, 44000 steps ≈ 320 MB, 7000 ≈ 50 MB),
 an XSpace with 2 M allocator events (``profscope.testing.allocator_xplane.bulk_xspace``,
 the file ``bench_memory_profile.py --events 2000000`` also uses), a 1 GB CUDA snapshot
 (``scripts/make_big_snapshot.py``). ``--sizes small`` uses the 50 MB profile, 200 k
-allocator events and a 100 MB snapshot (a few minutes in all).
+allocator events and a 100 MB snapshot (under a minute once they exist).
 
 Usage::
 
     .venv/bin/python benchmarks/compare_peers.py --sizes small
-    .venv/bin/python benchmarks/compare_peers.py --markdown docs/perf_table.md       # full: ~20 min
+    .venv/bin/python benchmarks/compare_peers.py --markdown /tmp/peers.md   # full: 3 min (+4 min to make inputs)
     .venv/bin/python benchmarks/compare_peers.py --only trace308,memprof308 --repeat 3
     .venv/bin/python benchmarks/compare_peers.py --skip-xprof --only snapshot
+    .venv/bin/python benchmarks/compare_peers.py --http --only trace308,memprof-alloc
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import pathlib
@@ -229,9 +234,11 @@ def time_server(cmd: list, port: int, path: str, scratch: pathlib.Path, timeout:
     except Exception as e:  # noqa: BLE001 - the cell says what happened
         took, body, status = None, b"", f"failed: {e}: {(scratch / 'server.log').read_text(errors='replace')[-300:]}"
     _, rss = reap(proc, 0, stop=True)
+    if body[:2] == b"\x1f\x8b":  # XProf's server gzips whatever the request accepts
+        body = gzip.decompress(body)
     extra = {"bytes": len(body)}
     if "trace_viewer%40" in path and body:
-        extra["traceEvents"] = len(json.loads(body)["traceEvents"])
+        extra["traceEvents"] = len(json.loads(body).get("traceEvents", []))
     return Measure(took, rss, status, extra)
 
 
@@ -393,41 +400,41 @@ def xprof_call(tool: str):
     return run
 
 
-def rs_data(tag: str):
+def server_cmd(tool: str, ctx: Ctx, logdir: pathlib.Path, port: int, scratch: pathlib.Path) -> list:
+    if tool == "profscope":
+        return [sys.executable, "-m", "profscope", "serve", logdir, "--port", str(port), "--cache-dir", scratch / "cache"]
+    if tool == "xprof":
+        return [ctx.peers_python, "-c", XPROF_SERVER, logdir, str(port), str(free_port())]
+    return [ctx.peers / "bin" / "xprof-rs", "--logdir", logdir, "--port", str(port)]
+
+
+def http_data(tool: str, tag: str, **params: str):
+    """Spawn ``tool``'s server on a fresh copy, time to the full answer of XProf's
+    ``data?run=..&tag=..&host=..`` (xprof-rs always; profscope and XProf with --http)."""
     def run(ctx: Ctx, inp: Input, scratch: pathlib.Path) -> Measure:
         logdir, run_name = stage(inp, scratch)
         port = free_port()
-        q = {"run": run_name, "tag": tag, "host": inp.host}
+        q = {"run": run_name, "tag": tag, "host": inp.host, **params}
         if tag == "trace_viewer@":
             q["resolution"] = "8000"
         path = "/data/plugin/profile/data?" + urllib.parse.urlencode(q)
-        return time_server([ctx.peers / "bin" / "xprof-rs", "--logdir", logdir, "--port", str(port)],
-                           port, path, scratch, ctx.timeout)
+        m = time_server(server_cmd(tool, ctx, logdir, port, scratch), port, path, scratch, ctx.timeout)
+        if tool == "profscope":
+            m.extra["cache_bytes"] = sum(p.stat().st_size for p in (scratch / "cache").rglob("*") if p.is_file())
+        return m
     return run
 
 
 RUNS_PATH = "/data/plugin/profile/runs"
 
 
-def ps_start(ctx: Ctx, inp: Input, scratch: pathlib.Path) -> Measure:
-    logdir, _ = stage(inp, scratch)
-    port = free_port()
-    return time_server([sys.executable, "-m", "profscope", "serve", logdir, "--port", str(port),
-                        "--cache-dir", scratch / "cache"], port, RUNS_PATH, scratch, ctx.timeout)
-
-
-def xprof_start(ctx: Ctx, inp: Input, scratch: pathlib.Path) -> Measure:
-    logdir, _ = stage(inp, scratch)
-    port = free_port()
-    return time_server([ctx.peers_python, "-c", XPROF_SERVER, logdir, str(port), str(free_port())],
-                       port, RUNS_PATH, scratch, ctx.timeout)
-
-
-def rs_start(ctx: Ctx, inp: Input, scratch: pathlib.Path) -> Measure:
-    logdir, _ = stage(inp, scratch)
-    port = free_port()
-    return time_server([ctx.peers / "bin" / "xprof-rs", "--logdir", logdir, "--port", str(port)],
-                       port, RUNS_PATH, scratch, ctx.timeout)
+def http_start(tool: str):
+    """Spawn to the first answer of a cheap route (the run list)."""
+    def run(ctx: Ctx, inp: Input, scratch: pathlib.Path) -> Measure:
+        logdir, _ = stage(inp, scratch)
+        port = free_port()
+        return time_server(server_cmd(tool, ctx, logdir, port, scratch), port, RUNS_PATH, scratch, ctx.timeout)
+    return run
 
 
 def ps_gcs(ctx: Ctx, inp: Input, scratch: pathlib.Path) -> Measure:
@@ -456,12 +463,17 @@ class Row:
     derived: list[tuple[str, str]] = field(default_factory=list)  # (row name, profscope extra key): more rows
 
 
-def rows_for(sizes: str) -> list[Row]:
+def rows_for(sizes: str, http: bool) -> list[Row]:
     big, alloc, snap = ("jax308", "alloc2m", "snap1000") if sizes == "full" else ("jax50", "alloc200k", "snap100")
-    trace = {"profscope": ps_worker("trace"), "xprof": xprof_call("trace_viewer@"), "xprof-rs": rs_data("trace_viewer@")}
-    memprof = {"profscope": ps_worker("memory_profile"), "xprof": xprof_call("memory_profile"),
-               "xprof-rs": rs_data("memory_profile")}
-    start = {"profscope": ps_start, "xprof": xprof_start, "xprof-rs": rs_start}
+
+    def tools(tag: str, mode: str) -> dict[str, Callable]:
+        if http:
+            return {t: http_data(t, tag) for t in TOOLS}
+        return {"profscope": ps_worker(mode), "xprof": xprof_call(tag), "xprof-rs": http_data("xprof-rs", tag)}
+
+    trace, memprof = tools("trace_viewer@", "trace"), tools("memory_profile", "memory_profile")
+    oom = {"profscope": http_data("profscope", "oom_risk", device_memory="80GiB") if http else ps_worker("oom_risk")}
+    start = {t: http_start(t) for t in TOOLS}
     rows = [Row("trace308" if sizes == "full" else "trace", "trace viewer first window, res 8000", big, trace,
                 [("later window (warm), 1 % of the span, median of 10", "later_s")])]
     if sizes == "full":
@@ -470,8 +482,8 @@ def rows_for(sizes: str) -> list[Row]:
         Row("memprof308" if sizes == "full" else "memprof", "memory profile, no allocator events", big, memprof),
         Row("memprof-alloc", "memory profile, allocator events", alloc, memprof),
         Row("oom308" if sizes == "full" else "oom", "OOM risk, no allocator events", big,
-            {"profscope": ps_worker("oom_risk")}),
-        Row("oom-alloc", "OOM risk, allocator events", alloc, {"profscope": ps_worker("oom_risk")}),
+            oom),
+        Row("oom-alloc", "OOM risk, allocator events", alloc, oom),
         Row("snapshot", "CUDA snapshot, first chart", snap, {"profscope": ps_snapshot},
             [("CUDA snapshot, reopen: first chart from the cache", "reopen_s"),
              ("CUDA snapshot, reopen: model from its cached columns", "reopen_model_s")]),
@@ -538,7 +550,9 @@ def table(results: list[tuple[Row, Input | None, dict[str, list[Measure]]]]) -> 
             vals = [m.extra[key] for m in ms.get("profscope", []) if m.status == "ok" and m.extra.get(key) is not None]
             rss = [m.extra["reopen_rss_mib"] for m in ms.get("profscope", [])  # the reopening process's peak
                    if key == "reopen_model_s" and m.extra.get("reopen_rss_mib") is not None]
-            text = fmt_s(statistics.median(vals)) if vals else "–"
+            if not vals:  # not measured this way (--http)
+                continue
+            text = fmt_s(statistics.median(vals))
             if rss:
                 text += f", {statistics.median(rss):,.0f} MiB"
             out.append([name, row.input, text, "–", "–", "–", "–", ""])
@@ -595,6 +609,8 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=900, help="seconds one run may take (default 900)")
     ap.add_argument("--inputs", type=pathlib.Path, default=pathlib.Path(tempfile.gettempdir()) / "profscope-bench")
     ap.add_argument("--peers-venv", type=pathlib.Path, default=default_peers())
+    ap.add_argument("--http", action="store_true",
+                    help="time profscope and XProf through their servers too (spawn to the answer, as xprof-rs)")
     ap.add_argument("--skip-xprof", action="store_true")
     ap.add_argument("--skip-xprof-rs", action="store_true")
     ap.add_argument("--markdown", type=pathlib.Path, metavar="FILE", help="also write the table here (Markdown)")
@@ -606,7 +622,7 @@ def main() -> None:
 
     t_start = time.monotonic()
     args.load_at_start = os.getloadavg()[0]
-    rows = rows_for(args.sizes)
+    rows = rows_for(args.sizes, args.http)
     if args.only:
         keys = args.only.split(",")
         unknown = set(keys) - {r.key for r in rows}
