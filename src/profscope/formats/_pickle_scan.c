@@ -330,8 +330,10 @@ static int memo_put(Scanner *s, Py_ssize_t idx, long long at)
     PyObject *o = s->stack[s->sp - 1];
     if (o == ROW)
         return unusual("a trace entry put in the memo twice", at);
-    /* safe_pickle.Prescan._memo: a pickler numbers its slots in order, at most one per 2 bytes */
-    if (idx < 0 || idx > (Py_ssize_t)((at >> 1) + 64))
+    /* A pickler numbers its slots in order (Lib/pickle.py memoize: len(self.memo)), so a
+     * slot far beyond the filled ones is left to the tree reader (safe_pickle.Prescan
+     * bounds it there): the memo never holds more slots than puts seen, plus 64. */
+    if (idx < 0 || idx > s->mfilled + 64)
         return unusual("a memo index beyond what a pickler writes", at);
     if (memo_set(s, idx, o) < 0)
         return -1;
@@ -688,7 +690,6 @@ typedef struct {
 
 typedef struct {
     Py_ssize_t slot;
-    long long at;
 } FePut;
 
 static int pending_has(const FePut *puts, int n, Py_ssize_t idx)
@@ -733,7 +734,6 @@ static Py_ssize_t fast_entry(Scanner *s, Py_ssize_t p0)
         NEED(1);                                                                    \
         (dst) = -1;                                                                 \
         Py_ssize_t idx = -1;                                                        \
-        long long pat = s->base + q;                                                \
         if (b[q] == 0x94) {                                                         \
             idx = vfilled;                                                          \
             q += 1;                                                                 \
@@ -747,11 +747,10 @@ static Py_ssize_t fast_entry(Scanner *s, Py_ssize_t p0)
             q += 5;                                                                 \
         }                                                                           \
         if (idx >= 0) {                                                             \
-            if (nputs >= FE_PUTS || idx > (Py_ssize_t)((pat >> 1) + 64))            \
+            if (nputs >= FE_PUTS || idx > vfilled + 64)                             \
                 return 0;                                                           \
             int filled = (idx < s->msize && s->memo[idx]) || pending_has(puts, nputs, idx); \
             puts[nputs].slot = idx;                                                 \
-            puts[nputs].at = pat;                                                   \
             (dst) = nputs++;                                                        \
             if (!filled)                                                            \
                 vfilled++;                                                          \
