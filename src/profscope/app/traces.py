@@ -42,10 +42,16 @@ class Traces:
         traces = run.files_of(FileKind.CHROME_TRACE)
         return [(f.name, f) for f in traces]
 
-    def trace_index(self, run: Run, host: str, info: FileInfo) -> trace_index.TraceIndex:
+    def _trace_index_key(self, host: str, info: FileInfo) -> str:
+        return keys.derived(keys.TRACE_INDEX, self.logdir.url, info.identity(), host)
+
+    def trace_index(self, run: Run, host: str, info: FileInfo, preview_resolution: int | None = None) -> trace_index.TraceIndex:
         """The on-disk index of one file, built once per file identity (pids are stored
-        without XProf's host number, which depends on the hosts selected)."""
-        key = keys.derived(keys.TRACE_INDEX, self.logdir.url, info.identity(), host)
+        without XProf's host number, which depends on the hosts selected).
+        ``preview_resolution``: a build started here first publishes the whole-trace
+        window at that resolution (:meth:`trace_preview`)."""
+        key = self._trace_index_key(host, info)
+        preview = (self.cache.preview_dir(key), preview_resolution) if preview_resolution else None
 
         def build(progress, folder):
             path = self.logdir.display_path(info.path)
@@ -60,14 +66,50 @@ class Traces:
                         events = chrome_trace.trace_columns(f, path, progress=progress.part(0, 0.6), sink=writer)
             finally:
                 writer.close()
-            writer.finish(events, progress=progress.part(0.6, 1))
+            writer.finish(events, progress=progress.part(0.6, 1), preview=preview)
 
         folder = self.cache.get_or_build_dir(key, f"Trace viewer: indexing {info.name}", build,
                                              file=self.logdir.display_path(info.path))
         return self._trace_indexes.get(folder)
 
-    def trace_view(self, run: Run, query: TraceQuery | XprofTraceQuery) -> trace_viewer.TraceView:
-        """The hosts selected by ``host=`` / ``hosts=a,b`` (default: the first), indexed."""
+    def trace_view(self, run: Run, query: TraceQuery | XprofTraceQuery,
+                   preview_resolution: int | None = None) -> trace_viewer.TraceView:
+        """The hosts selected by ``host=`` / ``hosts=a,b`` (default: the first), indexed
+        (``preview_resolution``: see :meth:`trace_index`)."""
+        chosen = self._trace_hosts(run, query)
+        hosts = []
+        for name, info, pos in chosen:
+            ix = self.trace_index(run, name, info, preview_resolution if len(chosen) == 1 else None)
+            # XProf numbers the selected hosts from 1: pid = 1000 * number + device id
+            offset = 1000 * (len(hosts) + 1) if classify(info.name) is FileKind.XPLANE else 0
+            hosts.append(trace_viewer.HostIndex(pos, name, ix, offset))
+        return trace_viewer.TraceView(run.name, hosts)
+
+    def trace_preview(self, run: Run, query: TraceQuery) -> dict:
+        """While one host's index is being built: the whole-trace window its build
+        published (``"preview": true``; slice ids are the preview's, not the index's).
+        NotFound when there is none (yet): the index is ready, or its build has not got
+        that far, or several hosts are selected."""
+        chosen = self._trace_hosts(run, query)
+        if len(chosen) != 1:
+            raise NotFound("a preview is made of one host's trace only")
+        name, info, pos = chosen[0]
+        key = self._trace_index_key(name, info)
+        folder = self.cache.preview_dir(key)
+        if self.cache.built_dir(key) is not None:
+            raise NotFound(f"no preview of {info.name}: its index is ready")
+        try:
+            ix = trace_index.TraceIndex(folder, decoder=xplane_trace)
+        except FileNotFoundError:
+            raise NotFound(f"no preview of {info.name} yet") from None
+        offset = 1000 if classify(info.name) is FileKind.XPLANE else 0
+        view = trace_viewer.TraceView(run.name, [trace_viewer.HostIndex(pos, name, ix, offset)])
+        # the preview's tracks carry the whole trace's event counts
+        return {**view.window(None, None, query.resolution), "preview": True,
+                "totalEventsSize": sum(t["events"] for t in ix.tracks)}
+
+    def _trace_hosts(self, run: Run, query: TraceQuery | XprofTraceQuery) -> list[tuple[str, FileInfo, int]]:
+        """(host, file, position) of each host ``host=`` / ``hosts=a,b`` selects."""
         if run.kind not in (RunKind.PROFILE, RunKind.CHROME_TRACE):
             raise NotFound(f"run {run.name!r} is a {run.kind.value}; the trace viewer reads profiles and Chrome traces")
         sources = self.trace_sources(run)
@@ -83,16 +125,16 @@ class Traces:
             if name not in known:
                 raise NotFound(f"run {run.name!r} has no host {name!r}; hosts: {', '.join(known)}")
             pos = known.index(name)
-            info = sources[pos][1]
-            ix = self.trace_index(run, name, info)
-            # XProf numbers the selected hosts from 1: pid = 1000 * number + device id
-            offset = 1000 * (len(chosen) + 1) if classify(info.name) is FileKind.XPLANE else 0
-            chosen.append(trace_viewer.HostIndex(pos, name, ix, offset))
-        return trace_viewer.TraceView(run.name, chosen)
+            chosen.append((name, sources[pos][1], pos))
+        return chosen
 
     def trace_window(self, run: Run, query: TraceQuery) -> dict:
-        """What the timeline page draws of ``start_ms``..``end_ms`` at ``resolution``."""
-        return self.trace_view(run, query).window(query.start_ms, query.end_ms, query.resolution)
+        """What the timeline page draws of ``start_ms``..``end_ms`` at ``resolution``. The
+        whole trace's window (a page's first) has a build publish its preview on the way."""
+        whole = query.start_ms is None and query.end_ms is None
+        res = query.resolution or trace_viewer.DEFAULT_RESOLUTION
+        view = self.trace_view(run, query, preview_resolution=res if whole else None)
+        return view.window(query.start_ms, query.end_ms, query.resolution)
 
     def trace_event(self, run: Run, query: TraceQuery) -> dict:
         """The details of the event ``id``."""

@@ -223,8 +223,20 @@ class DiskCache:
                 raise
             finally:
                 self.progress.finish(job)
+                shutil.rmtree(self.preview_dir(key), ignore_errors=True)
             self._added(key, eviction.tree_size(final))
             return final
+
+    def preview_dir(self, key: str) -> Path:
+        """Where the build of ``key``'s folder may publish an early, partial result while
+        it runs (the trace index's first window); removed when the build ends. Named like
+        the build's temporaries, so what a crashed build left is cleared at start-up."""
+        return self.root / key[:2] / f".tmp-{key}-preview.d"
+
+    def built_dir(self, key: str) -> Path | None:
+        """``key``'s folder if it is built (nothing is built here)."""
+        final = self.root / key[:2] / f"{key}.d"
+        return final if self._use_dir(final) else None
 
     # -- conversions and their failures ---------------------------------------------------
 

@@ -46,6 +46,13 @@ def router(ws: Workspace) -> APIRouter:
         query = TraceQuery(host=host, hosts=hosts, start_ms=start_ms, end_ms=end_ms, resolution=resolution)
         return json_response(ws.trace_window(ws.run(run), query))
 
+    @r.get("/preview")
+    def preview(run: Text = None, host: Text = None, hosts: Text = None, resolution: Resolution = None) -> Response:
+        """The whole trace, drawn from what the index build has published so far (404
+        when nothing is: the index is ready, or not that far yet)."""
+        query = TraceQuery(host=host, hosts=hosts, resolution=resolution)
+        return json_response(ws.trace_preview(ws.run(run), query))
+
     @r.get("/event")
     def event(run: Text = None, host: Text = None, hosts: Text = None, id: EventId = None) -> Response:
         if id is None:

@@ -227,7 +227,8 @@ static int buf_add(buf_t *bf, int32_t v) {
 }
 
 /* tiers(order int32[n], bounds int64[ntracks+1], max_depth int64[ntracks], depth int16[n],
- *       rank int32[n], start_s int64[n], level_s int8[n], zs tuple of ints, count_only)
+ *       rank int32[n] or None (the identity), start_s int64[n], level_s int8[n], zs tuple of ints,
+ *       count_only)
  *   -> list of int32 arrays, one per z: index rows (count_only: list of their lengths,
  *      nothing collected, so the caller picks the tiers worth keeping first)
  * ``order``/``bounds``/``depth`` are trace_index._depths' (rows of the reader's order, by
@@ -237,16 +238,23 @@ static int buf_add(buf_t *bf, int32_t v) {
  * trace_index._build_tiers' picks, for all tiers in one pass, in that order (the caller
  * sorts them by start). */
 static PyObject *tiers(PyObject *self, PyObject *args) {
-    PyArrayObject *ord, *bnd, *mx, *dep, *rk, *st, *lv;
-    PyObject *zs;
+    PyArrayObject *ord, *bnd, *mx, *dep, *st, *lv;
+    PyObject *zs, *rk_obj;
     int count_only;
-    if (!PyArg_ParseTuple(args, "O!O!O!O!O!O!O!O!p", &PyArray_Type, &ord, &PyArray_Type, &bnd, &PyArray_Type, &mx,
-                          &PyArray_Type, &dep, &PyArray_Type, &rk, &PyArray_Type, &st, &PyArray_Type, &lv,
+    if (!PyArg_ParseTuple(args, "O!O!O!O!OO!O!O!p", &PyArray_Type, &ord, &PyArray_Type, &bnd, &PyArray_Type, &mx,
+                          &PyArray_Type, &dep, &rk_obj, &PyArray_Type, &st, &PyArray_Type, &lv,
                           &PyTuple_Type, &zs, &count_only))
         return NULL;
     npy_intp n = PyArray_SIZE(st), nt = PyArray_SIZE(mx), nz = PyTuple_GET_SIZE(zs);
+    /* rank None: the rows are their own index rows (the preview's picks, in reader order) */
+    PyArrayObject *rk = rk_obj == Py_None ? NULL : (PyArrayObject *)rk_obj;
+    if (rk != NULL && !PyArray_Check(rk_obj)) {
+        PyErr_SetString(PyExc_TypeError, "_trace_build.tiers: rank must be an array or None");
+        return NULL;
+    }
     if (!check(ord, NPY_INT32, n, "order") || !check(bnd, NPY_INT64, nt + 1, "bounds") ||
-        !check(mx, NPY_INT64, nt, "max_depth") || !check(dep, NPY_INT16, n, "depth") || !check(rk, NPY_INT32, n, "rank") ||
+        !check(mx, NPY_INT64, nt, "max_depth") || !check(dep, NPY_INT16, n, "depth") ||
+        (rk != NULL && !check(rk, NPY_INT32, n, "rank")) ||
         !check(st, NPY_INT64, n, "start_s") || !check(lv, NPY_INT8, n, "level_s"))
         return NULL;
     if (nz > 64) {
@@ -263,7 +271,7 @@ static PyObject *tiers(PyObject *self, PyObject *args) {
         }
         zv[j] = (int)v;
     }
-    const int32_t *o = PyArray_DATA(ord), *rank = PyArray_DATA(rk);
+    const int32_t *o = PyArray_DATA(ord), *rank = rk != NULL ? PyArray_DATA(rk) : NULL;
     const int64_t *b = PyArray_DATA(bnd), *maxd = PyArray_DATA(mx), *start = PyArray_DATA(st);
     const int16_t *depth = PyArray_DATA(dep);
     const int8_t *level = PyArray_DATA(lv);
@@ -311,7 +319,7 @@ static PyObject *tiers(PyObject *self, PyObject *args) {
         for (npy_intp k = 0; k < nt; k++)
             for (npy_intp i = b[k]; i < b[k + 1]; i++) {
                 int32_t r = o[i];
-                int32_t row = rank[r];
+                int32_t row = rank != NULL ? rank[r] : r;
                 if (row < 0 || row >= n) { ok = 0; break; }
                 trav[pos[base[k] + depth[r]]++] = row;
             }

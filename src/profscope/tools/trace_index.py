@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import threading
 from collections import OrderedDict
 from pathlib import Path
@@ -70,6 +71,7 @@ LEVELS = 64
 TIER_MIN_Z = 10  # 1 ns bins
 TIER_STEP = 2
 TIER_KEEP_MAX = 0.7
+PREVIEW_MAX_SHARE = 0.25  # a preview holding more of the events is hardly quicker than the index
 MAX_DUR_PS = 1 << 60  # 13 days; longer durations (corrupt input) are capped
 _COLS = ("start", "dur", "track", "depth", "name", "aoff", "alen")
 _TIER_COLS = ("rows", "start", "dur", "track", "depth", "name")
@@ -142,7 +144,13 @@ class IndexWriter:
             f.close()
         self._args.close()
 
-    def finish(self, ev: TraceEvents, progress=None) -> dict:
+    def finish(self, ev: TraceEvents, progress=None, preview: tuple[Path, int] | None = None,
+               known: tuple | None = None) -> dict:
+        """Sort what was written into the index. ``preview`` (folder, resolution): first
+        publish there, once the events are nested, the small index of what a whole-trace
+        window at that resolution shows (:meth:`_write_preview`). ``known``: (depth,
+        max_depth, events per track, slice span, end) taken as given, not computed (the
+        preview's, which are the whole trace's)."""
         self.close()
         _release_freed_memory()
         out = self.folder
@@ -169,12 +177,19 @@ class IndexWriter:
             if len(c.t_ps):
                 end_ps = max(end_ps, int(c.t_ps[-1] - shift))
         _report(progress, 0.1, "nesting events per thread")
-        depth, max_depth, by_track = _nest(track, start, dur, len(ev.tracks))
-        per_track = np.bincount(track, minlength=len(ev.tracks)) if n else np.zeros(len(ev.tracks), np.int64)
-        del track
-        _report(progress, 0.35, "sorting events into duration levels")
+        if known is None:
+            depth, max_depth, by_track = _nest(track, start, dur, len(ev.tracks))
+            per_track = np.bincount(track, minlength=len(ev.tracks)) if n else np.zeros(len(ev.tracks), np.int64)
+        else:
+            depth, max_depth, per_track, slice_span, end_ps = known
+            by_track = None
         level = _level(dur)
-        del dur
+        if preview is not None and by_track is not None:
+            _report(progress, 0.3, "publishing a preview of the whole trace")
+            self._write_preview(preview, ev, (start, dur, track, depth, level), by_track, max_depth, per_track,
+                                (slice_span, end_ps), shift)
+        del track, dur
+        _report(progress, 0.35, "sorting events into duration levels")
         # by level (a radix sort of int8), then each level by start: the temporaries are
         # one level's, not the whole trace's
         order = np.argsort(level, kind="stable")
@@ -257,6 +272,47 @@ class IndexWriter:
         _report(progress, 1.0, "index written")
         return meta
 
+
+    def _write_preview(self, target: tuple[Path, int], ev: TraceEvents, cols, by_track, max_depth, per_track,
+                       span, shift) -> None:
+        """The index of just the rows a whole-trace window at ``resolution`` px draws,
+        published (renamed into place) at ``folder`` while the full index is still being
+        sorted: every event at least a tier bin long, and the first shorter one of every
+        (track, depth, bin) of the tier :meth:`TraceIndex.window_rows` would use, with
+        their nesting depths, each track's depth and size and the trace's span as the
+        whole trace has them. Its whole-trace window is the full index's (when that index
+        stores the tier, as it does unless the tier keeps > 70 % of the short events); it
+        holds no flows and no arguments (a preview is looked at, not clicked)."""
+        folder, resolution = target
+        start, dur, track, depth, level = cols
+        n = len(start)
+        p = max(1, span[1] // max(1, resolution))  # the whole-trace window is [0, end)
+        if p < (1 << TIER_MIN_Z):
+            return  # no tier that coarse: the first window is every event anyway
+        z = TIER_MIN_Z + (p.bit_length() - 1 - TIER_MIN_Z) // TIER_STEP * TIER_STEP
+        order, tb = by_track
+        picks = _native.tiers(order, tb, max_depth, depth, None, np.ascontiguousarray(start, np.int64), level, (z,), False)[0]
+        rows = np.union1d(np.flatnonzero(level >= z), picks)
+        del picks
+        if len(rows) > PREVIEW_MAX_SHARE * n:
+            return  # hardly fewer events than the index: no quicker to show
+        name = np.memmap(self.folder / "name.raw", dtype=np.int32, mode="r", shape=(n,))[rows]
+        sub = TraceEvents(path=ev.path, hostname=ev.hostname, base_ps=ev.base_ps, track=track[rows],
+                          start_ps=start[rows] + shift, dur_ps=dur[rows], name=name,
+                          args_off=np.zeros(len(rows), np.int64), args_len=np.zeros(len(rows), np.int32), blob=[],
+                          args_kind=ev.args_kind, names=ev.names, tracks=ev.tracks, processes=ev.processes,
+                          counters=ev.counters, steps=ev.steps, planes=ev.planes)
+        part = folder.with_name(folder.name + ".part")
+        try:
+            shutil.rmtree(part, ignore_errors=True)
+            part.mkdir(parents=True)
+            w = IndexWriter(part)
+            w.events(sub.track, sub.start_ps, sub.dur_ps, sub.name, sub.args_off, sub.args_len)
+            w.finish(sub, known=(depth[rows], max_depth, per_track, list(span[0]), span[1]))
+            shutil.rmtree(folder, ignore_errors=True)  # an earlier build's
+            os.replace(part, folder)
+        except OSError:  # a preview is a courtesy: the build goes on without one
+            shutil.rmtree(part, ignore_errors=True)
 
     def _flow_rows(self, ev: TraceEvents, order: np.ndarray) -> FlowEvents:
         """The flow-bound slices by index row (``order`` maps rows to reader order),

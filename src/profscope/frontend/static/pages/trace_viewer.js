@@ -48,8 +48,10 @@ async function renderTraceViewer(view, state, run, details) {
     want = null;
   }
   let data;
+  const first = cachedJson(windowUrl(ctx, want, resolution(ctx)));
+  if (!want) showPreview(ctx, first);
   try {
-    data = await cachedJson(windowUrl(ctx, want, resolution(ctx)));
+    data = await first;
   } catch (err) {
     if (current !== ctx) return;
     ctx.status.replaceChildren(errorBox(err, "Cannot show the trace"),
@@ -71,10 +73,39 @@ async function renderTraceViewer(view, state, run, details) {
   ctx.view = want ? clampWindow(ctx, want[0], want[1]) : [ctx.full[0], ctx.full[1]];
   accept(ctx, data, ctx.view, resolution(ctx));
   ctx.ready = true;
+  delete ctx.root.dataset.preview;
   if (state.ev) select(ctx, state.ev, { fromUrl: true });
   if (state.q) runSearch(ctx, state.q);
   relayout(ctx);
   schedule(ctx); // the canvas may be wider than the first guess: fetch at its real width
+}
+
+// The first look at a big run builds its index (seconds to minutes); the build publishes
+// the whole trace's window early (/api/trace/preview: 404 until then). Draw it, marked
+// as a preview, until the index answers: the same slices the index will show, but their
+// ids are the preview's, so the canvas takes no input meanwhile.
+async function showPreview(ctx, first) {
+  let settled = false;
+  first.then(() => { settled = true; }, () => { settled = true; });
+  const url = `/api/trace/preview?${apiParams(ctx, { resolution: resolution(ctx) })}`;
+  while (!settled && current === ctx) {
+    await new Promise((r) => setTimeout(r, 400));
+    if (settled || current !== ctx) return;
+    let res;
+    try { res = await fetch(url); } catch { continue; }
+    if (res.status === 404) continue; // not published yet (or the index is ready)
+    if (!res.ok) return;
+    const data = await res.json();
+    if (settled || current !== ctx) return;
+    ctx.root.dataset.preview = "1";
+    ctx.full = data.fullTimespan || [0, 0];
+    ctx.view = [ctx.full[0], ctx.full[1]];
+    accept(ctx, data, ctx.view, resolution(ctx));
+    relayout(ctx);
+    ctx.status.replaceChildren(el("div", { class: "tv-note", id: "tv-preview" },
+      el("strong", {}, "Preview: "), "the whole trace as its index will show it. Zoom, search and details come once the index is built (progress above)."));
+    return;
+  }
 }
 
 function viewKey(state, run) {
@@ -890,7 +921,7 @@ function wire(ctx) {
   });
   on(ctx, ctx.scroller, "scroll", () => draw(ctx));
   on(ctx, document, "keydown", (e) => {
-    if (current !== ctx || !document.body.contains(ctx.root)) return;
+    if (current !== ctx || !document.body.contains(ctx.root) || !ctx.ready) return;
     if (e.ctrlKey || e.metaKey || e.altKey) return;
     const tag = (e.target && e.target.tagName) || "";
     if (/^(INPUT|SELECT|TEXTAREA)$/.test(tag) || (e.target && e.target.isContentEditable)) return;
