@@ -102,6 +102,7 @@ async function showPreview(ctx, first) {
     ctx.view = [ctx.full[0], ctx.full[1]];
     accept(ctx, data, ctx.view, resolution(ctx));
     relayout(ctx);
+    ctx.counts.textContent += " · preview";
     ctx.status.replaceChildren(el("div", { class: "tv-note", id: "tv-preview" },
       el("strong", {}, "Preview: "), "the whole trace as its index will show it. Zoom, search and details come once the index is built (progress above)."));
     return;
