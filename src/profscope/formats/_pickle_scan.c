@@ -94,6 +94,7 @@ typedef struct {
     int act_code[32], nact;
     KeyCache keys[128];
     int nkeys;
+    int16_t kidx[256]; /* keys[] by pointer hash: the usual key found in one look, -1 none */
     PyObject *key_names; /* list of str: the keys seen in entries, by bit */
     uint64_t layouts[MAX_LAYOUTS];
     int nlayouts;
@@ -104,12 +105,26 @@ typedef struct {
     RepPtr *rset; /* the rep lists, by pointer (none may grow once keyed) */
     Py_ssize_t rscap;
     PyObject *cc_ids, *cc_strs, *um_ids, *um_strs;
+    PyObject *cc_last, *um_last; /* the last string interned (borrowed: the tables hold it) */
+    int32_t cc_last_id, um_last_id;
     PyObject *row_lists; /* dict id(list) -> [list, start, end] */
 } Scanner;
 
 /* The n-byte little-endian number at p (pickle arguments are little-endian). */
 static inline uint64_t le(const uint8_t *p, int n)
 {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    if (n == 4) {
+        uint32_t v;
+        memcpy(&v, p, 4);
+        return v;
+    }
+    if (n == 8) {
+        uint64_t v;
+        memcpy(&v, p, 8);
+        return v;
+    }
+#endif
     uint64_t v = 0;
     for (int i = n - 1; i >= 0; i--)
         v = (v << 8) | p[i];
@@ -179,8 +194,7 @@ static void pop_to(Scanner *s, Py_ssize_t to)
 
 static inline uint64_t mix(uint64_t h, uint64_t v)
 {
-    h ^= v + 0x9E3779B97F4A7C15ULL + (h << 6) + (h >> 2);
-    return h * 0xFF51AFD7ED558CCDULL;
+    return (h ^ (v >> 4)) * 0x100000001B3ULL + (h >> 29);
 }
 
 static int rset_add(Scanner *s, PyObject *l, int32_t id);
@@ -355,10 +369,22 @@ static int memo_get(Scanner *s, Py_ssize_t idx, long long at)
 
 /* -- keys and values of trace entries --------------------------------------------------- */
 
+static inline unsigned key_hash(PyObject *k)
+{
+    uintptr_t v = (uintptr_t)k;
+    return (unsigned)((v >> 4) ^ (v >> 12)) & 255;
+}
+
 static int key_field(Scanner *s, PyObject *k, int *name)
 {
+    int c = s->kidx[key_hash(k)];
+    if (c >= 0 && s->keys[c].key == k) {
+        *name = s->keys[c].name;
+        return s->keys[c].field;
+    }
     for (int i = 0; i < s->nkeys; i++)
         if (s->keys[i].key == k) {
+            s->kidx[key_hash(k)] = (int16_t)i;
             *name = s->keys[i].name;
             return s->keys[i].field;
         }
@@ -374,6 +400,7 @@ static int key_field(Scanner *s, PyObject *k, int *name)
         s->keys[s->nkeys].key = k;
         s->keys[s->nkeys].field = f;
         s->keys[s->nkeys].name = -1;
+        s->kidx[key_hash(k)] = (int16_t)s->nkeys;
         s->nkeys++;
     }
     return f;
@@ -382,6 +409,9 @@ static int key_field(Scanner *s, PyObject *k, int *name)
 /* The bit of key k among the keys seen in entries (names kept for era_keys). */
 static int key_bit(Scanner *s, PyObject *k, long long at)
 {
+    int c = s->kidx[key_hash(k)];
+    if (c >= 0 && s->keys[c].key == k && s->keys[c].name >= 0)
+        return s->keys[c].name;
     for (int i = 0; i < s->nkeys; i++)
         if (s->keys[i].key == k && s->keys[i].name >= 0)
             return s->keys[i].name;
@@ -473,11 +503,9 @@ static int32_t intern_str(PyObject *ids, PyObject *strs, PyObject *v)
     return (int32_t)n;
 }
 
-static int grow_rows(Scanner *s)
+/* The row columns resized to c rows. */
+static int reserve_rows(Scanner *s, Py_ssize_t c)
 {
-    if (s->nrows < s->rcap)
-        return 0;
-    Py_ssize_t c = s->rcap ? s->rcap * 2 : 65536;
 #define RE(f, t)                                                    \
     do {                                                            \
         void *q = realloc(s->f, (size_t)c * sizeof(t));             \
@@ -500,6 +528,13 @@ static int grow_rows(Scanner *s)
 #undef RE
     s->rcap = c;
     return 0;
+}
+
+static inline int grow_rows(Scanner *s)
+{
+    if (s->nrows < s->rcap)
+        return 0;
+    return reserve_rows(s, s->rcap ? s->rcap * 2 : 65536);
 }
 
 /* A value of a trace entry: an object (NULL: the key is absent) or, read straight from
@@ -542,14 +577,26 @@ static int32_t add_row(Scanner *s, const Val *val, uint64_t mask, long long at)
     if (c && c != Py_None) {
         if (!PyUnicode_CheckExact(c))
             return unusual("a compile_context that is not a string", at);
-        if ((cc = intern_str(s->cc_ids, s->cc_strs, c)) == -2)
+        if (c == s->cc_last)
+            cc = s->cc_last_id;
+        else if ((cc = intern_str(s->cc_ids, s->cc_strs, c)) == -2)
             return -1;
+        else {
+            s->cc_last = PyList_GET_ITEM(s->cc_strs, cc);
+            s->cc_last_id = cc;
+        }
     }
     if (u && u != Py_None) {
         if (!PyUnicode_CheckExact(u))
             return unusual("a user_metadata that is not a string", at);
-        if ((um = intern_str(s->um_ids, s->um_strs, u)) == -2)
+        if (u == s->um_last)
+            um = s->um_last_id;
+        else if ((um = intern_str(s->um_ids, s->um_strs, u)) == -2)
             return -1;
+        else {
+            s->um_last = PyList_GET_ITEM(s->um_strs, um);
+            s->um_last_id = um;
+        }
     }
     int32_t fr = 0;
     PyObject *f = val[F_FRAMES].o;
@@ -1367,8 +1414,19 @@ static int run(Scanner *s)
 static int Scanner_init(Scanner *s, PyObject *args, PyObject *kw)
 {
     PyObject *codes;
-    if (!PyArg_ParseTuple(args, "O!", &PyDict_Type, &codes))
+    Py_ssize_t hint = 0;
+    if (!PyArg_ParseTuple(args, "O!|n", &PyDict_Type, &codes, &hint))
         return -1;
+    /* hint: the bytes of the pickle (the file's size, not a number in it). A generated
+     * or real trace entry takes 100-150 bytes; the columns are reserved for that many
+     * (untouched pages cost nothing) so that they rarely move while they grow. */
+    if (hint > 0) {
+        Py_ssize_t rows = hint / 128;
+        if (rows > ((Py_ssize_t)1 << 28))
+            rows = (Py_ssize_t)1 << 28;
+        if (rows > 65536 && reserve_rows(s, rows) < 0)
+            return -1;
+    }
     Py_INCREF(codes);
     s->codes = codes;
     s->key_names = PyList_New(0);
@@ -1378,6 +1436,7 @@ static int Scanner_init(Scanner *s, PyObject *args, PyObject *kw)
     s->um_ids = PyDict_New();
     s->um_strs = PyList_New(0);
     s->row_lists = PyDict_New();
+    memset(s->kidx, 0xFF, sizeof(s->kidx));
     if (!s->key_names || !s->reps || !s->cc_ids || !s->cc_strs || !s->um_ids || !s->um_strs || !s->row_lists)
         return -1;
     return 0;
@@ -1455,6 +1514,53 @@ static PyObject *Scanner_feed(Scanner *s, PyObject *arg)
     if (r < 0)
         return NULL;
     return PyBool_FromLong(r);
+}
+
+/* fill(stream, n): up to n more bytes read by stream.readinto straight into the buffer
+ * (no copy), then the opcodes run: -> (bytes read, True once STOP is read). */
+static PyObject *Scanner_fill(Scanner *s, PyObject *args)
+{
+    PyObject *stream;
+    Py_ssize_t want;
+    if (!PyArg_ParseTuple(args, "On", &stream, &want))
+        return NULL;
+    if (s->done || want <= 0) {
+        PyErr_SetString(PyExc_ValueError, "_pickle_scan: fill after STOP, or of nothing");
+        return NULL;
+    }
+    if (s->pos) {
+        memmove(s->buf, s->buf + s->pos, (size_t)(s->len - s->pos));
+        s->base += s->pos;
+        s->len -= s->pos;
+        s->pos = 0;
+    }
+    if (grow((void **)&s->buf, &s->cap, s->len + want + 1, 1) < 0)
+        return NULL;
+    PyObject *mv = PyMemoryView_FromMemory((char *)s->buf + s->len, want, PyBUF_WRITE);
+    if (!mv)
+        return NULL;
+    PyObject *got = PyObject_CallMethod(stream, "readinto", "O", mv);
+    /* whatever the stream kept of the view must not reach the buffer once it moves */
+    PyObject *rel = PyObject_CallMethod(mv, "release", NULL);
+    Py_DECREF(mv);
+    if (!got || !rel) {
+        Py_XDECREF(got);
+        Py_XDECREF(rel);
+        return NULL;
+    }
+    Py_DECREF(rel);
+    Py_ssize_t n = got == Py_None ? 0 : PyLong_AsSsize_t(got);
+    Py_DECREF(got);
+    if (n < 0 || n > want) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "_pickle_scan: readinto returned a wrong count");
+        return NULL;
+    }
+    s->len += n;
+    int r = n ? run(s) : 0;
+    if (r < 0)
+        return NULL;
+    return Py_BuildValue("(nO)", n, r ? Py_True : Py_False);
 }
 
 static PyObject *Scanner_rest(Scanner *s, PyObject *unused)
@@ -1552,6 +1658,8 @@ static PyObject *Scanner_offset(Scanner *s, void *unused)
 static PyMethodDef Scanner_methods[] = {
     {"feed", (PyCFunction)Scanner_feed, METH_O,
      "feed(bytes) -> True once STOP is read; raises Unusual for what this reader leaves to the tree reader"},
+    {"fill", (PyCFunction)Scanner_fill, METH_VARARGS,
+     "fill(stream, n) -> (bytes read, True once STOP is read): feed from stream.readinto, without a copy"},
     {"rest", (PyCFunction)Scanner_rest, METH_NOARGS, "the bytes fed after STOP"},
     {"result", (PyCFunction)Scanner_result, METH_NOARGS, "(object, columns, tables), once, after STOP"},
     {NULL, NULL, 0, NULL},

@@ -1426,20 +1426,24 @@ def _native_read(stream: IO[bytes], path: str, progress, size: int | None, fmt: 
     reader's containers for everything but the trace entries, which become columns as
     they are read. Raises ``_pickle_scan.Unusual`` or :class:`_Fallback` where the tree
     reader's result could differ (its errors included): then that reader reads it."""
-    scanner = _native.Scanner({name: i for i, name in enumerate(ACTIONS)})
-    first = stream.read(max(NATIVE_CHUNK, 2))
+    scanner = _native.Scanner({name: i for i, name in enumerate(ACTIONS)}, size or 0)
+    first = stream.read(2)
     if len(first) < 2 or first[0] != 0x80:
         raise _Fallback("no PROTO opcode")
     protocol = first[1]
-    chunk = first
-    del first
-    while not scanner.feed(chunk):
+    done = scanner.feed(first)
+    direct = hasattr(stream, "readinto")  # files and BytesIO: read into the scanner's buffer
+    while not done:
+        if direct:
+            got, done = scanner.fill(stream, NATIVE_CHUNK)
+        else:
+            chunk = stream.read(NATIVE_CHUNK)
+            got = len(chunk)
+            done = got and scanner.feed(chunk)
+        if not got:
+            raise _Fallback("truncated")
         if progress is not None:
             progress.update(min(scanner.offset / size, 1.0) * 0.97 if size else None, "reading the snapshot")
-        chunk = stream.read(NATIVE_CHUNK)
-        if not chunk:
-            raise _Fallback("truncated")
-    del chunk
     rest = scanner.rest()
     while rest:  # what follows STOP: the NUL padding of _memory_viz HTML only
         if rest.strip(b"\x00"):
