@@ -35,8 +35,8 @@ class Snapshots:
     def snapshot(self, run: Run, progress=None) -> Snapshot:
         """The loaded model of a snapshot run: kept in memory for the next views (the
         last few), and its columns on local disk, so that opening it again, after a
-        restart or once evicted, reads arrays instead of parsing the pickle (a minute
-        for 1 GB)."""
+        restart or once evicted, reads arrays instead of parsing the pickle (0.1 s
+        instead of ~3 s for 1 GB with the native reader, a minute without)."""
         info = run.files[0]
         key = info.identity()
         with self._snapshots_lock:

@@ -48,11 +48,26 @@ Block states (``BlockInfo``): ``active_allocated``, ``active_pending_free`` (202
 ``segment_map`` / ``segment_unmap`` (expandable segments), ``snapshot``, ``oom`` (``addr``
 holds nothing useful; ``device_free`` is the free memory CUDA reported).
 
-Memory: the restricted C unpickler builds the whole object tree at once (it cannot
-stream). Trace lists are then converted device by device into numpy columns and each
-converted list is dropped at once, so the tree and the columns coexist only for one
-device. Frame dicts and frame lists that the pickle shares (torch symbolizes each
-distinct frame once) are recognised by identity, so deduplication is cheap.
+Readers: a pickle is read first by the native one-pass reader
+(``formats/_pickle_scan.c``, :func:`_native_read`): it runs the pickle stack machine over
+8 MiB pieces of the file, builds plain containers for everything but the trace entries,
+and writes each entry as a row of numpy columns the moment its bytes are read (its dict,
+its ints and a traceback already seen are never built); tracebacks are numbered by the
+identities of their frame dicts, and :class:`_NativeSink` turns the numbers into the
+stack and string tables the tree reader builds, in the same order, so the model is the
+same column for column. It understands fewer opcodes than the no-globals unpickler
+(no global, no call, no set, no tuple but pairs of ints) and leaves every pickle it does
+not take as it is (a refused opcode, a truncated stream, an unknown action, an entry
+referred to twice...) to the readers below, which decide and name what is wrong; with
+``PROFSCOPE_NATIVE=0`` or without the extension only they run.
+
+Memory (the readers below): the restricted C unpickler builds the whole object tree at
+once (it cannot stream). Trace lists are then converted device by device into numpy
+columns and each converted list is dropped at once, so the tree and the columns coexist
+only for one device. Frame dicts and frame lists that the pickle shares (torch
+symbolizes each distinct frame once) are recognised by identity, so deduplication is
+cheap. The native reader peaks at about half the file (the columns, the memo and one
+piece of the file).
 """
 
 from __future__ import annotations
@@ -1214,12 +1229,14 @@ def load_snapshot(raw: IO[bytes] | bytes, path: str,
     are converted. Raises :class:`BadInput` for anything that is not a readable snapshot,
     and for any pickle that asks for a global or a persistent id (nothing is run).
 
-    Two readers, both refusing every global: Python's C unpickler, fast, but it builds
-    the whole object tree first (4-5x the file), and :mod:`safe_pickle`, which
-    converts trace entries as it reads them and peaks at 1.5-1.7x the file, at about
-    70 % of the speed. The tree is built when it fits in half the memory available now;
-    otherwise (or when the size is unknown) the file is streamed. ``streaming`` forces
-    one reader.
+    A pickle goes to the native one-pass reader first (``_pickle_scan``: 1 GB in ~3 s,
+    peak ~0.55x the file), unless ``streaming`` is given or ``PROFSCOPE_NATIVE=0``;
+    what it does not take goes to one of two readers, both refusing every global:
+    Python's C unpickler, fast, but it builds the whole object tree first (4-5x the
+    file), and :mod:`safe_pickle`, which converts trace entries as it reads them and
+    peaks at 1.5-1.7x the file, at about 70 % of the speed. The tree is built when it
+    fits in half the memory available now; otherwise (or when the size is unknown) the
+    file is streamed. ``streaming`` forces one of these two.
     """
     with _gc_paused():
         return _load_snapshot(raw, path, progress, streaming)
