@@ -236,14 +236,32 @@ def test_truncated_pickles_name_the_file(tmp_path):
         assert e.value.file == str(p)
 
 
-@pytest.mark.parametrize("case", ["unknown action", "float addr", "entry shared", "bool size", "set",
+def test_unknown_actions_keep_the_tree_readers_order():
+    """An action torch may add later gets the next code; the tree reader converts the
+    device where it first appears entry by entry (traceback, then strings, per entry) and
+    later devices column by column: the tables come out in the same order."""
+    d = _many_entries(600, 3)
+    d["device_traces"][0][5]["action"] = "mystery"  # device 0: checked, then known
+    d["device_traces"][1][9]["action"] = "mystery"  # device 1: known, fast
+    d["device_traces"][2][400]["action"] = "another"  # device 2: checked again
+    for dev, tr in enumerate(d["device_traces"]):
+        for i, e in enumerate(tr):
+            e["compile_context"] = f"d{dev} c{(i * 5) % 31}"
+            e["user_metadata"] = f"u{(i * 3) % 17}"
+            if i % 7 == 0:
+                e["frames"] = [{"filename": f"d{dev}.py", "line": i % 13, "name": "h"}]
+    data = pickle.dumps(d, protocol=4)
+    a, c = tree(data), native(data)
+    assert a.action_names[-2:] == ["mystery", "another"]
+    assert _diff(a, c) == []
+
+
+@pytest.mark.parametrize("case", ["float addr", "entry shared", "bool size", "set",
                                   "tuple of three", "trailing data", "huge int"])
 def test_unusual_files_get_the_tree_readers_answer(case):
     d = _many_entries(50, 2)
     e = d["device_traces"][0][7]
-    if case == "unknown action":
-        e["action"] = "mystery"
-    elif case == "float addr":
+    if case == "float addr":
         e["addr"] = 1.5
     elif case == "entry shared":
         d["device_traces"][1] = d["device_traces"][0][:10]

@@ -11,12 +11,13 @@
  * STACK_GLOBAL, REDUCE, BUILD, INST, OBJ, NEWOBJ(_EX), PERSID, BINPERSID, EXT*, buffers,
  * sets, protocol-0 text opcodes, DUP/POP -- and anything the tree reader or its prescan
  * (safe_pickle.Prescan) would treat differently (a memo index beyond what a pickler
- * writes, a field over MAX_FIELD_BYTES, a tuple that is not a pair of ints, an unknown
- * action, a float address, an entry referred to again, a truncated stream...) raises
+ * writes, a field over MAX_FIELD_BYTES, a tuple that is not a pair of ints, more than
+ * 256 actions, a float address, an entry referred to again, a truncated stream...) raises
  * Unusual (a ValueError): the caller then reads the file with the tree reader, which
  * gives the authoritative result or error. Nothing is called, nothing is looked up.
  *
- * Rows: action (uint8 code, from the codes dict given), addr/size/stream (int64),
+ * Rows: action (uint8 code, from the codes dict given; an action not in it is added with
+ * the next code), addr/size/stream (int64),
  * time_us (int64, -1 absent), frames (int32: 0 = none/empty, k = the k-th distinct
  * traceback, by the identities of its frame dicts, in order of first appearance; its
  * list is kept in ``reps``), compile_context/user_metadata (int32 into per-column
@@ -446,9 +447,20 @@ static int action_code(Scanner *s, PyObject *a, long long at)
             return s->act_code[i];
     PyObject *c = PyDict_GetItemWithError(s->codes, a);
     if (c == NULL) {
-        if (!PyErr_Occurred())
-            unusual("an action not known", at);
-        return -1;
+        if (PyErr_Occurred())
+            return -1;
+        /* An action not known: the next code, in order of first appearance, as the tree
+         * reader appends it to action_names (codes is its dict, by insertion order). */
+        Py_ssize_t n = PyDict_GET_SIZE(s->codes);
+        if (n > 255)
+            return unusual("more than 256 distinct actions", at);
+        PyObject *k = PyLong_FromSsize_t(n);
+        if (!k || PyDict_SetItem(s->codes, a, k) < 0) {
+            Py_XDECREF(k);
+            return -1;
+        }
+        Py_DECREF(k);
+        return (int)n; /* not cached: the pointer cache holds the usual ones */
     }
     long v = PyLong_AsLong(c);
     if (v < 0 || v > 255) {

@@ -1370,11 +1370,16 @@ class _NativeSink:
     the tables and ids ``_convert_trace`` gives: stacks of a device first, then its
     compile_context strings, then its user_metadata strings, new strings interned in the
     order of the set the tree reader builds of them (a set built from the same values in
-    the same order iterates the same way)."""
+    the same order iterates the same way). A device with an action not known before it
+    goes, in the tree reader, entry by entry (``_convert_trace_checked``): its new
+    tracebacks and strings are then keyed in the order of the entries, each entry's
+    traceback before its strings."""
 
-    def __init__(self, cols: dict, tables: dict) -> None:
+    def __init__(self, cols: dict, tables: dict, action_names: list[str]) -> None:
         self.tables = _Tables()
         self.action_names = list(ACTIONS)
+        self.all_action_names = action_names  # the scanner's codes, in order of first appearance
+        self.known_actions = len(ACTIONS)
         self.ooms: list[dict] = []
         self.entry_keys: dict[str, None] = {}
         self.cols = cols
@@ -1392,6 +1397,8 @@ class _NativeSink:
     def trace(self, device: int, entries: list) -> DeviceTrace | None:
         rec = self.lists.pop(id(entries), None)
         if rec is None:
+            if entries:  # entries the scanner did not take: the tree reader's order is its own
+                raise _Fallback(f"device_traces[{device}]: entries not read as rows")
             return None
         lst, start, end = rec
         if lst is not entries or entries or start != self.next_row:
@@ -1406,25 +1413,46 @@ class _NativeSink:
             for bit, name in enumerate(self.key_names):
                 if m >> bit & 1:
                     self.entry_keys.setdefault(_text(name), None)
+        action = c["action"][sl]
+        codes = int(action.max()) + 1 if n else 0
+        checked = codes > self.known_actions  # an action first seen here: entry by entry
+        if codes > len(self.action_names):
+            self.action_names[len(self.action_names):] = self.all_action_names[len(self.action_names):codes]
+        self.known_actions = max(self.known_actions, codes)
         loc = c["frames"][sl]
-        top = int(loc.max()) if n else 0
-        for j in range(self.stacks_done + 1, top + 1):
-            self.stack_map[j] = t.stack(self.reps[j - 1], where)
-        self.stacks_done = max(self.stacks_done, top)
+        new_ids = {"frames": range(self.stacks_done + 1, (int(loc.max()) if n else 0) + 1)}
+        self.stacks_done = max(self.stacks_done, new_ids["frames"].stop - 1)
+        for key, (strs, mapping, done) in self.strs.items():
+            new_ids[key] = range(done[0] + 1, (int(c[key][sl].max()) if n else -1) + 1)
+            done[0] = max(done[0], new_ids[key].stop - 1)
+        known = t._string_ids
+        cc_strs, um_strs = self.strs["compile_context"][0], self.strs["user_metadata"][0]
+        if not checked:  # _convert_trace: the stacks, then each column's new strings as a set
+            for j in new_ids["frames"]:
+                self.stack_map[j] = t.stack(self.reps[j - 1], where)
+            for strs, ids in ((cc_strs, new_ids["compile_context"]), (um_strs, new_ids["user_metadata"])):
+                for v in {strs[j] for j in ids if strs[j] not in known}:
+                    t.string(v)
+        else:  # _convert_trace_checked: entry by entry, traceback, compile_context, user_metadata
+            events = []
+            for kind, key in enumerate(("frames", "compile_context", "user_metadata")):
+                if len(new_ids[key]):
+                    ids, first = np.unique(c[key][sl], return_index=True)
+                    keep = ids >= new_ids[key].start
+                    events += zip(first[keep].tolist(), repeat(kind), ids[keep].tolist())
+            for _, kind, j in sorted(events):
+                if kind == 0:
+                    self.stack_map[j] = t.stack(self.reps[j - 1], where)
+                else:
+                    t.string((cc_strs if kind == 1 else um_strs)[j])
         stack = self.stack_map[loc]
         out = {}
-        for key, (strs, mapping, done) in self.strs.items():
-            loc = c[key][sl]
-            top = int(loc.max()) if n else -1
-            if top > done[0]:
-                new = strs[done[0] + 1:top + 1]
-                known = t._string_ids
-                for v in {v for v in new if v not in known}:
-                    t.string(v)
-                mapping[done[0] + 2:top + 2] = [known[v] for v in new]
-                done[0] = top
-            out[key] = mapping[loc + 1]
-        tr = DeviceTrace(device, c["action"][sl], c["addr"][sl], c["size"][sl], c["stream"][sl],
+        for key in ("compile_context", "user_metadata"):
+            strs, mapping, _ = self.strs[key]
+            ids = new_ids[key]
+            mapping[ids.start + 1:ids.stop + 1] = [known[strs[j]] for j in ids]
+            out[key] = mapping[c[key][sl] + 1]
+        tr = DeviceTrace(device, action, c["addr"][sl], c["size"][sl], c["stream"][sl],
                          c["time_us"][sl], stack, out["compile_context"], out["user_metadata"],
                          c["device_free"][sl])
         for i in np.flatnonzero(tr.action == ACTIONS.index("oom")).tolist():
@@ -1443,7 +1471,8 @@ def _native_read(stream: IO[bytes], path: str, progress, size: int | None, fmt: 
     reader's containers for everything but the trace entries, which become columns as
     they are read. Raises ``_pickle_scan.Unusual`` or :class:`_Fallback` where the tree
     reader's result could differ (its errors included): then that reader reads it."""
-    scanner = _native.Scanner({name: i for i, name in enumerate(ACTIONS)}, size or 0)
+    codes = {name: i for i, name in enumerate(ACTIONS)}
+    scanner = _native.Scanner(codes, size or 0)
     first = stream.read(2)
     if len(first) < 2 or first[0] != 0x80:
         raise _Fallback("no PROTO opcode")
@@ -1468,7 +1497,7 @@ def _native_read(stream: IO[bytes], path: str, progress, size: int | None, fmt: 
         rest = stream.read(1 << 20)
     obj, cols, tables = scanner.result()
     del scanner
-    sink = _NativeSink(cols, tables)
+    sink = _NativeSink(cols, tables, list(codes))
     del cols, tables
     snap = normalize(obj, path, fmt=fmt, protocol=protocol, progress=progress, streamed=sink)
     sink.check_all_taken()
