@@ -10,7 +10,8 @@ app -> server -> frontend, with the cache beside the app.
 * ``errors`` (the one error family) and ``forksafe`` (what a forked conversion worker
   renews) are shared by every layer; only the CLI, the entry point, imports the server.
 
-Every import counts: top-level, inside functions (lazy), relative. The table in
+Every import counts: top-level, inside functions (lazy), relative, and the app's
+``lazy.module("...")`` stand-ins. The table in
 docs/architecture.md is checked against ALLOWED below.
 """
 
@@ -68,6 +69,12 @@ def imports(path: Path, module: str):
                     yield node.lineno, f"{target}.{alias.name}"
             else:
                 yield node.lineno, target
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "module"
+              and isinstance(node.func.value, ast.Name) and node.func.value.id == "lazy"):
+            # app/lazy.py: ``x = lazy.module("profscope.formats.x")`` imports x when first used
+            arg = node.args[0] if node.args else None
+            assert isinstance(arg, ast.Constant) and isinstance(arg.value, str), f"{path}:{node.lineno}: a lazy import names its module"
+            yield node.lineno, arg.value
 
 
 def module_name(root: Path, path: Path) -> str:
@@ -121,7 +128,8 @@ def test_the_checker_catches_each_kind_of_violation(tmp_path):
         "tools/__init__.py": "",
         "tools/bad_tool.py": "def f():\n    from profscope.formats import xplane  # lazy: still counted\n",
         "server/__init__.py": "",
-        "server/bad_route.py": "import profscope.tools.oom_risk\nfrom profscope.cache.store import DiskCache\n",
+        "server/bad_route.py": "import profscope.tools.oom_risk\nfrom profscope.cache.store import DiskCache\n"
+                               "from profscope.app import lazy\nx = lazy.module('profscope.formats.xplane')\n",
         "formats/__init__.py": "",
         "formats/bad_reader.py": "from ..app import workspace\nfrom . import xplane\n",
         "model/__init__.py": "",
@@ -136,6 +144,7 @@ def test_the_checker_catches_each_kind_of_violation(tmp_path):
         "gadgets/thing.py: in no layer (add it to ALLOWED)",
         "server/bad_route.py:1 (server) imports profscope.tools.oom_risk (tools)",
         "server/bad_route.py:2 (server) imports profscope.cache.store (cache)",
+        "server/bad_route.py:4 (server) imports profscope.formats.xplane (formats)",
         "tools/bad_tool.py:2 (tools) imports profscope.formats (formats)",
     ], found
 
@@ -155,3 +164,32 @@ def test_no_two_modules_share_a_name():
         if path.name != "__init__.py":
             seen.setdefault(path.stem, []).append(str(path.relative_to(PACKAGE)))
     assert not {k: v for k, v in seen.items() if len(v) > 1}
+
+
+def test_the_server_answers_without_the_readers(demo_logdir, tmp_path):
+    """The first answers (the page, the run lists) import no numpy, protobuf or fsspec:
+    the readers and tools are imported when a request needs them (app/lazy.py), so a
+    server starts in about the time FastAPI takes to import (bench_startup.py)."""
+    import subprocess
+    import sys
+
+    code = f"""
+import sys
+from fastapi.testclient import TestClient
+from profscope.app.workspace import Workspace
+from profscope.cache.store import DiskCache
+from profscope.server import create_app
+from profscope.storage import LogDir
+ws = Workspace(LogDir({str(demo_logdir)!r}), DiskCache({str(tmp_path / "cache")!r}))
+client = TestClient(create_app(ws))
+for path in ("/", "/api/runs", "/data/plugin/profile/runs"):
+    assert client.get(path).status_code == 200, path
+print(sorted(m for m in ("numpy", "google.protobuf", "fsspec", "gcsfs") if m in sys.modules))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+    # ... and a request that needs them still gets them
+    code2 = code.replace('for path in ("/", "/api/runs", "/data/plugin/profile/runs"):',
+                         'for path in ("/api/trace/window?run=" + next(r.name for r in ws.runs() if r.kind.value == "profile"),):')
+    out = subprocess.run([sys.executable, "-c", code2], capture_output=True, text=True, check=True).stdout
+    assert "numpy" in out

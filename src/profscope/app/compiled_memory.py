@@ -6,14 +6,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from profscope.app import keys
+from profscope.app import keys, lazy
 from profscope.app.queries import MemoryViewerQuery
 from profscope.errors import BadRequest, NotFound, ProfscopeError
-from profscope.formats import buffer_assignment_text, hlo_proto, xplane
 from profscope.model.catalog import Run, RunKind
 from profscope.model.file_kinds import FileKind
 from profscope.storage import FileInfo
-from profscope.tools import memory_viewer, memory_viewer_text, memory_viewer_timeline
+
+buffer_assignment_text = lazy.module("profscope.formats.buffer_assignment_text")
+hlo_proto = lazy.module("profscope.formats.hlo_proto")
+xplane = lazy.module("profscope.formats.xplane")
+memory_viewer = lazy.module("profscope.tools.memory_viewer")
+memory_viewer_text = lazy.module("profscope.tools.memory_viewer_text")
+memory_viewer_timeline = lazy.module("profscope.tools.memory_viewer_timeline")
 
 
 class CompiledMemory:

@@ -8,10 +8,12 @@ changes shape; tool payloads carry their tool's version (tools/registry.py).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from profscope.cache.store import cache_key
-from profscope.model import snapshot
-from profscope.tools import trace_index
-from profscope.tools.registry import Tool
+
+if TYPE_CHECKING:
+    from profscope.tools.registry import Tool
 
 # (kind, version) of the derived values kept beside the tools' payloads.
 MODULE_LIST = ("module_list", 1)  # the HLO modules embedded in one xplane
@@ -20,10 +22,22 @@ DEVICE_CAPS = ("device_caps", 1)  # an xplane's device planes' capabilities
 MODULE_RUN_TIMES = ("module_run_times", 1)  # time spent in each module's events
 TRACE_DEVICE_PROPERTIES = ("trace_device_properties", 1)  # a PyTorch trace's deviceProperties
 SNAPSHOT_DEVICES = ("snapshot_devices", 1)
-SNAPSHOT_MODEL = ("snapshot_model", snapshot.MODEL_FORMAT_VERSION)  # a folder of columns
 SNAPSHOT_VIEW_VERSION = 1  # /api/snapshot/<view> payloads: ("snapshot", view, version)
-TRACE_INDEX = ("trace_index", trace_index.INDEX_VERSION)  # a folder: one file's trace index
 TORCH_MEMORY = "torch_memory_profile"  # profscope's payload of a trace run (memory_profile's version)
+
+
+def __getattr__(name: str):
+    """The kinds whose version their own module holds, read when first used: those
+    modules import numpy, which the server's first answer does without."""
+    if name == "SNAPSHOT_MODEL":  # a folder of columns
+        from profscope.model import snapshot
+
+        return ("snapshot_model", snapshot.MODEL_FORMAT_VERSION)
+    if name == "TRACE_INDEX":  # a folder: one file's trace index
+        from profscope.tools import trace_index
+
+        return ("trace_index", trace_index.INDEX_VERSION)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def derived(kind: tuple[str, int], logdir: str, *parts: object) -> str:

@@ -8,13 +8,19 @@ import gzip
 
 import orjson
 
-from profscope.app import keys
+from profscope.app import keys, lazy
 from profscope.app.queries import MemoryProfileQuery, MemoryViewerQuery, OomRiskQuery
 from profscope.errors import NotFound, ProfscopeError
-from profscope.formats import chrome_trace, live_range_text, xplane_devices, xplane_module_time
 from profscope.model.catalog import Run, RunKind
 from profscope.model.file_kinds import FileKind
-from profscope.tools import memory_profile_snapshot, oom_risk, registry
+from profscope.tools import registry
+
+chrome_trace = lazy.module("profscope.formats.chrome_trace")
+live_range_text = lazy.module("profscope.formats.live_range_text")
+xplane_devices = lazy.module("profscope.formats.xplane_devices")
+xplane_module_time = lazy.module("profscope.formats.xplane_module_time")
+memory_profile_snapshot = lazy.module("profscope.tools.memory_profile_snapshot")
+oom_risk = lazy.module("profscope.tools.oom_risk")
 
 # OOM risk of a snapshot: blocks read at the peak, and stacks resolved to frames.
 OOM_MAX_BLOCKS = 500_000

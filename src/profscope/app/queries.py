@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from profscope.tools import trace_viewer as _trace_viewer, trace_xprof as _trace_xprof
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,10 +65,10 @@ class TraceQuery(Query):
     hosts: str | None = None  # several, comma-separated (wins over host); default: the first
     start_ms: float | None = None  # ms from the selected hosts' origin; None: the trace's start
     end_ms: float | None = None  # None: the trace's end
-    resolution: int | None = None  # pixels, 1..MAX_RESOLUTION; None: DEFAULT_RESOLUTION
+    resolution: int | None = None  # pixels, 1..TRACE_MAX_RESOLUTION; None: trace_viewer.DEFAULT_RESOLUTION
     id: int | None = None  # an event id, from a window or a search
     q: str | None = None  # the text to search event names for
-    limit: int | None = None  # matches, 1..MAX_SEARCH_LIMIT; None: DEFAULT_SEARCH_LIMIT
+    limit: int | None = None  # matches, 1..TRACE_MAX_SEARCH_LIMIT; None: trace_viewer.DEFAULT_SEARCH_LIMIT
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +79,7 @@ class XprofTraceQuery(Query):
     hosts: str | None = None
     start_time_ms: float | None = None  # XProf's absolute ms; None or 0: the trace's start
     end_time_ms: float | None = None  # None or 0: the trace's end
-    resolution: int | None = None  # pixels, 0 (no filter)..XPROF_MAX_RESOLUTION; None: 8000
+    resolution: int | None = None  # pixels, 0 (no filter)..XPROF_TRACE_MAX_RESOLUTION; None: 8000
     event_name: str | None = None  # an event-details request: the event's name,
     duration_ms: float | None = None  # its duration
     unique_id: int | None = None  # and its args.uid
@@ -93,8 +92,8 @@ TOOL_QUERIES: dict[str, type[Query]] = {
     "trace_viewer@": XprofTraceQuery,
 }
 
-# The bounds the server checks the trace viewer's numbers against (tools/trace_viewer.py,
-# tools/trace_xprof.py hold them; the server imports no tool).
-TRACE_MAX_RESOLUTION = _trace_viewer.MAX_RESOLUTION
-TRACE_MAX_SEARCH_LIMIT = _trace_viewer.MAX_SEARCH_LIMIT
-XPROF_TRACE_MAX_RESOLUTION = _trace_xprof.XPROF_MAX_RESOLUTION
+# The bounds the server checks the trace viewer's numbers against (server/params.py):
+# part of the queries' contract, so the server reads them without importing a tool.
+TRACE_MAX_RESOLUTION = 100_000  # pixels of /api/trace/window
+TRACE_MAX_SEARCH_LIMIT = 10_000  # matches of /api/trace/search
+XPROF_TRACE_MAX_RESOLUTION = 10_000_000  # trace_viewer@'s resolution (XProf's own has no bound)

@@ -8,13 +8,17 @@ import gzip
 
 import orjson
 
-from profscope.app import keys
+from profscope.app import keys, lazy
 from profscope.app.queries import MemoryProfileQuery
 from profscope.errors import NotFound
-from profscope.formats import chrome_trace, xplane_allocator
 from profscope.model.catalog import Run, RunKind
 from profscope.model.file_kinds import FileKind
-from profscope.tools import memory_profile_allocator, memory_profile_torch, registry
+from profscope.tools import registry
+
+chrome_trace = lazy.module("profscope.formats.chrome_trace")
+xplane_allocator = lazy.module("profscope.formats.xplane_allocator")
+memory_profile_allocator = lazy.module("profscope.tools.memory_profile_allocator")
+memory_profile_torch = lazy.module("profscope.tools.memory_profile_torch")
 
 
 class RuntimeMemory:

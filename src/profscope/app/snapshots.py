@@ -6,15 +6,20 @@ from __future__ import annotations
 import shutil
 import threading
 from collections import OrderedDict
+from typing import TYPE_CHECKING
 
-from profscope.app import keys
+from profscope.app import keys, lazy
 from profscope.app.queries import MemoryProfileQuery, SnapshotQuery
 from profscope.errors import BadRequest, NotFound
 from profscope.forksafe import renew_locks_after_fork
-from profscope.formats import snapshot_pickle
 from profscope.model.catalog import Run, RunKind
-from profscope.model.snapshot import Snapshot, load_model, save_model
-from profscope.tools import memory_profile_snapshot
+
+if TYPE_CHECKING:
+    from profscope.model.snapshot import Snapshot
+
+snapshot_pickle = lazy.module("profscope.formats.snapshot_pickle")
+snapshot_model = lazy.module("profscope.model.snapshot")
+memory_profile_snapshot = lazy.module("profscope.tools.memory_profile_snapshot")
 
 SNAPSHOTS_IN_MEMORY = 2
 # The views of a snapshot beyond its overview (which is also the memory_profile tool's
@@ -51,7 +56,7 @@ class Snapshots:
             with self.logdir.open(info.path) as f:
                 snap = snapshot_pickle.load_snapshot(f, self.logdir.display_path(info.path), progress=reporter)
             reporter.update(message="saving its columns in the cache")
-            save_model(snap, folder)
+            snapshot_model.save_model(snap, folder)
             parsed.append(snap)
 
         model_key = keys.derived(keys.SNAPSHOT_MODEL, self.logdir.url, key)
@@ -63,7 +68,7 @@ class Snapshots:
             if progress is not None:
                 progress.update(message=f"reading the columns of {info.name}")
             try:
-                snap = load_model(folder)
+                snap = snapshot_model.load_model(folder)
             except (OSError, ValueError, KeyError, TypeError):  # a damaged cache entry: parse again
                 shutil.rmtree(folder, ignore_errors=True)
                 return self.snapshot(run, progress)

@@ -6,18 +6,25 @@ import no format."""
 
 from __future__ import annotations
 
-import orjson
-
+import threading
 from collections.abc import Iterator
 
-from profscope.app import keys
+import orjson
+
+from profscope.app import keys, lazy
 from profscope.app.queries import TraceQuery, XprofTraceQuery
 from profscope.errors import NotFound
-from profscope.formats import chrome_trace, xplane_trace
+from profscope.forksafe import renew_locks_after_fork
 from profscope.model.catalog import Run, RunKind
 from profscope.model.file_kinds import FileKind, classify
 from profscope.storage import FileInfo
-from profscope.tools import trace_export, trace_index, trace_viewer, trace_xprof
+
+chrome_trace = lazy.module("profscope.formats.chrome_trace")
+xplane_trace = lazy.module("profscope.formats.xplane_trace")
+trace_export = lazy.module("profscope.tools.trace_export")
+trace_index = lazy.module("profscope.tools.trace_index")
+trace_viewer = lazy.module("profscope.tools.trace_viewer")
+trace_xprof = lazy.module("profscope.tools.trace_xprof")
 
 
 # XProf's trace viewer asks for ``hosts=none`` while its page has not selected a host yet
@@ -30,9 +37,17 @@ class Traces:
     """Part of :class:`~profscope.app.workspace.Workspace`: timelines."""
 
     def __init__(self):
-        # xplane_trace.plane_metadata / event_args decode an xplane index's event args
-        # (the module is the trace_index.XEventDecoder)
-        self._trace_indexes = trace_index.IndexCache(decoder=xplane_trace)
+        self._trace_indexes = None  # made on first use (it imports the index's numpy)
+        self._trace_indexes_lock = threading.Lock()
+        renew_locks_after_fork(self, "_trace_indexes_lock")
+
+    def _open_index(self, folder) -> trace_index.TraceIndex:
+        with self._trace_indexes_lock:
+            if self._trace_indexes is None:
+                # xplane_trace.plane_metadata / event_args decode an xplane index's event
+                # args (the module is the trace_index.XEventDecoder)
+                self._trace_indexes = trace_index.IndexCache(decoder=xplane_trace)
+        return self._trace_indexes.get(folder)
 
     def trace_sources(self, run: Run) -> list[tuple[str, FileInfo]]:
         """(host, file) pairs a run's timeline is made of: one xplane per host, or, for
@@ -70,7 +85,7 @@ class Traces:
 
         folder = self.cache.get_or_build_dir(key, f"Trace viewer: indexing {info.name}", build,
                                              file=self.logdir.display_path(info.path))
-        return self._trace_indexes.get(folder)
+        return self._open_index(folder)
 
     def trace_view(self, run: Run, query: TraceQuery | XprofTraceQuery,
                    preview_resolution: int | None = None) -> trace_viewer.TraceView:

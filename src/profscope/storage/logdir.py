@@ -18,8 +18,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import IO, Any, Callable
 
-import fsspec
-
 from profscope.errors import BadRequest, NotFound
 from profscope.forksafe import renew_after_fork
 
@@ -126,7 +124,9 @@ class LogDir:
         self.copy_dir = copy_dir
         self.protocol, self.root = _split_url(url)
         self._storage_options = dict(storage_options or {})
-        self._fs = self._filesystem()
+        # a local log directory is read with os and open(): fsspec is not even imported,
+        # one of the modules that made the server's first answer slow
+        self._fs = None if self.protocol == "file" else self._filesystem()
         self.listing_ttl = listing_ttl
         self._lock = threading.Lock()
         self._listing: Listing | None = None
@@ -143,6 +143,8 @@ class LogDir:
     def _filesystem(self):
         if self.protocol == "gcs":
             return _gcs_filesystem(self._storage_options)
+        import fsspec
+
         return fsspec.filesystem(self.protocol, **self._storage_options)
 
     def _after_fork(self) -> None:
@@ -165,7 +167,7 @@ class LogDir:
     def check(self) -> None:
         """Fail early, with the URL in the message, when the root is not a readable folder."""
         try:
-            ok = self.fs.isdir(self.root)
+            ok = os.path.isdir(self.root) if self.is_local else self.fs.isdir(self.root)
         except Exception as e:  # noqa: BLE001 - any backend error is the user's to see
             raise NotFound(f"cannot open log directory {self.url}: {e}", file=self.url) from e
         if not ok:
@@ -267,7 +269,7 @@ class LogDir:
         if local is not None:
             return open(local, "rb")
         if self.is_local:
-            return self.fs.open(self.full_path(info.path), "rb")
+            return open(self.full_path(info.path), "rb")
         return self.fs.open(self.full_path(info.path), "rb", block_size=READ_BLOCK_BYTES, cache_type="readahead")
 
     def _local_copy(self, info: FileInfo) -> str | None:

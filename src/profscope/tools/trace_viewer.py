@@ -26,9 +26,7 @@ from profscope.tools.trace_index import MODULE_ID, TraceIndex
 MAX_FLOWS = 5000  # arrows per window
 HOST_ID_SHIFT = 40  # event id = host position << 40 | row (< 2^53 with < 8192 hosts)
 TRACK_ID_SHIFT = 20  # track id = host position << 20 | track
-MAX_RESOLUTION = 100_000  # the server's bounds of ``resolution`` (server/params.py)
 DEFAULT_RESOLUTION = 1000
-MAX_SEARCH_LIMIT = 10_000  # the server's bound of ``limit``
 DEFAULT_SEARCH_LIMIT = 50
 PS_PER_MS = 10**9
 
@@ -95,7 +93,7 @@ class TraceView:
 
     def window(self, start_ms: float | None = None, end_ms: float | None = None, resolution: int | None = None) -> dict:
         """What to draw of [start_ms, end_ms) at ``resolution`` pixels (default
-        DEFAULT_RESOLUTION; the server keeps it within 1..MAX_RESOLUTION)."""
+        DEFAULT_RESOLUTION; the server keeps it within 1..queries.TRACE_MAX_RESOLUTION)."""
         res = DEFAULT_RESOLUTION if resolution is None else resolution
         s, e = self.span_ps(start_ms, end_ms)
         processes, tracks = self.tracks()

@@ -19,7 +19,6 @@ from profscope.tools.trace_viewer import PS_PER_MS, HostIndex, TraceView, clamp_
 
 XPROF_FILTER_MIN_EVENTS = tv.XPROF_FILTER_MIN_EVENTS
 XPROF_DEFAULT_RESOLUTION = 8000
-XPROF_MAX_RESOLUTION = 10_000_000  # the server's bound of ``resolution`` (server/params.py)
 
 
 def xprof_json(view: TraceView, start_time_ms: float | None = None, end_time_ms: float | None = None,
@@ -34,7 +33,7 @@ def xprof_chunks(view: TraceView, start_time_ms: float | None = None, end_time_m
     be gigabytes, as in XProf); what needs the data is checked before the first piece.
     Times are XProf's absolute milliseconds; ``resolution`` in pixels (default
     XPROF_DEFAULT_RESOLUTION, 0: no filter; the server keeps it within
-    0..XPROF_MAX_RESOLUTION).
+    0..queries.XPROF_TRACE_MAX_RESOLUTION).
 
     With ``event_name`` it is XProf's event-details request instead (its UI sends it
     on a click: ``event_name``, ``start_time_ms``, ``duration_ms``, ``unique_id`` =
