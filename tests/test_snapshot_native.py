@@ -256,6 +256,28 @@ def test_unknown_actions_keep_the_tree_readers_order():
     assert _diff(a, c) == []
 
 
+def test_a_traceback_that_grows_after_use_is_left_to_the_tree_reader():
+    """A trace list used as its own entries' frames (a pickle refers to it while it is
+    being filled): the tree reader sees it full, so the scanner, which saw it empty,
+    hands the file over."""
+    lst: list = []
+    d = {"segments": [], "device_traces": [lst]}
+    for i in range(3):
+        lst.append({"action": "alloc", "addr": i, "size": 1, "frames": lst})
+    data = pickle.dumps(d, protocol=4)
+    _unusual(data)
+    assert _diff(tree(data), sp.load_snapshot(data, "n.pickle")) == []
+    assert tree(data).stacks[-1] == (0, 0, 0)
+
+
+def test_empty_tracebacks_share_one_list():
+    d = _many_entries(200, 2)
+    for e in d["device_traces"][0][::3]:
+        e["frames"] = []  # a new empty list each time, as torch writes an entry without frames
+    data = pickle.dumps(d, protocol=4)
+    assert _diff(tree(data), native(data)) == []
+
+
 @pytest.mark.parametrize("case", ["float addr", "entry shared", "bool size", "set",
                                   "tuple of three", "trailing data", "huge int"])
 def test_unusual_files_get_the_tree_readers_answer(case):

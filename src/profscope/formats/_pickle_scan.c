@@ -103,7 +103,11 @@ typedef struct {
     PyObject *reps; /* list of lists */
     RepSlot *rtab;
     Py_ssize_t rtcap;
-    RepPtr *rset; /* the rep lists, by pointer (none may grow once keyed) */
+    RepPtr *rset; /* the rep lists (id > 0) and the empty frames lists (id -1), by pointer:
+                   * none may grow once used as an entry's frames */
+    Py_ssize_t rscount;
+    PyObject *frozen;     /* the empty frames lists, kept alive while their pointers are known */
+    PyObject *empty_list; /* what fast_entry puts in the memo for a new empty traceback */
     Py_ssize_t rscap;
     PyObject *cc_ids, *cc_strs, *um_ids, *um_strs;
     PyObject *cc_last, *um_last; /* the last string interned (borrowed: the tables hold it) */
@@ -228,7 +232,7 @@ static int rtab_rehash(Scanner *s, Py_ssize_t cap)
 static int32_t traceback_id(Scanner *s, PyObject *l)
 {
     int32_t known = rset_has(s, l); /* a list already keyed (a shared traceback) */
-    if (known)
+    if (known > 0)
         return known;
     Py_ssize_t n = PyList_GET_SIZE(l);
     PyObject **items = ((PyListObject *)l)->ob_item;
@@ -279,7 +283,7 @@ static int32_t rset_has(Scanner *s, PyObject *l)
 
 static int rset_add(Scanner *s, PyObject *l, int32_t id)
 {
-    Py_ssize_t n = PyList_GET_SIZE(s->reps); /* l already appended */
+    Py_ssize_t n = ++s->rscount;
     if (n * 2 > s->rscap) {
         Py_ssize_t cap = s->rscap ? s->rscap * 2 : 4096;
         RepPtr *t = calloc((size_t)cap, sizeof(RepPtr));
@@ -308,6 +312,17 @@ static int rset_add(Scanner *s, PyObject *l, int32_t id)
     s->rset[j].p = l;
     s->rset[j].id = id;
     return 0;
+}
+
+/* An empty list used as an entry's frames: it may not grow afterwards (the tree reader
+ * would see what it grew to). */
+static int freeze_empty(Scanner *s, PyObject *l)
+{
+    if (rset_has(s, l))
+        return 0;
+    if (PyList_Append(s->frozen, l) < 0)
+        return -1;
+    return rset_add(s, l, -1);
 }
 
 /* -- the memo --------------------------------------------------------------------------- */
@@ -615,7 +630,7 @@ static int32_t add_row(Scanner *s, const Val *val, uint64_t mask, long long at)
     if (f && f != Py_None) {
         if (!PyList_CheckExact(f))
             return unusual("frames that are not a list", at);
-        if (PyList_GET_SIZE(f) && (fr = traceback_id(s, f)) < 0)
+        if (PyList_GET_SIZE(f) ? (fr = traceback_id(s, f)) < 0 : freeze_empty(s, f) < 0)
             return -1;
     }
     int li = -1;
@@ -1024,6 +1039,10 @@ static Py_ssize_t fast_entry(Scanner *s, Py_ssize_t p0)
                         }
                     }
                 }
+                if (!o && pr->field == F_FRAMES && !pr->n) {
+                    Py_INCREF(s->empty_list); /* one frozen empty list for every empty traceback */
+                    o = s->empty_list;
+                }
                 if (!o) {
                     if (!(o = PyList_New(pr->n)))
                         goto done;
@@ -1076,6 +1095,8 @@ static int rows_to_list(Scanner *s, PyObject *l, Py_ssize_t k, long long at)
 {
     if (k != s->pending || PyList_GET_SIZE(l) != 0)
         return unusual("trace entries mixed with other items", at);
+    if (rset_has(s, l))
+        return unusual("trace entries appended to a traceback", at);
     Py_ssize_t start = s->nrows - k;
     PyObject *key = PyLong_FromVoidPtr(l);
     if (!key)
@@ -1449,6 +1470,10 @@ static int Scanner_init(Scanner *s, PyObject *args, PyObject *kw)
     s->um_strs = PyList_New(0);
     s->row_lists = PyDict_New();
     memset(s->kidx, 0xFF, sizeof(s->kidx));
+    s->frozen = PyList_New(0);
+    s->empty_list = PyList_New(0);
+    if (!s->frozen || !s->empty_list || freeze_empty(s, s->empty_list) < 0)
+        return -1;
     if (!s->key_names || !s->reps || !s->cc_ids || !s->cc_strs || !s->um_ids || !s->um_strs || !s->row_lists)
         return -1;
     return 0;
@@ -1497,6 +1522,8 @@ static void Scanner_dealloc(Scanner *s)
     Py_XDECREF(s->um_ids);
     Py_XDECREF(s->um_strs);
     Py_XDECREF(s->row_lists);
+    Py_XDECREF(s->frozen);
+    Py_XDECREF(s->empty_list);
     Py_TYPE(s)->tp_free((PyObject *)s);
 }
 
