@@ -270,6 +270,27 @@ def test_a_traceback_that_grows_after_use_is_left_to_the_tree_reader():
     assert tree(data).stacks[-1] == (0, 0, 0)
 
 
+@pytest.mark.parametrize("where", ["twice in device_traces", "as blocks too", "under another key"])
+def test_a_trace_list_found_elsewhere_is_left_to_the_tree_reader(where):
+    d = _many_entries(30, 1)
+    lst = d["device_traces"][0]
+    if where == "twice in device_traces":
+        d["device_traces"].append(lst)
+    elif where == "as blocks too":
+        d["segments"][0]["blocks"] = lst
+    else:
+        d["extra"] = lst
+    data = pickle.dumps(d, protocol=4)
+    _unusual(data)
+    try:
+        want = tree(data)
+    except BadInput:
+        with pytest.raises(BadInput):
+            sp.load_snapshot(data, "n.pickle")
+        return
+    assert _diff(want, sp.load_snapshot(data, "n.pickle")) == []
+
+
 def test_empty_tracebacks_share_one_list():
     d = _many_entries(200, 2)
     for e in d["device_traces"][0][::3]:

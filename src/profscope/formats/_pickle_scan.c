@@ -1684,6 +1684,18 @@ static PyObject *Scanner_result(Scanner *s, PyObject *unused)
     /* The memo is no longer needed: let go of everything it holds. */
     for (Py_ssize_t i = 0; i < s->msize; i++)
         Py_CLEAR(s->memo[i]);
+    /* Each list of rows must sit in one place of the tree (its record here holds the
+     * other reference): found twice, or as a block list as well, the tree reader would
+     * read its entries twice, or as something else. */
+    Py_ssize_t it = 0;
+    PyObject *k, *rec;
+    while (PyDict_Next(s->row_lists, &it, &k, &rec))
+        if (Py_REFCNT(PyList_GET_ITEM(rec, 0)) != 2) {
+            Py_DECREF(cols);
+            Py_DECREF(tables);
+            unusual("a list of trace entries found in more than one place", s->base + s->pos);
+            return NULL;
+        }
     PyObject *out = Py_BuildValue("(NNN)", s->result, cols, tables);
     s->result = NULL;
     return out;
