@@ -218,15 +218,16 @@ class IndexWriter:
             if k in ("start", "track", "depth"):
                 kept[k] = col  # sorted copies for the tiers
             del col
-        flow_rows = self._flow_rows(ev, order)
+        # each reader row's index row: for the flows, and for the native tiers, which walk
+        # the rows in the nesting pass's track order
+        rank = np.empty(n, order.dtype)
+        rank[order] = np.arange(n, dtype=order.dtype)
+        flow_rows = self._flow_rows(ev, rank)
         native = None
         if by_track is not None:
-            # the native tiers walk the rows in the nesting pass's track order: they need
-            # each reader row's index row
-            rank = np.empty(n, np.int32)
-            rank[order] = np.arange(n, dtype=np.int32)
             native = (*by_track, max_depth, depth, rank)
-            del depth, rank
+            del depth
+        del rank
         del order, by_track
         _report(progress, 0.6, "building resolution tiers")
         _release_freed_memory()
@@ -314,18 +315,15 @@ class IndexWriter:
         except OSError:  # a preview is a courtesy: the build goes on without one
             shutil.rmtree(part, ignore_errors=True)
 
-    def _flow_rows(self, ev: TraceEvents, order: np.ndarray) -> FlowEvents:
-        """The flow-bound slices by index row (``order`` maps rows to reader order),
+    def _flow_rows(self, ev: TraceEvents, rank: np.ndarray) -> FlowEvents:
+        """The flow-bound slices by index row (``rank`` maps reader rows to index rows),
         sorted by row, saved as ``flow_*.npy``."""
         fe = FlowEvents.concat(self._flows + ([ev.flow_events] if ev.flow_events is not None else []))
         ok = (fe.seq >= 0) & (fe.seq < self.n)
         if not ok.all():
             fe = FlowEvents(fe.seq[ok], fe.flow_id[ok], fe.kind[ok], fe.category[ok])
         if len(fe.seq):
-            rank = np.empty(self.n, dtype=np.int64)
-            rank[order] = np.arange(self.n, dtype=np.int64)
-            rows = rank[fe.seq]
-            del rank
+            rows = rank[fe.seq].astype(np.int64)
             o = np.argsort(rows, kind="stable")
             fe = FlowEvents(rows[o], fe.flow_id[o], fe.kind[o], fe.category[o])
         for k in ("seq", "flow_id", "kind", "category"):
