@@ -89,6 +89,7 @@ def test_real_fixtures_through_load_snapshot_from_files(shared_fixtures):
 
 
 def test_native_switch(monkeypatch):
+    monkeypatch.delenv("PROFSCOPE_NATIVE", raising=False)
     assert sp.native_enabled()
     monkeypatch.setenv("PROFSCOPE_NATIVE", "0")
     assert not sp.native_enabled()
