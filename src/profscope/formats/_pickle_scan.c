@@ -17,14 +17,22 @@
  * gives the authoritative result or error. Nothing is called, nothing is looked up.
  *
  * Rows: action (uint8 code, from the codes dict given; an action not in it is added with
- * the next code), addr/size/stream (int64),
- * time_us (int64, -1 absent), frames (int32: 0 = none/empty, k = the k-th distinct
- * traceback, by the identities of its frame dicts, in order of first appearance; its
- * list is kept in ``reps``), compile_context/user_metadata (int32 into per-column
- * string tables in order of first appearance, -1 absent), device_free (int64, oom
- * rows only, -1 otherwise), layout (uint8: which keys the entry had). Every read is
- * bounded by the bytes fed; nothing is allocated from a size read from the file before
- * that many bytes have arrived.
+ * the next code), addr/size/stream (int64), time_us (int64, -1 absent), frames (int32:
+ * 0 = none/empty, k = the k-th distinct traceback, by the identities of its frame dicts,
+ * in order of first appearance; its list is kept in ``reps``), compile_context /
+ * user_metadata (int32 into per-column string tables in order of first appearance, -1
+ * absent), device_free (int64, oom rows only, -1 otherwise), layout (uint8: which keys
+ * the entry had). The usual entry is decoded straight from its bytes (fast_entry);
+ * anything else about it goes through the opcode loop and entry_row, with the same row.
+ *
+ * Identity with the tree reader: a traceback is keyed when its entry is read, so a list
+ * used as frames may not change afterwards (APPEND to it, or rows into it, is Unusual);
+ * an entry's dict must be referred to by nothing but its memo slot; a list of rows must
+ * sit in exactly one place of the tree (normalize then finds it in device_traces).
+ *
+ * Every read is bounded by the bytes fed; nothing is allocated from a size read from the
+ * file before that many bytes have arrived (the row columns are reserved from the size
+ * of the file, given by the caller; untouched pages cost nothing).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
