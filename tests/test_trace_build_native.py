@@ -93,3 +93,27 @@ def test_native_rejects_bad_order():
                           np.zeros(n, np.int16), np.zeros(1, np.int64))
     with pytest.raises(ValueError):
         ti._native.track_order(np.array([0, 5, 0, 0], np.int32), z, z, 1)
+
+
+@pytest.mark.parametrize("rel", [
+    "xplane/tpu_inference/plugins/profile/2025_12_10_tpu/tpu_inference_2.xplane.pb",  # 3,995 flow slices
+    "xplane/mi300_jax_conv_xprof_touched/plugins/profile/jax_conv_minimal/chi-mi300x-013.ord.vultr.cpe.ice.amd.com.xplane.pb",
+    "xplane/tf_gpu/plugins/profile/GPU-multi-worker/34.83.195.180_6003.xplane.pb",
+    "traces/kineto_resnet50_v100.pt.trace.json.gz",
+])
+def test_native_zoom_levels_equal_python(rel, shared_fixtures, tmp_path, monkeypatch):
+    """XProf's zoom levels (trace_visibility.ZoomLevels: the flow pre-pass and the rows'
+    pass) by the C passes and by the Python loops, every level, on real GPU, TPU and ROCm
+    profiles and a PyTorch trace."""
+    from profscope.tools import trace_visibility as tv
+
+    ti.build_index(_read(shared_fixtures / "public_profiles" / rel), tmp_path)
+    levels = {}
+    for native in (tv._native, None):
+        monkeypatch.setattr(tv, "_native", native)
+        ix = ti.TraceIndex(tmp_path)
+        levels[native is None] = ix.zoom_levels(tv.N_LEVELS - 1).copy()
+        for f in tmp_path.glob("xlevel*"):
+            f.unlink()
+    assert np.array_equal(levels[False], levels[True])
+    assert len(np.unique(levels[True])) > 3  # several levels, not one catch-all

@@ -1,5 +1,6 @@
 /* The trace index build's linear passes (tools/trace_index.py): events grouped by track,
- * nesting depths, and the resolution tiers' picks, each in one pass over the rows.
+ * nesting depths, and the resolution tiers' picks, each in one pass over the rows; and
+ * XProf's zoom levels (tools/trace_visibility.py), one pass per level.
  *
  * trace_index.py keeps the numpy path for every function here and selects it when this
  * module is absent (or PROFSCOPE_NATIVE=0); tests/test_trace_build_native.py asserts both
@@ -395,10 +396,194 @@ bad_input:
     return NULL;
 }
 
+/* zoom_level(order int64[n], seg int64[m+1], start int64[N], dur int64[N], level int8[N],
+ *            flow_of int64[N], visible int64[v] (sorted), k, r) -> None
+ * One of XProf's zoom levels (trace_visibility.ZoomLevels._level, its Python twin): per
+ * row of the events (``order``'s stretches seg[j]..seg[j+1], each in (start, longest
+ * first) order), with RowVisibility's stack of kept ends, an event not kept at a coarser
+ * level (level[row] >= k) is kept at level k when it lasts at least r, or is the first
+ * kept at its depth, or starts r or more after the last kept end at its depth; a flow's
+ * slice (flow_of >= 0) when its flow is in ``visible`` or it lasts at least r. Kept rows
+ * get level k; every kept event (at this level or a coarser one) updates the stack. */
+static int in_sorted(const int64_t *v, npy_intp nv, int64_t x) {
+    npy_intp lo = 0, hi = nv;
+    while (lo < hi) {
+        npy_intp m = lo + (hi - lo) / 2;
+        if (v[m] < x) lo = m + 1; else hi = m;
+    }
+    return lo < nv && v[lo] == x;
+}
+
+static PyObject *zoom_level(PyObject *self, PyObject *args) {
+    PyArrayObject *ord, *sg, *st, *du, *lv, *fo, *vi;
+    int k;
+    long long r;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!O!O!iL", &PyArray_Type, &ord, &PyArray_Type, &sg, &PyArray_Type, &st,
+                          &PyArray_Type, &du, &PyArray_Type, &lv, &PyArray_Type, &fo, &PyArray_Type, &vi, &k, &r))
+        return NULL;
+    npy_intp n = PyArray_SIZE(ord), N = PyArray_SIZE(st), m1 = PyArray_SIZE(sg), nv = PyArray_SIZE(vi);
+    if (!check(ord, NPY_INT64, n, "order") || !check(sg, NPY_INT64, -1, "seg") || !check(st, NPY_INT64, N, "start") ||
+        !check(du, NPY_INT64, N, "dur") || !check(lv, NPY_INT8, N, "level") || !writable(lv, "level") ||
+        !check(fo, NPY_INT64, N, "flow_of") || !check(vi, NPY_INT64, nv, "visible"))
+        return NULL;
+    const int64_t *o = PyArray_DATA(ord), *seg = PyArray_DATA(sg), *start = PyArray_DATA(st), *dur = PyArray_DATA(du);
+    const int64_t *flow = PyArray_DATA(fo), *vis = PyArray_DATA(vi);
+    int8_t *level = PyArray_DATA(lv);
+    if (m1 < 1 || seg[0] != 0 || seg[m1 - 1] != n) goto bad_input;
+    for (npy_intp j = 0; j + 1 < m1; j++)
+        if (seg[j + 1] < seg[j]) goto bad_input;
+    npy_intp cap = 64, sp;
+    int64_t *stack = malloc(sizeof(int64_t) * cap);
+    if (!stack) return PyErr_NoMemory();
+    int ok = 1, mem = 1;
+    Py_BEGIN_ALLOW_THREADS
+    for (npy_intp j = 0; j + 1 < m1 && ok && mem; j++) {
+        sp = 0;
+        for (npy_intp i = seg[j]; i < seg[j + 1]; i++) {
+            int64_t row = o[i];
+            if (row < 0 || row >= N) { ok = 0; break; }
+            int64_t b = start[row], d = dur[row];
+            npy_intp depth = 0;
+            if (sp > 0 && stack[0] > b) {
+                depth = 1;
+                while (depth < sp && stack[depth] > b) depth++;
+            }
+            if (level[row] < k) {
+                /* kept at a coarser level: kept here too */
+            } else if (flow[row] >= 0) {
+                if (!(d >= r || in_sorted(vis, nv, flow[row]))) continue;
+                level[row] = (int8_t)k;
+            } else if (d >= r || depth >= sp || b - stack[depth] >= r) {
+                level[row] = (int8_t)k;
+            } else {
+                continue;
+            }
+            sp = depth;
+            if (sp == cap) {
+                int64_t *a = realloc(stack, sizeof(int64_t) * cap * 2);
+                if (!a) { mem = 0; break; }
+                stack = a;
+                cap *= 2;
+            }
+            stack[sp++] = b + d;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    free(stack);
+    if (!mem) return PyErr_NoMemory();
+    if (!ok) {
+        PyErr_SetString(PyExc_ValueError, "_trace_build.zoom_level: order out of range");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+bad_input:
+    PyErr_SetString(PyExc_ValueError, "_trace_build.zoom_level: bad stretches");
+    return NULL;
+}
+
+/* flow_pass(idx int64[m], start int64[m], dur int64[m], track int64[m], flow int64[m],
+ *           end_flow int8[m], level int8[L], ntracks, nflows, k, r) -> int8[nflows]
+ * trace_visibility.ZoomLevels._flow_pass (its Python twin), CalculateFlowVisibilityLite
+ * at level k over the flow slices in XProf's global order (``idx`` their positions in
+ * ``level``; track and flow ids made dense, 0..ntracks-1 / 0..nflows-1): per track the
+ * stack of kept ends and the last kept arrow end, per flow whether it is visible while
+ * open; returns per flow the first visibility it got (-1: no slice seen). */
+typedef struct { int64_t *v; npy_intp n, cap; int64_t last; int has_last; } row_t;
+
+static PyObject *flow_pass(PyObject *self, PyObject *args) {
+    PyArrayObject *ix, *st, *du, *tr, *fl, *ef, *lv;
+    Py_ssize_t ntracks, nflows;
+    int k;
+    long long r;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!O!O!nniL", &PyArray_Type, &ix, &PyArray_Type, &st, &PyArray_Type, &du,
+                          &PyArray_Type, &tr, &PyArray_Type, &fl, &PyArray_Type, &ef, &PyArray_Type, &lv,
+                          &ntracks, &nflows, &k, &r))
+        return NULL;
+    npy_intp m = PyArray_SIZE(ix), L = PyArray_SIZE(lv);
+    if (!check(ix, NPY_INT64, m, "idx") || !check(st, NPY_INT64, m, "start") || !check(du, NPY_INT64, m, "dur") ||
+        !check(tr, NPY_INT64, m, "track") || !check(fl, NPY_INT64, m, "flow") || !check(ef, NPY_INT8, m, "end_flow") ||
+        !check(lv, NPY_INT8, L, "level") || !writable(lv, "level"))
+        return NULL;
+    if (ntracks < 0 || nflows < 0) {
+        PyErr_SetString(PyExc_ValueError, "_trace_build.flow_pass: bad sizes");
+        return NULL;
+    }
+    npy_intp nf = nflows;
+    PyArrayObject *out = (PyArrayObject *)PyArray_EMPTY(1, &nf, NPY_INT8, 0);
+    int8_t *state = malloc(nflows ? nflows : 1);
+    row_t *rows = calloc(ntracks ? ntracks : 1, sizeof(row_t));
+    if (!out || !state || !rows) {
+        Py_XDECREF(out);
+        free(state);
+        free(rows);
+        return PyErr_NoMemory();
+    }
+    int8_t *res = PyArray_DATA(out);
+    memset(res, -1, nflows);
+    memset(state, -1, nflows ? nflows : 1);  /* -1: the flow is not open (TraceViewerVisibility::flows_) */
+    const int64_t *idx = PyArray_DATA(ix), *start = PyArray_DATA(st), *dur = PyArray_DATA(du);
+    const int64_t *track = PyArray_DATA(tr), *flow = PyArray_DATA(fl);
+    const int8_t *end_flow = PyArray_DATA(ef);
+    int8_t *level = PyArray_DATA(lv);
+    int ok = 1, mem = 1;
+    Py_BEGIN_ALLOW_THREADS
+    for (npy_intp j = 0; j < m; j++) {
+        int64_t i = idx[j], t = track[j], f = flow[j], b = start[j], d = dur[j];
+        if (i < 0 || i >= L || t < 0 || t >= ntracks || f < 0 || f >= nflows) { ok = 0; break; }
+        row_t *row = &rows[t];
+        npy_intp depth = 0;
+        while (depth < row->n && row->v[depth] > b) depth++;
+        int visible;
+        if (level[i] < k) {  /* SetVisibleAtResolution */
+            if (end_flow[j]) state[f] = -1;
+            else if (state[f] < 0) state[f] = 1;
+            visible = 1;
+            if (res[f] < 0) res[f] = 1;
+        } else {
+            visible = d >= r || depth >= row->n || b - row->v[depth] >= r;
+            int first = state[f] < 0;
+            if (first) state[f] = (int8_t)visible;
+            if (!visible) {
+                if (first) state[f] = (int8_t)(!row->has_last || b + d - row->last >= r);
+                visible = state[f];
+            }
+            if (end_flow[j]) state[f] = -1;
+            if (visible) level[i] = (int8_t)k;
+            if (res[f] < 0) res[f] = (int8_t)visible;
+        }
+        if (visible) {
+            row->last = b + d;
+            row->has_last = 1;
+            row->n = depth;
+            if (row->n == row->cap) {
+                npy_intp cap = row->cap ? 2 * row->cap : 16;
+                int64_t *a = realloc(row->v, sizeof(int64_t) * cap);
+                if (!a) { mem = 0; break; }
+                row->v = a;
+                row->cap = cap;
+            }
+            row->v[row->n++] = b + d;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    for (Py_ssize_t t = 0; t < ntracks; t++) free(rows[t].v);
+    free(rows);
+    free(state);
+    if (!ok || !mem) {
+        Py_DECREF(out);
+        if (!mem) return PyErr_NoMemory();
+        PyErr_SetString(PyExc_ValueError, "_trace_build.flow_pass: an index out of range");
+        return NULL;
+    }
+    return (PyObject *)out;
+}
+
 static PyMethodDef methods[] = {
     {"track_order", track_order, METH_VARARGS, "Rows grouped by track (stable) and the tracks out of order."},
     {"depths", depths, METH_VARARGS, "Nesting depth per row and track (trace_index._depths)."},
     {"tiers", tiers, METH_VARARGS, "Every resolution tier's picks in one pass (trace_index._build_tiers)."},
+    {"zoom_level", zoom_level, METH_VARARGS, "One of XProf's zoom levels (trace_visibility.ZoomLevels._level)."},
+    {"flow_pass", flow_pass, METH_VARARGS, "XProf's flow visibility at one level (trace_visibility.ZoomLevels._flow_pass)."},
     {NULL, NULL, 0, NULL},
 };
 

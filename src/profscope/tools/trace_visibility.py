@@ -32,7 +32,16 @@ take too long, and the rule then runs over the window's candidates directly (see
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
+
+try:  # the zoom levels' per-event pass in C (setup.py builds it; absent: the Python loop below)
+    from profscope.tools import _trace_build as _native
+except ImportError:  # pragma: no cover - no compiler where installed
+    _native = None
+if os.environ.get("PROFSCOPE_NATIVE") == "0":
+    _native = None
 
 XPROF_FILTER_MIN_EVENTS = 500_000  # kDisableStreamingThreshold (trace_view_options.cc)
 XPROF_LEVELS_MAX = 4_000_000  # events whose zoom levels are computed in Python
@@ -117,6 +126,7 @@ class ZoomLevels:
         self._flow_done = -1
         self._flow_of: np.ndarray | None = None  # per row, its flow id or -1
         self._flow_seq: tuple | None = None
+        self._flow_dense: tuple | None = None  # the same for the C pass
 
     def order(self) -> np.ndarray:
         """Rows by (track, start, longest first): XProf's order within a row."""
@@ -147,13 +157,19 @@ class ZoomLevels:
         self._flow_done = k
         return self._flow_pass(k, r)
 
+    def _flow_order(self) -> tuple:
+        """The flow slices in XProf's global order (start, longest first, track): their
+        positions, starts, durations, tracks, flow ids and whether each ends its flow."""
+        fr = self.flow_rows
+        st, du, tr = np.asarray(self.start[fr]), np.asarray(self.dur[fr]), np.asarray(self.track[fr])
+        o = np.lexsort((tr, -du, st))
+        return o, st[o], du[o], tr[o], self.flow_ids[o], self.flow_end[o]
+
     def _flow_pass(self, k: int, r: int) -> dict[int, bool]:
-        if self._flow_seq is None:  # the flow slices in XProf's global order, once
-            fr = self.flow_rows
-            st, du, tr = np.asarray(self.start[fr]), np.asarray(self.dur[fr]), np.asarray(self.track[fr])
-            o = np.lexsort((tr, -du, st))
-            self._flow_seq = (o.tolist(), st[o].tolist(), du[o].tolist(), tr[o].tolist(),
-                              self.flow_ids[o].tolist(), self.flow_end[o].tolist())
+        if _native is not None:
+            return self._flow_pass_native(k, r)
+        if self._flow_seq is None:  # once, as Python ints
+            self._flow_seq = tuple(a.tolist() for a in self._flow_order())
         rows: dict[int, list] = {}
         flows: dict[int, bool] = {}  # TraceViewerVisibility::flows_ of this level
         out: dict[int, bool] = {}
@@ -192,6 +208,21 @@ class ZoomLevels:
                 stack.append(b + d)
         return out
 
+    def _flow_pass_native(self, k: int, r: int) -> dict[int, bool]:
+        """:meth:`_flow_pass` by the C pass, over the same order with tracks and flow ids
+        numbered densely."""
+        if self._flow_dense is None:
+            o, st, du, tr, fid, end = self._flow_order()
+            tracks, tr_dense = np.unique(np.asarray(tr, np.int64), return_inverse=True)
+            ids, fid_dense = np.unique(np.asarray(fid, np.int64), return_inverse=True)
+            self._flow_dense = (np.asarray(o, np.int64), np.asarray(st, np.int64), np.asarray(du, np.int64),
+                                tr_dense.reshape(-1).astype(np.int64), fid_dense.reshape(-1).astype(np.int64),
+                                np.asarray(end, np.int8), len(tracks), ids)
+        o, st, du, tr, fid, end, ntracks, ids = self._flow_dense
+        got = _native.flow_pass(o, st, du, tr, fid, end, self._flow_level, ntracks, len(ids), k, r)
+        seen = np.flatnonzero(got >= 0)
+        return dict(zip(ids[seen].tolist(), (got[seen] == 1).tolist()))
+
     def _level(self, k: int) -> None:
         """One level: which events not kept at a coarser level are kept here
         (``ProcessTrackEventsParallelLite``)."""
@@ -208,6 +239,12 @@ class ZoomLevels:
         order = self.order()
         tr_sorted = np.asarray(self.track)[order]
         bounds = np.flatnonzero(np.diff(tr_sorted)) + 1
+        if _native is not None and len(order):
+            visible = np.sort(np.fromiter((f for f, v in flow_vis.items() if v), np.int64))
+            _native.zoom_level(np.ascontiguousarray(order, np.int64), np.concatenate([[0], bounds, [len(order)]]).astype(np.int64),
+                               np.ascontiguousarray(self.start, np.int64), np.ascontiguousarray(self.dur, np.int64), lv,
+                               self._flow_of, visible, k, r)
+            return
         for seg in np.split(order, bounds):
             if not pending[seg].any():
                 continue
