@@ -118,3 +118,34 @@ def test_resolution_and_levels_follow_xprof():
     assert tv.levels_needed(10**12) == 0 and tv.levels_needed(0) == tv.N_LEVELS - 1
     assert tv.LAYER_RESOLUTIONS[0] == 10**12 and tv.LAYER_RESOLUTIONS[-1] == 1
     assert np.all(np.diff(tv.LAYER_RESOLUTIONS) < 0)
+
+
+@pytest.mark.parametrize("rel", [
+    "public_profiles/xplane/tf_gpu/plugins/profile/GPU-multi-worker/34.83.195.180_6003.xplane.pb",
+    "public_profiles/traces/kineto_resnet50_v100.pt.trace.json.gz",
+])
+def test_overlap_count_is_the_rows_count(rel, shared_fixtures, tmp_path):
+    """``count_overlapping_closed`` (how xprof_visible decides between XProf's filter and
+    the index's tiers without making millions of rows) counts what overlapping_closed
+    returns: whole trace, windows at random, windows ending or starting on an event."""
+    import random
+
+    from profscope.formats import chrome_trace, xplane_trace
+    from profscope.tools import trace_index as ti
+
+    path = shared_fixtures / rel
+    with open(path, "rb") as f:
+        ev = (xplane_trace.read_trace(f, str(path), 0, "host") if path.name.endswith(".xplane.pb")
+              else chrome_trace.trace_columns(f, str(path)))
+    ti.build_index(ev, tmp_path)
+    ix = ti.TraceIndex(tmp_path)
+    rnd = random.Random(7)
+    ends = [int(x) for x in ix.cols["start"][::97]] + [int(a + b) for a, b in zip(ix.cols["start"][::91], ix.cols["dur"][::91])]
+    windows = [(0, ix.end_ps), (-5, ix.end_ps + 5), (ix.end_ps, ix.end_ps), (3, 2)]
+    for _ in range(300):
+        a, b = sorted(rnd.randrange(-10, ix.end_ps + 10) for _ in range(2))
+        windows.append((a, b))
+    windows += [(x, x + rnd.randrange(0, 10**9)) for x in rnd.sample(ends, min(50, len(ends)))]
+    windows += [(x - rnd.randrange(0, 10**9), x) for x in rnd.sample(ends, min(50, len(ends)))]
+    for s, e in windows:
+        assert ix.count_overlapping_closed(s, e) == len(ix.overlapping_closed(s, e)), (s, e)

@@ -769,6 +769,26 @@ class TraceIndex:
         st = self.cols["start"][rows]
         return rows[(st <= e) & (st + self.cols["dur"][rows] >= s)]
 
+    def count_overlapping_closed(self, s: int, e: int) -> int:
+        """``len(overlapping_closed(s, e))`` without making the rows: per level, the events
+        starting in [s, e] are counted by binary search; only those starting in the strip
+        before ``s`` that a level's durations can reach across are read."""
+        if e < s or not self.n:
+            return 0
+        start, dur = self.cols["start"], self.cols["dur"]
+        total = 0
+        for k in range(LEVELS):
+            a, z = self.levels[k], self.levels[k + 1]
+            if z <= a:
+                continue
+            lo = _fenced(start, self.fence, a, z, s - (1 << (k + 1)), "right")  # dur < 2^(k+1)
+            mid = _fenced(start, self.fence, a, z, s, "left")
+            hi = _fenced(start, self.fence, a, z, e, "right")
+            total += max(0, hi - mid)
+            if mid > lo:
+                total += int((np.asarray(start[lo:mid]) + np.asarray(dur[lo:mid]) >= s).sum())
+        return total
+
     def _overlap(self, rows: np.ndarray, s: int, e: int) -> np.ndarray:
         if not rows.size:
             return rows
@@ -794,12 +814,14 @@ class TraceIndex:
         the window (or, past ``XPROF_EXACT_MAX`` of them, this index's resolution tier
         for the window): picks can then differ from XProf's where events crowd a pixel."""
         r = tv.resolution_ps(max(0, e - s), resolution)
-        rows = self.overlapping_closed(s, e)
         if r and self.n <= tv.XPROF_LEVELS_MAX:
             upto = tv.levels_needed(r)
+            rows = self.overlapping_closed(s, e)
             rows = rows[self.zoom_levels(upto)[rows] <= upto]
-        elif len(rows) > XPROF_EXACT_MAX:
+        elif self.count_overlapping_closed(s, e) > XPROF_EXACT_MAX:  # counted: the rows may be millions
             rows = self.window_rows(s, max(e, s + 1), resolution)[0]["rows"]
+        else:
+            rows = self.overlapping_closed(s, e)
         sl = self.gather(rows)
         if not len(rows) or r == 0:
             order = np.argsort(sl["start"], kind="stable")
