@@ -36,7 +36,7 @@ class _Discard:
     def events(self, track, start, dur, name, args_off, args_len):
         self.n += len(track)
 
-    def blob(self, buffer):
+    def blob(self, buffer, source_offset=None):
         pass
 
     def flow_events(self, *columns):

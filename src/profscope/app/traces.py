@@ -71,8 +71,10 @@ class Traces:
         def build(progress, folder):
             path = self.logdir.display_path(info.path)
             progress.update(0.0, f"reading {info.name}")
-            # events go to disk as they are decoded (bounded memory), then get sorted
-            writer = trace_index.IndexWriter(folder)
+            # events go to disk as they are decoded (bounded memory), then get sorted; an
+            # xplane's own bytes are read back from the file for details, not copied
+            source = self.logdir.local_file(info.path) if classify(info.name) is FileKind.XPLANE else None
+            writer = trace_index.IndexWriter(folder, source=source)
             try:
                 with self.logdir.open(info.path) as f:
                     if classify(info.name) is FileKind.XPLANE:

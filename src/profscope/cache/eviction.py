@@ -132,6 +132,12 @@ def format_size(n: float) -> str:
     return f"{n} B"  # not reached
 
 
+# numpy's ndarray.tofile (np.save into a file) reports a short fwrite as an OSError with no
+# errno, "<n> requested and <m> written" (numpy/_core/src/multiarray/convert.c): on a
+# cache's file system that is a full disk or quota.
+_SHORT_WRITE = re.compile(r"\d+ requested and \d+ written")
+
+
 def is_full(err: BaseException) -> OSError | None:
     """The ENOSPC/EDQUOT/EFBIG behind ``err``, if any: a build's writer may raise it
     wrapped (a reader turning an OSError into its own error), so causes are followed."""
@@ -140,6 +146,8 @@ def is_full(err: BaseException) -> OSError | None:
     while e is not None and seen < 16:
         if isinstance(e, OSError) and e.errno in FULL_ERRNOS:
             return e
+        if isinstance(e, OSError) and e.errno is None and _SHORT_WRITE.fullmatch(str(e)):
+            return OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)} ({e})")
         e = e.__cause__ or e.__context__
         seen += 1
     return None

@@ -97,7 +97,8 @@ def read_trace(raw: IO[bytes], path: str, host_number: int = 1, hostname: str | 
     ``hostname`` the host as XProf names it, from the file name (process names are
     ``"<hostname> <plane name>"``); by default the XSpace's first ``hostnames`` entry.
     ``sink``: where the event columns go as they are decoded (``sink.events(track, start,
-    dur, name, args_off, args_len)`` per chunk, ``sink.blob(buffer)`` per plane, whose
+    dur, name, args_off, args_len)`` per chunk, ``sink.blob(buffer, source_offset)`` per plane
+    (the plane's offset in the file when the file is not gzipped, else None), whose
     bytes the args offsets point into); the returned :class:`TraceEvents` then has
     empty columns. Without one they are collected in memory.
     Corrupt or truncated input raises :class:`BadInput` naming the file.
@@ -216,7 +217,9 @@ def _read(f, size, path, hostname, chosen, host_number, total, progress, sink, o
             if plane.special[r_line] == "steps":
                 steps.append((r_name, r_ts, r_dur))
         del b, plane
-        parts.blob(data)
+        # a plain file's plane bytes are its own, from the plane's offset: a sink that can
+        # read the file back need not keep them (IndexWriter with a ``source``)
+        parts.blob(data, source_offset=ref.offset if size is not None else None)
         blob_base += len(data)
         del data
         done += ref.length

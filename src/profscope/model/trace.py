@@ -154,8 +154,8 @@ class MemorySink:
         self.off.append(np.asarray(off, np.int64))
         self.len.append(np.asarray(length, np.int32))
 
-    def blob(self, buf) -> None:
-        self.blobs.append(buf)
+    def blob(self, buf, source_offset: int | None = None) -> None:
+        self.blobs.append(buf)  # kept: an in-memory trace has no source file to read back
 
     def flow_events(self, seq, flow_id, kind, category) -> None:
         """Slices bound to flows (see :class:`FlowEvents`; ``seq`` counts the slices

@@ -272,6 +272,15 @@ class LogDir:
             return open(self.full_path(info.path), "rb")
         return self.fs.open(self.full_path(info.path), "rb", block_size=READ_BLOCK_BYTES, cache_type="readahead")
 
+    def local_file(self, relpath: str) -> str | None:
+        """A path on this machine holding the file's bytes, as :meth:`open` reads them: the
+        file itself in a local log directory, a remote file's whole copy (made now if need
+        be); None for a remote file too big to copy."""
+        info = self.info(relpath)
+        if self.is_local:
+            return self.full_path(info.path)
+        return self._local_copy(info)
+
     def _local_copy(self, info: FileInfo) -> str | None:
         """A remote file's whole bytes in ``copy_dir``, keyed by the URL and the file's
         identity (path, size, generation or mtime), so a rewritten object is fetched again."""

@@ -9,8 +9,10 @@ Every slice becomes one row of fixed-width numpy columns (``np.save``, read back
 
 * ``start`` (int64 ps from the trace's first event), ``dur`` (int64 ps), ``track``
   (int32), ``depth`` (int16: nesting on its track, computed here), ``name`` (int32 into
-  the string table), ``aoff``/``alen`` (the event's argument bytes in ``args.bin``: the
-  raw ``XEvent`` or its JSON ``args``, decoded only for one event's details).
+  the string table), ``aoff``/``alen`` (the event's argument bytes: the raw ``XEvent``
+  or its JSON ``args``, decoded only for one event's details). They are in ``args.bin``,
+  or, for a plain local xplane, in the profile itself (``meta.json``'s ``source`` and
+  ``args_segments``): its planes' bytes are read back from it rather than copied.
 * Rows are grouped into duration *levels*: level k holds ``dur`` in ``[2^k, 2^(k+1))`` ps
   (0 and 1 ps in level 0), each level sorted by start. Everything overlapping ``[s, e)``
   at level k starts in ``(s - 2^(k+1), e)``: one binary search per level finds every
@@ -41,6 +43,7 @@ so no tool imports a format.
 
 from __future__ import annotations
 
+import bisect
 import os
 import re
 import shutil
@@ -64,7 +67,7 @@ except ImportError:  # pragma: no cover - no compiler where installed
 if os.environ.get("PROFSCOPE_NATIVE") == "0":
     _native = None
 
-INDEX_VERSION = 6  # 2: crossing events stacked (depths never overlap); 3: flows; 4: flow-bound slices; 5: derived lines, events per track; 6: narrower tier columns
+INDEX_VERSION = 7  # 2: crossing events stacked (depths never overlap); 3: flows; 4: flow-bound slices; 5: derived lines, events per track; 6: narrower tier columns; 7: args read from the profile
 FLOW_SHORT_PS = 10**10  # arrows spanning at most 10 ms are found by binary search
 XPROF_EXACT_MAX = 1_500_000  # events in a window that XProf's filter visits one by one
 LEVELS = 64
@@ -107,10 +110,17 @@ class IndexWriter:
     :meth:`finish` sorts them into the index. ``build_index`` does the same for columns
     already in memory."""
 
-    def __init__(self, folder: Path | str):
+    def __init__(self, folder: Path | str, source: str | None = None):
+        """``source``: the path of the plain local file being read, when the reader's blobs
+        may be its own bytes (:meth:`blob`'s ``source_offset``): those are then read back
+        from it, not copied into ``args.bin`` (a copy the size of the profile)."""
         self.folder = Path(folder)
+        self.source = source
         self.n = 0
         self.blob_bytes = 0
+        self._args_bytes = 0
+        # where each blob's bytes are: [first arg offset, 0 (args.bin) | 1 (source), offset there]
+        self._segments: list[list[int]] = []
         # open for the whole conversion (chunks arrive one by one); closed by close()
         self._raw = {k: open(self.folder / f"{k}.raw", "wb") for k, _ in _RAW}  # noqa: SIM115
         self._args = open(self.folder / "args.bin", "wb")  # noqa: SIM115
@@ -121,8 +131,13 @@ class IndexWriter:
             self._raw[k].write(np.ascontiguousarray(col, dtype=dtype).tobytes())
         self.n += len(start)
 
-    def blob(self, buf) -> None:
-        self._args.write(buf)
+    def blob(self, buf, source_offset: int | None = None) -> None:
+        if source_offset is not None and self.source is not None:
+            self._segments.append([self.blob_bytes, 1, int(source_offset)])
+        else:
+            self._segments.append([self.blob_bytes, 0, self._args_bytes])
+            self._args.write(buf)
+            self._args_bytes += len(buf)
         self.blob_bytes += len(buf)
 
     def flow_events(self, seq, flow_id, kind, category) -> None:
@@ -256,6 +271,9 @@ class IndexWriter:
             "levels": bounds.tolist(),
             "tiers": tiers,
             "args_kind": ev.args_kind,
+            # an event's argument bytes: in args.bin, or in the profile itself (``source``)
+            "args_segments": self._segments,
+            "source": self.source if any(kind == 1 for _, kind, _ in self._segments) else None,
             "planes": len(ev.planes),
             "names": ev.names,
             "tracks": [
@@ -953,9 +971,7 @@ class TraceIndex:
         ln = int(self.cols["alen"][row])
         if ln <= 0:
             return {}
-        if self._args is None:  # mapped once: an export reads the args of every event
-            self._args = np.memmap(self.folder / "args.bin", dtype=np.uint8, mode="r")
-        data = self._args[off:off + ln].tobytes()
+        data = self._arg_bytes(off, ln)
         if self.meta["args_kind"] == "json":
             try:
                 value = orjson.loads(data)
@@ -970,6 +986,34 @@ class TraceIndex:
             if pm is None:
                 pm = self._planes[plane] = self.decoder.plane_metadata((self.folder / f"plane_{plane}.pb").read_bytes())
         return self.decoder.event_args(data, pm)
+
+    def _arg_bytes(self, off: int, ln: int) -> bytes:
+        """``ln`` argument bytes at ``off``: from args.bin, or from the profile the index
+        was built from (its plain planes' bytes are not copied), both mapped once (an
+        export reads the args of every event)."""
+        with self._lock:
+            if self._args is None:
+                seg = self.meta["args_segments"]
+                self._seg_start = [a for a, _, _ in seg]
+                self._args = {0: np.memmap(self.folder / "args.bin", dtype=np.uint8, mode="r")
+                              if (self.folder / "args.bin").stat().st_size else np.zeros(0, np.uint8)}
+        i = bisect.bisect_right(self._seg_start, off) - 1
+        if i < 0:
+            return b""
+        first, where, at = self.meta["args_segments"][i]
+        return self._mapped_args(where)[at + off - first:at + off - first + ln].tobytes()
+
+    def _mapped_args(self, where: int) -> np.ndarray:
+        if where not in self._args:
+            source = self.meta["source"]
+            try:
+                mapped = np.memmap(source, dtype=np.uint8, mode="r")
+            except (OSError, ValueError) as e:  # gone, unreadable, emptied
+                raise NotFound(f"{self.meta['path']}: cannot read the profile's event details ({e.__class__.__name__}: "
+                               f"{e}); open the run again once the file is back", file=self.meta["path"]) from None
+            with self._lock:
+                self._args.setdefault(where, mapped)
+        return self._args[where]
 
     def flows_in(self, s: int, e: int) -> np.ndarray:
         """The arrows with a point in [s, e) or crossing it, in time order. Most arrows
