@@ -6,7 +6,10 @@ each peak RSS (``VmHWM``) is its own.
 
 Usage::
 
-    .venv/bin/python benchmarks/bench_xplane_decode.py FILE.xplane.pb [--paths native numpy]
+    .venv/bin/python benchmarks/bench_xplane_decode.py [FILE.xplane.pb] [--paths native numpy]
+
+FILE defaults to the bundled demo's transformer profile (small: what ``make bench`` runs);
+docs/performance.md's numbers are on ``scripts/make_big_jax_profile.py --steps 44000``.
 """
 
 from __future__ import annotations
@@ -19,14 +22,9 @@ import subprocess
 import sys
 import time
 
+from bench_trace_viewer import vm_hwm_mib  # a sibling script: this folder is on sys.path
+
 REPO = pathlib.Path(__file__).resolve().parent.parent
-
-
-def vm_hwm_mib() -> float:
-    for line in pathlib.Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return -1.0
 
 
 class _Discard:
@@ -57,10 +55,14 @@ def worker(path: str) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("xplane")
+    ap.add_argument("xplane", nargs="?")
     ap.add_argument("--paths", nargs="+", default=["native", "numpy"], choices=["native", "numpy"])
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.xplane is None:
+        from profscope.cli import demo_logdir
+
+        args.xplane = str(next((demo_logdir() / "transformer").rglob("*.xplane.pb")))
     if args.worker:
         print(json.dumps(worker(args.xplane)))
         return

@@ -87,18 +87,21 @@ def _plane_times(data, length: int, out: dict[str, dict]) -> None:
         st = {names.get(x.metadata_id): x for x in m.stats}
         md[k] = (xplane.stat_value(st["hlo_module"], names) if "hlo_module" in st else _ABSENT,
                  xplane.stat_value(st["program_id"], names) if "program_id" in st else None, m.name or "")
+    ids = np.fromiter(md, np.int64, len(md))
+    md_has_mod = ids[np.fromiter((m[0] is not _ABSENT for m in md.values()), bool, len(md))]
     strings = xw.Strings(data, names)
     wanted = {k: v for k, v in names.items() if v in ("hlo_module", "program_id")}  # the only stats decoded
     for lo in range(0, len(starts), CHUNK_EVENTS):
         ev = xw.decode_events(b, starts[lo:lo + CHUNK_EVENTS], ends[lo:lo + CHUNK_EVENTS],
                               np.zeros(min(CHUNK_EVENTS, len(starts) - lo), np.int32), wanted)
-        _chunk_times(ev, md, strings, source, out)
+        _chunk_times(ev, md, md_has_mod, strings, source, out)
 
 
 _ABSENT = object()  # no such stat (a stat without a value reads None)
 
 
-def _chunk_times(ev, md: dict, strings, source: str, out: dict[str, dict]) -> None:
+def _chunk_times(ev, md: dict, md_has_mod: np.ndarray, strings, source: str, out: dict[str, dict]) -> None:
+    """Add one chunk's events to ``out``; ``md_has_mod``: the metadata ids with a module stat."""
     mod = xw.StatView(ev, "hlo_module")
     pid = xw.StatView(ev, "program_id")
     n = ev.n
@@ -106,8 +109,6 @@ def _chunk_times(ev, md: dict, strings, source: str, out: dict[str, dict]) -> No
     mod_case[mod.present] = mod.ks.case[mod.stat[mod.present]]
     pid_case = np.zeros(n, np.int8)
     pid_case[pid.present] = pid.ks.case[pid.stat[pid.present]]
-    md_ids = np.fromiter(md, np.int64, len(md))
-    md_has_mod = md_ids[[m[0] is not _ABSENT for m in md.values()]] if len(md_ids) else md_ids
     named_by_md = ~mod.present & np.isin(ev.metadata_id, md_has_mod)
     if source == "XLA Modules line":  # there, an event without the stat is named by its metadata
         named_by_md = ~mod.present
