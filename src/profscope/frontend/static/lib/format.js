@@ -91,3 +91,27 @@ export function fmtTime(ms, resolution) {
   const digits = Math.max(0, Math.min(6, Math.ceil(-Math.log10(resolution / u[1]) - 1e-9)));
   return `${(ms / u[1]).toFixed(digits)} ${u[0]}`;
 }
+
+// -- byte axes ----------------------------------------------------------------------------
+
+// Tick positions and labels (in binary units, as every card and tooltip) for an axis of
+// bytes from 0 to maxBytes: about `count` ticks at 1, 2, 2.5 or 5 × 10^k of the axis's
+// unit, up to the first one past maxBytes.
+// Plotly's own tick labels are SI ("7.00G"), which reads as decimal gigabytes.
+export function byteTicks(maxBytes, count = 5) {
+  const max = Math.max(0, num(maxBytes));
+  const unit = byteUnit(max || 1);
+  const span = max / unit.div || 1;
+  const raw = span / Math.max(1, count);
+  const mag = 10 ** Math.floor(Math.log10(raw));
+  let step = [1, 2, 2.5, 5, 10].map((m) => m * mag).find((s) => s >= raw) || 10 * mag;
+  if (unit.div === 1) step = Math.max(1, Math.round(step));  // no fractions of a byte
+  const digits = Math.max(0, -Math.floor(Math.log10(step) + 1e-9) + (step / mag === 2.5 ? 1 : 0));
+  const vals = [], text = [];
+  // one tick past the largest value: Plotly pads the range and shows what falls in it
+  for (let v = 0; v < span + step * (1 - 1e-9); v += step) {
+    vals.push(v * unit.div);
+    text.push(v === 0 ? "0" : `${Number(v.toFixed(digits)).toLocaleString("en-US")} ${unit.label}`);
+  }
+  return { tickvals: vals, ticktext: text };
+}

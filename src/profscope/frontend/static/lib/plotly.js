@@ -2,6 +2,7 @@
 // Plotly itself is a classic script (/static/vendor/plotly.min.js, from the installed
 // package) loaded before the modules: it is window.Plotly here.
 import { P } from "./colors.js";
+import { byteTicks } from "./format.js";
 
 export const CONFIG = { displaylogo: false, responsive: true, modeBarButtonsToRemove: ["lasso2d", "select2d"] };
 
@@ -38,4 +39,11 @@ export function purge(divs) {
 // Plotly renders hover and annotation text as a tiny HTML subset: names from files must not be markup.
 export function escapePlotly(s) {
   return String(s).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
+}
+
+// A y (or x) axis of bytes labelled in binary units (lib/format.js byteTicks): the data
+// are bytes / `scale` (a chart plotting MiB passes 2^20). Plotly's own ticks say "7.00G".
+export function bytesAxis(maxBytes, scale = 1, extra = {}) {
+  const t = byteTicks(maxBytes);
+  return { tickmode: "array", tickvals: t.tickvals.map((v) => v / scale), ticktext: t.ticktext, ...extra };
 }
