@@ -229,13 +229,17 @@ def svg_gauge(r: dict, width: int = 720, height: int = 86) -> str:
     color = RISK_COLORS[r["risk"]]
     parts.append(f'<rect class="peak" x="{left}" y="{top + 6}" width="{max(1.0, x(peak) - left):.1f}" height="{bar_h - 12}" fill="{color}"/>')
     if cap:
-        for frac, label in ((th["medium"], f"{100 * th['medium']:.0f} %"), (th["high"], f"{100 * th['high']:.0f} %")):
-            parts.append(f'<line x1="{x(frac * cap):.1f}" x2="{x(frac * cap):.1f}" y1="{top}" y2="{top + bar_h}" stroke="#9aa1ad" stroke-dasharray="3,2"/>')
-            parts.append(f'<text x="{x(frac * cap):.1f}" y="{top - 6}" text-anchor="middle" font-size="11" fill="#5f6673">{label}</text>')
+        # Threshold labels only where they fit apart (a capacity far below the peak
+        # squeezes them into a few pixels); the capacity's label stays inside the chart.
+        if x(th["high"] * cap) - x(th["medium"] * cap) >= 34:
+            for frac, label in ((th["medium"], f"{100 * th['medium']:.0f} %"), (th["high"], f"{100 * th['high']:.0f} %")):
+                parts.append(f'<line x1="{x(frac * cap):.1f}" x2="{x(frac * cap):.1f}" y1="{top}" y2="{top + bar_h}" stroke="#9aa1ad" stroke-dasharray="3,2"/>')
+                parts.append(f'<text x="{x(frac * cap):.1f}" y="{top - 6}" text-anchor="middle" font-size="11" fill="#5f6673">{label}</text>')
         parts.append(f'<line x1="{x(cap):.1f}" x2="{x(cap):.1f}" y1="{top - 4}" y2="{top + bar_h + 4}" stroke="#1d2330" stroke-width="2"/>')
-        parts.append(f'<text x="{min(x(cap), width - 4):.1f}" y="{top + bar_h + 18}" text-anchor="end" font-size="12" fill="#1d2330">capacity {html.escape(fmt_bytes(cap))}</text>')
+        cap_anchor = "end" if x(cap) > width * 0.3 else "start"
+        parts.append(f'<text x="{min(max(x(cap), left), width - 4):.1f}" y="{top + bar_h + 18}" text-anchor="{cap_anchor}" font-size="12" fill="#1d2330">capacity {html.escape(fmt_bytes(cap))}</text>')
     anchor = "start" if x(peak) < width * 0.6 else "end"
-    parts.append(f'<text x="{x(peak):.1f}" y="{top + bar_h + 32 if cap else top + bar_h + 18}" text-anchor="{anchor}" font-size="12" fill="{color}" font-weight="600">peak {html.escape(fmt_bytes(peak))}'
+    parts.append(f'<text x="{x(peak):.1f}" y="{top + bar_h + 32 if cap else top + bar_h + 18}" text-anchor="{anchor}" font-size="12" fill="{color}" font-weight="600">{html.escape(r.get("peakMeasure") or "peak")} {html.escape(fmt_bytes(peak))}'
                  f'{"" if not cap else " · " + fmt_pct(r["utilization"])}</text>')
     parts.append("</svg>")
     return "".join(parts)

@@ -1089,6 +1089,7 @@ def assess(*, compiled: dict | None = None, allocator: dict | None = None, snaps
         headline.append(max(rows, key=lambda u: u["bytes"]))  # the first of equal figures
     main = max(evs, key=lambda e: e["peakBytes"]) if evs else None
     peak = main["peakBytes"] if main else 0
+    measure = headline[evs.index(main)]["measure"] if main else "peak"
 
     # Capacity: the first source that applies (order documented above).
     cap = None
@@ -1149,9 +1150,9 @@ def assess(*, compiled: dict | None = None, allocator: dict | None = None, snaps
         # for --device-memory (each adds its own way to give it).
         reason = "capacity unknown: the device's memory is not in the files and was not given"
     elif peak > capacity:
-        reason = f"peak {peak:,} bytes > capacity {capacity:,} bytes"
+        reason = f"{measure} {fmt_bytes(peak)} > capacity {fmt_bytes(capacity)} ({peak:,} > {capacity:,} bytes)"
     else:
-        reason = f"peak is {100 * util:.2f} % of capacity ({'>=' if risk != 'LOW' else '<'} " \
+        reason = f"{measure} is {100 * util:.2f} % of capacity ({'>=' if risk != 'LOW' else '<'} " \
                  f"{100 * thresholds['high' if risk == 'HIGH' else 'medium']:.0f} %)"
     items = list(main["items"]) if main else []
     if main and peak and not items and risk in ("HIGH", "OOM"):
