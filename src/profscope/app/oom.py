@@ -57,7 +57,7 @@ class OomAssessment:
             progress.update(0.0, "ranking the modules by peak")
             modules = self.module_peaks(run) if run.kind is RunKind.PROFILE or run.kind is RunKind.XLA_DUMP else []
             name = query.module_name
-            module_choice = {"rule": "requested"} if name else None
+            module_choice = {"rule": "requested (module_name)"} if name else None
             if not name:
                 # The module that ran most (total time of its module events in the
                 # profile: what the user means by "the step"), else the highest peak among
