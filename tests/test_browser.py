@@ -35,8 +35,10 @@ def test_pick_run_tool_module_and_reopen_the_link(open_page, demo_server, demo_e
     page.wait_for_function("document.querySelector('#sizes .main-svg') !== null")  # Plotly drew, offline
     page.screenshot(path=str(ARTIFACTS / "overview.png"), full_page=True)
 
-    page.click(f"#modules li:text-is('{mlp['profile_module_name']}')")
-    page.wait_for_function("location.search.includes('module_name=')")
+    # A module opens in the memory viewer (the page about a module's buffers).
+    page.click(f"#modules li[data-module='{mlp['profile_module_name']}'] a")
+    page.wait_for_selector("#mv-overview .mv-peak-value")
+    assert _state(page) == {"run": mlp_run, "tool": "memory_viewer", "module": mlp["profile_module_name"], "heading": "Memory viewer"}
     page.select_option("#pick-tool", "trace_viewer@")  # a tool page (trace_viewer.js)
     page.wait_for_selector("#tv-canvas")
     state = _state(page)
@@ -49,9 +51,14 @@ def test_pick_run_tool_module_and_reopen_the_link(open_page, demo_server, demo_e
     other.wait_for_selector("#tv-canvas")
     assert _state(other) == state
 
-    page.go_back()  # back to the overview of the module pick
+    page.go_back()  # back to the module's memory viewer, then the overview
+    page.wait_for_selector("#mv-overview .mv-peak-value")
+    assert _state(page)["tool"] == "memory_viewer" and _state(page)["module"] == mlp["profile_module_name"]
+    page.go_back()
     page.wait_for_selector("#run-title")
-    assert _state(page)["tool"] == "" and _state(page)["module"] == mlp["profile_module_name"]
+    assert _state(page)["tool"] == "" and _state(page)["module"] == ""
+    page.go_forward()
+    page.wait_for_selector("#mv-overview .mv-peak-value")
     page.go_forward()
     page.wait_for_selector("#tv-canvas")
     assert _state(page) == state

@@ -78,6 +78,18 @@ named so):
     number of events in that trace (``len(heapSizes) == heapEvents + 1`` when > 0).
 ``smallBufferSize``
     16384: buffers below this many bytes are merged into the "small" entry.
+``smallBuffersAtPeak``
+    how many buffers that "small" entry of ``maxHeap`` merges (0 when there is none).
+``heapEventKinds``, ``heapEventBuffers``
+    one entry per point of ``heapSizes``, like ``hloInstructionNames``: the event's kind
+    as one character ("A" alloc, "F" free, "S" share-with; "-" for the point after the
+    last event and for an event whose buffer the assignment lacks) in one string, and
+    its logical buffer id (-1 for that last point). ``hloInstructionNames`` names the
+    instruction being processed, which for a FREE is the buffer's last user: these say
+    which buffer entered or left the heap.
+``heapBuffersWithoutSpan``
+    ``{id: [name, bytes]}`` of the buffers those events move that have no span, hence
+    no block (one that SHARE_WITHs memory still live): the page names them too.
 ``totals``
     exact byte counts behind the page's overview (all ints unless noted):
     ``peakBytes`` (= ``peakHeapMib`` in bytes: simulated peak + indefinite offset),
@@ -103,7 +115,8 @@ named so):
     ``logicalBufferId``, ``name``, ``sizeBytes``, ``shape``, ``tfOpName``.
 
 :func:`page_view` adds ``profscope.heapPositions`` (the program-order index of every
-point kept in ``heapSizes``) and, when it cut blocks, ``profscope.bufferBlocksOmitted``.
+point kept in ``heapSizes``), ``profscope.heapPoints`` (the heap event at each kept
+point, see there) and, when it cut blocks, ``profscope.bufferBlocksOmitted``.
 """
 
 from __future__ import annotations
@@ -156,6 +169,8 @@ _CANVAS = 4096.0  # XProf's timeline canvas, points per side
 _ALLOC = hlo_pb2.HeapSimulatorTrace.Event.ALLOC
 _FREE = hlo_pb2.HeapSimulatorTrace.Event.FREE
 _SHARE_WITH = hlo_pb2.HeapSimulatorTrace.Event.SHARE_WITH
+_EVENT_CHARS = {_ALLOC: ord("A"), _FREE: ord("F"), _SHARE_WITH: ord("S")}
+_EVENT_WORDS = {"A": "alloc", "F": "free", "S": "share"}
 
 _PT = hlo_pb2.PrimitiveType
 _TUPLE = _PT.Value("TUPLE")
@@ -620,6 +635,9 @@ class _Sim:
         self.heap: list[int] = []
         self.unpadded: list[int] = []
         self.names: list[str] = []
+        # Per heap point, like names: the event's kind (_EVENT_CHARS) and logical buffer.
+        self.kinds = bytearray()
+        self.buffers: list[int] = []
         self.peak = 0
         self.peak_unpadded = 0
         self.peak_pos = 0
@@ -658,6 +676,12 @@ def _simulate(m: _Module, color: int, progress=None, with_names: bool = True) ->
     heap_tl = [0] * (n + 1)
     unp_tl = [0] * (n + 1)
     names = [""] * (n + 1) if with_names else []
+    # The event's kind ('A', 'F', 'S'; '-' for the point after the last event and for
+    # events naming a buffer the assignment does not have) and buffer id, for the page's
+    # hover: hloInstructionNames alone names the instruction being processed, which for a
+    # FREE is the buffer's last user, not the buffer.
+    kinds = bytearray(b"-" * (n + 1)) if with_names else bytearray()
+    ev_buffers = [-1] * (n + 1) if with_names else []
     # The list of live (canonical) buffer ids, in program order, is kept as entries with
     # the step at which each left; the list at the peak is rebuilt once at the end instead
     # of being copied at every new peak.
@@ -685,6 +709,7 @@ def _simulate(m: _Module, color: int, progress=None, with_names: bool = True) ->
         unp_tl[i] = unp
         if with_names:
             names[i] = ev.instruction_name
+            ev_buffers[i] = ev.buffer_id
         if i == next_report:
             next_report += chunk
             if progress is not None:
@@ -694,6 +719,8 @@ def _simulate(m: _Module, color: int, progress=None, with_names: bool = True) ->
             continue
         seen_add(lb)
         kind = ev.kind
+        if with_names and kind in _EVENT_CHARS:
+            kinds[i] = _EVENT_CHARS[kind]
         if kind == _ALLOC:
             root = lb
             if root.canon is not None:
@@ -776,6 +803,7 @@ def _simulate(m: _Module, color: int, progress=None, with_names: bool = True) ->
         fail("All heap simulation should work out of a single buffer allocation, actual "
              f"seen_buffer_allocations.size():{len(seen_allocs)}")
     sim.heap, sim.unpadded, sim.names = heap_tl, unp_tl, names
+    sim.kinds, sim.buffers = kinds, ev_buffers
     sim.peak, sim.peak_unpadded, sim.peak_pos = peak, peak_unp, peak_pos
     sim.peak_list = [ent_ids[k] for k in range(peak_entries) if ent_gone[k] > peak_step]
     disp: dict[int, int] = {}
@@ -1014,12 +1042,14 @@ def from_hlo(hlo: hlo_pb2.HloProto, memory_space: int = 0, progress=None, *,
     buffer_color: dict[int, int] = {}
     colorno = 0
     small_total = 0
+    small_count = 0
     indefinite_add = 0
 
     def add(lb: _LB):
-        nonlocal colorno, small_total
+        nonlocal colorno, small_total, small_count
         if _u64(lb.size) < SMALL_BUFFER_SIZE:
             small_total += lb.size
+            small_count += 1
         else:
             buffer_color[lb.id] = colorno
             heap_objects.append(_heap_object(m, lb, colorno))
@@ -1165,9 +1195,17 @@ def from_hlo(hlo: hlo_pb2.HloProto, memory_space: int = 0, progress=None, *,
         "heapSimulatorTrace": sim.trace_id if sim.trace_id >= 0 else None,
         "heapEvents": sim.events,
         "smallBufferSize": SMALL_BUFFER_SIZE,
+        # The buffers merged into maxHeap's "small" entry (0 when it has none).
+        "smallBuffersAtPeak": small_count if complete and small_total != 0 else 0,
         "totals": totals,
         "wholeProgramBuffers": _whole_program(m, color, indefinite, sim),
     }
+    if sim.heap:
+        result["profscope"]["heapEventKinds"] = sim.kinds.decode("ascii")
+        result["profscope"]["heapEventBuffers"] = [_i32(b) for b in sim.buffers]
+        # bufferBlocks names and sizes every buffer with a span; these have none.
+        result["profscope"]["heapBuffersWithoutSpan"] = {
+            str(_i32(lb.id)): [lb.name(), lb.size] for lb in sim.seen if lb.span_start is None}
     _report(progress, 1.0, "done")
     return result
 
@@ -1352,6 +1390,36 @@ def _keep_points(heap: np.ndarray, max_points: int) -> np.ndarray:
     return out
 
 
+def _heap_points(result: dict, idx: list[int], kinds: str, event_buffers: list[int],
+                 spanless: dict[str, list]) -> dict:
+    """The event at each kept heap point (see :func:`page_view`), from the full result."""
+    # Buffer names and sizes: a buffer the trace moves has a block (bufferBlocks, before
+    # any are cut) when it has a span, else it is in heapBuffersWithoutSpan; maxHeap
+    # names the ones shown at the peak.
+    known: dict[int, tuple[str, float]] = {int(k): (v[0], float(v[1])) for k, v in spanless.items()}
+    for o in result.get("maxHeap") or []:
+        if o.get("logicalBufferId", 0) >= 0:
+            known[o.get("logicalBufferId", 0)] = (o.get("instructionName", ""), o.get("logicalBufferSizeMib", 0.0) * _MIB)
+    for b in result.get("bufferBlocks") or []:
+        if b.get("logicalBufferId", 0) >= 0:
+            known.setdefault(b.get("logicalBufferId", 0), (b.get("name", ""), b.get("size", 0.0)))
+    heap = result["heapSizes"]
+    last = len(heap) - 1
+    out: dict[str, list] = {"kind": [], "buffer": [], "name": [], "bytes": [], "heapChangeBytes": []}
+    for i in idx:
+        buffer = event_buffers[i]
+        name, size = known.get(buffer, ("", 0.0))
+        out["kind"].append(_EVENT_WORDS.get(kinds[i], ""))
+        out["buffer"].append(buffer)
+        out["name"].append(name)
+        out["bytes"].append(int(round(size)))
+        # heapSizes[i] is the heap before event i: the event's effect is the next step.
+        # The points are bytes / 2^20 (+ the indefinite offset) as doubles: under 2^33 MiB
+        # their error is far below a byte, so rounding recovers the byte count.
+        out["heapChangeBytes"].append(int(round((heap[i + 1] - heap[i]) * _MIB)) if i < last else 0)
+    return out
+
+
 def page_view(result: dict, max_points: int = 4000, max_blocks: int = 20000) -> dict:
     """A copy of :func:`from_hlo`'s result small enough for a browser.
 
@@ -1364,14 +1432,26 @@ def page_view(result: dict, max_points: int = 4000, max_blocks: int = 20000) -> 
     ``profscope.bufferBlocksOmitted`` says how many and how many MiB were left out;
     ``logicalBufferSpans`` then keeps only the buffers in ``maxHeap`` and in the kept
     blocks. Other fields are shared with ``result``, not copied.
+
+    ``profscope.heapPoints`` describes the heap-simulator event at each kept point, in
+    lists parallel to ``heapSizes``: ``kind`` ("alloc", "free", "share" or ""), ``buffer``
+    (logical buffer id, -1 if none), ``name`` (that buffer's name, instruction and shape
+    index), ``bytes`` (its padded size) and ``heapChangeBytes`` (what the event changed
+    the heap by: 0 for a FREE of memory another buffer still shares). It replaces the
+    per-event ``heapEventKinds`` / ``heapEventBuffers`` / ``heapBuffersWithoutSpan``,
+    which the page copy leaves out.
     """
     out = dict(result)
     extras = dict(out.get("profscope") or {})
     out["profscope"] = extras
     heap = out.get("heapSizes") or []
     n = len(heap)
+    kinds = extras.pop("heapEventKinds", None)
+    event_buffers = extras.pop("heapEventBuffers", None)
+    spanless = extras.pop("heapBuffersWithoutSpan", None) or {}
     if n <= max_points:
-        extras["heapPositions"] = list(range(n))
+        idx = list(range(n))
+        extras["heapPositions"] = idx
     else:
         arr = np.asarray(heap, dtype=np.float64)
         keep = _keep_points(arr, max_points)
@@ -1384,6 +1464,8 @@ def page_view(result: dict, max_points: int = 4000, max_blocks: int = 20000) -> 
             names = out["hloInstructionNames"]
             out["hloInstructionNames"] = [names[i] for i in idx]
         extras["heapPositions"] = idx
+    if n and kinds is not None and event_buffers is not None and len(kinds) == n == len(event_buffers):
+        extras["heapPoints"] = _heap_points(result, idx, kinds, event_buffers, spanless)
     blocks = out.get("bufferBlocks") or []
     if len(blocks) > max_blocks:
         ranked = sorted(range(len(blocks)), key=lambda i: -blocks[i].get("size", 0.0))
