@@ -55,6 +55,7 @@ class SnapshotQuery(Query):
     filtered: bool | None = None
     other: str | None = None  # compare: the other snapshot run
     other_host: str | None = None
+    q: str | None = None  # events: an address or a stack frame's text to search for
 
 
 @dataclass(frozen=True, slots=True)

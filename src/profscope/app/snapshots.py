@@ -24,7 +24,7 @@ memory_profile_snapshot = lazy.module("profscope.tools.memory_profile_snapshot")
 SNAPSHOTS_IN_MEMORY = 2
 # The views of a snapshot beyond its overview (which is also the memory_profile tool's
 # data), served under /api/snapshot/<view>.
-SNAPSHOT_VIEWS = ("overview", "timeline", "state", "stack", "stacks", "compare")
+SNAPSHOT_VIEWS = ("overview", "timeline", "segments", "events", "state", "stack", "stacks", "compare")
 
 
 class Snapshots:
@@ -93,8 +93,9 @@ class Snapshots:
         return memory_profile_snapshot.xprof_memory_profile(self.snapshot(run, progress), device, f"cuda:{device}")
 
     def snapshot_view(self, run: Run, view: str, query: SnapshotQuery) -> bytes:
-        """One of the snapshot views (timeline window, state at an event, stacks, one
-        stack's frames, compare), converted once per query and cached."""
+        """One of the snapshot views (timeline window, segment timeline, a page of events
+        or a search of them, state at an event, stacks, one stack's frames, compare),
+        converted once per query and cached."""
         if run.kind is not RunKind.TORCH_SNAPSHOT:
             raise NotFound(f"run {run.name!r} is not a PyTorch memory snapshot")
         if view not in SNAPSHOT_VIEWS:
@@ -114,12 +115,13 @@ class Snapshots:
             device = self.snapshot_device(run, q.host)
             if view == "overview":
                 return memory_profile_snapshot.overview(snap, device)
-            if view == "timeline":
-                return memory_profile_snapshot.timeline(
-                    snap, device, start=q.start, end=q.end, x=q.x or "index",
-                    max_points=2000 if q.max_points is None else q.max_points,
-                    top=200 if q.top is None else q.top,
-                )
+            if view in ("timeline", "segments"):
+                draw = memory_profile_snapshot.timeline if view == "timeline" else memory_profile_snapshot.segment_timeline
+                return draw(snap, device, start=q.start, end=q.end, x=q.x or "index",
+                            max_points=2000 if q.max_points is None else q.max_points,
+                            top=memory_profile_snapshot.MAX_DETAIL if q.top is None else q.top)
+            if view == "events":
+                return memory_profile_snapshot.events(snap, device, start=q.start, end=q.end, q=q.q)
             if view == "state":
                 return memory_profile_snapshot.state_at(snap, device, q.event)
             if view == "stack":

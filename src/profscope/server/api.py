@@ -61,11 +61,12 @@ def router(ws: Workspace) -> APIRouter:
     @r.get("/snapshot/{view}")
     def snapshot_view(view: str, request: Request, run: Text = None, host: Text = None, start: Int = None,
                       end: Int = None, x: Text = None, max_points: Int = None, top: Int = None, event: Int = None,
-                      stack: Int = None, filtered: Text = None, other: Text = None, other_host: Text = None) -> Response:
+                      stack: Int = None, filtered: Text = None, other: Text = None, other_host: Text = None,
+                      q: Text = None) -> Response:
         """Views of a PyTorch memory snapshot run (see tools/memory_profile_snapshot.py)."""
         query = SnapshotQuery(host=host, start=start, end=end, x=x, max_points=max_points, top=top, event=event,
                               stack=stack, filtered=None if filtered is None else filtered != "0",
-                              other=other, other_host=other_host)
+                              other=other, other_host=other_host, q=q)
         return gzip_json_response(request, ws.snapshot_view(ws.run(run), view, query))
 
     @r.get("/progress")

@@ -130,6 +130,7 @@ final state (``active_*``, block ``size``) are grouped by it.
 from __future__ import annotations
 
 import math
+import re
 import weakref
 
 import numpy as np
@@ -364,6 +365,14 @@ def _era(snap: Snapshot) -> str:
     return "unknown"
 
 
+def _peak_reserved(dv: _Dev) -> dict:
+    """The most reserved bytes (Σ segment sizes, PyTorch's "reserved") after any event."""
+    if dv.n == 0:
+        return {"bytes": dv.final_reserved, "event": None, "timeUs": None}
+    i = int(np.argmax(dv.reserved))
+    return {"bytes": int(dv.reserved[i]), "event": i, "timeUs": _t(dv, i)}
+
+
 def overview(snap: Snapshot, device) -> dict:
     dv = _dev(snap, device)
     d = dv.device
@@ -386,12 +395,14 @@ def overview(snap: Snapshot, device) -> dict:
         "finalReservedBytes": dv.final_reserved,
         "finalLiveBytes": int(dv.total[-1]) if dv.n else dv.base,
         "peak": {"bytes": peak_bytes, "event": peak_i, "timeUs": _t(dv, peak_i)},
+        "peakReserved": _peak_reserved(dv),
         "firstTimeUs": _t(dv, 0) if dv.has_time else None,
         "lastTimeUs": _t(dv, dv.n - 1) if dv.has_time else None,
         "hasTime": dv.has_time,
         "preexisting": {"count": dv.npre, "bytes": int(dv.size[:dv.npre].sum())},
         "unmatchedFrees": {"count": dv.n_unmatched, "bytes": int(dv.size[unmatched].sum())},
         "allocations": len(dv.size),
+        "stacks": stack_recording(snap, dv),
     }
     warnings = []
     if snap.trace_overflow:
@@ -499,16 +510,15 @@ def _steps(x: np.ndarray, *ys: np.ndarray) -> np.ndarray:
     return keep
 
 
-def timeline(snap: Snapshot, device, start=None, end=None, x: str = "index",
-             max_points: int = 2000, top: int = 200) -> dict:
-    dv = _dev(snap, device)
+#: The most allocations the timeline draws as polygons of their own (memory_viz's
+#: ``create_trace_view`` draws up to 15,000 by default, its "Detail" slider lowers that).
+MAX_DETAIL = 15_000
+
+
+def _window(dv: _Dev, start, end, x: str) -> tuple[int, int]:
     n = dv.n
     if x not in ("index", "time"):
         raise BadRequest(f"x must be 'index' or 'time', not {x!r}")
-    if not isinstance(max_points, int) or not 2 <= max_points <= 100_000:
-        raise BadRequest("max_points must be an integer in [2, 100000]")
-    if not isinstance(top, int) or not 0 <= top <= 5000:
-        raise BadRequest("top must be an integer in [0, 5000]")
     if n == 0:
         raise BadRequest(f"device {dv.device} has no trace entries: there is no timeline "
                          "(see the allocator state view)")
@@ -525,56 +535,248 @@ def timeline(snap: Snapshot, device, start=None, end=None, x: str = "index",
             raise BadRequest(f"window [{start}, {end}) is outside the trace's events [0, {n})")
     if we <= ws:
         raise BadRequest(f"empty window [{start}, {end}) (events {ws}..{we})")
+    return ws, we
+
+
+def _stacked(el_start: np.ndarray, el_end: np.ndarray, el_size: np.ndarray, total: np.ndarray,
+             ws: int, we: int, max_points: int, top: int) -> dict:
+    """memory_viz's stacked layout of the elements (allocations or segments, in stacking
+    order) live in the window [ws, we), sampled at the window's columns.
+
+    Columns are the events the total line keeps (:func:`_maxfilter`: each bucket's maximum,
+    so the window's peak is one; every event when the window has at most ``max_points``).
+    An element is drawn at the columns where it is live; its bottom at a column is the sum
+    of the sizes of the drawn elements below it that are live there, so polygons never
+    overlap and, with the "others" band on top, add up to the exact total at every column.
+    Points are kept only where an element's bottom changes (a free below it), plus its
+    first and last column.
+
+    Which elements get their own polygon (``top`` of them): first those live at the
+    window's peak, largest first, so what makes the peak is drawn (memory_viz keeps the
+    largest overall and the peak can end up in its "summarized" band); then the largest
+    of the rest that are live at a column (one that lives and dies between two columns is
+    narrower than a pixel)."""
+    cols = _maxfilter(total, ws, we, max_points)
+    inwin = np.nonzero((el_start < we) & (el_end > ws))[0]
+    first = np.searchsorted(cols, np.maximum(el_start[inwin], ws))
+    visible = inwin[(first < len(cols)) & (cols[np.minimum(first, len(cols) - 1)] < el_end[inwin])]
+    pk = int(np.argmax(total[ws:we])) + ws
+    at_peak = (el_start[visible] <= pk) & (el_end[visible] > pk)
+    # rank: live at the peak first, then by size (descending); ties by stacking order
+    rank = np.lexsort((visible, -el_size[visible], ~at_peak))
+    sel = np.sort(visible[rank[:top]])
+    s_st, s_en, s_sz = el_start[sel], el_end[sel], el_size[sel]
+    k = len(sel)
+    prev = np.full(k, -1, np.int64)
+    last = np.full(k, -1, np.int64)
+    rec_el, rec_col, rec_y = [], [], []
+    drawn = np.zeros(len(cols), np.int64)
+    for j, c in enumerate(cols.tolist()):
+        live = np.nonzero((s_st <= c) & (s_en > c))[0]
+        if not len(live):
+            continue
+        h = s_sz[live]
+        top_ = np.cumsum(h)
+        bottom = top_ - h
+        drawn[j] = top_[-1]
+        ch = prev[live] != bottom
+        rec_el.append(live[ch])
+        rec_col.append(np.full(int(ch.sum()), j, np.int64))
+        rec_y.append(bottom[ch])
+        prev[live] = bottom
+        last[live] = j
+    if rec_el:
+        re, rc, ry = np.concatenate(rec_el), np.concatenate(rec_col), np.concatenate(rec_y)
+    else:
+        re = rc = ry = np.zeros(0, np.int64)
+    # the last column of each element closes its polygon (a point there unless its bottom
+    # changed there already)
+    tail = np.nonzero(last >= 0)[0]
+    tail = tail[~np.isin(tail * (len(cols) + 1) + last[tail], re * (len(cols) + 1) + rc)]
+    re = np.concatenate([re, tail])
+    rc = np.concatenate([rc, last[tail]])
+    ry = np.concatenate([ry, prev[tail]])
+    order = np.lexsort((rc, re))
+    re, rc, ry = re[order], rc[order], ry[order]
+    bounds = np.searchsorted(re, np.arange(k + 1))
+    return {"cols": cols, "sel": sel, "drawn": drawn, "peak": pk, "inWindow": len(inwin),
+            "visible": len(visible), "atPeak": int(at_peak.sum()),
+            "pointEl": re, "pointCol": rc, "pointY": ry, "bounds": bounds, "last": last}
+
+
+def _layers_json(lay: dict, xs, sizes: np.ndarray, we: int, n: int) -> list[tuple[int, dict]]:
+    """(element, polygon) per drawn element: x (columns in the requested unit), y0, y1 and
+    xEnd, where its last step ends (the next column, or the window's last event)."""
+    cols, b, last = lay["cols"], lay["bounds"], lay["last"]
+    px_all = xs(cols[lay["pointCol"]])
+    y0_all = lay["pointY"].tolist()
+    ends = np.minimum(np.where(last + 1 < len(cols), cols[np.minimum(last + 1, len(cols) - 1)], we - 1), n - 1)
+    xend = xs(ends)
+    out = []
+    for i, e in enumerate(lay["sel"].tolist()):
+        a, z = int(b[i]), int(b[i + 1])
+        if a == z:
+            continue
+        sz = int(sizes[e])
+        y0 = y0_all[a:z]
+        out.append((e, {"x": px_all[a:z], "y0": y0, "y1": [v + sz for v in y0], "xEnd": xend[i]}))
+    return out
+
+
+def timeline(snap: Snapshot, device, start=None, end=None, x: str = "index",
+             max_points: int = 2000, top: int = MAX_DETAIL) -> dict:
+    dv = _dev(snap, device)
+    n = dv.n
+    if not isinstance(max_points, int) or not 2 <= max_points <= 100_000:
+        raise BadRequest("max_points must be an integer in [2, 100000]")
+    if not isinstance(top, int) or not 0 <= top <= MAX_DETAIL:
+        raise BadRequest(f"top must be an integer in [0, {MAX_DETAIL}]")
+    ws, we = _window(dv, start, end, x)
 
     def xs(idx):
         return (dv.time[idx] if x == "time" else idx).tolist()
 
-    line = _maxfilter(dv.total, ws, we, max_points)
+    lay = _stacked(dv.start, dv.end, dv.size, dv.total, ws, we, max_points, top)
+    line = lay["cols"]
     rline = _maxfilter(dv.reserved, ws, we, max_points)
-    decimated = (we - ws) > max_points
-    inwin = np.nonzero((dv.start < we) & (dv.end > ws))[0]
-    if len(inwin) > top:
-        sel = inwin[np.argpartition(-dv.size[inwin], top - 1)[:top]] if top else inwin[:0]
-    else:
-        sel = inwin
-    sel = np.sort(sel)  # element id order = stacking order
-    s0 = np.maximum(dv.start[sel], ws)
-    s1 = np.minimum(dv.end[sel], we) - 1
-    grid = np.unique(np.concatenate([line, s0, s1, np.minimum(s1 + 1, we - 1)]))
-    st = dv.start[sel][:, None]
-    en = dv.end[sel][:, None]
-    live = (st <= grid[None, :]) & (en > grid[None, :])
-    h = np.where(live, dv.size[sel][:, None], 0)
-    y1all = np.cumsum(h, axis=0)
-    y0all = y1all - h
-    drawn = y1all[-1] if len(sel) else np.zeros(len(grid), np.int64)
     allocs = []
-    for k, e in enumerate(sel.tolist()):
-        cols = np.nonzero(live[k])[0]
-        gx, y0 = grid[cols], y0all[k, cols]
-        keep = _steps(gx, y0)
-        gx, y0 = gx[keep], y0[keep]
-        sz = int(dv.size[e])
+    for e, poly in _layers_json(lay, xs, dv.size, we, n):
         pre = bool(dv.start[e] < 0)
-        allocs.append({"id": e, "addr": int(dv.addr[e]), "size": sz, "stream": int(dv.stream[e]),
-                       "stackId": int(dv.stack[e]),
+        allocs.append({"id": e, "addr": int(dv.addr[e]), "size": int(dv.size[e]),
+                       "stream": int(dv.stream[e]), "stackId": int(dv.stack[e]),
                        "allocIndex": None if pre else int(dv.start[e]),
                        "freeIndex": None if dv.end[e] >= n else int(dv.end[e]),
-                       "preexisting": pre,
-                       "polygon": {"x": xs(gx), "y0": y0.tolist(), "y1": (y0 + sz).tolist()}})
-    tot = dv.total[grid]
-    keep = _steps(grid, drawn, tot)
-    pk = int(np.argmax(dv.total[ws:we])) + ws
+                       "preexisting": pre, "polygon": poly})
+    drawn, tot = lay["drawn"], dv.total[line]
+    keep = _steps(line, drawn, tot)
+    pk = lay["peak"]
+    j = int(np.searchsorted(line, pk))
     return {
         "device": dv.device, "x": x, "totalEvents": n,
         "window": {"start": ws, "end": we}, "windowX": [xs(np.array([ws]))[0], xs(np.array([we - 1]))[0]],
-        "allocations": allocs, "allocationsInWindow": len(inwin), "drawn": len(allocs),
-        "others": {"x": xs(grid[keep]), "y0": drawn[keep].tolist(), "y1": tot[keep].tolist()},
-        "total": {"x": xs(line), "bytes": dv.total[line].tolist(), "index": line.tolist()},
+        "allocations": allocs, "allocationsInWindow": lay["inWindow"], "drawn": len(allocs),
+        "visibleInWindow": lay["visible"], "maxDetail": MAX_DETAIL, "detail": top,
+        "others": {"x": xs(line[keep]), "y0": drawn[keep].tolist(), "y1": tot[keep].tolist()},
+        "total": {"x": xs(line), "bytes": tot.tolist(), "index": line.tolist()},
         "reserved": {"x": xs(rline), "reservedBytes": dv.reserved[rline].tolist(),
                      "index": rline.tolist()},
-        "peak": {"bytes": int(dv.total[pk]), "event": pk, "x": xs(np.array([pk]))[0]},
-        "decimated": decimated,
+        "peak": {"bytes": int(dv.total[pk]), "event": pk, "x": xs(np.array([pk]))[0],
+                 "drawnBytes": int(drawn[j]), "liveAllocations": lay["atPeak"]},
+        "decimated": (we - ws) > max_points,
+    }
+
+
+class _SegLayers:
+    """The reserved memory of a device as elements, for the segment timeline (memory_viz's
+    "Active Cached Segment Timeline", ``process_alloc_data(plot_segments=True)``): every
+    ``segment_alloc`` / ``segment_map`` opens one, the next ``segment_free`` /
+    ``segment_unmap`` at the same address closes it; a close with nothing open there was
+    reserved before recording began (live from the start to that event), and what the
+    final segments hold beyond the elements still open at the end (for an expandable
+    segment, the part mapped before recording) is pre-existing too, live throughout.
+    The live sizes then add up to the reserved line (``_Dev.reserved``) at every event.
+    Same stacking order as the allocations."""
+
+    def __init__(self, snap: Snapshot, dv: _Dev):
+        n = dv.n
+        tr = dv.trace
+        names = snap.action_names
+        opens = {names.index(a) for a in ("segment_alloc", "segment_map") if a in names}
+        # elements opened in the trace: [start, end, addr, size, stack, stream, action]
+        made: list[list[int]] = []
+        pre_free: list[list[int]] = []  # closed with nothing open there: reserved before
+        live: dict[int, int] = {}  # address -> element in `made` (open intervals)
+        for i in dv.seg_events.tolist():
+            a, lo, sz = int(tr.action[i]), int(tr.addr[i]), int(tr.size[i])
+            st, sm = int(tr.stack[i]), int(tr.stream[i])
+            if a in opens:
+                live[lo] = len(made)
+                made.append([i, n, lo, sz, st, sm, a])
+                continue
+            # segment_free / segment_unmap: close what it covers; an unmap of part of a
+            # mapped range (expandable segments) leaves the rest open, as a new element
+            hi, covered = lo + sz, 0
+            for start_addr in [k for k, e in live.items() if k < hi and k + made[e][3] > lo]:
+                e = live.pop(start_addr)
+                ea, es = made[e][2], made[e][3]
+                made[e][1] = i
+                covered += min(hi, ea + es) - max(lo, ea)
+                for pa, pz in ((ea, lo - ea), (hi, ea + es - hi)):
+                    if pz > 0:
+                        live[pa] = len(made)
+                        made.append([i, n, pa, pz, made[e][4], made[e][5], made[e][6]])
+            if sz - covered > 0:
+                pre_free.append([-1, i, lo, sz - covered, st, sm, -1])
+        # what the final segments hold beyond the elements open at the end
+        seg = snap.segments
+        rows = dv.seg_rows[np.argsort(seg.address[dv.seg_rows], kind="stable")]
+        open_at_end = [made[e] for e in live.values()]
+        pre_end = []
+        for r in rows.tolist():
+            lo, sz = int(seg.address[r]), int(seg.total_size[r])
+            inside = sum(m[3] for m in open_at_end if lo <= m[2] < lo + sz)
+            if sz - inside > 0:
+                pre_end.append([-1, n, lo, sz - inside, int(seg.stack[r]), int(seg.stream[r]), -1])
+        pre_free.sort(key=lambda m: -m[1])
+        rows_ = pre_end + pre_free + made
+        cols = np.array(rows_, np.int64).reshape(len(rows_), 7)
+        self.npre = len(pre_end) + len(pre_free)
+        self.start, self.end, self.addr, self.size, self.stack, self.stream, self.action = (
+            np.ascontiguousarray(cols[:, k]) for k in range(7))
+
+
+def _segs(snap: Snapshot, device) -> tuple[_Dev, _SegLayers]:
+    dv = _dev(snap, device)
+    c = _cache(snap)
+    v = c.get(("segs", dv.device))
+    if v is None:
+        v = c[("segs", dv.device)] = _SegLayers(snap, dv)
+    return dv, v
+
+
+def segment_timeline(snap: Snapshot, device, start=None, end=None, x: str = "index",
+                     max_points: int = 2000, top: int = MAX_DETAIL) -> dict:
+    """The reserved (cached) memory over the trace as stacked segments (:class:`_SegLayers`),
+    in :func:`timeline`'s shape: ``segments`` instead of ``allocations`` (each with
+    ``action``: how it was reserved, ``segment_alloc`` / ``segment_map``, or null when
+    before recording), ``others`` up to the reserved line."""
+    dv, sg = _segs(snap, device)
+    n = dv.n
+    if not isinstance(max_points, int) or not 2 <= max_points <= 100_000:
+        raise BadRequest("max_points must be an integer in [2, 100000]")
+    if not isinstance(top, int) or not 0 <= top <= MAX_DETAIL:
+        raise BadRequest(f"top must be an integer in [0, {MAX_DETAIL}]")
+    ws, we = _window(dv, start, end, x)
+
+    def xs(idx):
+        return (dv.time[idx] if x == "time" else idx).tolist()
+
+    lay = _stacked(sg.start, sg.end, sg.size, dv.reserved, ws, we, max_points, top)
+    line = lay["cols"]
+    names = snap.action_names
+    out = []
+    for e, poly in _layers_json(lay, xs, sg.size, we, n):
+        pre = bool(sg.start[e] < 0)
+        out.append({"id": e, "addr": int(sg.addr[e]), "size": int(sg.size[e]),
+                    "stream": int(sg.stream[e]), "stackId": int(sg.stack[e]),
+                    "action": None if sg.action[e] < 0 else names[int(sg.action[e])],
+                    "allocIndex": None if pre else int(sg.start[e]),
+                    "freeIndex": None if sg.end[e] >= n else int(sg.end[e]),
+                    "preexisting": pre, "polygon": poly})
+    drawn, tot = lay["drawn"], dv.reserved[line]
+    keep = _steps(line, drawn, tot)
+    pk = lay["peak"]
+    j = int(np.searchsorted(line, pk))
+    return {
+        "device": dv.device, "x": x, "totalEvents": n,
+        "window": {"start": ws, "end": we}, "windowX": [xs(np.array([ws]))[0], xs(np.array([we - 1]))[0]],
+        "segments": out, "segmentsInWindow": lay["inWindow"], "drawn": len(out),
+        "visibleInWindow": lay["visible"], "maxDetail": MAX_DETAIL, "detail": top,
+        "others": {"x": xs(line[keep]), "y0": drawn[keep].tolist(), "y1": tot[keep].tolist()},
+        "reserved": {"x": xs(line), "reservedBytes": tot.tolist(), "index": line.tolist()},
+        "peak": {"bytes": int(dv.reserved[pk]), "event": pk, "x": xs(np.array([pk]))[0],
+                 "drawnBytes": int(drawn[j]), "liveSegments": lay["atPeak"]},
+        "decimated": (we - ws) > max_points,
     }
 
 
@@ -726,6 +928,112 @@ def state_at(snap: Snapshot, device, event=None, max_blocks: int = 20000) -> dic
     }
 
 
+# -- events --------------------------------------------------------------------------------
+
+EVENTS_PAGE = 2000  # rows of one events answer, at most
+EVENT_MATCHES = 10_000  # matches of one search, at most
+
+
+def _versions(dv: _Dev, snap: Snapshot) -> np.ndarray:
+    """memory_viz's ``version`` of each trace entry (``annotate_snapshot``): how many times
+    its address was freed before it (blocks: ``free_completed``/``free``; segments:
+    ``segment_free``/``segment_unmap``), so ``b7f3a…_2`` names one life of an address and
+    searching for it finds that allocation's alloc and free."""
+    c = _cache(snap)
+    v = c.get(("versions", dv.device))
+    if v is not None:
+        return v
+    n = dv.n
+    v = np.zeros(n, np.int64)
+    if n:
+        tr = dv.trace
+        names = snap.action_names
+        seg_kind = np.array([a.startswith("segment") for a in names], bool)[tr.action]
+        bumps = np.array([a in ("free_completed", "free", "segment_free", "segment_unmap") for a in names], bool)[tr.action]
+        key = tr.addr * 2 + seg_kind
+        order = np.lexsort((np.arange(n), key))
+        k_s, b_s = key[order], bumps[order].astype(np.int64)
+        # frees before this entry, within its (address, kind) group
+        cum = np.cumsum(b_s) - b_s
+        starts = np.r_[0, np.nonzero(k_s[1:] != k_s[:-1])[0] + 1]
+        group_base = np.repeat(cum[starts], np.diff(np.r_[starts, n]))
+        v[order] = cum - group_base
+    c[("versions", dv.device)] = v
+    return v
+
+
+def _parse_address(q: str) -> int | None:
+    s = q.strip().lower()
+    if s.startswith(("b", "s")) and "_" in s:  # memory_viz's b7f3a00000_2 / s7f3a00000_0
+        s = "0x" + s[1:s.index("_")]
+    try:
+        if s.startswith("0x"):
+            return int(s, 16)
+        if s.isdigit():
+            return int(s)
+        if len(s) >= 6 and all(ch in "0123456789abcdef" for ch in s):
+            return int(s, 16)
+    except ValueError:
+        return None
+    return None
+
+
+def events(snap: Snapshot, device, start=None, end=None, q: str | None = None) -> dict:
+    """Trace entries ``[start, end)`` (at most :data:`EVENTS_PAGE`), memory_viz's event list
+    ("Allocator State History"); with ``q``, also the entries it finds: an address
+    (``0x…``, decimal, bare hex of 6+ digits, or memory_viz's ``b<hex>_<version>``) finds
+    the entries at that address and the allocations and segments that contain it; any
+    other text finds the entries whose stack has a frame whose function or file name
+    contains it (case-insensitive, filtered frames included).
+
+    -> {"device", "totalEvents", "start", "end", "actionNames": [...],
+        "rows": {"event", "action" (into actionNames), "addr", "size", "stream",
+                 "timeUs" (null when absent), "stackId", "version"} (columns),
+        "query": str|null, "queryKind": "address"|"frame"|null,
+        "matches": [event] (first EVENT_MATCHES, in trace order), "matchCount"}"""
+    dv = _dev(snap, device)
+    n = dv.n
+    ws = 0 if start is None else int(start)
+    we = min(n, ws + EVENTS_PAGE) if end is None else int(end)
+    if not 0 <= ws <= n or not ws <= we <= n:
+        raise BadRequest(f"rows [{start}, {end}) are outside the trace's events [0, {n})")
+    we = min(we, ws + EVENTS_PAGE)
+    tr = dv.trace
+    ver = _versions(dv, snap)
+    sl = slice(ws, we)
+    out = {"device": dv.device, "totalEvents": n, "start": ws, "end": we,
+           "actionNames": list(snap.action_names),
+           "rows": {"event": list(range(ws, we)),
+                    "action": tr.action[sl].tolist() if n else [],
+                    "addr": tr.addr[sl].tolist() if n else [],
+                    "size": tr.size[sl].tolist() if n else [],
+                    "stream": tr.stream[sl].tolist() if n else [],
+                    "timeUs": [t if t >= 0 else None for t in tr.time_us[sl].tolist()] if n else [],
+                    "stackId": tr.stack[sl].tolist() if n else [],
+                    "version": ver[sl].tolist()},
+           "query": None, "queryKind": None, "matches": [], "matchCount": 0}
+    text = (q or "").strip()
+    if not text or not n:
+        return out
+    if len(text) > 200:
+        raise BadRequest("the search text is longer than 200 characters")
+    address = _parse_address(text)
+    if address is not None:
+        hit = (tr.addr == address) | ((tr.addr <= address) & (address < tr.addr + tr.size))
+        out["queryKind"] = "address"
+    else:
+        needle = text.lower()
+        s = snap.strings
+        fr = np.array([needle in s[a].lower() or needle in s[b].lower()
+                       for a, b in zip(snap.frame_filename.tolist(), snap.frame_name.tolist())], bool)
+        stack_hit = np.array([bool(st) and bool(fr[list(st)].any()) for st in snap.stacks], bool)
+        hit = stack_hit[tr.stack] if len(stack_hit) else np.zeros(n, bool)
+        out["queryKind"] = "frame"
+    idx = np.nonzero(hit)[0]
+    out.update(query=text, matches=idx[:EVENT_MATCHES].tolist(), matchCount=len(idx))
+    return out
+
+
 # -- stacks ------------------------------------------------------------------------------
 
 
@@ -789,6 +1097,18 @@ def _label(snap: Snapshot, f: int) -> tuple[str, str]:
     return short, f"{fn}:{line} {nm}"
 
 
+# The icicle's leaves for allocations without frames, and why they have none.
+NO_STACK_BEFORE, NO_STACK, NO_STACK_FILTERED = -1, -2, -3
+NO_STACK_LABELS = {
+    NO_STACK_BEFORE: ("<allocated before recording began>", "allocated before _record_memory_history "
+                      "was enabled: the snapshot has no stack for it"),
+    NO_STACK: ("<no stack recorded>", "recorded without stacks (_record_memory_history with "
+               "stacks or context off)"),
+    NO_STACK_FILTERED: ("<only runtime frames>", "every frame is interpreter or allocator plumbing "
+                        "(memory_viz's filter drops them)"),
+}
+
+
 def stacks_at(snap: Snapshot, device, event=None, max_nodes: int = 2000,
               python_only: bool = False) -> dict:
     dv = _dev(snap, device)
@@ -811,7 +1131,8 @@ def stacks_at(snap: Snapshot, device, event=None, max_nodes: int = 2000,
         raise BadRequest("max_nodes must be at least 2")
     by_stack = {}
     if len(live):
-        st = dv.stack[live]
+        # stack 0 is "none recorded"; -1 marks the ones allocated before recording began
+        st = np.where((dv.stack[live] == 0) & (dv.start[live] < 0), -1, dv.stack[live])
         u, inv = np.unique(st, return_inverse=True)
         sums_i = np.zeros(len(u), np.int64)
         np.add.at(sums_i, inv, dv.size[live])
@@ -821,11 +1142,11 @@ def stacks_at(snap: Snapshot, device, event=None, max_nodes: int = 2000,
     total = 0
     for sid, b in by_stack.items():
         total += b
-        fr = [f for f, _ in _filtered(snap, sid, python_only)][::-1]  # outermost first
+        fr = [f for f, _ in _filtered(snap, sid, python_only)][::-1] if sid > 0 else []  # outermost first
         path: tuple = ()
         nodes[()]["value"] += b
         if not fr:
-            fr = [-1]
+            fr = [NO_STACK_BEFORE if sid < 0 else NO_STACK if sid == 0 else NO_STACK_FILTERED]
         for f in fr:
             child = path + (f,)
             nd = nodes.get(child)
@@ -847,9 +1168,9 @@ def stacks_at(snap: Snapshot, device, event=None, max_nodes: int = 2000,
         if not p:
             labels.append("all live memory")
             hover.append("all live memory")
-        elif p[-1] == -1:
-            labels.append("<no stack>")
-            hover.append("allocated before recording / no stack recorded")
+        elif p[-1] in NO_STACK_LABELS:
+            labels.append(NO_STACK_LABELS[p[-1]][0])
+            hover.append(NO_STACK_LABELS[p[-1]][1])
         else:
             s, lg = _label(snap, p[-1])
             labels.append(s)
@@ -869,6 +1190,116 @@ def stacks_at(snap: Snapshot, device, event=None, max_nodes: int = 2000,
             "atPeak": at_peak, "ids": ids, "labels": labels, "parents": parents,
             "values": values, "hover": hover, "nodes": len(ids),
             "nodesOmitted": len(nodes) - len(kept)}
+
+
+# -- who allocated: the first user frame ---------------------------------------------------
+
+#: C++ frames that belong to the allocator, the dispatcher, tensor factories and the
+#: autograd engine's plumbing: a C++-only stack (backward runs on the autograd engine's
+#: C++ thread, with no Python frame) is labelled by its first frame that is none of these
+#: (``torch::autograd::generated::MmBackward0::apply``, ``AccumulateGrad``, a kernel).
+RUNTIME_CPP = re.compile(
+    r"^(c10::|at::detail::|at::_ops::|at::\(anonymous namespace\)|at::native::(empty|new_|zeros|ones|full|_empty)"
+    r"|at::TensorIterator|at::meta::|at::impl::|at::empty|at::zeros|at::ones|at::redispatch::|at::_ops"
+    r"|torch::autograd::(VariableType|utils::|Node::|Engine::|python::|THPVariable|TypeError|"
+    r"impl::|ADInplaceOrView|autogradNotImplemented)|torch::ADInplaceOrView|std::|pthread|__clone|clone$|start_thread"
+    r"|_?Py|\?\?$)")
+#: Python files that are torch's own or the interpreter's (not what a user wrote or called).
+RUNTIME_PY = re.compile(r"(^|/)torch/|/lib/python3\.\d+/(?!site-packages/|dist-packages/)|^<frozen |^<string>$")
+_RETURN_TYPE = re.compile(r"^(?:(?:void|bool|int|long|auto|unsigned|const|_object\*|PyObject\*)\s+)+")
+
+
+def _user_frame(snap: Snapshot, stack_id: int) -> tuple[int | None, str, str | None]:
+    """(frame, kind, op) of a stack: the first (innermost) Python frame outside torch and
+    the standard library (kind "python"); else, on a C++-only stack, its first frame
+    that is not allocator / dispatcher / autograd-engine plumbing (kind "cpp"); else the
+    innermost frame memory_viz's filter keeps (kind "runtime"); None (kind "none") for an
+    empty stack. ``op``: the ATen operator the stack went through (``at::_ops::<op>::``),
+    which tells apart sites with the same user frame."""
+    c = _cache(snap)
+    memo = c.setdefault("user_frame", {})
+    got = memo.get(stack_id)
+    if got is not None:
+        return got
+    s = snap.strings
+    frames = snap.stacks[stack_id] if 0 <= stack_id < len(snap.stacks) else ()
+    keep = _keep_frames(snap)
+    op = None
+    py = cpp = None
+    for f in frames:
+        if not keep[f]:
+            continue
+        fn, nm = s[snap.frame_filename[f]], s[snap.frame_name[f]]
+        if op is None and nm.startswith("at::_ops::"):
+            op = nm[len("at::_ops::"):].split("::", 1)[0]
+        if fn.endswith(".py"):
+            if py is None and not RUNTIME_PY.search(fn):
+                py = f
+        elif cpp is None and nm and not RUNTIME_CPP.match(_RETURN_TYPE.sub("", nm)):
+            cpp = f
+    if py is not None:
+        got = (py, "python", op)
+    elif cpp is not None and not any(s[snap.frame_filename[f]].endswith(".py") for f in frames):
+        got = (cpp, "cpp", op)
+    else:
+        kept = _filtered(snap, stack_id) if frames else []
+        py_any = [f for f, _ in kept if s[snap.frame_filename[f]].endswith(".py")]
+        if py_any:
+            got = (py_any[0], "python", op)
+        elif kept:
+            got = (kept[0][0], "runtime", op)
+        else:
+            got = (None, "none", op)
+    memo[stack_id] = got
+    return got
+
+
+def short_name(name: str) -> str:
+    """A C++ frame's function without its return type, template and argument lists
+    (``void torch::autograd::AccumulateGrad::accumulateGrad<std::function<…>>(at::Tensor…)``
+    -> ``torch::autograd::AccumulateGrad::accumulateGrad``); Python names as they are."""
+    out, depth = [], 0
+    for ch in name:
+        if ch in "<(":
+            if ch == "(" and depth == 0 and out:
+                break
+            depth += 1
+        elif ch in ">)":
+            depth = max(0, depth - 1)
+        elif depth == 0:
+            out.append(ch)
+    short = "".join(out).strip()
+    if " " in short and "::" in short:  # a return type before the qualified name
+        short = short.rsplit(" ", 1)[-1]
+    return short or name
+
+
+def _site_json(snap: Snapshot, stack_id: int) -> dict | None:
+    f, kind, op = _user_frame(snap, stack_id)
+    if f is None:
+        return None
+    fn, line, nm = snap.frame(f)
+    return {"filename": fn, "line": line, "name": nm, "short": short_name(nm), "kind": kind, "op": op}
+
+
+def stack_recording(snap: Snapshot, dv: _Dev) -> dict:
+    """What the recording kept of stacks, so a page can say why an allocation has none
+    (memory_viz: ``<block was allocated before _record_history was enabled>``):
+    ``traceEntriesWithStack`` of ``traceEntries`` (0: recorded without stacks,
+    ``_record_memory_history(stacks=...)`` / ``context=None``, or before 2024 when
+    trace entries had no ``frames``), ``blocksWithStack`` of ``blocks`` (the final
+    state's live blocks), and whether any recorded frame is Python / C++."""
+    tr = dv.trace
+    with_stack = int((tr.stack != 0).sum()) if dv.n else 0
+    fb = dv.final_blocks
+    blk_stack = int((snap.blocks.stack[fb] != 0).sum()) if len(fb) else 0
+    s = snap.strings
+    files = [s[i] for i in snap.frame_filename.tolist()]
+    return {"traceEntries": dv.n, "traceEntriesWithStack": with_stack,
+            "blocks": len(fb), "blocksWithStack": blk_stack,
+            "pythonFrames": any(f.endswith(".py") for f in files),
+            "cppFrames": any(f and not f.endswith(".py") and f != "??" for f in files)
+            or any(s[i].startswith(("c10::", "at::", "torch::")) for i in snap.frame_name.tolist())}
 
 
 # -- compare -----------------------------------------------------------------------------
@@ -922,11 +1353,7 @@ def compare(a: Snapshot, b: Snapshot, device_a, device_b, max_sites: int = 500) 
             s["bytes"] += ba + bb
         if ba == bb and ca == cb:
             continue
-        site = None
-        if key:
-            py = [f for f in key if f[0].endswith(".py")]
-            fn, line, nm = py[0] if py else key[0]
-            site = {"filename": fn, "line": line, "name": nm}
+        site = _site_json(a, x["stack"]) if x else _site_json(b, y["stack"])
         rows.append({"site": site, "stackIdA": x["stack"] if x else None,
                      "stackIdB": y["stack"] if y else None, "in": where,
                      "bytesA": ba, "countA": ca, "bytesB": bb, "countB": cb,
