@@ -56,22 +56,11 @@ def _open(page, url):
     page.wait_for_selector("#ts-state[data-event]")
 
 
-def _polygon_point(page, index: int) -> tuple[float, float]:
-    """Screen position inside drawn allocation ``index`` (middle of its widest step)."""
+def _polygon_point(page, alloc_id: int) -> tuple[float, float]:
+    """Screen position inside drawn allocation ``alloc_id`` (the middle of its widest step;
+    the page paints polygons on a canvas and says where they are: tsPointOf)."""
     page.locator("#ts-timeline").scroll_into_view_if_needed()
-    return tuple(page.evaluate("""(k) => {
-        const gd = document.getElementById('ts-timeline');
-        const tr = gd.data[k], fl = gd._fullLayout, box = gd.querySelector('.nsewdrag').getBoundingClientRect();
-        // the upper edge runs first: pairs (x[i], y1) (x[i+1], y1); pick the widest step
-        let best = 0, bi = 0;
-        for (let i = 0; i + 1 < tr.x.length / 2; i++) { const w = tr.x[i + 1] - tr.x[i]; if (w > best && tr.y[i] === tr.y[i + 1]) { best = w; bi = i; } }
-        const x = (tr.x[bi] + tr.x[bi + 1]) / 2;
-        const top = tr.y[bi];
-        const m = tr.x.length - 1 - bi; // the matching lower edge point
-        const bottom = tr.y[m];
-        const y = (top + bottom) / 2;
-        return [box.left + fl.xaxis.l2p(x), box.top + fl.yaxis.l2p(y)];
-    }""", index))
+    return tuple(page.evaluate("(id) => document.getElementById('ts-timeline').tsPointOf(id)", alloc_id))
 
 
 def test_snapshot_page(open_page, browser, snap_server):
@@ -90,20 +79,18 @@ def test_snapshot_page(open_page, browser, snap_server):
     assert f"event {peak['event']:,}" in page.inner_text("#ts-overview")
     # No t yet: the state panel shows the peak event.
     assert int(page.get_attribute("#ts-state", "data-event")) == peak["event"]
-    assert "(the peak)" in page.inner_text("#ts-state-title")
+    assert "(the peak allocated)" in page.inner_text("#ts-state-title")
     page.wait_for_selector("#ts-icicle .main-svg")
 
-    # Hover a drawn allocation (one that has a stack): a card, then its frames. Polygons
-    # are a few pixels tall at this scale, so check the card against whichever it shows.
-    tl = _api(snap_server, "timeline", run=TRAIN, host="cuda:0", x="index")
+    # Hover a drawn allocation (the largest allocated in the trace): a card, then its frames.
+    tl = page.evaluate("document.getElementById('ts-timeline').tsTimeline()")
     by_id = {a["id"]: a for a in tl["allocations"]}
-    k = max((i for i, a in enumerate(tl["allocations"]) if not a["preexisting"]),
-            key=lambda i: (tl["allocations"][i]["size"], len(tl["allocations"][i]["polygon"]["x"])))
-    x, y = _polygon_point(page, k)
+    want = max((a for a in tl["allocations"] if not a["preexisting"]), key=lambda a: (a["size"], len(a["polygon"]["x"])))
+    x, y = _polygon_point(page, want["id"])
     page.mouse.move(x, y)
     page.wait_for_selector("#ts-card[data-alloc]")
     alloc = by_id[int(page.get_attribute("#ts-card", "data-alloc"))]
-    assert abs(alloc["id"] - tl["allocations"][k]["id"]) < 50  # the one under the mouse or a neighbour
+    assert alloc["id"] == want["id"]  # hit-testing is exact: the one under the mouse
     assert page.inner_text("#ts-card-size").startswith(page.evaluate("b => import('/static/lib/format.js').then((m) => m.fmtBytes(b))", alloc["size"]))
     assert hex(alloc["addr"]) in page.inner_text("#ts-card")
     page.wait_for_selector("#ts-card-frames[data-loaded]")

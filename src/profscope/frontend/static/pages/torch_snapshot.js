@@ -81,7 +81,7 @@ async function renderSnapshot(view, state, run, details) {
   ctx.kind = kindOf(state);
   ctx.detail = detailOf(state);
   ctx.win = state.win || "";
-  ctx.card = el("div", { class: "ts-card", id: "ts-card" }, el("p", { class: "muted" }, "Hover an allocation on the timeline to see it and its stack."));
+  ctx.card = el("div", { class: "ts-card", id: "ts-card" }, el("p", { class: "muted" }, "Hover a polygon on the timeline to see the allocation (or segment) and its stack."));
   ctx.plotBox = el("div", { class: "ts-plotbox" });
   ctx.canvas = el("canvas", { class: "ts-canvas", id: "ts-polygons" });
   ctx.overlay = el("canvas", { class: "ts-overlay", id: "ts-overlay" });
@@ -491,7 +491,8 @@ function bandShapes(ctx) {
 }
 
 function bandLabels(ctx) {
-  return (ctx.ov.annotationBands || []).map((b) => ({ xref: "x", yref: "paper", y: 1, yanchor: "top", showarrow: false,
+  // staggered over three rows: an optimizer's step and zero_grad bands start close together
+  return (ctx.ov.annotationBands || []).map((b, i) => ({ xref: "x", yref: "paper", y: 1 - (i % 3) * 0.045, yanchor: "top", showarrow: false,
     x: ctx.xMode === "time" ? toX(ctx, b.startUs) : b.startEvent, xanchor: "left", text: b.name, font: { size: 10, color: "#8a6d00" } }));
 }
 
@@ -557,7 +558,9 @@ function wireTimeline(ctx) {
   });
   ctx.resizeObs = new ResizeObserver(() => { paintLayers(ctx); drawOverlay(ctx); });
   ctx.resizeObs.observe(ctx.plotBox);
-  // For tests and the curious: where a drawn item is on screen, and what is at a point.
+  // For tests and the curious: the payload on screen, and where a drawn item is.
+  gd.tsTimeline = () => ctx.tl;
+  gd.tsItemAt = (clientX, clientY) => { const p = dataAt({ clientX, clientY }); const L = p && layerAt(ctx, p.x, p.y); return L ? L.a.id : null; };
   gd.tsPointOf = (id) => {
     const L = (ctx.layers || []).find((l) => l.a.id === id);
     const area = plotArea(ctx);
@@ -569,7 +572,8 @@ function wireTimeline(ctx) {
     }
     const r = gd.getBoundingClientRect();
     const x0 = L.x[bi], x1 = bi + 1 < L.x.length ? L.x[bi + 1] : L.xEnd;
-    return [r.left + area.l + (area.X(x0) + area.X(x1)) / 2, r.top + area.t + (area.Y(L.y0[bi]) + area.Y(L.y1[bi])) / 2];
+    // whole pixels: the browser delivers mouse events at integer positions
+    return [Math.round(r.left + area.l + (area.X(x0) + area.X(x1)) / 2), Math.round(r.top + area.t + (area.Y(L.y0[bi]) + area.Y(L.y1[bi])) / 2)];
   };
 }
 
@@ -625,6 +629,9 @@ function fillFrames(ctx, box, stackId, item, still, run = ctx.run.name) {
 function whyNoStack(ctx, s, item) {
   const rec = ctx.ov.summary.stacks || {};
   if (s.unfilteredCount) return "Only interpreter and allocator frames were recorded for it (memory_viz's frame filter drops them).";
+  if (item.finalBlocks) return rec.traceEntriesWithStack
+    ? "These blocks of the final state have no frames: they were allocated before recording began (memory_viz: the block was allocated before _record_history was enabled)."
+    : "These blocks of the final state have no frames: allocated before recording began, or the snapshot was recorded without stacks (_record_memory_history(context=None)).";
   if (item.preexisting) return item.segment
     ? "Reserved before recording began: the snapshot has no stack for it."
     : "Allocated before recording began (before _record_memory_history was enabled): the snapshot has no stack for it.";
@@ -654,7 +661,7 @@ function fmtEvent(names, r, i) {
 function setupEvents(ctx, state) {
   const total = ctx.ov.summary.traceEntries;
   const find = el("input", { type: "search", id: "ts-find", placeholder: "find an address or a frame…", "aria-label": "find an address or a stack frame", value: state.find || null,
-    onkeydown: (e) => { if (e.key === "Enter") { e.preventDefault(); go({ ...readState(), find: find.value.trim() }, { replace: true }); } } });
+    onkeydown: (e) => { if (e.key === "Enter") { e.preventDefault(); ctx.findTyped = true; go({ ...readState(), find: find.value.trim() }, { replace: true }); } } });
   const count = el("span", { class: "muted small", id: "ts-find-count" });
   const prev = el("button", { type: "button", id: "ts-find-prev", disabled: true, onclick: () => jumpMatch(ctx, -1) }, "◀");
   const next = el("button", { type: "button", id: "ts-find-next", disabled: true, onclick: () => jumpMatch(ctx, 1) }, "▶");
@@ -729,7 +736,11 @@ async function runFind(ctx, text) {
     ? `${n(d.matchCount)} events ${d.queryKind === "address" ? "at or containing this address" : "with a matching frame"}${d.matchCount > d.matches.length ? ` (first ${n(d.matches.length)})` : ""}`
     : `nothing ${d.queryKind === "address" ? "at this address" : "has a frame matching it"}`;
   ui.prev.disabled = ui.next.disabled = !d.matches.length;
-  if (d.matches.length && !ctx.matchSet.has(ctx.t)) jumpMatch(ctx, 1);
+  // a search the user just ran jumps to its first match after the selection; one in a
+  // link only marks its matches (the link's t= stays)
+  const typed = ctx.findTyped;
+  ctx.findTyped = false;
+  if (typed && d.matches.length && !ctx.matchSet.has(ctx.t)) jumpMatch(ctx, 1);
   else ctx.events.render();
 }
 
@@ -1018,7 +1029,7 @@ function sitesTable(ctx, sites, filter, other) {
       row: (s, span) => {
         const frames = el("div", { class: "ts-frames ts-site-frames" }, el("p", { class: "muted" }, "Loading the stack…"));
         const inA = s.stackIdA !== null;
-        fillFrames(ctx, frames, inA ? s.stackIdA : s.stackIdB, { preexisting: false, segment: false }, () => frames.isConnected, inA ? ctx.run.name : other);
+        fillFrames(ctx, frames, inA ? s.stackIdA : s.stackIdB, { preexisting: false, segment: false, finalBlocks: true }, () => frames.isConnected, inA ? ctx.run.name : other);
         return el("tr", { class: "ts-site-stack" }, el("td", { colspan: String(span) },
           el("div", { class: "muted small" }, `stack of ${inA ? "A" : "B"} (innermost first)`), frames));
       },
