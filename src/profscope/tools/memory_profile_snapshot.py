@@ -55,6 +55,10 @@ Payloads::
                   "peak": {"bytes", "event"|null, "timeUs"|null} (max of the timeline
                   total; event null when the trace is empty), "firstTimeUs"|null,
                   "lastTimeUs"|null, "hasTime": bool,
+                  "peakReserved": {"bytes", "event"|null, "timeUs"|null} (max reserved),
+                  "stacks": {"traceEntries", "traceEntriesWithStack", "blocks",
+                             "blocksWithStack", "pythonFrames", "cppFrames"} (what the
+                             recording kept: why a stack may be missing),
                   "preexisting": {"count", "bytes"} (pre-existing allocations),
                   "unmatchedFrees": {"count", "bytes"}, "allocations": int},
       "allocatorSettings": dict|null,
@@ -69,22 +73,38 @@ Payloads::
                    "byType": {type: {"count", "reservedBytes"}}}}
 
     timeline(snap, device, start=None, end=None, x="index"|"time", max_points=2000,
-             top=200) -> {
+             top=MAX_DETAIL) -> {
       "device", "x": "index"|"time", "totalEvents",
       "window": {"start", "end"} (event indices, [start, end)), "windowX": [x0, x1],
       "allocations": [{"id", "addr", "size", "stream", "stackId", "allocIndex"|null,
                        "freeIndex"|null, "preexisting": bool,
-                       "polygon": {"x": [...], "y0": [...], "y1": [...]}}]
-                     (the `top` largest live in the window; x in the requested unit;
-                     points kept only where the bottom changes, so between two points
-                     the value is that of the left one — a step function),
-      "allocationsInWindow": int, "drawn": int,
+                       "polygon": {"x": [...], "y0": [...], "y1": [...], "xEnd"}}]
+                     (at most `top`: those live at the window's peak first, largest
+                     first, then the largest of the rest live at a column (see
+                     :func:`_stacked`); x in the requested unit; points kept only where
+                     the bottom changes, plus the last column, so between two points the
+                     value is that of the left one — a step function, whose last step
+                     ends at xEnd),
+      "allocationsInWindow": int, "visibleInWindow": int (live at a column), "drawn": int,
+      "detail": top, "maxDetail": MAX_DETAIL,
       "others": {"x", "y0", "y1"} (the rest of the live bytes, on top of the drawn ones),
       "total": {"x", "bytes", "index"} (max filter: each point is the maximum of its
-                bucket at its exact position; first and last event of the window kept),
+                bucket at its exact position; first and last event of the window kept;
+                these are the columns the polygons are sampled at),
       "reserved": {"x", "reservedBytes", "index"} (same decimation),
-      "peak": {"bytes", "event", "x"} (exact maximum in the window),
+      "peak": {"bytes", "event", "x", "drawnBytes" (of them, in drawn polygons),
+               "liveAllocations"} (exact maximum in the window),
       "decimated": bool}
+
+    segment_timeline(snap, device, start, end, x, max_points, top) -> timeline's shape
+      with "segments" (each also "action": "segment_alloc"|"segment_map"|null) and
+      "segmentsInWindow" for "allocations"/"allocationsInWindow", the reserved line as
+      the total (no "total"), "peak" of reserved bytes ("liveSegments").
+
+    events(snap, device, start=None, end=None, q=None) -> {"device", "totalEvents",
+      "start", "end", "actionNames", "rows": {"event", "action", "addr", "size",
+      "stream", "timeUs", "stackId", "version"} (columns, at most EVENTS_PAGE rows),
+      "query", "queryKind": "address"|"frame"|null, "matches": [event], "matchCount"}
 
     state_at(snap, device, event=None, max_blocks=20000) -> {
       "device", "event" (null = final state), "timeUs"|null, "totalEvents",
@@ -114,8 +134,10 @@ Payloads::
       "summary": {"onlyA": {"sites", "blocks", "bytes"}, "onlyB": {...},
                   "both": {"sites", "blocksA", "bytesA", "blocksB", "bytesB"},
                   "deltaBytes" (B - A)},
-      "sites": [{"site": {"filename", "line", "name"}|null (innermost filtered Python
-                 frame (filename ending ".py"), else innermost filtered frame),
+      "sites": [{"site": {"filename", "line", "name", "short", "kind", "op"}|null (the
+                 first user frame, :func:`_user_frame`: kind "python" (outside torch and
+                 the standard library), "cpp" (a C++-only stack, past the allocator /
+                 dispatcher / autograd plumbing) or "runtime"; op: the ATen operator),
                  "stackIdA"|null, "stackIdB"|null, "in": "onlyA"|"onlyB"|"both",
                  "bytesA", "countA", "bytesB", "countB", "deltaBytes", "deltaCount"}]
                (sites whose bytes or counts differ, by |deltaBytes| descending),
