@@ -174,3 +174,28 @@ def test_stepping_views_answer_in_the_server(tmp_path, shared_fixtures):
         assert ws.cache.workers.stats["runs"] == runs + 1
     r = client.get("/api/snapshot/state", params={**q, "event": 10**7})
     assert r.status_code == 400 and "out of range" in r.json()["error"]
+
+
+def test_polygon_points_are_bounded(monkeypatch):
+    """Long-lived allocations on top of constant churn: every free below shifts them all.
+    The answer lowers the detail until the points fit, keeping the peak's allocations first."""
+    tr = []
+    base = 0x10000000
+    churn = 0x70000000
+    for i in range(400):  # churn first: it sits at the bottom of the stack
+        tr.append({"action": "alloc", "addr": churn + i * 4096, "size": 4096, "stream": 0})
+    for i in range(300):  # then 300 long-lived ones above it
+        tr.append({"action": "alloc", "addr": base + i * (1 << 21), "size": 1 << 20, "stream": 0})
+    for i in range(400):  # every churn free shifts all 300 down
+        tr.append({"action": "free_completed", "addr": churn + i * 4096, "size": 4096, "stream": 0})
+    s = load_snapshot(b.to_pickle({"segments": [], "device_traces": [tr]}), "churn.pickle")
+    full = V.timeline(s, 0)
+    points = sum(len(a["polygon"]["x"]) for a in full["allocations"])
+    assert full["detailCapped"] is None and points > 300 * 400
+    monkeypatch.setattr(V, "MAX_POLYGON_POINTS", 20_000)
+    cut = V.timeline(s, 0)
+    assert cut["detailCapped"] is not None and cut["drawn"] <= cut["detailCapped"] < full["drawn"]
+    assert sum(len(a["polygon"]["x"]) for a in cut["allocations"]) <= 20_000
+    pk = cut["peak"]["event"]  # all 700 are live there: the ones kept are the largest of them
+    assert all(a["allocIndex"] <= pk and a["freeIndex"] is None or a["freeIndex"] > pk for a in cut["allocations"])
+    assert all(a["size"] == 1 << 20 for a in cut["allocations"])

@@ -86,7 +86,8 @@ Payloads::
                      value is that of the left one — a step function, whose last step
                      ends at xEnd),
       "allocationsInWindow": int, "visibleInWindow": int (live at a column), "drawn": int,
-      "detail": top, "maxDetail": MAX_DETAIL,
+      "detail": top, "maxDetail": MAX_DETAIL, "detailCapped": int|null (the detail the
+      polygons were lowered to, to stay within MAX_POLYGON_POINTS points),
       "others": {"x", "y0", "y1"} (the rest of the live bytes, on top of the drawn ones),
       "total": {"x", "bytes", "index"} (max filter: each point is the maximum of its
                 bucket at its exact position; first and last event of the window kept;
@@ -560,8 +561,29 @@ def _window(dv: _Dev, start, end, x: str) -> tuple[int, int]:
     return ws, we
 
 
+#: The most polygon points one timeline answer holds (~40 bytes each in JSON). Points
+#: come from frees below a live allocation; a trace whose long-lived allocations sit on
+#: top of constant churn could ask for 15,000 x 2,000: then fewer get their own polygon.
+MAX_POLYGON_POINTS = 600_000
+
+
 def _stacked(el_start: np.ndarray, el_end: np.ndarray, el_size: np.ndarray, total: np.ndarray,
              ws: int, we: int, max_points: int, top: int) -> dict:
+    """:func:`_stacked_once`, with ``top`` lowered until the polygons fit in
+    :data:`MAX_POLYGON_POINTS` (``capped``: the ``top`` that fit, else None)."""
+    capped = None
+    for _ in range(6):
+        lay = _stacked_once(el_start, el_end, el_size, total, ws, we, max_points, top)
+        pts = len(lay["pointEl"])
+        if pts <= MAX_POLYGON_POINTS or top <= 1:
+            break
+        top = capped = max(1, int(top * MAX_POLYGON_POINTS / pts * 0.9))
+    lay["capped"] = capped
+    return lay
+
+
+def _stacked_once(el_start: np.ndarray, el_end: np.ndarray, el_size: np.ndarray, total: np.ndarray,
+                  ws: int, we: int, max_points: int, top: int) -> dict:
     """memory_viz's stacked layout of the elements (allocations or segments, in stacking
     order) live in the window [ws, we), sampled at the window's columns.
 
@@ -678,6 +700,7 @@ def timeline(snap: Snapshot, device, start=None, end=None, x: str = "index",
         "window": {"start": ws, "end": we}, "windowX": [xs(np.array([ws]))[0], xs(np.array([we - 1]))[0]],
         "allocations": allocs, "allocationsInWindow": lay["inWindow"], "drawn": len(allocs),
         "visibleInWindow": lay["visible"], "maxDetail": MAX_DETAIL, "detail": top,
+        "detailCapped": lay["capped"],
         "others": {"x": xs(line[keep]), "y0": drawn[keep].tolist(), "y1": tot[keep].tolist()},
         "total": {"x": xs(line), "bytes": tot.tolist(), "index": line.tolist()},
         "reserved": {"x": xs(rline), "reservedBytes": dv.reserved[rline].tolist(),
@@ -794,6 +817,7 @@ def segment_timeline(snap: Snapshot, device, start=None, end=None, x: str = "ind
         "window": {"start": ws, "end": we}, "windowX": [xs(np.array([ws]))[0], xs(np.array([we - 1]))[0]],
         "segments": out, "segmentsInWindow": lay["inWindow"], "drawn": len(out),
         "visibleInWindow": lay["visible"], "maxDetail": MAX_DETAIL, "detail": top,
+        "detailCapped": lay["capped"],
         "others": {"x": xs(line[keep]), "y0": drawn[keep].tolist(), "y1": tot[keep].tolist()},
         "reserved": {"x": xs(line), "reservedBytes": tot.tolist(), "index": line.tolist()},
         "peak": {"bytes": int(dv.reserved[pk]), "event": pk, "x": xs(np.array([pk]))[0],

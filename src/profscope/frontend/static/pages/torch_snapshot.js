@@ -370,6 +370,7 @@ function noteTimeline(ctx, tl) {
   ctx.timelineNote.textContent = `events ${n(tl.window.start)}–${n(tl.window.end - 1)} of ${n(tl.totalEvents)} · ${n(tl.drawn)} of ${n(inWin)} ${what} drawn individually`
     + ` (${(100 * share).toFixed(1)} % of the ${seg ? "reserved" : "allocated"} bytes at the window's peak)`
     + (inWin > tl.visibleInWindow ? ` · ${n(inWin - tl.visibleInWindow)} too short to see at this zoom` : "")
+    + (tl.detailCapped ? ` · detail lowered to ${n(tl.detailCapped)} to keep the drawing light; zoom in for more` : "")
     + (tl.decimated ? " · sampled at the window's bucket maxima; zoom in for every event" : "");
 }
 
