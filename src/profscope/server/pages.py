@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from importlib import resources
 from pathlib import Path
+from urllib.parse import urlencode
 
 from fastapi import APIRouter, Request
-from fastapi.responses import FileResponse, HTMLResponse, Response
+from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from profscope import __version__
@@ -19,6 +20,38 @@ STATIC = FRONTEND / "static"
 # The frontend is native ES modules, no build step: app.js (the shell) imports lib/ (shared
 # helpers) and pages/ (one module per page, each with its own stylesheet, added when shown).
 MEDIA_TYPES = {".js": "text/javascript", ".css": "text/css", ".html": "text/html"}
+
+
+# XProf's overview page is our run overview (the page with no tool).
+_OVERVIEW_TAGS = {"overview_page"}
+
+
+def page_tool(tag: str) -> str | None:
+    """The profscope page (its ``tool=`` value) for an XProf tool tag, None if we have none.
+
+    XProf's own links name the tool with ``tag=`` (``?run=R&tag=memory_viewer&host=H``),
+    the tag being a tool name of ``/data/plugin/profile/tools``, where a trailing ``@``
+    or ``^`` marks how XProf converts it (``trace_viewer@`` streams): profscope's page
+    names are those tags, the trace viewer's with its ``@``."""
+    bare = tag.strip().rstrip("@^")
+    if bare in _OVERVIEW_TAGS:
+        return ""
+    named = Workspace.tool_named  # the server reaches the tool registry through the app
+    tool = named(tag.strip()) or named(bare) or named(f"{bare}@")
+    return tool.name if tool is not None else None
+
+
+def _without_tag(request: Request, tool: str | None) -> str:
+    """The page URL with ``tag=`` replaced by ``tool=`` (kept where the URL had one)."""
+    items = []
+    for key, value in request.query_params.multi_items():
+        if key == "tag":
+            if tool and "tool" not in request.query_params:
+                items.append(("tool", tool))
+        else:
+            items.append((key, value))
+    query = urlencode(items)
+    return f"/?{query}" if query else "/"
 
 
 def plotly_js() -> Path:
@@ -33,7 +66,14 @@ def router(ws: Workspace) -> APIRouter:
     cache_static = {"Cache-Control": "public, max-age=3600"}
 
     @r.get("/", response_class=HTMLResponse)
-    def index(request: Request) -> HTMLResponse:
+    def index(request: Request) -> Response:
+        # An XProf link (tag=) opens our page of that tool; a tag we have no page for is
+        # left in the URL for the shell (app.js) to say so, naming the run's tools.
+        tag = request.query_params.get("tag")
+        if tag is not None:
+            tool = request.query_params.get("tool") or page_tool(tag)
+            if tool is not None:
+                return RedirectResponse(_without_tag(request, tool), status_code=302)
         page = env.get_template("index.html").render(
             version=__version__, logdir=ws.logdir.url
         )

@@ -46,6 +46,7 @@ TOOLS: tuple[Tool, ...] = (
         "Memory viewer",
         "What the XLA compiler planned: heap over program order, buffers at peak, padding.",
         frozenset({RunKind.PROFILE, RunKind.XLA_DUMP}),
+        version=2,  # 2: profscope.heapEventKinds/heapEventBuffers/smallBuffersAtPeak, page view heapPoints
     ),
     Tool(
         "oom_risk",

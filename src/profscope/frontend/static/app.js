@@ -86,7 +86,12 @@ async function render(state) {
   fillSelect($("#pick-host"), hosts, state.host);
   fillModules(details.modules, state.module_name);
 
+  // An XProf link names its tool with tag=; the server turned every tag we have a page
+  // for into tool= (server/pages.py), so a tag still here is a tool profscope lacks.
+  const tag = new URLSearchParams(location.search).get("tag");
+  if (tag !== null && !state.tool) return noSuchTool(view, state, details, tag, true);
   const page = pageFor(state.tool, run);
+  if (!page && state.tool && !details.tools.some((t) => t.name === state.tool)) return noSuchTool(view, state, details, state.tool, false);
   if (page !== activePage) { // the page on screen is being replaced: let it free its charts
     if (activePage && activePage.leave) activePage.leave();
     activePage = page;
@@ -110,10 +115,30 @@ async function render(state) {
   }
 }
 
+// A tool this run does not have (an XProf tool we lack, or a mistyped link): say so, and
+// link the tools it has.
+async function noSuchTool(view, state, details, name, fromTag) {
+  if (activePage && activePage.leave) activePage.leave();
+  activePage = null;
+  await useStyles({ css: [] });
+  const tools = details.tools.filter((t) => t.implemented);
+  const open = (tool) => ({ ...state, tool });
+  view.replaceChildren(
+    el("h1", {}, "No such tool"),
+    el("div", { class: "error", role: "alert", id: "no-such-tool" },
+      fromTag ? ["This link asks for the XProf tool ", el("code", {}, `tag=${name}`), ", which profscope does not have."]
+        : ["profscope has no tool ", el("code", {}, name), " for this run."]),
+    el("p", {}, tools.length ? `The tools profscope has for ${state.run}:` : `profscope has no tool for ${state.run}.`),
+    el("ul", { id: "tool-list" }, tools.map((t) => el("li", {},
+      el("a", { href: stateUrl(open(t.name)), "data-tool": t.name, onclick: (e) => { e.preventDefault(); go(open(t.name)); } }, t.title),
+      el("span", { class: "muted" }, ` (tag=${t.name}): ${t.summary}`)))),
+    el("p", {}, el("a", { href: stateUrl(open("")), onclick: (e) => { e.preventDefault(); go(open("")); } }, "Overview of this run")));
+}
+
 function fillModules(modules, value) {
   const filter = $("#module-filter").value.trim().toLowerCase();
   const shown = modules.filter((m) => !filter || m.toLowerCase().includes(filter) || m === value);
-  const options = [{ value: "", label: modules.length ? `(${modules.length} modules)` : "—" }]
+  const options = [{ value: "", label: modules.length ? `(${modules.length} module${modules.length === 1 ? "" : "s"})` : "—" }]
     .concat(shown.map((m) => ({ value: m, label: m })));
   fillSelect($("#pick-module"), options, value);
 }

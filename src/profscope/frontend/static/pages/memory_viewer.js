@@ -2,14 +2,17 @@
 // Data: XProf's memory viewer JSON (/data/plugin/profile/data?tag=memory_viewer) plus our
 // extras under `profscope` (all optional: the page works on plain XProf output too), or
 // the text-only payload of a dump that has no *.hlo.pb.
-// URL keys: memory_space, buffer (the selected buffer: a shared link opens on it); the
-// shell's module_name picks the module.
+// URL keys: memory_space, buffer (the selected buffer: a shared link opens on it),
+// hlo_op (an HLO instruction, e.g. from a trace-viewer slice: its buffers are selected and
+// the heap-simulator event that allocates them is marked); the shell's module_name picks
+// the module. Every peak here is the compiler's plan (the XLA heap simulator): "compiler
+// heap peak", not what an allocator reached at run time.
 import { el } from "../lib/dom.js";
 import { go, readState, stateUrl } from "../lib/state.js";
-import { cachedJson, errorBox, getJson } from "../lib/api.js";
-import { MIB, exact, fmtBytes, fmtMib, pct } from "../lib/format.js";
+import { cachedJson, errorBox } from "../lib/api.js";
+import { MIB, byteTicks, exact, fmtBytes, fmtMib, pct, signedBytes } from "../lib/format.js";
 import { P, XLA_CATEGORY, XLA_OTHER, colorOf, shade } from "../lib/colors.js";
-import { escapePlotly, newPlot } from "../lib/plotly.js";
+import { HOVER_CARD, bytesAxis, escapePlotly, newPlot } from "../lib/plotly.js";
 import { sortableTable } from "../lib/table.js";
 
 const X_TITLE = "program order (heap-simulator event index)";
@@ -23,7 +26,7 @@ async function renderMemoryViewer(view, state, run, details) {
   const key = viewKey(state);
   // Only the buffer changed (a click, back/forward): keep the charts, move the selection.
   if (current && current.key === key && view.contains(current.root)) {
-    current.selected = state.buffer || "";
+    setOp(current, state);
     showBuffer(current, current.selected);
     return;
   }
@@ -99,12 +102,15 @@ function header(state, run, data) {
 async function renderModuleRanking(view, state, run, details) {
   const slot = el("div", {}, el("p", { class: "muted" }, "Computing every module's peak…"));
   view.replaceChildren(el("div", { class: "mv" }, header(state, run),
-    el("p", {}, "Pick a module. The table ranks every compiled module of this run by its peak heap, so the one that runs out of memory first is at the top."),
+    el("p", {}, "Pick a module. The table ranks every compiled module of this run by its compiler heap peak (what XLA's heap simulator planned), so the one that runs out of memory first is at the top."),
     slot));
   if (!details.modules.length) {
     slot.replaceChildren(el("p", { class: "muted" }, "This run records no compiled HLO module."));
     return;
   }
+  // One module: nothing to pick. Replace (not push) so that Back does not land here again.
+  const real = details.modules.filter((m) => m !== "NO_MODULE");
+  if (real.length === 1) return go({ ...state, module_name: real[0] }, { replace: true });
   let rows;
   try {
     rows = await loadModulePeaks(run.name, state.memory_space);
@@ -134,7 +140,7 @@ async function fillModulesSlot(slot, state, run) {
   const worst = rows.find((r) => r.peakHeapMib !== undefined) || rows[0];
   const isWorst = worst.moduleName === state.module_name;
   slot.replaceChildren(el("details", { class: "mv-modules" },
-    el("summary", {}, `All ${rows.length} modules by peak`,
+    el("summary", {}, `All ${rows.length} modules by compiler heap peak`,
       el("span", { class: "muted" }, " · largest: "),
       isWorst ? el("span", {}, `this one (${fmtMib(worst.peakHeapMib)})`)
         : el("a", { href: stateUrl(moduleState(state, worst.moduleName)), onclick: (e) => openModule(e, state, worst.moduleName) },
@@ -143,7 +149,7 @@ async function fillModulesSlot(slot, state, run) {
 }
 
 function moduleState(state, moduleName) {
-  return { ...state, module_name: moduleName, buffer: "" };
+  return { ...state, module_name: moduleName, buffer: "", hlo_op: "" };
 }
 
 function openModule(event, state, moduleName) {
@@ -157,7 +163,7 @@ function modulesTable(rows, state, compact) {
   const mibCell = (v) => el("td", { class: "num", title: v === undefined ? "" : `${Math.round(v * MIB).toLocaleString()} bytes` }, fmtMib(v));
   return el("table", { id: "mv-modules-table", class: compact ? "compact" : "" },
     el("thead", {}, el("tr", {},
-      el("th", {}, "module"), el("th", { class: "num" }, "peak heap"), el("th", { class: "num" }, "unpadded peak"),
+      el("th", {}, "module"), el("th", { class: "num" }, "compiler heap peak"), el("th", { class: "num" }, "unpadded"),
       el("th", { class: "num" }, "total allocation"), el("th", { class: "num" }, "arguments"), el("th", { class: "num" }, "maybe live out"))),
     el("tbody", {}, sorted.map((r) => el("tr", {
       class: r.moduleName === state.module_name ? "current" : "",
@@ -188,18 +194,23 @@ function renderModule(root, data, state, key) {
     xs: heapX(data),
     buffers: bufferIndex(data),
     selected: state.buffer || "",
+    op: null, // the hlo_op of the URL, resolved: see setOp()
     charts: {}, // chart id -> { baseShapes, outline(bufferId) -> shapes }: see highlight()
   };
+  const atPeak = peakCounts(data);
   const card = el("aside", { class: "mv-aside" }, el("div", { id: "mv-card", class: "mv-card" }));
   const main = el("div", { class: "mv-main" },
+    el("div", { id: "mv-op-slot" }),
     el("section", {}, el("h2", {}, "Overview"), overview(data, extras)),
     el("section", {},
       el("h2", {}, "Heap over program order"),
-      el("p", { class: "mv-hint" }, "Heap size along the heap-simulator trace (program order, not time), long-lived buffers (arguments, outputs, constants) included as a constant base. Hover or click a buffer anywhere to shade its lifetime here."),
+      el("p", { class: "mv-hint" }, "Heap size along the heap-simulator trace (program order, not time), long-lived buffers (arguments, outputs, constants) included as a constant base. Hover the line for the buffer each event allocates or frees; hover or click a buffer anywhere to shade its lifetime here."),
       el("div", { id: "mv-heap-chart", class: "mv-chart" })),
     el("section", {},
-      el("h2", {}, `Buffers live at peak (${(data.maxHeap || []).length})`),
-      el("p", { class: "mv-hint" }, "Every buffer allocated when the heap peaked; buffers under 16 KiB are merged into one striped \"small\" bar. Click a bar to select it (the link then points at it)."),
+      el("h2", { id: "mv-peak-count", "data-large": atPeak.large, "data-small": atPeak.small ?? "" }, `Buffers live at the compiler heap peak (${atPeak.heading})`),
+      el("p", { class: "mv-hint", id: "mv-peak-count-note" }, atPeak.sentence,
+        " Click a bar to select its buffer (the link then points at it)."),
+      barLegend(data),
       el("div", { class: "mv-bars" },
         barsBox("mv-bars-order", "in program order"),
         barsBox("mv-bars-size", "by size"),
@@ -215,6 +226,7 @@ function renderModule(root, data, state, key) {
       el("div", { id: "mv-whole-program" }, wholeProgramTable(ctx))));
   root.append(el("div", { class: "mv-layout" }, main, card));
   current = ctx;
+  setOp(ctx, state);
   plotHeap(ctx);
   plotBars(ctx, "mv-bars-order", data.maxHeap || [], "in order of allocation");
   plotBars(ctx, "mv-bars-size", data.maxHeapBySize || [...(data.maxHeap || [])].sort((a, b) => mib(b) - mib(a)), "largest first");
@@ -236,6 +248,42 @@ function fillProto3Defaults(data) {
     zero(a, "sizeMib");
     for (const lb of a.logicalBuffers || []) { lb.id ??= "0"; zero(lb, "sizeMib"); }
   }
+}
+
+// What the bars count, said the same way wherever a count is shown: every buffer of
+// 16 KiB or more live at the peak has a bar; the smaller ones share one striped "small"
+// bar (XProf merges them; profscope's smallBuffersAtPeak says how many, plain XProf
+// output does not). In memory space 0, an allocation live for the whole program
+// (arguments, outputs, constants) shows as its largest buffer only.
+function peakCounts(data) {
+  const objects = data.maxHeap || [];
+  const large = objects.filter((o) => !isSmall(o)).length;
+  const smallBar = objects.find(isSmall);
+  const known = (data.profscope || {}).smallBuffersAtPeak;
+  const small = smallBar ? (typeof known === "number" ? known : null) : 0;
+  const bigText = `${large.toLocaleString()} ${large === 1 ? "buffer" : "buffers"} of 16 KiB or more, one bar each`;
+  const smallText = !smallBar ? "" : small === null ? `; smaller ones (${fmtMib(mib(smallBar))} in all) share the striped "small" bar`
+    : `; ${small.toLocaleString()} smaller ${small === 1 ? "one" : "ones"} (${fmtMib(mib(smallBar))} in all) share the striped "small" bar`;
+  const wholeProgram = String((data.profscope || {}).memorySpace ?? 0) === "0" && (data.indefiniteLifetimes || []).length
+    ? " Each argument, output and constant allocation shows as its largest buffer." : "";
+  return {
+    large, small,
+    heading: !smallBar ? `${large.toLocaleString()} of 16 KiB or more` : small === null ? `${large.toLocaleString()} of 16 KiB or more + small ones`
+      : `${large.toLocaleString()} of 16 KiB or more + ${small.toLocaleString()} small`,
+    sentence: `${bigText}${smallText}.${wholeProgram}`,
+  };
+}
+
+// The bars' colours: the allocation type of each buffer (the small bar is striped).
+function barLegend(data) {
+  const groups = [...new Set((data.maxHeap || []).map(groupOf))];
+  if (!groups.length) return null;
+  const meaning = { Parameter: "entry computation parameter", Output: "maybe live out", Constant: "constant", Temporary: "temporary",
+    "Thread-local": "thread-local", small: "buffers under 16 KiB, merged" };
+  return el("div", { class: "mv-legend", id: "mv-bars-legend", "aria-label": "bar colours" },
+    el("span", { class: "muted" }, "Colour: allocation type"),
+    groups.map((g) => el("span", { class: "mv-legend-item", "data-group": g, title: meaning[g] || g },
+      el("i", { class: `mv-swatch${g === "small" ? " striped" : ""}`, style: `background-color:${categoryColor(g)}` }), g)));
 }
 
 function barsBox(id, title) {
@@ -297,7 +345,7 @@ function overview(data, extras) {
   return el("div", { id: "mv-overview" },
     // The number that decides an OOM first, in a sentence; the rest as tiles.
     el("div", { class: "mv-peak" },
-      el("span", { class: "label" }, "Peak heap "),
+      el("span", { class: "label" }, "Compiler heap peak "),
       el("strong", { class: "mv-peak-value", title: exact(f.peak) }, f.peak === undefined ? "—" : fmtBytes(Math.round(f.peak))),
       el("span", {}, " (unpadded ", size(f.unpadded), ")"),
       data.peakHeapSizePosition !== undefined ? el("span", { class: "muted" }, ` at event ${data.peakHeapSizePosition}`,
@@ -307,14 +355,72 @@ function overview(data, extras) {
       tile("Arguments", size(f.args), "entry computation parameters"),
       tile("Outputs", size(f.outputs), "maybe live out"),
       tile("Temporaries", size(f.temporaries), "allocation for temporaries"),
-      tile("Padding overhead", size(f.padding), f.paddingShare !== undefined ? `${pct(100 * f.paddingShare)} of the peak` : "padded − unpadded peak"),
-      tile("Fragmentation", f.fragmentation === undefined ? "—" : pct(f.fragmentation), "allocated but not live at peak")));
+      tile("Padding overhead", size(f.padding), f.paddingShare !== undefined ? `${pct(100 * f.paddingShare)} of the compiler heap peak` : "padded − unpadded peak"),
+      tile("Fragmentation", f.fragmentation === undefined ? "—" : pct(f.fragmentation), "allocated but not live at the compiler heap peak")));
 }
 
 function peakInstruction(data) {
   const names = data.hloInstructionNames || [];
   const i = positionIndex(data, data.peakHeapSizePosition);
   return i >= 0 ? names[i] : "";
+}
+
+// -- the HLO op of the link (hlo_op) ---------------------------------------------------------
+
+// The buffers an HLO instruction defines here: logical buffers are named after their
+// instruction, plus "{i,j}" for a part of a tuple (tools/memory_viewer.py, _LB.name).
+function opBuffers(ctx, op) {
+  const mine = (name) => name === op || (name || "").startsWith(`${op}{`);
+  return [...ctx.buffers.values()].filter((b) => mine(b.name)).sort((a, b) => (b.bytes || 0) - (a.bytes || 0));
+}
+
+// Resolve the URL's hlo_op: its buffers, the first heap-simulator event that allocates one
+// (the start of its lifetime: a buffer's span starts at its ALLOC, or SHARE_WITH), and the
+// buffer shown (the URL's buffer, else the op's largest).
+function setOp(ctx, state) {
+  const op = (state.hlo_op || "").trim();
+  const buffers = op ? opBuffers(ctx, op) : [];
+  const starts = buffers.map((b) => (b.span ? b.span.start : undefined)).filter((x) => x !== undefined);
+  ctx.op = op ? { name: op, buffers, ids: buffers.map((b) => String(b.id)), allocatedAt: starts.length ? Math.min(...starts) : undefined } : null;
+  ctx.selected = state.buffer || (buffers.length ? String(buffers[0].id) : "");
+  const slot = ctx.root.querySelector("#mv-op-slot");
+  if (slot) slot.replaceChildren(...(ctx.op ? [opNote(ctx)] : []));
+}
+
+function opNote(ctx) {
+  const { op } = ctx;
+  const clear = el("button", { type: "button", class: "mv-clear", onclick: () => go({ ...readState(), hlo_op: "", buffer: "" }) }, "clear");
+  const state = readState();
+  const where = `${state.module_name}, memory space ${spaceName(ctx.data, state)}`;
+  if (!op.buffers.length) {
+    const omitted = (ctx.extras.bufferBlocksOmitted || {}).count;
+    return el("div", { class: "mv-op-note missing", id: "mv-op-note", role: "note", "data-op": op.name },
+      "HLO op ", el("code", {}, op.name), ` defines no buffer in ${where}. `,
+      omitted ? `It may own one of the ${omitted.toLocaleString()} smallest buffers this page leaves out, or ` : "It may ",
+      "write into a buffer of another instruction, or live in another memory space.", clear);
+  }
+  const link = (b) => el("a", { href: stateUrl({ ...state, buffer: b.id }), class: "mv-buf", "data-buffer": b.id,
+    onclick: (e) => { e.preventDefault(); go({ ...readState(), buffer: String(b.id) }); },
+    onmouseenter: () => showBuffer(ctx, b.id, true), onmouseleave: () => showBuffer(ctx, ctx.selected) },
+  `${b.name}${b.bytes !== undefined ? ` (${fmtBytes(Math.round(b.bytes))})` : ""}`);
+  return el("div", { class: "mv-op-note", id: "mv-op-note", role: "note", "data-op": op.name, "data-allocated-at": op.allocatedAt ?? "" },
+    "HLO op ", el("code", {}, op.name), ` defines ${op.buffers.length === 1 ? "one buffer" : `${op.buffers.length} buffers`} in ${where}: `,
+    joinNodes(op.buffers.map(link)),
+    op.allocatedAt !== undefined ? `; allocated at heap-simulator event ${op.allocatedAt}, marked on the heap chart.` : "; its lifetime is not recorded.",
+    clear);
+}
+
+function opShapes(ctx) {
+  const at = ctx.op && ctx.op.allocatedAt;
+  if (at === undefined || at === null) return [];
+  return [{ type: "line", name: "op-alloc", x0: at, x1: at, yref: "paper", y0: 0, y1: 1, line: { color: P.accent, width: 2 } }];
+}
+
+function opAnnotations(ctx) {
+  const at = ctx.op && ctx.op.allocatedAt;
+  if (at === undefined || at === null) return [];
+  return [{ name: "op-alloc", x: at, xanchor: "left", y: 0.98, yref: "paper", yanchor: "top", showarrow: false, bgcolor: "rgba(255,255,255,0.85)",
+    text: escapePlotly(`${ctx.op.name} allocated (event ${at})`), font: { size: 11, color: P.accent } }];
 }
 
 // -- heap line chart ---------------------------------------------------------------------
@@ -331,29 +437,88 @@ function positionIndex(data, position) {
   return positions ? positions.indexOf(position) : position;
 }
 
-function plotHeap(ctx) {
+// What happened at heap point i, for its hover: the heap-simulator event there (the
+// buffer it allocates, frees or shares, with the buffer's size), the instruction XLA was
+// processing, and the heap before and after. Both lines (padded, unpadded) carry the same
+// text: when they coincide either may win the hover, and either must say it all.
+// heapSizes[i] is the heap *before* event i (tools/memory_viewer.py).
+function pointHover(ctx, i) {
   const { data, xs } = ctx;
   const names = data.hloInstructionNames || [];
-  const custom = xs.map((_, i) => escapePlotly(names[i] || ""));
+  const points = (data.profscope || {}).heapPoints;
+  const before = data.heapSizes[i] * MIB;
+  const unpadded = data.unpaddedHeapSizes ? data.unpaddedHeapSizes[i] * MIB : undefined;
+  const code = (s) => escapePlotly(s);
+  const lines = [];
+  const instruction = names[i] || "";
+  const last = i === data.heapSizes.length - 1 && (!points || !points.kind[i]);
+  if (last) {
+    lines.push(`after the last event (${xs[i] - 1})`);
+  } else if (points && points.kind[i]) {
+    const name = points.name[i] || (points.buffer[i] >= 0 ? `buffer #${points.buffer[i]}` : "");
+    const verb = { alloc: "alloc", free: "free", share: "share" }[points.kind[i]];
+    const size = points.bytes[i] ? ` (${fmtBytes(points.bytes[i])})` : "";
+    lines.push(`event ${xs[i]}: ${verb} <b>${code(name)}</b>${size}`);
+    // A FREE happens while XLA processes the buffer's last user: name it when it differs.
+    if (instruction && instruction !== name.replace(/\{[^}]*\}$/, "")) lines.push(`at instruction ${code(instruction)}`);
+    const change = points.heapChangeBytes[i];
+    lines.push(`heap ${fmtBytes(Math.round(before))} → ${fmtBytes(Math.round(before + change))} (${change ? signedBytes(change) : "no change: the memory is shared"})`);
+  } else {
+    lines.push(`event ${xs[i]}${instruction ? `: <b>${code(instruction)}</b>` : ""}`);
+    lines.push(`heap before this event ${fmtBytes(Math.round(before))}`);
+  }
+  if (last) lines.push(`heap ${fmtBytes(Math.round(before))}`);
+  if (unpadded !== undefined) lines.push(`unpadded heap before the event ${fmtBytes(Math.round(unpadded))}`);
+  return lines.join("<br>");
+}
+
+function plotHeap(ctx) {
+  const { data, xs } = ctx;
+  const hover = xs.map((_, i) => pointHover(ctx, i));
   const traces = [
-    { name: "heap (padded)", x: xs, y: data.heapSizes, customdata: custom, mode: "lines", line: { color: "#2f6fdf", width: 2, shape: "hv" },
-      hovertemplate: "event %{x}<br>%{customdata}<br>%{y:.3f} MiB<extra>padded</extra>" },
+    { name: "heap (padded)", x: xs, y: data.heapSizes, customdata: hover, mode: "lines", line: { color: "#2f6fdf", width: 2, shape: "hv" },
+      hovertemplate: "%{customdata}<extra></extra>" },
   ];
   if (data.unpaddedHeapSizes && data.unpaddedHeapSizes.length === xs.length)
-    traces.push({ name: "heap (unpadded)", x: xs, y: data.unpaddedHeapSizes, customdata: custom, mode: "lines",
-      line: { color: "#59a14f", width: 1.5, dash: "dot", shape: "hv" }, hovertemplate: "event %{x}<br>%{y:.3f} MiB<extra>unpadded</extra>" });
-  if (data.peakHeapMib !== undefined)
-    traces.push({ name: "peak", x: [peakX(ctx)], y: [data.peakHeapMib], mode: "markers+text",
-      marker: { color: P.bad, size: 10, symbol: "diamond" }, text: [`peak ${fmtMib(data.peakHeapMib)}`], textposition: "top right",
-      textfont: { color: P.bad }, hovertemplate: `peak, after event ${data.peakHeapSizePosition}<br>%{y:.3f} MiB<extra></extra>`, cliponaxis: false });
+    traces.push({ name: "heap (unpadded)", x: xs, y: data.unpaddedHeapSizes, customdata: hover, mode: "lines",
+      line: { color: "#59a14f", width: 1.5, dash: "dot", shape: "hv" }, hovertemplate: "%{customdata}<extra></extra>" });
+  if (data.peakHeapMib !== undefined) {
+    const peakName = peakInstruction(data);
+    traces.push({ name: "compiler heap peak", x: [peakX(ctx)], y: [data.peakHeapMib], mode: "markers+text",
+      marker: { color: P.bad, size: 10, symbol: "diamond" }, text: [`compiler heap peak ${fmtMib(data.peakHeapMib)}`], textposition: "top right",
+      textfont: { color: P.bad }, cliponaxis: false,
+      hovertemplate: `compiler heap peak ${fmtMib(data.peakHeapMib)}<br>after event ${data.peakHeapSizePosition}${peakName ? ` (${escapePlotly(peakName)})` : ""}<extra></extra>` });
+  }
   const maxY = Math.max(...data.heapSizes, data.peakHeapMib || 0);
-  newPlot("mv-heap-chart", traces, {
-    height: 270, margin: { l: 60, r: 20, t: 28, b: 50 }, hovermode: "closest",
+  const div = document.getElementById("mv-heap-chart");
+  newPlot(div, traces, {
+    height: 270, margin: { l: 70, r: 20, t: 28, b: 50 }, hovermode: "closest", hoverlabel: HOVER_CARD,
     xaxis: { title: { text: X_TITLE }, zeroline: false },
-    yaxis: { title: { text: "MiB" }, rangemode: "tozero", range: [0, maxY * 1.15] },
+    yaxis: bytesAxis(maxY * MIB, MIB, { title: { text: "heap" }, rangemode: "tozero", range: [0, maxY * 1.15] }),
     legend: { orientation: "h", x: 1, xanchor: "right", y: 1, yanchor: "bottom" },
-    shapes: peakShapes(ctx),
+    shapes: peakShapes(ctx).concat(opShapes(ctx)), annotations: opAnnotations(ctx),
   });
+  keepByteTicks(div, MIB);
+}
+
+// A zoom keeps binary-unit ticks: bytesAxis's ticks (0 to the top) are recomputed for
+// the range on screen (Plotly's own would be SI: "7.00G").
+function keepByteTicks(div, scale) {
+  div.on("plotly_relayout", (ev) => {
+    if (!Object.keys(ev).some((k) => k.startsWith("yaxis.range") || k === "yaxis.autorange")) return;
+    const range = div.layout.yaxis.range;
+    if (!range) return;
+    const t = ticksIn(range[0] * scale, range[1] * scale);
+    window.Plotly.relayout(div, { "yaxis.tickvals": t.tickvals.map((v) => v / scale), "yaxis.ticktext": t.ticktext });
+  });
+}
+
+function ticksIn(lo, hi) {
+  if (lo <= 0) return byteTicks(hi);
+  const step = byteTicks(hi - lo).tickvals[1] || hi - lo;
+  const vals = [];
+  for (let v = Math.ceil(lo / step) * step; v <= hi; v += step) vals.push(v);
+  return { tickvals: vals, ticktext: vals.map((v) => fmtBytes(v)) };
 }
 
 // Where the line peaks. heapSizes[i] is the heap *before* event i, so the peak caused by
@@ -375,8 +540,8 @@ function peakShapes(ctx) {
 function drawLifetime(ctx, info) {
   const div = document.getElementById("mv-heap-chart");
   if (!div || !div.layout) return;
-  const shapes = peakShapes(ctx);
-  const annotations = [];
+  const shapes = peakShapes(ctx).concat(opShapes(ctx));
+  const annotations = opAnnotations(ctx);
   const span = info && lifetime(ctx, info);
   if (span) {
     shapes.push({ type: "rect", name: "lifetime", layer: "below", x0: span.start, x1: span.limit, yref: "paper", y0: 0, y1: 1,
@@ -398,20 +563,21 @@ function lifetime(ctx, info) {
 
 // -- bar charts of the buffers at peak ---------------------------------------------------
 
-function plotBars(ctx, id, objects, xTitle, valueOf = mib, yTitle = "MiB") {
+function plotBars(ctx, id, objects, xTitle, valueOf = mib, yTitle = "size") {
   const ids = objects.map(bufferId);
-  const labels = objects.map((o) => escapePlotly(o.instructionName || o.label || ""));
+  const values = objects.map(valueOf);
+  // The hover: name, the bar's value in binary units, and the allocation type (the colour).
+  const labels = objects.map((o, i) => `${escapePlotly(o.instructionName || o.label || "")}<br>${fmtMib(values[i])}${yTitle === "size" ? "" : ` ${yTitle}`} · ${groupOf(o)}`);
   newPlot(id, [{
-    type: "bar", x: objects.map((_, i) => i), y: objects.map(valueOf), width: 0.85, customdata: ids, text: labels,
+    type: "bar", x: objects.map((_, i) => i), y: values, width: 0.85, customdata: ids, text: labels,
     marker: { color: objects.map((o) => categoryColor(groupOf(o))),
       pattern: { shape: objects.map((o) => (isSmall(o) ? "/" : "")), fgcolor: "#8d8580", size: 6 } },
-    hovertemplate: "%{text}<br>%{y:.4f} MiB<extra></extra>", textposition: "none",
+    hovertemplate: "%{text}<extra></extra>", textposition: "none",
   }], {
-    height: 230, margin: { l: 50, r: 8, t: 6, b: 30 }, bargap: 0.15, hovermode: "closest",
+    height: 230, margin: { l: 64, r: 8, t: 6, b: 30 }, bargap: 0.15, hovermode: "closest",
     xaxis: { title: { text: xTitle }, showticklabels: false, zeroline: false },
-    yaxis: { title: { text: yTitle }, rangemode: "tozero" },
+    yaxis: bytesAxis(Math.max(0, ...values) * MIB, MIB, { title: { text: yTitle }, rangemode: "tozero" }),
   });
-  const values = objects.map(valueOf);
   ctx.charts[id] = { baseShapes: [], outline: (buffer) => {
     const i = ids.indexOf(buffer);
     return i < 0 ? [] : [{ type: "rect", x0: i - 0.45, x1: i + 0.45, y0: 0, y1: values[i], line: { color: "#1d2330", width: 2 } }];
@@ -427,10 +593,12 @@ function plotPaddingBars(ctx) {
   if (!padded.length) {
     // An empty chart reads like a bug; say what it means instead.
     box.classList.add("empty");
-    box.append(el("p", { class: "muted" }, `No padding: all ${objects.length} buffers at peak use exactly their default-layout size.`));
+    const n = peakCounts(ctx.data).large;
+    box.append(el("p", { class: "muted", id: "mv-no-padding", "data-large": n },
+      `No padding: none of the ${n.toLocaleString()} ${n === 1 ? "buffer" : "buffers"} of 16 KiB or more at the compiler heap peak is padded; each uses exactly its default-layout size.`));
     return;
   }
-  plotBars(ctx, "mv-bars-padding", padded, "most padding first", padOf, "padding (MiB)");
+  plotBars(ctx, "mv-bars-padding", padded, "most padding first", padOf, "padding");
 }
 
 // -- allocation timeline -----------------------------------------------------------------
@@ -463,15 +631,17 @@ function plotTimeline(ctx) {
     text: escapePlotly(`${b.name || "allocation"}: ${fmtBytes(b.size)}`), font: { size: 11, color: P.muted } }));
   newPlot(box, [extent, ...legend], {
     height: 420, margin: { l: 60, r: 20, t: 28, b: 50 }, hovermode: false, dragmode: "zoom",
-    xaxis: { title: { text: X_TITLE }, zeroline: false }, yaxis: { title: { text: "offset (MiB)" }, rangemode: "tozero" },
+    xaxis: { title: { text: X_TITLE }, zeroline: false },
+    yaxis: bytesAxis(extent.y[1] * MIB, MIB, { title: { text: "offset in the allocation" }, rangemode: "tozero" }),
     legend: { orientation: "h", x: 1, xanchor: "right", y: 1.08 }, showlegend: true, shapes: baseShapes, annotations,
   });
   const paint = () => window.Plotly.relayout(box, { images: [paintBlocks(box, drawn, rects)] });
   paint();
   box.on("plotly_relayout", (ev) => {
     // Repaint when the visible range or the size changed, not for our own image or shapes.
-    if (Object.keys(ev).some((k) => /^([xy]axis|autosize|width|height)/.test(k))) paint();
+    if (Object.keys(ev).some((k) => /^([xy]axis\.(range|autorange)|autosize|width|height)/.test(k))) paint();
   });
+  keepByteTicks(box, MIB);
   const byId = new Map(drawn.map((b) => [String(b.logicalBufferId), b]));
   ctx.charts["mv-timeline"] = { baseShapes, outline: (id) => (byId.has(id) ? [{ type: "rect", ...blockRect(byId.get(id)), line: { color: "#1d2330", width: 2 } }] : []) };
   wireTimelineEvents(ctx, box, drawn);
@@ -732,8 +902,9 @@ function clearButton(ctx) {
   return el("button", { type: "button", class: "mv-clear", onclick: () => selectBuffer("") }, "clear");
 }
 
+// Picking a buffer (or clearing) ends the hlo_op view that a link may have opened.
 function selectBuffer(id) {
-  go({ ...readState(), buffer: id ? String(id) : "" });
+  go({ ...readState(), buffer: id ? String(id) : "", hlo_op: "" });
 }
 
 // Outline the shown buffer in every chart that draws it: a shape, so that a redraw
@@ -742,7 +913,8 @@ function highlight(ctx, id) {
   for (const [chartId, chart] of Object.entries(ctx.charts)) {
     const div = document.getElementById(chartId);
     if (!div || !div.layout) continue;
-    const shapes = chart.baseShapes.concat(id ? chart.outline(String(id)) : []);
+    const ids = new Set([...(ctx.op ? ctx.op.ids : []), ...(id ? [String(id)] : [])]);
+    const shapes = chart.baseShapes.concat([...ids].flatMap((b) => chart.outline(b)));
     if (JSON.stringify(shapes) !== JSON.stringify(div.layout.shapes || [])) window.Plotly.relayout(div, { shapes });
   }
 }
@@ -862,6 +1034,7 @@ export default {
   keys: {
     memory_space: { resetOn: ["run"] },
     buffer: { resetOn: ["run", "module_name", "memory_space"] },
+    hlo_op: { resetOn: ["run", "module_name", "memory_space"] },
   },
   render: renderMemoryViewer,
 };

@@ -1,8 +1,9 @@
-// Overview page (no tool picked): the run's kind, files, HLO modules and tools.
+// Overview page (no tool picked): the run's kind, files, HLO modules and tools. A module
+// opens in the memory viewer (what its buffers are is what a module page shows).
 import { el } from "../lib/dom.js";
 import { fmtBytes } from "../lib/format.js";
 import { go, stateUrl } from "../lib/state.js";
-import { newPlot } from "../lib/plotly.js";
+import { bytesAxis, escapePlotly, newPlot } from "../lib/plotly.js";
 
 const KIND_LABELS = { profile: "profile session", xla_dump: "XLA dump folder", torch_snapshot: "PyTorch memory snapshot", chrome_trace: "Chrome trace" };
 
@@ -14,9 +15,13 @@ function render(view, state, run, details) {
   const files = el("table", { id: "files" },
     el("thead", {}, el("tr", {}, el("th", {}, "file"), el("th", {}, "kind"), el("th", { class: "num" }, "size"))),
     el("tbody", {}, details.files.map((f) => el("tr", {}, el("td", { class: "path" }, f.path), el("td", {}, f.kind), el("td", { class: "num" }, fmtBytes(f.size))))));
+  const viewer = details.tools.find((t) => t.name === "memory_viewer" && t.implemented);
+  // Without a memory viewer for this run, a click still picks the module for the other tools.
+  const moduleState = (m) => (viewer ? { ...state, tool: "memory_viewer", module_name: m } : { ...state, module_name: m });
   const modules = details.modules.length
     ? el("ul", { class: "modules", id: "modules" }, details.modules.map((m) => el("li", {
-        class: m === state.module_name ? "selected" : "", onclick: () => go({ ...state, module_name: m }) }, m)))
+        class: m === state.module_name ? "selected" : "", "data-module": m, onclick: () => go(moduleState(m)) },
+      el("a", { href: stateUrl(moduleState(m)), onclick: (e) => { e.preventDefault(); e.stopPropagation(); go(moduleState(m)); } }, m))))
     : el("p", { class: "muted" }, "No compiled HLO modules recorded in this run.");
   view.replaceChildren(
     el("h1", { id: "run-title" }, run.name),
@@ -29,13 +34,15 @@ function render(view, state, run, details) {
     el("h2", {}, "Tools"), el("div", { class: "cards" }, toolCards),
     el("div", { class: "grid2" },
       el("div", {}, el("h2", {}, "Files"), files),
-      el("div", {}, el("h2", {}, `HLO modules (${details.modules.length})`), modules,
+      el("div", {}, el("h2", {}, `HLO modules (${details.modules.length})`),
+        viewer && details.modules.length ? el("p", { class: "muted" }, "Click a module to open it in the memory viewer.") : null, modules,
         el("h2", {}, "File sizes"), el("div", { id: "sizes" }))));
   if (window.Plotly && details.files.length) {
     const sorted = [...details.files].sort((a, b) => b.size - a.size).slice(0, 20).reverse();
     newPlot("sizes", [{ type: "bar", orientation: "h", x: sorted.map((f) => f.size),
-      y: sorted.map((f) => f.path.split("/").pop()), hovertemplate: "%{y}<br>%{x:,} bytes<extra></extra>" }],
-    { margin: { l: 220, r: 10, t: 10, b: 30 }, xaxis: { title: { text: "bytes" } } });
+      y: sorted.map((f) => escapePlotly(f.path.split("/").pop())), customdata: sorted.map((f) => fmtBytes(f.size)),
+      hovertemplate: "%{y}<br>%{customdata} (%{x:,} bytes)<extra></extra>" }],
+    { margin: { l: 220, r: 10, t: 10, b: 40 }, xaxis: bytesAxis(Math.max(...sorted.map((f) => f.size)), 1, { title: { text: "file size" } }) });
   }
 }
 

@@ -1101,7 +1101,10 @@ function eventCard(ctx, ev) {
   ];
   if (ev.hloOp) rows.push(["HLO op", el("code", {}, ev.hloOp)]);
   if (ev.hloModule) rows.push(["HLO module", el("code", {}, ev.hloModule)]);
-  const memState = ev.module ? { ...state, tool: "memory_viewer", module_name: ev.module, ev: "", start_ms: "", end_ms: "", q: "", hosts: "" } : null;
+  // The memory viewer opens on this op's buffers (hlo_op): the op is hlo_op's arg, or, on
+  // TPU op lines (only program_id in the args), the slice's own name; a module slice has none.
+  const memOp = ev.hloOp || (ev.module && track.name !== "XLA Modules" && ev.name !== ev.module ? ev.name : "");
+  const memState = ev.module ? { ...state, tool: "memory_viewer", module_name: ev.module, hlo_op: memOp, ev: "", start_ms: "", end_ms: "", q: "", hosts: "" } : null;
   const args = Object.entries(ev.args || {});
   return [
     el("div", { class: "tv-card-head" },
@@ -1109,7 +1112,7 @@ function eventCard(ctx, ev) {
       el("button", { type: "button", id: "tv-card-zoom", title: "Zoom to this slice (F)", onclick: () => zoomToSlice(ctx, ev.start, ev.dur) }, "Zoom to slice")),
     el("dl", { class: "kv tv-kv" }, rows.flatMap(([k, v, title]) => [el("dt", {}, k), el("dd", title ? { title } : {}, v)])),
     memState ? el("p", { class: "tv-links" }, el("a", { id: "tv-memory-link", href: stateUrl(memState), onclick: (e) => { e.preventDefault(); go(memState); } },
-      `Memory viewer for ${ev.module} →`)) : null,
+      `Memory viewer for ${ev.module}${memOp ? `, buffers of ${memOp}` : ""} →`)) : null,
     el("h4", {}, `Args (${args.length})`),
     args.length
       ? el("table", { class: "tv-args", id: "tv-args" }, el("tbody", {}, args.map(([k, v]) => el("tr", {},
