@@ -4,6 +4,7 @@ memory) and its views (tools/memory_profile_snapshot.py)."""
 from __future__ import annotations
 
 import gzip
+import os
 import shutil
 import threading
 from collections import OrderedDict
@@ -34,6 +35,24 @@ SNAPSHOT_VIEWS = ("overview", "timeline", "segments", "events", "state", "stack"
 # reads the columns again (0.2-0.6 s a step on the training fixture; ~10 ms here). Each
 # is a bounded walk over columns profscope wrote itself: the pickle was read in a worker.
 STEPPING_VIEWS = ("state", "events", "stack")
+
+# A fork (cache/worker.py) copies the server's locks as they are: a module lock that an
+# import in another thread holds (importlib's per-module lock; numpy imports submodules
+# on first use) stays held in the child, whose own import of that module then waits
+# forever. The stepping views import and run here, in the server, under this lock, and a
+# fork waits for it (os.register_at_fork); the child starts with a fresh one. Re-entrant:
+# nothing under it forks, but a fork from the same thread must not wait for itself.
+_IN_SERVER = threading.RLock()
+
+
+def _renew_in_server_lock() -> None:
+    global _IN_SERVER
+    _IN_SERVER = threading.RLock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=lambda: _IN_SERVER.acquire(), after_in_parent=lambda: _IN_SERVER.release(),
+                        after_in_child=_renew_in_server_lock)
 
 
 class Snapshots:
@@ -110,10 +129,12 @@ class Snapshots:
         if view not in SNAPSHOT_VIEWS:
             raise NotFound(f"no snapshot view {view!r}; views: {', '.join(SNAPSHOT_VIEWS)}")
         if view in STEPPING_VIEWS:
-            snap = self._snapshot_in_process(run)
-            if snap is not None:
-                return gzip.compress(orjson.dumps(self._view(snap, run, view, query), option=orjson.OPT_SERIALIZE_NUMPY),
-                                     compresslevel=1)
+            device = self.snapshot_device(run, query.host)  # may ask a worker: not under the lock
+            with _IN_SERVER:
+                snap = self._snapshot_in_process(run)
+                body = None if snap is None else self._view(snap, device, view, query)
+            if body is not None:
+                return gzip.compress(orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY), compresslevel=1)
         inputs = [run.files[0].identity()]
         other = None
         if view == "compare":
@@ -130,7 +151,7 @@ class Snapshots:
                 other_device = self.snapshot_device(other, q.other_host)
                 return memory_profile_snapshot.compare(self.snapshot(run, progress), other_snap,
                                                        self.snapshot_device(run, q.host), other_device)
-            return self._view(self.snapshot(run, progress), run, view, q)
+            return self._view(self.snapshot(run, progress), self.snapshot_device(run, q.host), view, q)
 
         return self.cache.get_or_compute(key, f"snapshot {view} of {run.name}", compute, file=self._run_file(run))
 
@@ -156,8 +177,7 @@ class Snapshots:
                 self._snapshots.popitem(last=False)
         return snap
 
-    def _view(self, snap: Snapshot, run: Run, view: str, q: SnapshotQuery) -> dict:
-        device = self.snapshot_device(run, q.host)
+    def _view(self, snap: Snapshot, device: int, view: str, q: SnapshotQuery) -> dict:
         if view == "overview":
             return memory_profile_snapshot.overview(snap, device)
         if view in ("timeline", "segments"):
