@@ -18,6 +18,7 @@ import { go, readState, setUrl as writeUrl, stateUrl } from "../lib/state.js";
 import { cachedJson, errorBox, getJson } from "../lib/api.js";
 import { fmtBytes, fmtDur, fmtTick as fmtIn, fmtTime, timeUnit as unitFor } from "../lib/format.js";
 import { P, SLICE_COLORS as PALETTE } from "../lib/colors.js";
+import { makeSummary } from "./trace_viewer_summary.js";
 
 const GUTTER = 230; // px: track names on the left
 const RULER_H = 38; // px: time ruler (ticks, labels, step bands) on top
@@ -60,8 +61,24 @@ async function renderTraceViewer(view, state, run, details) {
     return;
   }
   if (current !== ctx || !view.contains(ctx.root)) return; // the user moved on
-  ctx.status.replaceChildren(...(note ? [note] : []));
   ctx.full = data.fullTimespan || [0, 0];
+  // A link whose window lies wholly or partly outside the trace (another run's link, a
+  // hand-edited one) fetched nothing or a sliver: clamp it to the trace, say so, refetch.
+  const fit = want ? fitToTrace(ctx.full, want) : null;
+  if (fit && fit.note) {
+    note = fit.note;
+    want = fit.win;
+    try {
+      data = await cachedJson(windowUrl(ctx, want, resolution(ctx)));
+    } catch (err) {
+      if (current !== ctx) return;
+      ctx.status.replaceChildren(errorBox(err, "Cannot show the trace"));
+      return;
+    }
+    if (current !== ctx || !view.contains(ctx.root)) return;
+    setUrl(want ? { start_ms: fmtNum(want[0], want[1] - want[0]), end_ms: fmtNum(want[1], want[1] - want[0]) } : { start_ms: "", end_ms: "" });
+  }
+  ctx.status.replaceChildren(...(note ? [note] : []));
   if (!(data.tracks || []).length || (!data.totalEventsSize && !(data.counters || []).some((c) => c.t.length))) {
     ctx.stage.hidden = true;
     ctx.status.replaceChildren(el("div", { class: "tv-note", id: "tv-empty" },
@@ -122,13 +139,34 @@ function leave() {
 // Everything the URL changes without reloading: window, selection, search.
 function update(ctx, state) {
   if (!ctx.ready) return;
-  const want = urlWindow(state);
+  let want = urlWindow(state);
+  const fit = want ? fitToTrace(ctx.full, want) : null;
+  if (fit) { ctx.status.replaceChildren(fit.note); want = fit.win; }
   const win = want ? clampWindow(ctx, want[0], want[1]) : [ctx.full[0], ctx.full[1]];
-  if (!sameWindow(win, ctx.view)) setWindow(ctx, win[0], win[1], { url: false });
+  if (!sameWindow(win, ctx.view)) setWindow(ctx, win[0], win[1], { url: !!fit });
+  else if (fit) writeWindowUrl(ctx);
   if ((state.ev || "") !== (ctx.selectedId || "")) select(ctx, state.ev || "", { fromUrl: true });
   if ((state.q || "") !== ctx.search.value) { ctx.search.value = state.q || ""; runSearch(ctx, state.q || ""); }
   const showFlows = state.flows !== "0";
   if (showFlows !== ctx.showFlows) { ctx.showFlows = showFlows; ctx.flowToggle.checked = showFlows; paint(ctx); }
+}
+
+// The part of a link's window inside the trace: null when it is all inside; else the
+// clamped window (null: the whole trace, when nothing of the link's window is in it) and
+// a note saying what happened, so the page never shows an empty stretch of time.
+function fitToTrace(full, want) {
+  const [f0, f1] = full, [s, e] = want;
+  const tol = Math.max(f1 - f0, 1e-9) * 1e-6;
+  if (s >= f0 - tol && e <= f1 + tol) return null;
+  // In ms, as the URL's keys are: the reader compares the note with the link.
+  const n = (v) => Number(v.toPrecision(6)).toLocaleString("en-US", { maximumFractionDigits: 6 });
+  const span = (a, b) => `${n(a)}–${n(b)} ms`;
+  const lo = Math.max(s, f0), hi = Math.min(e, f1);
+  const inside = hi - lo > (f1 - f0) * 1e-6;
+  const win = inside && !(lo <= f0 + tol && hi >= f1 - tol) ? [lo, hi] : null;
+  const text = `The link's window ${span(s, e)} lies ${inside ? "partly " : ""}outside this trace (${span(f0, f1)}): `
+    + (win ? `showing the part inside it, ${span(lo, hi)}.` : "showing the whole trace.");
+  return { win, note: el("div", { class: "tv-note", id: "tv-clamped-window" }, text) };
 }
 
 function urlWindow(state) {
@@ -201,12 +239,13 @@ function makeContext(key, state, run, details) {
   ctx.status = el("div", { class: "tv-status", id: "tv-status" });
   ctx.card = el("div", { class: "tv-card", id: "tv-card" }, el("p", { class: "muted" }, "Click a slice for its details."));
   ctx.results = el("div", { class: "tv-results", id: "tv-results" });
+  ctx.summary = makeSummary((extra) => apiParams(ctx, extra)); // Alt-drag: the range's slices, tabulated
   ctx.root = el("div", { class: "tv", id: "tv" },
     el("div", { class: "tv-head" }, el("h1", {}, "Trace viewer"),
       el("span", { class: "tv-subtitle muted" }, run.name, hostsLabel(ctx, details), run.kind === "chrome_trace" ? " · Chrome trace" : "")),
     toolbar,
-    el("div", { class: "tv-hint muted" }, "Wheel: zoom at the cursor · drag: pan · shift-drag or drag on the ruler: zoom to a range · W/S zoom, A/D pan, F zoom to selection, 0 reset · wheel over the names: scroll rows"),
-    ctx.status, ctx.stage,
+    el("div", { class: "tv-hint muted" }, "Wheel: zoom at the cursor · drag: pan · shift-drag or drag on the ruler: zoom to a range · alt-drag: summarize a range · W/S zoom, A/D pan, F zoom to selection, 0 reset · wheel over the names: scroll rows"),
+    ctx.status, ctx.stage, ctx.summary.node,
     el("div", { class: "tv-panels" }, ctx.card, ctx.results));
   ctx.g = ctx.canvas.getContext("2d", { alpha: false });
   ctx.og = ctx.overlay.getContext("2d");
@@ -737,7 +776,7 @@ function paintOverlay(ctx) {
     g.fill();
   }
   g.restore();
-  if (ctx.drag && ctx.drag.mode === "range" && ctx.drag.moved) drawRange(ctx, g, H);
+  if (ctx.drag && ctx.drag.mode !== "pan" && ctx.drag.moved) drawRange(ctx, g, H);
 }
 
 // Where slice i is drawn (css px inside the canvas), or null when its row is hidden.
@@ -885,7 +924,7 @@ function wire(ctx) {
     c.focus({ preventScroll: true });
     if (x < GUTTER) return void clickGutter(ctx, y);
     const range = e.shiftKey || y < RULER_H;
-    ctx.drag = { mode: range ? "range" : "pan", x0: x, y0: y, x1: x, moved: false, view: [...ctx.view], top: ctx.scroller.scrollTop };
+    ctx.drag = { mode: e.altKey ? "select" : range ? "range" : "pan", x0: x, y0: y, x1: x, moved: false, view: [...ctx.view], top: ctx.scroller.scrollTop };
     e.preventDefault();
   });
   on(ctx, window, "mousemove", (e) => {
@@ -912,6 +951,10 @@ function wire(ctx) {
     if (dr.mode === "range" && Math.abs(x - dr.x0) > 3) {
       const a = xToTime(ctx, Math.max(GUTTER, Math.min(dr.x0, x))), b = xToTime(ctx, Math.min(ctx.cssW, Math.max(dr.x0, x)));
       setWindow(ctx, a, b);
+    } else if (dr.mode === "select" && Math.abs(x - dr.x0) > 3) {
+      const a = xToTime(ctx, Math.max(GUTTER, Math.min(dr.x0, x))), b = xToTime(ctx, Math.min(ctx.cssW, Math.max(dr.x0, x)));
+      paintOverlay(ctx);
+      ctx.summary.show(a, b);
     } else paintOverlay(ctx);
   });
   on(ctx, c, "mouseleave", () => { ctx.mouseX = null; if (ctx.hover) { ctx.hover = null; paintOverlay(ctx); } hideTip(ctx); });
