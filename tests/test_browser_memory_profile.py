@@ -12,6 +12,7 @@ fresh browser; leak hints come with their evidence. Screenshots go to test-artif
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from urllib.parse import parse_qs, quote, urlencode, urlparse
 from urllib.request import urlopen
@@ -281,3 +282,123 @@ def test_torch_trace_page(open_page, demo_server, demo_logdir):
     if op_index >= 0:
         assert tl["strings"][op_index] in page.inner_text("#mp-event")
     page.screenshot(path=str(ARTIFACTS / "memory_profile_torch.png"), full_page=True)
+
+
+# -- one vocabulary: binary units, labelled peaks, one time axis (issue 16) ------------------
+
+# A byte tick as lib/format.js byteTicks writes it: "0", "800 KiB", "1.5 MiB", "−64 KiB".
+BYTE_TICK = r"^(0|−?\d[\d,]*(\.\d+)? (B|KiB|MiB|GiB|TiB))$"
+Y_TICKS = """sel => [...document.querySelectorAll(sel + ' .yaxislayer-above .ytick text')].map(t => t.textContent)"""
+
+
+def _byte_ticks(page, sel: str) -> list[str]:
+    ticks = page.evaluate(Y_TICKS, sel)
+    assert ticks, f"no y ticks drawn on {sel}"
+    bad = [t for t in ticks if not re.match(BYTE_TICK, t)]
+    assert not bad, f"{sel}: ticks not in binary units: {bad} (all: {ticks})"
+    return ticks
+
+
+def test_byte_axes_say_binary_units(open_page, demo_server):
+    """Every byte axis of both payloads is labelled KiB/MiB/GiB, never Plotly's SI "7.00G"
+    or a bare number under a unit title, before and after the y-scale toggle."""
+    page = open_page(demo_server)
+    page.goto(_view_url(demo_server, run=_run(demo_server, "chrome_trace", "mlp_train")["name"], tool="memory_profile"))
+    _wait_for_page(page)
+    page.wait_for_selector("#mp-categories .main-svg")
+    timeline, categories = _byte_ticks(page, "#mp-timeline"), _byte_ticks(page, "#mp-categories")
+    # The timeline tops out under 1 MiB (peak allocated 845.1 KiB), the categories above it.
+    assert any(t.endswith("KiB") for t in timeline) and any(t.endswith("MiB") for t in categories)
+    for sel in ("#mp-timeline", "#mp-categories"):
+        assert page.evaluate(f"document.querySelector('{sel}').layout.yaxis.tickmode") == "array"
+
+    run = _run(demo_server, "profile", "tf_bfc")
+    page.goto(_view_url(demo_server, run=run["name"], tool="memory_profile"))
+    _wait_for_page(page)
+    use = _byte_ticks(page, "#mp-timeline")
+    page.click(".mp-seg button[data-scale=capacity]")
+    page.wait_for_function("document.getElementById('mp-timeline').layout.yaxis.range[1] > 500")  # MiB: the 1 GiB capacity
+    full = _byte_ticks(page, "#mp-timeline")
+    assert use != full and any(t.endswith("GiB") or t.endswith("MiB") for t in full)
+    page.wait_for_selector("#mp-heap-growth .main-svg")
+    _byte_ticks(page, "#mp-heap-growth")
+
+
+def _x_geometry(page, sel: str) -> dict:
+    return page.evaluate("""sel => {
+        const div = document.querySelector(sel), xa = div._fullLayout.xaxis;
+        const box = div.getBoundingClientRect();
+        return { range: div.layout.xaxis.range.slice(), left: box.left + xa._offset, width: xa._length };
+    }""", sel)
+
+
+def test_torch_charts_share_one_time_axis(open_page, demo_server):
+    """The allocated/reserved timeline and the memory-timeline categories of one trace: the
+    same x range, the same plot area left and width (a time sits at one x on both), and a
+    zoom in either zooms the other; double-click resets both to the same range."""
+    run = _run(demo_server, "chrome_trace", "mlp_train")
+    data = _data(demo_server, run)
+    assert data["categoryTimeline"]["aligned"]
+    page = open_page(demo_server)
+    page.goto(_view_url(demo_server, run=run["name"], tool="memory_profile"))
+    _wait_for_page(page)
+    page.wait_for_selector("#mp-categories .main-svg")
+    a, b = _x_geometry(page, "#mp-timeline"), _x_geometry(page, "#mp-categories")
+    assert a == b, (a, b)
+    # The range covers both series: the trace's memory events and the timeline's samples.
+    times = data["devices"][0]["timeline"]["timeMs"] + data["categoryTimeline"]["timeMs"]
+    assert a["range"][0] <= min(times) and a["range"][1] >= max(times)
+    initial = a["range"]
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.locator("#mp-timeline").scroll_into_view_if_needed()
+    page.screenshot(path=str(ARTIFACTS / "memory_profile_torch_axes.png"), full_page=True)
+
+    def drag(sel, f0, f1):
+        page.locator(sel).scroll_into_view_if_needed()
+        box = page.locator(f"{sel} .nsewdrag").first.bounding_box()
+        y = box["y"] + box["height"] * 0.5
+        page.mouse.move(box["x"] + box["width"] * f0, y)
+        page.mouse.down()
+        page.mouse.move(box["x"] + box["width"] * f1, y, steps=8)
+        page.mouse.up()
+
+    # A drag-zoom on the categories chart: the timeline follows.
+    drag("#mp-categories", 0.2, 0.5)
+    page.wait_for_function("""() => {
+        const r = document.getElementById('mp-timeline').layout.xaxis.range, s = document.getElementById('mp-categories').layout.xaxis.range;
+        return r[0] === s[0] && r[1] === s[1] && r[1] - r[0] < 0.5 * (%f - %f);
+    }""" % (initial[1], initial[0]))
+    a, b = _x_geometry(page, "#mp-timeline"), _x_geometry(page, "#mp-categories")
+    assert a == b and a["range"] != initial
+    # A drag-zoom on the timeline: the categories follow.
+    drag("#mp-timeline", 0.3, 0.6)
+    page.wait_for_function("""r0 => {
+        const r = document.getElementById('mp-timeline').layout.xaxis.range, s = document.getElementById('mp-categories').layout.xaxis.range;
+        return r[0] === s[0] && r[1] === s[1] && r[0] > r0;
+    }""", arg=a["range"][0])
+    # Double-click resets both, to the same shared range.
+    box = page.locator("#mp-timeline .nsewdrag").first.bounding_box()
+    page.mouse.dblclick(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    page.wait_for_function("""r => ['mp-timeline', 'mp-categories'].every(id => {
+        const x = document.getElementById(id).layout.xaxis.range; return Math.abs(x[0] - r[0]) < 1e-9 && Math.abs(x[1] - r[1]) < 1e-9; })""", arg=initial)
+
+
+def test_torch_peaks_are_labelled_with_what_they_count(open_page, demo_server):
+    """A CPU trace's Total Allocated misses the tensors made before the profiler started;
+    the memory timeline counts them: two peaks, each under its own name, none bare."""
+    run = _run(demo_server, "chrome_trace", "mlp_train")
+    data = _data(demo_server, run)
+    s, cat = data["devices"][0]["summary"], data["categoryTimeline"]
+    assert cat["peakBytes"] > s["peakAllocatedBytes"]  # 1.81 MiB vs 845.1 KiB
+    page = open_page(demo_server)
+    page.goto(_view_url(demo_server, run=run["name"], tool="memory_profile"))
+    _wait_for_page(page)
+    page.wait_for_selector("#mp-categories .main-svg")
+    label = lambda key: page.inner_text(f"#mp-summary .mp-tile[data-key={key}] .label")  # noqa: E731
+    assert label("peakAllocated") == "Peak allocated" and int(_tile(page, "peakAllocated")) == s["peakAllocatedBytes"]
+    assert label("peakCategoryTotal") == "Peak of category total" and int(_tile(page, "peakCategoryTotal")) == cat["peakBytes"]
+    # The peak marks on the charts say which peak they are.
+    marks = page.evaluate("""() => ['mp-timeline', 'mp-categories'].map(id =>
+        document.getElementById(id).data.filter(t => t.name === 'peak').map(t => t.text[0]))""")
+    assert marks == [[f"peak allocated {_fmt(page, s['peakAllocatedBytes'])}"], [f"peak of category total {_fmt(page, cat['peakBytes'])}"]]
+    assert "At the peak of category total" in page.inner_text("#mp-category-peak")

@@ -4,8 +4,10 @@ summary table's links scrolling to each run's section. Screenshot in test-artifa
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+from urllib.parse import parse_qs, urlparse
 
 import pytest
 
@@ -48,3 +50,52 @@ def test_report_summary_links_refused_and_hosts(mixed, open_page, tmp_path):  # 
     page.evaluate("window.scrollTo(0, 0)")
     page.screenshot(path=str(ARTIFACTS / "oom_report_logdir_top.png"))
     assert page.evaluate("document.documentElement.scrollWidth") <= 1400
+
+
+def test_report_links_open_the_evidence_on_a_server(demo_server, open_page, tmp_path):
+    """``profscope report --server URL``: the runs worst first under the summary, each
+    peak named by what it counts, evidence as sentences; every evidence link points at that
+    server's dashboard for its run, and clicking one opens the page it names. Without
+    --server the only links are the file's own anchors and the evidence is named in words."""
+    def make(*extra):
+        res = subprocess.run([sys.executable, "-m", "profscope", "report", "--demo", "--device-memory", "16MiB", *extra,
+                              "--cache-dir", str(tmp_path / "cache")], capture_output=True, text=True, timeout=600, check=False)
+        assert res.returncode == 0, res.stderr
+        return res.stdout
+
+    html = make("--server", demo_server)
+    page = open_page(demo_server)
+    page.set_content(html)
+    order = {"UNKNOWN": -1, "LOW": 0, "MEDIUM": 1, "HIGH": 2, "OOM": 3}
+    risks = page.eval_on_selector_all("table.summary tbody tr", "rows => rows.map(r => r.dataset.risk)")
+    assert len(risks) > 5 and risks == sorted(risks, key=lambda k: -order[k]) and risks[0] in ("HIGH", "OOM")
+    measures = page.eval_on_selector_all("table.summary td.peak .measure", "m => m.map(x => x.textContent)")
+    assert len(measures) == len(risks) and set(measures) <= {"peak allocated", "lifetime peak allocated", "peak reserved",
+                                                             "peak of category total", "compiler heap peak"}
+    evidence = page.eval_on_selector_all("section.run .finding .evidence:not(.links)", "e => e.map(x => x.textContent)")
+    assert evidence and all(re.search(r"\d", e) and "=" not in e and "{" not in e for e in evidence), evidence
+    hrefs = page.eval_on_selector_all("a[href]", "a => a.map(x => x.getAttribute('href'))")
+    outside = [h for h in hrefs if not h.startswith("#")]
+    assert outside and all(h.startswith(demo_server) for h in outside), outside
+    for h in outside:
+        q = parse_qs(urlparse(h).query)
+        assert q["run"] and q["tool"], h
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "oom_report_server_links.png"), full_page=True)
+    # A finding's evidence link: the memory profile of the run at its event.
+    link = page.locator("section.run .finding .links a[href*='tool=memory_profile']").first
+    target = parse_qs(urlparse(link.get_attribute("href")).query)
+    link.click()
+    page.wait_for_selector("#mp-summary, #ts-peak", timeout=120_000)
+    assert parse_qs(urlparse(page.url).query)["run"] == target["run"]
+    assert target["run"][0] in page.inner_text("body")
+
+    # Without a server: anchors only, each to an element of the file; evidence in words.
+    html = make()
+    assert not re.search(r'href="https?://', html)
+    page = open_page(demo_server)
+    page.set_content(html)
+    hrefs = page.eval_on_selector_all("a[href]", "a => a.map(x => x.getAttribute('href'))")
+    assert hrefs and all(h.startswith("#") and page.locator(h).count() == 1 for h in hrefs)
+    words = page.eval_on_selector_all("section.run .finding .links", "e => e.map(x => x.textContent)")
+    assert words and all("?" not in w and "memory" in w for w in words), words

@@ -164,3 +164,163 @@ def test_multi_host_page_shows_every_host_and_why_its_module(public_server, open
     page.wait_for_selector("#oom-module")
     assert api["moduleChoice"]["rule"] in page.inner_text("#oom-module")
     assert api["module"] in page.inner_text("#oom-module")
+
+
+# -- one vocabulary (issue 16): one peak per meaning on every page, units, words ------------
+
+# Query parameters of the data API: a page says what to do in words, never these.
+API_NAMES = ("capacity_bytes", "device_memory", "module_name", "memory_id", "threshold_medium", "threshold_high",
+             "peak_bytes_in_use", "peakBytes", "capacitySource")
+
+
+def _get(server, path, **params):
+    with urlopen(f"{server}{path.lstrip('/')}?{urlencode(params)}", timeout=120) as res:
+        return json.loads(res.read())
+
+
+def _page_text(page) -> str:
+    """What a reader sees: the text and every tooltip."""
+    return page.evaluate("() => document.body.innerText + '\\n' + [...document.querySelectorAll('[title]')].map(e => e.title).join('\\n')")
+
+
+def _usage(page) -> dict:
+    """The OOM page's peaks table: {label: (measure, bytes, text)}."""
+    return {r[0]: (r[1], int(r[2]), r[3]) for r in page.evaluate("""() => [...document.querySelectorAll('#oom-usage tr[data-measure]')]
+        .filter(tr => tr.dataset.measure).map(tr => [tr.cells[0].innerText, tr.dataset.measure, tr.cells[1].dataset.bytes, tr.cells[1].innerText])""")}
+
+
+def _mp_tile(page, key):
+    return page.evaluate("""k => { const t = document.querySelector(`#mp-summary .mp-tile[data-key=${k}]`);
+        return t ? [t.querySelector('.label').innerText, Number(t.querySelector('.value').dataset.value), t.querySelector('.value').innerText] : null; }""", key)
+
+
+def _report(*args, cache):
+    res = subprocess.run([sys.executable, "-m", "profscope", "report", "--demo", *args, "--cache-dir", str(cache)],
+                         capture_output=True, text=True, timeout=600, check=False)
+    assert res.returncode == 0, res.stderr
+    return res.stdout
+
+
+@pytest.mark.parametrize("program", ["mlp_train", "leak", "transformer_train"])
+def test_one_peak_per_meaning_on_every_page(demo_server, open_page, tmp_path, program):
+    """One PyTorch trace: its "peak allocated" and its "peak of category total" are the same
+    bytes and the same text on the memory profile page, the OOM risk page and the report,
+    and the OOM headline names which of them rates the run. (On CPU the trace's Total
+    Allocated misses the parameters and optimizer state made before the profiler started,
+    which the memory timeline counts: mlp_train's 845.1 KiB vs 1.81 MiB were once both
+    printed as its "peak".)"""
+    run = f"torch/{program}.pt.trace.json.gz"
+    mp = _get(demo_server, "/api/memory_profile", run=run)
+    api = _api(demo_server, run=run)
+    s, cat = mp["devices"][0]["summary"], mp["categoryTimeline"]
+    by_measure = {u["measure"]: u for u in api["usage"]}
+    assert by_measure["peak allocated"]["bytes"] == s["peakAllocatedBytes"]
+    assert by_measure["peak of category total"]["bytes"] == cat["peakBytes"]
+    assert api["peakMeasure"] == max(api["usage"], key=lambda u: u["bytes"])["measure"]
+    assert api["peakBytes"] == by_measure[api["peakMeasure"]]["bytes"]
+
+    page = open_page(demo_server)
+    page.goto(_url(demo_server, run=run, tool="memory_profile"))
+    page.wait_for_selector("#mp-summary")
+    alloc_tile, cat_tile = _mp_tile(page, "peakAllocated"), _mp_tile(page, "peakCategoryTotal")
+    assert alloc_tile[:2] == ["Peak allocated", s["peakAllocatedBytes"]]
+    assert cat_tile[:2] == ["Peak of category total", cat["peakBytes"]]
+
+    page.goto(_url(demo_server, run=run, tool="oom_risk"))
+    page.wait_for_selector("#oom-usage")
+    usage = _usage(page)
+    shown = {m: (b, t) for m, b, t in usage.values()}
+    assert shown["peak allocated"] == (alloc_tile[1], alloc_tile[2])
+    assert shown["peak of category total"] == (cat_tile[1], cat_tile[2])
+    head = page.inner_text("#oom-peak .label"), page.inner_text("#oom-peak .value")
+    assert head == (api["peakMeasure"], shown[api["peakMeasure"]][1])
+
+    body = json.loads(_report("--run", run, "--format", "json", cache=tmp_path / "cache"))
+    (r,) = body["reports"]
+    assert {u["measure"]: u["bytes"] for u in r["usage"]} == {m: b for m, (b, _) in shown.items()}
+    html = tmp_path / "report.html"
+    html.write_text(_report("--run", run, cache=tmp_path / "cache"))
+    page = open_page(html.as_uri())  # only file:// is let through
+    page.goto(html.as_uri())
+    rows = page.evaluate("""() => [...document.querySelectorAll('table.usage tr')].map(tr => [tr.dataset.measure, Number(tr.cells[1].dataset.bytes), tr.cells[1].innerText])""")
+    assert {m: (b, t) for m, b, t in rows} == shown
+    assert page.inner_text("table.summary td.peak .measure") == api["peakMeasure"]
+    assert page.inner_text("section.run .kv .peak dt") == api["peakMeasure"]
+
+
+def test_snapshot_and_profile_peaks_match_their_pages(demo_server, open_page):
+    """A snapshot's "peak allocated" on the OOM page is the snapshot page's peak of live
+    bytes, its "peak reserved" the allocator's segments; an XProf allocator's two peaks
+    (window, lifetime) are the memory profile's tiles of the same names."""
+    run = "torch_snapshots/flexgen_1.3b.pickle"
+    ov = _get(demo_server, "/api/snapshot/overview", run=run, host="cuda:0")
+    api = _api(demo_server, run=run, host="cuda:0")
+    by = {u["measure"]: u["bytes"] for u in api["usage"]}
+    assert by["peak allocated"] == ov["summary"]["peak"]["bytes"]
+    assert by["peak reserved"] >= by["peak allocated"] and api["peakMeasure"] == "peak reserved"
+    page = open_page(demo_server)
+    page.goto(_url(demo_server, run=run, tool="oom_risk", host="cuda:0"))
+    page.wait_for_selector("#oom-usage")
+    assert {m: b for m, b, _ in _usage(page).values()} == by
+    assert page.inner_text("#oom-peak .label") == "peak reserved"
+
+    run = next(r["name"] for r in _get(demo_server, "/api/runs")["runs"] if "tf_bfc" in r["name"])
+    api = _api(demo_server, run=run)
+    page.goto(_url(demo_server, run=run, tool="memory_profile"))
+    page.wait_for_selector("#mp-summary")
+    window, lifetime = _mp_tile(page, "peak"), _mp_tile(page, "lifetimePeak")
+    assert window[0] == "Peak allocated in window" and lifetime[0] == "Lifetime peak allocated"
+    page.goto(_url(demo_server, run=run, tool="oom_risk"))
+    page.wait_for_selector("#oom-usage")
+    usage = {label.split(" of ")[0]: (b, t) for label, (_, b, t) in _usage(page).items()}
+    assert usage["peak allocated"] == (window[1], window[2])
+    assert usage["lifetime peak allocated"] == (lifetime[1], lifetime[2])
+    assert page.inner_text("#oom-peak .label") == api["peakMeasure"] == "lifetime peak allocated"
+
+
+def test_gauge_reads_the_cards_unit(demo_server, open_page):
+    """The gauge prints the peak in the unit and digits of its card (not "11,296.0 MiB"
+    next to "11.0 GiB"), with and without a capacity."""
+    page = open_page(demo_server)
+    for run, host in (("torch_snapshots/flexgen_oom.pickle", "cuda:0"), ("torch/leak.pt.trace.json.gz", None)):
+        page.goto(_url(demo_server, run=run, tool="oom_risk", **({"host": host} if host else {})))
+        page.wait_for_selector("#oom-gauge .main-svg")
+        card = page.inner_text("#oom-peak .value")
+        page.wait_for_function("() => document.querySelector('#oom-gauge text.number')")
+        assert page.text_content("#oom-gauge text.number") == card, run
+    page.goto(_url(demo_server, run="torch_snapshots/flexgen_oom.pickle", tool="oom_risk", host="cuda:0", capacity="12GB"))
+    page.wait_for_selector("#oom-gauge .main-svg")
+    title = page.evaluate("() => document.getElementById('oom-gauge').data[0].title.text")
+    assert page.inner_text("#oom-peak .value") in title and page.inner_text("#oom-peak .label") in title
+    assert page.inner_text("#oom-cap .value") in title
+
+
+def test_pages_name_no_api_parameter(demo_server, open_page, browser):
+    """The OOM page (capacity unknown, a bad capacity, a finding), the memory profile pages
+    and the report say what to do in words, never with the data API's parameter names."""
+    page = open_page(demo_server)
+    views = [dict(run="torch/leak.pt.trace.json.gz", tool="oom_risk"), dict(run="mlp/2026_11_29_19_47_08", tool="oom_risk"),
+             dict(run="torch_snapshots/flexgen_1.3b.pickle", tool="oom_risk", host="cuda:0"),
+             dict(run="torch/leak.pt.trace.json.gz", tool="memory_profile")]
+    tf = next(r["name"] for r in _get(demo_server, "/api/runs")["runs"] if "tf_bfc" in r["name"])
+    views += [dict(run=tf, tool="memory_profile"), dict(run=tf, tool="oom_risk")]
+    for state in views:
+        page.goto(_url(demo_server, **state))
+        page.wait_for_selector("#oom-usage, #mp-breakdown-table")
+        text = _page_text(page)
+        assert not [n for n in API_NAMES if n in text], (state, [n for n in API_NAMES if n in text])
+    page.goto(_url(demo_server, run="torch/leak.pt.trace.json.gz", tool="oom_risk"))
+    page.wait_for_selector("#oom-cap")
+    assert "enter the device's memory above" in page.inner_text("#oom-cap")
+    # A capacity of 0 bytes: the error says "device memory", not a parameter. Its own
+    # context: Chromium logs the 400 as a console error, which open_page counts as one.
+    ctx = browser.new_context(viewport={"width": 1400, "height": 900})
+    ctx.route("**/*", lambda r: r.continue_() if urlparse(r.request.url).netloc == urlparse(demo_server).netloc else r.abort())
+    try:
+        page = ctx.new_page()
+        page.goto(_url(demo_server, run="torch/leak.pt.trace.json.gz", tool="oom_risk", capacity="0"))
+        page.wait_for_selector(".error")
+        text = _page_text(page)
+        assert "device memory must be positive" in text and not [n for n in API_NAMES if n in text]
+    finally:
+        ctx.close()

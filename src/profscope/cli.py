@@ -93,6 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--capacity-bytes", metavar="N", help="capacity in bytes (wins over --device-memory)")
     report.add_argument("--format", choices=("html", "json", "markdown"), default="html", help="output format (default html)")
     report.add_argument("-o", "--output", metavar="FILE", help="write here instead of standard output")
+    report.add_argument("--server", metavar="URL", help="URL of a running `profscope serve` of the same log directory "
+                        "(http://127.0.0.1:8791/): the report's evidence links open there")
     report.add_argument("--fail-on", type=str.upper, choices=("LOW", "MEDIUM", "HIGH", "OOM"),
                         help="exit 1 when a run's risk is at or above this tier")
     report.add_argument("--cache-dir", help="where converted results are kept (default ~/.cache/profscope)")
@@ -257,6 +259,8 @@ def cmd_report(args) -> int:
     start = time.perf_counter()
     # Bad parameters are reported before any file is read.
     capacity = _positive_int(args.capacity_bytes, "capacity_bytes")
+    if args.server and not re.match(r"https?://[^/\s]+", args.server):
+        raise BadRequest(f"--server must be an http(s) URL such as http://127.0.0.1:8791/, not {args.server!r}")
     oom_risk.requested_capacity(capacity, args.device_memory)
     query = OomRiskQuery(host=args.host, module_name=args.module, capacity_bytes=capacity,
                          device_memory=args.device_memory or None)
@@ -282,8 +286,9 @@ def cmd_report(args) -> int:
         raise ProfscopeError(f"nothing could be read: {len(refused)} run(s) refused: "
                              + "; ".join(f"{x['file']}: {x['problem']}" for x in refused))
     source = args.logdir or "demo"
-    text = {"html": lambda: report.render_html(reports, source, refused), "json": lambda: report.render_json(reports, refused),
-            "markdown": lambda: report.render_markdown(reports, source, refused)}[args.format]()
+    text = {"html": lambda: report.render_html(reports, source, refused, server=args.server),
+            "json": lambda: report.render_json(reports, refused),
+            "markdown": lambda: report.render_markdown(reports, source, refused, server=args.server)}[args.format]()
     worst = report.worst(reports)
     if args.output:
         Path(args.output).write_text(text, encoding="utf-8")

@@ -29,6 +29,20 @@ OOM_MAX_STACKS = 500
 RISK_TIERS = oom_risk.TIERS
 
 
+# The report (frontend/report.py) prints the assessment's numbers and evidence in the
+# words the OOM page uses; the tool owns those rules, the report reaches them here.
+def fmt_bytes(n) -> str:
+    return oom_risk.fmt_bytes(n)
+
+
+def evidence_sentence(e: dict, end: str = ".", capital: bool = True) -> str:
+    return oom_risk.evidence_sentence(e, end=end, capital=capital)
+
+
+def evidence_examples(e: dict) -> list[str]:
+    return oom_risk.evidence_examples(e)
+
+
 class OomAssessment:
     """Part of :class:`~profscope.app.workspace.Workspace`: OOM risk."""
 
@@ -57,7 +71,7 @@ class OomAssessment:
             progress.update(0.0, "ranking the modules by peak")
             modules = self.module_peaks(run) if run.kind is RunKind.PROFILE or run.kind is RunKind.XLA_DUMP else []
             name = query.module_name
-            module_choice = {"rule": "requested (module_name)"} if name else None
+            module_choice = {"rule": "requested"} if name else None
             if not name:
                 # The module that ran most (total time of its module events in the
                 # profile: what the user means by "the step"), else the highest peak among

@@ -10,11 +10,13 @@ import math
 import re
 from datetime import UTC, datetime
 from pathlib import Path
+from urllib.parse import quote, urlencode
 
 from jinja2 import Environment, FileSystemLoader, Undefined, select_autoescape
 from markupsafe import Markup
 
 from profscope import __version__
+from profscope.app import oom
 from profscope.app.oom import RISK_TIERS
 from profscope.app.queries import OomRiskQuery
 from profscope.app.workspace import Workspace
@@ -142,76 +144,68 @@ def anchor(r: dict, i: int) -> str:
 
 
 def fmt_bytes(n) -> str:
+    """Binary units, the pages' rule (tools/oom_risk.py fmt_bytes = lib/format.js fmtBytes):
+    the report prints the number the page shows."""
     if n is None or isinstance(n, Undefined):  # a field a payload may leave out
         return "—"
-    n = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
-        n /= 1024
-    return ""
+    return oom.fmt_bytes(n)
 
 
 def fmt_pct(x) -> str:
     return "—" if x is None or isinstance(x, Undefined) else f"{100 * x:.1f} %"
 
 
+# A link's keys, in the dashboard's URL order (lib/state.js): the run first.
+LINK_KEYS = ("run", "tool", "host", "module_name", "buffer", "memory_id", "t", "q")
+TOOL_WORDS = {"memory_profile": "memory profile", "memory_viewer": "memory viewer", "oom_risk": "OOM risk", "trace_viewer": "trace viewer"}
+
+
 def link_text(link: dict) -> str:
-    """A dashboard query for a row's evidence (append to the profscope server's URL)."""
-    keys = ("tool", "module_name", "buffer", "memory_id", "host", "t", "q")
-    return "?" + "&".join(f"{k}={link[k]}" for k in keys if link.get(k) not in (None, ""))
+    """Where a link points, in words ("memory profile, device CPU, at 9.07 ms"): what the
+    report prints when it has no server to link to, and the text of a link when it has."""
+    tool = TOOL_WORDS.get(link.get("tool") or "", (link.get("tool") or "").replace("_", " "))
+    parts = [tool]
+    if link.get("module_name"):
+        parts.append(f"module {link['module_name']}")
+    if link.get("buffer") not in (None, ""):
+        parts.append(f"buffer {link['buffer']}")
+    if link.get("memory_id"):
+        parts.append(f"on {link['memory_id']}")  # an allocator (profiles) or a device (PyTorch traces)
+    if link.get("host"):
+        parts.append(f"on {link['host']}")
+    t = link.get("t")
+    if t not in (None, ""):
+        # A snapshot's t is an event index (torch_snapshot.js: host cuda:N); else ms.
+        try:
+            parts.append(f"event {t}" if str(link.get("host") or "").startswith("cuda") else f"at {float(t):.3f} ms")
+        except ValueError:  # not a number: say it as it is
+            parts.append(f"at {t}")
+    if link.get("q"):
+        parts.append(f"filtered by {link['q']}")
+    return ", ".join(parts)
 
 
-def _words(key: str) -> str:
-    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", " ", key).lower()
+def link_href(link: dict, run: str, server: str | None) -> str | None:
+    """The dashboard URL of a link on ``server`` (a running ``profscope serve`` of the same
+    log directory), or None without one: the report has no other place to open it."""
+    if not server:
+        return None
+    state = {"run": run, **{k: link[k] for k in LINK_KEYS[1:] if link.get(k) not in (None, "")}}
+    return f"{server.rstrip('/')}/?{urlencode(state, quote_via=quote)}"
 
 
-def _value(key: str, v) -> str:
-    k = key.lower()
-    if isinstance(v, bool):
-        return "yes" if v else "no"
-    if isinstance(v, (int, float)) and "bytes" in k:
-        return f"{fmt_bytes(v)} ({int(v):,} bytes{' per step' if k.endswith('perstep') else ''})"
-    # A fraction (a share, a threshold, a fragmentation figure) reads as a percentage;
-    # a fit's r2 and a ratio of peaks do not.
-    if isinstance(v, float) and 0 <= v <= 1 and k != "r2" and "ratio" not in k:
-        return fmt_pct(v)
-    if isinstance(v, float) and ("ratio" in k or k == "threshold"):
-        return f"{v:.2f}×"
-    if isinstance(v, float):
-        return f"{v:.3g}"
-    if isinstance(v, int):
-        return f"{v:,}"
-    if isinstance(v, list):
-        shown = ", ".join(_value(key, x) for x in v[:6])
-        return shown + (f", … ({len(v)} values)" if len(v) > 6 else "")
-    if isinstance(v, dict):
-        return "(" + evidence_text(v, end="", capital=False) + ")"
-    return "—" if v is None else str(v)
+def run_href(r: dict, server: str | None) -> str | None:
+    """The run's own OOM risk page on ``server``."""
+    return link_href({"tool": "oom_risk", **({"host": r["host"]} if r.get("host") and r["kind"] == "torch_snapshot" else {})}, r["run"], server)
 
 
 def evidence_text(e: dict, end: str = ".", capital: bool = True) -> str:
-    """A finding's evidence as a sentence ("activation 12.00 MiB (12,582,912 bytes), share
-    61.0 %, threshold 50.0 %."), not JSON; ``examples`` are rendered apart."""
-    labels = {_words(k) for k in e}
-    parts = []
-    for k, v in e.items():
-        if k == "examples":
-            continue
-        label = _words(k)
-        # The value already says "bytes"; keep the word where dropping it would make the
-        # label another key's (category vs categoryBytes).
-        if label.endswith(" bytes") and label != "bytes" and label[: -len(" bytes")] not in labels:
-            label = label[: -len(" bytes")]
-        parts.append(f"{label} {_value(k, v)}")
-    text = ", ".join(parts)
-    if not text:
-        return ""
-    return (text[:1].upper() + text[1:] if capital else text) + end
+    """A finding's evidence as a sentence with its numbers (tools/oom_risk.py)."""
+    return oom.evidence_sentence(e, end=end, capital=capital)
 
 
 def examples_text(e: dict) -> list[str]:
-    return [evidence_text(x) if isinstance(x, dict) else str(x) for x in (e.get("examples") or [])]
+    return oom.evidence_examples(e)
 
 
 # ---------------------------------------------------------------------------
@@ -238,13 +232,17 @@ def svg_gauge(r: dict, width: int = 720, height: int = 86) -> str:
     color = RISK_COLORS[r["risk"]]
     parts.append(f'<rect class="peak" x="{left}" y="{top + 6}" width="{max(1.0, x(peak) - left):.1f}" height="{bar_h - 12}" fill="{color}"/>')
     if cap:
-        for frac, label in ((th["medium"], f"{100 * th['medium']:.0f} %"), (th["high"], f"{100 * th['high']:.0f} %")):
-            parts.append(f'<line x1="{x(frac * cap):.1f}" x2="{x(frac * cap):.1f}" y1="{top}" y2="{top + bar_h}" stroke="#9aa1ad" stroke-dasharray="3,2"/>')
-            parts.append(f'<text x="{x(frac * cap):.1f}" y="{top - 6}" text-anchor="middle" font-size="11" fill="#5f6673">{label}</text>')
+        # Threshold labels only where they fit apart (a capacity far below the peak
+        # squeezes them into a few pixels); the capacity's label stays inside the chart.
+        if x(th["high"] * cap) - x(th["medium"] * cap) >= 34:
+            for frac, label in ((th["medium"], f"{100 * th['medium']:.0f} %"), (th["high"], f"{100 * th['high']:.0f} %")):
+                parts.append(f'<line x1="{x(frac * cap):.1f}" x2="{x(frac * cap):.1f}" y1="{top}" y2="{top + bar_h}" stroke="#9aa1ad" stroke-dasharray="3,2"/>')
+                parts.append(f'<text x="{x(frac * cap):.1f}" y="{top - 6}" text-anchor="middle" font-size="11" fill="#5f6673">{label}</text>')
         parts.append(f'<line x1="{x(cap):.1f}" x2="{x(cap):.1f}" y1="{top - 4}" y2="{top + bar_h + 4}" stroke="#1d2330" stroke-width="2"/>')
-        parts.append(f'<text x="{min(x(cap), width - 4):.1f}" y="{top + bar_h + 18}" text-anchor="end" font-size="12" fill="#1d2330">capacity {html.escape(fmt_bytes(cap))}</text>')
+        cap_anchor = "end" if x(cap) > width * 0.3 else "start"
+        parts.append(f'<text x="{min(max(x(cap), left), width - 4):.1f}" y="{top + bar_h + 18}" text-anchor="{cap_anchor}" font-size="12" fill="#1d2330">capacity {html.escape(fmt_bytes(cap))}</text>')
     anchor = "start" if x(peak) < width * 0.6 else "end"
-    parts.append(f'<text x="{x(peak):.1f}" y="{top + bar_h + 32 if cap else top + bar_h + 18}" text-anchor="{anchor}" font-size="12" fill="{color}" font-weight="600">peak {html.escape(fmt_bytes(peak))}'
+    parts.append(f'<text x="{x(peak):.1f}" y="{top + bar_h + 32 if cap else top + bar_h + 18}" text-anchor="{anchor}" font-size="12" fill="{color}" font-weight="600">{html.escape(r.get("peakMeasure") or "peak")} {html.escape(fmt_bytes(peak))}'
                  f'{"" if not cap else " · " + fmt_pct(r["utilization"])}</text>')
     parts.append("</svg>")
     return "".join(parts)
@@ -343,18 +341,22 @@ def svg_modules(r: dict, width: int = 720, limit: int = 15) -> str:
 # ---------------------------------------------------------------------------
 
 
-def render_html(reports: list[dict], source: str, refused: list[dict] | None = None) -> str:
+def render_html(reports: list[dict], source: str, refused: list[dict] | None = None, server: str | None = None) -> str:
+    """The report as one offline HTML file. ``server``: the URL of a running ``profscope
+    serve`` of the same log directory; every evidence link then opens there (without one,
+    the links inside the file are its own anchors and evidence is named in words)."""
     env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(["html"]))
     env.filters["bytes"] = fmt_bytes
     env.filters["pct"] = fmt_pct
-    env.filters["link"] = link_text
+    env.filters["where"] = link_text
     env.filters["evidence"] = evidence_text
     env.filters["examples"] = examples_text
     reports = ordered(reports)
     charts = [{"gauge": Markup(svg_gauge(r)), "treemap": Markup(svg_treemap(r)), "modules": Markup(svg_modules(r))} for r in reports]
     return env.get_template("oom_report.html").render(
         reports=reports, charts=charts, anchors=[anchor(r, i) for i, r in enumerate(reports)], refused=refused or [],
-        source=source, version=__version__, worst=worst(reports),
+        source=source, version=__version__, worst=worst(reports), server=server,
+        href=lambda link, run: link_href(link, run, server), run_href=lambda r: run_href(r, server),
         colors=RISK_COLORS, category_colors=CATEGORY_COLORS,
         generated=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
     )
@@ -364,14 +366,20 @@ def _cap_text(r: dict) -> str:
     return "unknown" if r.get("capacityBytes") is None else f"{fmt_bytes(r['capacityBytes'])} ({r.get('capacitySource') or '—'})"
 
 
-def render_markdown(reports: list[dict], source: str, refused: list[dict] | None = None) -> str:
+def _md_link(link: dict, run: str, server: str | None) -> str:
+    href = link_href(link, run, server)
+    return f"[{link_text(link)}]({href})" if href else link_text(link)
+
+
+def render_markdown(reports: list[dict], source: str, refused: list[dict] | None = None, server: str | None = None) -> str:
     reports = ordered(reports)
     lines = [f"# OOM risk: {worst(reports)}", "", f"Source: `{source}` · profscope {__version__} · "
              f"{len(reports)} assessed, {len(refused or [])} refused", ""]
-    lines += ["| run | verdict | peak | capacity (source) | headroom | utilization |", "|---|---|---:|---|---:|---:|"]
+    lines += ["| run | risk | peak (what it counts) | capacity (source) | headroom | utilization |", "|---|---|---:|---|---:|---:|"]
     for r in reports:
         where = r["run"] + (f" ({r['host']})" if r.get("host") else "")
-        lines.append(f"| {where} | {r['risk']} | {fmt_bytes(r['peakBytes'])} | {_cap_text(r)} | {fmt_bytes(r['headroomBytes'])} | {fmt_pct(r['utilization'])} |")
+        lines.append(f"| {where} | {r['risk']} | {fmt_bytes(r['peakBytes'])} ({r.get('peakMeasure') or 'peak'}) | {_cap_text(r)} | "
+                     f"{fmt_bytes(r['headroomBytes'])} | {fmt_pct(r['utilization'])} |")
     lines.append("")
     if refused:
         lines += ["## Refused", "", "| file | problem |", "|---|---|"]
@@ -382,7 +390,7 @@ def render_markdown(reports: list[dict], source: str, refused: list[dict] | None
         cap = "unknown" if r["capacityBytes"] is None else f"{r['capacityBytes']:,} bytes ({fmt_bytes(r['capacityBytes'])})"
         lines += [f"## {where}: {r['risk']}", "", f"{r['reason']}.", ""]
         lines += ["| | |", "|---|---|",
-                  f"| peak | {r['peakBytes']:,} bytes ({fmt_bytes(r['peakBytes'])}), {r['peakSource']} |",
+                  f"| {r.get('peakMeasure') or 'peak'} | {r['peakBytes']:,} bytes ({fmt_bytes(r['peakBytes'])}), {r['peakSource']} |",
                   f"| capacity | {cap} from {r['capacitySource'] or '—'} |",
                   f"| utilization | {fmt_pct(r['utilization'])} |",
                   f"| headroom | {fmt_bytes(r['headroomBytes'])} |",
@@ -401,12 +409,18 @@ def render_markdown(reports: list[dict], source: str, refused: list[dict] | None
                 on = f" on {f['host']}" if f.get("host") and r.get("hosts") else ""
                 lines.append(f"- **{f['title']}** ({f['severity']}{on}): {f['message']} Evidence: {evidence_text(f['evidence'])}".rstrip())
                 lines += [f"  - {x}" for x in examples_text(f["evidence"])]
+                if f.get("links"):
+                    lines.append("  - open: " + ", ".join(_md_link(x, r["run"], server) for x in f["links"]))
             lines.append("")
         if r["contributors"]:
             lines += ["### Contributors at the peak", "", "| category | bytes | share | buffers | largest |", "|---|---:|---:|---:|---|"]
             for c in r["contributors"]:
                 top = c["items"][0]["name"] if c["items"] else ""
                 lines.append(f"| {c['label']} | {c['bytes']:,} | {fmt_pct(c['share'])} | {c['count']} | `{top}` |")
+            lines.append("")
+        if len(r.get("usage") or []) > 1:
+            lines += ["### Peaks", "", "| what it counts | bytes | from |", "|---|---:|---|"]
+            lines += [f"| {u['label']} | {fmt_bytes(u['bytes'])} | {u['detail']} |" for u in r["usage"]]
             lines.append("")
         if r["modules"]:
             lines += ["### Modules", "", "| module | peak bytes | utilization |", "|---|---:|---:|"]

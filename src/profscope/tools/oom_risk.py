@@ -24,8 +24,12 @@ Otherwise the capacity is unknown and so is the tier
 
 Usage (``peakBytes``): the largest of the compiled peak of the chosen module (memory viewer
 ``peakBytes``: heap-simulated peak + arguments, outputs and constants), the allocator's
-peak (stack + heap at its peak; XProf's lifetime peak if larger) and a snapshot's peak
-(max of the active-bytes timeline and the reserved bytes at that event and at the end).
+peak (stack + heap at its peak; XProf's lifetime peak if larger), a PyTorch trace's peaks
+(``Total Allocated``, ``Total Reserved`` and the memory timeline's category total) and a
+snapshot's peak (max of the active-bytes timeline and the reserved bytes at that event and
+at the end). Every figure is a ``usage`` row whose ``measure`` is one of :data:`MEASURES`,
+the words every page prints beside a peak (an allocator's lifetime peak is "lifetime peak
+allocated"); ``peakMeasure`` names the one that won.
 
 Tiers (``thresholds`` come with every answer): ``OOM`` when an OOM event was recorded or
 the peak exceeds the capacity; else ``HIGH`` when utilization >= high (0.90); ``MEDIUM``
@@ -49,6 +53,8 @@ __all__ = [
     "allocator_evidence",
     "assess",
     "classify_frames",
+    "evidence_sentence",
+    "fmt_bytes",
     "compiled_evidence",
     "device_capacity",
     "requested_capacity",
@@ -59,6 +65,16 @@ __all__ = [
 ]
 
 TIERS = ("LOW", "MEDIUM", "HIGH", "OOM")
+# What a peak counts, in the words every page and the report print beside it (the memory
+# profile's tiles say the same): bytes in live allocations or tensors; allocator segments
+# (PyTorch's reserved, cached memory included); a sum of categories (PyTorch's memory
+# timeline, which also counts tensors made before the profiler started); XLA's heap
+# simulator (plus arguments, outputs and constants, as the memory viewer's peak).
+PEAK_ALLOCATED = "peak allocated"
+PEAK_RESERVED = "peak reserved"
+PEAK_CATEGORY_TOTAL = "peak of category total"
+COMPILER_HEAP_PEAK = "compiler heap peak"
+MEASURES = (PEAK_ALLOCATED, PEAK_RESERVED, PEAK_CATEGORY_TOTAL, COMPILER_HEAP_PEAK)
 DEFAULT_THRESHOLDS = {"medium": 0.70, "high": 0.90}
 MIB = 1 << 20
 GIB = 1 << 30
@@ -172,7 +188,7 @@ def requested_capacity(capacity_bytes: int | None = None, device_memory: str | N
     if capacity_bytes is not None:
         if capacity_bytes <= 0:
             raise BadRequest(f"parameter 'capacity_bytes' must be a positive integer (bytes), not {capacity_bytes}")
-        return {"bytes": capacity_bytes, "source": "request", "detail": f"capacity_bytes={capacity_bytes}"}
+        return {"bytes": capacity_bytes, "source": "request", "detail": f"given: {capacity_bytes:,} bytes"}
     if device_memory:
         text = device_memory.strip()
         size = parse_size(text)
@@ -589,7 +605,12 @@ def torch_trace_evidence(payload: dict) -> dict | None:
         source_peak = 0
     return {
         "kind": "torch_trace", "device": dev["device"], "link": link,
+        # The largest of the three: on CPU, Total Allocated counts only what was allocated
+        # while the profiler recorded, and the memory timeline also counts the parameters
+        # and optimizer state made before (demo/logdir/torch/README.md), so it is larger.
         "peakBytes": max(int(s["peakAllocatedBytes"]), int(s.get("peakReservedBytes") or 0), source_peak),
+        "allocatedPeakTimeMs": s.get("peakAllocatedTimeMs"), "reservedPeakTimeMs": s.get("peakReservedTimeMs"),
+        "categoryPeakTimeMs": ct.get("peakTimeMs") if source_peak else None,
         "allocatedPeakBytes": int(s["peakAllocatedBytes"]), "reservedPeakBytes": int(s.get("peakReservedBytes") or 0),
         "categoryPeakBytes": source_peak or None, "items": items, "leakHints": dev.get("leakHints") or [],
     }
@@ -601,16 +622,92 @@ def torch_trace_evidence(payload: dict) -> dict | None:
 
 
 def _finding(fid: str, severity: str, title: str, message: str, evidence: dict, links: list[dict] | None = None) -> dict:
-    return {"id": fid, "severity": severity, "title": title, "message": message, "evidence": evidence, "links": links or []}
+    # evidenceText/evidenceExamples: what the page and the report print (the numbers in
+    # a sentence); evidence keeps the raw figures for scripts.
+    return {"id": fid, "severity": severity, "title": title, "message": message, "evidence": evidence,
+            "evidenceText": evidence_sentence(evidence), "evidenceExamples": evidence_examples(evidence), "links": links or []}
 
 
-def _fmt(n: float) -> str:
+def fmt_bytes(n) -> str:
+    """Bytes in binary units with the rule of the pages' fmtBytes (lib/format.js): an
+    integer below 1 KiB, else two decimals under 10 and one above ("845.1 KiB", "1.81
+    MiB"), so the report and every message read the number the page shows."""
+    if n is None:
+        return "—"
     n = float(n)
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}" if abs(n) < 10 else f"{n:.1f} {unit}"
         n /= 1024
-    return f"{n:.2f} TiB"
+    return ""
+
+
+_fmt = fmt_bytes
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f} %"
+
+
+def _words(key: str) -> str:
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", " ", key).lower()
+
+
+# Evidence keys said in words (the rest: camelCase split into words).
+_EVIDENCE_WORDS = {"r2": "r²", "stepSource": "steps from", "bytesPerStep": "growth per step", "liveBytesAtStepEnd": "live at each step's end",
+                   "trainingStep": "training step", "stepsGrowing": "steps that grew", "stepsCompared": "steps compared"}
+
+
+def _evidence_value(key: str, v) -> str:
+    k = key.lower()
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, (int, float)) and "bytes" in k:
+        return f"{fmt_bytes(v)} ({int(v):,} bytes{' per step' if k.endswith('perstep') else ''})"
+    # A fraction (a share, a threshold, a fragmentation figure) reads as a percentage;
+    # a fit's r2 and a ratio of peaks do not.
+    if isinstance(v, float) and 0 <= v <= 1 and k != "r2" and "ratio" not in k:
+        return _pct(v)
+    if isinstance(v, float) and ("ratio" in k or k == "threshold"):
+        return f"{v:.2f}×"
+    if isinstance(v, float):
+        return f"{v:.3g}"
+    if isinstance(v, int):
+        return f"{v:,}"
+    if isinstance(v, list):
+        if "bytes" in k and v and all(isinstance(x, (int, float)) for x in v):
+            shown = ", ".join(fmt_bytes(x) for x in v[:6])  # a series: the numbers, in one unit each
+        else:
+            shown = ", ".join(_evidence_value(key, x) for x in v[:6])
+        return shown + (f", … ({len(v)} values)" if len(v) > 6 else "")
+    if isinstance(v, dict):
+        return "(" + evidence_sentence(v, end="", capital=False) + ")"
+    return "—" if v is None else str(v)
+
+
+def evidence_sentence(e: dict, end: str = ".", capital: bool = True) -> str:
+    """A finding's evidence as a sentence with its numbers ("Activation 12.0 MiB
+    (12,582,912 bytes), share 61.0 %, threshold 50.0 %."), never the payload's key=value
+    pairs; ``examples`` are rendered apart (:func:`evidence_examples`)."""
+    labels = {_words(k) for k in e}
+    parts = []
+    for k, v in e.items():
+        if k == "examples" or v is None:
+            continue
+        label = _EVIDENCE_WORDS.get(k) or _words(k)
+        # The value already says "bytes"; keep the word where dropping it would make the
+        # label another key's (category vs categoryBytes).
+        if label.endswith(" bytes") and label != "bytes" and label[: -len(" bytes")] not in labels:
+            label = label[: -len(" bytes")]
+        parts.append(f"{label} {_evidence_value(k, v)}")
+    text = ", ".join(parts)
+    if not text:
+        return ""
+    return (text[:1].upper() + text[1:] if capital else text) + end
+
+
+def evidence_examples(e: dict) -> list[str]:
+    return [evidence_sentence(x) if isinstance(x, dict) else str(x) for x in (e.get("examples") or [])]
 
 
 def undonated_arguments(ev: dict) -> list[dict]:
@@ -922,6 +1019,54 @@ def _byte_count(value) -> int | None:
         return None
     return n if 0 < n < 2**63 else None
 
+
+def _usage_rows(e: dict) -> list[dict]:
+    """The peak figures of one piece of evidence, each a ``usage`` row labelled with what
+    it counts (``measure``, one of :data:`MEASURES`): the label reads the same on every
+    page, so one run's "peak allocated" is one number everywhere."""
+    def row(measure, where, nbytes, detail, link, kind="runtime"):
+        return {"kind": kind, "measure": measure, "label": f"{measure} {where}", "bytes": int(nbytes), "detail": detail, "link": link}
+
+    if e["kind"] == "compiled":
+        return [row(COMPILER_HEAP_PEAK, f"of {e['moduleName']}", e["peakBytes"],
+                    e.get("peakFrom") or "memory viewer: heap-simulated peak + arguments, outputs and constants",
+                    {"tool": "memory_viewer", "module_name": e["moduleName"]}, kind="compiled")]
+    if e["kind"] == "allocator":
+        link = _peak_link(e)
+        rows = [row(PEAK_ALLOCATED, f"of {e['memoryId']}", e["peakInUseBytes"],
+                    "stack + heap in use at the allocator's peak in the profiled window", link)]
+        if e["lifetimePeakBytes"] > e["peakInUseBytes"]:
+            # The same count over a longer time, named as the memory profile's tile names it.
+            rows.append(row(f"lifetime {PEAK_ALLOCATED}", f"of {e['memoryId']}", e["lifetimePeakBytes"],
+                            "the allocator's peak bytes in use since it was created (before the window too)", link))
+        return rows
+    if e["kind"] == "torch_trace":
+        on = f"on {e['device']}"
+        rows = [row(PEAK_ALLOCATED, on, e["allocatedPeakBytes"],
+                    "the trace's Total Allocated: bytes in live tensors"
+                    + (" (on CPU, only those allocated while the profiler recorded)" if e["device"] == "CPU" else ""),
+                    {**e["link"], "label": "peak"})]
+        if e["reservedPeakBytes"]:
+            t = e.get("reservedPeakTimeMs")
+            rows.append(row(PEAK_RESERVED, on, e["reservedPeakBytes"], "the trace's Total Reserved: the caching allocator's segments",
+                            {**e["link"], **({"t": repr(t)} if t is not None else {}), "label": "peak reserved"}))
+        if e["categoryPeakBytes"]:
+            t = e.get("categoryPeakTimeMs")
+            rows.append(row(PEAK_CATEGORY_TOTAL, on, e["categoryPeakBytes"],
+                            "PyTorch's memory timeline (export_memory_timeline): every category summed, "
+                            "tensors made before the profiler started included",
+                            {**e["link"], **({"t": repr(t)} if t is not None else {}), "label": "category peak"}))
+        return rows
+    link = _peak_link(e)
+    rows = [row(PEAK_ALLOCATED, f"on {e['host']}", e["activePeakBytes"], "the snapshot's live (requested) bytes at their peak", link)]
+    reserved = max(e["reservedAtPeakBytes"], e["finalReservedBytes"])
+    if reserved:
+        rows.append(row(PEAK_RESERVED, f"on {e['host']}", reserved,
+                        f"the caching allocator's segments: {e['reservedAtPeakBytes']:,} bytes at the allocated peak, "
+                        f"{e['finalReservedBytes']:,} at the end (the larger)", link))
+    return rows
+
+
 def assess(*, compiled: dict | None = None, allocator: dict | None = None, snapshot: dict | None = None,
            modules: list[dict] | None = None, requested: dict | None = None, device_name: str | None = None,
            devices: list[dict] | None = None, torch_trace: dict | None = None,
@@ -937,27 +1082,14 @@ def assess(*, compiled: dict | None = None, allocator: dict | None = None, snaps
     # makes) or, with nothing, leave the peak unknown rather than rate "0 bytes" LOW.
     unknown_peak = compiled is not None and not compiled["peakBytes"] and len(evs) == 1
     usage = []
+    headline = []  # per evidence: its usage row whose bytes are its peakBytes
     for e in evs:
-        if e["kind"] == "compiled":
-            usage.append({"kind": "compiled", "label": f"compiled peak of {e['moduleName']}", "bytes": e["peakBytes"],
-                          "detail": e.get("peakFrom") or "memory viewer: heap-simulated peak + arguments, outputs and constants",
-                          "link": {"tool": "memory_viewer", "module_name": e["moduleName"]}})
-        elif e["kind"] == "allocator":
-            usage.append({"kind": "runtime", "label": f"allocator peak of {e['memoryId']}", "bytes": e["peakBytes"],
-                          "detail": f"stack + heap at the peak {e['peakInUseBytes']:,}; lifetime peak {e['lifetimePeakBytes']:,}",
-                          "link": _peak_link(e)})
-        elif e["kind"] == "torch_trace":
-            usage.append({"kind": "runtime", "label": f"profiler trace peak on {e['device']}", "bytes": e["peakBytes"],
-                          "detail": f"Total Allocated peak {e['allocatedPeakBytes']:,}; Total Reserved peak {e['reservedPeakBytes']:,}"
-                                    + (f"; memory-timeline peak {e['categoryPeakBytes']:,}" if e["categoryPeakBytes"] else ""),
-                          "link": _peak_link(e)})
-        else:
-            usage.append({"kind": "runtime", "label": f"snapshot peak on {e['host']}", "bytes": e["peakBytes"],
-                          "detail": f"active peak {e['activePeakBytes']:,}; reserved at that event {e['reservedAtPeakBytes']:,}; "
-                                    f"reserved at the end {e['finalReservedBytes']:,}",
-                          "link": _peak_link(e)})
+        rows = _usage_rows(e)
+        usage += rows
+        headline.append(max(rows, key=lambda u: u["bytes"]))  # the first of equal figures
     main = max(evs, key=lambda e: e["peakBytes"]) if evs else None
     peak = main["peakBytes"] if main else 0
+    measure = headline[evs.index(main)]["measure"] if main else "peak"
 
     # Capacity: the first source that applies (order documented above).
     cap = None
@@ -996,11 +1128,11 @@ def assess(*, compiled: dict | None = None, allocator: dict | None = None, snaps
         # device's memory for its BFC allocator and cannot use the rest
         # (docs.jax.dev/en/latest/gpu_memory_allocation.html): a device's full memory
         # would rate a run LOW that can still OOM. With XLA_PYTHON_CLIENT_PREALLOCATE=false
-        # or another fraction, give the capacity (capacity_bytes / --device-memory SIZE).
+        # or another fraction, the user gives the capacity (the page's field, --device-memory SIZE).
         full = cap["bytes"]
         cap = {**cap, "bytes": full * 3 // 4, "deviceBytes": full, "jaxMemFraction": 0.75,
                "detail": f"{cap['detail']}; x 0.75: JAX on GPU preallocates XLA_PYTHON_CLIENT_MEM_FRACTION=0.75 of "
-                         f"{full:,} bytes by default (set capacity_bytes if you changed XLA_PYTHON_CLIENT_MEM_FRACTION "
+                         f"{full:,} bytes by default (give the device's memory yourself if you changed XLA_PYTHON_CLIENT_MEM_FRACTION "
                          "or XLA_PYTHON_CLIENT_PREALLOCATE)"}
     capacity = cap["bytes"] if cap else None
     oom_events = snapshot["ooms"] if snapshot else []
@@ -1014,19 +1146,21 @@ def assess(*, compiled: dict | None = None, allocator: dict | None = None, snaps
         reason = "peak unknown: the module has no heap-simulator trace and no allocation sizes (dump with --xla_dump_hlo_as_proto)"
         util = None
     elif capacity is None:
-        reason = "capacity unknown: give capacity_bytes / --device-memory"
+        # Said in words: the page asks for the device's memory in its field, the report
+        # for --device-memory (each adds its own way to give it).
+        reason = "capacity unknown: the device's memory is not in the files and was not given"
     elif peak > capacity:
-        reason = f"peak {peak:,} bytes > capacity {capacity:,} bytes"
+        reason = f"{measure} {fmt_bytes(peak)} > capacity {fmt_bytes(capacity)} ({peak:,} > {capacity:,} bytes)"
     else:
-        reason = f"peak is {100 * util:.2f} % of capacity ({'>=' if risk != 'LOW' else '<'} " \
+        reason = f"{measure} is {100 * util:.2f} % of capacity ({'>=' if risk != 'LOW' else '<'} " \
                  f"{100 * thresholds['high' if risk == 'HIGH' else 'medium']:.0f} %)"
     items = list(main["items"]) if main else []
     if main and peak and not items and risk in ("HIGH", "OOM"):
         # Every HIGH/OOM answer names what the peak is made of, even when this input has
         # no breakdown (a trace without allocation details, a text-only dump).
         items = [{"category": "unknown", "rule": "this input has no per-buffer breakdown of its peak", "bytes": peak,
-                  "count": 1, "name": usage[evs.index(main)]["label"], "shape": "", "opName": "",
-                  "link": dict(usage[evs.index(main)]["link"])}]
+                  "count": 1, "name": headline[evs.index(main)]["label"], "shape": "", "opName": "",
+                  "link": dict(headline[evs.index(main)]["link"])}]
     mods = []
     for m in modules or []:
         row = {k: m.get(k) for k in ("moduleName", "peakBytes", "totalAllocationBytes", "heapEvents", "error") if m.get(k) is not None}
@@ -1048,7 +1182,8 @@ def assess(*, compiled: dict | None = None, allocator: dict | None = None, snaps
         "risk": risk,
         "reason": reason,
         "peakBytes": peak,
-        "peakSource": usage[evs.index(main)]["label"] if main else None,
+        "peakSource": headline[evs.index(main)]["label"] if main else None,
+        "peakMeasure": headline[evs.index(main)]["measure"] if main else None,
         "capacityBytes": capacity,
         "capacitySource": cap["source"] if cap else None,
         "capacityDetail": cap["detail"] if cap else None,
@@ -1060,7 +1195,7 @@ def assess(*, compiled: dict | None = None, allocator: dict | None = None, snaps
         "usage": usage,
         "fragmentation": frags,
         "contributors": contributors,
-        "contributorsSource": usage[evs.index(main)]["label"] if main else None,
+        "contributorsSource": headline[evs.index(main)]["label"] if main else None,
         "findings": found,
         "oomEvents": oom_events,
         "modules": mods,

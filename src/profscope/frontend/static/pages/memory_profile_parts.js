@@ -5,12 +5,46 @@ import { el } from "../lib/dom.js";
 import { readState, setUrl, stateUrl } from "../lib/state.js";
 import { exact, fmtBytes, fmtMs, num, pct, signed, signedBytes, byteUnit as unitFor } from "../lib/format.js";
 import { MEMORY as C, P, rgba } from "../lib/colors.js";
-import { escapePlotly, newPlot } from "../lib/plotly.js";
+import { bytesAxis, escapePlotly, newPlot } from "../lib/plotly.js";
 import { sortableTable } from "../lib/table.js";
 import { current, selectIndex } from "./memory_profile.js";
 
 const PAGE_ROWS = 200; // table rows drawn per "show more"
 export const MAX_POINTS = 5000; // more timeline points than this are max-filtered in the browser
+// Charts that share a time axis share these margins (y tick labels such as "1.5 MiB" fit
+// in the left one; automargin stays off), so one time lies at one x on all of them.
+export const SHARED_MARGIN = { l: 84, r: 24 };
+
+// Charts on one clock: a zoom or pan of one is applied to the others. The range is read
+// from the layout Plotly settled on, so a drag, a double-click reset and the steps table's
+// zoom all count alike; a chart already at that range is left alone (no echo back).
+export function linkTimeAxes(ctx, divs) {
+  let busy = false;
+  for (const src of divs) {
+    src.on("plotly_relayout", () => {
+      if (busy || current !== ctx || !src.layout) return;
+      const [a, b] = src.layout.xaxis.range;
+      const others = divs.filter((d) => d !== src && d.layout && (d.layout.xaxis.range[0] !== a || d.layout.xaxis.range[1] !== b));
+      if (!others.length) return;
+      busy = true;
+      Promise.all(others.map((d) => window.Plotly.relayout(d, { "xaxis.range": [a, b], "xaxis.autorange": false })))
+        .finally(() => { busy = false; });
+    });
+  }
+}
+
+// A y axis of bytes for values from lo (maybe negative: a change) to hi, labelled in
+// binary units (lib/plotly.js bytesAxis); data plotted as bytes / scale.
+export function signedBytesAxis(lo, hi, scale, extra = {}) {
+  const axis = bytesAxis(Math.max(Math.abs(lo), Math.abs(hi), 1), scale, extra);
+  if (lo >= 0) return axis;
+  const neg = [];  // the positive ticks mirrored, down to the first past lo
+  axis.tickvals.forEach((v, i) => {
+    if (v > 0 && (!neg.length || neg[neg.length - 1][0] * scale > lo)) neg.push([-v, `−${axis.ticktext[i]}`]);
+  });
+  neg.reverse();
+  return { ...axis, tickvals: neg.map((t) => t[0]).concat(axis.tickvals), ticktext: neg.map((t) => t[1]).concat(axis.ticktext) };
+}
 
 // -- summary pieces ----------------------------------------------------------------------
 
@@ -117,6 +151,7 @@ export function lazyChart(ctx, div, spec) {
 function miniChart(ctx, div, { x, y, xTitle, name, fit, bars, barsOnly }) {
   if (!div.isConnected || current !== ctx) return;
   const u = unitFor(Math.max(...y.map(num), ...(bars || []).map((v) => Math.abs(num(v))), 1));
+  const lo = Math.min(0, ...y.map(num), ...(bars || []).map(num)), hi = Math.max(1, ...y.map(num), ...(bars || []).map(num));
   const traces = [barsOnly
     ? { type: "bar", name, x, y: y.map((v) => num(v) / u.div), marker: { color: C.heap }, text: y.map((v) => fmtBytes(num(v))), hovertemplate: "%{x}: %{text}<extra></extra>", textposition: "none" }
     : { type: "scatter", mode: "lines+markers", name, x, y: y.map((v) => num(v) / u.div), line: { color: C.allocated, width: 2 }, marker: { size: 6 },
@@ -125,9 +160,9 @@ function miniChart(ctx, div, { x, y, xTitle, name, fit, bars, barsOnly }) {
   if (bars) traces.push({ type: "bar", name: "change from the previous", x: x.slice(x.length - bars.length), y: bars.map((v) => num(v) / u.div), yaxis: "y",
     marker: { color: rgba(C.heap, 0.55) }, text: bars.map((v) => signedBytes(num(v))), hovertemplate: "%{x}: %{text}<extra>change</extra>", textposition: "none" });
   newPlot(div, traces, {
-    height: 190, margin: { l: 56, r: 12, t: 8, b: 40 }, hovermode: "closest", barmode: "overlay",
+    height: 190, margin: { l: 68, r: 12, t: 8, b: 40 }, hovermode: "closest", barmode: "overlay",
     xaxis: { title: { text: xTitle, font: { size: 11 } }, type: typeof x[0] === "number" ? "linear" : "category", dtick: typeof x[0] === "number" ? 1 : undefined, tickfont: { size: 10 } },
-    yaxis: { title: { text: u.label, font: { size: 11 } }, rangemode: "tozero", tickfont: { size: 10 } },
+    yaxis: signedBytesAxis(lo, hi, u.div, { rangemode: "tozero", tickfont: { size: 10 } }),
     showlegend: traces.length > 1, legend: { orientation: "h", x: 1, xanchor: "right", y: 1, yanchor: "bottom", font: { size: 10 } },
   }, { displayModeBar: false });
   ctx.charts.push(div);

@@ -4,9 +4,9 @@
 import { el, fill } from "../lib/dom.js";
 import { exact, fmtBytes, fmtMs, num, pct, signedBytes, byteUnit as unitFor } from "../lib/format.js";
 import { MEMORY as C, TORCH_CATEGORY as CATEGORY_COLORS, TORCH_OTHER as OTHER_COLORS, P, rgba } from "../lib/colors.js";
-import { HOVER_CARD, LEGEND_TOP, SPIKE_AXIS, escapePlotly, newPlot } from "../lib/plotly.js";
-import { current, layout, markShapes, wireTimeline } from "./memory_profile.js";
-import { MAX_POINTS, balance, bandLabels, bandShapes, bytesNode, categoryLabel, check, dataTable, humanize, kv, labelSide, lazyChart, leakVerdict, maxFilter, meterCell, miniTable, opNode, sortChecks, tile, timeLink, vline } from "./memory_profile_parts.js";
+import { HOVER_CARD, LEGEND_TOP, SPIKE_AXIS, bytesAxis, escapePlotly, newPlot } from "../lib/plotly.js";
+import { layout, markShapes, wireTimeline } from "./memory_profile.js";
+import { MAX_POINTS, SHARED_MARGIN, balance, bandLabels, bandShapes, bytesNode, categoryLabel, check, dataTable, humanize, kv, labelSide, lazyChart, leakVerdict, linkTimeAxes, maxFilter, meterCell, miniTable, opNode, sortChecks, tile, timeLink, vline } from "./memory_profile_parts.js";
 
 // -- PyTorch payload -------------------------------------------------------------------
 
@@ -39,13 +39,14 @@ export function renderTorch(ctx) {
     el("section", {},
       el("h2", {}, "Memory over time"),
       el("p", { class: "mp-hint" }, "Bytes allocated by tensors (PyTorch's ", el("code", {}, "Total Allocated"), ") and reserved by the caching allocator after each memory event; steps shaded. ",
+        /^CPU/.test(m.d.device) ? "On CPU the trace counts only what was allocated while the profiler recorded. " : "",
         "Hover to see the event and the op that made it; click to select it. Drag to zoom, double-click to reset.",
         tl.downsampled ? ` ${m.n.toLocaleString()} points for ${num(tl.numEvents).toLocaleString()} events: each keeps the largest allocated value of its time bin, so the peak survives.` : ""),
       el("div", { id: "mp-timeline", class: "mp-chart" })),
     cat ? el("section", {},
       el("h2", {}, "Memory by category"),
-      el("p", { class: "mp-hint" }, "From ", el("code", {}, "export_memory_timeline"), ": torch's own accounting of what each byte is for, stacked. It counts differently from the allocator, so its total need not equal the line above",
-        cat.aligned ? "." : "; its clock could not be aligned with the trace, so the times are its own."),
+      el("p", { class: "mp-hint" }, "From ", el("code", {}, "export_memory_timeline"), ": torch's own accounting of what each byte is for, stacked. It counts tensors, those made before the profiler started too (parameters, optimizer state), so its peak of category total can be above the peak allocated of the chart above",
+        cat.aligned ? ". Both charts share one time axis: zoom either and the other follows." : "; its clock could not be aligned with the trace, so the times are its own."),
       el("div", { id: "mp-categories", class: "mp-chart" }), categoryPeak(cat)) : null,
     el("section", {},
       el("h2", {}, "Breakdown at peak"),
@@ -65,6 +66,7 @@ export function renderTorch(ctx) {
 
 function torchSummaryNode(ctx, s) {
   const m = ctx.model, p = m.d.peak || {};
+  const cat = ctx.data.categoryTimeline;
   const cpu = /^CPU/.test(m.d.device);
   const imbalance = num(s.numAllocations) - num(s.numDeallocations);
   return el("div", { id: "mp-summary" },
@@ -77,10 +79,15 @@ function torchSummaryNode(ctx, s) {
       p.module && p.module !== "(no module)" ? el("span", { class: "muted" }, " in ", el("code", {}, p.module)) : null),
     balance(num(s.numAllocations), num(s.numDeallocations), imbalance, false,
       { liveAtEnd: s.neverFreedBytes, freedBefore: s.freedNotAllocatedBytes, events: num(s.numEvents), window: [s.firstEventMs, s.lastEventMs], peak: num(s.peakAllocatedBytes) }),
-    el("div", { class: "mp-tiles cols-3" },
+    el("div", { class: `mp-tiles ${cat ? "cols-4" : "cols-3"}` },
       tile("peakAllocated", "Peak allocated", bytesNode(s.peakAllocatedBytes), s.peakAllocatedBytes, `at ${fmtMs(s.peakAllocatedTimeMs)}`),
       tile("peakReserved", "Peak reserved", s.peakReservedBytes || !cpu ? bytesNode(s.peakReservedBytes) : "—", s.peakReservedBytes,
         s.peakReservedBytes || !cpu ? `at ${fmtMs(s.peakReservedTimeMs)}` : "the CPU allocator reserves nothing"),
+      // PyTorch's memory timeline counts tensors, those made before the profiler started
+      // too (on CPU, Total Allocated does not: demo/logdir/torch/README.md), so this
+      // peak may be the larger; the OOM risk rates the run by the largest of the three.
+      cat ? tile("peakCategoryTotal", "Peak of category total", bytesNode(cat.peakBytes), cat.peakBytes,
+        `at ${fmtMs(cat.peakTimeMs)}; memory timeline, tensors made before the trace included`) : null,
       tile("liveAtStart", "Live at start", bytesNode(s.liveBytesAtStart), s.liveBytesAtStart, "allocated before the trace"),
       tile("liveAtEnd", "Live at end", bytesNode(s.liveBytesAtEnd), s.liveBytesAtEnd, `${signedBytes(num(s.liveBytesAtEnd) - num(s.liveBytesAtStart))} over the trace`),
       // null when the trace has no addresses (accounting "runningSum"): unknown, not 0.
@@ -109,19 +116,32 @@ function plotTorchTimeline(ctx) {
   traces.push({ type: "scatter", mode: "markers", name: "event", x, y: alloc, text: labels, hovertemplate: "%{text}<extra></extra>", showlegend: false,
     marker: { size: 7, color: "rgba(0,0,0,0)" }, hoverlabel: HOVER_CARD });
   if (m.peakIndex >= 0) traces.push({ type: "scatter", mode: "markers+text", name: "peak", x: [m.t[m.peakIndex]], y: [alloc[m.peakIndex]],
-    marker: { color: C.peak, size: 10, symbol: "diamond" }, text: [`peak ${fmtBytes(s.peakAllocatedBytes)}`], textposition: labelSide(x, m.peakIndex),
+    marker: { color: C.peak, size: 10, symbol: "diamond" }, text: [`peak allocated ${fmtBytes(s.peakAllocatedBytes)}`], textposition: labelSide(x, m.peakIndex),
     textfont: { color: C.peak }, hoverinfo: "skip", cliponaxis: false, showlegend: false });
+  const cat = ctx.data.categoryTimeline;
+  const shared = cat && cat.aligned ? sharedRange(x, cat.timeMs || []) : null;
   newPlot(div, traces, {
-    height: 340, margin: { l: 64, r: 24, t: 34, b: 48 }, hovermode: "x", hoverdistance: -1,
-    xaxis: { title: { text: "time (ms)" }, ...SPIKE_AXIS },
-    yaxis: { title: { text: u.label }, rangemode: "tozero", range: [0, maxY * 1.18 / u.div] },
+    height: 340, margin: { ...SHARED_MARGIN, t: 34, b: 48 }, hovermode: "x", hoverdistance: -1,
+    xaxis: { title: { text: "time (ms)" }, ...SPIKE_AXIS, ...(shared ? { range: shared, autorange: false } : {}) },
+    yaxis: bytesAxis(maxY * 1.18, u.div, { rangemode: "tozero", range: [0, maxY * 1.18 / u.div], automargin: false }),
     legend: LEGEND_TOP,
     shapes: torchShapes(ctx),
     annotations: bandLabels(m.steps).concat(hasReserved ? [] : [{ xref: "paper", x: 1, xanchor: "right", yref: "paper", y: 1, yanchor: "bottom", showarrow: false,
       text: "reserved: 0 throughout (no caching allocator)", font: { size: 11, color: P.muted } }]),
-  });
+  }, shared ? { doubleClick: "reset" } : {});
   ctx.charts.push(div);
   wireTimeline(ctx, div);
+}
+
+// One time range for both charts when their clocks agree: from the first event of either
+// to the last, padded 1 % (Plotly's own autorange would pad each differently).
+function sharedRange(a, b) {
+  let lo = Infinity, hi = -Infinity;
+  for (const v of a) { if (v < lo) lo = v; if (v > hi) hi = v; }
+  for (const v of b) { if (v < lo) lo = v; if (v > hi) hi = v; }
+  if (!Number.isFinite(lo)) return null;
+  const pad = (hi - lo) * 0.01 || 1;
+  return [lo - pad, hi + pad];
 }
 
 export function torchShapes(ctx) {
@@ -156,27 +176,26 @@ function plotCategories(ctx, cat) {
       text: (s.bytes || []).map((v) => fmtBytes(num(v))), hovertemplate: "%{text}" };
   });
   if (cat.peakTimeMs !== undefined && cat.peakTimeMs !== null) traces.push({ type: "scatter", mode: "markers+text", name: "peak", x: [cat.peakTimeMs], y: [num(cat.peakBytes) / u.div],
-    marker: { color: C.peak, size: 9, symbol: "diamond" }, text: [`peak ${fmtBytes(cat.peakBytes)}`], textposition: labelSide(x, x.indexOf(cat.peakTimeMs)), textfont: { color: C.peak },
+    marker: { color: C.peak, size: 9, symbol: "diamond" }, text: [`peak of category total ${fmtBytes(cat.peakBytes)}`], textposition: labelSide(x, x.indexOf(cat.peakTimeMs)), textfont: { color: C.peak },
     hoverinfo: "skip", cliponaxis: false, showlegend: false });
+  const top = Math.max(num(cat.peakBytes), ...total, 1) * 1.18;
+  const timeline = ctx.root.querySelector("#mp-timeline");
+  // Same clock as the timeline: the same x range and margins as it, so a time sits at
+  // the same x on both charts.
+  const shared = cat.aligned && timeline && timeline.layout ? timeline.layout.xaxis.range.slice() : null;
   newPlot(div, traces, {
-    height: 320, margin: { l: 64, r: 24, t: 34, b: 48 }, hovermode: "x unified",
-    xaxis: { title: { text: cat.aligned ? "time (ms)" : "time (ms, memory timeline's own clock)" }, zeroline: false },
-    yaxis: { title: { text: u.label }, rangemode: "tozero", range: [0, Math.max(num(cat.peakBytes), ...total, 1) * 1.18 / u.div] },
+    height: 320, margin: { ...SHARED_MARGIN, t: 34, b: 48 }, hovermode: "x unified",
+    xaxis: { title: { text: cat.aligned ? "time (ms)" : "time (ms, memory timeline's own clock)" }, zeroline: false,
+      ...(shared ? { range: shared, autorange: false } : {}) },
+    yaxis: bytesAxis(top, u.div, { rangemode: "tozero", range: [0, top / u.div], automargin: false }),
     shapes: cat.aligned ? bandShapes(ctx.model.steps) : [],
     legend: { ...LEGEND_TOP, traceorder: "normal" },
-  });
+  }, shared ? { doubleClick: "reset" } : {});
   ctx.charts.push(div);
   ctx.categoryDiv = div;
   ctx.categoryAligned = Boolean(cat.aligned);
-  if (!cat.aligned) return;
-  // Same clock as the timeline: zooming the timeline zooms this chart too.
-  const timeline = ctx.root.querySelector("#mp-timeline");
-  timeline.on("plotly_relayout", (ev) => {
-    if (!div.layout || current !== ctx) return;
-    if (ev["xaxis.autorange"]) window.Plotly.relayout(div, { "xaxis.autorange": true });
-    else if (ev["xaxis.range[0]"] !== undefined) window.Plotly.relayout(div, { "xaxis.range": [ev["xaxis.range[0]"], ev["xaxis.range[1]"]] });
-    else if (ev["xaxis.range"]) window.Plotly.relayout(div, { "xaxis.range": ev["xaxis.range"] });
-  });
+  // Zoom or pan either chart and the other follows.
+  if (shared) linkTimeAxes(ctx, [timeline, div]);
 }
 
 function categoryPeak(cat) {
@@ -184,7 +203,7 @@ function categoryPeak(cat) {
   if (!parts.length) return null;
   const total = parts.reduce((s, p) => s + p.bytes, 0) || 1;
   return el("div", { class: "mp-catpeak", id: "mp-category-peak" },
-    el("span", { class: "muted" }, `At its peak (${fmtBytes(cat.peakBytes)} at ${fmtMs(cat.peakTimeMs)}): `),
+    el("span", { class: "muted" }, `At the peak of category total (${fmtBytes(cat.peakBytes)} at ${fmtMs(cat.peakTimeMs)}): `),
     el("div", { class: "mp-stackbar" }, parts.map((p, k) => el("span", {
       style: `width:${(100 * p.bytes / total).toFixed(2)}%;background:${CATEGORY_COLORS[p.category] || OTHER_COLORS[k % OTHER_COLORS.length]}`,
       title: `${categoryLabel(p.category)}: ${fmtBytes(p.bytes)}` }))),
@@ -205,10 +224,10 @@ function torchBreakdownHead(ctx, bd, m) {
     rows.length > 12 ? el("p", { class: "muted small" }, `${rows.length - 12} more in the table below`) : null);
   const notes = (m.d.notes || []).map((t) => el("p", { class: "mp-note" }, t));
   if (bd.byAllocation === false) return el("div", {}, ...notes,
-    el("p", {}, `At the peak, ${fmtBytes(bd.totalBytes)} were live: ${fmtBytes(bd.attributedBytes)} allocated during the trace`,
+    el("p", {}, `At the peak allocated, ${fmtBytes(bd.totalBytes)} were live: ${fmtBytes(bd.attributedBytes)} allocated during the trace`,
       num(bd.unattributedBytes) ? `, ${fmtBytes(bd.unattributedBytes)} before it started.` : "."));
   return el("div", {}, ...notes,
-    el("p", {}, `At the peak, ${fmtBytes(bd.totalBytes)} were live: ${fmtBytes(bd.attributedBytes)} allocated during the trace (below)`,
+    el("p", {}, `At the peak allocated, ${fmtBytes(bd.totalBytes)} were live: ${fmtBytes(bd.attributedBytes)} allocated during the trace (below)`,
       num(bd.unattributedBytes) ? `, ${fmtBytes(bd.unattributedBytes)} allocated before it started (no op to blame).` : "."),
     el("div", { class: "mp-sides" }, side("by op", bd.byOp || [], "op"), side("by module scope", bd.byModule || [], "module")),
     bd.truncatedRows ? el("p", { class: "mp-note" }, `${num(bd.truncatedRows).toLocaleString()} smaller rows were left out by the server.`) : null);
@@ -234,7 +253,7 @@ function torchAllocations(ctx, bd) {
 
 function stepsTable(ctx, steps) {
   return el("table", { class: "mp-table", id: "mp-steps-table" },
-    el("thead", {}, el("tr", {}, ...["step", "start", "duration", "live at start", "live at end", "change", "peak", "allocations", "frees", "never freed"]
+    el("thead", {}, el("tr", {}, ...["step", "start", "duration", "live at start", "live at end", "change", "peak allocated", "allocations", "frees", "never freed"]
       .map((h, i) => el("th", { class: i === 0 ? "" : "num" }, h)))),
     el("tbody", {}, steps.map((s) => {
       const delta = num(s.liveBytesAtEnd) - num(s.liveBytesAtStart);

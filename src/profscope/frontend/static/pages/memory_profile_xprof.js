@@ -4,7 +4,7 @@
 import { el, fill } from "../lib/dom.js";
 import { exact, fmt3 as fmt2, fmtBytes, fmtMs, fmtHex as hexAddress, num, pct, signed, signedBytes, byteUnit as unitFor } from "../lib/format.js";
 import { MEMORY as C, P, rgba } from "../lib/colors.js";
-import { HOVER_CARD, LEGEND_TOP, SPIKE_AXIS, escapePlotly, newPlot } from "../lib/plotly.js";
+import { HOVER_CARD, LEGEND_TOP, SPIKE_AXIS, bytesAxis, escapePlotly, newPlot } from "../lib/plotly.js";
 import { layout, markShapes, redrawMarks, selectIndex, showEvent, wireTimeline } from "./memory_profile.js";
 import { MAX_POINTS, balance, bandLabels, bandShapes, bytesNode, check, dataTable, dtypeText, fraction, kv, labelSide, lazyChart, leakVerdict, maxFilter, meterCell, miniTable, moduleShapes, nearestIndex, opNode, psToMs, sortChecks, sparkline, tile, timeLink, vline } from "./memory_profile_parts.js";
 
@@ -117,7 +117,7 @@ function xprofSummaryNode(ctx, f) {
   const higherBefore = f.lifetimePeak > f.peak;
   return el("div", { id: "mp-summary" },
     el("div", { class: "mp-peak" },
-      el("span", { class: "label" }, "Peak in window "),
+      el("span", { class: "label" }, "Peak allocated in window "),
       el("strong", { class: "mp-peak-value", title: exact(f.peak) }, fmtBytes(f.peak)),
       el("span", {}, " at ", timeLink(ctx, f.peakMs, m0(ctx).peakIndex)),
       f.peakStep !== undefined ? el("span", { class: "muted" }, ` · step ${f.peakStep}`) : null,
@@ -128,9 +128,9 @@ function xprofSummaryNode(ctx, f) {
         window: f.windowEnd !== undefined ? [f.windowStart, f.windowEnd] : null }),
     el("div", { class: "mp-tiles cols-4" },
       tile("capacity", "Capacity", bytesNode(f.capacity), f.capacity, "stack + heap + free at the peak"),
-      tile("lifetimePeak", "Lifetime peak", bytesNode(f.lifetimePeak), f.lifetimePeak,
+      tile("lifetimePeak", "Lifetime peak allocated", bytesNode(f.lifetimePeak), f.lifetimePeak,
         higherBefore ? "higher than in the window: the allocator peaked before it" : "the allocator's peak since it was created"),
-      tile("peak", "Peak in window", bytesNode(f.peak), f.peak, "largest stack + heap"),
+      tile("peak", "Peak allocated in window", bytesNode(f.peak), f.peak, "largest stack + heap in use"),
       tile("peakTime", "Time of peak", fmtMs(f.peakMs), f.peakMs, f.peakStep !== undefined ? `in step ${f.peakStep}` : ""),
       tile("stack", "Stack at peak", bytesNode(f.stack), f.stack, "reserved stack"),
       tile("heap", "Heap at peak", bytesNode(f.heap), f.heap, "allocated heap"),
@@ -161,7 +161,9 @@ function xprofScaleLayout(ctx) {
     maxTotal = Math.max(maxTotal, m.stack[i] + m.heap[i] + m.free[i]);
   }
   const top = ctx.scale === "use" ? maxUse * 1.3 : Math.max(maxTotal, m.summary.capacity) * 1.05;
-  return { "yaxis.range": [0, (top || 1) / u.div], "yaxis.autorange": false, shapes: xprofShapes(ctx), annotations: xprofAnnotations(ctx) };
+  const axis = bytesAxis(top || 1, u.div);
+  return { "yaxis.range": [0, (top || 1) / u.div], "yaxis.autorange": false, "yaxis.tickmode": "array",
+    "yaxis.tickvals": axis.tickvals, "yaxis.ticktext": axis.ticktext, shapes: xprofShapes(ctx), annotations: xprofAnnotations(ctx) };
 }
 
 function plotXprofTimeline(ctx) {
@@ -193,12 +195,12 @@ function plotXprofTimeline(ctx) {
   ];
   ctx.hoverCurve = 4;
   if (m.peakIndex >= 0) traces.push({ type: "scatter", mode: "markers+text", name: "peak", x: [m.t[m.peakIndex]], y: [useY[m.peakIndex]],
-    marker: { color: C.peak, size: 10, symbol: "diamond" }, text: [`peak ${fmtBytes(f.peak)}`], textposition: labelSide(x, m.peakIndex),
+    marker: { color: C.peak, size: 10, symbol: "diamond" }, text: [`peak allocated ${fmtBytes(f.peak)}`], textposition: labelSide(x, m.peakIndex),
     textfont: { color: C.peak }, hoverinfo: "skip", cliponaxis: false, showlegend: false });
   newPlot(div, traces, {
-    height: 380, margin: { l: 64, r: 64, t: 34, b: 48 }, hovermode: "x", hoverdistance: -1,
+    height: 380, margin: { l: 84, r: 64, t: 34, b: 48 }, hovermode: "x", hoverdistance: -1,
     xaxis: { title: { text: "time (ms)" }, ...SPIKE_AXIS },
-    yaxis: { title: { text: u.label }, rangemode: "tozero", fixedrange: false },
+    yaxis: { rangemode: "tozero", fixedrange: false, automargin: false },
     yaxis2: { title: { text: "fragmentation (%)", font: { color: C.frag } }, overlaying: "y", side: "right", range: [0, 100], tickmode: "linear", tick0: 0, dtick: 25,
       showgrid: false, zeroline: false, tickfont: { color: C.frag } },
     legend: { ...LEGEND_TOP, traceorder: "normal" },
@@ -355,7 +357,7 @@ export function xprofEventRows(m, i) {
       ["", "allocator state after the event"],
       ["stack", bytesNode(m.stack[i])], ["heap", bytesNode(m.heap[i])], ["free", bytesNode(m.free[i])],
       ["in use", bytesNode(m.stack[i] + m.heap[i])], ["fragmentation", m.frag[i] === null ? "" : pct(100 * m.frag[i])],
-      ["allocator peak", el("span", { title: "peak_bytes_in_use: the allocator's peak so far" }, fmtBytes(m.peakInUse[i]))],
+      ["peak allocated so far", el("span", { title: "the allocator's peak bytes in use up to this event" }, fmtBytes(m.peakInUse[i]))],
     ],
   };
 }

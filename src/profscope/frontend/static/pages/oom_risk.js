@@ -1,13 +1,14 @@
 // OOM risk page: will it fit, and what to cut. Data: /data/plugin/profile/data?tag=oom_risk
 // (tools/oom_risk.py's payload). URL keys: capacity (a size such as 80GiB, a byte count,
-// or a device name such as H100; sent as capacity_bytes or device_memory); the shell's
+// or a device name such as H100; sent as the tool's device_memory, which reads all
+// three, so a bad value's message names the device memory, not a parameter); the shell's
 // module_name (the module assessed; default: the largest peak with a schedule) and host.
 // Every contributor and finding links into the memory viewer (module_name + buffer) or
 // the memory profile (memory_id + t, or a snapshot's device + event) at its evidence.
 import { el } from "../lib/dom.js";
 import { go, readState, stateUrl } from "../lib/state.js";
 import { cachedJson, errorBox } from "../lib/api.js";
-import { fmtBytes, fmtCount as n, fmtShare as pct } from "../lib/format.js";
+import { byteUnit, fmtBytes, fmtCount as n, fmtShare as pct } from "../lib/format.js";
 import { OOM_CATEGORY as CATEGORY_COLORS, P, RISK as RISK_COLORS } from "../lib/colors.js";
 import { newPlot, purge } from "../lib/plotly.js";
 
@@ -18,7 +19,7 @@ function dataUrl(run, state) {
   if (state.host) q.set("host", state.host);
   if (state.module_name) q.set("module_name", state.module_name);
   const cap = (state.capacity || "").trim();
-  if (cap) q.set(/^\d+$/.test(cap) ? "capacity_bytes" : "device_memory", cap);
+  if (cap) q.set("device_memory", cap);
   return `/data/plugin/profile/data?${q}`;
 }
 
@@ -64,7 +65,9 @@ async function renderOomRisk(view, state, run) {
     contributorTable(data),
     data.modules.length ? el("h2", {}, `Modules (${data.modules.length})`) : null,
     data.modules.length ? moduleTable(data, state) : null,
-    el("h2", {}, "Usage and fragmentation"), usageTable(data)].filter((x) => x !== null)); // append() would write "null"
+    el("h2", {}, "Peaks and fragmentation"),
+    el("p", { class: "oom-hint" }, "Every peak the inputs state, each labelled with what it counts; the largest rates the run."),
+    usageTable(data)].filter((x) => x !== null)); // append() would write "null"
   drawGauge(data);
   drawTreemap(data);
 }
@@ -120,9 +123,9 @@ function hostTable(d) {
 function tiles(d) {
   const t = (label, value, sub, id) => el("div", { class: "oom-tile", id }, el("div", { class: "label" }, label), el("div", { class: "value" }, value), sub ? el("div", { class: "sub" }, sub) : null);
   return el("div", { class: "oom-tiles" },
-    t("peak", fmtBytes(d.peakBytes), `${n(d.peakBytes)} bytes · ${d.peakSource || ""}`, "oom-peak"),
+    t(d.peakMeasure || "peak", fmtBytes(d.peakBytes), `${n(d.peakBytes)} bytes · ${d.peakSource || ""}`, "oom-peak"),
     t("capacity", d.capacityBytes === null ? "unknown" : fmtBytes(d.capacityBytes),
-      d.capacitySource ? `${d.capacitySource}: ${d.capacityDetail}` : "enter one above", "oom-cap"),
+      d.capacitySource ? `${d.capacitySource}: ${d.capacityDetail}` : el("span", {}, "enter the device's memory above, or start profscope with ", el("code", { class: "nowrap" }, "--device-memory")), "oom-cap"),
     t("utilization", pct(d.utilization), null, "oom-util"),
     t("headroom", d.headroomBytes === null ? "—" : fmtBytes(d.headroomBytes), d.headroomBytes === null ? null : `${n(d.headroomBytes)} bytes`, "oom-headroom"),
     t("thresholds", `MEDIUM ≥ ${Math.round(100 * d.thresholds.medium)} %, HIGH ≥ ${Math.round(100 * d.thresholds.high)} %`, "OOM: an OOM event, or peak > capacity", "oom-thresholds"));
@@ -137,14 +140,18 @@ function drawGauge(d) {
     const u = 100 * d.utilization;
     const top = Math.max(100, Math.ceil(u * 1.1 / 10) * 10);
     trace = { type: "indicator", mode: "gauge+number", value: u, number: { suffix: " %", valueformat: ".1f", font: { size: 30 } },
-      title: { text: `peak ${fmtBytes(d.peakBytes)} of ${fmtBytes(d.capacityBytes)}`, font: { size: 14 } },
+      title: { text: `${d.peakMeasure || "peak"} ${fmtBytes(d.peakBytes)} of ${fmtBytes(d.capacityBytes)}`, font: { size: 14 } },
       gauge: { shape: "bullet", axis: { range: [0, top], ticksuffix: " %" }, bar: { color: RISK_COLORS[d.risk], thickness: 0.45 },
         steps: [{ range: [0, 100 * th.medium], color: "#e8f5e9" }, { range: [100 * th.medium, 100 * th.high], color: "#fff3e0" },
           { range: [100 * th.high, 100], color: "#ffebee" }, { range: [100, top], color: "#f3e5f5" }],
         threshold: { line: { color: P.fg, width: 3 }, thickness: 0.9, value: 100 } } };
   } else {
-    trace = { type: "indicator", mode: "number", value: d.peakBytes / 2 ** 20, number: { suffix: " MiB", valueformat: ",.1f" },
-      title: { text: "peak (no capacity: the gauge needs one)", font: { size: 14 } } };
+    // The card's unit and digits (fmtBytes: two decimals under 10, one above), so the
+    // two read the same number: Plotly's number format knows no binary units.
+    const u = byteUnit(d.peakBytes || 1), v = (d.peakBytes || 0) / u.div;
+    trace = { type: "indicator", mode: "number", value: v,
+      number: { suffix: ` ${u.label}`, valueformat: u.div === 1 ? ".0f" : v < 10 ? ".2f" : ".1f" },
+      title: { text: `${d.peakMeasure || "peak"} (no capacity: the gauge needs one)`, font: { size: 14 } } };
   }
   newPlot(div, [trace], { height: 130, margin: { l: 230, r: 30, t: 20, b: 30 } }, { displayModeBar: false });
   charts.push(div);
@@ -153,7 +160,7 @@ function drawGauge(d) {
 function drawTreemap(d) {
   const div = document.getElementById("oom-treemap");
   if (!window.Plotly || !div || !d.contributors.length) return;
-  const ids = ["peak"], labels = [`peak ${fmtBytes(d.peakBytes)}`], parents = [""], values = [d.contributors.reduce((a, c) => a + c.bytes, 0)];
+  const ids = ["peak"], labels = [`${d.peakMeasure || "peak"} ${fmtBytes(d.peakBytes)}`], parents = [""], values = [d.contributors.reduce((a, c) => a + c.bytes, 0)];
   const colors = ["#fff"], hover = [`${n(values[0])} bytes at the peak`], links = [null];
   for (const c of d.contributors) {
     ids.push(c.category); labels.push(c.label); parents.push("peak"); values.push(c.bytes);
@@ -187,9 +194,9 @@ function findings(d) {
   return el("div", { id: "oom-findings" }, d.findings.map((f) => el("div", { class: `oom-finding ${f.severity}`, "data-finding": f.id },
     el("div", { class: "title" }, f.title),
     el("div", {}, f.message),
-    el("div", { class: "evidence" }, "evidence: ",
-      el("code", {}, Object.entries(f.evidence).filter(([k]) => k !== "examples")
-        .map(([k, v]) => `${k}=${typeof v === "number" && !Number.isInteger(v) ? v.toFixed(4) : JSON.stringify(v)}`).join(", "))),
+    // The tool says the evidence in a sentence with its numbers (tools/oom_risk.py evidence_sentence).
+    el("div", { class: "evidence" }, "Evidence: ", f.evidenceText || ""),
+    (f.evidenceExamples || []).length ? el("ul", { class: "evidence examples" }, f.evidenceExamples.map((x) => el("li", {}, x))) : null,
     f.links.length ? el("div", { class: "links" }, "open: ", f.links.flatMap((l, i) => [i ? ", " : "", linkTo(l)])) : null)));
 }
 
@@ -229,8 +236,8 @@ function moduleTable(d, state) {
 }
 
 function usageTable(d) {
-  const rows = d.usage.map((u) => el("tr", {}, el("td", {}, u.link ? linkTo(u.link, u.label) : u.label),
-    el("td", { class: "num", title: `${n(u.bytes)} bytes` }, fmtBytes(u.bytes)), el("td", { class: "muted small" }, u.detail)));
+  const rows = d.usage.map((u) => el("tr", { "data-measure": u.measure || "" }, el("td", {}, u.link ? linkTo(u.link, u.label) : u.label),
+    el("td", { class: "num", title: `${n(u.bytes)} bytes`, "data-bytes": String(u.bytes) }, fmtBytes(u.bytes)), el("td", { class: "muted small" }, u.detail)));
   for (const f of d.fragmentation) rows.push(el("tr", {}, el("td", {}, `${f.kind} fragmentation`), el("td", { class: "num" }, pct(f.share)), el("td", { class: "muted small" }, f.rule)));
   for (const o of d.oomEvents) rows.push(el("tr", { class: "oom-event" }, el("td", {}, `OOM at event ${o.event}`),
     el("td", { class: "num" }, fmtBytes(o.requestedBytes)), el("td", { class: "muted small" }, `requested ${n(o.requestedBytes)} bytes; device free ${n(o.deviceFreeBytes)}; reserved ${n(o.reservedBytes)}; live ${n(o.liveBytes)}`)));
