@@ -285,7 +285,7 @@ def test_torch_trace_renders(open_page, server_url, demo_logdir):
     run = "torch/mlp_train.pt.trace.json.gz"
     events = json.loads(gzip.decompress((demo_logdir / run).read_bytes()))["traceEvents"]
     steps = {e["name"] for e in events if e.get("ph") == "X" and e["name"].startswith("ProfilerStep#")}
-    page = _open(open_page, server_url, run=run, tool="trace_viewer@")
+    page = _open(open_page, server_url, run=run, tool="trace_viewer@", flows="all")  # every arrow, not only the selection's
     _ready(page)
     drawn = _hook(page, "visibleSlices")
     assert len(drawn) > 100

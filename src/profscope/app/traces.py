@@ -161,6 +161,10 @@ class Traces:
         """The events whose name holds ``q``, the first ``limit``."""
         return self.trace_view(run, query).search(query.q, query.limit)
 
+    def trace_summary(self, run: Run, query: TraceQuery) -> dict:
+        """Every slice name in ``start_ms``..``end_ms``: occurrences, wall and self time."""
+        return self.trace_view(run, query).summary(query.start_ms, query.end_ms)
+
     def trace_export(self, run: Run, query: TraceQuery) -> Iterator[bytes]:
         """The window ``start_ms``..``end_ms`` as Chrome-trace JSON, in pieces; the window
         is checked when the first piece is asked for."""

@@ -66,6 +66,13 @@ def router(ws: Workspace) -> APIRouter:
             raise BadRequest("missing parameter 'q' (the text to search event names for)")
         return json_response(ws.trace_search(ws.run(run), TraceQuery(host=host, hosts=hosts, q=q, limit=limit)))
 
+    @r.get("/summary")
+    def summary(run: Text = None, host: Text = None, hosts: Text = None, start_ms: TraceMs = None,
+                end_ms: TraceMs = None) -> Response:
+        """Every slice name in the range [start_ms, end_ms): occurrences, wall and self time."""
+        query = TraceQuery(host=host, hosts=hosts, start_ms=start_ms, end_ms=end_ms)
+        return json_response(ws.trace_summary(ws.run(run), query))
+
     @r.get("/export")
     def export(run: Text = None, host: Text = None, hosts: Text = None, start_ms: TraceMs = None,
                end_ms: TraceMs = None) -> Response:

@@ -29,6 +29,9 @@ TRACK_ID_SHIFT = 20  # track id = host position << 20 | track
 DEFAULT_RESOLUTION = 1000
 DEFAULT_SEARCH_LIMIT = 50
 PS_PER_MS = 10**9
+# A child may end a hair after its parent: Chrome traces' µs floats near 5e12 µs (epoch
+# clocks) are only exact to ~1 ns, so nested ends that were equal come out a ps or so apart.
+NEST_SLACK_PS = 4000
 
 
 # ---------------------------------------------------------------------------
@@ -236,7 +239,101 @@ class TraceView:
                                 "track": (h.position << TRACK_ID_SHIFT) | int(ix.cols["track"][row])})
         return {"query": q, "total": total, "matches": matches}
 
+    def summary(self, start_ms: float | None = None, end_ms: float | None = None) -> dict:
+        """Every slice name in [start_ms, end_ms) on every track of the selected hosts, as
+        Catapult's and Perfetto's range selection tabulate it: occurrences, wall time and
+        self time (wall minus the children's on the same track, the slice one depth down
+        that starts inside it and ends by its end), both clipped to the range, so a slice
+        sticking out of the range counts only its part inside. Computed over the index's
+        columns with numpy (no Python object per event)."""
+        s, e = self.span_ps(start_ms, end_ms)
+        acc: dict[str, list[int]] = {}  # name -> [count, wall ps, self ps, max wall ps]
+        for h in self.hosts:
+            ix = h.index
+            sh = self.shift[h.position]
+            a, z = s - sh, e - sh
+            rows = ix.overlapping(a, z)
+            if not rows.size:
+                continue
+            st = np.asarray(ix.cols["start"][rows])
+            du = np.asarray(ix.cols["dur"][rows])
+            key = np.asarray(ix.cols["track"][rows]).astype(np.int64) * (1 << 16) + np.asarray(ix.cols["depth"][rows]).astype(np.int64)
+            wall = np.minimum(st + du, z) - np.maximum(st, a)
+            np.maximum(wall, 0, out=wall)
+            own = wall.copy()
+            # The parent of a slice: on its track, the deepest slice above it that encloses
+            # it. The index stacks a slice that crosses another (not nested in it) one
+            # depth further down, so a parent can be several depths up: try depth d-1,
+            # d-2, ... in turn, each with one binary search over the (track, depth, start)
+            # order for every slice still without a parent (at one depth the slices do not
+            # overlap: only the last one starting at or before a slice can enclose it).
+            uniq, rank = np.unique(st, return_inverse=True)
+            rank = rank.reshape(-1).astype(np.int64)
+            base = np.int64(len(uniq) + 1)
+            comp = key * base + rank
+            order = np.argsort(comp, kind="stable")
+            sorted_comp = comp[order]
+            depth = key & 0xFFFF
+            end = st + du
+            child = np.flatnonzero(depth > 0)
+            gap = 1
+            pairs_p, pairs_c = [], []
+            while child.size:
+                pos = np.searchsorted(sorted_comp, (key[child] - gap) * base + rank[child], side="right") - 1
+                par = order[np.maximum(pos, 0)]
+                ok = (pos >= 0) & (key[par] == key[child] - gap) & (end[par] + NEST_SLACK_PS >= end[child])
+                pairs_p.append(par[ok])
+                pairs_c.append(child[ok])
+                child = child[~ok]
+                gap += 1
+                child = child[depth[child] >= gap]
+            if pairs_p:
+                _subtract_children(own, np.concatenate(pairs_p), np.concatenate(pairs_c), np.maximum(st, a), np.minimum(end, z))
+            names, inv = np.unique(np.asarray(ix.cols["name"][rows]), return_inverse=True)
+            inv = inv.reshape(-1)
+            count = np.bincount(inv, minlength=len(names))
+            wall_sum = np.zeros(len(names), np.int64)
+            np.add.at(wall_sum, inv, wall)
+            self_sum = np.zeros(len(names), np.int64)
+            np.add.at(self_sum, inv, own)
+            wall_max = np.zeros(len(names), np.int64)
+            np.maximum.at(wall_max, inv, wall)
+            for n, c, w, o, m in zip(names.tolist(), count.tolist(), wall_sum.tolist(), self_sum.tolist(), wall_max.tolist()):
+                row = acc.setdefault(ix.names[n], [0, 0, 0, 0])
+                row[0] += c
+                row[1] += w
+                row[2] += o
+                row[3] = max(row[3], m)
+        out = [{"name": n, "count": c, "wallMs": w / PS_PER_MS, "selfMs": o / PS_PER_MS,
+                "avgMs": w / c / PS_PER_MS, "maxMs": m / PS_PER_MS} for n, (c, w, o, m) in acc.items()]
+        out.sort(key=lambda r: (-r["wallMs"], r["name"]))
+        return {"run": self.run, "hosts": [h.host for h in self.hosts], "window": [s / PS_PER_MS, e / PS_PER_MS],
+                "durationMs": (e - s) / PS_PER_MS, "slices": sum(r["count"] for r in out), "rows": out}
+
     # -- XProf's JSON -------------------------------------------------------------------------
+
+
+def _subtract_children(own: np.ndarray, par: np.ndarray, child: np.ndarray, cs: np.ndarray, ce: np.ndarray) -> None:
+    """``own[p] -= `` the length of the union of p's children's (clipped) spans
+    ``[cs, ce)``: a slice that crosses its sibling (stacked a depth further down) overlaps
+    it, and their shared time is subtracted once. Per parent, children by start; each
+    covers what lies past the furthest end before it, a running maximum kept per parent by
+    ranking the ends (parent * ranks + rank fits in int64)."""
+    if not par.size:
+        return
+    o = np.lexsort((cs[child], par))
+    p, c0, c1 = par[o], cs[child][o], ce[child][o]
+    _, gid = np.unique(p, return_inverse=True)
+    gid = gid.reshape(-1).astype(np.int64)
+    ends, rk = np.unique(c1, return_inverse=True)
+    n = np.int64(len(ends) + 1)
+    acc = np.maximum.accumulate(gid * n + rk.reshape(-1))
+    prev = np.concatenate(([-1], acc[:-1]))
+    same = (prev >= 0) & (prev // n == gid)
+    prev_end = np.where(same, ends[np.where(same, prev % n, 0)], c0)
+    covered = np.maximum(c1 - np.maximum(c0, prev_end), 0)
+    np.subtract.at(own, p, covered)
+    np.maximum(own, 0, out=own)
 
 
 def ms_to_ps(ms: float) -> int:

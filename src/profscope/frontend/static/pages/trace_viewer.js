@@ -12,7 +12,8 @@
 // from the data in hand and refetches only the visible window at the canvas's pixel
 // width, debounced; a response that is no longer the newest request is dropped.
 // URL keys: start_ms, end_ms (replaceState while interacting), ev (the selected slice,
-// pushState), q (search), hosts (several hosts merged), flows (0: arrows hidden).
+// pushState), q (search), hosts (several hosts merged), flows (absent: the selected slice's arrows only,
+// "all": every arrow in the window, "0": none; old links' "0" keeps hiding them).
 import { el } from "../lib/dom.js";
 import { go, readState, setUrl as writeUrl, stateUrl } from "../lib/state.js";
 import { cachedJson, errorBox, getJson } from "../lib/api.js";
@@ -147,8 +148,8 @@ function update(ctx, state) {
   else if (fit) writeWindowUrl(ctx);
   if ((state.ev || "") !== (ctx.selectedId || "")) select(ctx, state.ev || "", { fromUrl: true });
   if ((state.q || "") !== ctx.search.value) { ctx.search.value = state.q || ""; runSearch(ctx, state.q || ""); }
-  const showFlows = state.flows !== "0";
-  if (showFlows !== ctx.showFlows) { ctx.showFlows = showFlows; ctx.flowToggle.checked = showFlows; paint(ctx); }
+  const mode = flowModeOf(state.flows);
+  if (mode !== ctx.flowMode) { ctx.flowMode = ctx.flowToggle.value = mode; ctx.showFlows = mode !== "none"; paint(ctx); }
 }
 
 // The part of a link's window inside the trace: null when it is all inside; else the
@@ -168,6 +169,10 @@ function fitToTrace(full, want) {
     + (win ? `showing the part inside it, ${span(lo, hi)}.` : "showing the whole trace.");
   return { win, note: el("div", { class: "tv-note", id: "tv-clamped-window" }, text) };
 }
+
+// The flows URL key: absent → the selection's arrows, "all", "0" → none.
+const FLOW_URL = { selection: "", all: "all", none: "0" };
+function flowModeOf(v) { return v === "0" ? "none" : v === "all" ? "all" : "selection"; }
 
 function urlWindow(state) {
   const s = Number(state.start_ms), e = Number(state.end_ms);
@@ -202,7 +207,7 @@ function makeContext(key, state, run, details) {
     ready: false, full: [0, 0], view: [0, 1], data: null, dataWindow: null, dataRes: 0,
     seq: 0, timer: 0, collapsed: new Set(), rows: [], trackRow: new Map(), scrollTop: 0,
     selectedId: "", selected: null, hover: null, drag: null, mouseX: null, searchSeq: 0,
-    drawn: { n: 0, idx: new Int32Array(0) }, frame: 0, listeners: [], showFlows: state.flows !== "0",
+    drawn: { n: 0, idx: new Int32Array(0) }, frame: 0, listeners: [], showFlows: state.flows !== "0", flowMode: flowModeOf(state.flows),
   };
   ctx.search = el("input", { type: "search", id: "tv-search", placeholder: "search slices by name…", "aria-label": "search slices", value: state.q || "",
     oninput: () => { clearTimeout(ctx.searchTimer); ctx.searchTimer = setTimeout(() => searchTyped(ctx), 250); },
@@ -210,11 +215,14 @@ function makeContext(key, state, run, details) {
   ctx.exportWindow = el("a", { class: "tv-btn", id: "tv-export-window", download: "", title: "Every event in the visible window as Chrome-trace JSON (Perfetto, chrome://tracing)" }, "Download window");
   ctx.exportAll = el("a", { class: "tv-btn", id: "tv-export-all", download: "", href: `/api/trace/export?${apiParams(ctx)}`, title: "The whole trace as Chrome-trace JSON" }, "Download whole trace");
   // Flow arrows (launch -> kernel, async op start -> end, torch's fwd -> bwd) can hide
-  // the slices on a busy GPU timeline: one click hides them, and the link keeps it.
-  ctx.flowToggle = el("input", { type: "checkbox", id: "tv-flows", checked: ctx.showFlows,
-    onchange: () => { ctx.showFlows = ctx.flowToggle.checked; setUrl({ flows: ctx.showFlows ? "" : "0" }); paint(ctx); } });
+  // the slices on a busy GPU timeline (a torch trace has one per backward op): as in
+  // Perfetto, only the selected slice's are drawn unless "all" is picked; the link keeps it.
+  ctx.flowToggle = el("select", { id: "tv-flows", "aria-label": "flow arrows",
+    onchange: () => { ctx.flowMode = ctx.flowToggle.value; ctx.showFlows = ctx.flowMode !== "none"; setUrl({ flows: FLOW_URL[ctx.flowMode] }); paint(ctx); } },
+    el("option", { value: "selection" }, "of the selection"), el("option", { value: "all" }, "all"), el("option", { value: "none" }, "none"));
+  ctx.flowToggle.value = ctx.flowMode;
   ctx.flowLabel = el("label", { class: "tv-toggle", id: "tv-flows-label", title: "Draw flow arrows between the slices of a flow (host launch → device kernel, async op start → end)" },
-    ctx.flowToggle, " Flows");
+    "Flows ", ctx.flowToggle);
   ctx.windowLabel = el("span", { class: "tv-window muted", id: "tv-window" });
   ctx.counts = el("span", { class: "tv-counts muted", id: "tv-counts" });
   const toolbar = el("div", { class: "tv-toolbar" },
@@ -317,7 +325,7 @@ function accept(ctx, data, win, res) {
   if (structure !== ctx.structure) { ctx.structure = structure; relayout(ctx); }
   const f = data.flows, arrows = f ? f.from.length + (f.truncated || 0) : 0;
   ctx.counts.textContent = `${(data.returnedEventsSize ?? n).toLocaleString("en-US")} of ${(data.totalEventsSize ?? n).toLocaleString("en-US")} events${arrows ? ` · ${arrows.toLocaleString("en-US")} flows` : ""}${data.truncated ? " · zoom in for more" : ""}`;
-  ctx.flowLabel.title = arrows ? `${arrows.toLocaleString("en-US")} flow arrows in view${f.truncated ? ` (the first ${f.from.length.toLocaleString("en-US")} drawn)` : ""}: click to ${ctx.showFlows ? "hide" : "show"} them` : "No flow in this window";
+  ctx.flowLabel.title = arrows ? `${arrows.toLocaleString("en-US")} flow arrows in view${f.truncated ? ` (the first ${f.from.length.toLocaleString("en-US")} drawn)` : ""}` : "No flow in this window";
   ctx.counts.title = data.truncated ? "Slices shorter than a pixel were thinned to about one per pixel per row; zooming in shows them." : "Every event of this window is drawn.";
   if (ctx.selectedId && ctx.selected) locateSelected(ctx);
   draw(ctx);
@@ -653,13 +661,18 @@ function drawSlices(ctx, g, visible, yOf) {
 function drawFlows(ctx, g, yOf) {
   const f = ctx.data.raw.flows;
   ctx.flowsDrawn = 0;
-  if (!f || !f.from.length || !ctx.showFlows) return;
+  if (!f || !f.from.length || ctx.flowMode === "none") return;
+  const sel = ctx.selected, only = ctx.flowMode === "selection";
+  if (only && !sel) return;
+  // an arrow touches the selection when one of its ends is on the selected slice's track within its span
+  const touches = (tr, t) => tr === sel.track && t >= sel.start - 1e-9 && t <= sel.start + sel.dur + 1e-9;
   const k = plotWidth(ctx) / (ctx.view[1] - ctx.view[0]), v0 = ctx.view[0];
   g.strokeStyle = "rgba(70, 80, 110, 0.75)";
   g.fillStyle = "rgba(70, 80, 110, 0.85)";
   g.lineWidth = 1;
   for (let i = 0; i < f.from.length; i++) {
     const y0 = flowY(ctx, f.fromTrack[i], f.from[i], yOf), y1 = flowY(ctx, f.toTrack[i], f.to[i], yOf);
+    if (only && !touches(f.fromTrack[i], f.from[i]) && !touches(f.toTrack[i], f.to[i])) continue;
     if (y0 === null || y1 === null) continue; // a collapsed process
     const x0 = GUTTER + (f.from[i] - v0) * k, x1 = GUTTER + (f.to[i] - v0) * k;
     if (Math.max(x0, x1) < GUTTER || Math.min(x0, x1) > ctx.cssW) continue;

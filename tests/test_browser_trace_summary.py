@@ -1,0 +1,156 @@
+"""The trace viewer's range summary end to end: Alt-drag a range on a real profile (the
+demo's torch.profiler trace, a public PyTorch CUDA trace) and the table below the timeline
+lists every slice name in it, its counts matching those computed here from the raw trace
+JSON; clicking a header sorts by that column. Screenshots: /tmp/shots/t2/."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import profscope_server
+from tests.test_browser_trace_viewer import _get_json, _hook, _open, _ready, _view_url
+
+pytestmark = pytest.mark.browser
+
+DEMO = Path(__file__).parents[1] / "src" / "profscope" / "demo" / "logdir"
+RESNET = Path("/work/shared/fixtures/public_profiles/traces/kineto_resnet50_v100.pt.trace.json.gz")
+SHOTS = Path("/tmp/shots/t2")
+
+
+@pytest.fixture(scope="module")
+def resnet_url(tmp_path_factory):
+    if not RESNET.exists():
+        pytest.skip("public fixture absent")
+    root = tmp_path_factory.mktemp("resnet")
+    shutil.copy(RESNET, root / RESNET.name)
+    with profscope_server("serve", str(root), "--port", "0", "--cache-dir", str(tmp_path_factory.mktemp("cache"))) as (url, _):
+        yield url
+
+
+def _raw_counts(path: Path, origin_us: float, a_ms: float, b_ms: float) -> dict[str, int]:
+    doc = json.loads(gzip.decompress(path.read_bytes()))
+    out = defaultdict(int)
+    for e in doc["traceEvents"]:
+        if e.get("ph") == "X":
+            st = (e["ts"] - origin_us) / 1000
+            if st < b_ms and st + e.get("dur", 0) / 1000 > a_ms:
+                out[e["name"]] += 1
+    return out
+
+
+def _alt_drag(page, x0: float, x1: float):
+    box = page.locator("#tv-canvas").bounding_box()
+    res = _hook(page, "resolution")
+    left = box["x"] + box["width"] - res
+    y = box["y"] + 80
+    page.keyboard.down("Alt")
+    page.mouse.move(left + x0, y)
+    page.mouse.down()
+    page.mouse.move(left + x1, y, steps=6)
+    page.mouse.up()
+    page.keyboard.up("Alt")
+    w = _hook(page, "window")
+    return [w[0] + x0 / res * (w[1] - w[0]), w[0] + x1 / res * (w[1] - w[0])]
+
+
+def _table(page) -> list[dict]:
+    page.wait_for_selector("#tv-summary-table")
+    page.wait_for_function("!document.querySelector('#tv-summary').dataset.busy")
+    return page.evaluate("""() => [...document.querySelectorAll('#tv-summary-table tbody tr')].map(tr => {
+        const td = tr.querySelectorAll('td');
+        return { name: td[0].textContent, count: Number(td[1].textContent.replace(/,/g, '')), wall: td[2].textContent };
+    })""")
+
+
+def _check_range(page, server, run, trace_json: Path, shot: str):
+    before = _hook(page, "window")
+    a, b = _alt_drag(page, 300, 700)
+    assert _hook(page, "window") == before  # Alt-drag does not zoom
+    rows = _table(page)
+    page.screenshot(path=str(SHOTS / shot), full_page=True)
+    assert rows
+    full = _get_json(server, "/api/trace/window", run=run, resolution=100)
+    want = _raw_counts(trace_json, full["originNs"] / 1000, a, b)
+    got = {r["name"]: r["count"] for r in rows}
+    span = b - a
+    # the page's range is the dragged pixels: a slice touching an edge may differ
+    assert sum(got.values()) == pytest.approx(sum(want.values()), rel=0.02, abs=3)
+    top = max(want, key=want.get)
+    assert got[top] == pytest.approx(want[top], rel=0.02, abs=2)
+    text = page.locator("#tv-summary-range").text_content()
+    assert "slices" in text and span > 0
+    # sorted by wall time first; a click on "Occurrences" sorts by count, descending, again ascending
+    page.click("#tv-summary-table th[data-key=count]")
+    counts = [r["count"] for r in _table(page)]
+    assert counts == sorted(counts, reverse=True)
+    page.click("#tv-summary-table th[data-key=count]")
+    counts = [r["count"] for r in _table(page)]
+    assert counts == sorted(counts)
+    page.click("#tv-summary-table th[data-key=name]")
+    names = [r["name"] for r in _table(page)]
+    assert names == sorted(names, key=lambda s: s.lower()) or len(names) < 2 or names[0] <= names[-1]
+    page.click("#tv-summary-close")
+    assert page.locator("#tv-summary").is_hidden()
+
+
+def test_alt_drag_summarizes_the_demo_torch_trace(open_page, demo_server):
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    trace = sorted((DEMO / "torch").glob("*.pt.trace.json.gz"))[0]
+    run = f"torch/{trace.name}"
+    page = _open(open_page, demo_server, run=run, tool="trace_viewer@")
+    page.set_viewport_size({"width": 1600, "height": 1400})
+    _ready(page)
+    _check_range(page, demo_server, run, trace, "summary_demo_torch.png")
+
+
+def test_alt_drag_summarizes_a_cuda_trace(open_page, resnet_url):
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    run = RESNET.name
+    page = _open(open_page, resnet_url, run=run, tool="trace_viewer@")
+    page.set_viewport_size({"width": 1600, "height": 1400})
+    _ready(page, timeout=120_000)
+    _check_range(page, resnet_url, run, RESNET, "summary_resnet_cuda.png")
+
+
+def test_flows_of_the_selection_all_or_none(open_page, demo_server):
+    """Flow arrows: by default only those touching the selected slice (as Perfetto), all
+    with flows=all, none with flows=0 (old links); the picker switches and keeps it in the URL."""
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    run = "torch/mlp_train.pt.trace.json.gz"
+    page = _open(open_page, demo_server, run=run, tool="trace_viewer@")
+    page.set_viewport_size({"width": 1600, "height": 1200})
+    _ready(page)
+    res = _hook(page, "resolution")
+    w = _get_json(demo_server, "/api/trace/window", run=run, resolution=res)
+    f = w["flows"]
+    assert len(f["from"]) > 10
+    assert _hook(page, "flows") == {"inWindow": len(f["from"]), "drawn": 0}  # nothing selected
+    # select the deepest slice holding the first arrow's start
+    s = w["slices"]
+    tr, t = f["fromTrack"][0], f["from"][0]
+    hold = [i for i in range(len(s["id"])) if s["track"][i] == tr and s["start"][i] <= t + 1e-9 <= s["start"][i] + s["dur"][i] + 2e-9]
+    i = max(hold, key=lambda j: s["depth"][j])
+    st, du = s["start"][i], s["dur"][i]
+    touch = lambda k, a: (f[k + "Track"][a] == tr and st - 1e-9 <= f[k][a] <= st + du + 1e-9)  # noqa: E731
+    want = sum(1 for a in range(len(f["from"])) if touch("from", a) or touch("to", a))
+    page.goto(_view_url(demo_server, run=run, tool="trace_viewer@", ev=str(s["id"][i])))
+    _ready(page)
+    page.wait_for_function("__traceViewer.selected() !== ''")
+    page.wait_for_timeout(300)
+    got = _hook(page, "flows")
+    assert 1 <= got["drawn"] == want < len(f["from"])
+    page.screenshot(path=str(SHOTS / "flows_selection.png"), full_page=True)
+    page.select_option("#tv-flows", "all")
+    assert _hook(page, "flows")["drawn"] == len(f["from"])
+    assert "flows=all" in page.url
+    page.select_option("#tv-flows", "none")
+    assert _hook(page, "flows")["drawn"] == 0 and "flows=0" in page.url
+    page.goto(_view_url(demo_server, run=run, tool="trace_viewer@", flows="0", ev=str(s["id"][i])))  # an old link
+    _ready(page)
+    assert _hook(page, "flows")["drawn"] == 0 and page.locator("#tv-flows").input_value() == "none"

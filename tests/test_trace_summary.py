@@ -1,0 +1,137 @@
+"""/api/trace/summary: every slice name in a time range (occurrences, wall, self time),
+on built traces (nested slices), a real PyTorch CUDA trace (totals from the raw JSON) and
+bad parameters."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+FIXTURES = Path("/work/shared/fixtures/public_profiles/traces")
+RESNET = FIXTURES / "kineto_resnet50_v100.pt.trace.json.gz"
+
+
+def _summary(client, run, **params):
+    r = client.get("/api/trace/summary", params={"run": run, **params})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+@pytest.fixture
+def nested(make_client, tmp_path):
+    # one thread: outer [0, 100) µs holds a [10, 30) and b [40, 90), b holds c [50, 60);
+    # another thread: a [0, 5); a crossing slice on a third thread is no child
+    ev = [{"ph": "X", "name": "outer", "pid": 1, "tid": 1, "ts": 0, "dur": 100},
+          {"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 10, "dur": 20},
+          {"ph": "X", "name": "b", "pid": 1, "tid": 1, "ts": 40, "dur": 50},
+          {"ph": "X", "name": "c", "pid": 1, "tid": 1, "ts": 50, "dur": 10},
+          {"ph": "X", "name": "a", "pid": 1, "tid": 2, "ts": 0, "dur": 5},
+          {"ph": "X", "name": "p", "pid": 1, "tid": 3, "ts": 0, "dur": 50},
+          {"ph": "X", "name": "q", "pid": 1, "tid": 3, "ts": 40, "dur": 30}]  # crosses p's end
+    root = tmp_path / "logs"
+    root.mkdir()
+    (root / "n.trace.json").write_text(json.dumps({"traceEvents": ev}))
+    return make_client(root), "n.trace.json"
+
+
+def test_self_time_of_nested_slices(nested):
+    client, run = nested
+    s = _summary(client, run)
+    by = {r["name"]: r for r in s["rows"]}
+    assert by["outer"]["count"] == 1 and by["outer"]["wallMs"] == pytest.approx(0.1)
+    assert by["outer"]["selfMs"] == pytest.approx(0.1 - 0.02 - 0.05)  # minus a and b, not c
+    assert by["b"]["selfMs"] == pytest.approx(0.04)  # minus c
+    assert by["a"]["count"] == 2 and by["a"]["wallMs"] == pytest.approx(0.025)
+    assert by["a"]["avgMs"] == pytest.approx(0.0125) and by["a"]["maxMs"] == pytest.approx(0.02)
+    assert by["p"]["selfMs"] == pytest.approx(0.05)  # q sticks out of p: not its child
+    assert s["slices"] == 7
+    assert [r["name"] for r in s["rows"]][0] == "outer"  # by wall time, longest first
+
+
+def test_a_range_clips_wall_and_self_time(nested):
+    client, run = nested
+    s = _summary(client, run, start_ms=0.045, end_ms=0.055)
+    by = {r["name"]: r for r in s["rows"]}
+    assert s["window"] == pytest.approx([0.045, 0.055]) and s["durationMs"] == pytest.approx(0.01)
+    assert set(by) == {"outer", "b", "c", "p", "q"}
+    assert by["outer"]["wallMs"] == pytest.approx(0.01) and by["outer"]["selfMs"] == pytest.approx(0)
+    assert by["b"]["wallMs"] == pytest.approx(0.01) and by["b"]["selfMs"] == pytest.approx(0.005)
+    assert by["c"]["wallMs"] == pytest.approx(0.005)
+    assert by["p"]["wallMs"] == pytest.approx(0.005)
+
+
+@pytest.mark.skipif(not RESNET.exists(), reason="public fixture absent")
+def test_real_cuda_trace_totals_match_the_raw_json(make_client, tmp_path):
+    root = tmp_path / "logs"
+    root.mkdir()
+    shutil.copy(RESNET, root / RESNET.name)
+    client = make_client(root)
+    run = RESNET.name
+    doc = json.loads(gzip.decompress(RESNET.read_bytes()))
+    want = defaultdict(lambda: [0, 0.0])
+    for e in doc["traceEvents"]:
+        if e.get("ph") == "X":
+            want[e["name"]][0] += 1
+            want[e["name"]][1] += e.get("dur", 0) / 1000
+    s = _summary(client, run)
+    got = {r["name"]: r for r in s["rows"]}
+    assert s["slices"] >= sum(c for c, _ in want.values()) > 10000
+    kernels = [n for n in want if "volta" in n or "Kernel" in n]
+    assert kernels
+    for name, (count, total) in want.items():
+        assert got[name]["count"] == count, name
+        assert got[name]["wallMs"] == pytest.approx(total, rel=1e-6, abs=1e-6), name
+        assert got[name]["selfMs"] <= got[name]["wallMs"] + 1e-9
+    # a sub-range: counts are those overlapping it
+    w = client.get("/api/trace/window", params={"run": run, "resolution": 1000}).json()
+    t0, t1 = w["fullTimespan"]
+    a, b = t0 + (t1 - t0) * 0.4, t0 + (t1 - t0) * 0.5
+    origin_us = w["originNs"] / 1000
+    part = defaultdict(int)
+    for e in doc["traceEvents"]:
+        if e.get("ph") == "X":
+            st = (e["ts"] - origin_us) / 1000
+            if st < b and st + e.get("dur", 0) / 1000 > a:
+                part[e["name"]] += 1
+    sub = {r["name"]: r["count"] for r in _summary(client, run, start_ms=a, end_ms=b)["rows"]}
+    assert part and all(abs(sub.get(n, 0) - c) <= 1 for n, c in part.items())  # µs rounding at the edges
+
+
+def test_bad_parameters_are_4xx_json(nested):
+    client, run = nested
+    for params, code in (({"start_ms": "x"}, 400), ({"start_ms": 5, "end_ms": 1}, 400),
+                         ({"run": "nope"}, 404), ({"host": "nope"}, 404), ({"end_ms": "nan"}, 400)):
+        r = client.get("/api/trace/summary", params={"run": run, **params})
+        assert r.status_code == code, (params, r.text)
+        assert r.headers["content-type"].startswith("application/json") and r.json()
+
+
+def test_self_time_on_the_demo_torch_trace(demo_client):
+    """Python stack frames whose ends are equal in the trace (µs floats near 5e12: ends a
+    ps apart once in ps) still nest: the outer frames have no self time left."""
+    s = _summary(demo_client, "torch/leak.pt.trace.json.gz")
+    by = {r["name"]: r for r in s["rows"]}
+    for frame in ("make_torch_traces.py(294): <module>", "make_torch_traces.py(260): main",
+                  "make_torch_traces.py(152): _child"):
+        assert by[frame]["selfMs"] < 0.01 * by[frame]["wallMs"], frame
+    assert by["make_torch_traces.py(133): _leak"]["selfMs"] < 0.5 * by["make_torch_traces.py(133): _leak"]["wallMs"]
+    assert all(0 <= r["selfMs"] <= r["wallMs"] + 1e-9 for r in s["rows"])
+
+
+def test_crossing_children_are_subtracted_once(make_client, tmp_path):
+    # P [0, 100) holds x [10, 50) and y [40, 70), y crossing x (stacked below it): P's
+    # children cover 10..70, 60 µs, not 40 + 30
+    ev = [{"ph": "X", "name": "P", "pid": 1, "tid": 1, "ts": 0, "dur": 100},
+          {"ph": "X", "name": "x", "pid": 1, "tid": 1, "ts": 10, "dur": 40},
+          {"ph": "X", "name": "y", "pid": 1, "tid": 1, "ts": 40, "dur": 30}]
+    root = tmp_path / "logs"
+    root.mkdir()
+    (root / "x.trace.json").write_text(json.dumps({"traceEvents": ev}))
+    by = {r["name"]: r for r in _summary(make_client(root), "x.trace.json")["rows"]}
+    assert by["P"]["selfMs"] == pytest.approx(0.04)
+    assert by["x"]["selfMs"] == pytest.approx(0.04) and by["y"]["selfMs"] == pytest.approx(0.03)
