@@ -447,3 +447,28 @@ def test_odd_but_valid_chrome_events(make_client, tmp_path):
     assert set(names) == {"ok", "huge", "open"}
     assert names["huge"]["dur"] == pytest.approx(2**60 / 1e9)  # capped at 2^60 ps
     assert names["open"]["dur"] > 0  # closed at the last timestamp of the trace
+
+
+@pytest.mark.parametrize("q", ["fusion", "TRAIN", "o"])
+def test_search_total_and_offset_pages_through_every_match(demo_client, q):
+    """Pages of ``limit`` matches from ``offset`` put end to end are the one long answer,
+    across the prefix/substring boundary, and every page says the true total."""
+    get = lambda **p: demo_client.get("/api/trace/search", params={"run": MLP_RUN, "q": q, **p})  # noqa: E731
+    whole = get(limit=10000).json()
+    assert whole["total"] == len(whole["matches"]) > 5
+    pages, off = [], 0
+    while off < whole["total"]:
+        r = get(limit=7, offset=off).json()
+        assert r["total"] == whole["total"] and r["offset"] == off
+        assert 0 < len(r["matches"]) <= 7
+        pages += r["matches"]
+        off += len(r["matches"])
+    assert [m["id"] for m in pages] == [m["id"] for m in whole["matches"]]
+    past = get(limit=7, offset=whole["total"] + 3).json()
+    assert past["matches"] == [] and past["total"] == whole["total"]
+    assert get(offset=-1).status_code == 400
+
+
+def test_search_total_counts_past_the_limit(demo_client):
+    r = demo_client.get("/api/trace/search", params={"run": MLP_RUN, "q": "o", "limit": 50}).json()
+    assert len(r["matches"]) == 50 and r["total"] > 50

@@ -70,6 +70,7 @@ class TraceQuery(Query):
     id: int | None = None  # an event id, from a window or a search
     q: str | None = None  # the text to search event names for
     limit: int | None = None  # matches, 1..TRACE_MAX_SEARCH_LIMIT; None: trace_viewer.DEFAULT_SEARCH_LIMIT
+    offset: int | None = None  # search: the first match answered (0-based, in the search's order); None: 0
 
 
 @dataclass(frozen=True, slots=True)

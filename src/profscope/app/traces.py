@@ -158,8 +158,8 @@ class Traces:
         return self.trace_view(run, query).event(query.id)
 
     def trace_search(self, run: Run, query: TraceQuery) -> dict:
-        """The events whose name holds ``q``, the first ``limit``."""
-        return self.trace_view(run, query).search(query.q, query.limit)
+        """The events whose name holds ``q``: ``limit`` from the ``offset``-th, and the total."""
+        return self.trace_view(run, query).search(query.q, query.limit, query.offset)
 
     def trace_summary(self, run: Run, query: TraceQuery) -> dict:
         """Every slice name in ``start_ms``..``end_ms``: occurrences, wall and self time."""

@@ -63,6 +63,7 @@ Resolution = _value(int, ge=1, le=TRACE_MAX_RESOLUTION)  # pixels of a window
 XprofResolution = _value(int, ge=0, le=XPROF_TRACE_MAX_RESOLUTION)  # 0: no filter
 EventId = _value(int, ge=0, le=MAX_INT)  # an event id of /api/trace/window or /search
 SearchLimit = _value(int, ge=1, le=TRACE_MAX_SEARCH_LIMIT)
+SearchOffset = _value(int, ge=0, le=MAX_INT)  # the first match /api/trace/search answers
 # XProf's UI may send an event's args.uid as a float (``unique_id=12.0``)
 UniqueId = _value(float, AfterValidator(int), ge=0, lt=2**63, allow_inf_nan=False)
 

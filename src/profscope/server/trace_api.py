@@ -20,6 +20,7 @@ from profscope.server.params import (
     QueryParser,
     Resolution,
     SearchLimit,
+    SearchOffset,
     Text,
     TraceMs,
     UniqueId,
@@ -61,10 +62,10 @@ def router(ws: Workspace) -> APIRouter:
 
     @r.get("/search")
     def search(run: Text = None, host: Text = None, hosts: Text = None, q: Text = None,
-               limit: SearchLimit = None) -> Response:
+               limit: SearchLimit = None, offset: SearchOffset = None) -> Response:
         if not q:
             raise BadRequest("missing parameter 'q' (the text to search event names for)")
-        return json_response(ws.trace_search(ws.run(run), TraceQuery(host=host, hosts=hosts, q=q, limit=limit)))
+        return json_response(ws.trace_search(ws.run(run), TraceQuery(host=host, hosts=hosts, q=q, limit=limit, offset=offset)))
 
     @r.get("/summary")
     def summary(run: Text = None, host: Text = None, hosts: Text = None, start_ms: TraceMs = None,

@@ -24,6 +24,60 @@ from profscope.errors import BadRequest, NotFound
 from profscope.tools.trace_index import MODULE_ID, TraceIndex
 
 MAX_FLOWS = 5000  # arrows per window
+
+# Kineto's "[memory]" instant events carry "Device Id": -1 for the host (CPU) allocator
+# (torch/csrc/profiler: the CPU device has index -1); chrome_trace.py names their counters
+# "memory allocated (device -1)", kept as is for XProf's API.
+_HOST_DEVICE = " (device -1)"
+
+
+def display_name(name: str, what: str, ident: int) -> str:
+    """A process's or track's name as this page shows it: the CPU for Kineto's device -1,
+    and for a name left empty by the trace (chrome_trace.py names a nameless one
+    "process <pid>" / "thread <tid>", which reads "process " when the pid was the empty
+    string, as Kineto's global "Record Window End" instant has) "pid <n>" / "tid <n>", or
+    "no pid" / "no tid" when the trace gave none."""
+    name = str(name or "")
+    if name.endswith(_HOST_DEVICE):
+        return name[: -len(_HOST_DEVICE)] + " (Host CPU)"
+    bare = name.strip()
+    if not bare:
+        return f"{'pid' if what == 'process' else 'tid'} {ident}"
+    if bare == what:  # "process " / "thread ": the id itself was empty
+        return f"no {'pid' if what == 'process' else 'tid'}"
+    return name
+
+
+def kineto_device_pids(ix: TraceIndex) -> set[int]:
+    """The processes of a torch.profiler (Kineto) trace that are a GPU: Kineto writes a
+    device's kernels and copies as pid = the device index, tid = the stream, threads named
+    "stream <n>", under the host program's process_name (so the CPU and every GPU all read
+    "python"; its process_labels "GPU <n>" are not kept by the reader)."""
+    by_pid: dict[int, list[str]] = {}
+    for t in ix.tracks:
+        if t["kind"] == "slices":
+            by_pid.setdefault(t["pid"], []).append(str(t["name"]).removeprefix("thread ").strip())
+    return {pid for pid, names in by_pid.items()
+            if 0 <= pid < 64 and names and all(n.startswith("stream ") for n in names)}
+
+
+def zero_counter_tracks(ix: TraceIndex) -> frozenset[int]:
+    """The tracks of the counters whose every value is zero (Kineto's "memory reserved"
+    of the host, which has no caching allocator): rows that would only draw a flat line.
+    Read once per index (the values are memory-mapped) and kept on it."""
+    got = getattr(ix, "_zero_counter_tracks", None)
+    if got is None:
+        zero = set()
+        for i, c in enumerate(ix.meta["counters"]):
+            v = np.load(ix.folder / f"counter_{i}_v.npy", mmap_mode="r")
+            if not np.any(v):
+                zero.add(c["track"])
+        got = frozenset(zero)
+        try:
+            ix._zero_counter_tracks = got
+        except AttributeError:  # an index with __slots__: recomputed per call
+            pass
+    return got
 HOST_ID_SHIFT = 40  # event id = host position << 40 | row (< 2^53 with < 8192 hosts)
 TRACK_ID_SHIFT = 20  # track id = host position << 20 | track
 DEFAULT_RESOLUTION = 1000
@@ -83,14 +137,24 @@ class TraceView:
     # -- payloads ---------------------------------------------------------------------------
 
     def tracks(self) -> tuple[list[dict], list[dict]]:
+        """Processes and tracks named for this page (display_name); counter tracks whose
+        every value is zero are left out (zero_counter_tracks). XProf's API
+        (trace_xprof.py) keeps the index's own names."""
         processes, tracks = [], []
         for h in self.hosts:
+            gpus = kineto_device_pids(h.index) if h.index.meta.get("source", "") != "xplane" else set()
             for p in h.index.meta["processes"]:
-                processes.append({"pid": p["pid"] + h.pid_offset, "name": p["name"], "host": h.host,
-                                  "sortIndex": p["sortIndex"] + h.pid_offset})
+                name = display_name(p["name"], "process", p["pid"])
+                if p["pid"] in gpus:
+                    name = f"GPU {p['pid']} ({name})"
+                processes.append({"pid": p["pid"] + h.pid_offset, "name": name,
+                                  "host": h.host, "sortIndex": p["sortIndex"] + h.pid_offset})
+            hidden = zero_counter_tracks(h.index)
             for i, t in enumerate(h.index.tracks):
+                if i in hidden:
+                    continue
                 tracks.append({"id": (h.position << TRACK_ID_SHIFT) | i, "pid": t["pid"] + h.pid_offset,
-                               "tid": t["tid"], "name": t["name"], "sortIndex": t["sortIndex"],
+                               "tid": t["tid"], "name": display_name(t["name"], "thread", t["tid"]), "sortIndex": t["sortIndex"],
                                "maxDepth": t["maxDepth"], "kind": t["kind"], "events": t.get("events", 1)})
         return processes, tracks
 
@@ -123,9 +187,12 @@ class TraceView:
                 cols["dur"].append(sl["dur"] / PS_PER_MS)
                 cols["depth"].append(sl["depth"].astype(np.int64))
                 cols["name"].append(mapped[inv.reshape(-1)])
+            hidden = zero_counter_tracks(ix)
             for i, c in enumerate(ix.meta["counters"]):
+                if c["track"] in hidden:
+                    continue
                 t, v = ix.counter(i, s - sh, e - sh, res)
-                counters.append({"track": (h.position << TRACK_ID_SHIFT) | c["track"], "name": c["name"],
+                counters.append({"track": (h.position << TRACK_ID_SHIFT) | c["track"], "name": display_name(c["name"], "thread", 0),
                                  "unit": c["unit"], "t": ((t + sh) / PS_PER_MS).tolist(), "v": v.tolist()})
             for name, st, du in ix.meta["steps"]:
                 if st < e - sh and st + du > s - sh:
@@ -202,13 +269,18 @@ class TraceView:
             "module": module,
         }
 
-    def search(self, q: str | None, limit: int | None = None) -> dict:
+    def search(self, q: str | None, limit: int | None = None, offset: int | None = None) -> dict:
         """Events whose name holds ``q`` (case-insensitive; names starting with it first),
-        the first ``limit`` (default DEFAULT_SEARCH_LIMIT) by start."""
+        by start: ``limit`` (default DEFAULT_SEARCH_LIMIT) of them from the ``offset``-th
+        (default 0), and the ``total`` number of matches. The rows come from the index's
+        per-name row lists; only the first offset+limit of each host's by start are
+        sorted out and turned into JSON, whatever the total."""
         q = (q or "").strip()
         if not q:
             raise BadRequest("missing parameter 'q' (the text to search event names for)")
         lim = DEFAULT_SEARCH_LIMIT if limit is None else limit
+        off = max(0, offset or 0)
+        upto = off + lim  # the matches before the page are needed to know where it starts
         ql = q.lower()
         groups: list[list[tuple[int, HostIndex, np.ndarray]]] = [[], []]
         total = 0
@@ -221,23 +293,27 @@ class TraceView:
                 total += len(rows)
                 groups[g].append((h, rows))
         matches = []
+        seen = 0  # matches of the groups before this one (prefix matches come first)
         for g in groups:
             merged = []
             for h, rows in g:
                 if not rows.size:
                     continue
                 st = np.asarray(h.index.cols["start"][rows]) + self.shift[h.position]
-                take = np.argsort(st, kind="stable")[: lim]
-                merged += [(int(st[i]), h, int(rows[i])) for i in take.tolist()]
+                take = np.argsort(st, kind="stable")[: upto - seen] if upto > seen else []
+                merged += [(int(st[i]), h, int(rows[i])) for i in list(take)]
             merged.sort(key=lambda x: x[0])
-            for st, h, row in merged:
+            group_size = sum(int(rows.size) for _, rows in g)
+            skip = min(len(merged), max(0, off - seen))  # of this group, before the page
+            seen += group_size
+            for st, h, row in merged[skip:]:
                 if len(matches) >= lim:
                     break
                 ix = h.index
                 matches.append({"id": (h.position << HOST_ID_SHIFT) | row, "name": ix.names[int(ix.cols["name"][row])],
                                 "start": st / PS_PER_MS, "dur": int(ix.cols["dur"][row]) / PS_PER_MS,
                                 "track": (h.position << TRACK_ID_SHIFT) | int(ix.cols["track"][row])})
-        return {"query": q, "total": total, "matches": matches}
+        return {"query": q, "total": total, "offset": off, "matches": matches}
 
     def summary(self, start_ms: float | None = None, end_ms: float | None = None) -> dict:
         """Every slice name in [start_ms, end_ms) on every track of the selected hosts, as

@@ -29,6 +29,7 @@ const PROC_H = 22; // px: process header row
 const COUNTER_H = 56; // px: counter track
 const MIN_SPAN_MS = 1e-5; // 10 ns: narrower windows say nothing more
 const FETCH_DELAY = 90; // ms of quiet before a window is fetched
+const SEARCH_PAGE = 50; // matches per /api/trace/search page; stepping fetches the next
 const FONT = "11px system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif";
 const BOLD = "600 11px system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif";
 
@@ -211,7 +212,17 @@ function makeContext(key, state, run, details) {
   };
   ctx.search = el("input", { type: "search", id: "tv-search", placeholder: "search slices by name…", "aria-label": "search slices", value: state.q || "",
     oninput: () => { clearTimeout(ctx.searchTimer); ctx.searchTimer = setTimeout(() => searchTyped(ctx), 250); },
-    onkeydown: (e) => { if (e.key === "Enter") { clearTimeout(ctx.searchTimer); searchTyped(ctx); } } });
+    onkeydown: (e) => {
+      if (e.key !== "Enter") return;
+      clearTimeout(ctx.searchTimer);
+      // Enter / Shift+Enter step through the matches once they are in (as in Perfetto).
+      if (ctx.hits && ctx.hits.q === ctx.search.value.trim() && ctx.hits.total) { e.preventDefault(); stepMatch(ctx, e.shiftKey ? -1 : 1); } else searchTyped(ctx);
+    } });
+  ctx.matchPos = el("span", { class: "tv-match-pos muted", id: "tv-match-pos", "aria-live": "polite" });
+  ctx.searchNav = el("span", { class: "tv-search-nav", hidden: true },
+    el("button", { type: "button", id: "tv-match-prev", title: "Previous match (Shift+Enter)", "aria-label": "previous match", onclick: () => stepMatch(ctx, -1) }, "‹"),
+    el("button", { type: "button", id: "tv-match-next", title: "Next match (Enter)", "aria-label": "next match", onclick: () => stepMatch(ctx, 1) }, "›"),
+    ctx.matchPos);
   ctx.exportWindow = el("a", { class: "tv-btn", id: "tv-export-window", download: "", title: "Every event in the visible window as Chrome-trace JSON (Perfetto, chrome://tracing)" }, "Download window");
   ctx.exportAll = el("a", { class: "tv-btn", id: "tv-export-all", download: "", href: `/api/trace/export?${apiParams(ctx)}`, title: "The whole trace as Chrome-trace JSON" }, "Download whole trace");
   // Flow arrows (launch -> kernel, async op start -> end, torch's fwd -> bwd) can hide
@@ -226,7 +237,7 @@ function makeContext(key, state, run, details) {
   ctx.windowLabel = el("span", { class: "tv-window muted", id: "tv-window" });
   ctx.counts = el("span", { class: "tv-counts muted", id: "tv-counts" });
   const toolbar = el("div", { class: "tv-toolbar" },
-    el("div", { class: "tv-searchbox" }, ctx.search),
+    el("div", { class: "tv-searchbox" }, ctx.search), ctx.searchNav,
     el("button", { type: "button", id: "tv-zoom-in", title: "Zoom in (W)", onclick: () => zoomBy(ctx, 0.5) }, "+"),
     el("button", { type: "button", id: "tv-zoom-out", title: "Zoom out (S)", onclick: () => zoomBy(ctx, 2) }, "−"),
     el("button", { type: "button", id: "tv-reset", title: "Show the whole trace (0)", onclick: () => resetZoom(ctx) }, "Reset zoom"),
@@ -1196,34 +1207,85 @@ async function runSearch(ctx, q) {
   const seq = ++ctx.searchSeq;
   ctx.searchQ = q;
   draw(ctx);
+  ctx.hits = null;
+  ctx.searchNav.hidden = true;
   if (!q) { ctx.results.replaceChildren(); ctx.results.classList.remove("on"); return; }
   ctx.results.classList.add("on");
   ctx.results.replaceChildren(el("p", { class: "muted" }, `Searching “${q}”…`));
   let data;
   try {
-    data = await cachedJson(`/api/trace/search?${apiParams(ctx, { q, limit: 50 })}`);
+    data = await searchPage(ctx, q, 0);
   } catch (err) {
     if (seq === ctx.searchSeq) ctx.results.replaceChildren(errorBox(err, "Search failed"));
     return;
   }
   if (seq !== ctx.searchSeq || current !== ctx) return;
+  // The answer's total counts every match; the pages of SEARCH_PAGE come as the user steps.
+  ctx.hits = { q, query: data.query ?? q, total: data.total ?? (data.matches || []).length, page: 0, matches: data.matches || [], cursor: -1 };
+  showResults(ctx);
+}
+
+function searchPage(ctx, q, page) {
+  return cachedJson(`/api/trace/search?${apiParams(ctx, { q, limit: SEARCH_PAGE, offset: page * SEARCH_PAGE })}`);
+}
+
+// The table holds the page of matches around the cursor; its head says how many in all.
+function showResults(ctx) {
+  const h = ctx.hits, matches = h.matches, total = h.total, base = h.page * SEARCH_PAGE;
   const trackName = new Map((ctx.data ? ctx.data.tracks : []).map((t) => [t.id, t.name]));
-  const matches = data.matches || [], total = data.total ?? matches.length;
+  ctx.searchNav.hidden = !total;
+  showMatchPos(ctx);
   ctx.results.replaceChildren(
     el("h4", { id: "tv-results-head" }, matches.length
-      ? `${total.toLocaleString("en-US")} slices match “${data.query ?? q}”${total > matches.length ? ` (first ${matches.length})` : ""}`
-      : `No slice matches “${data.query ?? q}”.`),
+      ? `${total.toLocaleString("en-US")} slices match “${h.query}”${total > matches.length ? ` (${(base + 1).toLocaleString("en-US")}–${(base + matches.length).toLocaleString("en-US")} listed; ‹ › or Enter / Shift+Enter step through all)` : ""}`
+      : total ? `No more matches of “${h.query}”.` : `No slice matches “${h.query}”.`),
     matches.length ? el("table", { class: "tv-matches" },
       el("thead", {}, el("tr", {}, el("th", {}, "name"), el("th", { class: "num" }, "start"), el("th", { class: "num" }, "duration"), el("th", {}, "track"))),
-      el("tbody", {}, matches.map((m) => el("tr", { class: "tv-match", "data-id": m.id, tabindex: "0",
-        onclick: () => openMatch(ctx, m), onkeydown: (e) => { if (e.key === "Enter") openMatch(ctx, m); } },
+      el("tbody", {}, matches.map((m, j) => el("tr", { class: "tv-match" + (base + j === h.cursor ? " on" : ""), "data-id": m.id, tabindex: "0",
+        onclick: () => openMatch(ctx, m, base + j), onkeydown: (e) => { if (e.key === "Enter") openMatch(ctx, m, base + j); } },
       el("td", { class: "tv-match-name", title: m.name }, m.name),
       el("td", { class: "num", title: fmtTime(m.start, exact(m.dur)) }, fmtTime(m.start, 1e-3)),
       el("td", { class: "num" }, fmtDur(m.dur)),
       el("td", { class: "tv-match-track" }, trackName.get(m.track) || String(m.track)))))) : null);
 }
 
-function openMatch(ctx, m) {
+function showMatchPos(ctx) {
+  const h = ctx.hits;
+  const n = (v) => v.toLocaleString("en-US");
+  ctx.matchPos.textContent = !h || !h.total ? "" : h.cursor < 0 ? `${n(h.total)} matches` : `match ${n(h.cursor + 1)} of ${n(h.total)}`;
+}
+
+// Next / previous match over all of them (wrapping), fetching the page it is on.
+async function stepMatch(ctx, dir) {
+  const h = ctx.hits;
+  if (!h || !h.total) return;
+  // From the match last asked for, so keys pressed while a page loads all count.
+  const from = h.want ?? h.cursor;
+  const i = from < 0 ? (dir > 0 ? 0 : h.total - 1) : (from + dir + h.total) % h.total;
+  h.want = i;
+  const page = Math.floor(i / SEARCH_PAGE);
+  if (page !== h.page) {
+    const seq = ctx.searchSeq;
+    let data;
+    try {
+      data = await searchPage(ctx, h.q, page);
+    } catch (err) {
+      if (seq === ctx.searchSeq) ctx.results.replaceChildren(errorBox(err, "Search failed"));
+      return;
+    }
+    if (seq !== ctx.searchSeq || current !== ctx || ctx.hits !== h || h.want !== i) return;
+    h.page = page;
+    h.matches = data.matches || [];
+    h.total = data.total ?? h.total;
+    h.cursor = i;
+    showResults(ctx);
+  }
+  const m = h.matches[i - page * SEARCH_PAGE];
+  if (m) openMatch(ctx, m, i);
+}
+
+function openMatch(ctx, m, index) {
+  if (ctx.hits && index !== undefined) { ctx.hits.cursor = ctx.hits.want = index; showMatchPos(ctx); }
   for (const r of ctx.results.querySelectorAll(".tv-match")) r.classList.toggle("on", r.dataset.id === String(m.id));
   const span = Math.max(m.dur * 1.6, MIN_SPAN_MS * 20, (ctx.full[1] - ctx.full[0]) * 1e-7);
   const mid = m.start + m.dur / 2;
@@ -1248,6 +1310,7 @@ window.__traceViewer = {
   dataWindow: () => current && current.dataWindow ? [...current.dataWindow] : null,
   resolution: () => current ? resolution(current) : null,
   selected: () => current ? current.selectedId : "",
+  searchPos: () => current && current.hits ? { cursor: current.hits.cursor, total: current.hits.total, page: current.hits.page } : null,
   paintMs: () => current ? current.paintMs : null,
   flows: () => current && current.data ? { inWindow: current.data.raw.flows ? current.data.raw.flows.from.length : 0, drawn: current.flowsDrawn || 0 } : null,
   // One full repaint now, rasterised (reading a pixel waits for it): ms.
