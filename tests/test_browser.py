@@ -64,6 +64,17 @@ def test_pick_run_tool_module_and_reopen_the_link(open_page, demo_server, demo_e
     assert _state(page) == state
 
 
+@pytest.mark.parametrize("tool", ["trace_viewer", "trace_viewer@"])
+def test_the_tool_picker_names_the_page_open(open_page, demo_server, demo_expected, tool):
+    # profscope's own links (the overview, the memory viewer's op links) say
+    # tool=trace_viewer, XProf's trace_viewer@: both are the picker's "Trace viewer".
+    run = f"mlp/{demo_expected['programs']['mlp']['session']}"
+    page = open_page(demo_server)
+    page.goto(f"{demo_server}?run={run}&tool={tool}")
+    page.wait_for_selector("#tv-canvas")
+    assert page.eval_on_selector("#pick-tool", "e => e.options[e.selectedIndex].text") == "Trace viewer"
+
+
 def test_unknown_run_in_a_link_says_so(open_page, demo_server):
     page = open_page(demo_server)
     page.goto(demo_server + "?run=nope%2F2020")

@@ -80,7 +80,11 @@ async function render(state) {
   // Which tools a run offers needs a look inside its files, so it comes with the details.
   const tools = [{ value: "", label: "Overview" }].concat(details.tools.map((t) => ({
     value: t.name, label: t.title + (t.implemented ? "" : " (coming)"), title: t.summary })));
-  fillSelect($("#pick-tool"), tools, state.tool);
+  // XProf names some tools with a trailing @ (trace_viewer@); profscope's links say
+  // tool=trace_viewer: either spelling selects the tool's entry.
+  const bare = (name) => (name || "").replace(/@$/, "");
+  const shown = tools.find((t) => t.value && bare(t.value) === bare(state.tool));
+  fillSelect($("#pick-tool"), tools, shown ? shown.value : state.tool);
   // Hosts too: a snapshot's devices are its hosts, known once the file was read.
   const hosts = details.hosts.length ? details.hosts.map((h) => ({ value: h, label: h })) : [{ value: "", label: "—" }];
   fillSelect($("#pick-host"), hosts, state.host);
