@@ -75,6 +75,12 @@ def _check_range(page, server, run, trace_json: Path, shot: str):
     rows = _table(page)
     page.screenshot(path=str(SHOTS / shot), full_page=True)
     assert rows
+    # the summarized range stays shaded after the mouse is released (overlay canvas,
+    # css px from its left edge: 300-700 of the plot, which ends at the canvas's right)
+    shade = """([x]) => { const c = document.querySelector('.tv-overlay'), r = c.width / c.clientWidth;
+        return c.getContext('2d').getImageData(Math.round(x * r), Math.round(60 * r), 1, 1).data[3]; }"""
+    left = page.evaluate("document.querySelector('.tv-overlay').clientWidth") - _hook(page, "resolution")
+    assert page.evaluate(shade, [left + 500]) > 0 and page.evaluate(shade, [left + 100]) == 0
     full = _get_json(server, "/api/trace/window", run=run, resolution=100)
     want = _raw_counts(trace_json, full["originNs"] / 1000, a, b)
     got = {r["name"]: r["count"] for r in rows}
@@ -97,6 +103,7 @@ def _check_range(page, server, run, trace_json: Path, shot: str):
     assert names == sorted(names, key=lambda s: s.lower()) or len(names) < 2 or names[0] <= names[-1]
     page.click("#tv-summary-close")
     assert page.locator("#tv-summary").is_hidden()
+    assert page.evaluate(shade, [left + 500]) == 0  # closing the table clears the range
 
 
 def test_alt_drag_summarizes_the_demo_torch_trace(open_page, demo_server):

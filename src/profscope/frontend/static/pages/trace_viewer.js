@@ -258,7 +258,7 @@ function makeContext(key, state, run, details) {
   ctx.status = el("div", { class: "tv-status", id: "tv-status" });
   ctx.card = el("div", { class: "tv-card", id: "tv-card" }, el("p", { class: "muted" }, "Click a slice for its details."));
   ctx.results = el("div", { class: "tv-results", id: "tv-results" });
-  ctx.summary = makeSummary((extra) => apiParams(ctx, extra)); // Alt-drag: the range's slices, tabulated
+  ctx.summary = makeSummary((extra) => apiParams(ctx, extra), () => paintOverlay(ctx)); // Alt-drag: the range's slices, tabulated
   ctx.root = el("div", { class: "tv", id: "tv" },
     el("div", { class: "tv-head" }, el("h1", {}, "Trace viewer"),
       el("span", { class: "tv-subtitle muted" }, run.name, hostsLabel(ctx, details), run.kind === "chrome_trace" ? " · Chrome trace" : "")),
@@ -800,7 +800,11 @@ function paintOverlay(ctx) {
     g.fill();
   }
   g.restore();
-  if (ctx.drag && ctx.drag.mode !== "pan" && ctx.drag.moved) drawRange(ctx, g, H);
+  if (ctx.drag && ctx.drag.mode !== "pan" && ctx.drag.moved) drawRange(ctx, g, H, ctx.drag.x0, ctx.drag.x1);
+  else if (ctx.summary && ctx.summary.range) { // the summarized range stays shaded, following zoom and pan
+    const [a, b] = ctx.summary.range;
+    drawRange(ctx, g, H, timeToX(ctx, a), timeToX(ctx, b), b - a);
+  }
 }
 
 // Where slice i is drawn (css px inside the canvas), or null when its row is hidden.
@@ -896,11 +900,12 @@ function drawRuler(ctx, g, W) {
   g.fillStyle = P.line; g.fillRect(0, RULER_H - 1, W, 1); g.fillRect(GUTTER - 1, 0, 1, RULER_H);
 }
 
-function drawRange(ctx, g, H) {
-  const a = Math.max(GUTTER, Math.min(ctx.drag.x0, ctx.drag.x1)), b = Math.min(ctx.cssW, Math.max(ctx.drag.x0, ctx.drag.x1));
+// A range between x0 and x1 (css px), shaded, with its duration (default: from the pixels).
+function drawRange(ctx, g, H, x0, x1, dur = Math.abs(xToTime(ctx, x1) - xToTime(ctx, x0))) {
+  const a = Math.max(GUTTER, Math.min(x0, x1)), b = Math.min(ctx.cssW, Math.max(x0, x1));
+  if (b <= a) return; // panned out of view
   g.fillStyle = "rgba(47, 111, 223, 0.14)"; g.fillRect(a, 0, b - a, H);
   g.fillStyle = P.accent; g.fillRect(a, 0, 1, H); g.fillRect(b - 1, 0, 1, H);
-  const dur = Math.abs(xToTime(ctx, ctx.drag.x1) - xToTime(ctx, ctx.drag.x0));
   const text = fmtDur(dur);
   g.font = BOLD;
   const w = g.measureText(text).width + 10;

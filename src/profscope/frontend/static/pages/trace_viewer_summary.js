@@ -18,12 +18,16 @@ const COLUMNS = [
 ];
 
 // `params(extra)`: the page's URLSearchParams for run/host(s) plus `extra`.
-export function makeSummary(params) {
-  const s = { data: null, key: "wallMs", desc: true, seq: 0 };
+// `onRange(range)`: the range summarized ([a, b] in ms, null once closed), for the page
+// to keep it shaded on the timeline while its table is open.
+export function makeSummary(params, onRange = () => {}) {
+  const s = { data: null, key: "wallMs", desc: true, seq: 0, range: null };
   s.node = el("div", { class: "tv-summary", id: "tv-summary", hidden: true });
-  s.clear = () => { s.seq++; s.data = null; s.node.hidden = true; s.node.replaceChildren(); };
+  s.clear = () => { s.seq++; s.data = null; s.range = null; s.node.hidden = true; s.node.replaceChildren(); onRange(null); };
   s.show = async (a, b) => {
     const seq = ++s.seq;
+    s.range = [a, b];
+    onRange(s.range);
     s.node.hidden = false;
     fill(s.node, el("p", { class: "muted" }, `Summarizing ${fmtDur(b - a)}…`));
     s.node.dataset.busy = "1";
