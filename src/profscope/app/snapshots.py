@@ -65,6 +65,21 @@ class Snapshots:
         self._snapshots_lock = threading.Lock()
         renew_locks_after_fork(self, "_snapshots_lock")
 
+    def _remembered(self, key) -> Snapshot | None:
+        with self._snapshots_lock:
+            if key in self._snapshots:
+                self._snapshots.move_to_end(key)
+                return self._snapshots[key]
+        return None
+
+    def _remember(self, key, snap: Snapshot) -> Snapshot:
+        """Keep ``snap`` for the next views, the last SNAPSHOTS_IN_MEMORY of them."""
+        with self._snapshots_lock:
+            self._snapshots[key] = snap
+            while len(self._snapshots) > SNAPSHOTS_IN_MEMORY:
+                self._snapshots.popitem(last=False)
+        return snap
+
     def snapshot(self, run: Run, progress=None) -> Snapshot:
         """The loaded model of a snapshot run: kept in memory for the next views (the
         last few), and its columns on local disk, so that opening it again, after a
@@ -72,10 +87,8 @@ class Snapshots:
         instead of ~3 s for 1 GB with the native reader, a minute without)."""
         info = run.files[0]
         key = info.identity()
-        with self._snapshots_lock:
-            if key in self._snapshots:
-                self._snapshots.move_to_end(key)
-                return self._snapshots[key]
+        if (snap := self._remembered(key)) is not None:
+            return snap
         parsed = []
 
         def build(job, folder):
@@ -100,11 +113,7 @@ class Snapshots:
             except (OSError, ValueError, KeyError, TypeError):  # a damaged cache entry: parse again
                 shutil.rmtree(folder, ignore_errors=True)
                 return self.snapshot(run, progress)
-        with self._snapshots_lock:
-            self._snapshots[key] = snap
-            while len(self._snapshots) > SNAPSHOTS_IN_MEMORY:
-                self._snapshots.popitem(last=False)
-        return snap
+        return self._remember(key, snap)
 
     def snapshot_device(self, run: Run, host: str | None) -> int:
         hosts = self.hosts(run)
@@ -160,10 +169,8 @@ class Snapshots:
         saved; None while they are not saved yet (the request then goes to a worker)."""
         info = run.files[0]
         key = info.identity()
-        with self._snapshots_lock:
-            if key in self._snapshots:
-                self._snapshots.move_to_end(key)
-                return self._snapshots[key]
+        if (snap := self._remembered(key)) is not None:
+            return snap
         folder = self.cache.built_dir(keys.derived(keys.SNAPSHOT_MODEL, self.logdir.url, key))
         if folder is None:
             return None
@@ -171,11 +178,7 @@ class Snapshots:
             snap = snapshot_model.load_model(folder)
         except (OSError, ValueError, KeyError, TypeError):
             return None  # a damaged entry: a worker reads the file again
-        with self._snapshots_lock:
-            self._snapshots[key] = snap
-            while len(self._snapshots) > SNAPSHOTS_IN_MEMORY:
-                self._snapshots.popitem(last=False)
-        return snap
+        return self._remember(key, snap)
 
     def _view(self, snap: Snapshot, device: int, view: str, q: SnapshotQuery) -> dict:
         if view == "overview":

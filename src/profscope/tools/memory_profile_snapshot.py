@@ -667,6 +667,23 @@ def _layers_json(lay: dict, xs, sizes: np.ndarray, we: int, n: int) -> list[tupl
     return out
 
 
+
+def _polygon_rows(cols, lay: dict, xs, we: int, n: int, actions: list[str] | None = None) -> list[dict]:
+    """The drawn allocations (or segments, with the action that made each) of a timeline
+    answer: where each lives in the trace and its polygon."""
+    rows = []
+    for e, poly in _layers_json(lay, xs, cols.size, we, n):
+        pre = bool(cols.start[e] < 0)
+        row = {"id": e, "addr": int(cols.addr[e]), "size": int(cols.size[e]),
+               "stream": int(cols.stream[e]), "stackId": int(cols.stack[e])}
+        if actions is not None:
+            row["action"] = None if cols.action[e] < 0 else actions[int(cols.action[e])]
+        row.update({"allocIndex": None if pre else int(cols.start[e]),
+                    "freeIndex": None if cols.end[e] >= n else int(cols.end[e]),
+                    "preexisting": pre, "polygon": poly})
+        rows.append(row)
+    return rows
+
 def timeline(snap: Snapshot, device, start=None, end=None, x: str = "index",
              max_points: int = 2000, top: int = MAX_DETAIL) -> dict:
     dv = _dev(snap, device)
@@ -683,14 +700,7 @@ def timeline(snap: Snapshot, device, start=None, end=None, x: str = "index",
     lay = _stacked(dv.start, dv.end, dv.size, dv.total, ws, we, max_points, top)
     line = lay["cols"]
     rline = _maxfilter(dv.reserved, ws, we, max_points)
-    allocs = []
-    for e, poly in _layers_json(lay, xs, dv.size, we, n):
-        pre = bool(dv.start[e] < 0)
-        allocs.append({"id": e, "addr": int(dv.addr[e]), "size": int(dv.size[e]),
-                       "stream": int(dv.stream[e]), "stackId": int(dv.stack[e]),
-                       "allocIndex": None if pre else int(dv.start[e]),
-                       "freeIndex": None if dv.end[e] >= n else int(dv.end[e]),
-                       "preexisting": pre, "polygon": poly})
+    allocs = _polygon_rows(dv, lay, xs, we, n)
     drawn, tot = lay["drawn"], dv.total[line]
     keep = _steps(line, drawn, tot)
     pk = lay["peak"]
@@ -798,16 +808,7 @@ def segment_timeline(snap: Snapshot, device, start=None, end=None, x: str = "ind
 
     lay = _stacked(sg.start, sg.end, sg.size, dv.reserved, ws, we, max_points, top)
     line = lay["cols"]
-    names = snap.action_names
-    out = []
-    for e, poly in _layers_json(lay, xs, sg.size, we, n):
-        pre = bool(sg.start[e] < 0)
-        out.append({"id": e, "addr": int(sg.addr[e]), "size": int(sg.size[e]),
-                    "stream": int(sg.stream[e]), "stackId": int(sg.stack[e]),
-                    "action": None if sg.action[e] < 0 else names[int(sg.action[e])],
-                    "allocIndex": None if pre else int(sg.start[e]),
-                    "freeIndex": None if sg.end[e] >= n else int(sg.end[e]),
-                    "preexisting": pre, "polygon": poly})
+    out = _polygon_rows(sg, lay, xs, we, n, actions=snap.action_names)
     drawn, tot = lay["drawn"], dv.reserved[line]
     keep = _steps(line, drawn, tot)
     pk = lay["peak"]
