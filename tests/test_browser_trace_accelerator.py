@@ -30,7 +30,7 @@ def _track_names(page) -> set[str]:
     ("xplane/tpu_inference/2025_12_10_tpu", {"XLA Modules", "XLA Ops"}),
 ], ids=["rocm_mi300", "tpu"])
 def test_device_timeline_shows_derived_lines_and_flows(open_page, public_server, run, lines):
-    page = _open(open_page, public_server, run=run, tool="trace_viewer@")
+    page = _open(open_page, public_server, run=run, tool="trace_viewer@", flows="all")  # every arrow, not the selection's
     _ready(page)
     names = _track_names(page)
     # on GPU each stream gets its own derived lines, named "XLA Ops - from #16"
@@ -53,22 +53,22 @@ def test_device_timeline_shows_derived_lines_and_flows(open_page, public_server,
     tag = run.split("/")[1]
     page.screenshot(path=str(ARTIFACTS / f"trace_viewer_{tag}.png"), full_page=True)
 
-    # the toggle hides the arrows, the link remembers it, and a reload keeps them hidden
-    page.click("#tv-flows")
+    # the picker hides the arrows, the link remembers it, and a reload keeps them hidden
+    page.select_option("#tv-flows", "none")
     assert _hook(page, "flows")["drawn"] == 0
     assert _query(page).get("flows") == "0"
     page.reload()
     _ready(page)
-    assert not page.is_checked("#tv-flows") and _hook(page, "flows")["drawn"] == 0
+    assert page.locator("#tv-flows").input_value() == "none" and _hook(page, "flows")["drawn"] == 0
     page.screenshot(path=str(ARTIFACTS / f"trace_viewer_{tag}_no_flows.png"), full_page=True)
-    page.click("#tv-flows")
-    assert _hook(page, "flows")["drawn"] > 0 and "flows" not in _query(page)
+    page.select_option("#tv-flows", "all")
+    assert _hook(page, "flows")["drawn"] > 0 and _query(page).get("flows") == "all"
 
 
 def test_torch_cuda_trace_draws_launch_to_kernel_arrows(open_page, public_server):
     """B200 eager trace: kineto writes each flow's GPU end before its CPU start."""
     run = "traces/tracelens_b200_eager.trace.json.gz"
-    page = _open(open_page, public_server, run=run, tool="trace_viewer@")
+    page = _open(open_page, public_server, run=run, tool="trace_viewer@", flows="all")
     _ready(page)
     flows = _hook(page, "flows")
     assert flows["inWindow"] == 929 and flows["drawn"] > 100
