@@ -8,13 +8,13 @@ from __future__ import annotations
 import gzip
 import json
 import shutil
-from collections import defaultdict
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import profscope_server
 from tests.test_browser_trace_viewer import _get_json, _hook, _open, _ready, _view_url
+from tests.test_trace_summary import overlap_counts
 
 pytestmark = pytest.mark.browser
 
@@ -34,14 +34,7 @@ def resnet_url(tmp_path_factory):
 
 
 def _raw_counts(path: Path, origin_us: float, a_ms: float, b_ms: float) -> dict[str, int]:
-    doc = json.loads(gzip.decompress(path.read_bytes()))
-    out = defaultdict(int)
-    for e in doc["traceEvents"]:
-        if e.get("ph") == "X":
-            st = (e["ts"] - origin_us) / 1000
-            if st < b_ms and st + e.get("dur", 0) / 1000 > a_ms:
-                out[e["name"]] += 1
-    return out
+    return overlap_counts(json.loads(gzip.decompress(path.read_bytes())), origin_us, a_ms, b_ms)
 
 
 def _alt_drag(page, x0: float, x1: float):

@@ -16,6 +16,18 @@ FIXTURES = Path("/work/shared/fixtures/public_profiles/traces")
 RESNET = FIXTURES / "kineto_resnet50_v100.pt.trace.json.gz"
 
 
+def overlap_counts(doc: dict, origin_us: float, a_ms: float, b_ms: float) -> dict[str, int]:
+    """Complete ("X") events of a Chrome trace overlapping [a_ms, b_ms) (ms from origin_us), by name:
+    the reference a range summary's occurrences are checked against."""
+    out = defaultdict(int)
+    for e in doc["traceEvents"]:
+        if e.get("ph") == "X":
+            st = (e["ts"] - origin_us) / 1000
+            if st < b_ms and st + e.get("dur", 0) / 1000 > a_ms:
+                out[e["name"]] += 1
+    return out
+
+
 def _summary(client, run, **params):
     r = client.get("/api/trace/summary", params={"run": run, **params})
     assert r.status_code == 200, r.text
@@ -92,12 +104,7 @@ def test_real_cuda_trace_totals_match_the_raw_json(make_client, tmp_path):
     t0, t1 = w["fullTimespan"]
     a, b = t0 + (t1 - t0) * 0.4, t0 + (t1 - t0) * 0.5
     origin_us = w["originNs"] / 1000
-    part = defaultdict(int)
-    for e in doc["traceEvents"]:
-        if e.get("ph") == "X":
-            st = (e["ts"] - origin_us) / 1000
-            if st < b and st + e.get("dur", 0) / 1000 > a:
-                part[e["name"]] += 1
+    part = overlap_counts(doc, origin_us, a, b)
     sub = {r["name"]: r["count"] for r in _summary(client, run, start_ms=a, end_ms=b)["rows"]}
     assert part and all(abs(sub.get(n, 0) - c) <= 1 for n, c in part.items())  # µs rounding at the edges
 
