@@ -24,6 +24,15 @@ from profscope.errors import BadRequest, NotFound
 from profscope.tools.trace_index import MODULE_ID, TraceIndex
 
 MAX_FLOWS = 5000  # arrows per window
+HOST_ID_SHIFT = 40  # event id = host position << 40 | row (< 2^53 with < 8192 hosts)
+TRACK_ID_SHIFT = 20  # track id = host position << 20 | track
+DEFAULT_RESOLUTION = 1000
+DEFAULT_SEARCH_LIMIT = 50
+PS_PER_MS = 10**9
+# A child may end a hair after its parent: Chrome traces' µs floats near 5e12 µs (epoch
+# clocks) are only exact to ~1 ns, so nested ends that were equal come out a ps or so apart.
+NEST_SLACK_PS = 4000
+
 
 # Kineto's "[memory]" instant events carry "Device Id": -1 for the host (CPU) allocator
 # (torch/csrc/profiler: the CPU device has index -1); chrome_trace.py names their counters
@@ -72,20 +81,8 @@ def zero_counter_tracks(ix: TraceIndex) -> frozenset[int]:
             v = np.load(ix.folder / f"counter_{i}_v.npy", mmap_mode="r")
             if not np.any(v):
                 zero.add(c["track"])
-        got = frozenset(zero)
-        try:
-            ix._zero_counter_tracks = got
-        except AttributeError:  # an index with __slots__: recomputed per call
-            pass
+        got = ix._zero_counter_tracks = frozenset(zero)
     return got
-HOST_ID_SHIFT = 40  # event id = host position << 40 | row (< 2^53 with < 8192 hosts)
-TRACK_ID_SHIFT = 20  # track id = host position << 20 | track
-DEFAULT_RESOLUTION = 1000
-DEFAULT_SEARCH_LIMIT = 50
-PS_PER_MS = 10**9
-# A child may end a hair after its parent: Chrome traces' µs floats near 5e12 µs (epoch
-# clocks) are only exact to ~1 ns, so nested ends that were equal come out a ps or so apart.
-NEST_SLACK_PS = 4000
 
 
 # ---------------------------------------------------------------------------
