@@ -150,7 +150,7 @@ function update(ctx, state) {
   if ((state.ev || "") !== (ctx.selectedId || "")) select(ctx, state.ev || "", { fromUrl: true });
   if ((state.q || "") !== ctx.search.value) { ctx.search.value = state.q || ""; runSearch(ctx, state.q || ""); }
   const mode = flowModeOf(state.flows);
-  if (mode !== ctx.flowMode) { ctx.flowMode = ctx.flowToggle.value = mode; ctx.showFlows = mode !== "none"; paint(ctx); }
+  if (mode !== ctx.flowMode) { ctx.flowMode = ctx.flowToggle.value = mode; paint(ctx); }
 }
 
 // The part of a link's window inside the trace: null when it is all inside; else the
@@ -208,7 +208,7 @@ function makeContext(key, state, run, details) {
     ready: false, full: [0, 0], view: [0, 1], data: null, dataWindow: null, dataRes: 0,
     seq: 0, timer: 0, collapsed: new Set(), rows: [], trackRow: new Map(), scrollTop: 0,
     selectedId: "", selected: null, hover: null, drag: null, mouseX: null, searchSeq: 0,
-    drawn: { n: 0, idx: new Int32Array(0) }, frame: 0, listeners: [], showFlows: state.flows !== "0", flowMode: flowModeOf(state.flows),
+    drawn: { n: 0, idx: new Int32Array(0) }, frame: 0, listeners: [], flowMode: flowModeOf(state.flows),
   };
   ctx.search = el("input", { type: "search", id: "tv-search", placeholder: "search slices by name…", "aria-label": "search slices", value: state.q || "",
     oninput: () => { clearTimeout(ctx.searchTimer); ctx.searchTimer = setTimeout(() => searchTyped(ctx), 250); },
@@ -229,7 +229,7 @@ function makeContext(key, state, run, details) {
   // the slices on a busy GPU timeline (a torch trace has one per backward op): as in
   // Perfetto, only the selected slice's are drawn unless "all" is picked; the link keeps it.
   ctx.flowToggle = el("select", { id: "tv-flows", "aria-label": "flow arrows",
-    onchange: () => { ctx.flowMode = ctx.flowToggle.value; ctx.showFlows = ctx.flowMode !== "none"; setUrl({ flows: FLOW_URL[ctx.flowMode] }); paint(ctx); } },
+    onchange: () => { ctx.flowMode = ctx.flowToggle.value; setUrl({ flows: FLOW_URL[ctx.flowMode] }); paint(ctx); } },
     el("option", { value: "selection" }, "of the selection"), el("option", { value: "all" }, "all"), el("option", { value: "none" }, "none"));
   ctx.flowToggle.value = ctx.flowMode;
   ctx.flowLabel = el("label", { class: "tv-toggle", id: "tv-flows-label", title: "Draw flow arrows between the slices of a flow (host launch → device kernel, async op start → end)" },
