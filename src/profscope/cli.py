@@ -211,7 +211,10 @@ def cmd_serve(args) -> int:
     # h11 refuses a request head over 16 KiB with a plain-text 400; the guard's limits
     # (414 in the one JSON error shape) come first up to H11_MAX_HEAD_BYTES.
     config = uvicorn.Config(create_app(ws, security), log_level="warning", access_log=False,
-                            h11_max_incomplete_event_size=H11_MAX_HEAD_BYTES, server_header=False)
+                            h11_max_incomplete_event_size=H11_MAX_HEAD_BYTES, server_header=False,
+                            # Ctrl+C / SIGTERM: requests still waiting (on a long conversion) are
+                            # cut after 5 s rather than holding the server up (uvicorn waits forever).
+                            timeout_graceful_shutdown=5)
     try:
         uvicorn.Server(config).run(sockets=[sock])
     finally:
