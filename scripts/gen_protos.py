@@ -9,7 +9,8 @@ Compiles every ``protos/*.proto`` with the pinned ``grpcio-tools`` (its bundled
 ``<name>_pb2.pyi``, fixes imports between our own generated modules (package-relative
 within one package, absolute across two), and writes each into the package that owns it
 (``PACKAGES``): ``hlo_pb2`` into ``src/profscope/model/protos/`` (the ``HloProto`` is the
-memory viewer's model), ``xplane_pb2`` into ``src/profscope/formats/protos/``.
+memory viewer's model), ``xplane_pb2`` into ``src/profscope/formats/protos/``, ``profiler_service_pb2`` (what a
+capture sends to a job's profiler server) into ``src/profscope/storage/protos/``.
 
 The output depends only on the .proto files and the grpcio-tools version, so it
 is byte-for-byte reproducible; ``tests/test_protos.py`` regenerates into a
@@ -39,6 +40,8 @@ SRC_DIR = REPO_ROOT / "src"
 PACKAGES = {
     "hlo": "profscope.model.protos",
     "xplane": "profscope.formats.protos",
+    # the messages a capture exchanges with a job's profiler server (storage/profiler_client.py)
+    "profiler_service": "profscope.storage.protos",
 }
 
 _HEADER_NOTE = "# Regenerate with scripts/gen_protos.py (grpcio-tools=={version}); do not edit.\n"

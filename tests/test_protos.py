@@ -37,8 +37,11 @@ GENERATED = {
     "profscope/formats/protos/xplane_pb2.pyi",
     "profscope/model/protos/hlo_pb2.py",
     "profscope/model/protos/hlo_pb2.pyi",
+    "profscope/storage/protos/profiler_service_pb2.py",
+    "profscope/storage/protos/profiler_service_pb2.pyi",
 }
-GENERATED_DIRS = [SRC_DIR / "profscope" / "formats" / "protos", SRC_DIR / "profscope" / "model" / "protos"]
+GENERATED_DIRS = [SRC_DIR / "profscope" / "formats" / "protos", SRC_DIR / "profscope" / "model" / "protos",
+                  SRC_DIR / "profscope" / "storage" / "protos"]
 DEMO_LOGDIR = REPO_ROOT / "src" / "profscope" / "demo" / "logdir"
 
 

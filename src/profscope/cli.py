@@ -16,7 +16,7 @@ from profscope import __version__
 from profscope.errors import BadRequest, ProfscopeError
 
 DEFAULT_PORT = 8791
-COMMANDS = ("serve", "runs", "report")
+COMMANDS = ("serve", "runs", "report", "capture")
 
 DESCRIPTION = """\
 profscope: a self-hosted profile viewer for ML workloads (XProf-compatible).
@@ -32,6 +32,8 @@ examples:
   profscope serve gs://bucket/logs      serve a bucket (uses your gcloud credentials)
   profscope serve --demo --open         serve the bundled demo and open a browser
   profscope runs ~/logs                 list the runs found, without serving
+  profscope capture localhost:9999 --duration 2s
+                                        record a running job (jax.profiler.start_server(9999))
   profscope report ~/logs/run --device-memory 80GiB -o report.html
                                         OOM risk as one offline HTML file (or --format json|markdown)
 """
@@ -68,6 +70,13 @@ def build_parser() -> argparse.ArgumentParser:
                             "none on loopback; $PROFSCOPE_TOKEN keeps it out of the process list)")
     serve.add_argument("--no-token", action="store_true",
                        help="ask no token even when bound beyond loopback (anyone who can reach the port reads the profiles)")
+    serve.add_argument("--capture-dir", metavar="DIR",
+                       help="where profiles captured from running jobs are written, listed as captures/ "
+                            "(default: captures/ in the cache folder; never the log directory)")
+    serve.add_argument("--capture-allow", action="append", default=[], metavar="PATTERN",
+                       help="also let the page capture from profiler addresses matching this shell pattern "
+                            "(10.0.*, *.internal, host:9999; repeatable); by default only loopback ones")
+    serve.add_argument("--no-capture", action="store_true", help="turn the Capture profile dialog and API off")
     _worker_options(serve)
 
     runs = sub.add_parser("runs", help="list the runs of a log directory and exit")
@@ -100,6 +109,28 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--cache-dir", help="where converted results are kept (default ~/.cache/profscope)")
     report.add_argument("--cache-size", metavar="SIZE", help=CACHE_SIZE_HELP)
     _worker_options(report)
+
+    capture = sub.add_parser(
+        "capture", help="record a profile from running jobs' profiler servers and exit",
+        description="Record HOST:PORT[,HOST:PORT...] (jax.profiler.start_server(PORT) in the job) for --duration, "
+                    "all hosts at once, and write plugins/profile/<session>/<host>_<port>.xplane.pb into --dir. "
+                    "Exit status 0: every host saved; 1: some hosts failed; 2: nothing saved or bad input. "
+                    "docs/capture.md says more.")
+    capture.add_argument("targets", metavar="HOST:PORT[,HOST:PORT...]", help="the profiler servers to record")
+    capture.add_argument("--duration", default="2s", help="how long to record: 2s, 1500ms, 1m (default 2s)")
+    capture.add_argument("--delay", default="0", help="wait this long before recording (default 0)")
+    capture.add_argument("--dir", metavar="DIR", help="folder to write into (default: captures/ in the cache folder, "
+                         "which `profscope serve` lists)")
+    capture.add_argument("--cache-dir", help="the cache folder whose captures/ is the default --dir")
+    capture.add_argument("--host-tracer-level", type=int, default=2, choices=range(4),
+                         help="0 off, 1 user annotations only, 2 (default) + runtime, 3 verbose")
+    capture.add_argument("--device-tracer-level", type=int, default=1, choices=range(2), help="0 off, 1 on (default)")
+    capture.add_argument("--python-tracer-level", type=int, default=0, choices=range(2),
+                         help="1: record every Python call (expensive); default 0")
+    capture.add_argument("--num-retry", type=int, default=0, help="retries per host when it is busy or unreachable")
+    capture.add_argument("--snapshots", type=int, metavar="N",
+                         help="continuous mode: profile continuously and save N snapshots, one every --every")
+    capture.add_argument("--every", default="10s", help="time between continuous snapshots (default 10s)")
     return parser
 
 
@@ -134,7 +165,16 @@ def _workspace(args):
     logdir.check()
     workers = WorkerPool(memory_limit=parse_size(args.worker_memory, "--worker-memory"),
                          concurrency=args.workers or None, enabled=None if args.workers != 0 else False)
-    return Workspace(logdir, DiskCache(args.cache_dir or default_cache_dir(), workers=workers, limit=args.cache_size))
+    cache = DiskCache(args.cache_dir or default_cache_dir(), workers=workers, limit=args.cache_size)
+    capture = {}
+    if getattr(args, "command", None) == "serve" and not args.no_capture:
+        capture = {"capture_dir": args.capture_dir or default_capture_dir(cache.root), "capture_allow": args.capture_allow}
+    return Workspace(logdir, cache, **capture)
+
+
+def default_capture_dir(cache_root) -> Path:
+    # Beside the cache's entries, never among them: eviction reads only its two-letter shards.
+    return Path(cache_root) / "captures"
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -194,6 +234,8 @@ def cmd_serve(args) -> int:
     print(f"profscope {__version__}: {len(runs)} run(s) in {ws.logdir.url}", flush=True)
     print(f"cache: {ws.cache.root} ({ws.cache.describe()})", flush=True)
     print(f"conversions: {ws.cache.workers.describe()}", flush=True)
+    if ws.capture is not None:
+        print(f"captures: {ws.capture.folder.root} (from {ws.capture.policy.describe()} profiler addresses)", flush=True)
     if not is_loopback(args.host):
         if token:
             print(f"listening on {args.host}: only a browser that brings the token (in the URL below) gets in", flush=True)
@@ -312,11 +354,75 @@ def cmd_report(args) -> int:
     return 0
 
 
+def cmd_capture(args) -> int:
+    import time
+
+    from profscope.app.capture import CaptureDir, Capturer, CaptureSettings, TargetPolicy, parse_duration
+    from profscope.cache.store import default_cache_dir
+
+    settings = CaptureSettings(duration_ms=parse_duration(args.duration, "--duration"),
+                               delay_ms=parse_duration(args.delay, "--delay"),
+                               host_tracer_level=args.host_tracer_level, device_tracer_level=args.device_tracer_level,
+                               python_tracer_level=args.python_tracer_level)
+    folder = CaptureDir(args.dir or default_capture_dir(args.cache_dir or default_cache_dir()))
+    # The command line dials what its user names: the allow-list guards the server only.
+    capturer = Capturer(folder, TargetPolicy(["*"]))
+    live = sys.stderr.isatty()
+
+    def follow(job) -> None:
+        last = None
+        while not job.done.wait(0.2 if live else 1.0):
+            state = job.to_json()
+            line = state["stage"] + (f" {state['remainingS']:.0f}s left" if state["remainingS"] else "")
+            if line != last and (live or state["stage"] != (last or "").split(" ")[0]):
+                print(("\r" if live else "") + f"capture: {line}".ljust(40), end="" if live else "\n",
+                      file=sys.stderr, flush=True)
+                last = line
+        if live:
+            print(file=sys.stderr)
+
+    jobs = []
+    try:
+        if args.snapshots:
+            every = parse_duration(args.every, "--every") / 1000
+            session = capturer.start_continuous(args.targets, settings)
+            if session.state != "running":
+                raise ProfscopeError(f"continuous capture failed: {session.error}")
+            for n in range(args.snapshots):
+                time.sleep(every)
+                jobs.append(capturer.snapshot(session.id))
+                print(f"snapshot {n + 1}/{args.snapshots}: {jobs[-1].summary()}", file=sys.stderr, flush=True)
+            capturer.stop_continuous(session.id)
+        else:
+            job = capturer.start(args.targets, settings, num_retry=args.num_retry)
+            print(f"capture: recording {', '.join(job.targets)} for {settings.duration_ms / 1000:g}s", file=sys.stderr, flush=True)
+            try:
+                follow(job)
+            except KeyboardInterrupt:
+                print("\ncapture: stopping early, keeping what was recorded", file=sys.stderr, flush=True)
+                capturer.stop(job.id)
+                job.done.wait()
+            jobs.append(job)
+    finally:
+        capturer.close()
+    for job in jobs:
+        for h in job.hosts.values():
+            where = folder.root / h.file.split("/", 1)[1] if h.file else None
+            print(f"{h.address}: " + (f"saved {h.bytes:,} bytes to {where}" if h.state == "saved" else f"FAILED: {h.error}"),
+                  file=sys.stderr)
+        if job.saved:
+            print(folder.sessions / job.session)  # stdout: the run folder, for scripts
+    if not any(j.saved for j in jobs):
+        print("profscope: error: nothing was captured: " + "; ".join(j.summary() for j in jobs), file=sys.stderr)
+        return 2
+    return 1 if any(j.failed for j in jobs) else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = _normalise_argv(list(sys.argv[1:] if argv is None else argv))
     args = build_parser().parse_args(argv)
     try:
-        return {"serve": cmd_serve, "runs": cmd_runs, "report": cmd_report}[args.command](args)
+        return {"serve": cmd_serve, "runs": cmd_runs, "report": cmd_report, "capture": cmd_capture}[args.command](args)
     except ProfscopeError as e:
         print(f"profscope: error: {e.message}", file=sys.stderr)
         return 2

@@ -53,3 +53,17 @@ class CacheFull(ProfscopeError):
     """The cache folder's disk is full (or its quota reached): nothing can be converted."""
 
     status = 507
+
+
+class Forbidden(ProfscopeError):
+    """The request is well formed but this server will not do it (a capture target outside
+    the allowed addresses)."""
+
+    status = 403
+
+
+class Conflict(ProfscopeError):
+    """The request clashes with work already under way (a second capture from a target
+    that is being recorded)."""
+
+    status = 409

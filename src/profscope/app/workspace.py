@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 
 from profscope.app import keys
+from profscope.app.capture import CaptureDir, Capturer, TargetPolicy
 from profscope.app.compiled_memory import CompiledMemory, ModuleSource
 from profscope.app.oom import OomAssessment
 from profscope.app.queries import TOOL_QUERIES, Query
@@ -27,6 +28,7 @@ from profscope.app.keys import FileDerived
 from profscope.model.catalog import Run, RunKind
 from profscope.model.file_kinds import FileKind, classify
 from profscope.storage import LogDir, safe_relpath
+from profscope.storage.mounted import MountedLogDir
 from profscope.tools import registry
 from profscope.tools.registry import Tool
 
@@ -34,18 +36,32 @@ __all__ = ["SNAPSHOT_VIEWS", "ModuleSource", "Workspace"]
 
 
 class Workspace(CompiledMemory, RuntimeMemory, Snapshots, OomAssessment, Traces, FileDerived):
-    def __init__(self, logdir: LogDir, cache: DiskCache):
+    """``capture_dir``: where profiles captured from running jobs are written (app/capture.py),
+    listed as runs under ``captures/``; None: this workspace does not capture."""
+
+    def __init__(self, logdir: LogDir, cache: DiskCache, *, capture_dir: str | os.PathLike | None = None,
+                 capture_allow: tuple[str, ...] | list[str] = ()):
         if logdir.is_local and _inside(cache.root, Path(logdir.root)):
             # Log directories may be read-only or shared; we never write into them.
             raise BadRequest(
                 f"the cache folder {cache.root} is inside the log directory {logdir.url}; "
                 "choose another with --cache-dir"
             )
-        self.logdir = logdir
         self.cache = cache
         if not logdir.is_local and logdir.copy_dir is None:
             # Remote files are copied once per version into the cache folder (storage/logdir.py).
             logdir.copy_dir = cache.root / "objects"
+        self.capture: Capturer | None = None
+        if capture_dir is not None:
+            if logdir.is_local and _inside(Path(capture_dir), Path(logdir.root)):
+                raise BadRequest(f"the capture folder {capture_dir} is inside the log directory {logdir.url}; "
+                                 "profscope never writes there: choose another with --capture-dir")
+            folder = CaptureDir(capture_dir)
+            mount = MountedLogDir.free_name(logdir, "captures")
+            self.capture = Capturer(folder, TargetPolicy(capture_allow), mount=mount,
+                                    on_saved=lambda job: self.logdir.refresh(mount))
+            logdir = MountedLogDir(logdir, {mount: folder.logdir})
+        self.logdir = logdir
         # (tool, run kind) -> the method that produces its payload from a typed query of
         # that tool (app/queries.py TOOL_QUERIES).
         self._producers = {

@@ -132,7 +132,9 @@ def router(ws: Workspace) -> APIRouter:
 
     @r.get("/config")
     def config() -> Response:
-        # profscope never captures profiles, so the capture button stays hidden.
-        return json_response({"enableTabNameLabel": False, "hideCaptureProfileButton": True, "srcPathPrefix": None})
+        # XProf's frontend shows its "Capture profile" button unless this says to hide it;
+        # the button's dialog calls capture_profile (server/capture_api.py).
+        return json_response({"enableTabNameLabel": False, "hideCaptureProfileButton": ws.capture is None,
+                              "srcPathPrefix": None})
 
     return r

@@ -1,0 +1,559 @@
+"""Capturing profiles from running jobs: capture jobs with stages, continuous sessions
+with snapshots, and the folder profscope owns where their runs are written.
+
+A capture names one or more profiler servers (``host:port``, as
+``jax.profiler.start_server(port)`` opens). Each target is recorded by its own
+``Profile`` call (storage/profiler_client.py) in its own thread, all with the same
+``start_timestamp_ns``, so the hosts' timelines line up; a target that fails is reported
+and the others are still saved. Each captured host becomes
+``<capture dir>/plugins/profile/<session>/<host>_<port>.xplane.pb``, written to a
+temporary name and renamed, and the session is a run of the workspace (listed under
+``captures/``, storage/mounted.py). Nothing is ever written into the log directory.
+
+The server may open connections to the addresses a request names, so only targets the
+:class:`TargetPolicy` allows are dialled: loopback by default, more with
+``--capture-allow PATTERN``.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import ipaddress
+import itertools
+import os
+import re
+import secrets
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Callable
+
+from profscope.errors import BadRequest, Conflict, Forbidden, NotFound, ProfscopeError
+from profscope.storage import LogDir
+from profscope.storage.profiler_client import CaptureSettings, ProfilerClient, TargetError, split_address
+
+__all__ = ["CaptureDir", "CaptureJob", "Capturer", "CaptureSettings", "ContinuousSession", "TargetPolicy",
+           "parse_duration", "parse_targets"]
+
+# Jobs and continuous sessions remembered for their status pages, newest kept.
+KEEP_FINISHED = 50
+MAX_TARGETS = 256
+_HOST_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def parse_targets(text: str) -> list[str]:
+    """``a:1, b:2`` -> ['a:1', 'b:2'] (normalised ``host:port``), each checked."""
+    items = [t.strip() for t in (text or "").replace(";", ",").split(",") if t.strip()]
+    if not items:
+        raise BadRequest("no profiler address given: name the job's profiler server as HOST:PORT, e.g. localhost:9999")
+    if len(items) > MAX_TARGETS:
+        raise BadRequest(f"{len(items)} addresses given; one capture takes at most {MAX_TARGETS}")
+    out = []
+    for item in items:
+        try:
+            host, port = split_address(item)
+        except ProfscopeError as e:
+            raise BadRequest(e.message) from None
+        address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        if address not in out:
+            out.append(address)
+    return out
+
+
+def parse_duration(text: str | int | float, what: str = "duration") -> int:
+    """``2s``, ``1500ms``, ``1m``, ``2000`` (milliseconds, XProf's unit) -> milliseconds."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        value, unit = float(text), "ms"
+    else:
+        m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min)?\s*", str(text))
+        if not m:
+            raise BadRequest(f"{what} {text!r} is not a duration: give e.g. 2s, 1500ms or 2000 (milliseconds)")
+        value, unit = float(m.group(1)), m.group(2) or "ms"
+    ms = value * {"ms": 1, "s": 1000, "m": 60_000, "min": 60_000}[unit]
+    if ms > 3_600_000:
+        raise BadRequest(f"{what} {text!r} is over an hour; record less at a time")
+    return int(round(ms))
+
+
+class TargetPolicy:
+    """Which profiler addresses this server may dial: loopback always, and any address
+    whose host (or ``host:port``) matches one of ``allow`` (shell patterns: ``10.0.*``,
+    ``*.internal``, ``*`` for any)."""
+
+    def __init__(self, allow: list[str] | tuple[str, ...] = ()):
+        self.allow = tuple(p.strip() for p in allow if p and p.strip())
+
+    @staticmethod
+    def is_loopback(host: str) -> bool:
+        if host.lower() in ("localhost", "localhost.localdomain", "ip6-localhost"):
+            return True
+        try:
+            return ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            return False
+
+    def check(self, address: str) -> None:
+        host, port = split_address(address)
+        if self.is_loopback(host):
+            return
+        for pattern in self.allow:
+            if fnmatch.fnmatchcase(host.lower(), pattern.lower()) or fnmatch.fnmatchcase(f"{host}:{port}".lower(), pattern.lower()):
+                return
+        raise Forbidden(
+            f"refused to capture from {address}: this server dials only loopback profiler addresses"
+            + (f" and those matching {', '.join(self.allow)}" if self.allow else "")
+            + "; start profscope with --capture-allow PATTERN (e.g. --capture-allow '10.0.*') to allow more"
+        )
+
+    def describe(self) -> str:
+        return "loopback" + (" and " + ", ".join(self.allow) if self.allow else " only")
+
+
+class CaptureDir:
+    """The folder captured runs are written into: ``root/plugins/profile/<session>/``,
+    XProf's layout, so the folder is also a log directory XProf and TensorBoard read."""
+
+    def __init__(self, root: str | os.PathLike):
+        self.root = Path(root).expanduser().resolve()
+        self._lock = threading.Lock()
+        self.logdir = LogDir(str(self.root))
+
+    @property
+    def sessions(self) -> Path:
+        return self.root / "plugins" / "profile"
+
+    def new_session(self, stem: str | None = None) -> str:
+        """A session folder name no other capture has: XProf's ``%Y_%m_%d_%H_%M_%S``,
+        with ``_2``, ``_3``... when two captures start in one second; the folder is made."""
+        stem = stem or datetime.now().strftime("%Y_%m_%d_%H_%M_%S")
+        with self._lock:
+            self.sessions.mkdir(parents=True, exist_ok=True)
+            for n in itertools.count(1):
+                name = stem if n == 1 else f"{stem}_{n}"
+                try:
+                    (self.sessions / name).mkdir()
+                    return name
+                except FileExistsError:
+                    continue
+        raise AssertionError("unreachable")
+
+    @staticmethod
+    def host_file(address: str) -> str:
+        """``localhost:9999`` -> ``localhost_9999.xplane.pb`` (a file name on any disk)."""
+        host, port = split_address(address)
+        return f"{_HOST_CHARS.sub('_', host).strip('_') or 'host'}_{port}.xplane.pb"
+
+    def write(self, session: str, address: str, xspace: bytes) -> Path:
+        """Write one host's XSpace atomically: readers see the whole file or none."""
+        folder = self.sessions / session
+        path = folder / self.host_file(address)
+        tmp = folder / f".{path.name}.{os.getpid()}.{threading.get_ident()}.part"
+        try:
+            with open(tmp, "wb") as f:
+                f.write(xspace)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        finally:
+            if tmp.exists():
+                tmp.unlink()
+        return path
+
+    def remove_if_empty(self, session: str) -> None:
+        try:
+            (self.sessions / session).rmdir()
+        except OSError:
+            pass
+
+
+# -- one-shot captures -------------------------------------------------------------------
+
+STAGES = ("probing", "waiting", "recording", "collecting", "saved", "failed")
+
+
+@dataclass
+class TargetState:
+    address: str
+    state: str = "pending"  # pending, recording, collecting, saved, failed
+    error: str | None = None
+    code: str | None = None
+    bytes: int = 0
+    file: str | None = None
+
+    def to_json(self) -> dict:
+        return {"address": self.address, "state": self.state, "error": self.error, "code": self.code,
+                "bytes": self.bytes, "file": self.file}
+
+
+@dataclass
+class CaptureJob:
+    """One capture: its targets, settings and where it stands. ``stage`` goes probing ->
+    waiting (the delay) -> recording (until ``record_ends``) -> collecting -> saved or
+    failed; ``stopped`` is set when it was stopped early (what was recorded is kept)."""
+
+    id: str
+    targets: list[str]
+    settings: CaptureSettings
+    session: str
+    run: str | None
+    stage: str = "probing"
+    created: float = field(default_factory=time.time)
+    record_starts: float | None = None
+    record_ends: float | None = None
+    finished: float | None = None
+    stopped: bool = False
+    error: str | None = None
+    hosts: dict[str, TargetState] = field(default_factory=dict)
+    done: threading.Event = field(default_factory=threading.Event, repr=False)
+
+    @property
+    def saved(self) -> list[TargetState]:
+        return [h for h in self.hosts.values() if h.state == "saved"]
+
+    @property
+    def failed(self) -> list[TargetState]:
+        return [h for h in self.hosts.values() if h.state == "failed"]
+
+    def summary(self) -> str:
+        """One sentence: what was saved where, and what failed."""
+        if self.stage == "failed":
+            return f"capture failed: {self.error}"
+        parts = [f"captured {len(self.saved)} host(s) into run {self.run}" + (" (stopped early)" if self.stopped else "")]
+        parts += [f"{h.address} failed: {h.error}" for h in self.failed]
+        return "; ".join(parts)
+
+    def to_json(self) -> dict:
+        now = time.time()
+        remaining = None
+        if self.stage in ("waiting", "recording") and self.record_ends is not None:
+            remaining = max(0.0, self.record_ends - now)
+        return {
+            "id": self.id, "targets": self.targets, "stage": self.stage, "run": self.run, "session": self.session,
+            "durationMs": self.settings.duration_ms, "delayMs": self.settings.delay_ms,
+            "hostTracerLevel": self.settings.host_tracer_level, "deviceTracerLevel": self.settings.device_tracer_level,
+            "pythonTracerLevel": self.settings.python_tracer_level,
+            "created": self.created, "recordStarts": self.record_starts, "recordEnds": self.record_ends,
+            "remainingS": remaining, "finished": self.finished, "stopped": self.stopped, "error": self.error,
+            "done": self.done.is_set(), "summary": self.summary() if self.done.is_set() else None,
+            "hosts": [h.to_json() for h in self.hosts.values()],
+        }
+
+
+@dataclass
+class ContinuousSession:
+    """Continuous profiling on a set of targets: each ``snapshot`` saves what every target
+    recorded since the previous one as a new run."""
+
+    id: str
+    targets: list[str]
+    settings: CaptureSettings
+    state: str = "starting"  # starting, running, stopped, failed
+    created: float = field(default_factory=time.time)
+    error: str | None = None
+    hosts: dict[str, TargetState] = field(default_factory=dict)
+    snapshots: list[str] = field(default_factory=list)  # job ids, oldest first
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def to_json(self, jobs: Callable[[str], CaptureJob | None]) -> dict:
+        snaps = [j.to_json() for j in map(jobs, self.snapshots) if j is not None]
+        return {"id": self.id, "targets": self.targets, "state": self.state, "created": self.created,
+                "error": self.error, "hosts": [h.to_json() for h in self.hosts.values()], "snapshots": snaps}
+
+
+class Capturer:
+    """Runs captures for a workspace: ``start`` a job, follow it with ``job(id)``, ``stop``
+    it early; ``start_continuous`` / ``snapshot`` / ``stop_continuous`` for continuous
+    mode. One capture at a time per target (the job's profiler allows one session);
+    ``on_saved(job)`` is told of each finished job (the workspace lists its run)."""
+
+    def __init__(self, folder: CaptureDir, policy: TargetPolicy | None = None, *,
+                 mount: str = "captures", on_saved: Callable[[CaptureJob], None] | None = None):
+        self.folder = folder
+        self.policy = policy or TargetPolicy()
+        self.mount = mount
+        self.on_saved = on_saved
+        self._client = ProfilerClient
+        self._lock = threading.Lock()
+        self._jobs: dict[str, CaptureJob] = {}
+        self._continuous: dict[str, ContinuousSession] = {}
+        self._busy: dict[str, str] = {}  # target -> the job or continuous session recording it
+
+    # -- bookkeeping ---------------------------------------------------------------------
+
+    def _claim(self, targets: list[str], owner: str) -> None:
+        with self._lock:
+            busy = [(t, self._busy[t]) for t in targets if t in self._busy]
+            if busy:
+                t, other = busy[0]
+                raise Conflict(f"{t} is already being captured (capture {other}); wait for it to finish or stop it")
+            for t in targets:
+                self._busy[t] = owner
+
+    def _release(self, targets: list[str], owner: str) -> None:
+        with self._lock:
+            for t in targets:
+                if self._busy.get(t) == owner:
+                    del self._busy[t]
+
+    def _remember(self, job: CaptureJob) -> None:
+        with self._lock:
+            self._jobs[job.id] = job
+            done = [j for j in self._jobs.values() if j.done.is_set()]
+            keep = {j.id for s in self._continuous.values() for j in map(self._jobs.get, s.snapshots) if j}
+            for old in sorted(done, key=lambda j: j.created)[: max(0, len(done) - KEEP_FINISHED)]:
+                if old.id not in keep:
+                    del self._jobs[old.id]
+
+    def job(self, job_id: str) -> CaptureJob:
+        found = self._jobs.get(job_id)
+        if found is None:
+            raise NotFound(f"no capture {job_id!r} (captures are remembered until the server restarts)")
+        return found
+
+    def find(self, job_id: str) -> CaptureJob | None:
+        return self._jobs.get(job_id)
+
+    def jobs(self) -> list[CaptureJob]:
+        return sorted(self._jobs.values(), key=lambda j: j.created, reverse=True)
+
+    def _new_job(self, targets: list[str], settings: CaptureSettings, job_id: str | None = None) -> CaptureJob:
+        session = self.folder.new_session()
+        return CaptureJob(id=job_id or secrets.token_hex(6), targets=targets, settings=settings, session=session,
+                          run=f"{self.mount}/{session}", hosts={t: TargetState(t) for t in targets})
+
+    def _checked(self, targets: list[str] | str) -> list[str]:
+        targets = parse_targets(targets) if isinstance(targets, str) else parse_targets(",".join(targets))
+        for t in targets:
+            self.policy.check(t)
+        return targets
+
+    # -- one-shot ------------------------------------------------------------------------
+
+    def start(self, targets: list[str] | str, settings: CaptureSettings, *, num_retry: int = 0) -> CaptureJob:
+        """Start recording every target now (after ``settings.delay_ms``); returns at once."""
+        targets = self._checked(targets)
+        if not 0 <= num_retry <= 10:
+            raise BadRequest(f"num_retry must be from 0 to 10, not {num_retry}")
+        job_id = secrets.token_hex(6)
+        self._claim(targets, job_id)
+        try:
+            job = self._new_job(targets, settings, job_id)
+        except BaseException:
+            self._release(targets, job_id)
+            raise
+        self._remember(job)
+        threading.Thread(target=self._run, args=(job, num_retry), name=f"capture-{job.id}", daemon=True).start()
+        return job
+
+    def capture(self, targets: list[str] | str, settings: CaptureSettings, *, num_retry: int = 0) -> CaptureJob:
+        """``start`` and wait until the job is done."""
+        job = self.start(targets, settings, num_retry=num_retry)
+        job.done.wait()
+        return job
+
+    def stop(self, job_id: str) -> CaptureJob:
+        """End the recording now; each target returns (and the job saves) what it has."""
+        job = self.job(job_id)
+        if job.done.is_set() or job.stage not in ("probing", "waiting", "recording"):
+            return job
+        job.stopped = True
+        for address in job.targets:
+            try:
+                with self._client(address) as c:
+                    c.terminate(job.session)
+            except TargetError:
+                pass  # that target's own call reports its failure
+        return job
+
+    def _run(self, job: CaptureJob, num_retry: int) -> None:
+        try:
+            clients = {t: self._client(t) for t in job.targets}
+            # Probe first: a dead address fails in milliseconds and the others then all
+            # start at the same instant, the hosts' common start_timestamp_ns.
+            live = []
+            for t, c in clients.items():
+                try:
+                    c.probe()
+                    live.append(t)
+                except TargetError as e:
+                    job.hosts[t].state, job.hosts[t].error, job.hosts[t].code = "failed", e.reason, e.code
+            if not live:
+                raise _JobFailed("no target answered: " + "; ".join(f"{h.address}: {h.error}" for h in job.failed))
+            delay_s = job.settings.delay_ms / 1000
+            start = time.time() + delay_s
+            job.record_starts, job.record_ends = start, start + job.settings.duration_ms / 1000
+            job.stage = "waiting" if delay_s > 0 else "recording"
+            threading.Thread(target=self._advance, args=(job,), daemon=True).start()
+            with ThreadPoolExecutor(max_workers=min(32, len(live)), thread_name_prefix=f"capture-{job.id}") as pool:
+                for t in live:
+                    pool.submit(self._record_one, job, clients[t], t, int(start * 1e9), num_retry)
+            for c in clients.values():
+                c.close()
+            if not job.saved:
+                raise _JobFailed("; ".join(f"{h.address}: {h.error}" for h in job.failed) or "nothing recorded")
+            job.stage = "saved"
+        except _JobFailed as e:
+            job.stage, job.error = "failed", str(e)
+        except Exception as e:  # noqa: BLE001 - a bug must end the job, not hang its page
+            job.stage, job.error = "failed", f"{type(e).__name__}: {e}"
+        finally:
+            if not job.saved:
+                self.folder.remove_if_empty(job.session)
+                job.run = None  # its folder is gone: the name may go to the next capture
+            job.finished = time.time()
+            self._release(job.targets, job.id)
+            job.done.set()
+            if job.saved and self.on_saved is not None:
+                self.on_saved(job)
+
+    @staticmethod
+    def _advance(job: CaptureJob) -> None:
+        """The job's stage follows the clock: waiting -> recording -> collecting (the
+        server says nothing until its answer arrives)."""
+        while not job.done.is_set():
+            now = time.time()
+            if job.stage == "waiting" and now >= (job.record_starts or now):
+                job.stage = "recording"
+            elif job.stage == "recording" and (now >= (job.record_ends or now) or job.stopped):
+                job.stage = "collecting"
+                for h in job.hosts.values():
+                    if h.state == "recording":
+                        h.state = "collecting"
+                return
+            job.done.wait(0.05)
+
+    def _record_one(self, job: CaptureJob, client: ProfilerClient, address: str, start_ns: int, num_retry: int) -> None:
+        host = job.hosts[address]
+        if job.stopped:  # stopped while probing: there is nothing to keep
+            host.state, host.error = "failed", "stopped before the recording began"
+            return
+        host.state = "recording"
+        for attempt in range(num_retry + 1):
+            try:
+                xspace = client.profile(job.settings, start_timestamp_ns=start_ns, session_id=job.session)
+                path = self.folder.write(job.session, address, xspace)
+                host.state, host.bytes, host.error, host.code = "saved", len(xspace), None, None
+                host.file = f"{self.mount}/{path.relative_to(self.folder.root).as_posix()}"
+                return
+            except TargetError as e:
+                host.state, host.error, host.code = "failed", e.reason, e.code
+                if e.code not in ("UNAVAILABLE", "INTERNAL") or job.stopped or attempt == num_retry:
+                    return
+                host.state = "recording"
+                time.sleep(min(1.0, 0.2 * (attempt + 1)))
+            except OSError as e:
+                host.state, host.error = "failed", f"cannot write into {self.folder.root}: {e.strerror or e}"
+                return
+
+    # -- continuous ----------------------------------------------------------------------
+
+    def start_continuous(self, targets: list[str] | str, settings: CaptureSettings) -> ContinuousSession:
+        """Start continuous profiling on every target; a target that cannot (dead, or a
+        server without continuous mode) is reported and the others run."""
+        targets = self._checked(targets)
+        sid = secrets.token_hex(6)
+        self._claim(targets, sid)
+        session = ContinuousSession(id=sid, targets=targets, settings=settings,
+                                    hosts={t: TargetState(t) for t in targets})
+        with self._lock:
+            self._continuous[sid] = session
+        for t in targets:
+            try:
+                with self._client(t) as c:
+                    c.start_continuous(settings)
+                session.hosts[t].state = "recording"
+            except TargetError as e:
+                h = session.hosts[t]
+                h.state, h.code = "failed", e.code
+                h.error = ("this profiler server has no continuous mode (it needs jax/jaxlib 0.10 or newer); "
+                           "capture one profile at a time instead") if e.code == "UNIMPLEMENTED" else e.reason
+        live = [t for t, h in session.hosts.items() if h.state == "recording"]
+        self._release([t for t in targets if t not in live], sid)
+        if not live:
+            session.state = "failed"
+            session.error = "; ".join(f"{h.address}: {h.error}" for h in session.hosts.values())
+        else:
+            session.state = "running"
+        return session
+
+    def continuous(self, sid: str) -> ContinuousSession:
+        found = self._continuous.get(sid)
+        if found is None:
+            raise NotFound(f"no continuous capture {sid!r}")
+        return found
+
+    def continuous_sessions(self) -> list[ContinuousSession]:
+        return sorted(self._continuous.values(), key=lambda s: s.created, reverse=True)
+
+    def snapshot(self, sid: str) -> CaptureJob:
+        """Save what every running target recorded since the previous snapshot as a new
+        run; waits for it (a snapshot is one quick call per target)."""
+        session = self.continuous(sid)
+        if session.state != "running":
+            raise Conflict(f"continuous capture {sid} is {session.state}; start a new one")
+        with session.lock:  # one snapshot at a time: each takes what the previous left
+            live = [t for t, h in session.hosts.items() if h.state == "recording"]
+            job = self._new_job(live, session.settings)
+            job.stage = "collecting"
+            job.record_starts = job.record_ends = time.time()
+            self._remember(job)
+            session.snapshots.append(job.id)
+
+            def one(address: str) -> None:
+                host = job.hosts[address]
+                try:
+                    with self._client(address) as c:
+                        xspace = c.snapshot()
+                    path = self.folder.write(job.session, address, xspace)
+                    host.state, host.bytes = "saved", len(xspace)
+                    host.file = f"{self.mount}/{path.relative_to(self.folder.root).as_posix()}"
+                except TargetError as e:
+                    host.state, host.error, host.code = "failed", e.reason, e.code
+                except OSError as e:
+                    host.state, host.error = "failed", f"cannot write into {self.folder.root}: {e.strerror or e}"
+
+            with ThreadPoolExecutor(max_workers=min(32, max(1, len(live)))) as pool:
+                list(pool.map(one, live))
+            job.stage = "saved" if job.saved else "failed"
+            if not job.saved:
+                job.error = "; ".join(f"{h.address}: {h.error}" for h in job.failed) or "no target is recording"
+                self.folder.remove_if_empty(job.session)
+                job.run = None
+            job.finished = time.time()
+            job.done.set()
+        if job.saved and self.on_saved is not None:
+            self.on_saved(job)
+        return job
+
+    def stop_continuous(self, sid: str) -> ContinuousSession:
+        session = self.continuous(sid)
+        with session.lock:
+            if session.state == "running":
+                for t, h in session.hosts.items():
+                    if h.state != "recording":
+                        continue
+                    try:
+                        with self._client(t) as c:
+                            c.stop_continuous()
+                        h.state = "stopped"
+                    except TargetError as e:
+                        h.state, h.error, h.code = "failed", e.reason, e.code
+                session.state = "stopped"
+            self._release(session.targets, sid)
+        return session
+
+    def close(self) -> None:
+        """Stop every continuous session (the server is going away)."""
+        for s in list(self._continuous.values()):
+            if s.state == "running":
+                try:
+                    self.stop_continuous(s.id)
+                except ProfscopeError:
+                    pass
+
+
+class _JobFailed(Exception):
+    pass

@@ -1,0 +1,160 @@
+"""Capturing from running jobs over HTTP: XProf's ``capture_profile`` route, so XProf's own
+frontend's "Capture profile" dialog works against profscope, and profscope's asynchronous
+capture jobs (``/api/capture...``) that the page follows stage by stage.
+
+XProf's route (profile_plugin.py ``capture_route_impl``) blocks until the capture is
+saved and answers ``{"result": ...}``; a capture that fails answers ``{"error": ...}``,
+which XProf's frontend shows as "Failed to capture profile: <error>" (it shows an HTTP
+error's JSON body as "[object Object]", so an unreachable or busy job is answered 200,
+as the frontend reads it). A malformed request is a 400 and a target this server may not
+dial a 403, in the one error shape, whose ``error`` field carries the message too.
+"""
+
+from __future__ import annotations
+
+import json
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+
+from profscope.app.capture import Capturer, CaptureSettings, parse_duration
+from profscope.app.workspace import Workspace
+from profscope.errors import BadRequest, NotFound, ProfscopeError
+from profscope.server.responses import json_response
+
+XPROF_PREFIX = "/data/plugin/profile"
+# XProf's dialog defaults (profile_plugin.py capture_route_impl's request.args.get defaults).
+XPROF_DEFAULTS = {"duration": "1000", "num_retry": "0", "host_tracer_level": "2", "device_tracer_level": "1",
+                  "python_tracer_level": "0", "delay": "0"}
+# The JSON body of POST /api/capture: field -> (CaptureSettings field, parser).
+BODY_FIELDS = ("targets", "duration", "durationMs", "delayMs", "hostTracerLevel", "deviceTracerLevel",
+               "pythonTracerLevel", "numRetry")
+
+
+def _level(value, name: str) -> int:
+    if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, str) and value.strip().isdigit())):
+        raise BadRequest(f"{name} must be a whole number, not {value!r}")
+    return int(value)
+
+
+def _capturer(ws: Workspace) -> Capturer:
+    if ws.capture is None:
+        raise NotFound("capturing is off on this server (it was started with --no-capture)")
+    return ws.capture
+
+
+def _settings(duration_ms, delay_ms, host, device, python) -> CaptureSettings:
+    try:
+        return CaptureSettings(duration_ms=duration_ms, delay_ms=delay_ms, host_tracer_level=host,
+                               device_tracer_level=device, python_tracer_level=python)
+    except ProfscopeError as e:
+        raise BadRequest(e.message) from None
+
+
+async def _body(request: Request) -> dict:
+    raw = await request.body()
+    if len(raw) > 64 << 10:
+        raise BadRequest("the request body is over 64 KiB")
+    try:
+        body = json.loads(raw or b"{}")
+    except ValueError as e:
+        raise BadRequest(f"the request body is not JSON: {e}") from None
+    if not isinstance(body, dict):
+        raise BadRequest("the request body must be a JSON object")
+    unknown = sorted(set(body) - set(BODY_FIELDS))
+    if unknown:
+        raise BadRequest(f"unknown field(s) {', '.join(unknown)}; a capture takes {', '.join(BODY_FIELDS)}")
+    return body
+
+
+def _body_settings(body: dict) -> tuple[str, CaptureSettings, int]:
+    targets = body.get("targets")
+    if isinstance(targets, list):
+        if not all(isinstance(t, str) for t in targets):
+            raise BadRequest("targets must be HOST:PORT strings")
+        targets = ",".join(targets)
+    if not isinstance(targets, str):
+        raise BadRequest("missing field 'targets': the job's profiler addresses, HOST:PORT[,HOST:PORT...]")
+    duration = body.get("durationMs", body.get("duration", 2000))
+    duration_ms = parse_duration(duration, "duration")
+    delay_ms = parse_duration(body.get("delayMs", 0), "delay")
+    settings = _settings(duration_ms, delay_ms, _level(body.get("hostTracerLevel", 2), "hostTracerLevel"),
+                         _level(body.get("deviceTracerLevel", 1), "deviceTracerLevel"),
+                         _level(body.get("pythonTracerLevel", 0), "pythonTracerLevel"))
+    return targets, settings, _level(body.get("numRetry", 0), "numRetry")
+
+
+def _state(cap: Capturer) -> dict:
+    return {
+        "enabled": True,
+        "captureDir": str(cap.folder.root),
+        "mount": cap.mount,
+        "allowed": cap.policy.describe(),
+        "jobs": [j.to_json() for j in cap.jobs()],
+        "continuous": [s.to_json(cap.find) for s in cap.continuous_sessions()],
+    }
+
+
+def router(ws: Workspace) -> APIRouter:
+    r = APIRouter()
+
+    @r.get(XPROF_PREFIX + "/capture_profile")
+    def xprof_capture(request: Request) -> Response:
+        """XProf's synchronous capture: records, saves, then answers."""
+        args = {k: (request.query_params.get(k) or v) for k, v in XPROF_DEFAULTS.items()}
+        if request.query_params.get("is_tpu_name") == "true":
+            raise BadRequest("TPU names are resolved with TensorFlow, which profscope does not use: "
+                             "give the TPU workers' profiler addresses (HOST:8466,...) instead")
+        cap = _capturer(ws)
+        settings = _settings(parse_duration(int(_level(args["duration"], "duration")), "duration"),
+                             _level(args["delay"], "delay"), _level(args["host_tracer_level"], "host_tracer_level"),
+                             _level(args["device_tracer_level"], "device_tracer_level"),
+                             _level(args["python_tracer_level"], "python_tracer_level"))
+        job = cap.capture(request.query_params.get("service_addr") or "", settings,
+                          num_retry=_level(args["num_retry"], "num_retry"))
+        if not job.saved:
+            return json_response({"error": job.summary()})
+        return json_response({"result": job.summary().capitalize() + ".", "run": job.run})
+
+    @r.get("/api/capture")
+    def capture_state() -> Response:
+        if ws.capture is None:
+            return json_response({"enabled": False, "jobs": [], "continuous": []})
+        return json_response(_state(ws.capture))
+
+    @r.post("/api/capture")
+    async def capture_start(request: Request) -> Response:
+        cap = _capturer(ws)
+        targets, settings, num_retry = _body_settings(await _body(request))
+        return json_response(cap.start(targets, settings, num_retry=num_retry).to_json(), status=202)
+
+    @r.get("/api/capture/job/{job_id}")
+    def capture_job(job_id: str) -> Response:
+        return json_response(_capturer(ws).job(job_id).to_json())
+
+    @r.post("/api/capture/job/{job_id}/stop")
+    def capture_stop(job_id: str) -> Response:
+        return json_response(_capturer(ws).stop(job_id).to_json())
+
+    @r.post("/api/capture/continuous")
+    async def continuous_start(request: Request) -> Response:
+        cap = _capturer(ws)
+        targets, settings, _ = _body_settings(await _body(request))
+        session = cap.start_continuous(targets, settings)
+        return json_response(session.to_json(cap.find), status=201)
+
+    @r.get("/api/capture/continuous/{sid}")
+    def continuous_state(sid: str) -> Response:
+        cap = _capturer(ws)
+        return json_response(cap.continuous(sid).to_json(cap.find))
+
+    @r.post("/api/capture/continuous/{sid}/snapshot")
+    def continuous_snapshot(sid: str) -> Response:
+        return json_response(_capturer(ws).snapshot(sid).to_json())
+
+    @r.post("/api/capture/continuous/{sid}/stop")
+    def continuous_stop(sid: str) -> Response:
+        cap = _capturer(ws)
+        return json_response(cap.stop_continuous(sid).to_json(cap.find))
+
+    return r

@@ -1,0 +1,85 @@
+"""A running JAX job with a profiler server, for capture tests and demos.
+
+``profiler_job()`` starts ``python -m profscope.testing.profiler_job PORT`` in its own
+process: a jitted training-like step in a loop (CPU is enough) after
+``jax.profiler.start_server(PORT)``, the call a user adds to a long-running job. It yields
+the ``localhost:PORT`` address once the server answers and the step has compiled, and
+kills the job afterwards.
+
+``free_port()`` is a port nothing listens on (for a dead target).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+
+__all__ = ["free_port", "profiler_job"]
+
+READY = "profiler job ready"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def profiler_job(*, start_timeout: float = 120.0):
+    """Yield the address (``localhost:PORT``) of a live job's profiler server."""
+    port = free_port()
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "profscope.testing.profiler_job", str(port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    try:
+        deadline = time.monotonic() + start_timeout
+        lines = []
+        for line in proc.stdout:
+            lines.append(line)
+            if READY in line:
+                break
+            if time.monotonic() > deadline:
+                raise AssertionError("the profiler job did not start:\n" + "".join(lines))
+        else:
+            raise AssertionError("the profiler job exited:\n" + "".join(lines))
+        yield f"localhost:{port}"
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+def _main(port: int) -> None:
+    import jax
+    import jax.numpy as jnp
+
+    jax.profiler.start_server(port)
+
+    @jax.jit
+    def train_step(w, x):
+        def loss(w):
+            return jnp.mean(jnp.tanh(x @ w) ** 2)
+
+        g = jax.grad(loss)(w)
+        return w - 0.01 * g, loss(w)
+
+    w = jnp.ones((256, 256)) / 256
+    x = jnp.ones((64, 256))
+    w, _ = train_step(w, x)
+    w.block_until_ready()
+    print(READY, flush=True)
+    while True:
+        with jax.profiler.TraceAnnotation("train_loop_step"):
+            w, loss = train_step(w, x)
+            loss.block_until_ready()
+        time.sleep(0.002)
+
+
+if __name__ == "__main__":
+    _main(int(sys.argv[1]))
