@@ -69,6 +69,11 @@ def _main(port: int) -> None:
         g = jax.grad(loss)(w)
         return w - 0.01 * g, loss(w)
 
+    def bookkeeping(n: int) -> int:
+        # Plain Python calls: with python_tracer_level=1 each is an event, which makes a
+        # few seconds' capture tens of MB (past gRPC's 4 MiB default answer limit).
+        return sum(_tick(i) for i in range(n))
+
     w = jnp.ones((256, 256)) / 256
     x = jnp.ones((64, 256))
     w, _ = train_step(w, x)
@@ -78,7 +83,12 @@ def _main(port: int) -> None:
         with jax.profiler.TraceAnnotation("train_loop_step"):
             w, loss = train_step(w, x)
             loss.block_until_ready()
+        bookkeeping(300)
         time.sleep(0.002)
+
+
+def _tick(i: int) -> int:
+    return i & 1
 
 
 if __name__ == "__main__":
