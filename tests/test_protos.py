@@ -26,6 +26,7 @@ from google.protobuf import unknown_fields
 
 from profscope.formats.protos import xplane_pb2
 from profscope.model.protos import hlo_pb2
+from profscope.storage.protos import profiler_service_pb2
 from profscope.formats.protowire import decode_varint
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -197,6 +198,25 @@ UPSTREAM_FIELD_NUMBERS = {
     },
 }
 
+# tsl/profiler/protobuf/profiler_options.proto and profiler_service.proto (package
+# tensorflow), as jaxlib 0.10.2 ships them; test_profiler_service_matches_jaxlib reads
+# jaxlib's own descriptors and compares.
+UPSTREAM_FIELD_NUMBERS[profiler_service_pb2] = {
+    "ProfileOptions": {"version": 5, "device_type": 6, "include_dataset_ops": 1, "host_tracer_level": 2,
+                       "device_tracer_level": 3, "python_tracer_level": 4, "enable_hlo_proto": 7,
+                       "start_timestamp_ns": 8, "duration_ms": 9, "repository_path": 10,
+                       "raise_error_on_start_failure": 13, "session_id": 14},
+    "ProfileRequest": {"duration_ms": 1, "max_events": 2, "tools": 3, "opts": 4, "repository_root": 5,
+                       "session_id": 6, "host_name": 7, "emit_xspace": 9},
+    "ProfileResponse": {"empty_trace": 7, "xspace": 8},
+    "TerminateRequest": {"session_id": 1},
+    "TerminateResponse": {},
+    "GetSnapshotRequest": {"snapshot_session_id": 1},
+    "ContinuousProfilingResponse": {},
+    "StopContinuousProfilingRequest": {},
+    "StopContinuousProfilingResponse": {},
+}
+
 UPSTREAM_PRIMITIVE_TYPES = {
     "PRIMITIVE_TYPE_INVALID": 0, "PRED": 1, "S1": 30, "S2": 26, "S4": 21, "S8": 2, "S16": 3, "S32": 4, "S64": 5,
     "U1": 31, "U2": 27, "U4": 22, "U8": 6, "U16": 7, "U32": 8, "U64": 9, "F16": 10, "F32": 11, "BF16": 16,
@@ -221,7 +241,8 @@ def _all_messages(file_descriptor):
     return out
 
 
-@pytest.mark.parametrize("module", [xplane_pb2, hlo_pb2], ids=["xplane", "hlo"])
+@pytest.mark.parametrize("module", [xplane_pb2, hlo_pb2, profiler_service_pb2],
+                         ids=["xplane", "hlo", "profiler_service"])
 def test_field_numbers_are_upstream(module) -> None:
     expected = UPSTREAM_FIELD_NUMBERS[module]
     messages = _all_messages(module.DESCRIPTOR)
@@ -659,3 +680,58 @@ def test_fresh_jax_dump(tmp_path: Path) -> None:
         for space in report.memory_space_allocation_entries:
             assert {e.index for e in space.allocation_entries} <= indices
             assert space.total_bytes == sum(e.size for e in space.allocation_entries)
+
+
+def _jaxlib_file_descriptor(name: str):
+    """A FileDescriptorProto compiled into jaxlib's shared library: the serialised
+    descriptor starts with field 1 (its file name) and runs as long as the bytes parse
+    as FileDescriptorProto fields (numbers 1-15, varint or length-delimited)."""
+    import jaxlib
+    from google.protobuf import descriptor_pb2
+    from google.protobuf.internal.decoder import _DecodeVarint
+
+    data = (Path(jaxlib.__file__).parent / "libjax_common.so").read_bytes()
+    key = bytes([0x0A, len(name)]) + name.encode()
+    start = 0
+    while (start := data.find(key, start)) >= 0:
+        i = start
+        while i < len(data):
+            tag, j = _DecodeVarint(data, i)
+            if not 1 <= tag >> 3 <= 15 or tag & 7 not in (0, 2):
+                break
+            value, j = _DecodeVarint(data, j)
+            if tag & 7 == 2:
+                j += value
+            if j > len(data):
+                break
+            i = j
+        fd = descriptor_pb2.FileDescriptorProto.FromString(data[start:i])
+        if fd.message_type:
+            return fd
+        start += 1
+    raise AssertionError(f"{name} is not in jaxlib")
+
+
+def test_profiler_service_matches_jaxlib() -> None:
+    """Every field we declare has jaxlib's number and wire type (``xspace``: ours is bytes,
+    upstream an XSpace message, both length-delimited)."""
+    from google.protobuf import descriptor_pb2
+
+    F = descriptor_pb2.FieldDescriptorProto
+    length_delimited = {F.TYPE_STRING, F.TYPE_BYTES, F.TYPE_MESSAGE}
+    upstream = {}
+    for name in ("tsl/profiler/protobuf/profiler_options.proto", "tsl/profiler/protobuf/profiler_service.proto"):
+        for m in _jaxlib_file_descriptor(name).message_type:
+            upstream[m.name] = {f.name: f for f in m.field}
+    ours = _all_messages(profiler_service_pb2.DESCRIPTOR)
+    assert len(ours) == len(UPSTREAM_FIELD_NUMBERS[profiler_service_pb2])
+    for message, desc in ours.items():
+        assert message in upstream, message
+        for field in desc.fields:
+            theirs = upstream[message][field.name]
+            assert theirs.number == field.number, (message, field.name)
+            assert (theirs.label == F.LABEL_REPEATED) == field.is_repeated, (message, field.name)
+            if theirs.type in length_delimited:
+                assert field.type in length_delimited, (message, field.name)
+            else:
+                assert theirs.type == field.type, (message, field.name)
