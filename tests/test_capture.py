@@ -370,3 +370,21 @@ def test_a_hung_stage_thread_never_outlives_its_job(job, client):
         _wait(client, client.post("/api/capture", json={"targets": job, "durationMs": 200}).json()["id"])
     time.sleep(0.3)
     assert threading.active_count() <= before + 1
+
+
+def test_serve_captures_only_with_the_guards_protections(tmp_path):
+    """Bound beyond loopback with no token, anyone who reaches the port could make the
+    server dial its own loopback ports: capturing is then off, and the page says so."""
+    import urllib.request
+
+    from profscope.testing.local_server import profscope_server
+
+    with profscope_server("serve", "--demo", "--port", "0", "--host", "0.0.0.0", "--no-token",
+                          "--cache-dir", str(tmp_path / "c")) as (url, lines):
+        assert any("capturing is off" in line for line in lines), lines
+        config = json.load(urllib.request.urlopen(url + "data/plugin/profile/config", timeout=30))
+        assert config["hideCaptureProfileButton"] is True
+    with profscope_server("serve", "--demo", "--port", "0", "--cache-dir", str(tmp_path / "c")) as (url, lines):
+        assert any(line.startswith(f"captures: {tmp_path / 'c' / 'captures'} (from loopback only") for line in lines), lines
+        state = json.load(urllib.request.urlopen(url + "api/capture", timeout=30))
+        assert state["enabled"] and state["captureDir"] == str(tmp_path / "c" / "captures")

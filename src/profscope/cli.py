@@ -167,7 +167,7 @@ def _workspace(args):
                          concurrency=args.workers or None, enabled=None if args.workers != 0 else False)
     cache = DiskCache(args.cache_dir or default_cache_dir(), workers=workers, limit=args.cache_size)
     capture = {}
-    if getattr(args, "command", None) == "serve" and not args.no_capture:
+    if getattr(args, "command", None) == "serve" and not args.no_capture and not getattr(args, "capture_unsafe", False):
         capture = {"capture_dir": args.capture_dir or default_capture_dir(cache.root), "capture_allow": args.capture_allow}
     return Workspace(logdir, cache, **capture)
 
@@ -218,6 +218,9 @@ def cmd_serve(args) -> int:
     from profscope.server.guard import H11_MAX_HEAD_BYTES, WILDCARD_BINDS, Security, is_loopback
 
     token = _serve_token(args)
+    # Capturing makes the server dial addresses a request names: never without the
+    # token where anyone else can send requests (beyond loopback, or every Host accepted).
+    args.capture_unsafe = token is None and (not is_loopback(args.host) or "*" in args.allow_host)
     ws = _workspace(args)
     sock = _bind(args.host, args.port)
     port = sock.getsockname()[1]
@@ -236,6 +239,9 @@ def cmd_serve(args) -> int:
     print(f"conversions: {ws.cache.workers.describe()}", flush=True)
     if ws.capture is not None:
         print(f"captures: {ws.capture.folder.root} (from {ws.capture.policy.describe()} profiler addresses)", flush=True)
+    elif args.capture_unsafe and not args.no_capture:
+        print("capturing is off: this server asks no token of the requests others can send (--no-token); "
+              "give it a token to capture from running jobs", flush=True)
     if not is_loopback(args.host):
         if token:
             print(f"listening on {args.host}: only a browser that brings the token (in the URL below) gets in", flush=True)
