@@ -154,8 +154,15 @@ def test_two_live_targets_and_a_dead_one(job, job2, client, capture_ws):
     assert f"{dead} failed" in state["summary"]
     run = capture_ws.run(state["run"])
     assert sorted(run.hosts) == sorted([job.replace(":", "_"), job2.replace(":", "_")])
-    # both hosts were asked to start at the same instant: their timelines overlap
     assert time.monotonic() - t0 < 30
+    # both hosts were asked to start at one instant (start_timestamp_ns): their first
+    # events are milliseconds apart, not the time between the two requests
+    firsts = []
+    for h in (by[job], by[job2]):
+        space = xplane_pb2.XSpace.FromString(capture_ws.logdir.read_bytes(h["file"]))
+        plane = next(p for p in space.planes if p.name == "/host:CPU")
+        firsts.append(min(line.timestamp_ns + line.events[0].offset_ps // 1000 for line in plane.lines if line.events))
+    assert abs(firsts[0] - firsts[1]) < 50e6, firsts
 
 
 def test_stop_early_keeps_what_was_recorded(job, client):

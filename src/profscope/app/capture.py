@@ -41,6 +41,8 @@ __all__ = ["CaptureDir", "CaptureJob", "Capturer", "CaptureSettings", "Continuou
 # Jobs and continuous sessions remembered for their status pages, newest kept.
 KEEP_FINISHED = 50
 MAX_TARGETS = 256
+# Seconds ahead of now that several hosts are asked to start recording together.
+SYNC_MARGIN_S = 0.25
 _HOST_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -382,12 +384,15 @@ class Capturer:
                     job.hosts[t].state, job.hosts[t].error, job.hosts[t].code = "failed", e.reason, e.code
             if not live:
                 raise _JobFailed("no target answered: " + "; ".join(f"{h.address}: {h.error}" for h in job.failed))
-            delay_s = job.settings.delay_ms / 1000
+            # Every host is asked to start at one instant; with several, a little ahead, so
+            # that the last request is there in time (XProf waits 3 s, capture_profile.cc).
+            delay_s = job.settings.delay_ms / 1000 + (SYNC_MARGIN_S if len(live) > 1 else 0.0)
             start = time.time() + delay_s
             job.record_starts, job.record_ends = start, start + job.settings.duration_ms / 1000
             job.stage = "waiting" if delay_s > 0 else "recording"
             threading.Thread(target=self._advance, args=(job,), daemon=True).start()
-            with ThreadPoolExecutor(max_workers=min(32, len(live)), thread_name_prefix=f"capture-{job.id}") as pool:
+            # one thread per host: each call blocks for the whole recording
+            with ThreadPoolExecutor(max_workers=len(live), thread_name_prefix=f"capture-{job.id}") as pool:
                 for t in live:
                     pool.submit(self._record_one, job, clients[t], t, int(start * 1e9), num_retry)
             for c in clients.values():
@@ -515,7 +520,7 @@ class Capturer:
                 except OSError as e:
                     host.state, host.error = "failed", f"cannot write into {self.folder.root}: {e.strerror or e}"
 
-            with ThreadPoolExecutor(max_workers=min(32, max(1, len(live)))) as pool:
+            with ThreadPoolExecutor(max_workers=max(1, len(live))) as pool:
                 list(pool.map(one, live))
             job.stage = "saved" if job.saved else "failed"
             if not job.saved:
