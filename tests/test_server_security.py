@@ -410,6 +410,16 @@ ROUTES = [
     ("/data/plugin/profile/module_list", {"run": PROFILE}, ["run"]),
     ("/data/plugin/profile/version", {}, ["x"]),
     ("/data/plugin/profile/config", {}, ["x"]),
+    # capturing is on in the fuzz's workspace; nothing listens at port 1, so every
+    # capture that gets past the parameters fails at once (a 200 with XProf's "error")
+    ("/data/plugin/profile/capture_profile", {"service_addr": "localhost:1", "duration": "100"},
+     ["service_addr", "duration", "num_retry", "host_tracer_level", "device_tracer_level", "python_tracer_level",
+      "delay", "is_tpu_name", "worker_list"]),
+    ("/api/capture", {}, ["x"]),
+    # the POST routes answer a GET with the 405 of the one error shape
+    *[(path, {}, ["x"]) for path in ("/api/capture/job/{job_id}", "/api/capture/job/{job_id}/stop",
+                                     "/api/capture/continuous", "/api/capture/continuous/{sid}",
+                                     "/api/capture/continuous/{sid}/snapshot", "/api/capture/continuous/{sid}/stop")],
     *[("/data/plugin/profile/data", {"run": run, "tag": tag, **extra}, keys) for run, tag, extra, keys in (
         (PROFILE, "trace_viewer@", {"host": "demo-host"}, XPROF_TRACE),
         (TRACE, "trace_viewer@", {}, XPROF_TRACE),
@@ -432,7 +442,8 @@ ROUTES = [
 @pytest.fixture(scope="module")
 def fuzz_client(tmp_path_factory, demo_logdir):
     """One workspace for the whole fuzz: what a route converts once, the next reuses."""
-    ws = Workspace(LogDir(str(demo_logdir), listing_ttl=0), DiskCache(tmp_path_factory.mktemp("fuzz-cache")))
+    ws = Workspace(LogDir(str(demo_logdir), listing_ttl=0), DiskCache(tmp_path_factory.mktemp("fuzz-cache")),
+                   capture_dir=tmp_path_factory.mktemp("fuzz-captures"))
     return TestClient(create_app(ws), raise_server_exceptions=False)
 
 

@@ -32,8 +32,12 @@ BODY_FIELDS = ("targets", "duration", "durationMs", "delayMs", "hostTracerLevel"
 
 
 def _level(value, name: str) -> int:
-    if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, str) and value.strip().isdigit())):
-        raise BadRequest(f"{name} must be a whole number, not {value!r}")
+    """A whole number of at most 18 ASCII digits (``str.isdigit`` is true for '²', and
+    int() refuses over 4,300 digits)."""
+    text = value.strip() if isinstance(value, str) else None
+    if isinstance(value, bool) or not (isinstance(value, int) or (text and text.isascii() and text.isdigit()
+                                                                  and len(text) <= 18)):
+        raise BadRequest(f"{name} must be a whole number, not {str(value)[:40]!r}")
     return int(value)
 
 
