@@ -267,6 +267,8 @@ def cmd_serve(args) -> int:
         uvicorn.Server(config).run(sockets=[sock])
     finally:
         printer.stop()
+        if ws.capture is not None:
+            ws.capture.close()  # a job left in continuous mode would record into its ring for ever
     return 0
 
 
