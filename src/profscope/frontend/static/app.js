@@ -5,6 +5,7 @@ import { $, el } from "./lib/dom.js";
 import { defineKeys, go, onNavigate, readState, resetFor, stateUrl } from "./lib/state.js";
 import { ApiError, errorBox, getJson } from "./lib/api.js";
 import { PAGES } from "./pages/index.js";
+import { initCapture } from "./pages/capture.js";
 
 // The shell's own keys; a new run starts every view fresh, a new host or module too.
 defineKeys({
@@ -168,4 +169,13 @@ $("#copy-link").addEventListener("click", async () => {
   setTimeout(() => t.remove(), 1500);
 });
 window.addEventListener("popstate", () => render(readState()));
+// A captured run is new to the catalog: refetch it, and open the run with its timeline.
+initCapture({
+  runsChanged: async () => {
+    catalog = await getJson("/api/runs");
+    const state = readState();
+    if (state.run) fillSelect($("#pick-run"), catalog.runs.map((r) => ({ value: r.name, label: r.name, title: r.kind })), state.run);
+  },
+  openRun: (run) => { catalog = null; go({ ...resetFor(readState(), "run"), run, tool: "trace_viewer@" }); },
+});
 render(readState()).catch((err) => $("#view").replaceChildren(errorBox(err, "Cannot load runs")));

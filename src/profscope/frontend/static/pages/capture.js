@@ -1,0 +1,317 @@
+// The "Capture profile" dialog: records a profile from running jobs' profiler servers
+// (server/capture_api.py) and opens the captured run. It is not a page (no tool, no URL
+// keys): the dialog's state lives here, the run it opens goes into the URL, so what a
+// capture produced is a shareable link. A one-shot capture is followed by polling its job
+// (the server moves its stage with the clock); continuous mode saves a run per snapshot.
+import { $, el, fill } from "../lib/dom.js";
+import { ApiError } from "../lib/api.js";
+import { fmtBytes } from "../lib/format.js";
+
+const POLL_MS = 250;
+// XProf's capture dialog's tracer levels (capture_profile_dialog: hostTracerLevel etc.).
+const HOST_LEVELS = [["0", "0 · off"], ["1", "1 · user"], ["2", "2 · default"], ["3", "3 · verbose"]];
+const ON_OFF = [["0", "0 · off"], ["1", "1 · on"]];
+
+let hooks = null; // { openRun(run), runsChanged() } from the shell
+let allowed = "loopback only";
+let dlg = null; // the dialog's parts, built on first open
+let job = null; // the one-shot job on screen
+let session = null; // the continuous session on screen
+let pollTimer = 0;
+
+// Capturing answers every refusal in the server's one error shape; fetch's own failure
+// (server gone) is shown the same way.
+async function send(method, url, body) {
+  let res;
+  try {
+    res = await fetch(url, { method, headers: body ? { "content-type": "application/json" } : {}, body: body ? JSON.stringify(body) : undefined });
+  } catch (err) {
+    throw new ApiError(0, { error: `no answer from the server (${err.message})` });
+  }
+  const text = await res.text();
+  let data;
+  try { data = JSON.parse(text); } catch { data = { error: text || res.statusText }; }
+  if (!res.ok) throw new ApiError(res.status, data);
+  return data;
+}
+
+function select(id, options, value) {
+  return el("select", { id }, options.map(([v, label]) => el("option", { value: v, selected: v === value }, label)));
+}
+
+function field(label, input, hint) {
+  return el("label", { class: "cap-field" }, el("span", {}, label), input, hint ? el("span", { class: "cap-hint muted" }, hint) : null);
+}
+
+function build() {
+  const d = {};
+  d.targets = el("input", { id: "cap-targets", type: "text", placeholder: "localhost:9999", autocomplete: "off", spellcheck: "false", required: true });
+  d.duration = el("input", { id: "cap-duration", type: "text", value: "2000", size: "8" });
+  d.delay = el("input", { id: "cap-delay", type: "text", value: "0", size: "8" });
+  d.host = select("cap-host-level", HOST_LEVELS, "2");
+  d.device = select("cap-device-level", ON_OFF, "1");
+  d.python = select("cap-python-level", ON_OFF, "0");
+  // A continuous session records until stopped: its duration field has no say.
+  const mode = () => { d.duration.disabled = d.continuous.checked; };
+  d.once = el("input", { type: "radio", name: "cap-mode", id: "cap-mode-once", value: "once", checked: true, onchange: mode });
+  d.continuous = el("input", { type: "radio", name: "cap-mode", id: "cap-mode-continuous", value: "continuous", onchange: mode });
+  d.allowed = el("span", { id: "cap-allowed" }, allowed);
+  d.error = el("div", { class: "error cap-error", id: "cap-error", role: "alert", hidden: true });
+  d.start = el("button", { type: "submit", id: "cap-start", class: "cap-primary" }, "Start capture");
+  d.fields = el("fieldset", { class: "cap-settings" },
+    field("Profiler addresses", d.targets, "HOST:PORT, comma separated"),
+    el("div", { class: "cap-grid" },
+      field("Duration", d.duration, "ms, or 2s"),
+      field("Delay", d.delay, "before recording"),
+      field("Host tracer", d.host),
+      field("Device tracer", d.device),
+      field("Python tracer", d.python)),
+    el("div", { class: "cap-mode", role: "radiogroup", "aria-label": "capture mode" },
+      el("label", {}, d.once, " One profile"),
+      el("label", { title: "The job records continuously; each snapshot saves what it recorded since the previous one as a run" }, d.continuous, " Continuous (snapshots)")));
+  d.form = el("form", { id: "cap-form", onsubmit: (e) => { e.preventDefault(); start(); } },
+    d.fields,
+    el("div", { class: "cap-actions" }, d.start));
+
+  // One-shot progress.
+  d.stage = el("div", { class: "cap-stage", id: "cap-stage", "aria-live": "polite" });
+  d.bar = el("div", { class: "cap-bar", id: "cap-bar" });
+  d.stop = el("button", { type: "button", id: "cap-stop", hidden: true, onclick: stopJob, title: "End the recording now; what was recorded so far is saved" }, "Stop now");
+  d.hosts = el("tbody", {});
+  d.summary = el("div", { class: "cap-summary", id: "cap-summary" });
+  d.progress = el("section", { class: "cap-progress", id: "cap-progress", hidden: true },
+    el("div", { class: "cap-stage-row" }, d.stage, d.stop), d.bar,
+    el("table", { class: "cap-hosts", id: "cap-hosts" },
+      el("thead", {}, el("tr", {}, el("th", {}, "host"), el("th", {}, "state"), el("th", { class: "num" }, "bytes"), el("th", {}, "error"))),
+      d.hosts),
+    d.summary);
+
+  // Continuous mode.
+  d.contState = el("div", { class: "cap-stage", id: "cap-cont-state", "aria-live": "polite" });
+  d.contHosts = el("tbody", {});
+  d.snapshot = el("button", { type: "button", id: "cap-snapshot", class: "cap-primary", onclick: takeSnapshot }, "Take snapshot");
+  d.contStop = el("button", { type: "button", id: "cap-cont-stop", onclick: stopContinuous }, "Stop");
+  d.snapshots = el("ol", { class: "cap-snapshots", id: "cap-snapshots" });
+  d.cont = el("section", { class: "cap-progress", id: "cap-continuous", hidden: true },
+    el("div", { class: "cap-stage-row" }, d.contState, d.snapshot, d.contStop),
+    el("table", { class: "cap-hosts", id: "cap-cont-hosts" },
+      el("thead", {}, el("tr", {}, el("th", {}, "host"), el("th", {}, "state"), el("th", {}, "error"))), d.contHosts),
+    d.snapshots);
+
+  d.root = el("dialog", { id: "capture-dialog", class: "cap-dialog", "aria-labelledby": "cap-title" },
+    el("div", { class: "cap-head" },
+      el("h2", { id: "cap-title" }, "Capture a profile"),
+      el("button", { type: "button", id: "cap-close", class: "cap-x", title: "Close (the capture goes on)", "aria-label": "close", onclick: () => d.root.close() }, "×")),
+    el("p", { class: "cap-help muted", id: "cap-help" }, "In the job: ", el("code", {}, "jax.profiler.start_server(9999)"),
+      " · allowed addresses: ", d.allowed),
+    d.form, d.error, d.progress, d.cont);
+  document.body.append(d.root);
+  return d;
+}
+
+function settings() {
+  const d = dlg;
+  const duration = d.duration.value.trim();
+  const body = {
+    targets: d.targets.value.trim(),
+    delayMs: /^\d+$/.test(d.delay.value.trim()) ? Number(d.delay.value.trim()) : d.delay.value.trim(),
+    hostTracerLevel: Number(d.host.value), deviceTracerLevel: Number(d.device.value), pythonTracerLevel: Number(d.python.value),
+  };
+  // Milliseconds as a number (XProf's unit); "2s" or "1500ms" as the server parses them.
+  if (/^\d+$/.test(duration)) body.durationMs = Number(duration); else body.duration = duration;
+  return body;
+}
+
+function showError(message) {
+  dlg.error.hidden = !message;
+  dlg.error.textContent = message || "";
+}
+
+function busy(on) {
+  dlg.fields.disabled = on;
+  dlg.start.disabled = on;
+}
+
+async function start() {
+  showError("");
+  const body = settings();
+  busy(true);
+  try {
+    if (dlg.continuous.checked) {
+      delete body.durationMs; delete body.duration;
+      session = await send("POST", "/api/capture/continuous", body);
+      job = null;
+      dlg.progress.hidden = true;
+      drawContinuous();
+    } else {
+      job = await send("POST", "/api/capture", body);
+      session = null;
+      dlg.cont.hidden = true;
+      drawJob();
+      poll();
+    }
+  } catch (err) {
+    busy(false);
+    showError(err.message);
+  }
+}
+
+function poll() {
+  clearTimeout(pollTimer);
+  if (!job || job.done) return;
+  const id = job.id;
+  pollTimer = setTimeout(async () => {
+    try {
+      const next = await send("GET", `/api/capture/job/${encodeURIComponent(id)}`);
+      if (!job || job.id !== id) return; // another capture took the dialog meanwhile
+      job = next;
+      drawJob();
+      if (job.done) finished(); else poll();
+    } catch (err) {
+      showError(err.message);
+      busy(false);
+    }
+  }, POLL_MS);
+}
+
+function stageText(j) {
+  const dur = j.durationMs / 1000;
+  const left = j.remainingS ?? 0;
+  switch (j.stage) {
+    case "probing": return `probing ${j.targets.length === 1 ? j.targets[0] : `${j.targets.length} profiler servers`}…`;
+    case "waiting": return `waiting ${Math.ceil(Math.max(0, left - dur))} s before recording`;
+    case "recording": return `recording — ${Math.ceil(left)} s left`;
+    case "collecting": return j.stopped ? "collecting (stopped early)…" : "collecting…";
+    case "saved": return `saved as ${j.run}` + (j.stopped ? " (stopped early)" : "");
+    case "failed": return "failed";
+    default: return j.stage;
+  }
+}
+
+function hostRow(h, withBytes) {
+  return el("tr", { "data-address": h.address, "data-state": h.state, class: `cap-host-${h.state}` },
+    el("td", { class: "cap-addr" }, h.address),
+    el("td", { class: "cap-state" }, h.state),
+    withBytes ? el("td", { class: "num" }, h.bytes ? fmtBytes(h.bytes) : "") : null,
+    el("td", { class: "cap-host-error" }, h.error || ""));
+}
+
+function drawJob() {
+  const d = dlg, j = job;
+  d.progress.hidden = false;
+  d.progress.dataset.stage = j.stage;
+  d.stage.textContent = stageText(j);
+  const dur = j.durationMs / 1000;
+  let p = 0;
+  if (j.stage === "recording" && dur > 0) p = 1 - Math.min(dur, j.remainingS ?? 0) / dur;
+  else if (["collecting", "saved", "failed"].includes(j.stage)) p = 1;
+  d.bar.style.setProperty("--p", `${Math.round(100 * p)}%`);
+  d.bar.classList.toggle("cap-bar-failed", j.stage === "failed");
+  d.stop.hidden = !(j.stage === "recording" || j.stage === "waiting") || j.stopped;
+  fill(d.hosts, j.hosts.map((h) => hostRow(h, true)));
+  fill(d.summary);
+}
+
+function runLink(run) {
+  return el("a", { href: `/?run=${encodeURIComponent(run)}&tool=trace_viewer%40`, class: "cap-run", "data-run": run,
+    onclick: (e) => { e.preventDefault(); dlg.root.close(); hooks.openRun(run); } }, run);
+}
+
+function finished() {
+  busy(false);
+  const j = job;
+  if (j.stage !== "saved") {
+    // Every host failed: the reason, and the form again for another try.
+    showError(j.error || j.summary || "the capture failed");
+    return;
+  }
+  hooks.runsChanged();
+  const failed = j.hosts.filter((h) => h.state === "failed");
+  if (!failed.length) { // all there: show the run itself
+    if (dlg.root.open) dlg.root.close();
+    hooks.openRun(j.run);
+    return;
+  }
+  // Some hosts failed: the run opens behind the dialog, which stays to say which and why.
+  hooks.openRun(j.run);
+  fill(dlg.summary, `${j.hosts.length - failed.length} of ${j.hosts.length} hosts saved into `, runLink(j.run), ".");
+}
+
+async function stopJob() {
+  if (!job) return;
+  dlg.stop.disabled = true;
+  try {
+    job = await send("POST", `/api/capture/job/${encodeURIComponent(job.id)}/stop`);
+    drawJob();
+  } catch (err) {
+    showError(err.message);
+  } finally {
+    dlg.stop.disabled = false;
+  }
+}
+
+function drawContinuous() {
+  const d = dlg, s = session;
+  d.cont.hidden = false;
+  d.cont.dataset.state = s.state;
+  const live = s.hosts.filter((h) => h.state === "recording").map((h) => h.address);
+  d.contState.textContent = s.state === "running" ? `recording continuously on ${live.join(", ")}`
+    : s.state === "stopped" ? `stopped · ${s.snapshots.length} snapshot${s.snapshots.length === 1 ? "" : "s"}` : s.state;
+  d.snapshot.hidden = d.contStop.hidden = s.state !== "running";
+  fill(d.contHosts, s.hosts.map((h) => hostRow(h, false)));
+  fill(d.snapshots, s.snapshots.map((j) => el("li", { "data-stage": j.stage },
+    j.stage === "saved" ? runLink(j.run) : el("span", { class: "cap-host-error" }, j.summary || j.error || j.stage),
+    j.stage === "saved" ? el("span", { class: "muted" }, ` · ${j.hosts.filter((h) => h.state === "saved").map((h) => fmtBytes(h.bytes)).join(", ")}`) : null)));
+  if (s.state === "failed") { showError(s.error); busy(false); }
+  else busy(s.state === "running");
+}
+
+async function takeSnapshot() {
+  if (!session) return;
+  dlg.snapshot.disabled = true;
+  showError("");
+  try {
+    const snap = await send("POST", `/api/capture/continuous/${encodeURIComponent(session.id)}/snapshot`);
+    session = await send("GET", `/api/capture/continuous/${encodeURIComponent(session.id)}`);
+    if (snap.stage === "saved") hooks.runsChanged();
+    else showError(snap.error || snap.summary);
+    drawContinuous();
+  } catch (err) {
+    showError(err.message);
+  } finally {
+    dlg.snapshot.disabled = false;
+  }
+}
+
+async function stopContinuous() {
+  if (!session) return;
+  dlg.contStop.disabled = true;
+  try {
+    session = await send("POST", `/api/capture/continuous/${encodeURIComponent(session.id)}/stop`);
+    drawContinuous();
+  } catch (err) {
+    showError(err.message);
+  } finally {
+    dlg.contStop.disabled = false;
+  }
+}
+
+function open() {
+  if (!dlg) dlg = build();
+  dlg.allowed.textContent = allowed;
+  if (!dlg.root.open) dlg.root.showModal();
+  if (!dlg.fields.disabled) dlg.targets.focus();
+}
+
+// The button shows only where the server captures (not with --no-capture).
+export function initCapture(shellHooks) {
+  const button = $("#capture-open");
+  if (!button) return;
+  hooks = shellHooks;
+  button.addEventListener("click", open);
+  send("GET", "/api/capture").then((state) => {
+    if (!state.enabled) return;
+    allowed = state.allowed || allowed;
+    button.hidden = false;
+  }).catch(() => { /* no capturing: the button stays hidden */ });
+}
