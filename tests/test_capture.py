@@ -165,11 +165,14 @@ def test_two_live_targets_and_a_dead_one(job, job2, client, capture_ws):
     assert abs(firsts[0] - firsts[1]) < 50e6, firsts
 
 
-def test_stop_early_keeps_what_was_recorded(job, client):
+def test_stop_early_keeps_what_was_recorded(job, client, capture_ws):
     started = client.post("/api/capture", json={"targets": job, "durationMs": 20000}).json()
     while client.get(f"/api/capture/job/{started['id']}").json()["stage"] != "recording":
         time.sleep(0.05)
     time.sleep(1.0)
+    # while it records, the run list shows no half-made capture (it is staged elsewhere)
+    capture_ws.logdir.refresh("captures")
+    assert [r.name for r in capture_ws.runs() if r.name.startswith("captures/")] == []
     t0 = time.monotonic()
     stopped = client.post(f"/api/capture/job/{started['id']}/stop").json()
     assert stopped["stopped"] is True
@@ -340,8 +343,12 @@ def test_a_log_directory_folder_named_captures_stays_visible(logdir, tmp_path):
 
 def test_mounted_paths_stay_inside_their_roots(logdir, tmp_path):
     cap = CaptureDir(tmp_path / "cap")
-    session = cap.new_session("s")
-    cap.write(session, "localhost:1", b"")
+    staging = cap.stage("job1")
+    cap.write(staging, "localhost:1", b"")
+    mounted = MountedLogDir(LogDir(str(tmp_path / "cap")), {})
+    assert mounted.files() == {".staging/job1/localhost_1.xplane.pb": mounted.files()[".staging/job1/localhost_1.xplane.pb"]}
+    assert Workspace(mounted.base, DiskCache(tmp_path / "c2")).runs() == []  # staged: not a run yet
+    assert cap.publish(staging, "s") == "s"
     mounted = MountedLogDir(LogDir(str(logdir)), {"captures": cap.logdir})
     assert "captures/plugins/profile/s/localhost_1.xplane.pb" in mounted.files()
     assert mounted.display_path("captures/plugins/profile/s/localhost_1.xplane.pb") == \
@@ -350,7 +357,10 @@ def test_mounted_paths_stay_inside_their_roots(logdir, tmp_path):
         with pytest.raises(ProfscopeError):
             mounted.open(bad)
     # a session name the clock gives twice in one second gets a suffix
-    assert cap.new_session("s") == "s_2"
+    again = cap.stage("job2")
+    cap.write(again, "localhost:1", b"x")
+    assert cap.publish(again, "s") == "s_2"
+    assert not (tmp_path / "cap" / ".staging" / "job2").exists()
 
 
 def test_parsers():

@@ -6,9 +6,9 @@ A capture names one or more profiler servers (``host:port``, as
 ``Profile`` call (storage/profiler_client.py) in its own thread, all with the same
 ``start_timestamp_ns``, so the hosts' timelines line up; a target that fails is reported
 and the others are still saved. Each captured host becomes
-``<capture dir>/plugins/profile/<session>/<host>_<port>.xplane.pb``, written to a
-temporary name and renamed, and the session is a run of the workspace (listed under
-``captures/``, storage/mounted.py). Nothing is ever written into the log directory.
+``<capture dir>/plugins/profile/<session>/<host>_<port>.xplane.pb``: written into a
+staging folder, then the whole session renamed into place, and it is a run of the
+workspace (listed under ``captures/``, storage/mounted.py). Nothing is ever written into the log directory.
 
 The server may open connections to the addresses a request names, so only targets the
 :class:`TargetPolicy` allows are dialled: loopback by default, more with
@@ -17,12 +17,14 @@ The server may open connections to the addresses a request names, so only target
 
 from __future__ import annotations
 
+import errno
 import fnmatch
 import ipaddress
 import itertools
 import os
 import re
 import secrets
+import shutil
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -41,6 +43,8 @@ __all__ = ["CaptureDir", "CaptureJob", "Capturer", "CaptureSettings", "Continuou
 # Jobs and continuous sessions remembered for their status pages, newest kept.
 KEEP_FINISHED = 50
 MAX_TARGETS = 256
+# A staging folder this old was left by a capture that crashed (a capture is at most an hour).
+STALE_STAGING_S = 24 * 3600
 # Seconds ahead of now that several hosts are asked to start recording together.
 SYNC_MARGIN_S = 0.25
 _HOST_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
@@ -116,43 +120,35 @@ class TargetPolicy:
 
 class CaptureDir:
     """The folder captured runs are written into: ``root/plugins/profile/<session>/``,
-    XProf's layout, so the folder is also a log directory XProf and TensorBoard read."""
+    XProf's layout, so the folder is also a log directory XProf and TensorBoard read.
+
+    A capture's hosts are first written into a staging folder, ``root/.staging/<job>/``
+    (no run is listed there: it is not under ``plugins/profile``), and the whole session
+    is then renamed into place at once: the run list never shows a capture half done."""
 
     def __init__(self, root: str | os.PathLike):
         self.root = Path(root).expanduser().resolve()
-        self._lock = threading.Lock()
         self.logdir = LogDir(str(self.root))
 
     @property
     def sessions(self) -> Path:
         return self.root / "plugins" / "profile"
 
-    def new_session(self, stem: str | None = None) -> str:
-        """A session folder name no other capture has: XProf's ``%Y_%m_%d_%H_%M_%S``,
-        with ``_2``, ``_3``... when two captures start in one second; the folder is made."""
-        stem = stem or datetime.now().strftime("%Y_%m_%d_%H_%M_%S")
-        with self._lock:
-            self.sessions.mkdir(parents=True, exist_ok=True)
-            for n in itertools.count(1):
-                name = stem if n == 1 else f"{stem}_{n}"
-                try:
-                    (self.sessions / name).mkdir()
-                    return name
-                except FileExistsError:
-                    continue
-        raise AssertionError("unreachable")
+    def stage(self, job_id: str) -> Path:
+        folder = self.root / ".staging" / job_id
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
 
     @staticmethod
     def host_file(address: str) -> str:
-        """``localhost:9999`` -> ``localhost_9999.xplane.pb`` (a file name on any disk)."""
+        """``localhost:9999`` -> ``localhost_9999.xplane.pb`` (XProf's name for it too)."""
         host, port = split_address(address)
         return f"{_HOST_CHARS.sub('_', host).strip('_') or 'host'}_{port}.xplane.pb"
 
-    def write(self, session: str, address: str, xspace: bytes) -> Path:
-        """Write one host's XSpace atomically: readers see the whole file or none."""
-        folder = self.sessions / session
-        path = folder / self.host_file(address)
-        tmp = folder / f".{path.name}.{os.getpid()}.{threading.get_ident()}.part"
+    def write(self, staging: Path, address: str, xspace: bytes) -> Path:
+        """Write one host's XSpace atomically: a reader sees the whole file or none."""
+        path = staging / self.host_file(address)
+        tmp = staging / f".{path.name}.{os.getpid()}.{threading.get_ident()}.part"
         try:
             with open(tmp, "wb") as f:
                 f.write(xspace)
@@ -164,11 +160,40 @@ class CaptureDir:
                 tmp.unlink()
         return path
 
-    def remove_if_empty(self, session: str) -> None:
+    def publish(self, staging: Path, stem: str | None = None) -> str:
+        """Rename a staging folder into ``plugins/profile/`` under a session name no other
+        capture has: XProf's ``%Y_%m_%d_%H_%M_%S``, then ``_2``, ``_3``... (another process
+        writing the same folder may take a name first: rename refuses a non-empty target)."""
+        stem = stem or datetime.now().strftime("%Y_%m_%d_%H_%M_%S")
+        self.sessions.mkdir(parents=True, exist_ok=True)
+        for n in itertools.count(1):
+            name = stem if n == 1 else f"{stem}_{n}"
+            target = self.sessions / name
+            if target.exists():
+                continue
+            try:
+                os.rename(staging, target)
+                return name
+            except OSError as e:
+                if e.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                    raise
+        raise AssertionError("unreachable")
+
+    def discard(self, staging: Path) -> None:
+        shutil.rmtree(staging, ignore_errors=True)
+
+    def clean_stale(self, age_s: float = STALE_STAGING_S) -> None:
+        """Remove staging folders a crashed capture left (none is live that long)."""
         try:
-            (self.sessions / session).rmdir()
+            entries = list(os.scandir(self.root / ".staging"))
         except OSError:
-            pass
+            return
+        for d in entries:
+            try:
+                if time.time() - d.stat(follow_symlinks=False).st_mtime > age_s:
+                    shutil.rmtree(d.path, ignore_errors=True)
+            except OSError:
+                pass
 
 
 # -- one-shot captures -------------------------------------------------------------------
@@ -199,8 +224,10 @@ class CaptureJob:
     id: str
     targets: list[str]
     settings: CaptureSettings
-    session: str
-    run: str | None
+    staging: Path = field(repr=False)
+    stem: str  # the session's name, from the time the capture began
+    session: str | None = None  # once saved
+    run: str | None = None  # once saved
     stage: str = "probing"
     created: float = field(default_factory=time.time)
     record_starts: float | None = None
@@ -282,6 +309,7 @@ class Capturer:
         self._jobs: dict[str, CaptureJob] = {}
         self._continuous: dict[str, ContinuousSession] = {}
         self._busy: dict[str, str] = {}  # target -> the job or continuous session recording it
+        folder.clean_stale()
 
     # -- bookkeeping ---------------------------------------------------------------------
 
@@ -322,9 +350,9 @@ class Capturer:
         return sorted(self._jobs.values(), key=lambda j: j.created, reverse=True)
 
     def _new_job(self, targets: list[str], settings: CaptureSettings, job_id: str | None = None) -> CaptureJob:
-        session = self.folder.new_session()
-        return CaptureJob(id=job_id or secrets.token_hex(6), targets=targets, settings=settings, session=session,
-                          run=f"{self.mount}/{session}", hosts={t: TargetState(t) for t in targets})
+        job_id = job_id or secrets.token_hex(6)
+        return CaptureJob(id=job_id, targets=targets, settings=settings, staging=self.folder.stage(job_id),
+                          stem=datetime.now().strftime("%Y_%m_%d_%H_%M_%S"), hosts={t: TargetState(t) for t in targets})
 
     def _checked(self, targets: list[str] | str) -> list[str]:
         targets = parse_targets(targets) if isinstance(targets, str) else parse_targets(",".join(targets))
@@ -365,7 +393,7 @@ class Capturer:
         for address in job.targets:
             try:
                 with self._client(address) as c:
-                    c.terminate(job.session)
+                    c.terminate(job.id)
             except TargetError:
                 pass  # that target's own call reports its failure
         return job
@@ -399,20 +427,29 @@ class Capturer:
                 c.close()
             if not job.saved:
                 raise _JobFailed("; ".join(f"{h.address}: {h.error}" for h in job.failed) or "nothing recorded")
-            job.stage = "saved"
+            self._publish(job)
         except _JobFailed as e:
             job.stage, job.error = "failed", str(e)
+        except OSError as e:
+            job.stage, job.error = "failed", f"cannot write into {self.folder.root}: {e.strerror or e}"
         except Exception as e:  # noqa: BLE001 - a bug must end the job, not hang its page
             job.stage, job.error = "failed", f"{type(e).__name__}: {e}"
         finally:
-            if not job.saved:
-                self.folder.remove_if_empty(job.session)
-                job.run = None  # its folder is gone: the name may go to the next capture
+            if job.stage != "saved":
+                self.folder.discard(job.staging)
             job.finished = time.time()
             self._release(job.targets, job.id)
             job.done.set()
-            if job.saved and self.on_saved is not None:
+            if job.stage == "saved" and self.on_saved is not None:
                 self.on_saved(job)
+
+    def _publish(self, job: CaptureJob) -> None:
+        """Move the job's hosts into place as one session: the run appears whole."""
+        job.session = self.folder.publish(job.staging, job.stem)
+        job.run = f"{self.mount}/{job.session}"
+        for h in job.saved:
+            h.file = f"{self.mount}/plugins/profile/{job.session}/{self.folder.host_file(h.address)}"
+        job.stage = "saved"
 
     @staticmethod
     def _advance(job: CaptureJob) -> None:
@@ -438,10 +475,9 @@ class Capturer:
         host.state = "recording"
         for attempt in range(num_retry + 1):
             try:
-                xspace = client.profile(job.settings, start_timestamp_ns=start_ns, session_id=job.session)
-                path = self.folder.write(job.session, address, xspace)
+                xspace = client.profile(job.settings, start_timestamp_ns=start_ns, session_id=job.id)
+                self.folder.write(job.staging, address, xspace)
                 host.state, host.bytes, host.error, host.code = "saved", len(xspace), None, None
-                host.file = f"{self.mount}/{path.relative_to(self.folder.root).as_posix()}"
                 return
             except TargetError as e:
                 host.state, host.error, host.code = "failed", e.reason, e.code
@@ -512,9 +548,8 @@ class Capturer:
                 try:
                     with self._client(address) as c:
                         xspace = c.snapshot()
-                    path = self.folder.write(job.session, address, xspace)
+                    self.folder.write(job.staging, address, xspace)
                     host.state, host.bytes = "saved", len(xspace)
-                    host.file = f"{self.mount}/{path.relative_to(self.folder.root).as_posix()}"
                 except TargetError as e:
                     host.state, host.error, host.code = "failed", e.reason, e.code
                 except OSError as e:
@@ -522,14 +557,20 @@ class Capturer:
 
             with ThreadPoolExecutor(max_workers=max(1, len(live))) as pool:
                 list(pool.map(one, live))
-            job.stage = "saved" if job.saved else "failed"
-            if not job.saved:
-                job.error = "; ".join(f"{h.address}: {h.error}" for h in job.failed) or "no target is recording"
-                self.folder.remove_if_empty(job.session)
-                job.run = None
-            job.finished = time.time()
-            job.done.set()
-        if job.saved and self.on_saved is not None:
+            try:
+                if job.saved:
+                    self._publish(job)
+                else:
+                    job.stage = "failed"
+                    job.error = "; ".join(f"{h.address}: {h.error}" for h in job.failed) or "no target is recording"
+            except OSError as e:
+                job.stage, job.error = "failed", f"cannot write into {self.folder.root}: {e.strerror or e}"
+            finally:
+                if job.stage != "saved":
+                    self.folder.discard(job.staging)
+                job.finished = time.time()
+                job.done.set()
+        if job.stage == "saved" and self.on_saved is not None:
             self.on_saved(job)
         return job
 
