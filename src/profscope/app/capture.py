@@ -439,9 +439,12 @@ class Capturer:
                 self.folder.discard(job.staging)
             job.finished = time.time()
             self._release(job.targets, job.id)
-            job.done.set()
-            if job.stage == "saved" and self.on_saved is not None:
-                self.on_saved(job)
+            # Listed before it is done: a page told "saved" asks the run list for it next.
+            try:
+                if job.stage == "saved" and self.on_saved is not None:
+                    self.on_saved(job)
+            finally:
+                job.done.set()
 
     def _publish(self, job: CaptureJob) -> None:
         """Move the job's hosts into place as one session: the run appears whole."""
@@ -569,9 +572,11 @@ class Capturer:
                 if job.stage != "saved":
                     self.folder.discard(job.staging)
                 job.finished = time.time()
-                job.done.set()
-        if job.stage == "saved" and self.on_saved is not None:
-            self.on_saved(job)
+                try:  # listed before it is done, as a one-shot capture
+                    if job.stage == "saved" and self.on_saved is not None:
+                        self.on_saved(job)
+                finally:
+                    job.done.set()
         return job
 
     def stop_continuous(self, sid: str) -> ContinuousSession:
