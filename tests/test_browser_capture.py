@@ -11,7 +11,7 @@ import re
 import time
 from urllib.parse import quote
 from urllib.error import HTTPError
-from urllib.request import urlopen
+from urllib.request import Request, urlopen
 
 import pytest
 
@@ -122,7 +122,7 @@ def test_one_shot_capture_opens_the_new_run(open_page, capture_server, live_job)
     run = _captured_run(page)
     page.wait_for_selector("#capture-dialog", state="hidden")
     assert time.monotonic() - started < 30
-    assert page.input_value("#pick-run") == run
+    _until(page, f"document.querySelector('#pick-run').value === {run!r}")
     assert run in page.eval_on_selector_all("#pick-run option", "os => os.map(o => o.value)")
     assert "tool=trace_viewer%40" in page.url
     _trace_shows(page, capture_server, run, "train_loop_step")
@@ -223,6 +223,44 @@ def test_continuous_snapshots_become_runs(open_page, capture_server, live_job):
     page.wait_for_selector("#capture-dialog", state="hidden")
     assert _captured_run(page) == runs[1]
     _trace_shows(page, capture_server, runs[1], "train_loop_step")
+
+
+def test_a_refusal_is_shown_in_the_dialog(browser, capture_server, live_job):
+    """The server's 4xx answers (a target it may not dial, a bad duration, a target being
+    captured already) are shown as their message, the form left for another try. Its own
+    browser context: Chromium logs every 4xx as a console error, which open_page refuses."""
+    ctx = browser.new_context(viewport={"width": 1400, "height": 900}, locale="en-US")
+    errors, logged = [], []
+    try:
+        page = ctx.new_page()
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.on("console", lambda m: logged.append(m.text) if m.type == "error" else None)
+        page.goto(capture_server)
+        page.wait_for_selector("#run-title")
+        page.click("#capture-open")
+        cases = [("10.1.2.3:9999", "1000", "this server dials only loopback profiler addresses"),
+                 (live_job, "soon", "is not a duration")]
+        for targets, duration, message in cases:
+            page.fill("#cap-targets", targets)
+            page.fill("#cap-duration", duration)
+            page.click("#cap-start")
+            page.wait_for_selector("#cap-error:not([hidden])")
+            assert message in page.inner_text("#cap-error")
+            assert page.is_enabled("#cap-start") and page.locator("#cap-progress").is_hidden()
+        _shot(page, "refused")
+        # The job's target is busy with another capture (the API's own, here): 409.
+        busy = json.dumps({"targets": live_job, "durationMs": 5000}).encode()
+        with urlopen(Request(capture_server + "/api/capture", data=busy, method="POST",
+                             headers={"content-type": "application/json"}), timeout=30) as res:
+            other = json.loads(res.read())
+        page.fill("#cap-duration", "1000")
+        page.click("#cap-start")
+        page.wait_for_function("document.querySelector('#cap-error').textContent.includes('already being captured')")
+        urlopen(Request(f"{capture_server}/api/capture/job/{other['id']}/stop", data=b"", method="POST"), timeout=30).close()
+        assert not errors, errors
+        assert all(re.search(r"status of (400|403|409)", t) for t in logged), logged
+    finally:
+        ctx.close()
 
 
 def test_no_capture_hides_the_button(open_page, tmp_path):

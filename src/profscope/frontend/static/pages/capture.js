@@ -214,7 +214,12 @@ function drawJob() {
 
 function runLink(run) {
   return el("a", { href: `/?run=${encodeURIComponent(run)}&tool=trace_viewer%40`, class: "cap-run", "data-run": run,
-    onclick: (e) => { e.preventDefault(); dlg.root.close(); hooks.openRun(run); } }, run);
+    onclick: (e) => {
+      e.preventDefault();
+      dlg.root.close();
+      // A run already on screen (a capture opens its run behind the dialog) is left as it is.
+      if (new URLSearchParams(location.search).get("run") !== run) hooks.openRun(run);
+    } }, run);
 }
 
 function finished() {
