@@ -119,8 +119,21 @@ class CaptureSettings:
 
 def _friendly(address: str, code: str, details: str) -> str:
     if code == "UNAVAILABLE":
-        return (f"no profiler server answers ({details.strip() or 'connection refused'}); is the job running "
-                "and did it call jax.profiler.start_server(PORT) with this port?")
+        # gRPC's details are one long line ("failed to connect to all addresses; last
+        # error: UNKNOWN: ipv4:127.0.0.1:1: Failed to connect to remote host: Connection
+        # refused"): keep the part a person acts on.
+        low = details.lower()
+        if "connection refused" in low:
+            why = "connection refused"
+        elif "resolv" in low or "lookup" in low or "dns" in low:
+            why = "the host name does not resolve"
+        elif "timeout" in low or "timed out" in low or "deadline" in low:
+            why = "no answer in time"
+        else:
+            why = details.strip() or "connection failed"
+        port = address.rsplit(":", 1)[-1]
+        return (f"no profiler server answers ({why}); is the job running, and did it call "
+                f"jax.profiler.start_server({port})?")
     if code == "INTERNAL" and "another profiling session" in details.lower():
         return ("the job is already recording a profile (another capture, or a jax.profiler.trace in the job "
                 "itself); try again when that one ends")
