@@ -406,3 +406,17 @@ def test_serve_captures_only_with_the_guards_protections(tmp_path):
         assert any(line.startswith(f"captures: {tmp_path / 'c' / 'captures'} (from loopback only") for line in lines), lines
         state = json.load(urllib.request.urlopen(url + "api/capture", timeout=30))
         assert state["enabled"] and state["captureDir"] == str(tmp_path / "c" / "captures")
+
+
+def test_a_zero_length_capture_is_an_empty_run_every_tool_answers(job, client, capture_ws):
+    """duration 0 is allowed (the job answers an XSpace with planes and no events)."""
+    state = _wait(client, client.post("/api/capture", json={"targets": job, "durationMs": 0}).json()["id"])
+    assert state["stage"] == "saved"
+    host = job.replace(":", "_")
+    assert _names(capture_ws, state["run"], host) <= {"process_name", "thread_name", "process_sort_index",
+                                                        "thread_sort_index", None}
+    for tag in ("memory_profile", "oom_risk"):
+        res = client.get("/data/plugin/profile/data", params={"run": state["run"], "tag": tag, "host": host})
+        assert res.status_code == 200, (tag, res.text)
+    window = client.get("/api/trace/window", params={"run": state["run"], "host": host})
+    assert window.status_code == 200 and window.json()["fullTimespan"] == [0.0, 0.0]
