@@ -91,6 +91,15 @@ def _names(ws: Workspace, run_name: str, host: str) -> set[str]:
     return {e.get("name") for e in payload["traceEvents"]}
 
 
+def _recording_start_ns(xspace: bytes) -> int:
+    """When the job's session began (wall clock): the 'Task Environment' plane's
+    profile_start_time stat (the lines' own timestamps are relative to it)."""
+    space = xplane_pb2.XSpace.FromString(xspace)
+    plane = next(p for p in space.planes if p.name == "Task Environment")
+    names = {k: m.name for k, m in plane.stat_metadata.items()}
+    return next(st.uint64_value or st.int64_value for st in plane.stats if names[st.metadata_id] == "profile_start_time")
+
+
 # -- one capture, as the page makes it -----------------------------------------------------
 
 
@@ -156,14 +165,10 @@ def test_two_live_targets_and_a_dead_one(job, job2, client, capture_ws):
     run = capture_ws.run(state["run"])
     assert sorted(run.hosts) == sorted([job.replace(":", "_"), job2.replace(":", "_")])
     assert time.monotonic() - t0 < 30
-    # both hosts were asked to start at one instant (start_timestamp_ns): their first
-    # events are milliseconds apart, not the time between the two requests
-    firsts = []
-    for h in (by[job], by[job2]):
-        space = xplane_pb2.XSpace.FromString(capture_ws.logdir.read_bytes(h["file"]))
-        plane = next(p for p in space.planes if p.name == "/host:CPU")
-        firsts.append(min(line.timestamp_ns + line.events[0].offset_ps // 1000 for line in plane.lines if line.events))
-    assert abs(firsts[0] - firsts[1]) < 50e6, firsts
+    # both hosts were asked to start at one instant (start_timestamp_ns): their sessions
+    # began within milliseconds of each other
+    starts = [_recording_start_ns(capture_ws.logdir.read_bytes(h["file"])) for h in (by[job], by[job2])]
+    assert abs(starts[0] - starts[1]) < 20e6, starts
 
 
 def test_stop_early_keeps_what_was_recorded(job, client, capture_ws):
@@ -420,3 +425,18 @@ def test_a_zero_length_capture_is_an_empty_run_every_tool_answers(job, client, c
         assert res.status_code == 200, (tag, res.text)
     window = client.get("/api/trace/window", params={"run": state["run"], "host": host})
     assert window.status_code == 200 and window.json()["fullTimespan"] == [0.0, 0.0]
+
+
+def test_a_delay_waits_before_recording(job, client, capture_ws):
+    """The delay is a start time in the future (ProfileOptions.start_timestamp_ns): the
+    job records nothing before it, and the job's stage says how long is left to wait."""
+    asked_ns = time.time_ns()
+    started = client.post("/api/capture", json={"targets": job, "durationMs": 500, "delayMs": 1500}).json()
+    waits = []
+    while not (state := client.get(f"/api/capture/job/{started['id']}").json())["done"]:
+        if state["stage"] == "waiting":
+            waits.append(state["startsInS"])
+        time.sleep(0.05)
+    assert state["stage"] == "saved" and waits and 0 < max(waits) <= 1.5 and waits == sorted(waits, reverse=True)
+    began = _recording_start_ns(capture_ws.logdir.read_bytes(state["hosts"][0]["file"]))
+    assert 1.4e9 < began - asked_ns < 2.5e9, (began - asked_ns) / 1e9

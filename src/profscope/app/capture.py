@@ -256,16 +256,18 @@ class CaptureJob:
 
     def to_json(self) -> dict:
         now = time.time()
-        remaining = None
+        remaining = starts_in = None
         if self.stage in ("waiting", "recording") and self.record_ends is not None:
             remaining = max(0.0, self.record_ends - now)
+        if self.stage == "waiting" and self.record_starts is not None:
+            starts_in = max(0.0, self.record_starts - now)
         return {
             "id": self.id, "targets": self.targets, "stage": self.stage, "run": self.run, "session": self.session,
             "durationMs": self.settings.duration_ms, "delayMs": self.settings.delay_ms,
             "hostTracerLevel": self.settings.host_tracer_level, "deviceTracerLevel": self.settings.device_tracer_level,
             "pythonTracerLevel": self.settings.python_tracer_level,
             "created": self.created, "recordStarts": self.record_starts, "recordEnds": self.record_ends,
-            "remainingS": remaining, "finished": self.finished, "stopped": self.stopped, "error": self.error,
+            "remainingS": remaining, "startsInS": starts_in, "finished": self.finished, "stopped": self.stopped, "error": self.error,
             "done": self.done.is_set(), "summary": self.summary() if self.done.is_set() else None,
             "hosts": [h.to_json() for h in self.hosts.values()],
         }

@@ -175,11 +175,10 @@ function poll() {
 }
 
 function stageText(j) {
-  const dur = j.durationMs / 1000;
   const left = j.remainingS ?? 0;
   switch (j.stage) {
     case "probing": return `probing ${j.targets.length === 1 ? j.targets[0] : `${j.targets.length} profiler servers`}…`;
-    case "waiting": return `waiting ${Math.ceil(Math.max(0, left - dur))} s before recording`;
+    case "waiting": return `waiting ${Math.ceil(j.startsInS ?? 0)} s before recording`;
     case "recording": return `recording — ${Math.ceil(left)} s left`;
     case "collecting": return j.stopped ? "collecting (stopped early)…" : "collecting…";
     case "saved": return `saved as ${j.run}` + (j.stopped ? " (stopped early)" : "");
