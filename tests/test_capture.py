@@ -440,3 +440,15 @@ def test_a_delay_waits_before_recording(job, client, capture_ws):
     assert state["stage"] == "saved" and waits and 0 < max(waits) <= 1.5 and waits == sorted(waits, reverse=True)
     began = _recording_start_ns(capture_ws.logdir.read_bytes(state["hosts"][0]["file"]))
     assert 1.4e9 < began - asked_ns < 2.5e9, (began - asked_ns) / 1e9
+
+
+def test_another_page_cannot_start_a_capture(client, capture_ws):
+    """The guard's Origin and Sec-Fetch-Site checks stand in front of the capture routes:
+    a page on another site (a form, a fetch, an <img>) starts nothing."""
+    body = {"targets": "localhost:1", "durationMs": 100}
+    for headers in ({"origin": "http://evil.example"}, {"sec-fetch-site": "cross-site", "sec-fetch-mode": "no-cors"}):
+        res = client.post("/api/capture", json=body, headers=headers)
+        assert res.status_code == 403 and "refused" in res.json()["error"], res.text
+        res = client.get("/data/plugin/profile/capture_profile", params={"service_addr": "localhost:1"}, headers=headers)
+        assert res.status_code == 403
+    assert capture_ws.capture.jobs() == []
