@@ -277,10 +277,14 @@ def test_torch_trace_page(open_page, demo_server, demo_logdir):
     x, y = _point(page, tl["timeMs"][peak_i], 0.6)
     page.mouse.move(x, y, steps=4)
     page.wait_for_function("document.querySelector('#mp-event').dataset.mode === 'hover'")
-    shown = int(page.get_attribute("#mp-event", "data-index"))
+    # The index and the card's text read in one go: a later hover event of the same move
+    # may redraw the card between two separate reads (seen once: the card named the next
+    # point's op, aten::sum, while the index read before was still the peak's).
+    shown, card = page.evaluate("() => { const e = document.querySelector('#mp-event'); "
+                                "return [Number(e.dataset.index), e.innerText]; }")
     op_index = tl["op"][shown]
     if op_index >= 0:
-        assert tl["strings"][op_index] in page.inner_text("#mp-event")
+        assert tl["strings"][op_index] in card
     page.screenshot(path=str(ARTIFACTS / "memory_profile_torch.png"), full_page=True)
 
 
