@@ -306,7 +306,6 @@ class Capturer:
         self.policy = policy or TargetPolicy()
         self.mount = mount
         self.on_saved = on_saved
-        self._client = ProfilerClient
         self._lock = threading.Lock()
         self._jobs: dict[str, CaptureJob] = {}
         self._continuous: dict[str, ContinuousSession] = {}
@@ -394,24 +393,30 @@ class Capturer:
         job.stopped = True
         for address in job.targets:
             try:
-                with self._client(address) as c:
+                with ProfilerClient(address) as c:
                     c.terminate(job.id)
             except TargetError:
                 pass  # that target's own call reports its failure
         return job
 
     def _run(self, job: CaptureJob, num_retry: int) -> None:
+        clients: dict[str, ProfilerClient] = {}
         try:
-            clients = {t: self._client(t) for t in job.targets}
-            # Probe first: a dead address fails in milliseconds and the others then all
-            # start at the same instant, the hosts' common start_timestamp_ns.
-            live = []
-            for t, c in clients.items():
+            clients = {t: ProfilerClient(t) for t in job.targets}
+
+            def probe(t: str) -> bool:
                 try:
-                    c.probe()
-                    live.append(t)
+                    clients[t].probe()
+                    return True
                 except TargetError as e:
                     job.hosts[t].state, job.hosts[t].error, job.hosts[t].code = "failed", e.reason, e.code
+                    return False
+
+            # Probe first, all at once: a dead address fails in milliseconds (one that
+            # drops packets in the probe's 5 s) and the others then all start at one
+            # instant, the hosts' common start_timestamp_ns.
+            with ThreadPoolExecutor(max_workers=len(clients)) as pool:
+                live = [t for t, ok in zip(clients, pool.map(probe, clients)) if ok]
             if not live:
                 raise _JobFailed("no target answered: " + "; ".join(f"{h.address}: {h.error}" for h in job.failed))
             # Every host is asked to start at one instant; with several, a little ahead, so
@@ -425,8 +430,6 @@ class Capturer:
             with ThreadPoolExecutor(max_workers=len(live), thread_name_prefix=f"capture-{job.id}") as pool:
                 for t in live:
                     pool.submit(self._record_one, job, clients[t], t, int(start * 1e9), num_retry)
-            for c in clients.values():
-                c.close()
             if not job.saved:
                 raise _JobFailed("; ".join(f"{h.address}: {h.error}" for h in job.failed) or "nothing recorded")
             self._publish(job)
@@ -437,6 +440,8 @@ class Capturer:
         except Exception as e:  # noqa: BLE001 - a bug must end the job, not hang its page
             job.stage, job.error = "failed", f"{type(e).__name__}: {e}"
         finally:
+            for c in clients.values():
+                c.close()
             if job.stage != "saved":
                 self.folder.discard(job.staging)
             job.finished = time.time()
@@ -508,7 +513,7 @@ class Capturer:
             self._continuous[sid] = session
         for t in targets:
             try:
-                with self._client(t) as c:
+                with ProfilerClient(t) as c:
                     c.start_continuous(settings)
                 session.hosts[t].state = "recording"
             except TargetError as e:
@@ -551,7 +556,7 @@ class Capturer:
             def one(address: str) -> None:
                 host = job.hosts[address]
                 try:
-                    with self._client(address) as c:
+                    with ProfilerClient(address) as c:
                         xspace = c.snapshot()
                     self.folder.write(job.staging, address, xspace)
                     host.state, host.bytes = "saved", len(xspace)
@@ -589,7 +594,7 @@ class Capturer:
                     if h.state != "recording":
                         continue
                     try:
-                        with self._client(t) as c:
+                        with ProfilerClient(t) as c:
                             c.stop_continuous()
                         h.state = "stopped"
                     except TargetError as e:
