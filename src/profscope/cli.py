@@ -77,6 +77,12 @@ def build_parser() -> argparse.ArgumentParser:
                        help="also let the page capture from profiler addresses matching this shell pattern "
                             "(10.0.*, *.internal, host:9999; repeatable); by default only loopback ones")
     serve.add_argument("--no-capture", action="store_true", help="turn the Capture profile dialog and API off")
+    # Not --workers, which issue 18 proposed: that already sets the forked pool's concurrency.
+    serve.add_argument("--dask", nargs="?", const="env", metavar="ADDRESS",
+                       help="build trace indexes on an existing Dask cluster: its scheduler's address "
+                            "(no ADDRESS: $DASK_SCHEDULER_ADDRESS); docs/scale_out.md")
+    serve.add_argument("--dask-workers", type=int, metavar="N",
+                       help="build trace indexes on a local Dask cluster of N worker processes (docs/scale_out.md)")
     _worker_options(serve)
 
     runs = sub.add_parser("runs", help="list the runs of a log directory and exit")
@@ -172,6 +178,27 @@ def _workspace(args):
     return Workspace(logdir, cache, **capture)
 
 
+def _scale_out(args):
+    """The Dask conversions --dask / --dask-workers ask for (app/scale_out.py), else None."""
+    if args.dask is None and args.dask_workers is None:
+        return None
+    if args.dask is not None and args.dask_workers is not None:
+        raise ProfscopeError("give either --dask ADDRESS or --dask-workers N, not both")
+    if args.dask_workers is not None and args.dask_workers < 1:
+        raise ProfscopeError("--dask-workers must be at least 1")
+    address = os.environ.get("DASK_SCHEDULER_ADDRESS") if args.dask == "env" else args.dask
+    if args.dask is not None and not address:
+        raise ProfscopeError("--dask without an address needs $DASK_SCHEDULER_ADDRESS")
+    from profscope.app.scale_out import DaskConversions
+
+    try:
+        return DaskConversions(address, n_workers=args.dask_workers)
+    except ImportError as e:
+        raise ProfscopeError(f"--dask needs Dask: pip install 'profscope[dask]' ({e})") from e
+    except OSError as e:  # distributed raises OSError when no scheduler answers at the address
+        raise ProfscopeError(f"cannot reach the Dask scheduler at {address}: {e}") from e
+
+
 def default_capture_dir(cache_root) -> Path:
     # Beside the cache's entries, never among them: eviction reads only its two-letter shards.
     return Path(cache_root) / "captures"
@@ -223,6 +250,7 @@ def cmd_serve(args) -> int:
     args.capture_unsafe = token is None and (not is_loopback(args.host) or "*" in args.allow_host)
     ws = _workspace(args)
     sock = _bind(args.host, args.port)
+    ws.scale_out = _scale_out(args)  # after the bind: a busy port starts no cluster
     port = sock.getsockname()[1]
     security = Security.for_bind(args.host, port, allow_hosts=args.allow_host, token=token)
     query = f"?token={token}" if token else ""
@@ -236,7 +264,14 @@ def cmd_serve(args) -> int:
     runs = ws.runs()
     print(f"profscope {__version__}: {len(runs)} run(s) in {ws.logdir.url}", flush=True)
     print(f"cache: {ws.cache.root} ({ws.cache.describe()})", flush=True)
-    print(f"conversions: {ws.cache.workers.describe()}", flush=True)
+    if ws.scale_out is not None:
+        print(f"conversions: trace indexes on the {ws.scale_out.describe()}; the rest: {ws.cache.workers.describe()}",
+              flush=True)
+    else:
+        print(f"conversions: {ws.cache.workers.describe()}", flush=True)
+        if os.environ.get("DASK_SCHEDULER_ADDRESS"):
+            print("DASK_SCHEDULER_ADDRESS is set but not used: give --dask to build trace indexes on that cluster",
+                  flush=True)
     if ws.capture is not None:
         print(f"captures: {ws.capture.folder.root} (from {ws.capture.policy.describe()} profiler addresses)", flush=True)
     elif args.capture_unsafe and not args.no_capture:
@@ -267,6 +302,8 @@ def cmd_serve(args) -> int:
         uvicorn.Server(config).run(sockets=[sock])
     finally:
         printer.stop()
+        if ws.scale_out is not None:
+            ws.scale_out.close()  # a local cluster's worker processes end with it
         if ws.capture is not None:
             ws.capture.close()  # a job left in continuous mode would record into its ring for ever
     return 0

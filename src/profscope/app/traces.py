@@ -40,6 +40,9 @@ class Traces:
         self._trace_indexes = None  # made on first use (it imports the index's numpy)
         self._trace_indexes_lock = threading.Lock()
         renew_locks_after_fork(self, "_trace_indexes_lock")
+        # A DaskConversions (app/scale_out.py) when the server was started with --dask or
+        # --dask-workers: indexes not built yet are then built on the cluster.
+        self.scale_out = None
 
     def _open_index(self, folder) -> trace_index.TraceIndex:
         with self._trace_indexes_lock:
@@ -66,6 +69,12 @@ class Traces:
         ``preview_resolution``: a build started here first publishes the whole-trace
         window at that resolution (:meth:`trace_preview`)."""
         key = self._trace_index_key(host, info)
+        scale_out = self.scale_out
+        if scale_out is not None and scale_out.usable() and self.cache.built_dir(key) is None:
+            # The run's hosts go to the Dask cluster, this one first; once it is built,
+            # get_or_build_dir below finds the folder. A failed task leaves the build
+            # (or the input's remembered error) to that path, as without Dask.
+            scale_out.convert(self, run, host, key)
         preview = (self.cache.preview_dir(key), preview_resolution) if preview_resolution else None
 
         def build(progress, folder):

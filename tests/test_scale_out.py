@@ -1,0 +1,233 @@
+"""Conversions on a real Dask LocalCluster (app/scale_out.py; issue 18, first part): a
+16-host session made of copies of the demo's real xplane, converted by 2 worker
+processes into the same cache entries as a serial build, the viewed host first, each
+host built once by two clients and by two clusters on one cache folder, the page API
+and ``profscope serve --dask-workers``."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+distributed = pytest.importorskip("distributed")
+
+from profscope.app.scale_out import DaskConversions, convert_host, local_cluster  # noqa: E402
+from profscope.app.workspace import Workspace  # noqa: E402
+from profscope.cache.store import DiskCache  # noqa: E402
+from profscope.cache.worker import WorkerPool  # noqa: E402
+from profscope.storage import LogDir  # noqa: E402
+
+DEMO = Path(__file__).resolve().parents[1] / "src/profscope/demo/logdir/mlp/plugins/profile"
+HOSTS = [f"host{i:02d}" for i in range(16)]
+TIMEOUT = 60  # seconds for any one wait on the cluster
+
+
+@pytest.fixture(scope="module")
+def session(tmp_path_factory) -> Path:
+    """A log dir with one session of 16 hosts, each a copy of the demo's real xplane."""
+    (xplane,) = DEMO.glob("*/demo-host.xplane.pb")
+    logdir = tmp_path_factory.mktemp("pod") / "logs"
+    folder = logdir / "plugins/profile/s"
+    folder.mkdir(parents=True)
+    for host in HOSTS:
+        shutil.copy(xplane, folder / f"{host}.xplane.pb")
+    return logdir
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    c = local_cluster(2)
+    try:
+        yield c
+    finally:
+        c.close(timeout=20)
+
+
+def _workspace(logdir: Path, cache: Path) -> Workspace:
+    return Workspace(LogDir(str(logdir)), DiskCache(cache, workers=WorkerPool(enabled=False)))
+
+
+def _wait_all(conv: DaskConversions, ws: Workspace, run) -> list[dict]:
+    deadline = time.monotonic() + TIMEOUT
+    while True:
+        states = conv.status(ws, run)
+        if all(s["state"] in ("done", "error") for s in states):
+            return states
+        assert time.monotonic() < deadline, states
+        time.sleep(0.1)
+
+
+def _hashes(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_a_16_host_session_converts_on_2_workers_to_the_serial_cache_entries(session, cluster, tmp_path):
+    ws = _workspace(session, tmp_path / "dask-cache")
+    conv = DaskConversions(client=distributed.Client(cluster, timeout=TIMEOUT))
+    try:
+        (run,) = ws.runs()
+        assert run.hosts == HOSTS
+        first = "host11"  # not the first in name order
+        assert len(conv.submit_run(ws, run, first_host=first)) == 16
+        results = {host: conv.wait(key, TIMEOUT) for host, key in conv._host_keys(ws, run)}
+        states = _wait_all(conv, ws, run)
+        # local_cluster unset the nanny's MALLOC_TRIM_THRESHOLD_=65536 (distributed.yaml)
+        env = conv.client.run(lambda: __import__("os").environ.get("MALLOC_TRIM_THRESHOLD_"))
+        assert list(env.values()) == [None, None], env
+    finally:
+        conv.client.close()
+        conv.close()
+    assert [s["state"] for s in states] == ["done"] * 16
+    assert all(r["built"] for r in results.values())
+    assert len({r["pid"] for r in results.values()}) == 2, "both worker processes converted"
+    # the viewed host went first: submitted first, with the higher priority, so it was
+    # among the first tasks the 2 workers started (the two start together)
+    starts = sorted(results, key=lambda h: results[h]["started"])
+    assert first in starts[:2], [(h, results[h]["started"]) for h in starts]
+
+    serial = _workspace(session, tmp_path / "serial-cache")
+    for host, info in serial.trace_sources(run):
+        serial.trace_index(run, host, info)
+    for host, info in ws.trace_sources(run):
+        key = ws._trace_index_key(host, info)
+        assert results[host]["key"] == key
+        dask_dir, serial_dir = ws.cache.built_dir(key), serial.cache.built_dir(key)
+        assert dask_dir is not None and serial_dir is not None
+        hashes = _hashes(dask_dir)
+        assert hashes and hashes == _hashes(serial_dir), host
+
+
+def test_two_clients_and_two_clusters_build_each_host_once(session, cluster, tmp_path):
+    cache = tmp_path / "shared-cache"
+    ws1, ws2 = _workspace(session, cache), _workspace(session, cache)
+    (run,) = ws1.runs()
+    c1, c2 = distributed.Client(cluster, timeout=TIMEOUT), distributed.Client(cluster, timeout=TIMEOUT)
+    a, b = DaskConversions(client=c1), DaskConversions(client=c2)
+    try:
+        # two server replicas on one scheduler: the cache key is the task key, so the
+        # second submission joins the first's task
+        a.submit_run(ws1, run)
+        b.submit_run(ws2, run, first_host="host05")
+        for host, key in a._host_keys(ws1, run):
+            ra, rb = a.wait(key, TIMEOUT), b.wait(key, TIMEOUT)
+            assert ra == rb and ra["built"] is True, host  # one task, one build
+    finally:
+        for conv in (a, b):
+            conv.client.close()
+            conv.close()
+
+    # a second cluster (a second server's) over the same cache folder builds nothing
+    other = local_cluster(1)
+    try:
+        with distributed.Client(other, timeout=TIMEOUT) as client:
+            futures = [client.submit(convert_host, str(session), str(cache), "s", h, key=f"again-{h}") for h in HOSTS]
+            again = client.gather(futures)
+        assert [r["built"] for r in again] == [False] * 16
+        conv = DaskConversions(client=distributed.Client(other, timeout=TIMEOUT))
+        try:
+            assert conv.submit_run(ws1, run) == []  # every index is in the cache already
+            assert [s["state"] for s in conv.status(ws1, run)] == ["done"] * 16
+        finally:
+            conv.client.close()
+            conv.close()
+    finally:
+        other.close(timeout=20)
+
+
+def test_two_clusters_converting_one_cache_at_once_build_each_host_once(session, cluster, tmp_path):
+    """Two schedulers know nothing of each other: the cache's file lock
+    (cache/store.py ``_single_flight``) keeps their workers from building a host twice."""
+    cache = tmp_path / "contended-cache"
+    other = local_cluster(1)
+    try:
+        with distributed.Client(cluster, timeout=TIMEOUT) as c1, distributed.Client(other, timeout=TIMEOUT) as c2:
+            f1 = [c1.submit(convert_host, str(session), str(cache), "s", h, key=f"a-{h}") for h in HOSTS]
+            f2 = [c2.submit(convert_host, str(session), str(cache), "s", h, key=f"b-{h}") for h in reversed(HOSTS)]
+            r1, r2 = c1.gather(f1), c2.gather(f2)
+    finally:
+        other.close(timeout=20)
+    built = {h: 0 for h in HOSTS}
+    for r in r1 + r2:
+        built[r["host"]] += r["built"]
+    assert built == {h: 1 for h in HOSTS}
+
+
+def test_the_trace_index_of_a_workspace_with_dask_is_built_on_the_cluster(session, cluster, tmp_path):
+    ws = _workspace(session, tmp_path / "cache")
+    conv = DaskConversions(client=distributed.Client(cluster, timeout=TIMEOUT))
+    ws.scale_out = conv
+    try:
+        (run,) = ws.runs()
+        host, info = ws.trace_sources(run)[7]
+        index = ws.trace_index(run, host, info)  # submits the run, host07 first, waits for it
+        assert index is not None
+        key = ws._trace_index_key(host, info)
+        assert conv.wait(key, TIMEOUT)["built"] is True  # the cluster built it, not this process
+        assert ws.cache.progress.snapshot() == []
+        _wait_all(conv, ws, run)
+    finally:
+        conv.client.close()
+        conv.close()
+
+
+def test_the_convert_api(session, cluster, tmp_path):
+    from fastapi.testclient import TestClient
+
+    from profscope.server import create_app
+
+    ws = _workspace(session, tmp_path / "cache")
+    with TestClient(create_app(ws)) as client:
+        res = client.post("/api/convert?run=s&host=host03")
+        assert res.status_code == 404 and "--dask-workers N or --dask ADDRESS" in res.json()["error"]
+        assert client.get("/api/convert?run=s").status_code == 404
+
+    conv = DaskConversions(client=distributed.Client(cluster, timeout=TIMEOUT))
+    ws.scale_out = conv
+    try:
+        with TestClient(create_app(ws)) as client:
+            assert client.post("/api/convert?run=s&host=nope").status_code == 404
+            assert client.post("/api/convert?run=nope").status_code == 404
+            res = client.post("/api/convert?run=s&host=host03")
+            assert res.status_code == 202, res.text
+            body = res.json()
+            assert body["submitted"] == 16 and body["total"] == 16
+            assert {h["state"] for h in body["hosts"]} <= {"pending", "processing", "done"}
+            deadline = time.monotonic() + TIMEOUT
+            while (body := client.get("/api/convert?run=s").json())["done"] < 16:
+                assert time.monotonic() < deadline, body
+                time.sleep(0.1)
+            assert all(h["built"] and h["seconds"] > 0 and h["error"] is None for h in body["hosts"])
+            assert client.post("/api/convert?run=s").json()["submitted"] == 0
+    finally:
+        conv.client.close()
+        conv.close()
+
+
+def test_serve_with_a_local_dask_cluster(tmp_path):
+    import httpx
+
+    from profscope.testing.local_server import profscope_server
+
+    started = time.monotonic()
+    with profscope_server("serve", "--demo", "--dask-workers", "1", "--port", "0", "--no-capture",
+                          "--cache-dir", str(tmp_path / "cache")) as (url, lines):
+        line = next(x for x in lines if x.startswith("conversions:"))
+        assert "local Dask cluster at tcp://" in line and "1 worker" in line, line
+        base = url.rstrip("/")
+        runs = httpx.get(f"{base}/api/runs", timeout=30).json()["runs"]
+        profile = next(r for r in runs if r["kind"] == "profile" and r["hosts"])
+        res = httpx.post(f"{base}/api/convert", params={"run": profile["name"], "host": profile["hosts"][0]}, timeout=30)
+        assert res.status_code == 202, res.text
+        deadline = time.monotonic() + TIMEOUT
+        while (body := httpx.get(f"{base}/api/convert", params={"run": profile["name"]}, timeout=30).json())["done"] < body["total"]:
+            assert time.monotonic() < deadline, body
+            time.sleep(0.2)
+        stopping = time.monotonic()
+    # profscope_server sends SIGTERM and waits at most 20 s for the exit
+    assert time.monotonic() - stopping < 20
+    assert time.monotonic() - started < 90
