@@ -10,7 +10,7 @@ import orjson
 
 from profscope.app import keys, lazy
 from profscope.app.queries import MemoryProfileQuery
-from profscope.errors import NotFound
+from profscope.errors import NotFound, ProfscopeError
 from profscope.model.catalog import Run, RunKind
 from profscope.model.file_kinds import FileKind
 from profscope.tools import registry
@@ -19,6 +19,7 @@ chrome_trace = lazy.module("profscope.formats.chrome_trace")
 xplane_allocator = lazy.module("profscope.formats.xplane_allocator")
 memory_profile_allocator = lazy.module("profscope.tools.memory_profile_allocator")
 memory_profile_torch = lazy.module("profscope.tools.memory_profile_torch")
+memory_hosts_tool = lazy.module("profscope.tools.memory_hosts")
 
 
 class RuntimeMemory:
@@ -63,3 +64,30 @@ class RuntimeMemory:
     def torch_memory_profile_xprof(self, run: Run, query: MemoryProfileQuery, progress) -> dict:
         """XProf's memory_profile schema of a trace run, from profscope's payload."""
         return memory_profile_torch.xprof_memory_profile(orjson.loads(gzip.decompress(self.torch_memory_payload(run))))
+
+    def memory_hosts(self, run: Run) -> dict:
+        """Every host's memory peak side by side, worst first, with the roll-up across
+        hosts (tools/memory_hosts.py): ``GET /api/memory_hosts``. Each host's row comes
+        from that host's cached memory profile (the same entry ``tag=memory_profile&host=``
+        reads) and is kept under ``keys.MEMORY_HOST``; a host whose conversion fails is
+        a row with its error, the others are still shown."""
+        if run.kind is not RunKind.PROFILE or not run.hosts:
+            raise NotFound(f"run {run.name!r} is a {run.kind.value}; /api/memory_hosts reads the hosts of a profile run")
+        tool = registry.get("memory_profile")
+        rows = []
+        for host in run.hosts:
+            info = run.xplane(host)
+            try:
+                # The host's file and the run's inputs: the payload's own key holds all of
+                # the run's files (Workspace.tool_data), so a new file renews both.
+                key = keys.derived(keys.MEMORY_HOST, self.logdir.url, tool.version, info.identity(),
+                                   [f.identity() for f in run.files])
+                rows.append(self.cache.get_or_compute_json(
+                    key, f"memory peak of {host}", lambda p, h=host: memory_hosts_tool.host_summary(
+                        h, orjson.loads(gzip.decompress(self.tool_data(run, tool, MemoryProfileQuery(host=h))))),
+                    file=self.logdir.display_path(info.path)))
+            except ProfscopeError as e:
+                rows.append(memory_hosts_tool.error_row(host, e.message, e.file))
+        out = memory_hosts_tool.memory_hosts(rows)
+        out["run"] = run.name
+        return out

@@ -58,6 +58,12 @@ def router(ws: Workspace) -> APIRouter:
         API answers the same run in XProf's schema, which has room for none of these."""
         return gzip_json_response(request, ws.torch_memory_payload(ws.run(run)))
 
+    @r.get("/memory_hosts")
+    def memory_hosts(run: Text = None) -> Response:
+        """Every host's memory peak of a profile run, worst first, and the roll-up across
+        hosts (tools/memory_hosts.py); the memory profile page's "All hosts" section."""
+        return json_response(ws.memory_hosts(ws.run(run)))
+
     @r.get("/snapshot/{view}")
     def snapshot_view(view: str, request: Request, run: Text = None, host: Text = None, start: Int = None,
                       end: Int = None, x: Text = None, max_points: Int = None, top: Int = None, event: Int = None,

@@ -22,6 +22,7 @@ import { purge as purgeCharts } from "../lib/plotly.js";
 import { bandShapes, nearestIndex, timeParam, vline } from "./memory_profile_parts.js";
 import { renderTorch, torchEventRows, torchShapes } from "./memory_profile_torch.js";
 import { renderXprof, xprofEventRows, xprofShapes } from "./memory_profile_xprof.js";
+import { hostsSection, showsHosts } from "./memory_profile_hosts.js";
 
 export let current = null; // the view on screen: allocator, selection and filter change in place
 
@@ -32,6 +33,7 @@ async function renderMemoryProfile(view, state, run, details) {
   if (current && current.key === key && view.contains(current.root)) return update(current, state);
   leave();
   const root = el("div", { class: "mp" }, header(run, hostOf(state, run)),
+    showsHosts(run) ? hostsSection(run, hostOf(state, run)) : null,
     el("p", { class: "muted" }, run.kind === "chrome_trace" ? "Reading the trace's memory events…" : "Reading the allocator events…"));
   view.replaceChildren(root);
   let data;

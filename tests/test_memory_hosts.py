@@ -1,0 +1,125 @@
+"""The all-hosts memory view (``GET /api/memory_hosts``, tools/memory_hosts.py) on a
+multi-host session made of real, different profiles, no mocks: the demo's TF CPU profile
+with BFC allocator events, a JAX ROCm MI300 profile and a JAX TPU profile from
+``shared/fixtures/public_profiles`` as three hosts of one session, plus the demo's JAX CPU
+profile (no allocator events) as a fourth. Every number of the roll-up is checked against
+each host's own memory profile answer (``data?tag=memory_profile&host=``)."""
+
+from __future__ import annotations
+
+import shutil
+import statistics
+from pathlib import Path
+
+import pytest
+
+from profscope.tools import memory_hosts
+
+DEMO = Path(__file__).resolve().parents[1] / "src" / "profscope" / "demo" / "logdir"
+
+
+def build_multi_host(root: Path, shared: Path, *, corrupt: bool = False) -> str:
+    """``root/multi/plugins/profile/s/<host>.xplane.pb`` from real profiles; the run's name."""
+    public = shared / "public_profiles" / "xplane"
+    session = root / "multi" / "plugins" / "profile" / "s"
+    session.mkdir(parents=True)
+    sources = {
+        "host01": next(DEMO.glob("tf_bfc/plugins/profile/*/vm.xplane.pb")),  # TF CPU, BFC allocator
+        "host02": next(public.glob("mi300_jax08_gemm/plugins/profile/*/tw003.xplane.pb")),  # ROCm GPU
+        "host03": next(public.glob("tpu_inference/plugins/profile/*/tpu_inference_2.xplane.pb")),  # 4 TPU devices
+        "host04": next(DEMO.glob("mlp/plugins/profile/*/demo-host.xplane.pb")),  # JAX CPU: no allocator events
+    }
+    if corrupt:  # every byte >= 0x80 became U+FFFD upstream: the reader refuses it
+        sources["host05"] = next(public.glob("tpu_inference_corrupt/plugins/profile/*/tpu_inference_2.xplane.pb"))
+    for host, src in sources.items():
+        shutil.copyfile(src, session / f"{host}.xplane.pb")
+    return "multi/s"
+
+
+@pytest.fixture(scope="module")
+def logdir(tmp_path_factory, shared_fixtures):
+    root = tmp_path_factory.mktemp("hosts")
+    return root, build_multi_host(root, shared_fixtures)
+
+
+def _own_peak(mp: dict) -> tuple[str, int, int, int | None]:
+    """(allocator, stack + heap at its peak, peak time ps, capacity) of the allocator with
+    the highest peak, read straight from XProf's profileSummary."""
+    rows = []
+    for mid, a in mp["memoryProfilePerAllocator"].items():
+        s = a["profileSummary"]
+        peak = int(s["peakStats"]["stackReservedBytes"]) + int(s["peakStats"]["heapAllocatedBytes"])
+        rows.append((mid, peak, int(s["peakStatsTimePs"]), int(s["memoryCapacity"]) or None))
+    return min(rows, key=lambda r: (-r[1], r[0]))  # a tie (TPU devices 1 and 2) to the first name
+
+
+def test_rollup_matches_each_hosts_memory_profile(make_client, logdir):
+    root, run = logdir
+    client = make_client(root)
+    res = client.get("/api/memory_hosts", params={"run": run})
+    assert res.status_code == 200, res.text
+    body = res.json()
+    rows = {r["host"]: r for r in body["hosts"]}
+    assert set(rows) == {"host01", "host02", "host03", "host04"}
+    own = {}
+    for host in ("host01", "host02", "host03"):
+        mp = client.get("/data/plugin/profile/data", params={"run": run, "tag": "memory_profile", "host": host}).json()
+        mid, peak, t, cap = own[host] = _own_peak(mp)
+        r = rows[host]
+        assert r["status"] == "ok" and r["peakMeasure"] == "peak allocated"
+        assert (r["memoryId"], r["peakBytes"], r["peakTimePs"], r["capacityBytes"]) == (mid, peak, t, cap)
+        assert r["allocators"] == len(mp["memoryProfilePerAllocator"])
+        assert r["utilization"] == pytest.approx(peak / cap)
+        # profscope's own summary of that allocator says the same peak
+        assert mp["profscope"]["allocators"][mid]["summary"]["peakBytes"] == peak
+        assert r["lifetimePeakBytes"] == mp["profscope"]["allocators"][mid]["summary"]["lifetimePeakBytes"]
+    # The real files' peaks differ: the TPU host is the worst, the TF CPU one the lowest.
+    assert own["host03"][1] > own["host02"][1] > own["host01"][1]
+    assert [r["host"] for r in body["hosts"]] == ["host03", "host02", "host01", "host04"]
+    assert rows["host03"]["peakBytes"] == 21_492_671_104 and rows["host03"]["memoryId"] == "1"
+    peaks = [own[h][1] for h in ("host03", "host02", "host01")]
+    roll = body["rollup"]
+    assert roll["worstHost"] == "host03" and roll["hosts"] == 3
+    assert (roll["maxBytes"], roll["minBytes"], roll["medianBytes"]) == (max(peaks), min(peaks), statistics.median(peaks))
+    assert roll["meanBytes"] == pytest.approx(sum(peaks) / 3)
+    assert roll["imbalance"] == pytest.approx((max(peaks) - min(peaks)) / max(peaks))
+    assert roll["maxOverMedian"] == pytest.approx(max(peaks) / statistics.median(peaks))
+    assert rows["host01"]["shareOfWorst"] == pytest.approx(peaks[2] / peaks[0])
+    # The JAX CPU profile is listed with its reason, not dropped.
+    assert rows["host04"]["status"] == "noAllocatorEvents"
+    assert "no allocator events" in rows["host04"]["reason"]
+    mp4 = client.get("/data/plugin/profile/data", params={"run": run, "tag": "memory_profile", "host": "host04"}).json()
+    assert not mp4.get("memoryProfilePerAllocator")
+    # Warm: the same answer from the per-host entries.
+    assert client.get("/api/memory_hosts", params={"run": run}).json() == body
+
+
+def test_a_hosts_conversion_error_is_its_row(make_client, tmp_path, shared_fixtures):
+    run = build_multi_host(tmp_path / "log", shared_fixtures, corrupt=True)
+    client = make_client(tmp_path / "log")
+    body = client.get("/api/memory_hosts", params={"run": run}).json()
+    rows = {r["host"]: r for r in body["hosts"]}
+    assert rows["host05"]["status"] == "error"
+    assert "truncated" in rows["host05"]["reason"] and rows["host05"]["file"].endswith("host05.xplane.pb")
+    assert [r["host"] for r in body["hosts"]][:3] == ["host03", "host02", "host01"]
+    assert body["rollup"]["hosts"] == 3 and body["rollup"]["worstHost"] == "host03"
+    # asked again, the remembered failure is the same row
+    assert client.get("/api/memory_hosts", params={"run": run}).json() == body
+
+
+def test_refusals_have_the_one_error_shape(demo_client):
+    for params, status in (({"run": "nope"}, 404), ({}, 400)):
+        res = demo_client.get("/api/memory_hosts", params=params)
+        assert res.status_code == status
+        assert set(res.json()) == {"ok", "status", "error", "file"}
+    trace = next(r["name"] for r in demo_client.get("/api/runs").json()["runs"] if r["kind"] == "chrome_trace")
+    res = demo_client.get("/api/memory_hosts", params={"run": trace})
+    assert res.status_code == 404 and "profile run" in res.json()["error"]
+
+
+def test_rollup_without_any_peak():
+    out = memory_hosts.memory_hosts([memory_hosts.error_row("a", "bad file"),
+                                     memory_hosts.host_summary("b", {"profscope": {}})])
+    assert out["rollup"]["hosts"] == 0 and out["rollup"]["worstHost"] is None and out["rollup"]["imbalance"] is None
+    assert [r["status"] for r in out["hosts"]] == ["error", "noAllocatorEvents"]
+    assert "no /host:CPU plane" in out["hosts"][1]["reason"]
