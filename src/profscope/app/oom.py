@@ -78,15 +78,20 @@ class OomAssessment:
                 # modules with a schedule (heap events): a module without one (jit_stage,
                 # broadcast_in_dim) is a single copy or fill.
                 times = self.module_run_times(run, host) if run.kind is RunKind.PROFILE and run.hosts else {}
-                known = {m["moduleName"] for m in modules if not m.get("error")}
+                # One host is rated on its own modules: another host's module is not in
+                # its xplane (memory_viewer with host= was a 404, e.g. a TF host in a
+                # session with JAX hosts), and a host with none is rated on its allocator.
+                info = run.xplane(host) if run.kind is RunKind.PROFILE and host else None
+                own = set(self._modules_of(info)) if info is not None else None
+                known = {m["moduleName"] for m in modules if not m.get("error") and (own is None or m["moduleName"] in own)}
                 ran = sorted((t["ps"], k) for k, t in times.items() if k in known and t["ps"] > 0)
-                ranked = [m["moduleName"] for m in modules if not m.get("error") and m.get("heapEvents")]
-                ranked += [m["moduleName"] for m in modules if not m.get("error") and not m.get("heapEvents")]
+                ranked = [m["moduleName"] for m in modules if m["moduleName"] in known and m.get("heapEvents")]
+                ranked += [m["moduleName"] for m in modules if m["moduleName"] in known and not m.get("heapEvents")]
                 if ran:
                     name = ran[-1][1]
                     module_choice = {"rule": "ran most in the profile", "ps": ran[-1][0], **times[name]}
                 else:
-                    name = ranked[0] if ranked else (self.modules(run) or [None])[0]
+                    name = ranked[0] if ranked else ((sorted(own) if own is not None else self.modules(run)) or [None])[0]
                     module_choice = {"rule": "highest compiled peak (no module events in the profile)"}
             if name:
                 mv = self._payload(run, "memory_viewer", MemoryViewerQuery(module_name=name, host=host))
