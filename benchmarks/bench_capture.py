@@ -96,8 +96,8 @@ def main() -> None:
     host_counts = [int(x) for x in args.hosts.split(",")]
     durations = [float(x) for x in args.durations.split(",")]
     tracers = [(2, 0)] + ([(2, 1)] if args.python else [])
-    print(f"| hosts | recording | tracers | profscope wall | overhead | bytes | RSS growth | XProf wall | overhead "
-          f"| bytes | profscope / XProf |")
+    print("| hosts | recording | tracers | profscope wall | overhead | bytes | RSS growth | XProf wall | overhead "
+          "| bytes | profscope / XProf |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     with contextlib.ExitStack() as stack:
         jobs = [stack.enter_context(profiler_job()) for _ in range(max(host_counts))]
