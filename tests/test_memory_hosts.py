@@ -123,3 +123,24 @@ def test_rollup_without_any_peak():
     assert out["rollup"]["hosts"] == 0 and out["rollup"]["worstHost"] is None and out["rollup"]["imbalance"] is None
     assert [r["status"] for r in out["hosts"]] == ["error", "noAllocatorEvents"]
     assert "no /host:CPU plane" in out["hosts"][1]["reason"]
+
+
+def test_one_hosts_corrupt_file_leaves_the_other_hosts_readable(make_client, tmp_path, shared_fixtures):
+    """Every page of a run reads its module list; one host's unreadable xplane is that
+    host's 422 only, not the whole run's (it was: host01's memory profile answered host05's
+    error)."""
+    run = build_multi_host(tmp_path / "log", shared_fixtures, corrupt=True)
+    client = make_client(tmp_path / "log")
+    detail = client.get("/api/run", params={"run": run})
+    assert detail.status_code == 200, detail.text
+    assert "memory_viewer" in [t["name"] for t in detail.json()["tools"]] and detail.json()["modules"]
+    assert client.get("/data/plugin/profile/run_tools", params={"run": run}).status_code == 200
+    for host in ("host01", "host03"):
+        res = client.get("/data/plugin/profile/data", params={"run": run, "tag": "memory_profile", "host": host})
+        assert res.status_code == 200, (host, res.text)
+    bad = client.get("/data/plugin/profile/data", params={"run": run, "tag": "memory_profile", "host": "host05"})
+    assert bad.status_code == 422 and bad.json()["file"].endswith("host05.xplane.pb")
+    module = detail.json()["modules"][0]
+    bad = client.get("/data/plugin/profile/data", params={"run": run, "tag": "memory_viewer", "host": "host05",
+                                                           "module_name": module})
+    assert bad.status_code == 422 and "host05.xplane.pb" in bad.json()["file"]

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from profscope.app import keys, lazy
 from profscope.app.queries import MemoryViewerQuery
-from profscope.errors import BadRequest, NotFound, ProfscopeError
+from profscope.errors import BadInput, BadRequest, NotFound, ProfscopeError
 from profscope.model.catalog import Run, RunKind
 from profscope.model.file_kinds import FileKind
 from profscope.storage import FileInfo
@@ -35,8 +35,16 @@ class CompiledMemory:
         names: set[str] = set()
         if run.kind is RunKind.XLA_DUMP:
             names.update(m.display_name for m in run.dump_modules())
-        for info in run.files_of(FileKind.XPLANE):
-            names.update(self._modules_of(info))
+        xplanes = run.files_of(FileKind.XPLANE)
+        for info in xplanes:
+            try:
+                names.update(self._modules_of(info))
+            except BadInput:
+                # One host's unreadable file must not take the run's other hosts with it
+                # (every tool list and page of the run reads this list): its modules are
+                # left out here, and that host's own requests answer its 422.
+                if len(xplanes) == 1:
+                    raise
         return sorted(names)
 
     def module_source(self, run: Run, module_name: str | None, host: str | None = None) -> ModuleSource:
