@@ -198,9 +198,6 @@ class CaptureDir:
 
 # -- one-shot captures -------------------------------------------------------------------
 
-STAGES = ("probing", "waiting", "recording", "collecting", "saved", "failed")
-
-
 @dataclass
 class TargetState:
     address: str

@@ -26,7 +26,7 @@ XPROF_PREFIX = "/data/plugin/profile"
 # XProf's dialog defaults (profile_plugin.py capture_route_impl's request.args.get defaults).
 XPROF_DEFAULTS = {"duration": "1000", "num_retry": "0", "host_tracer_level": "2", "device_tracer_level": "1",
                   "python_tracer_level": "0", "delay": "0"}
-# The JSON body of POST /api/capture: field -> (CaptureSettings field, parser).
+# The fields of the JSON body of POST /api/capture (and /api/capture/continuous).
 BODY_FIELDS = ("targets", "duration", "durationMs", "delayMs", "hostTracerLevel", "deviceTracerLevel",
                "pythonTracerLevel", "numRetry")
 
@@ -110,7 +110,7 @@ def router(ws: Workspace) -> APIRouter:
             raise BadRequest("TPU names are resolved with TensorFlow, which profscope does not use: "
                              "give the TPU workers' profiler addresses (HOST:8466,...) instead")
         cap = _capturer(ws)
-        settings = _settings(parse_duration(int(_level(args["duration"], "duration")), "duration"),
+        settings = _settings(parse_duration(_level(args["duration"], "duration"), "duration"),
                              _level(args["delay"], "delay"), _level(args["host_tracer_level"], "host_tracer_level"),
                              _level(args["device_tracer_level"], "device_tracer_level"),
                              _level(args["python_tracer_level"], "python_tracer_level"))

@@ -104,7 +104,7 @@ class MountedLogDir:
         with self._lock:
             if self._merged is not None and self._merged[0] == stamp:
                 return self._merged[1]
-            merged = Listing(head=self._head, notes=base.notes)
+            merged = Listing(head=self.head, notes=base.notes)
             merged.files = {p: f for p, f in base.files.items() if p.split("/", 1)[0] not in self.mounts}
             merged.dirs = {d for d in base.dirs if d.split("/", 1)[0] not in self.mounts}
             for name, listing in parts:
@@ -126,12 +126,9 @@ class MountedLogDir:
         logdir, rel, prefix = self._route(info.path)
         return logdir, (dataclasses.replace(info, path=rel) if prefix else info)
 
-    def _head(self, info: FileInfo, n: int) -> bytes:
+    def head(self, info: FileInfo, n: int) -> bytes:
         logdir, inner = self._inner(info)
         return logdir.head(inner, n)
-
-    def head(self, info: FileInfo, n: int) -> bytes:
-        return self._head(info, n)
 
     # -- access --------------------------------------------------------------------------
 

@@ -15,7 +15,6 @@ to do; nothing here knows about files, runs or HTTP.
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 
 from profscope.errors import ProfscopeError
@@ -155,7 +154,6 @@ class ProfilerClient:
         self.host, self.port = host, port
         self.address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         self._channel = grpc.insecure_channel(self.address, options=CHANNEL_OPTIONS)
-        self._lock = threading.Lock()
 
     def close(self) -> None:
         self._channel.close()
