@@ -15,7 +15,7 @@ import pytest
 
 distributed = pytest.importorskip("distributed")
 
-from profscope.app.scale_out import DaskConversions, convert_host, local_cluster  # noqa: E402
+from profscope.app.scale_out import DaskConversions, convert_host, host_line, local_cluster  # noqa: E402
 from profscope.app.workspace import Workspace  # noqa: E402
 from profscope.cache.store import DiskCache  # noqa: E402
 from profscope.cache.worker import WorkerPool  # noqa: E402
@@ -31,6 +31,19 @@ def session(tmp_path_factory) -> Path:
     """A log dir with one session of 16 hosts, each a copy of the demo's real xplane."""
     (xplane,) = DEMO.glob("*/demo-host.xplane.pb")
     logdir = tmp_path_factory.mktemp("pod") / "logs"
+    folder = logdir / "plugins/profile/s"
+    folder.mkdir(parents=True)
+    for host in HOSTS:
+        shutil.copy(xplane, folder / f"{host}.xplane.pb")
+    return logdir
+
+
+@pytest.fixture(scope="module")
+def gpu_session(tmp_path_factory, shared_fixtures) -> Path:
+    """16 hosts, each a copy of a real 3 MB TensorFlow GPU xplane (~0.3 s to index, long
+    enough for progress events between a build's first and last)."""
+    (xplane, *_) = sorted(shared_fixtures.glob("public_profiles/xplane/tf_gpu/plugins/profile/*/*.xplane.pb"))
+    logdir = tmp_path_factory.mktemp("gpu-pod") / "logs"
     folder = logdir / "plugins/profile/s"
     folder.mkdir(parents=True)
     for host in HOSTS:
@@ -231,3 +244,85 @@ def test_serve_with_a_local_dask_cluster(tmp_path):
     # profscope_server sends SIGTERM and waits at most 20 s for the exit
     assert time.monotonic() - stopping < 20
     assert time.monotonic() - started < 90
+
+
+# -- progress events (worker events to every subscribed client) ------------------------
+
+
+def _subscribed(client, *ids) -> None:
+    """Waits until the scheduler lists every client of ``ids`` as a subscriber of the
+    progress topic (a subscription travels on its client's stream: another client's
+    tasks may start before it arrives)."""
+    from profscope.app.scale_out import PROGRESS_TOPIC
+
+    def subscribers(dask_scheduler):
+        return sorted(dask_scheduler._broker._topics[PROGRESS_TOPIC].subscribers)
+
+    deadline = time.monotonic() + TIMEOUT
+    while not set(ids) <= set(client.run_on_scheduler(subscribers)):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+
+
+def test_progress_events_reach_every_replica(gpu_session, cluster, tmp_path):
+    """Two servers (two clients of one scheduler): one submits the run, both get every
+    host's progress events, in the same order, from start to done; the one that did not
+    submit reports the hosts as processing with their fraction, then done."""
+    cache = tmp_path / "cache"
+    ws1, ws2 = _workspace(gpu_session, cache), _workspace(gpu_session, cache)
+    (run,) = ws1.runs()
+    c1, c2 = distributed.Client(cluster, timeout=TIMEOUT), distributed.Client(cluster, timeout=TIMEOUT)
+    # 50 ms between events instead of 250: these hosts index in about 0.3 s each
+    a, b = DaskConversions(client=c1, report_every=0.05), DaskConversions(client=c2)
+    seen = {"a": [], "b": []}
+    a.add_listener(seen["a"].append)
+    b.add_listener(seen["b"].append)
+    watched = []  # what b's status said while a's tasks ran
+    try:
+        _subscribed(c1, c1.id, c2.id)
+        a.submit_run(ws1, run, first_host="host05")
+        keys = dict(a._host_keys(ws1, run))
+        deadline = time.monotonic() + TIMEOUT
+        while sum(e["state"] == "done" for e in seen["b"]) < 16:
+            watched += [s for s in b.status(ws2, run) if s["state"] == "processing"]
+            assert time.monotonic() < deadline, seen["b"][-3:]
+            time.sleep(0.01)
+        results = {host: a.wait(key, TIMEOUT) for host, key in keys.items()}
+        later = b.status(ws2, run)
+    finally:
+        for conv in (a, b):
+            conv.client.close()
+            conv.close()
+
+    def strip(events):
+        return [{k: v for k, v in e.items() if k not in ("received", "run_done", "run_total")} for e in events]
+
+    assert strip(seen["a"]) == strip(seen["b"])  # the same events, in the same order
+    latencies = sorted(e["received"] - e["sent"] for e in seen["a"] + seen["b"])
+    print(f"\n{len(seen['a'])} events per client; latency p50 {latencies[len(latencies) // 2] * 1000:.1f} ms, "
+          f"max {latencies[-1] * 1000:.1f} ms")
+    assert latencies[-1] < 5, latencies[-5:]
+    intermediate = 0
+    for host, key in keys.items():
+        events = [e for e in seen["b"] if e["key"] == key]
+        assert {e["host"] for e in events} == {host} and {e["run"] for e in events} == {"s"}
+        assert events[0]["state"] == "processing" and events[0]["fraction"] == 0 and events[0]["stage"] == "starting"
+        assert events[-1]["state"] == "done" and events[-1]["fraction"] == 1.0
+        assert [e["state"] for e in events[1:-1]] == ["processing"] * (len(events) - 2)
+        fractions = [e["fraction"] for e in events]
+        assert fractions == sorted(fractions), (host, fractions)
+        assert events[-1]["built"] is True and events[-1]["pid"] == results[host]["pid"]
+        assert events[-1]["seconds"] == results[host]["seconds"]
+        intermediate += sum(0 < e["fraction"] < 1 and bool(e["stage"]) for e in events)
+        gaps = [y["sent"] - x["sent"] for x, y in zip(events[1:-1], events[2:-1])]
+        assert all(g >= 0.045 for g in gaps), (host, gaps)  # rate-limited
+    assert intermediate > 0, "no event between the start and the end"
+    # b submitted nothing, yet saw a's hosts processing with their fractions, then done
+    assert {s["host"] for s in watched} and all(0 <= s["fraction"] < 1 and s["pid"] for s in watched)
+    assert any(s["fraction"] > 0 and s["stage"] for s in watched), watched[-5:]
+    assert [s["state"] for s in later] == ["done"] * 16
+    assert [s["seconds"] for s in later] == [results[h]["seconds"] for h in keys]
+    # the CLI's lines count the run's hosts as they finish
+    lines = [line for e in seen["a"] if (line := host_line(e))]
+    assert len(lines) == 16 and lines[-1].endswith("(16/16)"), lines
+    assert lines[0].startswith("host05 converted in ") and " s on worker pid " in lines[0], lines[0]

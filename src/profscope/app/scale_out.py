@@ -28,6 +28,15 @@ log = logging.getLogger("profscope.scale_out")
 
 # The first host (the one a user is looking at) goes before the rest of its run.
 FIRST_PRIORITY = 10
+# The worker-event topic of conversion progress (convert_host -> every subscribed client).
+PROGRESS_TOPIC = "profscope-progress"
+# Latest events kept (one per key): enough for every host of many pod sessions.
+MAX_EVENTS = 100_000
+# At most 4 progress events a second per task, plus the first and the last: a page polls
+# twice a second, and 256 hosts on 128 workers stay ~500 small messages a second.
+REPORT_EVERY = 0.25
+# What the server reads of a host's file to check it may, before submitting it.
+ACCESS_PROBE_BYTES = 16
 
 # -- on a worker ---------------------------------------------------------------------
 
@@ -67,10 +76,14 @@ def _worker_workspace(logdir_url: str, cache_root: str):
         return ws
 
 
-def convert_host(logdir_url: str, cache_root: str, run_name: str, host: str) -> dict:
+def convert_host(logdir_url: str, cache_root: str, run_name: str, host: str, *,
+                 report: bool = True, report_every: float = REPORT_EVERY) -> dict:
     """The Dask task: builds ``host``'s trace index of ``run_name`` into the cache.
     Answers ``{"host", "key", "seconds", "built", "started", "pid"}``; ``built`` is False
-    when the index was in the cache already (or another process built it meanwhile)."""
+    when the index was in the cache already (or another process built it meanwhile).
+    ``report``: log the build's progress as worker events under :data:`PROGRESS_TOPIC`
+    (:class:`_Reporter`), which every client subscribed to it receives, at most every
+    ``report_every`` seconds between the first and the last."""
     started, t0 = time.time(), time.perf_counter()
     ws = _worker_workspace(logdir_url, cache_root)
     try:
@@ -85,11 +98,79 @@ def convert_host(logdir_url: str, cache_root: str, run_name: str, host: str) -> 
     key = ws._trace_index_key(host, info)
     recorder = ws.cache.progress
     recorder.started.discard(key)
-    ws.trace_index(run, host, info)
-    built = key in recorder.started
-    recorder.started.discard(key)
-    return {"host": host, "key": key, "seconds": time.perf_counter() - t0, "built": built,
-            "started": started, "pid": os.getpid()}
+    reporter = _Reporter.for_task(recorder, key, {"logdir": logdir_url, "run": run_name, "host": host,
+                                                  "hosts": len(sources)}, report_every) if report else None
+    try:
+        ws.trace_index(run, host, info)
+    except BaseException as e:
+        if reporter is not None:
+            reporter.end("error", error=f"{type(e).__name__}: {e}", seconds=time.perf_counter() - t0)
+        raise
+    finally:
+        built = key in recorder.started
+        recorder.started.discard(key)
+    seconds = time.perf_counter() - t0
+    if reporter is not None:
+        reporter.end("done", seconds=seconds, built=built)
+    return {"host": host, "key": key, "seconds": seconds, "built": built, "started": started, "pid": os.getpid()}
+
+
+class _Reporter:
+    """A task's progress as worker events (``Worker.log_event``, which the worker's
+    batched stream carries to the scheduler, which passes it on to every client that
+    subscribed to the topic): ``processing`` at the start, then the build's fraction and
+    stage (the cache's :class:`Progress` of the key, which ``get_or_build_dir`` starts)
+    at most every ``every`` seconds and only when they changed, then ``done`` or
+    ``error``. A thread polls the progress rather than the build calling out, so the
+    build's code is the server's, unchanged, and a stage that does not update for a
+    while costs nothing."""
+
+    def __init__(self, worker, board: ProgressBoard, key: str, fields: dict, every: float):
+        self.worker, self.board, self.key, self.fields, self.every = worker, board, key, fields, every
+        self._last: tuple | None = None
+        self._stop = threading.Event()
+        self._send("processing", fraction=0.0, stage="starting")
+        self._thread = threading.Thread(target=self._run, name=f"profscope-report-{fields['host']}", daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def for_task(cls, board: ProgressBoard, key: str, fields: dict, every: float) -> "_Reporter | None":
+        try:
+            from distributed import get_worker
+
+            worker = get_worker()
+        except (ImportError, ValueError):  # called outside a Dask worker (a test, the CLI)
+            return None
+        return cls(worker, board, key, fields, every)
+
+    def _job(self) -> dict | None:
+        with self.board._lock:
+            job = self.board._jobs.get(self.key)
+            return None if job is None else {"fraction": job.fraction, "stage": job.message}
+
+    def _send(self, state: str, **extra) -> None:
+        msg = {"key": self.key, **self.fields, "state": state, "pid": os.getpid(),
+               "worker": self.worker.address, "sent": time.time(), **extra}
+        try:
+            self.worker.log_event(PROGRESS_TOPIC, msg)
+        except Exception as e:  # noqa: BLE001 - progress is best effort; the task's answer is what counts
+            log.debug("progress event not sent: %s", e)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            job = self._job()
+            if job is None:
+                continue  # not started yet (waiting for the key's lock) or already finished
+            now = (round(job["fraction"], 3), job["stage"])
+            if now != self._last:
+                self._last = now
+                self._send("processing", fraction=now[0], stage=now[1])
+
+    def end(self, state: str, **extra) -> None:
+        """The last event; the poller is stopped first, so nothing older comes after it."""
+        self._stop.set()
+        self._thread.join()
+        self._send(state, fraction=1.0 if state == "done" else (self._last or (0.0,))[0], **extra)
 
 
 # -- in the server -------------------------------------------------------------------
@@ -118,10 +199,11 @@ class DaskConversions:
     processes, else ``client`` (an existing ``distributed.Client``, not closed here)."""
 
     def __init__(self, address: str | None = None, *, n_workers: int | None = None, client=None,
-                 connect_timeout: float = 30):
+                 connect_timeout: float = 30, report_every: float = REPORT_EVERY):
         from distributed import Client
 
         self._pid = os.getpid()
+        self.report_every = report_every
         self.cluster = None
         self._own_client = client is None
         address = address or (None if n_workers or client else os.environ.get("DASK_SCHEDULER_ADDRESS"))
@@ -135,7 +217,14 @@ class DaskConversions:
         else:
             raise ValueError("give a scheduler address, n_workers or a client")
         self._futures: dict = {}  # cache key -> Future
+        self._refused: dict[str, str] = {}  # cache key -> why this server did not submit it
         self._lock = threading.Lock()
+        # The latest progress event of each key, from any worker, for a task this server
+        # submitted or another replica did (every client subscribed gets every event).
+        self._events: dict[str, dict] = {}
+        self._runs: dict[tuple[str, str], dict] = {}  # (log dir, run) -> {"total", "done": set of hosts}
+        self._listeners: list = []
+        self.client.subscribe_topic(PROGRESS_TOPIC, self._on_event)
 
     def describe(self) -> str:
         n = len(self.client.scheduler_info(n_workers=-1).get("workers", {}))
@@ -150,51 +239,172 @@ class DaskConversions:
     def _host_keys(self, ws, run) -> list[tuple[str, str]]:
         return [(host, ws._trace_index_key(host, info)) for host, info in ws.trace_sources(run)]
 
+    # -- progress events -------------------------------------------------------------
+
+    def _on_event(self, event) -> None:
+        """Called on the client's event loop for every event of the topic: ``(scheduler
+        time, msg)``. Keeps the latest per key and tells the listeners; quick, since the
+        loop also carries this client's task results."""
+        _, msg = event
+        if not isinstance(msg, dict) or "key" not in msg:
+            return
+        msg = {**msg, "received": time.time()}
+        with self._lock:
+            self._events[msg["key"]] = msg
+            while len(self._events) > MAX_EVENTS:  # oldest first (dicts keep insertion order)
+                self._events.pop(next(iter(self._events)))
+            if msg.get("state") == "done":
+                run = self._runs.setdefault((msg.get("logdir"), msg.get("run")),
+                                            {"total": msg.get("hosts") or 0, "done": set()})
+                run["done"].add(msg.get("host"))
+                msg["run_done"], msg["run_total"] = len(run["done"]), run["total"]
+            listeners = list(self._listeners)
+        for listener in listeners:
+            try:
+                listener(msg)
+            except Exception:  # noqa: BLE001 - a listener's bug must not stop the others
+                log.exception("progress listener failed")
+
+    def add_listener(self, listener) -> None:
+        """``listener(event)`` for every progress event from now on, on the client's
+        event loop (so it must be quick); a ``done`` event carries ``run_done`` and
+        ``run_total``: the run's hosts converted so far, as this server knows."""
+        with self._lock:
+            self._listeners.append(listener)
+
+    def print_hosts(self, out=None) -> None:
+        """Prints a line per host finished (or failed) on the cluster to ``out``
+        (default stderr): what ``profscope serve`` shows."""
+        import sys
+
+        def show(event):
+            line = host_line(event)
+            if line is not None:
+                print(f"[profscope] {line}", file=out or sys.stderr, flush=True)
+
+        self.add_listener(show)
+
+    def events(self) -> dict[str, dict]:
+        with self._lock:
+            return dict(self._events)
+
+    # -- access ----------------------------------------------------------------------
+
+    def _refusal(self, ws, info):
+        """None when this server, with its own credentials, can open the file and read
+        its first bytes; else the 403 to answer. The workers would read it with theirs,
+        which may see more: the server checks for the requester first."""
+        from profscope.errors import Forbidden, ProfscopeError
+
+        shown = ws.logdir.display_path(info.path)
+        try:
+            ws.logdir.head(info, ACCESS_PROBE_BYTES)
+        except ProfscopeError:
+            raise
+        except OSError as e:
+            return Forbidden(f"this server cannot read {shown} ({type(e).__name__}: {e.strerror or e}); "
+                             "no conversion was submitted for it", file=shown)
+        return None
+
     def submit_run(self, ws, run, first_host: str | None = None) -> list[str]:
         """Submits every host of ``run`` not built yet, ``first_host`` first and with a
         higher priority; answers the keys submitted now (a key already in flight, or
-        built, is not submitted again)."""
-        hosts = self._host_keys(ws, run)
-        if first_host is not None and first_host not in dict(hosts):
+        built, is not submitted again). A host whose file this server cannot read is not
+        submitted: the first such (``first_host`` if it is one) is raised as a 403
+        ``Forbidden`` naming the file, after the readable hosts were submitted."""
+        submitted, refused = self._submit(ws, run, first_host)
+        if refused:
+            err = refused.get(first_host) or next(iter(refused.values()))
+            if len(refused) > 1:
+                err.message += f" ({len(refused) - 1} more host(s) of the run refused likewise)"
+            raise err
+        return submitted
+
+    def _submit(self, ws, run, first_host: str | None) -> tuple[list[str], dict]:
+        infos = dict(ws.trace_sources(run))
+        hosts = [(host, ws._trace_index_key(host, info)) for host, info in infos.items()]
+        if first_host is not None and first_host not in infos:
             raise NotFound(f"run {run.name!r} has no host {first_host!r}")
         hosts.sort(key=lambda hk: hk[0] != first_host)  # stable: the rest keep their order
+        with self._lock:
+            todo = [(host, key) for host, key in hosts if self._wants(ws, key)]
+            self._runs.setdefault((ws.logdir.url, run.name), {"total": len(hosts), "done": set()})["done"].update(
+                host for host, key in hosts if ws.cache.built_dir(key) is not None)
+        # Read access is checked before anything is submitted for a file (outside the
+        # lock: on a bucket it is a ranged request per host, made in parallel).
+        refused = self._check_access(ws, [(host, infos[host]) for host, _ in todo])
         submitted = []
         with self._lock:
-            for host, key in hosts:
-                old = self._futures.get(key)
-                if old is not None and old.status not in ("error", "cancelled", "lost"):
+            for host, key in todo:
+                if host in refused:
+                    self._refused[key] = refused[host].message
                     continue
-                if ws.cache.built_dir(key) is not None:
+                self._refused.pop(key, None)
+                if not self._wants(ws, key):  # submitted by another request meanwhile
                     continue
                 self._futures[key] = self.client.submit(
                     convert_host, ws.logdir.url, str(ws.cache.root), run.name, host,
-                    key=key, priority=FIRST_PRIORITY if host == first_host else 0, retries=0)
+                    report_every=self.report_every, key=key, priority=FIRST_PRIORITY if host == first_host else 0, retries=0)
                 submitted.append(key)
-        return submitted
+        return submitted, refused
+
+    def _wants(self, ws, key: str) -> bool:
+        old = self._futures.get(key)
+        if old is not None and old.status not in ("error", "cancelled", "lost"):
+            return False
+        return ws.cache.built_dir(key) is None
+
+    def _check_access(self, ws, host_infos: list) -> dict:
+        if not host_infos:
+            return {}
+        if len(host_infos) == 1 or getattr(ws.logdir, "is_local", False):
+            checked = [self._refusal(ws, info) for _, info in host_infos]
+        else:
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(min(16, len(host_infos)), thread_name_prefix="profscope-access") as pool:
+                checked = list(pool.map(lambda hi: self._refusal(ws, hi[1]), host_infos))
+        return {host: err for (host, _), err in zip(host_infos, checked) if err is not None}
 
     def status(self, ws, run) -> list[dict]:
         """Per host: ``state`` pending | processing | done | error | not submitted, with
-        ``seconds`` / ``built`` of a finished task and the ``error`` of a failed one."""
+        ``seconds`` / ``built`` / ``pid`` of a finished task, the ``error`` of a failed
+        (or refused) one, and the ``fraction`` (0..1) and ``stage`` of the build as its
+        worker last reported them. A host another replica submitted shows its progress
+        here too: the events reach every subscribed client."""
         processing = set()
         with self._lock:
-            futures = dict(self._futures)
+            futures, events, refused = dict(self._futures), dict(self._events), dict(self._refused)
         if any(f.status == "pending" for f in futures.values()):
             for keys in self.client.processing().values():
                 processing.update(keys)
         out = []
         for host, key in self._host_keys(ws, run):
-            entry = {"host": host, "key": key, "state": "not submitted", "seconds": None, "built": None, "error": None}
-            f = futures.get(key)
+            entry = {"host": host, "key": key, "state": "not submitted", "seconds": None, "built": None, "error": None,
+                     "fraction": 0.0, "stage": None, "pid": None}
+            f, event = futures.get(key), events.get(key)
+            if event is not None:
+                entry.update(fraction=event.get("fraction") or 0.0, stage=event.get("stage") or None, pid=event.get("pid"))
             if f is not None and f.status == "finished":
                 result = f.result()
-                entry.update(state="done", seconds=result["seconds"], built=result["built"])
+                entry.update(state="done", seconds=result["seconds"], built=result["built"], pid=result["pid"],
+                             fraction=1.0, stage=None)
             elif f is not None and f.status in ("error", "cancelled", "lost"):
                 entry["state"] = "error"
                 entry["error"] = _message(f) if f.status == "error" else f"the Dask task was {f.status}"
             elif f is not None:
-                entry["state"] = "processing" if key in processing else "pending"
+                # an event says processing before the scheduler's own list may
+                entry["state"] = "processing" if key in processing or _live(event) else "pending"
             elif ws.cache.built_dir(key) is not None:
-                entry["state"] = "done"
+                entry.update(state="done", fraction=1.0, stage=None)
+                if event is not None and event.get("state") == "done":
+                    entry.update(seconds=event.get("seconds"), built=event.get("built"))
+            elif key in refused:
+                entry.update(state="error", error=refused[key])
+            elif _live(event):
+                entry["state"] = "processing"  # submitted by another server of this scheduler
+            elif event is not None and event.get("state") == "error":
+                entry.update(state="error", error=event.get("error"))
             out.append(entry)
         return out
 
@@ -210,7 +420,13 @@ class DaskConversions:
         caller converts as without Dask, which builds it or raises the input's error
         (a bad input's error is remembered in the cache folder, cache/store.py)."""
         try:
-            self.submit_run(ws, run, first_host=host)
+            _, refused = self._submit(ws, run, first_host=host)
+        except Exception as e:  # noqa: BLE001 - the local path reports the real error
+            log.warning("Dask conversion of %s failed (%s: %s); converting here", host, type(e).__name__, e)
+            return False
+        if host in refused:
+            raise refused[host]  # never converted here either: the server cannot read it
+        try:
             with self._lock:
                 if key not in self._futures:  # built meanwhile
                     return True
@@ -223,6 +439,9 @@ class DaskConversions:
     def close(self) -> None:
         with self._lock:
             self._futures.clear()
+            self._listeners.clear()
+        if self.client.status == "running":  # a closed client has no subscription left
+            self.client.unsubscribe_topic(PROGRESS_TOPIC)
         if self._own_client:
             self.client.close()
         if self.cluster is not None:
@@ -235,3 +454,20 @@ def _message(future) -> str:
     except Exception as e:  # noqa: BLE001
         err = e
     return f"{type(err).__name__}: {err}"
+
+
+def _live(event: dict | None) -> bool:
+    return event is not None and event.get("state") == "processing"
+
+
+def host_line(event: dict) -> str | None:
+    """The CLI's line for a host that finished or failed on the cluster, else None:
+    ``host07 converted in 3.1 s on worker pid 1234 (5/16)``."""
+    state, host, pid = event.get("state"), event.get("host"), event.get("pid")
+    if state == "done":
+        count = f" ({event['run_done']}/{event['run_total']})" if event.get("run_total") else ""
+        what = "converted" if event.get("built") else "found in the cache"
+        return f"{host} {what} in {event.get('seconds') or 0:.1f} s on worker pid {pid}{count}"
+    if state == "error":
+        return f"{host} failed on worker pid {pid}: {event.get('error')}"
+    return None
