@@ -267,6 +267,8 @@ def cmd_serve(args) -> int:
     if ws.scale_out is not None:
         print(f"conversions: trace indexes on the {ws.scale_out.describe()}; the rest: {ws.cache.workers.describe()}",
               flush=True)
+        # a line per host as the cluster finishes it (its workers' progress events)
+        ws.scale_out.print_hosts()
     else:
         print(f"conversions: {ws.cache.workers.describe()}", flush=True)
         if os.environ.get("DASK_SCHEDULER_ADDRESS"):
