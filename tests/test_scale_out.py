@@ -326,3 +326,45 @@ def test_progress_events_reach_every_replica(gpu_session, cluster, tmp_path):
     lines = [line for e in seen["a"] if (line := host_line(e))]
     assert len(lines) == 16 and lines[-1].endswith("(16/16)"), lines
     assert lines[0].startswith("host05 converted in ") and " s on worker pid " in lines[0], lines[0]
+
+
+def test_serve_prints_a_line_per_host_the_cluster_converts(session, tmp_path):
+    """``profscope serve --dask-workers 2`` on the 16-host session: a line per host as
+    its worker finishes it, counted against the run, from the workers' events."""
+    import re
+    import subprocess
+    import sys
+    import threading
+
+    import httpx
+
+    proc = subprocess.Popen([sys.executable, "-m", "profscope", "serve", str(session), "--dask-workers", "2",
+                             "--port", "0", "--no-capture", "--cache-dir", str(tmp_path / "cache")],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
+    reader.start()
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while not (m := re.search(r"serving at (http://\S+)", "".join(lines))):
+            assert proc.poll() is None and time.monotonic() < deadline, "".join(lines)
+            time.sleep(0.1)
+        base = m.group(1).rstrip("/")
+        res = httpx.post(f"{base}/api/convert", params={"run": "s", "host": "host09"}, timeout=30)
+        assert res.status_code == 202, res.text
+        while len(done := [x for x in list(lines) if " converted in " in x]) < 16:
+            assert time.monotonic() < deadline, "".join(lines)
+            time.sleep(0.1)
+        body = httpx.get(f"{base}/api/convert", params={"run": "s"}, timeout=30).json()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    pattern = re.compile(r"\[profscope\] (host\d\d) converted in (\d+\.\d) s on worker pid (\d+) \((\d+)/16\)$")
+    parsed = [pattern.match(x.strip()) for x in done]
+    assert all(parsed), done
+    assert sorted(p.group(1) for p in parsed) == HOSTS
+    assert [int(p.group(4)) for p in parsed] == list(range(1, 17))  # counted as they finish
+    pids = {int(p.group(3)) for p in parsed}
+    assert len(pids) == 2 and proc.pid not in pids  # the two worker processes, not the server
+    assert {h["pid"] for h in body["hosts"]} == pids
+    assert {(h["host"], h["pid"]) for h in body["hosts"]} == {(p.group(1), int(p.group(3))) for p in parsed}
