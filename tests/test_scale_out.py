@@ -368,3 +368,129 @@ def test_serve_prints_a_line_per_host_the_cluster_converts(session, tmp_path):
     assert len(pids) == 2 and proc.pid not in pids  # the two worker processes, not the server
     assert {h["pid"] for h in body["hosts"]} == pids
     assert {(h["host"], h["pid"]) for h in body["hosts"]} == {(p.group(1), int(p.group(3))) for p in parsed}
+
+
+# -- access: the server reads each host's file itself before it submits work for it ----
+
+
+def _unreadable_session(root: Path, unreadable: str = "host02") -> Path:
+    """A 4-host session that others may read (the folders 0755), ``unreadable`` 0000."""
+    (xplane,) = DEMO.glob("*/demo-host.xplane.pb")
+    logdir = root / "logs"
+    folder = logdir / "plugins/profile/s"
+    folder.mkdir(parents=True)
+    for host in HOSTS[:4]:
+        shutil.copy(xplane, folder / f"{host}.xplane.pb")
+    for d in (root, logdir, logdir / "plugins", logdir / "plugins/profile", folder):
+        d.chmod(0o755)
+    (folder / f"{unreadable}.xplane.pb").chmod(0)
+    return logdir
+
+
+def _check_refusal(res, logdir: Path, events: list, keys: dict, cache: Path) -> None:
+    assert res.status_code == 403, res.text
+    body = res.json()
+    shown = f"{logdir}/plugins/profile/s/host02.xplane.pb"
+    assert set(body) == {"ok", "status", "error", "file"} and body["ok"] is False and body["status"] == 403
+    assert body["file"] == shown and "cannot read" in body["error"] and shown in body["error"], body
+    # never submitted: no worker event and no cache entry for it, while the others converted
+    ws = _workspace(logdir, cache)
+    deadline = time.monotonic() + TIMEOUT
+    while {e["host"] for e in events if e["state"] == "done"} != {"host00", "host01", "host03"}:
+        assert time.monotonic() < deadline, events
+        time.sleep(0.05)
+    assert not [e for e in events if e["key"] == keys["host02"]]
+    assert ws.cache.built_dir(keys["host02"]) is None
+    assert all(ws.cache.built_dir(keys[h]) is not None for h in ("host00", "host01", "host03"))
+
+
+def _keys(logdir: Path) -> dict:
+    ws = _workspace(logdir, Path("/nonexistent"))
+    (run,) = ws.runs()
+    return dict(DaskConversions._host_keys(None, ws, run))
+
+
+@pytest.mark.skipif(hasattr(__import__("os"), "geteuid") and __import__("os").geteuid() == 0,
+                    reason="root reads a chmod 000 file; test_a_server_as_another_user_... covers it as nobody")
+def test_the_convert_api_refuses_a_host_the_server_cannot_read(cluster, tmp_path):
+    from fastapi.testclient import TestClient
+
+    from profscope.server import create_app
+
+    logdir = _unreadable_session(tmp_path)
+    ws = _workspace(logdir, tmp_path / "cache")
+    conv = DaskConversions(client=distributed.Client(cluster, timeout=TIMEOUT))
+    ws.scale_out = conv
+    events = []
+    conv.add_listener(events.append)
+    try:
+        with TestClient(create_app(ws)) as client:
+            res = client.post("/api/convert?run=s&host=host02")
+            _check_refusal(res, logdir, events, _keys(logdir), tmp_path / "cache")
+            states = {h["host"]: h for h in client.get("/api/convert?run=s").json()["hosts"]}
+            assert states["host02"]["state"] == "error" and "cannot read" in states["host02"]["error"]
+    finally:
+        conv.client.close()
+        conv.close()
+
+
+def test_a_server_as_another_user_refuses_what_it_cannot_read(cluster, tmp_path):
+    """The workers (this test's user) can read every file; a ``profscope serve --dask``
+    running as ``nobody``, a client of the same scheduler, cannot read host02: it answers
+    403 naming the file and submits no work for it. Runs where this test is root."""
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    import httpx
+
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        pytest.skip("needs root and setpriv to run the server as nobody")
+    root = Path(tempfile.mkdtemp(prefix="profscope-access-"))
+    proc = None
+    watcher = DaskConversions(client=distributed.Client(cluster, timeout=TIMEOUT))
+    events = []
+    watcher.add_listener(events.append)
+    try:
+        logdir = _unreadable_session(root)
+        cache = root / "cache"
+        cache.mkdir(mode=0o777)
+        cache.chmod(0o777)
+        home = root / "home"
+        home.mkdir(mode=0o777)
+        home.chmod(0o777)
+        env = {**os.environ, "HOME": str(home)}
+        proc = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable,
+                                 "-m", "profscope", "serve", str(logdir), "--dask", cluster.scheduler_address,
+                                 "--port", "0", "--no-capture", "--cache-dir", str(cache)],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=root)
+        lines = []
+        for line in proc.stdout:
+            lines.append(line)
+            if "serving at" in line:
+                break
+        else:
+            raise AssertionError("".join(lines))
+        base = line.split("serving at ")[1].split()[0].rstrip("/")
+        # a run name outside the log directory is refused as any unknown run, submitting nothing
+        for name in ("../../etc", "/etc/passwd", "s/../../x"):
+            res = httpx.post(f"{base}/api/convert", params={"run": name}, timeout=30)
+            assert res.status_code in (400, 404) and res.json()["ok"] is False, res.text
+        assert events == []
+        res = httpx.post(f"{base}/api/convert", params={"run": "s", "host": "host02"}, timeout=30)
+        _check_refusal(res, logdir, events, _keys(logdir), cache)
+        states = {h["host"]: h for h in httpx.get(f"{base}/api/convert", params={"run": "s"}, timeout=30).json()["hosts"]}
+        assert states["host02"]["state"] == "error" and "cannot read" in states["host02"]["error"], states
+        assert {states[h]["state"] for h in ("host00", "host01", "host03")} == {"done"}
+        # the trace viewer of the unreadable host: the same 403, not a conversion here
+        res = httpx.get(f"{base}/api/trace/window", params={"run": "s", "host": "host02"}, timeout=30)
+        assert res.status_code == 403 and res.json()["file"].endswith("host02.xplane.pb"), res.text
+        assert not [e for e in events if e["host"] == "host02"]
+    finally:
+        if proc is not None:
+            proc.terminate()
+            proc.wait(timeout=30)
+        watcher.client.close()
+        watcher.close()
+        shutil.rmtree(root, ignore_errors=True)
