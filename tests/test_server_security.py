@@ -399,6 +399,7 @@ ROUTES = [
     ("/api/module_peaks", {"run": PROFILE}, ["run", "memory_space"]),
     ("/api/memory_profile", {"run": TRACE}, ["run"]),
     ("/api/memory_hosts", {"run": PROFILE}, ["run"]),
+    ("/api/trace_hosts", {"run": PROFILE}, ["run"]),
     ("/api/progress", {}, ["x"]),
     *[(f"/api/snapshot/{view}", {"run": SNAPSHOT}, ["run", "host", "start", "end", "x", "max_points", "top", "event",
                                                    "stack", "filtered", "other", "other_host"])

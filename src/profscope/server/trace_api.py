@@ -1,5 +1,6 @@
 """The trace viewer's own API (``/api/trace/...``): windows of the timeline, one event's
-details, search by name, export as Chrome-trace JSON. Shapes: ``docs/trace_viewer.md``.
+details, search by name, export as Chrome-trace JSON; and ``/api/trace_hosts``, every
+host of a multi-host run side by side. Shapes: ``docs/trace_viewer.md``.
 
 Every parameter is parsed here (server/params.py) into a :class:`TraceQuery`; XProf's
 ``data?tag=trace_viewer@`` parameters into an :class:`XprofTraceQuery`
@@ -39,6 +40,15 @@ def xprof_trace_query(request: Request) -> XprofTraceQuery:
 
 
 def router(ws: Workspace) -> APIRouter:
+    outer = APIRouter()
+
+    @outer.get("/api/trace_hosts")
+    def trace_hosts(run: Text = None) -> Response:
+        """Every host's step times, device busy and idle time of a profile run, slowest
+        first, and the roll-up across hosts (tools/trace_hosts.py); the trace viewer
+        page's "All hosts" section."""
+        return json_response(ws.trace_hosts(ws.run(run)))
+
     r = APIRouter(prefix="/api/trace")
 
     @r.get("/window")
@@ -90,4 +100,5 @@ def router(ws: Workspace) -> APIRouter:
         return StreamingResponse(body(), media_type="application/json",
                                  headers={"Content-Disposition": f'attachment; filename="{name}"'})
 
-    return r
+    outer.include_router(r)
+    return outer
