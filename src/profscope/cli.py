@@ -83,6 +83,10 @@ def build_parser() -> argparse.ArgumentParser:
                             "(no ADDRESS: $DASK_SCHEDULER_ADDRESS); docs/scale_out.md")
     serve.add_argument("--dask-workers", type=int, metavar="N",
                        help="build trace indexes on a local Dask cluster of N worker processes (docs/scale_out.md)")
+    serve.add_argument("--shared-cache", metavar="URL", default=os.environ.get("PROFSCOPE_SHARED_CACHE") or None,
+                       help="a gs://bucket/prefix (or a shared folder) that several profscope servers and their "
+                            "Dask workers share: each conversion is made once and copied to every server's "
+                            "--cache-dir (env PROFSCOPE_SHARED_CACHE; docs/scale_out.md)")
     _worker_options(serve)
 
     runs = sub.add_parser("runs", help="list the runs of a log directory and exit")
@@ -171,11 +175,28 @@ def _workspace(args):
     logdir.check()
     workers = WorkerPool(memory_limit=parse_size(args.worker_memory, "--worker-memory"),
                          concurrency=args.workers or None, enabled=None if args.workers != 0 else False)
-    cache = DiskCache(args.cache_dir or default_cache_dir(), workers=workers, limit=args.cache_size)
+    cache = DiskCache(args.cache_dir or default_cache_dir(), workers=workers, limit=args.cache_size,
+                      shared=_shared_record(getattr(args, "shared_cache", None)))
     capture = {}
     if getattr(args, "command", None) == "serve" and not args.no_capture and not getattr(args, "capture_unsafe", False):
         capture = {"capture_dir": args.capture_dir or default_capture_dir(cache.root), "capture_allow": args.capture_allow}
     return Workspace(logdir, cache, **capture)
+
+
+def _shared_record(url: str | None):
+    """The shared record --shared-cache names (cache/shared.py), else None."""
+    if not url:
+        return None
+    from profscope.cache.shared import SharedRecord
+    from profscope.storage.object_store import ObjectStore
+
+    store = ObjectStore(url)
+    try:
+        # Fail at start, naming the URL, rather than on the first conversion.
+        store.read("v1/.probe")
+    except Exception as e:  # noqa: BLE001 - any backend error is the user's to see
+        raise ProfscopeError(f"cannot read the shared cache {url}: {type(e).__name__}: {e}") from e
+    return SharedRecord(store)
 
 
 def _scale_out(args):

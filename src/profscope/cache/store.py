@@ -33,12 +33,15 @@ import orjson
 from profscope import __version__
 from profscope.cache import eviction
 from profscope.cache.progress import Progress, ProgressBoard
+from profscope.cache.shared import SharedRecord, folder_files
 from profscope.cache.worker import WorkerPool
 from profscope.errors import BadInput, CacheFull, ProfscopeError, TooLarge
 from profscope.forksafe import renew_after_fork
 
 # Bumped when the storage layout changes; old entries are then simply never read again.
 LAYOUT_VERSION = 1
+# The one file of a JSON result in the shared record (a folder entry keeps its own names).
+SHARED_BLOB = "entry.json.gz"
 
 
 def default_cache_dir() -> Path:
@@ -53,9 +56,12 @@ def cache_key(*parts: object) -> str:
 
 
 class DiskCache:
-    def __init__(self, root: Path | str, *, workers: WorkerPool | None = None, limit: int | str | None = None):
+    def __init__(self, root: Path | str, *, workers: WorkerPool | None = None, limit: int | str | None = None,
+                 shared: SharedRecord | None = None):
         """``limit``: bytes, or a size like ``"20GiB"`` / ``"10%"`` (of its disk); None:
-        $PROFSCOPE_CACHE_SIZE, else the default (eviction.default_limit)."""
+        $PROFSCOPE_CACHE_SIZE, else the default (eviction.default_limit). ``shared``: a
+        record in a bucket that other replicas use too (cache/shared.py): a local miss is
+        copied from it when it has the entry, and what is built here is published to it."""
         self.root = Path(root).expanduser().resolve()
         try:
             self.root.mkdir(parents=True, exist_ok=True)
@@ -64,6 +70,7 @@ class DiskCache:
                 raise self._cache_full(e) from e
             raise
         self.progress = ProgressBoard()
+        self.shared = shared
         # Where conversions run: forked children with a memory limit (cache/worker.py).
         self.workers = workers if workers is not None else WorkerPool()
         self._locks: dict[str, threading.Lock] = {}
@@ -185,15 +192,25 @@ class DiskCache:
             if hit is not None:
                 return hit
             self._raise_if_failed(key)
+            if self.shared is not None:
+                gz = self._shared_blob(key)
+                if gz is not None:
+                    self.put(key, gz)
+                    return gz
             job = self.progress.start(key, label)
             try:
                 # Serialised in the worker too: a payload that cannot be (or that would
                 # expand into gigabytes of JSON) fails there, not here.
                 gz = self._convert(key, job, file, lambda p: gzip.compress(
                     orjson.dumps(compute(p), option=orjson.OPT_SERIALIZE_NUMPY), compresslevel=5))
+            except BaseException:
+                self._shared_release(key)
+                raise
             finally:
                 self.progress.finish(job)
             self.put(key, gz)
+            if self.shared is not None:
+                self.shared.publish(key, [(SHARED_BLOB, self._path(key))], kind="blob")
             return gz
 
     def get_or_build_dir(self, key: str, label: str, build: Callable[[Progress, Path], object], *,
@@ -212,6 +229,8 @@ class DiskCache:
             if final.is_dir():
                 return final
             self._raise_if_failed(key)
+            if self.shared is not None and self._shared_dir(key, final):
+                return final
             # named after its key: the start-up clean-up of another process checks its lock
             tmp = Path(self._full_guard(tempfile.mkdtemp)(dir=final.parent, prefix=f".tmp-{key}-", suffix=".d"))
             job = self.progress.start(key, label)
@@ -220,11 +239,14 @@ class DiskCache:
                 os.replace(tmp, final)
             except BaseException:
                 shutil.rmtree(tmp, ignore_errors=True)
+                self._shared_release(key)
                 raise
             finally:
                 self.progress.finish(job)
                 shutil.rmtree(self.preview_dir(key), ignore_errors=True)
             self._added(key, eviction.tree_size(final))
+            if self.shared is not None:
+                self.shared.publish(key, folder_files(final), kind="dir")
             return final
 
     def preview_dir(self, key: str) -> Path:
@@ -237,6 +259,51 @@ class DiskCache:
         """``key``'s folder if it is built (nothing is built here)."""
         final = self.root / key[:2] / f"{key}.d"
         return final if self._use_dir(final) else None
+
+    def is_built(self, key: str) -> bool:
+        """Whether ``key``'s folder is here or committed to the shared record (then the
+        next :meth:`get_or_build_dir` copies it instead of building it)."""
+        return self.built_dir(key) is not None or (self.shared is not None and self.shared.committed(key))
+
+    # -- the shared record (cache/shared.py); called under the key's lock -----------------
+
+    def _shared_blob(self, key: str) -> bytes | None:
+        """A result another replica committed, or None (then this process builds it)."""
+        tmp: list[Path] = []
+
+        def fetch_into() -> Path:
+            self._path(key).parent.mkdir(parents=True, exist_ok=True)
+            tmp.append(Path(tempfile.mkdtemp(dir=self._path(key).parent, prefix=f".tmp-{key}-", suffix=".d")))
+            return tmp[0]
+
+        try:
+            got = self.shared.obtain(key, fetch_into, kind="blob")
+            return (got / SHARED_BLOB).read_bytes() if got is not None else None
+        finally:
+            if tmp:
+                shutil.rmtree(tmp[0], ignore_errors=True)
+
+    def _shared_dir(self, key: str, final: Path) -> bool:
+        """Copy the folder another replica committed into place; False: build it here."""
+        tmp: list[Path] = []
+
+        def fetch_into() -> Path:
+            tmp.append(Path(self._full_guard(tempfile.mkdtemp)(dir=final.parent, prefix=f".tmp-{key}-", suffix=".d")))
+            return tmp[0]
+
+        final.parent.mkdir(parents=True, exist_ok=True)
+        got = self.shared.obtain(key, fetch_into, kind="dir")
+        if got is None:
+            if tmp:
+                shutil.rmtree(tmp[0], ignore_errors=True)
+            return False
+        os.replace(got, final)
+        self._added(key, eviction.tree_size(final))
+        return True
+
+    def _shared_release(self, key: str) -> None:
+        if self.shared is not None:
+            self.shared.release(key)
 
     # -- conversions and their failures ---------------------------------------------------
 
@@ -331,6 +398,8 @@ class DiskCache:
     def describe(self) -> str:
         """``1.2 GiB of 25.1 GiB used; limit: --cache-size 27GB``, for the CLI."""
         text = f"{eviction.format_size(self.size)} of {eviction.format_size(self.limit)} used; limit: {self.limit_source}"
+        if self.shared is not None:
+            text += f"; shared with other servers through {self.shared.url}"
         c = self.cleanup
         if c.temporaries:
             text += f"; removed {c.temporaries} half-written temporar{'y' if c.temporaries == 1 else 'ies'} " \

@@ -77,6 +77,10 @@ def router(ws: Workspace) -> APIRouter:
 
     @r.get("/progress")
     def progress() -> Response:
-        return json_response({"jobs": ws.cache.progress.snapshot()})
+        body = {"jobs": ws.cache.progress.snapshot()}
+        if ws.cache.shared is not None:
+            # what this replica took from and gave to the shared record (cache/shared.py)
+            body["sharedCache"] = ws.cache.shared.snapshot()
+        return json_response(body)
 
     return r

@@ -1,0 +1,243 @@
+"""The cache's shared record: a bucket (or a shared folder) that several server replicas
+and Dask workers, each with its own local cache folder, use so that each entry is
+converted once and copied everywhere else (issue 18; docs/scale_out.md "Shared cache").
+
+The local folder stays what requests read: the trace index is memory-mapped, which wants
+local files. The record is written beside it and read on a local miss. Its layout below
+the store (``v1``: another layout is simply never read):
+
+``v1/<kk>/<key>.commit``
+    a small JSON manifest (the writer, every file and its size), written **last** and
+    **create-only**: its existence means the entry is whole, and the first writer to
+    create it is the one whose files everybody reads. An object store cannot rename a
+    folder into place as cache/store.py does locally, so this marker is the atomic step.
+``v1/<kk>/<key>/<writer>/...``
+    the entry's files, under the writer's own name: two replicas that raced upload to
+    different names, never over each other's objects; the loser deletes its own.
+``v1/<kk>/<key>.lease``
+    who builds the entry now (create-only, refreshed every ``lease_s / 4`` by its
+    holder). Another replica that finds it waits for the commit instead of converting
+    the same file; a lease not refreshed for ``lease_s`` (a crashed holder) is ignored,
+    and the waiter converts it itself (the create-only commit keeps that correct).
+
+The record is never evicted by profscope: a bucket lifecycle rule ages it out
+(docs/scale_out.md). Any error talking to it is logged and counted, and the cache goes
+on as a local one: a bucket outage costs conversions, never answers.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Protocol
+
+import orjson
+
+log = logging.getLogger("profscope.cache.shared")
+
+RECORD_VERSION = 1
+LEASE_S = 60.0
+
+
+class Store(Protocol):
+    """What the record needs of a store (storage/object_store.py ``ObjectStore``)."""
+
+    url: str
+
+    def read(self, name: str) -> bytes | None: ...
+    def create(self, name: str, data: bytes) -> bool: ...
+    def write(self, name: str, data: bytes) -> None: ...
+    def delete(self, *names: str) -> None: ...
+    def put_files(self, local_paths: list[Path], names: list[str]) -> None: ...
+    def get_files(self, names: list[str], local_paths: list[Path]) -> None: ...
+
+
+def folder_files(folder: Path) -> list[tuple[str, Path]]:
+    """Every file below ``folder`` as (relative POSIX name, path), for :meth:`SharedRecord.publish`."""
+    out = []
+    for dirpath, _, names in os.walk(folder):
+        for name in names:
+            path = Path(dirpath) / name
+            out.append((path.relative_to(folder).as_posix(), path))
+    return sorted(out)
+
+
+class SharedRecord:
+    def __init__(self, store: Store, *, writer: str | None = None, lease_s: float = LEASE_S,
+                 poll_s: float = 0.2, wait_s: float | None = None):
+        """``wait_s``: the longest a replica waits for another's lease before converting
+        itself (None: as long as the lease is kept alive)."""
+        self.store = store
+        self.writer = writer or f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+        self.lease_s = lease_s
+        self.poll_s = poll_s
+        self.wait_s = wait_s
+        self._lock = threading.Lock()
+        self._heartbeats: dict[str, threading.Event] = {}
+        self.stats = {"fetched": 0, "published": 0, "waited": 0, "lostRace": 0, "errors": 0, "lastError": None}
+
+    @property
+    def url(self) -> str:
+        return self.store.url
+
+    def _name(self, key: str, suffix: str) -> str:
+        return f"v{RECORD_VERSION}/{key[:2]}/{key}{suffix}"
+
+    def _count(self, what: str, n: int = 1) -> None:
+        with self._lock:
+            self.stats[what] += n
+
+    def _failed(self, doing: str, key: str, err: BaseException) -> None:
+        log.warning("shared cache %s: %s %s failed (%s: %s); going on with the local cache",
+                    self.url, doing, key[:12], type(err).__name__, err)
+        with self._lock:
+            self.stats["errors"] += 1
+            self.stats["lastError"] = f"{doing}: {type(err).__name__}: {err}"
+
+    def snapshot(self) -> dict:
+        with self._lock:
+            return {"url": self.url, "writer": self.writer, **self.stats}
+
+    # -- reading ------------------------------------------------------------------------
+
+    def manifest(self, key: str) -> dict | None:
+        """The entry's commit, or None when it has none (or it cannot be read)."""
+        try:
+            raw = self.store.read(self._name(key, ".commit"))
+            if raw is None:
+                return None
+            m = orjson.loads(raw)
+            if m.get("version") != RECORD_VERSION or m.get("key") != key:
+                return None
+            return m
+        except Exception as e:  # noqa: BLE001 - a store error is never the request's
+            self._failed("reading the commit of", key, e)
+            return None
+
+    def committed(self, key: str) -> bool:
+        return self.manifest(key) is not None
+
+    def _fetch(self, key: str, m: dict, dest: Path) -> bool:
+        """Copy a committed entry's files into the empty folder ``dest``."""
+        prefix = self._name(key, f"/{m['writer']}/")
+        files = m["files"]
+        try:
+            self.store.get_files([prefix + rel for rel, _ in files], [dest / rel for rel, _ in files])
+            for rel, size in files:
+                if (dest / rel).stat().st_size != size:
+                    raise OSError(f"{rel} is {(dest / rel).stat().st_size} bytes, the commit says {size}")
+        except Exception as e:  # noqa: BLE001
+            self._failed("copying", key, e)
+            return False
+        self._count("fetched")
+        return True
+
+    # -- one entry, once across replicas --------------------------------------------------
+
+    def obtain(self, key: str, fetch_into: Callable[[], Path], *, kind: str) -> Path | None:
+        """The committed entry ``key`` copied into the folder ``fetch_into()`` makes, or
+        None when this process is to build it: then it holds the lease (when it could take
+        one) until :meth:`publish` or :meth:`release`. Waits while another writer's live
+        lease says it is building ``key``."""
+        m = self.manifest(key)
+        if m is None and self._claim(key):
+            m = self.manifest(key)  # committed between the two reads: nothing to build
+            if m is None:
+                return None
+            self.release(key)
+        if m is None:
+            m = self._wait(key)
+        if m is None or m.get("kind") != kind:
+            return None
+        dest = fetch_into()
+        return dest if self._fetch(key, m, dest) else None
+
+    def _claim(self, key: str) -> bool:
+        name = self._name(key, ".lease")
+        try:
+            if not self.store.create(name, self._lease_body()):
+                return False
+        except Exception as e:  # noqa: BLE001
+            self._failed("leasing", key, e)
+            return False
+        stop = threading.Event()
+        with self._lock:
+            self._heartbeats[key] = stop
+        threading.Thread(target=self._heartbeat, args=(name, stop), daemon=True,
+                         name=f"profscope-lease-{key[:8]}").start()
+        return True
+
+    def _lease_body(self) -> bytes:
+        return orjson.dumps({"writer": self.writer, "time": time.time()})
+
+    def _heartbeat(self, name: str, stop: threading.Event) -> None:
+        while not stop.wait(self.lease_s / 4):
+            try:
+                self.store.write(name, self._lease_body())
+            except Exception as e:  # noqa: BLE001 - a missed beat only risks a second build
+                log.warning("shared cache %s: refreshing %s failed: %s", self.url, name, e)
+
+    def _wait(self, key: str) -> dict | None:
+        """Wait for another writer's commit while its lease lives; the commit, or None."""
+        lease_name = self._name(key, ".lease")
+        deadline = None if self.wait_s is None else time.monotonic() + self.wait_s
+        waited = False
+        delay = self.poll_s
+        while True:
+            m = self.manifest(key)
+            if m is not None:
+                if waited:
+                    self._count("waited")
+                return m
+            try:
+                raw = self.store.read(lease_name)
+                lease = orjson.loads(raw) if raw else None
+            except Exception as e:  # noqa: BLE001
+                self._failed("reading the lease of", key, e)
+                return None
+            if lease is None or time.time() - float(lease.get("time", 0)) > self.lease_s:
+                return None  # nobody builds it (a failed build released it, or a crash)
+            if deadline is not None and time.monotonic() > deadline:
+                return None
+            waited = True
+            time.sleep(delay)
+            delay = min(delay * 1.5, 2.0)
+
+    def release(self, key: str) -> None:
+        """Give the lease up (after a failed build, or once committed)."""
+        with self._lock:
+            stop = self._heartbeats.pop(key, None)
+        if stop is None:
+            return
+        stop.set()
+        try:
+            self.store.delete(self._name(key, ".lease"))
+        except Exception as e:  # noqa: BLE001 - a lease left behind goes stale by itself
+            self._failed("releasing the lease of", key, e)
+
+    def publish(self, key: str, entry: list[tuple[str, Path]], *, kind: str) -> bool:
+        """Upload the built entry's files (name in the entry, local path) and commit them;
+        False when another writer committed first (its files are the entry; this writer's
+        are deleted) or the store failed. Releases the lease either way."""
+        try:
+            files = [(rel, path.stat().st_size) for rel, path in entry]
+            prefix = self._name(key, f"/{self.writer}/")
+            self.store.put_files([path for _, path in entry], [prefix + rel for rel, _ in entry])
+            body = orjson.dumps({"version": RECORD_VERSION, "key": key, "kind": kind, "writer": self.writer,
+                                 "files": files, "time": time.time()})
+            if not self.store.create(self._name(key, ".commit"), body):
+                self._count("lostRace")
+                self.store.delete(self._name(key, f"/{self.writer}"))
+                return False
+        except Exception as e:  # noqa: BLE001
+            self._failed("publishing", key, e)
+            return False
+        finally:
+            self.release(key)
+        self._count("published")
+        return True

@@ -1,0 +1,224 @@
+"""The cache's shared record in a bucket (cache/shared.py, storage/object_store.py; issue
+18): replicas with their own cache folders (other machines, in effect) convert each entry
+once and copy the rest, through a real gcsfs client against a real local GCS emulator
+whose create-only uploads (``ifGenerationMatch=0``) are enforced as GCS does
+(testing/gcs_emulator.py); races, a crashed lease holder, a damaged record and a dead
+store; then two ``profscope serve`` processes on one bucket serving one 4-host session."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")  # before gcsfs is imported
+
+from profscope.app.workspace import Workspace  # noqa: E402
+from profscope.cache.shared import SharedRecord  # noqa: E402
+from profscope.cache.store import DiskCache, cache_key  # noqa: E402
+from profscope.cache.worker import WorkerPool  # noqa: E402
+from profscope.storage import LogDir  # noqa: E402
+from profscope.storage.object_store import ObjectStore  # noqa: E402
+from profscope.testing.gcs_emulator import GcsEmulator  # noqa: E402
+from profscope.testing.pod_session import build_pod_session  # noqa: E402
+
+BUCKET = "shared"
+
+
+@pytest.fixture(scope="module")
+def emulator():
+    with GcsEmulator(BUCKET) as url:
+        yield url
+
+
+@pytest.fixture
+def prefix(request):
+    """A fresh record below the bucket for each test."""
+    return f"gs://{BUCKET}/{request.node.name}"
+
+
+def _store(emulator, prefix) -> ObjectStore:
+    return ObjectStore(prefix, storage_options={"endpoint_url": emulator, "token": "anon"})
+
+
+def _replica(tmp_path: Path, name: str, emulator, prefix, **record) -> DiskCache:
+    shared = SharedRecord(_store(emulator, prefix), writer=name, **record)
+    return DiskCache(tmp_path / name, workers=WorkerPool(enabled=False), shared=shared)
+
+
+def _hashes(folder: Path) -> dict[str, str]:
+    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_the_emulator_refuses_a_second_create_only_upload(emulator, prefix):
+    """Without the wrapped handlers the second write would overwrite: what every test
+    below leans on, checked for the simple upload (a marker) and the resumable one (a
+    12 MB object: gcsfs uploads over 5 MB in chunks)."""
+    store = _store(emulator, prefix)
+    assert store.create("m.commit", b"first")
+    assert not store.create("m.commit", b"second")
+    assert store.read("m.commit") == b"first"
+    big = os.urandom(12 << 20)
+    store.fs.pipe_file(f"{BUCKET}/{prefix.split('/', 3)[3]}/big", big, mode="create")
+    with pytest.raises(FileExistsError):
+        store.fs.pipe_file(f"{BUCKET}/{prefix.split('/', 3)[3]}/big", b"x" * (12 << 20), mode="create")
+    assert store.read("big") == big
+
+
+@pytest.fixture(scope="module")
+def pod(tmp_path_factory):
+    logdir = tmp_path_factory.mktemp("pod") / "logs"
+    build_pod_session(logdir, hosts=4)
+    return logdir
+
+
+def _index_of(ws: Workspace, host: str):
+    run = ws.run("pod")
+    info = dict(ws.trace_sources(run))[host]
+    return ws.trace_index(run, host, info), ws._trace_index_key(host, info)
+
+
+def test_a_second_replica_copies_a_trace_index_instead_of_building_it(pod, tmp_path, emulator, prefix):
+    a = Workspace(LogDir(str(pod)), _replica(tmp_path, "a", emulator, prefix))
+    b = Workspace(LogDir(str(pod)), _replica(tmp_path, "b", emulator, prefix))
+    ix_a, key = _index_of(a, "host01")
+    assert a.cache.shared.stats["published"] == 1
+    built_on_b = []
+    b.cache.progress.start = lambda k, label, _start=b.cache.progress.start: built_on_b.append(k) or _start(k, label)
+    assert b.cache.is_built(key) and b.cache.built_dir(key) is None  # in the record, not yet here
+    ix_b, _ = _index_of(b, "host01")
+    assert built_on_b == [] and b.cache.shared.stats["fetched"] == 1
+    assert _hashes(b.cache.built_dir(key)) == _hashes(a.cache.built_dir(key))
+    assert ix_b.n == ix_a.n > 0
+    manifest = b.cache.shared.manifest(key)
+    assert manifest["writer"] == "a" and manifest["kind"] == "dir"
+    assert sorted(r for r, _ in manifest["files"]) == sorted(_hashes(a.cache.built_dir(key)))
+
+
+def test_a_json_result_is_computed_once_across_replicas(tmp_path, emulator, prefix):
+    a = _replica(tmp_path, "a", emulator, prefix)
+    b = _replica(tmp_path, "b", emulator, prefix)
+    key = cache_key("test", "blob")
+    calls = []
+    assert a.get_or_compute_json(key, "x", lambda p: calls.append("a") or {"peak": 12345}) == {"peak": 12345}
+    assert b.get_or_compute_json(key, "x", lambda p: calls.append("b") or {"peak": -1}) == {"peak": 12345}
+    assert calls == ["a"] and b.get(key) == a.get(key)
+
+
+def test_two_replicas_asking_at_once_build_once_and_the_other_waits(tmp_path, emulator, prefix):
+    caches = [_replica(tmp_path, name, emulator, prefix) for name in ("a", "b", "c")]
+    key = cache_key("test", "race")
+    builds = []
+
+    def build(progress, folder):
+        builds.append(threading.current_thread().name)
+        time.sleep(1.0)  # long enough that the others find the lease, not the commit
+        (folder / "part.bin").write_bytes(b"x" * 1000)
+
+    results = {}
+    threads = [threading.Thread(target=lambda c=c: results.setdefault(c.shared.writer, c.get_or_build_dir(key, "race", build)),
+                                name=c.shared.writer) for c in caches]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert len(builds) == 1, builds
+    assert sorted(results) == ["a", "b", "c"]
+    assert all((p / "part.bin").read_bytes() == b"x" * 1000 for p in results.values())
+    assert sum(c.shared.stats["waited"] for c in caches) == 2
+    assert sum(c.shared.stats["published"] for c in caches) == 1
+    assert not caches[0].shared.store.exists(f"v1/{key[:2]}/{key}.lease")  # released after the commit
+
+
+def test_the_first_commit_wins_and_the_loser_removes_its_files(tmp_path, emulator, prefix):
+    """Two writers that both built (a lease gone stale in between): each uploads under its
+    own name, the create-only commit admits one, the other deletes its objects."""
+    key = cache_key("test", "two-writers")
+    store = _store(emulator, prefix)
+    for name, body in (("a", b"from a"), ("b", b"from b")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "f").write_bytes(body)
+    ra, rb = SharedRecord(store, writer="a"), SharedRecord(store, writer="b")
+    assert ra.publish(key, [("f", tmp_path / "a/f")], kind="dir")
+    assert not rb.publish(key, [("f", tmp_path / "b/f")], kind="dir")
+    assert rb.stats["lostRace"] == 1
+    assert ra.manifest(key)["writer"] == "a"
+    assert store.read(f"v1/{key[:2]}/{key}/a/f") == b"from a"
+    assert not store.exists(f"v1/{key[:2]}/{key}/b/f")
+
+
+def test_a_lease_nobody_refreshes_is_waited_for_only_until_it_goes_stale(tmp_path, emulator, prefix):
+    """A holder that crashed leaves its lease: the next replica waits ``lease_s`` at most,
+    then converts itself."""
+    key = cache_key("test", "crashed-holder")
+    store = _store(emulator, prefix)
+    assert store.create(f"v1/{key[:2]}/{key}.lease", b'{"writer": "crashed", "time": %f}' % time.time())
+    cache = _replica(tmp_path, "b", emulator, prefix, lease_s=1.5)
+    t0 = time.monotonic()
+    path = cache.get_or_build_dir(key, "x", lambda p, folder: (folder / "f").write_bytes(b"built by b"))
+    waited = time.monotonic() - t0
+    assert 1.0 < waited < 10, waited
+    assert (path / "f").read_bytes() == b"built by b"
+    assert cache.shared.manifest(key)["writer"] == "b"
+
+
+def test_a_failed_build_releases_its_lease_so_others_do_not_wait(tmp_path, emulator, prefix):
+    from profscope.errors import BadInput
+
+    key = cache_key("test", "bad-input")
+    a = _replica(tmp_path, "a", emulator, prefix)
+
+    def bad(progress, folder):
+        raise BadInput("not a profile", file="x.xplane.pb")
+
+    with pytest.raises(BadInput):
+        a.get_or_build_dir(key, "x", bad)
+    assert not a.shared.store.exists(f"v1/{key[:2]}/{key}.lease")
+    assert not a.shared.committed(key)
+
+
+def test_a_damaged_record_is_rebuilt_locally(tmp_path, emulator, prefix):
+    """The commit names a file the bucket lost: the copy fails, is counted, and the
+    replica converts the entry itself."""
+    key = cache_key("test", "damaged")
+    a = _replica(tmp_path, "a", emulator, prefix)
+    a.get_or_build_dir(key, "x", lambda p, folder: (folder / "f").write_bytes(b"v"))
+    a.shared.store.delete(f"v1/{key[:2]}/{key}/a/f")
+    b = _replica(tmp_path, "b", emulator, prefix)
+    path = b.get_or_build_dir(key, "x", lambda p, folder: (folder / "f").write_bytes(b"v"))
+    assert (path / "f").read_bytes() == b"v"
+    assert b.shared.stats["errors"] == 1 and "copying" in b.shared.stats["lastError"]
+    assert not any(p.name.startswith(".tmp-") for p in path.parent.iterdir())  # the failed copy removed
+
+
+def test_a_store_that_fails_leaves_a_working_local_cache(tmp_path, caplog):
+    """A record that cannot be written (here a folder path that is a file) costs
+    conversions, never answers."""
+    (tmp_path / "not-a-folder").write_bytes(b"")
+    shared = SharedRecord(ObjectStore(str(tmp_path / "not-a-folder")), writer="a")
+    cache = DiskCache(tmp_path / "local", workers=WorkerPool(enabled=False), shared=shared)
+    key = cache_key("test", "dead-store")
+    assert cache.get_or_compute_json(key, "x", lambda p: {"ok": 1}) == {"ok": 1}
+    assert cache.get_or_compute_json(key, "x", lambda p: {"ok": 2}) == {"ok": 1}  # the local hit
+    assert shared.stats["errors"] >= 1 and shared.stats["published"] == 0
+    assert "going on with the local cache" in caplog.text
+
+
+def test_a_shared_folder_record_has_the_same_semantics(tmp_path):
+    """--shared-cache may be a folder (NFS): create-only by link(2), which fails on an
+    existing name as GCS's precondition does."""
+    store = ObjectStore(str(tmp_path / "record"))
+    assert store.create("v1/ab/k.commit", b"1") and not store.create("v1/ab/k.commit", b"2")
+    assert store.read("v1/ab/k.commit") == b"1"
+    assert [p.name for p in (tmp_path / "record/v1/ab").iterdir()] == ["k.commit"]  # no temporaries
+    a = DiskCache(tmp_path / "a", workers=WorkerPool(enabled=False), shared=SharedRecord(store, writer="a"))
+    b = DiskCache(tmp_path / "b", workers=WorkerPool(enabled=False), shared=SharedRecord(store, writer="b"))
+    key = cache_key("test", "folder")
+    a.get_or_build_dir(key, "x", lambda p, folder: (folder / "sub").mkdir() or (folder / "sub/f").write_bytes(b"deep"))
+    path = b.get_or_build_dir(key, "x", lambda p, folder: pytest.fail("b must copy, not build"))
+    assert (path / "sub/f").read_bytes() == b"deep"
