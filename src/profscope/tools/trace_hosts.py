@@ -202,6 +202,6 @@ def _summary(r: dict, stepped: list[dict]) -> str:
         else:
             parts.append(f"No straggler: every host is within {STRAGGLER_RATIO:.2f}× the median.")
     if r["mostIdleHost"] is not None:
-        parts.append(f"Most idle devices: {r['mostIdleHost']} ({100 * r['maxIdleShare']:.0f}% of device time idle; "
-                     f"median host {100 * r['medianIdleShare']:.0f}%).")
+        parts.append(f"Most idle devices: {r['mostIdleHost']} ({100 * r['maxIdleShare']:.1f}% of device time idle; "
+                     f"median host {100 * r['medianIdleShare']:.1f}%).")
     return " ".join(parts)

@@ -20,6 +20,7 @@ import { cachedJson, errorBox, getJson } from "../lib/api.js";
 import { fmtBytes, fmtDur, fmtTick as fmtIn, fmtTime, timeUnit as unitFor } from "../lib/format.js";
 import { P, SLICE_COLORS as PALETTE } from "../lib/colors.js";
 import { makeSummary } from "./trace_viewer_summary.js";
+import { hostsOverview, showsHosts } from "./trace_viewer_hosts.js";
 
 const GUTTER = 230; // px: track names on the left
 const RULER_H = 38; // px: time ruler (ticks, labels, step bands) on top
@@ -262,6 +263,8 @@ function makeContext(key, state, run, details) {
   ctx.root = el("div", { class: "tv", id: "tv" },
     el("div", { class: "tv-head" }, el("h1", {}, "Trace viewer"),
       el("span", { class: "tv-subtitle muted" }, run.name, hostsLabel(ctx, details), run.kind === "chrome_trace" ? " · Chrome trace" : "")),
+    // a pod's hosts side by side (/api/trace_hosts): which one is slow, links to each
+    showsHosts(run, details) ? hostsOverview(run, ctx.hosts ? ctx.hosts.split(",") : [ctx.host || details.hosts[0]]) : null,
     toolbar,
     el("div", { class: "tv-hint muted" }, "Wheel: zoom at the cursor · drag: pan · shift-drag or drag on the ruler: zoom to a range · alt-drag: summarize a range · W/S zoom, A/D pan, F zoom to selection, 0 reset · wheel over the names: scroll rows"),
     ctx.status, ctx.stage, ctx.summary.node,
