@@ -278,3 +278,29 @@ def test_rollup_without_steps_or_hosts():
     assert out["rollup"]["slowestHost"] is None and out["rollup"]["stragglers"] == []
     assert out["rollup"]["mostIdleHost"] is None and "No host has step markers" in out["rollup"]["summary"]
     assert [r["status"] for r in out["hosts"]] == ["error"]
+
+
+def test_a_reader_that_kills_its_worker_costs_only_that_hosts_row(make_client, mixed, monkeypatch):
+    """The uncached hosts are read in one worker; when that worker dies (here host03's read
+    aborts the process, as a reader crashing in C code would), the hosts it had not done
+    are read one worker each, so only host03 is an error row."""
+    import os
+
+    from profscope.formats import xplane_activity
+
+    root, run, sources = mixed
+    real = xplane_activity.host_activity
+
+    def crashing(raw, path, hostname=None):
+        if hostname == "host03":
+            os.abort()  # in the forked worker: SIGABRT, no Python exception to catch
+        return real(raw, path, hostname)
+
+    monkeypatch.setattr(xplane_activity, "host_activity", crashing)
+    body = make_client(root).get("/api/trace_hosts", params={"run": run}).json()
+    rows = {r["host"]: r for r in body["hosts"]}
+    assert rows["host03"]["status"] == "error" and "SIGABRT" in rows["host03"]["reason"]
+    assert rows["host08"]["status"] == "error" and "truncated" in rows["host08"]["reason"]
+    for host in ("host01", "host02", "host04", "host05", "host06", "host07"):
+        assert rows[host]["status"] == "ok", rows[host]
+        assert rows[host]["spanPs"] == independent(sources[host])["span"]
