@@ -222,3 +222,62 @@ def test_a_shared_folder_record_has_the_same_semantics(tmp_path):
     a.get_or_build_dir(key, "x", lambda p, folder: (folder / "sub").mkdir() or (folder / "sub/f").write_bytes(b"deep"))
     path = b.get_or_build_dir(key, "x", lambda p, folder: pytest.fail("b must copy, not build"))
     assert (path / "sub/f").read_bytes() == b"deep"
+
+
+# -- two profscope serve processes, one bucket ------------------------------------------
+
+
+def test_two_servers_on_one_bucket_serve_one_session_converting_each_host_once(pod, tmp_path, emulator, monkeypatch):
+    """Two ``profscope serve`` processes (own --cache-dir each, as on two machines) behind
+    no balancer: a user's requests alternate between them, many at once. Every answer is
+    the same from both, and every entry of the record was converted by one of them only
+    (the other copied it)."""
+    import httpx
+    from concurrent.futures import ThreadPoolExecutor
+
+    from profscope.testing.local_server import profscope_server
+
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", emulator)  # gcsfs in the servers reaches the emulator
+    record = f"gs://{BUCKET}/replicas"
+    common = ("serve", str(pod), "--port", "0", "--no-capture", "--workers", "0", "--shared-cache", record)
+    with profscope_server(*common, "--cache-dir", str(tmp_path / "a")) as (url_a, lines_a), \
+            profscope_server(*common, "--cache-dir", str(tmp_path / "b")) as (url_b, _):
+        assert any(f"shared with other servers through {record}" in x for x in lines_a), lines_a
+        hosts = httpx.get(f"{url_a.rstrip('/')}/api/run", params={"run": "pod"}, timeout=30).json()["hosts"]
+        assert len(hosts) == 4
+
+        def get(base, path, **params):
+            res = httpx.get(f"{base.rstrip('/')}{path}", params=params, timeout=120)
+            assert res.status_code == 200, (base, path, params, res.text[:300])
+            return res.json()
+
+        requests = [(base, host, path) for host in hosts for path in ("/api/trace/window", "/api/trace/summary")
+                    for base in (url_a, url_b)]
+        with ThreadPoolExecutor(8) as pool:
+            answers = list(pool.map(lambda r: (r, get(r[0], r[2], run="pod", host=r[1])), requests))
+        by_request = {}
+        for (base, host, path), body in answers:
+            by_request.setdefault((host, path), []).append(body)
+        for (host, path), (from_a, from_b) in by_request.items():
+            assert from_a == from_b, (host, path)
+        assert all(b["returnedEventsSize"] > 0 for (h, p), bodies in by_request.items() if p == "/api/trace/window"
+                   for b in bodies)
+        stats = [get(u, "/api/progress")["sharedCache"] for u in (url_a, url_b)]
+
+    store = ObjectStore(record, storage_options={"endpoint_url": emulator, "token": "anon"})
+    commits = [p for p in store.fs.find(f"{BUCKET}/replicas/v1") if p.endswith(".commit")]
+    assert sum(s["published"] for s in stats) == len(commits) > len(hosts)  # indexes and JSON results
+    assert sum(s["lostRace"] for s in stats) == 0 and sum(s["errors"] for s in stats) == 0, stats
+    # what one made the other copied: every request was sent to both
+    assert sum(s["fetched"] for s in stats) >= len(hosts), stats
+    assert not [p for p in store.fs.find(f"{BUCKET}/replicas/v1") if p.endswith(".lease")]
+
+
+def test_a_shared_cache_url_that_is_not_a_store_is_a_cli_error(tmp_path):
+    import subprocess
+    import sys
+
+    res = subprocess.run([sys.executable, "-m", "profscope", "serve", "--demo", "--port", "0", "--no-capture",
+                          "--cache-dir", str(tmp_path), "--shared-cache", "memory://x"],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode != 0 and "memory://x" in res.stderr and "Traceback" not in res.stderr, res.stderr

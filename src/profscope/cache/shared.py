@@ -201,7 +201,13 @@ class SharedRecord:
                 self._failed("reading the lease of", key, e)
                 return None
             if lease is None or time.time() - float(lease.get("time", 0)) > self.lease_s:
-                return None  # nobody builds it (a failed build released it, or a crash)
+                # Nobody builds it: a failed build released the lease, a crash left it
+                # stale, or the holder committed and released between the two reads
+                # above (the commit is read once more for that one).
+                m = self.manifest(key) if lease is None else None
+                if m is not None and waited:
+                    self._count("waited")
+                return m
             if deadline is not None and time.monotonic() > deadline:
                 return None
             waited = True

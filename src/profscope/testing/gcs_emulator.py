@@ -16,7 +16,9 @@ check and the write are one step, as in the service.
 from __future__ import annotations
 
 import http.server
+import logging
 import socket
+import sys
 import threading
 from http import HTTPStatus
 
@@ -104,6 +106,12 @@ def _free_port() -> int:
 class _Server(http.server.HTTPServer):
     request_queue_size = 128
 
+    def handle_error(self, request, client_address) -> None:
+        # A client that hung up (gcsfs closing a pooled connection) is no error; the rest
+        # is printed as socketserver does.
+        if not isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+            super().handle_error(request, client_address)
+
 
 class GcsEmulator:
     """``with GcsEmulator("bucket") as url:`` a GCS JSON API at ``url`` (in memory),
@@ -117,6 +125,8 @@ class GcsEmulator:
         self.url = f"http://127.0.0.1:{self.port}"
         self._server = create_server("127.0.0.1", self.port, in_memory=True, default_bucket=bucket)
         self._server._api.run = self._run_api
+        # It logs every 404 at ERROR: a cache asking whether a commit exists is no error.
+        logging.getLogger("gcp_storage_emulator").setLevel(logging.CRITICAL)
 
     def _run_api(self) -> None:
         # The emulator's own APIThread.run, with a listen backlog of 128 instead of
