@@ -280,13 +280,22 @@ def test_rollup_without_steps_or_hosts():
     assert [r["status"] for r in out["hosts"]] == ["error"]
 
 
-def test_a_reader_that_kills_its_worker_costs_only_that_hosts_row(make_client, mixed, monkeypatch):
-    """The uncached hosts are read in one worker; when that worker dies (here host03's read
-    aborts the process, as a reader crashing in C code would), the hosts it had not done
-    are read one worker each, so only host03 is an error row."""
+@pytest.mark.parametrize("slots", [2, 4])
+def test_a_reader_that_kills_its_worker_costs_only_that_hosts_row(tmp_path, mixed, monkeypatch, slots):
+    """The uncached hosts are read in batches, one worker each (all worker slots but one:
+    one batch with 2 slots, three with 4); when a worker dies (here host03's read aborts
+    the process, as a reader crashing in C code would), the hosts it had not done are
+    read one worker each, so only host03 is an error row."""
     import os
 
+    from fastapi.testclient import TestClient
+
+    from profscope.app.workspace import Workspace
+    from profscope.cache.store import DiskCache
+    from profscope.cache.worker import WorkerPool
     from profscope.formats import xplane_activity
+    from profscope.server import create_app
+    from profscope.storage import LogDir
 
     root, run, sources = mixed
     real = xplane_activity.host_activity
@@ -297,10 +306,15 @@ def test_a_reader_that_kills_its_worker_costs_only_that_hosts_row(make_client, m
         return real(raw, path, hostname)
 
     monkeypatch.setattr(xplane_activity, "host_activity", crashing)
-    body = make_client(root).get("/api/trace_hosts", params={"run": run}).json()
+    cache = DiskCache(tmp_path / "cache", workers=WorkerPool(concurrency=slots))
+    client = TestClient(create_app(Workspace(LogDir(str(root), listing_ttl=0), cache)))
+    body = client.get("/api/trace_hosts", params={"run": run}).json()
     rows = {r["host"]: r for r in body["hosts"]}
     assert rows["host03"]["status"] == "error" and "SIGABRT" in rows["host03"]["reason"]
     assert rows["host08"]["status"] == "error" and "truncated" in rows["host08"]["reason"]
     for host in ("host01", "host02", "host04", "host05", "host06", "host07"):
         assert rows[host]["status"] == "ok", rows[host]
         assert rows[host]["spanPs"] == independent(sources[host])["span"]
+    # the batches (1 or 3), then at least host03 again in a worker of its own, which dies too
+    assert cache.workers.stats["runs"] >= (1 if slots == 2 else 3) + 1
+    assert cache.workers.stats["killed"] >= 2
