@@ -199,11 +199,14 @@ class DaskConversions:
     processes, else ``client`` (an existing ``distributed.Client``, not closed here)."""
 
     def __init__(self, address: str | None = None, *, n_workers: int | None = None, client=None,
-                 connect_timeout: float = 30, report_every: float = REPORT_EVERY):
+                 connect_timeout: float = 30, report_every: float | None = None):
         from distributed import Client
 
         self._pid = os.getpid()
-        self.report_every = report_every
+        # $PROFSCOPE_REPORT_EVERY: seconds between a task's progress events (a page test
+        # whose hosts index in 0.3 s wants more than one between the first and the last)
+        self.report_every = report_every if report_every is not None else \
+            float(os.environ.get("PROFSCOPE_REPORT_EVERY") or REPORT_EVERY)
         self.cluster = None
         self._own_client = client is None
         address = address or (None if n_workers or client else os.environ.get("DASK_SCHEDULER_ADDRESS"))

@@ -6,6 +6,7 @@ import { defineKeys, go, onNavigate, readState, resetFor, stateUrl } from "./lib
 import { ApiError, errorBox, getJson } from "./lib/api.js";
 import { PAGES } from "./pages/index.js";
 import { initCapture } from "./pages/capture.js";
+import { showConversions } from "./lib/conversions.js";
 
 // The shell's own keys; a new run starts every view fresh, a new host or module too.
 defineKeys({
@@ -90,6 +91,7 @@ async function render(state) {
   const hosts = details.hosts.length ? details.hosts.map((h) => ({ value: h, label: h })) : [{ value: "", label: "—" }];
   fillSelect($("#pick-host"), hosts, state.host);
   fillModules(details.modules, state.module_name);
+  showConversions(state, details); // a multi-host run's hosts on the Dask cluster, if the server has one
 
   // An XProf link names its tool with tag=; the server turned every tag we have a page
   // for into tool= (server/pages.py), so a tag still here is a tool profscope lacks.
