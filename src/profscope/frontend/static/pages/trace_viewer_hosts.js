@@ -18,9 +18,10 @@ export function showsHosts(run, details) {
 
 // `shown`: the hosts on the timeline now (one, or the merged subset).
 export function hostsOverview(run, shown) {
+  const n = (run.hosts || []).length;
   const box = el("details", { class: "tvh", id: "tvh", open: true },
-    el("summary", {}, el("strong", {}, "All hosts"), el("span", { class: "muted" }, ` · ${run.hosts.length} hosts: step time and device idle time, slowest first`)),
-    el("p", { class: "muted", id: "tvh-loading" }, `Reading the steps and device ops of ${run.hosts.length} hosts…`));
+    el("summary", {}, el("strong", {}, "All hosts"), el("span", { class: "muted" }, ` · ${n} hosts: step time and device idle time, slowest first`)),
+    el("p", { class: "muted", id: "tvh-loading" }, `Reading the steps and device ops of ${n} hosts…`));
   cachedJson(`/api/trace_hosts?${new URLSearchParams({ run: run.name })}`).then(
     (data) => fill(box, box.firstChild, ...body(data, new Set(shown))),
     (err) => fill(box, box.firstChild, errorBox(err, "No overview of the hosts")));
