@@ -10,6 +10,12 @@ with the ``MALLOC_TRIM_THRESHOLD_=65536`` that Dask's nanny sets by default (iss
 2.2x slower on the prototype), and the cluster's start-up and idle worker size.
 Default profile: the public TF GPU fixture (3 MB) when /work/shared has it, else the
 demo's xplane.
+
+Then the shared cache (``serve --shared-cache``, cache/shared.py) on a local GCS emulator
+(testing/gcs_emulator.py): one replica converts every host and publishes it, a second
+replica with its own cache folder copies them, and the costs per host (build, upload,
+copy, index size) feed a table for a 256-host × 300 MB session on 8, 32 and 128 workers.
+``--only-shared`` skips the Dask part.
 """
 
 from __future__ import annotations
@@ -110,14 +116,116 @@ def on_dask(logdir: Path, cache: Path, workers: int, *, malloc_trim: bool = Fals
             "task_s": sorted(r["seconds"] for r in results)}
 
 
+def shared_cache(logdir: Path, base: Path) -> dict:
+    """A replica without the record builds every host (the baseline); replica A builds and
+    publishes them; replica B (its own folder) copies them. The emulator runs in its own
+    process: in this one its thread would take the GIL from the conversions measured."""
+    import subprocess
+
+    os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
+    from profscope.cache.shared import SharedRecord
+    from profscope.storage.object_store import ObjectStore
+
+    emulator = subprocess.Popen([sys.executable, "-m", "profscope.testing.gcs_emulator", "bench"],
+                                stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+    try:
+        url = emulator.stdout.readline().strip()
+
+        def replica(name: str) -> Workspace:
+            store = ObjectStore("gs://bench/cache", storage_options={"endpoint_url": url, "token": "anon"})
+            record = SharedRecord(store, writer=name)
+            publish = record.publish
+            record.publish_s = 0.0
+
+            def timed_publish(*a, **kw):
+                t = time.perf_counter()
+                try:
+                    return publish(*a, **kw)
+                finally:
+                    record.publish_s += time.perf_counter() - t
+
+            record.publish = timed_publish
+            return Workspace(LogDir(str(logdir)), DiskCache(base / name, workers=WorkerPool(enabled=False), shared=record))
+
+        base_ws = _ws(logdir, base / "baseline")
+        (run,) = base_ws.runs()
+        t0 = time.perf_counter()
+        for host, info in base_ws.trace_sources(run):
+            base_ws.trace_index(run, host, info)
+        out = {"baseline": time.perf_counter() - t0}
+        for name in ("a", "b"):
+            ws = replica(name)
+            (run,) = ws.runs()
+            t0 = time.perf_counter()
+            for host, info in ws.trace_sources(run):
+                ws.trace_index(run, host, info)
+            wall = time.perf_counter() - t0  # every host's answer (uploads run on their own threads)
+            ws.cache.shared.flush()
+            out[name] = {"wall": wall, "all_s": time.perf_counter() - t0, "publish_s": ws.cache.shared.publish_s,
+                         **ws.cache.shared.snapshot()}
+        index_bytes = sum(p.stat().st_size for p in (base / "b").rglob("*") if p.is_file() and ".d/" in str(p))
+    finally:
+        emulator.terminate()
+        emulator.wait(20)
+    assert out["b"]["fetched"] == len(run.hosts) and out["b"]["published"] == 0, out
+    out["index_bytes"] = index_bytes
+    out["hosts"] = len(run.hosts)
+    return out
+
+
+def simulate(per_host_build_s: float, size_mb: float, index_ratio: float, rates: dict[str, tuple[float, float]],
+             hosts: int = 256, host_mb: float = 300.0) -> None:
+    """A pod session from the per-host costs measured here, the build scaled linearly with
+    the file size (the index build reads each event once); ``rates``: {label: (upload,
+    copy MB/s)}, the emulator's measured ones and an assumed bucket's."""
+    build_s = per_host_build_s / size_mb * host_mb
+    index_mb = host_mb * index_ratio
+    print(f"\n{hosts} hosts × {host_mb:.0f} MB from the costs above: a host converts in {build_s:.0f} s of one core, "
+          f"{hosts * build_s / 3600:.1f} core-hours in all; its index is {index_mb:.0f} MB, "
+          f"{hosts * index_mb / 1e3:.0f} GB in the record")
+    print("\n| workers | bucket | all hosts indexed and uploaded | the viewed host first | "
+          "a second replica copies one host | or builds it itself |")
+    print("|---|---|---|---|---|---|")
+    for w in (8, 32, 128):
+        waves = -(-hosts // w)
+        for label, (up, down) in rates.items():
+            per_host = build_s + index_mb / up
+            print(f"| {w} | {label} | {waves * per_host / 60:.1f} min | {per_host:.0f} s | {index_mb / down:.1f} s | "
+                  f"{build_s:.0f} s |")
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--hosts", type=int, nargs="+", default=[8, 16])
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--profile", type=Path, default=PUBLIC if PUBLIC.exists() else DEMO)
+    p.add_argument("--only-shared", action="store_true", help="only the shared cache and the 256-host table")
+    p.add_argument("--bucket-mb-s", type=float, default=200.0,
+                   help="a real bucket's upload and download rate for the 256-host table (an assumption: "
+                        "the single-threaded emulator is no measure of GCS; default 200)")
     args = p.parse_args()
     size_mb = args.profile.stat().st_size / 1e6
     print(f"profile: {args.profile} ({size_mb:.1f} MB), {os.cpu_count()} cores\n")
+    with tempfile.TemporaryDirectory() as tmp:
+        shared = shared_cache(session(Path(tmp), args.profile, args.hosts[0]), Path(tmp))
+    a, b, n = shared["a"], shared["b"], shared["hosts"]
+    index_mb = shared["index_bytes"] / 1e6
+    build_s = shared["baseline"] / n
+    print(f"| shared cache on the GCS emulator, {n} hosts | per host | all hosts |")
+    print("|---|---|---|")
+    print(f"| a replica without the shared cache converts | {build_s:.3f} s | {shared['baseline']:.2f} s |")
+    print(f"| replica A converts: the answers | {a['wall'] / n:.3f} s | {a['wall']:.2f} s |")
+    print(f"| replica A uploads each index and commits (upload threads) | {a['publish_s'] / n:.3f} s | "
+          f"{a['publish_s']:.2f} s, all committed {a['all_s']:.2f} s after the first request |")
+    print(f"| replica B copies it instead of converting | {b['wall'] / n:.3f} s | {b['wall']:.2f} s |")
+    print(f"| index size | {index_mb / n:.2f} MB ({index_mb / n / size_mb:.2f}× the xplane) | {index_mb:.1f} MB |")
+    up, down = index_mb / a["publish_s"], index_mb / b["wall"]
+    simulate(build_s, size_mb, index_mb / n / size_mb,
+             {f"emulator ({up:.1f} / {down:.1f} MB/s)": (up, down),
+              f"assumed {args.bucket_mb_s:.0f} MB/s": (args.bucket_mb_s, args.bucket_mb_s)})
+    if args.only_shared:
+        return
+    print()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp)

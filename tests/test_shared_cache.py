@@ -87,6 +87,7 @@ def test_a_second_replica_copies_a_trace_index_instead_of_building_it(pod, tmp_p
     a = Workspace(LogDir(str(pod)), _replica(tmp_path, "a", emulator, prefix))
     b = Workspace(LogDir(str(pod)), _replica(tmp_path, "b", emulator, prefix))
     ix_a, key = _index_of(a, "host01")
+    a.cache.shared.flush()  # published on an upload thread, after the answer
     assert a.cache.shared.stats["published"] == 1
     built_on_b = []
     b.cache.progress.start = lambda k, label, _start=b.cache.progress.start: built_on_b.append(k) or _start(k, label)
@@ -106,6 +107,7 @@ def test_a_json_result_is_computed_once_across_replicas(tmp_path, emulator, pref
     key = cache_key("test", "blob")
     calls = []
     assert a.get_or_compute_json(key, "x", lambda p: calls.append("a") or {"peak": 12345}) == {"peak": 12345}
+    a.shared.flush()
     assert b.get_or_compute_json(key, "x", lambda p: calls.append("b") or {"peak": -1}) == {"peak": 12345}
     assert calls == ["a"] and b.get(key) == a.get(key)
 
@@ -127,6 +129,8 @@ def test_two_replicas_asking_at_once_build_once_and_the_other_waits(tmp_path, em
         t.start()
     for t in threads:
         t.join(30)
+    for c in caches:
+        c.shared.flush()
     assert len(builds) == 1, builds
     assert sorted(results) == ["a", "b", "c"]
     assert all((p / "part.bin").read_bytes() == b"x" * 1000 for p in results.values())
@@ -164,6 +168,7 @@ def test_a_lease_nobody_refreshes_is_waited_for_only_until_it_goes_stale(tmp_pat
     waited = time.monotonic() - t0
     assert 1.0 < waited < 10, waited
     assert (path / "f").read_bytes() == b"built by b"
+    cache.shared.flush()
     assert cache.shared.manifest(key)["writer"] == "b"
 
 
@@ -188,6 +193,7 @@ def test_a_damaged_record_is_rebuilt_locally(tmp_path, emulator, prefix):
     key = cache_key("test", "damaged")
     a = _replica(tmp_path, "a", emulator, prefix)
     a.get_or_build_dir(key, "x", lambda p, folder: (folder / "f").write_bytes(b"v"))
+    a.shared.flush()
     a.shared.store.delete(f"v1/{key[:2]}/{key}/a/f")
     b = _replica(tmp_path, "b", emulator, prefix)
     path = b.get_or_build_dir(key, "x", lambda p, folder: (folder / "f").write_bytes(b"v"))
@@ -204,6 +210,7 @@ def test_a_store_that_fails_leaves_a_working_local_cache(tmp_path, caplog):
     cache = DiskCache(tmp_path / "local", workers=WorkerPool(enabled=False), shared=shared)
     key = cache_key("test", "dead-store")
     assert cache.get_or_compute_json(key, "x", lambda p: {"ok": 1}) == {"ok": 1}
+    shared.flush()
     assert cache.get_or_compute_json(key, "x", lambda p: {"ok": 2}) == {"ok": 1}  # the local hit
     assert shared.stats["errors"] >= 1 and shared.stats["published"] == 0
     assert "going on with the local cache" in caplog.text
@@ -220,6 +227,7 @@ def test_a_shared_folder_record_has_the_same_semantics(tmp_path):
     b = DiskCache(tmp_path / "b", workers=WorkerPool(enabled=False), shared=SharedRecord(store, writer="b"))
     key = cache_key("test", "folder")
     a.get_or_build_dir(key, "x", lambda p, folder: (folder / "sub").mkdir() or (folder / "sub/f").write_bytes(b"deep"))
+    a.shared.flush()
     path = b.get_or_build_dir(key, "x", lambda p, folder: pytest.fail("b must copy, not build"))
     assert (path / "sub/f").read_bytes() == b"deep"
 
@@ -262,7 +270,11 @@ def test_two_servers_on_one_bucket_serve_one_session_converting_each_host_once(p
             assert from_a == from_b, (host, path)
         assert all(b["returnedEventsSize"] > 0 for (h, p), bodies in by_request.items() if p == "/api/trace/window"
                    for b in bodies)
-        stats = [get(u, "/api/progress")["sharedCache"] for u in (url_a, url_b)]
+        deadline = time.monotonic() + 60
+        while (stats := [get(u, "/api/progress")["sharedCache"] for u in (url_a, url_b)]) \
+                and any(s["uploading"] for s in stats):
+            assert time.monotonic() < deadline, stats
+            time.sleep(0.1)
 
     store = ObjectStore(record, storage_options={"endpoint_url": emulator, "token": "anon"})
     commits = [p for p in store.fs.find(f"{BUCKET}/replicas/v1") if p.endswith(".commit")]

@@ -210,7 +210,7 @@ class DiskCache:
                 self.progress.finish(job)
             self.put(key, gz)
             if self.shared is not None:
-                self.shared.publish(key, [(SHARED_BLOB, self._path(key))], kind="blob")
+                self.shared.publish_later(key, [(SHARED_BLOB, self._path(key))], kind="blob")
             return gz
 
     def get_or_build_dir(self, key: str, label: str, build: Callable[[Progress, Path], object], *,
@@ -246,7 +246,7 @@ class DiskCache:
                 shutil.rmtree(self.preview_dir(key), ignore_errors=True)
             self._added(key, eviction.tree_size(final))
             if self.shared is not None:
-                self.shared.publish(key, folder_files(final), kind="dir")
+                self.shared.publish_later(key, folder_files(final), kind="dir")
             return final
 
     def preview_dir(self, key: str) -> Path:

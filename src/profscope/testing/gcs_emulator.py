@@ -148,3 +148,23 @@ class GcsEmulator:
 
     def __exit__(self, *exc) -> None:
         self._server.stop()
+
+
+def main() -> None:
+    """``python -m profscope.testing.gcs_emulator BUCKET [PORT]``: serve until killed, in a
+    process of its own (a benchmark's emulator must not share the measured one's GIL)."""
+    import argparse
+    import time
+
+    p = argparse.ArgumentParser()
+    p.add_argument("bucket")
+    p.add_argument("port", type=int, nargs="?")
+    args = p.parse_args()
+    with GcsEmulator(args.bucket, port=args.port) as url:
+        print(url, flush=True)
+        while True:
+            time.sleep(3600)
+
+
+if __name__ == "__main__":
+    main()
