@@ -1,7 +1,10 @@
 """``/api/convert``: a run's conversions on the Dask cluster (app/scale_out.py,
 docs/scale_out.md). ``POST ?run=&host=`` submits every host of the run, ``host`` first;
-``GET ?run=`` answers each host's state. Without ``--dask``/``--dask-workers`` both are
-a 404 that says how to start one."""
+``GET ?run=`` answers each host's state and progress (its workers' events, which every
+replica receives). A host whose file this server cannot read with its own credentials is
+not submitted: the POST answers 403 naming the file (docs/scale_out.md, Access). Without
+``--dask``/``--dask-workers`` both are a 404 that says how to start one (the page's panel,
+lib/conversions.js, hides on it)."""
 
 from __future__ import annotations
 

@@ -70,7 +70,7 @@ function pct(f) { return `${Math.round(100 * (f || 0))}%`; }
 function hostText(h) {
   if (h.state === "done") return h.seconds != null ? `done ${h.seconds.toFixed(1)} s${h.pid ? ` · pid ${h.pid}` : ""}` : "done";
   if (h.state === "processing") return `${pct(h.fraction)}${h.stage ? ` · ${h.stage}` : ""}`;
-  if (h.state === "error") return "error";
+  if (h.state === "error") return `error: ${h.error || "failed"}`;
   return h.state; // pending, not submitted
 }
 
