@@ -325,7 +325,10 @@ def test_progress_events_reach_every_replica(gpu_session, cluster, tmp_path):
     # the CLI's lines count the run's hosts as they finish
     lines = [line for e in seen["a"] if (line := host_line(e))]
     assert len(lines) == 16 and lines[-1].endswith("(16/16)"), lines
-    assert lines[0].startswith("host05 converted in ") and " s on worker pid " in lines[0], lines[0]
+    # host05 went first, with the highest priority; on 2 workers the next host ran beside it
+    # and may finish before it
+    assert any(x.startswith("host05 converted in ") for x in lines[:2]), lines[:2]
+    assert all(" s on worker pid " in x for x in lines), lines
 
 
 def test_serve_prints_a_line_per_host_the_cluster_converts(session, tmp_path):

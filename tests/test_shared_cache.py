@@ -293,3 +293,37 @@ def test_a_shared_cache_url_that_is_not_a_store_is_a_cli_error(tmp_path):
                           "--cache-dir", str(tmp_path), "--shared-cache", "memory://x"],
                          capture_output=True, text=True, timeout=60)
     assert res.returncode != 0 and "memory://x" in res.stderr and "Traceback" not in res.stderr, res.stderr
+
+
+def test_dask_workers_with_their_own_cache_folders_publish_and_the_server_copies(pod, tmp_path, emulator, prefix,
+                                                                                 monkeypatch):
+    """A cluster on other machines, in effect: the workers' cache folder is not the
+    server's ($PROFSCOPE_WORKER_CACHE_DIR), so each host's index reaches the server only
+    through the bucket: built once, on a worker, and copied."""
+    distributed = pytest.importorskip("distributed")
+    from profscope.app.scale_out import DaskConversions, local_cluster
+
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", emulator)  # inherited by the worker processes
+    monkeypatch.setenv("PROFSCOPE_WORKER_CACHE_DIR", str(tmp_path / "worker-cache"))
+    cluster = local_cluster(1)
+    client = distributed.Client(cluster)
+    conv = DaskConversions(client=client)
+    try:
+        shared = SharedRecord(ObjectStore(prefix), writer="server")
+        ws = Workspace(LogDir(str(pod)), DiskCache(tmp_path / "server", workers=WorkerPool(enabled=False), shared=shared))
+        ws.scale_out = conv
+        run = ws.run("pod")
+        sources = ws.trace_sources(run)
+        for host, info in sources:
+            assert ws.trace_index(run, host, info).n > 0
+        assert shared.stats["fetched"] == len(sources) == 4 and shared.stats["published"] == 0, shared.stats
+        keys = {ws._trace_index_key(host, info) for host, info in sources}
+        on_worker = {p.name[:-2] for p in (tmp_path / "worker-cache").rglob("*.d") if not p.name.startswith(".")}
+        assert keys <= on_worker
+        for key in keys:
+            assert _hashes(ws.cache.built_dir(key)) == _hashes(tmp_path / "worker-cache" / key[:2] / f"{key}.d")
+            assert shared.manifest(key)["writer"] != "server"
+    finally:
+        conv.close()
+        client.close()
+        cluster.close(timeout=20)

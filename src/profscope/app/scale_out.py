@@ -59,25 +59,35 @@ _workspaces: dict = {}
 _workspaces_lock = threading.Lock()
 
 
-def _worker_workspace(logdir_url: str, cache_root: str):
-    """One Workspace per (log dir, cache) in this worker process, made on first use."""
+def _worker_workspace(logdir_url: str, cache_root: str, shared_cache: str | None = None):
+    """One Workspace per (log dir, cache, shared cache) in this worker process, made on
+    first use. With ``shared_cache`` (the server's --shared-cache) the worker's own cache
+    folder is a local copy, and what it builds is published to the record, where the
+    server (on another machine) copies it from (cache/shared.py); that folder is then
+    $PROFSCOPE_WORKER_CACHE_DIR when the worker has it (the server's path may not exist
+    in a worker's pod), else the server's path."""
     from profscope.app.workspace import Workspace
+    from profscope.cache.shared import SharedRecord
     from profscope.cache.store import DiskCache
     from profscope.cache.worker import WorkerPool
     from profscope.storage import LogDir
+    from profscope.storage.object_store import ObjectStore
 
+    if shared_cache:
+        cache_root = os.environ.get("PROFSCOPE_WORKER_CACHE_DIR") or cache_root
     with _workspaces_lock:
-        ws = _workspaces.get((logdir_url, cache_root))
+        ws = _workspaces.get((logdir_url, cache_root, shared_cache))
         if ws is None:
+            shared = SharedRecord(ObjectStore(shared_cache)) if shared_cache else None
             # Inline: the Dask worker is already the process a conversion runs in.
-            cache = DiskCache(cache_root, workers=WorkerPool(enabled=False))
+            cache = DiskCache(cache_root, workers=WorkerPool(enabled=False), shared=shared)
             cache.progress = _BuildRecorder()
-            ws = _workspaces[logdir_url, cache_root] = Workspace(LogDir(logdir_url), cache)
+            ws = _workspaces[logdir_url, cache_root, shared_cache] = Workspace(LogDir(logdir_url), cache)
         return ws
 
 
 def convert_host(logdir_url: str, cache_root: str, run_name: str, host: str, *,
-                 report: bool = True, report_every: float = REPORT_EVERY) -> dict:
+                 report: bool = True, report_every: float = REPORT_EVERY, shared_cache: str | None = None) -> dict:
     """The Dask task: builds ``host``'s trace index of ``run_name`` into the cache.
     Answers ``{"host", "key", "seconds", "built", "started", "pid"}``; ``built`` is False
     when the index was in the cache already (or another process built it meanwhile).
@@ -85,7 +95,7 @@ def convert_host(logdir_url: str, cache_root: str, run_name: str, host: str, *,
     (:class:`_Reporter`), which every client subscribed to it receives, at most every
     ``report_every`` seconds between the first and the last."""
     started, t0 = time.time(), time.perf_counter()
-    ws = _worker_workspace(logdir_url, cache_root)
+    ws = _worker_workspace(logdir_url, cache_root, shared_cache)
     try:
         run = ws.run(run_name)
     except NotFound:
@@ -332,7 +342,7 @@ class DaskConversions:
         with self._lock:
             todo = [(host, key) for host, key in hosts if self._wants(ws, key)]
             self._runs.setdefault((ws.logdir.url, run.name), {"total": len(hosts), "done": set()})["done"].update(
-                host for host, key in hosts if ws.cache.built_dir(key) is not None)
+                host for host, key in hosts if ws.cache.is_built(key))
         # Read access is checked before anything is submitted for a file (outside the
         # lock: on a bucket it is a ranged request per host, made in parallel).
         refused = self._check_access(ws, [(host, infos[host]) for host, _ in todo])
@@ -347,7 +357,8 @@ class DaskConversions:
                     continue
                 self._futures[key] = self.client.submit(
                     convert_host, ws.logdir.url, str(ws.cache.root), run.name, host,
-                    report_every=self.report_every, key=key, priority=FIRST_PRIORITY if host == first_host else 0, retries=0)
+                    report_every=self.report_every, shared_cache=ws.cache.shared.url if ws.cache.shared else None,
+                    key=key, priority=FIRST_PRIORITY if host == first_host else 0, retries=0)
                 submitted.append(key)
         return submitted, refused
 
@@ -355,7 +366,7 @@ class DaskConversions:
         old = self._futures.get(key)
         if old is not None and old.status not in ("error", "cancelled", "lost"):
             return False
-        return ws.cache.built_dir(key) is None
+        return not ws.cache.is_built(key)
 
     def _check_access(self, ws, host_infos: list) -> dict:
         if not host_infos:
@@ -398,7 +409,7 @@ class DaskConversions:
             elif f is not None:
                 # an event says processing before the scheduler's own list may
                 entry["state"] = "processing" if key in processing or _live(event) else "pending"
-            elif ws.cache.built_dir(key) is not None:
+            elif ws.cache.is_built(key):
                 entry.update(state="done", fraction=1.0, stage=None)
                 if event is not None and event.get("state") == "done":
                     entry.update(seconds=event.get("seconds"), built=event.get("built"))

@@ -73,7 +73,7 @@ class Traces:
         window at that resolution (:meth:`trace_preview`)."""
         key = self._trace_index_key(host, info)
         scale_out = self.scale_out
-        if scale_out is not None and scale_out.usable() and self.cache.built_dir(key) is None:
+        if scale_out is not None and scale_out.usable() and not self.cache.is_built(key):
             # The run's hosts go to the Dask cluster, this one first; once it is built,
             # get_or_build_dir below finds the folder. A failed task leaves the build
             # (or the input's remembered error) to that path, as without Dask.

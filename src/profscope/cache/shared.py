@@ -82,6 +82,9 @@ class SharedRecord:
         self._uploads = None  # a ThreadPoolExecutor, made on the first publish_later
         self._pid = os.getpid()  # a forked child makes its own (the pool's threads are not in it)
         self._pending: set = set()
+        # Commits seen: one never changes or goes away (profscope deletes none), so the
+        # Dask status polls of a 256-host run ask the bucket once per entry, not per poll.
+        self._commits: dict[str, dict] = {}
         self.stats = {"fetched": 0, "published": 0, "waited": 0, "lostRace": 0, "errors": 0, "lastError": None}
 
     @property
@@ -110,6 +113,9 @@ class SharedRecord:
 
     def manifest(self, key: str) -> dict | None:
         """The entry's commit, or None when it has none (or it cannot be read)."""
+        seen = self._commits.get(key)
+        if seen is not None:
+            return seen
         try:
             raw = self.store.read(self._name(key, ".commit"))
             if raw is None:
@@ -117,6 +123,9 @@ class SharedRecord:
             m = orjson.loads(raw)
             if m.get("version") != RECORD_VERSION or m.get("key") != key:
                 return None
+            if len(self._commits) > 100_000:
+                self._commits.clear()
+            self._commits[key] = m
             return m
         except Exception as e:  # noqa: BLE001 - a store error is never the request's
             self._failed("reading the commit of", key, e)
