@@ -148,12 +148,16 @@ def test_the_first_commit_wins_and_the_loser_removes_its_files(tmp_path, emulato
         (tmp_path / name).mkdir()
         (tmp_path / name / "f").write_bytes(body)
     ra, rb = SharedRecord(store, writer="a"), SharedRecord(store, writer="b")
-    assert ra.publish(key, [("f", tmp_path / "a/f")], kind="dir")
-    assert not rb.publish(key, [("f", tmp_path / "b/f")], kind="dir")
+    assert ra.publish(key, [("f", tmp_path / "a/f")], kind="dir", scratch=tmp_path)
+    assert not rb.publish(key, [("f", tmp_path / "b/f")], kind="dir", scratch=tmp_path)
     assert rb.stats["lostRace"] == 1
     assert ra.manifest(key)["writer"] == "a"
-    assert store.read(f"v1/{key[:2]}/{key}/a/f") == b"from a"
-    assert not store.exists(f"v1/{key[:2]}/{key}/b/f")
+    assert store.exists(f"v1/{key[:2]}/{key}/a/entry.tar")
+    assert not store.exists(f"v1/{key[:2]}/{key}/b/entry.tar")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b"]  # no pack left behind
+    dest = tmp_path / "copy"
+    dest.mkdir()
+    assert rb._fetch(key, rb.manifest(key), dest) and (dest / "f").read_bytes() == b"from a"
 
 
 def test_a_lease_nobody_refreshes_is_waited_for_only_until_it_goes_stale(tmp_path, emulator, prefix):
@@ -194,10 +198,11 @@ def test_a_damaged_record_is_rebuilt_locally(tmp_path, emulator, prefix):
     a = _replica(tmp_path, "a", emulator, prefix)
     a.get_or_build_dir(key, "x", lambda p, folder: (folder / "f").write_bytes(b"v"))
     a.shared.flush()
-    a.shared.store.delete(f"v1/{key[:2]}/{key}/a/f")
+    a.shared.store.delete(f"v1/{key[:2]}/{key}/a/entry.tar")
     b = _replica(tmp_path, "b", emulator, prefix)
     path = b.get_or_build_dir(key, "x", lambda p, folder: (folder / "f").write_bytes(b"v"))
     assert (path / "f").read_bytes() == b"v"
+    b.shared.flush()  # its own publication (a lost race: the damaged commit stays) and its pack removed
     assert b.shared.stats["errors"] == 1 and "copying" in b.shared.stats["lastError"]
     assert not any(p.name.startswith(".tmp-") for p in path.parent.iterdir())  # the failed copy removed
 
@@ -327,3 +332,29 @@ def test_dask_workers_with_their_own_cache_folders_publish_and_the_server_copies
         conv.close()
         client.close()
         cluster.close(timeout=20)
+
+
+def test_a_record_naming_a_path_outside_its_entry_is_not_extracted(tmp_path, emulator, prefix):
+    """A pack is taken apart only into its entry: a commit and pack that name
+    ``../escape`` (written by hand here, as a hostile writer of the bucket could) fail
+    the copy, and the replica converts the entry itself."""
+    import io
+    import tarfile
+
+    import orjson
+
+    key = cache_key("test", "hostile")
+    store = _store(emulator, prefix)
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        info = tarfile.TarInfo("../escape")
+        info.size = 4
+        tar.addfile(info, io.BytesIO(b"evil"))
+    store.write(f"v1/{key[:2]}/{key}/x/entry.tar", buf.getvalue())
+    assert store.create(f"v1/{key[:2]}/{key}.commit", orjson.dumps(
+        {"version": 1, "key": key, "kind": "dir", "writer": "x", "files": [["../escape", 4]], "time": 0}))
+    b = _replica(tmp_path, "b", emulator, prefix)
+    path = b.get_or_build_dir(key, "x", lambda p, folder: (folder / "f").write_bytes(b"built"))
+    assert (path / "f").read_bytes() == b"built"
+    b.shared.flush()
+    assert not list(tmp_path.rglob("escape")) and b.shared.stats["errors"] == 1

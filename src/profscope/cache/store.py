@@ -210,7 +210,8 @@ class DiskCache:
                 self.progress.finish(job)
             self.put(key, gz)
             if self.shared is not None:
-                self.shared.publish_later(key, [(SHARED_BLOB, self._path(key))], kind="blob")
+                self.shared.publish_later(key, [(SHARED_BLOB, self._path(key))], kind="blob",
+                                          scratch=self._path(key).parent)
             return gz
 
     def get_or_build_dir(self, key: str, label: str, build: Callable[[Progress, Path], object], *,
@@ -246,7 +247,7 @@ class DiskCache:
                 shutil.rmtree(self.preview_dir(key), ignore_errors=True)
             self._added(key, eviction.tree_size(final))
             if self.shared is not None:
-                self.shared.publish_later(key, folder_files(final), kind="dir")
+                self.shared.publish_later(key, folder_files(final), kind="dir", scratch=final.parent)
             return final
 
     def preview_dir(self, key: str) -> Path:
