@@ -26,16 +26,20 @@ HOSTS = [f"host{i:02d}" for i in range(16)]
 TIMEOUT = 60  # seconds for any one wait on the cluster
 
 
-@pytest.fixture(scope="module")
-def session(tmp_path_factory) -> Path:
-    """A log dir with one session of 16 hosts, each a copy of the demo's real xplane."""
-    (xplane,) = DEMO.glob("*/demo-host.xplane.pb")
-    logdir = tmp_path_factory.mktemp("pod") / "logs"
+def _copies(logdir: Path, xplane: Path) -> Path:
+    """``logdir`` with one session ``s`` of the 16 HOSTS, each a copy of ``xplane``."""
     folder = logdir / "plugins/profile/s"
     folder.mkdir(parents=True)
     for host in HOSTS:
         shutil.copy(xplane, folder / f"{host}.xplane.pb")
     return logdir
+
+
+@pytest.fixture(scope="module")
+def session(tmp_path_factory) -> Path:
+    """A log dir with one session of 16 hosts, each a copy of the demo's real xplane."""
+    (xplane,) = DEMO.glob("*/demo-host.xplane.pb")
+    return _copies(tmp_path_factory.mktemp("pod") / "logs", xplane)
 
 
 @pytest.fixture(scope="module")
@@ -43,12 +47,7 @@ def gpu_session(tmp_path_factory, shared_fixtures) -> Path:
     """16 hosts, each a copy of a real 3 MB TensorFlow GPU xplane (~0.3 s to index, long
     enough for progress events between a build's first and last)."""
     (xplane, *_) = sorted(shared_fixtures.glob("public_profiles/xplane/tf_gpu/plugins/profile/*/*.xplane.pb"))
-    logdir = tmp_path_factory.mktemp("gpu-pod") / "logs"
-    folder = logdir / "plugins/profile/s"
-    folder.mkdir(parents=True)
-    for host in HOSTS:
-        shutil.copy(xplane, folder / f"{host}.xplane.pb")
-    return logdir
+    return _copies(tmp_path_factory.mktemp("gpu-pod") / "logs", xplane)
 
 
 @pytest.fixture(scope="module")
