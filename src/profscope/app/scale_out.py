@@ -339,10 +339,11 @@ class DaskConversions:
         if first_host is not None and first_host not in infos:
             raise NotFound(f"run {run.name!r} has no host {first_host!r}")
         hosts.sort(key=lambda hk: hk[0] != first_host)  # stable: the rest keep their order
+        built = self._built(ws, [key for _, key in hosts])
         with self._lock:
-            todo = [(host, key) for host, key in hosts if self._wants(ws, key)]
+            todo = [(host, key) for host, key in hosts if key not in built and not self._in_flight(key)]
             self._runs.setdefault((ws.logdir.url, run.name), {"total": len(hosts), "done": set()})["done"].update(
-                host for host, key in hosts if ws.cache.is_built(key))
+                host for host, key in hosts if key in built)
         # Read access is checked before anything is submitted for a file (outside the
         # lock: on a bucket it is a ranged request per host, made in parallel).
         refused = self._check_access(ws, [(host, infos[host]) for host, _ in todo])
@@ -353,7 +354,7 @@ class DaskConversions:
                     self._refused[key] = refused[host].message
                     continue
                 self._refused.pop(key, None)
-                if not self._wants(ws, key):  # submitted by another request meanwhile
+                if self._in_flight(key):  # submitted by another request meanwhile
                     continue
                 self._futures[key] = self.client.submit(
                     convert_host, ws.logdir.url, str(ws.cache.root), run.name, host,
@@ -362,11 +363,23 @@ class DaskConversions:
                 submitted.append(key)
         return submitted, refused
 
-    def _wants(self, ws, key: str) -> bool:
+    def _in_flight(self, key: str) -> bool:
         old = self._futures.get(key)
-        if old is not None and old.status not in ("error", "cancelled", "lost"):
-            return False
-        return not ws.cache.is_built(key)
+        return old is not None and old.status not in ("error", "cancelled", "lost")
+
+    @staticmethod
+    def _built(ws, keys: list[str]) -> set[str]:
+        """The keys built here or committed to the shared record; outside the lock, and
+        the record's reads in parallel (a request each on a bucket: 256 one after
+        another would take seconds)."""
+        built = {k for k in keys if ws.cache.built_dir(k) is not None}
+        rest = [k for k in keys if k not in built]
+        if rest and ws.cache.shared is not None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(min(16, len(rest)), thread_name_prefix="profscope-record") as pool:
+                built.update(k for k, ok in zip(rest, pool.map(ws.cache.shared.committed, rest)) if ok)
+        return built
 
     def _check_access(self, ws, host_infos: list) -> dict:
         if not host_infos:
