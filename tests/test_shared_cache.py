@@ -358,3 +358,28 @@ def test_a_record_naming_a_path_outside_its_entry_is_not_extracted(tmp_path, emu
     assert (path / "f").read_bytes() == b"built"
     b.shared.flush()
     assert not list(tmp_path.rglob("escape")) and b.shared.stats["errors"] == 1
+
+
+def test_a_forked_conversion_worker_reads_the_record_but_never_leases_or_publishes(tmp_path, emulator, prefix):
+    """A forked worker exits as soon as its conversion returns: a lease it took would be
+    left with nobody refreshing it (other replicas waiting 60 s), an upload it started cut
+    short. So in a child the record is read only; the server process leases and publishes."""
+    key = cache_key("test", "forked")
+    cache = _replica(tmp_path, "a", emulator, prefix)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: what a nested conversion in a worker does
+        try:
+            cache.get_or_build_dir(key, "x", lambda p, folder: (folder / "f").write_bytes(b"child"))
+            os.write(w, b"ok")
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    assert os.read(r, 2) == b"ok"
+    store = cache.shared.store
+    assert not store.exists(f"v1/{key[:2]}/{key}.lease") and not cache.shared.committed(key)
+    assert (cache.built_dir(key) / "f").read_bytes() == b"child"  # built, locally only
+    other = cache_key("test", "forked-parent")
+    cache.get_or_build_dir(other, "x", lambda p, folder: (folder / "f").write_bytes(b"parent"))
+    cache.shared.flush()
+    assert cache.shared.committed(other)  # the parent still publishes

@@ -83,7 +83,10 @@ class SharedRecord:
         self._lock = threading.Lock()
         self._heartbeats: dict[str, threading.Event] = {}
         self._uploads = None  # a ThreadPoolExecutor, made on the first publish_later
-        self._pid = os.getpid()  # a forked child makes its own (the pool's threads are not in it)
+        # The process that made the record leases and publishes; a forked conversion
+        # worker (cache/worker.py) only reads it: it exits when its conversion returns,
+        # which would leave a lease no thread refreshes and an upload cut short.
+        self._home = os.getpid()
         self._pending: set = set()
         # Commits seen: one never changes or goes away (profscope deletes none), so the
         # Dask status polls of a 256-host run ask the bucket once per entry, not per poll.
@@ -184,6 +187,8 @@ class SharedRecord:
         return dest if self._fetch(key, m, dest) else None
 
     def _claim(self, key: str) -> bool:
+        if os.getpid() != self._home:
+            return False
         name = self._name(key, ".lease")
         try:
             if not self.store.create(name, self._lease_body()):
@@ -259,10 +264,11 @@ class SharedRecord:
         other replicas wait for it rather than converting again."""
         from concurrent.futures import ThreadPoolExecutor
 
+        if os.getpid() != self._home:
+            return  # what a forked worker converts inline, the next replica converts too (see _home)
         with self._lock:
-            if self._uploads is None or self._pid != os.getpid():
+            if self._uploads is None:
                 self._uploads = ThreadPoolExecutor(2, thread_name_prefix="profscope-publish")
-                self._pid = os.getpid()
             future = self._uploads.submit(self.publish, key, entry, kind=kind, scratch=scratch)
             self._pending.add(future)
         future.add_done_callback(self._pending.discard)
