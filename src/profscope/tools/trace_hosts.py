@@ -8,10 +8,13 @@ intervals, its span), or the error reading that host's file raised. Output: plai
 
 Per host (:func:`host_summary`):
 
-* steps: the host's step markers merged by name (a step seen on several threads or
-  devices, e.g. a ``Steps`` line per GPU, is one step from its first start to its last
-  end), in start order: ``name``, ``number``, ``startPs`` (from the host's first event),
-  ``durPs``. The host's **step time** is the median of its step durations: the first
+* steps: the host's step markers merged by name, in start order: ``name``, ``number``,
+  ``startPs`` (its earliest start on any line, from the host's first event) and ``durPs``,
+  the longest of its lines' durations, each line's from its first start to its last end
+  there. A step seen on several threads or devices (a ``Steps`` line per GPU) is as long
+  as its slowest one, not the stretch from one device's start to another's end: on the
+  public TF GPU profile, GPU 4 and GPU 6 ran step 0 some 650 ms apart, which merged
+  end-to-end made a 669 ms "step" of ~20 ms ones. The host's **step time** is the median of its step durations: the first
   step of a JAX/TF program usually includes compilation, and the median is the number a
   steady state is judged by (mean, min, max and total are given beside it);
 * busy and idle: per device, ``busyPs`` is the length of the union of its op intervals
@@ -101,15 +104,22 @@ def host_summary(host: str, act: HostActivity) -> dict[str, Any]:
 
 
 def _merged_steps(act: HostActivity, base: int) -> list[dict]:
-    by_name: dict[str, list] = {}
+    # first: each line's extent of the step (its first start to its last end there)
+    per_line: dict[tuple[str, str], list] = {}
     for s in act.steps:
-        cur = by_name.get(s.name)
+        cur = per_line.get((s.name, s.where))
         if cur is None:
-            by_name[s.name] = [s.start_ps, s.start_ps + s.dur_ps, s.number]
+            per_line[s.name, s.where] = [s.start_ps, s.start_ps + s.dur_ps, s.number]
         else:
             cur[0] = min(cur[0], s.start_ps)
             cur[1] = max(cur[1], s.start_ps + s.dur_ps)
-    out = [{"name": n, "number": v[2], "startPs": v[0] - base, "durPs": v[1] - v[0]} for n, v in by_name.items()]
+    # then the host's: its earliest start, and its longest line's duration
+    by_name: dict[str, list] = {}
+    for (name, _), (b, e, number) in per_line.items():
+        cur = by_name.setdefault(name, [b, e - b, number])
+        cur[0] = min(cur[0], b)
+        cur[1] = max(cur[1], e - b)
+    out = [{"name": n, "number": v[2], "startPs": v[0] - base, "durPs": v[1]} for n, v in by_name.items()]
     out.sort(key=lambda s: (s["startPs"], s["name"]))
     return out
 
