@@ -13,6 +13,7 @@ import threading
 import time
 from pathlib import Path
 
+import orjson
 import pytest
 
 os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")  # before gcsfs is imported
@@ -341,8 +342,6 @@ def test_a_record_naming_a_path_outside_its_entry_is_not_extracted(tmp_path, emu
     import io
     import tarfile
 
-    import orjson
-
     key = cache_key("test", "hostile")
     store = _store(emulator, prefix)
     buf = io.BytesIO()
@@ -383,3 +382,36 @@ def test_a_forked_conversion_worker_reads_the_record_but_never_leases_or_publish
     cache.get_or_build_dir(other, "x", lambda p, folder: (folder / "f").write_bytes(b"parent"))
     cache.shared.flush()
     assert cache.shared.committed(other)  # the parent still publishes
+
+
+def test_a_bad_input_fails_once_across_replicas(tmp_path, emulator, prefix):
+    """Replica A's conversion fails on a bad input: B (its own folder) answers the same
+    error without converting, and keeps it locally; a replica of another profscope
+    version (whose reader may be fixed) converts it again."""
+    from profscope.errors import BadInput
+
+    key = cache_key("test", "bad-everywhere")
+    a, b = _replica(tmp_path, "a", emulator, prefix), _replica(tmp_path, "b", emulator, prefix)
+    calls = []
+
+    def bad(progress, folder):
+        calls.append(1)
+        raise BadInput("truncated XSpace profile", file="host03.xplane.pb")
+
+    with pytest.raises(BadInput):
+        a.get_or_build_dir(key, "x", bad)
+    with pytest.raises(BadInput) as err:
+        b.get_or_build_dir(key, "x", bad)
+    assert calls == [1] and err.value.message == "truncated XSpace profile" and err.value.file == "host03.xplane.pb"
+    assert b.shared.stats["failures"] == 1 and b._failure_path(key).exists()
+    with pytest.raises(BadInput):  # from its own folder now: the record is not asked again
+        b.get_or_build_dir(key, "x", bad)
+    assert b.shared.stats["failures"] == 1 and calls == [1]
+    c = _replica(tmp_path, "c", emulator, prefix)
+    record = orjson.loads(c.shared.store.read(f"v1/{key[:2]}/{key}.failed"))
+    c.shared.store.delete(f"v1/{key[:2]}/{key}.failed")
+    record["version"] = "0.0.0-other"
+    assert c.shared.store.create(f"v1/{key[:2]}/{key}.failed", orjson.dumps(record))
+    path = c.get_or_build_dir(key, "x", lambda p, folder: (folder / "f").write_bytes(b"fixed"))
+    assert (path / "f").read_bytes() == b"fixed"
+    c.shared.flush()

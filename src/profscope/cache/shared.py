@@ -14,6 +14,9 @@ the store (``v1``: another layout is simply never read):
 ``v1/<kk>/<key>/<writer>/entry.tar``
     the entry's files as one tar, under the writer's own name: two replicas that raced
     upload to different names, never over each other's objects; the loser deletes its own.
+``v1/<kk>/<key>.failed``
+    a bad input's error (the local cache's failure record), create-only: another replica
+    answers it at once instead of converting the same bad file again.
 ``v1/<kk>/<key>.lease``
     who builds the entry now (create-only, refreshed every ``lease_s / 4`` by its
     holder). Another replica that finds it waits for the commit instead of converting
@@ -45,6 +48,15 @@ log = logging.getLogger("profscope.cache.shared")
 RECORD_VERSION = 1
 PACK = "entry.tar"  # an entry's files, as one object (SharedRecord.publish)
 LEASE_S = 60.0
+
+
+class RecordedFailure(Exception):
+    """Another writer's conversion of the entry failed on a bad input; ``record`` is the
+    failure record it kept (cache/store.py ``_remember_failure``)."""
+
+    def __init__(self, record: bytes):
+        super().__init__("a conversion of this entry failed elsewhere")
+        self.record = record
 
 
 class Store(Protocol):
@@ -91,7 +103,7 @@ class SharedRecord:
         # Commits seen: one never changes or goes away (profscope deletes none), so the
         # Dask status polls of a 256-host run ask the bucket once per entry, not per poll.
         self._commits: dict[str, dict] = {}
-        self.stats = {"fetched": 0, "published": 0, "waited": 0, "lostRace": 0, "errors": 0, "lastError": None}
+        self.stats = {"fetched": 0, "published": 0, "waited": 0, "lostRace": 0, "failures": 0, "errors": 0, "lastError": None}
 
     @property
     def url(self) -> str:
@@ -172,19 +184,44 @@ class SharedRecord:
         """The committed entry ``key`` copied into the folder ``fetch_into()`` makes, or
         None when this process is to build it: then it holds the lease (when it could take
         one) until :meth:`publish` or :meth:`release`. Waits while another writer's live
-        lease says it is building ``key``."""
+        lease says it is building ``key``. Raises :class:`RecordedFailure` when another
+        writer's conversion of ``key`` failed on a bad input (:meth:`publish_failure`)."""
         m = self.manifest(key)
         if m is None and self._claim(key):
             m = self.manifest(key)  # committed between the two reads: nothing to build
             if m is None:
+                self._raise_failure(key, release=True)
                 return None
             self.release(key)
         if m is None:
             m = self._wait(key)
+            if m is None:
+                self._raise_failure(key)
         if m is None or m.get("kind") != kind:
             return None
         dest = fetch_into()
         return dest if self._fetch(key, m, dest) else None
+
+    def publish_failure(self, key: str, record: bytes) -> None:
+        """Keep a bad input's error (cache/store.py ``_remember_failure``'s record) beside
+        the entry, create-only: the key names the file's identity, so every replica then
+        answers the same 4xx at once instead of converting a bad 300 MB file again."""
+        try:
+            self.store.create(self._name(key, ".failed"), record)
+        except Exception as e:  # noqa: BLE001
+            self._failed("recording the failure of", key, e)
+
+    def _raise_failure(self, key: str, *, release: bool = False) -> None:
+        try:
+            record = self.store.read(self._name(key, ".failed"))
+        except Exception as e:  # noqa: BLE001
+            self._failed("reading the failure of", key, e)
+            return
+        if record is not None:
+            if release:
+                self.release(key)
+            self._count("failures")
+            raise RecordedFailure(record)
 
     def _claim(self, key: str) -> bool:
         if os.getpid() != self._home:

@@ -33,7 +33,7 @@ import orjson
 from profscope import __version__
 from profscope.cache import eviction
 from profscope.cache.progress import Progress, ProgressBoard
-from profscope.cache.shared import SharedRecord, folder_files
+from profscope.cache.shared import RecordedFailure, SharedRecord, folder_files
 from profscope.cache.worker import WorkerPool
 from profscope.errors import BadInput, CacheFull, ProfscopeError, TooLarge
 from profscope.forksafe import renew_after_fork
@@ -278,7 +278,7 @@ class DiskCache:
             return tmp[0]
 
         try:
-            got = self.shared.obtain(key, fetch_into, kind="blob")
+            got = self._obtain(key, fetch_into, "blob")
             return (got / SHARED_BLOB).read_bytes() if got is not None else None
         finally:
             if tmp:
@@ -293,7 +293,7 @@ class DiskCache:
             return tmp[0]
 
         final.parent.mkdir(parents=True, exist_ok=True)
-        got = self.shared.obtain(key, fetch_into, kind="dir")
+        got = self._obtain(key, fetch_into, "dir")
         if got is None:
             if tmp:
                 shutil.rmtree(tmp[0], ignore_errors=True)
@@ -301,6 +301,18 @@ class DiskCache:
         os.replace(got, final)
         self._added(key, eviction.tree_size(final))
         return True
+
+    def _obtain(self, key: str, fetch_into: Callable[[], Path], kind: str) -> Path | None:
+        """``shared.obtain``; another replica's failure on this input is kept here too and
+        raised as this cache's own would be (unless its memory limit or version differs:
+        then it is converted here)."""
+        try:
+            return self.shared.obtain(key, fetch_into, kind=kind)
+        except RecordedFailure as e:
+            with _suppress():
+                self.put_raw(self._failure_path(key), e.record)
+            self._raise_if_failed(key)
+            return None
 
     def _shared_release(self, key: str) -> None:
         if self.shared is not None:
@@ -331,6 +343,8 @@ class DiskCache:
                   "version": __version__}
         with _suppress():
             self.put_raw(self._failure_path(key), orjson.dumps(record))
+        if self.shared is not None:  # and for the other replicas (cache/shared.py)
+            self.shared.publish_failure(key, orjson.dumps(record))
 
     def _raise_if_failed(self, key: str) -> None:
         try:
