@@ -2,8 +2,11 @@
 // host: every host's peak side by side, worst first, from /api/memory_hosts
 // (tools/memory_hosts.py: rows with status ok / noAllocatorEvents / error, and a
 // rollup with max, min, median, mean, imbalance and max / median). Each host is a link
-// that sets host= in the URL (the shell's key; the page's own keys reset with it), so
-// the view a click opens is shareable.
+// that sets host= in the URL (the shell's key; the page's own keys reset with it) and,
+// for a host with a peak, memory_id= its peak's allocator: the page would otherwise open
+// on memoryIds[0] (sorted by name, as XProf's), often not the allocator that peaked (the
+// TF GPU profile peaks on GPU_6_bfc and opens on GPU_1_bfc). The view a click opens is
+// shareable.
 import { el, fill } from "../lib/dom.js";
 import { go, readState, resetFor, stateUrl } from "../lib/state.js";
 import { cachedJson, errorBox } from "../lib/api.js";
@@ -24,12 +27,14 @@ export function hostsSection(run, current) {
   return box;
 }
 
-function hostUrlState(host) {
-  return { ...resetFor(readState(), "host"), host };
+function hostUrlState(host, memoryId) {
+  const s = { ...resetFor(readState(), "host"), host };
+  if (memoryId) s.memory_id = memoryId;
+  return s;
 }
 
-function hostLink(host) {
-  const s = hostUrlState(host);
+function hostLink(host, memoryId) {
+  const s = hostUrlState(host, memoryId);
   return el("a", { href: stateUrl(s), class: "mp-host-link", onclick: (e) => { e.preventDefault(); go(s); } }, host);
 }
 
@@ -47,7 +52,7 @@ function body(data, current) {
   const scale = Math.max(r.maxBytes, ...caps) || 1;
   const ratio = r.maxOverMedian;
   const sentence = el("p", { class: "mp-hosts-sentence", id: "mp-hosts-summary" },
-    hostLink(worst.host), " peaks at ", el("strong", {}, fmtBytes(worst.peakBytes)),
+    hostLink(worst.host, worst.memoryId), " peaks at ", el("strong", {}, fmtBytes(worst.peakBytes)),
     ` (${worst.peakMeasure}, allocator ${worst.memoryId || "(no name)"})`,
     ratio !== null && ratio !== undefined && ok.length > 1
       ? [", ", el("strong", { "data-value": String(ratio) }, `${ratio.toFixed(2)}×`), ` the median host (${fmtBytes(r.medianBytes)})`] : "",
@@ -86,7 +91,7 @@ function list(rows, current, scale) {
     const capMark = cap && cap <= scale ? el("span", { class: "mp-host-cap", style: `left: ${((100 * cap) / scale).toFixed(2)}%`, title: `capacity ${fmtBytes(cap)}` }) : null;
     attrs["data-peak"] = String(h.peakBytes);
     return el("li", attrs,
-      el("span", { class: "mp-host-name" }, hostLink(h.host)),
+      el("span", { class: "mp-host-name" }, hostLink(h.host, h.memoryId)),
       el("span", { class: "mp-host-track", title: `${exact(h.peakBytes)} at ${fmtMs(psToMs(h.peakTimePs))}` },
         el("span", { class: "mp-host-bar", style: `width: ${w.toFixed(2)}%` }), capMark),
       el("span", { class: "mp-host-peak" }, fmtBytes(h.peakBytes)),
