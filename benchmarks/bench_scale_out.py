@@ -16,6 +16,12 @@ Then the shared cache (``serve --shared-cache``, cache/shared.py) on a local GCS
 replica with its own cache folder copies them, and the costs per host (build, upload,
 copy, index size) feed a table for a 256-host × 300 MB session on 8, 32 and 128 workers.
 ``--only-shared`` skips the Dask part.
+
+Then the all-hosts views' per-host work (Workspace.fan_out): the memory roll-up
+(``/api/memory_hosts``: every host's memory profile) and the run's OOM risk (every host
+assessed, the worst one rated), cold, with the server's forked workers one host after
+another (2 slots, the default here: one is kept free), 2 at once (3 slots) and on the
+Dask cluster. ``--only-rollups`` runs only that.
 """
 
 from __future__ import annotations
@@ -194,18 +200,59 @@ def simulate(per_host_build_s: float, size_mb: float, index_ratio: float, rates:
                   f"{build_s:.0f} s |")
 
 
+def rollups(logdir: Path, base: Path, workers: int) -> list[tuple[str, float, float, int]]:
+    """(how, memory roll-up s, OOM risk of the run s, conversions forked by the server)."""
+    import gzip
+
+    import orjson
+
+    from profscope.app.queries import OomRiskQuery
+    from profscope.tools import registry
+
+    out = []
+    for how, slots, dask in (("forked workers, one at a time (2 slots)", 2, False),
+                             ("forked workers, 2 at once (3 slots)", 3, False),
+                             (f"{workers} Dask workers", 2, True)):
+        ws = Workspace(LogDir(str(logdir)), DiskCache(base / f"rollups-{slots}-{dask}", workers=WorkerPool(concurrency=slots)))
+        if dask:
+            ws.scale_out = DaskConversions(n_workers=workers)
+        (run,) = ws.runs()
+        t0 = time.perf_counter()
+        rows = ws.memory_hosts(run)
+        t1 = time.perf_counter()
+        oom = orjson.loads(gzip.decompress(ws.tool_data(run, registry.get("oom_risk"), OomRiskQuery())))
+        t2 = time.perf_counter()
+        assert rows["rollup"]["hosts"] == len(run.hosts) and len(oom["hosts"]) == len(run.hosts)
+        out.append((how, t1 - t0, t2 - t1, ws.cache.workers.stats["runs"]))
+        if dask:
+            ws.scale_out.close()
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--hosts", type=int, nargs="+", default=[8, 16])
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--profile", type=Path, default=PUBLIC if PUBLIC.exists() else DEMO)
     p.add_argument("--only-shared", action="store_true", help="only the shared cache and the 256-host table")
+    p.add_argument("--only-rollups", action="store_true", help="only the all-hosts memory roll-up and OOM risk")
     p.add_argument("--bucket-mb-s", type=float, default=200.0,
                    help="a real bucket's upload and download rate for the 256-host table (an assumption: "
                         "the single-threaded emulator is no measure of GCS; default 200)")
     args = p.parse_args()
     size_mb = args.profile.stat().st_size / 1e6
     print(f"profile: {args.profile} ({size_mb:.1f} MB), {os.cpu_count()} cores\n")
+    with tempfile.TemporaryDirectory() as tmp:
+        n = args.hosts[-1]
+        rows = rollups(session(Path(tmp), args.profile, n), Path(tmp), args.workers)
+    print(f"| {n} hosts × {size_mb:.1f} MB, cold | memory roll-up s | OOM risk of the run s | conversions forked by the server |")
+    print("|---|---|---|---|")
+    base = rows[0]
+    for how, mem_s, oom_s, forks in rows:
+        print(f"| {how} | {mem_s:.2f} ({base[1] / mem_s:.2f}×) | {oom_s:.2f} ({base[2] / oom_s:.2f}×) | {forks} |")
+    print()
+    if args.only_rollups:
+        return
     with tempfile.TemporaryDirectory() as tmp:
         shared = shared_cache(session(Path(tmp), args.profile, args.hosts[0]), Path(tmp))
     a, b, n = shared["a"], shared["b"], shared["hosts"]

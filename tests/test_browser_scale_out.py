@@ -28,7 +28,7 @@ HOSTS = [f"host{i:02d}" for i in range(16)]
 def server(tmp_path_factory, shared_fixtures):
     (xplane, *_) = sorted(shared_fixtures.glob("public_profiles/xplane/tf_gpu/plugins/profile/*/*.xplane.pb"))
     root = tmp_path_factory.mktemp("pod")
-    for run, hosts in (("s", HOSTS), ("t", HOSTS[:8])):
+    for run, hosts in (("s", HOSTS), ("t", HOSTS[:8]), ("u", HOSTS)):
         folder = root / "plugins/profile" / run
         folder.mkdir(parents=True)
         for host in hosts:
@@ -139,3 +139,26 @@ def test_the_memory_profile_page_of_a_converting_run_shows_the_panel(open_page, 
     page.wait_for_selector("#pick-run option", state="attached")
     time.sleep(1)
     assert _panel(page)["hidden"] is True
+
+
+def test_the_all_hosts_memory_section_is_made_on_the_cluster_with_its_progress(open_page, server):
+    """The memory profile page of a 16-host run asks for every host's peak: the hosts are
+    Dask tasks (Workspace.fan_out), and the page's progress line under the top bar says
+    so while they run, then the section lists the 16 hosts."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    page = open_page(server)
+    page.goto(f"{server}/?{urlencode({'run': 'u', 'tool': 'memory_profile', 'host': 'host00'}, quote_via=quote)}")
+    labels, deadline = [], time.monotonic() + 120
+    while time.monotonic() < deadline and page.locator("#mp-hosts-list .mp-host-row").count() < 16:
+        label = page.evaluate("() => { const b = document.querySelector('#progress'); "
+                              "return b && !b.hidden ? b.querySelector('.label').textContent : null; }")
+        if label and (not labels or labels[-1] != label):
+            labels.append(label)
+            if "on the Dask cluster" in label:
+                page.screenshot(path=str(ARTIFACTS / "scale_out_memory_hosts_progress.png"))
+        time.sleep(0.05)
+    assert page.locator("#mp-hosts-list .mp-host-row").count() == 16
+    assert any(label.startswith("memory peaks of 16 hosts on the Dask cluster") for label in labels), labels
+    assert "host00 peaks at" in page.inner_text("#mp-hosts-summary")
+    body = httpx.get(f"{server}/api/memory_hosts", params={"run": "u"}, timeout=30).json()
+    assert [r["status"] for r in body["hosts"]] == ["ok"] * 16

@@ -144,3 +144,45 @@ def test_one_hosts_corrupt_file_leaves_the_other_hosts_readable(make_client, tmp
     bad = client.get("/data/plugin/profile/data", params={"run": run, "tag": "memory_viewer", "host": "host05",
                                                            "module_name": module})
     assert bad.status_code == 422 and "host05.xplane.pb" in bad.json()["file"]
+
+
+def test_the_rows_are_made_in_several_workers_at_once(tmp_path, shared_fixtures):
+    """Without a cluster the rows not cached yet are made in the conversion workers, on
+    all their slots but one (Workspace.fan_out): with 3 slots two hosts convert at once
+    (seen in the pool's own count of running children), into the rows a 2-slot server
+    makes one after another; the corrupt host is still its own error row."""
+    import threading
+    import time
+
+    from profscope.app.workspace import Workspace
+    from profscope.cache.store import DiskCache
+    from profscope.cache.worker import WorkerPool
+    from profscope.storage import LogDir
+
+    name = build_multi_host(tmp_path / "log", shared_fixtures, corrupt=True)
+
+    def rows(slots: int) -> tuple[dict, int]:
+        ws = Workspace(LogDir(str(tmp_path / "log")), DiskCache(tmp_path / f"cache{slots}", workers=WorkerPool(concurrency=slots)))
+        most, stop = [0], threading.Event()
+
+        def watch():
+            while not stop.is_set():
+                most[0] = max(most[0], ws.cache.workers.stats["running"])
+                time.sleep(0.002)
+
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        try:
+            body = ws.memory_hosts(ws.run(name))
+        finally:
+            stop.set()
+            watcher.join()
+        assert ws.cache.workers.stats["runs"] == 5  # one worker per host either way
+        return body, most[0]
+
+    one_by_one, most = rows(2)
+    assert most == 1
+    at_once, most = rows(3)
+    assert most == 2
+    assert at_once == one_by_one
+    assert {r["host"]: r["status"] for r in at_once["hosts"]}["host05"] == "error"

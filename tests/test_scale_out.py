@@ -7,6 +7,7 @@ and ``profscope serve --dask-workers``."""
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import time
 from pathlib import Path
@@ -496,3 +497,58 @@ def test_a_server_as_another_user_refuses_what_it_cannot_read(cluster, tmp_path)
         watcher.client.close()
         watcher.close()
         shutil.rmtree(root, ignore_errors=True)
+
+
+def test_the_memory_roll_up_and_oom_risk_of_a_pod_session_run_on_the_cluster(gpu_session, cluster, tmp_path,
+                                                                             shared_fixtures):
+    """``/api/memory_hosts`` and OOM risk of a whole run (rated by its worst host) need
+    every host's memory profile: with a cluster those are Dask tasks (Workspace.fan_out),
+    and the server forks no conversion of its own for the roll-up (one for the run's
+    OOM assessment, which reads the hosts' back). Same answers as a serial server; a
+    truncated host is its own error row, as serially."""
+    from profscope.app.queries import OomRiskQuery
+    from profscope.tools import registry
+
+    import gzip
+    import orjson
+
+    logdir = tmp_path / "logs"
+    shutil.copytree(gpu_session, logdir)
+    (bad,) = shared_fixtures.glob("public_profiles/xplane/tpu_inference_corrupt/plugins/profile/*/*.xplane.pb")
+    shutil.copy(bad, logdir / "plugins/profile/s/host16.xplane.pb")
+
+    def answers(ws):
+        """The roll-up, the run's OOM risk, and the conversions each forked here."""
+        (run,) = ws.runs()
+        start = ws.cache.workers.stats["runs"]
+        rows = ws.memory_hosts(run)
+        middle = ws.cache.workers.stats["runs"]
+        oom = orjson.loads(gzip.decompress(ws.tool_data(run, registry.get("oom_risk"), OomRiskQuery())))
+        return rows, oom, middle - start, ws.cache.workers.stats["runs"] - middle
+
+    serial = Workspace(LogDir(str(logdir)), DiskCache(tmp_path / "serial", workers=WorkerPool(concurrency=2)))
+    rows, oom, forks, oom_forks = answers(serial)
+    assert forks == 17 and oom_forks == 1  # a worker per host, one after another (2 slots: no spare one)
+    assert rows["rollup"]["hosts"] == 16 and rows["hosts"][0]["memoryId"] == "GPU_6_bfc"
+    assert {r["host"]: r["status"] for r in rows["hosts"]}["host16"] == "error"
+
+    ws = Workspace(LogDir(str(logdir)), DiskCache(tmp_path / "dask", workers=WorkerPool(concurrency=2)))
+    ws.scale_out = DaskConversions(client=distributed.Client(cluster, timeout=TIMEOUT))
+    try:
+        rows_d, oom_d, forks_d, oom_forks_d = answers(ws)
+        assert rows_d == rows and oom_d == oom
+        # the truncated host too: its error, met on a worker, is remembered in the cache
+        assert forks_d == 0 and oom_forks_d == 1
+        assert ws.cache.progress.snapshot() == []  # the "... on the Dask cluster" job ended
+        tasks = [f.result() for f in ws.scale_out._futures.values() if f.status == "finished"]
+        assert len(tasks) == 34  # 17 memory rows + 17 hosts' assessments
+        errors = [t for t in tasks if t["error"]]
+        assert [t["host"] for t in errors] == ["host16", "host16"] and "truncated" in errors[0]["error"]
+        worker_pids = set(ws.scale_out.client.run(os.getpid).values())
+        assert {t["pid"] for t in tasks} <= worker_pids and os.getpid() not in worker_pids
+        # asked again: nothing is submitted, nothing converted
+        before = len(ws.scale_out._futures)
+        assert answers(ws)[2:] == (0, 0) and len(ws.scale_out._futures) == before
+    finally:
+        ws.scale_out.client.close()
+        ws.scale_out.close()

@@ -79,10 +79,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--no-capture", action="store_true", help="turn the Capture profile dialog and API off")
     # Not --workers, which issue 18 proposed: that already sets the forked pool's concurrency.
     serve.add_argument("--dask", nargs="?", const="env", metavar="ADDRESS",
-                       help="build trace indexes on an existing Dask cluster: its scheduler's address "
+                       help="build trace indexes (and the all-hosts views' per-host work) on an existing Dask cluster: its scheduler's address "
                             "(no ADDRESS: $DASK_SCHEDULER_ADDRESS); docs/scale_out.md")
     serve.add_argument("--dask-workers", type=int, metavar="N",
-                       help="build trace indexes on a local Dask cluster of N worker processes (docs/scale_out.md)")
+                       help="build trace indexes (and the all-hosts views' per-host work) on a local Dask cluster "
+                            "of N worker processes (docs/scale_out.md)")
     serve.add_argument("--shared-cache", metavar="URL", default=os.environ.get("PROFSCOPE_SHARED_CACHE") or None,
                        help="a gs://bucket/prefix (or a shared folder) that several profscope servers and their "
                             "Dask workers share: each conversion is made once and copied to every server's "
@@ -286,7 +287,8 @@ def cmd_serve(args) -> int:
     print(f"profscope {__version__}: {len(runs)} run(s) in {ws.logdir.url}", flush=True)
     print(f"cache: {ws.cache.root} ({ws.cache.describe()})", flush=True)
     if ws.scale_out is not None:
-        print(f"conversions: trace indexes on the {ws.scale_out.describe()}; the rest: {ws.cache.workers.describe()}",
+        print(f"conversions: trace indexes and the all-hosts views' per-host work on the {ws.scale_out.describe()}; "
+              f"the rest: {ws.cache.workers.describe()}",
               flush=True)
         # a line per host as the cluster finishes it (its workers' progress events)
         ws.scale_out.print_hosts()

@@ -54,7 +54,7 @@ class OomAssessment:
         requested = oom_risk.requested_capacity(query.capacity_bytes, query.device_memory)
         thresholds = oom_risk.tier_thresholds(query.threshold_medium, query.threshold_high)
         host = query.host
-        if run.kind is RunKind.PROFILE and not host and len(run.hosts) > 1:
+        if self._rates_every_host(run, query):
             return self._oom_risk_every_host(run, query, progress)
         compiled = allocator = snap_ev = trace_ev = module_choice = None
         modules: list[dict] = []
@@ -109,6 +109,11 @@ class OomAssessment:
                                requested=requested, device_name=query.device, devices=devices,
                                torch_trace=trace_ev, trace_devices=trace_devices, thresholds=thresholds,
                                module_choice=module_choice)
+
+    @staticmethod
+    def _rates_every_host(run: Run, query: OomRiskQuery) -> bool:
+        """A multi-host profile without ``host=`` is rated by its worst host."""
+        return run.kind is RunKind.PROFILE and not query.host and len(run.hosts) > 1
 
     def _oom_risk_every_host(self, run: Run, query: OomRiskQuery, progress) -> dict:
         """A multi-host profile rated by its worst host: the first host alone can miss a

@@ -14,8 +14,11 @@ class Query:
         """The fields that are set, sorted by name: part of the payload's cache key."""
         return sorted([f.name, getattr(self, f.name)] for f in fields(self) if getattr(self, f.name) is not None)
 
+    def fields(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
     def but(self, **changes) -> Query:
-        return type(self)(**{**{f.name: getattr(self, f.name) for f in fields(self)}, **changes})
+        return type(self)(**{**self.fields(), **changes})
 
 
 @dataclass(frozen=True, slots=True)

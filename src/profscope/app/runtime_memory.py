@@ -67,27 +67,35 @@ class RuntimeMemory:
 
     def memory_hosts(self, run: Run) -> dict:
         """Every host's memory peak side by side, worst first, with the roll-up across
-        hosts (tools/memory_hosts.py): ``GET /api/memory_hosts``. Each host's row comes
-        from that host's cached memory profile (the same entry ``tag=memory_profile&host=``
-        reads) and is kept under ``keys.MEMORY_HOST``; a host whose conversion fails is
-        a row with its error, the others are still shown."""
+        hosts (tools/memory_hosts.py): ``GET /api/memory_hosts``. The rows not cached yet
+        are made at once (Workspace.fan_out: on the Dask cluster, or in several workers);
+        a host whose conversion fails is a row with its error, the others are still shown."""
         if run.kind is not RunKind.PROFILE or not run.hosts:
             raise NotFound(f"run {run.name!r} is a {run.kind.value}; /api/memory_hosts reads the hosts of a profile run")
-        tool = registry.get("memory_profile")
+        self.fan_out(run, [(self._memory_host_key(run, h), ("memory_host", h)) for h in run.hosts],
+                     f"memory peaks of {len(run.hosts)} hosts")
         rows = []
         for host in run.hosts:
-            info = run.xplane(host)
             try:
-                # The host's file and the run's inputs: the payload's own key holds all of
-                # the run's files (Workspace.tool_data), so a new file renews both.
-                key = keys.derived(keys.MEMORY_HOST, self.logdir.url, tool.version, info.identity(),
-                                   [f.identity() for f in run.files])
-                rows.append(self.cache.get_or_compute_json(
-                    key, f"memory peak of {host}", lambda p, h=host: memory_hosts_tool.host_summary(
-                        h, orjson.loads(gzip.decompress(self.tool_data(run, tool, MemoryProfileQuery(host=h))))),
-                    file=self.logdir.display_path(info.path)))
+                rows.append(self.memory_host_row(run, host))
             except ProfscopeError as e:
                 rows.append(memory_hosts_tool.error_row(host, e.message, e.file))
         out = memory_hosts_tool.memory_hosts(rows)
         out["run"] = run.name
         return out
+
+    def _memory_host_key(self, run: Run, host: str) -> str:
+        # The host's file and the run's inputs: the payload's own key holds all of the
+        # run's files (Workspace.tool_data), so a new file renews both.
+        return keys.derived(keys.MEMORY_HOST, self.logdir.url, registry.get("memory_profile").version,
+                            run.xplane(host).identity(), [f.identity() for f in run.files])
+
+    def memory_host_row(self, run: Run, host: str) -> dict:
+        """One host's row of :meth:`memory_hosts`, from that host's cached memory profile
+        (the entry ``tag=memory_profile&host=`` reads), kept under ``keys.MEMORY_HOST``."""
+        tool = registry.get("memory_profile")
+        return self.cache.get_or_compute_json(
+            self._memory_host_key(run, host), f"memory peak of {host}",
+            lambda p: memory_hosts_tool.host_summary(
+                host, orjson.loads(gzip.decompress(self.tool_data(run, tool, MemoryProfileQuery(host=host))))),
+            file=self.logdir.display_path(run.xplane(host).path))

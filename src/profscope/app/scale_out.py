@@ -96,11 +96,7 @@ def convert_host(logdir_url: str, cache_root: str, run_name: str, host: str, *,
     ``report_every`` seconds between the first and the last."""
     started, t0 = time.time(), time.perf_counter()
     ws = _worker_workspace(logdir_url, cache_root, shared_cache)
-    try:
-        run = ws.run(run_name)
-    except NotFound:
-        ws.logdir.listing(refresh=True)  # the listing is cached a few seconds: the run may be newer
-        run = ws.run(run_name)
+    run = _worker_run(ws, run_name)
     sources = dict(ws.trace_sources(run))
     if host not in sources:
         raise NotFound(f"run {run_name!r} has no host {host!r}")
@@ -123,6 +119,33 @@ def convert_host(logdir_url: str, cache_root: str, run_name: str, host: str, *,
     if reporter is not None:
         reporter.end("done", seconds=seconds, built=built)
     return {"host": host, "key": key, "seconds": seconds, "built": built, "started": started, "pid": os.getpid()}
+
+
+def _worker_run(ws, run_name: str):
+    try:
+        return ws.run(run_name)
+    except NotFound:
+        ws.logdir.listing(refresh=True)  # the listing is cached a few seconds: the run may be newer
+        return ws.run(run_name)
+
+
+def run_host_job(logdir_url: str, cache_root: str, run_name: str, job: tuple, *,
+                 shared_cache: str | None = None) -> dict:
+    """The Dask task of one host's entry of a fan-out (app/workspace.py ``fan_out``,
+    ``host_job``: a tool's payload, a row of the memory roll-up), built into the
+    cache as the server would; answers ``{"host", "seconds", "pid", "error"}``. A bad
+    input's error is an answer, not a failed task: it is remembered in the cache (and
+    the shared record), where the server meets it when it reads that host's entry."""
+    from profscope.errors import ProfscopeError
+
+    t0 = time.perf_counter()
+    ws = _worker_workspace(logdir_url, cache_root, shared_cache)
+    try:
+        ws.host_job(_worker_run(ws, run_name), tuple(job))
+        error = None
+    except ProfscopeError as e:
+        error = e.message
+    return {"host": job[1], "seconds": time.perf_counter() - t0, "pid": os.getpid(), "error": error}
 
 
 class _Reporter:
@@ -363,16 +386,55 @@ class DaskConversions:
                 submitted.append(key)
         return submitted, refused
 
+    def run_host_jobs(self, ws, run, jobs: list[tuple[str, tuple]], what: str, timeout: float | None = None) -> None:
+        """Submits one task per ``(cache key, job)`` (:func:`run_host_job`, keyed by the
+        cache key: the replicas of a scheduler share them) and waits for them all,
+        their progress a job on the server's board ("memory peaks of 16 hosts on the
+        Dask cluster: 5/16"). What is built already (here, or committed to the shared
+        record) and the hosts this server cannot read are not submitted; a task that
+        fails is left for the caller, which reads every entry afterwards and so meets
+        the error (or builds it itself)."""
+        from distributed import as_completed
+
+        built = self._built(ws, [key for key, _ in jobs], lambda k: ws.cache.get(k) is not None)
+        jobs = [(key, job) for key, job in jobs if key not in built]
+        refused = self._check_access(ws, [(job[1], run.xplane(job[1])) for _, job in jobs if run.xplane(job[1])])
+        shared = ws.cache.shared.url if ws.cache.shared else None
+        futures = []
+        with self._lock:
+            for key, job in jobs:
+                if job[1] in refused:
+                    continue
+                if not self._in_flight(key):
+                    self._futures[key] = self.client.submit(run_host_job, ws.logdir.url, str(ws.cache.root), run.name,
+                                                            job, shared_cache=shared, key=key, retries=0)
+                futures.append(self._futures[key])
+        if not futures:
+            return
+        progress = ws.cache.progress.start(f"dask:{what}:{run.name}", f"{what} on the Dask cluster")
+        try:
+            done = 0
+            for future in as_completed(futures, timeout=timeout):
+                done += 1
+                progress.update(done / len(futures), f"{done}/{len(futures)} hosts")
+                if future.status == "error":
+                    log.info("Dask task %s failed (%s); the server reads that host itself", future.key, _message(future))
+        except Exception as e:  # noqa: BLE001 - the caller reads (or builds) each entry anyway
+            log.warning("Dask %s of run %s failed (%s: %s)", what, run.name, type(e).__name__, e)
+        finally:
+            ws.cache.progress.finish(progress)
+
     def _in_flight(self, key: str) -> bool:
         old = self._futures.get(key)
         return old is not None and old.status not in ("error", "cancelled", "lost")
 
     @staticmethod
-    def _built(ws, keys: list[str]) -> set[str]:
-        """The keys built here or committed to the shared record; outside the lock, and
-        the record's reads in parallel (a request each on a bucket: 256 one after
-        another would take seconds)."""
-        built = {k for k in keys if ws.cache.built_dir(k) is not None}
+    def _built(ws, keys: list[str], here=None) -> set[str]:
+        """The keys built here (``here(key)``; default: a built folder) or committed to
+        the shared record; outside the lock, and the record's reads in parallel (a
+        request each on a bucket: 256 one after another would take seconds)."""
+        here = here or (lambda k: ws.cache.built_dir(k) is not None)
+        built = {k for k in keys if here(k)}
         rest = [k for k in keys if k not in built]
         if rest and ws.cache.shared is not None:
             from concurrent.futures import ThreadPoolExecutor

@@ -22,7 +22,8 @@ from profscope.app.runtime_memory import RuntimeMemory
 from profscope.app.snapshots import SNAPSHOT_VIEWS, Snapshots
 from profscope.app.traces import Traces
 from profscope.cache.store import DiskCache
-from profscope.errors import BadRequest, NotFound
+from profscope.cache import worker as cache_worker
+from profscope.errors import BadRequest, NotFound, ProfscopeError
 from profscope.app.discovery import discover
 from profscope.app.keys import FileDerived
 from profscope.model.catalog import Run, RunKind
@@ -173,13 +174,68 @@ class Workspace(CompiledMemory, RuntimeMemory, Snapshots, OomAssessment, Traces,
         """A tool's payload as stored gzip JSON bytes, converted once per input and query."""
         producer = self._producers[tool.name, run.kind]
         query = query if query is not None else self.query_type(tool)()
-        if not isinstance(query, self.query_type(tool)):
-            raise TypeError(f"{tool.name} takes a {self.query_type(tool).__name__}, not {type(query).__name__}")
-        inputs = [f.identity() for f in run.files]
-        key = keys.tool_payload(tool, self.logdir.url, inputs, query.cache_parts())
+        key = self.tool_data_key(run, tool, query)
+        if tool.name == "oom_risk" and self._rates_every_host(run, query) and self.cache.get(key) is None:
+            # Its hosts' assessments first, all at once (on the cluster, or in several
+            # workers): the run's own conversion then reads them back one by one.
+            per_host = [query.but(host=h) for h in run.hosts]
+            self.fan_out(run, [(self.tool_data_key(run, tool, q), ("tool_data", q.host, tool.name, q.fields()))
+                               for q in per_host], f"{tool.title} of {len(per_host)} hosts")
         label = f"{tool.title}: {getattr(query, 'module_name', None) or run.name}"
         return self.cache.get_or_compute(key, label, lambda progress: producer(run, query, progress),
                                          file=self._run_file(run))
+
+    def tool_data_key(self, run: Run, tool: Tool, query: Query) -> str:
+        if not isinstance(query, self.query_type(tool)):
+            raise TypeError(f"{tool.name} takes a {self.query_type(tool).__name__}, not {type(query).__name__}")
+        return keys.tool_payload(tool, self.logdir.url, [f.identity() for f in run.files], query.cache_parts())
+
+    def fan_out(self, run: Run, jobs: list[tuple[str, tuple]], what: str) -> None:
+        """Builds the entries of ``jobs`` (``(cache key, job)``, one per host of a pod
+        session; :meth:`host_job` says what a job is) that are not cached yet, at once:
+        as Dask tasks when the server has a cluster (``--dask``, app/scale_out.py), else
+        in the conversion workers, on all their slots but one (left for the host a user
+        opens meanwhile). ``what`` names the work for the progress shown. Nothing is
+        raised: a host's error is remembered under its key (a bad input) or met again
+        when the caller then reads every host's entry, one by one, as it would have
+        without this."""
+        if cache_worker.in_worker():
+            return  # inside a conversion already: its nested conversions run inline
+        todo = [(key, job) for key, job in jobs if self.cache.get(key) is None]
+        if len(todo) < 2:
+            return
+        scale_out = self.scale_out
+        if scale_out is not None and scale_out.usable():
+            scale_out.run_host_jobs(self, run, todo, what)
+            return
+        workers = self.cache.workers
+        n = min(len(todo), workers.concurrency - 1) if workers.enabled else 1
+        if n < 2:
+            return
+        from concurrent.futures import ThreadPoolExecutor
+
+        def one(job: tuple) -> None:
+            try:
+                self.host_job(run, job)
+            except ProfscopeError:
+                pass  # the caller meets it again for that host
+
+        with ThreadPoolExecutor(n, thread_name_prefix="host-jobs") as pool:
+            list(pool.map(one, [job for _, job in todo]))
+
+    def host_job(self, run: Run, job: tuple) -> None:
+        """One host's entry of a :meth:`fan_out`, named by plain values so that a Dask
+        task can carry it: ``("tool_data", host, tool name, query fields)`` (a tool's
+        payload) or ``("memory_host", host)`` (a row of ``/api/memory_hosts``)."""
+        kind, host, *args = job
+        if kind == "tool_data":
+            tool_name, fields = args
+            tool = registry.get(tool_name)
+            self.tool_data(run, tool, self.query_type(tool)(**fields))
+        elif kind == "memory_host":
+            self.memory_host_row(run, host)
+        else:
+            raise ValueError(f"unknown host job {kind!r}")
 
     @staticmethod
     def tool_named(name: str) -> Tool | None:

@@ -78,6 +78,12 @@ def parse_size(text: str | int | None, what: str) -> int | None:
     return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
 
 
+def in_worker() -> bool:
+    """Whether this process is a conversion worker forked by a :class:`WorkerPool` (its
+    nested conversions run inline, one after another)."""
+    return _IN_WORKER
+
+
 def default_memory_limit() -> int:
     """Half of the machine's memory, at least 2 GiB: a 225 MB profile converts in about
     1.1 GB (5x the file, docs/performance.md), a 1 GB snapshot in about 3 GB, so real
