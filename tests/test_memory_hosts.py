@@ -186,3 +186,34 @@ def test_the_rows_are_made_in_several_workers_at_once(tmp_path, shared_fixtures)
     assert most == 2
     assert at_once == one_by_one
     assert {r["host"]: r["status"] for r in at_once["hosts"]}["host05"] == "error"
+
+
+def test_oom_risk_of_the_run_forks_a_worker_per_host_only_for_big_hosts(tmp_path, shared_fixtures, monkeypatch):
+    """OOM risk of a whole run assesses every host: serially in one worker, inline. Its
+    hosts go to a worker each, several at once, only when they are big enough to
+    outweigh the forks (workspace.FORK_WORTH_BYTES; these real hosts are 0.1-0.9 MB, so
+    the threshold is lowered to see that path). Same answer either way."""
+    import gzip
+
+    import orjson
+
+    from profscope.app import workspace
+    from profscope.app.queries import OomRiskQuery
+    from profscope.cache.store import DiskCache
+    from profscope.cache.worker import WorkerPool
+    from profscope.storage import LogDir
+    from profscope.tools import registry
+
+    name = build_multi_host(tmp_path / "log", shared_fixtures)
+
+    def oom(cache: str) -> tuple[dict, int]:
+        ws = workspace.Workspace(LogDir(str(tmp_path / "log")), DiskCache(tmp_path / cache, workers=WorkerPool(concurrency=3)))
+        body = orjson.loads(gzip.decompress(ws.tool_data(ws.run(name), registry.get("oom_risk"), OomRiskQuery())))
+        return body, ws.cache.workers.stats["runs"]
+
+    small, forks = oom("small")
+    assert forks == 1
+    monkeypatch.setattr(workspace, "FORK_WORTH_BYTES", 0)
+    big, forks = oom("big")
+    assert forks == 1 + 4
+    assert big == small and len(big["hosts"]) == 4

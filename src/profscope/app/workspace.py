@@ -35,6 +35,12 @@ from profscope.tools.registry import Tool
 
 __all__ = ["SNAPSHOT_VIEWS", "ModuleSource", "Workspace"]
 
+# The mean host file size from which a fan-out forks a worker per host rather than
+# leaving the hosts to one worker, inline: a fork and its reading of the cache cost
+# ~0.1-0.15 s here, and a host converts at ~15 MB/s (docs/performance.md: the OOM risk
+# of 16 hosts of 3 MB took 2.66 s in one worker, 3.11 s in a worker per host, 2 at once).
+FORK_WORTH_BYTES = 32 << 20
+
 
 class Workspace(CompiledMemory, RuntimeMemory, Snapshots, OomAssessment, Traces, FileDerived):
     """``capture_dir``: where profiles captured from running jobs are written (app/capture.py),
@@ -180,7 +186,7 @@ class Workspace(CompiledMemory, RuntimeMemory, Snapshots, OomAssessment, Traces,
             # workers): the run's own conversion then reads them back one by one.
             per_host = [query.but(host=h) for h in run.hosts]
             self.fan_out(run, [(self.tool_data_key(run, tool, q), ("tool_data", q.host, tool.name, q.fields()))
-                               for q in per_host], f"{tool.title} of {len(per_host)} hosts")
+                               for q in per_host], f"{tool.title} of {len(per_host)} hosts", one_worker_each=False)
         label = f"{tool.title}: {getattr(query, 'module_name', None) or run.name}"
         return self.cache.get_or_compute(key, label, lambda progress: producer(run, query, progress),
                                          file=self._run_file(run))
@@ -190,7 +196,7 @@ class Workspace(CompiledMemory, RuntimeMemory, Snapshots, OomAssessment, Traces,
             raise TypeError(f"{tool.name} takes a {self.query_type(tool).__name__}, not {type(query).__name__}")
         return keys.tool_payload(tool, self.logdir.url, [f.identity() for f in run.files], query.cache_parts())
 
-    def fan_out(self, run: Run, jobs: list[tuple[str, tuple]], what: str) -> None:
+    def fan_out(self, run: Run, jobs: list[tuple[str, tuple]], what: str, *, one_worker_each: bool = True) -> None:
         """Builds the entries of ``jobs`` (``(cache key, job)``, one per host of a pod
         session; :meth:`host_job` says what a job is) that are not cached yet, at once:
         as Dask tasks when the server has a cluster (``--dask``, app/scale_out.py), else
@@ -198,7 +204,9 @@ class Workspace(CompiledMemory, RuntimeMemory, Snapshots, OomAssessment, Traces,
         opens meanwhile). ``what`` names the work for the progress shown. Nothing is
         raised: a host's error is remembered under its key (a bad input) or met again
         when the caller then reads every host's entry, one by one, as it would have
-        without this."""
+        without this. ``one_worker_each=False``: without this the caller would make the
+        hosts inline in one worker, so forking one per host pays only for hosts big
+        enough to outweigh a fork (:data:`FORK_WORTH_BYTES`)."""
         if cache_worker.in_worker():
             return  # inside a conversion already: its nested conversions run inline
         todo = [(key, job) for key, job in jobs if self.cache.get(key) is None]
@@ -210,7 +218,8 @@ class Workspace(CompiledMemory, RuntimeMemory, Snapshots, OomAssessment, Traces,
             return
         workers = self.cache.workers
         n = min(len(todo), workers.concurrency - 1) if workers.enabled else 1
-        if n < 2:
+        sizes = [run.xplane(job[1]).size or 0 for _, job in todo if run.xplane(job[1]) is not None]
+        if n < 2 or (not one_worker_each and sum(sizes) < FORK_WORTH_BYTES * max(1, len(sizes))):
             return
         from concurrent.futures import ThreadPoolExecutor
 
