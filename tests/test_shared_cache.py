@@ -329,6 +329,12 @@ def test_dask_workers_with_their_own_cache_folders_publish_and_the_server_copies
         for key in keys:
             assert _hashes(ws.cache.built_dir(key)) == _hashes(tmp_path / "worker-cache" / key[:2] / f"{key}.d")
             assert shared.manifest(key)["writer"] != "server"
+        # The memory roll-up's rows too (Workspace.fan_out): made on the worker, copied
+        # from the bucket, the same rows as a server without the cluster makes itself.
+        rows = ws.memory_hosts(run)
+        assert shared.stats["fetched"] == 2 * len(sources) and shared.stats["published"] == 0, shared.stats
+        alone = Workspace(LogDir(str(pod)), DiskCache(tmp_path / "alone", workers=WorkerPool(enabled=False)))
+        assert rows == alone.memory_hosts(alone.run("pod"))
     finally:
         conv.close()
         client.close()
