@@ -396,9 +396,10 @@ class DaskConversions:
         the error (or builds it itself)."""
         from distributed import as_completed
 
-        built = self._built(ws, [key for key, _ in jobs], lambda k: ws.cache.get(k) is not None)
+        built = self._built(ws, [key for key, _ in jobs], ws.cache.has)
         jobs = [(key, job) for key, job in jobs if key not in built]
-        refused = self._check_access(ws, [(job[1], run.xplane(job[1])) for _, job in jobs if run.xplane(job[1])])
+        files = {job[1]: run.xplane(job[1]) for _, job in jobs}
+        refused = self._check_access(ws, [(host, info) for host, info in files.items() if info is not None])
         shared = ws.cache.shared.url if ws.cache.shared else None
         futures = []
         with self._lock:

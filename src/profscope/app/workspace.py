@@ -181,7 +181,7 @@ class Workspace(CompiledMemory, RuntimeMemory, Snapshots, OomAssessment, Traces,
         producer = self._producers[tool.name, run.kind]
         query = query if query is not None else self.query_type(tool)()
         key = self.tool_data_key(run, tool, query)
-        if tool.name == "oom_risk" and self._rates_every_host(run, query) and self.cache.get(key) is None:
+        if tool.name == "oom_risk" and self._rates_every_host(run, query) and not self.cache.has(key):
             # Its hosts' assessments first, all at once (on the cluster, or in several
             # workers): the run's own conversion then reads them back one by one.
             per_host = [query.but(host=h) for h in run.hosts]
@@ -209,7 +209,7 @@ class Workspace(CompiledMemory, RuntimeMemory, Snapshots, OomAssessment, Traces,
         enough to outweigh a fork (:data:`FORK_WORTH_BYTES`)."""
         if cache_worker.in_worker():
             return  # inside a conversion already: its nested conversions run inline
-        todo = [(key, job) for key, job in jobs if self.cache.get(key) is None]
+        todo = [(key, job) for key, job in jobs if not self.cache.has(key)]
         if len(todo) < 2:
             return
         scale_out = self.scale_out
@@ -218,8 +218,7 @@ class Workspace(CompiledMemory, RuntimeMemory, Snapshots, OomAssessment, Traces,
             return
         workers = self.cache.workers
         n = min(len(todo), workers.concurrency - 1) if workers.enabled else 1
-        sizes = [run.xplane(job[1]).size or 0 for _, job in todo if run.xplane(job[1]) is not None]
-        if n < 2 or (not one_worker_each and sum(sizes) < FORK_WORTH_BYTES * max(1, len(sizes))):
+        if n < 2 or not (one_worker_each or self._mean_host_size(run, todo) >= FORK_WORTH_BYTES):
             return
         from concurrent.futures import ThreadPoolExecutor
 
@@ -231,6 +230,11 @@ class Workspace(CompiledMemory, RuntimeMemory, Snapshots, OomAssessment, Traces,
 
         with ThreadPoolExecutor(n, thread_name_prefix="host-jobs") as pool:
             list(pool.map(one, [job for _, job in todo]))
+
+    @staticmethod
+    def _mean_host_size(run: Run, jobs: list[tuple[str, tuple]]) -> float:
+        sizes = [info.size or 0 for _, job in jobs if (info := run.xplane(job[1])) is not None]
+        return sum(sizes) / len(sizes) if sizes else 0.0
 
     def host_job(self, run: Run, job: tuple) -> None:
         """One host's entry of a :meth:`fan_out`, named by plain values so that a Dask

@@ -88,6 +88,10 @@ class DiskCache:
     def _path(self, key: str) -> Path:
         return self.root / key[:2] / f"{key}.json.gz"
 
+    def has(self, key: str) -> bool:
+        """Whether a result is stored here for ``key``, without reading it."""
+        return self._path(key).is_file()
+
     def get(self, key: str) -> bytes | None:
         """The stored gzip bytes for a key, or None (a hit marks it as recently used)."""
         path = self._path(key)
