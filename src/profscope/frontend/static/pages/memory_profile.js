@@ -9,22 +9,27 @@
 //    hints; categoryTimeline); the data API answers those runs in XProf's schema, for
 //    XProf's own page.
 // The page tells them apart by shape: memory_profile_xprof.js and memory_profile_torch.js
-// draw each, with the pieces they share from memory_profile_parts.js; this module is the
-// page itself (its URL keys, the allocator picker, the event card, the selected time).
+// draw each, with the pieces they share from memory_profile_parts.js and the timeline
+// (the view on screen, the selected time, its marks and the event card) from
+// memory_profile_timeline.js. This module is the page itself (its URL keys, the loading,
+// the allocator picker): the only one that imports both parts, and no part imports it.
 // A PyTorch snapshot run's memory_profile tool is another page (torch_snapshot.js).
 // URL keys: memory_id (allocator or device), t (the selected time, ms), q (the breakdown
 // table's filter).
 import { el, fill } from "../lib/dom.js";
 import { go, readState } from "../lib/state.js";
 import { cachedJson, errorBox } from "../lib/api.js";
-import { MEMORY as C } from "../lib/colors.js";
 import { purge as purgeCharts } from "../lib/plotly.js";
-import { bandShapes, nearestIndex, timeParam, vline } from "./memory_profile_parts.js";
+import { current, selectTime, setCurrent } from "./memory_profile_timeline.js";
 import { renderTorch, torchEventRows, torchShapes } from "./memory_profile_torch.js";
 import { renderXprof, xprofEventRows, xprofShapes } from "./memory_profile_xprof.js";
 import { hostsSection, showsHosts } from "./memory_profile_hosts.js";
 
-export let current = null; // the view on screen: allocator, selection and filter change in place
+// How each payload is drawn (ctx.part): its page, its timeline's shapes, its event card.
+const PARTS = {
+  xprof: { render: renderXprof, shapes: xprofShapes, eventRows: xprofEventRows },
+  torch: { render: renderTorch, shapes: torchShapes, eventRows: torchEventRows },
+};
 
 // -- entry point ---------------------------------------------------------------------
 
@@ -46,8 +51,9 @@ async function renderMemoryProfile(view, state, run, details) {
   }
   if (viewKey(readState(), run) !== key || !view.contains(root)) return; // the user moved on
   root.lastChild.remove();
-  const ctx = { key, root, run, data, kind: payloadKind(data), charts: [] };
-  current = ctx;
+  const kind = payloadKind(data);
+  const ctx = { key, root, run, data, kind, part: PARTS[kind] || null, charts: [] };
+  setCurrent(ctx);
   if (ctx.kind === "unknown") {
     root.append(el("div", { class: "error" }, "The server sent a memory profile this page does not know (neither XProf's memoryProfilePerAllocator nor a PyTorch trace's devices)."),
       el("details", {}, el("summary", {}, "the payload"), el("pre", { class: "mp-pre" }, JSON.stringify(data, null, 1).slice(0, 20000))));
@@ -78,7 +84,7 @@ function update(ctx, state) {
 function leave() {
   if (!current) return;
   purge(current);
-  current = null;
+  setCurrent(null);
 }
 
 function purge(ctx) {
@@ -168,101 +174,9 @@ function renderBody(ctx, state) {
       el("p", {}, helpText(ctx.run))));
     return;
   }
-  if (ctx.kind === "xprof") renderXprof(ctx);
-  else renderTorch(ctx);
+  ctx.part.render(ctx);
   selectTime(ctx, state.t || "");
   if (ctx.table && state.q) ctx.table.setFilter(state.q);
-}
-
-// Main column and the sticky event card beside it.
-export function layout(ctx, sections) {
-  ctx.card = el("div", { id: "mp-event", class: "mp-card" });
-  ctx.body.replaceChildren(el("div", { class: "mp-layout" },
-    el("div", { class: "mp-main" }, sections),
-    el("aside", { class: "mp-aside" }, ctx.card)));
-}
-
-// -- shared timeline behaviour: hover card, selection (t), marks -----------------------
-
-export function wireTimeline(ctx, div) {
-  const index = (ev) => {
-    const p = ev && ev.points && ev.points.find((q) => q.curveNumber === ctx.hoverCurve);
-    return p ? p.pointIndex : -1;
-  };
-  div.on("plotly_hover", (ev) => {
-    if (current !== ctx) return;
-    const i = index(ev);
-    if (i >= 0) showEvent(ctx, i, "hover");
-  });
-  div.on("plotly_unhover", () => { if (current === ctx) showEvent(ctx); });
-  div.on("plotly_click", (ev) => {
-    if (current !== ctx) return;
-    const i = index(ev);
-    if (i >= 0) selectIndex(ctx, i);
-  });
-}
-
-export function selectIndex(ctx, i) {
-  go({ ...readState(), t: i >= 0 ? timeParam(ctx.model.t[i]) : "" });
-}
-
-// `t` in the URL: a time in ms; the nearest drawn event is selected.
-function selectTime(ctx, t) {
-  if (!ctx.model || !ctx.model.n) return;
-  ctx.t = t;
-  const ms = t === "" ? NaN : Number(t);
-  ctx.selected = Number.isFinite(ms) ? nearestIndex(ctx.model.t, ms) : -1;
-  ctx.badTime = t !== "" && !Number.isFinite(ms) ? t : "";
-  ctx.rowMark = null;
-  redrawMarks(ctx);
-  showEvent(ctx);
-}
-
-export function redrawMarks(ctx) {
-  const div = ctx.root.querySelector("#mp-timeline");
-  if (!div || !div.layout) return;
-  const shapes = ctx.kind === "xprof" ? xprofShapes(ctx) : torchShapes(ctx);
-  if (JSON.stringify(shapes) !== JSON.stringify(div.layout.shapes || [])) window.Plotly.relayout(div, { shapes });
-  const cat = ctx.categoryDiv;
-  if (cat && cat.layout && ctx.categoryAligned) {
-    const catShapes = bandShapes(ctx.model.steps).concat(markShapes(ctx));
-    if (JSON.stringify(catShapes) !== JSON.stringify(cat.layout.shapes || [])) window.Plotly.relayout(cat, { shapes: catShapes });
-  }
-}
-
-export function markShapes(ctx) {
-  const out = [];
-  if (ctx.selected >= 0) out.push(vline(ctx.model.t[ctx.selected], C.selected, "solid", "selected"));
-  if (ctx.rowMark !== null && ctx.rowMark !== undefined) out.push(vline(ctx.rowMark, C.row, "dash", "row"));
-  return out;
-}
-
-// The card: the hovered event, else the selected one, else the peak.
-export function showEvent(ctx, i = -1, mode = "") {
-  if (!ctx.card) return;
-  if (i < 0) {
-    if (ctx.rowMark !== null && ctx.rowMark !== undefined) { ctx.rowMark = null; redrawMarks(ctx); }
-    i = ctx.selected >= 0 ? ctx.selected : ctx.model.peakIndex;
-    mode = ctx.selected >= 0 ? "selected" : "peak";
-  }
-  const m = ctx.model;
-  ctx.card.classList.toggle("selected", mode === "selected");
-  ctx.card.dataset.index = String(i);
-  ctx.card.dataset.mode = mode;
-  if (i < 0 || i >= m.n) {
-    ctx.card.replaceChildren(el("p", { class: "muted" }, "Hover the timeline to see an event."));
-    return;
-  }
-  const kindLabel = { hover: "event", selected: "selected event", peak: "peak event" }[mode] || "event";
-  const rows = ctx.kind === "xprof" ? xprofEventRows(m, i) : torchEventRows(m, i);
-  fill(ctx.card,
-    el("div", { class: "mp-card-head" }, el("span", { class: "mp-card-kind" }, kindLabel),
-      mode === "selected" ? el("button", { type: "button", class: "mp-clear", onclick: () => go({ ...readState(), t: "" }) }, "clear") : null),
-    el("div", { class: "mp-card-name" }, rows.title),
-    el("dl", {}, rows.items.flatMap(([k, v]) => (v === undefined || v === null || v === "" ? []
-      : k === "" ? [el("div", { class: "mp-dl-sep" }, v)] : [el("dt", {}, k), el("dd", {}, v)]))),
-    ctx.badTime ? el("p", { class: "mp-note" }, `t=${ctx.badTime} is not a time.`) : null,
-    mode !== "selected" ? el("p", { class: "mp-card-tip muted" }, "Click a point on the timeline to keep an event here (and in the link).") : null);
 }
 
 export default {

@@ -1,13 +1,14 @@
 // Pieces both memory profile payloads draw with: the summary's balance and tiles, leak
-// checks, small charts and sparklines, the breakdown table bound to `q`, chart shapes, and
-// the number and name helpers of the payloads.
+// checks, small charts and sparklines, the breakdown table bound to `q`, linked time axes,
+// and the number and name helpers of the payloads. The selection, marks and step bands
+// are the timeline's (memory_profile_timeline.js).
 import { el } from "../lib/dom.js";
 import { readState, setUrl, stateUrl } from "../lib/state.js";
 import { exact, fmtBytes, fmtMs, num, pct, signed, signedBytes, byteUnit as unitFor } from "../lib/format.js";
 import { MEMORY as C, P, rgba } from "../lib/colors.js";
-import { bytesAxis, escapePlotly, newPlot } from "../lib/plotly.js";
+import { bytesAxis, newPlot } from "../lib/plotly.js";
 import { sortableTable } from "../lib/table.js";
-import { current, selectIndex } from "./memory_profile.js";
+import { current, nearestIndex, selectIndex, timeParam } from "./memory_profile_timeline.js";
 
 const PAGE_ROWS = 200; // table rows drawn per "show more"
 export const MAX_POINTS = 5000; // more timeline points than this are max-filtered in the browser
@@ -214,23 +215,6 @@ export function fraction(v) {
 
 export function psToMs(ps) { return num(ps) / 1e9; }
 
-// The time as written into `t`: ms, to the nanosecond, without float noise.
-export function timeParam(ms) { return String(Number(ms.toFixed(6))); }
-
-export function nearestIndex(ts, ms) {
-  let lo = 0, hi = ts.length - 1;
-  if (hi < 0) return -1;
-  while (lo < hi) {
-    const mid = (lo + hi) >> 1;
-    if (ts[mid] < ms) lo = mid + 1; else hi = mid;
-  }
-  if (lo > 0 && Math.abs(ts[lo - 1] - ms) <= Math.abs(ts[lo] - ms)) {
-    lo -= 1; // the first of equal times
-    while (lo > 0 && ts[lo - 1] === ts[lo]) lo--;
-  }
-  return lo;
-}
-
 // Max filter to at most MAX_POINTS items: the largest of each window survives.
 export function maxFilter(items, value) {
   const per = Math.ceil(items.length / MAX_POINTS), out = [];
@@ -276,25 +260,4 @@ export function categoryLabel(c) { return String(c || "").toLowerCase().replace(
 export function labelSide(xs, i) {
   if (i < 0 || xs.length < 2) return "top right";
   return (xs[i] - xs[0]) / (xs[xs.length - 1] - xs[0] || 1) > 0.7 ? "top left" : "top right";
-}
-
-export function vline(x, color, dash, name) {
-  return { type: "line", name, x0: x, x1: x, yref: "paper", y0: 0, y1: 1, line: { color, width: name === "selected" ? 1.6 : 1.2, dash } };
-}
-
-// Alternating step bands across the plot; labels only while they stay readable.
-export function bandShapes(bands) {
-  return bands.map((b, i) => ({ type: "rect", name: "step", layer: "below", x0: b.x0, x1: b.x1, yref: "paper", y0: 0, y1: 1,
-    fillcolor: i % 2 ? "rgba(47,111,223,0.03)" : "rgba(47,111,223,0.075)", line: { width: 0 } }));
-}
-
-export function moduleShapes(mods) {
-  return mods.map((b, i) => ({ type: "rect", name: "module", layer: "below", x0: b.x0, x1: b.x1, yref: "paper", y0: 0, y1: 0.03,
-    fillcolor: i % 2 ? P.purple : P.teal, line: { width: 0 } }));
-}
-
-export function bandLabels(bands) {
-  if (!bands.length || bands.length > 40) return [];
-  return bands.map((b) => ({ x: (b.x0 + b.x1) / 2, yref: "paper", y: 1, yanchor: "top", showarrow: false, text: escapePlotly(b.name),
-    font: { size: 10, color: P.band } }));
 }

@@ -5,8 +5,8 @@ import { el, fill } from "../lib/dom.js";
 import { exact, fmtBytes, fmtMs, num, pct, signedBytes, byteUnit as unitFor } from "../lib/format.js";
 import { MEMORY as C, TORCH_CATEGORY as CATEGORY_COLORS, TORCH_OTHER as OTHER_COLORS, P, rgba } from "../lib/colors.js";
 import { HOVER_CARD, LEGEND_TOP, SPIKE_AXIS, bytesAxis, escapePlotly, newPlot } from "../lib/plotly.js";
-import { layout, markShapes, wireTimeline } from "./memory_profile.js";
-import { MAX_POINTS, SHARED_MARGIN, balance, bandLabels, bandShapes, bytesNode, categoryLabel, check, dataTable, humanize, kv, labelSide, lazyChart, leakVerdict, linkTimeAxes, maxFilter, meterCell, miniTable, opNode, sortChecks, tile, timeLink, vline } from "./memory_profile_parts.js";
+import { bandLabels, bandShapes, layout, markShapes, vline, wireTimeline } from "./memory_profile_timeline.js";
+import { MAX_POINTS, SHARED_MARGIN, balance, bytesNode, categoryLabel, check, dataTable, humanize, kv, labelSide, lazyChart, leakVerdict, linkTimeAxes, maxFilter, meterCell, miniTable, opNode, sortChecks, tile, timeLink } from "./memory_profile_parts.js";
 
 // -- PyTorch payload -------------------------------------------------------------------
 

@@ -5,8 +5,8 @@ import { el, fill } from "../lib/dom.js";
 import { exact, fmt3 as fmt2, fmtBytes, fmtMs, fmtHex as hexAddress, num, pct, signed, signedBytes, byteUnit as unitFor } from "../lib/format.js";
 import { MEMORY as C, P, rgba } from "../lib/colors.js";
 import { HOVER_CARD, LEGEND_TOP, SPIKE_AXIS, bytesAxis, escapePlotly, newPlot } from "../lib/plotly.js";
-import { layout, markShapes, redrawMarks, selectIndex, showEvent, wireTimeline } from "./memory_profile.js";
-import { MAX_POINTS, balance, bandLabels, bandShapes, bytesNode, check, dataTable, dtypeText, fraction, kv, labelSide, lazyChart, leakVerdict, maxFilter, meterCell, miniTable, moduleShapes, nearestIndex, opNode, psToMs, sortChecks, sparkline, tile, timeLink, vline } from "./memory_profile_parts.js";
+import { bandLabels, bandShapes, layout, markShapes, moduleShapes, nearestIndex, redrawMarks, selectIndex, showEvent, vline, wireTimeline } from "./memory_profile_timeline.js";
+import { MAX_POINTS, balance, bytesNode, check, dataTable, dtypeText, fraction, kv, labelSide, lazyChart, leakVerdict, maxFilter, meterCell, miniTable, opNode, psToMs, sortChecks, sparkline, tile, timeLink } from "./memory_profile_parts.js";
 
 // -- XProf payload ---------------------------------------------------------------------
 
