@@ -193,3 +193,160 @@ print(sorted(m for m in ("numpy", "google.protobuf", "fsspec", "gcsfs") if m in 
                          'for path in ("/api/trace/window?run=" + next(r.name for r in ws.runs() if r.kind.value == "profile"),):')
     out = subprocess.run([sys.executable, "-c", code2], capture_output=True, text=True, check=True).stdout
     assert "numpy" in out
+
+
+# -- The frontend's ES modules (static/**/*.js) ---------------------------------------------
+# The rules of docs/frontend.md, read from each file's static ``import ... from "..."`` and
+# ``export ... from "..."`` (a dynamic ``import()`` is not followed):
+#
+# * the import graph of static/ has no cycle;
+# * lib/ imports only lib/ (it knows no page, nor the shell);
+# * every ``tool: "..."`` a module names (a page's declaration, a link's state) is a tool
+#   the server has, and every page module (a default export in pages/) declares its tool.
+#
+# The checkers take the static root, so the test below runs them on a deliberately bad tree.
+
+STATIC = PACKAGE / "frontend" / "static"
+_JS_FROM = re.compile(  # import x, { a as b } from "..." / import * as m from "..." / export { a } from / export * from
+    r"""^[ \t]*(?:import\s*(?:[\w$]+\s*,?\s*)?(?:\*\s*as\s+[\w$]+\s*|\{[^}]*\}\s*)?"""
+    r"""|export\s*(?:\*\s*(?:as\s+[\w$]+\s*)?|\{[^}]*\}\s*))from\s*(["'])([^"'\n]+)\1""", re.M)
+_JS_BARE = re.compile(r"""^[ \t]*import\s*(["'])([^"'\n]+)\1""", re.M)  # import "./x.js";
+_JS_TOOL = re.compile(r"""\btool:\s*(["'])([^"'\n]*)\1""")
+
+
+def registry_tool_names() -> set[str]:
+    """The names of the tools the server has (``trace_viewer@``, ``memory_profile``, ...):
+    the one place the JS checks ask."""
+    from profscope.tools.registry import TOOLS
+
+    return {t.name for t in TOOLS}
+
+
+def _line(text: str, pos: int) -> int:
+    return text.count("\n", 0, pos) + 1
+
+
+def js_imports(root: Path = STATIC) -> tuple[dict[str, list[tuple[int, str]]], list[str]]:
+    """Every .js file under ``root`` (by its path relative to it) with the (line, file)
+    of each module it imports statically; and the imports that name no file under root."""
+    graph: dict[str, list[tuple[int, str]]] = {}
+    problems: list[str] = []
+    base = root.resolve()
+    for path in sorted(base.rglob("*.js")):
+        rel = path.relative_to(base).as_posix()
+        text = path.read_text()
+        found = sorted((m.start(), m.group(2)) for pattern in (_JS_FROM, _JS_BARE) for m in pattern.finditer(text))
+        graph[rel] = []
+        for pos, spec in found:
+            line = _line(text, pos)
+            if spec.startswith(("./", "../")):
+                target = (path.parent / spec).resolve()
+            elif spec.startswith("/static/"):
+                target = base / spec.removeprefix("/static/")
+            else:
+                problems.append(f"{rel}:{line} imports {spec!r}, not a file under static/")
+                continue
+            if not target.is_relative_to(base) or not target.is_file():
+                problems.append(f"{rel}:{line} imports {spec!r}, not a file under static/")
+                continue
+            graph[rel].append((line, target.relative_to(base).as_posix()))
+    return graph, problems
+
+
+def js_import_cycles(root: Path = STATIC) -> list[str]:
+    """Each import cycle found, as its files in import order (``a.js -> b.js -> a.js``)."""
+    graph, _ = js_imports(root)
+    state: dict[str, int] = {}  # 1: on the walk's path, 2: done
+    path: list[str] = []
+    cycles: list[str] = []
+
+    def walk(node: str) -> None:
+        state[node] = 1
+        path.append(node)
+        for _, target in graph.get(node, []):
+            if state.get(target) == 1:
+                cycles.append(" -> ".join(path[path.index(target):] + [target]))
+            elif target not in state:
+                walk(target)
+        path.pop()
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            walk(node)
+    return cycles
+
+
+def js_lib_violations(root: Path = STATIC) -> list[str]:
+    """lib/ modules that import anything but lib/."""
+    graph, _ = js_imports(root)
+    return [f"{rel}:{line} imports {target} (lib/ imports only lib/)"
+            for rel, targets in graph.items() if rel.startswith("lib/")
+            for line, target in targets if not target.startswith("lib/")]
+
+
+def js_tool_violations(root: Path = STATIC, known: set[str] | None = None) -> list[str]:
+    """Tools named (``tool: "..."``) that the server does not have, a trailing ``@``
+    ignored on both sides; and page modules whose default export declares no tool."""
+    names = {n.removesuffix("@") for n in (registry_tool_names() if known is None else known)}
+    out = []
+    base = root.resolve()
+    for path in sorted(base.rglob("*.js")):
+        rel = path.relative_to(base).as_posix()
+        text = path.read_text()
+        for m in _JS_TOOL.finditer(text):
+            name = m.group(2)
+            if name and name.removesuffix("@") not in names:  # "" is the run overview: no tool
+                out.append(f"{rel}:{_line(text, m.start())} names tool {name!r}, which the server does not have")
+        default = text.find("export default {")
+        if rel.startswith("pages/") and default >= 0 and not _JS_TOOL.search(text, default):
+            out.append(f"{rel}:{_line(text, default)} is a page module that declares no tool")
+    return out
+
+
+def test_the_frontend_modules_keep_their_rules():
+    graph, problems = js_imports()
+    assert "app.js" in graph and any(r.startswith("lib/") for r in graph) and sum(map(len, graph.values())) > 50, graph
+    assert not problems, "imports of no file under static/:\n" + "\n".join(problems)
+    cycles = js_import_cycles()
+    assert not cycles, "import cycles in static/:\n" + "\n".join(cycles)
+    lib = js_lib_violations()
+    assert not lib, "lib/ modules importing outside lib/:\n" + "\n".join(lib)
+    tools = js_tool_violations()
+    assert not tools, "tools the frontend names that the server does not have:\n" + "\n".join(tools)
+
+
+def test_the_frontend_checker_catches_each_kind_of_violation(tmp_path):
+    static = tmp_path / "static"
+    for name, text in {
+        "app.js": 'import { a } from "./pages/a.js";\nimport "./lib/ok.js";\nimport x from "https://cdn.example/x.js";\n',
+        "pages/a.js": 'import { el } from "../lib/ok.js";\nimport {\n  b,\n  c as d,\n} from "./b.js";\n'
+                      'export default {\n  tool: "no_such_tool",\n  render() {},\n};\n',
+        "pages/b.js": 'import * as c from "./c.js";\nexport const link = { tool: "trace_viewer" };\n',
+        "pages/c.js": 'export { a } from "./a.js";\n// import { z } from "./zzz.js"; (a comment, not an import)\n'
+                      'const later = () => import("./a.js"); // dynamic: not followed\n',
+        "pages/d.js": 'import { a } from "./missing.js";\nexport default { css: [], render() {} };\n',
+        "pages/self.js": 'import { me } from "/static/pages/self.js";\nexport default { tool: "memory_profile@" };\n',
+        "lib/ok.js": 'export const el = 1;\nexport default { tool: "" };\n',
+        "lib/bad.js": 'import { el } from "./ok.js";\nimport page from "../pages/b.js";\nimport shell from "/static/app.js";\n',
+    }.items():
+        (static / name).parent.mkdir(parents=True, exist_ok=True)
+        (static / name).write_text(text)
+    graph, problems = js_imports(static)
+    assert graph["pages/a.js"] == [(1, "lib/ok.js"), (2, "pages/b.js")], graph
+    assert problems == [
+        "app.js:3 imports 'https://cdn.example/x.js', not a file under static/",
+        "pages/d.js:1 imports './missing.js', not a file under static/",
+    ], problems
+    assert js_import_cycles(static) == [
+        "pages/a.js -> pages/b.js -> pages/c.js -> pages/a.js",
+        "pages/self.js -> pages/self.js",
+    ], js_import_cycles(static)
+    assert js_lib_violations(static) == [
+        "lib/bad.js:2 imports pages/b.js (lib/ imports only lib/)",
+        "lib/bad.js:3 imports app.js (lib/ imports only lib/)",
+    ], js_lib_violations(static)
+    assert js_tool_violations(static, known={"trace_viewer@", "memory_profile"}) == [
+        "pages/a.js:7 names tool 'no_such_tool', which the server does not have",
+        "pages/d.js:2 is a page module that declares no tool",
+    ], js_tool_violations(static, known={"trace_viewer@", "memory_profile"})
