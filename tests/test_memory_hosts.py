@@ -202,13 +202,13 @@ def test_oom_risk_of_the_run_forks_a_worker_per_host_only_for_big_hosts(tmp_path
     from profscope.cache.store import DiskCache
     from profscope.cache.worker import WorkerPool
     from profscope.storage import LogDir
-    from profscope.tools import registry
+    from profscope.app import tool_table
 
     name = build_multi_host(tmp_path / "log", shared_fixtures)
 
     def oom(cache: str) -> tuple[dict, int]:
         ws = workspace.Workspace(LogDir(str(tmp_path / "log")), DiskCache(tmp_path / cache, workers=WorkerPool(concurrency=3)))
-        body = orjson.loads(gzip.decompress(ws.tool_data(ws.run(name), registry.get("oom_risk"), OomRiskQuery())))
+        body = orjson.loads(gzip.decompress(ws.tool_data(ws.run(name), tool_table.get("oom_risk"), OomRiskQuery())))
         return body, ws.cache.workers.stats["runs"]
 
     small, forks = oom("small")

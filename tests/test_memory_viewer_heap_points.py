@@ -20,7 +20,7 @@ from urllib.parse import parse_qsl, urlsplit
 import pytest
 
 from profscope.formats import hlo_proto, xplane
-from profscope.server.pages import page_tool
+from profscope.app.tool_table import page_tool
 from profscope.tools import memory_viewer as mv
 
 SMALL = 16 * 1024

@@ -507,7 +507,7 @@ def test_the_memory_roll_up_and_oom_risk_of_a_pod_session_run_on_the_cluster(gpu
     OOM assessment, which reads the hosts' back). Same answers as a serial server; a
     truncated host is its own error row, as serially."""
     from profscope.app.queries import OomRiskQuery
-    from profscope.tools import registry
+    from profscope.app import tool_table
 
     import gzip
     import orjson
@@ -523,7 +523,7 @@ def test_the_memory_roll_up_and_oom_risk_of_a_pod_session_run_on_the_cluster(gpu
         start = ws.cache.workers.stats["runs"]
         rows = ws.memory_hosts(run)
         middle = ws.cache.workers.stats["runs"]
-        oom = orjson.loads(gzip.decompress(ws.tool_data(run, registry.get("oom_risk"), OomRiskQuery())))
+        oom = orjson.loads(gzip.decompress(ws.tool_data(run, tool_table.get("oom_risk"), OomRiskQuery())))
         return rows, oom, middle - start, ws.cache.workers.stats["runs"] - middle
 
     serial = Workspace(LogDir(str(logdir)), DiskCache(tmp_path / "serial", workers=WorkerPool(concurrency=2)))

@@ -2,7 +2,7 @@
 
 A key is ``sha256([kind, version, logdir URL, input identities, parameters])``
 (cache/store.py ``cache_key``). Bump a version when what is stored under that kind
-changes shape; tool payloads carry their tool's version (tools/registry.py).
+changes shape; tool payloads carry their tool's version (app/tool_table.py).
 :class:`FileDerived` reads a value out of one file under one of these keys.
 """
 
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from profscope.cache.store import cache_key
 
 if TYPE_CHECKING:
-    from profscope.tools.registry import Tool
+    from profscope.app.tool_table import Tool
 
 # (kind, version) of the derived values kept beside the tools' payloads.
 MODULE_LIST = ("module_list", 1)  # the HLO modules embedded in one xplane

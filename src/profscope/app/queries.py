@@ -1,18 +1,82 @@
 """What a request asks of a tool, as typed values: the server parses and checks every
-query parameter once (server/params.py) and hands one of these to the workspace, which
-keys its cache on it. Field names are XProf's parameter names where XProf has one."""
+query parameter once and hands one of these to the workspace, which keys its cache on
+it. Field names are XProf's parameter names where XProf has one.
+
+Each field says what values it takes as plain metadata (:func:`param`: the bounds of a
+number, the length of a text), so that the server turns any query type into its
+parameters' validation with one function (server/params.py ``query_parser``) and no
+route restates a bound. Why bounds on every number: a fuzz of every route found values
+that got through loose parsers and broke later (a 500): ``10^400`` (int() refuses over
+4,300 digits; a 400-digit one passed and then could not be stored as JSON), ``1e309``
+(infinity), ``²`` (``str.isdigit`` is true for it, ``int`` refuses it). Every count, id,
+byte size and time here fits a signed 64-bit integer.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+import typing
+from dataclasses import dataclass, field, fields
+from functools import cache
+from typing import Any
 
+MAX_INT = (1 << 63) - 1
+MAX_TEXT = 8192  # characters of a run, host or module name, a search text, a flag
+
+# The bounds the trace viewer's numbers are checked against: part of the queries'
+# contract, so that the server checks them without importing a tool.
+TRACE_MAX_RESOLUTION = 100_000  # pixels of /api/trace/window
+TRACE_MAX_SEARCH_LIMIT = 10_000  # matches of /api/trace/search
+XPROF_TRACE_MAX_RESOLUTION = 10_000_000  # trace_viewer@'s resolution (XProf's own has no bound)
+
+
+def param(*, key: bool = True, whole: bool = False, **bounds: Any) -> Any:
+    """A query field, None unless the request sets it. ``bounds`` are the limits a value
+    keeps, in annotated-types' words (``ge``, ``gt``, ``le``, ``lt``, ``max_length``,
+    ``allow_inf_nan``). ``whole``: an integer that may be written as a float (``12.0``).
+    ``key=False``: the field chooses how the answer is shown, not what it holds, so it is
+    left out of the payload's cache key."""
+    return field(default=None, metadata={"bounds": bounds, "whole": whole, "key": key})
+
+
+def text(**more: Any) -> Any:
+    return param(max_length=MAX_TEXT, **more)
+
+
+def integer() -> Any:
+    return param(ge=-MAX_INT, le=MAX_INT)
+
+
+def count(*, least: int = 0, most: int = MAX_INT) -> Any:
+    """A count, an index, a size or an id: ``least``..``most``."""
+    return param(ge=least, le=most)
+
+
+def size() -> Any:
+    """A byte size that must be positive (a capacity)."""
+    return param(gt=0, le=MAX_INT)
+
+
+def share() -> Any:
+    """A fraction of a capacity (a threshold)."""
+    return param(gt=0, le=1.5, allow_inf_nan=False)
+
+
+def ms() -> Any:
+    """A time in milliseconds."""
+    return param(ge=-1e15, le=1e15, allow_inf_nan=False)
+
+
+def flag() -> Any:
+    return param()
 
 
 @dataclass(frozen=True, slots=True)
 class Query:
     def cache_parts(self) -> list[list]:
-        """The fields that are set, sorted by name: part of the payload's cache key."""
-        return sorted([f.name, getattr(self, f.name)] for f in fields(self) if getattr(self, f.name) is not None)
+        """The fields that are set and say what the payload holds, sorted by name: part
+        of the payload's cache key."""
+        return sorted([f.name, getattr(self, f.name)] for f in fields(self)
+                      if getattr(self, f.name) is not None and f.metadata.get("key", True))
 
     def fields(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -20,85 +84,94 @@ class Query:
     def but(self, **changes) -> Query:
         return type(self)(**{**self.fields(), **changes})
 
+    @classmethod
+    def params(cls) -> dict[str, tuple[type, dict]]:
+        """Each field's value type (``int``, ``float``, ``str``, ``bool``) and metadata, in
+        declaration order: what the server validates a request's parameters against."""
+        return _params(cls)
+
+
+@cache
+def _params(cls: type[Query]) -> dict[str, tuple[type, dict]]:
+    hints = typing.get_type_hints(cls)
+    out = {}
+    for f in fields(cls):
+        kinds = [t for t in typing.get_args(hints[f.name]) if t is not type(None)] or [hints[f.name]]
+        out[f.name] = (kinds[0], dict(f.metadata))
+    return out
+
 
 @dataclass(frozen=True, slots=True)
 class MemoryViewerQuery(Query):
-    module_name: str | None = None
-    memory_space: int | None = None  # XLA's memory space (color); None is 0, the device's HBM
-    host: str | None = None
-    view: str | None = None  # "page": the browser's decimated copy of a large result
+    module_name: str | None = text()
+    memory_space: int | None = count()  # XLA's memory space (color); None is 0, the device's HBM
+    host: str | None = text()
+    view: str | None = text()  # "page": the browser's decimated copy of a large result
+    # XProf's link "view memory allocation timeline" asks the same data route for a page
+    # (profile_plugin.py passes the flag on; raw_to_tool_data.py answers text/html): any
+    # non-empty value counts, as request.args.get there.
+    view_memory_allocation_timeline: str | None = text(key=False)
 
 
 @dataclass(frozen=True, slots=True)
 class MemoryProfileQuery(Query):
-    host: str | None = None
+    host: str | None = text()
 
 
 @dataclass(frozen=True, slots=True)
 class OomRiskQuery(Query):
-    host: str | None = None
-    module_name: str | None = None
-    capacity_bytes: int | None = None  # wins over device_memory
-    device_memory: str | None = None  # a size ("80GiB") or a device name ("A100"), as typed
-    device: str | None = None  # the device to assume when the profile names none
-    threshold_medium: float | None = None
-    threshold_high: float | None = None
+    host: str | None = text()
+    module_name: str | None = text()
+    capacity_bytes: int | None = size()  # wins over device_memory
+    device_memory: str | None = text()  # a size ("80GiB") or a device name ("A100"), as typed
+    device: str | None = text()  # the device to assume when the profile names none
+    threshold_medium: float | None = share()
+    threshold_high: float | None = share()
 
 
 @dataclass(frozen=True, slots=True)
 class SnapshotQuery(Query):
-    host: str | None = None  # cuda:N
-    start: int | None = None
-    end: int | None = None
-    x: str | None = None  # "index" or "time"
-    max_points: int | None = None
-    top: int | None = None
-    event: int | None = None
-    stack: int | None = None
-    filtered: bool | None = None
-    other: str | None = None  # compare: the other snapshot run
-    other_host: str | None = None
-    q: str | None = None  # events: an address or a stack frame's text to search for
+    host: str | None = text()  # cuda:N
+    start: int | None = integer()
+    end: int | None = integer()
+    x: str | None = text()  # "index" or "time"
+    max_points: int | None = integer()
+    top: int | None = integer()
+    event: int | None = integer()
+    stack: int | None = integer()
+    filtered: bool | None = flag()  # stack: "0" shows the allocator's own frames too
+    other: str | None = text()  # compare: the other snapshot run
+    other_host: str | None = text()
+    q: str | None = text()  # events: an address or a stack frame's text to search for
 
 
 @dataclass(frozen=True, slots=True)
 class TraceQuery(Query):
     """The trace viewer's own API (``/api/trace/window|event|search|export``)."""
 
-    host: str | None = None  # one host (an xplane's host, a Chrome trace's file name)
-    hosts: str | None = None  # several, comma-separated (wins over host); default: the first
-    start_ms: float | None = None  # ms from the selected hosts' origin; None: the trace's start
-    end_ms: float | None = None  # None: the trace's end
-    resolution: int | None = None  # pixels, 1..TRACE_MAX_RESOLUTION; None: trace_viewer.DEFAULT_RESOLUTION
-    id: int | None = None  # an event id, from a window or a search
-    q: str | None = None  # the text to search event names for
-    limit: int | None = None  # matches, 1..TRACE_MAX_SEARCH_LIMIT; None: trace_viewer.DEFAULT_SEARCH_LIMIT
-    offset: int | None = None  # search: the first match answered (0-based, in the search's order); None: 0
+    host: str | None = text()  # one host (an xplane's host, a Chrome trace's file name)
+    hosts: str | None = text()  # several, comma-separated (wins over host); default: the first
+    start_ms: float | None = ms()  # ms from the selected hosts' origin; None: the trace's start
+    end_ms: float | None = ms()  # None: the trace's end
+    # pixels; None: trace_viewer.DEFAULT_RESOLUTION
+    resolution: int | None = count(least=1, most=TRACE_MAX_RESOLUTION)
+    id: int | None = count()  # an event id, from a window or a search
+    q: str | None = text()  # the text to search event names for
+    # matches; None: trace_viewer.DEFAULT_SEARCH_LIMIT
+    limit: int | None = count(least=1, most=TRACE_MAX_SEARCH_LIMIT)
+    offset: int | None = count()  # search: the first match answered (0-based, in the search's order); None: 0
 
 
 @dataclass(frozen=True, slots=True)
 class XprofTraceQuery(Query):
     """XProf's ``data?tag=trace_viewer@`` (profile_plugin.py, trace_view_options.cc)."""
 
-    host: str | None = None
-    hosts: str | None = None
-    start_time_ms: float | None = None  # XProf's absolute ms; None or 0: the trace's start
-    end_time_ms: float | None = None  # None or 0: the trace's end
-    resolution: int | None = None  # pixels, 0 (no filter)..XPROF_TRACE_MAX_RESOLUTION; None: 8000
-    event_name: str | None = None  # an event-details request: the event's name,
-    duration_ms: float | None = None  # its duration
-    unique_id: int | None = None  # and its args.uid
-
-
-TOOL_QUERIES: dict[str, type[Query]] = {
-    "memory_viewer": MemoryViewerQuery,
-    "memory_profile": MemoryProfileQuery,
-    "oom_risk": OomRiskQuery,
-    "trace_viewer@": XprofTraceQuery,
-}
-
-# The bounds the server checks the trace viewer's numbers against (server/params.py):
-# part of the queries' contract, so the server reads them without importing a tool.
-TRACE_MAX_RESOLUTION = 100_000  # pixels of /api/trace/window
-TRACE_MAX_SEARCH_LIMIT = 10_000  # matches of /api/trace/search
-XPROF_TRACE_MAX_RESOLUTION = 10_000_000  # trace_viewer@'s resolution (XProf's own has no bound)
+    host: str | None = text()
+    hosts: str | None = text()
+    start_time_ms: float | None = ms()  # XProf's absolute ms; None or 0: the trace's start
+    end_time_ms: float | None = ms()  # None or 0: the trace's end
+    resolution: int | None = count(most=XPROF_TRACE_MAX_RESOLUTION)  # pixels, 0: no filter; None: 8000
+    event_name: str | None = text()  # an event-details request: the event's name,
+    duration_ms: float | None = ms()  # its duration
+    # and its args.uid (XProf's UI may send it as a float: ``unique_id=12.0``)
+    unique_id: int | None = param(whole=True, ge=0, lt=2**63, allow_inf_nan=False)

@@ -13,7 +13,6 @@ from profscope.app.queries import MemoryProfileQuery
 from profscope.errors import NotFound, ProfscopeError
 from profscope.model.catalog import Run, RunKind
 from profscope.model.file_kinds import FileKind
-from profscope.tools import registry
 
 chrome_trace = lazy.module("profscope.formats.chrome_trace")
 xplane_allocator = lazy.module("profscope.formats.xplane_allocator")
@@ -56,7 +55,7 @@ class RuntimeMemory:
         /api/memory_profile and OOM risk read it)."""
         if run.kind is not RunKind.CHROME_TRACE:
             raise NotFound(f"run {run.name!r} is a {run.kind.value}; /api/memory_profile reads PyTorch profiler traces")
-        tool = registry.get("memory_profile")
+        tool = self.tool_named("memory_profile")
         key = keys.torch_memory(tool, self.logdir.url, [f.identity() for f in run.files])
         return self.cache.get_or_compute(key, f"{tool.title}: {run.name}", lambda p: self.torch_memory_profile(run, p),
                                          file=self._run_file(run))
@@ -87,13 +86,13 @@ class RuntimeMemory:
     def _memory_host_key(self, run: Run, host: str) -> str:
         # The host's file and the run's inputs: the payload's own key holds all of the
         # run's files (Workspace.tool_data), so a new file renews both.
-        return keys.derived(keys.MEMORY_HOST, self.logdir.url, registry.get("memory_profile").version,
+        return keys.derived(keys.MEMORY_HOST, self.logdir.url, self.tool_named("memory_profile").version,
                             run.xplane(host).identity(), [f.identity() for f in run.files])
 
     def memory_host_row(self, run: Run, host: str) -> dict:
         """One host's row of :meth:`memory_hosts`, from that host's cached memory profile
         (the entry ``tag=memory_profile&host=`` reads), kept under ``keys.MEMORY_HOST``."""
-        tool = registry.get("memory_profile")
+        tool = self.tool_named("memory_profile")
         return self.cache.get_or_compute_json(
             self._memory_host_key(run, host), f"memory peak of {host}",
             lambda p: memory_hosts_tool.host_summary(

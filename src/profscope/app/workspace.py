@@ -3,23 +3,26 @@ every tool's payload, computed once and kept in the disk cache.
 
 The workspace is the application layer's one entry: the server (and the CLI, and
 ``profscope report``) ask it for runs and payloads with typed queries
-(app/queries.py); it dispatches (tool, run kind) to the producer that reads the files
-(formats) and builds the payload (tools), under a cache key from app/keys.py. It knows
-no HTTP. Each tool family's producers live in their own module, mixed in here.
+(app/queries.py); it calls the producer that the tool table (app/tool_table.py) names
+for the tool and the run's kind, which reads the files (formats) and builds the payload
+(tools), under a cache key from app/keys.py. It knows no HTTP. Each tool family's
+producers live in their own module, mixed in here.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
-from profscope.app import keys
+from profscope.app import keys, tool_table
 from profscope.app.capture import CaptureDir, Capturer, TargetPolicy
 from profscope.app.compiled_memory import CompiledMemory, ModuleSource
 from profscope.app.oom import OomAssessment
-from profscope.app.queries import TOOL_QUERIES, Query
+from profscope.app.queries import Query
 from profscope.app.runtime_memory import RuntimeMemory
 from profscope.app.snapshots import SNAPSHOT_VIEWS, Snapshots
+from profscope.app.tool_table import Tool
 from profscope.app.traces import Traces
 from profscope.cache.store import DiskCache
 from profscope.cache import worker as cache_worker
@@ -30,8 +33,6 @@ from profscope.model.catalog import Run, RunKind
 from profscope.model.file_kinds import FileKind, classify
 from profscope.storage import LogDir, safe_relpath
 from profscope.storage.mounted import MountedLogDir
-from profscope.tools import registry
-from profscope.tools.registry import Tool
 
 __all__ = ["SNAPSHOT_VIEWS", "ModuleSource", "Workspace"]
 
@@ -69,24 +70,6 @@ class Workspace(CompiledMemory, RuntimeMemory, Snapshots, OomAssessment, Traces,
                                     on_saved=lambda job: self.logdir.refresh(mount))
             logdir = MountedLogDir(logdir, {mount: folder.logdir})
         self.logdir = logdir
-        # (tool, run kind) -> the method that produces its payload from a typed query of
-        # that tool (app/queries.py TOOL_QUERIES).
-        self._producers = {
-            ("memory_viewer", RunKind.PROFILE): self.memory_viewer,
-            ("memory_viewer", RunKind.XLA_DUMP): self.memory_viewer,
-            ("memory_profile", RunKind.PROFILE): self.xplane_memory_profile,
-            # XProf's schema for every run kind (XProf's page reads nothing else); the
-            # dashboard reads the richer payloads from /api/memory_profile and
-            # /api/snapshot/overview.
-            ("memory_profile", RunKind.CHROME_TRACE): self.torch_memory_profile_xprof,
-            ("memory_profile", RunKind.TORCH_SNAPSHOT): self.snapshot_memory_profile_xprof,
-            ("trace_viewer@", RunKind.PROFILE): self.trace_viewer_xprof,
-            ("trace_viewer@", RunKind.CHROME_TRACE): self.trace_viewer_xprof,
-            ("oom_risk", RunKind.PROFILE): self.oom_risk,
-            ("oom_risk", RunKind.XLA_DUMP): self.oom_risk,
-            ("oom_risk", RunKind.TORCH_SNAPSHOT): self.oom_risk,
-            ("oom_risk", RunKind.CHROME_TRACE): self.oom_risk,
-        }
         CompiledMemory.__init__(self)
         Snapshots.__init__(self)
         Traces.__init__(self)
@@ -157,43 +140,37 @@ class Workspace(CompiledMemory, RuntimeMemory, Snapshots, OomAssessment, Traces,
             return [f"cuda:{d}" for d in devices]
         return run.hosts
 
-    def can_serve(self, tool: Tool, run: Run) -> bool:
-        """Whether this version of profscope produces ``tool``'s data for runs like ``run``."""
-        return (tool.name, run.kind) in self._producers
-
     def tools(self, run: Run) -> list[Tool]:
-        """The tools that have something to show for this run (servable or not yet)."""
-        return [t for t in registry.for_run(run) if self._has_input(t, run)]
-
-    def _has_input(self, tool: Tool, run: Run) -> bool:
-        if tool.name == "memory_viewer":  # XProf: only when the profile carries HLO protos
-            return bool(self.modules(run))
-        if run.kind is RunKind.PROFILE:
-            if tool.name == "trace_viewer@":
-                # XProf 2.24 reads a session's xplanes only; a session holding just
-                # *.trace.json.gz gets no trace viewer there (run_tools), nor here.
-                return bool(run.files_of(FileKind.XPLANE))
-            return bool(run.files_of(FileKind.XPLANE))
-        return True
+        """The tools that have something to show for this run (app/tool_table.py)."""
+        return [t for t in tool_table.for_run(run) if t.has_input(self, run)]
 
     def tool_data(self, run: Run, tool: Tool, query: Query | None = None) -> bytes:
         """A tool's payload as stored gzip JSON bytes, converted once per input and query."""
-        producer = self._producers[tool.name, run.kind]
-        query = query if query is not None else self.query_type(tool)()
+        producer = tool.producer(run)
+        if producer is tool_table.NOT_FOR:
+            raise NotFound(f"tool {tool.name!r} has nothing for a {run.kind.value} such as {run.name!r}")
+        query = query if query is not None else tool.query()
         key = self.tool_data_key(run, tool, query)
-        if tool.name == "oom_risk" and self._rates_every_host(run, query) and not self.cache.has(key):
-            # Its hosts' assessments first, all at once (on the cluster, or in several
-            # workers): the run's own conversion then reads them back one by one.
-            per_host = [query.but(host=h) for h in run.hosts]
-            self.fan_out(run, [(self.tool_data_key(run, tool, q), ("tool_data", q.host, tool.name, q.fields()))
-                               for q in per_host], f"{tool.title} of {len(per_host)} hosts", one_worker_each=False)
+        if tool.prepare is not None and not self.cache.has(key):
+            tool.prepare(self, run, query)
         label = f"{tool.title}: {getattr(query, 'module_name', None) or run.name}"
-        return self.cache.get_or_compute(key, label, lambda progress: producer(run, query, progress),
+        return self.cache.get_or_compute(key, label, lambda progress: producer(self, run, query, progress),
                                          file=self._run_file(run))
 
+    def tool_stream(self, run: Run, tool: Tool, query: Query) -> Iterator[bytes]:
+        """A streamed tool's answer in pieces (``Answer.STREAM``); what needs the data is
+        checked before the first piece is returned."""
+        self._check_query(tool, query)
+        return tool.stream(self, run, query)
+
+    def tool_page(self, run: Run, tool: Tool, query: Query) -> dict:
+        """The plain values of a tool's HTML answer (``Tool.page``), for the frontend's
+        template."""
+        self._check_query(tool, query)
+        return tool.page.data(self, run, query)
+
     def tool_data_key(self, run: Run, tool: Tool, query: Query) -> str:
-        if not isinstance(query, self.query_type(tool)):
-            raise TypeError(f"{tool.name} takes a {self.query_type(tool).__name__}, not {type(query).__name__}")
+        self._check_query(tool, query)
         return keys.tool_payload(tool, self.logdir.url, [f.identity() for f in run.files], query.cache_parts())
 
     def fan_out(self, run: Run, jobs: list[tuple[str, tuple]], what: str, *, one_worker_each: bool = True) -> None:
@@ -243,8 +220,8 @@ class Workspace(CompiledMemory, RuntimeMemory, Snapshots, OomAssessment, Traces,
         kind, host, *args = job
         if kind == "tool_data":
             tool_name, fields = args
-            tool = registry.get(tool_name)
-            self.tool_data(run, tool, self.query_type(tool)(**fields))
+            tool = tool_table.get(tool_name)
+            self.tool_data(run, tool, tool.query(**fields))
         elif kind == "memory_host":
             self.memory_host_row(run, host)
         else:
@@ -252,11 +229,12 @@ class Workspace(CompiledMemory, RuntimeMemory, Snapshots, OomAssessment, Traces,
 
     @staticmethod
     def tool_named(name: str) -> Tool | None:
-        return registry.get(name)
+        return tool_table.get(name)
 
     @staticmethod
-    def query_type(tool: Tool) -> type[Query]:
-        return TOOL_QUERIES[tool.name]
+    def _check_query(tool: Tool, query: Query) -> None:
+        if not isinstance(query, tool.query):
+            raise TypeError(f"{tool.name} takes a {tool.query.__name__}, not {type(query).__name__}")
 
     def _run_file(self, run: Run) -> str:
         """How errors name a run's input: its one file, else its folder."""
@@ -267,14 +245,12 @@ class Workspace(CompiledMemory, RuntimeMemory, Snapshots, OomAssessment, Traces,
     def tool(self, name: str | None, run: Run) -> Tool:
         if not name:  # XProf: 404 "No Data"
             raise NotFound("missing parameter 'tag' (the tool name)")
-        tool = registry.get(name)
+        tool = tool_table.get(name)
         if tool is None:
-            known = ", ".join(t.name for t in registry.TOOLS)
+            known = ", ".join(t.name for t in tool_table.TOOLS)
             raise NotFound(f"unknown tool {name!r}; profscope has: {known}")
         if tool not in self.tools(run):
             raise NotFound(f"run {run.name!r} has no input for tool {tool.name!r}")
-        if not self.can_serve(tool, run):
-            raise NotFound(f"tool {tool.name!r} is not available in this version of profscope yet")
         return tool
 
 

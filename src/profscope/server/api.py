@@ -8,8 +8,11 @@ from fastapi.responses import Response
 from profscope.app.workspace import Workspace
 from profscope.app.queries import SnapshotQuery
 from profscope.model.catalog import Run
-from profscope.server.params import Count, Int, Text
+from profscope.server.params import Count, Text, query_params
 from profscope.server.responses import gzip_json_response, json_response
+
+
+SnapshotParams = query_params(SnapshotQuery)
 
 
 def _run_summary(ws: Workspace, run: Run) -> dict:
@@ -38,8 +41,7 @@ def router(ws: Workspace) -> APIRouter:
         # Tools and modules need a look inside the run's files (cached): only per run,
         # never for the whole catalog, which may hold thousands of sessions.
         body["tools"] = [
-            {"name": t.name, "title": t.title, "summary": t.summary, "implemented": ws.can_serve(t, run)}
-            for t in ws.tools(run)
+            {"name": t.name, "title": t.title, "summary": t.summary} for t in ws.tools(run)
         ]
         body["files"] = [
             {"path": f.path, "size": f.size, "kind": run.kind_of(f).value, "mtime": f.mtime} for f in run.files
@@ -65,14 +67,8 @@ def router(ws: Workspace) -> APIRouter:
         return json_response(ws.memory_hosts(ws.run(run)))
 
     @r.get("/snapshot/{view}")
-    def snapshot_view(view: str, request: Request, run: Text = None, host: Text = None, start: Int = None,
-                      end: Int = None, x: Text = None, max_points: Int = None, top: Int = None, event: Int = None,
-                      stack: Int = None, filtered: Text = None, other: Text = None, other_host: Text = None,
-                      q: Text = None) -> Response:
+    def snapshot_view(view: str, request: Request, query: SnapshotParams, run: Text = None) -> Response:
         """Views of a PyTorch memory snapshot run (see tools/memory_profile_snapshot.py)."""
-        query = SnapshotQuery(host=host, start=start, end=end, x=x, max_points=max_points, top=top, event=event,
-                              stack=stack, filtered=None if filtered is None else filtered != "0",
-                              other=other, other_host=other_host, q=q)
         return gzip_json_response(request, ws.snapshot_view(ws.run(run), view, query))
 
     @r.get("/progress")

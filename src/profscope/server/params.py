@@ -1,13 +1,10 @@
 """Every query parameter, parsed and checked once, here, into the typed values the
-application takes (app/queries.py): routes declare them with FastAPI's ``Query`` and
-these types, and a value no parameter can mean is a 400 naming the parameter
-(server/app.py maps FastAPI's validation errors to the one error shape).
-
-Why bounds on every number: a fuzz of every route found values that got through loose
-parsers and broke later (a 500): ``10^400`` (int() refuses over 4,300 digits; a
-400-digit one passed and then could not be stored as JSON), ``1e309`` (infinity),
-``²`` (``str.isdigit`` is true for it, ``int`` refuses it). Pydantic's parsers refuse
-those; every count, id, byte size and time here fits a signed 64-bit integer.
+application takes (app/queries.py). A query type's fields carry their bounds as plain
+metadata; :func:`query_parser` turns any query type into pydantic validators, and
+:func:`query_params` into a FastAPI dependency for a route, so no route restates a bound.
+A value no parameter can mean is a 400 naming the parameter (server/app.py maps
+FastAPI's validation errors to the one error shape); pydantic's parsers refuse what got
+through loose ones before (app/queries.py says which).
 
 An empty value is an absent one (``?memory_space=``), as XProf's ``request.args.get``
 with a default treats it.
@@ -15,24 +12,16 @@ with a default treats it.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping
+from functools import cache
 from typing import Annotated, Any
 
-from fastapi import Query
+from fastapi import Depends, Query
 from fastapi.exceptions import RequestValidationError
 from pydantic import AfterValidator, BeforeValidator, Field, TypeAdapter, ValidationError
 
-from profscope.app.queries import (
-    TRACE_MAX_RESOLUTION,
-    TRACE_MAX_SEARCH_LIMIT,
-    XPROF_TRACE_MAX_RESOLUTION,
-    MemoryProfileQuery,
-    MemoryViewerQuery,
-    OomRiskQuery,
-    Query as ToolQuery,
-)
-
-MAX_INT = (1 << 63) - 1
+from profscope.app.queries import MAX_INT, MAX_TEXT, Query as ToolQuery
 
 
 def _blank_is_absent(value):
@@ -50,22 +39,17 @@ def _value(kind: type, *validators: Any, **bounds: Any) -> Any:
     return Annotated[Annotated[kind, Field(**bounds), *validators] | None, _absent, Query()]
 
 
-Int = _value(int, ge=-MAX_INT, le=MAX_INT)
-Count = _value(int, ge=0, le=MAX_INT)  # sizes, memory spaces
-Bytes = _value(int, gt=0, le=MAX_INT)  # a capacity
-Share = _value(float, gt=0, le=1.5, allow_inf_nan=False)  # a fraction of the capacity
-Text = _value(str, max_length=8192)  # a run, a host, a module, a search text, a flag
+# The parameters routes take beside a query: a run's name, a memory space.
+Text = _value(str, max_length=MAX_TEXT)
+Count = _value(int, ge=0, le=MAX_INT)
 
-# The trace viewer's (server/trace_api.py; the bounds are tools/trace_viewer.py's and
-# trace_xprof.py's, through app/queries.py).
-TraceMs = _value(float, ge=-1e15, le=1e15, allow_inf_nan=False)  # a time, ms
-Resolution = _value(int, ge=1, le=TRACE_MAX_RESOLUTION)  # pixels of a window
-XprofResolution = _value(int, ge=0, le=XPROF_TRACE_MAX_RESOLUTION)  # 0: no filter
-EventId = _value(int, ge=0, le=MAX_INT)  # an event id of /api/trace/window or /search
-SearchLimit = _value(int, ge=1, le=TRACE_MAX_SEARCH_LIMIT)
-SearchOffset = _value(int, ge=0, le=MAX_INT)  # the first match /api/trace/search answers
-# XProf's UI may send an event's args.uid as a float (``unique_id=12.0``)
-UniqueId = _value(float, AfterValidator(int), ge=0, lt=2**63, allow_inf_nan=False)
+
+def _annotation(kind: type, meta: dict) -> Any:
+    """A query field's parameter type: its value type within its bounds (app/queries.py
+    ``param``), or None when absent or blank."""
+    if meta.get("whole"):  # an int that may come as a float (``12.0``)
+        return _value(float, AfterValidator(int), **meta["bounds"])
+    return _value(kind, **meta["bounds"])
 
 
 class QueryParser:
@@ -89,19 +73,34 @@ class QueryParser:
         return values
 
 
-def tool_query(tool: str, *, host: str | None, module_name: str | None, memory_space: int | None,
-               view: str | None, capacity_bytes: int | None, device_memory: str | None, device: str | None,
-               threshold_medium: float | None, threshold_high: float | None) -> ToolQuery:
-    """The typed query of XProf's ``data?tag=<tool>`` for the tools cached per query."""
-    if tool == "memory_viewer":
-        return MemoryViewerQuery(module_name=module_name, memory_space=memory_space, host=host, view=view)
-    if tool == "memory_profile":
-        return MemoryProfileQuery(host=host)
-    if tool == "oom_risk":
-        return OomRiskQuery(host=host, module_name=module_name, capacity_bytes=capacity_bytes,
-                            device_memory=device_memory, device=device,
-                            threshold_medium=threshold_medium, threshold_high=threshold_high)
-    raise ValueError(f"no typed query for tool {tool!r}")
+@cache
+def query_parser(query_type: type[ToolQuery]) -> QueryParser:
+    """Checks a request's parameters against every field of ``query_type``."""
+    return QueryParser(**{name: _annotation(kind, meta) for name, (kind, meta) in query_type.params().items()})
+
+
+def parse_query(query_type: type[ToolQuery], params: Mapping[str, str]) -> ToolQuery:
+    """A request's parameters as ``query_type`` (for a route that serves several query
+    types: XProf's one data route serves every tool)."""
+    return query_type(**query_parser(query_type).parse(params))
+
+
+def query_params(query_type: type[ToolQuery], *names: str) -> Any:
+    """The type of a route's parameter that is a ``query_type`` made of the request's
+    parameters ``names`` (every field when none is named): ``Event = query_params(
+    TraceQuery, "host", "id")``, then ``def event(query: Event)``. The route's declared
+    parameters (OpenAPI included) are those fields, with their bounds."""
+    fields = query_type.params()
+    chosen = names or tuple(fields)
+
+    def dependency(**values: Any) -> ToolQuery:
+        return query_type(**values)
+
+    dependency.__signature__ = inspect.Signature([
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=_annotation(*fields[name]))
+        for name in chosen
+    ])
+    return Annotated[query_type, Depends(dependency)]
 
 
 def validation_message(err) -> str:

@@ -2,41 +2,30 @@
 details, search by name, export as Chrome-trace JSON; and ``/api/trace_hosts``, every
 host of a multi-host run side by side. Shapes: ``docs/trace_viewer.md``.
 
-Every parameter is parsed here (server/params.py) into a :class:`TraceQuery`; XProf's
-``data?tag=trace_viewer@`` parameters into an :class:`XprofTraceQuery`
-(:func:`xprof_trace_query`, called by server/xprof_api.py)."""
+Every parameter is parsed (server/params.py) into a :class:`TraceQuery`, each route
+taking the fields it reads; XProf's ``data?tag=trace_viewer@`` is server/xprof_api.py's."""
 
 from __future__ import annotations
 
 import re
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter
 from fastapi.responses import Response, StreamingResponse
 
-from profscope.app.queries import TraceQuery, XprofTraceQuery
+from profscope.app.queries import TraceQuery
 from profscope.app.workspace import Workspace
 from profscope.errors import BadRequest
-from profscope.server.params import (
-    EventId,
-    QueryParser,
-    Resolution,
-    SearchLimit,
-    SearchOffset,
-    Text,
-    TraceMs,
-    UniqueId,
-    XprofResolution,
-)
+from profscope.server.params import Text, query_params
 from profscope.server.responses import json_response
 
-_XPROF_TRACE = QueryParser(host=Text, hosts=Text, start_time_ms=TraceMs, end_time_ms=TraceMs,
-                           resolution=XprofResolution, event_name=Text, duration_ms=TraceMs, unique_id=UniqueId)
-
-
-def xprof_trace_query(request: Request) -> XprofTraceQuery:
-    """The trace_viewer@ parameters of XProf's data route, typed (a bad one is a 400
-    naming it)."""
-    return XprofTraceQuery(**_XPROF_TRACE.parse(request.query_params))
+# What each route reads of a TraceQuery: the hosts, and its own fields.
+HOSTS = ("host", "hosts")
+RANGE = ("start_ms", "end_ms")
+Window = query_params(TraceQuery, *HOSTS, *RANGE, "resolution")
+Preview = query_params(TraceQuery, *HOSTS, "resolution")
+Event = query_params(TraceQuery, *HOSTS, "id")
+Search = query_params(TraceQuery, *HOSTS, "q", "limit", "offset")
+Range = query_params(TraceQuery, *HOSTS, *RANGE)
 
 
 def router(ws: Workspace) -> APIRouter:
@@ -52,43 +41,36 @@ def router(ws: Workspace) -> APIRouter:
     r = APIRouter(prefix="/api/trace")
 
     @r.get("/window")
-    def window(run: Text = None, host: Text = None, hosts: Text = None, start_ms: TraceMs = None,
-               end_ms: TraceMs = None, resolution: Resolution = None) -> Response:
-        query = TraceQuery(host=host, hosts=hosts, start_ms=start_ms, end_ms=end_ms, resolution=resolution)
+    def window(query: Window, run: Text = None) -> Response:
         return json_response(ws.trace_window(ws.run(run), query))
 
     @r.get("/preview")
-    def preview(run: Text = None, host: Text = None, hosts: Text = None, resolution: Resolution = None) -> Response:
+    def preview(query: Preview, run: Text = None) -> Response:
         """The whole trace, drawn from what the index build has published so far (404
         when nothing is: the index is ready, or not that far yet)."""
-        query = TraceQuery(host=host, hosts=hosts, resolution=resolution)
         return json_response(ws.trace_preview(ws.run(run), query))
 
     @r.get("/event")
-    def event(run: Text = None, host: Text = None, hosts: Text = None, id: EventId = None) -> Response:
-        if id is None:
+    def event(query: Event, run: Text = None) -> Response:
+        if query.id is None:
             raise BadRequest("missing parameter 'id' (an event id from /api/trace/window or /api/trace/search)")
-        return json_response(ws.trace_event(ws.run(run), TraceQuery(host=host, hosts=hosts, id=id)))
+        return json_response(ws.trace_event(ws.run(run), query))
 
     @r.get("/search")
-    def search(run: Text = None, host: Text = None, hosts: Text = None, q: Text = None,
-               limit: SearchLimit = None, offset: SearchOffset = None) -> Response:
-        if not q:
+    def search(query: Search, run: Text = None) -> Response:
+        if not query.q:
             raise BadRequest("missing parameter 'q' (the text to search event names for)")
-        return json_response(ws.trace_search(ws.run(run), TraceQuery(host=host, hosts=hosts, q=q, limit=limit, offset=offset)))
+        return json_response(ws.trace_search(ws.run(run), query))
 
     @r.get("/summary")
-    def summary(run: Text = None, host: Text = None, hosts: Text = None, start_ms: TraceMs = None,
-                end_ms: TraceMs = None) -> Response:
+    def summary(query: Range, run: Text = None) -> Response:
         """Every slice name in the range [start_ms, end_ms): occurrences, wall and self time."""
-        query = TraceQuery(host=host, hosts=hosts, start_ms=start_ms, end_ms=end_ms)
         return json_response(ws.trace_summary(ws.run(run), query))
 
     @r.get("/export")
-    def export(run: Text = None, host: Text = None, hosts: Text = None, start_ms: TraceMs = None,
-               end_ms: TraceMs = None) -> Response:
+    def export(query: Range, run: Text = None) -> Response:
         the_run = ws.run(run)
-        chunks = ws.trace_export(the_run, TraceQuery(host=host, hosts=hosts, start_ms=start_ms, end_ms=end_ms))
+        chunks = ws.trace_export(the_run, query)
         first = next(chunks)  # the window is checked before the response starts
         stem = re.sub(r"[^A-Za-z0-9._-]+", "_", the_run.name).strip("_") or "trace"
         name = f"{stem}.trace.json"

@@ -4,9 +4,16 @@
 import { $, el } from "./lib/dom.js";
 import { defineKeys, go, onNavigate, readState, resetFor, stateUrl } from "./lib/state.js";
 import { ApiError, errorBox, getJson } from "./lib/api.js";
-import { PAGES } from "./pages/index.js";
+import overview from "./pages/overview.js";
 import { initCapture } from "./pages/capture.js";
 import { showConversions } from "./lib/conversions.js";
+
+// The page modules, in the order their URL keys appear in a link: the run overview, then
+// those of the tools, which the server's tool table names (index.html #page-modules).
+// The shell picks the first page whose `tool` is the URL's tool and that `accepts` the
+// run (two pages draw the memory_profile tool: allocator/trace memory, and snapshots).
+const toolPages = JSON.parse(document.getElementById("page-modules").textContent);
+const PAGES = [overview, ...(await Promise.all(toolPages.map((name) => import(`./pages/${name}`)))).map((m) => m.default)];
 
 // The shell's own keys; a new run starts every view fresh, a new host or module too.
 defineKeys({
@@ -81,7 +88,7 @@ async function render(state) {
   if (readState().run !== run.name) return; // the user moved on meanwhile
   // Which tools a run offers needs a look inside its files, so it comes with the details.
   const tools = [{ value: "", label: "Overview" }].concat(details.tools.map((t) => ({
-    value: t.name, label: t.title + (t.implemented ? "" : " (coming)"), title: t.summary })));
+    value: t.name, label: t.title, title: t.summary })));
   // XProf names some tools with a trailing @ (trace_viewer@); profscope's links say
   // tool=trace_viewer: either spelling selects the tool's entry.
   const bare = (name) => (name || "").replace(/@$/, "");
@@ -128,7 +135,7 @@ async function noSuchTool(view, state, details, name, fromTag) {
   if (activePage && activePage.leave) activePage.leave();
   activePage = null;
   await useStyles({ css: [] });
-  const tools = details.tools.filter((t) => t.implemented);
+  const tools = details.tools;
   const open = (tool) => ({ ...state, tool });
   view.replaceChildren(
     el("h1", {}, "No such tool"),

@@ -8,14 +8,14 @@ import { bytesAxis, escapePlotly, newPlot } from "../lib/plotly.js";
 const KIND_LABELS = { profile: "profile session", xla_dump: "XLA dump folder", torch_snapshot: "PyTorch memory snapshot", chrome_trace: "Chrome trace" };
 
 function render(view, state, run, details) {
-  const toolCards = details.tools.map((t) => el("div", { class: `card${t.implemented ? "" : " off"}`, "data-tool": t.name },
-    el("h3", {}, t.implemented ? el("a", { href: stateUrl({ ...state, tool: t.name }), onclick: (e) => { e.preventDefault(); go({ ...state, tool: t.name }); } }, t.title) : t.title),
+  const toolCards = details.tools.map((t) => el("div", { class: "card", "data-tool": t.name },
+    el("h3", {}, el("a", { href: stateUrl({ ...state, tool: t.name }), onclick: (e) => { e.preventDefault(); go({ ...state, tool: t.name }); } }, t.title)),
     el("div", {}, t.summary),
-    el("div", { class: "tag" }, t.implemented ? `tag=${t.name}` : "not in this version yet")));
+    el("div", { class: "tag" }, `tag=${t.name}`)));
   const files = el("table", { id: "files" },
     el("thead", {}, el("tr", {}, el("th", {}, "file"), el("th", {}, "kind"), el("th", { class: "num" }, "size"))),
     el("tbody", {}, details.files.map((f) => el("tr", {}, el("td", { class: "path" }, f.path), el("td", {}, f.kind), el("td", { class: "num" }, fmtBytes(f.size))))));
-  const viewer = details.tools.find((t) => t.name === "memory_viewer" && t.implemented);
+  const viewer = details.tools.find((t) => t.name === "memory_viewer");
   // Without a memory viewer for this run, a click still picks the module for the other tools.
   const moduleState = (m) => (viewer ? { ...state, tool: "memory_viewer", module_name: m } : { ...state, module_name: m });
   const modules = details.modules.length

@@ -1,0 +1,222 @@
+"""Every tool profscope shows, declared once: one row per tool.
+
+A row holds everything the rest of profscope derives from: the tool's name (its XProf
+tag, ``tag=`` in ``/data/plugin/profile/data``), title and summary; the typed query it
+takes (app/queries.py, whose fields carry their own bounds: the server validates the
+data route's parameters from it); its producer for each run kind, or :data:`NOT_FOR`
+where the tool has nothing to show for that kind; whether a run has the input it reads;
+how it answers (a cached JSON payload, or JSON streamed from an index; an HTML page when
+the query asks for one); the page modules that draw it in the dashboard; and whether
+XProf has the tool (XProf's ``run_tools`` lists only those). The workspace, the XProf
+data API, ``/api/run``, the dashboard's page list and the architecture test all read this
+table: adding a tool is a tool module, one row here and one page module
+(docs/architecture.md, "Where to change what").
+
+Tools are listed (``run_tools``, the tool picker) in XProf's order,
+:data:`XPROF_TOOL_ORDER`, profscope's own after them. The order of :data:`TOOLS` is the
+dashboard's: its page modules declare their URL keys in that order, which is the order
+of the keys in a link.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from profscope.app.compiled_memory import CompiledMemory
+from profscope.app.oom import OomAssessment
+from profscope.app.queries import MemoryProfileQuery, MemoryViewerQuery, OomRiskQuery, Query, XprofTraceQuery
+from profscope.app.runtime_memory import RuntimeMemory
+from profscope.app.snapshots import Snapshots
+from profscope.app.traces import Traces
+from profscope.model.catalog import Run, RunKind
+from profscope.model.file_kinds import FileKind
+
+if TYPE_CHECKING:
+    from profscope.app.workspace import Workspace
+
+# A producer: ``(workspace, run, query, progress) -> payload``, a Workspace method.
+Producer = Callable[["Workspace", Run, Any, Any], dict]
+# The explicit "this tool has nothing for runs of this kind" of a row's producers.
+NOT_FOR = None
+
+
+class Answer(enum.Enum):
+    JSON = "json"  # a payload made once per input and query, kept gzip-compressed in the cache
+    STREAM = "stream"  # JSON made in pieces for each request from an index (never cached whole)
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """An HTML answer of the data route instead of the JSON one, when the query's ``flag``
+    field is set: ``data(workspace, run, query)`` builds the plain values that the frontend's
+    ``template`` displays."""
+
+    flag: str
+    template: str
+    data: Callable[["Workspace", Run, Any], dict]
+
+
+@dataclass(frozen=True, slots=True)
+class Tool:
+    name: str  # XProf's tag
+    title: str
+    summary: str
+    query: type[Query]
+    producers: Mapping[RunKind, Producer | None]  # every run kind: a producer or NOT_FOR
+    # whether a run of a kind the tool is for holds what it reads (beyond its kind)
+    has_input: Callable[["Workspace", Run], bool]
+    pages: tuple[str, ...]  # the dashboard's page modules (static/pages/) that draw it
+    answer: Answer = Answer.JSON
+    stream: Callable[["Workspace", Run, Any], Iterator[bytes]] | None = None  # Answer.STREAM's pieces
+    page: Page | None = None
+    # Made before the payload, in the server process: parts that can be built at once (on
+    # the cluster, or in several workers) rather than one by one inside its conversion.
+    prepare: Callable[["Workspace", Run, Any], None] | None = None
+    xprof: bool = True  # XProf has this tool: run_tools lists it (an XProf client knows the tag)
+    aliases: tuple[str, ...] = ()  # other names XProf's clients use for it
+    version: int = 1  # bump when the payload changes: it is part of the cache key
+    run_kinds: frozenset[RunKind] = field(init=False)
+
+    def __post_init__(self):
+        missing = set(RunKind) - set(self.producers)
+        if missing:
+            raise ValueError(f"tool {self.name!r}: say NOT_FOR or give a producer for {sorted(k.value for k in missing)}")
+        if (self.answer is Answer.STREAM) != (self.stream is not None):
+            raise ValueError(f"tool {self.name!r}: a streamed answer needs its stream, and only it")
+        if self.page is not None and self.page.flag not in self.query.params():
+            raise ValueError(f"tool {self.name!r}: {self.query.__name__} has no field {self.page.flag!r}")
+        object.__setattr__(self, "run_kinds", frozenset(k for k, p in self.producers.items() if p is not NOT_FOR))
+
+    def applies_to(self, run: Run) -> bool:
+        return run.kind in self.run_kinds
+
+    def producer(self, run: Run) -> Producer:
+        return self.producers[run.kind]
+
+    def asks_page(self, query: Query) -> bool:
+        return self.page is not None and bool(getattr(query, self.page.flag))
+
+
+def _reads_xplanes(ws: Workspace, run: Run) -> bool:
+    """XProf 2.24 reads a profile session's xplanes only: a session holding just
+    ``*.trace.json.gz`` gets no tool there (run_tools), nor here."""
+    return run.kind is not RunKind.PROFILE or bool(run.files_of(FileKind.XPLANE))
+
+
+def _has_modules(ws: Workspace, run: Run) -> bool:
+    """XProf: only when the profile carries HLO protos (or a dump its modules)."""
+    return bool(ws.modules(run))
+
+
+def _for(**producers: Producer) -> dict[RunKind, Producer | None]:
+    """A row's producers by run kind (``profile=...``); every kind not named is NOT_FOR."""
+    return {kind: producers.get(kind.value, NOT_FOR) for kind in RunKind}
+
+
+TOOLS: tuple[Tool, ...] = (
+    Tool(
+        "memory_viewer",
+        "Memory viewer",
+        "What the XLA compiler planned: heap over program order, buffers at peak, padding.",
+        MemoryViewerQuery,
+        _for(profile=CompiledMemory.memory_viewer, xla_dump=CompiledMemory.memory_viewer),
+        _has_modules,
+        pages=("memory_viewer.js",),
+        page=Page("view_memory_allocation_timeline", "memory_viewer_timeline.html",
+                  CompiledMemory.memory_viewer_timeline),
+        version=2,  # 2: profscope.heapEventKinds/heapEventBuffers/smallBuffersAtPeak, page view heapPoints
+    ),
+    Tool(
+        "memory_profile",
+        "Memory profile",
+        "What the allocator really did over time: peak, breakdown at peak, leaks.",
+        MemoryProfileQuery,
+        # XProf's schema for every run kind (XProf's page reads nothing else); the
+        # dashboard reads the richer payloads of /api/memory_profile and /api/snapshot/...
+        _for(profile=RuntimeMemory.xplane_memory_profile,
+             chrome_trace=RuntimeMemory.torch_memory_profile_xprof,
+             torch_snapshot=Snapshots.snapshot_memory_profile_xprof),
+        _reads_xplanes,
+        pages=("memory_profile.js", "torch_snapshot.js"),
+        version=3,  # 2: XProf's schema for traces and snapshots too (tools/memory_profile_xprof.py); 3: profiles without allocator events are not grouped
+    ),
+    Tool(
+        "trace_viewer@",
+        "Trace viewer",
+        "What ran when: host threads, device streams, XLA ops, steps.",
+        XprofTraceQuery,
+        # XProf's trace_viewer@ JSON; the dashboard reads windows of the same index
+        # through /api/trace/... (server/trace_api.py)
+        _for(profile=Traces.trace_viewer_xprof, chrome_trace=Traces.trace_viewer_xprof),
+        _reads_xplanes,
+        pages=("trace_viewer.js",),
+        answer=Answer.STREAM,
+        stream=Traces.trace_xprof_stream,
+        aliases=("trace_viewer",),  # XProf's frontend and older clients leave out the streaming '@'
+    ),
+    Tool(
+        "oom_risk",
+        "OOM risk",
+        "Peak vs capacity, headroom, and what to cut.",
+        OomRiskQuery,
+        _for(profile=OomAssessment.oom_risk, xla_dump=OomAssessment.oom_risk,
+             torch_snapshot=OomAssessment.oom_risk, chrome_trace=OomAssessment.oom_risk),
+        _reads_xplanes,
+        pages=("oom_risk.js",),
+        prepare=OomAssessment.assess_hosts_first,
+        xprof=False,
+        version=3,  # 2: a multi-host profile is rated by its worst host (hosts, finding.host);
+        # 3: default module = the one that ran most (moduleChoice)
+    ),
+)
+
+# XProf's tool_sort_order (profile_plugin.py ``_get_active_tools``).
+XPROF_TOOL_ORDER = (
+    "overview_page", "trace_viewer", "trace_viewer@", "graph_viewer", "op_profile", "hlo_op_profile",
+    "input_pipeline_analyzer", "input_pipeline", "kernel_stats", "memory_profile", "memory_viewer", "roofline_model",
+    "perf_counters", "pod_viewer", "framework_op_stats", "tensorflow_stats", "hlo_op_stats", "hlo_stats",
+    "inference_profile", "megascale_stats",
+)
+
+# XProf tags profscope answers with its run overview (the page with no tool).
+XPROF_OVERVIEW_TAGS = frozenset({"overview_page"})
+# profile_plugin.py: with two or more hosts, these XProf tools get the merged "ALL_HOSTS"
+# instead of (ONLY) or beside (SUPPORTED) the single hosts, in the hosts list.
+XPROF_ALL_HOSTS_ONLY = frozenset({"overview_page", "pod_viewer", "smart_suggestion"})
+XPROF_ALL_HOSTS_SUPPORTED = frozenset(
+    {"input_pipeline_analyzer", "framework_op_stats", "kernel_stats", "overview_page", "pod_viewer", "megascale_stats"}
+)
+
+
+def get(name: str) -> Tool | None:
+    return next((t for t in TOOLS if name == t.name or name in t.aliases), None)
+
+
+def _listed(tool: Tool) -> tuple[int, int]:
+    order = XPROF_TOOL_ORDER.index(tool.name) if tool.name in XPROF_TOOL_ORDER else len(XPROF_TOOL_ORDER)
+    return order, TOOLS.index(tool)
+
+
+def for_run(run: Run) -> list[Tool]:
+    """Every tool for a run's kind (whether it has input or not), in XProf's order."""
+    return sorted((t for t in TOOLS if t.applies_to(run)), key=_listed)
+
+
+def page_modules() -> list[str]:
+    """The dashboard's page modules, each once, in the table's order."""
+    return list(dict.fromkeys(p for t in TOOLS for p in t.pages))
+
+
+def page_tool(tag: str) -> str | None:
+    """The dashboard page (its ``tool=`` value) for an XProf tool tag, "" for the run
+    overview, None where profscope has none. XProf's links name tools as
+    ``/data/plugin/profile/tools`` does, a trailing ``@`` or ``^`` marking how XProf
+    converts it (``trace_viewer@`` streams)."""
+    bare = tag.strip().rstrip("@^")
+    if bare in XPROF_OVERVIEW_TAGS:
+        return ""
+    tool = get(tag.strip()) or get(bare) or get(f"{bare}@")
+    return tool.name if tool is not None else None
