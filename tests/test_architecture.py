@@ -6,7 +6,9 @@ app -> server -> frontend, with the cache beside the app.
   (a tool knows no file format, no cache, no HTTP);
 * the app (the workspace) is the only layer that puts readers, tools and the cache
   together, and knows no HTTP;
-* the server calls only the app (and reads the model's types it hands back);
+* the server calls only the app (and reads the model's types it hands back), and hands
+  the frontend the plain values of the HTML pages it answers;
+* the frontend only displays: it knows no workspace, only the model's byte format;
 * ``errors`` (the one error family) and ``forksafe`` (what a forked conversion worker
   renews) are shared by every layer; only the CLI, the entry point, imports the server.
 
@@ -18,6 +20,7 @@ docs/architecture.md is checked against ALLOWED below.
 from __future__ import annotations
 
 import ast
+import json
 import re
 from pathlib import Path
 
@@ -35,8 +38,8 @@ ALLOWED: dict[str, set[str]] = {
     "tools": {"model"},
     "cache": set(),
     "app": {"storage", "formats", "model", "tools", "cache"},
-    "server": {"app", "model"},
-    "frontend": {"app", "model"},
+    "server": {"app", "model", "frontend"},  # the pages render through frontend/render.py
+    "frontend": {"model"},  # renders plain data: model/units.py's byte format
     "testing": {"storage", "formats", "model", "tools", "cache", "app", "server"},  # builders, test servers, the fuzz harness
 }
 ENTRY_POINTS = {"cli", "__main__"}  # may import every layer
@@ -350,3 +353,66 @@ def test_the_frontend_checker_catches_each_kind_of_violation(tmp_path):
         "pages/a.js:7 names tool 'no_such_tool', which the server does not have",
         "pages/d.js:2 is a page module that declares no tool",
     ], js_tool_violations(static, known={"trace_viewer@", "memory_profile"})
+
+
+# ---------------------------------------------------------------------------
+# Rendering in one place (issue 30): one Jinja environment, one palette
+# ---------------------------------------------------------------------------
+
+FRONTEND = PACKAGE / "frontend"
+HEX = re.compile(r"#[0-9a-fA-F]{6}\b")
+
+
+def _jinja_uses() -> tuple[list[str], list[str]]:
+    """(every module importing jinja2, every ``Environment(...)`` call) in the package."""
+    importers, calls = [], []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        where = str(path.relative_to(PACKAGE))
+        for node in ast.walk(ast.parse(path.read_text(), filename=where)):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            if any(n.split(".")[0] == "jinja2" for n in names):
+                importers.append(where)
+            elif isinstance(node, ast.Call):
+                f = node.func
+                if (f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None) == "Environment":
+                    calls.append(f"{where}:{node.lineno}")
+    return importers, calls
+
+
+def test_one_template_environment():
+    """Every HTML page the Python side makes (the dashboard's page, the allocation
+    timeline, the report) renders through frontend/render.py's one environment: a second
+    one had its own loader, filters and escaping rules (server/pages.py and the report
+    each built theirs)."""
+    importers, calls = _jinja_uses()
+    assert set(importers) == {"frontend/render.py"}, importers
+    assert len(calls) == 1 and calls[0].startswith("frontend/render.py:"), calls
+
+
+def test_the_report_and_the_pages_share_one_palette():
+    """The risk and category colours come from static/lib/palette.json, for the page
+    (lib/colors.js imports it) and the report (frontend/render.py reads it): no copy of
+    them remains in the Python renderer, the templates or the OOM page's script."""
+    from profscope.frontend.render import PALETTE
+
+    palette = json.loads((FRONTEND / "static" / "lib" / "palette.json").read_text())
+    assert PALETTE["RISK"] == palette["RISK"] and PALETTE["RISK_ZONE"] == palette["RISK_ZONE"]
+    assert PALETTE["OOM_CATEGORY"] == {k: palette["P"][name] for k, name in palette["OOM_CATEGORY"].items()}
+    colors_js = (FRONTEND / "static" / "lib" / "colors.js").read_text()
+    assert 'import palette from "./palette.json" with { type: "json" };' in colors_js
+    assert not HEX.findall(colors_js), "colors.js takes every colour from palette.json"
+    risk = {c.lower() for group in ("RISK", "RISK_ZONE") for c in palette[group].values()}
+    risk |= {c.lower() for c in PALETTE["OOM_CATEGORY"].values()}
+    files = [*FRONTEND.glob("*.py"), *(FRONTEND / "templates").glob("*.html"), FRONTEND / "static" / "pages" / "oom_risk.js",
+             FRONTEND / "static" / "pages" / "oom_risk.css"]
+    copies = {f"{p.relative_to(FRONTEND)}: {c}" for p in files for c in HEX.findall(p.read_text()) if c.lower() in risk}
+    assert not copies, copies
+
+
+def test_the_palette_is_served_as_json(demo_client):
+    """A JSON module runs only when it is answered with a JSON MIME type (HTML's "fetch a
+    single module script"): otherwise colors.js, and every page importing it, fails."""
+    res = demo_client.get("/static/lib/palette.json")
+    assert res.status_code == 200 and res.headers["content-type"].split(";")[0] == "application/json"
+    assert res.json()["RISK"] == json.loads((FRONTEND / "static" / "lib" / "palette.json").read_text())["RISK"]

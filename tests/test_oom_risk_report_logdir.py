@@ -165,10 +165,10 @@ def test_sorted_worst_first_under_a_summary_with_working_anchors(mixed):
 
 
 def test_evidence_reads_as_a_sentence():
-    from profscope.frontend.report import evidence_text, examples_text
+    from profscope.tools.oom_risk import evidence_examples, evidence_sentence
 
     ev = {"category": "unknown", "categoryBytes": 13_477_044_736, "share": 0.787, "threshold": 0.9, "ratio": 1.25,
           "usesRemat": False, "largestItem": {"name": "stack 0", "bytes": 1024}, "examples": [{"argument": "p0", "bytes": 2048}]}
-    assert evidence_text(ev) == ("Category unknown, category bytes 12.6 GiB (13,477,044,736 bytes), share 78.7 %, threshold 90.0 %, "
+    assert evidence_sentence(ev) == ("Category unknown, category bytes 12.6 GiB (13,477,044,736 bytes), share 78.7 %, threshold 90.0 %, "
                                  "ratio 1.25×, uses remat no, largest item (name stack 0, bytes 1.00 KiB (1,024 bytes)).")
-    assert examples_text(ev) == ["Argument p0, bytes 2.00 KiB (2,048 bytes)."]
+    assert evidence_examples(ev) == ["Argument p0, bytes 2.00 KiB (2,048 bytes)."]

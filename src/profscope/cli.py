@@ -367,8 +367,9 @@ def _positive_int(text: str | None, name: str) -> int | None:
 def cmd_report(args) -> int:
     import time
 
+    from profscope.app import oom_reports
     from profscope.app.queries import OomRiskQuery
-    from profscope.frontend import report
+    from profscope.frontend import oom_report
     from profscope.tools import oom_risk
 
     start = time.perf_counter()
@@ -395,23 +396,24 @@ def cmd_report(args) -> int:
     # One refused file (an unsafe pickle, a corrupt profile) must not hide the other runs:
     # it is listed in the report, and only a report with nothing in it is an error.
     refused: list[dict] = []
-    runs = report.pick_runs(ws, args.run, file, refused)
-    reports = report.ordered(report.collect(ws, runs, query, refused))
+    runs = oom_reports.pick_runs(ws, args.run, file, refused)
+    reports = oom_reports.collect(ws, runs, query, refused)
     if not reports:
         raise ProfscopeError(f"nothing could be read: {len(refused)} run(s) refused: "
                              + "; ".join(f"{x['file']}: {x['problem']}" for x in refused))
     source = args.logdir or "demo"
-    text = {"html": lambda: report.render_html(reports, source, refused, server=args.server),
-            "json": lambda: report.render_json(reports, refused),
-            "markdown": lambda: report.render_markdown(reports, source, refused, server=args.server)}[args.format]()
-    worst = report.worst(reports)
+    doc = oom_reports.document(reports, refused)
+    text = {"html": lambda: oom_report.render_html(doc, source, server=args.server),
+            "json": lambda: oom_report.render_json(doc),
+            "markdown": lambda: oom_report.render_markdown(doc, source, server=args.server)}[args.format]()
+    worst = doc["risk"]
     if args.output:
         Path(args.output).write_text(text, encoding="utf-8")
         where = f"{args.output} ({len(text.encode()) / 1024:.0f} KiB)"
     else:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
         where = "standard output"
-    for r in reports:
+    for r in doc["reports"]:
         util = "" if r["utilization"] is None else f", {100 * r['utilization']:.1f} % of {r['capacityBytes']:,} bytes"
         print(f"{r['risk']:<7} {r['run']}{' ' + r['host'] if r.get('host') else ''}: peak {r['peakBytes']:,} bytes{util}, "
               f"{len(r['findings'])} finding(s)", file=sys.stderr)
@@ -419,7 +421,7 @@ def cmd_report(args) -> int:
         print(f"REFUSED {x['file']}: {x['problem']}", file=sys.stderr)
     skipped = f" ({len(refused)} refused)" if refused else ""
     print(f"profscope: OOM risk {worst}{skipped}; {args.format} report written to {where} in {time.perf_counter() - start:.1f}s", file=sys.stderr)
-    if args.fail_on and report.RISK_ORDER[worst] >= report.fail_level(args.fail_on):
+    if args.fail_on and oom_risk.RANK[worst] >= oom_risk.RANK[args.fail_on]:
         return 1
     return 0
 

@@ -1,6 +1,6 @@
 """The memory viewer's family: a run's compiled HLO modules, one module's buffers over
 program order (tools/memory_viewer.py on an ``HloProto``, tools/memory_viewer_text.py on
-dump text), its allocation-timeline page and every module's peak."""
+dump text), the values of its allocation-timeline page and every module's peak."""
 
 from __future__ import annotations
 
@@ -107,12 +107,13 @@ class CompiledMemory:
             result = memory_viewer.page_view(result)
         return result
 
-    def memory_viewer_timeline_html(self, run: Run, query: MemoryViewerQuery) -> str:
-        """XProf's allocation-timeline page of one module, drawn from the memory viewer
-        payload (its own cache entry; tools/memory_viewer_timeline.py)."""
+    def memory_viewer_timeline(self, run: Run, query: MemoryViewerQuery) -> dict:
+        """The values of XProf's allocation-timeline page of one module, from the memory
+        viewer payload (its own cache entry; tools/memory_viewer_timeline.py); the page is
+        frontend/templates/memory_viewer_timeline.html."""
         query = query.but(view=None)
         result = self._payload(run, "memory_viewer", query)
-        return memory_viewer_timeline.render(result, query.module_name or "", query.memory_space or 0)
+        return memory_viewer_timeline.timeline(result, query.module_name or "", query.memory_space or 0)
 
     def module_peaks(self, run: Run, memory_space: int = 0) -> list[dict]:
         """Every module of a run with its peak, largest first (a cheap summary each)."""

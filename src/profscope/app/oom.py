@@ -25,22 +25,6 @@ oom_risk = lazy.module("profscope.tools.oom_risk")
 # OOM risk of a snapshot: blocks read at the peak, and stacks resolved to frames.
 OOM_MAX_BLOCKS = 500_000
 OOM_MAX_STACKS = 500
-# The tiers of an assessment, lowest first (what --fail-on names).
-RISK_TIERS = oom_risk.TIERS
-
-
-# The report (frontend/report.py) prints the assessment's numbers and evidence in the
-# words the OOM page uses; the tool owns those rules, the report reaches them here.
-def fmt_bytes(n) -> str:
-    return oom_risk.fmt_bytes(n)
-
-
-def evidence_sentence(e: dict, end: str = ".", capital: bool = True) -> str:
-    return oom_risk.evidence_sentence(e, end=end, capital=capital)
-
-
-def evidence_examples(e: dict) -> list[str]:
-    return oom_risk.evidence_examples(e)
 
 
 class OomAssessment:
@@ -120,7 +104,7 @@ class OomAssessment:
         larger peak or a leak on another one. The payload is the worst host's, with
         ``host`` (that host), ``hosts`` (every host's headline) and the other hosts'
         findings that the worst one lacks (each finding names its ``host``)."""
-        rank = {"UNKNOWN": -1, **{t: i for i, t in enumerate(oom_risk.TIERS)}}
+        rank = oom_risk.RANK
         per, failed = [], []
         for i, h in enumerate(run.hosts):
             progress.update(i / len(run.hosts), f"assessing host {h}")

@@ -51,9 +51,9 @@ import orjson
 # The pages load only their own scripts (app.js, the tool scripts, Plotly from the plotly
 # package) and fetch only their own API: nothing from elsewhere, no inline script. Styles
 # need 'unsafe-inline': Plotly writes style="..." attributes into the SVG it draws and its
-# modebar (d3's attr("style")), and the allocation-timeline page
-# (tools/memory_viewer_timeline.py) styles its body inline; an inline style cannot run
-# code, the script policy is what keeps data from becoming code. img-src data: is the
+# modebar (d3's attr("style")), and the allocation-timeline page (frontend/templates/
+# memory_viewer_timeline.html) styles its body inline; an inline style cannot run code,
+# the script policy is what keeps data from becoming code. img-src data: is the
 # favicon (base.html) and Plotly's PNG download; blob: in img-src the same download in
 # some browsers. No 'unsafe-eval': Plotly's SVG charts, which are all the pages draw,
 # run without it (tests/test_browser_security.py looks for violations in Chromium).

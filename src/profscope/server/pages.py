@@ -3,23 +3,22 @@ work with no network at all (Plotly's JS comes from the installed ``plotly`` pac
 
 from __future__ import annotations
 
-from importlib import resources
 from pathlib import Path
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
-from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from profscope import __version__
 from profscope.app.workspace import Workspace
 from profscope.errors import NotFound
+from profscope.frontend import render
 
-FRONTEND = Path(str(resources.files("profscope") / "frontend"))
-STATIC = FRONTEND / "static"
 # The frontend is native ES modules, no build step: app.js (the shell) imports lib/ (shared
 # helpers) and pages/ (one module per page, each with its own stylesheet, added when shown).
-MEDIA_TYPES = {".js": "text/javascript", ".css": "text/css", ".html": "text/html"}
+# lib/colors.js imports lib/palette.json as a JSON module, which a browser runs only when
+# it is answered with a JSON MIME type (HTML: "fetch a single module script").
+MEDIA_TYPES = {".js": "text/javascript", ".css": "text/css", ".html": "text/html", ".json": "application/json"}
 
 
 # XProf's overview page is our run overview (the page with no tool).
@@ -62,7 +61,6 @@ def plotly_js() -> Path:
 
 def router(ws: Workspace) -> APIRouter:
     r = APIRouter()
-    env = Environment(loader=FileSystemLoader(FRONTEND / "templates"), autoescape=select_autoescape(["html"]))
     cache_static = {"Cache-Control": "public, max-age=3600"}
 
     @r.get("/", response_class=HTMLResponse)
@@ -74,10 +72,7 @@ def router(ws: Workspace) -> APIRouter:
             tool = request.query_params.get("tool") or page_tool(tag)
             if tool is not None:
                 return RedirectResponse(_without_tag(request, tool), status_code=302)
-        page = env.get_template("index.html").render(
-            version=__version__, logdir=ws.logdir.url
-        )
-        return HTMLResponse(page)
+        return HTMLResponse(render.page("index.html", version=__version__, logdir=ws.logdir.url))
 
     @r.get("/static/vendor/plotly.min.js")
     def plotly() -> Response:
@@ -86,11 +81,11 @@ def router(ws: Workspace) -> APIRouter:
     @r.get("/static/{name:path}")
     def static(name: str) -> Response:
         # static/, lib/ and pages/ below it: every part a plain name (no '..', no dot file,
-        # no backslash, no empty part), so a request can never resolve outside STATIC.
+        # no backslash, no empty part), so a request can never resolve outside static/.
         parts = name.split("/")
         if "\\" in name or any(not part or part.startswith(".") for part in parts):
             raise NotFound(f"no static file {name!r}")
-        path = STATIC.joinpath(*parts)
+        path = render.STATIC.joinpath(*parts)
         if not path.is_file():
             raise NotFound(f"no static file {name!r}")
         return FileResponse(path, media_type=MEDIA_TYPES.get(path.suffix), headers=cache_static)

@@ -16,6 +16,7 @@ from fastapi.responses import HTMLResponse, PlainTextResponse, Response, Streami
 from profscope import __version__
 from profscope.app.workspace import Workspace
 from profscope.errors import NotFound, ProfscopeError
+from profscope.frontend import render
 from profscope.model.catalog import RunKind
 from profscope.server import trace_api
 from profscope.server.params import Bytes, Count, Share, Text, tool_query
@@ -123,7 +124,7 @@ def router(ws: Workspace) -> APIRouter:
             # XProf's link "view memory allocation timeline" opens a page: profile_plugin.py
             # passes the flag on and raw_to_tool_data.py answers text/html (any non-empty
             # value counts, as request.args.get there).
-            return HTMLResponse(ws.memory_viewer_timeline_html(run, query))
+            return HTMLResponse(render.page(tool.page.template, **ws.tool_page(run, tool, query)))
         return gzip_json_response(request, ws.tool_data(run, tool, query))
 
     @r.get("/version")

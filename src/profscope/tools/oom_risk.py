@@ -44,17 +44,18 @@ from fractions import Fraction
 from typing import Any
 
 from profscope.errors import BadRequest
+from profscope.model.units import fmt_bytes
 
 __all__ = [
     "CATEGORIES",
     "DEFAULT_THRESHOLDS",
     "DEVICES",
+    "RANK",
     "TIERS",
     "allocator_evidence",
     "assess",
     "classify_frames",
     "evidence_sentence",
-    "fmt_bytes",
     "compiled_evidence",
     "device_capacity",
     "requested_capacity",
@@ -65,6 +66,9 @@ __all__ = [
 ]
 
 TIERS = ("LOW", "MEDIUM", "HIGH", "OOM")
+# A verdict's rank, for "worst first" and "at or above": UNKNOWN (no capacity, tier_of)
+# ranks below every tier.
+RANK = {"UNKNOWN": -1, **{t: i for i, t in enumerate(TIERS)}}
 # What a peak counts, in the words every page and the report print beside it (the memory
 # profile's tiles say the same): bytes in live allocations or tensors; allocator segments
 # (PyTorch's reserved, cached memory included); a sum of categories (PyTorch's memory
@@ -626,20 +630,6 @@ def _finding(fid: str, severity: str, title: str, message: str, evidence: dict, 
     # a sentence); evidence keeps the raw figures for scripts.
     return {"id": fid, "severity": severity, "title": title, "message": message, "evidence": evidence,
             "evidenceText": evidence_sentence(evidence), "evidenceExamples": evidence_examples(evidence), "links": links or []}
-
-
-def fmt_bytes(n) -> str:
-    """Bytes in binary units with the rule of the pages' fmtBytes (lib/format.js): an
-    integer below 1 KiB, else two decimals under 10 and one above ("845.1 KiB", "1.81
-    MiB"), so the report and every message read the number the page shows."""
-    if n is None:
-        return "—"
-    n = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}" if abs(n) < 10 else f"{n:.1f} {unit}"
-        n /= 1024
-    return ""
 
 
 _fmt = fmt_bytes

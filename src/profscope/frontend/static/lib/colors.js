@@ -1,17 +1,11 @@
 // The one palette. Series colours are Tableau 10 plus its light companions; UI colours
 // match app.css's variables. Every category map below picks from these names, so a
-// category looks the same in every chart of every page.
+// category looks the same in every chart of every page. The colours live in palette.json
+// because the report (profscope report, frontend/render.py) draws with the same ones; a
+// JSON module needs the server to answer application/json (server/pages.py).
+import palette from "./palette.json" with { type: "json" };
 
-export const P = {
-  // Tableau 10
-  blue: "#4e79a7", orange: "#f28e2b", red: "#e15759", teal: "#76b7b2", green: "#59a14f",
-  yellow: "#edc948", purple: "#b07aa1", pink: "#ff9da7", brown: "#9c755f", grey: "#bab0ac",
-  // companions
-  lightGreen: "#8cd17d", darkTeal: "#499894", rose: "#d37295", lightBlue: "#a0cbe8", paleTeal: "#86bcb6",
-  stone: "#c9c3bf", silver: "#d5d9e0", neutral: "#8c8c8c", amber: "#e0a43a", violet: "#7b3fb5",
-  // UI (app.css: --fg, --muted, --line, --accent, --bad)
-  fg: "#1d2330", muted: "#6b7385", line: "#dde1e8", accent: "#2f6fdf", bad: "#b3261e", spike: "#9aa1ad", band: "#5b6b8c",
-};
+export const P = palette.P;
 
 // Twelve colours in a fixed order, for things without a category (stack frames, sites).
 export const SERIES = [P.blue, P.orange, P.red, P.teal, P.green, P.yellow, P.purple, P.pink, P.brown, P.lightGreen, P.darkTeal, P.rose];
@@ -37,13 +31,10 @@ export const XLA_CATEGORY = {
 };
 export const XLA_OTHER = [P.teal, P.yellow, P.pink, P.red, P.lightGreen, P.darkTeal];
 
-// OOM risk: contributor categories and risk tiers.
-export const OOM_CATEGORY = {
-  parameters: P.blue, optimizer_state: P.purple, gradients: P.red, activations: P.orange,
-  inputs: P.teal, outputs: P.green, temporaries: P.yellow, constants: P.brown,
-  small: P.stone, allocator_reserve: P.silver, allocated_before: P.paleTeal, unknown: P.neutral,
-};
-export const RISK = { LOW: "#2e7d32", MEDIUM: "#b26a00", HIGH: "#c62828", OOM: "#7b1fa2", UNKNOWN: "#546e7a" };
+// OOM risk: contributor categories (names in P), risk tiers and their gauge bands.
+export const OOM_CATEGORY = Object.fromEntries(Object.entries(palette.OOM_CATEGORY).map(([k, name]) => [k, P[name]]));
+export const RISK = palette.RISK;
+export const RISK_ZONE = palette.RISK_ZONE;
 
 // A PyTorch snapshot's block states.
 export const BLOCK = { active_allocated: P.accent, active_pending_free: P.amber, active_awaiting_free: P.amber, inactive: P.silver };

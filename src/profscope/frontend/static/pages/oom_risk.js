@@ -9,7 +9,7 @@ import { el } from "../lib/dom.js";
 import { go, readState, stateUrl } from "../lib/state.js";
 import { cachedJson, errorBox } from "../lib/api.js";
 import { byteUnit, fmtBytes, fmtCount as n, fmtShare as pct } from "../lib/format.js";
-import { OOM_CATEGORY as CATEGORY_COLORS, P, RISK as RISK_COLORS } from "../lib/colors.js";
+import { OOM_CATEGORY as CATEGORY_COLORS, P, RISK as RISK_COLORS, RISK_ZONE } from "../lib/colors.js";
 import { newPlot, purge } from "../lib/plotly.js";
 
 let charts = [];
@@ -43,6 +43,9 @@ async function renderOomRisk(view, state, run) {
     el("div", { class: "oom-head" }, el("h1", {}, "OOM risk"), el("span", { class: "muted" }, run.name)),
     capacityForm(state),
     el("p", { class: "muted", id: "oom-loading" }, "Assessing…"));
+  // The tiers' colours for oom_risk.css (var(--risk-high), ...): the stylesheet cannot read
+  // palette.json, and the report draws with the same colours.
+  for (const [tier, color] of Object.entries(RISK_COLORS)) root.style.setProperty(`--risk-${tier.toLowerCase()}`, color);
   view.replaceChildren(root);
   let data;
   try { data = await cachedJson(dataUrl(run, state)); } catch (err) {
@@ -142,8 +145,8 @@ function drawGauge(d) {
     trace = { type: "indicator", mode: "gauge+number", value: u, number: { suffix: " %", valueformat: ".1f", font: { size: 30 } },
       title: { text: `${d.peakMeasure || "peak"} ${fmtBytes(d.peakBytes)} of ${fmtBytes(d.capacityBytes)}`, font: { size: 14 } },
       gauge: { shape: "bullet", axis: { range: [0, top], ticksuffix: " %" }, bar: { color: RISK_COLORS[d.risk], thickness: 0.45 },
-        steps: [{ range: [0, 100 * th.medium], color: "#e8f5e9" }, { range: [100 * th.medium, 100 * th.high], color: "#fff3e0" },
-          { range: [100 * th.high, 100], color: "#ffebee" }, { range: [100, top], color: "#f3e5f5" }],
+        steps: [{ range: [0, 100 * th.medium], color: RISK_ZONE.LOW }, { range: [100 * th.medium, 100 * th.high], color: RISK_ZONE.MEDIUM },
+          { range: [100 * th.high, 100], color: RISK_ZONE.HIGH }, { range: [100, top], color: RISK_ZONE.OOM }],
         threshold: { line: { color: P.fg, width: 3 }, thickness: 0.9, value: 100 } } };
   } else {
     // The card's unit and digits (fmtBytes: two decimals under 10, one above), so the

@@ -1,0 +1,113 @@
+"""What ``profscope report`` shows, collected: the runs the OOM risk can assess, one
+assessment payload per run (and per device of a snapshot: the data API's ``tag=oom_risk``,
+tools/oom_risk.py), the files it refused, worst first. :func:`document` is the report as
+plain data (its JSON output); frontend/oom_report.py renders it."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+from profscope.app import lazy
+from profscope.app.queries import OomRiskQuery
+from profscope.app.workspace import Workspace
+from profscope.errors import BadRequest, NotFound, ProfscopeError
+from profscope.model.catalog import Run, RunKind
+
+oom_risk = lazy.module("profscope.tools.oom_risk")
+
+
+def assessable(ws: Workspace, run: Run) -> bool:
+    """Whether the OOM risk has something to read in ``run`` (it is made for every run
+    kind: the workspace's tools of a run are the ones with an input there)."""
+    return ws.tool_named("oom_risk") in ws.tools(run)
+
+
+def pick_runs(ws: Workspace, run_name: str | None, file: str | None = None, refused: list[dict] | None = None) -> list[Run]:
+    """The runs to report: ``run_name``, the run holding ``file`` (a path relative to the
+    log directory), or every run the OOM-risk tool can assess. With ``refused`` (a list),
+    a run whose files cannot even be listed (a corrupt profile) goes there instead of
+    stopping the others."""
+    if run_name:
+        run = ws.run(run_name)
+        if not assessable(ws, run):
+            raise BadRequest(f"run {run.name!r} is a {run.kind.value}: the OOM risk has nothing to read there")
+        return [run]
+    runs = ws.runs()
+    if file is not None:
+        runs = [r for r in runs if any(f.path == file for f in r.files)]
+        if not runs:
+            raise NotFound(f"{file}: not part of any run profscope recognises")
+    kept = []
+    for r in runs:
+        try:
+            if assessable(ws, r):
+                kept.append(r)
+        except ProfscopeError as e:
+            if refused is None:
+                raise
+            refused.append(_refusal(r, None, e))
+    runs = kept
+    if not runs and refused:
+        raise ProfscopeError(f"nothing could be read: {len(refused)} run(s) refused: "
+                             + "; ".join(f"{x['file']}: {x['problem']}" for x in refused))
+    if not runs:
+        raise NotFound(f"no run in {ws.logdir.url} that the OOM risk can assess (profiles, XLA dumps, PyTorch snapshots and traces)")
+    return runs
+
+
+def collect(ws: Workspace, runs: list[Run], query: OomRiskQuery, refused: list[dict] | None = None) -> list[dict]:
+    """One payload per run (and per device of a snapshot), with ``run``/``host`` added. A
+    multi-host profile is one payload: the workspace rates it by its worst host and lists
+    every host under ``hosts``. With ``refused`` (a list), a run whose file is refused
+    (an unsafe pickle, a corrupt profile, nothing to assess) is appended there as
+    ``{run, host, file, problem}`` and the others are still reported; without it, the
+    first such error is raised."""
+    out = []
+    tool = ws.tool_named("oom_risk")
+    for run in runs:
+        try:
+            hosts = [query.host] if query.host else (ws.hosts(run) if run.kind is RunKind.TORCH_SNAPSHOT else [None])
+        except ProfscopeError as e:
+            if refused is None:
+                raise
+            refused.append(_refusal(run, None, e))
+            continue
+        for host in hosts:
+            try:
+                payload = json.loads(gzip.decompress(ws.tool_data(run, tool, query.but(host=host))))
+            except ProfscopeError as e:
+                if refused is None:
+                    raise
+                refused.append(_refusal(run, host, e))
+                continue
+            out.append({"run": run.name, "kind": run.kind.value, "host": host, **payload})
+    return out
+
+
+def _refusal(run: Run, host: str | None, e: ProfscopeError) -> dict:
+    xplane = run.xplane(host) if host and run.kind is RunKind.PROFILE else None
+    file = e.file or (xplane.path if xplane else run.files[0].path if len(run.files) == 1 else run.name)
+    problem = e.message
+    # Messages often start with the file's own path: say it once, in ``file``.
+    head, sep, rest = problem.partition(": ")
+    if sep and (head.endswith(file) or file.endswith(head.rsplit("/", 1)[-1]) or head == f"run {run.name!r}"):
+        problem = rest
+    return {"run": run.name, "host": host, "file": file, "problem": problem}
+
+
+def worst(reports: list[dict]) -> str:
+    return max((r["risk"] for r in reports), key=lambda k: oom_risk.RANK[k], default="UNKNOWN")
+
+
+def ordered(reports: list[dict]) -> list[dict]:
+    """Worst first: by tier, then by how full the device is, then by peak."""
+    return sorted(reports, key=lambda r: (-oom_risk.RANK[r["risk"]], -(r.get("utilization") or 0), -(r.get("peakBytes") or 0),
+                                          r["run"], r.get("host") or ""))
+
+
+def document(reports: list[dict], refused: list[dict]) -> dict:
+    """The report as plain data: the worst ``risk``, the ``reports`` worst first and the
+    ``refused`` files. ``profscope report --format json`` prints it as it is."""
+    return {"risk": worst(reports), "reports": ordered(reports), "refused": refused}
+
