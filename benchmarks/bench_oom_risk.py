@@ -38,10 +38,10 @@ def main() -> None:
     from profscope.frontend import report
     from profscope.model.catalog import RunKind
     from profscope.storage import LogDir
-    from profscope.tools import registry
+    from profscope.app import tool_table
 
     logdirs = sys.argv[1:] or [str(demo_logdir()), str(ROOT / "tests" / "data" / "oom_programs")]
-    tool = registry.get("oom_risk")
+    tool = tool_table.get("oom_risk")
     for url in logdirs:
         ws = Workspace(LogDir(url), DiskCache(tempfile.mkdtemp()))
         runs = [r for r in ws.runs() if report.assessable(ws, r)]

@@ -219,8 +219,8 @@ _JS_TOOL = re.compile(r"""\btool:\s*(["'])([^"'\n]*)\1""")
 
 def registry_tool_names() -> set[str]:
     """The names of the tools the server has (``trace_viewer@``, ``memory_profile``, ...):
-    the one place the JS checks ask."""
-    from profscope.tools.registry import TOOLS
+    the rows of the tool table, the one place the JS checks ask."""
+    from profscope.app.tool_table import TOOLS
 
     return {t.name for t in TOOLS}
 

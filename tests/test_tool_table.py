@@ -4,7 +4,8 @@ derived from it: the workspace's dispatch, the XProf data API's parameters and a
 
 ``test_a_new_tool_is_one_row`` is docs/architecture.md's "where to change what" checklist
 as a test: a tool module (here, a function), one table row and one page module's name
-are all it takes for a tool to be listed, validated and answered everywhere."""
+are all it takes for a tool to be listed, validated and answered everywhere: the
+server, the XProf data API, the CLI and the page list."""
 
 from __future__ import annotations
 
@@ -93,11 +94,11 @@ FILE_COUNT = Tool(
 )
 
 
-def test_a_new_tool_is_one_row(monkeypatch, make_client, demo_logdir, demo_expected):
+def test_a_new_tool_is_one_row(monkeypatch, capsys, make_client, demo_logdir, demo_expected):
     """Only the table changes: the row is listed by /api/run and XProf's run_tools, its
     parameters are validated from its query type's bounds, its answer comes from its
-    producer and is cached, it has nothing for the run kinds it says NOT_FOR, and the
-    dashboard loads its page module."""
+    producer and is cached, it has nothing for the run kinds it says NOT_FOR, the
+    dashboard loads its page module, and ``profscope query`` answers it too."""
     monkeypatch.setattr(tool_table, "TOOLS", (*tool_table.TOOLS, FILE_COUNT))
     client = make_client(demo_logdir)
     run = f"mlp/{demo_expected['programs']['mlp']['session']}"
@@ -128,3 +129,15 @@ def test_a_new_tool_is_one_row(monkeypatch, make_client, demo_logdir, demo_expec
     page = client.get("/").text
     modules = json.loads(re.search(r'<script type="application/json" id="page-modules">(.*?)</script>', page).group(1))
     assert modules[-1] == "file_count.js" and '<link rel="modulepreload" href="/static/pages/file_count.js">' in page
+
+    # the CLI's JSON twin of the data route comes from the same row
+    from profscope.cli import main
+
+    cache = ["--cache-dir", str(client.app.state.workspace.cache.root.parent / "cli-cache"), "--workers", "0"]
+    assert main(["query", str(demo_logdir), "--run", run, "--tool", "file_count", "-p", "top=1", *cache]) == 0
+    assert json.loads(capsys.readouterr().out) == body
+    assert main(["query", str(demo_logdir), "--run", run, "--tool", "file_count", "-p", "top=0", *cache]) == 2
+    assert "parameter 'top' must be greater than or equal to 1" in capsys.readouterr().err
+    assert main(["query", str(demo_logdir), "--run", run, *cache]) == 0
+    listed = {t["tool"]: t["params"] for t in json.loads(capsys.readouterr().out)["tools"]}
+    assert listed["file_count"] == {"top": {"type": "int", "ge": 1, "le": 10}, "host": {"type": "str", "max_length": 8192}}

@@ -16,7 +16,7 @@ from profscope import __version__
 from profscope.errors import BadRequest, ProfscopeError
 
 DEFAULT_PORT = 8791
-COMMANDS = ("serve", "runs", "report", "capture")
+COMMANDS = ("serve", "runs", "query", "report", "capture")
 
 DESCRIPTION = """\
 profscope: a self-hosted profile viewer for ML workloads (XProf-compatible).
@@ -32,6 +32,8 @@ examples:
   profscope serve gs://bucket/logs      serve a bucket (uses your gcloud credentials)
   profscope serve --demo --open         serve the bundled demo and open a browser
   profscope runs ~/logs                 list the runs found, without serving
+  profscope query ~/logs --run RUN --tool memory_viewer -p module_name='jit_step(3)'
+                                        a tool's JSON, as the data API answers it
   profscope capture localhost:9999 --duration 2s
                                         record a running job (jax.profiler.start_server(9999))
   profscope report ~/logs/run --device-memory 80GiB -o report.html
@@ -97,6 +99,22 @@ def build_parser() -> argparse.ArgumentParser:
     runs.add_argument("--cache-dir", help="where converted results are kept (default ~/.cache/profscope)")
     runs.add_argument("--cache-size", metavar="SIZE", help=CACHE_SIZE_HELP)
     _worker_options(runs)
+
+    query = sub.add_parser(
+        "query", help="print a tool's data for a run (the JSON of /data/plugin/profile/data) and exit",
+        description="Every tool's answer, without a server: the same JSON as GET /data/plugin/profile/data?run=RUN"
+                    "&tag=TOOL&NAME=VALUE..., its parameters (-p NAME=VALUE) checked the same way. Without --tool: the run's tools "
+                    "and the parameters each takes. Exit status 0, or 2 on bad input.")
+    query.add_argument("logdir", nargs="?", help="local folder, gs://bucket/prefix or memory://path")
+    query.add_argument("--demo", action="store_true", help="use the bundled demo log directory")
+    query.add_argument("--run", required=True, help="the run (as `profscope runs` names it)")
+    query.add_argument("--tool", metavar="TAG", help="the tool (XProf's tag: memory_viewer, trace_viewer@, ...)")
+    query.add_argument("-p", "--param", dest="params", action="append", default=[], metavar="NAME=VALUE",
+                      help="one of the tool's parameters, by XProf's name (repeatable)")
+    query.add_argument("-o", "--output", metavar="FILE", help="write here instead of standard output")
+    query.add_argument("--cache-dir", help="where converted results are kept (default ~/.cache/profscope)")
+    query.add_argument("--cache-size", metavar="SIZE", help=CACHE_SIZE_HELP)
+    _worker_options(query)
 
     report = sub.add_parser(
         "report", help="write the OOM-risk report of a run (HTML, JSON or Markdown) and exit",
@@ -355,6 +373,54 @@ def cmd_runs(args) -> int:
     return 0
 
 
+def cmd_query(args) -> int:
+    """A tool's answer as the data route gives it, from the tool table (app/tool_table.py):
+    its query type checks the parameters, its row says how it answers."""
+    import gzip
+
+    from fastapi.exceptions import RequestValidationError
+
+    from profscope.app.tool_table import Answer
+    from profscope.server.params import parse_query, validation_message
+
+    params = {}
+    for item in args.params:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise BadRequest(f"parameters are NAME=VALUE, not {item!r}")
+        params[name] = value
+    ws = _workspace(args)
+    run = ws.run(args.run)
+    if not args.tool:
+        tools = [{"tool": t.name, "title": t.title, "params": {name: {"type": kind.__name__, **meta["bounds"]}
+                                                              for name, (kind, meta) in t.query.params().items()}}
+                 for t in ws.tools(run)]
+        text = json.dumps({"run": run.name, "tools": tools}, indent=1)
+    else:
+        tool = ws.tool(args.tool, run)
+        unknown = sorted(set(params) - set(tool.query.params()))
+        if unknown:
+            raise BadRequest(f"{tool.name} takes no parameter {', '.join(map(repr, unknown))}; "
+                             f"it takes: {', '.join(tool.query.params())}")
+        try:
+            query = parse_query(tool.query, params)
+        except RequestValidationError as e:
+            raise BadRequest(validation_message(e)) from e
+        if tool.answer is Answer.STREAM:
+            text = b"".join(ws.tool_stream(run, tool, query)).decode()
+        elif tool.asks_page(query):
+            from profscope.frontend import render
+
+            text = render.page(tool.page.template, **ws.tool_page(run, tool, query))
+        else:
+            text = gzip.decompress(ws.tool_data(run, tool, query)).decode()
+    if args.output:
+        Path(args.output).write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    return 0
+
+
 def _positive_int(text: str | None, name: str) -> int | None:
     if text is None or not text.strip():
         return None
@@ -494,7 +560,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = _normalise_argv(list(sys.argv[1:] if argv is None else argv))
     args = build_parser().parse_args(argv)
     try:
-        return {"serve": cmd_serve, "runs": cmd_runs, "report": cmd_report, "capture": cmd_capture}[args.command](args)
+        commands = {"serve": cmd_serve, "runs": cmd_runs, "query": cmd_query, "report": cmd_report, "capture": cmd_capture}
+        return commands[args.command](args)
     except ProfscopeError as e:
         print(f"profscope: error: {e.message}", file=sys.stderr)
         return 2

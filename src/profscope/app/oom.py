@@ -13,7 +13,6 @@ from profscope.app.queries import MemoryProfileQuery, MemoryViewerQuery, OomRisk
 from profscope.errors import NotFound, ProfscopeError
 from profscope.model.catalog import Run, RunKind
 from profscope.model.file_kinds import FileKind
-from profscope.tools import registry
 
 chrome_trace = lazy.module("profscope.formats.chrome_trace")
 live_range_text = lazy.module("profscope.formats.live_range_text")
@@ -94,6 +93,17 @@ class OomAssessment:
                                torch_trace=trace_ev, trace_devices=trace_devices, thresholds=thresholds,
                                module_choice=module_choice)
 
+    def assess_hosts_first(self, run: Run, query: OomRiskQuery) -> None:
+        """Before a multi-host profile is rated by its worst host: its hosts' assessments,
+        all at once (on the cluster, or in several workers); the run's own conversion
+        then reads them back one by one (Workspace.fan_out)."""
+        if not self._rates_every_host(run, query):
+            return
+        tool = self.tool_named("oom_risk")
+        per_host = [query.but(host=h) for h in run.hosts]
+        self.fan_out(run, [(self.tool_data_key(run, tool, q), ("tool_data", q.host, tool.name, q.fields()))
+                           for q in per_host], f"{tool.title} of {len(per_host)} hosts", one_worker_each=False)
+
     @staticmethod
     def _rates_every_host(run: Run, query: OomRiskQuery) -> bool:
         """A multi-host profile without ``host=`` is rated by its worst host."""
@@ -135,7 +145,7 @@ class OomAssessment:
     def _payload(self, run: Run, tool_name: str, query) -> dict:
         """Another tool's payload through that tool's own cache entry, so that a new
         capacity or threshold re-assesses without reading the files again."""
-        return orjson.loads(gzip.decompress(self.tool_data(run, registry.get(tool_name), query)))
+        return orjson.loads(gzip.decompress(self.tool_data(run, self.tool_named(tool_name), query)))
 
     def device_capabilities(self, run: Run, host: str | None = None) -> list[dict]:
         """The device planes' capabilities (memory size, name) of one host's xplane."""

@@ -10,6 +10,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 
 from profscope import __version__
+from profscope.app import tool_table
 from profscope.app.workspace import Workspace
 from profscope.errors import NotFound
 from profscope.frontend import render
@@ -19,25 +20,6 @@ from profscope.frontend import render
 # lib/colors.js imports lib/palette.json as a JSON module, which a browser runs only when
 # it is answered with a JSON MIME type (HTML: "fetch a single module script").
 MEDIA_TYPES = {".js": "text/javascript", ".css": "text/css", ".html": "text/html", ".json": "application/json"}
-
-
-# XProf's overview page is our run overview (the page with no tool).
-_OVERVIEW_TAGS = {"overview_page"}
-
-
-def page_tool(tag: str) -> str | None:
-    """The profscope page (its ``tool=`` value) for an XProf tool tag, None if we have none.
-
-    XProf's own links name the tool with ``tag=`` (``?run=R&tag=memory_viewer&host=H``),
-    the tag being a tool name of ``/data/plugin/profile/tools``, where a trailing ``@``
-    or ``^`` marks how XProf converts it (``trace_viewer@`` streams): profscope's page
-    names are those tags, the trace viewer's with its ``@``."""
-    bare = tag.strip().rstrip("@^")
-    if bare in _OVERVIEW_TAGS:
-        return ""
-    named = Workspace.tool_named  # the server reaches the tool registry through the app
-    tool = named(tag.strip()) or named(bare) or named(f"{bare}@")
-    return tool.name if tool is not None else None
 
 
 def _without_tag(request: Request, tool: str | None) -> str:
@@ -69,10 +51,11 @@ def router(ws: Workspace) -> APIRouter:
         # left in the URL for the shell (app.js) to say so, naming the run's tools.
         tag = request.query_params.get("tag")
         if tag is not None:
-            tool = request.query_params.get("tool") or page_tool(tag)
+            tool = request.query_params.get("tool") or tool_table.page_tool(tag)
             if tool is not None:
                 return RedirectResponse(_without_tag(request, tool), status_code=302)
-        return HTMLResponse(render.page("index.html", version=__version__, logdir=ws.logdir.url))
+        return HTMLResponse(render.page("index.html", version=__version__, logdir=ws.logdir.url,
+                                        pages=tool_table.page_modules()))
 
     @r.get("/static/vendor/plotly.min.js")
     def plotly() -> Response:

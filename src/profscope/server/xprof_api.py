@@ -14,12 +14,13 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, PlainTextResponse, Response, StreamingResponse
 
 from profscope import __version__
+from profscope.app import tool_table
+from profscope.app.tool_table import Answer
 from profscope.app.workspace import Workspace
 from profscope.errors import NotFound, ProfscopeError
 from profscope.frontend import render
 from profscope.model.catalog import RunKind
-from profscope.server import trace_api
-from profscope.server.params import Bytes, Count, Share, Text, tool_query
+from profscope.server.params import parse_query
 from profscope.server.responses import gzip_json_response, json_response
 
 PREFIX = "/data/plugin/profile"
@@ -27,16 +28,9 @@ PREFIX = "/data/plugin/profile"
 # that gate features on it behave as they would against that XProf.
 XPROF_API_VERSION = "2.24.2"
 
-# profile_plugin.py: with two or more hosts, these tools get the merged "ALL_HOSTS"
-# instead of (ONLY) or beside (SUPPORTED) the single hosts.
+# profile_plugin.py: the merged host of a run with two or more hosts, for the tools
+# tool_table.XPROF_ALL_HOSTS_* name.
 ALL_HOSTS = "ALL_HOSTS"
-ALL_HOSTS_ONLY = frozenset({"overview_page", "pod_viewer", "smart_suggestion"})
-ALL_HOSTS_SUPPORTED = frozenset(
-    {"input_pipeline_analyzer", "framework_op_stats", "kernel_stats", "overview_page", "pod_viewer", "megascale_stats"}
-)
-# Tools XProf does not have: served under tag= like the others, but not listed in
-# run_tools, which stays XProf's list (an XProf frontend would not know the tag).
-PROFSCOPE_ONLY = frozenset({"oom_risk"})
 
 # What XProf's module_list says for a profile without any HLO module.
 NO_MODULE = "NO_MODULE"
@@ -46,9 +40,9 @@ def hosts_for_tool(hosts: list[str], tool: str | None) -> list[str]:
     """XProf's ``hosts_from_xplane_filenames``: the ALL_HOSTS rules, then code-point order."""
     out = set(hosts)
     if len(out) > 1:
-        if tool in ALL_HOSTS_ONLY:
+        if tool in tool_table.XPROF_ALL_HOSTS_ONLY:
             out = {ALL_HOSTS}
-        elif tool in ALL_HOSTS_SUPPORTED:
+        elif tool in tool_table.XPROF_ALL_HOSTS_SUPPORTED:
             out.add(ALL_HOSTS)
     return sorted(out)
 
@@ -75,7 +69,9 @@ def router(ws: Workspace) -> APIRouter:
     def run_tools(request: Request) -> Response:
         run = scoped_run(request)
         try:
-            tools = [t.name for t in ws.tools(run) if ws.can_serve(t, run) and t.name not in PROFSCOPE_ONLY]
+            # XProf's list only: a tool XProf lacks is served under tag= like the others,
+            # but an XProf frontend would not know the tag.
+            tools = [t.name for t in ws.tools(run) if t.xprof]
             if tools and run.kind is RunKind.TORCH_SNAPSHOT:
                 ws.hosts(run)  # reads the snapshot: a file that is none has no tool to offer
         except ProfscopeError:
@@ -102,28 +98,22 @@ def router(ws: Workspace) -> APIRouter:
         return PlainTextResponse(",".join(modules))
 
     @r.get("/data")
-    def data(request: Request, host: Text = None, module_name: Text = None, memory_space: Count = None,
-             view: Text = None, capacity_bytes: Bytes = None, device_memory: Text = None, device: Text = None,
-             threshold_medium: Share = None, threshold_high: Share = None,
-             view_memory_allocation_timeline: Text = None) -> Response:
+    def data(request: Request) -> Response:
+        """Every tool's data: the parameters are those of the tool's query type
+        (app/tool_table.py), checked before anything is read; the answer is as the tool's
+        row says (a cached payload, pieces of an index, or a page)."""
         run = scoped_run(request)
         tool = ws.tool(request.query_params.get("tag"), run)
-        known = run.hosts or trace_hosts(run)
+        query = parse_query(tool.query, request.query_params)
+        host, known = getattr(query, "host", None), run.hosts or trace_hosts(run)
         if host and known and host not in known:
             raise NotFound(f"run {run.name!r} has no host {host!r}; hosts: {', '.join(known)}")
-        if tool.name == "trace_viewer@":
-            # Answered from the trace index per window (start_time_ms, end_time_ms,
-            # resolution), never cached per window.
-            chunks = ws.trace_xprof_stream(run, trace_api.xprof_trace_query(request))
+        if tool.answer is Answer.STREAM:
+            # Answered from an index per request (trace_viewer@: per window), never cached whole.
+            chunks = ws.tool_stream(run, tool, query)
             first = next(chunks)  # a bad parameter is a 4xx before the answer starts
             return StreamingResponse(itertools.chain([first], chunks), media_type="application/json")
-        query = tool_query(tool.name, host=host, module_name=module_name, memory_space=memory_space, view=view,
-                           capacity_bytes=capacity_bytes, device_memory=device_memory, device=device,
-                           threshold_medium=threshold_medium, threshold_high=threshold_high)
-        if tool.name == "memory_viewer" and view_memory_allocation_timeline:
-            # XProf's link "view memory allocation timeline" opens a page: profile_plugin.py
-            # passes the flag on and raw_to_tool_data.py answers text/html (any non-empty
-            # value counts, as request.args.get there).
+        if tool.asks_page(query):
             return HTMLResponse(render.page(tool.page.template, **ws.tool_page(run, tool, query)))
         return gzip_json_response(request, ws.tool_data(run, tool, query))
 
