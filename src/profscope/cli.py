@@ -55,7 +55,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"profscope {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    _add_serve(sub)
+    _add_runs(sub)
+    _add_query(sub)
+    _add_report(sub)
+    _add_capture(sub)
+    return parser
 
+
+def _add_serve(sub) -> None:
     serve = sub.add_parser("serve", help="serve a log directory in the browser (the default command)")
     serve.add_argument("logdir", nargs="?", help="local folder, gs://bucket/prefix or memory://path")
     serve.add_argument("--demo", action="store_true", help="serve the demo log directory bundled with profscope")
@@ -92,6 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "--cache-dir (env PROFSCOPE_SHARED_CACHE; docs/scale_out.md)")
     _worker_options(serve)
 
+
+def _add_runs(sub) -> None:
     runs = sub.add_parser("runs", help="list the runs of a log directory and exit")
     runs.add_argument("logdir", nargs="?", help="local folder, gs://bucket/prefix or memory://path")
     runs.add_argument("--demo", action="store_true", help="use the bundled demo log directory")
@@ -100,22 +110,26 @@ def build_parser() -> argparse.ArgumentParser:
     runs.add_argument("--cache-size", metavar="SIZE", help=CACHE_SIZE_HELP)
     _worker_options(runs)
 
+
+def _add_query(sub) -> None:
     query = sub.add_parser(
         "query", help="print a tool's data for a run (the JSON of /data/plugin/profile/data) and exit",
         description="Every tool's answer, without a server: the same JSON as GET /data/plugin/profile/data?run=RUN"
-                    "&tag=TOOL&NAME=VALUE..., its parameters (-p NAME=VALUE) checked the same way. Without --tool: the run's tools "
-                    "and the parameters each takes. Exit status 0, or 2 on bad input.")
+                    "&tag=TOOL&NAME=VALUE..., its parameters (-p NAME=VALUE) checked the same way. Without "
+                    "--tool: the run's tools and the parameters each takes. Exit status 0, or 2 on bad input.")
     query.add_argument("logdir", nargs="?", help="local folder, gs://bucket/prefix or memory://path")
     query.add_argument("--demo", action="store_true", help="use the bundled demo log directory")
     query.add_argument("--run", required=True, help="the run (as `profscope runs` names it)")
     query.add_argument("--tool", metavar="TAG", help="the tool (XProf's tag: memory_viewer, trace_viewer@, ...)")
     query.add_argument("-p", "--param", dest="params", action="append", default=[], metavar="NAME=VALUE",
-                      help="one of the tool's parameters, by XProf's name (repeatable)")
+                       help="one of the tool's parameters, by XProf's name (repeatable)")
     query.add_argument("-o", "--output", metavar="FILE", help="write here instead of standard output")
     query.add_argument("--cache-dir", help="where converted results are kept (default ~/.cache/profscope)")
     query.add_argument("--cache-size", metavar="SIZE", help=CACHE_SIZE_HELP)
     _worker_options(query)
 
+
+def _add_report(sub) -> None:
     report = sub.add_parser(
         "report", help="write the OOM-risk report of a run (HTML, JSON or Markdown) and exit",
         description="OOM risk: peak vs capacity, contributors, findings (docs/oom_risk.md). Exit status: "
@@ -139,6 +153,8 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--cache-size", metavar="SIZE", help=CACHE_SIZE_HELP)
     _worker_options(report)
 
+
+def _add_capture(sub) -> None:
     capture = sub.add_parser(
         "capture", help="record a profile from running jobs' profiler servers and exit",
         description="Record HOST:PORT[,HOST:PORT...] (jax.profiler.start_server(PORT) in the job) for --duration, "
@@ -160,7 +176,6 @@ def build_parser() -> argparse.ArgumentParser:
     capture.add_argument("--snapshots", type=int, metavar="N",
                          help="continuous mode: profile continuously and save N snapshots, one every --every")
     capture.add_argument("--every", default="10s", help="time between continuous snapshots (default 10s)")
-    return parser
 
 
 def _worker_options(p: argparse.ArgumentParser) -> None:
