@@ -1,8 +1,12 @@
 # Everything a new machine needs, in two targets:
 #   make demo   set up .venv and serve the bundled demo at http://127.0.0.1:8791/
-#   make test   set up .venv (test extras) and Debian's Chromium, then run every test
+#   make test   set up .venv (test extras), Debian's Chromium and the pinned downloads,
+#               then run every test
 # For development:
-#   make test-fast  every test but the browser ones (marker `browser`), no Chromium needed
+#   make test-fast  every test but the browser ones (marker `browser`) and the long ones
+#                   (marker `slow`: fuzz and hostile-input campaigns, long walks); no
+#                   Chromium needed. Tests that read ../shared/fixtures carry `shared`
+#                   (skipped where it is missing, an error under CI): -m "not shared".
 #   make lint       ruff (pinned in the `test` extra; rules in pyproject.toml)
 #   make bench      every script in benchmarks/, each on its small default input
 VENV    ?= .venv
@@ -11,7 +15,7 @@ PY      := $(VENV)/bin/python
 PORT    ?= 8791
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test test-fast lint setup setup-test chromium protos demo-data bench clean
+.PHONY: demo test test-fast lint setup setup-test chromium downloads protos demo-data bench clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -29,11 +33,25 @@ $(VENV)/.installed-test: pyproject.toml $(NATIVE) | $(VENV)/bin/python
 
 setup: $(VENV)/.installed
 
-setup-test: $(VENV)/.installed-test chromium
+setup-test: $(VENV)/.installed-test chromium downloads
 
 # Browser tests drive Debian's Chromium through Playwright; never a downloaded browser.
+# apt waits (up to 10 min) for another process's dpkg/apt lock instead of failing: `install`
+# through DPkg::Lock::Timeout; `update` (apt 2.6) does not apply it to the lists lock, so
+# it is tried again every 10 s for as long.
+APT := $(SUDO) apt-get -o DPkg::Lock::Timeout=600 -o Acquire::Retries=3
 chromium:
-	@command -v chromium >/dev/null 2>&1 || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q chromium; }
+	@command -v chromium >/dev/null 2>&1 || { \
+	  for i in $$(seq 60); do $(APT) update -q && break; \
+	    [ $$i = 60 ] && exit 1; echo "apt-get update failed (another process holds apt's lock?): again in 10 s"; sleep 10; done; \
+	  $(APT) install -y -q chromium; }
+
+# What the tests need from the network, fetched here, before pytest starts (a test never
+# downloads): XProf 2.24.2's wheel (its static files are the web UI that
+# tests/test_xprof_frontend.py drives), pinned by version and sha256 in
+# src/profscope/testing/xprof_frontend.py and kept in the git-ignored .cache/.
+downloads: $(VENV)/.installed-test
+	PROFSCOPE_TEST_CACHE=$(CURDIR)/.cache $(PY) -m profscope.testing.xprof_frontend fetch
 
 demo: setup
 	$(VENV)/bin/profscope serve --demo --port $(PORT)
@@ -42,7 +60,7 @@ test: setup-test
 	$(PY) -m pytest
 
 test-fast: $(VENV)/.installed-test
-	$(PY) -m pytest -m "not browser"
+	$(PY) -m pytest -m "not slow and not browser"
 
 lint: $(VENV)/.installed-test
 	$(PY) -m ruff check src tests scripts benchmarks

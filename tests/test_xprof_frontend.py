@@ -1,6 +1,7 @@
-"""XProf 2.24.2's own web frontend as a client of profscope: its static files (downloaded
-from PyPI at test time, never a dependency) and profscope's data API on one origin,
-opened in Debian's Chromium with the network cut to 127.0.0.1.
+"""XProf 2.24.2's own web frontend as a client of profscope: its static files (from the
+pinned wheel that `make` fetches into .cache/ before the tests, never a dependency; no
+test downloads it) and profscope's data API on one origin, opened in Debian's Chromium
+with the network cut to 127.0.0.1.
 
 Checks that XProf's memory viewer, memory profile and trace viewer draw profscope's
 answers for the bundled demo and the real accelerator profiles in ../shared/fixtures,

@@ -1,17 +1,20 @@
 """XProf 2.24.2's own web frontend, as a client of profscope in tests.
 
-``xprof_static()`` downloads the ``xprof==2.24.2`` wheel from PyPI once (with pip, into
-a cache folder that persists between runs) and unpacks only ``xprof/static/*``, the
-Angular app and trace viewer that XProf's server hands to browsers. It is never a
-dependency of profscope: nothing of XProf is imported or run, only its static files are
-served to a browser.
+``fetch()`` (``python -m profscope.testing.xprof_frontend fetch``, run by ``make`` before
+pytest starts) downloads the pinned ``xprof==2.24.2`` wheel from PyPI into a cache folder
+that persists between runs and checks its sha256 (``WHEEL_SHA256``). ``xprof_static()``,
+what the tests call, never touches the network: it unpacks only ``xprof/static/*`` (the
+Angular app and trace viewer that XProf's server hands to browsers) from the wheel
+``fetch`` left, and raises :class:`FrontendUnavailable` (saying to run ``make``) when it
+is not there. XProf is never a dependency of profscope: nothing of it is imported or
+run, only its static files are served to a browser.
 
 ``xprof_frontend_app(profscope_app, static_dir)`` is the ASGI app a test serves: the
 static files where XProf's server (``xprof/server.py``, ``make_wsgi_app``, and
 ``profile_plugin.py``'s ``*_ROUTE`` constants) puts them, and profscope for the data API.
 
 The cache folder is ``$PROFSCOPE_TEST_CACHE/xprof-frontend`` when that is set (the
-test suite sets it to ``<repo>/.cache``, git-ignored), else
+Makefile and the test suite set it to ``<repo>/.cache``, git-ignored), else
 ``$XDG_CACHE_HOME/profscope-testing/xprof-frontend`` (``~/.cache/...``).
 """
 
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -26,7 +30,7 @@ from pathlib import Path
 
 from starlette.responses import FileResponse, PlainTextResponse
 
-__all__ = ["XPROF_VERSION", "FrontendUnavailable", "cache_dir", "xprof_static", "xprof_frontend_app"]
+__all__ = ["XPROF_VERSION", "FrontendUnavailable", "cache_dir", "fetch", "xprof_static", "xprof_frontend_app"]
 
 XPROF_VERSION = "2.24.2"
 # The wheel is platform-tagged although its static files are the same everywhere: ask
@@ -52,7 +56,8 @@ DATA_ROUTES = frozenset({"data", "data_csv", "version", "runs", "run_tools", "ho
 
 
 class FrontendUnavailable(RuntimeError):
-    """The wheel could not be downloaded or is not the pinned one."""
+    """The wheel is not in the cache folder (``make`` fetches it), could not be
+    downloaded, or is not the pinned one."""
 
 
 def cache_dir() -> Path:
@@ -71,40 +76,58 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def xprof_static() -> Path:
-    """The folder holding XProf 2.24.2's static files, downloading the wheel if needed."""
-    root = cache_dir()
-    static = root / f"static-{XPROF_VERSION}"
-    if all((static / name).is_file() for name in STATIC_FILES):
-        return static
-    root.mkdir(parents=True, exist_ok=True)
+def _check(wheel: Path) -> None:
+    digest = _sha256(wheel)
+    if digest != WHEEL_SHA256:
+        wheel.unlink()  # a truncated or different file: fetch it again next time
+        raise FrontendUnavailable(f"{wheel} has sha256 {digest}, expected {WHEEL_SHA256} (removed: `make downloads` fetches it again)")
+
+
+def fetch(root: Path | None = None) -> Path:
+    """Download the pinned wheel into the cache folder unless it is there, check its
+    sha256 and unpack its static files; answer the static folder. The only function
+    here that uses the network: ``make`` runs it before the tests, never a test."""
+    root = root or cache_dir()
     wheel = root / WHEEL_NAME
     if not wheel.is_file():
+        root.mkdir(parents=True, exist_ok=True)
         cmd = [sys.executable, "-m", "pip", "download", f"xprof=={XPROF_VERSION}", "--no-deps",
-               "--only-binary=:all:", "--platform", WHEEL_PLATFORM, "--timeout", "30", "--retries", "1",
+               "--only-binary=:all:", "--platform", WHEEL_PLATFORM, "--timeout", "30", "--retries", "3",
                "--disable-pip-version-check", "-d", str(root)]
         try:
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
         except subprocess.TimeoutExpired as e:
             raise FrontendUnavailable(f"pip download of xprof=={XPROF_VERSION} timed out") from e
         if done.returncode or not wheel.is_file():
             tail = (done.stdout + done.stderr).strip().splitlines()[-3:]
             raise FrontendUnavailable(f"pip download of xprof=={XPROF_VERSION} failed: {' | '.join(tail)}")
-    digest = _sha256(wheel)
-    if digest != WHEEL_SHA256:
-        wheel.unlink()  # a truncated or different file: fetch it again next time
-        raise FrontendUnavailable(f"{WHEEL_NAME} has sha256 {digest}, expected {WHEEL_SHA256}")
+    _check(wheel)
+    return xprof_static(root)
+
+
+def xprof_static(root: Path | None = None) -> Path:
+    """The folder holding XProf 2.24.2's static files, unpacked from the wheel that
+    :func:`fetch` left in the cache folder. Never downloads: without the wheel it raises
+    :class:`FrontendUnavailable` saying to run ``make``."""
+    root = root or cache_dir()
+    static = root / f"static-{XPROF_VERSION}"
+    if all((static / name).is_file() for name in STATIC_FILES):
+        return static
+    wheel = root / WHEEL_NAME
+    if not wheel.is_file():
+        raise FrontendUnavailable(
+            f"XProf {XPROF_VERSION}'s wheel is not at {wheel}: run `make downloads` (`make test` does; it is "
+            f"`python -m profscope.testing.xprof_frontend fetch`): tests never download it")
+    _check(wheel)
     # Unpack into a temporary folder and rename it, so an interrupted run never leaves a
     # half-written folder that the check above would take for complete.
     partial = root / f"static-{XPROF_VERSION}.partial-{os.getpid()}"
+    shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir()
     with zipfile.ZipFile(wheel) as z:
         for name in STATIC_FILES:
             (partial / name).write_bytes(z.read(f"xprof/static/{name}"))
-    if static.exists():
-        for f in static.iterdir():
-            f.unlink()
-        static.rmdir()
+    shutil.rmtree(static, ignore_errors=True)
     partial.rename(static)
     return static
 
@@ -147,3 +170,22 @@ def xprof_frontend_app(profscope_app, static_dir: Path):
         await response(scope, receive, send)
 
     return app
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m profscope.testing.xprof_frontend fetch``: what ``make`` runs."""
+    args = sys.argv[1:] if argv is None else argv
+    if args != ["fetch"]:
+        print("usage: python -m profscope.testing.xprof_frontend fetch", file=sys.stderr)
+        return 2
+    try:
+        static = fetch()
+    except FrontendUnavailable as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(f"XProf {XPROF_VERSION} static files (sha256 {WHEEL_SHA256[:12]}...): {static}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
