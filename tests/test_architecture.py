@@ -153,8 +153,10 @@ def test_the_checker_catches_each_kind_of_violation(tmp_path):
 
 
 def test_the_documented_rules_are_the_checked_ones():
-    """docs/architecture.md's allow-list table lists, per layer, exactly ALLOWED."""
-    rows = re.findall(r"^\| `(\w+)` \| ([^|]*) \|", DOCS.read_text(), flags=re.M)
+    """docs/architecture.md's allow-list table (its section "The rules, checked") lists,
+    per layer, exactly ALLOWED."""
+    section = DOCS.read_text().split("## The rules, checked", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| `(\w+)` \| ([^|]*) \|", section, flags=re.M)
     documented = {layer: set(re.findall(r"`(\w+)`", allowed)) for layer, allowed in rows}
     assert documented == {k: v for k, v in ALLOWED.items()}, documented
 
@@ -416,3 +418,104 @@ def test_the_palette_is_served_as_json(demo_client):
     res = demo_client.get("/static/lib/palette.json")
     assert res.status_code == 200 and res.headers["content-type"].split(";")[0] == "application/json"
     assert res.json()["RISK"] == json.loads((FRONTEND / "static" / "lib" / "palette.json").read_text())["RISK"]
+
+
+# -- The tool table and the size of functions (issue 30) --------------------------------
+# Each rule is a count that can only fall: a new tool is a row of app/tool_table.py, so
+# the server names none; a long function may only shrink, and leaves the list when it
+# is short enough.
+
+# Tool names (and XProf's tags) the server may spell out as string literals.
+MAX_SERVER_TOOL_LITERALS = 0
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    """ids of the docstring constants of a module, its classes and functions."""
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+                out.add(id(first.value))
+    return out
+
+
+def tool_name_literals(root: Path = PACKAGE / "server") -> list[str]:
+    """``file:line 'name'`` for every string literal (docstrings aside) in ``root`` that is
+    a tool's name, alias or bare name, or one of XProf's tool tags."""
+    from profscope.app import tool_table
+
+    names = {n for t in tool_table.TOOLS for n in (t.name, t.name.rstrip("@"), *t.aliases)}
+    names |= set(tool_table.XPROF_TOOL_ORDER) | tool_table.XPROF_ALL_HOSTS_ONLY | tool_table.XPROF_ALL_HOSTS_SUPPORTED
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        skip = _docstrings(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip and node.value in names:
+                found.append(f"{path.relative_to(root.parent)}:{node.lineno} {node.value!r}")
+    return found
+
+
+def test_the_server_names_no_tool():
+    """The server derives every tool-specific choice from the tool table (which query
+    type, how it answers, whether XProf lists it): it spells out no tool name."""
+    found = tool_name_literals()
+    assert len(found) <= MAX_SERVER_TOOL_LITERALS, "\n".join(found)
+
+
+def test_the_tool_literal_count_sees_a_tool_name(tmp_path):
+    (tmp_path / "server").mkdir()
+    (tmp_path / "server" / "route.py").write_text(
+        '"""Serves memory_viewer."""\nif tag == "memory_viewer":\n    pass\nX = {"trace_viewer", "kernel_stats", "other"}\n')
+    assert tool_name_literals(tmp_path / "server") == [
+        "server/route.py:2 'memory_viewer'", "server/route.py:4 'trace_viewer'", "server/route.py:4 'kernel_stats'"]
+
+
+# Functions (methods, nested functions) over MAX_FUNCTION_LINES lines: today's, with
+# their length; each may only get shorter, and one that fits leaves the list.
+MAX_FUNCTION_LINES = 100
+LONG_FUNCTIONS = {
+    "formats/buffer_assignment_text.py:parse_buffer_assignment": 266,
+    "formats/chrome_trace.py:memory_events": 223,
+    "formats/chrome_trace.py:trace_columns": 265,
+    "formats/safe_pickle.py:load": 371,
+    "formats/snapshot_pickle.py:_bulk": 129,
+    "formats/xplane_allocator.py:_build": 106,
+    "formats/xplane_steps.py:run": 162,
+    "formats/xplane_trace.py:_read": 114,
+    "testing/allocator_xplane.py:bulk_xspace": 103,
+    "testing/fuzz/reader_worker.py:steps_for": 106,
+    "tools/memory_profile_snapshot.py:overview": 106,
+    "tools/memory_profile_snapshot.py:__init__": 136,
+    "tools/memory_profile_torch.py:_device_payload": 164,
+    "tools/memory_profile_torch.py:_leak_hints": 127,
+    "tools/memory_viewer.py:_simulate": 156,
+    "tools/memory_viewer.py:from_hlo": 198,
+    "tools/oom_risk.py:findings": 106,
+    "tools/oom_risk.py:assess": 136,
+    "tools/trace_index.py:finish": 133,
+}
+
+
+def long_functions(root: Path = PACKAGE) -> dict[str, int]:
+    out = {}
+    for path in sorted(root.rglob("*.py")):
+        if path.name.endswith("_pb2.py"):
+            continue  # generated (scripts/gen_protos.py)
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    out[f"{path.relative_to(root).as_posix()}:{node.name}"] = lines
+    return out
+
+
+def test_long_functions_only_shrink():
+    found = long_functions()
+    new = {k: v for k, v in found.items() if k not in LONG_FUNCTIONS}
+    grown = {k: (LONG_FUNCTIONS[k], v) for k, v in found.items() if k in LONG_FUNCTIONS and v > LONG_FUNCTIONS[k]}
+    gone = sorted(set(LONG_FUNCTIONS) - set(found))
+    assert not new, f"functions over {MAX_FUNCTION_LINES} lines: split them: {new}"
+    assert not grown, f"long functions that grew (was, now): {grown}"
+    assert not gone, f"these fit in {MAX_FUNCTION_LINES} lines now: take them off LONG_FUNCTIONS: {gone}"
