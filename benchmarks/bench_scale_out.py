@@ -8,8 +8,9 @@ Reports wall time, CPU seconds (the serial process; the workers' own, summed) an
 RSS (the serial process; each worker), as a markdown table with ratios, plus one run
 with the ``MALLOC_TRIM_THRESHOLD_=65536`` that Dask's nanny sets by default (issue 18:
 2.2x slower on the prototype), and the cluster's start-up and idle worker size.
-Default profile: the public TF GPU fixture (3 MB) when /work/shared has it, else the
-demo's xplane.
+Default profile: the public TF GPU fixture (3 MB) when the shared fixtures folder has it
+($PROFSCOPE_SHARED_FIXTURES or ../shared/fixtures beside the checkout), else the demo's
+xplane.
 
 Then the shared cache (``serve --shared-cache``, cache/shared.py) on a local GCS emulator
 (testing/gcs_emulator.py): one replica converts every host and publishes it, a second
@@ -43,8 +44,9 @@ from profscope.app.workspace import Workspace  # noqa: E402
 from profscope.cache.store import DiskCache  # noqa: E402
 from profscope.cache.worker import WorkerPool  # noqa: E402
 from profscope.storage import LogDir  # noqa: E402
+from profscope.testing.shared_fixtures import default_shared_fixtures  # noqa: E402
 
-PUBLIC = Path("/work/shared/fixtures/public_profiles/xplane/tf_gpu/plugins/profile/GPU-multi-worker/34.83.195.179_6003.xplane.pb")
+PUBLIC = default_shared_fixtures() / "public_profiles/xplane/tf_gpu/plugins/profile/GPU-multi-worker/34.83.195.179_6003.xplane.pb"
 DEMO = next((ROOT / "src/profscope/demo/logdir/mlp/plugins/profile").glob("*/demo-host.xplane.pb"))
 
 

@@ -131,7 +131,7 @@ def main(argv=None) -> int:
     tgt = ap.add_mutually_exclusive_group()
     tgt.add_argument("--profscope-python", help="interpreter with the profscope to measure (default: this one)")
     tgt.add_argument("--src", help="a checkout's src folder, put first on PYTHONPATH (this interpreter)")
-    ap.add_argument("--fixtures", type=Path, help="the public fixtures folder (default: PROFSCOPE_FIXTURES or ../shared/fixtures)")
+    ap.add_argument("--fixtures", type=Path, help="the public fixtures folder (default: $PROFSCOPE_SHARED_FIXTURES or ../shared/fixtures)")
     ap.add_argument("--work", type=Path, help="scratch folder (default: a temporary one)")
     ap.add_argument("--findings", type=Path, help="write the distinct failure signatures, each with how to reproduce it")
     ap.add_argument("--from-json", type=Path, help="with --findings: render them from an earlier campaign's --json")

@@ -420,6 +420,59 @@ def test_the_palette_is_served_as_json(demo_client):
     assert res.json()["RISK"] == json.loads((FRONTEND / "static" / "lib" / "palette.json").read_text())["RISK"]
 
 
+# -- No absolute paths (issue 30) ------------------------------------------------------------
+
+# Spelled with "⁄" (U+2044) so that the rule does not count itself.
+ABSOLUTE_PATH_ROOTS = tuple(p.replace("⁄", "/") for p in ("⁄work⁄", "⁄home⁄", "⁄root⁄", "⁄Users⁄"))
+# Made-up data that only looks like a path: the placeholder user of fake stack frames.
+ABSOLUTE_PATH_PLACEHOLDERS = ("⁄home⁄user⁄".replace("⁄", "/"),)
+ABSOLUTE_PATH = re.compile(r"(?<![\w.~/-])(?:" + "|".join(re.escape(r) for r in ABSOLUTE_PATH_ROOTS) + ")")
+
+
+def absolute_path_literals(repo: Path = PACKAGE.parents[1], roots=("src", "tests", "benchmarks", "scripts")) -> list[str]:
+    """``file:line: literal`` for each string literal (docstrings and f-string parts
+    included, read with ``ast``) of the Python files under ``roots`` that names a folder
+    under /work, /home, /root or /Users: where one machine keeps a checkout, a home or
+    the shared fixtures. A path there is true on that machine only; the fixtures come
+    from the ``shared_fixtures`` fixture (tests) or ``profscope.testing.shared_fixtures``
+    (helpers, benchmarks, scripts: ``$PROFSCOPE_SHARED_FIXTURES`` or ../shared/fixtures).
+    Not counted: synthetic data under the placeholder ``/home/user/`` (a builder's fake
+    stack frames), an f-string part that continues a value (``f"{root}/sub"`` with a root
+    folder named like one of them), and
+    the generated protobuf modules."""
+    found = []
+    for root in roots:
+        for path in sorted((repo / root).rglob("*.py")):
+            if path.name.endswith("_pb2.py") or "__pycache__" in path.parts:
+                continue
+            tree = ast.parse(path.read_text(), filename=str(path))
+            continuations = {id(v) for node in ast.walk(tree) if isinstance(node, ast.JoinedStr)
+                             for before, v in zip(node.values, node.values[1:]) if isinstance(before, ast.FormattedValue)}
+            for node in ast.walk(tree):
+                if not (isinstance(node, ast.Constant) and isinstance(node.value, str)):
+                    continue
+                for m in ABSOLUTE_PATH.finditer(node.value):
+                    if node.value.startswith(ABSOLUTE_PATH_PLACEHOLDERS, m.start()) or (m.start() == 0 and id(node) in continuations):
+                        continue
+                    found.append(f"{path.relative_to(repo)}:{node.lineno}: {node.value[m.start():m.start() + 60]!r}")
+    return found
+
+
+def test_no_absolute_paths():
+    """A count that can only fall, and is 0: tests that typed the shared fixtures'
+    absolute path skipped themselves on every other machine (or failed under CI)."""
+    assert absolute_path_literals() == []
+
+
+def test_the_absolute_path_rule_sees_what_it_should(tmp_path):
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "m.py").write_text((
+        '"""Reads ⁄root⁄x."""\nA = "⁄work⁄shared⁄fixtures⁄x"\nB = f"{A}⁄home⁄x"\nC = "⁄home⁄user⁄proj⁄m.py"\n'
+        'D = f"see ⁄Users⁄me⁄{A}"\nE = "a⁄work⁄b ~⁄home⁄c https:⁄⁄h⁄work⁄d"\n').replace("⁄", "/"))
+    found = absolute_path_literals(tmp_path, roots=("src",))
+    assert [f.split(": ", 1)[0] for f in found] == ["src/m.py:1", "src/m.py:2", "src/m.py:5"], found
+
+
 # -- The tool table and the size of functions (issue 30) --------------------------------
 # Each rule is a count that can only fall: a new tool is a row of app/tool_table.py, so
 # the server names none; a long function may only shrink, and leaves the list when it

@@ -6,16 +6,15 @@ from __future__ import annotations
 
 import re
 import shutil
-from pathlib import Path
 
 import pytest
 
-from tests.conftest import profscope_server
+from tests.conftest import ARTIFACTS, profscope_server
 from tests.test_browser_trace_viewer import _get_json, _hook, _open, _query, _ready, mlp_run, server_url  # noqa: F401
 
 pytestmark = pytest.mark.browser
 
-SHOTS = "/tmp/shots/t1"
+SHOTS = ARTIFACTS / "trace_navigation"
 
 
 def _full(server, run):
@@ -142,22 +141,19 @@ def test_search_counts_all_matches_and_steps_past_the_first_page(open_page, serv
     check(49)
 
 
-PUBLIC = Path("/work/shared/fixtures/public_profiles")
 BAD_NAME = re.compile(r"device -1|^(process|thread)\s*$|^\s*$")
 
 
 @pytest.fixture(scope="module")
-def fixtures_url(tmp_path_factory):
+def fixtures_url(tmp_path_factory, shared_fixtures):
     """A logdir of real files: a GPU xplane (MI300 JAX GEMM) and torch.profiler CUDA and
     ROCm Chrome traces."""
+    public = shared_fixtures / "public_profiles"
     root = tmp_path_factory.mktemp("names")
-    gemm = PUBLIC / "xplane" / "mi300_jax08_gemm"
-    if not gemm.exists():
-        pytest.skip("public fixtures not present")
-    shutil.copytree(gemm, root / "gemm")
+    shutil.copytree(public / "xplane" / "mi300_jax08_gemm", root / "gemm")
     (root / "torch").mkdir()
     for f in ("kineto_resnet50_v100.pt.trace.json.gz", "hta_mi250_rocm62.trace.json.gz"):
-        shutil.copy(PUBLIC / "traces" / f, root / "torch" / f)
+        shutil.copy(public / "traces" / f, root / "torch" / f)
     with profscope_server("serve", str(root), "--port", "0", "--cache-dir", str(tmp_path_factory.mktemp("cache"))) as (url, _):
         yield url
 

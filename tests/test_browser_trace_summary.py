@@ -1,7 +1,7 @@
 """The trace viewer's range summary end to end: Alt-drag a range on a real profile (the
 demo's torch.profiler trace, a public PyTorch CUDA trace) and the table below the timeline
 lists every slice name in it, its counts matching those computed here from the raw trace
-JSON; clicking a header sorts by that column. Screenshots: /tmp/shots/t2/."""
+JSON; clicking a header sorts by that column. Screenshots: test-artifacts/trace_summary/."""
 
 from __future__ import annotations
 
@@ -12,23 +12,26 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import profscope_server
+from tests.conftest import ARTIFACTS, profscope_server
 from tests.test_browser_trace_viewer import _get_json, _hook, _open, _ready, _view_url
 from tests.test_trace_summary import overlap_counts
 
 pytestmark = pytest.mark.browser
 
 DEMO = Path(__file__).parents[1] / "src" / "profscope" / "demo" / "logdir"
-RESNET = Path("/work/shared/fixtures/public_profiles/traces/kineto_resnet50_v100.pt.trace.json.gz")
-SHOTS = Path("/tmp/shots/t2")
+RESNET = "public_profiles/traces/kineto_resnet50_v100.pt.trace.json.gz"  # in the shared fixtures
+SHOTS = ARTIFACTS / "trace_summary"
 
 
 @pytest.fixture(scope="module")
-def resnet_url(tmp_path_factory):
-    if not RESNET.exists():
-        pytest.skip("public fixture absent")
+def resnet(shared_fixtures) -> Path:
+    return shared_fixtures / RESNET
+
+
+@pytest.fixture(scope="module")
+def resnet_url(tmp_path_factory, resnet):
     root = tmp_path_factory.mktemp("resnet")
-    shutil.copy(RESNET, root / RESNET.name)
+    shutil.copy(resnet, root / resnet.name)
     with profscope_server("serve", str(root), "--port", "0", "--cache-dir", str(tmp_path_factory.mktemp("cache"))) as (url, _):
         yield url
 
@@ -109,13 +112,13 @@ def test_alt_drag_summarizes_the_demo_torch_trace(open_page, demo_server):
     _check_range(page, demo_server, run, trace, "summary_demo_torch.png")
 
 
-def test_alt_drag_summarizes_a_cuda_trace(open_page, resnet_url):
+def test_alt_drag_summarizes_a_cuda_trace(open_page, resnet_url, resnet):
     SHOTS.mkdir(parents=True, exist_ok=True)
-    run = RESNET.name
+    run = resnet.name
     page = _open(open_page, resnet_url, run=run, tool="trace_viewer@")
     page.set_viewport_size({"width": 1600, "height": 1400})
     _ready(page, timeout=120_000)
-    _check_range(page, resnet_url, run, RESNET, "summary_resnet_cuda.png")
+    _check_range(page, resnet_url, run, resnet, "summary_resnet_cuda.png")
 
 
 def test_flows_of_the_selection_all_or_none(open_page, demo_server):

@@ -131,7 +131,8 @@ def test_golden_covers_every_scenario():
     assert total < 500_000
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: c["name"])
+@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.shared) if "shared" in c["input"] else c for c in CASES],
+                         ids=lambda c: c["name"])
 def test_matches_xprof(case, request):
     ours = _xprof_part(_ours(case["name"], request))
     theirs = _golden(case)

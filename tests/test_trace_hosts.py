@@ -211,7 +211,7 @@ def test_steps_are_the_trace_viewers_steps(make_client, mixed):
             assert mine[name] == pytest.approx(dur, abs=1e-6), (host, name)
 
 
-def test_pod_session_is_read_once_per_host_without_trace_indexes(tmp_path):
+def test_pod_session_is_read_once_per_host_without_trace_indexes(tmp_path, shared_fixtures_if_any):
     """16 hosts of real profiles; each host's row is cached under its own file: a changed
     file is read again, the others are not; no trace index is built."""
     from fastapi.testclient import TestClient
@@ -221,7 +221,7 @@ def test_pod_session_is_read_once_per_host_without_trace_indexes(tmp_path):
     from profscope.server import create_app
     from profscope.storage import LogDir
 
-    made = build_pod_session(tmp_path / "log", 16, public=True)
+    made = build_pod_session(tmp_path / "log", 16, public=True, fixtures=shared_fixtures_if_any)
     ws = Workspace(LogDir(str(tmp_path / "log"), listing_ttl=0), DiskCache(tmp_path / "cache"))
     client = TestClient(create_app(ws))
     body = client.get("/api/trace_hosts", params={"run": "pod"}).json()

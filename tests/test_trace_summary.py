@@ -8,12 +8,10 @@ import gzip
 import json
 import shutil
 from collections import defaultdict
-from pathlib import Path
 
 import pytest
 
-FIXTURES = Path("/work/shared/fixtures/public_profiles/traces")
-RESNET = FIXTURES / "kineto_resnet50_v100.pt.trace.json.gz"
+RESNET = "public_profiles/traces/kineto_resnet50_v100.pt.trace.json.gz"  # in the shared fixtures
 
 
 def overlap_counts(doc: dict, origin_us: float, a_ms: float, b_ms: float) -> dict[str, int]:
@@ -77,14 +75,14 @@ def test_a_range_clips_wall_and_self_time(nested):
     assert by["p"]["wallMs"] == pytest.approx(0.005)
 
 
-@pytest.mark.skipif(not RESNET.exists(), reason="public fixture absent")
-def test_real_cuda_trace_totals_match_the_raw_json(make_client, tmp_path):
+def test_real_cuda_trace_totals_match_the_raw_json(make_client, tmp_path, shared_fixtures):
+    resnet = shared_fixtures / RESNET
     root = tmp_path / "logs"
     root.mkdir()
-    shutil.copy(RESNET, root / RESNET.name)
+    shutil.copy(resnet, root / resnet.name)
     client = make_client(root)
-    run = RESNET.name
-    doc = json.loads(gzip.decompress(RESNET.read_bytes()))
+    run = resnet.name
+    doc = json.loads(gzip.decompress(resnet.read_bytes()))
     want = defaultdict(lambda: [0, 0.0])
     for e in doc["traceEvents"]:
         if e.get("ph") == "X":

@@ -4,26 +4,22 @@ builder-made inputs for structures the real files lack, and the reproducers."""
 
 from __future__ import annotations
 
-import os
 import pickle
 from pathlib import Path
 
 from profscope.testing.fuzz.mutators import Seed
 from profscope.testing.fuzz.reproducers import DUMP, XPLANE, live_range_seed, minimal_xspace, reproducers
+from profscope.testing.shared_fixtures import shared_fixtures_dir
 
 PACKAGE = Path(__file__).resolve().parents[2]
 DEMO = PACKAGE / "demo" / "logdir"  # the bundled demo
-#: The source checkout profscope runs from (an editable install): ``<checkout>/src/profscope``.
-CHECKOUT = PACKAGE.parents[1]
 MAX_SEED_BYTES = 400_000
 
 
 def fixtures_dir() -> Path | None:
-    """``PROFSCOPE_FIXTURES`` or ``../shared/fixtures`` beside the checkout (as tests/conftest.py);
-    None when neither is a folder."""
-    env = os.environ.get("PROFSCOPE_FIXTURES")
-    p = Path(env) if env else CHECKOUT.parent / "shared" / "fixtures"
-    return p if p.is_dir() else None
+    """The shared fixtures folder (``$PROFSCOPE_SHARED_FIXTURES`` or ``../shared/fixtures``
+    beside the checkout, as tests/conftest.py); None when it is not a folder."""
+    return shared_fixtures_dir()
 
 
 def collect(fixtures: Path | None = None, demo: Path | None = DEMO, max_bytes: int = MAX_SEED_BYTES) -> list[Seed]:
