@@ -96,6 +96,7 @@ def _trace_shows(page, server: str, run: str, name: str) -> int:
     return total
 
 
+@pytest.mark.slow  # a long walk: 9 s on 2 cores
 def test_one_shot_capture_opens_the_new_run(open_page, capture_server, live_job):
     state = _json(capture_server, "/api/capture")
     assert state["enabled"] and state["allowed"] == "loopback only"

@@ -295,6 +295,7 @@ def test_gauge_reads_the_cards_unit(demo_server, open_page):
     assert page.inner_text("#oom-cap .value") in title
 
 
+@pytest.mark.slow  # a long walk: 10 s on 2 cores
 def test_pages_name_no_api_parameter(demo_server, open_page, browser):
     """The OOM page (capacity unknown, a bad capacity, a finding), the memory profile pages
     and the report say what to do in words, never with the data API's parameter names."""

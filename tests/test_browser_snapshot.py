@@ -63,6 +63,7 @@ def _polygon_point(page, alloc_id: int) -> tuple[float, float]:
     return tuple(page.evaluate("(id) => document.getElementById('ts-timeline').tsPointOf(id)", alloc_id))
 
 
+@pytest.mark.slow  # a long walk: 14 s on 2 cores
 def test_snapshot_page(open_page, browser, snap_server):
     ARTIFACTS.mkdir(exist_ok=True)
     ov = _api(snap_server, "overview", run=TRAIN, host="cuda:0")

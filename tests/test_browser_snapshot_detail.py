@@ -134,6 +134,7 @@ def _tl(page):
 # -- 1. the active-memory timeline draws what makes the peak ------------------------------
 
 
+@pytest.mark.slow  # a long walk: 11 s on 2 cores
 def test_timeline_draws_the_peak(open_page, server, snaps):
     url, _ = server
     live, lives = _replay(snaps[TRAIN])

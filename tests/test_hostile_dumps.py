@@ -23,6 +23,8 @@ from profscope.tools import memory_viewer
 
 from tests.test_hostile_xplane import CORRUPT_DEFLATE, bounded, gzip_of
 
+pytestmark = pytest.mark.slow  # the issue-13 reproducers of XLA dumps, beside the other hostile-input files
+
 DATA = Path(__file__).parent / "data" / "buffer_assignment" / "jax-0.10.2"
 STEM = "module_0012.jit_update.cpu_after_optimizations"
 BA, REPORT = f"{STEM}-buffer-assignment.txt", f"{STEM}-memory-usage-report.txt"

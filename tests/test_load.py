@@ -23,16 +23,22 @@ def pod(tmp_path_factory) -> tuple[Path, list[str]]:
     return logdir, list(build_pod_session(logdir, 16))
 
 
+# A request unanswered for this long is stuck (a backstop against a real hang, not a
+# latency bound: a busy machine stretches latency; benchmarks/bench_load.py measures it).
+BACKSTOP_S = 120
+
+
+@pytest.mark.slow  # 6 users for 12 s on a 16-host session: 13 s on 2 cores (make test-fast leaves it out)
 def test_6_users_browse_a_16_host_session_while_it_converts(pod):
     logdir, hosts = pod
-    result = run_load(logdir, run=SESSION, hosts=hosts, users=6, seconds=12, timeout=30)
+    result = run_load(logdir, run=SESSION, hosts=hosts, users=6, seconds=12, timeout=BACKSTOP_S)
     report = markdown(result)
     print(report)
     assert not result.errors, report
     assert not result.client_errors, report
     assert result.routes_answered() == set(ROUTES), report
     assert result.hosts_with_trace >= 4, report  # conversions really ran under the load
-    assert result.wall_s < 12 + 30 + 20, report  # it stopped by itself
+    assert result.wall_s < 12 + BACKSTOP_S + 20, report  # it stopped by itself
     assert result.server_hwm_mb > 0, report
 
 

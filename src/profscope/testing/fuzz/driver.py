@@ -3,12 +3,25 @@ real ``profscope serve`` subprocess, hitting every endpoint a browser would for 
 run; collect per-format counts, failures with their signatures, peak RSS of the server
 process tree over its baseline, and another client's latency meanwhile.
 
+A hang is counted in CPU seconds, not wall time: a reader step's CPU time in the worker,
+and a request's CPU time in the server's process tree (conversion workers included), past
+``HANG_S``. A busy machine stretches wall time several-fold, not CPU time (issue 30: on a
+shared 2-core machine a legitimate xplane mutant crossed the old 10 s wall limit at
+13.6-25.4 s). Wall time only backs that up (``BACKSTOP_S``): a worker or a request stuck
+that long, burning CPU or not, is a hang and is killed.
+
+Every process started here (the reader worker, ``profscope serve``) runs in its own
+process group, killed with all its children when a run ends however it ends: an
+exception, Ctrl+C, SIGTERM (turned into an exception while a run is going), or the
+interpreter's exit.
+
 Nothing here imports profscope's readers or server: the worker and the server run
 under the interpreter and ``PYTHONPATH`` given (:class:`Target`), so the same driver measures an older
 checkout (the BEFORE table) and the current tree (AFTER)."""
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import queue
@@ -20,6 +33,7 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote
@@ -28,8 +42,13 @@ import httpx
 
 from profscope.testing.fuzz.mutators import Mutant
 
-HANG_S = 10.0  # a request or reader step past this is a hang (issue 13)
+HANG_S = 10.0  # CPU seconds: a reader step, or a request's work in the server tree, past this is a hang (issue 13)
+# Wall seconds: a reader worker silent for this long on one mutant, or a request unanswered
+# for this long, is stuck and killed (a hang whatever its CPU time). Generous: only a real
+# hang gets there, never a busy machine.
+BACKSTOP_S = float(os.environ.get("PROFSCOPE_FUZZ_BACKSTOP_S", "120"))
 RSS_BOUND_MB = 500  # the stated bound: peak RSS over baseline, per mutant
+MAX_STEPS = 5  # a mutant's CPU budget, all its steps together: MAX_STEPS x HANG_S (5 steps per xplane)
 KILL_MB = int(os.environ.get("PROFSCOPE_FUZZ_KILL_MB", "3000"))  # past this the process is killed (shared machine)
 SAMPLE_S = 0.02
 WORKER = Path(__file__).with_name("reader_worker.py")
@@ -73,6 +92,33 @@ def _children(pid: int) -> list[int]:
     except OSError:
         pass
     return out
+
+
+def _cpu_ticks(pid: int) -> int:
+    """utime + stime + cutime + cstime of pid (its reaped children included), in ticks."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0
+    return sum(int(x) for x in fields[11:15])  # fields 14-17 of proc(5), counted from after "(comm)"
+
+
+def _tree(pid: int) -> list[int]:
+    out, todo, seen = [], [pid], set()
+    while todo:
+        p = todo.pop()
+        if p not in seen:
+            seen.add(p)
+            out.append(p)
+            todo += _children(p)
+    return out
+
+
+def tree_cpu_s(pid: int) -> float:
+    """CPU seconds that pid and every live descendant have used, with the children they
+    reaped (a forked conversion worker that finished counts in its parent)."""
+    return sum(_cpu_ticks(p) for p in _tree(pid)) / os.sysconf("SC_CLK_TCK")
 
 
 def tree_rss_mb(pid: int) -> float:
@@ -120,6 +166,18 @@ class Sampler(threading.Thread):
         self._stop.set()
 
 
+# Every process group started here and not yet killed: killed at exit whatever happened.
+_LIVE: set[subprocess.Popen] = set()
+
+
+def _spawn(cmd: list[str], **kw) -> subprocess.Popen:
+    """Popen in a new session (its own process group, which its forked workers share),
+    remembered until :func:`_killpg`."""
+    proc = subprocess.Popen(cmd, start_new_session=True, **kw)
+    _LIVE.add(proc)
+    return proc
+
+
 def _killpg(proc: subprocess.Popen) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
@@ -129,6 +187,51 @@ def _killpg(proc: subprocess.Popen) -> None:
         proc.wait(5)
     except subprocess.TimeoutExpired:
         pass
+    _LIVE.discard(proc)
+
+
+@atexit.register
+def _kill_all() -> None:
+    for proc in list(_LIVE):
+        _killpg(proc)
+
+
+class Interrupted(BaseException):
+    """SIGTERM arrived during a run (raised in the main thread, so that every ``finally``
+    runs and kills what the run started)."""
+
+
+def _interruptible(run):
+    """A run of mutants during which SIGTERM raises (see :func:`_sigterm_raises`)."""
+    import functools
+
+    @functools.wraps(run)
+    def wrapper(*args, **kwargs):
+        with _sigterm_raises():
+            return run(*args, **kwargs)
+
+    return wrapper
+
+
+@contextmanager
+def _sigterm_raises():
+    """While a run is going, SIGTERM raises :class:`Interrupted` instead of ending the
+    interpreter on the spot (which runs no ``finally`` and no ``atexit``): where the
+    handler is the default one and this is the main thread."""
+    import threading as _threading
+
+    if _threading.current_thread() is not _threading.main_thread() or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+
+    def raise_(signum, frame):
+        raise Interrupted("SIGTERM")
+
+    signal.signal(signal.SIGTERM, raise_)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 # -- results -----------------------------------------------------------------------------
@@ -193,36 +296,55 @@ class ReaderWorker:
         self.proc: subprocess.Popen | None = None
         self.lines: queue.Queue = queue.Queue()
 
+    sampler: Sampler | None = None
+
     def start(self) -> None:
-        self.proc = subprocess.Popen([self.target.python, str(WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, text=True, env=self.target.env(), start_new_session=True)
-        q = self.lines = queue.Queue()
-        threading.Thread(target=lambda: [q.put(line) for line in self.proc.stdout] + [q.put(None)], daemon=True).start()
-        first = q.get(timeout=60)
-        if not first or not json.loads(first).get("ready"):
-            raise RuntimeError("reader worker did not start")
-        self.sampler = Sampler(self.proc.pid, on_kill=lambda: _killpg(self.proc))
-        self.sampler.start()
+        self.proc = proc = _spawn([self.target.python, str(WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=subprocess.DEVNULL, text=True, env=self.target.env())
+        try:
+            q = self.lines = queue.Queue()
+            threading.Thread(target=lambda: [q.put(line) for line in proc.stdout] + [q.put(None)], daemon=True).start()
+            try:
+                first = q.get(timeout=BACKSTOP_S)
+            except queue.Empty:
+                first = None
+            if not first or not json.loads(first).get("ready"):
+                raise RuntimeError("reader worker did not start")
+            self.sampler = Sampler(proc.pid, on_kill=lambda: _killpg(proc))
+            self.sampler.start()
+        except BaseException:
+            self.stop()
+            raise
 
     def stop(self) -> None:
-        if self.proc:
+        if self.sampler:
             self.sampler.stop()
+            self.sampler = None
+        if self.proc:
             _killpg(self.proc)
             self.proc = None
 
     def run(self, fmt: str, d: Path, timeout: float) -> dict | str:
-        """The worker's answer, or "hang" / "killed" / "crashed"."""
+        """The worker's answer, or "hang" (no answer after ``timeout`` wall seconds or
+        ``HANG_S * MAX_STEPS`` CPU seconds) / "killed" / "crashed"."""
         if self.proc is None:
             self.start()
         self.sampler.reset()
         self.sampler.killed = False
+        cpu0 = tree_cpu_s(self.proc.pid)
         self.proc.stdin.write(json.dumps({"fmt": fmt, "dir": str(d)}) + "\n")
         self.proc.stdin.flush()
-        try:
-            line = self.lines.get(timeout=timeout)
-        except queue.Empty:
-            self.stop()
-            return "hang"
+        # Given up on after `timeout` wall seconds, or sooner once the mutant has cost more
+        # CPU than all its steps may together (a loop that burns CPU need not wait it out).
+        deadline, line = time.monotonic() + timeout, None
+        while True:
+            try:
+                line = self.lines.get(timeout=min(1.0, max(0.0, deadline - time.monotonic())))
+                break
+            except queue.Empty:
+                if time.monotonic() >= deadline or tree_cpu_s(self.proc.pid) - cpu0 > HANG_S * MAX_STEPS:
+                    self.stop()
+                    return "hang"
         if line is None:
             killed = self.sampler.killed
             self.stop()
@@ -230,16 +352,17 @@ class ReaderWorker:
         return json.loads(line)
 
 
+@_interruptible
 def run_readers(fmt: str, mutants: list[Mutant], target: Target, work: Path, progress=None) -> FormatResult:
     res = FormatResult(fmt, "readers")
     worker = ReaderWorker(target)
     t0 = time.monotonic()
-    # Budget per mutant: every step of it together; 10 s per step at most.
+    # Per step: HANG_S CPU seconds; per mutant, every step together: BACKSTOP_S wall seconds.
     try:
         for i, m in enumerate(mutants):
             d = write_run(work / f"r{i:05d}", m)
             res.inputs += 1
-            ans = worker.run(fmt, d, timeout=HANG_S * 5)
+            ans = worker.run(fmt, d, timeout=BACKSTOP_S)
             bad = False
             if isinstance(ans, str):
                 bad = True
@@ -264,10 +387,11 @@ def run_readers(fmt: str, mutants: list[Mutant], target: Target, work: Path, pro
                         res.s5xx += 1
                         bad = True
                         res.fail(f"readers {fmt} {st['step']} {st['exc']} @ {st.get('where', '')}", m, i, st.get("msg", ""))
-                    if st.get("secs", 0) > HANG_S:
+                    if st["cpu"] > HANG_S:
                         res.hangs += 1
                         bad = True
-                        res.fail(f"readers {fmt} {st['step']} slow>{HANG_S:g}s", m, i, f"{st['secs']} s")
+                        res.fail(f"readers {fmt} {st['step']} slow>{HANG_S:g} CPU s", m, i,
+                                 f"{st['cpu']} CPU s ({st['secs']} s wall)")
                 over = ans.get("rss_over_mb", 0)
                 res.rss_peak_mb = max(res.rss_peak_mb, over)
                 if over > RSS_BOUND_MB:
@@ -290,42 +414,59 @@ class Server:
     def __init__(self, target: Target, logdir: Path, cache: Path):
         self.target, self.logdir, self.cache = target, logdir, cache
         self.proc: subprocess.Popen | None = None
+        self.sampler: Sampler | None = None
 
     def start(self) -> None:
         cmd = [self.target.python, "-m", "profscope", "serve", str(self.logdir), "--port", "0",
                "--cache-dir", str(self.cache)]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                                     env=self.target.env(), start_new_session=True)
-        deadline = time.monotonic() + 60
-        for line in self.proc.stdout:
-            m = re.search(r"serving at (http://127\.0\.0\.1:\d+)/", line)
-            if m:
-                self.url = m.group(1)
-                break
-            if time.monotonic() > deadline:
-                break
-        else:
-            raise RuntimeError("profscope serve did not start")
-        # keep draining stdout (progress lines) so the server never blocks on a full pipe
-        threading.Thread(target=lambda: [None for _ in self.proc.stdout], daemon=True).start()
-        with httpx.Client(timeout=30) as c:
-            c.get(self.url + "/api/runs")  # warm up imports before the baseline
-        time.sleep(0.3)
-        self.sampler = Sampler(self.proc.pid, on_kill=lambda: _killpg(self.proc))
-        self.sampler.start()
+        self.proc = proc = _spawn(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                                  env=self.target.env())
+        try:
+            # stdout is read on a thread, so that a server that never prints its URL is
+            # given up on after BACKSTOP_S instead of holding the run for ever
+            lines: queue.Queue = queue.Queue()
+            threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout] + [lines.put(None)],
+                             daemon=True).start()
+            deadline = time.monotonic() + BACKSTOP_S
+            while True:
+                try:
+                    line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+                except queue.Empty:
+                    line = None
+                if line is None:
+                    raise RuntimeError("profscope serve did not start")
+                m = re.search(r"serving at (http://127\.0\.0\.1:\d+)/", line)
+                if m:
+                    self.url = m.group(1)
+                    break
+            with httpx.Client(timeout=BACKSTOP_S) as c:
+                c.get(self.url + "/api/runs")  # warm up imports before the baseline
+            time.sleep(0.3)
+            self.sampler = Sampler(proc.pid, on_kill=lambda: _killpg(proc))
+            self.sampler.start()
+        except BaseException:
+            self.stop()
+            raise
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    def cpu_s(self) -> float:
+        """CPU seconds the server's process tree has used so far."""
+        return tree_cpu_s(self.proc.pid) if self.proc is not None else 0.0
+
     def stop(self) -> None:
-        if self.proc is not None:
+        if self.sampler is not None:
             self.sampler.stop()
+            self.sampler = None
+        if self.proc is not None:
             _killpg(self.proc)
             self.proc = None
 
 
 class Poller(threading.Thread):
-    """Another user's session: GET /api/runs every 50 ms, recording each latency."""
+    """Another user's session: GET /api/runs every 50 ms, recording each latency (an
+    unanswered request counts as BACKSTOP_S: the client gives up then)."""
 
     def __init__(self, url: str):
         super().__init__(daemon=True)
@@ -334,13 +475,16 @@ class Poller(threading.Thread):
         self.stop_ev = threading.Event()
 
     def run(self) -> None:
-        with httpx.Client(timeout=HANG_S * 3) as c:
+        with httpx.Client(timeout=BACKSTOP_S) as c:
             while not self.stop_ev.wait(0.05):
                 t = time.monotonic()
                 try:
                     c.get(self.url + "/api/runs")
+                except httpx.TimeoutException:
+                    self.latencies.append(BACKSTOP_S * 1000)
+                    continue
                 except httpx.HTTPError:
-                    pass
+                    pass  # the server is being restarted after a hang or a kill
                 self.latencies.append((time.monotonic() - t) * 1000)
 
 
@@ -391,7 +535,7 @@ class Session:
 
     def __init__(self, server: Server, res: FormatResult, mutant: Mutant, index: int):
         self.server, self.res, self.m, self.i = server, res, mutant, index
-        self.client = httpx.Client(timeout=HANG_S, headers={"Accept-Encoding": "gzip"})
+        self.client = httpx.Client(timeout=BACKSTOP_S, headers={"Accept-Encoding": "gzip"})
         self.hung = False
         self.bad = False
         self.statuses: dict[str, str] = {}
@@ -407,6 +551,7 @@ class Session:
         endpoint = path.split("?")[0]
         self.res.requests += 1
         t = time.monotonic()
+        cpu0 = self.server.cpu_s()
         status = None
         try:
             with self.client.stream("GET", url) as r:
@@ -414,13 +559,14 @@ class Session:
                 chunks = []
                 for c in r.iter_bytes():
                     chunks.append(c)
-                    if time.monotonic() - t > HANG_S:
+                    if time.monotonic() - t > BACKSTOP_S:
                         raise httpx.ReadTimeout("total time")
                 body = b"".join(chunks)
         except httpx.TimeoutException:
             self.res.hangs += 1
             self.hung = self.bad = True
-            self.res.fail(f"server {self.res.fmt} {endpoint} hang>{HANG_S:g}s", self.m, self.i, path)
+            self.res.fail(f"server {self.res.fmt} {endpoint} stuck>{BACKSTOP_S:g}s", self.m, self.i,
+                          f"{path} :: {self.server.cpu_s() - cpu0:.1f} CPU s")
             return None
         except httpx.HTTPError as e:
             if status is not None:
@@ -434,10 +580,17 @@ class Session:
             if retry and self.server.alive():
                 # a new connection: learn the status the request itself gets
                 self.client.close()
-                self.client = httpx.Client(timeout=HANG_S, headers={"Accept-Encoding": "gzip"})
+                self.client = httpx.Client(timeout=BACKSTOP_S, headers={"Accept-Encoding": "gzip"})
                 self.res.requests -= 1
                 return self.get(path, retry=False)
             return None
+        cpu = self.server.cpu_s() - cpu0
+        if cpu > HANG_S:
+            # answered, but only after more CPU than a hostile file may cost
+            self.res.hangs += 1
+            self.bad = True
+            self.res.fail(f"server {self.res.fmt} {endpoint} slow>{HANG_S:g} CPU s", self.m, self.i,
+                          f"{path} :: {cpu:.1f} CPU s ({time.monotonic() - t:.1f} s wall)")
         self.statuses.setdefault(re.sub(r"(?<![a-z_])(run|other)=[^&]*&?", "", path).rstrip("?&")[:100], str(status))
         if 200 <= status < 300:
             self.res.s2xx += 1
@@ -519,6 +672,7 @@ def browse(s: Session, run: str, kind: str) -> None:
         s.get(f"/api/module_peaks?run={q}")
 
 
+@_interruptible
 def run_server(fmt: str, mutants: list[Mutant], target: Target, work: Path, progress=None) -> FormatResult:
     res = FormatResult(fmt, "server")
     logdir, cache = work / "logdir", work / "cache"
@@ -529,10 +683,10 @@ def run_server(fmt: str, mutants: list[Mutant], target: Target, work: Path, prog
         write_run(logdir / f"m{i:05d}", m)
     t0 = time.monotonic()
     server = Server(target, logdir, cache)
-    server.start()
     poller = None
     try:
-        with httpx.Client(timeout=60) as c:
+        server.start()
+        with httpx.Client(timeout=BACKSTOP_S) as c:
             runs = c.get(server.url + "/api/runs").json()["runs"]
         by_folder: dict[str, list[tuple[str, str]]] = {}
         for r in runs:
@@ -572,11 +726,12 @@ def run_server(fmt: str, mutants: list[Mutant], target: Target, work: Path, prog
             if progress:
                 progress(i)
     finally:
+        # the server first: a poll waiting on it then ends at once, not after BACKSTOP_S
+        server.stop()
         if poller:
             poller.stop_ev.set()
             poller.join()
             res.latency_ms = poller.latencies
-        server.stop()
     res.secs = round(time.monotonic() - t0, 1)
     return res
 
@@ -584,7 +739,7 @@ def run_server(fmt: str, mutants: list[Mutant], target: Target, work: Path, prog
 # -- the table ---------------------------------------------------------------------------
 
 def table(results: list[FormatResult]) -> str:
-    head = ("| format | mode | inputs | bad inputs | requests | 2xx | 4xx | 5xx | broken bodies | hangs >10 s "
+    head = ("| format | mode | inputs | bad inputs | requests | 2xx | 4xx | 5xx | broken bodies | hangs >10 CPU s "
             "| no response | bad 4xx shape | RSS > 500 MB | peak RSS over base (MB) | other client ms: base median / median / max "
             "| 4xx wrapping an unexpected exception or a killed worker | secs |")
     lines = [head, "|" + "---|" * 17]
@@ -645,6 +800,7 @@ PARAM_ENDPOINTS = {
 }
 
 
+@_interruptible
 def run_params(runs_root: Path, target: Target, work: Path, seed: int, n: int, progress=None) -> FormatResult:
     """n requests with hostile values in one to three query parameters (or the run name)
     on good runs (``runs_root``: a log directory of real inputs)."""
@@ -654,13 +810,14 @@ def run_params(runs_root: Path, target: Target, work: Path, seed: int, n: int, p
     cache = work / "cache"
     shutil.rmtree(cache, ignore_errors=True)
     server = Server(target, runs_root, cache)
-    server.start()
-    res.latency_base_ms = baseline_latencies(server.url)
-    poller = Poller(server.url)
-    poller.start()
+    poller = None
     t0 = time.monotonic()
     try:
-        with httpx.Client(timeout=60) as c:
+        server.start()
+        res.latency_base_ms = baseline_latencies(server.url)
+        poller = Poller(server.url)
+        poller.start()
+        with httpx.Client(timeout=BACKSTOP_S) as c:
             runs = [(r["name"], r["kind"]) for r in c.get(server.url + "/api/runs").json()["runs"]]
         for i in range(n):
             rng = random.Random(f"{seed}:params:{i}")
@@ -697,10 +854,12 @@ def run_params(runs_root: Path, target: Target, work: Path, seed: int, n: int, p
             if progress:
                 progress(i)
     finally:
-        poller.stop_ev.set()
-        poller.join()
-        res.latency_ms = poller.latencies
+        # the server first: a poll waiting on it then ends at once, not after BACKSTOP_S
         server.stop()
+        if poller:
+            poller.stop_ev.set()
+            poller.join()
+            res.latency_ms = poller.latencies
     res.secs = round(time.monotonic() - t0, 1)
     return res
 

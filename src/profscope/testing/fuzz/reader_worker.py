@@ -7,7 +7,9 @@ is a separate process so that a hang can be killed and a memory blow-up bounded
 (``RLIMIT_AS``) without losing the campaign. Each line of stdin is
 ``{"dir": <run folder>, "fmt": <format>}``; each answer lists every reader step with
 ``ok`` / ``4xx`` (a ProfscopeError, with its status) / ``bug`` (any other exception),
-the seconds and the peak RSS over the RSS before the mutant (VmHWM, reset per mutant).
+its CPU seconds (``cpu``: this process's, what the driver's hang limit counts, so that a
+busy machine does not make a step slow) and wall seconds (``secs``), and the peak RSS
+over the RSS before the mutant (VmHWM, reset per mutant).
 """
 
 from __future__ import annotations
@@ -157,13 +159,14 @@ def run_one(fmt: str, d: Path, tmp: Path) -> dict:
     results = []
     rss0 = _status_kb("VmRSS")
     _reset_hwm()
-    t0 = time.monotonic()
+    t0, c0 = time.monotonic(), time.process_time()
     try:
         steps = steps_for(fmt, d, tmp)
     except Exception as e:  # noqa: BLE001 - an import error means the checkout lacks a reader
-        return {"steps": [{"step": "import", "outcome": "bug", "exc": type(e).__name__, "msg": str(e)[:300]}]}
+        return {"steps": [{"step": "import", "outcome": "bug", "exc": type(e).__name__, "msg": str(e)[:300],
+                           "cpu": 0.0, "secs": 0.0}]}
     for name, fn in steps:
-        t = time.monotonic()
+        t, c = time.monotonic(), time.process_time()
         rec = {"step": name}
         try:
             fn()
@@ -177,10 +180,12 @@ def run_one(fmt: str, d: Path, tmp: Path) -> dict:
             frame = next((f for f in reversed(tb) if "profscope" in f.filename), tb[-1] if tb else None)
             where = f"{Path(frame.filename).name}:{frame.lineno} {frame.name}" if frame else ""
             rec.update(outcome="bug", exc=type(e).__name__, msg=str(e)[:300], where=where)
+        rec["cpu"] = round(time.process_time() - c, 3)
         rec["secs"] = round(time.monotonic() - t, 3)
         results.append(rec)
     hwm = _status_kb("VmHWM")
-    return {"steps": results, "secs": round(time.monotonic() - t0, 3), "rss_over_mb": round(max(0, hwm - rss0) / 1024, 1)}
+    return {"steps": results, "secs": round(time.monotonic() - t0, 3), "cpu": round(time.process_time() - c0, 3),
+            "rss_over_mb": round(max(0, hwm - rss0) / 1024, 1)}
 
 
 def main() -> None:
