@@ -209,7 +209,7 @@ def rollups(logdir: Path, base: Path, workers: int) -> list[tuple[str, float, fl
     import orjson
 
     from profscope.app.queries import OomRiskQuery
-    from profscope.tools import registry
+    from profscope.app import tool_table
 
     out = []
     for how, slots, dask in (("forked workers, one at a time (2 slots)", 2, False),
@@ -222,7 +222,7 @@ def rollups(logdir: Path, base: Path, workers: int) -> list[tuple[str, float, fl
         t0 = time.perf_counter()
         rows = ws.memory_hosts(run)
         t1 = time.perf_counter()
-        oom = orjson.loads(gzip.decompress(ws.tool_data(run, registry.get("oom_risk"), OomRiskQuery())))
+        oom = orjson.loads(gzip.decompress(ws.tool_data(run, tool_table.get("oom_risk"), OomRiskQuery())))
         t2 = time.perf_counter()
         assert rows["rollup"]["hosts"] == len(run.hosts) and len(oom["hosts"]) == len(run.hosts)
         out.append((how, t1 - t0, t2 - t1, ws.cache.workers.stats["runs"]))
