@@ -122,7 +122,7 @@ def test_one_shot_capture_opens_the_new_run(open_page, capture_server, live_job)
     page.wait_for_url(CAPTURED_RUN, timeout=60_000)
     run = _captured_run(page)
     page.wait_for_selector("#capture-dialog", state="hidden")
-    assert time.monotonic() - started < 30
+    assert time.monotonic() - started < 120  # a backstop; the waits above are what the test checks
     _until(page, f"document.querySelector('#pick-run').value === {run!r}")
     assert run in page.eval_on_selector_all("#pick-run option", "os => os.map(o => o.value)")
     assert "tool=trace_viewer%40" in page.url
@@ -191,7 +191,7 @@ def test_stop_early_keeps_what_was_recorded(open_page, capture_server, live_job)
     page.wait_for_timeout(1000)
     page.click("#cap-stop")
     page.wait_for_url(CAPTURED_RUN, timeout=30_000)
-    assert time.monotonic() - started < 15  # well before the 20 s asked for
+    assert time.monotonic() - started < 19  # before the 20 s asked for were over
     run = _captured_run(page)
     job = next(j for j in _json(capture_server, "/api/capture")["jobs"] if j["run"] == run)
     assert job["stopped"] and job["stage"] == "saved" and job["hosts"][0]["bytes"] > 0

@@ -585,9 +585,9 @@ def test_large_file_is_linear(tmp_path):
             size += len(b)
             idx += 1
     text = "".join(out)
-    t0 = time.perf_counter()
+    t0 = time.process_time()  # CPU seconds: linear, whatever else the machine runs
     ba = parse_buffer_assignment(text, "big.txt")
-    elapsed = time.perf_counter() - t0
+    elapsed = time.process_time() - t0
     assert len(ba.allocations) == idx and ba.value_count == vid[0]
     assert elapsed < 10, elapsed
 

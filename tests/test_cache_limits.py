@@ -317,9 +317,9 @@ def test_what_a_killed_process_left_is_removed_at_start_but_not_a_live_build(tmp
         proc.wait()
     _wait_lock_free(tmp_path, k)
     assert tmp.exists() and eviction.tree_size(tmp) >= 5 << 20  # what a crash leaves
-    t0 = time.perf_counter()
+    t0 = time.process_time()  # CPU seconds: a busy machine must not fail it
     cache = DiskCache(tmp_path)
-    took = time.perf_counter() - t0
+    took = time.process_time() - t0
     assert not tmp.exists() and not list(tmp_path.rglob(".tmp-*"))
     assert cache.cleanup.temporaries == 1 and cache.cleanup.freed >= 5 << 20
     assert not list(tmp_path.glob("*/*.lock"))  # and its stale lock file

@@ -164,7 +164,7 @@ def test_two_live_targets_and_a_dead_one(job, job2, client, capture_ws):
     assert f"{dead} failed" in state["summary"]
     run = capture_ws.run(state["run"])
     assert sorted(run.hosts) == sorted([job.replace(":", "_"), job2.replace(":", "_")])
-    assert time.monotonic() - t0 < 30
+    assert time.monotonic() - t0 < 120  # a backstop: the dead host must not hold the others up for good
     # both hosts were asked to start at one instant (start_timestamp_ns): their sessions
     # began within milliseconds of each other
     starts = [_recording_start_ns(capture_ws.logdir.read_bytes(h["file"])) for h in (by[job], by[job2])]
@@ -183,7 +183,8 @@ def test_stop_early_keeps_what_was_recorded(job, client, capture_ws):
     stopped = client.post(f"/api/capture/job/{started['id']}/stop").json()
     assert stopped["stopped"] is True
     state = _wait(client, started["id"])
-    assert time.monotonic() - t0 < 10, "Terminate did not end the 20 s recording"
+    # before the 20 s asked for were over (a busy machine may take a few seconds to save)
+    assert time.monotonic() - t0 < 18, "Terminate did not end the 20 s recording"
     assert state["stage"] == "saved" and state["stopped"] and "(stopped early)" in state["summary"]
     assert state["hosts"][0]["bytes"] > 10_000
 

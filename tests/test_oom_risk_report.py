@@ -7,7 +7,6 @@ import json
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -83,9 +82,7 @@ def test_a_file_as_input(demo_logdir, tmp_path):
 def test_html_report_is_one_offline_file(programs, tmp_path):  # noqa: F811
     logdir, _ = programs
     out = tmp_path / "report.html"
-    start = time.perf_counter()
     res = report(str(logdir), "--device-memory", "100MB", "-o", str(out), cache=tmp_path / "cache")
-    elapsed = time.perf_counter() - start
     assert res.returncode == 0, res.stderr
     html = out.read_text()
     assert "written to" in res.stderr and str(out) in res.stderr
@@ -93,7 +90,7 @@ def test_html_report_is_one_offline_file(programs, tmp_path):  # noqa: F811
     assert not re.search(r"<(script|link|img|iframe)\b", html, re.IGNORECASE), "no script, stylesheet or image to fetch"
     assert html.count("<svg ") >= 3 * 5  # gauge, treemap, module peaks per run
     assert "Activations dominate the peak" in html and 'id="worst-risk"' in html
-    assert len(html.encode()) < 400_000 and elapsed < 60
+    assert len(html.encode()) < 400_000
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,11 @@ from profscope.cache.progress import ProgressBoard
 from profscope.cache.worker import WorkerPool, parse_size
 from profscope.errors import BadInput, BadRequest, NotFound, ProfscopeError, TooLarge
 
+# A stop that never comes fails the test, not a slow one: these limits are a backstop
+# against a real hang, far above what the stop takes on a busy machine (no test asserts
+# a speed; benchmarks/ measure those).
+BACKSTOP_S = 120
+
 
 def run(pool: WorkerPool, fn, board: ProgressBoard | None = None, key: str = "k", label: str = "test.pb"):
     board = board or ProgressBoard()
@@ -64,7 +69,7 @@ def test_memory_beyond_the_limit_is_a_413_and_the_server_does_not_grow():
     with pytest.raises(TooLarge) as e:
         run(pool, hog, label="bomb.xplane.pb.gz")
     assert e.value.status == 413 and "256 MiB" in e.value.message and "bomb.xplane.pb.gz" in e.value.message
-    assert time.perf_counter() - t < 10
+    assert time.perf_counter() - t < BACKSTOP_S
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 64 << 10  # KiB
     assert pool.stats["killed"] == 1
 
@@ -83,7 +88,7 @@ def test_cpu_limit_stops_a_reader_stuck_in_a_loop():
     t = time.perf_counter()
     with pytest.raises(TooLarge) as e:
         run(WorkerPool(cpu_seconds=1, enabled=True), spin)
-    assert "CPU" in e.value.message and time.perf_counter() - t < 15
+    assert "CPU" in e.value.message and time.perf_counter() - t < BACKSTOP_S
 
 
 def test_progress_of_the_job_and_nested_jobs_reaches_the_parent_board():
@@ -226,7 +231,7 @@ def test_a_child_stuck_without_cpu_or_progress_is_stopped():
     t = time.perf_counter()
     with pytest.raises(ProfscopeError) as e:
         run(WorkerPool(enabled=True, idle_seconds=1), lambda job: time.sleep(3600), label="gs://b/x.xplane.pb")
-    assert e.value.status == 504 and "no CPU" in e.value.message and time.perf_counter() - t < 10
+    assert e.value.status == 504 and "no CPU" in e.value.message and time.perf_counter() - t < BACKSTOP_S
 
 
 def test_a_child_that_computes_quietly_is_not_stopped():

@@ -4,7 +4,9 @@ as a user runs it (``profscope_server``)."""
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -39,9 +41,11 @@ def serve_in_thread(app, **config):
 
 @contextmanager
 def profscope_server(*args: str):
-    """Run ``python -m profscope ARGS`` as a user would; yield (url, output lines so far)."""
+    """Run ``python -m profscope ARGS`` as a user would; yield (url, output lines so far).
+    The server gets a process group of its own, which is killed when the test is done:
+    a conversion worker it forked never outlives the test, whatever state it was left in."""
     proc = subprocess.Popen([sys.executable, "-m", "profscope", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         lines = []
         for line in proc.stdout:
@@ -54,4 +58,12 @@ def profscope_server(*args: str):
             raise AssertionError("profscope did not start:\n" + "".join(lines))
     finally:
         proc.terminate()
-        proc.wait(timeout=20)
+        try:
+            proc.wait(timeout=20)
+        finally:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass  # the server and everything it started have exited
+            proc.wait()
+            proc.stdout.close()
