@@ -294,7 +294,7 @@ def _start_stuck(root: Path, what: str, workers: bool) -> subprocess.Popen:
 
 def _wait_lock_free(root: Path, k: str) -> None:
     """A killed server's worker child is killed with it (PR_SET_PDEATHSIG), a moment later."""
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60
     while True:
         with eviction.try_key_lock(root, k, create=False) as free:
             pass

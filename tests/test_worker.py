@@ -108,7 +108,7 @@ def test_progress_of_the_job_and_nested_jobs_reaches_the_parent_board():
     done = []
     t = threading.Thread(target=lambda: done.append(run(WorkerPool(enabled=True), work, board, key="outer")))
     t.start()
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60
     while time.monotonic() < deadline and len(seen) < 1:
         snap = board.snapshot()
         if any(j["key"] == "inner" for j in snap):
