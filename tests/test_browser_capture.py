@@ -73,9 +73,11 @@ def _captured_run(page) -> str:
     return f"captures/{m.group(1)}"
 
 
-def _until(page, expression: str, timeout: float = 30.0):
+def _until(page, expression: str, timeout: float = 90.0):
     """Poll ``expression`` in the page until it is truthy (page.evaluate, which the page's
-    Content-Security-Policy allows, unlike wait_for_function)."""
+    Content-Security-Policy allows, unlike wait_for_function). The wait ends as soon as it
+    is; its limit is the browser fixtures' (a captured run's trace converts first, several
+    times slower on a machine whose cores other processes keep busy)."""
     deadline = time.monotonic() + timeout
     while True:
         value = page.evaluate(expression)

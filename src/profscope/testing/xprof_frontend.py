@@ -127,8 +127,15 @@ def xprof_static(root: Path | None = None) -> Path:
     with zipfile.ZipFile(wheel) as z:
         for name in STATIC_FILES:
             (partial / name).write_bytes(z.read(f"xprof/static/{name}"))
-    shutil.rmtree(static, ignore_errors=True)
-    partial.rename(static)
+    if all((static / name).is_file() for name in STATIC_FILES):
+        # another test process (pytest-xdist's other worker) unpacked it meanwhile
+        shutil.rmtree(partial, ignore_errors=True)
+        return static
+    shutil.rmtree(static, ignore_errors=True)  # an older layout's leftover
+    try:
+        partial.rename(static)
+    except OSError:  # the other process renamed its copy first: the same files
+        shutil.rmtree(partial, ignore_errors=True)
     return static
 
 
