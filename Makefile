@@ -56,11 +56,17 @@ downloads: $(VENV)/.installed-test
 demo: setup
 	$(VENV)/bin/profscope serve --demo --port $(PORT)
 
+# The suite runs in PYTEST_WORKERS processes (pytest-xdist), a module's tests in one of
+# them so that its module-scoped servers, jobs and browser start once; PYTEST_WORKERS=0
+# runs it in this process.
+PYTEST_WORKERS ?= 2
+PYTEST := $(PY) -m pytest $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadscope)
+
 test: setup-test
-	$(PY) -m pytest
+	$(PYTEST)
 
 test-fast: $(VENV)/.installed-test
-	$(PY) -m pytest -m "not slow and not browser"
+	$(PYTEST) -m "not slow and not browser"
 
 lint: $(VENV)/.installed-test
 	$(PY) -m ruff check src tests scripts benchmarks

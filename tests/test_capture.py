@@ -415,17 +415,23 @@ def test_serve_captures_only_with_the_guards_protections(tmp_path):
 
 
 def test_a_zero_length_capture_is_an_empty_run_every_tool_answers(job, client, capture_ws):
-    """duration 0 is allowed (the job answers an XSpace with planes and no events)."""
+    """duration 0 is allowed: the job answers an XSpace with its planes and no events, or
+    only those in flight at that instant (PjRt's "Wait for usage holds" was caught once
+    while both cores were busy), and every tool answers."""
     state = _wait(client, client.post("/api/capture", json={"targets": job, "durationMs": 0}).json()["id"])
     assert state["stage"] == "saved"
     host = job.replace(":", "_")
-    assert _names(capture_ws, state["run"], host) <= {"process_name", "thread_name", "process_sort_index",
-                                                        "thread_sort_index", None}
+    events = _names(capture_ws, state["run"], host) - {"process_name", "thread_name", "process_sort_index",
+                                                         "thread_sort_index", None}
     for tag in ("memory_profile", "oom_risk"):
         res = client.get("/data/plugin/profile/data", params={"run": state["run"], "tag": tag, "host": host})
         assert res.status_code == 200, (tag, res.text)
     window = client.get("/api/trace/window", params={"run": state["run"], "host": host})
-    assert window.status_code == 200 and window.json()["fullTimespan"] == [0.0, 0.0]
+    assert window.status_code == 200
+    start, end = window.json()["fullTimespan"]
+    if not events:
+        assert (start, end) == (0.0, 0.0)
+    assert end - start < 500, (start, end, events)  # an instant, not a default-length recording (ms)
 
 
 def test_a_delay_waits_before_recording(job, client, capture_ws):
