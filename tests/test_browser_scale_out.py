@@ -1,7 +1,8 @@
 """The "Converting hosts" panel (lib/conversions.js) in Chromium against ``profscope serve
 --dask-workers 2`` in its own process: a 16-host session of copies of a real 3 MB
 TensorFlow GPU xplane. Opening a host's trace viewer submits the run (that host first);
-the panel counts the hosts up to 16/16 with a bar and a state per host, from the
+the panel counts the hosts up to 16/16 with a bar and a state per host (one host, a
+bigger built profile, long enough to be seen part way), from the
 workers' progress events (GET /api/convert), then stops polling. The memory profile
 page of another run that is converting shows the same panel. Screenshots:
 test-artifacts/scale_out_converting.png, scale_out_done.png, scale_out_memory_profile.png."""
@@ -16,6 +17,7 @@ from urllib.parse import quote, urlencode
 import httpx
 import pytest
 
+from profscope.testing import derived_xplane
 from tests.conftest import ARTIFACTS, profscope_server
 
 pytest.importorskip("distributed")
@@ -33,6 +35,11 @@ def server(tmp_path_factory, shared_fixtures):
         folder.mkdir(parents=True)
         for host in hosts:
             shutil.copy(xplane, folder / f"{host}.xplane.pb")
+    # The last host of run s is a bigger GPU profile (the builder's 150,000 kernels, 7 MB):
+    # it indexes for seconds, not ~0.3 s, so the page's polls (every 0.5 s) see it part
+    # way however busy the machine is; with copies only, a loaded machine's polls could
+    # fall between a host's start and its end.
+    (root / "plugins/profile/s" / f"{HOSTS[-1]}.xplane.pb").write_bytes(derived_xplane.large_gpu(150_000))
     # events every 50 ms instead of 250: these hosts index in ~0.3 s, and the page is to
     # show a host part way (the server reads the setting; its tasks carry it)
     old = os.environ.get("PROFSCOPE_REPORT_EVERY")
