@@ -459,3 +459,33 @@ def test_another_page_cannot_start_a_capture(client, capture_ws):
         res = client.get("/data/plugin/profile/capture_profile", params={"service_addr": "localhost:1"}, headers=headers)
         assert res.status_code == 403
     assert capture_ws.capture.jobs() == []
+
+
+def test_a_job_whose_test_runner_was_killed_ends_by_itself():
+    """A test runner killed in the middle (SIGKILL, a CI timeout) cannot kill its profiler
+    job: the job notices it was reparented and stops, instead of spinning on the machine
+    (two such jobs once took a quarter of a core from the next test runs)."""
+    code = ("import time\nfrom profscope.testing.profiler_job import profiler_job\n"
+            "with profiler_job() as address:\n    print(address, flush=True)\n    time.sleep(600)\n")
+    runner = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert runner.stdout.readline().startswith("localhost:")
+        with open(f"/proc/{runner.pid}/task/{runner.pid}/children") as f:
+            [job] = [int(p) for p in f.read().split()]
+    finally:
+        runner.kill()
+        runner.wait()
+        runner.stdout.close()
+    deadline = time.monotonic() + 60
+    while _running(job):
+        assert time.monotonic() < deadline, f"profiler job {job} still running after its runner was killed"
+        time.sleep(0.1)
+
+
+def _running(pid: int) -> bool:
+    """A live process (not gone, not a zombie waiting to be reaped)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False

@@ -4,7 +4,9 @@
 process: a jitted training-like step in a loop (CPU is enough) after
 ``jax.profiler.start_server(PORT)``, the call a user adds to a long-running job. It yields
 the ``localhost:PORT`` address once the server answers and the step has compiled, and
-kills the job afterwards.
+kills the job afterwards. A job whose test runner died without that (killed, or out of
+time) ends by itself: it stops once its parent is gone, so it never spins on a machine
+after the tests.
 
 ``free_port()`` is a port nothing listens on (for a dead target).
 """
@@ -34,7 +36,7 @@ def profiler_job(*, start_timeout: float = 120.0):
     """Yield the address (``localhost:PORT``) of a live job's profiler server."""
     port = free_port()
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "profscope.testing.profiler_job", str(port)],
+    proc = subprocess.Popen([sys.executable, "-m", "profscope.testing.profiler_job", str(port), str(os.getpid())],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     try:
         deadline = time.monotonic() + start_timeout
@@ -55,7 +57,7 @@ def profiler_job(*, start_timeout: float = 120.0):
             proc.stdout.close()
 
 
-def _main(port: int) -> None:
+def _main(port: int, parent: int | None = None) -> None:
     import jax
     import jax.numpy as jnp
 
@@ -79,7 +81,7 @@ def _main(port: int) -> None:
     w, _ = train_step(w, x)
     w.block_until_ready()
     print(READY, flush=True)
-    while True:
+    while parent is None or os.getppid() == parent:  # reparented: whoever started it is gone
         with jax.profiler.TraceAnnotation("train_loop_step"):
             w, loss = train_step(w, x)
             loss.block_until_ready()
@@ -92,4 +94,4 @@ def _tick(i: int) -> int:
 
 
 if __name__ == "__main__":
-    _main(int(sys.argv[1]))
+    _main(int(sys.argv[1]), int(sys.argv[2]) if len(sys.argv) > 2 else None)
