@@ -40,15 +40,19 @@ def test_every_tool_is_one_row_with_a_producer_or_not_for_each_run_kind():
             assert getattr(Workspace, tool.stream.__name__) is tool.stream
 
 
+def _every_kind(producer) -> dict:
+    return {kind: producer for kind in RunKind}
+
+
 def test_a_row_must_say_something_for_every_run_kind():
     with pytest.raises(ValueError, match="say NOT_FOR or give a producer"):
         Tool("half", "Half", "", queries.MemoryProfileQuery, {RunKind.PROFILE: Workspace.xplane_memory_profile},
              lambda ws, run: True, pages=())
     with pytest.raises(ValueError, match="streamed answer needs its stream"):
-        Tool("stream", "Stream", "", queries.XprofTraceQuery, tool_table._for(profile=Workspace.trace_viewer_xprof),
+        Tool("stream", "Stream", "", queries.XprofTraceQuery, _every_kind(Workspace.trace_viewer_xprof),
              lambda ws, run: True, pages=(), answer=Answer.STREAM)
     with pytest.raises(ValueError, match="has no field 'nope'"):
-        Tool("page", "Page", "", queries.MemoryProfileQuery, tool_table._for(profile=Workspace.xplane_memory_profile),
+        Tool("page", "Page", "", queries.MemoryProfileQuery, _every_kind(Workspace.xplane_memory_profile),
              lambda ws, run: True, pages=(), page=tool_table.Page("nope", "x.html", lambda ws, run, q: {}))
 
 
@@ -90,7 +94,8 @@ def count_files(ws: Workspace, run, query: FileCountQuery, progress) -> dict:
 
 FILE_COUNT = Tool(
     "file_count", "File count", "The largest files of a run.", FileCountQuery,
-    tool_table._for(profile=count_files, xla_dump=count_files), lambda ws, run: True, pages=("file_count.js",),
+    tool_table._for(profile=count_files, xla_dump=count_files, torch_snapshot=NOT_FOR, chrome_trace=NOT_FOR),
+    lambda ws, run: True, pages=("file_count.js",),
 )
 
 

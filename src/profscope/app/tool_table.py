@@ -111,9 +111,11 @@ def _has_modules(ws: Workspace, run: Run) -> bool:
     return bool(ws.modules(run))
 
 
-def _for(**producers: Producer) -> dict[RunKind, Producer | None]:
-    """A row's producers by run kind (``profile=...``); every kind not named is NOT_FOR."""
-    return {kind: producers.get(kind.value, NOT_FOR) for kind in RunKind}
+def _for(**producers: Producer | None) -> dict[RunKind, Producer | None]:
+    """A row's producers by run kind's name (``profile=..., xla_dump=NOT_FOR``). Every kind
+    is named, NOT_FOR included: a new run kind is then a decision for every tool (a row
+    that leaves one out is refused when the table is built)."""
+    return {RunKind(name): producer for name, producer in producers.items()}
 
 
 TOOLS: tuple[Tool, ...] = (
@@ -122,7 +124,8 @@ TOOLS: tuple[Tool, ...] = (
         "Memory viewer",
         "What the XLA compiler planned: heap over program order, buffers at peak, padding.",
         MemoryViewerQuery,
-        _for(profile=CompiledMemory.memory_viewer, xla_dump=CompiledMemory.memory_viewer),
+        _for(profile=CompiledMemory.memory_viewer, xla_dump=CompiledMemory.memory_viewer,
+             torch_snapshot=NOT_FOR, chrome_trace=NOT_FOR),
         _has_modules,
         pages=("memory_viewer.js",),
         page=Page("view_memory_allocation_timeline", "memory_viewer_timeline.html",
@@ -138,7 +141,8 @@ TOOLS: tuple[Tool, ...] = (
         # dashboard reads the richer payloads of /api/memory_profile and /api/snapshot/...
         _for(profile=RuntimeMemory.xplane_memory_profile,
              chrome_trace=RuntimeMemory.torch_memory_profile_xprof,
-             torch_snapshot=Snapshots.snapshot_memory_profile_xprof),
+             torch_snapshot=Snapshots.snapshot_memory_profile_xprof,
+             xla_dump=NOT_FOR),
         _reads_xplanes,
         pages=("memory_profile.js", "torch_snapshot.js"),
         version=3,  # 2: XProf's schema for traces and snapshots too (tools/memory_profile_xprof.py); 3: profiles without allocator events are not grouped
@@ -150,7 +154,8 @@ TOOLS: tuple[Tool, ...] = (
         XprofTraceQuery,
         # XProf's trace_viewer@ JSON; the dashboard reads windows of the same index
         # through /api/trace/... (server/trace_api.py)
-        _for(profile=Traces.trace_viewer_xprof, chrome_trace=Traces.trace_viewer_xprof),
+        _for(profile=Traces.trace_viewer_xprof, chrome_trace=Traces.trace_viewer_xprof,
+             xla_dump=NOT_FOR, torch_snapshot=NOT_FOR),
         _reads_xplanes,
         pages=("trace_viewer.js",),
         answer=Answer.STREAM,
