@@ -378,6 +378,70 @@ def test_parsers():
     assert req.emit_xspace and req.opts.version == 1 and req.opts.enable_hlo_proto and req.opts.host_tracer_level == 3
 
 
+class _RecordingProfilerServer:
+    """A gRPC server on a free loopback port that keeps every call's raw request bytes
+    and answers each with an empty message: what a capture puts on the wire, which a real
+    job's profiler server does not show. Empty bytes parse as every answer message (an
+    empty ProfileResponse: an XSpace of 0 bytes, an empty run)."""
+
+    def __init__(self):
+        import grpc
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.calls: list[tuple[str, bytes]] = []
+        calls = self.calls
+
+        class Handler(grpc.GenericRpcHandler):
+            def service(self, details):
+                method = details.method
+                return grpc.unary_unary_rpc_method_handler(lambda request, context: calls.append((method, request)) or b"")
+
+        self.server = grpc.server(ThreadPoolExecutor(max_workers=4), handlers=[Handler()])
+        self.address = f"localhost:{self.server.add_insecure_port('127.0.0.1:0')}"
+        self.server.start()
+
+    def profile_requests(self):
+        from profscope.storage.protos import profiler_service_pb2 as pb
+
+        return [pb.ProfileRequest.FromString(raw) for method, raw in self.calls if method.endswith("/Profile")]
+
+    def close(self):
+        self.server.stop(grace=None)
+
+
+def test_the_request_asks_for_dataset_ops_as_xprofs_capture_does(tmp_path):
+    """XProf's capture (profile_plugin.py capture_route_impl) passes include_dataset_ops=True
+    to _pywrap_profiler_plugin.trace, which sets ProfileOptions.include_dataset_ops on the
+    request; docs/capture.md says the request mirrors XProf's. The bytes `profscope capture`
+    sends, read back with the messages whose field numbers test_protos.py checks against
+    jaxlib's own descriptors."""
+    server = _RecordingProfilerServer()
+    try:
+        res = subprocess.run([sys.executable, "-m", "profscope", "capture", server.address, "--duration", "300ms",
+                              "--dir", str(tmp_path / "c")], capture_output=True, text=True, timeout=120)
+        requests = server.profile_requests()
+    finally:
+        server.close()
+    assert len(requests) == 1, (server.calls, res.stderr)
+    opts = requests[0].opts
+    assert opts.include_dataset_ops, opts
+    assert (opts.version, opts.host_tracer_level, opts.device_tracer_level, opts.python_tracer_level,
+            opts.duration_ms, requests[0].emit_xspace) == (1, 2, 1, 0, 300, True)
+
+
+def test_a_duration_over_the_hour_names_the_limit(client, tmp_path):
+    """`--duration 2h` (and the API's duration "2h") is refused for being over the one-hour
+    limit, not as "not a duration"; 1h is the longest accepted."""
+    assert parse_duration("1h") == parse_duration("60m") == 3_600_000
+    res = subprocess.run([sys.executable, "-m", "profscope", "capture", "localhost:1", "--duration", "2h",
+                          "--dir", str(tmp_path / "c")], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2 and "--duration '2h' is over an hour, the limit of one capture" in res.stderr, res.stderr
+    assert "not a duration" not in res.stderr
+    for body in ({"targets": "localhost:1", "duration": "2h"}, {"targets": "localhost:1", "durationMs": "2 h"}):
+        answer = client.post("/api/capture", json=body)
+        assert answer.status_code == 400 and "is over an hour, the limit of one capture (3,600,000 ms)" in answer.json()["error"], answer.text
+
+
 def test_a_big_answer_passes_grpcs_default_4_mib_limit(job):
     """10 s of the job with every Python call traced is far over 4 MiB: without the
     raised limit the capture fails after recording (RESOURCE_EXHAUSTED)."""

@@ -162,7 +162,7 @@ def _add_capture(sub) -> None:
                     "Exit status 0: every host saved; 1: some hosts failed; 2: nothing saved or bad input. "
                     "docs/capture.md says more.")
     capture.add_argument("targets", metavar="HOST:PORT[,HOST:PORT...]", help="the profiler servers to record")
-    capture.add_argument("--duration", default="2s", help="how long to record: 2s, 1500ms, 1m (default 2s)")
+    capture.add_argument("--duration", default="2s", help="how long to record: 2s, 1500ms, 1m, at most 1h (default 2s)")
     capture.add_argument("--delay", default="0", help="wait this long before recording (default 0)")
     capture.add_argument("--dir", metavar="DIR", help="folder to write into (default: captures/ in the cache folder, "
                          "which `profscope serve` lists)")

@@ -69,18 +69,30 @@ def parse_targets(text: str) -> list[str]:
     return out
 
 
+# The longest recording one capture asks for: CaptureSettings refuses more (a profiler
+# server keeps the whole recording in memory until it answers).
+MAX_DURATION_MS = 3_600_000
+_DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|sec|m|min|h|hr|hour|hours)?\s*", re.IGNORECASE)
+_UNIT_MS = {"ms": 1, "s": 1000, "sec": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "hr": 3_600_000,
+            "hour": 3_600_000, "hours": 3_600_000}
+
+
 def parse_duration(text: str | int | float, what: str = "duration") -> int:
-    """``2s``, ``1500ms``, ``1m``, ``2000`` (milliseconds, XProf's unit) -> milliseconds."""
+    """``2s``, ``1500ms``, ``1m``, ``1h``, ``2000`` (milliseconds, XProf's unit) -> milliseconds.
+    Hours are read too, so ``2h`` is refused for being over the one-hour limit, not for
+    its unit."""
     if isinstance(text, (int, float)) and not isinstance(text, bool):
         value, unit = float(text), "ms"
     else:
-        m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min)?\s*", str(text))
+        m = _DURATION.fullmatch(str(text))
         if not m:
-            raise BadRequest(f"{what} {text!r} is not a duration: give e.g. 2s, 1500ms or 2000 (milliseconds)")
-        value, unit = float(m.group(1)), m.group(2) or "ms"
-    ms = value * {"ms": 1, "s": 1000, "m": 60_000, "min": 60_000}[unit]
-    if ms > 3_600_000:
-        raise BadRequest(f"{what} {text!r} is over an hour; record less at a time")
+            raise BadRequest(f"{what} {text!r} is not a duration: give e.g. 2s, 1500ms, 1m or 2000 (milliseconds), "
+                             "at most an hour")
+        value, unit = float(m.group(1)), (m.group(2) or "ms").lower()
+    ms = value * _UNIT_MS[unit]
+    if ms > MAX_DURATION_MS:
+        raise BadRequest(f"{what} {text!r} is over an hour, the limit of one capture ({MAX_DURATION_MS:,} ms): "
+                         "record less at a time")
     return int(round(ms))
 
 

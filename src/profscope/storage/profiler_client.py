@@ -81,6 +81,13 @@ class CaptureSettings:
     # 0 off (XProf's default), 1 on: every Python call, expensive
     python_tracer_level: int = 0
     delay_ms: int = 0
+    # XProf's capture always asks for dataset (tf.data) ops: profile_plugin.py
+    # capture_route_impl calls _pywrap_profiler_plugin.trace(..., True, ...), whose
+    # include_dataset_ops argument becomes ProfileOptions.include_dataset_ops (field 1)
+    # of every request; its dialog has no switch for it. The job's profiler session hands
+    # it to its tracers as it is (tsl profiler_session.cc GetOptions keeps it even from
+    # options without a version).
+    include_dataset_ops: bool = True
 
     def __post_init__(self):
         for name, top in (("duration_ms", 3_600_000), ("delay_ms", 3_600_000), ("host_tracer_level", 3),
@@ -92,6 +99,7 @@ class CaptureSettings:
     def options(self, *, start_timestamp_ns: int = 0, session_id: str = ""):
         return _messages().ProfileOptions(
             version=1,  # without it the server ignores the tracer levels
+            include_dataset_ops=self.include_dataset_ops,
             host_tracer_level=self.host_tracer_level,
             device_tracer_level=self.device_tracer_level,
             python_tracer_level=self.python_tracer_level,
