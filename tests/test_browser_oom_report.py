@@ -99,3 +99,55 @@ def test_report_links_open_the_evidence_on_a_server(demo_server, open_page, tmp_
     assert hrefs and all(h.startswith("#") and page.locator(h).count() == 1 for h in hrefs)
     words = page.eval_on_selector_all("section.run .finding .links", "e => e.map(x => x.textContent)")
     assert words and all("?" not in w and "memory" in w for w in words), words
+
+
+def _has_memory_events(trace) -> bool:
+    """Whether a Chrome trace holds PyTorch's ``[memory]`` instant events, by its bytes: a
+    check apart from profscope's reader."""
+    import gzip
+
+    raw = gzip.decompress(trace.read_bytes()) if trace.suffix == ".gz" else trace.read_bytes()
+    return b'"[memory]"' in raw
+
+
+def test_report_of_the_public_profiles_fits_its_cards_and_names_files_as_the_run_list(shared_fixtures, open_page, tmp_path):
+    """`profscope report` on the public profiles folder (issue 31 item 9): no table spills
+    out of its card (the summary did by 64 px at 1400 px, a buffer table by 1,305 px);
+    refused files are named by their path in the log directory, as the run list and the
+    other refusals name them (two were absolute); a trace that reads but has no [memory]
+    events is "not assessed", not refused."""
+    logdir = shared_fixtures / "public_profiles"
+    out = tmp_path / "report.html"
+    res = subprocess.run([sys.executable, "-m", "profscope", "report", str(logdir), "-o", str(out), "--cache-dir", str(tmp_path / "cache")],
+                         capture_output=True, text=True, timeout=300, check=False)
+    assert res.returncode == 0, res.stderr
+    page = open_page(out.as_uri())
+    page.goto(out.as_uri())
+    page.evaluate("document.querySelectorAll('details').forEach((d) => { d.open = true; })")  # every table laid out
+    spills = page.evaluate("""() => [...document.querySelectorAll('section table')].map((t) => {
+        const card = t.closest('section').getBoundingClientRect(), r = t.getBoundingClientRect();
+        return { card: t.closest('section').id, right: r.right - card.right, left: card.left - r.left };
+      }).filter((x) => x.right > 0.5 || x.left > 0.5)""")
+    assert page.locator("section table").count() > 10 and not spills, spills
+    assert page.evaluate("document.documentElement.scrollWidth") <= 1400
+
+    cells = lambda sel: page.eval_on_selector_all(f"{sel} tbody tr", "rows => rows.map((r) => [...r.cells].map((c) => c.textContent))")
+    refused, skipped = cells("#refused"), cells("#not-assessed")
+    traces = sorted((logdir / "traces").glob("*.json.gz"))
+    without = {f"traces/{t.name}" for t in traces if not _has_memory_events(t)}
+    assert without and len(without) < len(traces)  # the folder has both kinds
+    assert {row[0] for row in skipped} == without, skipped
+    assert all("[memory] events" in row[2] for row in skipped)
+    refused_files = {row[0] for row in refused}
+    assert not refused_files & without
+    assert "xplane/tpu_inference_corrupt/plugins/profile/2025_12_15_tpu/tpu_inference_2.xplane.pb" in refused_files
+    # Every file as the run list names it: inside the log directory, never an absolute path.
+    for row in refused + skipped:
+        assert not row[0].startswith("/") and str(logdir) not in row[0] and (logdir / row[0]).is_file(), row
+        assert str(logdir) not in row[2], row  # the reason does not repeat it either
+    assert f"{len(refused)} refused" in page.inner_text("header.top") and f"{len(skipped)} not assessed" in page.inner_text("header.top")
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.evaluate("document.querySelectorAll('details').forEach((d) => { d.open = false; })")
+    page.screenshot(path=str(ARTIFACTS / "oom_report_public_profiles.png"))
+    page.locator("#refused").scroll_into_view_if_needed()
+    page.screenshot(path=str(ARTIFACTS / "oom_report_public_profiles_refused.png"))

@@ -476,14 +476,18 @@ def cmd_report(args) -> int:
     ws = _workspace(args)
     # One refused file (an unsafe pickle, a corrupt profile) must not hide the other runs:
     # it is listed in the report, and only a report with nothing in it is an error.
+    # A run that reads but holds nothing to assess (a trace without [memory] events) is
+    # listed as not assessed, apart from the refused files.
     refused: list[dict] = []
+    not_assessed: list[dict] = []
     runs = oom_reports.pick_runs(ws, args.run, file, refused)
-    reports = oom_reports.collect(ws, runs, query, refused)
+    reports = oom_reports.collect(ws, runs, query, refused, not_assessed)
     if not reports:
-        raise ProfscopeError(f"nothing could be read: {len(refused)} run(s) refused: "
-                             + "; ".join(f"{x['file']}: {x['problem']}" for x in refused))
+        counts = f"{len(refused)} run(s) refused" + (f", {len(not_assessed)} not assessed" if not_assessed else "")
+        raise ProfscopeError(f"nothing could be {'assessed' if not_assessed else 'read'}: {counts}: "
+                             + "; ".join(f"{x['file']}: {x['problem']}" for x in refused + not_assessed))
     source = args.logdir or "demo"
-    doc = oom_reports.document(reports, refused)
+    doc = oom_reports.document(reports, refused, not_assessed)
     text = {"html": lambda: oom_report.render_html(doc, source, server=args.server),
             "json": lambda: oom_report.render_json(doc),
             "markdown": lambda: oom_report.render_markdown(doc, source, server=args.server)}[args.format]()
@@ -500,7 +504,10 @@ def cmd_report(args) -> int:
               f"{len(r['findings'])} finding(s)", file=sys.stderr)
     for x in refused:
         print(f"REFUSED {x['file']}: {x['problem']}", file=sys.stderr)
-    skipped = f" ({len(refused)} refused)" if refused else ""
+    for x in not_assessed:
+        print(f"NOT ASSESSED {x['file']}: {x['problem']}", file=sys.stderr)
+    skipped = ", ".join(([f"{len(refused)} refused"] if refused else []) + ([f"{len(not_assessed)} not assessed"] if not_assessed else []))
+    skipped = f" ({skipped})" if skipped else ""
     print(f"profscope: OOM risk {worst}{skipped}; {args.format} report written to {where} in {time.perf_counter() - start:.1f}s", file=sys.stderr)
     if args.fail_on and oom_risk.RANK[worst] >= oom_risk.RANK[args.fail_on]:
         return 1

@@ -35,6 +35,14 @@ class NotFound(ProfscopeError):
     status = 404
 
 
+class NothingToAssess(NotFound):
+    """The files read, but hold nothing a tool measures: a PyTorch trace recorded without
+    ``profile_memory=True`` has no ``[memory]`` events for the OOM risk. A 404 like any
+    missing input, but not a refusal: ``profscope report`` lists the run as not assessed.
+    Here with the other errors because a conversion worker rebuilds an error from its
+    class name in this module (cache/worker.py ``_rebuild``)."""
+
+
 class BadInput(ProfscopeError):
     """A file exists but cannot be read as what it claims to be (truncated, corrupt)."""
 

@@ -10,7 +10,7 @@ import orjson
 
 from profscope.app import keys, lazy
 from profscope.app.queries import MemoryProfileQuery, MemoryViewerQuery, OomRiskQuery
-from profscope.errors import NotFound, ProfscopeError
+from profscope.errors import NothingToAssess, NotFound, ProfscopeError
 from profscope.model.catalog import Run, RunKind
 from profscope.model.file_kinds import FileKind
 
@@ -48,7 +48,7 @@ class OomAssessment:
         elif run.kind is RunKind.CHROME_TRACE:
             trace_ev = oom_risk.torch_trace_evidence(orjson.loads(gzip.decompress(self.torch_memory_payload(run))))
             if trace_ev is None:
-                raise NotFound(f"run {run.name!r}: the trace has no [memory] events (profile_memory=True) to assess")
+                raise NothingToAssess(f"run {run.name!r}: the trace has no [memory] events (profile_memory=True) to assess")
             trace_devices = self.trace_device_properties(run)
         else:
             progress.update(0.0, "ranking the modules by peak")
@@ -87,7 +87,7 @@ class OomAssessment:
                 allocator = oom_risk.allocator_evidence(mp)
                 devices = self.device_capabilities(run, host)
             if compiled is None and allocator is None:
-                raise NotFound(f"run {run.name!r} has neither HLO modules nor allocator events to assess")
+                raise NothingToAssess(f"run {run.name!r} has neither HLO modules nor allocator events to assess")
         return oom_risk.assess(compiled=compiled, allocator=allocator, snapshot=snap_ev, modules=modules,
                                requested=requested, device_name=query.device, devices=devices,
                                torch_trace=trace_ev, trace_devices=trace_devices, thresholds=thresholds,

@@ -1,7 +1,10 @@
 """What ``profscope report`` shows, collected: the runs the OOM risk can assess, one
 assessment payload per run (and per device of a snapshot: the data API's ``tag=oom_risk``,
-tools/oom_risk.py), the files it refused, worst first. :func:`document` is the report as
-plain data (its JSON output); frontend/oom_report.py renders it."""
+tools/oom_risk.py), worst first; the files it refused (they cannot be read); the runs it
+did not assess (they read, but hold nothing it measures: a PyTorch trace without
+``[memory]`` events). Files are named by their path in the log directory, as the run list
+names them. :func:`document` is the report as plain data (its JSON output);
+frontend/oom_report.py renders it."""
 
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ import json
 from profscope.app import lazy
 from profscope.app.queries import OomRiskQuery
 from profscope.app.workspace import Workspace
-from profscope.errors import BadRequest, NotFound, ProfscopeError
+from profscope.errors import BadRequest, NothingToAssess, NotFound, ProfscopeError
 from profscope.model.catalog import Run, RunKind
 
 oom_risk = lazy.module("profscope.tools.oom_risk")
@@ -46,7 +49,7 @@ def pick_runs(ws: Workspace, run_name: str | None, file: str | None = None, refu
         except ProfscopeError as e:
             if refused is None:
                 raise
-            refused.append(_refusal(r, None, e))
+            refused.append(_refusal(ws, r, None, e))
     runs = kept
     if not runs and refused:
         raise ProfscopeError(f"nothing could be read: {len(refused)} run(s) refused: "
@@ -56,13 +59,15 @@ def pick_runs(ws: Workspace, run_name: str | None, file: str | None = None, refu
     return runs
 
 
-def collect(ws: Workspace, runs: list[Run], query: OomRiskQuery, refused: list[dict] | None = None) -> list[dict]:
+def collect(ws: Workspace, runs: list[Run], query: OomRiskQuery, refused: list[dict] | None = None,
+            not_assessed: list[dict] | None = None) -> list[dict]:
     """One payload per run (and per device of a snapshot), with ``run``/``host`` added. A
     multi-host profile is one payload: the workspace rates it by its worst host and lists
     every host under ``hosts``. With ``refused`` (a list), a run whose file is refused
-    (an unsafe pickle, a corrupt profile, nothing to assess) is appended there as
-    ``{run, host, file, problem}`` and the others are still reported; without it, the
-    first such error is raised."""
+    (an unsafe pickle, a corrupt profile) is appended there as ``{run, host, file,
+    problem}`` and the others are still reported; with ``not_assessed``, a run that reads
+    but holds nothing to assess (:class:`~profscope.errors.NothingToAssess`) goes there in
+    the same shape. Without the lists, the first such error is raised."""
     out = []
     tool = ws.tool_named("oom_risk")
     for run in runs:
@@ -71,23 +76,33 @@ def collect(ws: Workspace, runs: list[Run], query: OomRiskQuery, refused: list[d
         except ProfscopeError as e:
             if refused is None:
                 raise
-            refused.append(_refusal(run, None, e))
+            refused.append(_refusal(ws, run, None, e))
             continue
         for host in hosts:
             try:
                 payload = json.loads(gzip.decompress(ws.tool_data(run, tool, query.but(host=host))))
+            except NothingToAssess as e:
+                if not_assessed is None:
+                    raise
+                not_assessed.append(_refusal(ws, run, host, e))
+                continue
             except ProfscopeError as e:
                 if refused is None:
                     raise
-                refused.append(_refusal(run, host, e))
+                refused.append(_refusal(ws, run, host, e))
                 continue
             out.append({"run": run.name, "kind": run.kind.value, "host": host, **payload})
     return out
 
 
-def _refusal(run: Run, host: str | None, e: ProfscopeError) -> dict:
+def _refusal(ws: Workspace, run: Run, host: str | None, e: ProfscopeError) -> dict:
     xplane = run.xplane(host) if host and run.kind is RunKind.PROFILE else None
-    file = e.file or (xplane.path if xplane else run.files[0].path if len(run.files) == 1 else run.name)
+    # An error names its file as messages do (LogDir.display_path: the log directory's URL
+    # and the path in it); the report names it by the path in the log directory, as the
+    # run list does. The run's own files map one to the other (a mounted capture folder's
+    # too, whose display path is its own folder's).
+    shown = {ws.logdir.display_path(f.path): f.path for f in run.files}
+    file = shown.get(e.file, e.file) if e.file else (xplane.path if xplane else run.files[0].path if len(run.files) == 1 else run.name)
     problem = e.message
     # Messages often start with the file's own path: say it once, in ``file``.
     head, sep, rest = problem.partition(": ")
@@ -106,8 +121,8 @@ def ordered(reports: list[dict]) -> list[dict]:
                                           r["run"], r.get("host") or ""))
 
 
-def document(reports: list[dict], refused: list[dict]) -> dict:
-    """The report as plain data: the worst ``risk``, the ``reports`` worst first and the
-    ``refused`` files. ``profscope report --format json`` prints it as it is."""
-    return {"risk": worst(reports), "reports": ordered(reports), "refused": refused}
-
+def document(reports: list[dict], refused: list[dict], not_assessed: list[dict] | None = None) -> dict:
+    """The report as plain data: the worst ``risk``, the ``reports`` worst first, the
+    ``refused`` files and the runs ``notAssessed`` (each ``{run, host, file, problem}``).
+    ``profscope report --format json`` prints it as it is."""
+    return {"risk": worst(reports), "reports": ordered(reports), "refused": refused, "notAssessed": not_assessed or []}

@@ -1,5 +1,6 @@
 """``profscope report``'s output, rendered from plain data: app/oom_reports.py
-``document()`` (the worst risk, the assessments worst first, the refused files; the
+``document()`` (the worst risk, the assessments worst first, the refused files, the runs
+not assessed; the
 payloads are the data API's ``tag=oom_risk``, tools/oom_risk.py) as a single offline HTML
 file (templates/oom_report.html: inline CSS, charts as inline SVG drawn here, no script,
 no network), as Markdown, or as that JSON. The payload says every finding's evidence in
@@ -217,7 +218,7 @@ def render_html(doc: dict, source: str, server: str | None = None) -> str:
     return render.page(
         "oom_report.html",
         reports=reports, charts=charts, anchors=[anchor(r, i) for i, r in enumerate(reports)], refused=doc["refused"],
-        source=source, version=__version__, worst=doc["risk"], server=server, where=link_text,
+        not_assessed=doc.get("notAssessed") or [], source=source, version=__version__, worst=doc["risk"], server=server, where=link_text,
         href=lambda link, run: link_href(link, run, server), run_href=lambda r: run_href(r, server),
         generated=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
     )
@@ -233,9 +234,9 @@ def _md_link(link: dict, run: str, server: str | None) -> str:
 
 
 def render_markdown(doc: dict, source: str, server: str | None = None) -> str:
-    reports, refused = doc["reports"], doc["refused"]
+    reports, refused, not_assessed = doc["reports"], doc["refused"], doc.get("notAssessed") or []
     lines = [f"# OOM risk: {doc['risk']}", "", f"Source: `{source}` · profscope {__version__} · "
-             f"{len(reports)} assessed, {len(refused)} refused", ""]
+             f"{len(reports)} assessed, {len(refused)} refused, {len(not_assessed)} not assessed", ""]
     lines += ["| run | risk | peak (what it counts) | capacity (source) | headroom | utilization |", "|---|---|---:|---|---:|---:|"]
     for r in reports:
         where = r["run"] + (f" ({r['host']})" if r.get("host") else "")
@@ -245,6 +246,10 @@ def render_markdown(doc: dict, source: str, server: str | None = None) -> str:
     if refused:
         lines += ["## Refused", "", "| file | problem |", "|---|---|"]
         lines += [f"| `{x['file']}` | {x['problem']} |" for x in refused]
+        lines.append("")
+    if not_assessed:
+        lines += ["## Not assessed", "", "Read, but nothing in them for the OOM risk to measure.", "", "| file | why |", "|---|---|"]
+        lines += [f"| `{x['file']}` | {x['problem']} |" for x in not_assessed]
         lines.append("")
     for r in reports:
         where = r["run"] + (f" ({r['host']})" if r.get("host") else "")

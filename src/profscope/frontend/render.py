@@ -17,10 +17,11 @@ import json
 from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, Undefined, select_autoescape
+from markupsafe import Markup, escape
 
 from profscope.model.units import fmt_bytes
 
-__all__ = ["PALETTE", "STATIC", "TEMPLATES", "bytes_text", "page", "pct_text"]
+__all__ = ["PALETTE", "STATIC", "TEMPLATES", "bytes_text", "page", "path_text", "pct_text"]
 
 FRONTEND = Path(__file__).parent
 TEMPLATES = FRONTEND / "templates"
@@ -46,9 +47,16 @@ def pct_text(x) -> str:
     return "—" if x is None or isinstance(x, Undefined) else f"{100 * x:.1f} %"
 
 
+def path_text(path) -> Markup:
+    """A run or file path, escaped, with a line-break opportunity (``<wbr>``) after each
+    ``/``: a narrow table cell then breaks it between folders, not inside a name."""
+    return Markup("/<wbr>").join(escape(part) for part in str(path).split("/"))
+
+
 _ENV = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(["html"]))
 _ENV.filters["bytes"] = bytes_text
 _ENV.filters["pct"] = pct_text
+_ENV.filters["path"] = path_text
 _ENV.globals["palette"] = PALETTE
 
 
