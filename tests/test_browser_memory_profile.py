@@ -11,6 +11,7 @@ fresh browser; leak hints come with their evidence. Screenshots go to test-artif
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 import shutil
@@ -406,3 +407,48 @@ def test_torch_peaks_are_labelled_with_what_they_count(open_page, demo_server):
         document.getElementById(id).data.filter(t => t.name === 'peak').map(t => t.text[0]))""")
     assert marks == [[f"peak allocated {_fmt(page, s['peakAllocatedBytes'])}"], [f"peak of category total {_fmt(page, cat['peakBytes'])}"]]
     assert "At the peak of category total" in page.inner_text("#mp-category-peak")
+
+
+# -- a GPU trace opens on its GPU (issue 31) ----------------------------------------------
+
+# Real PyTorch GPU traces whose CPU device holds next to nothing: the H100 BERT trace's CPU
+# peaks at 16 B, the 2021 V100 ResNet-50 one's at 55.1 MiB beside CUDA:0's 2.60 GiB.
+GPU_TRACES = ("tracelens_h100_bert_small.trace.json.gz", "kineto_resnet50_v100.pt.trace.json.gz")
+
+
+@pytest.fixture(scope="module")
+def gpu_trace_server(tmp_path_factory, shared_fixtures):
+    root = tmp_path_factory.mktemp("gpu_traces")
+    for name in GPU_TRACES:
+        shutil.copyfile(shared_fixtures / "public_profiles" / "traces" / name, root / name)
+    with profscope_server("serve", str(root), "--port", "0", "--cache-dir", str(tmp_path_factory.mktemp("cache"))) as (url, _):
+        yield url
+
+
+@pytest.mark.parametrize("name", GPU_TRACES)
+def test_gpu_trace_opens_on_the_device_with_the_highest_peak(open_page, gpu_trace_server, shared_fixtures, name):
+    data = _get_json(gpu_trace_server, "/api/memory_profile", run=name)
+    peaks = {d["device"]: d["summary"]["peakAllocatedBytes"] for d in data["devices"]}
+    top = max(peaks, key=peaks.get)
+    assert top == "CUDA:0" and set(peaks) == {"CPU", "CUDA:0"}
+    assert data["devices"][0]["device"] == top  # the API's first device, what a client opens
+
+    page = open_page(gpu_trace_server)
+    page.goto(_view_url(gpu_trace_server, run=name, tool="memory_profile"))
+    page.wait_for_selector("#mp-summary")
+    page.wait_for_selector("#mp-timeline .main-svg")
+    assert page.input_value("#mp-allocator") == top
+    assert int(_tile(page, "peakAllocated")) == peaks[top]
+    assert page.inner_text("#mp-summary .mp-peak-value") == _fmt(page, peaks[top])
+    reserved = page.inner_text("#mp-summary .mp-tile[data-key=peakReserved]")
+    cuda = next(d for d in data["devices"] if d["device"] == top)
+    with gzip.open(shared_fixtures / "public_profiles" / "traces" / name) as f:
+        recorded = any("Total Reserved" in e["args"] for e in json.load(f)["traceEvents"]
+                       if e.get("name") == "[memory]" and e["args"].get("Device Type") == 1)
+    if recorded:
+        assert int(_tile(page, "peakReserved")) == cuda["summary"]["peakReservedBytes"] > 0
+    else:  # the 2021 format: no Total Reserved in the file, so no number either
+        assert cuda["summary"]["peakReservedBytes"] is None
+        assert "unknown" in reserved and "0 B" not in reserved, reserved
+        assert "reserved: not recorded in this trace" in page.inner_text("#mp-timeline")
+    page.screenshot(path=str(ARTIFACTS / f"memory_profile_opens_on_gpu_{name.split('.')[0]}.png"))

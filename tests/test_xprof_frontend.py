@@ -120,7 +120,8 @@ def demo_xprof(xprof_static_dir, demo_logdir, tmp_path_factory):
 
 # PyTorch inputs XProf cannot read itself, answered in XProf's memory_profile schema
 # (tools/memory_profile_xprof.py): a CUDA memory snapshot and a PyTorch profiler GPU trace.
-TORCH_INPUTS = (("snapshots", "niu_fwd_bwd_200_mixed.pickle"), ("traces", "tracelens_h100_bert_small.trace.json.gz"))
+TORCH_INPUTS = (("snapshots", "niu_fwd_bwd_200_mixed.pickle"), ("traces", "tracelens_h100_bert_small.trace.json.gz"),
+                ("traces", "kineto_resnet50_v100.pt.trace.json.gz"))
 
 
 @pytest.fixture(scope="module")
@@ -448,6 +449,7 @@ MEMORY_PROFILE_CASES = [
     ("shared_xprof", "mi300_jax08_gemm"),
     ("torch_xprof", "niu_fwd_bwd_200_mixed.pickle"),
     ("torch_xprof", "tracelens_h100_bert_small.trace.json.gz"),
+    ("torch_xprof", "kineto_resnet50_v100.pt.trace.json.gz"),  # 8,220 CUDA:0 events: a sampled timeline
 ]
 
 
@@ -458,15 +460,19 @@ def _run_named(server: str, name: str) -> str:
 
 
 def _profscope_peak(server: str, run: str, host: str, allocator: str) -> dict:
-    """What profscope's own API computes for a PyTorch run: peak and capacity."""
+    """What profscope's own API computes for a PyTorch run: peak, capacity (the OOM risk's:
+    the device memory the trace states) and (de)allocation counts."""
     if run.endswith(".pickle"):
         with urlopen(f"{server}/api/snapshot/overview?{urlencode({'run': run, 'host': host})}", timeout=300) as res:
             s = json.loads(res.read())["summary"]
         return {"peak": s["peak"]["bytes"]}
     with urlopen(f"{server}/api/memory_profile?{urlencode({'run': run})}", timeout=300) as res:
-        d = next(d for d in json.loads(res.read())["devices"] if d["device"] == allocator)
-    return {"peak": d["summary"]["peakAllocatedBytes"],
-            "capacity": max(d["summary"]["peakReservedBytes"], d["summary"]["peakAllocatedBytes"]),
+        devices = json.loads(res.read())["devices"]
+    d = next(d for d in devices if d["device"] == allocator)
+    risk = _get(server, "data", run=run, tag="oom_risk")
+    return {"peak": d["summary"]["peakAllocatedBytes"], "firstDevice": devices[0]["device"],
+            "capacity": risk["capacityBytes"] if risk["capacitySource"] == "trace_device" else None,
+            "events": d["summary"]["numEvents"],
             "allocations": d["summary"]["numAllocations"], "deallocations": d["summary"]["numDeallocations"]}
 
 
@@ -504,8 +510,15 @@ def test_memory_profile(request, xprof_page, server_fixture, run_prefix):
         assert int(peak["peakBytesInUse"]) == int(peak["heapAllocatedBytes"]) == ours["peak"]
         assert f"window {_xprof_bytes(ours['peak'])} " in text, text
         if "capacity" in ours:
+            # XProf's page opens on the device profscope's page opens on: the highest peak.
+            assert allocator == ours["firstDevice"] == "CUDA:0"
+            # The GPU's own memory (totalGlobalMem, 79.18 GiB on the H100), not its
+            # reserved bytes (116 MiB there).
             assert int(summary["memoryCapacity"]) == ours["capacity"]
-            assert f"#Allocation {ours['allocations']} " in text and f"#Deallocation {ours['deallocations']} " in text
+            # XProf's sampling rule: every event up to 1,000 of them, counted as they are.
+            assert len(snapshots) == min(1000, ours["events"])
+            if ours["events"] <= 1000:
+                assert f"#Allocation {ours['allocations']} " in text and f"#Deallocation {ours['deallocations']} " in text
     xp.screenshot(f"memory_profile_{run_prefix.split('.')[0]}")
 
 

@@ -23,6 +23,9 @@ GOLDEN = Path(__file__).parent / "golden" / "memory_profile"
 SCHEMA_GOLDENS = ("tf_bfc_cpu.json.gz", "multi_allocator.json.gz", "sampled_timeline.json.gz")
 SNAPSHOT = "niu_fwd_bwd_200_mixed.pickle"
 TRACE = "tracelens_h100_bert_small.trace.json.gz"
+# 2021 format (no Addr, no totals), 8,220 CUDA:0 and 4,618 CPU events: XProf's sampling
+# keeps 1,000 of each; profscope's own time-binned timeline has 499 / 648 points.
+OLD_TRACE = "kineto_resnet50_v100.pt.trace.json.gz"
 LFS = "kbjiang_memory_256_lfs_pointer.pickle"
 CORRUPT = "tpu_inference_corrupt"
 
@@ -34,6 +37,7 @@ def public_logdir(shared_fixtures, tmp_path_factory) -> Path:
     shutil.copyfile(src / "snapshots" / SNAPSHOT, logdir / SNAPSHOT)
     shutil.copyfile(src / "snapshots" / LFS, logdir / LFS)
     shutil.copyfile(src / "traces" / TRACE, logdir / TRACE)
+    shutil.copyfile(src / "traces" / OLD_TRACE, logdir / OLD_TRACE)
     for f in (src / "xplane" / CORRUPT).rglob("*"):
         if f.is_file():
             dest = logdir / CORRUPT / f.relative_to(src / "xplane" / CORRUPT)
@@ -142,27 +146,49 @@ def test_snapshot_numbers_are_profscopes(client):
     assert profile["memoryProfileSnapshots"]  # rows that point at their allocation
 
 
-def test_trace_numbers_are_profscopes(client):
-    run = _run(client, TRACE)
-    assert _get(client, "hosts", run=run, tag="memory_profile").json() == [{"hostname": TRACE}]
+@pytest.mark.parametrize("name", [TRACE, OLD_TRACE])
+def test_trace_numbers_are_profscopes(client, public_logdir, name):
+    from profscope.formats import chrome_trace
+    from profscope.tools.memory_profile_allocator import _sample  # XProf's rule, replayed on its goldens
+
+    run = _run(client, name)
+    assert _get(client, "hosts", run=run, tag="memory_profile").json() == [{"hostname": name}]
     bad = _get(client, "data", run=run, tag="memory_profile", host="other.trace.json")
-    assert bad.status_code == 404 and TRACE in bad.json()["error"]
+    assert bad.status_code == 404 and name in bad.json()["error"]
     answer = _xprof_answer(client, run)
     native = client.get("/api/memory_profile", params={"run": run}).json()
     devices = {d["device"]: d for d in native["devices"]}
     assert set(answer["memoryIds"]) == set(devices)
-    # XProf's page opens on memoryIds[0]: the device with the highest peak (CUDA:0).
-    assert answer["memoryIds"][0] == "CUDA:0"
+    # Both pages open on their first device: the one with the highest peak (CUDA:0; the
+    # CPU holds 16 B on the H100 trace, 55 MiB on the V100 one).
+    assert answer["memoryIds"][0] == native["devices"][0]["device"] == "CUDA:0"
+    # XProf's capacity is the device the trace states, the one the OOM risk rates against.
+    risk = _get(client, "data", run=run, tag="oom_risk").json()
+    assert risk["capacitySource"] == "trace_device"
+    assert int(answer["memoryProfilePerAllocator"]["CUDA:0"]["profileSummary"]["memoryCapacity"]) == risk["capacityBytes"]
+    with gzip.open(public_logdir / name) as f:
+        mem = chrome_trace.memory_events(f, name)
     for mid, profile in answer["memoryProfilePerAllocator"].items():
-        s = devices[mid]["summary"]
+        dev = devices[mid]
+        s = dev["summary"]
         summary = profile["profileSummary"]
         assert int(summary["peakStats"]["heapAllocatedBytes"]) == s["peakAllocatedBytes"]
         assert int(summary["peakBytesUsageLifetime"]) == s["peakAllocatedBytes"]
-        assert int(summary["memoryCapacity"]) == max(s["peakReservedBytes"], s["peakAllocatedBytes"])
-        acts = [x["activityMetadata"]["memoryActivity"] for x in profile["sampledTimelineSnapshots"]]
-        assert acts.count("ALLOCATION") == s["numAllocations"] and acts.count("DEALLOCATION") == s["numDeallocations"]
-        bd = devices[mid]["breakdownAtPeak"]
-        assert _rows_bytes(profile) == bd["totalBytes"]
+        if mid == "CPU":  # no device memory stated: the reserved bytes, at least the peak
+            assert int(summary["memoryCapacity"]) == max(s["peakReservedBytes"] or 0, s["peakAllocatedBytes"])
+        # XProf's SampleMemoryProfileTimeline over every event of the device: all of them
+        # up to 1,000, else a max box filter of 1,000 rows.
+        timeline = profile["sampledTimelineSnapshots"]
+        events = (mem.device_type == dev["deviceType"]) & (mem.device_id == dev["deviceIndex"])
+        totals = mem.total_allocated[events]
+        assert len(timeline) == min(1000, s["numEvents"])
+        assert [int(x["aggregationStats"]["heapAllocatedBytes"]) for x in timeline] == totals[_sample(totals, 1000)].tolist()
+        acts = [x["activityMetadata"]["memoryActivity"] for x in timeline]
+        if s["numEvents"] <= 1000:  # every event is a row: XProf's page counts them all
+            assert acts.count("ALLOCATION") == s["numAllocations"] and acts.count("DEALLOCATION") == s["numDeallocations"]
+        bd = dev["breakdownAtPeak"]
+        # Without addresses (2021) no block is known live at the peak: no rows.
+        assert _rows_bytes(profile) == (bd["totalBytes"] if bd["byAllocation"] else 0)
 
 
 def test_unreadable_runs_list_no_tool_and_data_names_the_problem(client):

@@ -41,14 +41,17 @@ class RuntimeMemory:
     def torch_memory_profile(self, run: Run, progress) -> dict:
         """Memory over time from a PyTorch profiler trace (``[memory]`` events), with the
         ``export_memory_timeline`` categories when that JSON sits beside the trace."""
-        trace = run.files_of(FileKind.CHROME_TRACE)[0]
-        progress.update(message=f"reading memory events of {trace.name}")
-        with self.logdir.open(trace.path) as f:
-            mem = chrome_trace.memory_events(f, self.logdir.display_path(trace.path), progress=progress.part(0, 0.9))
+        mem = self._torch_memory_events(run, progress.part(0, 0.9))
         timeline = None
         for info in run.files_of(FileKind.MEMORY_TIMELINE):
             timeline = chrome_trace.parse_memory_timeline(self.logdir.read_bytes(info.path), self.logdir.display_path(info.path))
         return memory_profile_torch.from_memory_events(mem, timeline, progress=progress.part(0.9, 1))
+
+    def _torch_memory_events(self, run: Run, progress):
+        trace = run.files_of(FileKind.CHROME_TRACE)[0]
+        progress.update(message=f"reading memory events of {trace.name}")
+        with self.logdir.open(trace.path) as f:
+            return chrome_trace.memory_events(f, self.logdir.display_path(trace.path), progress=progress)
 
     def torch_memory_payload(self, run: Run) -> bytes:
         """profscope's own memory payload of a trace run (gzip JSON, cached; the dashboard's
@@ -61,8 +64,12 @@ class RuntimeMemory:
                                          file=self._run_file(run))
 
     def torch_memory_profile_xprof(self, run: Run, query: MemoryProfileQuery, progress) -> dict:
-        """XProf's memory_profile schema of a trace run, from profscope's payload."""
-        return memory_profile_torch.xprof_memory_profile(orjson.loads(gzip.decompress(self.torch_memory_payload(run))))
+        """XProf's memory_profile schema of a trace run, from profscope's payload and the
+        trace's events (XProf samples its timeline from every event, not from the
+        payload's time-binned points)."""
+        payload = orjson.loads(gzip.decompress(self.torch_memory_payload(run)))
+        mem = self._torch_memory_events(run, progress.part(0, 0.9))
+        return memory_profile_torch.xprof_memory_profile(payload, mem)
 
     def memory_hosts(self, run: Run) -> dict:
         """Every host's memory peak side by side, worst first, with the roll-up across

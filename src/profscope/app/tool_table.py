@@ -145,7 +145,8 @@ TOOLS: tuple[Tool, ...] = (
              xla_dump=NOT_FOR),
         _reads_xplanes,
         pages=("memory_profile.js", "torch_snapshot.js"),
-        version=3,  # 2: XProf's schema for traces and snapshots too (tools/memory_profile_xprof.py); 3: profiles without allocator events are not grouped
+        version=4,  # 2: XProf's schema for traces and snapshots too (tools/memory_profile_xprof.py); 3: profiles without allocator events are not grouped;
+        # 4: a trace's devices highest peak first, reserved null when not recorded, XProf's timeline sampled from every event, capacity totalGlobalMem
     ),
     Tool(
         "trace_viewer@",

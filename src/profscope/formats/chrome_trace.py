@@ -39,8 +39,9 @@ what was allocated while the profiler ran; ``Total Reserved`` is 0 there). ``Dev
 is c10's ``DeviceType`` (0 CPU, 1 CUDA, ...); CPU events carry ``Device Id`` -1. Older
 traces (PyTorch of 2021, e.g. kineto's samples) carry only ``Bytes``, ``Device Type`` and
 ``Device Id``: no ``Addr``, no totals. Their ``Total Allocated`` is rebuilt per device as
-the running sum of ``Bytes``, and :attr:`MemoryEvents.has_addr` says which events had no
-address (their allocations cannot be paired with their frees). Ops are
+the running sum of ``Bytes``, :attr:`MemoryEvents.has_addr` says which events had no
+address (their allocations cannot be paired with their frees) and
+:attr:`MemoryEvents.has_reserved` which had no ``Total Reserved`` (unknown, not 0). Ops are
 ``X`` events (``cat`` ``cpu_op``, ``user_annotation``, ...) nested on the same pid/tid;
 with ``with_stack=True`` Python frames are ``X`` events with ``cat`` ``python_function``
 on the same thread, interleaved with the ops, and module calls appear among them as
@@ -599,14 +600,12 @@ def memory_events(raw, path: str, progress=None) -> MemoryEvents:
     opt_ends = array.array("d")
     m_ts, m_bytes = array.array("d"), array.array("q")
     m_addr = array.array("Q")
-    m_noaddr = array.array("b")  # 1: the event had no "Addr"
+    m_missing = array.array("b")  # bit 1: the event had no "Addr", bit 2: no "Total Reserved"
     m_alloc, m_res = array.array("q"), array.array("q")
     m_dtype, m_did, m_thr = array.array("h"), array.array("h"), array.array("i")
-    missing_total = False
-    missing_addr = False
+    missing_total = missing_addr = False
     t_min, t_max = float("inf"), float("-inf")
-    n = 0
-    num_ops = 0
+    n = num_ops = 0
     size = _size(raw) if progress is not None else None
     # The loop below runs once per event of files with millions of them: names are bound
     # locally and type checks compare classes.
@@ -615,7 +614,7 @@ def memory_events(raw, path: str, progress=None) -> MemoryEvents:
     op_id, frame_id, module_id = op_table, frame_table, module_table
     threads_get = threads.get
     ts_append, bytes_append, addr_append, thr_append = m_ts.append, m_bytes.append, m_addr.append, m_thr.append
-    noaddr_append = m_noaddr.append
+    missing_append = m_missing.append
     alloc_append, res_append, dtype_append, did_append = m_alloc.append, m_res.append, m_dtype.append, m_did.append
     n_module_prefix = len(MODULE_PREFIX)
     events = iter_events(raw, path, metadata)
@@ -690,7 +689,8 @@ def memory_events(raw, path: str, progress=None) -> MemoryEvents:
                     missing_addr = True
                     addr = 0
                 total = aget("Total Allocated")
-                res = aget("Total Reserved") or 0
+                res_missing = (res := aget("Total Reserved")) is None  # 2021: see MemoryEvents.has_reserved
+                res = res or 0
                 dt = aget("Device Type", 0)
                 di = aget("Device Id", -1)
                 if total is None:
@@ -717,7 +717,7 @@ def memory_events(raw, path: str, progress=None) -> MemoryEvents:
                     raise BadInput(f"{path}: a [memory] event at ts {ts} has bad args ({exc!r})", file=path) from None
                 ts_append(ts)
                 thr_append(thr)
-                noaddr_append(addr_missing)
+                missing_append(addr_missing + 2 * res_missing)
             break
         except TypeError as exc:
             if _unhashable_ids(ev):
@@ -746,10 +746,10 @@ def memory_events(raw, path: str, progress=None) -> MemoryEvents:
     did = col(m_did, np.int16)[order]
     total_alloc = col(m_alloc, np.int64)[order]
     del m_alloc, alloc_append
-    has_addr = None
-    if missing_addr:
-        has_addr = col(m_noaddr, np.int8)[order] == 0
-    del m_noaddr, noaddr_append
+    missing = col(m_missing, np.int8)[order]
+    has_addr = (missing & 1) == 0 if missing_addr else None
+    has_reserved = (missing & 2) == 0
+    del m_missing, missing_append, missing
     if missing_total:
         # Older traces (PyTorch of 2021, e.g. kineto's samples) have no "Total
         # Allocated": rebuild it per device as the running sum of "Bytes" (+ alloc, - free).
@@ -797,6 +797,7 @@ def memory_events(raw, path: str, progress=None) -> MemoryEvents:
         module_names=module_names,
         frame_names=frame_table.names,
         has_addr=has_addr,
+        has_reserved=None if has_reserved.all() else has_reserved,
         steps=steps,
         optimizer_step_ends=np.sort(col(opt_ends, np.float64)),
         metadata=metadata,

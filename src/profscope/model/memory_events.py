@@ -75,6 +75,10 @@ class MemoryEvents:
     # "Bytes", "Device Type", "Device Id"); None when every event had one. Without
     # addresses an allocation cannot be paired with its free.
     has_addr: np.ndarray | None = None
+    # bool per event: False where the event had no "Total Reserved" (2021 PyTorch wrote
+    # no totals); None when every event had one. Its reserved bytes are then unknown, not
+    # 0: ``total_reserved`` holds 0 there only to keep the column numeric.
+    has_reserved: np.ndarray | None = None
     steps: Steps | None = None
     optimizer_step_ends: np.ndarray | None = None  # float64 us, ends of Optimizer.step#... annotations
     metadata: dict = field(default_factory=dict)

@@ -14,9 +14,12 @@ lines) and, optionally, the :class:`~profscope.model.memory_events.MemoryTimelin
       "source": {"file", "traceEvents", "memoryEvents", "ops", "displayTimeUnit",
                  "baseTimeNanoseconds"},
       "timeOriginUs": float,          # trace ts of time 0
-      "devices": [{                   # one per (Device Type, Device Id), CPU first
+      "devices": [{                   # one per (Device Type, Device Id), the highest
+                                      # peakAllocatedBytes first (ties: CPU, then by type, id)
         "device": "CPU" | "CUDA:0" | ..., "deviceType": int (c10), "deviceIndex": int,
         "accounting": "address" | "runningSum", "addresses": bool, "notes": [str],
+        "reservedRecorded": bool,     # false: no "Total Reserved" in the trace (2021 format);
+                                      # every reserved value below is then null (unknown)
         "summary": {
           "numEvents", "numAllocations", "numDeallocations",
           "allocatedBytes", "freedBytes",            # sums of sizes allocated / freed
@@ -96,6 +99,9 @@ Traces whose ``[memory]`` events have no ``Addr`` (PyTorch of 2021: only ``Bytes
 and frees are exact, ``neverFreed*`` / ``freedNotAllocated*`` (summary and steps) are null,
 ``breakdownAtPeak`` has no rows (``byAllocation`` false; ``attributedBytes`` is the peak
 minus ``liveBytesAtStart``), and only the ``stepGrowth`` hint (from live bytes) is given.
+Those traces have no ``Total Reserved`` either: ``reservedRecorded`` is false and every
+reserved value (``peakReservedBytes``, ``peakReservedTimeMs``, ``timeline.reservedBytes``,
+``peak.reservedBytes``) is null.
 ``source.addresses`` is false when any event lacked an address.
 
 :func:`counter_series` exposes the full-resolution allocated / reserved series per device
@@ -448,6 +454,15 @@ def _device_payload(mem: MemoryEvents, dtype: int, did: int, gi: np.ndarray, ori
     }
 
 
+def _reserved_unknown(dev: dict) -> None:
+    """A device whose events have no "Total Reserved" (2021 PyTorch wrote only Bytes,
+    Device Type and Device Id; formats/chrome_trace.py keeps 0 there): its reserved bytes
+    are unknown, said as null, never as 0 B."""
+    dev["summary"]["peakReservedBytes"] = dev["summary"]["peakReservedTimeMs"] = None
+    dev["peak"]["reservedBytes"] = None
+    dev["timeline"]["reservedBytes"] = None
+
+
 def _fmt(b: float) -> str:
     b = float(b)
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
@@ -637,7 +652,15 @@ def from_memory_events(mem: MemoryEvents, timeline: MemoryTimeline | None = None
     out_devices = []
     for j, (dtype, did, gi) in enumerate(devices):
         _report(progress, 0.05 + 0.85 * j / max(1, len(devices)), f"device {device_name(dtype, did)}: {len(gi):,} events")
-        out_devices.append(_device_payload(mem, dtype, did, gi, origin, max_points))
+        dev = _device_payload(mem, dtype, did, gi, origin, max_points)
+        dev["reservedRecorded"] = mem.has_reserved is None or bool(mem.has_reserved[gi].all())
+        if not dev["reservedRecorded"]:
+            _reserved_unknown(dev)
+        out_devices.append(dev)
+    # The highest peak first: the page and XProf's page open on the first device, and on a
+    # GPU trace the CPU's few profiled bytes (16 B on the H100 BERT trace) would hide the
+    # GPU's. Stable, so equal peaks keep CPU first, then by type and id.
+    out_devices.sort(key=lambda d: -d["summary"]["peakAllocatedBytes"])
     _report(progress, 0.9, "category timeline")
     category = _category_timeline(timeline, mem, origin, max_points) if timeline is not None else None
     meta = mem.metadata
@@ -690,38 +713,67 @@ def counter_series(mem: MemoryEvents) -> dict:
 
 # -- XProf's memory_profile answer -----------------------------------------------------
 
-def xprof_memory_profile(payload: dict) -> dict:
-    """XProf's ``memory_profile`` schema from :func:`from_memory_events`'s payload (tools/memory_profile_xprof.py
-    has the field mapping): one allocator per device (``CUDA:0``, ``CPU``), the highest
-    peak first. Timeline: the payload's max-filtered points (times in ps from the trace's
-    first event); rows: ``breakdownAtPeak.allocations``, plus the bytes live at the peak
-    that were allocated before the trace started (region ``persist/dynamic``, as XProf
-    labels its own "unused preallocated device memory" row)."""
+def device_memory_bytes(device_properties, device_type: int, device_id: int) -> int | None:
+    """The memory a trace states for one of its GPUs: kineto's top-level
+    ``deviceProperties`` has one entry per GPU (``id``, ``name``, ``totalGlobalMem``:
+    cudaDeviceProp / hipDeviceProp_t), for CUDA (and ROCm, which PyTorch names CUDA too)
+    devices only; None when the trace does not say."""
+    if DEVICE_TYPES.get(int(device_type)) not in ("CUDA", "HIP") or not isinstance(device_properties, list):
+        return None
+    for d in device_properties:
+        if isinstance(d, dict) and str(d.get("id")) == str(int(device_id)):
+            v = d.get("totalGlobalMem")
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < 2**63:
+                return int(v)
+    return None
+
+
+def xprof_memory_profile(payload: dict, mem: MemoryEvents) -> dict:
+    """XProf's ``memory_profile`` schema (tools/memory_profile_xprof.py has the field
+    mapping) from :func:`from_memory_events`'s payload and the trace's events themselves:
+    one allocator per device (``CUDA:0``, ``CPU``) in the payload's order, the highest peak
+    first.
+
+    Timeline: every ``[memory]`` event of the device is one of XProf's snapshots (times in
+    ps from the trace's first event), sampled by XProf's own rule
+    (``SampleMemoryProfileTimeline``: all of them up to 1,000, else a max box filter over
+    the events in order), not the payload's time-binned points: XProf's page counts
+    #Allocation / #Deallocation over these rows. Rows: ``breakdownAtPeak.allocations``,
+    plus the bytes live at the peak that were allocated before the trace started (region
+    ``persist/dynamic``, as XProf labels its own "unused preallocated device memory" row).
+    ``memoryCapacity``: the device memory the trace states (``totalGlobalMem``, what the
+    OOM risk rates against), else the peak reserved bytes, at least the peak."""
+    origin = payload.get("timeOriginUs") or 0.0
+    events = {(dtype, did): gi for dtype, did, gi in _devices(mem)}
+    props = mem.metadata.get("deviceProperties")
     per = {}
-    for dev in sorted(payload.get("devices", []), key=lambda d: -d["summary"]["peakAllocatedBytes"]):
-        tl, s = dev["timeline"], dev["summary"]
-        strings = tl.get("strings", [])
-        running = np.maximum.accumulate(np.asarray(tl["allocatedBytes"], np.int64)) if tl["allocatedBytes"] else []
-        # stepId: the ProfilerStep#N a point falls in (the last one started before it; 0
+    for dev in payload.get("devices", []):
+        s = dev["summary"]
+        gi = events[(dev["deviceType"], dev["deviceIndex"])]
+        total = mem.total_allocated[gi]
+        reserved = mem.total_reserved[gi] if dev.get("reservedRecorded", True) else np.zeros(len(gi), np.int64)
+        running = np.maximum.accumulate(total)
+        # stepId: the ProfilerStep#N an event falls in (the last one started before it; 0
         # before the first). XProf's page warns "Steps may be incomplete" when the last
         # sampled snapshot's step is below 1.
         step_start = [st["startMs"] for st in dev.get("steps") or []]
         step_no = [st["step"] for st in dev.get("steps") or []]
         timeline = []
-        for i in xm.sample(np.asarray(tl["allocatedBytes"], np.int64)).tolist():
-            op = tl["op"][i]
-            module = tl["module"][i]
-            size = int(tl["eventBytes"][i])
-            k = bisect.bisect_right(step_start, tl["timeMs"][i]) - 1
+        for k in xm.sample(total).tolist():
+            e = int(gi[k])
+            ms = (float(mem.ts[e]) - origin) / 1000.0
+            size = int(mem.bytes[e])
+            op, module = int(mem.op[e]), int(mem.module[e])
+            j = bisect.bisect_right(step_start, ms) - 1
             meta = xm.activity("ALLOCATION" if size > 0 else "DEALLOCATION", size,
-                               op=strings[op] if op >= 0 else "", region=strings[module] if module >= 0 else "",
-                               step=step_no[k] if k >= 0 else 0)
-            timeline.append(xm.snapshot(round(tl["timeMs"][i] * 1e9),
-                                        xm.agg(tl["allocatedBytes"][i], tl["reservedBytes"][i], running[i]), meta))
+                               op=mem.op_names[op] if op >= 0 else "",
+                               region=mem.module_names[module] if module >= 0 else "",
+                               step=step_no[j] if j >= 0 else 0)
+            timeline.append(xm.snapshot(round(ms * 1e9), xm.agg(total[k], reserved[k], running[k]), meta))
         pk, bd = dev["peak"] or {}, dev["breakdownAtPeak"] or {}
         peak = s["peakAllocatedBytes"]
         peak_ps = round((s.get("peakAllocatedTimeMs") or 0) * 1e9)
-        peak_stats = xm.agg(peak, pk.get("reservedBytes", 0), peak)
+        peak_stats = xm.agg(peak, pk.get("reservedBytes") or 0, peak)
         # The payload groups the rows (op, module, frame, size) without their events'
         # times: each points at a snapshot at the peak; the bytes from before the trace
         # are a special row.
@@ -731,10 +783,14 @@ def xprof_memory_profile(payload: dict) -> dict:
             rows.append((xm.activity("ALLOCATION", bd["unattributedBytes"], op=BEFORE_TRACE,
                                      region="persist/dynamic"), 1, None))
         rows.sort(key=lambda r: -int(r[0]["allocationBytes"]) * r[1])
+        # XProf's own capacity is stack + heap + free at the peak (the allocator's view);
+        # a trace states the device's memory instead. Without it (CPU, a trace without
+        # deviceProperties) the reserved bytes, 0 or null without a caching allocator:
+        # XProf's capacity is never below the heap it holds.
+        capacity = device_memory_bytes(props, dev["deviceType"], dev["deviceIndex"]) \
+            or max(s["peakReservedBytes"] or 0, peak)
         per[dev["device"]] = xm.allocator(
             timeline=timeline,
             peak_stats=peak_stats, peak_time_ps=peak_ps, lifetime_peak=peak,
-            # Traces without Total Reserved (runningSum accounting) say 0: XProf's capacity
-            # is never below the heap it holds.
-            capacity=max(s["peakReservedBytes"] or 0, peak), rows=rows)
+            capacity=capacity, rows=rows)
     return xm.answer(per)

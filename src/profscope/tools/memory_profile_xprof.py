@@ -20,9 +20,11 @@ How the allocator's numbers map onto XProf's ``MemoryAggregationStats``:
 * ``fragmentation``: that free share of the reserved bytes (0 when nothing is reserved);
 * ``peakBytesInUse``: the running maximum of the allocated bytes.
 
-``profileSummary.memoryCapacity`` is the largest reserved total, at least the peak (the
-device's size is not recorded in either input; XProf's is stack + heap + free at the
-peak, which is the reserved total there).
+``profileSummary.memoryCapacity``: XProf's is stack + heap + free at the peak (the
+allocator's view). A PyTorch trace states its GPUs' memory (``totalGlobalMem`` in
+``deviceProperties``, what the OOM risk rates against), so a trace's GPU gets that; a
+snapshot (which records no device size) and a trace's CPU get the largest reserved
+total, at least the peak.
 """
 
 from __future__ import annotations

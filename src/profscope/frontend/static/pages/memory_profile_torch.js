@@ -81,8 +81,7 @@ function torchSummaryNode(ctx, s) {
       { liveAtEnd: s.neverFreedBytes, freedBefore: s.freedNotAllocatedBytes, events: num(s.numEvents), window: [s.firstEventMs, s.lastEventMs], peak: num(s.peakAllocatedBytes) }),
     el("div", { class: `mp-tiles ${cat ? "cols-4" : "cols-3"}` },
       tile("peakAllocated", "Peak allocated", bytesNode(s.peakAllocatedBytes), s.peakAllocatedBytes, `at ${fmtMs(s.peakAllocatedTimeMs)}`),
-      tile("peakReserved", "Peak reserved", s.peakReservedBytes || !cpu ? bytesNode(s.peakReservedBytes) : "—", s.peakReservedBytes,
-        s.peakReservedBytes || !cpu ? `at ${fmtMs(s.peakReservedTimeMs)}` : "the CPU allocator reserves nothing"),
+      reservedTile(s, m.d, cpu),
       // PyTorch's memory timeline counts tensors, those made before the profiler started
       // too (on CPU, Total Allocated does not: demo/logdir/torch/README.md), so this
       // peak may be the larger; the OOM risk rates the run by the largest of the three.
@@ -94,6 +93,16 @@ function torchSummaryNode(ctx, s) {
       s.neverFreedBytes === null ? tile("neverFreed", "Never freed", "—", null, "unknown: no addresses in this trace")
         : tile("neverFreed", "Never freed", bytesNode(s.neverFreedBytes), s.neverFreedBytes, `${num(s.neverFreedCount).toLocaleString()} allocations made in the window`),
       tile("allocatedTotal", "Allocated in all", bytesNode(s.allocatedBytes), s.allocatedBytes, `freed ${fmtBytes(s.freedBytes)}`)));
+}
+
+// Peak reserved: null when the trace has no "Total Reserved" (PyTorch of 2021 wrote only
+// Bytes, Device Type and Device Id; reservedRecorded false): unknown, not 0 B.
+function reservedTile(s, d, cpu) {
+  if (d.reservedRecorded === false || s.peakReservedBytes === null) {
+    return tile("peakReserved", "Peak reserved", "unknown", null, "not recorded: this trace's [memory] events have no Total Reserved");
+  }
+  if (!s.peakReservedBytes && cpu) return tile("peakReserved", "Peak reserved", "—", s.peakReservedBytes, "the CPU allocator reserves nothing");
+  return tile("peakReserved", "Peak reserved", bytesNode(s.peakReservedBytes), s.peakReservedBytes, `at ${fmtMs(s.peakReservedTimeMs)}`);
 }
 
 function plotTorchTimeline(ctx) {
@@ -127,7 +136,8 @@ function plotTorchTimeline(ctx) {
     legend: LEGEND_TOP,
     shapes: torchShapes(ctx),
     annotations: bandLabels(m.steps).concat(hasReserved ? [] : [{ xref: "paper", x: 1, xanchor: "right", yref: "paper", y: 1, yanchor: "bottom", showarrow: false,
-      text: "reserved: 0 throughout (no caching allocator)", font: { size: 11, color: P.muted } }]),
+      text: m.d.reservedRecorded === false ? "reserved: not recorded in this trace" : "reserved: 0 throughout (no caching allocator)",
+      font: { size: 11, color: P.muted } }]),
   }, shared ? { doubleClick: "reset" } : {});
   ctx.charts.push(div);
   wireTimeline(ctx, div);
