@@ -113,6 +113,49 @@ def test_chrome_flows_are_paired_whatever_their_order(public, name):
         assert ts1 >= ts0
 
 
+@pytest.mark.parametrize("name", TRACES)
+def test_chrome_flows_reach_xprofs_answer(public, client, name):
+    """XProf's trace_viewer@ answer carries every flow of a PyTorch trace as XProf's own
+    answers carry an xplane's (FlowV2: ``bind_id``, ``flow_out`` on one slice, ``flow_in``
+    on another): one pair per arrow of the page, the ``flow_out`` slice holding the flow's
+    ``s`` point on its thread (the CPU launch) and the ``flow_in`` one its ``f`` point
+    (the GPU kernel). Threads compared as Chrome's viewer keys them: 25738 and "25738" are
+    one thread (kineto's 2021 sample writes both)."""
+    path = public / "traces" / f"{name}.trace.json.gz"
+    if not path.exists():
+        path = public / "traces" / f"{name}.pt.trace.json.gz"
+    run = f"traces/{path.name}"
+    body = client.get("/data/plugin/profile/data", params={"run": run, "tag": "trace_viewer@", "resolution": 0}).json()
+    pairs: dict = {}
+    for e in body["traceEvents"]:
+        if "bind_id" in e:
+            pairs.setdefault(e["bind_id"], []).append(e)
+    assert len(pairs) == _independent_pairs(path)
+    doc = json.loads(gzip.decompress(path.read_bytes()))
+    # each thread of the answer is the file's thread of its slices (a tid "stream 7" is a
+    # number in the answer)
+    where = {(e.get("name"), round(e["ts"], 3)): (str(e["pid"]), str(e["tid"])) for e in doc["traceEvents"]
+             if e.get("ph") == "X"}
+    by_id = {(e["pid"], e["tid"]): where[(e["name"], round(e["ts"], 3))] for e in body["traceEvents"]
+             if e.get("ph") == "X" and (e["name"], round(e["ts"], 3)) in where}
+    points: dict = {}
+    for e in doc["traceEvents"]:
+        if e.get("ph") in ("s", "f"):
+            points.setdefault((e["ph"], str(e["pid"]), str(e["tid"])), []).append(e["ts"])
+
+    def holds(ev, ph) -> bool:
+        key = by_id[(ev["pid"], ev["tid"])]
+        return any(ev["ts"] - 1e-3 <= t <= ev["ts"] + ev["dur"] + 1e-3 for t in points.get((ph, *key), ()))
+
+    for bid, evs in pairs.items():
+        kinds = sorted(("out" if e.get("flow_out") else "") + ("in" if e.get("flow_in") else "") for e in evs)
+        assert kinds == ["in", "out"], (bid, evs)
+        out = next(e for e in evs if e.get("flow_out"))
+        end = next(e for e in evs if e.get("flow_in"))
+        assert holds(out, "s") and holds(end, "f"), (out, end)
+        assert end["ts"] >= out["ts"]
+
+
 def test_flow_arrows_reach_the_page_api(client):
     w = client.get("/api/trace/window", params={"run": "traces/tracelens_b200_eager.trace.json.gz"}).json()
     f = w["flows"]

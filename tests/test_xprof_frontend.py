@@ -352,6 +352,98 @@ def test_trace_viewer_two_hosts(xprof_page, shared_xprof):
     xp.screenshot("trace_viewer_tf_gpu_two_hosts")
 
 
+# PyTorch profiler GPU traces XProf cannot read itself, answered in XProf's trace_viewer@
+# schema: their CPU->GPU launch flows (``s``/``f`` events) bound to slices as XProf's
+# FlowV2 fields (``bind_id``, ``flow_out`` on the launch, ``flow_in`` on the kernel).
+# kineto's 2021 sample writes a thread's slices with the tid "25738" and its flow starts
+# with 25738, one thread for Catapult and for profscope's reader.
+FLOW_TRACES = (("tracelens_b200_eager.trace.json.gz", 929), ("kineto_resnet50_v100.pt.trace.json.gz", 9096))
+
+# The flows Catapult built from the answer: each a producer and a consumer slice.
+TRACE_FLOWS = """() => {
+  const tv = document.getElementsByTagName("tf-trace-viewer")[0];
+  const m = tv && tv._model;
+  if (!m || tv._isLoading) return null;
+  return m.flowEvents.map(f => [f.startSlice ? f.startSlice.title : null, f.startSlice ? f.startSlice.start : null,
+                                f.endSlice ? f.endSlice.title : null, f.endSlice ? f.endSlice.start : null]);
+}"""
+
+
+# The timeline canvas's pixels, and how many of them changed since ``before`` (the arrows
+# drawn over the slices, in their flow's colour).
+CANVAS_PIXELS = """() => {
+  const c = Array.prototype.reduce.call(document.getElementsByTagName("canvas"), (a, b) => a.width * a.height >= b.width * b.height ? a : b);
+  return Array.from(c.getContext("2d").getImageData(0, 0, c.width, c.height).data);
+}"""
+CANVAS_ARROWS = """(before) => {
+  const c = Array.prototype.reduce.call(document.getElementsByTagName("canvas"), (a, b) => a.width * a.height >= b.width * b.height ? a : b);
+  const d = c.getContext("2d").getImageData(0, 0, c.width, c.height).data;
+  if (d.length !== before.length) return 0;
+  let n = 0;
+  for (let i = 0; i < d.length; i += 4)
+    if (Math.abs(d[i] - before[i]) + Math.abs(d[i + 1] - before[i + 1]) + Math.abs(d[i + 2] - before[i + 2]) > 60) n++;
+  return n;
+}"""
+
+
+@pytest.fixture(scope="module")
+def torch_trace_xprof(xprof_static_dir, shared_fixtures, tmp_path_factory):
+    logdir = tmp_path_factory.mktemp("torch_traces")
+    for name, _ in FLOW_TRACES:
+        shutil.copyfile(shared_fixtures / "public_profiles" / "traces" / name, logdir / name)
+    with _xprof_server(logdir, tmp_path_factory.mktemp("cache"), xprof_static_dir) as url:
+        yield url
+
+
+@pytest.mark.parametrize("name, arrows", FLOW_TRACES, ids=[n.split(".")[0] for n, _ in FLOW_TRACES])
+def test_trace_viewer_pytorch_flows(xprof_page, torch_trace_xprof, name, arrows):
+    """Every flow profscope's own timeline draws for a PyTorch trace reaches XProf's trace
+    viewer: its model holds one flow per ``bind_id`` pair sent, from the launch slice to
+    the kernel slice the answer bound them to, and the canvas draws the arrows."""
+    server = torch_trace_xprof
+    with urlopen(f"{server}/api/trace/window?{urlencode({'run': name, 'resolution': 100_000})}", timeout=300) as res:
+        own = json.loads(res.read())["flows"]
+    assert len(own["from"]) + own["truncated"] == arrows  # the page's arrows, point to point
+    xp = xprof_page(server)
+    is_trace_data = lambda r: f"{PREFIX}/data?" in r.url and "tag=trace_viewer%40" in r.url  # noqa: E731
+    with xp.page.expect_response(is_trace_data, timeout=LOAD_TIMEOUT_MS) as first:
+        xp.open("trace_viewer@", run=name, tag="trace_viewer@")
+    assert first.value.status == 200, first.value.text()[:500]
+    events = first.value.json()["traceEvents"]
+    pairs: dict[int, dict] = {}
+    for e in events:
+        if "bind_id" in e:
+            pairs.setdefault(e["bind_id"], {})["out" if e.get("flow_out") else "in"] = (e["name"], e["ts"])
+    assert len(pairs) == arrows and all(len(p) == 2 for p in pairs.values())
+    frame = _trace_frame(xp.page)
+    model = frame.wait_for_function(TRACE_MODEL, timeout=LOAD_TIMEOUT_MS).json_value()
+    _check_import_warnings(model["warnings"])
+    flows = frame.evaluate(TRACE_FLOWS)
+    # one flow per pair, each from the flow_out slice to the flow_in slice (model times in
+    # ms, the answer's in µs; kineto's epoch µs keep ~0.2 µs through the model's doubles)
+    assert len(flows) == arrows
+    sent = sorted((p["out"][1], p["out"][0], p["in"][1], p["in"][0]) for p in pairs.values())
+    built = sorted((b * 1000, a, d * 1000, c) for a, b, c, d in flows)
+    for (t0, a0, t1, a1), (u0, b0, u1, b1) in zip(built, sent):
+        assert (a0, a1) == (b0, b1) and abs(t0 - u0) < 1 and abs(t1 - u1) < 1, ((a0, t0, a1, t1), (b0, u0, b1, u1))
+    frame.wait_for_function(f"() => ({CANVAS_COLOURED})() > 2000", timeout=30_000)
+    # Catapult draws a category's arrows once it is ticked under "Flow events": "All"
+    # ticks the answer's one category (kineto's cat) and the canvas gains the arrows
+    before = frame.evaluate(CANVAS_PIXELS)
+    frame.get_by_text("Flow events").click(timeout=10_000)
+    frame.get_by_role("button", name="All", exact=True).click(timeout=10_000)
+    xp.page.keyboard.press("Escape")  # the dropdown's dialog closes
+    frame.wait_for_function(f"(before) => ({CANVAS_ARROWS})(before) > 500", arg=before, timeout=30_000)
+    xp.screenshot(f"trace_viewer_flows_{name.split('.')[0]}")
+    # and zoomed in (Catapult's "w" zooms about the pointer), where single arrows show
+    box = frame.locator("canvas").first.bounding_box()
+    xp.page.mouse.click(box["x"] + box["width"] * 0.55, box["y"] + 8)  # the time ruler: focus, no selection
+    for _ in range(8):
+        xp.page.keyboard.press("w", delay=120)  # held a while: a zoom step per key-down
+        xp.page.wait_for_timeout(150)
+    xp.screenshot(f"trace_viewer_flows_{name.split('.')[0]}_zoomed")
+
+
 # -- memory viewer --------------------------------------------------------------------------
 
 MEMORY_VIEWER_CASES = [

@@ -71,13 +71,16 @@ import re
 import sys
 import zlib
 from collections.abc import Iterator
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 import numpy as np
 
 from profscope.errors import BadInput, TooLarge
 from profscope.formats import streams
 from profscope.model.memory_events import CATEGORIES, MemoryEvents, MemoryTimeline, Steps
+
+if TYPE_CHECKING:
+    from profscope.model.trace import FlowPoints
 
 CHUNK = 1 << 20
 # What one input may cost (issue 13's budget). Beyond any of these a trace is refused with
@@ -911,10 +914,13 @@ def trace_columns(raw, path: str, progress=None, sink=None):
 
     import orjson
 
-    from profscope.model.trace import Counter, MemorySink, NameTable, Process, TraceEvents, Track
+    from profscope.model.trace import MemorySink, NameTable, TraceEvents, Track
 
     names = NameTable()
+    # threads and counters by their (pid, tid) as Chrome's viewer keys them (_id_key); the
+    # aliases map each id pair as the file writes it to those
     tracks: dict[tuple, int] = {}
+    track_alias: dict[tuple, int] = {}
     track_list: list[Track] = []
     proc_names: dict = {}
     proc_sort: dict = {}
@@ -926,10 +932,11 @@ def trace_columns(raw, path: str, progress=None, sink=None):
     blob_base = 0
     out_sink = MemorySink() if sink is None else sink
     open_b: dict[tuple, list] = {}
-    # (cat, id) -> [(ts_ps, phase order, name, track)]: paired at the end, in time order,
-    # since kineto writes each CPU->GPU flow's ``f`` before its ``s``
-    flow_points: dict[tuple, list[tuple[int, int, int, int]]] = {}
+    # (cat, id) -> [(ts_ps, phase order, name, track, binds to the enclosing slice)]: paired
+    # at the end, in time order, since kineto writes each CPU->GPU flow's ``f`` before its ``s``
+    flow_points: dict[tuple, list[tuple[int, int, int, int, bool]]] = {}
     counters: dict[tuple, tuple] = {}
+    counter_alias: dict[tuple, tuple] = {}
     steps: list[tuple[str, int, int]] = []
     base_us: float | None = None
     last_ps = 0
@@ -937,23 +944,30 @@ def trace_columns(raw, path: str, progress=None, sink=None):
     dumps = orjson.dumps
 
     def track_of(pid, tid) -> int:
-        key = (pid, tid)
-        t = tracks.get(key)
+        t = track_alias.get((pid, tid))
         if t is None:
-            if len(track_list) >= MAX_TRACKS:
-                raise TooLarge(f"{path}: more than {MAX_TRACKS:,} threads (distinct pid, tid), the limit of this "
-                               "reader for one trace", file=path)
-            t = tracks[key] = len(track_list)
-            track_list.append(Track(_int_id(pid), _int_id(tid), "", len(track_list)))
+            key = (_id_key(pid), _id_key(tid))
+            t = tracks.get(key)
+            if t is None:
+                if len(track_list) >= MAX_TRACKS:
+                    raise TooLarge(f"{path}: more than {MAX_TRACKS:,} threads (distinct pid, tid), the limit of this "
+                                   "reader for one trace", file=path)
+                t = tracks[key] = len(track_list)
+                track_list.append(Track(_int_id(key[0]), _int_id(key[1]), "", len(track_list)))
+            track_alias[(pid, tid)] = t
         return t
 
     def counter_of(series, unit):
-        c = counters.get(series)
+        c = counter_alias.get(series)
         if c is None:
-            if len(counters) >= MAX_COUNTERS:
-                raise TooLarge(f"{path}: more than {MAX_COUNTERS:,} counter series, the limit of this reader "
-                               "for one trace", file=path)
-            c = counters[series] = (array.array("q"), array.array("d"), unit)
+            key = (_id_key(series[0]), series[1])
+            c = counters.get(key)
+            if c is None:
+                if len(counters) >= MAX_COUNTERS:
+                    raise TooLarge(f"{path}: more than {MAX_COUNTERS:,} counter series, the limit of this reader "
+                                   "for one trace", file=path)
+                c = counters[key] = (array.array("q"), array.array("d"), unit)
+            counter_alias[series] = c
         return c
 
     def add(t, ts_ps, dur_ps, name, args):
@@ -1017,7 +1031,7 @@ def trace_columns(raw, path: str, progress=None, sink=None):
                     name, args = ev.get("name"), ev.get("args")
                     if args.__class__ is not _dict:  # Chrome's viewer reads args.name of an object only
                         args = {}
-                    pid, tid = ev.get("pid"), ev.get("tid")
+                    pid, tid = _id_key(ev.get("pid")), _id_key(ev.get("tid"))
                     if name == "process_name":
                         proc_names[pid] = str(args.get("name", ""))
                     elif name == "process_sort_index":
@@ -1090,8 +1104,10 @@ def trace_columns(raw, path: str, progress=None, sink=None):
                     if fid is None or isinstance(fid, (dict, list)):
                         continue
                     t = track_of(ev.get("pid"), ev.get("tid"))
+                    # Catapult's binding: ``s`` and ``t`` to the enclosing slice, ``f`` too
+                    # with ``"bp": "e"`` (kineto's), else to the next slice (FlowPoints)
                     flow_points.setdefault((str(ev.get("cat")), str(fid)), []).append(
-                        (ts_ps, _FLOW_PHASES[ph], names(name), t))
+                        (ts_ps, _FLOW_PHASES[ph], names(name), t, ph != "f" or ev.get("bp") == "e"))
                 elif ph == "C":
                     last_ps = max(last_ps, ts_ps)
                     args = ev.get("args") or {}
@@ -1118,6 +1134,28 @@ def trace_columns(raw, path: str, progress=None, sink=None):
     for (pid, tid), stack in open_b.items():
         for b_ts, b_name, b_args in stack:
             add(track_of(pid, tid), b_ts, last_ps - b_ts, b_name, b_args)
+    processes, out_counters = _tables(tracks, track_list, (thread_names, thread_sort, proc_names, proc_sort), counters)
+    flush()
+    steps.sort(key=lambda s: s[1])
+    flows, bound = _pair_flows(flow_points, names)
+    out = TraceEvents.without_events(
+        path, "", int(base_us or 0) * 10**6, "json", names=names.names, tracks=track_list,
+        processes=processes, counters=out_counters, steps=steps, flows=flows, flow_points=bound)
+    if sink is None:
+        out_sink.fill(out)
+    return out
+
+
+def _tables(tracks: dict, track_list: list, named: tuple, counters: dict) -> tuple[list, list]:
+    """Name and order what :func:`trace_columns` read: the threads (``tracks``, by pid and
+    tid as _id_key keys them, into ``track_list``) get their names and sort indexes from
+    the ``M`` events (``named``: thread names and sort indexes by (pid, tid), process
+    names and sort indexes by pid); the processes of threads and counters, ordered by sort
+    index (else pid); each counter series a track of its own, appended to ``track_list``,
+    its samples in time order."""
+    from profscope.model.trace import Counter, Process, Track
+
+    thread_names, thread_sort, proc_names, proc_sort = named
     for (pid, tid), ti in tracks.items():
         t = track_list[ti]
         t.name = thread_names.get((pid, tid)) or f"thread {tid}"
@@ -1138,16 +1176,7 @@ def trace_columns(raw, path: str, progress=None, sink=None):
         vv = np.frombuffer(v, dtype=np.float64)
         o = np.argsort(tt, kind="stable")
         out_counters.append(Counter(ti, label, unit, tt[o], vv[o]))
-
-    flush()
-    steps.sort(key=lambda s: s[1])
-    flows = _pair_flows(flow_points)
-    out = TraceEvents.without_events(
-        path, "", int(base_us or 0) * 10**6, "json", names=names.names, tracks=track_list,
-        processes=processes, counters=out_counters, steps=steps, flows=flows)
-    if sink is None:
-        out_sink.fill(out)
-    return out
+    return processes, out_counters
 
 
 _MAX_PS = 1 << 60  # event times and durations beyond this (13 days) are not a real trace
@@ -1162,6 +1191,20 @@ _MAX_COUNTER = sys.float_info.max
 #: as string ids are), so the index never holds a number an answer cannot write.
 _MAX_ID = 1 << 53
 _FLOW_PHASES = {"s": 0, "t": 1, "f": 2}
+#: A string that is an integer's own decimal form (no sign but "-", no leading zero), at
+#: most 16 digits: the ids _id_key reads as that integer.
+_DECIMAL_ID = re.compile(r"-?(?:0|[1-9][0-9]{0,15})")
+
+
+def _id_key(value):
+    """A pid or tid as Chrome's trace viewer keys it: JavaScript object keys are strings,
+    so 25738 and "25738" name one thread (kineto's 2021 traces write a thread's slices with
+    the tid "25738" and the flows that start on it with 25738; Catapult draws them on one
+    thread). A string that is an integer's decimal form is that integer here; any other
+    value is kept as it is."""
+    if value.__class__ is str and _DECIMAL_ID.fullmatch(value):
+        return int(value)
+    return value
 
 
 def _far_ts(ts, n: int, path: str) -> None:
@@ -1231,24 +1274,53 @@ def _big_ints_as_text(v):
     return v
 
 
-def _pair_flows(points: dict[tuple, list[tuple[int, int, int, int]]]) -> list[tuple[int, int, int, int, int]]:
-    """Arrows (name, from track, from ps, to track, to ps) of the flow events of each
-    (cat, id), whatever their order in the file: in time order (``s`` before ``t``
-    before ``f`` at one time), an ``s`` opens a flow, each later ``t`` or ``f`` is joined
-    to the point before it, and an ``f`` closes it (an id may be reused afterwards).
-    Points before any ``s`` of their id start nothing, as in the Trace Event Format."""
+def _pair_flows(points: dict[tuple, list[tuple]], names) -> tuple[list[tuple[int, int, int, int, int]], FlowPoints | None]:
+    """The flow events of each (cat, id), whatever their order in the file, as arrows
+    (name, from track, from ps, to track, to ps) and as :class:`FlowPoints` (the flows'
+    points, numbered from 1, for the index to bind to slices; None without a flow). In time
+    order (``s`` before ``t`` before ``f`` at one time), an ``s`` opens a flow, each later
+    ``t`` or ``f`` is joined to the point before it, and an ``f`` closes it (an id may be
+    reused afterwards). Points before any ``s`` of their id start nothing, as in the Trace
+    Event Format; a flow's first point is its start (``flow_out``), its last its end
+    (``flow_in``), any between a middle one (both)."""
+    from profscope.model.trace import FLOW_END, FLOW_MID, FLOW_START, FlowPoints
+
     arrows = []
-    for pts in points.values():
+    cols: tuple[list, ...] = ([], [], [], [], [], [])  # flow, track, ts, kind, enclosing, category
+    number = 0
+
+    def close(flow: list, cat: int) -> None:
+        nonlocal number
+        if len(flow) < 2:
+            return  # an ``s`` nothing joined: no arrow
+        number += 1
+        for k, (ts, track, enclosing) in enumerate(flow):
+            kind = FLOW_START if k == 0 else FLOW_END if k == len(flow) - 1 else FLOW_MID
+            for col, v in zip(cols, (number, track, ts, kind, enclosing, cat)):
+                col.append(v)
+
+    for (cat, _), pts in points.items():
         pts.sort()
-        prev = None
-        for ts, phase, name, track in pts:
+        cat_id = names(cat) if cat != "None" else -1  # the key's str() of a missing cat
+        prev, flow = None, []
+        for ts, phase, name, track, enclosing in pts:
             if phase == 0:
-                prev = (name, track, ts)
+                close(flow, cat_id)
+                prev, flow = (name, track, ts), [(ts, track, enclosing)]
                 continue
             if prev is not None:
                 arrows.append((prev[0], prev[1], prev[2], track, ts))
+                flow.append((ts, track, enclosing))
                 prev = None if phase == 2 else (prev[0], track, ts)
-    return arrows
+                if phase == 2:
+                    close(flow, cat_id)
+                    flow = []
+        close(flow, cat_id)
+    if not number:
+        return arrows, None
+    return arrows, FlowPoints(np.asarray(cols[0], np.int64), np.asarray(cols[1], np.int32),
+                              np.asarray(cols[2], np.int64), np.asarray(cols[3], np.int8),
+                              np.asarray(cols[4], bool), np.asarray(cols[5], np.int32))
 
 
 def _int_id(value) -> int:

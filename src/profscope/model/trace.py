@@ -73,6 +73,9 @@ class TraceEvents:
     flows: list[tuple[int, int, int, int, int]] = field(default_factory=list)
     # events bound to a flow (xplane ``flow`` stats, XProf's FlowV2): see :class:`FlowEvents`
     flow_events: FlowEvents | None = None
+    # Chrome-trace flow points, paired into flows, for the index to bind to slices: see
+    # :class:`FlowPoints`
+    flow_points: FlowPoints | None = None
 
     def __len__(self) -> int:
         return int(self.start_ps.shape[0])
@@ -113,6 +116,28 @@ class FlowEvents:
         if not parts:
             return cls.empty()
         return cls(*(np.concatenate([getattr(p, k) for p in parts]) for k in ("seq", "flow_id", "kind", "category")))
+
+
+@dataclass(slots=True)
+class FlowPoints:
+    """A Chrome trace's flow events (``s`` start, ``t`` step, ``f`` end), paired into flows
+    by the reader but not yet bound to slices: the index binds each point to a slice of its
+    track once every slice is known (a Chrome trace may write them in any order; kineto
+    writes a CPU->GPU flow's ``f`` before its ``s``), as Catapult's importer does: ``s``
+    and ``t`` to the slice that encloses them, ``f`` to the enclosing one with binding
+    point ``"bp": "e"``, else to the next slice that starts at or after it. The bound
+    slices are then :class:`FlowEvents`, XProf's FlowV2 form.
+    """
+
+    flow: np.ndarray  # int64: the flow's number, 1, 2, ... in the trace (XProf's ``bind_id``)
+    track: np.ndarray  # int32 -> tracks
+    ts_ps: np.ndarray  # int64, relative to base_ps
+    kind: np.ndarray  # int8: FLOW_START (the flow's first point), FLOW_MID or FLOW_END (its last)
+    enclosing: np.ndarray  # bool: bound to the enclosing slice, else to the next one
+    category: np.ndarray  # int32 into the name table (the event's ``cat``), -1 for none
+
+    def __len__(self) -> int:
+        return int(self.flow.shape[0])
 
 
 class NameTable:

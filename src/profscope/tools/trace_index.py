@@ -57,7 +57,7 @@ import orjson
 
 from profscope.errors import BadInput, NotFound
 from profscope.forksafe import renew_locks_after_fork
-from profscope.model.trace import FLOW_END, FLOW_MID, FLOW_START, FlowEvents, TraceEvents
+from profscope.model.trace import FLOW_END, FLOW_MID, FLOW_START, FlowEvents, FlowPoints, TraceEvents
 from profscope.tools import trace_visibility as tv
 
 try:  # the build's linear passes in C (setup.py builds it; absent: the numpy path below)
@@ -67,7 +67,7 @@ except ImportError:  # pragma: no cover - no compiler where installed
 if os.environ.get("PROFSCOPE_NATIVE") == "0":
     _native = None
 
-INDEX_VERSION = 7  # 2: crossing events stacked (depths never overlap); 3: flows; 4: flow-bound slices; 5: derived lines, events per track; 6: narrower tier columns; 7: args read from the profile
+INDEX_VERSION = 8  # 2: crossing events stacked (depths never overlap); 3: flows; 4: flow-bound slices; 5: derived lines, events per track; 6: narrower tier columns; 7: args read from the profile; 8: Chrome-trace flows bound to slices
 FLOW_SHORT_PS = 10**10  # arrows spanning at most 10 ms are found by binary search
 XPROF_EXACT_MAX = 1_500_000  # events in a window that XProf's filter visits one by one
 LEVELS = 64
@@ -252,11 +252,7 @@ class IndexWriter:
         tiers = _build_tiers(kept.pop("track"), kept.pop("depth"), kept.pop("start"), level, bounds, out, native)
         del level, native
         _report(progress, 0.9, "writing counters and flows")
-        flows = np.array(ev.flows, np.int64).reshape(-1, 5)
-        flows[:, 2] -= shift
-        flows[:, 4] -= shift
-        flows = np.concatenate([flows, _flow_arrows(flow_rows, out, ev)])
-        np.save(out / "flows.npy", flows)
+        n_flows = _write_flows(ev, flow_rows, shift, out)
         counters = []
         for i, c in enumerate(ev.counters):
             np.save(out / f"counter_{i}_t.npy", (c.t_ps - shift).astype(np.int64))
@@ -288,7 +284,7 @@ class IndexWriter:
             "processes": [{"pid": p.pid, "name": p.name, "sortIndex": p.sort_index} for p in ev.processes],
             "counters": counters,
             "steps": [[s[0], int(s[1] - shift), int(s[2])] for s in ev.steps],
-            "flows": len(flows),
+            "flows": n_flows,
         }
         (out / "meta.json").write_bytes(_checked_meta(meta, ev.path))
         _report(progress, 1.0, "index written")
@@ -338,7 +334,7 @@ class IndexWriter:
 
     def _flow_rows(self, ev: TraceEvents, rank: np.ndarray) -> FlowEvents:
         """The flow-bound slices by index row (``rank`` maps reader rows to index rows),
-        sorted by row, saved as ``flow_*.npy``."""
+        sorted by row (saved as ``flow_*.npy`` by :meth:`finish`)."""
         fe = FlowEvents.concat(self._flows + ([ev.flow_events] if ev.flow_events is not None else []))
         ok = (fe.seq >= 0) & (fe.seq < self.n)
         if not ok.all():
@@ -347,9 +343,26 @@ class IndexWriter:
             rows = rank[fe.seq].astype(np.int64)
             o = np.argsort(rows, kind="stable")
             fe = FlowEvents(rows[o], fe.flow_id[o], fe.kind[o], fe.category[o])
-        for k in ("seq", "flow_id", "kind", "category"):
-            np.save(self.folder / f"flow_{k}.npy", getattr(fe, k))
         return fe
+
+
+def _write_flows(ev: TraceEvents, flow_rows: FlowEvents, shift: int, out: Path) -> int:
+    """Save the arrows the page draws (``flows.npy``: a Chrome trace's own, point to
+    point, and those of the flow-bound slices) and the flow-bound slices by row
+    (``flow_*.npy``: an xplane's, and a Chrome trace's flow points bound to slices for
+    XProf's answer); the number of arrows."""
+    flows = np.array(ev.flows, np.int64).reshape(-1, 5)
+    flows[:, 2] -= shift
+    flows[:, 4] -= shift
+    flows = np.concatenate([flows, _flow_arrows(flow_rows, out, ev)])
+    np.save(out / "flows.npy", flows)
+    if ev.flow_points is not None and len(ev.flow_points):
+        flow_rows = FlowEvents.concat([flow_rows, _bind_flow_points(ev.flow_points, shift, out)])
+        o = np.argsort(flow_rows.seq, kind="stable")
+        flow_rows = FlowEvents(flow_rows.seq[o], flow_rows.flow_id[o], flow_rows.kind[o], flow_rows.category[o])
+    for k in ("seq", "flow_id", "kind", "category"):
+        np.save(out / f"flow_{k}.npy", getattr(flow_rows, k))
+    return len(flows)
 
 
 def _flow_arrows(fe: FlowEvents, out: Path, ev: TraceEvents) -> np.ndarray:
@@ -385,6 +398,75 @@ def _flow_arrows(fe: FlowEvents, out: Path, ev: TraceEvents) -> np.ndarray:
         names.append("flow")
     label = np.where(cat[src] >= 0, cat[src], flow_name).astype(np.int64)
     return np.stack([label, tr[src], st[src], tr[dst], st[dst]], axis=1)
+
+
+def _bind_flow_points(fp: FlowPoints, shift: int, out: Path) -> FlowEvents:
+    """The slices (index rows) a Chrome trace's flow points bind to, as XProf's FlowV2
+    rows (:class:`FlowEvents`: a flow's number is its ``bind_id``). Catapult's rules for
+    ``s``/``t``/``f`` events (``trace_event_importer.js``, ``createFlowSlices_``):
+
+    * an enclosing point binds to the deepest slice of its track open at its time, ends
+      included (``findSliceAtTs``: closed intervals, so an instant can be bound); where one
+      slice ends as the next one at that depth begins, to the one that begins (kineto puts
+      a kernel's ``f`` at the kernel's start, which may be the previous kernel's end);
+    * any other point to the first slice of its track starting at or after it, the
+      outermost of those starting together (``findNextSliceAfter``).
+
+    XProf's answer carries one flow per slice (``bind_id``): a flow with a point bound to
+    no slice, or to a slice another flow (of a lower number) already holds, or with two
+    points on one slice, is left out whole, so that every ``flow_in`` XProf's trace viewer
+    reads has its ``flow_out``. The page's own arrows (point to point) keep every flow."""
+    start = np.load(out / "start.npy", mmap_mode="r")
+    dur = np.load(out / "dur.npy", mmap_mode="r")
+    track = np.load(out / "track.npy", mmap_mode="r")
+    depth = np.load(out / "depth.npy", mmap_mode="r")
+    ts = fp.ts_ps - shift
+    pt_track = fp.track.astype(np.int64)
+    rows = np.flatnonzero(np.isin(track, np.unique(fp.track)))
+    bound = np.full(len(fp), -1, np.int64)
+    if len(rows):
+        st = np.asarray(start[rows])
+        en = st + np.asarray(dur[rows])
+        tr = np.asarray(track[rows]).astype(np.int64)
+        dp = np.asarray(depth[rows]).astype(np.int64)
+        starts = np.unique(st)
+        base = np.int64(len(starts) + 1)
+        rank = np.searchsorted(starts, st).astype(np.int64)
+        # enclosing: at one depth of a track slices do not overlap (the index stacks a
+        # crossing slice deeper), so only the last one starting at or before the point can
+        # hold it; the deepest depth that does wins
+        deep = int(dp.max()) + 1
+        key = tr * deep + dp
+        comp = key * base + rank
+        order = np.argsort(comp, kind="stable")
+        comp = comp[order]
+        p_rank = np.searchsorted(starts, ts, side="right").astype(np.int64) - 1
+        todo = np.flatnonzero(fp.enclosing & (p_rank >= 0))
+        for d in range(deep - 1, -1, -1):
+            if not len(todo):
+                break
+            pos = np.searchsorted(comp, (pt_track[todo] * deep + d) * base + p_rank[todo], side="right") - 1
+            cand = order[np.maximum(pos, 0)]
+            ok = (pos >= 0) & (key[cand] == pt_track[todo] * deep + d) & (en[cand] >= ts[todo])
+            bound[todo[ok]] = rows[cand[ok]]
+            todo = todo[~ok]
+        # the next slice: the first by (start, depth) on the track from the point's time on
+        comp2 = tr * base + rank
+        order2 = np.lexsort((dp, comp2))
+        comp2 = comp2[order2]
+        nxt = np.flatnonzero(~fp.enclosing)
+        pos = np.searchsorted(comp2, pt_track[nxt] * base + np.searchsorted(starts, ts[nxt], side="left"), side="left")
+        cand = order2[np.minimum(pos, len(order2) - 1)]
+        ok = (pos < len(order2)) & (tr[cand] == pt_track[nxt])
+        bound[nxt[ok]] = rows[cand[ok]]
+    # whole flows only, one per slice
+    drop = np.unique(fp.flow[bound < 0])
+    o = np.lexsort((fp.flow, bound))
+    b, f = bound[o], fp.flow[o]
+    taken = np.r_[False, b[1:] == b[:-1]] & (b >= 0)  # a slice some earlier (lower) flow holds
+    drop = np.union1d(drop, f[taken])
+    keep = ~np.isin(fp.flow, drop)
+    return FlowEvents(bound[keep], fp.flow[keep].astype(np.uint64), fp.kind[keep], fp.category[keep])
 
 
 #: pid, tid and sort indexes are written as int64 by every answer (``_x_events`` builds int64

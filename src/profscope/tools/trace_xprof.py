@@ -187,6 +187,10 @@ def x_events(h: HostIndex, sl, with_args: bool, chunk: int = 20000, xprof: bool 
     pids = np.asarray([t["pid"] + h.pid_offset for t in ix.tracks] or [0], dtype=np.int64)
     tids = np.asarray([t["tid"] for t in ix.tracks] or [0], dtype=np.int64)
     rows = sl["rows"] if isinstance(sl, dict) else sl
+    # A Chrome trace's flows are numbered 1, 2, ... in each file (FlowPoints): several
+    # traces on one timeline keep theirs apart by the host's position (an xplane's ids are
+    # its XFlow ids, kept as they are)
+    bind_base = h.position << 32 if ix.meta.get("args_kind") == "json" else 0
     for a in range(0, len(rows), chunk):
         r = rows[a:a + chunk]
         c = {k: v[a:a + chunk] for k, v in sl.items()} if isinstance(sl, dict) else ix.gather(r)
@@ -202,6 +206,8 @@ def x_events(h: HostIndex, sl, with_args: bool, chunk: int = 20000, xprof: bool 
             ev = {"pid": pid[i], "tid": tid[i], "name": ix.names[nm[i]], "ts": ts[i], "dur": du[i], "ph": "X"}
             f = flows.get(rl[i])
             if f is not None:
+                if bind_base:
+                    f["bind_id"] += bind_base
                 ev.update(f)
             ev["args"] = jsonable(ix.args(rl[i])) if with_args else {}
             if xprof:  # XProf's UI asks for an event's details by its args.uid
