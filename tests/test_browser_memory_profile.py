@@ -452,3 +452,39 @@ def test_gpu_trace_opens_on_the_device_with_the_highest_peak(open_page, gpu_trac
         assert "unknown" in reserved and "0 B" not in reserved, reserved
         assert "reserved: not recorded in this trace" in page.inner_text("#mp-timeline")
     page.screenshot(path=str(ARTIFACTS / f"memory_profile_opens_on_gpu_{name.split('.')[0]}.png"))
+
+
+# -- two peaks that measure different things (issue 31) -----------------------------------
+
+
+@pytest.fixture(scope="module")
+def tpu_server(tmp_path_factory, shared_fixtures):
+    """The real TPU inference profile: its allocators reserve 20.0 GiB of stack."""
+    root = tmp_path_factory.mktemp("tpu")
+    shutil.copytree(shared_fixtures / "public_profiles" / "xplane" / "tpu_inference", root / "tpu_inference")
+    with profscope_server("serve", str(root), "--port", "0", "--cache-dir", str(tmp_path_factory.mktemp("cache"))) as (url, _):
+        yield url
+
+
+def test_lifetime_and_window_peaks_say_what_they_count(open_page, tpu_server):
+    """"Lifetime peak 15.0 GiB" beside "Peak in window 20.0 GiB" is no contradiction: the
+    first is the allocator's peak_bytes_in_use (heap only), the second stack + heap. Both
+    numbers are XProf's; the page must say why they differ."""
+    run = _run(tpu_server, "profile", "tpu_inference")
+    data = _data(tpu_server, run)
+    allocator = data["memoryIds"][0]
+    extras = data["profscope"]["allocators"][allocator]["summary"]
+    assert extras["lifetimePeakBytes"] < extras["peakBytes"] == extras["stackBytesAtPeak"] + extras["heapBytesAtPeak"]
+    assert extras["stackBytesAtPeak"] > extras["lifetimePeakBytes"]  # the stack alone is above it
+
+    page = open_page(tpu_server)
+    page.goto(_view_url(tpu_server, run=run["name"], tool="memory_profile", memory_id=allocator))
+    page.wait_for_selector("#mp-summary")
+    assert int(_tile(page, "lifetimePeak")) == extras["lifetimePeakBytes"]
+    assert int(_tile(page, "peak")) == extras["peakBytes"]
+    lifetime = page.inner_text("#mp-summary .mp-tile[data-key=lifetimePeak] .note")
+    window = page.inner_text("#mp-summary .mp-tile[data-key=peak] .note")
+    stack, heap = _fmt(page, extras["stackBytesAtPeak"]), _fmt(page, extras["heapBytesAtPeak"])
+    assert "heap only" in lifetime and f"also counts {stack} of stack" in lifetime, lifetime
+    assert f"{stack} stack + {heap} heap" in window, window
+    page.locator("#mp-summary").screenshot(path=str(ARTIFACTS / "memory_profile_tpu_two_peaks.png"))

@@ -393,3 +393,80 @@ def test_missing_stack_says_why(open_page, server, snaps):
     # the icicle names the group: allocated before recording, not a bare "<no stack>"
     page.wait_for_selector("#ts-icicle .main-svg")
     assert "<allocated before recording began>" in page.evaluate("document.getElementById('ts-icicle').data[0].labels")
+
+
+# -- 7. one-event snapshots, titles without a time, where the user's code starts (issue 31) --
+
+# Painted pixels of the polygon canvas, as a share of its area.
+PAINTED = """() => {
+  const c = document.getElementById('ts-polygons');
+  const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+  let n = 0;
+  for (let i = 3; i < d.length; i += 4) if (d[i] > 0) n++;
+  return n / (c.width * c.height);
+}"""
+
+
+@pytest.mark.parametrize("name", ["flexgen_1.3b.pickle", "sketchkv_2024.pickle"])
+def test_one_event_snapshot_draws_its_timeline(open_page, demo_server, demo_logdir, name):
+    """The demo's 2023/2024 snapshots hold one trace entry: their blocks, all from before
+    recording, must fill the timeline (they drew nothing while the legend counted them),
+    and the allocator state's title must not read "null" when there is no time."""
+    with open(demo_logdir / "torch_snapshots" / name, "rb") as f:
+        snap = load_snapshot(f, name)
+    assert len(snap.traces[0]) == 1
+    page = open_page(demo_server)
+    _open(page, demo_server, run=f"torch_snapshots/{name}")
+    tl = _tl(page)
+    assert tl["totalEvents"] == 1 and tl["drawn"] > 400
+    assert f"allocations ({tl['drawn']:,} drawn)" in page.inner_text("#ts-timeline")
+    # every polygon is one event wide, and together they cover most of the plot
+    assert all(a["polygon"]["xEnd"] > a["polygon"]["x"][-1] for a in tl["allocations"])
+    painted = page.evaluate(PAINTED)
+    assert painted > 0.4, painted
+    title = page.inner_text("#ts-state-title")
+    assert "null" not in title and title.startswith("After event 0"), title
+    # no time axis for one event, with or without timestamps
+    assert page.locator("#ts-xmode").is_disabled()
+    page.screenshot(path=str(ARTIFACTS / f"snapshot_one_event_{name.split('.')[0]}.png"))
+
+
+def _first_user_py_frame(frames: list[dict]) -> int:
+    """The test's own reading of "the user's code": the innermost Python frame outside
+    torch and the standard library (site-packages count as the user's)."""
+    import re
+
+    stdlib = re.compile(r"/lib/python3\.\d+/(?!site-packages/|dist-packages/)")
+    return next(i for i, f in enumerate(frames) if f["filename"].endswith(".py")
+                and "/torch/" not in f["filename"] and not stdlib.search(f["filename"]))
+
+
+def test_hover_stack_starts_at_the_users_code(open_page, demo_server):
+    run = f"torch_snapshots/{DEMO}"
+    page = open_page(demo_server)
+    _open(page, demo_server, run=run)
+    tl = _tl(page)
+    gd = "document.getElementById('ts-timeline')"
+    # the largest allocation of the trace whose stack reaches Python
+    cands = sorted((a for a in tl["allocations"] if not a["preexisting"] and a["stackId"] > 0), key=lambda a: -a["size"])
+    for a in cands:
+        frames = _api(demo_server, "stack", run=run, host="cuda:0", stack=a["stackId"])["frames"]
+        if any(f["filename"].endswith(".py") for f in frames):
+            break
+    k = _first_user_py_frame(frames)
+    assert k >= 10  # the allocator, the dispatcher and ATen come first: what the card skips
+    page.locator("#ts-timeline").scroll_into_view_if_needed()
+    x, y = page.evaluate(f"(id) => {gd}.tsPointOf(id)", a["id"])
+    page.mouse.move(x, y)
+    page.wait_for_selector(f"#ts-card[data-alloc='{a['id']}'] #ts-card-frames[data-loaded]")
+    shown = page.locator("#ts-card-frames .ts-frame")
+    first = shown.first.get_attribute("title")
+    assert first == f"{frames[k]['filename']}:{frames[k]['line']}", (first, frames[:k + 1])
+    assert shown.count() == len(frames) - k
+    button = page.locator("#ts-inner-frames")
+    assert f"{k:,} inner frames" in button.inner_text()
+    page.locator("#ts-card").screenshot(path=str(ARTIFACTS / "snapshot_hover_stack_user_frame.png"))
+    button.click()  # the full stack, one click away
+    assert shown.count() == len(frames)
+    assert "CachingAllocator" in shown.first.inner_text()
+    page.locator("#ts-card").screenshot(path=str(ARTIFACTS / "snapshot_hover_stack_full.png"))

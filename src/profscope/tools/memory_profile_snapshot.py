@@ -75,7 +75,9 @@ Payloads::
     timeline(snap, device, start=None, end=None, x="index"|"time", max_points=2000,
              top=MAX_DETAIL) -> {
       "device", "x": "index"|"time", "totalEvents",
-      "window": {"start", "end"} (event indices, [start, end)), "windowX": [x0, x1],
+      "window": {"start", "end"} (event indices, [start, end)), "windowX": [x0, x1] (x of
+                the window's first event and of its end: event i spans [i, i + 1) by index,
+                up to the next event's time in time, :func:`_x_of`),
       "allocations": [{"id", "addr", "size", "stream", "stackId", "allocIndex"|null,
                        "freeIndex"|null, "preexisting": bool,
                        "polygon": {"x": [...], "y0": [...], "y1": [...], "xEnd"}}]
@@ -121,7 +123,10 @@ Payloads::
       "blocksShown": int, "blocksOmitted": int}
 
     stack(snap, stack_id, filtered=True) -> {"stackId", "filtered", "unfilteredCount",
-      "frames": [{"filename", "line", "name", "repeats"}]}
+      "frames": [{"filename", "line", "name", "repeats"}],
+      "userFrame": int|null (index in "frames" of the first user frame, the frame that
+                   names the stack's site in compare: :func:`_user_frame`),
+      "userFrameKind": "python"|"cpp"|"runtime"|"none" (its kind there)}
 
     stacks_at(snap, device, event=None, max_nodes=2000, python_only=False) -> {
       "device", "event", "timeUs"|null, "totalBytes", "atPeak": bool,
@@ -648,13 +653,22 @@ def _stacked_once(el_start: np.ndarray, el_end: np.ndarray, el_size: np.ndarray,
             "pointEl": re, "pointCol": rc, "pointY": ry, "bounds": bounds, "last": last}
 
 
+def _x_of(dv: _Dev, idx: np.ndarray, x: str) -> list:
+    """Event indices as x values. An event's state holds until the next event: event i
+    spans [i, i + 1) by index (memory_viz's timesteps) and [time_i, time_(i+1)) in time, so
+    the window's end, the index just past its last event, is that next event (by index n
+    past the trace's end; in time, which has nothing after the last event, its own time)."""
+    return (dv.time[np.minimum(idx, dv.n - 1)] if x == "time" else idx).tolist()
+
+
 def _layers_json(lay: dict, xs, sizes: np.ndarray, we: int, n: int) -> list[tuple[int, dict]]:
     """(element, polygon) per drawn element: x (columns in the requested unit), y0, y1 and
-    xEnd, where its last step ends (the next column, or the window's last event)."""
+    xEnd, where its last step ends: the next column, or the window's end (``windowX[1]``,
+    :func:`_x_of`; a one-event window is then one event wide, not empty)."""
     cols, b, last = lay["cols"], lay["bounds"], lay["last"]
     px_all = xs(cols[lay["pointCol"]])
     y0_all = lay["pointY"].tolist()
-    ends = np.minimum(np.where(last + 1 < len(cols), cols[np.minimum(last + 1, len(cols) - 1)], we - 1), n - 1)
+    ends = np.where(last + 1 < len(cols), cols[np.minimum(last + 1, len(cols) - 1)], we)
     xend = xs(ends)
     out = []
     for i, e in enumerate(lay["sel"].tolist()):
@@ -695,7 +709,7 @@ def timeline(snap: Snapshot, device, start=None, end=None, x: str = "index",
     ws, we = _window(dv, start, end, x)
 
     def xs(idx):
-        return (dv.time[idx] if x == "time" else idx).tolist()
+        return _x_of(dv, idx, x)
 
     lay = _stacked(dv.start, dv.end, dv.size, dv.total, ws, we, max_points, top)
     line = lay["cols"]
@@ -707,7 +721,7 @@ def timeline(snap: Snapshot, device, start=None, end=None, x: str = "index",
     j = int(np.searchsorted(line, pk))
     return {
         "device": dv.device, "x": x, "totalEvents": n,
-        "window": {"start": ws, "end": we}, "windowX": [xs(np.array([ws]))[0], xs(np.array([we - 1]))[0]],
+        "window": {"start": ws, "end": we}, "windowX": [xs(np.array([ws]))[0], xs(np.array([we]))[0]],
         "allocations": allocs, "allocationsInWindow": lay["inWindow"], "drawn": len(allocs),
         "visibleInWindow": lay["visible"], "maxDetail": MAX_DETAIL, "detail": top,
         "detailCapped": lay["capped"],
@@ -804,7 +818,7 @@ def segment_timeline(snap: Snapshot, device, start=None, end=None, x: str = "ind
     ws, we = _window(dv, start, end, x)
 
     def xs(idx):
-        return (dv.time[idx] if x == "time" else idx).tolist()
+        return _x_of(dv, idx, x)
 
     lay = _stacked(sg.start, sg.end, sg.size, dv.reserved, ws, we, max_points, top)
     line = lay["cols"]
@@ -815,7 +829,7 @@ def segment_timeline(snap: Snapshot, device, start=None, end=None, x: str = "ind
     j = int(np.searchsorted(line, pk))
     return {
         "device": dv.device, "x": x, "totalEvents": n,
-        "window": {"start": ws, "end": we}, "windowX": [xs(np.array([ws]))[0], xs(np.array([we - 1]))[0]],
+        "window": {"start": ws, "end": we}, "windowX": [xs(np.array([ws]))[0], xs(np.array([we]))[0]],
         "segments": out, "segmentsInWindow": lay["inWindow"], "drawn": len(out),
         "visibleInWindow": lay["visible"], "maxDetail": MAX_DETAIL, "detail": top,
         "detailCapped": lay["capped"],
@@ -1129,12 +1143,18 @@ def stack(snap: Snapshot, stack_id, filtered: bool = True) -> dict:
     if not 0 <= sid < len(snap.stacks):
         raise NotFound(f"no stack {sid} (this snapshot has {len(snap.stacks)})", file=snap.path)
     raw = snap.stacks[sid]
+    ids = [f for f, _ in _filtered(snap, sid)] if filtered else list(raw)
     if filtered:
         frames = [_frame_json(snap, f, r) for f, r in _filtered(snap, sid)]
     else:
         frames = [_frame_json(snap, f) for f in raw]
+    # Where the user's code starts, by the rule that names the compare view's sites (one
+    # definition, _user_frame): the frames before it are the allocator's, the
+    # dispatcher's and ATen's, a dozen or more on a CUDA allocation.
+    user, kind, _ = _user_frame(snap, sid)
     return {"stackId": sid, "filtered": bool(filtered), "unfilteredCount": len(raw),
-            "frames": frames}
+            "frames": frames, "userFrame": ids.index(user) if user in ids else None,
+            "userFrameKind": kind}
 
 
 def _label(snap: Snapshot, f: int) -> tuple[str, str]:

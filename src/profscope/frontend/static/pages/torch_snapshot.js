@@ -116,7 +116,10 @@ async function renderSnapshot(view, state, run, details) {
 // The x axis (x=index|time) and the zoomed window (win=<start>,<end>: event indices,
 // or time_us with x=time, as the timeline API takes them) live in the URL, like the
 // selected event (t=), what the timeline stacks (tl=), its detail and the compared run.
-function xModeOf(ctx, state) { return state.x === "time" && ctx.ov.summary.hasTime ? "time" : "index"; }
+// Time needs two events: the last one's state has no later time to end at (one-event
+// snapshots, as the 2023 flexgen ones, are drawn by index: one event wide).
+function hasTimeAxis(ctx) { return ctx.ov.summary.hasTime && ctx.ov.summary.traceEntries > 1; }
+function xModeOf(ctx, state) { return state.x === "time" && hasTimeAxis(ctx) ? "time" : "index"; }
 function kindOf(state) { return state.tl === "segments" ? "segments" : "allocations"; }
 function detailOf(state) {
   const d = Math.trunc(Number(state.detail));
@@ -233,7 +236,7 @@ function overviewStrip(ctx, ov) {
 // -- 2. timeline -----------------------------------------------------------------------
 
 function timelineControls(ctx) {
-  const hasTime = ctx.ov.summary.hasTime;
+  const hasTime = hasTimeAxis(ctx);
   const pick = el("select", { id: "ts-xmode", "aria-label": "x axis", disabled: !hasTime,
     onchange: (e) => go({ ...readState(), x: e.target.value === "time" ? "time" : "", win: "" }) },
   el("option", { value: "index" }, "event index"), hasTime ? el("option", { value: "time" }, "time") : null);
@@ -250,7 +253,7 @@ function timelineControls(ctx) {
   return el("div", { class: "ts-controls" },
     el("label", { class: "ts-picker" }, "show ", kind),
     el("label", { class: "ts-picker", title: "memory_viz's detail slider: how many allocations get a polygon of their own; the rest are the grey band" }, "detail ", detail),
-    el("label", { class: "ts-picker" }, "x axis ", pick, hasTime ? null : el("span", { class: "muted" }, " (no timestamps)")));
+    el("label", { class: "ts-picker" }, "x axis ", pick, hasTime ? null : el("span", { class: "muted" }, ctx.ov.summary.hasTime ? " (one event)" : " (no timestamps)")));
 }
 
 function syncControls(ctx) {
@@ -323,12 +326,15 @@ async function drawTimeline(ctx, tl, range) {
   traces.push({ type: "scatter", mode: "markers", x: [null], y: [null], marker: { symbol: "square", size: 10, color: PALETTE[0] },
     name: `${seg ? "segments" : "allocations"} (${n(items.length)} drawn)`, hoverinfo: "skip" });
   if (tl.others && tl.others.x.length && tl.drawn < tl.visibleInWindow) {
-    const poly = stepPolygon(ctx, tl.others);
+    const poly = stepPolygon(ctx, tl.others, toX(ctx, tl.windowX[1]));
     traces.push({ type: "scatter", mode: "lines", x: poly.x, y: poly.y, fill: "toself", fillcolor: "rgba(150,150,150,0.35)",
       line: { width: 0 }, hoverinfo: "skip", name: `others (${n((seg ? tl.segmentsInWindow : tl.allocationsInWindow) - tl.drawn)})` });
   }
-  const line = (data, values, name, color, dash) => ({ type: "scatter", mode: "lines", x: xs(ctx, data.x), y: values, customdata: data.index,
-    text: values.map((v) => fmtBytes(v)), line: { color, width: 1.5, dash, shape: "hv" }, name,
+  // The last event's value holds to the window's end (windowX[1]), as the polygons do:
+  // a one-event window is then a line, not a lone point Plotly draws nothing for.
+  const end = toX(ctx, tl.windowX[1]);
+  const line = (data, values, name, color, dash) => ({ type: "scatter", mode: "lines", x: [...xs(ctx, data.x), end], y: [...values, values[values.length - 1]],
+    customdata: [...data.index, data.index[data.index.length - 1]], text: [...values, values[values.length - 1]].map((v) => fmtBytes(v)), line: { color, width: 1.5, dash, shape: "hv" }, name,
     hovertemplate: `event %{customdata}<br>${name} %{text} (%{y:,} bytes)<extra></extra>` });
   if (!seg) traces.push(line(tl.total, tl.total.bytes, "allocated", P.fg));
   traces.push(line(tl.reserved, tl.reserved.reservedBytes, "reserved", P.brown, "dash"));
@@ -374,12 +380,14 @@ function noteTimeline(ctx, tl) {
     + (tl.decimated ? " · sampled at the window's bucket maxima; zoom in for every event" : "");
 }
 
-// A left-step band (a point's value holds until the next point) as one closed path.
-function stepPolygon(ctx, p) {
+// A left-step band (a point's value holds until the next point, the last one's until
+// `end`) as one closed path.
+function stepPolygon(ctx, p, end) {
   const x = xs(ctx, p.x), px = [], py = [];
   const k = x.length;
-  for (let i = 0; i < k; i++) { px.push(x[i]); py.push(p.y1[i]); if (i + 1 < k) { px.push(x[i + 1]); py.push(p.y1[i]); } }
-  for (let i = k - 1; i >= 0; i--) { if (i + 1 < k) { px.push(x[i + 1]); py.push(p.y0[i]); } px.push(x[i]); py.push(p.y0[i]); }
+  const right = (i) => (i + 1 < k ? x[i + 1] : end);
+  for (let i = 0; i < k; i++) { px.push(x[i], right(i)); py.push(p.y1[i], p.y1[i]); }
+  for (let i = k - 1; i >= 0; i--) { px.push(right(i), x[i]); py.push(p.y0[i], p.y0[i]); }
   return { x: px, y: py };
 }
 
@@ -599,7 +607,7 @@ function showItem(ctx, a) {
       el("dt", {}, segment ? "reserved" : "allocated"), el("dd", {}, a.allocIndex === null ? "before recording" : evLink(a.allocIndex)),
       el("dt", {}, segment ? "released" : "freed"), el("dd", {}, a.freeIndex === null ? "never (alive at the end)" : evLink(a.freeIndex))),
     el("h4", {}, "Stack (innermost first)"), frames);
-  fillFrames(ctx, frames, a.stackId, { preexisting: a.preexisting, freed: a.freeIndex !== null, segment }, () => ctx.cardId === key);
+  fillFrames(ctx, frames, a.stackId, { preexisting: a.preexisting, freed: a.freeIndex !== null, segment, fromUser: true }, () => ctx.cardId === key);
 }
 
 // The frames of a stack into `box`, or why there are none (memory_viz: "<block was
@@ -614,7 +622,7 @@ function fillFrames(ctx, box, stackId, item, still, run = ctx.run.name) {
     if (s.frames.length) {
       if (!s.frames.some((f) => f.filename.endsWith(".py"))) out.push(el("p", { class: "ts-why", id: "ts-why-cpp" },
         "Only C++ frames: made on a thread that runs no Python (the autograd engine runs backward on its own C++ thread), so the Python line that started it is not in this stack."));
-      out.push(...s.frames.map(frameLine));
+      out.push(...framesFromUser(s, item.fromUser));
     } else {
       const why = whyNoStack(ctx, s, item);
       out.push(el("p", { class: "ts-why", id: "ts-why" }, why));
@@ -625,6 +633,19 @@ function fillFrames(ctx, box, stackId, item, still, run = ctx.run.name) {
     box.replaceChildren(...out);
     box.dataset.loaded = "1";
   }, (err) => { if (still()) box.replaceChildren(errorBox(err, "Stack")); });
+}
+
+// A stack from its first user frame (the server's userFrame: the rule that names the
+// compare view's sites), with the allocator, dispatcher and ATen frames inside it one
+// click away; the whole stack where the first user frame is the innermost, or unknown.
+function framesFromUser(s, fromUser) {
+  const k = fromUser && s.userFrame ? s.userFrame : 0;
+  const lines = s.frames.map((f, i) => frameLine(f, i === s.userFrame && s.userFrameKind !== "runtime"));
+  if (!k) return lines;
+  const more = el("button", { type: "button", class: "ts-inner-frames", id: "ts-inner-frames", title: "show the whole stack",
+    onclick: () => more.replaceWith(...lines.slice(0, k)) },
+  `▸ ${n(k)} inner frames (allocator, dispatcher, ATen) before ${s.userFrameKind === "python" ? "your code" : "the first frame past them"}`);
+  return [more, ...lines.slice(k)];
 }
 
 function whyNoStack(ctx, s, item) {
@@ -641,9 +662,9 @@ function whyNoStack(ctx, s, item) {
   return "No stack was recorded for this event: _record_memory_history's context setting decides which events get one (\"state\": live blocks only, \"alloc\": allocations, \"all\": allocations and frees).";
 }
 
-function frameLine(f) {
+function frameLine(f, user = false) {
   const file = f.filename ? f.filename.split("/").slice(-2).join("/") : "??";
-  return el("div", { class: "ts-frame", title: `${f.filename}:${f.line}` },
+  return el("div", { class: user ? "ts-frame user" : "ts-frame", title: `${f.filename}:${f.line}` },
     el("span", { class: "fn" }, f.name || "??"), " ", el("span", { class: "muted" }, `${file}:${f.line}`),
     f.repeats > 1 ? el("span", { class: "muted" }, ` ×${f.repeats}`) : null);
 }
@@ -816,8 +837,9 @@ async function renderState(ctx) {
   if (current !== ctx || ctx.t !== event) return;
   if (ctx.xMode === "time") drawOverlay(ctx);
   const tt = st.totals;
+  // "" where there is no time: replaceChildren writes a null child as the text "null".
   ui.title.replaceChildren(el("strong", {}, st.event === null ? "Final state" : `After event ${n(st.event)}`), ctx.tIsPeak ? " (the peak allocated)" : "",
-    st.timeUs !== null && ctx.ov.summary.hasTime ? el("span", { class: "muted" }, ` · +${fmtMs(st.timeUs - ctx.ov.summary.firstTimeUs)}`) : null);
+    st.timeUs !== null && ctx.ov.summary.hasTime ? el("span", { class: "muted" }, ` · +${fmtMs(st.timeUs - ctx.ov.summary.firstTimeUs)}`) : "");
   for (const k of ["reservedBytes", "activeBytes", "requestedBytes", "internalFragmentation", "externalFragmentation", "largestFreeBlock"]) {
     ui.tiles[k].v.textContent = fmtBytes(tt[k]);
     ui.tiles[k].sub.textContent = `${n(tt[k])} B`;
