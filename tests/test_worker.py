@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import gzip
 import os
 import resource
+import sys
 import threading
 import time
 
+import orjson
 import pytest
 
 from profscope.cache.progress import ProgressBoard
+from profscope.cache.store import DiskCache
 from profscope.cache.worker import WorkerPool, parse_size
 from profscope.errors import BadInput, BadRequest, NotFound, ProfscopeError, TooLarge
 
@@ -258,3 +262,71 @@ def test_a_server_with_over_a_thousand_files_open_still_converts():
         for f in held:
             f.close()
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_a_key_lock_is_not_held_while_waiting_for_a_worker_that_takes_it(tmp_path):
+    """Issue 31's deadlock, at its smallest: a worker holds the only slot and its nested
+    conversion needs key "inner"; meanwhile a server thread asks for "inner" too. Before,
+    that thread took inner's file lock, then waited for a slot, while the worker (holding
+    the slot) waited for the file lock: nobody moved until the worker's idle watchdog
+    killed it (300 s by default; here 30 s, and the outer answer was a 504). Now the
+    thread waits for a slot holding no file lock, so the worker makes "inner", and the
+    thread then finds it made."""
+    cache = DiskCache(tmp_path / "cache", workers=WorkerPool(concurrency=1, enabled=True, idle_seconds=30))
+    made_in = []
+
+    def inner(progress):
+        made_in.append(os.getpid())  # appended in the process that computes it
+        return {"inner": os.getpid()}
+
+    def outer(progress):
+        time.sleep(1.0)  # the server thread below asks for "inner" meanwhile
+        return {"outer": orjson.loads(gzip.decompress(cache.get_or_compute("inner", "inner", inner)))}
+
+    answers: dict[str, object] = {}
+
+    def ask(key, compute):
+        try:
+            answers[key] = orjson.loads(gzip.decompress(cache.get_or_compute(key, key, compute)))
+        except ProfscopeError as e:
+            answers[key] = e
+
+    first = threading.Thread(target=ask, args=("outer", outer))
+    first.start()
+    until = time.monotonic() + BACKSTOP_S
+    while cache.workers.stats["running"] < 1 and time.monotonic() < until:
+        time.sleep(0.01)
+    second = threading.Thread(target=ask, args=("inner", inner))
+    second.start()
+    first.join(BACKSTOP_S)
+    second.join(BACKSTOP_S)
+    assert not first.is_alive() and not second.is_alive()
+    assert isinstance(answers["outer"], dict), answers["outer"]  # not the watchdog's 504
+    assert answers["inner"] == answers["outer"]["outer"]  # one value, made once (in the worker)
+    assert made_in == []  # never computed in this process
+    assert cache.workers.stats["killed"] == 0
+
+
+def test_a_fork_waits_for_another_threads_import(tmp_path, monkeypatch):
+    """A worker forked while another thread of the server imports a module (numpy, on a
+    server's first requests) inherited that module's import lock held by a thread it
+    does not have: its own import of the module never returned (issue 31, until the idle
+    watchdog). The fork now waits for the import to end."""
+    (tmp_path / "slow_import_31.py").write_text("import time\ntime.sleep(1.5)\nVALUE = 31\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    importer = threading.Thread(target=__import__, args=("slow_import_31",))
+    importer.start()
+    time.sleep(0.3)  # the importer is inside the module's body, holding its lock
+
+    def use(job):
+        import slow_import_31  # in the child
+
+        return str(slow_import_31.VALUE).encode()
+
+    pool = WorkerPool(enabled=True, idle_seconds=10)
+    try:
+        assert run(pool, use) == b"31"
+    finally:
+        importer.join(BACKSTOP_S)
+        sys.modules.pop("slow_import_31", None)
+    assert pool.stats["killed"] == 0

@@ -36,3 +36,39 @@ def renew_locks_after_fork(obj: object, *names: str) -> None:
             setattr(o, name, threading.Lock())
 
     renew_after_fork(obj, renew)
+
+
+def imports_in_flight() -> list[str]:
+    """Modules another thread of this process is importing at this moment.
+
+    CPython imports a module under a per-module lock (importlib._bootstrap._module_locks:
+    name → weak reference to a ``_ModuleLock`` whose ``owner`` is the importing thread's
+    ident, None when free). A fork while another thread holds one leaves it held for
+    ever in the child, by a thread the child does not have: the child's first import of
+    that module, or of anything that module imports, never returns (issue 31: a worker
+    forked while a request thread imported numpy hung until the idle watchdog, 300 s).
+    Interpreters without that table answer []."""
+    import importlib._bootstrap as bootstrap
+
+    locks = getattr(bootstrap, "_module_locks", None) or {}
+    me = threading.get_ident()
+    busy = []
+    for name, ref in list(locks.items()):
+        lock = ref() if callable(ref) else None
+        owner = getattr(lock, "owner", None)
+        if owner is not None and owner != me:
+            busy.append(name)
+    return busy
+
+
+def wait_for_imports(limit_s: float = 60.0) -> None:
+    """Before a fork: wait (polling every few ms, ``limit_s`` at most) until no other
+    thread is in the middle of an import (:func:`imports_in_flight`). An import takes
+    milliseconds to a few tenths of a second (numpy), so a fork waits about that long,
+    once, while the server warms up; after that every module is loaded and this returns
+    at once."""
+    import time
+
+    deadline = time.monotonic() + limit_s
+    while imports_in_flight() and time.monotonic() < deadline:
+        time.sleep(0.002)

@@ -26,7 +26,7 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, TypeVar
 
 import orjson
 
@@ -42,6 +42,8 @@ from profscope.forksafe import renew_after_fork
 LAYOUT_VERSION = 1
 # The one file of a JSON result in the shared record (a folder entry keeps its own names).
 SHARED_BLOB = "entry.json.gz"
+
+T = TypeVar("T")
 
 
 def default_cache_dir() -> Path:
@@ -135,35 +137,84 @@ class DiskCache:
 
     @contextmanager
     def _single_flight(self, key: str) -> Iterator[None]:
+        """``key`` to this thread alone: its thread lock, then its file lock."""
+        with self._thread_lock(key), self._file_lock(key):
+            yield
+
+    @contextmanager
+    def _thread_lock(self, key: str) -> Iterator[None]:
+        """One thread of this process at a time for ``key`` (the others wait here, for
+        the first one's result, holding nothing else)."""
         with self._locks_guard:
             lock = self._locks.setdefault(key, threading.Lock())
         with lock:
-            lock_path = eviction.lock_path(self.root, key)
-            while True:
-                try:
-                    lock_path.parent.mkdir(parents=True, exist_ok=True)
-                    lf = open(lock_path, "a+b")  # noqa: SIM115 - closed below
-                except OSError as e:
-                    if eviction.is_full(e):
-                        raise self._cache_full(e) from e
-                    raise
-                fcntl.flock(lf, fcntl.LOCK_EX)
-                # Eviction and the start-up clean-up delete lock files they could take:
-                # the one locked here must still be the one at that path, else take anew.
-                try:
-                    if os.stat(lock_path).st_ino == os.fstat(lf.fileno()).st_ino:
-                        break
-                except FileNotFoundError:
-                    pass
-                lf.close()
-            held = self._held_keys()
-            held.add(key)
+            yield
+
+    @contextmanager
+    def _file_lock(self, key: str) -> Iterator[None]:
+        """``key`` to this process alone, among every process on this cache folder: the
+        other replicas', and this server's own conversion workers (a worker making a
+        batch of hosts takes each host's key)."""
+        lock_path = eviction.lock_path(self.root, key)
+        while True:
             try:
-                yield
+                lock_path.parent.mkdir(parents=True, exist_ok=True)
+                lf = open(lock_path, "a+b")  # noqa: SIM115 - closed below
+            except OSError as e:
+                if eviction.is_full(e):
+                    raise self._cache_full(e) from e
+                raise
+            fcntl.flock(lf, fcntl.LOCK_EX)
+            # Eviction and the start-up clean-up delete lock files they could take:
+            # the one locked here must still be the one at that path, else take anew.
+            try:
+                if os.stat(lock_path).st_ino == os.fstat(lf.fileno()).st_ino:
+                    break
+            except FileNotFoundError:
+                pass
+            lf.close()
+        held = self._held_keys()
+        held.add(key)
+        try:
+            yield
+        finally:
+            held.discard(key)
+            fcntl.flock(lf, fcntl.LOCK_UN)
+            lf.close()
+
+    def _once(self, key: str, label: str, found: Callable[[bool], T | None], make: Callable[[Progress], T]) -> T:
+        """``key``'s entry, made at most once at a time across threads and processes.
+
+        ``found(shared)`` is the entry if it is there (copied from the shared record too
+        when ``shared``), raising a failure remembered for ``key``; ``make(job)`` makes
+        and stores it, in a conversion worker.
+
+        The order of the locks is what keeps this from deadlocking: the key's thread
+        lock, then a worker slot, then the key's file lock; never a slot while holding
+        the file lock. A worker holding a slot may itself wait for this key's file lock
+        (the batch that makes many hosts' rows in one worker, a tool reading another
+        tool's entry): a thread that held the file lock while waiting for that slot
+        blocked them both until the worker's idle watchdog (300 s) stopped it. So the
+        file lock is taken first only to look (nothing to wait for), then let go while
+        a slot is awaited, then taken again to look once more and make the entry."""
+        with self._thread_lock(key):
+            with self._file_lock(key):
+                got = found(True)
+                if got is not None:
+                    return got
+            job = self.progress.start(key, label)
+            try:
+                with self.workers.slot(job), self._file_lock(key):
+                    got = found(False)  # made meanwhile by a worker or another replica
+                    if got is not None:
+                        self._shared_release(key)
+                        return got
+                    return make(job)
+            except BaseException:
+                self._shared_release(key)  # the lease the shared record's look took, if any
+                raise
             finally:
-                held.discard(key)
-                fcntl.flock(lf, fcntl.LOCK_UN)
-                lf.close()
+                self.progress.finish(job)
 
     def _held_keys(self) -> set:
         held = getattr(self._held, "keys", None)
@@ -191,32 +242,27 @@ class DiskCache:
         if hit is not None:
             return hit
         self._raise_if_failed(key)
-        with self._single_flight(key):
+
+        def found(shared: bool) -> bytes | None:
             hit = self.get(key)  # another request finished it while we waited
-            if hit is not None:
-                return hit
-            self._raise_if_failed(key)
-            if self.shared is not None:
-                gz = self._shared_blob(key)
-                if gz is not None:
-                    self.put(key, gz)
-                    return gz
-            job = self.progress.start(key, label)
-            try:
-                # Serialised in the worker too: a payload that cannot be (or that would
-                # expand into gigabytes of JSON) fails there, not here.
-                gz = self._convert(key, job, file, lambda p: gzip.compress(
-                    orjson.dumps(compute(p), option=orjson.OPT_SERIALIZE_NUMPY), compresslevel=5))
-            except BaseException:
-                self._shared_release(key)
-                raise
-            finally:
-                self.progress.finish(job)
+            if hit is None:
+                self._raise_if_failed(key)
+                if shared and self.shared is not None and (hit := self._shared_blob(key)) is not None:
+                    self.put(key, hit)
+            return hit
+
+        def make(job: Progress) -> bytes:
+            # Serialised in the worker too: a payload that cannot be (or that would
+            # expand into gigabytes of JSON) fails there, not here.
+            gz = self._convert(key, job, file, lambda p: gzip.compress(
+                orjson.dumps(compute(p), option=orjson.OPT_SERIALIZE_NUMPY), compresslevel=5))
             self.put(key, gz)
             if self.shared is not None:
                 self.shared.publish_later(key, [(SHARED_BLOB, self._path(key))], kind="blob",
                                           scratch=self._path(key).parent)
             return gz
+
+        return self._once(key, label, found, make)
 
     def get_or_build_dir(self, key: str, label: str, build: Callable[[Progress, Path], object], *,
                          file: str | None = None) -> Path:
@@ -230,29 +276,32 @@ class DiskCache:
         if self._use_dir(final):
             return final
         self._raise_if_failed(key)
-        with self._single_flight(key):
+
+        def found(shared: bool) -> Path | None:
             if final.is_dir():
                 return final
             self._raise_if_failed(key)
-            if self.shared is not None and self._shared_dir(key, final):
+            if shared and self.shared is not None and self._shared_dir(key, final):
                 return final
+            return None
+
+        def make(job: Progress) -> Path:
             # named after its key: the start-up clean-up of another process checks its lock
             tmp = Path(self._full_guard(tempfile.mkdtemp)(dir=final.parent, prefix=f".tmp-{key}-", suffix=".d"))
-            job = self.progress.start(key, label)
             try:
                 self._convert(key, job, file, lambda p: self._full_guard(build)(p, tmp))
                 os.replace(tmp, final)
             except BaseException:
                 shutil.rmtree(tmp, ignore_errors=True)
-                self._shared_release(key)
                 raise
             finally:
-                self.progress.finish(job)
                 shutil.rmtree(self.preview_dir(key), ignore_errors=True)
             self._added(key, eviction.tree_size(final))
             if self.shared is not None:
                 self.shared.publish_later(key, folder_files(final), kind="dir", scratch=final.parent)
             return final
+
+        return self._once(key, label, found, make)
 
     def preview_dir(self, key: str) -> Path:
         """Where the build of ``key``'s folder may publish an early, partial result while

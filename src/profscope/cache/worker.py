@@ -40,13 +40,15 @@ import sys
 import threading
 import time
 import traceback
-from typing import Callable
+from contextlib import contextmanager
+from typing import Callable, Iterator
 
 import orjson
 
 from profscope import errors
 from profscope.cache.progress import Progress, ProgressBoard
 from profscope.errors import BadInput, ProfscopeError, TooLarge
+from profscope.forksafe import wait_for_imports
 
 log = logging.getLogger("profscope.worker")
 
@@ -125,6 +127,7 @@ class WorkerPool:
         # request answered, instead of waiting for ever.
         self.idle_seconds = idle_seconds or int(env.get("PROFSCOPE_WORKER_IDLE_SECONDS") or 0) or 300
         self._slots = threading.BoundedSemaphore(self.concurrency)
+        self._mine = threading.local()  # whether this thread holds a slot (slot())
         self.stats = {"runs": 0, "failed": 0, "killed": 0, "peakRssBytes": 0, "running": 0, "queued": 0}
         self._stats_lock = threading.Lock()
 
@@ -134,6 +137,27 @@ class WorkerPool:
         return (f"{self.concurrency} worker process(es) at once, {_fmt_bytes(self.memory_limit)} of memory "
                 f"and {self.cpu_seconds} s of CPU each")
 
+    @contextmanager
+    def slot(self, job: Progress) -> Iterator[None]:
+        """One of the ``concurrency`` slots for this thread (waiting, with "queued" on
+        ``job``, while none is free); :meth:`run` inside it forks without taking another.
+        The cache takes it before a key's file lock, never while holding one: a worker
+        that holds a slot may be waiting for that lock (cache/store.py ``_once``)."""
+        if not self.enabled or _IN_WORKER or getattr(self._mine, "held", False):
+            yield
+            return
+        self._count("queued", 1)
+        if not self._slots.acquire(blocking=False):
+            job.update(message="queued: waiting for a free worker")
+            self._slots.acquire()
+        self._count("queued", -1)
+        self._mine.held = True
+        try:
+            yield
+        finally:
+            self._mine.held = False
+            self._slots.release()
+
     def run(self, fn: Callable[[Progress], bytes | None], job: Progress, board: ProgressBoard,
             file: str | None = None) -> bytes | None:
         """``fn(job)`` in a worker child; its bytes (or None) back here, its
@@ -141,17 +165,12 @@ class WorkerPool:
         errors made here (a crash, the memory limit, an unexpected exception)."""
         if not self.enabled or _IN_WORKER:
             return fn(job)
-        self._count("queued", 1)
-        if not self._slots.acquire(blocking=False):
-            job.update(message="queued: waiting for a free worker")
-            self._slots.acquire()
-        self._count("queued", -1)
-        self._count("running", 1)
-        try:
-            return self._fork(fn, job, board, file)
-        finally:
-            self._count("running", -1)
-            self._slots.release()
+        with self.slot(job):
+            self._count("running", 1)
+            try:
+                return self._fork(fn, job, board, file)
+            finally:
+                self._count("running", -1)
 
     def _count(self, name: str, delta: int) -> None:
         with self._stats_lock:
@@ -162,6 +181,9 @@ class WorkerPool:
     def _fork(self, fn, job: Progress, board: ProgressBoard, file: str | None) -> bytes | None:
         r, w = os.pipe()
         sockets = _socket_fds()  # the server's, listed before the fork and after the pipe (see _detach)
+        # Not in the middle of another thread's import: its module lock would stay held
+        # in the child for ever (forksafe.py).
+        wait_for_imports()
         pid = os.fork()
         if pid == 0:  # the child: never returns
             os.close(r)
