@@ -54,8 +54,11 @@ def router(ws: Workspace) -> APIRouter:
             tool = request.query_params.get("tool") or tool_table.page_tool(tag)
             if tool is not None:
                 return RedirectResponse(_without_tag(request, tool), status_code=302)
+        # Every tool's title, for the shell's tool picker to name the open tool on a run
+        # that has no input for it (the run's own tools come with /api/run).
+        titles = {t.name: t.title for t in tool_table.TOOLS}
         return HTMLResponse(render.page("index.html", version=__version__, logdir=ws.logdir.url,
-                                        pages=tool_table.page_modules()))
+                                        pages=tool_table.page_modules(), titles=titles))
 
     @r.get("/static/vendor/plotly.min.js")
     def plotly() -> Response:

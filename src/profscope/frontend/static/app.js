@@ -1,12 +1,13 @@
 // profscope dashboard shell (an ES module; no build step). It owns the top bar (run,
 // tool, host, module pickers), the run catalog, and which page module renders the view;
 // the view state is the query string (lib/state.js), each page declaring its own keys.
-import { $, el } from "./lib/dom.js";
+import { $, el, fill } from "./lib/dom.js";
 import { defineKeys, go, onNavigate, readState, resetFor, stateUrl } from "./lib/state.js";
 import { ApiError, errorBox, getJson } from "./lib/api.js";
 import overview from "./pages/overview.js";
 import { initCapture } from "./pages/capture.js";
 import { showConversions } from "./lib/conversions.js";
+import { fmtHosts } from "./lib/format.js";
 
 // The page modules, in the order their URL keys appear in a link: the run overview, then
 // those of the tools, which the server's tool table names (index.html #page-modules).
@@ -24,7 +25,18 @@ defineKeys({
 });
 for (const page of PAGES) defineKeys(page.keys || {});
 
+// Every tool's title (index.html #tool-titles), to name the open tool in the picker on a
+// run that has no input for it (the run's own tools come with its details).
+const TOOL_TITLES = JSON.parse(document.getElementById("tool-titles").textContent);
+const bare = (name) => (name || "").replace(/@$/, "");
+
 const runDetails = new Map(); // run name -> promise of /api/run
+// Runs whose /api/run was refused with a 4xx (a truncated xplane, an LFS pointer): name ->
+// the reason. The run picker and the overview mark them; the first run opened is one that reads.
+const unreadable = new Map();
+// How many runs the first view tries before it shows the first one's error: each try reads
+// a run's files (cached), and a log directory of broken runs is not worth reading whole.
+const MAX_FIRST_TRIES = 20;
 let catalog = null;
 let activePage = null; // the page module that drew the view
 
@@ -52,9 +64,46 @@ function useStyles(page) {
 }
 
 function fillSelect(select, options, value) {
-  select.replaceChildren(...options.map((o) => el("option", { value: o.value, disabled: o.disabled, title: o.title }, o.label)));
+  select.replaceChildren(...options.map((o) => el("option", { value: o.value, disabled: o.disabled, title: o.title, ...o.attrs }, o.label)));
   const known = options.some((o) => o.value === value);
   select.value = known ? value : options.length ? options[0].value : "";
+}
+
+// A run's details (/api/run), fetched once; a 4xx (its files cannot be read) is kept in
+// `unreadable` with the server's reason, and the promise rejects with it.
+function runInfo(name) {
+  if (!runDetails.has(name)) {
+    const promise = getJson(`/api/run?run=${encodeURIComponent(name)}`);
+    promise.then(() => unreadable.delete(name), (err) => {
+      runDetails.delete(name); // tried again on the next visit (the server remembers a bad file's error)
+      if (err.status >= 400 && err.status < 500) unreadable.set(name, reasonOf(err));
+    });
+    runDetails.set(name, promise);
+  }
+  return runDetails.get(name);
+}
+
+// The server's message without the file path it starts with (the error's `file` says it).
+function reasonOf(err) {
+  const file = err.body && err.body.file;
+  return file && err.message.startsWith(`${file}: `) ? err.message.slice(file.length + 2) : err.message;
+}
+
+// The run picker's entries: a run known to be unreadable says so, and why.
+function runOptions(runs) {
+  return runs.map((r) => unreadable.has(r.name)
+    ? { value: r.name, label: `⚠ ${r.name} (cannot be read: ${unreadable.get(r.name)})`, title: unreadable.get(r.name), attrs: { "data-unreadable": "" } }
+    : { value: r.name, label: r.name, title: r.kind });
+}
+
+// The run a bare URL opens: the first in the catalog whose files read, so one broken
+// profile first in the list does not greet the user with its error. A 5xx or no answer
+// (the server's trouble, not the run's) stops the search there.
+async function firstReadableRun(runs) {
+  for (const r of runs.slice(0, MAX_FIRST_TRIES)) {
+    try { await runInfo(r.name); return r.name; } catch (err) { if (!unreadable.has(r.name)) return r.name; }
+  }
+  return runs[0].name;
 }
 
 async function render(state) {
@@ -69,21 +118,23 @@ async function render(state) {
         "), PyTorch snapshots (", el("code", {}, "*.pickle"), ") and Chrome traces (", el("code", {}, "*.trace.json.gz"), ")."));
     return;
   }
-  if (!state.run) return go({ ...state, run: runs[0].name }, { replace: true });
+  if (!state.run) {
+    const first = await firstReadableRun(runs);
+    if (readState().run) return; // the user picked a run meanwhile
+    return go({ ...state, run: first }, { replace: true });
+  }
   const run = runs.find((r) => r.name === state.run);
-  fillSelect($("#pick-run"), runs.map((r) => ({ value: r.name, label: r.name, title: r.kind })), state.run);
+  fillSelect($("#pick-run"), runOptions(runs), state.run);
   if (!run) {
     view.replaceChildren(errorBox(new ApiError(404, { error: `no run named "${state.run}" in ${catalog.logdir}` }), "Run not found"));
     return;
   }
   document.title = `${state.tool || "overview"} · ${run.name} · profscope`;
 
-  if (!runDetails.has(run.name)) runDetails.set(run.name, getJson(`/api/run?run=${encodeURIComponent(run.name)}`));
   let details;
-  try { details = await runDetails.get(run.name); } catch (err) {
-    runDetails.delete(run.name);
-    view.replaceChildren(errorBox(err, `Cannot read run ${run.name}`));
-    return;
+  try { details = await runInfo(run.name); } catch (err) {
+    if (readState().run !== run.name) return;
+    return unreadableRun(view, state, runs, run, err);
   }
   if (readState().run !== run.name) return; // the user moved on meanwhile
   // Which tools a run offers needs a look inside its files, so it comes with the details.
@@ -91,12 +142,24 @@ async function render(state) {
     value: t.name, label: t.title, title: t.summary })));
   // XProf names some tools with a trailing @ (trace_viewer@); profscope's links say
   // tool=trace_viewer: either spelling selects the tool's entry.
-  const bare = (name) => (name || "").replace(/@$/, "");
   const shown = tools.find((t) => t.value && bare(t.value) === bare(state.tool));
+  // A page draws a tool this run has no input for (the memory viewer of a profile without
+  // HLO modules, opened from a link): the picker still names the tool on screen.
+  const known = Object.keys(TOOL_TITLES).find((name) => bare(name) === bare(state.tool));
+  if (!shown && known && pageFor(state.tool, run)) {
+    tools.push({ value: state.tool, label: `${TOOL_TITLES[known]} (no input)`, title: "this run has no input for this tool" });
+  }
   fillSelect($("#pick-tool"), tools, shown ? shown.value : state.tool);
   // Hosts too: a snapshot's devices are its hosts, known once the file was read.
   const hosts = details.hosts.length ? details.hosts.map((h) => ({ value: h, label: h })) : [{ value: "", label: "—" }];
-  fillSelect($("#pick-host"), hosts, state.host);
+  // Several hosts merged on one timeline (the trace viewer's hosts=a,b): the picker says
+  // which, rather than showing the first host as if it were the one open. Picking a host
+  // from the list opens that host alone (hosts resets on host).
+  const merged = (state.hosts || "").split(",").filter((h) => details.hosts.includes(h));
+  if (merged.length > 1) {
+    hosts.unshift({ value: "", label: `${merged.length} hosts: ${fmtHosts(merged)}`, title: merged.join("\n"), attrs: { "data-merged": merged.join(",") } });
+  }
+  fillSelect($("#pick-host"), hosts, merged.length > 1 ? "" : state.host);
   fillModules(details.modules, state.module_name);
   showConversions(state, details); // a multi-host run's hosts on the Dask cluster, if the server has one
 
@@ -113,7 +176,7 @@ async function render(state) {
   if (page) {
     await useStyles(page);
     if (stateUrl(readState()) !== stateUrl(state)) return; // the user moved on while the styles loaded
-    return page.render(view, state, run, details);
+    return page.render(view, state, run, details, { unreadable, catalog });
   }
   // No page for this tool yet: show what the data API says (a clear 404 for now).
   await useStyles({ css: [] });
@@ -127,6 +190,28 @@ async function render(state) {
     const tool = details.tools.find((t) => t.name === state.tool);
     view.replaceChildren(el("h1", {}, tool ? tool.title : state.tool), errorBox(err, "No data"));
   }
+}
+
+// A run whose files cannot be read: the reason, and the log directory's other runs to
+// open instead (the ones known to be unreadable marked, with theirs).
+function unreadableRun(view, state, runs, run, err) {
+  if (activePage && activePage.leave) activePage.leave();
+  activePage = null;
+  fillSelect($("#pick-run"), runOptions(runs), run.name);
+  fillSelect($("#pick-tool"), [{ value: "", label: "Overview" }], "");
+  fillSelect($("#pick-host"), [{ value: "", label: "—" }], "");
+  fillModules([], "");
+  const others = runs.filter((r) => r.name !== run.name);
+  const shown = others.slice(0, 50);
+  const open = (name) => ({ ...resetFor(state, "run"), run: name, tool: "" });
+  fill(view, errorBox(err, `Cannot read run ${run.name}`),
+    others.length ? el("h2", {}, `The other runs in ${catalog.logdir} (${others.length})`) : null,
+    el("ul", { id: "run-list", class: "run-list" }, shown.map((r) => el("li", { "data-run": r.name },
+      el("a", { href: stateUrl(open(r.name)), onclick: (e) => { e.preventDefault(); go(open(r.name)); } }, r.name),
+      unreadable.has(r.name)
+        ? el("span", { class: "unreadable" }, ` cannot be read: ${unreadable.get(r.name)}`)
+        : el("span", { class: "muted" }, ` ${r.kind}`)))),
+    others.length > shown.length ? el("p", { class: "muted" }, `and ${others.length - shown.length} more in the Run picker above.`) : null);
 }
 
 // A tool this run does not have (an XProf tool we lack, or a mistyped link): say so, and
@@ -183,7 +268,7 @@ initCapture({
   runsChanged: async () => {
     catalog = await getJson("/api/runs");
     const state = readState();
-    if (state.run) fillSelect($("#pick-run"), catalog.runs.map((r) => ({ value: r.name, label: r.name, title: r.kind })), state.run);
+    if (state.run) fillSelect($("#pick-run"), runOptions(catalog.runs), state.run);
   },
   openRun: (run) => { catalog = null; go({ ...resetFor(readState(), "run"), run, tool: "trace_viewer@" }); },
 });

@@ -115,3 +115,32 @@ export function byteTicks(maxBytes, count = 5) {
   }
   return { tickvals: vals, ticktext: text };
 }
+
+// -- host names -------------------------------------------------------------------------
+
+// What sets several host names apart: the separator-delimited parts they share at the start
+// and at the end, and each one's middle. ["34.83.195.179_6003", "34.83.195.180_6003"] ->
+// { prefix: "34.83.195.", suffix: "_6003", mids: ["179", "180"] }. Every middle keeps at
+// least one part, so distinct names keep distinct middles.
+export function hostParts(names) {
+  const parts = names.map((n) => String(n).split(/([._:\-/])/).filter((p) => p !== ""));
+  const shortest = Math.min(...parts.map((p) => p.length));
+  let pre = 0;
+  while (pre < shortest - 1 && parts.every((p) => p[pre] === parts[0][pre])) pre++;
+  let suf = 0;
+  while (pre + suf < shortest - 1 && parts.every((p) => p[p.length - 1 - suf] === parts[0][parts[0].length - 1 - suf])) suf++;
+  return {
+    prefix: parts[0].slice(0, pre).join(""),
+    suffix: suf ? parts[0].slice(-suf).join("") : "",
+    mids: parts.map((p) => p.slice(pre, p.length - suf).join("")),
+  };
+}
+
+// Several hosts in one short text: "34.83.195.{179,180}_6003" (the first `most` middles,
+// then how many more).
+export function fmtHosts(names, most = 4) {
+  if (names.length < 2) return names.join("");
+  const { prefix, suffix, mids } = hostParts(names);
+  const shown = mids.length > most ? [...mids.slice(0, most), `… ${mids.length - most} more`] : mids;
+  return `${prefix}{${shown.join(",")}}${suffix}`;
+}

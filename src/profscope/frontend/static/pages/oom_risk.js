@@ -60,7 +60,8 @@ async function renderOomRisk(view, state, run) {
     tiles(data),
     (data.hosts || []).length > 1 ? el("h2", {}, `Hosts (${data.hosts.length})`) : null,
     hostTable(data),
-    el("div", { class: "oom-gauge", id: "oom-gauge" }),
+    el("div", { class: "oom-gauge" }, el("div", { class: "oom-gauge-label", id: "oom-gauge-label" }, gaugeLabel(data)),
+      el("div", { id: "oom-gauge" })),
     el("h2", {}, `Findings (${data.findings.length})`), findings(data),
     el("h2", {}, "Contributors at the peak"),
     el("p", { class: "oom-hint" }, `From the ${data.contributorsSource || "—"}. Each buffer sits in the first category whose rule matches (docs/oom_risk.md); click a box to open it.`),
@@ -134,6 +135,14 @@ function tiles(d) {
     t("thresholds", `MEDIUM ≥ ${Math.round(100 * d.thresholds.medium)} %, HIGH ≥ ${Math.round(100 * d.thresholds.high)} %`, "OOM: an OOM event, or peak > capacity", "oom-thresholds"));
 }
 
+// What the gauge measures, written above it in the page's own text: Plotly's indicator
+// puts its title left of a bullet gauge, right-aligned in the left margin, and cuts off
+// whatever is wider than that margin ("ak allocated 2.60 GiB of 31.7 GiB").
+function gaugeLabel(d) {
+  const what = d.peakMeasure || "peak";
+  return d.capacityBytes ? `${what} ${fmtBytes(d.peakBytes)} of ${fmtBytes(d.capacityBytes)}` : `${what} (no capacity: the gauge needs one)`;
+}
+
 function drawGauge(d) {
   const div = document.getElementById("oom-gauge");
   if (!window.Plotly || !div) return;
@@ -143,7 +152,6 @@ function drawGauge(d) {
     const u = 100 * d.utilization;
     const top = Math.max(100, Math.ceil(u * 1.1 / 10) * 10);
     trace = { type: "indicator", mode: "gauge+number", value: u, number: { suffix: " %", valueformat: ".1f", font: { size: 30 } },
-      title: { text: `${d.peakMeasure || "peak"} ${fmtBytes(d.peakBytes)} of ${fmtBytes(d.capacityBytes)}`, font: { size: 14 } },
       gauge: { shape: "bullet", axis: { range: [0, top], ticksuffix: " %" }, bar: { color: RISK_COLORS[d.risk], thickness: 0.45 },
         steps: [{ range: [0, 100 * th.medium], color: RISK_ZONE.LOW }, { range: [100 * th.medium, 100 * th.high], color: RISK_ZONE.MEDIUM },
           { range: [100 * th.high, 100], color: RISK_ZONE.HIGH }, { range: [100, top], color: RISK_ZONE.OOM }],
@@ -153,10 +161,9 @@ function drawGauge(d) {
     // two read the same number: Plotly's number format knows no binary units.
     const u = byteUnit(d.peakBytes || 1), v = (d.peakBytes || 0) / u.div;
     trace = { type: "indicator", mode: "number", value: v,
-      number: { suffix: ` ${u.label}`, valueformat: u.div === 1 ? ".0f" : v < 10 ? ".2f" : ".1f" },
-      title: { text: `${d.peakMeasure || "peak"} (no capacity: the gauge needs one)`, font: { size: 14 } } };
+      number: { suffix: ` ${u.label}`, valueformat: u.div === 1 ? ".0f" : v < 10 ? ".2f" : ".1f" } };
   }
-  newPlot(div, [trace], { height: 130, margin: { l: 230, r: 30, t: 20, b: 30 } }, { displayModeBar: false });
+  newPlot(div, [trace], { height: 100, margin: { l: 30, r: 30, t: 10, b: 30 } }, { displayModeBar: false });
   charts.push(div);
 }
 

@@ -1,13 +1,26 @@
 // Overview page (no tool picked): the run's kind, files, HLO modules and tools. A module
-// opens in the memory viewer (what its buffers are is what a module page shows).
-import { el } from "../lib/dom.js";
+// opens in the memory viewer (what its buffers are is what a module page shows). Runs of
+// the log directory that the shell found unreadable are named at the top, with why.
+import { el, fill } from "../lib/dom.js";
 import { fmtBytes } from "../lib/format.js";
 import { go, stateUrl } from "../lib/state.js";
 import { bytesAxis, escapePlotly, newPlot } from "../lib/plotly.js";
 
 const KIND_LABELS = { profile: "profile session", xla_dump: "XLA dump folder", torch_snapshot: "PyTorch memory snapshot", chrome_trace: "Chrome trace" };
 
-function render(view, state, run, details) {
+// The runs the shell could not read (shell.unreadable: name -> reason), each a link.
+function unreadableNote(state, run, shell) {
+  const bad = [...((shell && shell.unreadable) || new Map())].filter(([name]) => name !== run.name);
+  if (!bad.length) return null;
+  const open = (name) => ({ run: name });
+  return el("div", { class: "note", id: "unreadable-runs", role: "status" },
+    `${bad.length === 1 ? "A run" : `${bad.length} runs`} in this log directory cannot be read (opening one says why in full):`,
+    el("ul", {}, bad.map(([name, reason]) => el("li", { "data-run": name },
+      el("a", { href: stateUrl(open(name)), onclick: (e) => { e.preventDefault(); go(open(name)); } }, name),
+      el("span", { class: "unreadable" }, `: ${reason}`)))));
+}
+
+function render(view, state, run, details, shell) {
   const toolCards = details.tools.map((t) => el("div", { class: "card", "data-tool": t.name },
     el("h3", {}, el("a", { href: stateUrl({ ...state, tool: t.name }), onclick: (e) => { e.preventDefault(); go({ ...state, tool: t.name }); } }, t.title)),
     el("div", {}, t.summary),
@@ -23,7 +36,8 @@ function render(view, state, run, details) {
         class: m === state.module_name ? "selected" : "", "data-module": m, onclick: () => go(moduleState(m)) },
       el("a", { href: stateUrl(moduleState(m)), onclick: (e) => { e.preventDefault(); e.stopPropagation(); go(moduleState(m)); } }, m))))
     : el("p", { class: "muted" }, "No compiled HLO modules recorded in this run.");
-  view.replaceChildren(
+  fill(view,
+    unreadableNote(state, run, shell),
     el("h1", { id: "run-title" }, run.name),
     el("dl", { class: "kv" },
       el("dt", {}, "kind"), el("dd", {}, KIND_LABELS[run.kind] || run.kind),

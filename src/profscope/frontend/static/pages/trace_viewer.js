@@ -17,7 +17,7 @@
 import { el } from "../lib/dom.js";
 import { go, readState, setUrl as writeUrl, stateUrl } from "../lib/state.js";
 import { cachedJson, errorBox, getJson } from "../lib/api.js";
-import { fmtBytes, fmtDur, fmtTick as fmtIn, fmtTime, timeUnit as unitFor } from "../lib/format.js";
+import { fmtBytes, fmtDur, fmtTick as fmtIn, fmtTime, hostParts, timeUnit as unitFor } from "../lib/format.js";
 import { P, SLICE_COLORS as PALETTE } from "../lib/colors.js";
 import { makeSummary } from "./trace_viewer_summary.js";
 import { hostsOverview, showsHosts } from "./trace_viewer_hosts.js";
@@ -475,7 +475,9 @@ function relayout(ctx) {
   for (const pid of byPid.keys()) if (!procs.some((p) => p.pid === pid)) procs.push({ pid, name: `process ${pid}`, sortIndex: pid });
   procs.sort((a, b) => (a.sortIndex ?? 0) - (b.sortIndex ?? 0) || a.pid - b.pid);
   const rows = [], trackRow = new Map();
-  const multiHost = new Set(procs.map((p) => p.host)).size > 1;
+  const hostNames = [...new Set(procs.map((p) => p.host))];
+  const multiHost = hostNames.length > 1;
+  const shortHosts = multiHost ? shortHostNames(hostNames) : new Map();
   let y = 0;
   for (const p of procs) {
     // a line without a single slice (XProf's emptied "Async XLA Ops") is not a row
@@ -483,8 +485,15 @@ function relayout(ctx) {
       .sort((a, b) => (a.sortIndex ?? 0) - (b.sortIndex ?? 0) || a.tid - b.tid || a.id - b.id);
     if (!tracks.length) continue;
     const open = !ctx.collapsed.has(p.pid);
-    const name = multiHost && p.host && !String(p.name).includes(p.host) ? `${p.host} ${p.name}` : p.name;
-    rows.push({ type: "process", pid: p.pid, y, h: PROC_H, name, count: tracks.length, open });
+    // The header names the host where the server's process name starts with it
+    // ("34.83.195.179_6003 /device:GPU:1", an xplane's processes), and in a merged view
+    // where it does not (it is put in front).
+    const own = String(p.name), known = p.host || "";
+    const host = known && (own.startsWith(`${known} `) || (multiHost && !own.includes(known))) ? known : "";
+    const proc = host && own.startsWith(`${host} `) ? own.slice(host.length + 1) : own;
+    const name = host ? `${host} ${proc}` : own;
+    rows.push({ type: "process", pid: p.pid, y, h: PROC_H, name, proc, host, hostForms: shortHosts.get(host) || [],
+      count: tracks.length, open });
     y += PROC_H;
     if (!open) continue;
     for (const t of tracks) {
@@ -499,6 +508,16 @@ function relayout(ctx) {
   ctx.trackRow = trackRow;
   ctx.contentH = y;
   sizeCanvas(ctx);
+}
+
+// Shorter forms of each host name of a merged view, longest first, that still tell the
+// hosts apart: their shared start left out ("…179_6003"), then their shared end too
+// ("…179…"). A process header gives up its host's text before its own name.
+function shortHostNames(hosts) {
+  const { prefix, suffix, mids } = hostParts(hosts);
+  return new Map(hosts.map((h, i) => [h, [...new Set([
+    prefix ? `…${mids[i]}${suffix}` : null, prefix || suffix ? `${prefix ? "…" : ""}${mids[i]}${suffix ? "…" : ""}` : null,
+  ].filter((f) => f && f !== h))]]));
 }
 
 function sizeCanvas(ctx) {
@@ -831,7 +850,7 @@ function drawGutter(ctx, g, visible, yOf, H) {
     if (r.type === "process") {
       g.fillStyle = "#eef1f6"; g.fillRect(0, y, GUTTER, r.h);
       g.fillStyle = P.fg; g.font = BOLD;
-      g.fillText(fitText(g, `${r.open ? "▾" : "▸"} ${r.name}${r.open ? "" : `  (${r.count} tracks)`}`, GUTTER - 12), 6, y + r.h / 2 + 0.5);
+      g.fillText(processLabel(g, r, GUTTER - 12), 6, y + r.h / 2 + 0.5);
       g.font = FONT;
     } else {
       g.fillStyle = r.alt ? "#fafbfc" : "#fff"; g.fillRect(0, y, GUTTER, r.h);
@@ -842,6 +861,30 @@ function drawGutter(ctx, g, visible, yOf, H) {
   }
   g.restore();
   g.fillStyle = P.line; g.fillRect(GUTTER - 1, RULER_H, 1, H - RULER_H);
+}
+
+// A process header's text within `room` px. What tells the rows apart is the process's
+// own name, whose end holds the device number ("/device:GPU:7"), and, in a merged view,
+// the part of the host name the hosts do not share. So the text gives way in this order:
+// the host's shared start and end (shortHostNames), the collapsed track count, the host,
+// and last the start of the process name ("…vice:GPU:7"); never the number. Kept on the
+// row (labelKey: what it was made for) so a repaint measures nothing.
+function processLabel(g, r, room) {
+  const key = `${r.open}|${room}|${g.font}`;
+  if (r.labelKey === key) return r.label;
+  const head = r.open ? "▾" : "▸", count = r.open ? "" : `  (${r.count} tracks)`;
+  const fits = (t) => g.measureText(t).width <= room;
+  const tries = [...[r.host, ...r.hostForms].filter(Boolean).map((h) => `${head} ${h} ${r.proc}${count}`),
+    `${head} ${r.proc}${count}`, `${head} ${r.proc}`];
+  let label = tries.find(fits);
+  if (!label) { // the process name alone is too long: cut its start, keep its end
+    let lo = 0, hi = r.proc.length;
+    while (lo < hi) { const mid = (lo + hi + 1) >> 1; if (fits(`${head} …${r.proc.slice(r.proc.length - mid)}`)) lo = mid; else hi = mid - 1; }
+    label = `${head} …${r.proc.slice(r.proc.length - lo)}`;
+  }
+  r.labelKey = key;
+  r.label = label;
+  return label;
 }
 
 function fitText(g, text, room) {
@@ -1309,6 +1352,15 @@ function openMatch(ctx, m, index) {
   schedule(ctx);
 }
 
+// A process header's text as drawGutter writes it (in its font), whether on screen now or not.
+function headerText(ctx, row) {
+  const g = ctx.g, font = g.font;
+  g.font = BOLD;
+  const text = processLabel(g, row, GUTTER - 12);
+  g.font = font;
+  return text;
+}
+
 // -- test hook -------------------------------------------------------------------------
 // For the browser test and for debugging from the console: what is drawn where (page
 // coordinates), so a test can click a slice it found through the API.
@@ -1344,6 +1396,7 @@ window.__traceViewer = {
     return out;
   },
   rows: () => current ? current.rows.map((row) => ({ type: row.type, name: row.type === "process" ? row.name : row.track.name,
+    label: row.type === "process" ? headerText(current, row) : undefined, // the header's text as drawn
     kind: row.type === "track" ? row.track.kind : "process", id: row.type === "track" ? row.track.id : null, y: row.y, h: row.h })) : [],
   pixel: (x, y) => { // RGB of the canvas at page coordinates
     const ctx = current, r = ctx.canvas.getBoundingClientRect();
