@@ -25,7 +25,12 @@ What is kept, compactly (gzip, mtime 0):
   row XProf binds to a flow, ``flow`` numbering XProf's ``bind_id`` values in order of
   appearance (XProf's ids come from a per-process seeded hash and change on every run),
   ``kind`` ``"out"`` / ``"in"`` / ``"mid"`` (``flow_out``, ``flow_in``, both), ``cat`` or
-  null.
+  null; and ``counters``: XProf's counter (``C``) events, one per device and series,
+  ``[pid, name, event_stats, entries]`` (``entries``: ``[ts, value]`` rows, ts in µs), sorted
+  (XProf writes them in a hash map's order). A builder scenario with a window in
+  ``BUILDER_WINDOWS`` also gets ``<scenario>_window.json.gz``, XProf's answer to that window
+  (its ``params`` with the same fields). ``--cases`` records only the named builder scenarios
+  and keeps the rest of ``index.json``.
 * ``public_<case>.json.gz`` for every xplane of the real accelerator profiles
   (``<fixtures>/public_profiles/xplane/*/plugins/profile/*/*.xplane.pb``; ``--fixtures``,
   default ``$PROFSCOPE_SHARED_FIXTURES`` or ``<repo>/../shared/fixtures``), one case per
@@ -72,7 +77,10 @@ sys.stdout.buffer.write(data if isinstance(data, bytes) else data.encode())
 """
 
 
-BUILDER_CASES = ("gpu_layout", "tpu_layout", "threadpool_regions", "tf_training")
+BUILDER_CASES = ("gpu_layout", "tpu_layout", "threadpool_regions", "tf_training", "tpu_counters")
+# A window asked of a scenario's answer, as XProf's data route passes it: counter samples
+# are returned when inside it, bounds included.
+BUILDER_WINDOWS = {"tpu_counters": {"resolution": RESOLUTION, "start_time_ms": "1.5", "end_time_ms": "2.5"}}
 
 
 class XProfFailed(Exception):
@@ -111,8 +119,9 @@ def split(body: dict) -> dict:
         if "bind_id" in e:
             flows.append([len(complete), numbers.setdefault(e["bind_id"], len(numbers)), _kind(e), e.get("cat")])
         complete.append([e["name"], e["pid"], e["tid"], e["ts"], e["dur"]])
-    return {"fields": body, "metadata_events": meta, "complete": complete, "flows": flows,
-            "other_phases": sorted({e.get("ph") for e in events} - {"M", "X"})}
+    counters = sorted([e["pid"], e["name"], e.get("event_stats"), e["entries"]] for e in events if e.get("ph") == "C")
+    return {"fields": body, "metadata_events": meta, "complete": complete, "flows": flows, "counters": counters,
+            "other_phases": sorted({e.get("ph") for e in events} - {"M", "X", "C"})}
 
 
 def columns(rows: list) -> dict:
@@ -151,9 +160,13 @@ def _write(out: Path, name: str, golden: dict) -> None:
     (out / name).write_bytes(gzip.compress(blob, mtime=0))
 
 
-def record_demo(python: str, out: Path) -> None:
+def record_demo(python: str, out: Path, cases: list[str] | None = None) -> None:
+    """The demo profiles and the builder scenarios; ``cases``: only those scenarios, the
+    rest of index.json kept."""
     index = {"_meta": {"xprof": "2.24.2", "call": 'xspace_to_tool_data([copy], "trace_viewer@", {})'}}
-    for xplane in sorted(DEMO.glob("*/plugins/profile/*/*.xplane.pb")):
+    if cases:
+        index = json.loads((out / "index.json").read_text())
+    for xplane in sorted(DEMO.glob("*/plugins/profile/*/*.xplane.pb")) if not cases else ():
         demo = xplane.relative_to(DEMO).parts[0]
         data = xplane.read_bytes()
         golden = split(run_xprof(python, [(xplane.name, data)], {}))
@@ -163,13 +176,23 @@ def record_demo(python: str, out: Path) -> None:
         print(f"{demo}: {len(golden['complete'])} complete events, {len(golden['flows'])} flow-bound", file=sys.stderr)
     from profscope.testing import allocator_xplane
 
-    for case in BUILDER_CASES:
+    for case in cases or BUILDER_CASES:
         data = getattr(allocator_xplane, case)()
         golden = split(run_xprof(python, [("host0.xplane.pb", data)], {}))
         _write(out, f"{case}.json.gz", golden)
         index[case] = {"input": {"builder": case}, "host": "host0", "input_sha256": hashlib.sha256(data).hexdigest(),
                        "golden": f"{case}.json.gz", "complete_events": len(golden["complete"])}
-        print(f"{case}: {len(golden['complete'])} complete events", file=sys.stderr)
+        if golden["counters"]:
+            index[case]["counter_events"] = golden["fields"]["totalCounterEvents"]
+        window = BUILDER_WINDOWS.get(case)
+        if window:
+            part = split(run_xprof(python, [("host0.xplane.pb", data)], {"trace_viewer_options": window}))
+            _write(out, f"{case}_window.json.gz", {"params": window, **part})
+            index[case]["window"] = {"golden": f"{case}_window.json.gz", "params": window,
+                                     "complete_events": len(part["complete"]),
+                                     "counter_events": part["fields"]["totalCounterEvents"]}
+        print(f"{case}: {len(golden['complete'])} complete events, "
+              f"{golden['fields']['totalCounterEvents']} counter events", file=sys.stderr)
     (out / "index.json").write_text(json.dumps(index, indent=1, sort_keys=True) + "\n")
 
 
@@ -252,12 +275,16 @@ def main() -> None:
                          "(default: $PROFSCOPE_SHARED_FIXTURES or <repo>/../shared/fixtures)")
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--only", choices=("demo", "public"), help="record only these goldens")
+    ap.add_argument("--cases", nargs="+", choices=BUILDER_CASES, metavar="SCENARIO",
+                    help="record only these builder scenarios (with --only demo), keeping the rest of index.json")
     args = ap.parse_args()
     if not args.xprof_python:
         ap.error("give --xprof-python or set XPROF_PYTHON (a venv with xprof==2.24.2)")
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.cases and args.only != "demo":
+        ap.error("--cases goes with --only demo")
     if args.only in (None, "demo"):
-        record_demo(args.xprof_python, args.out)
+        record_demo(args.xprof_python, args.out, args.cases)
     if args.only in (None, "public"):
         if not (args.fixtures / "public_profiles").is_dir():
             ap.error(f"no public_profiles under {args.fixtures} (--fixtures)")

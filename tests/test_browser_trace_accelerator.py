@@ -21,6 +21,37 @@ def public_server(shared_fixtures, tmp_path_factory):
         yield url
 
 
+@pytest.fixture(scope="module")
+def counters_server(tmp_path_factory):
+    """A TPU profile with utilisation counters (``allocator_xplane.tpu_counters``)."""
+    from profscope.testing.timelines import builder_logdir
+
+    root = builder_logdir(tmp_path_factory.mktemp("builders"), {"tpu_counters": "tpu-host"})
+    with profscope_server("serve", str(root), "--port", "0", "--cache-dir",
+                          str(tmp_path_factory.mktemp("cache"))) as (url, _):
+        yield url
+
+
+def test_tpu_utilisation_counters_are_all_drawn(open_page, counters_server):
+    """Every ``% util`` series of a TPU profile is a row, and a series read once (before
+    the first slice, after the last, at 0 %) shows its sample as a dot: a single sample
+    has no area to fill, and one at the trace's end no width."""
+    page = _open(open_page, counters_server, run="tpu_counters/2026_01_01_00_00_00", tool="trace_viewer@")
+    page.set_viewport_size({"width": 1400, "height": 1500})  # every row on screen
+    _ready(page)
+    rows = [r for r in _hook(page, "rows") if r["type"] == "track" and r["kind"] == "counter"]
+    assert len(rows) == 11 and all(r["name"].endswith("% util") for r in rows)
+    names = {r["id"]: r["name"] for r in rows}
+    dots = _hook(page, "counterDots")
+    # the five series of one sample: four on TPU:0, one on TPU:1
+    assert sorted(names[d["track"]] for d in dots) == sorted(
+        ["HBM read % util", "HBM write % util", "ICI % util", "DMA % util", "HBM read % util"])
+    for d in dots:  # painted where the hook says, in the counters' colour (#8e4f80)
+        r, g, b = _hook(page, "pixel", d["x"], d["y"])
+        assert abs(r - 0x8e) + abs(g - 0x4f) + abs(b - 0x80) < 60, (names[d["track"]], (r, g, b))
+    page.screenshot(path=str(ARTIFACTS / "trace_viewer_tpu_counters.png"), full_page=True)
+
+
 def _track_names(page) -> set[str]:
     return {r["name"] for r in _hook(page, "rows") if r["type"] == "track"}
 

@@ -92,6 +92,48 @@ def test_builder_scenarios_match_xprof(builder_client, case):
     assert names(golden["metadata_events"]) == names([e for e in ours["traceEvents"] if e["ph"] == "M"])
 
 
+COUNTER_CASES = sorted(k for k in BUILDER_CASES if INDEX[k].get("counter_events"))
+
+
+def _counters(events: list) -> dict:
+    """XProf's counter events by (pid, name): their stat name and samples, times in ps."""
+    return {(e["pid"], e["name"]): (e["event_stats"], [(_ps(t), v) for t, v in e["entries"]])
+            for e in events if e.get("ph") == "C"}
+
+
+@pytest.mark.parametrize("case", COUNTER_CASES)
+@pytest.mark.parametrize("part", ["full", "window"])
+def test_counters_match_xprof(builder_client, case, part):
+    """A TPU profile's ``_counters_`` series (XProf shows them as ``% util`` counters):
+    the same series per device, every sample at the same time with the same value, the same ``totalCounterEvents`` and
+    ``returnedEventsSize``, and XProf's span, which holds the counters (a single sample
+    before the first slice, one after the last); for the whole trace and for a window,
+    whose samples on its bounds are in."""
+    entry = INDEX[case] if part == "full" else INDEX[case]["window"]
+    golden = json.loads(gzip.decompress((GOLDEN / entry["golden"]).read_bytes()))
+    params = {"resolution": 0}
+    if part == "window":
+        params = golden["params"]
+    r = builder_client.get("/data/plugin/profile/data", params={"run": f"{case}/2026_01_01_00_00_00",
+                                                                 "tag": "trace_viewer@", **params})
+    assert r.status_code == 200, r.text
+    ours = r.json()
+    theirs = {(pid, name): (stat, [(_ps(t), v) for t, v in entries]) for pid, name, stat, entries in golden["counters"]}
+    mine = _counters(ours["traceEvents"])
+    assert sorted(mine) == sorted(theirs)
+    for key, (stat, samples) in theirs.items():
+        assert mine[key][0] == stat, key
+        # as JSON numbers (XProf prints a double with %.17g: 10.0 as 10)
+        assert mine[key][1] == samples, key
+    assert len(theirs) >= (9 if part == "full" else 7)
+    assert sum(len(s) for _, s in theirs.values()) == golden["fields"]["totalCounterEvents"] == entry["counter_events"]
+    for field in ("totalCounterEvents", "returnedEventsSize", "fullTimespan", "showCounterMessage"):
+        assert ours[field] == golden["fields"][field], field
+    complete = Counter((n, pid, tid, _ps(ts), _ps(dur)) for n, pid, tid, ts, dur in golden["complete"])
+    assert complete == Counter((e["name"], e["pid"], e["tid"], _ps(e["ts"]), _ps(e["dur"]))
+                               for e in ours["traceEvents"] if e["ph"] == "X")
+
+
 @pytest.mark.parametrize("case", DEMO_CASES)
 def test_every_xprof_complete_event_is_served(client, case):
     golden = json.loads(gzip.decompress((GOLDEN / INDEX[case]["golden"]).read_bytes()))

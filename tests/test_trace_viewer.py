@@ -160,6 +160,25 @@ def test_export_keeps_the_flows_and_reads_back_the_same(demo_client, tmp_path, m
     assert again["totalEventsSize"] == w["totalEventsSize"]
 
 
+def test_every_tpu_counter_series_is_a_row(make_client, tmp_path):
+    """A TPU profile's ``_counters_`` series (``allocator_xplane.tpu_counters``: nine
+    ``% util`` series on TPU:0, two on TPU:1; pids 1011, 1012 as XProf numbers them) are all rows of the page's window with every
+    sample, the four read once too: one before the first slice, one after the last, one
+    of 0 % (an idle unit: a measurement, not an empty series) and a uint64 one."""
+    from profscope.testing.allocator_xplane import TPU_COUNTERS
+    from profscope.testing.timelines import builder_logdir
+
+    client = make_client(builder_logdir(tmp_path / "logdir", {"tpu_counters": "tpu-host"}))
+    w = _window(client, "tpu_counters/2026_01_01_00_00_00", resolution=100000)
+    pid_of = {t["id"]: t["pid"] for t in w["tracks"]}
+    got = {(pid_of[c["track"]], c["name"]): c for c in w["counters"]}
+    want = {(1011, name): n for name, n, _ in TPU_COUNTERS} | {(1012, "MXU % util"): 200, (1012, "HBM read % util"): 1}
+    assert {k: len(got[k]["t"]) for k in got} == want
+    assert got[(1011, "DMA % util")]["v"] == [0.0]
+    counter_rows = {t["id"] for t in w["tracks"] if t["kind"] == "counter"}
+    assert {c["track"] for c in w["counters"]} == counter_rows and len(counter_rows) == 11
+
+
 def test_export_is_sent_in_large_pieces(demo_client):
     """Each piece of a streamed answer is sent (and gzipped) on its own: one per counter
     sample or flow end made a 30 MB export take 25 s."""

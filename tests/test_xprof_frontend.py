@@ -134,6 +134,17 @@ def torch_xprof(xprof_static_dir, shared_fixtures, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def builder_xprof(xprof_static_dir, tmp_path_factory):
+    """A TPU profile with utilisation counters (``allocator_xplane.tpu_counters``): no
+    public profile has a ``_counters_`` line."""
+    from profscope.testing.timelines import builder_logdir
+
+    logdir = builder_logdir(tmp_path_factory.mktemp("builder_logdir"), {"tpu_counters": "tpu-host"})
+    with _xprof_server(logdir, tmp_path_factory.mktemp("cache"), xprof_static_dir) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
 def shared_xprof(xprof_static_dir, shared_fixtures, tmp_path_factory):
     # copied (7 MB): see _copy_profiles
     logdir = tmp_path_factory.mktemp("shared_logdir")
@@ -252,6 +263,8 @@ TRACE_MODEL = """() => {
     processes: procs.map(p => p.name),
     slices: sum(procs, p => sum(Object.values(p.threads), t => t.sliceGroup.length)),
     counterSamples: sum(procs, p => sum(Object.values(p.counters), c => sum(c.series, s => s.samples.length))),
+    counterSeries: sum(procs, p => Object.values(p.counters).length),
+    counterNames: procs.flatMap(p => Object.values(p.counters).map(c => c.name)),
     warnings: m.importWarnings_.map(w => w.message),
     text: document.body.innerText,
   };
@@ -291,6 +304,7 @@ def _trace_frame(page):
 
 
 TRACE_CASES = [
+    ("builder_xprof", "tpu_counters", "/device:TPU:"),
     ("demo_xprof", "mlp", "/host:CPU"),
     ("demo_xprof", "transformer", "/host:CPU"),
     ("demo_xprof", "convnet", "/host:CPU"),
@@ -317,13 +331,21 @@ def test_trace_viewer(request, xprof_page, server_fixture, run_prefix, device):
     events = answer["traceEvents"]
     sent_processes = {e["args"]["name"] for e in events if e.get("ph") == "M" and e.get("name") == "process_name"}
     sent_slices = sum(1 for e in events if e.get("ph") == "X")
-    sent_samples = sum(len(e.get("args", {})) for e in events if e.get("ph") == "C")
+    # XProf 2.24.2 writes a counter as one C event per series with its samples as
+    # ``entries`` (trace_events_to_json.h AddCounterEvent; the tpu_counters profile)
+    sent_samples = sum(len(e["entries"]) if "entries" in e else len(e.get("args", {}))
+                       for e in events if e.get("ph") == "C")
+    sent_series = sum(1 for e in events if e.get("ph") == "C")
     assert sent_slices > 0
     _check_import_warnings(model["warnings"])
     # Every slice and counter sample profscope sent is in XProf's model, and every
     # process, under its name, is a track heading on screen.
     assert model["slices"] == sent_slices
     assert model["counterSamples"] == sent_samples
+    assert model["counterSeries"] == sent_series
+    if run_prefix == "tpu_counters":  # a TPU's nine % util series (and two of TPU:1's)
+        assert sent_series == 11 and sent_samples == answer["totalCounterEvents"] == 1205
+        assert sum(name.endswith("% util") for name in model["counterNames"]) == 11
     assert set(model["processes"]) == sent_processes
     for name in sent_processes:
         assert name in model["text"]

@@ -320,6 +320,8 @@ class _PlaneReader:
         self.special: dict[int, str] = {}  # line -> "counter" (``_counters_``) or "steps"
         self.data = data
         self.counter_values: dict[str, list] = {}  # name -> [(ts, value)]
+        self.counter_stats: dict[str, tuple[str, bool]] = {}  # name -> (value's stat, an integer)
+        self.event_meta = meta.event_metadata
 
     def name_ids(self, ev) -> np.ndarray:
         if not len(self.lut_keys):
@@ -346,13 +348,19 @@ class _PlaneReader:
                 if self.special[li] == "steps":
                     self.line_rows.append((name, int(ts[r]), int(ev.duration_ps[r]), li))
                     continue
-                # a counter event: its value is its first numeric stat (XProf's
-                # CreateCounterEvent keeps them all as args; one series per name here)
+                # a counter event: its value is its first numeric stat, the metadata's
+                # first as in XProf's args (ConvertXStatsToTraceEventArguments; its
+                # AddCounterEvent keeps them all, trace_events_to_json writes the first
+                # one's name as ``event_stats``); one series per name and plane
                 x = xplane_pb2.XEvent.FromString(bytes(self.data[int(ev_start[r]):int(ev_end[r])]))
-                value = next((float(getattr(st, st.WhichOneof("value"))) for st in x.stats
-                              if st.WhichOneof("value") in ("int64_value", "uint64_value", "double_value")), None)
-                if value is not None:
-                    self.counter_values.setdefault(name, []).append((int(ts[r]), value))
+                md = self.event_meta.get(x.metadata_id)
+                st = next((st for st in [*(md.stats if md is not None else ()), *x.stats]
+                           if st.WhichOneof("value") in ("int64_value", "uint64_value", "double_value")), None)
+                if st is not None:
+                    kind = st.WhichOneof("value")
+                    self.counter_values.setdefault(name, []).append((int(ts[r]), float(getattr(st, kind))))
+                    self.counter_stats.setdefault(name, (self.stat_names.get(st.metadata_id, str(st.metadata_id)),
+                                                         kind != "double_value"))
         if self.region_start and self.region_stop:
             is_start = (ev.metadata_id == self.region_start[0]) & xw.StatView(ev, "_c", last=False).present
             is_stop = ev.metadata_id == self.region_stop[0]
@@ -392,8 +400,9 @@ class _PlaneReader:
             points.sort()
             ti = len(tracks)
             tracks.append(Track(pid, 0, name, 10_000 + ti, "counter", plane_index))
+            stat, integer = self.counter_stats[name]
             counters.append(Counter(ti, name, "", np.asarray([p[0] for p in points], np.int64),
-                                    np.asarray([p[1] for p in points], np.float64)))
+                                    np.asarray([p[1] for p in points], np.float64), stat, integer))
         if not self.alloc:
             return
         who = np.concatenate([a[0] for a in self.alloc])

@@ -40,13 +40,19 @@ class Process:
 
 @dataclass(slots=True)
 class Counter:
-    """One counter series (allocator bytes in use, a Chrome ``C`` event's key)."""
+    """One counter series (allocator bytes in use, a Chrome ``C`` event's key, an xplane
+    ``_counters_`` line's series)."""
 
     track: int
     name: str
     unit: str
     t_ps: np.ndarray  # int64, relative to base_ps, sorted
     value: np.ndarray  # float64
+    # an xplane ``_counters_`` series, which XProf's trace_viewer@ answers too: the name
+    # of the stat holding its values (XProf's ``event_stats``) and whether that stat is an
+    # integer (XProf then prints integers); "" for the series XProf does not show
+    stat: str = ""
+    integer: bool = False
 
 
 @dataclass(slots=True)

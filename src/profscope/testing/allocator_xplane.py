@@ -54,6 +54,7 @@ __all__ = [
     "tf_training",
     "tf_while_loop",
     "threadpool_regions",
+    "tpu_counters",
     "tpu_layout",
     "value_types",
 ]
@@ -458,6 +459,50 @@ def tpu_layout(*, hostname: str = "tpu-host") -> bytes:
             ops.event("fusion.1", tt + 20 * US, 100 * US)
             tt += 2 * MS + 100 * US
     sp.plane("/device:TPU:0 SparseCore 0", 20).line("XLA Modules", 1).event("sc_module", 5 * MS, 1 * MS)
+    return sp.to_bytes()
+
+
+# The utilisation counters of tpu_counters: (name, samples on TPU:0, value stat type). The
+# names are this builder's; what XProf reads of them is the line and the stats.
+TPU_COUNTERS = (("MXU % util", 200, float), ("Vector ALU % util", 200, float), ("Vector load % util", 200, float),
+                ("Vector store % util", 200, float), ("Scalar unit % util", 200, int),
+                ("HBM read % util", 1, float), ("HBM write % util", 1, U64), ("ICI % util", 1, float),
+                ("DMA % util", 1, float))
+
+
+def tpu_counters(*, hostname: str = "tpu-host") -> bytes:
+    """A TPU kernel profile with hardware utilisation counters, laid out as XProf reads
+    them (``xprof/convert/xplane_to_trace_container.cc``): on each ``/device:TPU:N`` plane
+    a line named ``_counters_`` (tsl ``kCounterEventsLineName``) whose events are counter
+    samples, zero-length, the event's name the series and its stat the value, next to the
+    usual ``XLA Modules`` / ``XLA Ops`` lines. TPU:0 carries nine ``% util`` series: five
+    sampled every 10 µs through a module run (one with int64 values), four with a single
+    sample each (one before the first slice of the profile, one after its last, one of 0
+    %, one a uint64); TPU:1 two of the same names, so series are told apart per device."""
+    sp = Space(hostname)
+    host = sp.plane("/host:CPU", 0)
+    py = host.line("python3", 1)
+    py.event("train", 1 * MS, 3 * MS, [("_r", 1), ("step_num", 0)])
+    for core in range(2):
+        tpu = sp.plane(f"/device:TPU:{core}", 10 + core)
+        mods = tpu.line("XLA Modules", 2, timestamp_ns=0)
+        ops = tpu.line("XLA Ops", 3, timestamp_ns=0)
+        counters = tpu.line("_counters_", 4, timestamp_ns=0)
+        t = 1 * MS + 100 * US
+        mods.event(f"jit_train({20 + core})", t, 2 * MS, [("run_id", 1)])
+        for k in range(8):
+            ops.event("fusion.1" if k % 2 else "convolution.3", t + 10 * US + k * 240 * US, 200 * US)
+        series = TPU_COUNTERS if core == 0 else TPU_COUNTERS[:1] + TPU_COUNTERS[5:6]
+        for i, (name, n, kind) in enumerate(series):
+            if n == 1:  # the single samples: before the profile's first slice, after its last, inside
+                at = {5: 100 * US, 6: 5 * MS, 7: 2 * MS + 7 * US}.get(i, 1 * MS + 555 * US)
+                value = {5: 12.5, 6: 3, 8: 0.0}.get(i, 41.25)
+                counters.event(name, at, 0, [("value", U64(value) if kind is U64 else value)])
+                continue
+            for k in range(n):
+                # a smooth ramp per series, sampled every 10 µs from the module's start
+                pct = (37 * i + 7 * k) % 101
+                counters.event(name, t + k * 10 * US + i, 0, [("value", int(pct) if kind is int else pct + 0.5)])
     return sp.to_bytes()
 
 

@@ -67,7 +67,7 @@ except ImportError:  # pragma: no cover - no compiler where installed
 if os.environ.get("PROFSCOPE_NATIVE") == "0":
     _native = None
 
-INDEX_VERSION = 8  # 2: crossing events stacked (depths never overlap); 3: flows; 4: flow-bound slices; 5: derived lines, events per track; 6: narrower tier columns; 7: args read from the profile; 8: Chrome-trace flows bound to slices
+INDEX_VERSION = 9  # 2: crossing events stacked (depths never overlap); 3: flows; 4: flow-bound slices; 5: derived lines, events per track; 6: narrower tier columns; 7: args read from the profile; 8: Chrome-trace flows bound to slices; 9: XProf's counter series
 FLOW_SHORT_PS = 10**10  # arrows spanning at most 10 ms are found by binary search
 XPROF_EXACT_MAX = 1_500_000  # events in a window that XProf's filter visits one by one
 LEVELS = 64
@@ -257,7 +257,8 @@ class IndexWriter:
         for i, c in enumerate(ev.counters):
             np.save(out / f"counter_{i}_t.npy", (c.t_ps - shift).astype(np.int64))
             np.save(out / f"counter_{i}_v.npy", c.value.astype(np.float64))
-            counters.append({"track": c.track, "name": c.name, "unit": c.unit, "points": len(c.t_ps)})
+            counters.append({"track": c.track, "name": c.name, "unit": c.unit, "points": len(c.t_ps),
+                             **({"stat": c.stat, "integer": c.integer} if c.stat else {})})
         meta = {
             "version": INDEX_VERSION,
             "path": ev.path,
@@ -1044,6 +1045,27 @@ class TraceIndex:
         out_t = np.repeat(tf, 3)
         out_v = np.stack([first, mins, maxs], axis=1).reshape(-1)
         return np.append(out_t, t[hi - 1]), np.append(out_v, vv[-1])
+
+    def counter_samples(self, i: int, s: int, e: int) -> tuple[np.ndarray, np.ndarray]:
+        """Every sample of counter ``i`` in [s, e], bounds included (XProf's window)."""
+        t = np.load(self.folder / f"counter_{i}_t.npy", mmap_mode="r")
+        v = np.load(self.folder / f"counter_{i}_v.npy", mmap_mode="r")
+        lo = int(np.searchsorted(t, s, side="left"))
+        hi = int(np.searchsorted(t, e, side="right"))
+        return np.asarray(t[lo:hi]), np.asarray(v[lo:hi])
+
+    def xprof_counter_span(self) -> tuple[int, int] | None:
+        """The first and last sample of the counters XProf's answer carries (an xplane's
+        ``_counters_`` series: ``stat`` in their meta), or None without one."""
+        got = getattr(self, "_xprof_counter_span", False)
+        if got is False:
+            ends = []
+            for i, c in enumerate(self.meta["counters"]):
+                if c.get("stat") and c["points"]:
+                    t = np.load(self.folder / f"counter_{i}_t.npy", mmap_mode="r")
+                    ends += [int(t[0]), int(t[-1])]
+            got = self._xprof_counter_span = (min(ends), max(ends)) if ends else None
+        return got
 
     # -- details, search ------------------------------------------------------------------
 

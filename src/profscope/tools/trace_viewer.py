@@ -71,13 +71,17 @@ def kineto_device_pids(ix: TraceIndex) -> set[int]:
 
 
 def zero_counter_tracks(ix: TraceIndex) -> frozenset[int]:
-    """The tracks of the counters whose every value is zero (Kineto's "memory reserved"
-    of the host, which has no caching allocator): rows that would only draw a flat line.
-    Read once per index (the values are memory-mapped) and kept on it."""
+    """The tracks of the memory counters whose every value is zero (Kineto's "memory
+    reserved" of the host, which has no caching allocator): rows that would only draw a
+    flat line. Only byte counters: a measurement that read 0 (a TPU unit's "% util" that
+    was idle, often a single sample) is shown. Read once per index (the values are
+    memory-mapped) and kept on it."""
     got = getattr(ix, "_zero_counter_tracks", None)
     if got is None:
         zero = set()
         for i, c in enumerate(ix.meta["counters"]):
+            if c.get("unit") != "bytes":
+                continue
             v = np.load(ix.folder / f"counter_{i}_v.npy", mmap_mode="r")
             if not np.any(v):
                 zero.add(c["track"])

@@ -28,6 +28,7 @@ const ROW_H = 17; // px per slice depth
 const TRACK_PAD = 3; // px above and below a track's slices
 const PROC_H = 22; // px: process header row
 const COUNTER_H = 56; // px: counter track
+const SAMPLE_DOTS_MAX = 8; // a counter with at most this many samples in the window marks each one
 const MIN_SPAN_MS = 1e-5; // 10 ns: narrower windows say nothing more
 const FETCH_DELAY = 90; // ms of quiet before a window is fetched
 const SEARCH_PAGE = 50; // matches per /api/trace/search page; stepping fetches the next
@@ -748,6 +749,7 @@ function searchMatches(ctx) {
 }
 
 function drawCounters(ctx, g, visible, yOf) {
+  ctx.counterDots = [];
   for (const r of visible) {
     if (r.type !== "track" || r.track.kind !== "counter") continue;
     const c = ctx.data.counters.get(r.track.id);
@@ -777,6 +779,19 @@ function drawCounters(ctx, g, visible, yOf) {
     g.fillRect(ctx.cssW - lw - 10, y0, lw + 8, 13);
     g.fillStyle = P.muted;
     g.fillText(label, ctx.cssW - lw - 6, y0 + 6.5);
+    // Sparse samples get a dot each (over the label): a series of one sample (a TPU
+    // unit's "% util" read once), one at the trace's end or one of 0 has no area to fill
+    // and would not show.
+    if (c.t.length <= SAMPLE_DOTS_MAX) {
+      g.fillStyle = "#8e4f80";
+      for (let i = 0; i < c.t.length; i++) {
+        const x = Math.min(timeToX(ctx, c.t[i]), ctx.cssW - 3), y = y0 + h - c.v[i] * scale;
+        g.beginPath();
+        g.arc(x, y, 2.5, 0, 2 * Math.PI);
+        g.fill();
+        if (x >= GUTTER) ctx.counterDots.push({ track: r.track.id, x, y }); // the plot clips the rest
+      }
+    }
   }
 }
 
@@ -1403,6 +1418,12 @@ window.__traceViewer = {
     return [...ctx.g.getImageData(Math.round((x - r.left) * ctx.dpr), Math.round((y - r.top) * ctx.dpr), 1, 1).data.slice(0, 3)];
   },
   setWindow: (s, e) => current && setWindow(current, s, e),
+  // the sample dots of sparse counters (drawCounters), at page coordinates
+  counterDots: () => {
+    if (!current) return [];
+    const r = current.canvas.getBoundingClientRect();
+    return (current.counterDots || []).map((d) => ({ track: d.track, x: r.left + d.x, y: r.top + d.y }));
+  },
 };
 
 export default {
