@@ -132,7 +132,12 @@ def test_export_reparses_as_chrome_json_with_the_window_events(demo_client):
     assert "attachment" in r.headers["content-disposition"] and ".json" in r.headers["content-disposition"]
     doc = json.loads(r.content)
     assert doc["displayTimeUnit"] == "ns"
-    xs = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    # the profile's steps travel as slices of a "Steps" thread of their own (read back as
+    # steps: test_export_read_back_keeps_the_steps); the other slices are the window's
+    steps_thread = {(e["pid"], e["tid"]) for e in doc["traceEvents"]
+                    if e["ph"] == "M" and e["name"] == "thread_name" and e["args"]["name"] == "Steps"}
+    assert len(steps_thread) == 1
+    xs = [e for e in doc["traceEvents"] if e["ph"] == "X" and (e["pid"], e["tid"]) not in steps_thread]
     assert {e["name"] for e in xs} == {s["name"] for s in _slices(w)}
     assert len(xs) >= w["returnedEventsSize"]  # export applies no resolution filter
     origin_us = w["originNs"] / 1000
@@ -140,9 +145,9 @@ def test_export_reparses_as_chrome_json_with_the_window_events(demo_client):
         assert e["ts"] - origin_us < 9000 + 1e-3 and e["ts"] + e["dur"] - origin_us > 5000 - 1e-3
     assert any(e["ph"] == "M" and e["name"] == "thread_name" for e in doc["traceEvents"])
     assert any("hlo_op" in e["args"] for e in xs)
-    # the whole trace re-reads with our own streaming reader
+    # the whole trace re-reads with our own streaming reader: its 780 slices and 3 steps
     whole = demo_client.get("/api/trace/export", params={"run": MLP_RUN})
-    assert sum(1 for e in chrome_trace.iter_events(whole.content, "export.json") if e.get("ph") == "X") == 780
+    assert sum(1 for e in chrome_trace.iter_events(whole.content, "export.json") if e.get("ph") == "X") == 780 + 3
 
 
 def test_export_keeps_the_flows_and_reads_back_the_same(demo_client, tmp_path, make_client):
@@ -158,6 +163,36 @@ def test_export_keeps_the_flows_and_reads_back_the_same(demo_client, tmp_path, m
     key = lambda x: np.array(sorted(zip(x["flows"]["from"], x["flows"]["to"])))
     assert np.allclose(key(again), key(w), rtol=0, atol=1e-5)  # ms, so within 10 ns (µs floats)
     assert again["totalEventsSize"] == w["totalEventsSize"]
+
+
+def _demo_run(prefix: str) -> str:
+    folder = next(DEMO.glob(f"{prefix}/plugins/profile/*"))
+    return f"{prefix}/{folder.name}"
+
+
+@pytest.mark.parametrize("run", [lambda: _demo_run("transformer"), lambda: _demo_run("tf_bfc"),
+                                 lambda: f"torch/{TORCH[0].name}"], ids=["jax_xplane", "tf_xplane", "torch_trace"])
+def test_export_read_back_keeps_the_steps(demo_client, make_client, tmp_path, run):
+    """A profile's Chrome-trace export, read back as a Chrome trace, has the profile's
+    steps again, same names, starts and lengths: an xplane's steps (``step_num`` roots,
+    XProf's grouping; no event of their own) travel as ``ProfilerStep#<step>`` slices on a
+    "Steps" thread, one more slice each; a torch trace's are its own ProfilerStep slices."""
+    run = run()
+    w = _window(demo_client, run, resolution=4000)
+    assert len(w["steps"]) >= 3
+    exported = demo_client.get("/api/trace/export", params={"run": run}).content
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "again.trace.json").write_bytes(exported)
+    again = _window(make_client(tmp_path / "logs"), "again.trace.json", resolution=4000)
+
+    def absolute(x):  # ms on the absolute clock: each window counts from its own origin
+        return [(st["name"], x["originNs"] / 1e6 + st["start"], st["dur"]) for st in x["steps"]]
+
+    assert [n for n, _, _ in absolute(again)] == [n for n, _, _ in absolute(w)]
+    for (_, a0, d0), (_, a1, d1) in zip(absolute(again), absolute(w)):
+        assert abs(a0 - a1) < 1e-5 and abs(d0 - d1) < 1e-5  # ms: µs floats in the JSON
+    added = 0 if run.startswith("torch/") else len(w["steps"])
+    assert again["totalEventsSize"] == w["totalEventsSize"] + added
 
 
 def test_every_tpu_counter_series_is_a_row(make_client, tmp_path):

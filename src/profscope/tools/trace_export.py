@@ -9,16 +9,21 @@ from collections.abc import Iterator
 import numpy as np
 import orjson
 
-from profscope.tools.trace_viewer import TraceView
+from profscope.tools.trace_viewer import HostIndex, TraceView
 from profscope.tools.trace_xprof import metadata_events, x_events
 
 EXPORT_PIECE = 1 << 18
+# A step's slice name in the export: torch's profiler step annotation, which the Chrome-trace
+# reader (formats/chrome_trace.py STEP_PREFIX), HTA and others take for a step, so that an
+# exported profile read back has its steps again.
+STEP_PREFIX = "ProfilerStep#"
+STEPS_TID = 0xDEADBEEF  # XProf's id of a device's "Steps" line (tsl kThreadIdStepInfo)
 
 
 def export(view: TraceView, start_ms: float | None = None, end_ms: float | None = None) -> Iterator[bytes]:
     """Chrome-trace JSON of every event in the window (no resolution filter): M names,
-    X events (µs), C counter events, s/f flow pairs; Perfetto and chrome://tracing
-    open it. In pieces of at least EXPORT_PIECE bytes: the server sends (and gzips)
+    X events (µs), C counter events, s/f flow pairs, and a profile's steps (see
+    :func:`_step_events`); Perfetto and chrome://tracing open it. In pieces of at least EXPORT_PIECE bytes: the server sends (and gzips)
     each piece on its own, which for one counter sample or flow end at a time made a
     30 MB export take 25 s."""
     piece, size = [], 0
@@ -56,6 +61,9 @@ def _export_events(view: TraceView, start_ms: float | None, end_ms: float | None
         if buf:
             yield b"".join(buf)
         base_us = ix.origin_ps / 1e6
+        for ev in _step_events(h, s - sh, e - sh):
+            yield (b"" if first else b",") + ev
+            first = False
         for i, c in enumerate(ix.meta["counters"]):
             t, v = ix.counter(i, s - sh, e - sh, 10**9)
             pid = ix.tracks[c["track"]]["pid"] + h.pid_offset
@@ -77,3 +85,26 @@ def _export_events(view: TraceView, start_ms: float | None, end_ms: float | None
                 yield (b"" if first else b",") + orjson.dumps(ev)
                 first = False
     yield b"]}"
+
+
+def _step_events(h: HostIndex, s: int, e: int) -> Iterator[bytes]:
+    """The host's steps overlapping [s, e) (ps on its index's clock) as slices of a thread
+    "Steps" (XProf's name and id for a device's step line) in the host's first process,
+    each named ``ProfilerStep#<step>``: a Chrome-trace reader finds steps only among the
+    trace's events, and an xplane's steps (``step_num`` roots, XProf's step grouping) are
+    no event of their own. A Chrome trace's steps are its ``ProfilerStep#`` slices, exported
+    already, so it gets none here."""
+    ix = h.index
+    steps = [(name, st, du) for name, st, du in ix.meta["steps"] if st < e and st + du > s]
+    if ix.meta.get("args_kind") == "json" or not steps or not ix.meta["processes"]:
+        return
+    pid = ix.meta["processes"][0]["pid"]
+    taken = {t["tid"] for t in ix.tracks if t["pid"] == pid}
+    tid = STEPS_TID if STEPS_TID not in taken else max(taken) + 1
+    pid += h.pid_offset
+    yield orjson.dumps({"args": {"name": "Steps"}, "name": "thread_name", "ph": "M", "pid": pid, "tid": tid})
+    yield orjson.dumps({"args": {"sort_index": -1}, "name": "thread_sort_index", "ph": "M", "pid": pid, "tid": tid})
+    base_us = ix.origin_ps / 1e6
+    for name, st, du in steps:
+        yield orjson.dumps({"pid": pid, "tid": tid, "name": f"{STEP_PREFIX}{name}", "ts": st / 1e6 + base_us,
+                            "dur": du / 1e6, "ph": "X", "args": {"step": name}})
