@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import threading
+import time
+import urllib.error
 import urllib.request
 
 from profscope import __version__
 from tests.conftest import profscope_server
+
+# A hang bound (no speed is asserted): far beyond what each wait takes on a busy machine.
+BACKSTOP_S = 120
 
 PROFSCOPE = [sys.executable, "-m", "profscope"]
 
@@ -72,3 +80,78 @@ def test_port_in_use_is_reported(tmp_path):
 def test_cache_inside_logdir_is_refused(demo_copy):
     res = run_cli("runs", str(demo_copy), "--cache-dir", str(demo_copy / "cache"))
     assert res.returncode == 2 and "inside the log directory" in res.stderr
+
+
+def _children_of(pid: int) -> list[int]:
+    """Processes whose parent is ``pid`` (/proc/<n>/stat: "pid (comm) state ppid ...")."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = open(f"/proc/{entry}/stat").read()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(entry))
+    return out
+
+
+def _server_pid(marker: str) -> int:
+    """The `profscope serve` started by this test process, found by a unique argument."""
+    for pid in _children_of(os.getpid()):
+        try:
+            if marker in open(f"/proc/{pid}/cmdline").read():
+                return pid
+        except OSError:
+            continue
+    raise AssertionError(f"no server with {marker} among this process's children")
+
+
+def test_ctrl_c_during_a_conversion_answers_its_request_and_remembers_nothing(tmp_path):
+    """Issue 32.5: Ctrl+C while a request waited for a conversion answered it with
+    uvicorn's plain-text 500 after the graceful-shutdown timeout; and Ctrl+C reaching
+    the worker (one process group) was remembered as "the conversion stopped (SIGINT)",
+    a 422 for that good file on every later start. Now the server ends its workers at
+    once, answers the request with the one error shape (503) and keeps nothing."""
+    from profscope.testing import derived_xplane
+
+    folder = tmp_path / "logdir" / "plugins" / "profile" / "s"
+    folder.mkdir(parents=True)
+    (folder / "big.xplane.pb").write_bytes(derived_xplane.large_gpu(150_000))
+    cache = tmp_path / "cache"
+    args = ("serve", str(tmp_path / "logdir"), "--port", "0", "--cache-dir", str(cache))
+    answers = []
+    with profscope_server(*args) as (url, _):
+        server = _server_pid(str(cache))
+        window = url + "api/trace/window?run=s&host=big&resolution=1000"
+
+        def ask():
+            try:
+                with urllib.request.urlopen(window, timeout=BACKSTOP_S) as r:
+                    answers.append((r.status, r.headers["Content-Type"], r.read()))
+            except urllib.error.HTTPError as e:
+                answers.append((e.code, e.headers["Content-Type"], e.read()))
+
+        asking = threading.Thread(target=ask)
+        asking.start()
+        # The conversion's worker, held still so that it is certainly under way.
+        until = time.monotonic() + BACKSTOP_S
+        while not (workers := _children_of(server)) and asking.is_alive() and time.monotonic() < until:
+            time.sleep(0.002)
+        assert workers, "no worker was forked"
+        for w in workers:
+            os.kill(w, signal.SIGSTOP)
+        os.killpg(server, signal.SIGINT)  # Ctrl+C: the terminal signals the whole group
+        asking.join(BACKSTOP_S)
+        until = time.monotonic() + BACKSTOP_S
+        while os.path.exists(f"/proc/{server}") and open(f"/proc/{server}/stat").read().split()[2] != "Z" \
+                and time.monotonic() < until:
+            time.sleep(0.05)
+    [(status, content_type, body)] = answers
+    assert (status, content_type) == (503, "application/json"), (status, body[:300])
+    error = json.loads(body)
+    assert error["status"] == 503 and "the server is stopping" in error["error"] and "big.xplane.pb" in error["error"]
+    assert list(cache.rglob("*.failed.json")) == []  # nothing remembered against the file
+    with profscope_server(*args) as (url, _):  # and the next start converts it
+        with urllib.request.urlopen(url + "api/trace/window?run=s&host=big&resolution=10", timeout=BACKSTOP_S) as r:
+            assert r.status == 200 and json.loads(r.read())["hosts"] == ["big"]

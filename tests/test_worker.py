@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import os
 import resource
+import signal
 import sys
 import threading
 import time
@@ -15,6 +16,7 @@ import pytest
 from profscope.cache.progress import ProgressBoard
 from profscope.cache.store import DiskCache
 from profscope.cache.worker import WorkerPool, parse_size
+from profscope import errors
 from profscope.errors import BadInput, BadRequest, NotFound, ProfscopeError, TooLarge
 
 # A stop that never comes fails the test, not a slow one: these limits are a backstop
@@ -330,3 +332,45 @@ def test_a_fork_waits_for_another_threads_import(tmp_path, monkeypatch):
         importer.join(BACKSTOP_S)
         sys.modules.pop("slow_import_31", None)
     assert pool.stats["killed"] == 0
+
+
+def test_a_worker_ended_by_ctrl_c_is_not_the_inputs_fault(tmp_path):
+    """Ctrl+C reaches the workers too (one process group): a worker it ends is a 503
+    naming the input, never a bad input remembered against it (before issue 32, "the
+    conversion stopped (SIGINT)" was a 422 kept in the cache for good)."""
+    cache = DiskCache(tmp_path / "cache", workers=WorkerPool(enabled=True))
+
+    def interrupted(progress):
+        os.kill(os.getpid(), signal.SIGINT)  # as the terminal sends it
+        time.sleep(BACKSTOP_S)
+
+    with pytest.raises(errors.Stopping) as e:
+        cache.get_or_compute("k", "Trace viewer: indexing a.xplane.pb", interrupted, file="a.xplane.pb")
+    assert e.value.status == 503 and "SIGINT" in e.value.message and e.value.file == "a.xplane.pb"
+    assert list((tmp_path / "cache").rglob("*.failed.json")) == []
+    assert orjson.loads(gzip.decompress(cache.get_or_compute("k", "again", lambda p: {"ok": 1}))) == {"ok": 1}
+
+
+def test_stop_ends_the_workers_and_refuses_new_conversions():
+    pool = WorkerPool(enabled=True, concurrency=1)
+    board = ProgressBoard()
+    outcome = []
+    t = threading.Thread(target=lambda: outcome.append(_outcome(pool, board, lambda job: time.sleep(BACKSTOP_S))))
+    t.start()
+    until = time.monotonic() + BACKSTOP_S
+    while pool.stats["running"] < 1 and time.monotonic() < until:
+        time.sleep(0.01)
+    queued = threading.Thread(target=lambda: outcome.append(_outcome(pool, board, lambda job: b"never")))
+    queued.start()  # waits for the one slot
+    pool.stop()
+    t.join(BACKSTOP_S)
+    queued.join(BACKSTOP_S)
+    assert [type(o) for o in outcome] == [errors.Stopping, errors.Stopping]
+    assert isinstance(_outcome(pool, board, lambda job: b"x"), errors.Stopping)
+
+
+def _outcome(pool, board, fn):
+    try:
+        return run(pool, fn, board)
+    except ProfscopeError as e:
+        return e

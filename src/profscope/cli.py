@@ -296,7 +296,7 @@ def cmd_serve(args) -> int:
     import uvicorn
 
     from profscope.cache.progress_printer import ProgressPrinter
-    from profscope.server import create_app
+    from profscope.server import Server, create_app
     from profscope.server.guard import H11_MAX_HEAD_BYTES, WILDCARD_BINDS, Security, is_loopback
 
     token = _serve_token(args)
@@ -357,7 +357,7 @@ def cmd_serve(args) -> int:
                             # cut after 5 s rather than holding the server up (uvicorn waits forever).
                             timeout_graceful_shutdown=5)
     try:
-        uvicorn.Server(config).run(sockets=[sock])
+        Server(config, ws).run(sockets=[sock])
     finally:
         printer.stop()
         if ws.scale_out is not None:

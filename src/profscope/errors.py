@@ -75,3 +75,11 @@ class Conflict(ProfscopeError):
     that is being recorded)."""
 
     status = 409
+
+
+class Stopping(ProfscopeError):
+    """The server is stopping (Ctrl+C, SIGTERM), or a conversion was stopped from outside
+    (its worker sent SIGINT/SIGTERM): the input is not at fault, nothing is remembered of
+    it, and the same request to a running server converts it."""
+
+    status = 503

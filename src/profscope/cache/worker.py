@@ -128,6 +128,8 @@ class WorkerPool:
         self.idle_seconds = idle_seconds or int(env.get("PROFSCOPE_WORKER_IDLE_SECONDS") or 0) or 300
         self._slots = threading.BoundedSemaphore(self.concurrency)
         self._mine = threading.local()  # whether this thread holds a slot (slot())
+        self._children: set[int] = set()  # the pids of the workers running now
+        self._stopping = False
         self.stats = {"runs": 0, "failed": 0, "killed": 0, "peakRssBytes": 0, "running": 0, "queued": 0}
         self._stats_lock = threading.Lock()
 
@@ -146,11 +148,18 @@ class WorkerPool:
         if not self.enabled or _IN_WORKER or getattr(self._mine, "held", False):
             yield
             return
+        self._raise_if_stopping(job)
         self._count("queued", 1)
-        if not self._slots.acquire(blocking=False):
-            job.update(message="queued: waiting for a free worker")
-            self._slots.acquire()
-        self._count("queued", -1)
+        try:
+            if not self._slots.acquire(blocking=False):
+                job.update(message="queued: waiting for a free worker")
+                while not self._slots.acquire(timeout=0.5):  # until a slot, or stop()
+                    self._raise_if_stopping(job)
+        finally:
+            self._count("queued", -1)
+        if self._stopping:
+            self._slots.release()
+            self._raise_if_stopping(job)
         self._mine.held = True
         try:
             yield
@@ -172,6 +181,24 @@ class WorkerPool:
             finally:
                 self._count("running", -1)
 
+    def stop(self) -> None:
+        """The server is stopping: end every worker now (SIGKILL) and start no other. The
+        requests that waited for them are answered at once, with a 503 (:class:`Stopping`)
+        that is not remembered against their inputs; uvicorn's graceful shutdown then has
+        no request left to wait for."""
+        self._stopping = True
+        with self._stats_lock:
+            children = list(self._children)
+        for pid in children:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass  # it has just ended
+
+    def _raise_if_stopping(self, job: Progress) -> None:
+        if self._stopping:
+            raise errors.Stopping(f"{job.label}: the server is stopping; nothing was converted")
+
     def _count(self, name: str, delta: int) -> None:
         with self._stats_lock:
             self.stats[name] += delta
@@ -189,6 +216,8 @@ class WorkerPool:
             os.close(r)
             _child(fn, job, board, w, self.memory_limit, self.cpu_seconds, sockets)
         os.close(w)
+        with self._stats_lock:
+            self._children.add(pid)
         mirrored: dict[str, Progress] = {}
         outcome = None
         stalled = False
@@ -203,8 +232,20 @@ class WorkerPool:
                 stalled = frames.stalled
         finally:
             _, status, usage = os.wait4(pid, 0)
+            with self._stats_lock:
+                self._children.discard(pid)
             for other in mirrored.values():
                 board.finish(other)
+        stopped = os.WIFSIGNALED(status) and os.WTERMSIG(status) in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+        if outcome is None and (self._stopping or stopped):
+            # Ctrl+C reaches the workers too (one process group): a worker ended by it,
+            # or by stop(), says nothing about its input, which must not be remembered
+            # as unreadable (before issue 32, "the conversion stopped (SIGINT)" was a 422
+            # kept in the cache for good).
+            self._count("killed", 1)
+            how = "the server is stopping" if self._stopping else \
+                f"its worker was stopped from outside ({signal.Signals(os.WTERMSIG(status)).name})"
+            raise errors.Stopping(f"{job.label}: the conversion did not end: {how}; nothing was kept", file=file)
         if stalled:
             self._count("killed", 1)
             err = ProfscopeError(f"{job.label}: the conversion stopped: it used no CPU and sent nothing for "

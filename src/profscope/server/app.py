@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 
+import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.gzip import GZipMiddleware
@@ -68,3 +69,18 @@ def create_app(ws: Workspace, security: Security | None = None) -> FastAPI:
     app.include_router(convert_api.router(ws))
     app.include_router(pages.router(ws))
     return app
+
+
+class Server(uvicorn.Server):
+    """uvicorn's server, whose Ctrl+C / SIGTERM also ends the conversions under way
+    (``WorkerPool.stop``): the requests waiting for them are answered at once, a 503 in
+    the one error shape, where uvicorn's graceful shutdown cut them after its timeout
+    with a plain-text 500 and the server took that long to exit."""
+
+    def __init__(self, config: uvicorn.Config, ws: Workspace):
+        super().__init__(config)
+        self.workspace = ws
+
+    def handle_exit(self, sig, frame) -> None:
+        self.workspace.cache.workers.stop()
+        super().handle_exit(sig, frame)
