@@ -7,6 +7,8 @@ import json
 
 import pytest
 
+from profscope.app.queries import MemoryProfileQuery
+
 TORCH = "torch/{}.pt.trace.json.gz"
 
 
@@ -98,3 +100,19 @@ def test_xplane_memory_profile_errors(demo_client, make_client, demo_copy):
     xplane.write_bytes(xplane.read_bytes()[:5000])
     res = _data(make_client(demo_copy), TF_RUN, host="vm")
     assert res.status_code == 422 and res.json()["file"].endswith("vm.xplane.pb")
+
+
+def test_a_cold_profile_is_converted_once_with_or_without_its_host(demo_client):
+    """Issue 32.7: no host means the run's first; before, ``host`` omitted (OOM risk of a
+    one-host run asks so) and ``host=vm`` (the page, XProf) were two cache keys, and a
+    cold memory profile converted the same xplane twice."""
+    ws = demo_client.app.state.workspace
+    run = next(r for r in ws.runs() if r.name.startswith("tf_bfc/"))
+    tool = ws.tool_named("memory_profile")
+    implicit, explicit = MemoryProfileQuery(), MemoryProfileQuery(host=run.hosts[0])
+    assert not ws.cache.has(ws.tool_data_key(run, tool, explicit))
+    assert demo_client.get("/data/plugin/profile/data", params={"run": run.name, "tag": "oom_risk"}).status_code == 200
+    # OOM risk read the memory profile without a host: the page's request (with it) is cached
+    assert ws.cache.has(ws.tool_data_key(run, tool, explicit))
+    assert ws.tool_data_key(run, tool, implicit) == ws.tool_data_key(run, tool, explicit)
+    assert _data(demo_client, run.name).content == _data(demo_client, run.name, host=run.hosts[0]).content

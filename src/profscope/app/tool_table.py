@@ -75,6 +75,9 @@ class Tool:
     # Made before the payload, in the server process: parts that can be built at once (on
     # the cluster, or in several workers) rather than one by one inside its conversion.
     prepare: Callable[["Workspace", Run, Any], None] | None = None
+    # What a request may leave out, filled in before the cache key is made, so that one
+    # answer has one key (the same conversion is not made twice under two keys).
+    complete: Callable[[Run, Any], Query] | None = None
     xprof: bool = True  # XProf has this tool: run_tools lists it (an XProf client knows the tag)
     aliases: tuple[str, ...] = ()  # other names XProf's clients use for it
     version: int = 1  # bump when the payload changes: it is part of the cache key
@@ -98,6 +101,15 @@ class Tool:
 
     def asks_page(self, query: Query) -> bool:
         return self.page is not None and bool(getattr(query, self.page.flag))
+
+
+def _first_host(run: Run, query: MemoryProfileQuery) -> MemoryProfileQuery:
+    """No host is the run's first (RuntimeMemory.xplane_memory_profile): the page and XProf
+    ask with the host, OOM risk of a one-host run without; before issue 32 the two were
+    two keys, and a cold memory profile converted the file twice."""
+    if query.host is None and run.kind is RunKind.PROFILE and run.hosts:
+        return query.but(host=run.hosts[0])
+    return query
 
 
 def _reads_xplanes(ws: Workspace, run: Run) -> bool:
@@ -145,6 +157,7 @@ TOOLS: tuple[Tool, ...] = (
              xla_dump=NOT_FOR),
         _reads_xplanes,
         pages=("memory_profile.js", "torch_snapshot.js"),
+        complete=_first_host,
         version=4,  # 2: XProf's schema for traces and snapshots too (tools/memory_profile_xprof.py); 3: profiles without allocator events are not grouped;
         # 4: a trace's devices highest peak first, reserved null when not recorded, XProf's timeline sampled from every event, capacity totalGlobalMem
     ),

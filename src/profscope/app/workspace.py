@@ -149,7 +149,7 @@ class Workspace(CompiledMemory, RuntimeMemory, Snapshots, OomAssessment, Traces,
         producer = tool.producer(run)
         if producer is tool_table.NOT_FOR:
             raise NotFound(f"tool {tool.name!r} has nothing for a {run.kind.value} such as {run.name!r}")
-        query = query if query is not None else tool.query()
+        query = self._complete(run, tool, query if query is not None else tool.query())
         key = self.tool_data_key(run, tool, query)
         if tool.prepare is not None and not self.cache.has(key):
             tool.prepare(self, run, query)
@@ -171,6 +171,7 @@ class Workspace(CompiledMemory, RuntimeMemory, Snapshots, OomAssessment, Traces,
 
     def tool_data_key(self, run: Run, tool: Tool, query: Query) -> str:
         self._check_query(tool, query)
+        query = self._complete(run, tool, query)
         return keys.tool_payload(tool, self.logdir.url, [f.identity() for f in run.files], query.cache_parts())
 
     def fan_out(self, run: Run, jobs: list[tuple[str, tuple]], what: str, *, one_worker_each: bool = True) -> None:
@@ -230,6 +231,10 @@ class Workspace(CompiledMemory, RuntimeMemory, Snapshots, OomAssessment, Traces,
     @staticmethod
     def tool_named(name: str) -> Tool | None:
         return tool_table.get(name)
+
+    @staticmethod
+    def _complete(run: Run, tool: Tool, query: Query) -> Query:
+        return tool.complete(run, query) if tool.complete is not None else query
 
     @staticmethod
     def _check_query(tool: Tool, query: Query) -> None:
