@@ -165,6 +165,24 @@ def test_export_keeps_the_flows_and_reads_back_the_same(demo_client, tmp_path, m
     assert again["totalEventsSize"] == w["totalEventsSize"]
 
 
+def test_a_window_outside_the_trace_is_clamped_to_it(demo_client):
+    """/api/trace/window clamps a window to the trace as the page clamps a link's: the part
+    inside it, or the whole trace when none of it is (a window past the end answered 0
+    slices). ``window`` says what was answered."""
+    whole = _window(demo_client, MLP_RUN, resolution=4000)
+    end = whole["fullTimespan"][1]
+    assert whole["window"] == [0.0, end] and whole["slices"]["id"]
+    for s, e in ((end + 10, end + 20), (-20, -10)):
+        out = _window(demo_client, MLP_RUN, start_ms=s, end_ms=e, resolution=4000)
+        assert out["window"] == whole["window"] and out["slices"] == whole["slices"], (s, e)
+    part = _window(demo_client, MLP_RUN, start_ms=end / 2, end_ms=end * 3, resolution=4000)
+    inside = _window(demo_client, MLP_RUN, start_ms=end / 2, end_ms=end, resolution=4000)
+    assert part["window"] == inside["window"] == [end / 2, end]
+    assert part["slices"] == inside["slices"] and part["slices"]["id"]
+    left = _window(demo_client, MLP_RUN, start_ms=-end, end_ms=end / 2, resolution=4000)
+    assert left["window"] == [0.0, end / 2]
+
+
 def _demo_run(prefix: str) -> str:
     folder = next(DEMO.glob(f"{prefix}/plugins/profile/*"))
     return f"{prefix}/{folder.name}"

@@ -36,6 +36,10 @@ trace_xprof = lazy.module("profscope.tools.trace_xprof")
 NO_HOST_SELECTED = "none"
 
 
+def _no_preview(run: Run, state: str, message: str) -> dict:
+    return {"run": run.name, "preview": False, "state": state, "message": message}
+
+
 class Traces:
     """Part of :class:`~profscope.app.workspace.Workspace`: timelines."""
 
@@ -117,20 +121,23 @@ class Traces:
     def trace_preview(self, run: Run, query: TraceQuery) -> dict:
         """While one host's index is being built: the whole-trace window its build
         published (``"preview": true``; slice ids are the preview's, not the index's).
-        NotFound when there is none (yet): the index is ready, or its build has not got
-        that far, or several hosts are selected."""
+        Without one, ``{"preview": false, "state", "message"}``: ``pending`` (its build has
+        not got that far: ask again), ``ready`` (the index is: ask the window) or
+        ``several_hosts`` (a preview is one host's). Every trace page asks this while its
+        first window is on its way, so no preview is a state, not an error (a 404 there
+        was a red line in every page's console)."""
         chosen = self._trace_hosts(run, query)
         if len(chosen) != 1:
-            raise NotFound("a preview is made of one host's trace only")
+            return _no_preview(run, "several_hosts", "a preview is made of one host's trace only")
         name, info, pos = chosen[0]
         key = self._trace_index_key(name, info)
         folder = self.cache.preview_dir(key)
         if self.cache.built_dir(key) is not None:
-            raise NotFound(f"no preview of {info.name}: its index is ready")
+            return _no_preview(run, "ready", f"no preview of {info.name}: its index is ready")
         try:
             ix = trace_index.TraceIndex(folder, decoder=xplane_trace)
         except FileNotFoundError:
-            raise NotFound(f"no preview of {info.name} yet") from None
+            return _no_preview(run, "pending", f"no preview of {info.name} yet")
         offset = 1000 if classify(info.name) is FileKind.XPLANE else 0
         view = trace_viewer.TraceView(run.name, [trace_viewer.HostIndex(pos, name, ix, offset)])
         # the preview's tracks carry the whole trace's event counts

@@ -46,8 +46,8 @@ def router(ws: Workspace) -> APIRouter:
 
     @r.get("/preview")
     def preview(query: Preview, run: Text = None) -> Response:
-        """The whole trace, drawn from what the index build has published so far (404
-        when nothing is: the index is ready, or not that far yet)."""
+        """The whole trace, drawn from what the index build has published so far, or
+        ``{"preview": false, "state"}`` when nothing is (yet): app/traces.py."""
         return json_response(ws.trace_preview(ws.run(run), query))
 
     @r.get("/event")

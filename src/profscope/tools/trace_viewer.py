@@ -127,6 +127,15 @@ class TraceView:
             e = s + 1
         return s, e
 
+    def fit_ps(self, start_ms: float | None, end_ms: float | None) -> tuple[int, int]:
+        """The window of :meth:`span_ps` clamped to the trace [0, end], as the page clamps
+        a link's window (``pages/trace_viewer.js`` ``fitToTrace``): the part inside it, or
+        the whole trace when none of it is (a window past the end showed nothing)."""
+        s, e = self.span_ps(start_ms, end_ms)
+        if e <= 0 or s >= self.end_ps:
+            return self.span_ps(None, None)
+        return max(s, 0), max(min(e, self.end_ps), max(s, 0) + 1)
+
     def _host(self, event_id: int) -> tuple[HostIndex, int]:
         pos, row = event_id >> HOST_ID_SHIFT, event_id & ((1 << HOST_ID_SHIFT) - 1)
         for h in self.hosts:
@@ -161,9 +170,10 @@ class TraceView:
 
     def window(self, start_ms: float | None = None, end_ms: float | None = None, resolution: int | None = None) -> dict:
         """What to draw of [start_ms, end_ms) at ``resolution`` pixels (default
-        DEFAULT_RESOLUTION; the server keeps it within 1..queries.TRACE_MAX_RESOLUTION)."""
+        DEFAULT_RESOLUTION; the server keeps it within 1..queries.TRACE_MAX_RESOLUTION),
+        the window clamped to the trace (:meth:`fit_ps`; ``window`` says which it is)."""
         res = DEFAULT_RESOLUTION if resolution is None else resolution
-        s, e = self.span_ps(start_ms, end_ms)
+        s, e = self.fit_ps(start_ms, end_ms)
         processes, tracks = self.tracks()
         names: list[str] = []
         name_ix: dict[str, int] = {}

@@ -102,9 +102,10 @@ async function renderTraceViewer(view, state, run, details) {
 }
 
 // The first look at a big run builds its index (seconds to minutes); the build publishes
-// the whole trace's window early (/api/trace/preview: 404 until then). Draw it, marked
-// as a preview, until the index answers: the same slices the index will show, but their
-// ids are the preview's, so the canvas takes no input meanwhile.
+// the whole trace's window early (/api/trace/preview: {preview: false, state: "pending"}
+// until then, "ready" once the index is, "several_hosts" for a merged view: no preview to
+// wait for). Draw it, marked as a preview, until the index answers: the same slices the
+// index will show, but their ids are the preview's, so the canvas takes no input meanwhile.
 async function showPreview(ctx, first) {
   let settled = false;
   first.then(() => { settled = true; }, () => { settled = true; });
@@ -114,10 +115,13 @@ async function showPreview(ctx, first) {
     if (settled || current !== ctx) return;
     let res;
     try { res = await fetch(url); } catch { continue; }
-    if (res.status === 404) continue; // not published yet (or the index is ready)
     if (!res.ok) return;
     const data = await res.json();
     if (settled || current !== ctx) return;
+    if (!data.preview) {
+      if (data.state === "pending") continue; // not published yet
+      return; // the index is ready (its window is on its way), or no preview will come
+    }
     ctx.root.dataset.preview = "1";
     ctx.full = data.fullTimespan || [0, 0];
     ctx.view = [ctx.full[0], ctx.full[1]];
