@@ -521,6 +521,45 @@ def test_odd_but_valid_chrome_events(make_client, tmp_path):
     assert names["open"]["dur"] > 0  # closed at the last timestamp of the trace
 
 
+def test_chrome_flows_bind_to_slices_as_catapult_binds_them(make_client, tmp_path):
+    """XProf's answer binds a Chrome trace's flow events to slices by Catapult's rules:
+    ``s`` to the deepest slice open at its time (here the launch nested in an op), ``f``
+    with ``"bp": "e"`` to the slice open at its time (the kernel beginning exactly where
+    the previous one ends: the one that begins), ``f`` without it to the next slice
+    starting at or after it; a flow whose end no slice takes, and the later of two flows
+    ending on one slice, are left out of XProf's form (one flow per slice). The page's
+    own arrows keep all four."""
+    ev = [{"ph": "X", "name": "op", "pid": 1, "tid": 1, "ts": 0, "dur": 100},
+          {"ph": "X", "name": "launch_a", "pid": 1, "tid": 1, "ts": 10, "dur": 5},
+          {"ph": "X", "name": "launch_b", "pid": 1, "tid": 1, "ts": 20, "dur": 5},
+          {"ph": "X", "name": "launch_c", "pid": 1, "tid": 1, "ts": 30, "dur": 5},
+          {"ph": "X", "name": "launch_d", "pid": 1, "tid": 1, "ts": 40, "dur": 5},
+          {"ph": "X", "name": "kernel_1", "pid": 0, "tid": 7, "ts": 50, "dur": 10},
+          {"ph": "X", "name": "kernel_2", "pid": 0, "tid": 7, "ts": 60, "dur": 10},
+          # kineto's order: the f first; a at launch_a's start, b inside launch_b
+          {"ph": "f", "id": 1, "cat": "ac2g", "name": "ac2g", "pid": 0, "tid": 7, "ts": 60, "bp": "e"},
+          {"ph": "s", "id": 1, "cat": "ac2g", "name": "ac2g", "pid": 1, "tid": 1, "ts": 10},
+          {"ph": "s", "id": 2, "cat": "ac2g", "name": "ac2g", "pid": 1, "tid": 1, "ts": 22},
+          {"ph": "f", "id": 2, "cat": "ac2g", "name": "ac2g", "pid": 0, "tid": 7, "ts": 45},  # next slice: kernel_1
+          {"ph": "s", "id": 3, "cat": "ac2g", "name": "ac2g", "pid": 1, "tid": 1, "ts": 30},
+          {"ph": "f", "id": 3, "cat": "ac2g", "name": "ac2g", "pid": 0, "tid": 7, "ts": 90, "bp": "e"},  # no slice
+          {"ph": "s", "id": 4, "cat": "ac2g", "name": "ac2g", "pid": 1, "tid": 1, "ts": 40},
+          {"ph": "f", "id": 4, "cat": "ac2g", "name": "ac2g", "pid": 0, "tid": 7, "ts": 55, "bp": "e"}]  # kernel_1 again
+    root = tmp_path / "logs"
+    root.mkdir()
+    (root / "flows.trace.json").write_text(json.dumps({"traceEvents": ev}))
+    client = make_client(root)
+    assert len(_window(client, "flows.trace.json", resolution=100000)["flows"]["from"]) == 4
+    body = client.get("/data/plugin/profile/data", params={"run": "flows.trace.json", "tag": "trace_viewer@",
+                                                           "resolution": 0}).json()
+    pairs: dict = defaultdict(dict)
+    for e in body["traceEvents"]:
+        if "bind_id" in e:
+            assert e["cat"] == "ac2g"
+            pairs[e["bind_id"]]["out" if e.get("flow_out") else "in"] = e["name"]
+    assert sorted((p["out"], p["in"]) for p in pairs.values()) == [("launch_a", "kernel_2"), ("launch_b", "kernel_1")]
+
+
 @pytest.mark.parametrize("q", ["fusion", "TRAIN", "o"])
 def test_search_total_and_offset_pages_through_every_match(demo_client, q):
     """Pages of ``limit`` matches from ``offset`` put end to end are the one long answer,

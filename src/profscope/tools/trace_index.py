@@ -433,6 +433,12 @@ def _bind_flow_points(fp: FlowPoints, shift: int, out: Path) -> FlowEvents:
         starts = np.unique(st)
         base = np.int64(len(starts) + 1)
         rank = np.searchsorted(starts, st).astype(np.int64)
+        p_rank = np.searchsorted(starts, ts, side="right").astype(np.int64) - 1  # last start <= ts
+        # threads as ranks (0..), so composite keys stay below n * (n + 1)
+        threads = np.unique(tr)
+        tr_r = np.searchsorted(threads, tr).astype(np.int64)
+        p_tr = np.minimum(np.searchsorted(threads, pt_track), len(threads) - 1).astype(np.int64)
+        has = threads[p_tr] == pt_track
         # enclosing: at one depth of a track slices do not overlap (the index stacks a
         # crossing slice deeper), so only the last one starting at or before the point can
         # hold it; the deepest depth that does wins
