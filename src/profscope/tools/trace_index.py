@@ -443,28 +443,30 @@ def _bind_flow_points(fp: FlowPoints, shift: int, out: Path) -> FlowEvents:
         # crossing slice deeper), so only the last one starting at or before the point can
         # hold it; the deepest depth that does wins
         deep = int(dp.max()) + 1
-        key = tr * deep + dp
+        groups, key = np.unique(tr_r * deep + dp, return_inverse=True)
+        key = key.reshape(-1).astype(np.int64)
         comp = key * base + rank
         order = np.argsort(comp, kind="stable")
         comp = comp[order]
-        p_rank = np.searchsorted(starts, ts, side="right").astype(np.int64) - 1
-        todo = np.flatnonzero(fp.enclosing & (p_rank >= 0))
+        todo = np.flatnonzero(fp.enclosing & (p_rank >= 0) & has)
         for d in range(deep - 1, -1, -1):
             if not len(todo):
                 break
-            pos = np.searchsorted(comp, (pt_track[todo] * deep + d) * base + p_rank[todo], side="right") - 1
+            want = p_tr[todo] * deep + d
+            g = np.minimum(np.searchsorted(groups, want), len(groups) - 1)
+            pos = np.searchsorted(comp, g * base + p_rank[todo], side="right") - 1
             cand = order[np.maximum(pos, 0)]
-            ok = (pos >= 0) & (key[cand] == pt_track[todo] * deep + d) & (en[cand] >= ts[todo])
+            ok = (groups[g] == want) & (pos >= 0) & (key[cand] == g) & (en[cand] >= ts[todo])
             bound[todo[ok]] = rows[cand[ok]]
             todo = todo[~ok]
         # the next slice: the first by (start, depth) on the track from the point's time on
-        comp2 = tr * base + rank
+        comp2 = tr_r * base + rank
         order2 = np.lexsort((dp, comp2))
         comp2 = comp2[order2]
-        nxt = np.flatnonzero(~fp.enclosing)
-        pos = np.searchsorted(comp2, pt_track[nxt] * base + np.searchsorted(starts, ts[nxt], side="left"), side="left")
+        nxt = np.flatnonzero(~fp.enclosing & has)
+        pos = np.searchsorted(comp2, p_tr[nxt] * base + np.searchsorted(starts, ts[nxt], side="left"), side="left")
         cand = order2[np.minimum(pos, len(order2) - 1)]
-        ok = (pos < len(order2)) & (tr[cand] == pt_track[nxt])
+        ok = (pos < len(order2)) & (tr_r[cand] == p_tr[nxt])
         bound[nxt[ok]] = rows[cand[ok]]
     # whole flows only, one per slice
     drop = np.unique(fp.flow[bound < 0])
