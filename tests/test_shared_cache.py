@@ -99,7 +99,7 @@ def test_a_second_replica_copies_a_trace_index_instead_of_building_it(pod, tmp_p
     assert ix_b.n == ix_a.n > 0
     manifest = b.cache.shared.manifest(key)
     assert manifest["writer"] == "a" and manifest["kind"] == "dir"
-    assert sorted(r for r, _ in manifest["files"]) == sorted(_hashes(a.cache.built_dir(key)))
+    assert {r: h for r, _, h in manifest["files"]} == _hashes(a.cache.built_dir(key))  # name, size, SHA-256
 
 
 def test_a_json_result_is_computed_once_across_replicas(tmp_path, emulator, prefix):
@@ -137,7 +137,7 @@ def test_two_replicas_asking_at_once_build_once_and_the_other_waits(tmp_path, em
     assert all((p / "part.bin").read_bytes() == b"x" * 1000 for p in results.values())
     assert sum(c.shared.stats["waited"] for c in caches) == 2
     assert sum(c.shared.stats["published"] for c in caches) == 1
-    assert not caches[0].shared.store.exists(f"v1/{key[:2]}/{key}.lease")  # released after the commit
+    assert not caches[0].shared.store.exists(f"v2/{key[:2]}/{key}.lease")  # released after the commit
 
 
 def test_the_first_commit_wins_and_the_loser_removes_its_files(tmp_path, emulator, prefix):
@@ -153,8 +153,8 @@ def test_the_first_commit_wins_and_the_loser_removes_its_files(tmp_path, emulato
     assert not rb.publish(key, [("f", tmp_path / "b/f")], kind="dir", scratch=tmp_path)
     assert rb.stats["lostRace"] == 1
     assert ra.manifest(key)["writer"] == "a"
-    assert store.exists(f"v1/{key[:2]}/{key}/a/entry.tar")
-    assert not store.exists(f"v1/{key[:2]}/{key}/b/entry.tar")
+    assert store.exists(f"v2/{key[:2]}/{key}/a/entry.tar")
+    assert not store.exists(f"v2/{key[:2]}/{key}/b/entry.tar")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b"]  # no pack left behind
     dest = tmp_path / "copy"
     dest.mkdir()
@@ -166,7 +166,7 @@ def test_a_lease_nobody_refreshes_is_waited_for_only_until_it_goes_stale(tmp_pat
     then converts itself."""
     key = cache_key("test", "crashed-holder")
     store = _store(emulator, prefix)
-    assert store.create(f"v1/{key[:2]}/{key}.lease", b'{"writer": "crashed", "time": %f}' % time.time())
+    assert store.create(f"v2/{key[:2]}/{key}.lease", b'{"writer": "crashed", "time": %f}' % time.time())
     cache = _replica(tmp_path, "b", emulator, prefix, lease_s=1.5)
     t0 = time.monotonic()
     path = cache.get_or_build_dir(key, "x", lambda p, folder: (folder / "f").write_bytes(b"built by b"))
@@ -188,7 +188,7 @@ def test_a_failed_build_releases_its_lease_so_others_do_not_wait(tmp_path, emula
 
     with pytest.raises(BadInput):
         a.get_or_build_dir(key, "x", bad)
-    assert not a.shared.store.exists(f"v1/{key[:2]}/{key}.lease")
+    assert not a.shared.store.exists(f"v2/{key[:2]}/{key}.lease")
     assert not a.shared.committed(key)
 
 
@@ -199,7 +199,7 @@ def test_a_damaged_record_is_rebuilt_locally(tmp_path, emulator, prefix):
     a = _replica(tmp_path, "a", emulator, prefix)
     a.get_or_build_dir(key, "x", lambda p, folder: (folder / "f").write_bytes(b"v"))
     a.shared.flush()
-    a.shared.store.delete(f"v1/{key[:2]}/{key}/a/entry.tar")
+    a.shared.store.delete(f"v2/{key[:2]}/{key}/a/entry.tar")
     b = _replica(tmp_path, "b", emulator, prefix)
     path = b.get_or_build_dir(key, "x", lambda p, folder: (folder / "f").write_bytes(b"v"))
     assert (path / "f").read_bytes() == b"v"
@@ -283,12 +283,12 @@ def test_two_servers_on_one_bucket_serve_one_session_converting_each_host_once(p
             time.sleep(0.1)
 
     store = ObjectStore(record, storage_options={"endpoint_url": emulator, "token": "anon"})
-    commits = [p for p in store.fs.find(f"{BUCKET}/replicas/v1") if p.endswith(".commit")]
+    commits = [p for p in store.fs.find(f"{BUCKET}/replicas/v2") if p.endswith(".commit")]
     assert sum(s["published"] for s in stats) == len(commits) > len(hosts)  # indexes and JSON results
     assert sum(s["lostRace"] for s in stats) == 0 and sum(s["errors"] for s in stats) == 0, stats
     # what one made the other copied: every request was sent to both
     assert sum(s["fetched"] for s in stats) >= len(hosts), stats
-    assert not [p for p in store.fs.find(f"{BUCKET}/replicas/v1") if p.endswith(".lease")]
+    assert not [p for p in store.fs.find(f"{BUCKET}/replicas/v2") if p.endswith(".lease")]
 
 
 def test_a_shared_cache_url_that_is_not_a_store_is_a_cli_error(tmp_path):
@@ -355,9 +355,10 @@ def test_a_record_naming_a_path_outside_its_entry_is_not_extracted(tmp_path, emu
         info = tarfile.TarInfo("../escape")
         info.size = 4
         tar.addfile(info, io.BytesIO(b"evil"))
-    store.write(f"v1/{key[:2]}/{key}/x/entry.tar", buf.getvalue())
-    assert store.create(f"v1/{key[:2]}/{key}.commit", orjson.dumps(
-        {"version": 1, "key": key, "kind": "dir", "writer": "x", "files": [["../escape", 4]], "time": 0}))
+    store.write(f"v2/{key[:2]}/{key}/x/entry.tar", buf.getvalue())
+    assert store.create(f"v2/{key[:2]}/{key}.commit", orjson.dumps(
+        {"version": 2, "key": key, "kind": "dir", "writer": "x", "time": 0,
+         "files": [["../escape", 4, hashlib.sha256(b"evil").hexdigest()]]}))
     b = _replica(tmp_path, "b", emulator, prefix)
     path = b.get_or_build_dir(key, "x", lambda p, folder: (folder / "f").write_bytes(b"built"))
     assert (path / "f").read_bytes() == b"built"
@@ -382,7 +383,7 @@ def test_a_forked_conversion_worker_reads_the_record_but_never_leases_or_publish
     os.waitpid(pid, 0)
     assert os.read(r, 2) == b"ok"
     store = cache.shared.store
-    assert not store.exists(f"v1/{key[:2]}/{key}.lease") and not cache.shared.committed(key)
+    assert not store.exists(f"v2/{key[:2]}/{key}.lease") and not cache.shared.committed(key)
     assert (cache.built_dir(key) / "f").read_bytes() == b"child"  # built, locally only
     other = cache_key("test", "forked-parent")
     cache.get_or_build_dir(other, "x", lambda p, folder: (folder / "f").write_bytes(b"parent"))
@@ -414,10 +415,10 @@ def test_a_bad_input_fails_once_across_replicas(tmp_path, emulator, prefix):
         b.get_or_build_dir(key, "x", bad)
     assert b.shared.stats["failures"] == 1 and calls == [1]
     c = _replica(tmp_path, "c", emulator, prefix)
-    record = orjson.loads(c.shared.store.read(f"v1/{key[:2]}/{key}.failed"))
-    c.shared.store.delete(f"v1/{key[:2]}/{key}.failed")
+    record = orjson.loads(c.shared.store.read(f"v2/{key[:2]}/{key}.failed"))
+    c.shared.store.delete(f"v2/{key[:2]}/{key}.failed")
     record["version"] = "0.0.0-other"
-    assert c.shared.store.create(f"v1/{key[:2]}/{key}.failed", orjson.dumps(record))
+    assert c.shared.store.create(f"v2/{key[:2]}/{key}.failed", orjson.dumps(record))
     path = c.get_or_build_dir(key, "x", lambda p, folder: (folder / "f").write_bytes(b"fixed"))
     assert (path / "f").read_bytes() == b"fixed"
     c.shared.flush()

@@ -4,24 +4,35 @@ converted once and copied everywhere else (issue 18; docs/scale_out.md "Shared c
 
 The local folder stays what requests read: the trace index is memory-mapped, which wants
 local files. The record is written beside it and read on a local miss. Its layout below
-the store (``v1``: another layout is simply never read):
+the store (``v2``: another layout is simply never read):
 
-``v1/<kk>/<key>.commit``
-    a small JSON manifest (the writer, every file and its size), written **last** and
-    **create-only**: its existence means the entry is whole, and the first writer to
-    create it is the one whose files everybody reads. An object store cannot rename a
-    folder into place as cache/store.py does locally, so this marker is the atomic step.
-``v1/<kk>/<key>/<writer>/entry.tar``
-    the entry's files as one tar, under the writer's own name: two replicas that raced
-    upload to different names, never over each other's objects; the loser deletes its own.
-``v1/<kk>/<key>.failed``
+``v2/<kk>/<key>.commit``
+    a small JSON manifest (the writer, every file with its size and SHA-256), written
+    **last** and **create-only**: its existence means the entry is whole, and the first
+    writer to create it is the one whose files everybody reads. An object store cannot
+    rename a folder into place as cache/store.py does locally, so this marker is the
+    atomic step.
+``v2/<kk>/<key>/<writer>/entry.tar``
+    the entry's files as one tar, the *pack* (cache/pack.py), under the writer's own name:
+    two replicas that raced upload to different names, never over each other's objects;
+    the loser deletes its own. A pack is a plain upload that anyone who writes to the
+    bucket can replace after its commit: a reader checks it against the commit as it takes
+    it apart (sizes on each header before the data, SHA-256 after), writes nothing the
+    commit does not name, and converts the entry itself when they differ.
+``v2/<kk>/<key>.failed``
     a bad input's error (the local cache's failure record), create-only: another replica
     answers it at once instead of converting the same bad file again.
-``v1/<kk>/<key>.lease``
+``v2/<kk>/<key>.lease``
     who builds the entry now (create-only, refreshed every ``lease_s / 4`` by its
     holder). Another replica that finds it waits for the commit instead of converting
     the same file; a lease not refreshed for ``lease_s`` (a crashed holder) is ignored,
     and the waiter converts it itself (the create-only commit keeps that correct).
+
+``v1`` was the same layout with commits that gave sizes only: a replica that found a garbled
+pack of the right sizes copied it, and its trace views failed on every request (issue 32).
+A reader cannot tell such a pack from a good one, so ``v1`` is not read: its entries are
+converted again once, and published under ``v2`` (a ``v1`` commit, create-only, would
+have kept them from being published at all).
 
 The record is never evicted by profscope: a bucket lifecycle rule ages it out
 (docs/scale_out.md). Any error talking to it is logged and counted, and the cache goes
@@ -34,7 +45,6 @@ import logging
 import os
 import secrets
 import socket
-import tarfile
 import tempfile
 import threading
 import time
@@ -43,9 +53,12 @@ from typing import Callable, Protocol
 
 import orjson
 
+from profscope.cache import pack as packs
+from profscope.cache.pack import PackRefused
+
 log = logging.getLogger("profscope.cache.shared")
 
-RECORD_VERSION = 1
+RECORD_VERSION = 2  # 1: commits without checksums (see above)
 PACK = "entry.tar"  # an entry's files, as one object (SharedRecord.publish)
 LEASE_S = 60.0
 
@@ -69,7 +82,7 @@ class Store(Protocol):
     def write(self, name: str, data: bytes) -> None: ...
     def delete(self, *names: str) -> None: ...
     def put_files(self, local_paths: list[Path], names: list[str]) -> None: ...
-    def get_files(self, names: list[str], local_paths: list[Path]) -> None: ...
+    def open_read(self, name: str): ...  # a context: (file, size)
 
 
 def folder_files(folder: Path) -> list[tuple[str, Path]]:
@@ -103,7 +116,7 @@ class SharedRecord:
         # Commits seen: one never changes or goes away (profscope deletes none), so the
         # Dask status polls of a 256-host run ask the bucket once per entry, not per poll.
         self._commits: dict[str, dict] = {}
-        self.stats = {"fetched": 0, "published": 0, "waited": 0, "lostRace": 0, "failures": 0, "errors": 0, "lastError": None}
+        self.stats = {"fetched": 0, "published": 0, "waited": 0, "lostRace": 0, "failures": 0, "refused": 0, "errors": 0, "lastError": None}
 
     @property
     def url(self) -> str:
@@ -153,28 +166,30 @@ class SharedRecord:
         return self.manifest(key) is not None
 
     def _fetch(self, key: str, m: dict, dest: Path) -> bool:
-        """Copy a committed entry's files into the empty folder ``dest``: its pack is
-        downloaded beside ``dest`` (named like the cache's temporaries of ``key``, whose
-        lock the caller holds) and only the files the commit names are taken out of it."""
-        files = dict(m["files"])
-        pack = Path(tempfile.mkstemp(dir=dest.parent, prefix=f".tmp-{key}-", suffix=".part")[1])
+        """Copy a committed entry's files into the empty folder ``dest``, streamed out of
+        its pack and checked against the commit on the way (cache/pack.py): the pack's
+        size before a byte is read, each member's name and size on its header before its
+        data, each file's SHA-256 after. So nothing is written but the files the commit
+        names, at their sizes; a pack that differs (a tar bomb, a garbled or replaced
+        upload) is refused, counted and logged, and the caller converts the entry here."""
         try:
-            self.store.get_files([self._name(key, f"/{m['writer']}/{PACK}")], [pack])
-            with tarfile.open(pack) as tar:
-                members = [t for t in tar.getmembers() if t.isfile() and t.name in files]
-                if len(members) != len(files):
-                    raise OSError(f"the pack holds {len(members)} of the {len(files)} files its commit names")
-                # "data": no absolute names, no links, no '..' (PEP 706), though the names
-                # are checked against the commit's already
-                tar.extractall(dest, members=members, filter="data")
-            for rel, size in files.items():
-                if (dest / rel).stat().st_size != size:
-                    raise OSError(f"{rel} is {(dest / rel).stat().st_size} bytes, the commit says {size}")
+            files = packs.named_files(m)
+            writer = m.get("writer")
+            if not isinstance(writer, str) or not writer or "/" in writer or writer in (".", ".."):
+                raise PackRefused(f"the commit names no writer: {str(writer)[:80]!r}")
+            bound = packs.pack_bound(files)
+            with self.store.open_read(self._name(key, f"/{writer}/{PACK}")) as (f, size):
+                if size > bound:
+                    raise PackRefused(f"the pack is {size:,} bytes, and a tar of the {len(files)} file(s) its "
+                                      f"commit names takes at most {bound:,}")
+                packs.extract(f, files, dest)
+        except PackRefused as e:
+            self._count("refused")
+            self._failed("copying", key, e)
+            return False
         except Exception as e:  # noqa: BLE001
             self._failed("copying", key, e)
             return False
-        finally:
-            pack.unlink(missing_ok=True)
         self._count("fetched")
         return True
 
@@ -327,15 +342,14 @@ class SharedRecord:
         little from compression): one request per entry instead of one per file (51 for
         a trace index), which is both the latency and the per-operation price of an
         object store. It is written in ``scratch`` (the entry's cache shard) under a name
-        the cache's start-up clean-up leaves alone for an hour."""
+        the cache's start-up clean-up leaves alone for an hour, hashing each file on the
+        way: the commit names every file's size and SHA-256 (cache/pack.py)."""
         pack = None
         try:
-            files = [(rel, path.stat().st_size) for rel, path in entry]
             fd, name = tempfile.mkstemp(dir=scratch, prefix=".tmp-pack-", suffix=".part")
             pack = Path(name)
-            with os.fdopen(fd, "wb") as f, tarfile.open(fileobj=f, mode="w", format=tarfile.PAX_FORMAT) as tar:
-                for rel, path in entry:
-                    tar.add(path, arcname=rel, recursive=False)
+            with os.fdopen(fd, "wb") as f:
+                files = packs.write_pack(entry, f)
             self.store.put_files([pack], [self._name(key, f"/{self.writer}/{PACK}")])
             body = orjson.dumps({"version": RECORD_VERSION, "key": key, "kind": kind, "writer": self.writer,
                                  "files": files, "time": time.time()})

@@ -332,7 +332,12 @@ class DiskCache:
 
         try:
             got = self._obtain(key, fetch_into, "blob")
-            return (got / SHARED_BLOB).read_bytes() if got is not None else None
+            if got is None:
+                return None
+            try:
+                return (got / SHARED_BLOB).read_bytes()
+            except OSError:  # a commit that names other files (never this writer's): converted here
+                return None
         finally:
             if tmp:
                 shutil.rmtree(tmp[0], ignore_errors=True)

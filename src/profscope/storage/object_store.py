@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import os
 import posixpath
+import stat
 import tempfile
 import threading
+from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO, Iterator
 
 from profscope.errors import NotFound
 from profscope.forksafe import renew_after_fork
@@ -78,18 +81,28 @@ class ObjectStore:
         path = self._path(name)
         return os.path.exists(path) if self.is_local else self.fs.exists(path)
 
-    def get_files(self, names: list[str], local_paths: list[Path]) -> None:
-        """Download ``names`` to ``local_paths`` (concurrently on a bucket: gcsfs runs one
-        batch of requests for a list)."""
-        for p in local_paths:
-            Path(p).parent.mkdir(parents=True, exist_ok=True)
+    @contextmanager
+    def open_read(self, name: str) -> Iterator[tuple[BinaryIO, int]]:
+        """The object as a file to read in order, and its size as the store records it
+        (before a byte of it is read). The shared cache streams a pack out of it
+        (cache/pack.py) instead of downloading it first: what it writes locally is then
+        only the files it keeps. On a bucket gcsfs reads ahead in the background (its
+        default "adaptive" cache for sequential reads)."""
+        path = self._path(name)
         if self.is_local:
-            import shutil
-
-            for name, dest in zip(names, local_paths):
-                shutil.copyfile(self._path(name), dest)
-            return
-        self.fs.get([self._path(n) for n in names], [str(p) for p in local_paths])
+            # Non-blocking: a FIFO put under the name must not hang the open; only a
+            # regular file is read.
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                os.close(fd)
+                raise OSError(f"{name} in {self.url} is not a file")
+            os.set_blocking(fd, True)
+            with os.fdopen(fd, "rb") as f:
+                yield f, st.st_size
+        else:
+            with self.fs.open(path, "rb") as f:
+                yield f, f.size
 
     # -- writes -------------------------------------------------------------------------
 
