@@ -9,6 +9,7 @@ import gzip
 import orjson
 
 from profscope.app import keys, lazy
+from profscope.app import oom_planning
 from profscope.app.queries import MemoryProfileQuery, MemoryViewerQuery, OomRiskQuery
 from profscope.errors import NothingToAssess, NotFound, ProfscopeError
 from profscope.model.catalog import Run, RunKind
@@ -88,10 +89,13 @@ class OomAssessment:
                 devices = self.device_capabilities(run, host)
             if compiled is None and allocator is None:
                 raise NothingToAssess(f"run {run.name!r} has neither HLO modules nor allocator events to assess")
-        return oom_risk.assess(compiled=compiled, allocator=allocator, snapshot=snap_ev, modules=modules,
-                               requested=requested, device_name=query.device, devices=devices,
-                               torch_trace=trace_ev, trace_devices=trace_devices, thresholds=thresholds,
-                               module_choice=module_choice)
+        answer = oom_risk.assess(compiled=compiled, allocator=allocator, snapshot=snap_ev, modules=modules,
+                                 requested=requested, device_name=query.device, devices=devices,
+                                 torch_trace=trace_ev, trace_devices=trace_devices, thresholds=thresholds,
+                                 module_choice=module_choice)
+        # What would make it fit: priced changes and the batch fit (app/oom_planning.py).
+        answer["plan"] = oom_planning.plan(self, run, host, compiled, answer, query)
+        return answer
 
     def assess_hosts_first(self, run: Run, query: OomRiskQuery) -> None:
         """Before a multi-host profile is rated by its worst host: its hosts' assessments,

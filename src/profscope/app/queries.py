@@ -127,6 +127,10 @@ class OomRiskQuery(Query):
     device: str | None = text()  # the device to assume when the profile names none
     threshold_medium: float | None = share()
     threshold_high: float | None = share()
+    # The planner (tools/oom_plan.py): the batch (or sequence) size to predict the peak
+    # at, and how many devices the sharding change spreads the state over.
+    batch: int | None = count(least=1)
+    shards: int | None = count(least=2, most=1 << 20)
 
 
 @dataclass(frozen=True, slots=True)

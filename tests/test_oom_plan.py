@@ -1,0 +1,156 @@
+"""OOM risk's planner (tools/oom_plan.py, app/oom_planning.py): "what would make it fit",
+checked against XLA itself. A real JAX train step (profscope.testing.batch_programs) is
+compiled here on CPU at several batch sizes, with and without ``donate_argnums``; XLA's
+``compiled.memory_analysis()`` (argument + output + temp - alias) is the truth the
+planner's answers are held to."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import pytest
+
+from profscope.testing import batch_programs
+from profscope.tools import oom_plan, oom_risk
+
+ROOT = Path(__file__).resolve().parents[1]
+BATCHES = [32, 64, 128, 256]
+DATA = "/data/plugin/profile/data"
+
+
+@pytest.fixture(scope="module")
+def four_batches(tmp_path_factory) -> tuple[Path, dict]:
+    """One profile holding the train step compiled at 32, 64, 128 and 256."""
+    out = tmp_path_factory.mktemp("four_batches")
+    return out / "profile", batch_programs.make(out, BATCHES, profile=True)
+
+
+def _run(client) -> str:
+    runs = client.get("/data/plugin/profile/runs").json()
+    assert len(runs) == 1, runs
+    return runs[0]
+
+
+def _risk(client, **params) -> dict:
+    res = client.get(DATA, params={"run": _run(client), "tag": "oom_risk", **params})
+    assert res.status_code == 200, res.text
+    return res.json()
+
+
+def _evidence(client, module: str) -> dict:
+    mv = client.get(DATA, params={"run": _run(client), "tag": "memory_viewer", "module_name": module}).json()
+    return oom_risk.compiled_evidence(mv, module)
+
+
+# -- savings priced from the buffers ---------------------------------------------------
+
+
+def test_donation_saving_is_what_xla_aliases_when_donated(make_client, tmp_path):
+    """The undonated step's plan prices donation at exactly the bytes XLA aliases once the
+    same step is compiled with donate_argnums (alias_size_in_bytes), arguments and outputs
+    unchanged; the peak XLA then really saves lies between the plan's lower bound (the
+    temporaries it may need) and that figure."""
+    undonated = batch_programs.make(tmp_path / "u", [64], profile=True, donate=False)["batches"]["64"]
+    donated = batch_programs.make(tmp_path / "d", [64])["batches"]["64"]
+    body = _risk(make_client(tmp_path / "u" / "profile"), capacity_bytes=10_000_000)
+    change = next(c for c in body["plan"]["savings"] if c["id"] == "donate")
+    assert undonated["alias_size_in_bytes"] == 0
+    assert change["savedBytes"] == donated["alias_size_in_bytes"] - undonated["alias_size_in_bytes"]
+    assert (undonated["argument_size_in_bytes"], undonated["output_size_in_bytes"]) == \
+        (donated["argument_size_in_bytes"], donated["output_size_in_bytes"])
+    real = undonated["peak"] - donated["peak"]
+    assert change["savedAtLeastBytes"] <= real <= change["savedBytes"], (change, real)
+    # The resulting peak and its tier at the requested capacity.
+    assert change["peakAfterBytes"] == body["peakBytes"] - change["savedBytes"]
+    assert change["riskAfter"] == oom_risk.tier_of(change["peakAfterBytes"], 10_000_000, body["thresholds"])
+    assert body["risk"] == "OOM" and change["riskAfter"] == "LOW"  # 11.1 MB does not fit 10 MB; 5.6 MB does
+
+
+def test_remat_names_the_activations_and_is_conservative_on_a_real_remat(make_client):
+    """remat_off (scripts/make_oom_programs.py): the plan names the largest activations
+    live at the peak; remat_on, the same program under jax.checkpoint, compiles to a peak
+    no higher than the plan's peak after rematerialising."""
+    programs = ROOT / "tests" / "data" / "oom_programs"
+    meta = json.loads((programs / "programs.json").read_text())
+    client = make_client(programs)
+    runs = client.get("/data/plugin/profile/runs").json()
+    run = next(r for r in runs if r.startswith("remat_off/"))
+    body = client.get(DATA, params={"run": run, "tag": "oom_risk"}).json()
+    change = next(c for c in body["plan"]["savings"] if c["id"] == "remat")
+    acts = next(c for c in body["contributors"] if c["category"] == "activations")
+    assert change["activationBytes"] == acts["bytes"]
+    assert [b["name"] for b in change["buffers"]] == [i["name"] for i in acts["items"][:oom_plan.TOP]]
+    assert change["savedBytes"] == acts["bytes"] - acts["items"][0]["bytes"]
+    assert batch_programs.peak_of(meta["remat_on"]["train_memory_analysis"]) <= change["peakAfterBytes"]
+
+
+def test_shard_and_precision_follow_the_buffers(four_batches, make_client):
+    client = make_client(four_batches[0])
+    body = _risk(client, capacity_bytes=8_000_000, shards=4)
+    by = {c["id"]: c for c in body["plan"]["savings"]}
+    state = sum(c["bytes"] for c in body["contributors"] if c["category"] in ("parameters", "optimizer_state"))
+    assert by["shard"]["stateBytes"] == state and by["shard"]["shards"] == 4
+    assert by["shard"]["bytesPerDevice"] * 4 >= state > (by["shard"]["bytesPerDevice"] - 1) * 4
+    f32 = sum(i["bytes"] for c in body["contributors"] for i in c["items"] if i["shape"].startswith("f32["))
+    assert by["precision"]["float32Bytes"] == f32 and by["precision"]["savedBytes"] == f32 // 2
+    # Another N is another answer (a different cache entry).
+    assert _risk(client, capacity_bytes=8_000_000, shards=8)["plan"]["savings"] != body["plan"]["savings"]
+
+
+# -- batch size that fits --------------------------------------------------------------
+
+
+def test_any_two_compilations_predict_the_other_two(four_batches, make_client):
+    """From any 2 of the 4 compilations the predicted peak of the other 2 is within 5 %
+    of XLA's memory_analysis() peak."""
+    profile, truth = four_batches
+    client = make_client(profile)
+    modules = [m["moduleName"] for m in _risk(client)["modules"] if m.get("isTrainingStep")]
+    evs = [_evidence(client, m) for m in modules]
+    assert len({oom_plan.signature(e) for e in evs}) == 1
+    values, info = oom_plan.sizes(evs)
+    assert sorted(values) == BATCHES and info["parameter"] == "batch_0_"
+    points = {v: {"size": v, "peakBytes": e["peakBytes"], "moduleName": e["moduleName"], "categories": {}}
+              for v, e in zip(values, evs, strict=True)}
+    answer = {"capacityBytes": None, "thresholds": oom_risk.DEFAULT_THRESHOLDS}
+    errors = []
+    for pair in itertools.combinations(BATCHES, 2):
+        for other in set(BATCHES) - set(pair):
+            fit = oom_plan.batch_fit([points[b] for b in pair], answer, info, other)
+            real = truth["batches"][str(other)]["peak"]
+            errors.append((pair, other, fit["at"]["peakBytes"] / real - 1))
+    assert max(abs(e) for *_, e in errors) <= 0.05, errors
+
+
+def test_largest_batch_that_fits_against_real_compiles(four_batches, make_client, tmp_path):
+    """The largest batch the plan says fits 9 MB (and stays below HIGH) compiles to a
+    peak that fits; one more does not. The peak predicted at batch=200 (between two
+    compilations) and at batch=512 (beyond them) is XLA's within 5 %."""
+    profile, _ = four_batches
+    cap = 9_000_000
+    client = make_client(profile)
+    body = _risk(client, capacity_bytes=cap, batch=200)
+    fit = body["plan"]["batch"]
+    assert fit["trust"]["ok"], fit["trust"]
+    assert [p["size"] for p in fit["points"]] == BATCHES
+    fits, high = fit["largest"]["fits"], fit["largest"]["belowHigh"]
+    assert not fits["extrapolated"] and not high["extrapolated"]
+    fits, high = fits["size"], high["size"]
+    real = batch_programs.make(tmp_path / "check", [fits, fits + 1, high, high + 1, 200, 512])["batches"]
+    assert real[str(fits)]["peak"] <= cap < real[str(fits + 1)]["peak"]
+    assert real[str(high)]["peak"] < cap * 0.9 <= real[str(high + 1)]["peak"]
+    assert abs(fit["at"]["peakBytes"] / real["200"]["peak"] - 1) <= 0.05 and fit["at"]["interpolated"]
+    assert fit["at"]["risk"] == oom_risk.tier_of(fit["at"]["peakBytes"], cap, body["thresholds"])
+    beyond = _risk(client, capacity_bytes=cap, batch=512)["plan"]["batch"]["at"]
+    assert abs(beyond["peakBytes"] / real["512"]["peak"] - 1) <= 0.05 and not beyond["interpolated"]
+
+
+def test_one_compilation_says_the_fit_cannot_be_made(make_client):
+    client = make_client(ROOT / "tests" / "data" / "oom_programs")
+    run = next(r for r in client.get("/data/plugin/profile/runs").json() if r.startswith("undonated/"))
+    body = client.get(DATA, params={"run": run, "tag": "oom_risk", "capacity_bytes": 40_000_000}).json()
+    trust = body["plan"]["batch"]["trust"]
+    assert not trust["ok"] and "one compilation" in trust["reason"]
+    assert "largest" not in body["plan"]["batch"]
