@@ -154,3 +154,37 @@ def test_one_compilation_says_the_fit_cannot_be_made(make_client):
     trust = body["plan"]["batch"]["trust"]
     assert not trust["ok"] and "one compilation" in trust["reason"]
     assert "largest" not in body["plan"]["batch"]
+
+
+# -- profscope report ------------------------------------------------------------------
+
+
+def test_report_carries_the_plan_in_every_format(four_batches, tmp_path):
+    """``profscope report --batch --shards``: the JSON holds the page's plan; Markdown and
+    HTML print the priced changes, the largest batch that fits and the peak at --batch."""
+    import subprocess
+    import sys
+
+    profile, _ = four_batches
+
+    def report(fmt):
+        res = subprocess.run([sys.executable, "-m", "profscope", "report", str(profile), "--device-memory", "9000000",
+                              "--batch", "200", "--shards", "4", "--format", fmt, "--cache-dir", str(tmp_path / "cache")],
+                             capture_output=True, text=True, timeout=180, check=False)
+        assert res.returncode == 0, res.stderr
+        return res.stdout
+
+    doc = json.loads(report("json"))
+    (r,) = doc["reports"]
+    plan = r["plan"]
+    assert {c["id"] for c in plan["savings"]} >= {"shard", "precision", "remat"}
+    assert next(c for c in plan["savings"] if c["id"] == "shard")["shards"] == 4
+    fits, at = plan["batch"]["largest"]["fits"], plan["batch"]["at"]
+    assert at["size"] == 200
+    md = report("markdown")
+    assert "### What would make it fit" in md
+    assert f"largest that fits 8.58 MiB: **{fits['size']:,}**" in md
+    assert f"at 200: **" in md and f"({at['peakBytes']:,} bytes)" in md
+    html = report("html")
+    assert "What would make it fit" in html and 'data-change="shard"' in html
+    assert f"<b>{fits['size']:,}</b>" in html and f"{at['peakBytes']:,} bytes" in html

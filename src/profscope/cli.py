@@ -143,6 +143,10 @@ def _add_report(sub) -> None:
     report.add_argument("--module", help="HLO module to assess (default: the largest peak with a schedule)")
     report.add_argument("--device-memory", metavar="SIZE_OR_NAME", help="capacity: 80GiB, 40GB, 17179869184, or a device name (H100, A100-40GB, TPU v5e)")
     report.add_argument("--capacity-bytes", metavar="N", help="capacity in bytes (wins over --device-memory)")
+    report.add_argument("--batch", metavar="N", help="predict the peak at this batch (or sequence) size, from the run's "
+                        "compilations of the same program at other sizes (docs/oom_risk.md, What would make it fit)")
+    report.add_argument("--shards", metavar="N", help="devices the planner's sharding change spreads parameters and "
+                        "optimizer state over (default 8)")
     report.add_argument("--format", choices=("html", "json", "markdown"), default="html", help="output format (default html)")
     report.add_argument("-o", "--output", metavar="FILE", help="write here instead of standard output")
     report.add_argument("--server", metavar="URL", help="URL of a running `profscope serve` of the same log directory "
@@ -460,7 +464,8 @@ def cmd_report(args) -> int:
         raise BadRequest(f"--server must be an http(s) URL such as http://127.0.0.1:8791/, not {args.server!r}")
     oom_risk.requested_capacity(capacity, args.device_memory)
     query = OomRiskQuery(host=args.host, module_name=args.module, capacity_bytes=capacity,
-                         device_memory=args.device_memory or None)
+                         device_memory=args.device_memory or None, batch=_positive_int(args.batch, "batch"),
+                         shards=_positive_int(args.shards, "shards"))
     file = None
     if args.logdir and not args.demo:
         target = Path(args.logdir)

@@ -18,7 +18,7 @@ from urllib.parse import quote, urlencode
 from markupsafe import Markup
 
 from profscope import __version__
-from profscope.frontend import render
+from profscope.frontend import oom_report_plan, render
 from profscope.frontend.render import PALETTE, bytes_text, pct_text
 
 # The colours the dashboard draws with (static/lib/palette.json, as lib/colors.js reads it).
@@ -278,6 +278,7 @@ def render_markdown(doc: dict, source: str, server: str | None = None) -> str:
                 if f.get("links"):
                     lines.append("  - open: " + ", ".join(_md_link(x, r["run"], server) for x in f["links"]))
             lines.append("")
+        lines += oom_report_plan.markdown(r.get("plan"))  # what would make it fit (tools/oom_plan.py)
         if r["contributors"]:
             lines += ["### Contributors at the peak", "", "| category | bytes | share | buffers | largest |", "|---|---:|---:|---:|---|"]
             for c in r["contributors"]:

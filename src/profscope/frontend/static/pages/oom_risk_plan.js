@@ -1,0 +1,82 @@
+// The OOM risk page's "What would make it fit" (tools/oom_plan.py's payload under `plan`):
+// the priced changes, each with the peak it leaves and that peak's tier, and the batch
+// (or sequence) size fitted from the run's compilations of the same program. URL keys:
+// batch (the size to predict the peak at) and shards (devices the sharding change
+// spreads the state over), both sent to the tool as they are.
+import { el } from "../lib/dom.js";
+import { go, readState } from "../lib/state.js";
+import { fmtBytes, fmtCount as n, fmtShare as pct } from "../lib/format.js";
+import { RISK as RISK_COLORS } from "../lib/colors.js";
+
+export const PLAN_KEYS = { batch: { resetOn: ["run", "module_name"] }, shards: {} };
+
+// The query parameters of the plan, added to the tool's data URL.
+export function planParams(q, state) {
+  if ((state.batch || "").trim()) q.set("batch", state.batch.trim());
+  if ((state.shards || "").trim()) q.set("shards", state.shards.trim());
+}
+
+const tier = (risk) => el("span", { class: "oom-risk small", style: `background:${RISK_COLORS[risk] || RISK_COLORS.UNKNOWN}` }, risk);
+
+// linkTo(link, text): the page's link into the evidence's tool (oom_risk.js).
+export function planSection(d, linkTo) {
+  const plan = d.plan;
+  if (!plan) return null;
+  return el("div", { class: "oom-plan", id: "oom-plan" },
+    el("h2", {}, "What would make it fit"),
+    el("p", { class: "oom-hint" }, `Priced from the buffers live at the peak of ${plan.module}; each change's peak is rated at the same capacity and thresholds (docs/oom_risk.md, "What would make it fit").`),
+    savingsTable(plan.savings, linkTo),
+    batchBlock(plan.batch, d));
+}
+
+function savingsTable(rows, linkTo) {
+  if (!rows.length) return el("p", { class: "oom-none", id: "oom-savings" }, "No change priced: the module's buffers hold no undonated argument, activation, state or float32 buffer to act on.");
+  return el("table", { class: "oom-table", id: "oom-savings" },
+    el("thead", {}, el("tr", {}, ...["change", "saves", "peak after", "tier after", "largest buffers", "how"]
+      .map((h, i) => el("th", { class: i === 1 || i === 2 ? "num" : "" }, h)))),
+    el("tbody", {}, rows.map((c) => el("tr", { "data-change": c.id },
+      el("td", {}, c.title),
+      el("td", { class: "num", title: `${n(c.savedBytes)} bytes` }, fmtBytes(c.savedBytes),
+        c.savedAtLeastBytes !== undefined ? el("div", { class: "muted small" }, `at least ${fmtBytes(c.savedAtLeastBytes)}`) : null),
+      el("td", { class: "num", title: `${n(c.peakAfterBytes)} bytes` }, fmtBytes(c.peakAfterBytes),
+        c.utilizationAfter !== null ? el("div", { class: "muted small" }, pct(c.utilizationAfter)) : null),
+      el("td", {}, tier(c.riskAfter)),
+      el("td", { class: "small" }, c.buffers.slice(0, 3).flatMap((b, i) => [i ? el("br") : null,
+        b.link ? linkTo(b.link, b.name) : el("code", {}, b.name), " ", el("span", { class: "muted" }, fmtBytes(b.bytes))])),
+      el("td", { class: "muted small" }, c.detail)))));
+}
+
+function batchBlock(b, d) {
+  if (!b) return null;
+  const dim = b.dimension && b.dimension.parameter
+    ? el("span", {}, "dimension ", el("code", {}, String(b.dimension.dimension)), " of ", el("code", {}, b.dimension.parameter)) : "the batch size";
+  const pts = b.points.map((p) => `${n(p.size)} → ${fmtBytes(p.peakBytes)}`).join(", ");
+  const lines = [
+    el("p", {}, el("b", {}, "Batch size that fits. "), "Fitted on ", dim, ` from ${b.points.length} compilation(s) of the program: ${pts}`,
+      b.bytesPerUnit !== undefined ? `; ${fmtBytes(b.bytesPerUnit)} more per unit beyond the largest.` : "."),
+    el("p", { class: b.trust.ok ? "oom-plan-trust" : "oom-note", id: "oom-batch-trust" }, b.trust.ok ? "" : "Not trustworthy: ", b.trust.reason)];
+  if (b.largest) {
+    const item = (label, x) => el("li", {}, `${label}: `, x && x.size ? el("b", {}, n(x.size)) : "none",
+      x && x.size ? ` (peak ${fmtBytes(x.peakBytes)}${x.extrapolated ? ", extrapolated beyond the compiled sizes" : ""})` : "");
+    lines.push(el("ul", { id: "oom-batch-largest" },
+      item(`largest that fits ${fmtBytes(b.capacityBytes)}`, b.largest.fits),
+      item(`largest below HIGH (< ${Math.round(100 * d.thresholds.high)} %)`, b.largest.belowHigh),
+      item(`largest rated LOW (< ${Math.round(100 * d.thresholds.medium)} %)`, b.largest.belowMedium)));
+  } else if (b.points.length > 1) {
+    lines.push(el("p", { class: "muted" }, "Give the device's memory above to get the largest batch that fits."));
+  }
+  if (b.points.length > 1) lines.push(batchInput(b));
+  return el("div", { class: "oom-batch", id: "oom-batch" }, ...lines);
+}
+
+function batchInput(b) {
+  const input = el("input", { id: "oom-batch-size", type: "text", size: 8, value: readState().batch || "", "aria-label": "batch size" });
+  const apply = () => go({ ...readState(), batch: input.value.trim() });
+  input.addEventListener("keydown", (e) => { if (e.key === "Enter") apply(); });
+  const at = b.at;
+  return el("div", { class: "oom-capacity" }, el("label", { for: "oom-batch-size" }, "Peak at size"), input,
+    el("button", { type: "button", id: "oom-batch-apply", onclick: apply }, "Predict"),
+    at ? el("span", { id: "oom-batch-at" }, `${n(at.size)}: `, el("b", {}, fmtBytes(at.peakBytes)), ` (${n(at.peakBytes)} bytes) `,
+      tier(at.risk), at.utilization !== null ? ` ${pct(at.utilization)}` : "",
+      el("span", { class: "muted small" }, at.interpolated ? " between compiled sizes" : " extrapolated beyond the compiled sizes")) : null);
+}

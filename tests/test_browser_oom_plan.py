@@ -1,0 +1,67 @@
+"""The OOM risk page's "What would make it fit" in Debian's Chromium (Playwright), the
+network cut, on a real JAX profile holding one train step compiled at two batch sizes
+(profscope.testing.batch_programs). Screenshots go to test-artifacts/."""
+
+from __future__ import annotations
+
+import json
+from urllib.parse import parse_qs, quote, urlencode, urlparse
+from urllib.request import urlopen
+
+import pytest
+
+from profscope.model.units import fmt_bytes
+from profscope.testing import batch_programs
+from tests.conftest import ARTIFACTS, profscope_server
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.fixture(scope="module")
+def plan_server(tmp_path_factory):
+    out = tmp_path_factory.mktemp("two_batches")
+    truth = batch_programs.make(out, [64, 256], profile=True)
+    with profscope_server("serve", str(out / "profile"), "--port", "0", "--cache-dir", str(tmp_path_factory.mktemp("cache"))) as (url, _):
+        yield url, truth
+
+
+def _api(server, **params):
+    with urlopen(f"{server}data/plugin/profile/data?{urlencode({'tag': 'oom_risk', **params})}", timeout=120) as res:
+        return json.loads(res.read())
+
+
+def _run(server):
+    with urlopen(f"{server}data/plugin/profile/runs", timeout=30) as res:
+        return json.loads(res.read())[0]
+
+
+def test_plan_on_a_run_with_two_batch_sizes(plan_server, open_page):
+    server, _ = plan_server
+    run = _run(server)
+    api = _api(server, run=run, device_memory="9MB", batch="384")
+    page = open_page(server)
+    page.goto(f"{server}?{urlencode({'run': run, 'tool': 'oom_risk', 'capacity': '9MB'}, quote_via=quote)}")
+    page.wait_for_selector("#oom-plan")
+    assert page.inner_text("#oom-risk") == api["risk"] == "OOM"  # batch 256: 9.32 MB > 9 MB
+    rows = page.locator("#oom-savings tbody tr")
+    assert rows.count() == len(api["plan"]["savings"]) >= 3
+    for i, c in enumerate(api["plan"]["savings"]):
+        assert rows.nth(i).get_attribute("data-change") == c["id"]
+        assert fmt_bytes(c["peakAfterBytes"]) in rows.nth(i).inner_text()
+    fit = api["plan"]["batch"]
+    assert [p["size"] for p in fit["points"]] == [64, 256]
+    # Two compilations: a line the page says cannot be checked.
+    assert "cannot be checked" in page.inner_text("#oom-batch-trust")
+    largest = page.inner_text("#oom-batch-largest")
+    assert f"{fit['largest']['fits']['size']:,}" in largest and f"{fit['largest']['belowHigh']['size']:,}" in largest
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.locator("#oom-plan").screenshot(path=str(ARTIFACTS / "oom_plan_two_batches.png"))
+    # A size typed in goes into the URL and the data request; the prediction is shown.
+    page.fill("#oom-batch-size", "384")
+    page.press("#oom-batch-size", "Enter")
+    page.wait_for_selector("#oom-batch-at")
+    assert parse_qs(urlparse(page.url).query)["batch"] == ["384"]
+    at = page.inner_text("#oom-batch-at")
+    assert f"{api['plan']['batch']['at']['peakBytes']:,}" in at and api["plan"]["batch"]["at"]["risk"] in at
+    assert "extrapolated" in at
+    page.locator("#oom-plan").screenshot(path=str(ARTIFACTS / "oom_plan_two_batches_at_384.png"))
