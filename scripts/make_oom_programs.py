@@ -15,6 +15,13 @@ Each program is compiled and run a few steps under ``jax.profiler.trace``; the p
 ``eval_heavy``
     a small train step and an ``eval_step`` on a large batch: the eval module, not the
     training step, has the highest compiled peak.
+``two_batch``
+    one Adam MLP train step compiled twice: ``train_step`` at batch 256 (run six times,
+    so it is the module that ran most) and ``train_step_big`` at batch 1024 (run once):
+    the run's verdict must be the big step's. The same program is also compiled with
+    ``XLA_FLAGS=--xla_dump_to=<out>/two_batch_dump`` (the XLA dump of both steps, pruned
+    to their optimized HLO protos and buffer-assignment texts), so that the dump and the
+    profile can be rated side by side.
 
 Also writes ``<out>/programs.json``: per program its modules, the train-step module and
 ``compiled.memory_analysis()``, so tests can compare against XLA's own numbers.
@@ -30,6 +37,7 @@ import argparse
 import itertools
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -37,7 +45,8 @@ from pathlib import Path
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-PROGRAMS = ("donated", "undonated", "remat_off", "remat_on", "eval_heavy")
+PROGRAMS = ("donated", "undonated", "remat_off", "remat_on", "eval_heavy", "two_batch")
+TWO_BATCH = {"sizes": (128, 384, 384, 64), "batch": 256, "big_batch": 1024}
 MEMORY_FIELDS = ("argument_size_in_bytes", "output_size_in_bytes", "temp_size_in_bytes", "alias_size_in_bytes")
 
 
@@ -158,6 +167,27 @@ def build_blocks(rng, remat: bool, layers=6, d=128, ff=1024, tokens=512):
     }
 
 
+def build_two_batch(rng):
+    """The same train step under two names (JAX names a module after the function:
+    ``jit_train_step``, ``jit_train_step_big``), at batch 256 and 1024."""
+    import jax
+
+    prog = build_adam_mlp(rng, donate=True, sizes=TWO_BATCH["sizes"], batch=TWO_BATCH["batch"])
+    small = prog["train_step"]
+
+    def train_step_big(state, batch):
+        return small(state, batch)
+
+    big = build_adam_mlp(rng, donate=True, sizes=TWO_BATCH["sizes"], batch=TWO_BATCH["big_batch"])
+    # Inlined into jit_train_step_big: the inner jit is traced, not called as a module.
+    prog["big_step"] = jax.jit(train_step_big, donate_argnums=(0,))
+    prog["big_batch"] = big["batch"]
+    prog["steps"] = 6
+    prog["host_tracer_level"] = 2
+    prog["config"] = {**prog["config"], "big_batch": TWO_BATCH["big_batch"], "big_step_module": "jit_train_step_big"}
+    return prog
+
+
 def build(program: str, rng):
     if program == "donated":
         return build_adam_mlp(rng, donate=True)
@@ -169,6 +199,8 @@ def build(program: str, rng):
         return build_blocks(rng, remat=True)
     if program == "eval_heavy":
         return build_adam_mlp(rng, donate=True, sizes=(64, 128, 64), batch=16, eval_batch=4096)
+    if program == "two_batch":
+        return build_two_batch(rng)
     raise SystemExit(f"unknown program {program!r}; programs: {', '.join(PROGRAMS)}")
 
 
@@ -187,11 +219,22 @@ def run(program: str, out: Path, steps: int = 2) -> dict:
     jax.block_until_ready(loss)
     opts = jax.profiler.ProfileOptions()
     opts.python_tracer_level = 0
-    opts.host_tracer_level = 0
+    # two_batch keeps the host tracer: its CPU op events (hlo_module, program_id) time
+    # each module, which is how the profile says which step ran most.
+    opts.host_tracer_level = prog.get("host_tracer_level", 0)
     target = out / program
+    big = prog.get("big_step")
+    if big is not None:
+        state, loss = big(state, prog["big_batch"])
+        jax.block_until_ready(loss)
+        ma_big = big.lower(state, prog["big_batch"]).compile().memory_analysis()
+        memory_big = {f: int(getattr(ma_big, f)) for f in MEMORY_FIELDS}
     with jax.profiler.trace(str(target), profiler_options=opts):
-        for _ in range(steps):
+        for _ in range(prog.get("steps", steps)):
             state, loss = step(state, batch)
+            jax.block_until_ready(loss)
+        if big is not None:
+            state, loss = big(state, prog["big_batch"])
             jax.block_until_ready(loss)
         if prog["eval_step"] is not None:
             params = state["params"]
@@ -199,8 +242,24 @@ def run(program: str, out: Path, steps: int = 2) -> dict:
     # The traced session may also write a trace.json.gz; the tests need the xplane only.
     for f in target.rglob("*.trace.json.gz"):
         f.unlink()
-    return {"program": program, "config": prog["config"], "train_memory_analysis": memory,
+    out_ = {"program": program, "config": prog["config"], "train_memory_analysis": memory,
             "train_step_module": "jit_train_step", "has_eval_step": prog["eval_step"] is not None}
+    if big is not None:
+        out_["big_step_memory_analysis"] = memory_big
+    return out_
+
+
+DUMP_KEEP = ("after_optimizations.hlo.pb", "after_optimizations-buffer-assignment.txt")
+
+
+def _prune_dump(folder: Path) -> None:
+    """Keep the train steps' optimized HLO protos and buffer-assignment texts (what the
+    memory viewer reads); JAX also dumps every helper jit (device_put, initialisers)."""
+    for f in folder.iterdir():
+        if f.is_dir():
+            shutil.rmtree(f)
+        elif not ("jit_train_step" in f.name and f.name.endswith(DUMP_KEEP)):
+            f.unlink()
 
 
 def main(argv=None) -> int:
@@ -220,11 +279,20 @@ def main(argv=None) -> int:
         result["jax_version"] = jax.__version__
         (args.out / f"{args._one}.json").write_text(json.dumps(result, indent=2))
         return 0
-    results = {}
+    # Programs made before (another call's) stay listed.
+    listed = args.out / "programs.json"
+    results = json.loads(listed.read_text()) if listed.exists() else {}
     for p in args.programs:
         if p not in PROGRAMS:
             raise SystemExit(f"unknown program {p!r}; programs: {', '.join(PROGRAMS)}")
-        subprocess.run([sys.executable, os.path.abspath(__file__), "--out", str(args.out), "--_one", p], check=True)
+        env = dict(os.environ)
+        dump = args.out / f"{p}_dump"
+        if p == "two_batch":
+            # XLA reads XLA_FLAGS when the backend starts: set for the child only.
+            env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} --xla_dump_to={dump} --xla_dump_hlo_as_proto --xla_dump_hlo_as_text".strip()
+        subprocess.run([sys.executable, os.path.abspath(__file__), "--out", str(args.out), "--_one", p], check=True, env=env)
+        if p == "two_batch":
+            _prune_dump(dump)
         one = args.out / f"{p}.json"
         results[p] = json.loads(one.read_text())
         one.unlink()

@@ -14,6 +14,7 @@ import pytest
 
 from tests.conftest import ARTIFACTS, profscope_server
 from tests.test_oom_risk import programs  # noqa: F401  (the session fixture)
+from tests.test_oom_risk_verdict import two_batch  # noqa: F401  (the session fixture)
 
 pytestmark = pytest.mark.browser
 
@@ -325,3 +326,50 @@ def test_pages_name_no_api_parameter(demo_server, open_page, browser):
         assert "device memory must be positive" in text and not [n for n in API_NAMES if n in text]
     finally:
         ctx.close()
+
+
+@pytest.fixture(scope="module")
+def two_batch_server(tmp_path_factory, two_batch):  # noqa: F811
+    with profscope_server("serve", str(two_batch[0]), "--port", "0", "--cache-dir", str(tmp_path_factory.mktemp("cache"))) as (url, _):
+        yield url
+
+
+def test_two_batch_run_reads_oom_on_the_big_step(two_batch_server, open_page):
+    """Issue 33: the headline rates the worst step module (train_step_big, batch 1024),
+    not the one that ran most, and names every module over capacity."""
+    run = _run(two_batch_server, "two_batch")
+    api = _api(two_batch_server, run=run, device_memory="6MiB")
+    page = open_page(two_batch_server)
+    page.goto(_url(two_batch_server, run=run, tool="oom_risk", capacity="6MiB"))
+    page.wait_for_selector("#oom-treemap .main-svg")
+    assert page.inner_text("#oom-risk") == api["risk"] == "OOM"
+    assert api["module"] in page.inner_text("#oom-module") and api["module"].startswith("jit_train_step_big(")
+    assert "worst step module" in page.inner_text("#oom-module")
+    assert page.inner_text("#oom-over").startswith("Over capacity (1): " + api["module"])
+    assert "training step" in page.inner_text("#oom-modules")
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "oom_risk_two_batch.png"), full_page=True)
+
+
+@pytest.fixture(scope="module")
+def public_server(tmp_path_factory, shared_fixtures):
+    with profscope_server("serve", str(shared_fixtures / "public_profiles"), "--port", "0",
+                          "--cache-dir", str(tmp_path_factory.mktemp("cache"))) as (url, _):
+        yield url
+
+
+def test_tpu_contributors_are_the_buffers_at_the_peak(public_server, open_page):
+    """The TPU profile's allocator peak is one ``stack`` region: the contributors are the
+    memory viewer's buffers at the compiler's peak, and the page says so."""
+    run = "xplane/tpu_inference/2025_12_10_tpu"
+    api = _api(public_server, run=run)
+    page = open_page(public_server)
+    page.goto(_url(public_server, run=run, tool="oom_risk"))
+    page.wait_for_selector("#oom-treemap .main-svg")
+    assert "no breakdown" in page.inner_text("#oom-contributors-note")
+    table = page.inner_text("#oom-contributors")
+    assert api["contributors"][0]["label"] in table and "Unknown" not in table
+    page.screenshot(path=str(ARTIFACTS / "oom_risk_tpu.png"), full_page=True)
+    page.goto(_url(public_server, run="traces/kineto_resnet50_v100.pt.trace.json.gz", tool="oom_risk"))
+    page.wait_for_selector("#oom-contributors-note")
+    assert "no addresses" in page.inner_text("#oom-contributors-note")

@@ -140,7 +140,9 @@ def _add_report(sub) -> None:
     report.add_argument("--demo", action="store_true", help="use the bundled demo log directory")
     report.add_argument("--run", help="the run to report (default: every run the OOM risk can assess)")
     report.add_argument("--host", help="host, or device of a snapshot (cuda:N)")
-    report.add_argument("--module", help="HLO module to assess (default: the largest peak with a schedule)")
+    report.add_argument("--module", help="HLO module to assess (default: the worst step module, i.e. the highest compiled peak "
+                        "among modules named as a training or inference step; every module over capacity is named either way; "
+                        "docs/oom_risk.md, The rated module)")
     report.add_argument("--device-memory", metavar="SIZE_OR_NAME", help="capacity: 80GiB, 40GB, 17179869184, or a device name (H100, A100-40GB, TPU v5e)")
     report.add_argument("--capacity-bytes", metavar="N", help="capacity in bytes (wins over --device-memory)")
     report.add_argument("--batch", metavar="N", help="predict the peak at this batch (or sequence) size, from the run's "

@@ -32,7 +32,7 @@ class OomAssessment:
 
     def oom_risk(self, run: Run, query: OomRiskQuery, progress) -> dict:
         """Peak vs capacity with contributors and findings (tools/oom_risk.py), from the
-        memory viewer of one module (``module_name``, default the highest peak), the
+        memory viewer of one module (``module_name``, default the worst step module), the
         run's module peaks, the allocator events of an xplane and a snapshot's peak."""
         # The request first: an unknown device is a 400 before any file is read.
         requested = oom_risk.requested_capacity(query.capacity_bytes, query.device_memory)
@@ -57,10 +57,9 @@ class OomAssessment:
             name = query.module_name
             module_choice = {"rule": "requested"} if name else None
             if not name:
-                # The module that ran most (total time of its module events in the
-                # profile: what the user means by "the step"), else the highest peak among
-                # modules with a schedule (heap events): a module without one (jit_stage,
-                # broadcast_in_dim) is a single copy or fill.
+                # The worst module that runs as a step (tools/oom_risk.py default_module,
+                # docs/oom_risk.md "The rated module"); module run times only break the
+                # tie when no module is named as a step.
                 times = self.module_run_times(run, host) if run.kind is RunKind.PROFILE and run.hosts else {}
                 # One host is rated on its own modules: another host's module is not in
                 # its xplane (memory_viewer with host= was a 404, e.g. a TF host in a
@@ -68,15 +67,10 @@ class OomAssessment:
                 info = run.xplane(host) if run.kind is RunKind.PROFILE and host else None
                 own = set(self._modules_of(info)) if info is not None else None
                 known = {m["moduleName"] for m in modules if not m.get("error") and (own is None or m["moduleName"] in own)}
-                ran = sorted((t["ps"], k) for k, t in times.items() if k in known and t["ps"] > 0)
-                ranked = [m["moduleName"] for m in modules if m["moduleName"] in known and m.get("heapEvents")]
-                ranked += [m["moduleName"] for m in modules if m["moduleName"] in known and not m.get("heapEvents")]
-                if ran:
-                    name = ran[-1][1]
-                    module_choice = {"rule": "ran most in the profile", "ps": ran[-1][0], **times[name]}
-                else:
-                    name = ranked[0] if ranked else ((sorted(own) if own is not None else self.modules(run)) or [None])[0]
-                    module_choice = {"rule": "highest compiled peak (no module events in the profile)"}
+                name, module_choice = oom_risk.default_module(modules, known, times)
+                if name is None:
+                    name = ((sorted(own) if own is not None else self.modules(run)) or [None])[0]
+                    module_choice = {"rule": "first module (no module peak could be read)"}
             if name:
                 mv = self._payload(run, "memory_viewer", MemoryViewerQuery(module_name=name, host=host))
                 if mv.get("textOnly") and not mv.get("liveRange"):

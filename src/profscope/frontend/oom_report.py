@@ -279,8 +279,12 @@ def render_markdown(doc: dict, source: str, server: str | None = None) -> str:
                     lines.append("  - open: " + ", ".join(_md_link(x, r["run"], server) for x in f["links"]))
             lines.append("")
         lines += oom_report_plan.markdown(r.get("plan"))  # what would make it fit (tools/oom_plan.py)
+        if r["contributors"] or r.get("contributorsNote"):
+            lines += ["### Contributors at the peak", ""]
+        if r.get("contributorsNote"):
+            lines += [r["contributorsNote"], ""]
         if r["contributors"]:
-            lines += ["### Contributors at the peak", "", "| category | bytes | share | buffers | largest |", "|---|---:|---:|---:|---|"]
+            lines += ["| category | bytes | share | buffers | largest |", "|---|---:|---:|---:|---|"]
             for c in r["contributors"]:
                 top = c["items"][0]["name"] if c["items"] else ""
                 lines.append(f"| {c['label']} | {c['bytes']:,} | {pct_text(c['share'])} | {c['count']} | `{top}` |")

@@ -57,8 +57,11 @@ __all__ = [
     "classify_frames",
     "evidence_sentence",
     "compiled_evidence",
+    "default_module",
     "device_capacity",
+    "over_capacity",
     "requested_capacity",
+    "step_kind",
     "parse_size",
     "tier_thresholds",
     "snapshot_evidence",
@@ -617,6 +620,10 @@ def torch_trace_evidence(payload: dict) -> dict | None:
         "categoryPeakTimeMs": ct.get("peakTimeMs") if source_peak else None,
         "allocatedPeakBytes": int(s["peakAllocatedBytes"]), "reservedPeakBytes": int(s.get("peakReservedBytes") or 0),
         "categoryPeakBytes": source_peak or None, "items": items, "leakHints": dev.get("leakHints") or [],
+        # memory_profile_torch's notes say why a device has no per-allocation view (its
+        # [memory] events carry no Addr, so no allocation can be paired with its free).
+        "contributorsNote": None if items else ("; ".join(dev.get("notes") or [])
+                                                or "no allocation is recorded live at the peak"),
     }
 
 
@@ -762,6 +769,56 @@ def fragmentation(ev: dict) -> dict | None:
 def _is_step(name: str) -> bool:
     low = name.lower()
     return bool(re.search(r"train|update|step|fit", low)) and not re.search(r"eval|predict|infer|test", low)
+
+
+# An inference step by its name: JAX names a module after the jitted function
+# (jit_eval_step, jit_predict, jit_generate, jit_decode_step, pjit_serve_fn, jit_forward).
+_INFERENCE_STEP = re.compile(r"eval|predict|infer|serv|generat|decod|sampl|forward", re.IGNORECASE)
+
+
+def step_kind(name: str) -> str | None:
+    """``training`` (:func:`_is_step`), ``inference`` (an eval/predict/serve/generate/
+    decode/forward module) or None (an initialiser, a ``device_put`` copy)."""
+    if _is_step(name):
+        return "training"
+    return "inference" if _INFERENCE_STEP.search(name) else None
+
+
+def default_module(modules: list[dict], known: set[str], times: dict[str, dict]) -> tuple[str | None, dict | None]:
+    """The module a run is rated on when the request names none (docs/oom_risk.md "The
+    rated module"): the worst module that runs as a step, i.e. the highest compiled peak
+    among the modules named as a training or inference step (:func:`step_kind`), since
+    one capacity rates them all and the worst one is what the run must fit. Without any
+    step, the module that ran most in the profile (``times``: total time of its module
+    events), else the highest peak among modules with a heap-simulator schedule (one
+    without is a single copy or fill: jit_stage, broadcast_in_dim). ``known``: the names
+    that may be chosen (readable, on the rated host)."""
+    usable = [m for m in modules if m.get("moduleName") in known and not m.get("error")]
+    steps = [m for m in usable if step_kind(m["moduleName"]) and m.get("peakBytes")]
+    if steps:
+        worst = max(steps, key=lambda m: (m["peakBytes"], m["moduleName"]))
+        name = worst["moduleName"]
+        return name, {"rule": "worst step module", "stepKind": step_kind(name), "peakBytes": worst["peakBytes"],
+                      "steps": [m["moduleName"] for m in sorted(steps, key=lambda m: -m["peakBytes"])],
+                      **(times.get(name) or {})}
+    ran = sorted((t["ps"], k) for k, t in times.items() if k in known and t["ps"] > 0)
+    if ran:
+        name = ran[-1][1]
+        return name, {"rule": "ran most in the profile (no module is named as a step)", "ps": ran[-1][0], **times[name]}
+    ranked = sorted(usable, key=lambda m: (not m.get("heapEvents"), -(m.get("peakBytes") or 0)))
+    if ranked:
+        return ranked[0]["moduleName"], {"rule": "highest compiled peak (no step module, no module events in the profile)"}
+    return None, None
+
+
+def over_capacity(mods: list[dict], capacity: int | None) -> list[dict]:
+    """Every module whose own compiled peak exceeds the capacity, worst first: each would
+    fail when it runs, whichever module rates the run."""
+    if not capacity:
+        return []
+    over = [m for m in mods if (m.get("peakBytes") or 0) > capacity]
+    return [{"moduleName": m["moduleName"], "peakBytes": m["peakBytes"], "utilization": m["peakBytes"] / capacity,
+             "stepKind": m.get("stepKind")} for m in sorted(over, key=lambda m: -m["peakBytes"])]
 
 
 def findings(ev_list: list[dict], modules: list[dict], peak: int) -> list[dict]:
@@ -997,6 +1054,69 @@ def _contributors(items: list[dict], peak: int) -> list[dict]:
 
 
 
+def _module_rows(modules: list[dict], capacity: int | None, thresholds: dict) -> list[dict]:
+    """``modules[]`` of the answer: each module's peak, arguments, outputs, own tier and
+    step kind, and the co-residence estimate."""
+    mods = []
+    for m in modules:
+        row = {k: m.get(k) for k in ("moduleName", "peakBytes", "totalAllocationBytes", "heapEvents", "error") if m.get(k) is not None}
+        for k, src in (("argumentBytes", "entryComputationParametersMib"), ("outputBytes", "maybeLiveOutMib")):
+            if m.get(src) is not None:
+                row[k] = _mib_bytes(m[src])
+        if capacity and m.get("peakBytes") is not None:
+            row["utilization"] = m["peakBytes"] / capacity
+            row["risk"] = tier_of(m["peakBytes"], capacity, thresholds)
+        row["isTrainingStep"] = _is_step(m.get("moduleName") or "")
+        row["stepKind"] = step_kind(m.get("moduleName") or "")
+        mods.append(row)
+    _co_residence(mods)
+    return mods
+
+
+def _others_over_capacity(over: list[dict], rated: str | None, capacity: int | None) -> tuple[str, dict] | None:
+    """The words added to the reason and the ``modules_over_capacity`` finding when a
+    module other than the rated one is over capacity."""
+    others = [o for o in over if o["moduleName"] != rated]
+    if not others:
+        return None
+    names = ", ".join(f"{o['moduleName']} ({100 * o['utilization']:.1f} %)" for o in others[:5])
+    return f"; also over capacity: {names}{' and more' if len(others) > 5 else ''}", _finding(
+        "modules_over_capacity", "oom", "Other modules exceed the capacity",
+        f"{len(others)} module(s) other than the rated {rated or 'evidence'} have a compiled peak above the capacity "
+        f"{fmt_bytes(capacity)}: {names}. Each fails when it runs.",
+        {"modules": len(others), "capacityBytes": capacity,
+         "examples": [{"module": o["moduleName"], "peakBytes": o["peakBytes"], "utilization": o["utilization"]}
+                      for o in others[:10]]},
+        [{"tool": "memory_viewer", "module_name": o["moduleName"], "label": o["moduleName"]} for o in others[:5]],
+    )
+
+
+def _informative(ev: dict) -> bool:
+    return any(i["category"] != "unknown" for i in ev["items"])
+
+
+def _contributor_source(main: dict | None, compiled: dict | None, head: dict | None) -> tuple[dict | None, str | None]:
+    """The evidence whose items are the contributors, and a note when they cannot say
+    what holds the peak. The evidence with the largest peak, unless none of its items
+    can be told apart (an XLA runtime's allocations carry no op: a TPU's one ``stack``
+    region, a GPU BFC allocator's unnamed chunks) while the compiled plan of the same
+    run names every buffer live at its peak: then the memory viewer's buffers at the
+    compiler's peak, by category and framework op."""
+    if main is None:
+        return None, None
+    if not _informative(main) and compiled is not None and compiled is not main and _informative(compiled):
+        why = main.get("contributorsNote") or "its allocations at the peak carry no framework op or region the rules know"
+        return compiled, (f"The {head['label']} ({main['peakBytes']:,} bytes) has no breakdown: {why}. "
+                          f"These are the buffers live at the compiler's peak of {compiled['moduleName']} "
+                          f"({compiled['peakBytes']:,} bytes, memory viewer), what the program itself holds.")
+    if not main["items"]:
+        return main, main.get("contributorsNote") or "this input has no per-buffer breakdown of its peak"
+    if not _informative(main):
+        return main, main.get("contributorsNote") or ("none of the allocations live at the peak carries a framework op, "
+                                                       "region or stack the rules know (docs/oom_risk.md)")
+    return main, main.get("contributorsNote")
+
+
 def _byte_count(value) -> int | None:
     """A device memory size as the trace states it (kineto writes an integer; a hostile
     or broken file may hold text, a list, a float or a number beyond int64): a positive
@@ -1144,28 +1264,23 @@ def assess(*, compiled: dict | None = None, allocator: dict | None = None, snaps
     else:
         reason = f"{measure} is {100 * util:.2f} % of capacity ({'>=' if risk != 'LOW' else '<'} " \
                  f"{100 * thresholds['high' if risk == 'HIGH' else 'medium']:.0f} %)"
-    items = list(main["items"]) if main else []
+    csrc, note = _contributor_source(main, compiled, headline[evs.index(main)] if main else None)
+    items = list(csrc["items"]) if csrc else []
+    src_peak = csrc["peakBytes"] if csrc else 0
     if main and peak and not items and risk in ("HIGH", "OOM"):
         # Every HIGH/OOM answer names what the peak is made of, even when this input has
         # no breakdown (a trace without allocation details, a text-only dump).
         items = [{"category": "unknown", "rule": "this input has no per-buffer breakdown of its peak", "bytes": peak,
                   "count": 1, "name": headline[evs.index(main)]["label"], "shape": "", "opName": "",
                   "link": dict(headline[evs.index(main)]["link"])}]
-    mods = []
-    for m in modules or []:
-        row = {k: m.get(k) for k in ("moduleName", "peakBytes", "totalAllocationBytes", "heapEvents", "error") if m.get(k) is not None}
-        for k, src in (("argumentBytes", "entryComputationParametersMib"), ("outputBytes", "maybeLiveOutMib")):
-            if m.get(src) is not None:
-                row[k] = _mib_bytes(m[src])
-        if capacity and m.get("peakBytes") is not None:
-            row["utilization"] = m["peakBytes"] / capacity
-            row["risk"] = tier_of(m["peakBytes"], capacity, thresholds)
-        row["isTrainingStep"] = _is_step(m.get("moduleName") or "")
-        mods.append(row)
-    _co_residence(mods)
+    mods = _module_rows(modules or [], capacity, thresholds)
     frags = [f for f in (fragmentation(e) for e in evs) if f]
-    contributors = _contributors(items, peak)
+    contributors = _contributors(items, src_peak or peak)
     found = findings(evs, modules or [], peak)
+    # Every module over capacity is named, not only the rated one: each fails when it runs.
+    over = over_capacity(mods, capacity)
+    also = _others_over_capacity(over, compiled["moduleName"] if compiled else None, capacity)
+    reason, found = (reason + also[0], found + [also[1]]) if also else (reason, found)
     if risk in ("HIGH", "OOM") and contributors:
         found.append(what_to_cut(contributors, peak, capacity, thresholds, risk))
     return {
@@ -1185,10 +1300,14 @@ def assess(*, compiled: dict | None = None, allocator: dict | None = None, snaps
         "usage": usage,
         "fragmentation": frags,
         "contributors": contributors,
-        "contributorsSource": headline[evs.index(main)]["label"] if main else None,
+        "contributorsSource": headline[evs.index(csrc)]["label"] if csrc else None,
+        "contributorsPeakBytes": src_peak if csrc else None,
+        "contributorsMeasure": headline[evs.index(csrc)]["measure"] if csrc else None,
+        "contributorsNote": note,  # why they are empty, unknown or from another figure (_contributor_source)
         "findings": found,
         "oomEvents": oom_events,
         "modules": mods,
+        "overCapacity": over,
         "module": compiled["moduleName"] if compiled else None,
         "moduleChoice": module_choice if compiled else None,
         "version": 1,

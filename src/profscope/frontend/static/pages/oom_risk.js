@@ -2,7 +2,7 @@
 // (tools/oom_risk.py's payload). URL keys: capacity (a size such as 80GiB, a byte count,
 // or a device name such as H100; sent as the tool's device_memory, which reads all
 // three, so a bad value's message names the device memory, not a parameter); the shell's
-// module_name (the module assessed; default: the largest peak with a schedule) and host.
+// module_name (the module assessed; default: the worst step module, docs/oom_risk.md) and host.
 // Every contributor and finding links into the memory viewer (module_name + buffer) or
 // the memory profile (memory_id + t, or a snapshot's device + event) at its evidence.
 import { el } from "../lib/dom.js";
@@ -11,7 +11,6 @@ import { cachedJson, errorBox } from "../lib/api.js";
 import { byteUnit, fmtBytes, fmtCount as n, fmtShare as pct } from "../lib/format.js";
 import { OOM_CATEGORY as CATEGORY_COLORS, P, RISK as RISK_COLORS, RISK_ZONE } from "../lib/colors.js";
 import { newPlot, purge } from "../lib/plotly.js";
-import { PLAN_KEYS, planParams, planSection } from "./oom_risk_plan.js";
 
 let charts = [];
 
@@ -21,7 +20,6 @@ function dataUrl(run, state) {
   if (state.module_name) q.set("module_name", state.module_name);
   const cap = (state.capacity || "").trim();
   if (cap) q.set("device_memory", cap);
-  planParams(q, state); // batch=, shards= (oom_risk_plan.js)
   return `/data/plugin/profile/data?${q}`;
 }
 
@@ -65,9 +63,10 @@ async function renderOomRisk(view, state, run) {
     el("div", { class: "oom-gauge" }, el("div", { class: "oom-gauge-label", id: "oom-gauge-label" }, gaugeLabel(data)),
       el("div", { id: "oom-gauge" })),
     el("h2", {}, `Findings (${data.findings.length})`), findings(data),
-    planSection(data, linkTo),
     el("h2", {}, "Contributors at the peak"),
     el("p", { class: "oom-hint" }, `From the ${data.contributorsSource || "—"}. Each buffer sits in the first category whose rule matches (docs/oom_risk.md); click a box to open it.`),
+    // Why the contributors are empty, unknown or from another figure (the tool says it).
+    data.contributorsNote ? el("p", { class: "oom-note", id: "oom-contributors-note" }, data.contributorsNote) : null,
     el("div", { class: "oom-treemap", id: "oom-treemap" }),
     contributorTable(data),
     data.modules.length ? el("h2", {}, `Modules (${data.modules.length})`) : null,
@@ -98,16 +97,28 @@ function headline(d) {
     d.module ? el("span", { class: "muted small", id: "oom-module", title: moduleWhy(d) }, "module ", el("code", {}, d.module),
       d.moduleChoice ? ` · ${d.moduleChoice.rule}` : "") : null,
     d.host && (d.hosts || []).length > 1 ? el("span", { class: "muted small", id: "oom-host" }, "host ", el("code", {}, d.host),
-      readState().host ? "" : " (the worst of the run's hosts)") : null);
+      readState().host ? "" : " (the worst of the run's hosts)") : null,
+    overCapacity(d));
 }
 
-// Why this module was assessed (tools/oom_risk.py's moduleChoice): the one that ran
-// most in the profile, else the largest peak.
+// Every module over capacity, named under the verdict (tools/oom_risk.py overCapacity):
+// each fails when it runs, whichever module rates the run.
+function overCapacity(d) {
+  const over = d.overCapacity || [];
+  if (!over.length) return null;
+  return el("div", { class: "oom-over", id: "oom-over" }, `Over capacity (${over.length}): `,
+    over.flatMap((o, i) => [i ? ", " : "", linkTo({ tool: "memory_viewer", module_name: o.moduleName }, o.moduleName),
+      ` ${fmtBytes(o.peakBytes)} (${pct(o.utilization)})`]));
+}
+
+// Why this module was assessed (tools/oom_risk.py's moduleChoice): the worst step
+// module, else the one that ran most in the profile, else the largest peak.
 function moduleWhy(d) {
   const c = d.moduleChoice;
   if (!c) return "";
-  const ms = c.ps ? ` (${(c.ps / 1e9).toFixed(3)} ms over ${n(c.events)} ${c.source || "events"})` : "";
-  return `Assessed because it ${c.rule}${ms}; pick another in the module table below.`;
+  const ms = c.ps ? ` (it ran ${(c.ps / 1e9).toFixed(3)} ms over ${n(c.events)} ${c.source || "events"})` : "";
+  const of = c.steps ? `: the highest peak of ${c.steps.length} step module(s), ${c.steps.join(", ")}` : "";
+  return `Assessed by the rule "${c.rule}"${of}${ms}; pick another in the module table below.`;
 }
 
 // A multi-host run is rated by its worst host; each host's verdict, one click to it.
@@ -173,7 +184,10 @@ function drawGauge(d) {
 function drawTreemap(d) {
   const div = document.getElementById("oom-treemap");
   if (!window.Plotly || !div || !d.contributors.length) return;
-  const ids = ["peak"], labels = [`${d.peakMeasure || "peak"} ${fmtBytes(d.peakBytes)}`], parents = [""], values = [d.contributors.reduce((a, c) => a + c.bytes, 0)];
+  // The root is the figure the contributors break down (contributorsMeasure: the compiler's
+  // peak when the runtime peak has no breakdown), not always the run's peak.
+  const root = `${d.contributorsMeasure || d.peakMeasure || "peak"} ${fmtBytes(d.contributorsPeakBytes ?? d.peakBytes)}`;
+  const ids = ["peak"], labels = [root], parents = [""], values = [d.contributors.reduce((a, c) => a + c.bytes, 0)];
   const colors = ["#fff"], hover = [`${n(values[0])} bytes at the peak`], links = [null];
   for (const c of d.contributors) {
     ids.push(c.category); labels.push(c.label); parents.push("peak"); values.push(c.bytes);
@@ -238,7 +252,7 @@ function moduleTable(d, state) {
       el("th", { class: "num", title: "peak + the part of the training step's arguments (the train state) this module does not take: see docs/oom_risk.md" }, "with train state"),
       el("th", { class: "num" }, "utilization"), el("th", {}, "tier"), el("th", {}, ""))),
     el("tbody", {}, d.modules.map((m) => el("tr", { class: m.moduleName === d.module ? "selected" : "" },
-      el("td", {}, el("code", {}, m.moduleName), m.isTrainingStep ? el("span", { class: "muted small" }, " training step") : null),
+      el("td", {}, el("code", {}, m.moduleName), m.stepKind ? el("span", { class: "muted small" }, ` ${m.stepKind} step`) : null),
       el("td", { class: "num", title: `${n(m.peakBytes)} bytes` }, fmtBytes(m.peakBytes)),
       el("td", { class: "num" }, fmtBytes(m.argumentBytes)), el("td", { class: "num" }, fmtBytes(m.outputBytes)),
       el("td", { class: "num", title: m.coResidentWith ? `with ${m.coResidentWith}'s state` : "" }, m.coResidentBytes === undefined ? "—" : fmtBytes(m.coResidentBytes)),
@@ -260,6 +274,6 @@ function usageTable(d) {
 export default {
   tool: "oom_risk",
   css: ["pages/oom_risk.css"],
-  keys: { capacity: {}, ...PLAN_KEYS },
+  keys: { capacity: {} },
   render: renderOomRisk,
 };
