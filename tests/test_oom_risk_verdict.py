@@ -8,12 +8,14 @@ here at test time on the CPU (~5 s)."""
 from __future__ import annotations
 
 import json
+import pickle
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from profscope.testing import torch_snapshot as tsb
 from profscope.tools import oom_risk
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -117,3 +119,62 @@ def test_report_says_the_same(two_batch, shared_fixtures):
                          capture_output=True, text=True, timeout=300)
     section = res.stdout.split("### Contributors at the peak", 1)[1]
     assert "no addresses" in section.split("###", 1)[0]
+
+
+# -- peak reserved of a snapshot ---------------------------------------------------------
+
+
+class _DataOnly(pickle.Unpickler):
+    """A snapshot is dicts, lists and numbers: anything that asks for a global is refused."""
+
+    def find_class(self, module, name):
+        raise pickle.UnpicklingError(f"global {module}.{name} refused")
+
+
+def _replayed_peak_reserved(snap: dict, device: int) -> int:
+    """Independent of profscope: the segments at the end, walked back through the trace
+    (segment_alloc / segment_map add their size, segment_free / segment_unmap take it
+    away), the most reserved at any point."""
+    reserved = sum(s["total_size"] for s in snap["segments"] if s["device"] == device)
+    most = reserved
+    sign = {"segment_alloc": 1, "segment_map": 1, "segment_free": -1, "segment_unmap": -1}
+    for e in reversed(snap["device_traces"][device]):
+        reserved -= sign.get(e["action"], 0) * e["size"]
+        most = max(most, reserved)
+    return most
+
+
+def test_snapshot_peak_reserved_is_the_maximum_over_the_trace(make_client, tmp_path):
+    """A segment freed mid-trace (empty_cache): reserved 64 MiB at most, 20 MiB at the
+    allocated peak and at the end. The old rule (max of those two) said 20 MiB."""
+    snap = tsb.segment_freed_mid_trace()
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "freed.pickle").write_bytes(tsb.to_pickle(snap))
+    body = _risk(make_client(tmp_path / "logs"), "freed.pickle", device_memory="48MiB")
+    (row,) = [u for u in body["usage"] if u["measure"] == "peak reserved"]
+    assert row["bytes"] == _replayed_peak_reserved(snap, 0) == 64 * MIB
+    assert body["peakBytes"] == 64 * MIB and body["peakMeasure"] == "peak reserved"
+    assert body["risk"] == "OOM"  # 64 MiB reserved > 48 MiB; the 20 MiB of the end would read LOW
+
+
+def test_snapshot_peak_reserved_agrees_with_a_replay_and_the_memory_profile(make_client, tmp_path, shared_fixtures):
+    """On the real snapshots (public and shared): the OOM risk's peak reserved is the
+    replay's maximum and the memory profile's own ``peakReserved``."""
+    roots = [shared_fixtures / "torch_snapshots", shared_fixtures / "public_profiles"]
+    checked = 0
+    for root in roots:
+        client = make_client(root)
+        for p in sorted(root.rglob("*.pickle")):
+            if p.stat().st_size < 1000:  # the git-LFS pointer: no snapshot at all
+                continue
+            run = p.relative_to(root).as_posix()
+            with open(p, "rb") as f:
+                raw = _DataOnly(f).load()
+            body = _risk(client, run, host="cuda:0")
+            (row,) = [u for u in body["usage"] if u["measure"] == "peak reserved"]
+            mp = client.get("/api/snapshot/overview", params={"run": run, "host": "cuda:0"})
+            assert mp.status_code == 200, mp.text
+            expected = _replayed_peak_reserved(raw, 0)
+            assert row["bytes"] == mp.json()["summary"]["peakReserved"]["bytes"] == expected, run
+            checked += 1
+    assert checked >= 7

@@ -148,3 +148,26 @@ FIXTURE_FILES = [
     "Wedsonlin_assignment2-systems/medium_128_inference_memory_snapshot.pickle",
     "Wedsonlin_assignment2-systems/medium_128_training_memory_snapshot.pickle",
 ]
+
+
+def segment_freed_mid_trace() -> dict:
+    """One device whose largest reservation is gone before the end: a 64 MiB segment
+    (reserved, as the caching allocator rounds a large request up) holds a 16 MiB
+    activation, which is freed, and ``torch.cuda.empty_cache()`` returns the segment
+    (``segment_free``); then a 20 MiB segment takes two allocations (8 + 12 MiB), the
+    allocated peak. Reserved: 64 MiB at most, 20 MiB at the allocated peak and at the end."""
+    a, b = 0x7F1000000000, 0x7F2000000000
+    t = 1_700_000_100_000_000
+    tr = [
+        entry("segment_alloc", a, 64 * MB, t + 1),
+        entry("alloc", a, 16 * MB, t + 2, fr=(CPP_FRAME, PY_FRAME)),
+        entry("free_requested", a, 16 * MB, t + 3, fr=(CPP_FRAME, PY_FRAME)),
+        entry("free_completed", a, 16 * MB, t + 4, fr=(CPP_FRAME, PY_FRAME)),
+        entry("segment_free", a, 64 * MB, t + 5),
+        entry("segment_alloc", b, 20 * MB, t + 6),
+        entry("alloc", b, 8 * MB, t + 7, fr=(CPP_FRAME, PY_FRAME)),
+        entry("alloc", b + 8 * MB, 12 * MB, t + 8, fr=(CPP_FRAME, OPT_FRAME)),
+    ]
+    segs = [segment(0, b, [block(b, 8 * MB, 8 * MB, fr=(CPP_FRAME, PY_FRAME)),
+                           block(b + 8 * MB, 12 * MB, 12 * MB, fr=(CPP_FRAME, OPT_FRAME))])]
+    return {"segments": segs, "device_traces": [tr]}

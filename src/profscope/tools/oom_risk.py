@@ -26,8 +26,8 @@ Usage (``peakBytes``): the largest of the compiled peak of the chosen module (me
 ``peakBytes``: heap-simulated peak + arguments, outputs and constants), the allocator's
 peak (stack + heap at its peak; XProf's lifetime peak if larger), a PyTorch trace's peaks
 (``Total Allocated``, ``Total Reserved`` and the memory timeline's category total) and a
-snapshot's peak (max of the active-bytes timeline and the reserved bytes at that event and
-at the end). Every figure is a ``usage`` row whose ``measure`` is one of :data:`MEASURES`,
+snapshot's peak (max of the active-bytes timeline and the most reserved bytes after any
+trace event). Every figure is a ``usage`` row whose ``measure`` is one of :data:`MEASURES`,
 the words every page prints beside a peak (an allocator's lifetime peak is "lifetime peak
 allocated"); ``peakMeasure`` names the one that won.
 
@@ -526,6 +526,11 @@ def snapshot_evidence(overview: dict, peak_totals: dict | None, groups: list[dic
     reserved_at_peak = int((peak_totals or {}).get("reservedBytes") or 0)
     active_peak = int(peak.get("bytes") or 0)
     final_reserved = int(s.get("finalReservedBytes") or 0)
+    # Peak reserved is the most reserved after any event (overview's peakReserved): a
+    # segment freed mid-trace (segment_free after empty_cache, segment_unmap of an
+    # expandable segment) held memory that neither the allocated peak nor the end shows.
+    top = s.get("peakReserved") or {}
+    peak_reserved = max(int(top.get("bytes") or 0), reserved_at_peak, final_reserved)
     items = []
     event = peak.get("event")
     for g in groups:
@@ -547,8 +552,9 @@ def snapshot_evidence(overview: dict, peak_totals: dict | None, groups: list[dic
                       "link": {"tool": "memory_profile", "host": host, **({"t": str(event)} if event is not None else {})}})
     ooms = overview.get("ooms") or []
     return {
-        "kind": "snapshot", "host": host, "peakBytes": max(active_peak, reserved_at_peak, final_reserved),
+        "kind": "snapshot", "host": host, "peakBytes": max(active_peak, peak_reserved),
         "activePeakBytes": active_peak, "reservedAtPeakBytes": reserved_at_peak, "finalReservedBytes": final_reserved,
+        "peakReservedBytes": peak_reserved, "peakReservedEvent": top.get("event"),
         "peakEvent": event, "totalsAtPeak": peak_totals or {}, "items": items, "ooms": ooms,
         "warnings": overview.get("warnings") or [],
     }
@@ -1169,11 +1175,14 @@ def _usage_rows(e: dict) -> list[dict]:
         return rows
     link = _peak_link(e)
     rows = [row(PEAK_ALLOCATED, f"on {e['host']}", e["activePeakBytes"], "the snapshot's live (requested) bytes at their peak", link)]
-    reserved = max(e["reservedAtPeakBytes"], e["finalReservedBytes"])
+    reserved = e["peakReservedBytes"]
     if reserved:
+        at = e.get("peakReservedEvent")
         rows.append(row(PEAK_RESERVED, f"on {e['host']}", reserved,
-                        f"the caching allocator's segments: {e['reservedAtPeakBytes']:,} bytes at the allocated peak, "
-                        f"{e['finalReservedBytes']:,} at the end (the larger)", link))
+                        f"the caching allocator's segments at their most{f' (event {at})' if at is not None else ''}: "
+                        f"the maximum over the trace; {e['reservedAtPeakBytes']:,} bytes at the allocated peak, "
+                        f"{e['finalReservedBytes']:,} at the end",
+                        {**link, "t": str(at)} if at is not None else link))
     return rows
 
 
