@@ -65,3 +65,27 @@ def test_plan_on_a_run_with_two_batch_sizes(plan_server, open_page):
     assert f"{api['plan']['batch']['at']['peakBytes']:,}" in at and api["plan"]["batch"]["at"]["risk"] in at
     assert "extrapolated" in at
     page.locator("#oom-plan").screenshot(path=str(ARTIFACTS / "oom_plan_two_batches_at_384.png"))
+
+
+def test_jax_on_gpu_control_sets_the_capacity(plan_server, open_page):
+    """Ticking "JAX on GPU" puts jax_gpu=1 in the URL and rates the run at 75 % of the
+    typed device memory; a fraction typed in replaces 0.75."""
+    server, _ = plan_server
+    run = _run(server)
+    page = open_page(server)
+    page.goto(f"{server}?{urlencode({'run': run, 'tool': 'oom_risk', 'capacity': '12MB'}, quote_via=quote)}")
+    page.wait_for_selector("#oom-plan")
+    assert page.inner_text("#oom-risk") == "MEDIUM"
+    page.check("#oom-jax-gpu")
+    page.wait_for_function("() => new URLSearchParams(location.search).get('jax_gpu') === '1'")
+    page.wait_for_selector("#oom-plan")
+    page.wait_for_function("() => document.querySelector('#oom-risk') && document.querySelector('#oom-risk').innerText === 'OOM'")
+    api = _api(server, run=run, device_memory="12MB", jax_gpu="1")
+    assert fmt_bytes(api["capacityBytes"]) in page.inner_text("#oom-cap") and "0.75" in page.inner_text("#oom-cap")
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "oom_plan_jax_gpu.png"))
+    page.fill("#oom-jax-fraction", "0.9")
+    page.press("#oom-jax-fraction", "Enter")
+    page.wait_for_function("() => new URLSearchParams(location.search).get('jax_mem_fraction') === '0.9'")
+    page.wait_for_function("() => document.querySelector('#oom-risk') && document.querySelector('#oom-risk').innerText === 'MEDIUM'")
+    assert "0.9" in page.inner_text("#oom-cap")

@@ -188,3 +188,39 @@ def test_report_carries_the_plan_in_every_format(four_batches, tmp_path):
     html = report("html")
     assert "What would make it fit" in html and 'data-change="shard"' in html
     assert f"<b>{fits['size']:,}</b>" in html and f"{at['peakBytes']:,} bytes" in html
+
+
+# -- capacity that is honest: JAX on GPU -----------------------------------------------
+
+
+def test_jax_on_gpu_capacity_is_the_preallocated_share(four_batches, make_client, tmp_path):
+    """Told the run was JAX on a GPU, the requested device memory becomes what JAX
+    preallocates of it (XLA_PYTHON_CLIENT_MEM_FRACTION: 0.75 by default, or as given),
+    and the verdict and the plan are made against that capacity."""
+    client = make_client(four_batches[0])
+    plain = _risk(client, device_memory="12MB")
+    jax = _risk(client, device_memory="12MB", jax_gpu="1")
+    frac = _risk(client, device_memory="12MB", jax_mem_fraction="0.9")
+    assert plain["capacityBytes"] == 12_000_000 and plain["risk"] == "MEDIUM"  # 9.32 MB: 77.7 %
+    assert jax["capacityBytes"] == 9_000_000 and jax["deviceBytes"] == 12_000_000 and jax["risk"] == "OOM"
+    assert "XLA_PYTHON_CLIENT_MEM_FRACTION=0.75" in jax["capacityDetail"]
+    assert frac["capacityBytes"] == 10_800_000 and "XLA_PYTHON_CLIENT_MEM_FRACTION=0.9" in frac["capacityDetail"]
+    assert jax["plan"]["batch"]["capacityBytes"] == 9_000_000
+    assert jax["plan"]["batch"]["largest"]["fits"]["size"] < plain["plan"]["batch"]["largest"]["fits"]["size"]
+    res = client.get(DATA, params={"run": _run(client), "tag": "oom_risk", "jax_mem_fraction": "1.5"})
+    assert res.status_code == 400 and "jax_mem_fraction" in res.text
+    # The CLI says the same with --jax-gpu / --jax-mem-fraction.
+    import subprocess
+    import sys
+
+    def report(*args):
+        return subprocess.run([sys.executable, "-m", "profscope", "report", str(four_batches[0]), "--device-memory", "12MB",
+                               "--format", "json", "--cache-dir", str(tmp_path / "cache"), *args],
+                              capture_output=True, text=True, timeout=180, check=False)
+
+    (r,) = json.loads(report("--jax-gpu").stdout)["reports"]
+    assert r["capacityBytes"] == 9_000_000 and r["risk"] == "OOM"
+    (r,) = json.loads(report("--jax-mem-fraction", "0.9").stdout)["reports"]
+    assert r["capacityBytes"] == 10_800_000
+    bad = report("--jax-mem-fraction", "2")
+    assert bad.returncode == 2 and "--jax-mem-fraction" in bad.stderr

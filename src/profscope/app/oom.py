@@ -86,7 +86,7 @@ class OomAssessment:
         answer = oom_risk.assess(compiled=compiled, allocator=allocator, snapshot=snap_ev, modules=modules,
                                  requested=requested, device_name=query.device, devices=devices,
                                  torch_trace=trace_ev, trace_devices=trace_devices, thresholds=thresholds,
-                                 module_choice=module_choice)
+                                 module_choice=module_choice, jax_mem_fraction=oom_planning.jax_mem_fraction(query))
         # What would make it fit: priced changes and the batch fit (app/oom_planning.py).
         answer["plan"] = oom_planning.plan(self, run, host, compiled, answer, query)
         return answer

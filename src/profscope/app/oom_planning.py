@@ -50,6 +50,14 @@ def plan(ws, run: Run, host: str | None, compiled: dict | None, answer: dict, qu
     return out
 
 
+def jax_mem_fraction(query: OomRiskQuery) -> float | None:
+    """The share of the device JAX preallocates when the user says the run was JAX on a
+    GPU (jax_gpu=1, or jax_mem_fraction= its XLA_PYTHON_CLIENT_MEM_FRACTION), else None."""
+    if query.jax_mem_fraction is not None:
+        return query.jax_mem_fraction
+    return 0.75 if query.jax_gpu else None
+
+
 def _point(ev: dict) -> dict:
     cats: dict[str, int] = {}
     for i in ev["items"]:

@@ -131,6 +131,10 @@ class OomRiskQuery(Query):
     # at, and how many devices the sharding change spreads the state over.
     batch: int | None = count(least=1)
     shards: int | None = count(least=2, most=1 << 20)
+    # The run was JAX on a GPU: its capacity is XLA_PYTHON_CLIENT_MEM_FRACTION (default
+    # 0.75, or jax_mem_fraction) of the device's memory, a requested one included.
+    jax_gpu: bool | None = flag()
+    jax_mem_fraction: float | None = param(gt=0, le=1, allow_inf_nan=False)
 
 
 @dataclass(frozen=True, slots=True)

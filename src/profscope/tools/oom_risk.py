@@ -18,7 +18,9 @@ allocator, XProf's ``memory_profile.proto``), ``device_plane`` (an xplane device
 ``device_free`` + the bytes reserved by the caching allocator at that event: a lower bound
 of the device's memory that this process could have had), ``device_table`` (a known
 device name, :data:`DEVICES`). A JAX run on a GPU gets 0.75 of a device plane's or a named
-device's memory (JAX preallocates XLA_PYTHON_CLIENT_MEM_FRACTION = 0.75 by default).
+device's memory (JAX preallocates XLA_PYTHON_CLIENT_MEM_FRACTION = 0.75 by default); when
+the user says the run was JAX on GPU (``jax_mem_fraction``), that fraction (default 0.75)
+of any device memory, a requested one included.
 Otherwise the capacity is unknown and so is the tier
 (``risk`` ``UNKNOWN``) unless an OOM was observed.
 
@@ -964,6 +966,30 @@ def _jax_gpu(modules: list[dict] | None, devices: list[dict] | None, cap: dict, 
     return entry is not None and not entry[3].startswith("TPU")
 
 
+def _jax_preallocation(cap: dict | None, modules: list[dict] | None, devices: list[dict] | None, device_name: str | None,
+                       jax_mem_fraction: float | None) -> dict | None:
+    """The capacity of a JAX run on a GPU: the share of the device's memory JAX
+    preallocates. ``jax_mem_fraction`` (jax_gpu= / jax_mem_fraction=, --jax-gpu /
+    --jax-mem-fraction): the user says the run was JAX on a GPU; then a requested
+    capacity is the device's memory too. Without it, a JAX run is recognised on a GPU
+    device plane or a GPU name (:func:`_jax_gpu`)."""
+    said = jax_mem_fraction is not None
+    if cap is None or not (cap["source"] in ("device_table", "device_plane", "request", "trace_device") if said else
+                           cap["source"] in ("device_table", "device_plane") and _jax_gpu(modules, devices, cap, device_name)):
+        return cap
+    # JAX on GPU preallocates XLA_PYTHON_CLIENT_MEM_FRACTION (default 0.75) of the
+    # device's memory for its BFC allocator and cannot use the rest
+    # (docs.jax.dev/en/latest/gpu_memory_allocation.html): a device's full memory would
+    # rate a run LOW that can still OOM. An allocator's own capacity (memory profile) is
+    # already what JAX got, and stays as it is.
+    full, frac = cap["bytes"], Fraction(str(jax_mem_fraction)) if said else Fraction(3, 4)
+    return {**cap, "bytes": int(full * frac), "deviceBytes": full, "jaxMemFraction": float(frac),
+            "detail": f"{cap['detail']}; x {float(frac):g}: JAX on GPU preallocates XLA_PYTHON_CLIENT_MEM_FRACTION="
+                      f"{float(frac):g} of {full:,} bytes"
+                      + ("" if said else " by default (say jax_mem_fraction= / --jax-mem-fraction if you changed "
+                                         "XLA_PYTHON_CLIENT_MEM_FRACTION, or give the capacity yourself with XLA_PYTHON_CLIENT_PREALLOCATE=false)")}
+
+
 # What to cut, per category: the change that shrinks that category (the evidence gives
 # the bytes it must shrink by).
 _CUT_ADVICE = {
@@ -1190,7 +1216,8 @@ def assess(*, compiled: dict | None = None, allocator: dict | None = None, snaps
            modules: list[dict] | None = None, requested: dict | None = None, device_name: str | None = None,
            devices: list[dict] | None = None, torch_trace: dict | None = None,
            trace_devices: list[dict] | None = None,
-           thresholds: dict | None = None, module_choice: dict | None = None) -> dict[str, Any]:
+           thresholds: dict | None = None, module_choice: dict | None = None,
+           jax_mem_fraction: float | None = None) -> dict[str, Any]:
     """The OOM-risk payload from whatever evidence there is (see the module docstring).
     ``trace_devices``: a PyTorch trace's ``deviceProperties`` (``id``, ``name``,
     ``totalGlobalMem``)."""
@@ -1242,17 +1269,7 @@ def assess(*, compiled: dict | None = None, allocator: dict | None = None, snaps
     if cap is None and device_name and device_capacity(device_name):
         b, label = device_capacity(device_name)
         cap = {"bytes": b, "source": "device_table", "detail": f"{label} (nominal, from the device name {device_name!r})"}
-    if cap is not None and cap["source"] in ("device_table", "device_plane") and _jax_gpu(modules, devices, cap, device_name):
-        # JAX on GPU preallocates XLA_PYTHON_CLIENT_MEM_FRACTION (default 0.75) of the
-        # device's memory for its BFC allocator and cannot use the rest
-        # (docs.jax.dev/en/latest/gpu_memory_allocation.html): a device's full memory
-        # would rate a run LOW that can still OOM. With XLA_PYTHON_CLIENT_PREALLOCATE=false
-        # or another fraction, the user gives the capacity (the page's field, --device-memory SIZE).
-        full = cap["bytes"]
-        cap = {**cap, "bytes": full * 3 // 4, "deviceBytes": full, "jaxMemFraction": 0.75,
-               "detail": f"{cap['detail']}; x 0.75: JAX on GPU preallocates XLA_PYTHON_CLIENT_MEM_FRACTION=0.75 of "
-                         f"{full:,} bytes by default (give the device's memory yourself if you changed XLA_PYTHON_CLIENT_MEM_FRACTION "
-                         "or XLA_PYTHON_CLIENT_PREALLOCATE)"}
+    cap = _jax_preallocation(cap, modules, devices, device_name, jax_mem_fraction)
     capacity = cap["bytes"] if cap else None
     oom_events = snapshot["ooms"] if snapshot else []
     risk = tier_of(peak, capacity, thresholds, bool(oom_events))

@@ -11,6 +11,7 @@ import { cachedJson, errorBox } from "../lib/api.js";
 import { byteUnit, fmtBytes, fmtCount as n, fmtShare as pct } from "../lib/format.js";
 import { OOM_CATEGORY as CATEGORY_COLORS, P, RISK as RISK_COLORS, RISK_ZONE } from "../lib/colors.js";
 import { newPlot, purge } from "../lib/plotly.js";
+import { PLAN_KEYS, jaxControl, planParams, planSection } from "./oom_risk_plan.js";
 
 let charts = [];
 
@@ -20,6 +21,7 @@ function dataUrl(run, state) {
   if (state.module_name) q.set("module_name", state.module_name);
   const cap = (state.capacity || "").trim();
   if (cap) q.set("device_memory", cap);
+  planParams(q, state); // batch=, shards= (oom_risk_plan.js)
   return `/data/plugin/profile/data?${q}`;
 }
 
@@ -63,6 +65,7 @@ async function renderOomRisk(view, state, run) {
     el("div", { class: "oom-gauge" }, el("div", { class: "oom-gauge-label", id: "oom-gauge-label" }, gaugeLabel(data)),
       el("div", { id: "oom-gauge" })),
     el("h2", {}, `Findings (${data.findings.length})`), findings(data),
+    planSection(data, linkTo),
     el("h2", {}, "Contributors at the peak"),
     el("p", { class: "oom-hint" }, `From the ${data.contributorsSource || "—"}. Each buffer sits in the first category whose rule matches (docs/oom_risk.md); click a box to open it.`),
     // Why the contributors are empty, unknown or from another figure (the tool says it).
@@ -87,7 +90,8 @@ function capacityForm(state) {
     el("label", { for: "oom-capacity" }, "Capacity"), input,
     el("button", { type: "button", id: "oom-apply", onclick: apply }, "Apply"),
     state.capacity ? el("button", { type: "button", onclick: () => go({ ...readState(), capacity: "" }) }, "Clear") : null,
-    el("span", { class: "muted small" }, "a size (80GiB = 80×2³⁰ bytes, 80GB = 80×10⁹), a byte count, or a device name; it goes into the URL"));
+    el("span", { class: "muted small" }, "a size (80GiB = 80×2³⁰ bytes, 80GB = 80×10⁹), a byte count, or a device name; it goes into the URL"),
+    jaxControl(state));
 }
 
 function headline(d) {
@@ -274,6 +278,6 @@ function usageTable(d) {
 export default {
   tool: "oom_risk",
   css: ["pages/oom_risk.css"],
-  keys: { capacity: {} },
+  keys: { capacity: {}, ...PLAN_KEYS },
   render: renderOomRisk,
 };

@@ -8,12 +8,25 @@ import { go, readState } from "../lib/state.js";
 import { fmtBytes, fmtCount as n, fmtShare as pct } from "../lib/format.js";
 import { RISK as RISK_COLORS } from "../lib/colors.js";
 
-export const PLAN_KEYS = { batch: { resetOn: ["run", "module_name"] }, shards: {} };
+export const PLAN_KEYS = { batch: { resetOn: ["run", "module_name"] }, shards: {}, jax_gpu: {}, jax_mem_fraction: {} };
 
 // The query parameters of the plan, added to the tool's data URL.
 export function planParams(q, state) {
-  if ((state.batch || "").trim()) q.set("batch", state.batch.trim());
-  if ((state.shards || "").trim()) q.set("shards", state.shards.trim());
+  for (const k of ["batch", "shards", "jax_gpu", "jax_mem_fraction"]) if ((state[k] || "").trim()) q.set(k, state[k].trim());
+}
+
+// Beside the capacity field: the run was JAX on a GPU, so the capacity is the share of the
+// device JAX preallocates (XLA_PYTHON_CLIENT_MEM_FRACTION, 0.75 unless the field says).
+export function jaxControl(state) {
+  const on = Boolean(state.jax_gpu || state.jax_mem_fraction);
+  const box = el("input", { type: "checkbox", id: "oom-jax-gpu", ...(on ? { checked: "" } : {}) });
+  const frac = el("input", { type: "text", id: "oom-jax-fraction", size: 5, value: state.jax_mem_fraction || "", placeholder: "0.75",
+    "aria-label": "XLA_PYTHON_CLIENT_MEM_FRACTION" });
+  const apply = () => go({ ...readState(), jax_gpu: box.checked ? "1" : "", jax_mem_fraction: box.checked ? frac.value.trim() : "" });
+  box.addEventListener("change", apply);
+  frac.addEventListener("keydown", (e) => { if (e.key === "Enter") { box.checked = true; apply(); } });
+  return el("span", { class: "oom-jax" }, box, el("label", { for: "oom-jax-gpu" }, " JAX on GPU"), ", preallocating ", frac,
+    el("span", { class: "muted small" }, " of the device (XLA_PYTHON_CLIENT_MEM_FRACTION)"));
 }
 
 const tier = (risk) => el("span", { class: "oom-risk small", style: `background:${RISK_COLORS[risk] || RISK_COLORS.UNKNOWN}` }, risk);
