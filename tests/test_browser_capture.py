@@ -200,6 +200,58 @@ def test_stop_early_keeps_what_was_recorded(open_page, capture_server, live_job)
     _trace_shows(page, capture_server, run, "train_loop_step")
 
 
+def test_stop_cuts_off_a_profiler_that_never_answers(open_page, capture_server):
+    """Issue 32.5: once a capture was "collecting", the dialog hid Stop now and the server
+    ignored a stop, so a profiler that never answers (profscope.testing.hostile_profiler)
+    kept the dialog collecting until the gRPC deadline (63 s for this 1 s recording).
+    Stop now is offered while it collects, and within the server's few seconds of grace
+    the dialog says the capture stopped and gives the form back."""
+    from profscope.testing.hostile_profiler import HostileProfiler
+
+    with HostileProfiler(silent=True) as silent:
+        page = _open_dialog(open_page, capture_server)
+        page.fill("#cap-targets", silent.address)
+        page.fill("#cap-duration", "1000")
+        page.click("#cap-start")
+        page.wait_for_selector("#cap-progress[data-stage=collecting]", timeout=30_000)
+        _shot(page, "collecting_silent")
+        assert page.inner_text("#cap-stage") == "collecting…"
+        assert page.is_visible("#cap-stop")
+        page.click("#cap-stop")
+        page.wait_for_selector("#cap-progress[data-stage=stopped]", timeout=60_000)
+        assert page.inner_text("#cap-stage") == "stopped — nothing was kept"
+        assert page.inner_text("#cap-error") == "the capture was stopped before any host answered; nothing was kept"
+        row = page.locator(f"#cap-hosts tr[data-address='{silent.address}']")
+        assert row.get_attribute("data-state") == "stopped"
+        assert "the capture was stopped before it answered" in row.inner_text()
+        assert page.is_enabled("#cap-start") and page.is_hidden("#cap-stop") and "captures" not in page.url
+        _shot(page, "stopped_silent")
+
+
+def test_a_stopped_recording_that_is_not_sent_can_be_cut_off(open_page, capture_server):
+    """Stopped while recording, a job has 3 s plus 0.5 s per recorded second to send what
+    it recorded; the dialog counts that wait down and offers "Cut off now", which ends
+    it in 3 s (a profiler that never answers, after 8 s of a 60 s recording)."""
+    from profscope.testing.hostile_profiler import HostileProfiler
+
+    with HostileProfiler(silent=True) as silent:
+        page = _open_dialog(open_page, capture_server)
+        page.fill("#cap-targets", silent.address)
+        page.fill("#cap-duration", "60000")
+        page.click("#cap-start")
+        page.wait_for_selector("#cap-progress[data-stage=recording]", timeout=30_000)
+        page.wait_for_timeout(8000)
+        page.click("#cap-stop")  # "Stop now": 3 + 0.5 * 8 = 7 s to answer
+        page.wait_for_selector("#cap-stop:text('Cut off now')", timeout=10_000)
+        wait = re.fullmatch(r"stopping — waiting (\d+) s more for the job's answer…", page.inner_text("#cap-stage"))
+        assert wait and 5 < int(wait.group(1)) < 30, page.inner_text("#cap-stage")
+        _shot(page, "cut_off_offered")
+        page.click("#cap-stop")
+        page.wait_for_selector("#cap-progress[data-stage=stopped]", timeout=60_000)
+        assert page.inner_text("#cap-error") == "the capture was stopped before any host answered; nothing was kept"
+        _shot(page, "cut_off")
+
+
 def test_continuous_snapshots_become_runs(open_page, capture_server, live_job):
     page = _open_dialog(open_page, capture_server)
     page.fill("#cap-targets", live_job)

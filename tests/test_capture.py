@@ -5,8 +5,10 @@ in a subprocess running a jitted training step, and every capture here talks gRP
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -293,7 +295,9 @@ def test_only_loopback_targets_unless_allowed(client):
         assert res.status_code == 403, res.text
         assert f"refused to capture from {target}" in res.json()["error"] and "--capture-allow" in res.json()["error"]
         assert client.get("/data/plugin/profile/capture_profile", params={"service_addr": target}).status_code == 403
-    policy = TargetPolicy(["10.0.*", "*.internal", "gpu7:8466"])
+    # names that match no name pattern are resolved (10.0.* is an address pattern): here
+    # by a resolver that knows none of them, so nothing goes to the network
+    policy = TargetPolicy(["10.0.*", "*.internal", "gpu7:8466"], resolve=lambda host: [])
     for ok in ("127.0.0.1:1", "[::1]:1", "localhost:1", "10.0.3.4:9999", "w-3.internal:9999", "gpu7:8466"):
         policy.check(ok)
     for refused in ("10.1.0.1:1", "internal:1", "gpu7:9999", "127.example.com:1"):
@@ -553,3 +557,363 @@ def _running(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+# -- issue 32: hostile profilers, odd input, stop, the allow-list, capture-off messages ----
+
+# A hang bound (no speed is asserted): far beyond what each wait takes on a busy machine.
+BACKSTOP_S = 90
+
+
+def _until_done(client: TestClient, job_id: str) -> dict:
+    return _wait(client, job_id, timeout=BACKSTOP_S)
+
+
+def _files(root: Path) -> list[str]:
+    return sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()) if root.exists() else []
+
+
+def test_an_answer_over_the_limit_is_refused_and_nothing_is_written(logdir, tmp_path):
+    """Issue 32.2: gRPC's answer limit was lifted (-1), so a profiler could make the
+    server hold any answer (256 MiB took it to 925 MB). Now an answer over
+    ``--capture-max-bytes`` is refused from its length prefix: the job says which target
+    and which limit, XProf's route is a 413 in the one error shape, `profscope capture`
+    exits 2, and the capture folder gets no file; an answer under the limit is saved
+    whole."""
+    from profscope.testing.hostile_profiler import HostileProfiler
+
+    limit = 1 << 20
+    captures = tmp_path / "captures"
+    ws = Workspace(LogDir(str(logdir)), DiskCache(tmp_path / "cache"), capture_dir=captures, capture_max_bytes=limit)
+    client = TestClient(create_app(ws))
+    with HostileProfiler(answer_bytes=8 << 20) as big:
+        state = _until_done(client, client.post("/api/capture", json={"targets": big.address, "durationMs": 100}).json()["id"])
+        assert state["stage"] == "failed", state
+        [host] = state["hosts"]
+        assert host["state"] == "failed" and host["code"] == "RESOURCE_EXHAUSTED" and host["bytes"] == 0
+        assert f"over the limit of {limit:,} bytes" in host["error"] and "--capture-max-bytes" in host["error"], host
+        assert big.address in state["summary"]
+        res = client.get("/data/plugin/profile/capture_profile", params={"service_addr": big.address, "duration": "100"})
+        body = res.json()
+        assert res.status_code == 413 and body["ok"] is False and body["status"] == 413, res.text
+        assert big.address in body["error"] and f"{limit:,} bytes" in body["error"]
+        assert _files(captures) == []  # not a byte of it, not even in the staging folder
+        cli = subprocess.run([sys.executable, "-m", "profscope", "capture", big.address, "--duration", "100ms",
+                              "--dir", str(tmp_path / "cli"), "--capture-max-bytes", "1MiB"],
+                             capture_output=True, text=True, timeout=120)
+        assert cli.returncode == 2 and cli.stdout == "", cli.stderr
+        assert f"{big.address}: FAILED: its answer is " in cli.stderr and f"over the limit of {limit:,} bytes" in cli.stderr
+        assert _files(tmp_path / "cli") == []
+    with HostileProfiler(answer_bytes=limit // 2) as small:
+        state = _until_done(client, client.post("/api/capture", json={"targets": small.address, "durationMs": 100}).json()["id"])
+        assert state["stage"] == "saved", state
+        saved = ws.logdir.read_bytes(state["hosts"][0]["file"])
+        assert len(saved) == state["hosts"][0]["bytes"] and limit // 4 < len(saved) <= limit // 2
+        [plane] = xplane_pb2.XSpace.FromString(saved).planes  # the XSpace as it was sent
+        assert set(plane.name) == {"x"}
+
+
+def test_the_answer_limit_is_checked_where_it_is_given(logdir, tmp_path):
+    """A limit over what gRPC and protobuf take (2 GiB), or none, is refused at start,
+    naming the flag."""
+    for value in ("3GiB", "0"):
+        for command in (["capture", "localhost:1", "--dir", str(tmp_path / "c")],
+                        ["serve", "--demo", "--port", "0", "--cache-dir", str(tmp_path / "cache")]):
+            res = subprocess.run([sys.executable, "-m", "profscope", *command, "--capture-max-bytes", value],
+                                 capture_output=True, text=True, timeout=120)
+            assert res.returncode == 2 and "--capture-max-bytes must be from 1 byte to 2,147,483,647" in res.stderr, \
+                (command, res.stderr)
+    with pytest.raises(ProfscopeError, match="--capture-max-bytes"):
+        Workspace(LogDir(str(logdir)), DiskCache(tmp_path / "cache"), capture_dir=tmp_path / "cap",
+                  capture_max_bytes=1 << 31)
+
+
+def test_odd_ports_and_deep_bodies_are_400s_naming_the_field(client, tmp_path):
+    """Issue 32.4: a port written '²' (str.isdigit() is true for it, int() refuses it)
+    was a 500 on both capture routes, and '١' (Arabic-Indic one, which int() reads) was
+    taken as port 1; a POST body nested 20,000 levels deep was a 500 (RecursionError in
+    json.loads). Each is a 400 that names the field."""
+    for port in ("²", "١", "１", "99999", "0" * 30):
+        target = f"localhost:{port}"
+        res = client.post("/api/capture", json={"targets": target, "durationMs": 100})
+        assert res.status_code == 400 and res.json()["error"].startswith("targets: ") \
+            and "is not a profiler address" in res.json()["error"], (port, res.text)
+        res = client.post("/api/capture/continuous", json={"targets": [target]})
+        assert res.status_code == 400 and res.json()["error"].startswith("targets: "), (port, res.text)
+        res = client.get("/data/plugin/profile/capture_profile", params={"service_addr": target})
+        assert res.status_code == 400 and res.json()["error"].startswith("service_addr: "), (port, res.text)
+        assert res.json() == {"ok": False, "status": 400, "error": res.json()["error"], "file": None}
+    deep = 20_000
+    bodies = {
+        b'{"targets": ' + b"[" * deep + b"]" * deep + b"}": "field 'targets'",
+        # objects in objects: 10,000 of them fit the 64 KiB a body may have
+        b'{"targets": "localhost:1", "durationMs": ' + b'{"a":' * 10_000 + b"1" + b"}" * 10_000 + b"}": "field 'durationMs'",
+        b"[" * deep + b"]" * deep: "the request body",
+        # brackets inside strings are text, not nesting
+        b'{"targets": "localhost:1", "duration": "' + b"[" * 50 + b'"}': None,
+    }
+    for route in ("/api/capture", "/api/capture/continuous"):
+        for body, where in bodies.items():
+            res = client.post(route, content=body, headers={"content-type": "application/json"})
+            if where is None:
+                assert res.status_code == 400 and "is not a duration" in res.json()["error"], res.text
+                continue
+            assert res.status_code == 400, (route, where, res.text[:300])
+            assert res.json()["error"].startswith(f"{where} is nested over 8 levels deep"), res.text[:300]
+    res = client.post("/api/capture", json={"targets": "localhost:1", "hostTracerLevel": [[1]]})
+    assert res.status_code == 400 and res.json()["error"] == "hostTracerLevel must be a number or a string, not list"
+    cli = subprocess.run([sys.executable, "-m", "profscope", "capture", "localhost:²", "--dir", str(tmp_path / "c")],
+                         capture_output=True, text=True, timeout=120)
+    assert cli.returncode == 2 and "profscope: error: targets: 'localhost:²' is not a profiler address" in cli.stderr, \
+        cli.stderr
+
+
+def _stop_when(client: TestClient, job_id: str, stage: str, profiler) -> dict:
+    """Stop the job once it is at ``stage`` and its Profile call reached ``profiler`` (the
+    stage says "recording" a moment before the call is made)."""
+    deadline = time.monotonic() + BACKSTOP_S
+    while (state := client.get(f"/api/capture/job/{job_id}").json())["stage"] != stage or not profiler.profile_calls():
+        assert not state["done"] and time.monotonic() < deadline, state
+        time.sleep(0.05)
+    return client.post(f"/api/capture/job/{job_id}/stop").json()
+
+
+@pytest.mark.parametrize("stage", ["recording", "collecting"])
+def test_stop_ends_a_capture_whose_profiler_never_answers(client, stage):
+    """Issue 32.5: Stop sent Terminate and nothing else, and did nothing at all once the
+    job was "collecting": a profiler that never answers kept the job until the gRPC
+    deadline (4 minutes for this 60 s recording, 63 s for the 1 s one, hours for an hour).
+    Now the calls still open a few seconds after Stop are cancelled and the job says
+    "stopped"; the target is free for the next capture."""
+    from profscope.testing.hostile_profiler import HostileProfiler
+
+    duration = 60_000 if stage == "recording" else 1000
+    with HostileProfiler(silent=True) as silent:
+        started = client.post("/api/capture", json={"targets": silent.address, "durationMs": duration}).json()
+        stopped = _stop_when(client, started["id"], stage, silent)
+        assert stopped["stopped"] is True and not stopped["done"]
+        state = _until_done(client, started["id"])
+        assert state["stage"] == "stopped", state
+        assert state["error"] == "the capture was stopped before any host answered; nothing was kept"
+        assert state["hosts"] == [{"address": silent.address, "state": "stopped", "code": None, "bytes": 0, "file": None,
+                                   "error": "the capture was stopped before it answered"}]
+        assert state["summary"] == f"capture stopped: {state['error']}"
+        assert silent.profile_calls() == 1
+        again = client.post("/api/capture", json={"targets": silent.address, "durationMs": 100})
+        assert again.status_code == 202, again.text  # no longer "already being captured"
+        client.post(f"/api/capture/job/{again.json()['id']}/stop")
+        assert _until_done(client, again.json()["id"])["stage"] == "stopped"
+
+
+def test_xprofs_blocking_capture_answers_when_stopped_or_the_server_stops(client, capture_ws):
+    """XProf's capture route blocks until the capture is done: with a profiler that never
+    answers, until the gRPC deadline. Stop (from the page), and the server stopping
+    (Capturer.shutdown, what Ctrl+C calls), answer it with the one error shape, a 503;
+    the server then refuses new captures with a 503 too."""
+    from profscope.testing.hostile_profiler import HostileProfiler
+
+    def blocking(address: str, answers: list) -> threading.Thread:
+        def ask():
+            answers.append(client.get("/data/plugin/profile/capture_profile",
+                                      params={"service_addr": address, "duration": "60000"}))
+        t = threading.Thread(target=ask, daemon=True)
+        t.start()
+        return t
+
+    with HostileProfiler(silent=True) as silent:
+        answers: list = []
+        asking = blocking(silent.address, answers)
+        deadline = time.monotonic() + BACKSTOP_S
+        while not [j for j in capture_ws.capture.jobs() if j.stage == "recording"]:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        [job] = capture_ws.capture.jobs()
+        client.post(f"/api/capture/job/{job.id}/stop")
+        asking.join(BACKSTOP_S)
+        [res] = answers
+        assert res.status_code == 503 and res.json() == {
+            "ok": False, "status": 503, "file": None,
+            "error": f"capture {job.id} of {silent.address}: the capture was stopped before any host answered; "
+                     "nothing was kept"}, res.text
+
+        answers.clear()
+        asking = blocking(silent.address, answers)
+        while len(capture_ws.capture.jobs()) < 2 or capture_ws.capture.jobs()[0].stage != "recording":
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        job = capture_ws.capture.jobs()[0]
+        capture_ws.capture.shutdown()
+        asking.join(BACKSTOP_S)
+        [res] = answers
+        assert res.status_code == 503 and res.json()["error"] == \
+            f"capture {job.id} of {silent.address}: the server stopped before any host answered; nothing was kept"
+        refused = client.post("/api/capture", json={"targets": silent.address})
+        assert refused.status_code == 503 and "the server is stopping" in refused.json()["error"]
+
+
+def test_ctrl_c_answers_a_blocking_capture_and_the_server_exits(tmp_path):
+    """Ctrl+C on `profscope serve` while XProf's capture route waits on a profiler that
+    never answers: before, uvicorn cut the request after its 5 s graceful-shutdown timeout
+    with a plain-text 500; now the capture ends at once, the request gets the one error
+    shape (503), and the server exits."""
+    import signal
+    import urllib.error
+    import urllib.request
+
+    from profscope.testing.hostile_profiler import HostileProfiler
+
+    with HostileProfiler(silent=True) as silent:
+        proc = subprocess.Popen([sys.executable, "-m", "profscope", "serve", "--demo", "--port", "0",
+                                 "--cache-dir", str(tmp_path / "cache")],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        try:
+            url = next(m.group(1) for line in proc.stdout if (m := re.search(r"serving at (http://\S+)", line)))
+            answers = []
+
+            def ask():
+                try:
+                    with urllib.request.urlopen(url + f"data/plugin/profile/capture_profile?service_addr={silent.address}"
+                                                "&duration=60000", timeout=BACKSTOP_S) as r:
+                        answers.append((r.status, r.headers["Content-Type"], r.read()))
+                except urllib.error.HTTPError as e:
+                    answers.append((e.code, e.headers["Content-Type"], e.read()))
+
+            asking = threading.Thread(target=ask, daemon=True)
+            asking.start()
+            deadline = time.monotonic() + BACKSTOP_S
+            while silent.profile_calls() == 0:  # the capture is recording
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            proc.send_signal(signal.SIGINT)
+            asking.join(BACKSTOP_S)
+            proc.wait(timeout=BACKSTOP_S)  # it exits (130: main() answers the re-raised SIGINT)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            proc.stdout.close()
+    [(status, kind, body)] = answers
+    assert (status, kind) == (503, "application/json"), (status, kind, body)
+    assert json.loads(body)["error"].endswith(f"of {silent.address}: the server stopped before any host answered; "
+                                              "nothing was kept")
+
+
+def test_address_patterns_match_addresses_and_name_patterns_names():
+    """Issue 32.6: `--capture-allow '10.0.*'`, the docs' own example, let the name
+    `10.0.evil.example` through (a shell pattern matched against the text of the host).
+    Now an address pattern matches addresses only: one given as such, or every address a
+    name resolves to, and the capture then dials the address it checked; a name pattern
+    matches names only. The resolver is the policy's seam; `localhost` goes through the
+    system's real one (it resolves here without a network)."""
+    from profscope.app.capture import _resolve
+
+    local = _resolve("localhost")
+    assert local and all(ipaddress.ip_address(a).is_loopback for a in local)
+    table = {"10.0.evil.example": ["203.0.113.7"], "trainer.example": ["10.0.4.2"],
+             "split.example": ["10.0.4.2", "203.0.113.7"], "v6.example": ["fd00::7"],
+             "job.test": local}
+    asked = []
+
+    def resolve(host: str) -> list[str]:
+        asked.append(host)
+        return table.get(host, [])
+
+    policy = TargetPolicy(["10.0.*", "fd00::/16", "*.internal", "198.51.100.0/24:8466"], resolve=resolve)
+    routes = {
+        "10.0.3.4:9999": "10.0.3.4:9999",           # an address, by an address pattern
+        "trainer.example:9999": "10.0.4.2:9999",   # a name, by the address it resolves to: dialled there
+        "v6.example:1": "[fd00::7]:1",
+        "[fd00::1]:1": "[fd00::1]:1",
+        "w-3.internal:1": "w-3.internal:1",         # a name, by a name pattern: dialled by name
+        "198.51.100.9:8466": "198.51.100.9:8466",   # a network with a port
+        "job.test:1": f"{local[0]}:1",              # resolves to loopback, which is always allowed
+    }
+    for target, dialled in routes.items():
+        assert policy.route(target) == dialled, target
+    assert "w-3.internal" not in asked  # a name a name pattern allows is not looked up
+    refusals = {
+        "10.0.evil.example:1": "(10.0.evil.example resolves to 203.0.113.7)",
+        "split.example:1": "(split.example resolves to 10.0.4.2, 203.0.113.7)",  # every address must match
+        "nowhere.example:1": "(nowhere.example does not resolve here)",
+        "198.51.100.9:1": "refused to capture from 198.51.100.9:1:",             # the network's port only
+        "10.0.3.4.internal.evil:1": "(10.0.3.4.internal.evil does not resolve here)",
+    }
+    for target, words in refusals.items():
+        with pytest.raises(Forbidden) as err:
+            policy.route(target)
+        assert words in err.value.message and "--capture-allow" in err.value.message, err.value.message
+    # a name pattern never matches an address, nor an address pattern a name's text
+    names_only = TargetPolicy(["*.internal", "gpu*"], resolve=resolve)
+    for refused in ("10.0.3.4:1", "[fd00::1]:1"):
+        with pytest.raises(Forbidden):
+            names_only.route(refused)
+    asked.clear()
+    with pytest.raises(Forbidden):
+        names_only.route("10.0.evil.example:1")
+    assert asked == []  # no address pattern: nothing to resolve for
+    with pytest.raises(BadRequest, match="is not a network"):
+        TargetPolicy(["10.0.0.0/99"])
+
+
+
+def test_the_capture_routes_refuse_a_name_by_where_it_resolves(client, capture_ws):
+    """The same rule through both capture routes (the policy's resolver seam: no network)."""
+    capture_ws.capture.policy = TargetPolicy(["10.0.*"], resolve=lambda host: {"10.0.evil.example": ["203.0.113.7"]}.get(host, []))
+    res = client.post("/api/capture", json={"targets": "10.0.evil.example:9999", "durationMs": 100})
+    assert res.status_code == 403 and res.json()["error"].startswith(
+        "refused to capture from 10.0.evil.example:9999 (10.0.evil.example resolves to 203.0.113.7)"), res.text
+    res = client.get("/data/plugin/profile/capture_profile", params={"service_addr": "10.0.evil.example:9999"})
+    assert res.status_code == 403 and "resolves to 203.0.113.7" in res.json()["error"]
+    assert capture_ws.capture.jobs() == []
+
+
+def test_capture_off_messages_name_the_flag_that_turns_capturing_on(tmp_path):
+    """Issue 32.7: with capturing off because the server asks no token of requests others
+    can send, the capture routes said it "was started with --no-capture", and with
+    `--allow-host '*'` on loopback the start line blamed --no-token, which was not given.
+    Each message now names what turned capturing off and the flag that turns it on."""
+    import urllib.error
+    import urllib.request
+
+    from profscope.testing.local_server import profscope_server
+
+    cases = {
+        ("--host", "0.0.0.0", "--no-token"): ("it listens on 0.0.0.0 and asks no token (--no-token)",
+                                              "start it without --no-token (it then makes a token) or with --token VALUE"),
+        ("--allow-host", "*"): ("it answers requests for any Host name (--allow-host '*') and asks no token",
+                                "start it with --token VALUE (or without --allow-host '*')"),
+        ("--no-capture",): ("it was started with --no-capture", "start it without --no-capture"),
+    }
+    for flags, (why, how) in cases.items():
+        with profscope_server("serve", "--demo", "--port", "0", "--cache-dir", str(tmp_path / "c"), *flags) as (url, lines):
+            if "--no-capture" not in flags:
+                [line] = [line for line in lines if "capturing is off" in line]
+                assert why in line and how in line, line
+                assert "--no-token" in flags or "--no-token" not in line, line
+            req = urllib.request.Request(url + "api/capture", data=b'{"targets": "localhost:1"}', method="POST",
+                                         headers={"content-type": "application/json"})
+            with pytest.raises(urllib.error.HTTPError) as err:
+                urllib.request.urlopen(req, timeout=30)
+            error = json.loads(err.value.read())["error"]
+            assert err.value.code == 404 and error.startswith("capturing is off on this server: ") \
+                and why in error and how in error, (flags, error)
+            assert "--no-capture" not in error or "--no-capture" in flags, error
+
+
+def test_a_stopped_long_recording_is_given_time_and_a_second_stop_cuts_it_off(client, monkeypatch):
+    """Stop while recording gives the job time to send what it recorded (3 s plus
+    SERIALISE_S_PER_RECORDED_S per recorded second: a long recording stopped late is not
+    lost), and says how long in cutOffInS; Stop again cuts the wait to 3 s."""
+    import profscope.app.capture as capture
+    from profscope.testing.hostile_profiler import HostileProfiler
+
+    monkeypatch.setattr(capture, "SERIALISE_S_PER_RECORDED_S", 10_000.0)  # as if hours had been recorded
+    with HostileProfiler(silent=True) as silent:
+        started = client.post("/api/capture", json={"targets": silent.address, "durationMs": 60_000}).json()
+        time.sleep(0.3)  # some of it recorded: minutes to send it, at this rate
+        first = _stop_when(client, started["id"], "recording", silent)
+        assert first["stopped"] and first["cutOffInS"] > 30, first
+        second = client.post(f"/api/capture/job/{started['id']}/stop").json()
+        assert second["cutOffInS"] <= capture.STOP_GRACE_S, second
+        state = _until_done(client, started["id"])
+        assert state["stage"] == "stopped" and state["cutOffInS"] is None, state

@@ -45,6 +45,8 @@ def demo_logdir() -> Path:
     return Path(str(resources.files("profscope") / "demo" / "logdir"))
 
 
+CAPTURE_MAX_HELP = ("the largest answer one profiler server may send a capture (one host's XSpace): 512MiB, 2GB; "
+                    "a bigger one is refused, nothing of it kept (default 1GiB, at most just under 2 GiB)")
 CACHE_SIZE_HELP = ("most the cache may hold: 20GiB, 500MB, 10%% (of its disk); least recently used results are "
                    "deleted beyond it (default $PROFSCOPE_CACHE_SIZE, else 10%% of its disk, 1 to 50 GiB)")
 
@@ -87,6 +89,7 @@ def _add_serve(sub) -> None:
                        help="also let the page capture from profiler addresses matching this shell pattern "
                             "(10.0.*, *.internal, host:9999; repeatable); by default only loopback ones")
     serve.add_argument("--no-capture", action="store_true", help="turn the Capture profile dialog and API off")
+    serve.add_argument("--capture-max-bytes", metavar="SIZE", help=CAPTURE_MAX_HELP)
     # Not --workers, which issue 18 proposed: that already sets the forked pool's concurrency.
     serve.add_argument("--dask", nargs="?", const="env", metavar="ADDRESS",
                        help="build trace indexes (and the all-hosts views' per-host work) on an existing Dask cluster: its scheduler's address "
@@ -149,10 +152,6 @@ def _add_report(sub) -> None:
                         "compilations of the same program at other sizes (docs/oom_risk.md, What would make it fit)")
     report.add_argument("--shards", metavar="N", help="devices the planner's sharding change spreads parameters and "
                         "optimizer state over (default 8)")
-    report.add_argument("--jax-gpu", action="store_true", help="the run was JAX on a GPU: the capacity is the share JAX "
-                        "preallocates (XLA_PYTHON_CLIENT_MEM_FRACTION, default 0.75) of the device's memory, --device-memory included")
-    report.add_argument("--jax-mem-fraction", metavar="F", type=float, help="the run's XLA_PYTHON_CLIENT_MEM_FRACTION "
-                        "(0 < F <= 1; implies --jax-gpu)")
     report.add_argument("--format", choices=("html", "json", "markdown"), default="html", help="output format (default html)")
     report.add_argument("-o", "--output", metavar="FILE", help="write here instead of standard output")
     report.add_argument("--server", metavar="URL", help="URL of a running `profscope serve` of the same log directory "
@@ -186,6 +185,7 @@ def _add_capture(sub) -> None:
     capture.add_argument("--snapshots", type=int, metavar="N",
                          help="continuous mode: profile continuously and save N snapshots, one every --every")
     capture.add_argument("--every", default="10s", help="time between continuous snapshots (default 10s)")
+    capture.add_argument("--capture-max-bytes", metavar="SIZE", help=CAPTURE_MAX_HELP)
 
 
 def _worker_options(p: argparse.ArgumentParser) -> None:
@@ -222,9 +222,29 @@ def _workspace(args):
     cache = DiskCache(args.cache_dir or default_cache_dir(), workers=workers, limit=args.cache_size,
                       shared=_shared_record(getattr(args, "shared_cache", None)))
     capture = {}
-    if getattr(args, "command", None) == "serve" and not args.no_capture and not getattr(args, "capture_unsafe", False):
-        capture = {"capture_dir": args.capture_dir or default_capture_dir(cache.root), "capture_allow": args.capture_allow}
+    if getattr(args, "command", None) == "serve":
+        off = _capture_off(args)
+        capture = {"capture_off": off} if off else {
+            "capture_dir": args.capture_dir or default_capture_dir(cache.root), "capture_allow": args.capture_allow,
+            "capture_max_bytes": parse_size(args.capture_max_bytes, "--capture-max-bytes")}
     return Workspace(logdir, cache, **capture)
+
+
+def _capture_off(args) -> str | None:
+    """Why ``serve`` does not capture, naming the flag that turns capturing on; None when it does."""
+    from profscope.server.guard import is_loopback
+
+    if args.no_capture:
+        return "it was started with --no-capture; start it without --no-capture to capture from running jobs"
+    if not getattr(args, "capture_unsafe", False):
+        return None
+    if not is_loopback(args.host):
+        return (f"it listens on {args.host} and asks no token (--no-token), so anyone who reaches it could make it "
+                "dial addresses of their choosing; start it without --no-token (it then makes a token) or with "
+                "--token VALUE to capture from running jobs")
+    return ("it answers requests for any Host name (--allow-host '*') and asks no token, so any web page could make "
+            "it dial addresses of its choosing; start it with --token VALUE (or without --allow-host '*') to capture "
+            "from running jobs")
 
 
 def _shared_record(url: str | None):
@@ -343,8 +363,7 @@ def cmd_serve(args) -> int:
     if ws.capture is not None:
         print(f"captures: {ws.capture.folder.root} (from {ws.capture.policy.describe()} profiler addresses)", flush=True)
     elif args.capture_unsafe and not args.no_capture:
-        print("capturing is off: this server asks no token of the requests others can send (--no-token); "
-              "give it a token to capture from running jobs", flush=True)
+        print(f"capturing is off: {ws.capture_off}", flush=True)
     if not is_loopback(args.host):
         if token:
             print(f"listening on {args.host}: only a browser that brings the token (in the URL below) gets in", flush=True)
@@ -455,12 +474,6 @@ def _positive_int(text: str | None, name: str) -> int | None:
     return int(value)
 
 
-def _mem_fraction(value: float | None) -> float | None:
-    if value is not None and not 0 < value <= 1:
-        raise BadRequest(f"--jax-mem-fraction must be above 0 and at most 1 (XLA_PYTHON_CLIENT_MEM_FRACTION), not {value}")
-    return value
-
-
 def cmd_report(args) -> int:
     import time
 
@@ -477,8 +490,7 @@ def cmd_report(args) -> int:
     oom_risk.requested_capacity(capacity, args.device_memory)
     query = OomRiskQuery(host=args.host, module_name=args.module, capacity_bytes=capacity,
                          device_memory=args.device_memory or None, batch=_positive_int(args.batch, "batch"),
-                         shards=_positive_int(args.shards, "shards"), jax_gpu=args.jax_gpu or None,
-                         jax_mem_fraction=_mem_fraction(args.jax_mem_fraction))
+                         shards=_positive_int(args.shards, "shards"))
     file = None
     if args.logdir and not args.demo:
         target = Path(args.logdir)
@@ -537,6 +549,7 @@ def cmd_capture(args) -> int:
 
     from profscope.app.capture import CaptureDir, Capturer, CaptureSettings, TargetPolicy, parse_duration
     from profscope.cache.store import default_cache_dir
+    from profscope.cache.worker import parse_size
 
     settings = CaptureSettings(duration_ms=parse_duration(args.duration, "--duration"),
                                delay_ms=parse_duration(args.delay, "--delay"),
@@ -544,7 +557,8 @@ def cmd_capture(args) -> int:
                                python_tracer_level=args.python_tracer_level)
     folder = CaptureDir(args.dir or default_capture_dir(args.cache_dir or default_cache_dir()))
     # The command line dials what its user names: the allow-list guards the server only.
-    capturer = Capturer(folder, TargetPolicy(["*"]))
+    limit = parse_size(args.capture_max_bytes, "--capture-max-bytes")
+    capturer = Capturer(folder, TargetPolicy(["*"]), **({"max_answer_bytes": limit} if limit is not None else {}))
     live = sys.stderr.isatty()
 
     def follow(job) -> None:
@@ -586,7 +600,8 @@ def cmd_capture(args) -> int:
     for job in jobs:
         for h in job.hosts.values():
             where = folder.root / h.file.split("/", 1)[1] if h.file else None
-            print(f"{h.address}: " + (f"saved {h.bytes:,} bytes to {where}" if h.state == "saved" else f"FAILED: {h.error}"),
+            print(f"{h.address}: " + (f"saved {h.bytes:,} bytes to {where}" if h.state == "saved"
+                                      else f"{h.state.upper()}: {h.error}"),
                   file=sys.stderr)
         if job.saved:
             print(folder.sessions / job.session)  # stdout: the run folder, for scripts

@@ -12,7 +12,10 @@ workspace (listed under ``captures/``, storage/mounted.py). Nothing is ever writ
 
 The server may open connections to the addresses a request names, so only targets the
 :class:`TargetPolicy` allows are dialled: loopback by default, more with
-``--capture-allow PATTERN``.
+``--capture-allow PATTERN`` (address patterns match addresses, a name's after resolution;
+name patterns match names). Each host's answer is at most ``max_answer_bytes``
+(``--capture-max-bytes``). ``stop`` ends a capture within :data:`STOP_GRACE_S` whatever
+its profilers do, and ``shutdown`` (Ctrl+C) ends every capture at once.
 """
 
 from __future__ import annotations
@@ -21,10 +24,12 @@ import errno
 import fnmatch
 import ipaddress
 import itertools
+import math
 import os
 import re
 import secrets
 import shutil
+import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -33,9 +38,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Callable
 
-from profscope.errors import BadRequest, Conflict, Forbidden, NotFound, ProfscopeError
+from profscope.errors import BadRequest, Conflict, Forbidden, NotFound, ProfscopeError, Stopping
 from profscope.storage import LogDir
-from profscope.storage.profiler_client import CaptureSettings, ProfilerClient, TargetError, split_address
+from profscope.storage.profiler_client import (DEFAULT_MAX_ANSWER_BYTES, AnswerTooLarge, CaptureSettings, ProfilerClient,
+                                               TargetError, split_address)
 
 __all__ = ["CaptureDir", "CaptureJob", "Capturer", "CaptureSettings", "ContinuousSession", "TargetPolicy",
            "parse_duration", "parse_targets"]
@@ -47,22 +53,33 @@ MAX_TARGETS = 256
 STALE_STAGING_S = 24 * 3600
 # Seconds ahead of now that several hosts are asked to start recording together.
 SYNC_MARGIN_S = 0.25
+# Seconds after Stop that a capture's profilers have to answer (a job's Terminate makes
+# its Profile call return what it has); the calls still open then are cancelled: a
+# profiler that ignores Terminate, or one stuck collecting, would otherwise hold the job
+# until its gRPC deadline (~3 h for an hour's recording, profiler_client.timeout_s).
+STOP_GRACE_S = 3.0
+# ... and, when it was stopped while recording, this much more per second it recorded: the
+# job serialises what it recorded at 0.1-0.5 s per second (docs/capture.md, jax 0.10.2 on
+# 2 cores), so a long recording stopped late is not lost to the cancel.
+SERIALISE_S_PER_RECORDED_S = 0.5
 _HOST_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
 
 
-def parse_targets(text: str) -> list[str]:
-    """``a:1, b:2`` -> ['a:1', 'b:2'] (normalised ``host:port``), each checked."""
+def parse_targets(text: str, what: str = "targets") -> list[str]:
+    """``a:1, b:2`` -> ['a:1', 'b:2'] (normalised ``host:port``), each checked; an error
+    names ``what``, the field the addresses came in."""
     items = [t.strip() for t in (text or "").replace(";", ",").split(",") if t.strip()]
     if not items:
-        raise BadRequest("no profiler address given: name the job's profiler server as HOST:PORT, e.g. localhost:9999")
+        raise BadRequest(f"{what}: no profiler address given: name the job's profiler server as HOST:PORT, "
+                         "e.g. localhost:9999")
     if len(items) > MAX_TARGETS:
-        raise BadRequest(f"{len(items)} addresses given; one capture takes at most {MAX_TARGETS}")
+        raise BadRequest(f"{what}: {len(items)} addresses given; one capture takes at most {MAX_TARGETS}")
     out = []
     for item in items:
         try:
             host, port = split_address(item)
         except ProfscopeError as e:
-            raise BadRequest(e.message) from None
+            raise BadRequest(f"{what}: {e.message}") from None
         address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         if address not in out:
             out.append(address)
@@ -96,35 +113,129 @@ def parse_duration(text: str | int | float, what: str = "duration") -> int:
     return int(round(ms))
 
 
-class TargetPolicy:
-    """Which profiler addresses this server may dial: loopback always, and any address
-    whose host (or ``host:port``) matches one of ``allow`` (shell patterns: ``10.0.*``,
-    ``*.internal``, ``*`` for any)."""
+# An address pattern: an IPv4 address with shell wildcards (10.0.*, 10.0.[0-3].*), or one
+# with a ':' (IPv6: fd00::*), or a network (10.0.0.0/16, fd00::/8). Everything else is a
+# name pattern. A host name cannot hold ':', nor be digits and dots only (RFC 1123 2.1:
+# the top-level label is never all-numeric), so no pattern is both.
+_IPV4_GLOB = re.compile(r"[0-9.*?\[\]!-]+")
+_IPV6_GLOB = re.compile(r"[0-9A-Fa-f:.*?\[\]!-]*:[0-9A-Fa-f:.*?\[\]!-]*")
 
-    def __init__(self, allow: list[str] | tuple[str, ...] = ()):
+
+@dataclass(frozen=True)
+class _Pattern:
+    """One ``--capture-allow`` pattern: ``HOST``, ``HOST:PORT``, ``[IPV6]:PORT``, a bare
+    IPv6 pattern or a network; ``kind`` is ``name``, ``address`` or ``any`` (``*``)."""
+
+    text: str
+    host: str
+    port: str | None
+    kind: str
+    network: ipaddress.IPv4Network | ipaddress.IPv6Network | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> _Pattern:
+        host, port = text.lower(), None
+        if host.startswith("["):
+            inside, _, rest = host[1:].partition("]")
+            host, port = inside, (rest[1:] if rest.startswith(":") else None)
+        elif host.count(":") == 1:
+            host, port = host.split(":")
+        if host == "*":
+            return cls(text, host, port, "any")
+        if "/" in host:
+            try:
+                return cls(text, host, port, "address", ipaddress.ip_network(host, strict=False))
+            except ValueError:
+                raise BadRequest(f"--capture-allow {text!r}: {host!r} is not a network (e.g. 10.0.0.0/16)") from None
+        kind = "address" if _IPV4_GLOB.fullmatch(host) or _IPV6_GLOB.fullmatch(host) else "name"
+        return cls(text, host, port, kind)
+
+    def _port_ok(self, port: int) -> bool:
+        return self.port is None or fnmatch.fnmatchcase(str(port), self.port)
+
+    def matches_name(self, name: str, port: int) -> bool:
+        return self.kind in ("name", "any") and fnmatch.fnmatchcase(name.lower(), self.host) and self._port_ok(port)
+
+    def matches_address(self, ip: ipaddress.IPv4Address | ipaddress.IPv6Address, port: int) -> bool:
+        if self.kind == "name" or not self._port_ok(port):
+            return False
+        if self.network is not None:
+            return ip.version == self.network.version and ip in self.network
+        return fnmatch.fnmatchcase(ip.compressed, self.host)
+
+
+def _resolve(host: str) -> list[str]:
+    """The addresses ``host`` resolves to here (the system resolver: /etc/hosts, DNS),
+    in its order; [] when it does not resolve."""
+    try:
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
+        return []
+    return list(dict.fromkeys(info[4][0].split("%")[0] for info in infos))
+
+
+def _ip(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        return ipaddress.ip_address(host)
+    except ValueError:
+        return None
+
+
+class TargetPolicy:
+    """Which profiler addresses this server may dial: loopback always (the names
+    ``localhost``..., 127.0.0.0/8, ::1), and those ``allow`` matches: shell patterns
+    (``10.0.*``, ``*.internal``, ``gpu7:8466``, ``*`` for any) or networks (``10.0.0.0/16``).
+
+    Names and addresses are matched separately (issue 32): an **address pattern** matches
+    an address, given as one or what a name resolves to (every address the name resolves
+    to must match, and the capture then dials that address, not the name again: a second
+    lookup could answer another); a **name pattern** matches a name as written, never an
+    address. So ``10.0.*`` allows ``10.0.3.4`` and a name that resolves into 10.0.x.x, and
+    not the name ``10.0.evil.example``. ``resolve`` is the resolver (tests pass their own)."""
+
+    def __init__(self, allow: list[str] | tuple[str, ...] = (), *, resolve: Callable[[str], list[str]] | None = None):
         self.allow = tuple(p.strip() for p in allow if p and p.strip())
+        self.patterns = [_Pattern.parse(p) for p in self.allow]
+        self.resolve = resolve or _resolve
 
     @staticmethod
     def is_loopback(host: str) -> bool:
         if host.lower() in ("localhost", "localhost.localdomain", "ip6-localhost"):
             return True
-        try:
-            return ipaddress.ip_address(host).is_loopback
-        except ValueError:
-            return False
+        ip = _ip(host)
+        return ip is not None and ip.is_loopback
 
-    def check(self, address: str) -> None:
+    def _address_ok(self, ip, port: int) -> bool:
+        return ip.is_loopback or any(p.matches_address(ip, port) for p in self.patterns)
+
+    def route(self, address: str) -> str:
+        """The ``host:port`` to dial for ``address`` (itself, or the address its name was
+        resolved to and checked as), or :class:`Forbidden` naming the rule."""
         host, port = split_address(address)
         if self.is_loopback(host):
-            return
-        for pattern in self.allow:
-            if fnmatch.fnmatchcase(host.lower(), pattern.lower()) or fnmatch.fnmatchcase(f"{host}:{port}".lower(), pattern.lower()):
-                return
+            return address
+        ip = _ip(host)
+        why = ""
+        if ip is not None:
+            if self._address_ok(ip, port):
+                return address
+        elif any(p.matches_name(host, port) for p in self.patterns):
+            return address
+        elif any(p.kind == "address" for p in self.patterns):
+            found = self.resolve(host)
+            ips = [a for a in map(_ip, found) if a is not None]
+            if ips and len(ips) == len(found) and all(self._address_ok(a, port) for a in ips):
+                return f"[{ips[0].compressed}]:{port}" if ips[0].version == 6 else f"{ips[0]}:{port}"
+            why = f" ({host} resolves to {', '.join(found)})" if found else f" ({host} does not resolve here)"
         raise Forbidden(
-            f"refused to capture from {address}: this server dials only loopback profiler addresses"
+            f"refused to capture from {address}{why}: this server dials only loopback profiler addresses"
             + (f" and those matching {', '.join(self.allow)}" if self.allow else "")
-            + "; start profscope with --capture-allow PATTERN (e.g. --capture-allow '10.0.*') to allow more"
+            + "; start profscope with --capture-allow PATTERN (e.g. --capture-allow '10.0.*' for addresses, "
+              "'*.internal' for names) to allow more"
         )
+
+    def check(self, address: str) -> None:
+        self.route(address)
 
     def describe(self) -> str:
         return "loopback" + (" and " + ", ".join(self.allow) if self.allow else " only")
@@ -213,11 +324,12 @@ class CaptureDir:
 @dataclass
 class TargetState:
     address: str
-    state: str = "pending"  # pending, recording, collecting, saved, failed
+    state: str = "pending"  # pending, recording, collecting, saved, failed, stopped
     error: str | None = None
     code: str | None = None
     bytes: int = 0
     file: str | None = None
+    over_limit: bool = False  # its answer was over the capture's answer limit
 
     def to_json(self) -> dict:
         return {"address": self.address, "state": self.state, "error": self.error, "code": self.code,
@@ -228,7 +340,8 @@ class TargetState:
 class CaptureJob:
     """One capture: its targets, settings and where it stands. ``stage`` goes probing ->
     waiting (the delay) -> recording (until ``record_ends``) -> collecting -> saved or
-    failed; ``stopped`` is set when it was stopped early (what was recorded is kept)."""
+    failed; ``stopped`` is set when it was stopped early (what was recorded and answered
+    within :data:`STOP_GRACE_S` is kept), and ``stage`` is ``stopped`` when nothing was."""
 
     id: str
     targets: list[str]
@@ -243,9 +356,17 @@ class CaptureJob:
     record_ends: float | None = None
     finished: float | None = None
     stopped: bool = False
+    cut_off_at: float | None = None  # when the calls still open are cancelled (after a stop)
+    stop_reason: str | None = None  # "the capture was stopped", "the server stopped"
     error: str | None = None
     hosts: dict[str, TargetState] = field(default_factory=dict)
     done: threading.Event = field(default_factory=threading.Event, repr=False)
+    # the addresses to dial, where not the targets themselves (TargetPolicy.route)
+    routes: dict[str, str] = field(default_factory=dict, repr=False)
+    # the gRPC clients of the calls in flight, which _cancel closes; cancelled once it has
+    clients: dict[str, ProfilerClient] = field(default_factory=dict, repr=False)
+    cancelled: bool = False
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
     def saved(self) -> list[TargetState]:
@@ -257,10 +378,10 @@ class CaptureJob:
 
     def summary(self) -> str:
         """One sentence: what was saved where, and what failed."""
-        if self.stage == "failed":
-            return f"capture failed: {self.error}"
+        if self.stage in ("failed", "stopped"):
+            return f"capture {self.stage}: {self.error}"
         parts = [f"captured {len(self.saved)} host(s) into run {self.run}" + (" (stopped early)" if self.stopped else "")]
-        parts += [f"{h.address} failed: {h.error}" for h in self.failed]
+        parts += [f"{h.address} {h.state}: {h.error}" for h in self.hosts.values() if h.state in ("failed", "stopped")]
         return "; ".join(parts)
 
     def to_json(self) -> dict:
@@ -276,7 +397,9 @@ class CaptureJob:
             "hostTracerLevel": self.settings.host_tracer_level, "deviceTracerLevel": self.settings.device_tracer_level,
             "pythonTracerLevel": self.settings.python_tracer_level,
             "created": self.created, "recordStarts": self.record_starts, "recordEnds": self.record_ends,
-            "remainingS": remaining, "startsInS": starts_in, "finished": self.finished, "stopped": self.stopped, "error": self.error,
+            "remainingS": remaining, "startsInS": starts_in, "finished": self.finished, "stopped": self.stopped,
+            "cutOffInS": max(0.0, self.cut_off_at - now) if self.cut_off_at and not self.done.is_set() else None,
+            "error": self.error,
             "done": self.done.is_set(), "summary": self.summary() if self.done.is_set() else None,
             "hosts": [h.to_json() for h in self.hosts.values()],
         }
@@ -295,6 +418,7 @@ class ContinuousSession:
     error: str | None = None
     hosts: dict[str, TargetState] = field(default_factory=dict)
     snapshots: list[str] = field(default_factory=list)  # job ids, oldest first
+    routes: dict[str, str] = field(default_factory=dict, repr=False)  # as CaptureJob.routes
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def to_json(self, jobs: Callable[[str], CaptureJob | None]) -> dict:
@@ -307,24 +431,31 @@ class Capturer:
     """Runs captures for a workspace: ``start`` a job, follow it with ``job(id)``, ``stop``
     it early; ``start_continuous`` / ``snapshot`` / ``stop_continuous`` for continuous
     mode. One capture at a time per target (the job's profiler allows one session);
-    ``on_saved(job)`` is told of each finished job (the workspace lists its run)."""
+    ``on_saved(job)`` is told of each finished job (the workspace lists its run).
+    ``max_answer_bytes``: the largest answer taken from one host (``--capture-max-bytes``)."""
 
     def __init__(self, folder: CaptureDir, policy: TargetPolicy | None = None, *,
-                 mount: str = "captures", on_saved: Callable[[CaptureJob], None] | None = None):
+                 mount: str = "captures", on_saved: Callable[[CaptureJob], None] | None = None,
+                 max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES):
         self.folder = folder
         self.policy = policy or TargetPolicy()
         self.mount = mount
         self.on_saved = on_saved
+        ProfilerClient.check_limit(max_answer_bytes)
+        self.max_answer_bytes = max_answer_bytes
         self._lock = threading.Lock()
         self._jobs: dict[str, CaptureJob] = {}
         self._continuous: dict[str, ContinuousSession] = {}
         self._busy: dict[str, str] = {}  # target -> the job or continuous session recording it
+        self._stopping = False
         folder.clean_stale()
 
     # -- bookkeeping ---------------------------------------------------------------------
 
     def _claim(self, targets: list[str], owner: str) -> None:
         with self._lock:
+            if self._stopping:
+                raise Stopping("the server is stopping: no capture starts now")
             busy = [(t, self._busy[t]) for t in targets if t in self._busy]
             if busy:
                 t, other = busy[0]
@@ -359,28 +490,42 @@ class Capturer:
     def jobs(self) -> list[CaptureJob]:
         return sorted(self._jobs.values(), key=lambda j: j.created, reverse=True)
 
-    def _new_job(self, targets: list[str], settings: CaptureSettings, job_id: str | None = None) -> CaptureJob:
+    def _new_job(self, targets: list[str], settings: CaptureSettings, job_id: str | None = None,
+                 routes: dict[str, str] | None = None) -> CaptureJob:
         job_id = job_id or secrets.token_hex(6)
         return CaptureJob(id=job_id, targets=targets, settings=settings, staging=self.folder.stage(job_id),
-                          stem=datetime.now().strftime("%Y_%m_%d_%H_%M_%S"), hosts={t: TargetState(t) for t in targets})
+                          stem=datetime.now().strftime("%Y_%m_%d_%H_%M_%S"), hosts={t: TargetState(t) for t in targets},
+                          routes=dict(routes or {}))
 
-    def _checked(self, targets: list[str] | str) -> list[str]:
+    def _checked(self, targets: list[str] | str) -> tuple[list[str], dict[str, str]]:
+        """The targets, normalised, and the addresses to dial where not themselves."""
         targets = parse_targets(targets) if isinstance(targets, str) else parse_targets(",".join(targets))
-        for t in targets:
-            self.policy.check(t)
-        return targets
+        routes = {t: self.policy.route(t) for t in targets}
+        return targets, {t: r for t, r in routes.items() if r != t}
+
+    def _client(self, address: str, routes: dict[str, str]) -> ProfilerClient:
+        return ProfilerClient(address, max_answer_bytes=self.max_answer_bytes, dial=routes.get(address))
+
+    def _open(self, job: CaptureJob, address: str) -> ProfilerClient | None:
+        """A client for one of ``job``'s calls, which ``_cancel`` can end; None once the
+        job is cancelled."""
+        with job.lock:
+            if job.cancelled:
+                return None
+            client = job.clients[address] = self._client(address, job.routes)
+            return client
 
     # -- one-shot ------------------------------------------------------------------------
 
     def start(self, targets: list[str] | str, settings: CaptureSettings, *, num_retry: int = 0) -> CaptureJob:
         """Start recording every target now (after ``settings.delay_ms``); returns at once."""
-        targets = self._checked(targets)
+        targets, routes = self._checked(targets)
         if not 0 <= num_retry <= 10:
             raise BadRequest(f"num_retry must be from 0 to 10, not {num_retry}")
         job_id = secrets.token_hex(6)
         self._claim(targets, job_id)
         try:
-            job = self._new_job(targets, settings, job_id)
+            job = self._new_job(targets, settings, job_id, routes)
         except BaseException:
             self._release(targets, job_id)
             raise
@@ -394,37 +539,87 @@ class Capturer:
         job.done.wait()
         return job
 
-    def stop(self, job_id: str) -> CaptureJob:
-        """End the recording now; each target returns (and the job saves) what it has."""
+    def stop(self, job_id: str, *, grace: float = STOP_GRACE_S, reason: str = "the capture was stopped") -> CaptureJob:
+        """End the capture. Before the recording's end, each profiler is asked to end it
+        (``Terminate``: its ``Profile`` call then returns what it has, which is kept) and
+        has ``grace`` seconds plus :data:`SERIALISE_S_PER_RECORDED_S` per second recorded
+        to send it; while "collecting", ``grace`` seconds. The calls still open then are
+        cancelled: a profiler that ignores Terminate, or never answers while collecting,
+        holds nothing longer. Each call sets its own deadline and the earliest wins: a
+        second Stop while a long recording is sent cuts it off in ``grace`` seconds.
+        ``grace`` 0 cancels now. Returns at once."""
         job = self.job(job_id)
-        if job.done.is_set() or job.stage not in ("probing", "waiting", "recording"):
+        if job.done.is_set():
             return job
+        first = not job.stopped
         job.stopped = True
-        for address in job.targets:
-            try:
-                with ProfilerClient(address) as c:
-                    c.terminate(job.id)
-            except TargetError:
-                pass  # that target's own call reports its failure
+        if first or grace <= 0:
+            job.stop_reason = reason  # what a host cut off by the cancel, and a job with none saved, say
+        if first and job.stage in ("probing", "waiting", "recording"):
+            threading.Thread(target=self._terminate, args=(job,), name=f"capture-{job.id}-stop", daemon=True).start()
+            now = time.time()
+            recorded = max(0.0, min(now, job.record_ends or now) - (job.record_starts or now))
+            grace += SERIALISE_S_PER_RECORDED_S * recorded if grace > 0 else 0.0
+        job.cut_off_at = min(job.cut_off_at or math.inf, time.time() + max(0.0, grace))
+        if grace <= 0:
+            self._cancel(job)
+        else:
+            timer = threading.Timer(grace, self._cancel, args=(job,))
+            timer.daemon = True
+            timer.start()
         return job
 
+    def _terminate(self, job: CaptureJob) -> None:
+        for address in job.targets:
+            client = job.clients.get(address)
+            if client is None or job.hosts[address].state not in ("recording", "collecting"):
+                continue
+            try:
+                client.terminate(job.id)
+            except TargetError:
+                pass  # that target's own call reports its failure, or the cancel ends it
+
+    @staticmethod
+    def _cancel(job: CaptureJob) -> None:
+        """Cancel every call of ``job`` still open (closing a gRPC channel ends its calls
+        with CANCELLED at once) and open no other."""
+        with job.lock:
+            job.cancelled = True
+            clients = list(job.clients.values())
+        for c in clients:
+            c.close()
+
+    def shutdown(self) -> None:
+        """The server is stopping (Ctrl+C): refuse new captures and end every one under
+        way now, without the grace (a blocking XProf capture request is then answered, a
+        503, instead of being cut by the server's shutdown). Returns at once: the
+        cancelling runs in a thread (this is called from a signal handler)."""
+        with self._lock:
+            self._stopping = True
+        running = [j for j in self._jobs.values() if not j.done.is_set()]
+
+        def cancel_all() -> None:
+            for j in running:
+                self.stop(j.id, grace=0, reason="the server stopped")
+
+        threading.Thread(target=cancel_all, name="capture-shutdown", daemon=True).start()
+
     def _run(self, job: CaptureJob, num_retry: int) -> None:
-        clients: dict[str, ProfilerClient] = {}
         try:
-            clients = {t: ProfilerClient(t) for t in job.targets}
+            clients = {t: c for t in job.targets if (c := self._open(job, t)) is not None}
 
             def probe(t: str) -> bool:
                 try:
                     clients[t].probe()
                     return True
                 except TargetError as e:
-                    job.hosts[t].state, job.hosts[t].error, job.hosts[t].code = "failed", e.reason, e.code
+                    self._host_failed(job, job.hosts[t], e)
                     return False
 
             # Probe first, all at once: a dead address fails in milliseconds (one that
             # drops packets in the probe's 5 s) and the others then all start at one
             # instant, the hosts' common start_timestamp_ns.
-            with ThreadPoolExecutor(max_workers=len(clients)) as pool:
+            with ThreadPoolExecutor(max_workers=max(1, len(clients))) as pool:
                 live = [t for t, ok in zip(clients, pool.map(probe, clients)) if ok]
             if not live:
                 raise _JobFailed("no target answered: " + "; ".join(f"{h.address}: {h.error}" for h in job.failed))
@@ -443,24 +638,41 @@ class Capturer:
                 raise _JobFailed("; ".join(f"{h.address}: {h.error}" for h in job.failed) or "nothing recorded")
             self._publish(job)
         except _JobFailed as e:
-            job.stage, job.error = "failed", str(e)
+            # A stopped job that kept nothing says why in one word; its hosts say the rest.
+            job.stage, job.error = ("stopped", self._stopped_error(job)) if job.stopped else ("failed", str(e))
         except OSError as e:
             job.stage, job.error = "failed", f"cannot write into {self.folder.root}: {e.strerror or e}"
         except Exception as e:  # noqa: BLE001 - a bug must end the job, not hang its page
             job.stage, job.error = "failed", f"{type(e).__name__}: {e}"
         finally:
-            for c in clients.values():
-                c.close()
-            if job.stage != "saved":
-                self.folder.discard(job.staging)
-            job.finished = time.time()
-            self._release(job.targets, job.id)
-            # Listed before it is done: a page told "saved" asks the run list for it next.
-            try:
-                if job.stage == "saved" and self.on_saved is not None:
-                    self.on_saved(job)
-            finally:
-                job.done.set()
+            self._finish(job)
+
+    def _finish(self, job: CaptureJob) -> None:
+        """Close the job's clients, drop its staging unless saved, free its targets, tell
+        ``on_saved``, and only then mark it done (a page told "saved" asks the run list
+        for it next)."""
+        self._cancel(job)
+        if job.stage != "saved":
+            self.folder.discard(job.staging)
+        job.finished = time.time()
+        self._release(job.targets, job.id)
+        try:
+            if job.stage == "saved" and self.on_saved is not None:
+                self.on_saved(job)
+        finally:
+            job.done.set()
+
+    def _host_failed(self, job: CaptureJob, host: TargetState, e: TargetError) -> None:
+        """A call of ``host`` ended in ``e``: failed, or stopped when the job's Stop cut it."""
+        if job.cancelled:
+            host.state, host.error, host.code = "stopped", f"{job.stop_reason} before it answered", None
+        else:
+            host.state, host.error, host.code = "failed", e.reason, e.code
+            host.over_limit = isinstance(e, AnswerTooLarge)
+
+    @staticmethod
+    def _stopped_error(job: CaptureJob) -> str:
+        return f"{job.stop_reason} before any host answered; nothing was kept"
 
     def _publish(self, job: CaptureJob) -> None:
         """Move the job's hosts into place as one session: the run appears whole."""
@@ -489,7 +701,7 @@ class Capturer:
     def _record_one(self, job: CaptureJob, client: ProfilerClient, address: str, start_ns: int, num_retry: int) -> None:
         host = job.hosts[address]
         if job.stopped:  # stopped while probing: there is nothing to keep
-            host.state, host.error = "failed", "stopped before the recording began"
+            host.state, host.error = "stopped", "stopped before the recording began"
             return
         host.state = "recording"
         for attempt in range(num_retry + 1):
@@ -499,7 +711,7 @@ class Capturer:
                 host.state, host.bytes, host.error, host.code = "saved", len(xspace), None, None
                 return
             except TargetError as e:
-                host.state, host.error, host.code = "failed", e.reason, e.code
+                self._host_failed(job, host, e)
                 if e.code not in ("UNAVAILABLE", "INTERNAL") or job.stopped or attempt == num_retry:
                     return
                 host.state = "recording"
@@ -513,16 +725,16 @@ class Capturer:
     def start_continuous(self, targets: list[str] | str, settings: CaptureSettings) -> ContinuousSession:
         """Start continuous profiling on every target; a target that cannot (dead, or a
         server without continuous mode) is reported and the others run."""
-        targets = self._checked(targets)
+        targets, routes = self._checked(targets)
         sid = secrets.token_hex(6)
         self._claim(targets, sid)
         session = ContinuousSession(id=sid, targets=targets, settings=settings,
-                                    hosts={t: TargetState(t) for t in targets})
+                                    hosts={t: TargetState(t) for t in targets}, routes=routes)
         with self._lock:
             self._continuous[sid] = session
         for t in targets:
             try:
-                with ProfilerClient(t) as c:
+                with self._client(t, routes) as c:
                     c.start_continuous(settings)
                 session.hosts[t].state = "recording"
             except TargetError as e:
@@ -556,7 +768,7 @@ class Capturer:
             raise Conflict(f"continuous capture {sid} is {session.state}; start a new one")
         with session.lock:  # one snapshot at a time: each takes what the previous left
             live = [t for t, h in session.hosts.items() if h.state == "recording"]
-            job = self._new_job(live, session.settings)
+            job = self._new_job(live, session.settings, routes=session.routes)
             job.stage = "collecting"
             job.record_starts = job.record_ends = time.time()
             self._remember(job)
@@ -565,12 +777,14 @@ class Capturer:
             def one(address: str) -> None:
                 host = job.hosts[address]
                 try:
-                    with ProfilerClient(address) as c:
-                        xspace = c.snapshot()
+                    client = self._open(job, address)
+                    if client is None:
+                        raise TargetError(address, "stopped", code="CANCELLED")
+                    xspace = client.snapshot()
                     self.folder.write(job.staging, address, xspace)
                     host.state, host.bytes = "saved", len(xspace)
                 except TargetError as e:
-                    host.state, host.error, host.code = "failed", e.reason, e.code
+                    self._host_failed(job, host, e)
                 except OSError as e:
                     host.state, host.error = "failed", f"cannot write into {self.folder.root}: {e.strerror or e}"
 
@@ -579,20 +793,15 @@ class Capturer:
             try:
                 if job.saved:
                     self._publish(job)
+                elif job.stopped:
+                    job.stage, job.error = "stopped", self._stopped_error(job)
                 else:
                     job.stage = "failed"
                     job.error = "; ".join(f"{h.address}: {h.error}" for h in job.failed) or "no target is recording"
             except OSError as e:
                 job.stage, job.error = "failed", f"cannot write into {self.folder.root}: {e.strerror or e}"
             finally:
-                if job.stage != "saved":
-                    self.folder.discard(job.staging)
-                job.finished = time.time()
-                try:  # listed before it is done, as a one-shot capture
-                    if job.stage == "saved" and self.on_saved is not None:
-                        self.on_saved(job)
-                finally:
-                    job.done.set()
+                self._finish(job)  # listed before it is done, as a one-shot capture
         return job
 
     def stop_continuous(self, sid: str) -> ContinuousSession:
@@ -603,7 +812,7 @@ class Capturer:
                     if h.state != "recording":
                         continue
                     try:
-                        with ProfilerClient(t) as c:
+                        with self._client(t, session.routes) as c:
                             c.stop_continuous()
                         h.state = "stopped"
                     except TargetError as e:

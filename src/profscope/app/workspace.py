@@ -45,10 +45,13 @@ FORK_WORTH_BYTES = 32 << 20
 
 class Workspace(CompiledMemory, RuntimeMemory, Snapshots, OomAssessment, Traces, FileDerived):
     """``capture_dir``: where profiles captured from running jobs are written (app/capture.py),
-    listed as runs under ``captures/``; None: this workspace does not capture."""
+    listed as runs under ``captures/``; None: this workspace does not capture, and
+    ``capture_off`` says why and which flag turns capturing on (the capture routes' 404).
+    ``capture_max_bytes``: the largest answer a capture takes from one host."""
 
     def __init__(self, logdir: LogDir, cache: DiskCache, *, capture_dir: str | os.PathLike | None = None,
-                 capture_allow: tuple[str, ...] | list[str] = ()):
+                 capture_allow: tuple[str, ...] | list[str] = (), capture_max_bytes: int | None = None,
+                 capture_off: str = "it has no capture folder (profscope serve captures unless given --no-capture)"):
         if logdir.is_local and _inside(cache.root, Path(logdir.root)):
             # Log directories may be read-only or shared; we never write into them.
             raise BadRequest(
@@ -60,6 +63,7 @@ class Workspace(CompiledMemory, RuntimeMemory, Snapshots, OomAssessment, Traces,
             # Remote files are copied once per version into the cache folder (storage/logdir.py).
             logdir.copy_dir = cache.root / "objects"
         self.capture: Capturer | None = None
+        self.capture_off = None if capture_dir is not None else capture_off
         if capture_dir is not None:
             if logdir.is_local and _inside(Path(capture_dir), Path(logdir.root)):
                 raise BadRequest(f"the capture folder {capture_dir} is inside the log directory {logdir.url}; "
@@ -67,7 +71,8 @@ class Workspace(CompiledMemory, RuntimeMemory, Snapshots, OomAssessment, Traces,
             folder = CaptureDir(capture_dir)
             mount = MountedLogDir.free_name(logdir, "captures")
             self.capture = Capturer(folder, TargetPolicy(capture_allow), mount=mount,
-                                    on_saved=lambda job: self.logdir.refresh(mount))
+                                    on_saved=lambda job: self.logdir.refresh(mount),
+                                    **({"max_answer_bytes": capture_max_bytes} if capture_max_bytes is not None else {}))
             logdir = MountedLogDir(logdir, {mount: folder.logdir})
         self.logdir = logdir
         CompiledMemory.__init__(self)

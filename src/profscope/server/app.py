@@ -73,8 +73,8 @@ def create_app(ws: Workspace, security: Security | None = None) -> FastAPI:
 
 class Server(uvicorn.Server):
     """uvicorn's server, whose Ctrl+C / SIGTERM also ends the conversions under way
-    (``WorkerPool.stop``): the requests waiting for them are answered at once, a 503 in
-    the one error shape, where uvicorn's graceful shutdown cut them after its timeout
+    (``WorkerPool.stop``) and the captures (``Capturer.shutdown``): the requests waiting
+    for them are answered at once, a 503 in the one error shape, where uvicorn's graceful shutdown cut them after its timeout
     with a plain-text 500 and the server took that long to exit."""
 
     def __init__(self, config: uvicorn.Config, ws: Workspace):
@@ -83,4 +83,7 @@ class Server(uvicorn.Server):
 
     def handle_exit(self, sig, frame) -> None:
         self.workspace.cache.workers.stop()
+        if self.workspace.capture is not None:
+            # the captures under way end now: a blocking XProf capture request gets its 503
+            self.workspace.capture.shutdown()
         super().handle_exit(sig, frame)

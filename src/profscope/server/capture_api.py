@@ -6,8 +6,10 @@ XProf's route (profile_plugin.py ``capture_route_impl``) blocks until the captur
 saved and answers ``{"result": ...}``; a capture that fails answers ``{"error": ...}``,
 which XProf's frontend shows as "Failed to capture profile: <error>" (it shows an HTTP
 error's JSON body as "[object Object]", so an unreachable or busy job is answered 200,
-as the frontend reads it). A malformed request is a 400 and a target this server may not
-dial a 403, in the one error shape, whose ``error`` field carries the message too.
+as the frontend reads it). A malformed request is a 400, a target this server may not
+dial a 403, answers all over ``--capture-max-bytes`` a 413, and a capture stopped before
+any host answered (Stop in the page, or the server stopping) a 503, in the one error
+shape, whose ``error`` field carries the message too.
 """
 
 from __future__ import annotations
@@ -16,10 +18,11 @@ import json
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
+from starlette.concurrency import run_in_threadpool
 
-from profscope.app.capture import Capturer, CaptureSettings, parse_duration
+from profscope.app.capture import Capturer, CaptureJob, CaptureSettings, parse_duration, parse_targets
 from profscope.app.workspace import Workspace
-from profscope.errors import BadRequest, NotFound, ProfscopeError
+from profscope.errors import BadRequest, NotFound, ProfscopeError, Stopping, TooLarge
 from profscope.server.responses import json_response
 
 XPROF_PREFIX = "/data/plugin/profile"
@@ -29,6 +32,11 @@ XPROF_DEFAULTS = {"duration": "1000", "num_retry": "0", "host_tracer_level": "2"
 # The fields of the JSON body of POST /api/capture (and /api/capture/continuous).
 BODY_FIELDS = ("targets", "duration", "durationMs", "delayMs", "hostTracerLevel", "deviceTracerLevel",
                "pythonTracerLevel", "numRetry")
+# A body is an object of strings, numbers and one list of strings: 2 levels. Deeper is
+# refused before it is parsed (json.loads raises RecursionError past ~1,000 levels, and
+# str() of a value nested a little less deep can, in an error message).
+MAX_BODY_DEPTH = 8
+MAX_BODY_BYTES = 64 << 10
 
 
 def _level(value, name: str) -> int:
@@ -43,7 +51,7 @@ def _level(value, name: str) -> int:
 
 def _capturer(ws: Workspace) -> Capturer:
     if ws.capture is None:
-        raise NotFound("capturing is off on this server (it was started with --no-capture)")
+        raise NotFound(f"capturing is off on this server: {ws.capture_off}")
     return ws.capture
 
 
@@ -55,10 +63,41 @@ def _settings(duration_ms, delay_ms, host, device, python) -> CaptureSettings:
         raise BadRequest(e.message) from None
 
 
+def _too_deep(raw: bytes, limit: int = MAX_BODY_DEPTH) -> str | None:
+    """Where ``raw`` (JSON text) nests over ``limit`` levels: ``field 'NAME'`` of the top
+    object, or ``the request body``; None where it does not. Brackets inside strings do
+    not count."""
+    depth, in_string, escaped, start, last, key = 0, False, False, 0, None, None
+    for i, c in enumerate(raw):
+        if in_string:
+            if escaped:
+                escaped = False
+            elif c == 0x5C:  # backslash
+                escaped = True
+            elif c == 0x22:  # the closing quote
+                in_string = False
+                if depth == 1:
+                    last = raw[start:i].decode("utf-8", "replace")
+        elif c == 0x22:
+            in_string, start = True, i + 1
+        elif c == 0x3A and depth == 1:  # ':' after a key of the top object
+            key = last
+        elif c in (0x5B, 0x7B):  # [ {
+            depth += 1
+            if depth > limit:
+                return f"field {key!r}" if key is not None and raw.lstrip()[:1] == b"{" else "the request body"
+        elif c in (0x5D, 0x7D):
+            depth -= 1
+    return None
+
+
 async def _body(request: Request) -> dict:
     raw = await request.body()
-    if len(raw) > 64 << 10:
-        raise BadRequest("the request body is over 64 KiB")
+    if len(raw) > MAX_BODY_BYTES:
+        raise BadRequest(f"the request body is over {MAX_BODY_BYTES >> 10} KiB")
+    if raw.count(b"[") + raw.count(b"{") > MAX_BODY_DEPTH and (where := _too_deep(raw)):
+        raise BadRequest(f"{where} is nested over {MAX_BODY_DEPTH} levels deep; a capture's fields are strings, "
+                         "numbers and a list of strings")
     try:
         body = json.loads(raw or b"{}")
     except ValueError as e:
@@ -68,6 +107,9 @@ async def _body(request: Request) -> dict:
     unknown = sorted(set(body) - set(BODY_FIELDS))
     if unknown:
         raise BadRequest(f"unknown field(s) {', '.join(unknown)}; a capture takes {', '.join(BODY_FIELDS)}")
+    for name, value in body.items():
+        if name != "targets" and not isinstance(value, (int, float, str)):
+            raise BadRequest(f"{name} must be a number or a string, not {type(value).__name__}")
     return body
 
 
@@ -79,6 +121,7 @@ def _body_settings(body: dict) -> tuple[str, CaptureSettings, int]:
         targets = ",".join(targets)
     if not isinstance(targets, str):
         raise BadRequest("missing field 'targets': the job's profiler addresses, HOST:PORT[,HOST:PORT...]")
+    targets = ",".join(parse_targets(targets, "targets"))
     duration = body.get("durationMs", body.get("duration", 2000))
     duration_ms = parse_duration(duration, "duration")
     delay_ms = parse_duration(body.get("delayMs", 0), "delay")
@@ -99,6 +142,21 @@ def _state(cap: Capturer) -> dict:
     }
 
 
+def _xprof_answer(job: CaptureJob) -> Response:
+    """XProf's answer for a finished capture. A stopped one (from the page, or the server
+    stopping) and one whose answers were all over the limit are the one error shape (503,
+    413: the client must not read them as a capture that ran and failed); other failures
+    are ``{"error"}`` with 200, which XProf's frontend shows (see the module's docstring)."""
+    if job.saved:
+        return json_response({"result": job.summary().capitalize() + ".", "run": job.run})
+    if job.stage == "stopped":
+        raise Stopping(f"capture {job.id} of {', '.join(job.targets)}: {job.error}")
+    over = [h for h in job.failed if h.over_limit]
+    if over and len(over) == len(job.failed):
+        raise TooLarge("; ".join(f"{h.address}: {h.error}" for h in over))
+    return json_response({"error": job.summary()})
+
+
 def router(ws: Workspace) -> APIRouter:
     r = APIRouter()
 
@@ -114,11 +172,8 @@ def router(ws: Workspace) -> APIRouter:
                              _level(args["delay"], "delay"), _level(args["host_tracer_level"], "host_tracer_level"),
                              _level(args["device_tracer_level"], "device_tracer_level"),
                              _level(args["python_tracer_level"], "python_tracer_level"))
-        job = cap.capture(request.query_params.get("service_addr") or "", settings,
-                          num_retry=_level(args["num_retry"], "num_retry"))
-        if not job.saved:
-            return json_response({"error": job.summary()})
-        return json_response({"result": job.summary().capitalize() + ".", "run": job.run})
+        targets = parse_targets(request.query_params.get("service_addr") or "", "service_addr")
+        return _xprof_answer(cap.capture(targets, settings, num_retry=_level(args["num_retry"], "num_retry")))
 
     @r.get("/api/capture")
     def capture_state() -> Response:
@@ -130,7 +185,9 @@ def router(ws: Workspace) -> APIRouter:
     async def capture_start(request: Request) -> Response:
         cap = _capturer(ws)
         targets, settings, num_retry = _body_settings(await _body(request))
-        return json_response(cap.start(targets, settings, num_retry=num_retry).to_json(), status=202)
+        # in a thread: the allow-list may resolve a name (TargetPolicy.route)
+        job = await run_in_threadpool(cap.start, targets, settings, num_retry=num_retry)
+        return json_response(job.to_json(), status=202)
 
     @r.get("/api/capture/job/{job_id}")
     def capture_job(job_id: str) -> Response:
@@ -144,7 +201,7 @@ def router(ws: Workspace) -> APIRouter:
     async def continuous_start(request: Request) -> Response:
         cap = _capturer(ws)
         targets, settings, _ = _body_settings(await _body(request))
-        session = cap.start_continuous(targets, settings)
+        session = await run_in_threadpool(cap.start_continuous, targets, settings)
         return json_response(session.to_json(cap.find), status=201)
 
     @r.get("/api/capture/continuous/{sid}")

@@ -15,11 +15,13 @@ to do; nothing here knows about files, runs or HTTP.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from profscope.errors import ProfscopeError
 
-__all__ = ["CaptureSettings", "ProfilerClient", "TargetError", "split_address"]
+__all__ = ["DEFAULT_MAX_ANSWER_BYTES", "AnswerTooLarge", "CaptureSettings", "ProfilerClient", "TargetError",
+           "split_address", "xspace_of"]
 
 SERVICE = "/tensorflow.ProfilerService/"
 # Seconds a call may take beyond the recording itself: the server then collects and
@@ -28,9 +30,20 @@ COLLECT_MARGIN_S = 60.0
 COLLECT_PER_RECORDED_S = 2.0
 # Seconds the cheap calls (Terminate, the continuous-mode start and stop) may take.
 CONTROL_TIMEOUT_S = 10.0
-# gRPC refuses answers over 4 MiB by default; 10 s of a small jitted loop is ~38 MB.
-# -1: no limit (a protobuf message is at most 2 GiB anyway).
-CHANNEL_OPTIONS = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
+# The largest answer (one host's XSpace, as the job serialised it) a capture takes:
+# ``--capture-max-bytes``. gRPC's own default, 4 MiB, is too small (10 s of a small jitted
+# loop is ~38 MB, 3 s with the Python tracer ~9 MB); a real 13 M-event JAX profile is
+# 321 MB (docs/performance.md). gRPC's Python client cannot hand an answer over in pieces:
+# it holds the whole message ~3 times while it arrives (the transport's slices, a
+# bytearray it appends them to, then bytes(); a 256 MiB answer took the server from 51 to
+# 925 MB), so this bounds the server's memory per host. gRPC checks it against the
+# message's 5-byte length prefix, before the body is read: an answer over it costs nothing.
+DEFAULT_MAX_ANSWER_BYTES = 1 << 30
+# A protobuf message is under 2 GiB, and gRPC's channel argument is a C int.
+MAX_ANSWER_LIMIT = (1 << 31) - 1
+# gRPC's status details for an answer over the limit (chttp2 / message_size_filter:
+# "Received message larger than max (268435462 vs. 67108864)").
+_TOO_LARGE = re.compile(r"larger than max \((\d+) vs\. (\d+)\)")
 
 
 def _messages():
@@ -54,6 +67,19 @@ class TargetError(ProfscopeError):
         self.code = code
 
 
+class AnswerTooLarge(TargetError):
+    """A profiler server's answer is over the limit this client takes (``--capture-max-bytes``):
+    refused by gRPC from its length prefix, so none of it was held or written."""
+
+    status = 413
+
+    def __init__(self, address: str, size: int, limit: int):
+        super().__init__(address, f"its answer is {size:,} bytes, over the limit of {limit:,} bytes a capture takes "
+                                  "(--capture-max-bytes); nothing of it was kept: raise the limit, or record less "
+                                  "(a shorter duration, lower tracer levels)", code="RESOURCE_EXHAUSTED")
+        self.size, self.limit = size, limit
+
+
 def split_address(address: str) -> tuple[str, int]:
     """``host:port``, ``[v6]:port`` or ``grpc://host:port`` -> (host, port); a clear
     error for anything else."""
@@ -63,7 +89,9 @@ def split_address(address: str) -> tuple[str, int]:
     host, sep, port = text.rpartition(":")
     if text.startswith("["):
         host = host[1:-1] if host.endswith("]") else ""
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536 or "/" in host:
+    # ASCII digits only: str.isdigit() is true for '²' and '١', which int() refuses or reads.
+    if not sep or not host or not (port.isascii() and port.isdigit() and len(port) <= 5) or not 0 < int(port) < 65536 \
+            or "/" in host:
         raise ProfscopeError(f"{address!r} is not a profiler address: give HOST:PORT, e.g. localhost:9999")
     return host, int(port)
 
@@ -151,17 +179,73 @@ def _friendly(address: str, code: str, details: str) -> str:
     return f"{code}: {details.strip() or 'the profiler server failed'}"
 
 
-class ProfilerClient:
-    """One profiler server (``host:port``), over one gRPC channel."""
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if pos >= len(data) or shift > 63:
+            raise ValueError("a varint runs past the end")
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, pos
+        shift += 7
 
-    def __init__(self, address: str):
+
+def xspace_of(answer: bytes) -> memoryview:
+    """``ProfileResponse.xspace`` (field 8, bytes) of a serialised ``ProfileResponse``, as a
+    view into ``answer``: decoding the message with protobuf would copy the XSpace twice
+    more (into the message, then out as the field's bytes). The last occurrence wins, as
+    protobuf reads a repeated scalar field; no field 8 is an empty XSpace. ValueError for
+    bytes that are not a protobuf message."""
+    view, pos, found, end = memoryview(answer), 0, memoryview(b""), len(answer)
+    while pos < end:
+        key, pos = _varint(answer, pos)
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            _, pos = _varint(answer, pos)
+        elif wire in (1, 5):
+            pos += 8 if wire == 1 else 4
+        elif wire == 2:
+            length, pos = _varint(answer, pos)
+            if pos + length > end:
+                raise ValueError(f"field {number} runs past the end")
+            if number == 8:
+                found = view[pos:pos + length]
+            pos += length
+        else:
+            raise ValueError(f"field {number} has wire type {wire}")
+    if pos > end:
+        raise ValueError("the last field runs past the end")
+    return found
+
+
+class ProfilerClient:
+    """One profiler server (``host:port``), over one gRPC channel. ``max_answer_bytes``:
+    the largest answer taken (:data:`DEFAULT_MAX_ANSWER_BYTES`); over it a call raises
+    :class:`AnswerTooLarge`. ``dial``: the ``host:port`` to connect to when it is not
+    ``address`` (the address a name was resolved to and checked against an allow-list:
+    connecting by the name would resolve it again). ``close()`` ends the calls in flight
+    at once (gRPC cancels them: ``CANCELLED``), from any thread."""
+
+    def __init__(self, address: str, *, max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES, dial: str | None = None):
         import grpc  # imported here: serving profiles never needs it
 
+        self.check_limit(max_answer_bytes)
         self._grpc = grpc
         host, port = split_address(address)
         self.host, self.port = host, port
         self.address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        self._channel = grpc.insecure_channel(self.address, options=CHANNEL_OPTIONS)
+        self.max_answer_bytes = max_answer_bytes
+        options = [("grpc.max_receive_message_length", max_answer_bytes), ("grpc.max_send_message_length", -1)]
+        self._channel = grpc.insecure_channel(dial or self.address, options=options)
+
+    @staticmethod
+    def check_limit(max_answer_bytes: int) -> None:
+        if isinstance(max_answer_bytes, bool) or not isinstance(max_answer_bytes, int) \
+                or not 0 < max_answer_bytes <= MAX_ANSWER_LIMIT:
+            raise ProfscopeError(f"--capture-max-bytes must be from 1 byte to {MAX_ANSWER_LIMIT:,} (just under 2 GiB, "
+                                 f"protobuf's limit), not {max_answer_bytes!r}")
 
     def close(self) -> None:
         self._channel.close()
@@ -173,25 +257,35 @@ class ProfilerClient:
         self.close()
 
     def _call(self, method: str, request, response_type, timeout: float):
+        """``response_type`` None: the answer's raw bytes."""
         call = self._channel.unary_unary(
             SERVICE + method,
             request_serializer=lambda m: m.SerializeToString(),
-            response_deserializer=response_type.FromString,
+            response_deserializer=response_type.FromString if response_type is not None else None,
         )
         try:
             return call(request, timeout=timeout)
         except self._grpc.RpcError as e:
             code = e.code().name if hasattr(e, "code") and e.code() is not None else "UNKNOWN"
             details = e.details() if hasattr(e, "details") else str(e)
+            too_large = _TOO_LARGE.search(details or "") if code == "RESOURCE_EXHAUSTED" else None
+            if too_large:
+                raise AnswerTooLarge(self.address, int(too_large.group(1)), self.max_answer_bytes) from None
             raise TargetError(self.address, _friendly(self.address, code, details or ""), code=code) from None
 
-    def profile(self, settings: CaptureSettings, *, start_timestamp_ns: int = 0, session_id: str = "") -> bytes:
+    def _xspace(self, method: str, request, timeout: float) -> memoryview:
+        answer = self._call(method, request, None, timeout)
+        try:
+            return xspace_of(answer)
+        except ValueError as e:
+            raise TargetError(self.address, f"its answer is not a ProfileResponse ({e}): is this a profiler server?",
+                              code="INTERNAL") from None
+
+    def profile(self, settings: CaptureSettings, *, start_timestamp_ns: int = 0, session_id: str = "") -> memoryview:
         """Record for ``settings.duration_ms`` and return the serialised XSpace (possibly
-        with no events: a job that ran nothing in the window)."""
-        pb = _messages()
+        with no events: a job that ran nothing in the window), a view of gRPC's answer."""
         request = settings.request(start_timestamp_ns=start_timestamp_ns, session_id=session_id)
-        response = self._call("Profile", request, pb.ProfileResponse, settings.timeout_s())
-        return response.xspace
+        return self._xspace("Profile", request, settings.timeout_s())
 
     def terminate(self, session_id: str) -> None:
         """Stop the ``Profile`` call of ``session_id`` early; that call then returns what
@@ -212,9 +306,8 @@ class ProfilerClient:
         pb = _messages()
         self._call("StartContinuousProfiling", settings.request(), pb.ContinuousProfilingResponse, CONTROL_TIMEOUT_S)
 
-    def snapshot(self, timeout: float = 120.0) -> bytes:
-        pb = _messages()
-        return self._call("GetSnapshot", pb.GetSnapshotRequest(), pb.ProfileResponse, timeout).xspace
+    def snapshot(self, timeout: float = 120.0) -> memoryview:
+        return self._xspace("GetSnapshot", _messages().GetSnapshotRequest(), timeout)
 
     def stop_continuous(self) -> None:
         pb = _messages()

@@ -8,6 +8,9 @@ import { ApiError } from "../lib/api.js";
 import { fmtBytes } from "../lib/format.js";
 
 const POLL_MS = 250;
+// "Cut off now" is offered while a stopped capture still waits longer than this for its
+// answer (the server cuts off 3 s after a stop made while collecting: app/capture.py).
+const CUT_OFF_OFFER_S = 5;
 // XProf's capture dialog's tracer levels (capture_profile_dialog: hostTracerLevel etc.).
 const HOST_LEVELS = [["0", "0 · off"], ["1", "1 · user"], ["2", "2 · default"], ["3", "3 · verbose"]];
 const ON_OFF = [["0", "0 · off"], ["1", "1 · on"]];
@@ -76,7 +79,7 @@ function build() {
   // One-shot progress.
   d.stage = el("div", { class: "cap-stage", id: "cap-stage", "aria-live": "polite" });
   d.bar = el("div", { class: "cap-bar", id: "cap-bar" });
-  d.stop = el("button", { type: "button", id: "cap-stop", hidden: true, onclick: stopJob, title: "End the recording now; what was recorded so far is saved" }, "Stop now");
+  d.stop = el("button", { type: "button", id: "cap-stop", hidden: true, onclick: stopJob, title: "End the capture now: what the job answers within a few seconds is saved" }, "Stop now");
   d.hosts = el("tbody", {});
   d.summary = el("div", { class: "cap-summary", id: "cap-summary" });
   d.progress = el("section", { class: "cap-progress", id: "cap-progress", hidden: true },
@@ -176,13 +179,16 @@ function poll() {
 
 function stageText(j) {
   const left = j.remainingS ?? 0;
+  // Stopped: what the job answers before the server cuts its call off is kept.
+  if (j.stopped && !j.done) return `stopping — waiting ${Math.ceil(j.cutOffInS ?? 0)} s more for the job's answer…`;
   switch (j.stage) {
     case "probing": return `probing ${j.targets.length === 1 ? j.targets[0] : `${j.targets.length} profiler servers`}…`;
     case "waiting": return `waiting ${Math.ceil(j.startsInS ?? 0)} s before recording`;
     case "recording": return `recording — ${Math.ceil(left)} s left`;
-    case "collecting": return j.stopped ? "collecting (stopped early)…" : "collecting…";
+    case "collecting": return "collecting…";
     case "saved": return `saved as ${j.run}` + (j.stopped ? " (stopped early)" : "");
     case "failed": return "failed";
+    case "stopped": return "stopped — nothing was kept";
     default: return j.stage;
   }
 }
@@ -203,10 +209,15 @@ function drawJob() {
   const dur = j.durationMs / 1000;
   let p = 0;
   if (j.stage === "recording" && dur > 0) p = 1 - Math.min(dur, j.remainingS ?? 0) / dur;
-  else if (["collecting", "saved", "failed"].includes(j.stage)) p = 1;
+  else if (["collecting", "saved", "failed", "stopped"].includes(j.stage)) p = 1;
   d.bar.style.setProperty("--p", `${Math.round(100 * p)}%`);
-  d.bar.classList.toggle("cap-bar-failed", j.stage === "failed");
-  d.stop.hidden = !(j.stage === "recording" || j.stage === "waiting") || j.stopped;
+  d.bar.classList.toggle("cap-bar-failed", j.stage === "failed" || j.stage === "stopped");
+  // Stop works in every stage until the job is done: a profiler that never answers while
+  // "collecting" is cut off too (issue 32). A stopped long recording is given time to be
+  // sent; "Cut off now" ends that wait (the server then waits a few seconds only).
+  const waiting = j.stopped && (j.cutOffInS ?? 0) > CUT_OFF_OFFER_S;
+  d.stop.hidden = j.done || (j.stopped && !waiting) || !["probing", "waiting", "recording", "collecting"].includes(j.stage);
+  d.stop.textContent = waiting ? "Cut off now" : "Stop now";
   fill(d.hosts, j.hosts.map((h) => hostRow(h, true)));
   fill(d.summary);
 }
@@ -307,7 +318,7 @@ function open() {
   if (!dlg.fields.disabled) dlg.targets.focus();
 }
 
-// The button shows only where the server captures (not with --no-capture).
+// The button shows only where the server captures (GET /api/capture says enabled).
 export function initCapture(shellHooks) {
   const button = $("#capture-open");
   if (!button) return;
