@@ -152,6 +152,10 @@ def _add_report(sub) -> None:
                         "compilations of the same program at other sizes (docs/oom_risk.md, What would make it fit)")
     report.add_argument("--shards", metavar="N", help="devices the planner's sharding change spreads parameters and "
                         "optimizer state over (default 8)")
+    report.add_argument("--jax-gpu", action="store_true", help="the run was JAX on a GPU: the capacity is the share JAX "
+                        "preallocates (XLA_PYTHON_CLIENT_MEM_FRACTION, default 0.75) of the device's memory, --device-memory included")
+    report.add_argument("--jax-mem-fraction", metavar="F", type=float, help="the run's XLA_PYTHON_CLIENT_MEM_FRACTION "
+                        "(0 < F <= 1; implies --jax-gpu)")
     report.add_argument("--format", choices=("html", "json", "markdown"), default="html", help="output format (default html)")
     report.add_argument("-o", "--output", metavar="FILE", help="write here instead of standard output")
     report.add_argument("--server", metavar="URL", help="URL of a running `profscope serve` of the same log directory "
@@ -474,6 +478,12 @@ def _positive_int(text: str | None, name: str) -> int | None:
     return int(value)
 
 
+def _mem_fraction(value: float | None) -> float | None:
+    if value is not None and not 0 < value <= 1:
+        raise BadRequest(f"--jax-mem-fraction must be above 0 and at most 1 (XLA_PYTHON_CLIENT_MEM_FRACTION), not {value}")
+    return value
+
+
 def cmd_report(args) -> int:
     import time
 
@@ -490,7 +500,8 @@ def cmd_report(args) -> int:
     oom_risk.requested_capacity(capacity, args.device_memory)
     query = OomRiskQuery(host=args.host, module_name=args.module, capacity_bytes=capacity,
                          device_memory=args.device_memory or None, batch=_positive_int(args.batch, "batch"),
-                         shards=_positive_int(args.shards, "shards"))
+                         shards=_positive_int(args.shards, "shards"), jax_gpu=args.jax_gpu or None,
+                         jax_mem_fraction=_mem_fraction(args.jax_mem_fraction))
     file = None
     if args.logdir and not args.demo:
         target = Path(args.logdir)
