@@ -86,8 +86,10 @@ def _add_serve(sub) -> None:
                        help="where profiles captured from running jobs are written, listed as captures/ "
                             "(default: captures/ in the cache folder; never the log directory)")
     serve.add_argument("--capture-allow", action="append", default=[], metavar="PATTERN",
-                       help="also let the page capture from profiler addresses matching this shell pattern "
-                            "(10.0.*, *.internal, host:9999; repeatable); by default only loopback ones")
+                       help="also let the page capture from profiler addresses matching this pattern, repeatable: "
+                            "an address pattern (10.0.*, 10.0.0.0/16, fd00::*) matches addresses, and a name only "
+                            "when every address it resolves to does; a name pattern (*.internal, host:9999) matches "
+                            "names only (docs/capture.md); by default only loopback ones")
     serve.add_argument("--no-capture", action="store_true", help="turn the Capture profile dialog and API off")
     serve.add_argument("--capture-max-bytes", metavar="SIZE", help=CAPTURE_MAX_HELP)
     # Not --workers, which issue 18 proposed: that already sets the forked pool's concurrency.
