@@ -257,13 +257,13 @@ def _shared_record(url: str | None):
     """The shared record --shared-cache names (cache/shared.py), else None."""
     if not url:
         return None
-    from profscope.cache.shared import SharedRecord
+    from profscope.cache.shared import RECORD_VERSION, SharedRecord
     from profscope.storage.object_store import ObjectStore
 
     store = ObjectStore(url)
     try:
         # Fail at start, naming the URL, rather than on the first conversion.
-        store.read("v1/.probe")
+        store.read(f"v{RECORD_VERSION}/.probe")
     except Exception as e:  # noqa: BLE001 - any backend error is the user's to see
         raise ProfscopeError(f"cannot read the shared cache {url}: {type(e).__name__}: {e}") from e
     return SharedRecord(store)
