@@ -224,3 +224,18 @@ def test_jax_on_gpu_capacity_is_the_preallocated_share(four_batches, make_client
     assert r["capacityBytes"] == 10_800_000
     bad = report("--jax-mem-fraction", "2")
     assert bad.returncode == 2 and "--jax-mem-fraction" in bad.stderr
+
+
+def test_an_xla_dump_of_two_sizes_is_fitted_too(make_client, tmp_path):
+    """Two compilations in one XLA dump (the optimized HLO protos of batch 64 and 256):
+    matched, sized and fitted as in a profile; the peak at 128 is XLA's within 5 %."""
+    truth = batch_programs.make(tmp_path, [64, 256], dump=True)
+    real = batch_programs.make(tmp_path / "check", [128])["batches"]["128"]["peak"]
+    assert len(list((tmp_path / "dump").iterdir())) == 2
+    body = _risk(make_client(tmp_path / "dump"), capacity_bytes=9_000_000, batch=128)
+    fit = body["plan"]["batch"]
+    assert [p["size"] for p in fit["points"]] == [64, 256]
+    # The memory viewer's peak is XLA's (within a few bytes: the output tuple's pointers).
+    assert all(abs(p["peakBytes"] - truth["batches"][str(p["size"])]["peak"]) <= 64 for p in fit["points"])
+    assert fit["dimension"]["parameter"] == "batch_0_" and "cannot be checked" in fit["trust"]["reason"]
+    assert abs(fit["at"]["peakBytes"] / real - 1) <= 0.05 and fit["at"]["interpolated"]

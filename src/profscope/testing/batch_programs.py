@@ -7,7 +7,10 @@ compiles an Adam MLP train step (jax on CPU) once per batch size and writes
 as the planner's proof counts it (argument + output + temp - alias). With ``--profile`` it
 also runs every compiled step once under ``jax.profiler.trace`` into ``OUT/profile`` (one
 profile holding one module per batch size: the planner's "several compilations of the same
-program"). ``--undonated`` compiles the step without ``donate_argnums``.
+program"). With ``dump=True`` (:func:`make`) XLA dumps every compilation
+(``--xla_dump_to --xla_dump_hlo_as_proto``) and ``OUT/dump`` keeps the train steps'
+optimized HLO protos: an XLA dump run of the same modules. ``--undonated`` compiles the
+step without ``donate_argnums``.
 
 Each call is its own interpreter (:func:`make`): a profile's metadata plane lists every
 module the process compiled, and jax is not imported into the test process.
@@ -35,14 +38,24 @@ def peak_of(ma: dict) -> int:
     return ma["argument_size_in_bytes"] + ma["output_size_in_bytes"] + ma["temp_size_in_bytes"] - ma["alias_size_in_bytes"]
 
 
-def make(out: Path, batches: list[int], *, profile: bool = False, donate: bool = True, timeout: float = 300) -> dict:
+def make(out: Path, batches: list[int], *, profile: bool = False, donate: bool = True, dump: bool = False,
+         timeout: float = 300) -> dict:
     """Run the generator in its own interpreter; returns ``OUT/memory.json`` as a dict
     ``{"batches": {str(batch): {fields..., "peak": n}}, "layers": [...], "donate": bool}``."""
     args = [sys.executable, "-m", "profscope.testing.batch_programs", str(out), "--batches", *map(str, batches)]
     args += ["--profile"] if profile else []
     args += [] if donate else ["--undonated"]
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    if dump:
+        # Read by XLA when jax starts its backend: set for the generator's interpreter only.
+        env["XLA_FLAGS"] = f"--xla_dump_to={out / 'xla_dump'} --xla_dump_hlo_as_proto"
     subprocess.run(args, check=True, timeout=timeout, capture_output=True, env=env)
+    if dump:
+        # JAX also dumps its helper jits (device_put, initialisers) and LLVM IR: keep the
+        # train steps' optimized HLO protos (HloProto with the buffer assignment).
+        (out / "dump").mkdir(exist_ok=True)
+        for f in (out / "xla_dump").glob("*_train_step*after_optimizations.hlo.pb"):
+            f.rename(out / "dump" / f.name)
     return json.loads((out / "memory.json").read_text())
 
 
