@@ -21,7 +21,8 @@ Each program is compiled and run a few steps under ``jax.profiler.trace``; the p
     the run's verdict must be the big step's. The same program is also compiled with
     ``XLA_FLAGS=--xla_dump_to=<out>/two_batch_dump`` (the XLA dump of both steps, pruned
     to their optimized HLO protos and buffer-assignment texts), so that the dump and the
-    profile can be rated side by side.
+    profile can be rated side by side; ``<out>/two_batch_text_dump`` holds the same
+    compiles' buffer-assignment and live-range texts alone (a text-only dump).
 
 Also writes ``<out>/programs.json``: per program its modules, the train-step module and
 ``compiled.memory_analysis()``, so tests can compare against XLA's own numbers.
@@ -252,9 +253,16 @@ def run(program: str, out: Path, steps: int = 2) -> dict:
 DUMP_KEEP = ("after_optimizations.hlo.pb", "after_optimizations-buffer-assignment.txt")
 
 
-def _prune_dump(folder: Path) -> None:
+def _prune_dump(folder: Path, text_only: Path) -> None:
     """Keep the train steps' optimized HLO protos and buffer-assignment texts (what the
-    memory viewer reads); JAX also dumps every helper jit (device_put, initialisers)."""
+    memory viewer reads); JAX also dumps every helper jit (device_put, initialisers).
+    ``text_only`` gets the same compiles' texts alone (buffer assignment + XLA's
+    ``*-live-range.txt``, no proto): a text-only dump, as ``--xla_dump_hlo_as_text``
+    without ``--xla_dump_hlo_as_proto`` writes it."""
+    text_only.mkdir(exist_ok=True)
+    for f in folder.glob("*jit_train_step*after_optimizations-*.txt"):
+        if f.name.endswith(("-buffer-assignment.txt", "-live-range.txt")):
+            shutil.copy(f, text_only / f.name)
     for f in folder.iterdir():
         if f.is_dir():
             shutil.rmtree(f)
@@ -292,7 +300,7 @@ def main(argv=None) -> int:
             env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} --xla_dump_to={dump} --xla_dump_hlo_as_proto --xla_dump_hlo_as_text".strip()
         subprocess.run([sys.executable, os.path.abspath(__file__), "--out", str(args.out), "--_one", p], check=True, env=env)
         if p == "two_batch":
-            _prune_dump(dump)
+            _prune_dump(dump, args.out / f"{p}_text_dump")
         one = args.out / f"{p}.json"
         results[p] = json.loads(one.read_text())
         one.unlink()

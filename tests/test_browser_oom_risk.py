@@ -373,3 +373,17 @@ def test_tpu_contributors_are_the_buffers_at_the_peak(public_server, open_page):
     page.goto(_url(public_server, run="traces/kineto_resnet50_v100.pt.trace.json.gz", tool="oom_risk"))
     page.wait_for_selector("#oom-contributors-note")
     assert "no addresses" in page.inner_text("#oom-contributors-note")
+
+
+def test_text_only_dump_memory_viewer_shows_the_live_range_peak(two_batch_server, open_page):
+    """A text-only dump (buffer assignment + live ranges): the memory viewer draws the heap
+    over program order and names the peak the OOM risk rates (issue 33)."""
+    run = "two_batch_text_dump"
+    api = _api(two_batch_server, run=run, device_memory="6MiB")
+    page = open_page(two_batch_server)
+    page.goto(_url(two_batch_server, run=run, tool="memory_viewer", module_name=api["module"]))
+    page.wait_for_selector("#mv-live-heap .main-svg")
+    assert "cannot be shown" not in page.inner_text("#mv-text-only-note")
+    assert page.get_attribute("#mv-live-peak .value", "title") == f"{api['peakBytes']:,} bytes"
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "memory_viewer_text_only_live_range.png"), full_page=True)

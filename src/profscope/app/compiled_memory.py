@@ -18,6 +18,7 @@ hlo_proto = lazy.module("profscope.formats.hlo_proto")
 xplane = lazy.module("profscope.formats.xplane")
 memory_viewer = lazy.module("profscope.tools.memory_viewer")
 memory_viewer_text = lazy.module("profscope.tools.memory_viewer_text")
+live_range_text = lazy.module("profscope.formats.live_range_text")
 memory_viewer_timeline = lazy.module("profscope.tools.memory_viewer_timeline")
 
 
@@ -93,7 +94,10 @@ class CompiledMemory:
             if source.memory_usage_report is not None:
                 report_path = self.logdir.display_path(source.memory_usage_report.path)
                 report = buffer_assignment_text.parse_memory_usage_report(self._text(source.memory_usage_report), report_path)
-            return memory_viewer_text.from_dump_text(ba, report, source.module_name)
+            live = None if ba.live_range is not None else self._live_range_beside(source.buffer_assignment)
+            return memory_viewer_text.from_dump_text(ba, report, source.module_name, live_range=live,
+                                                     live_file=live and source.buffer_assignment.name.replace(
+                                                         "-buffer-assignment.txt", "-live-range.txt"))
         progress.update(message=f"reading the HLO proto of {source.module_name}")
         hlo = self.hlo_proto(source)
         try:
@@ -106,6 +110,18 @@ class CompiledMemory:
         if query.view == "page":
             result = memory_viewer.page_view(result)
         return result
+
+    def _live_range_beside(self, buffer_assignment) -> dict | None:
+        """XLA's ``*-live-range.txt`` next to a module's ``*-buffer-assignment.txt`` (jax
+        0.10.x writes HloLiveRange there, formats/live_range_text.py), or None."""
+        suffix = "-buffer-assignment.txt"
+        if not buffer_assignment.path.endswith(suffix):
+            return None
+        rel = buffer_assignment.path[: -len(suffix)] + "-live-range.txt"
+        if self.logdir.files().get(rel) is None:
+            return None
+        return live_range_text.parse_live_range(self.logdir.read_bytes(rel).decode("utf-8", "replace"),
+                                                self.logdir.display_path(rel))
 
     def memory_viewer_timeline(self, run: Run, query: MemoryViewerQuery) -> dict:
         """The values of XProf's allocation-timeline page of one module, from the memory
@@ -120,13 +136,20 @@ class CompiledMemory:
         rows = []
         for name in self.modules(run):
             source = self.module_source(run, name)
-            if source.hlo_file is None:
+            if source.hlo_file is None and (source.buffer_assignment is None or memory_space):
                 continue
             key = keys.derived(keys.MODULE_PEAK, self.logdir.url, source.identity(), name, memory_space)
+            if source.hlo_file is None:
+                # A text-only module is ranked by its live ranges' peak (the memory viewer's
+                # own figure), so that a text dump is rated on the same module as its proto.
+                compute = lambda p, s=source: memory_viewer_text.summary(  # noqa: E731
+                    self.memory_viewer(run, MemoryViewerQuery(module_name=s.module_name), p))
+            else:
+                compute = lambda p, s=source: memory_viewer.summary(self.hlo_proto(s), memory_space)  # noqa: E731
             try:
                 row = self.cache.get_or_compute_json(
-                    key, f"peak of {name}", lambda p, s=source: memory_viewer.summary(self.hlo_proto(s), memory_space),
-                    file=self.logdir.display_path(source.hlo_file.path),
+                    key, f"peak of {name}", compute,
+                    file=self.logdir.display_path((source.hlo_file or source.buffer_assignment).path),
                 )
                 # moduleName is the name to ask for (module_name=), as in module_list;
                 # the summary's own is the bare HLO module name.

@@ -16,7 +16,6 @@ from profscope.model.catalog import Run, RunKind
 from profscope.model.file_kinds import FileKind
 
 chrome_trace = lazy.module("profscope.formats.chrome_trace")
-live_range_text = lazy.module("profscope.formats.live_range_text")
 xplane_devices = lazy.module("profscope.formats.xplane_devices")
 xplane_module_time = lazy.module("profscope.formats.xplane_module_time")
 memory_profile_snapshot = lazy.module("profscope.tools.memory_profile_snapshot")
@@ -73,8 +72,6 @@ class OomAssessment:
                     module_choice = {"rule": "first module (no module peak could be read)"}
             if name:
                 mv = self._payload(run, "memory_viewer", MemoryViewerQuery(module_name=name, host=host))
-                if mv.get("textOnly") and not mv.get("liveRange"):
-                    mv = {**mv, "liveRange": self._live_range_beside(run, (mv.get("sources") or {}).get("bufferAssignment"))}
                 compiled = oom_risk.compiled_evidence(mv, name)
             if run.kind is RunKind.PROFILE and run.hosts:
                 progress.update(0.6, "reading allocator events")
@@ -152,19 +149,6 @@ class OomAssessment:
             raise NotFound(f"run {run.name!r} has no host {host!r}; hosts: {', '.join(run.hosts)}")
         return self.derived_json(keys.DEVICE_CAPS, info, "reading device planes of", "devices",
                                  xplane_devices.device_capabilities)
-
-    def _live_range_beside(self, run: Run, buffer_assignment: str | None) -> dict | None:
-        """XLA's ``*-live-range.txt`` next to a module's ``*-buffer-assignment.txt`` (newer
-        XLA writes HloLiveRange there, formats/live_range_text.py), or None."""
-        suffix = "-buffer-assignment.txt"
-        info = next((f for f in run.files if buffer_assignment and f.name == buffer_assignment), None)
-        if info is None or not info.path.endswith(suffix):
-            return None
-        rel = info.path[: -len(suffix)] + "-live-range.txt"
-        if self.logdir.files().get(rel) is None:
-            return None
-        return live_range_text.parse_live_range(self.logdir.read_bytes(rel).decode("utf-8", "replace"),
-                                                self.logdir.display_path(rel))
 
     def module_run_times(self, run: Run, host: str | None = None) -> dict[str, dict]:
         """Total time of each XLA module's events in one host's xplane

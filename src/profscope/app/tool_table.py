@@ -142,7 +142,8 @@ TOOLS: tuple[Tool, ...] = (
         pages=("memory_viewer.js",),
         page=Page("view_memory_allocation_timeline", "memory_viewer_timeline.html",
                   CompiledMemory.memory_viewer_timeline),
-        version=2,  # 2: profscope.heapEventKinds/heapEventBuffers/smallBuffersAtPeak, page view heapPoints
+        version=3,  # 2: profscope.heapEventKinds/heapEventBuffers/smallBuffersAtPeak, page view heapPoints;
+        # 3: a text-only dump's liveRange from *-live-range.txt, with the heap over program order
     ),
     Tool(
         "memory_profile",
@@ -187,8 +188,9 @@ TOOLS: tuple[Tool, ...] = (
         pages=("oom_risk.js",),
         prepare=OomAssessment.assess_hosts_first,
         xprof=False,
-        version=3,  # 2: a multi-host profile is rated by its worst host (hosts, finding.host);
-        # 3: default module = the one that ran most (moduleChoice)
+        version=4,  # 2: a multi-host profile is rated by its worst host (hosts, finding.host);
+        # 3: default module = the one that ran most (moduleChoice); 4: the worst step module,
+        # overCapacity, contributorsNote/contributorsPeakBytes, a snapshot's peak reserved over the trace
     ),
 )
 

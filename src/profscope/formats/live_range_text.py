@@ -34,12 +34,18 @@ _I64_MAX = (1 << 63) - 1
 _HEADER = re.compile(r"^HloLiveRange \(max (\d+)\):\s*$")
 _PEAK = re.compile(r"^\s+Live ranges at (\d+) \(peak\):\s*$")
 _VALUE = re.compile(r"^\s+(\S.*?): (\d+) bytes(?: \(cumulative: (\d+) bytes\))?\s*$")
+# ToString's "    %d:%s\n" (schedule time: instruction) and "    %s%s:%d-%d\n" (value name,
+# shape index, start, end: both times inclusive, hlo_live_range.cc CalculateBufferStartEndMap).
+_SEQ = re.compile(r"^\s+(\d+):(\S.*)$")
+_RANGE = re.compile(r"^\s+(?P<name>\S+?)(?P<index>\{[\d,\s]*\}):(?P<s>-?\d+)-(?P<e>-?\d+)\s*$")
 
 
 def parse_live_range(text: str, path: str) -> dict:
-    """``{"maxTime", "peakTime", "peakValues": [{"name", "bytes"}], "peakBytes"}``;
-    ``peakTime`` None and no values when the file has no peak block. Raises BadInput
-    naming ``path`` when the text is not an ``HloLiveRange`` dump."""
+    """``{"maxTime", "instructionSequence": [name], "ranges": [{"name", "shapeIndex",
+    "start", "end"}], "peakTime", "peakValues": [{"name", "bytes"}], "peakBytes"}``;
+    ``peakTime`` None and no values when the file has no peak block. The peak block is
+    XLA's: the values live at the moment XLA chose. Raises BadInput naming ``path`` when
+    the text is not an ``HloLiveRange`` dump."""
     lines = text.splitlines()
     first = next((ln for ln in lines if ln.strip()), "")
     m = _HEADER.match(first)
@@ -53,15 +59,23 @@ def parse_live_range(text: str, path: str) -> dict:
                            "as int64; the file is corrupt)", file=path)
         return int(text)
 
-    out: dict = {"maxTime": number(m.group(1), lines.index(first) + 1), "peakTime": None, "peakValues": [],
-                 "peakBytes": 0}
-    in_peak = False
+    out: dict = {"maxTime": number(m.group(1), lines.index(first) + 1), "instructionSequence": [], "ranges": [],
+                 "peakTime": None, "peakValues": [], "peakBytes": 0}
+    in_peak, section = False, None
     for lineno, ln in enumerate(lines, 1):
         pm = _PEAK.match(ln)
         if pm:
             out["peakTime"], in_peak = number(pm.group(1), lineno), True
             continue
         if not in_peak:
+            if ln.strip() in ("InstructionSequence:", "BufferLiveRange:"):
+                section = ln.strip()
+            elif section == "InstructionSequence:" and (sm := _SEQ.match(ln)):
+                out["instructionSequence"].append(sm.group(2))
+            elif section == "BufferLiveRange:" and (rm := _RANGE.match(ln)):
+                out["ranges"].append({"name": rm["name"], "shapeIndex": rm["index"].replace(" ", ""),
+                                      "start": number(rm["s"].lstrip("-"), lineno) * (-1 if rm["s"].startswith("-") else 1),
+                                      "end": number(rm["e"].lstrip("-"), lineno) * (-1 if rm["e"].startswith("-") else 1)})
             continue
         vm = _VALUE.match(ln)
         if not vm or ln.lstrip().startswith("Stack trace"):

@@ -18,8 +18,17 @@ Payload (``from_dump_text``)::
                      }],                                   # largest first
      "memoryUsageReport": {...} | null,
      "sources": {"bufferAssignment": <file name>, "memoryUsageReport": <file name> | null},
-     # extra: "liveRange": {...} | null  (older XLA put HloLiveRange into the same file)
+     "liveRange": {"maxTime", "instructionSequence", "ranges", "source",
+                   "heapSizes": [bytes at each schedule time], "peakBytes", "peakTime",
+                   "peakInstruction", "peakValues": [{"name", "bytes"}],
+                   "xlaPeakTime", "xlaPeakBytes", "unsizedValues", "rule"} | null,
     }
+
+``liveRange`` comes from XLA's ``HloLiveRange`` text: older XLA (jax 0.4.x) put it at the
+end of the buffer-assignment file, newer XLA (jax 0.10.x) writes ``*-live-range.txt``
+beside it (:mod:`profscope.formats.live_range_text`). With it, the heap over program order
+and its peak are shown (:func:`live_range_heap`): the logical buffers live at each point of
+the schedule, before buffer reuse.
 
 Totals are sums of allocation sizes: ``parameterBytes`` counts entry parameters,
 ``outputBytes`` maybe-live-out allocations (a donated parameter is in both),
@@ -47,6 +56,13 @@ NOTE = (
     "buffers live at the peak and each buffer's lifetime cannot be shown; re-run with "
     'XLA_FLAGS="--xla_dump_to=DIR --xla_dump_hlo_as_proto" to also get the module\'s '
     ".hlo.pb, which holds them.{live}"
+)
+LIVE_NOTE = (
+    "This module has only XLA's text dump (the buffer assignment{report} and the live ranges of "
+    "{file}): the heap over program order and its peak are the logical buffers XLA's live ranges "
+    "hold at each point of the schedule, before buffers share an allocation, so they are not the "
+    "heap simulator's planned peak; buffer offsets in the heap and the simulated peak need the "
+    'module\'s .hlo.pb (XLA_FLAGS="--xla_dump_to=DIR --xla_dump_hlo_as_proto").'
 )
 LIVE_RANGE_NOTE = (
     " This file also carries XLA's live ranges (schedule order and each value's live "
@@ -154,11 +170,89 @@ def _match_report(ba: BufferAssignmentText, report: dict) -> dict:
     return out
 
 
-def from_dump_text(ba: BufferAssignmentText, report: dict | None, module_name: str) -> dict:
+def live_range_heap(live: dict, allocations: list[dict], source: str | None) -> dict:
+    """The heap over program order from XLA's live ranges: at each schedule time t
+    (0..maxTime), the bytes of the logical buffers (HloValues) live at t, a range
+    ``start-end`` holding both ends (hlo_live_range.cc: a value is live at the moment
+    when ``start <= t <= end``). A value's size is its size in the buffer assignment
+    (``value: <id name> (size=N,...)``), else the size the peak block printed for it;
+    values with neither are counted in ``unsizedValues``.
+
+    The peak is the maximum of that heap, with the values live there. It can exceed the
+    block XLA prints as "Live ranges at N (peak)": XLA's ComputePeakMemoryMoment sorts
+    (time, is_end) events, so at each time it adds the values that start there before it
+    drops those whose range ended just before, picks the moment of that transient
+    maximum, and then prints the values whose range holds the moment (jax 0.4.30's
+    jit_update: 3,208 bytes at time 8, while 4,228 bytes are live at time 5). XLA's
+    moment and sum stay as ``xlaPeakTime`` / ``xlaPeakBytes`` (the heap at that time
+    equals the sum). Either way these are values before buffer reuse, not the heap
+    simulator's planned peak."""
+    sizes = {f"{v['name']}{v.get('shapeIndex') or ''}": int(v["sizeBytes"]) for a in allocations for v in a["values"]}
+    stated = {v["name"]: int(v["bytes"]) for v in live.get("peakValues") or []}
+    end_time = max(0, int(live.get("maxTime") or 0))
+    delta = [0] * (end_time + 2)
+    spans, unsized = [], 0
+    for r in live.get("ranges") or []:
+        key = f"{r['name']}{r.get('shapeIndex') or ''}"
+        size = sizes.get(key, stated.get(key))
+        if size is None:
+            unsized += 1
+            continue
+        start, end = max(0, r["start"]), min(end_time, r["end"])
+        if start > end:
+            continue
+        delta[start] += size
+        delta[end + 1] -= size
+        spans.append((key, size, start, end))
+    heap, level = [], 0
+    for d in delta[: end_time + 1]:
+        level += d
+        heap.append(level)
+    peak = max(heap) if spans else 0
+    at = heap.index(peak) if spans else None
+    live_at = sorted(((k, b) for k, b, s, e in spans if at is not None and s <= at <= e), key=lambda kb: (-kb[1], kb[0]))
+    seq = live.get("instructionSequence") or []
+    return {
+        **live,
+        "source": source,
+        "heapSizes": heap,
+        "peakBytes": peak,
+        "peakTime": at,
+        "peakInstruction": seq[at] if at is not None and at < len(seq) else None,
+        "peakValues": [{"name": k, "bytes": b} for k, b in live_at],
+        "xlaPeakTime": live.get("peakTime"),
+        "xlaPeakBytes": sum(stated.values()),
+        "unsizedValues": unsized,
+        "rule": "max over schedule times t of the sizes of the values whose live range holds t (start <= t <= end)",
+    }
+
+
+def _live_payload(ba: BufferAssignmentText, live_range: dict | None, live_file: str | None,
+                  rows: list[dict]) -> dict | None:
+    """The live ranges of the buffer-assignment file itself (older XLA) or of the
+    ``*-live-range.txt`` beside it, with the heap over program order."""
+    live = ba.live_range
+    if live is not None:
+        live_range = {
+            "maxTime": live.max_time,
+            "instructionSequence": live.instruction_sequence,
+            "ranges": [{"name": n, "shapeIndex": i, "start": s, "end": e} for n, i, s, e in live.ranges],
+            "peakTime": live.peak_time,
+            "peakValues": [{"name": n, "bytes": b} for n, b in live.peak_values],
+        }
+        live_file = _base_name(ba.path)
+    return live_range_heap(live_range, rows, live_file) if live_range is not None else None
+
+
+def from_dump_text(ba: BufferAssignmentText, report: dict | None, module_name: str,
+                   live_range: dict | None = None, live_file: str | None = None) -> dict:
     """The text-only memory viewer payload for one module (see module doc).
 
-    ``report`` is :func:`parse_memory_usage_report`'s dict or None. Raises BadInput naming
-    the buffer-assignment file when the report's total disagrees with the allocations (the
+    ``report`` is :func:`parse_memory_usage_report`'s dict or None; ``live_range`` is
+    :func:`profscope.formats.live_range_text.parse_live_range` of the ``*-live-range.txt``
+    beside the buffer assignment (``live_file``, its name), used when the buffer
+    assignment carries no live ranges of its own. Raises BadInput naming the
+    buffer-assignment file when the report's total disagrees with the allocations (the
     two files are from different compilations, or one is cut short).
     """
     report_name = _base_name(report.get("path")) if report is not None else None
@@ -222,23 +316,14 @@ def from_dump_text(ba: BufferAssignmentText, report: dict | None, module_name: s
             )
         report = _match_report(ba, report)
 
-    live = ba.live_range
-    live_payload = None
-    if live is not None:
-        live_payload = {
-            "maxTime": live.max_time,
-            "instructionSequence": live.instruction_sequence,
-            "ranges": [
-                {"name": n, "shapeIndex": i, "start": s, "end": e}
-                for n, i, s, e in live.ranges
-            ],
-            "peakTime": live.peak_time,
-            "peakValues": [{"name": n, "bytes": b} for n, b in live.peak_values],
-        }
+    live_payload = _live_payload(ba, live_range, live_file, rows)
     note = NOTE.format(
         report=" and memory usage report" if report is not None else "",
-        live=LIVE_RANGE_NOTE if live is not None else "",
+        live=LIVE_RANGE_NOTE if live_payload is not None else "",
     )
+    if live_payload is not None and live_payload["peakBytes"]:
+        note = LIVE_NOTE.format(report=" and memory usage report" if report is not None else "",
+                                file=live_payload["source"])
     return {
         "moduleName": module_name,
         "textOnly": True,
@@ -251,4 +336,23 @@ def from_dump_text(ba: BufferAssignmentText, report: dict | None, module_name: s
             "memoryUsageReport": report_name,
         },
         "liveRange": live_payload,
+    }
+
+
+def summary(payload: dict) -> dict:
+    """A text-only module's row for ranking a run's modules (the shape of
+    :func:`profscope.tools.memory_viewer.summary`): its peak is the live ranges' peak
+    (:func:`live_range_heap`), None without live ranges; ``heapEvents`` 0 (no heap
+    simulator ran); ``textOnly`` true."""
+    t = payload["totals"]
+    live = payload.get("liveRange") or {}
+    peak = int(live["peakBytes"]) if live.get("peakBytes") else None
+    mib = 1 << 20
+    return {
+        "moduleName": payload["moduleName"], "memorySpace": 0, "textOnly": True,
+        "peakHeapMib": peak / mib if peak is not None else None,
+        "totalBufferAllocationMib": t["totalBufferAllocationBytes"] / mib,
+        "entryComputationParametersMib": t["parameterBytes"] / mib,
+        "maybeLiveOutMib": t["outputBytes"] / mib,
+        "peakBytes": peak, "totalAllocationBytes": t["totalBufferAllocationBytes"], "heapEvents": 0,
     }

@@ -420,7 +420,9 @@ def _text_only_evidence(mv: dict, module_name: str) -> dict:
     peak when XLA printed them (``HloLiveRange``: ``Live ranges at N (peak)``, the logical
     buffers live at once before buffer reuse), else XLA's "Total bytes used" (the sum of
     the allocations the executable makes, what it requests from the allocator). The
-    contributors are the allocations by kind (Parameter, Output, ... as XProf types them)."""
+    contributors are the allocations by kind (Parameter, Output, ... as XProf types them).
+    The live ranges' peak is the memory viewer's (tools/memory_viewer_text.py
+    live_range_heap: the maximum of the heap over program order, with its values)."""
     totals = mv.get("totals") or {}
     live = mv.get("liveRange") or {}
     live_peak = sum(int(v.get("bytes") or 0) for v in live.get("peakValues") or [])
@@ -459,8 +461,9 @@ def _text_only_evidence(mv: dict, module_name: str) -> dict:
     peak = live_peak or total
     return {
         "kind": "compiled", "moduleName": module_name, "peakBytes": peak, "textOnly": True,
-        "peakFrom": ("live ranges: logical buffers live at once at XLA's HloLiveRange peak (time "
-                     f"{live.get('peakTime')}), before buffer reuse; {total:,} bytes of allocations") if live_peak else
+        "peakFrom": ("live ranges: the most logical buffers live at once over the schedule (XLA's HloLiveRange, "
+                     f"time {live.get('peakTime')}), before buffer reuse, as the memory viewer shows it; "
+                     f"{total:,} bytes of allocations") if live_peak else
                     ("the sum of the buffer-assignment text's allocation sizes (what the executable allocates; "
                      "no heap-simulator trace, so not a simulated peak)" if total else None),
         "peakPosition": None, "totals": {"totalAllocationBytes": total}, "items": items, "lifetimes": [],

@@ -957,7 +957,7 @@ function renderTextOnly(root, data, state) {
   const tile = (label, bytes) => el("div", { class: "mv-tile" }, el("div", { class: "label" }, label),
     el("div", { class: "value", title: exact(bytes) }, bytes === undefined ? "—" : fmtBytes(bytes)));
   const count = (label, n) => el("div", { class: "mv-tile" }, el("div", { class: "label" }, label), el("div", { class: "value" }, n === undefined ? "—" : n.toLocaleString()));
-  root.append(
+  root.append(...[ // append() writes a null as "null": the optional sections are dropped
     el("div", { class: "mv-note strong", id: "mv-text-only-note", role: "note" },
       el("strong", {}, "Buffer assignment text only. "), data.note ||
         "Without the module's .hlo.pb there is no heap-simulator trace: no peak, no heap chart, no lifetimes. Dump with --xla_dump_hlo_as_proto to get them."),
@@ -966,10 +966,42 @@ function renderTextOnly(root, data, state) {
         tile("Total allocation", t.totalBufferAllocationBytes), tile("Parameters", t.parameterBytes), tile("Outputs", t.outputBytes),
         tile("Temporaries", t.temporaryBytes), tile("Constants", t.constantBytes), tile("Thread-local", t.threadLocalBytes),
         count("Allocations", t.allocationCount), count("Values", t.valueCount)))),
+    liveRangeSection(data.liveRange),
     el("section", {}, el("h2", {}, "Allocations"), allocationTable(data.allocations || [])),
     usageReport(data.memoryUsageReport),
     data.sources ? el("p", { class: "muted" }, "Read from: ",
-      joinNodes(Object.values(data.sources).filter(Boolean).map((name) => el("code", {}, String(name))))) : null);
+      joinNodes(Object.values(data.sources).filter(Boolean).map((name) => el("code", {}, String(name))))) : null].filter((x) => x !== null));
+}
+
+// A text-only module with XLA's live ranges (tools/memory_viewer_text.py live_range_heap):
+// the heap over program order and its peak, the logical buffers live at each schedule
+// time before buffer reuse. The tool computes it; the page draws it once it is attached.
+function liveRangeSection(lr) {
+  if (!lr || !lr.peakBytes) return null;
+  const div = el("div", { id: "mv-live-heap" });
+  const xs = lr.heapSizes.map((_, i) => i);
+  const draw = () => newPlot(div, [
+    { name: "live values", x: xs, y: lr.heapSizes, mode: "lines", line: { color: "#4e79a7", width: 2, shape: "hv" },
+      customdata: xs.map((i) => `time ${i}${lr.instructionSequence[i] ? ` (${escapePlotly(lr.instructionSequence[i])})` : ""}: ${fmtBytes(lr.heapSizes[i])}`),
+      hovertemplate: "%{customdata}<extra></extra>" },
+    { name: "peak", x: [lr.peakTime], y: [lr.peakBytes], mode: "markers+text", marker: { color: P.bad, size: 10, symbol: "diamond" },
+      text: [`peak ${fmtBytes(lr.peakBytes)}`], textposition: "top right", textfont: { color: P.bad }, cliponaxis: false,
+      hovertemplate: `peak ${fmtBytes(lr.peakBytes)} at time ${lr.peakTime}<extra></extra>` }],
+  { height: 260, margin: { l: 70, r: 20, t: 28, b: 50 }, hovermode: "closest", hoverlabel: HOVER_CARD,
+    xaxis: { title: { text: "schedule time (XLA's HloLiveRange)" }, zeroline: false },
+    yaxis: bytesAxis(lr.peakBytes, 1, { title: { text: "live values" }, rangemode: "tozero", range: [0, lr.peakBytes * 1.15] }),
+    legend: { orientation: "h", x: 1, xanchor: "right", y: 1, yanchor: "bottom" } });
+  requestAnimationFrame(() => { if (div.isConnected) draw(); });
+  return el("section", { id: "mv-live-range" }, el("h2", {}, "Heap over program order (live ranges)"),
+    el("div", { class: "mv-tiles" },
+      el("div", { class: "mv-tile", id: "mv-live-peak" }, el("div", { class: "label" }, "peak of live values"),
+        el("div", { class: "value", title: exact(lr.peakBytes) }, fmtBytes(lr.peakBytes))),
+      el("div", { class: "mv-tile" }, el("div", { class: "label" }, "at schedule time"),
+        el("div", { class: "value" }, `${lr.peakTime}${lr.peakInstruction ? ` · ${lr.peakInstruction}` : ""}`)),
+      el("div", { class: "mv-tile" }, el("div", { class: "label" }, "values live at the peak"),
+        el("div", { class: "value" }, String(lr.peakValues.length)))),
+    el("p", { class: "muted" }, `Read from ${lr.source || "the live ranges"}: ${lr.rule}. XLA's own "Live ranges at ${lr.xlaPeakTime} (peak)" block sums ${fmtBytes(lr.xlaPeakBytes)}: XLA picks its moment counting a time's new values before it drops those that ended just before.`),
+    div);
 }
 
 // XLA's memory usage report, as the converter parsed it: per memory space, its total and
