@@ -12,12 +12,17 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import zlib
 
+import httpx
 import pytest
 
 from profscope.errors import BadInput, TooLarge
 from profscope.formats import chrome_trace
+from profscope.testing import nestings
+from profscope.testing.local_server import profscope_process
+from profscope.tools import trace_visibility as tv
 from tests.fixtures.cpu import cpu_seconds
 
 pytestmark = pytest.mark.slow  # the issue-13 reproducers, each through the readers and a server: 22 s on 2 cores
@@ -389,3 +394,56 @@ def test_the_index_refuses_an_id_no_answer_could_write(tmp_path):
         with pytest.raises(BadInput) as info:
             trace_index.build_index(ev, out)
         assert info.value.file == "t.json"
+
+
+# -- degenerate nestings (issue 32): XProf's visibility filter past its threshold -----------------
+
+NEST_WORKER_CPU_S = 300  # the workers' CPU limit for these servers (PROFSCOPE_WORKER_CPU_SECONDS)
+NEST_SERVER_CPU_S = 10.0  # CPU seconds the server process itself may spend per million events
+NEST_HANG_S = 300  # backstop: no byte of the answer for this long is a hang
+
+
+def _proc_cpu(pid: int) -> tuple[float, float]:
+    """(the process's own CPU seconds, its reaped children's): proc(5) stat fields 14-17."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / tick, (int(fields[13]) + int(fields[14])) / tick
+
+
+@pytest.mark.parametrize("n", nestings.SIZES, ids=lambda n: f"{n // 1_000_000}M")
+@pytest.mark.parametrize("shape", nestings.SHAPES)
+def test_degenerate_nestings_answer_within_the_worker_limits(tmp_path, monkeypatch, shape, n):
+    """A trace past XProf's filtering threshold whose events nest as deep as it is long
+    (or wide, or in zero-length piles): ``trace_viewer@`` answers, the passes over the
+    whole trace (read, index, XProf's zoom levels) in conversion workers under a CPU limit,
+    the server process itself spending CPU in proportion to the trace, never quadratic in
+    its nesting (a 97 KB trace of 633,000 identical nested events held a server for
+    minutes). A real server process, so that its own CPU is told from its workers'."""
+    logdir = tmp_path / "logs"
+    logdir.mkdir()
+    # gzipped as the issue's file was, up to 1 M events; past that a repeated event
+    # compresses beyond the reader's bomb ratio, so the 5 M traces are plain
+    name = f"{shape}.pt.trace.json" + (".gz" if n <= 1_000_000 else "")
+    nestings.write(logdir / name, shape, n)
+    monkeypatch.setenv("PROFSCOPE_WORKER_CPU_SECONDS", str(NEST_WORKER_CPU_S))
+    with profscope_process("serve", str(logdir), "--port", "0", "--cache-dir", str(tmp_path / "cache")) as (url, _, proc):
+        own0, workers0 = _proc_cpu(proc.pid)
+        r = httpx.get(f"{url.rstrip('/')}/data/plugin/profile/data", params={"run": name, "tag": "trace_viewer@"},
+                      timeout=NEST_HANG_S)
+        own, workers = (a - b for a, b in zip(_proc_cpu(proc.pid), (own0, workers0)))
+    assert r.status_code == 200, r.text[:500]
+    body = r.content
+    assert body.startswith(b'{"displayTimeUnit"') and body.endswith(b"}"), body[-200:]  # whole, not broken off
+    assert b'"filteredByVisibility":true' in body
+    kept = body.count(b'"ph":"X"')
+    assert own < NEST_SERVER_CPU_S * n / 1e6, (own, workers)
+    assert workers < NEST_WORKER_CPU_S
+    if n > tv.XPROF_LEVELS_MAX:  # filtered from the index's tiers, not XProf's levels
+        assert 0 < kept <= n
+    elif shape in ("identical", "chain"):  # each is the first kept at its depth
+        assert kept == n
+    elif shape == "zero":  # per pile the first; the rest start 0 after it and last 0
+        assert kept == nestings.PILES
+    else:  # siblings end to start: thinned to about one per pixel
+        assert 1 < kept < n / 100

@@ -149,3 +149,165 @@ def test_overlap_count_is_the_rows_count(rel, shared_fixtures, tmp_path):
     windows += [(x - rnd.randrange(0, 10**9), x) for x in rnd.sample(ends, min(50, len(ends)))]
     for s, e in windows:
         assert ix.count_overlapping_closed(s, e) == len(ix.overlapping_closed(s, e)), (s, e)
+
+
+def _xprof_rule(start, dur, track, flow_id, flow_end, r) -> list[bool]:
+    """``TraceViewerVisibility::VisibleAtResolution`` as XProf 2.24.2 writes it
+    (``trace_viewer_visibility.cc``): ``RowVisibility::Depth`` scans the row's stack of
+    kept ends from the bottom, a keep truncates the stack at its depth and pushes its
+    end; a flow's slices follow its first one. The scan is quadratic on deep nestings,
+    which is why profscope's passes search a clamped stack instead: this is what they
+    must agree with."""
+    rows, flows, out = {}, {}, []
+    for b, d, t, fid, fend in zip(start, dur, track, flow_id, flow_end):
+        stack, last = rows.setdefault(t, [[], None])
+        depth = 0
+        while depth < len(stack) and stack[depth] > b:
+            depth += 1
+        visible = d >= r or depth >= len(stack) or b - stack[depth] >= r
+        if fid >= 0:
+            first = fid not in flows
+            if first:
+                flows[fid] = visible
+            if not visible:
+                if first:
+                    flows[fid] = last is None or b + d - last >= r
+                visible = flows[fid]
+            if fend:
+                flows.pop(fid, None)
+            if visible:
+                rows[t][1] = b + d
+        if visible:
+            del stack[depth:]
+            stack.append(b + d)
+        out.append(visible)
+    return out
+
+
+def test_the_passes_agree_with_xprofs_scan_on_random_rows():
+    """Crossing, nested, zero-length and flow-bound events on a few rows, in XProf's
+    order: the window's pass (C and Python) keeps what XProf's own scan keeps; and the
+    zoom levels (C and Python) put each event where the scan, run level by level as
+    ``GetLiteTraceEventsByLevel`` does over the events not kept yet, would."""
+    import random
+
+    rnd = random.Random(32)
+    for _ in range(1500):
+        n = rnd.randrange(1, 80)
+        ev = sorted(((rnd.randrange(60), rnd.choice([0, 1, 2, 5, 9, 30, 200]), rnd.randrange(3)) for _ in range(n)),
+                    key=lambda e: (e[0], -e[1], e[2]))
+        start, dur, track = (list(c) for c in zip(*ev))
+        flow_id = [rnd.choice([-1, -1, -1, 0, 1, 2]) for _ in range(n)]
+        flow_end = [rnd.random() < 0.3 for _ in range(n)]
+        r = rnd.choice([1, 3, 8, 25])
+        want = _xprof_rule(start, dur, track, flow_id, flow_end, r)
+        assert tv._keep_mask_py(start, dur, track, flow_id, flow_end, r).tolist() == want
+        if tv._native is not None:
+            assert tv.keep_mask(*(np.array(c) for c in (start, dur, track, flow_id, flow_end)), r).tolist() == want
+    for _ in range(300):  # zoom levels, flows aside: per level, the scan over what no coarser level kept
+        n = rnd.randrange(1, 200)
+        start = np.array([rnd.randrange(10 ** rnd.randrange(1, 13)) for _ in range(n)], np.int64)
+        dur = np.array([rnd.choice([0, 1, 10 ** rnd.randrange(13)]) for _ in range(n)], np.int64)
+        track = np.array([rnd.randrange(3) for _ in range(n)], np.int32)
+        order = np.lexsort((-dur, start, track))
+        want = np.full(n, tv.N_LEVELS - 1, np.int8)
+        for k in range(tv.N_LEVELS - 1):
+            # the rows' state counts the events kept at coarser levels too (SetVisibleAtResolution)
+            rows, kept_before = {}, want < k
+            for i in order.tolist():
+                stack = rows.setdefault(int(track[i]), [])
+                b, d = int(start[i]), int(dur[i])
+                depth = 0
+                while depth < len(stack) and stack[depth] > b:
+                    depth += 1
+                if kept_before[i] or d >= tv.LAYER_RESOLUTIONS[k] or depth >= len(stack) \
+                        or b - stack[depth] >= tv.LAYER_RESOLUTIONS[k]:
+                    if not kept_before[i]:
+                        want[i] = k
+                    del stack[depth:]
+                    stack.append(b + d)
+        for native in (tv._native, None):
+            z = tv.ZoomLevels(start, dur, track, np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, bool),
+                              np.full(n, tv.NOT_YET, np.int8), -1)
+            saved, tv._native = tv._native, native
+            try:
+                z.compute(tv.N_LEVELS - 1)
+            finally:
+                tv._native = saved
+            assert z.level.tolist() == want.tolist()
+
+
+DEEP = 200_000  # identical nested events: XProf's scan walks 2 * 10^10 stack entries over them
+
+
+def _deep_passes(job) -> bytes:
+    """Every pass over :data:`DEEP` identical nested events, C and Python: the window's
+    (``keep_mask``) and the zoom levels'."""
+    start, dur = np.full(DEEP, 1_000_000, np.int64), np.full(DEEP, 10_000_000, np.int64)
+    zeros = np.zeros(DEEP, np.int64)
+    kept, saved = [], tv._native
+    try:
+        for native in dict.fromkeys((saved, None)):  # C where it is built, and Python
+            tv._native = native
+            kept.append(int(tv.keep_mask(start, dur, zeros, zeros - 1, zeros.astype(bool), 100).sum()))
+            z = tv.ZoomLevels(start, dur, zeros.astype(np.int32), np.zeros(0, np.int64), np.zeros(0, np.int64),
+                              np.zeros(0, bool), np.full(DEEP, tv.NOT_YET, np.int8), -1)
+            z.compute(tv.N_LEVELS - 1)
+            kept.append(int((z.level == 0).sum()))
+    finally:
+        tv._native = saved
+    return json.dumps(kept).encode()
+
+
+def test_deep_nestings_fit_a_workers_cpu_limit():
+    """The passes walk a row's nesting in O(log depth) per event, not XProf's O(depth):
+    200,000 identical nested events, in C and in Python, all of them in a conversion
+    worker under a 60 CPU-second limit (XProf's scan: minutes in C, hours in Python).
+    Each event is the first kept at its depth, so every one is kept, at level 0."""
+    from profscope.cache.progress import ProgressBoard
+    from profscope.cache.worker import WorkerPool
+
+    board = ProgressBoard()
+    job = board.start("deep", "deep nesting")
+    got = WorkerPool(cpu_seconds=60, enabled=True).run(_deep_passes, job, board, file="deep")
+    assert json.loads(got) == [DEEP] * (4 if tv._native is not None else 2)
+
+
+def test_zoom_levels_are_made_in_a_worker_and_served_from_the_cache(tmp_path):
+    """Past XProf's threshold, ``trace_viewer@`` has a conversion worker make XProf's zoom
+    levels (a pass per level over the whole trace), as it has one build the index: the
+    server process runs no pass over the whole trace. Later answers, and a server started
+    again over the same cache, read them from the cache without a worker."""
+    from fastapi.testclient import TestClient
+
+    from profscope.app.workspace import Workspace
+    from profscope.cache.store import DiskCache
+    from profscope.cache.worker import WorkerPool
+    from profscope.server import create_app
+    from profscope.storage import LogDir
+    from profscope.testing import nestings
+
+    logdir = tmp_path / "logs"
+    logdir.mkdir()
+    name = "deep.pt.trace.json.gz"
+    nestings.write(logdir / name, "wide", tv.XPROF_FILTER_MIN_EVENTS + 10_000)
+
+    def server():
+        pool = WorkerPool(enabled=True)
+        return TestClient(create_app(Workspace(LogDir(str(logdir), listing_ttl=0),
+                                               DiskCache(tmp_path / "cache", workers=pool)))), pool
+
+    client, pool = server()
+    params = {"run": name, "tag": "trace_viewer@", "resolution": 4040}
+    whole = client.get("/data/plugin/profile/data", params=params)
+    assert whole.status_code == 200, whole.text
+    assert pool.stats["runs"] == 2  # the index, then the zoom levels
+    assert list((tmp_path / "cache").rglob("xlevel.npy"))
+    lo, hi = whole.json()["fullTimespan"]
+    part = client.get("/data/plugin/profile/data", params={**params, "start_time_ms": lo + (hi - lo) / 3,
+                                                            "end_time_ms": lo + (hi - lo) / 2})
+    assert part.status_code == 200 and len(_events(part.json())) > 1
+    assert pool.stats["runs"] == 2
+    client, pool = server()
+    assert _events(client.get("/data/plugin/profile/data", params=params).json()) == _events(whole.json())
+    assert pool.stats["runs"] == 0

@@ -25,6 +25,7 @@ SNAPSHOT_DEVICES = ("snapshot_devices", 1)
 MEMORY_HOST = ("memory_host", 1)  # one host's row of /api/memory_hosts, from its memory profile
 TRACE_HOST = ("trace_host", 1)  # one host's row of /api/trace_hosts: steps, busy and idle, from its xplane
 TRACE_HOSTS_BATCH = ("trace_hosts_batch", 1)  # marks a set of hosts whose TRACE_HOST rows one worker made
+TRACE_ZOOM_LEVELS = ("trace_zoom_levels", 1)  # a folder: XProf's zoom level per row of one trace index (by its key)
 SNAPSHOT_VIEW_VERSION = 2  # /api/snapshot/<view> payloads: ("snapshot", view, version); 2: windowX ends past the last event, stack userFrame
 TORCH_MEMORY = "torch_memory_profile"  # profscope's payload of a trace run (memory_profile's version)
 

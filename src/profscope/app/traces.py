@@ -27,6 +27,7 @@ trace_export = lazy.module("profscope.tools.trace_export")
 trace_hosts_tool = lazy.module("profscope.tools.trace_hosts")
 trace_index = lazy.module("profscope.tools.trace_index")
 trace_viewer = lazy.module("profscope.tools.trace_viewer")
+trace_visibility = lazy.module("profscope.tools.trace_visibility")
 trace_xprof = lazy.module("profscope.tools.trace_xprof")
 
 
@@ -276,5 +277,30 @@ class Traces:
         """XProf's trace_viewer@ JSON in pieces; what needs the data is checked (and the
         index built) before the first piece is returned."""
         view = self.trace_view(run, query)
+        if not query.event_name:
+            self._xprof_zoom_levels(run, query, view)
         return trace_xprof.xprof_chunks(view, query.start_time_ms, query.end_time_ms, query.resolution,
                                         query.event_name, query.duration_ms, query.unique_id)
+
+    def _xprof_zoom_levels(self, run: Run, query: XprofTraceQuery, view: trace_viewer.TraceView) -> None:
+        """When XProf's filter thins this answer: XProf's zoom levels of every selected
+        host's index that lacks them, made in a conversion worker and kept in the cache
+        under the index's key, then handed to the index. They are a pass per level over
+        the whole trace; made in the server's own process, a 100 KB trace of nested
+        events held it for minutes (issue 32). What runs here is the window's own pass,
+        over the events of the levels the window loads."""
+        res = trace_xprof.XPROF_DEFAULT_RESOLUTION if query.resolution is None else query.resolution
+        if not trace_visibility.filters(sum(h.index.n for h in view.hosts), res):
+            return
+        sources = self.trace_sources(run)
+        for h in view.hosts:
+            ix = h.index
+            if not ix.zoom_levels_missing():
+                continue
+            info = sources[h.position][1]
+            key = keys.derived(keys.TRACE_ZOOM_LEVELS, self.logdir.url, self._trace_index_key(h.host, info))
+            folder = self.cache.get_or_build_dir(
+                key, f"Trace viewer: XProf's zoom levels of {info.name}",
+                lambda progress, out, src=ix.folder: trace_index.write_zoom_levels(src, out, progress),
+                file=self.logdir.display_path(info.path))
+            ix.use_zoom_levels(folder)

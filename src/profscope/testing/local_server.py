@@ -44,6 +44,15 @@ def profscope_server(*args: str):
     """Run ``python -m profscope ARGS`` as a user would; yield (url, output lines so far).
     The server gets a process group of its own, which is killed when the test is done:
     a conversion worker it forked never outlives the test, whatever state it was left in."""
+    with profscope_process(*args) as (url, lines, _):
+        yield url, lines
+
+
+@contextmanager
+def profscope_process(*args: str):
+    """:func:`profscope_server`, yielding its ``Popen`` too (url, output lines so far,
+    process): for a test that reads what the server process itself spent
+    (``/proc/<pid>/stat``), apart from the conversion workers it reaped."""
     proc = subprocess.Popen([sys.executable, "-m", "profscope", *args], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
@@ -52,7 +61,7 @@ def profscope_server(*args: str):
             lines.append(line)
             m = re.search(r"serving at (http://\S+)", line)
             if m:
-                yield m.group(1), lines
+                yield m.group(1), lines, proc
                 break
         else:
             raise AssertionError("profscope did not start:\n" + "".join(lines))

@@ -405,6 +405,30 @@ bad_input:
  * kept at its depth, or starts r or more after the last kept end at its depth; a flow's
  * slice (flow_of >= 0) when its flow is in ``visible`` or it lasts at least r. Kept rows
  * get level k; every kept event (at this level or a coarser one) updates the stack. */
+/* RowVisibility's stack of kept ends, and its Depth: the first depth whose kept end is at
+ * or before ``begin``. XProf scans the stack from the bottom (``RowVisibility::Depth``),
+ * which is quadratic when events nest deep (a trace of 600,000 identical nested events
+ * kept it busy for minutes). Here each end is stored clamped to the one below it
+ * (min(end, stack[depth - 1])), so the stack never rises and the first end <= begin is
+ * found by binary search. The answer is the same: a clamped entry is <= begin exactly
+ * when some entry at or below it is, so the first one found is the first unclamped one,
+ * and at that depth the clamped and the real end are equal (the one below is > begin
+ * >= it), which is the end the rule compares. */
+static inline npy_intp kept_depth(const int64_t *stack, npy_intp sp, int64_t begin) {
+    if (sp == 0 || stack[0] <= begin) return 0;  /* the common case: after every kept end */
+    npy_intp lo = 1, hi = sp;
+    while (lo < hi) {
+        npy_intp m = lo + (hi - lo) / 2;
+        if (stack[m] <= begin) hi = m; else lo = m + 1;
+    }
+    return lo;
+}
+
+/* The end kept at ``depth`` (the stack truncated there first), clamped as kept_depth needs. */
+static inline int64_t clamped_end(const int64_t *stack, npy_intp depth, int64_t end) {
+    return depth > 0 && stack[depth - 1] < end ? stack[depth - 1] : end;
+}
+
 static int in_sorted(const int64_t *v, npy_intp nv, int64_t x) {
     npy_intp lo = 0, hi = nv;
     while (lo < hi) {
@@ -443,11 +467,7 @@ static PyObject *zoom_level(PyObject *self, PyObject *args) {
             int64_t row = o[i];
             if (row < 0 || row >= N) { ok = 0; break; }
             int64_t b = start[row], d = dur[row];
-            npy_intp depth = 0;
-            if (sp > 0 && stack[0] > b) {
-                depth = 1;
-                while (depth < sp && stack[depth] > b) depth++;
-            }
+            npy_intp depth = kept_depth(stack, sp, b);
             if (level[row] < k) {
                 /* kept at a coarser level: kept here too */
             } else if (flow[row] >= 0) {
@@ -465,7 +485,8 @@ static PyObject *zoom_level(PyObject *self, PyObject *args) {
                 stack = a;
                 cap *= 2;
             }
-            stack[sp++] = b + d;
+            stack[sp] = clamped_end(stack, sp, b + d);
+            sp++;
         }
     }
     Py_END_ALLOW_THREADS
@@ -487,7 +508,11 @@ bad_input:
  * at level k over the flow slices in XProf's global order (``idx`` their positions in
  * ``level``; track and flow ids made dense, 0..ntracks-1 / 0..nflows-1): per track the
  * stack of kept ends and the last kept arrow end, per flow whether it is visible while
- * open; returns per flow the first visibility it got (-1: no slice seen). */
+ * open; returns per flow the first visibility it got (-1: no slice seen).
+ * An event of flow -1 is bound to no flow: the rule alone decides it, and it leaves the
+ * flows and the last arrow end alone. With every level NOT_YET and k = 0 this is
+ * VisibleAtResolution with a fresh state over a window's events
+ * (trace_visibility.keep_mask: the kept ones get level 0). */
 typedef struct { int64_t *v; npy_intp n, cap; int64_t last; int has_last; } row_t;
 
 static PyObject *flow_pass(PyObject *self, PyObject *args) {
@@ -529,12 +554,14 @@ static PyObject *flow_pass(PyObject *self, PyObject *args) {
     Py_BEGIN_ALLOW_THREADS
     for (npy_intp j = 0; j < m; j++) {
         int64_t i = idx[j], t = track[j], f = flow[j], b = start[j], d = dur[j];
-        if (i < 0 || i >= L || t < 0 || t >= ntracks || f < 0 || f >= nflows) { ok = 0; break; }
+        if (i < 0 || i >= L || t < 0 || t >= ntracks || f < -1 || f >= nflows) { ok = 0; break; }
         row_t *row = &rows[t];
-        npy_intp depth = 0;
-        while (depth < row->n && row->v[depth] > b) depth++;
+        npy_intp depth = kept_depth(row->v, row->n, b);
         int visible;
-        if (level[i] < k) {  /* SetVisibleAtResolution */
+        if (f < 0) {  /* no flow: the rule alone */
+            visible = level[i] < k || d >= r || depth >= row->n || b - row->v[depth] >= r;
+            if (visible && level[i] >= k) level[i] = (int8_t)k;
+        } else if (level[i] < k) {  /* SetVisibleAtResolution */
             if (end_flow[j]) state[f] = -1;
             else if (state[f] < 0) state[f] = 1;
             visible = 1;
@@ -552,8 +579,10 @@ static PyObject *flow_pass(PyObject *self, PyObject *args) {
             if (res[f] < 0) res[f] = (int8_t)visible;
         }
         if (visible) {
-            row->last = b + d;
-            row->has_last = 1;
+            if (f >= 0) {
+                row->last = b + d;
+                row->has_last = 1;
+            }
             row->n = depth;
             if (row->n == row->cap) {
                 npy_intp cap = row->cap ? 2 * row->cap : 16;
@@ -562,7 +591,8 @@ static PyObject *flow_pass(PyObject *self, PyObject *args) {
                 row->v = a;
                 row->cap = cap;
             }
-            row->v[row->n++] = b + d;
+            row->v[row->n] = clamped_end(row->v, row->n, b + d);
+            row->n++;
         }
     }
     Py_END_ALLOW_THREADS

@@ -70,6 +70,7 @@ if os.environ.get("PROFSCOPE_NATIVE") == "0":
 INDEX_VERSION = 9  # 2: crossing events stacked (depths never overlap); 3: flows; 4: flow-bound slices; 5: derived lines, events per track; 6: narrower tier columns; 7: args read from the profile; 8: Chrome-trace flows bound to slices; 9: XProf's counter series
 FLOW_SHORT_PS = 10**10  # arrows spanning at most 10 ms are found by binary search
 XPROF_EXACT_MAX = 1_500_000  # events in a window that XProf's filter visits one by one
+ZOOM_LEVELS_FILE = "xlevel.npy"  # write_zoom_levels' one file: XProf's zoom level per row (int8)
 LEVELS = 64
 TIER_MIN_Z = 10  # 1 ns bins
 TIER_STEP = 2
@@ -948,46 +949,42 @@ class TraceIndex:
             hit = fe.seq[pos] == sl["rows"]
             flow_id[hit] = fe.flow_id[pos[hit]].astype(np.int64)
             flow_end[hit] = fe.kind[pos[hit]] == FLOW_END
-        keep = tv.keep_mask(sl["start"].tolist(), sl["dur"].tolist(), sl["track"].tolist(), flow_id.tolist(),
-                            flow_end.tolist(), r)
+        keep = tv.keep_mask(sl["start"], sl["dur"], sl["track"], flow_id, flow_end, r)
         order = np.argsort(sl["start"][keep], kind="stable")
         return {k: v[keep][order] for k, v in sl.items()}
 
     def zoom_levels(self, upto: int) -> np.ndarray:
-        """XProf's zoom level of every row, computed down to level ``upto`` (deeper
-        ones read as ``NOT_YET``) and saved beside the index (``xlevel.npy``, written
-        atomically; its depth in ``xlevel.json``)."""
+        """XProf's zoom level of every row, down to level ``upto`` (deeper ones read as
+        ``NOT_YET``): the ones :meth:`use_zoom_levels` was given, else computed here, in
+        memory. The server never computes them in its own process: the app has a
+        conversion worker write them (:func:`write_zoom_levels`) and hands them over
+        before it asks for a filtered window."""
         with self._zoom_lock:
             z = self._zoom
             if z is None:
-                path = self.folder / "xlevel.npy"
-                done = -1
-                level = np.full(self.n, tv.NOT_YET, np.int8)
-                try:
-                    done = int(orjson.loads((self.folder / "xlevel.json").read_bytes())["done"])
-                    level = np.load(path)
-                except (OSError, ValueError, KeyError, TypeError):
-                    done = -1
                 fe = self.flow
                 z = self._zoom = tv.ZoomLevels(self.cols["start"], self.cols["dur"], self.cols["track"], fe.seq,
-                                               fe.flow_id.astype(np.int64), fe.kind == FLOW_END, level, done)
+                                               fe.flow_id.astype(np.int64), fe.kind == FLOW_END,
+                                               np.full(self.n, tv.NOT_YET, np.int8), -1)
             if z.done < upto:
                 z.compute(upto)
-                tmp = self.folder / f"xlevel.{os.getpid()}.{threading.get_ident()}.tmp.npy"
-                try:
-                    np.save(tmp, z.level)
-                    os.replace(tmp, self.folder / "xlevel.npy")
-                    (self.folder / "xlevel.json.tmp").write_bytes(orjson.dumps({"done": z.done}))
-                    os.replace(self.folder / "xlevel.json.tmp", self.folder / "xlevel.json")
-                except OSError:
-                    # Only a saving for the next process (a full disk, or the index
-                    # evicted meanwhile): this answer has the levels in memory.
-                    for leftover in (tmp, self.folder / "xlevel.json.tmp"):
-                        try:
-                            leftover.unlink()
-                        except OSError:
-                            pass
             return z.level
+
+    def zoom_levels_missing(self) -> bool:
+        """Whether XProf's filter would need zoom levels this index does not hold yet
+        (an index past ``XPROF_LEVELS_MAX`` events is filtered without them)."""
+        z = self._zoom
+        return self.n <= tv.XPROF_LEVELS_MAX and (z is None or z.done < tv.N_LEVELS - 1)
+
+    def use_zoom_levels(self, folder: Path | str) -> None:
+        """Take every zoom level from ``folder`` (:func:`write_zoom_levels`), memory-mapped."""
+        level = np.load(Path(folder) / ZOOM_LEVELS_FILE, mmap_mode="r")
+        if level.shape != (self.n,) or level.dtype != np.int8:
+            raise ValueError(f"{folder}: zoom levels of {level.shape} {level.dtype}, not of this index's {self.n} rows")
+        fe = self.flow
+        with self._zoom_lock:
+            self._zoom = tv.ZoomLevels(self.cols["start"], self.cols["dur"], self.cols["track"], fe.seq,
+                                       fe.flow_id.astype(np.int64), fe.kind == FLOW_END, level, tv.N_LEVELS - 1)
 
     def window_rows(self, s: int, e: int, resolution: int) -> tuple[dict, bool]:
         """What to draw for [s, e) at ``resolution`` pixels: every event at least a pixel
@@ -1199,6 +1196,19 @@ class TraceIndex:
         if not name_ids or not self.n:
             return np.zeros(0, np.int64)
         return np.flatnonzero(np.isin(self.cols["name"], np.asarray(name_ids, dtype=np.int32)))
+
+
+def write_zoom_levels(index_folder: Path | str, out: Path, progress=None) -> None:
+    """XProf's zoom level of every row of the index in ``index_folder``, every level, into
+    ``out`` (``ZOOM_LEVELS_FILE``, for :meth:`TraceIndex.use_zoom_levels`). A pass per
+    level over the whole trace (O(events x log nesting) each, :mod:`trace_visibility`),
+    so the app runs it in a conversion worker, under its CPU and memory limits."""
+    ix = TraceIndex(index_folder)
+    level = None
+    for k in range(tv.N_LEVELS):
+        _report(progress, k / tv.N_LEVELS, f"XProf's zoom level {k + 1} of {tv.N_LEVELS} ({ix.n:,} events)")
+        level = ix.zoom_levels(k)
+    np.save(out / ZOOM_LEVELS_FILE, level)
 
 
 class IndexCache:

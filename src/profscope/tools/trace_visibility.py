@@ -24,15 +24,18 @@ stack of kept ends, truncated at each keep). A slice bound to a flow is kept wit
 flow: the flow's first slice decides (when the rule would drop it, it is still kept if
 its end is ``r`` past the row's last kept arrow end).
 
-Step 1 is computed lazily, level by level, and only as deep as a request needs; each
-level is one pass over the events in Python. Past ``XPROF_LEVELS_MAX`` events that would
-take too long, and the rule then runs over the window's candidates directly (see
+Step 1 is a pass per level over the whole trace (in C, ``_trace_build.c``; the Python
+loops below where it is not built): the app has a conversion worker make every level at
+once and keep them in the cache (``trace_index.write_zoom_levels``, app/traces.py), so
+the server process runs only step 2. Past ``XPROF_LEVELS_MAX`` events the levels are not
+made, and the rule runs over the window's candidates directly (see
 :meth:`profscope.tools.trace_index.TraceIndex.xprof_visible`).
 """
 
 from __future__ import annotations
 
 import os
+from bisect import bisect_left
 
 import numpy as np
 
@@ -44,7 +47,7 @@ if os.environ.get("PROFSCOPE_NATIVE") == "0":
     _native = None
 
 XPROF_FILTER_MIN_EVENTS = 500_000  # kDisableStreamingThreshold (trace_view_options.cc)
-XPROF_LEVELS_MAX = 4_000_000  # events whose zoom levels are computed in Python
+XPROF_LEVELS_MAX = 4_000_000  # events up to which the zoom levels are made (past it: the window's own pass)
 LAYER_RESOLUTIONS = tuple(10 ** (12 - i) for i in range(13))  # kLayerResolutions, ps
 N_LEVELS = len(LAYER_RESOLUTIONS)
 NOT_YET = 127  # an event not kept at any level computed so far
@@ -56,6 +59,13 @@ def resolution_ps(duration_ps: int, resolution: int) -> int:
     return 0 if resolution <= 0 else int(duration_ps / resolution + 0.5)  # llround, duration >= 0
 
 
+def filters(events: int, resolution: int) -> bool:
+    """Whether XProf thins an answer over ``events`` events (every selected host's) at
+    ``resolution`` pixels: from ``kDisableStreamingThreshold`` events on, never at
+    resolution 0 (``DoLoadFromLevelDbTable``)."""
+    return resolution > 0 and events >= XPROF_FILTER_MIN_EVENTS
+
+
 def levels_needed(r: int) -> int:
     """The last zoom level XProf loads for a window at ``r`` ps per pixel: levels are
     read until one's resolution is at most ``r`` (``DoLoadFromLevelDbTable``)."""
@@ -65,18 +75,57 @@ def levels_needed(r: int) -> int:
     return N_LEVELS - 1
 
 
-def _depth(stack: list, begin: int) -> int:
-    """``RowVisibility::Depth``: the first kept end at or before ``begin``."""
-    d, n = 0, len(stack)
-    while d < n and stack[d] > begin:
-        d += 1
-    return d
+# RowVisibility's stack of kept ends, kept here negated and clamped: XProf's
+# ``RowVisibility::Depth`` scans its stack from the bottom for the first end at or before
+# an event's start, once per event, which is quadratic when events nest deep (a 97 KB
+# gzipped trace of 633,000 identical nested events, issue 32, took minutes). Each end is
+# stored clamped to the one below it (``min(end, stack[depth - 1])``): the stack then never
+# rises, the first end <= begin is found by binary search, and it is the same depth (a
+# clamped entry is <= begin exactly when an entry at or below it is) with the same end
+# (at that depth the one below is > begin >= the real end, so nothing was clamped). The
+# C passes (_trace_build.c ``kept_depth``/``clamped_end``) keep it the same way. Negated,
+# so that the stack is ascending, as ``bisect`` wants it.
 
 
-def keep_mask(start: list, dur: list, track: list, flow_id: list, flow_end: list, r: int) -> np.ndarray:
+def _depth(neg: list, begin: int) -> int:
+    """``RowVisibility::Depth``: the first kept end at or before ``begin``, over a stack of
+    negated, clamped ends (:func:`_push`)."""
+    if not neg or -neg[0] <= begin:
+        return 0  # the common case: after every kept end
+    return bisect_left(neg, -begin)
+
+
+def _push(neg: list, depth: int, end: int) -> None:
+    """Keep ``end`` at ``depth``: the stack truncated there, the end clamped (see above)."""
+    del neg[depth:]
+    neg.append(-end if not depth or -end > neg[-1] else neg[-1])
+
+
+def keep_mask(start, dur, track, flow_id, flow_end, r: int) -> np.ndarray:
     """Which events ``VisibleAtResolution`` keeps, with a fresh state, for events in
-    XProf's order (start, then longest first); ``flow_id`` -1 for none."""
-    rows: dict[int, list] = {}  # track -> [stack of kept ends, last kept arrow end]
+    XProf's order (start, then longest first); ``flow_id`` -1 for none. In C when built
+    (``_trace_build.flow_pass`` over every event at level 0), else :func:`_keep_mask_py`."""
+    n = len(start)
+    if _native is None or not n:
+        return _keep_mask_py(start, dur, track, flow_id, flow_end, r)
+    tracks, tr_dense = np.unique(np.asarray(track, np.int64), return_inverse=True)
+    fid = np.asarray(flow_id, np.int64)
+    bound = fid >= 0
+    ids, fid_dense = np.unique(fid[bound], return_inverse=True)
+    flows = np.full(n, -1, np.int64)
+    flows[bound] = fid_dense.reshape(-1)
+    level = np.full(n, NOT_YET, np.int8)
+    _native.flow_pass(np.arange(n, dtype=np.int64), np.ascontiguousarray(start, np.int64),
+                      np.ascontiguousarray(dur, np.int64), tr_dense.reshape(-1).astype(np.int64), flows,
+                      np.ascontiguousarray(flow_end, np.int8), level, len(tracks), len(ids), 0, int(r))
+    return level == 0
+
+
+def _keep_mask_py(start, dur, track, flow_id, flow_end, r: int) -> np.ndarray:
+    """:func:`keep_mask`'s Python twin."""
+    start, dur, track, flow_id, flow_end = (a.tolist() if isinstance(a, np.ndarray) else a
+                                            for a in (start, dur, track, flow_id, flow_end))
+    rows: dict[int, list] = {}  # track -> [stack of kept ends (negated, clamped), last kept arrow end]
     flows: dict[int, bool] = {}
     keep = np.zeros(len(start), bool)
     for i, (b, d, t, fid) in enumerate(zip(start, dur, track, flow_id)):
@@ -86,7 +135,7 @@ def keep_mask(start: list, dur: list, track: list, flow_id: list, flow_end: list
         stack = row[0]
         depth = _depth(stack, b)
         end = b + d
-        visible = d >= r or depth >= len(stack) or b - stack[depth] >= r
+        visible = d >= r or depth >= len(stack) or b + stack[depth] >= r
         if fid >= 0:
             first = fid not in flows
             if first:
@@ -101,8 +150,7 @@ def keep_mask(start: list, dur: list, track: list, flow_id: list, flow_end: list
             if visible:
                 row[1] = end
         if visible:
-            del stack[depth:]
-            stack.append(end)
+            _push(stack, depth, end)
             keep[i] = True
     return keep
 
@@ -178,7 +226,7 @@ class ZoomLevels:
             row = rows.get(t)
             if row is None:
                 row = rows[t] = [[], None]
-            stack = row[0]
+            stack = row[0]  # negated, clamped ends (_push)
             n = len(stack)
             depth = _depth(stack, b)  # few flow slices: a call is cheap here
             if lv[i] < k:  # SetVisibleAtResolution
@@ -189,7 +237,7 @@ class ZoomLevels:
                 visible = True
                 out.setdefault(fid, True)
             else:
-                visible = d >= r or depth >= n or b - stack[depth] >= r
+                visible = d >= r or depth >= n or b + stack[depth] >= r
                 first = fid not in flows
                 if first:
                     flows[fid] = visible
@@ -204,8 +252,7 @@ class ZoomLevels:
                 out.setdefault(fid, visible)
             if visible:
                 row[1] = b + d
-                del stack[depth:]
-                stack.append(b + d)
+                _push(stack, depth, b + d)
         return out
 
     def _flow_pass_native(self, k: int, r: int) -> dict[int, bool]:
@@ -248,33 +295,28 @@ class ZoomLevels:
         for seg in np.split(order, bounds):
             if not pending[seg].any():
                 continue
-            stack: list[int] = []  # the row's state, carried across its chunks
+            stack: list[int] = []  # the row's state (negated, clamped ends: _push), across its chunks
             for c0 in range(0, len(seg), CHUNK):  # Python ints for one chunk at a time
                 part = seg[c0:c0 + CHUNK]
                 kept = []
-                # the loop inlines RowVisibility::Depth: most events start after every
-                # kept end (depth 0), and a call per event costs more than the rule
+                # the loop inlines _depth and _push: most events start after every kept
+                # end (depth 0), and a call per event costs more than the rule
                 for row, b, d, l_, fid in zip(part.tolist(), np.asarray(self.start[part]).tolist(),
                                               np.asarray(self.dur[part]).tolist(), lv[part].tolist(),
                                               self._flow_of[part].tolist()):
                     n = len(stack)
-                    if n == 0 or stack[0] <= b:
-                        depth = 0
-                    else:
-                        depth = 1
-                        while depth < n and stack[depth] > b:
-                            depth += 1
+                    depth = 0 if n == 0 or -stack[0] <= b else bisect_left(stack, -b)
                     if l_ < k:  # kept at a coarser level: kept here too
                         pass
                     elif fid >= 0:  # a flow's slice: kept with its flow, or if long enough
                         if not (flow_vis.get(fid, False) or d >= r):
                             continue
                         kept.append(row)
-                    elif d >= r or depth >= n or b - stack[depth] >= r:
+                    elif d >= r or depth >= n or b + stack[depth] >= r:
                         kept.append(row)
                     else:
                         continue
                     del stack[depth:]
-                    stack.append(b + d)
+                    stack.append(-(b + d) if not depth or -(b + d) > stack[-1] else stack[-1])
                 if kept:
                     lv[np.asarray(kept, np.int64)] = k
