@@ -239,3 +239,16 @@ def test_an_xla_dump_of_two_sizes_is_fitted_too(make_client, tmp_path):
     assert all(abs(p["peakBytes"] - truth["batches"][str(p["size"])]["peak"]) <= 64 for p in fit["points"])
     assert fit["dimension"]["parameter"] == "batch_0_" and "cannot be checked" in fit["trust"]["reason"]
     assert abs(fit["at"]["peakBytes"] / real - 1) <= 0.05 and fit["at"]["interpolated"]
+
+
+def test_a_real_gemm_profile_at_many_shapes_is_no_batch_fit(make_client, shared_fixtures):
+    """The public MI300 JAX profile compiles one matmul (``jit_dot``) at five M x K shapes:
+    the compilations match, but two dimensions change at once, so the plan says no one
+    batch size explains the peaks and predicts nothing, rather than a line through them."""
+    client = make_client(shared_fixtures / "public_profiles" / "xplane" / "mi300_jax08_gemm")
+    body = _risk(client, batch=32768)
+    fit = body["plan"]["batch"]
+    assert len(fit["points"]) == 5 and {p["moduleName"].split("(")[0] for p in fit["points"]} == {"jit_dot"}
+    assert not fit["trust"]["ok"] and "more than one size changes" in fit["trust"]["reason"]
+    assert "at" not in fit and "largest" not in fit
+    assert all(c["peakAfterBytes"] >= 0 for c in body["plan"]["savings"])

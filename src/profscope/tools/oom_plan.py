@@ -201,17 +201,29 @@ def signature(ev: dict) -> tuple | None:
 def sizes(evs: list[dict]) -> tuple[list[int], dict] | None:
     """The size each compilation was made at: the first parameter (by name) with a
     dimension that differs between them, that dimension's value. None when no dimension
-    differs (the same program at the same size)."""
+    differs (the same program at the same size). ``info["unexplained"]`` names the other
+    dimensions that differ but do not scale with that size (a matmul compiled at several
+    M x K shapes): then no one size explains the peaks."""
     params = [_params(e) for e in evs]
+    varying = []  # (parameter, dimension, values) of every dimension that differs
     for name in sorted(params[0]):
         shapes = [_shape(p.get(name)) for p in params]
-        if any(s is None for s in shapes):
+        if any(s is None for s in shapes) or len({len(s[1]) for s in shapes}) > 1:
             continue
         for d in range(len(shapes[0][1])):
             vals = [s[1][d] for s in shapes]
             if len(set(vals)) > 1:
-                return vals, {"parameter": name, "dimension": d, "shapes": [p[name] for p in params]}
-    return None
+                varying.append((name, d, vals))
+    if not varying:
+        return None
+    name, d, vals = varying[0]
+    # Another dimension that grows with the size keeps a fixed ratio to it (batch 32 -> 64
+    # and labels 32 -> 64, or tokens = batch x sequence); one that does not is a second size.
+    odd = [f"{n} dimension {k}" for n, k, v in varying[1:] if any(v[i] * vals[0] != vals[i] * v[0] for i in range(len(v)))]
+    info = {"parameter": name, "dimension": d, "shapes": [p[name] for p in params]}
+    if odd:
+        info["unexplained"] = odd
+    return vals, info
 
 
 def _line(a: tuple[int, int], b: tuple[int, int]) -> tuple[Fraction, Fraction]:
@@ -225,7 +237,7 @@ def _predict(points: list[tuple[int, int]], size: int) -> int:
     while i < len(points) - 1 and points[i][0] < size:
         i += 1
     slope, icpt = _line(points[i - 1], points[i])
-    return round(slope * size + icpt)
+    return max(0, round(slope * size + icpt))
 
 
 def _largest_below(points: list[tuple[int, int]], limit: Fraction, strict: bool) -> int | None:
@@ -282,6 +294,11 @@ def batch_fit(points: list[dict], answer: dict, size_info: dict, batch: int | No
     out["leaveOneOut"] = worst
     if slope <= 0:
         out["trust"] = {"ok": False, "reason": "the peak does not grow with this dimension: it is not what limits the size"}
+    if size_info.get("unexplained"):
+        out["trust"] = {"ok": False, "reason": f"more than one size changes between the compilations "
+                                               f"({size_info['parameter']} dimension {size_info['dimension']}, "
+                                               f"{', '.join(size_info['unexplained'][:3])}): no one batch size explains the peaks"}
+        return out
     cap = answer.get("capacityBytes")
     if cap and slope > 0:
         th = answer["thresholds"]
