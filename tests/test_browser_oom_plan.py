@@ -89,3 +89,24 @@ def test_jax_on_gpu_control_sets_the_capacity(plan_server, open_page):
     page.wait_for_function("() => new URLSearchParams(location.search).get('jax_mem_fraction') === '0.9'")
     page.wait_for_function("() => document.querySelector('#oom-risk') && document.querySelector('#oom-risk').innerText === 'MEDIUM'")
     assert "0.9" in page.inner_text("#oom-cap")
+
+
+def test_no_fit_is_said_not_drawn_on_real_profiles(open_page, shared_fixtures, tmp_path):
+    """The public MI300 profile (one matmul at five M x K shapes) and the TPU profile (one
+    compilation): the page says why there is no batch fit, and offers neither a slope nor
+    a size to predict at."""
+    with profscope_server("serve", str(shared_fixtures / "public_profiles" / "xplane"), "--port", "0",
+                          "--cache-dir", str(tmp_path / "cache")) as (server, _):
+        with urlopen(f"{server}data/plugin/profile/runs", timeout=30) as res:
+            runs = json.loads(res.read())
+        page = open_page(server)
+        for prefix, cap, words in (("mi300_jax08_gemm/", "192GiB", "more than one size changes"), ("tpu_inference/", "16GiB", "one compilation only")):
+            run = next(r for r in runs if r.startswith(prefix))
+            page.goto(f"{server}?{urlencode({'run': run, 'tool': 'oom_risk', 'capacity': cap}, quote_via=quote)}")
+            page.wait_for_selector("#oom-plan", timeout=120_000)
+            assert words in page.inner_text("#oom-batch-trust")
+            text = page.inner_text("#oom-batch")
+            assert "more per unit" not in text and "Give the device's memory" not in text
+            assert page.locator("#oom-batch-size").count() == 0
+            ARTIFACTS.mkdir(exist_ok=True)
+            page.locator("#oom-plan").screenshot(path=str(ARTIFACTS / f"oom_plan_{prefix.strip('/')}.png"))

@@ -153,6 +153,7 @@ def test_one_compilation_says_the_fit_cannot_be_made(make_client):
     body = client.get(DATA, params={"run": run, "tag": "oom_risk", "capacity_bytes": 40_000_000}).json()
     trust = body["plan"]["batch"]["trust"]
     assert not trust["ok"] and "one compilation" in trust["reason"]
+    assert [p["size"] for p in body["plan"]["batch"]["points"]] == [None]  # no size to read from one compilation
     assert "largest" not in body["plan"]["batch"]
 
 

@@ -41,7 +41,7 @@ def plan(ws, run: Run, host: str | None, compiled: dict | None, answer: dict, qu
     evs = [p.pop("ev") for p in points]
     found = oom_plan.sizes(evs) if len(evs) > 1 else None
     if found is None:
-        out["batch"] = oom_plan.batch_fit([{**p, "size": 0} for p in points[:1]], answer, {}, None)
+        out["batch"] = oom_plan.batch_fit([{**p, "size": None} for p in points[:1]], answer, {}, None)
         return out
     values, info = found
     for p, v in zip(points, values, strict=True):

@@ -23,7 +23,8 @@ def markdown(plan: dict | None) -> list[str]:
     b = plan.get("batch")
     if b:
         dim = f"dimension {b['dimension']['dimension']} of `{b['dimension']['parameter']}`" if b["dimension"].get("parameter") else "the size"
-        pts = ", ".join(f"{p['size']:,} → {bytes_text(p['peakBytes'])}" for p in b["points"])
+        pts = ", ".join(f"`{p['moduleName']}` ({bytes_text(p['peakBytes'])})" if p["size"] is None else
+                        f"{p['size']:,} → {bytes_text(p['peakBytes'])}" for p in b["points"])
         lines += [f"**Batch size that fits** ({dim}), from {len(b['points'])} compilation(s): {pts}.", "",
                   ("" if b["trust"]["ok"] else "Not trustworthy: ") + b["trust"]["reason"] + ".", ""]
         labels = {"fits": f"largest that fits {bytes_text(b.get('capacityBytes'))}", "belowHigh": "largest below HIGH",

@@ -63,10 +63,13 @@ function batchBlock(b, d) {
   if (!b) return null;
   const dim = b.dimension && b.dimension.parameter
     ? el("span", {}, "dimension ", el("code", {}, String(b.dimension.dimension)), " of ", el("code", {}, b.dimension.parameter)) : "the batch size";
-  const pts = b.points.map((p) => `${n(p.size)} → ${fmtBytes(p.peakBytes)}`).join(", ");
+  const pts = b.points.map((p) => p.size === null ? `${p.moduleName} (${fmtBytes(p.peakBytes)})` : `${n(p.size)} → ${fmtBytes(p.peakBytes)}`).join(", ");
+  // A slope is shown only where the fit stands: no second size, or several sizes at once,
+  // or a peak that falls with the size has no "bytes per unit".
+  const fitted = b.bytesPerUnit !== undefined && b.bytesPerUnit > 0 && !(b.dimension || {}).unexplained;
   const lines = [
-    el("p", {}, el("b", {}, "Batch size that fits. "), "Fitted on ", dim, ` from ${b.points.length} compilation(s) of the program: ${pts}`,
-      b.bytesPerUnit !== undefined ? `; ${fmtBytes(b.bytesPerUnit)} more per unit beyond the largest.` : "."),
+    el("p", {}, el("b", {}, "Batch size that fits. "), b.points.length > 1 ? ["Fitted on ", dim, ` from ${b.points.length} compilations of the program: ${pts}`] : `One compilation of the program: ${pts}`,
+      fitted ? `; ${fmtBytes(b.bytesPerUnit)} more per unit beyond the largest.` : "."),
     el("p", { class: b.trust.ok ? "oom-plan-trust" : "oom-note", id: "oom-batch-trust" }, b.trust.ok ? "" : "Not trustworthy: ", b.trust.reason)];
   if (b.largest) {
     const item = (label, x) => el("li", {}, `${label}: `, x && x.size ? el("b", {}, n(x.size)) : "none",
@@ -75,10 +78,10 @@ function batchBlock(b, d) {
       item(`largest that fits ${fmtBytes(b.capacityBytes)}`, b.largest.fits),
       item(`largest below HIGH (< ${Math.round(100 * d.thresholds.high)} %)`, b.largest.belowHigh),
       item(`largest rated LOW (< ${Math.round(100 * d.thresholds.medium)} %)`, b.largest.belowMedium)));
-  } else if (b.points.length > 1) {
+  } else if (fitted && d.capacityBytes === null) {
     lines.push(el("p", { class: "muted" }, "Give the device's memory above to get the largest batch that fits."));
   }
-  if (b.points.length > 1) lines.push(batchInput(b));
+  if (fitted) lines.push(batchInput(b));
   return el("div", { class: "oom-batch", id: "oom-batch" }, ...lines);
 }
 
