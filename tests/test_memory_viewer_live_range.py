@@ -65,3 +65,26 @@ def test_text_dump_is_rated_on_the_big_step_too(text_dump):
                                                            "device_memory": "6MiB"}).json()
     assert body["risk"] == "OOM" and body["module"].startswith("jit_train_step_big(")
     assert body["moduleChoice"]["rule"] == "worst step module"
+
+
+def test_a_live_range_claiming_a_huge_schedule_is_clamped(make_client, two_batch, tmp_path):  # noqa: F811
+    """``HloLiveRange (max N)`` is the schedule's length; a file claiming 10^15 (and a
+    range to match) must not size the heap by it: the heap stays the sequence's length."""
+    import shutil
+
+    src = two_batch[0] / "two_batch_text_dump"
+    dest = tmp_path / "logs" / "dump"
+    dest.mkdir(parents=True)
+    for f in src.glob("*jit_train_step.*"):
+        shutil.copy(f, dest / f.name)
+    (lr,) = dest.glob("*-live-range.txt")
+    text = lr.read_text()
+    n = int(re.match(r"HloLiveRange \(max (\d+)\)", text).group(1))
+    text = text.replace(f"HloLiveRange (max {n})", "HloLiveRange (max 999999999999999)", 1)
+    text = text.replace("  BufferLiveRange:\n", "  BufferLiveRange:\n    batch_0_.1{}:0-999999999999999\n", 1)
+    lr.write_text(text)
+    client = make_client(tmp_path / "logs")
+    (module,) = client.get("/data/plugin/profile/module_list", params={"run": "dump"}).text.split(",")
+    res = client.get("/data/plugin/profile/data", params={"run": "dump", "tag": "memory_viewer", "module_name": module})
+    assert res.status_code == 200, res.text
+    assert len(res.json()["liveRange"]["heapSizes"]) == n + 1

@@ -170,6 +170,10 @@ def _match_report(ba: BufferAssignmentText, report: dict) -> dict:
     return out
 
 
+# Schedule times drawn when a live-range text lists no instruction sequence to bound them.
+MAX_TIMES = 1_000_000
+
+
 def live_range_heap(live: dict, allocations: list[dict], source: str | None) -> dict:
     """The heap over program order from XLA's live ranges: at each schedule time t
     (0..maxTime), the bytes of the logical buffers (HloValues) live at t, a range
@@ -189,7 +193,10 @@ def live_range_heap(live: dict, allocations: list[dict], source: str | None) -> 
     simulator's planned peak."""
     sizes = {f"{v['name']}{v.get('shapeIndex') or ''}": int(v["sizeBytes"]) for a in allocations for v in a["values"]}
     stated = {v["name"]: int(v["bytes"]) for v in live.get("peakValues") or []}
-    end_time = max(0, int(live.get("maxTime") or 0))
+    seq = live.get("instructionSequence") or []
+    # XLA prints max = the flattened sequence's length (schedule_end_time); a larger max
+    # (a corrupt or hand-edited file) must not size the heap: clamp to the sequence.
+    end_time = max(0, min(int(live.get("maxTime") or 0), len(seq) if seq else MAX_TIMES))
     delta = [0] * (end_time + 2)
     spans, unsized = [], 0
     for r in live.get("ranges") or []:
@@ -211,7 +218,6 @@ def live_range_heap(live: dict, allocations: list[dict], source: str | None) -> 
     peak = max(heap) if spans else 0
     at = heap.index(peak) if spans else None
     live_at = sorted(((k, b) for k, b, s, e in spans if at is not None and s <= at <= e), key=lambda kb: (-kb[1], kb[0]))
-    seq = live.get("instructionSequence") or []
     return {
         **live,
         "source": source,
