@@ -110,3 +110,26 @@ def test_no_fit_is_said_not_drawn_on_real_profiles(open_page, shared_fixtures, t
             assert page.locator("#oom-batch-size").count() == 0
             ARTIFACTS.mkdir(exist_ok=True)
             page.locator("#oom-plan").screenshot(path=str(ARTIFACTS / f"oom_plan_{prefix.strip('/')}.png"))
+
+
+def test_fit_with_another_run_from_the_page(open_page, tmp_path):
+    """A run with one compilation says so; naming the other run (the same step profiled
+    at batch 64) in "Also fit with runs" puts fit_with= in the URL and fits both."""
+    batch_programs.make(tmp_path / "logs" / "b64", [64], profile=True)
+    batch_programs.make(tmp_path / "logs" / "b256", [256], profile=True)
+    with profscope_server("serve", str(tmp_path / "logs"), "--port", "0", "--cache-dir", str(tmp_path / "cache")) as (server, _):
+        with urlopen(f"{server}data/plugin/profile/runs", timeout=30) as res:
+            runs = json.loads(res.read())
+        small, big = (next(r for r in runs if r.startswith(p)) for p in ("b64/", "b256/"))
+        page = open_page(server)
+        page.goto(f"{server}?{urlencode({'run': big, 'tool': 'oom_risk', 'capacity': '9MB'}, quote_via=quote)}")
+        page.wait_for_selector("#oom-batch-trust")
+        assert "one compilation only" in page.inner_text("#oom-batch-trust")
+        page.fill("#oom-fit-with", small)
+        page.press("#oom-fit-with", "Enter")
+        page.wait_for_function("() => new URLSearchParams(location.search).get('fit_with') !== null")
+        page.wait_for_selector("#oom-batch-largest")
+        assert "cannot be checked" in page.inner_text("#oom-batch-trust")
+        assert "64 → " in page.inner_text("#oom-batch") and "256 → " in page.inner_text("#oom-batch")
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.locator("#oom-batch").screenshot(path=str(ARTIFACTS / "oom_plan_fit_with.png"))

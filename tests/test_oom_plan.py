@@ -253,3 +253,31 @@ def test_a_real_gemm_profile_at_many_shapes_is_no_batch_fit(make_client, shared_
     assert not fit["trust"]["ok"] and "more than one size changes" in fit["trust"]["reason"]
     assert "at" not in fit and "largest" not in fit
     assert all(c["peakAfterBytes"] >= 0 for c in body["plan"]["savings"])
+
+
+def test_two_profiles_of_two_sizes_are_fitted_together(make_client, tmp_path):
+    """Two profiles (runs) of the same step, at batch 64 and 256: ``fit_with=`` names the
+    other run; its compilation matches and the peak at 128 is XLA's within 5 %. An
+    unknown run is a 404 naming it; the CLI's --fit-with says the same."""
+    import subprocess
+    import sys
+
+    batch_programs.make(tmp_path / "logs" / "b64", [64], profile=True)
+    batch_programs.make(tmp_path / "logs" / "b256", [256], profile=True)
+    real = batch_programs.make(tmp_path / "check", [128])["batches"]["128"]["peak"]
+    client = make_client(tmp_path / "logs")
+    runs = client.get("/data/plugin/profile/runs").json()
+    small, big = (next(r for r in runs if r.startswith(p)) for p in ("b64/", "b256/"))
+    alone = client.get(DATA, params={"run": big, "tag": "oom_risk", "capacity_bytes": 9_000_000}).json()
+    assert not alone["plan"]["batch"]["trust"]["ok"]  # one compilation in the run itself
+    body = client.get(DATA, params={"run": big, "tag": "oom_risk", "capacity_bytes": 9_000_000, "batch": 128, "fit_with": small}).json()
+    fit = body["plan"]["batch"]
+    assert [p["size"] for p in fit["points"]] == [64, 256] and fit["points"][0]["moduleName"].startswith(small + ": ")
+    assert abs(fit["at"]["peakBytes"] / real - 1) <= 0.05
+    res = client.get(DATA, params={"run": big, "tag": "oom_risk", "fit_with": "no_such_run"})
+    assert res.status_code == 404 and "no_such_run" in res.json()["error"]
+    out = subprocess.run([sys.executable, "-m", "profscope", "report", str(tmp_path / "logs"), "--run", big, "--fit-with", small,
+                          "--batch", "128", "--device-memory", "9000000", "--format", "json", "--cache-dir", str(tmp_path / "cache")],
+                         capture_output=True, text=True, timeout=180, check=True).stdout
+    (r,) = json.loads(out)["reports"]
+    assert r["plan"]["batch"]["at"]["peakBytes"] == fit["at"]["peakBytes"]

@@ -154,6 +154,8 @@ def _add_report(sub) -> None:
                         "compilations of the same program at other sizes (docs/oom_risk.md, What would make it fit)")
     report.add_argument("--shards", metavar="N", help="devices the planner's sharding change spreads parameters and "
                         "optimizer state over (default 8)")
+    report.add_argument("--fit-with", metavar="RUN[,RUN]", help="other runs (profiles or XLA dumps of the same program "
+                        "at other sizes) whose compilations the batch fit may use")
     report.add_argument("--jax-gpu", action="store_true", help="the run was JAX on a GPU: the capacity is the share JAX "
                         "preallocates (XLA_PYTHON_CLIENT_MEM_FRACTION, default 0.75) of the device's memory, --device-memory included")
     report.add_argument("--jax-mem-fraction", metavar="F", type=float, help="the run's XLA_PYTHON_CLIENT_MEM_FRACTION "
@@ -503,7 +505,7 @@ def cmd_report(args) -> int:
     query = OomRiskQuery(host=args.host, module_name=args.module, capacity_bytes=capacity,
                          device_memory=args.device_memory or None, batch=_positive_int(args.batch, "batch"),
                          shards=_positive_int(args.shards, "shards"), jax_gpu=args.jax_gpu or None,
-                         jax_mem_fraction=_mem_fraction(args.jax_mem_fraction))
+                         jax_mem_fraction=_mem_fraction(args.jax_mem_fraction), fit_with=args.fit_with or None)
     file = None
     if args.logdir and not args.demo:
         target = Path(args.logdir)

@@ -131,6 +131,7 @@ class OomRiskQuery(Query):
     # at, and how many devices the sharding change spreads the state over.
     batch: int | None = count(least=1)
     shards: int | None = count(least=2, most=1 << 20)
+    fit_with: str | None = text()  # other runs (comma-separated) whose compilations the batch fit may use
     # The run was JAX on a GPU: its capacity is XLA_PYTHON_CLIENT_MEM_FRACTION (default
     # 0.75, or jax_mem_fraction) of the device's memory, a requested one included.
     jax_gpu: bool | None = flag()

@@ -8,11 +8,11 @@ import { go, readState } from "../lib/state.js";
 import { fmtBytes, fmtCount as n, fmtShare as pct } from "../lib/format.js";
 import { RISK as RISK_COLORS } from "../lib/colors.js";
 
-export const PLAN_KEYS = { batch: { resetOn: ["run", "module_name"] }, shards: {}, jax_gpu: {}, jax_mem_fraction: {} };
+export const PLAN_KEYS = { batch: { resetOn: ["run", "module_name"] }, shards: {}, fit_with: { resetOn: ["run"] }, jax_gpu: {}, jax_mem_fraction: {} };
 
 // The query parameters of the plan, added to the tool's data URL.
 export function planParams(q, state) {
-  for (const k of ["batch", "shards", "jax_gpu", "jax_mem_fraction"]) if ((state[k] || "").trim()) q.set(k, state[k].trim());
+  for (const k of ["batch", "shards", "fit_with", "jax_gpu", "jax_mem_fraction"]) if ((state[k] || "").trim()) q.set(k, state[k].trim());
 }
 
 // Beside the capacity field: the run was JAX on a GPU, so the capacity is the share of the
@@ -82,7 +82,19 @@ function batchBlock(b, d) {
     lines.push(el("p", { class: "muted" }, "Give the device's memory above to get the largest batch that fits."));
   }
   if (fitted) lines.push(batchInput(b));
+  lines.push(fitWithInput());
   return el("div", { class: "oom-batch", id: "oom-batch" }, ...lines);
+}
+
+// Other runs (profiles or XLA dumps of the same program at other sizes) to fit with.
+function fitWithInput() {
+  const input = el("input", { id: "oom-fit-with", type: "text", size: 40, value: readState().fit_with || "",
+    placeholder: "run names, comma-separated", "aria-label": "runs to fit with" });
+  const apply = () => go({ ...readState(), fit_with: input.value.trim() });
+  input.addEventListener("keydown", (e) => { if (e.key === "Enter") apply(); });
+  return el("div", { class: "oom-capacity" }, el("label", { for: "oom-fit-with" }, "Also fit with runs"), input,
+    el("button", { type: "button", id: "oom-fit-with-apply", onclick: apply }, "Fit"),
+    el("span", { class: "muted small" }, "the same program profiled or dumped at other sizes"));
 }
 
 function batchInput(b) {
