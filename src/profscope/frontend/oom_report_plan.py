@@ -26,7 +26,8 @@ def markdown(plan: dict | None) -> list[str]:
         pts = ", ".join(f"`{p['moduleName']}` ({bytes_text(p['peakBytes'])})" if p["size"] is None else
                         f"{p['size']:,} → {bytes_text(p['peakBytes'])}" for p in b["points"])
         lines += [f"**Batch size that fits** ({dim}), from {len(b['points'])} compilation(s): {pts}.", "",
-                  ("" if b["trust"]["ok"] else "Not trustworthy: ") + b["trust"]["reason"] + ".", ""]
+                  ("Not trustworthy: " if not b["trust"]["ok"] else "" if b["trust"].get("checked") else "Unchecked: ")
+                  + b["trust"]["reason"] + ".", ""]
         labels = {"fits": f"largest that fits {bytes_text(b.get('capacityBytes'))}", "belowHigh": "largest below HIGH",
                   "belowMedium": "largest rated LOW"}
         for key, label in labels.items():

@@ -70,7 +70,9 @@ function batchBlock(b, d) {
   const lines = [
     el("p", {}, el("b", {}, "Batch size that fits. "), b.points.length > 1 ? ["Fitted on ", dim, ` from ${b.points.length} compilations of the program: ${pts}`] : `One compilation of the program: ${pts}`,
       fitted ? `; ${fmtBytes(b.bytesPerUnit)} more per unit beyond the largest.` : "."),
-    el("p", { class: b.trust.ok ? "oom-plan-trust" : "oom-note", id: "oom-batch-trust" }, b.trust.ok ? "" : "Not trustworthy: ", b.trust.reason)];
+    // Unchecked (two compilations) reads as a warning too: only more sizes check the line.
+    el("p", { class: b.trust.ok && b.trust.checked ? "oom-plan-trust" : "oom-note", id: "oom-batch-trust" },
+      b.trust.ok ? (b.trust.checked ? "" : "Unchecked: ") : "Not trustworthy: ", b.trust.reason)];
   if (b.largest) {
     const item = (label, x) => el("li", {}, `${label}: `, x && x.size ? el("b", {}, n(x.size)) : "none",
       x && x.size ? ` (peak ${fmtBytes(x.peakBytes)}${x.extrapolated ? ", extrapolated beyond the compiled sizes" : ""})` : "");
