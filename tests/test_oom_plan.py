@@ -189,6 +189,12 @@ def test_report_carries_the_plan_in_every_format(four_batches, tmp_path):
     html = report("html")
     assert "What would make it fit" in html and 'data-change="shard"' in html
     assert f"<b>{fits['size']:,}</b>" in html and f"{at['peakBytes']:,} bytes" in html
+    # The summary names the least change that gets below HIGH, and the batch that does.
+    assert r["risk"] == "OOM"
+    enough = min((c for c in plan["savings"] if c["riskAfter"] in ("LOW", "MEDIUM")), key=lambda c: c["savedBytes"])
+    below = plan["batch"]["largest"]["belowHigh"]["size"]
+    assert plan["headline"].startswith(enough["title"]) and f"batch <= {below:,} stays below HIGH" in plan["headline"]
+    assert f"| {plan['headline']} |" in md and f'<td class="muted plan-headline">{plan["headline"]}</td>' in html.replace("&lt;", "<")
 
 
 # -- capacity that is honest: JAX on GPU -----------------------------------------------

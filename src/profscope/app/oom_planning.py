@@ -44,11 +44,13 @@ def plan(ws, run: Run, host: str | None, compiled: dict | None, answer: dict, qu
     found = oom_plan.sizes(evs) if len(evs) > 1 else None
     if found is None:
         out["batch"] = oom_plan.batch_fit([{**p, "size": None} for p in points[:1]], answer, {}, None)
+        out["headline"] = oom_plan.headline(out, answer)
         return out
     values, info = found
     for p, v in zip(points, values, strict=True):
         p["size"] = v
     out["batch"] = oom_plan.batch_fit(points, answer, info, query.batch)
+    out["headline"] = oom_plan.headline(out, answer)
     return out
 
 

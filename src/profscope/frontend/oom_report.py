@@ -237,11 +237,13 @@ def render_markdown(doc: dict, source: str, server: str | None = None) -> str:
     reports, refused, not_assessed = doc["reports"], doc["refused"], doc.get("notAssessed") or []
     lines = [f"# OOM risk: {doc['risk']}", "", f"Source: `{source}` · profscope {__version__} · "
              f"{len(reports)} assessed, {len(refused)} refused, {len(not_assessed)} not assessed", ""]
-    lines += ["| run | risk | peak (what it counts) | capacity (source) | headroom | utilization |", "|---|---|---:|---|---:|---:|"]
+    lines += ["| run | risk | peak (what it counts) | capacity (source) | headroom | utilization | what would make it fit |",
+              "|---|---|---:|---|---:|---:|---|"]
     for r in reports:
         where = r["run"] + (f" ({r['host']})" if r.get("host") else "")
+        fix = (r.get("plan") or {}).get("headline") or "—"
         lines.append(f"| {where} | {r['risk']} | {bytes_text(r['peakBytes'])} ({r.get('peakMeasure') or 'peak'}) | {_cap_text(r)} | "
-                     f"{bytes_text(r['headroomBytes'])} | {pct_text(r['utilization'])} |")
+                     f"{bytes_text(r['headroomBytes'])} | {pct_text(r['utilization'])} | {fix} |")
     lines.append("")
     if refused:
         lines += ["## Refused", "", "| file | problem |", "|---|---|"]

@@ -48,7 +48,7 @@ from fractions import Fraction
 from profscope.model.units import fmt_bytes
 from profscope.tools import oom_risk
 
-__all__ = ["DEFAULT_SHARDS", "batch_fit", "savings", "signature", "sizes"]
+__all__ = ["DEFAULT_SHARDS", "batch_fit", "headline", "savings", "signature", "sizes"]
 
 DEFAULT_SHARDS = 8
 TOP = 5  # buffers named per change
@@ -323,3 +323,22 @@ def batch_fit(points: list[dict], answer: dict, size_info: dict, batch: int | No
                      "utilization": peak / cap if cap else None,
                      "interpolated": xy[0][0] <= batch <= xy[-1][0]}
     return out
+
+
+def headline(plan: dict, answer: dict) -> str | None:
+    """The plan in one line, for the report's summary table: for a HIGH or OOM answer, the
+    priced change with the smallest saving that still brings the peak below HIGH (the least
+    to change; else the largest saving), and the largest batch below HIGH where a fit
+    stands. None for the other tiers."""
+    if answer["risk"] not in ("HIGH", "OOM"):
+        return None
+    parts = []
+    enough = [c for c in plan["savings"] if c["riskAfter"] in ("LOW", "MEDIUM")]
+    change = min(enough, key=lambda c: c["savedBytes"]) if enough else (plan["savings"] or [None])[0]
+    if change:
+        parts.append(f"{change['title']}: peak {fmt_bytes(change['peakAfterBytes'])}, {change['riskAfter']}")
+    fit = plan.get("batch") or {}
+    below = (fit.get("largest") or {}).get("belowHigh")
+    if below and below.get("size") and fit["trust"]["ok"]:
+        parts.append(f"batch <= {below['size']:,} stays below HIGH" + ("" if fit["trust"].get("checked") else " (unchecked fit)"))
+    return "; ".join(parts) or None
