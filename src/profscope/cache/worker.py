@@ -186,7 +186,7 @@ class WorkerPool:
         requests that waited for them are answered at once, with a 503 (:class:`Stopping`)
         that is not remembered against their inputs; uvicorn's graceful shutdown then has
         no request left to wait for."""
-        self._stopping = True
+        self._stopping = True  # before the list: a worker forked meanwhile sees it (_fork)
         with self._stats_lock:
             children = list(self._children)
         for pid in children:
@@ -218,6 +218,9 @@ class WorkerPool:
         os.close(w)
         with self._stats_lock:
             self._children.add(pid)
+            stopping = self._stopping  # stop() came between the fork and here: it did not see this pid
+        if stopping:
+            os.kill(pid, signal.SIGKILL)
         mirrored: dict[str, Progress] = {}
         outcome = None
         stalled = False
