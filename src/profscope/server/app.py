@@ -74,8 +74,9 @@ def create_app(ws: Workspace, security: Security | None = None) -> FastAPI:
 class Server(uvicorn.Server):
     """uvicorn's server, whose Ctrl+C / SIGTERM also ends the conversions under way
     (``WorkerPool.stop``) and the captures (``Capturer.shutdown``): the requests waiting
-    for them are answered at once, a 503 in the one error shape, where uvicorn's graceful shutdown cut them after its timeout
-    with a plain-text 500 and the server took that long to exit."""
+    for them are answered at once, a 503 in the one error shape, where uvicorn's graceful
+    shutdown cut them after its timeout with a plain-text 500 and the server took that
+    long to exit."""
 
     def __init__(self, config: uvicorn.Config, ws: Workspace):
         super().__init__(config)
