@@ -1,0 +1,128 @@
+"""The step-time and kernel breakdown of PyTorch traces (tools/step_breakdown.py):
+equal to HolisticTraceAnalysis on the public CUDA/ROCm traces (goldens recorded by
+scripts/record_hta_golden.py from HTA itself), and the planted runs of
+profscope.testing.kineto_trace classified as what they were built to be."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from profscope.formats import chrome_trace
+from profscope.testing import kineto_trace
+from profscope.tools import step_breakdown as sb
+from profscope.tools import trace_index as ti
+
+GOLDEN = Path(__file__).parent / "golden" / "hta"
+TRACES = ("kineto_resnet50_v100.pt", "tracelens_b200_eager", "tracelens_h100_bert_small", "hta_alexnet",
+          "hta_mi250_rocm62")
+TOLERANCE = 0.005  # the issue's bar: within 0.5 % of the step (HTA: of its kernel_time span)
+# Where HTA counts what is not a device activity (docs/steps_and_ops.md, "HTA"): Inductor's
+# host-side ``cpu_op`` for a Triton kernel carries ``args.stream`` and a correlation, so
+# HTA takes it for a kernel of the same name; profscope's device rows need ``args.device``.
+HTA_HOST_OPS = {("tracelens_b200_eager", "triton_poi_fused_add_bitwise_and_bitwise_not_bitwise_or_ge_lt_mul_sub_0"): 1}
+
+
+def _index(path: Path, out: Path) -> ti.TraceIndex:
+    with open(path, "rb") as f:
+        ev = chrome_trace.trace_columns(f, str(path))
+    out.mkdir(parents=True, exist_ok=True)
+    ti.build_index(ev, out)
+    return ti.TraceIndex(out)
+
+
+@pytest.fixture(scope="module")
+def public_indexes(shared_fixtures, tmp_path_factory) -> dict[str, ti.TraceIndex]:
+    base = shared_fixtures / "public_profiles" / "traces"
+    return {name: _index(base / f"{name}.trace.json.gz", tmp_path_factory.mktemp(name)) for name in TRACES}
+
+
+@pytest.mark.parametrize("name", TRACES)
+def test_temporal_breakdown_equals_hta(public_indexes, name):
+    golden = json.loads((GOLDEN / f"{name}.json").read_text())
+    hta = golden["temporal"][0]
+    ours = sb.hta_view(public_indexes[name])["temporal"]
+    bar = TOLERANCE * hta["kernel_time"]
+    assert hta["kernel_time"] > 0
+    for key in ("kernel_time", "idle", "compute", "non_compute"):
+        assert abs(ours[key] - hta[key]) <= bar, (key, ours, hta)
+
+
+@pytest.mark.parametrize("name", TRACES)
+def test_kernel_breakdown_equals_hta(public_indexes, name):
+    """Every kernel HTA lists (its COMPUTATION, COMMUNICATION and MEMORY kernels): same
+    type, same occurrences, total within the bar; and no kernel of those types that HTA
+    does not list."""
+    golden = json.loads((GOLDEN / f"{name}.json").read_text())
+    bar = TOLERANCE * golden["temporal"][0]["kernel_time"]
+    ours = sb.hta_view(public_indexes[name])["kernels"]
+    listed = {k["name"]: k for k in golden["kernels"]}
+    assert listed
+    for kname, h in listed.items():
+        o = ours.get(kname)
+        assert o is not None, kname
+        assert o["kernel_type"] == h["kernel_type"], kname
+        assert o["count"] == h["count"] - HTA_HOST_OPS.get((name, kname), 0), (kname, o, h)
+        assert abs(o["sum"] - h["sum"]) <= bar, (kname, o, h)
+    extra = {k for k, o in ours.items() if o["kernel_type"] != "OTHER"} - set(listed)
+    assert not extra
+
+
+@pytest.mark.parametrize("name", TRACES)
+def test_breakdown_on_public_traces(public_indexes, name):
+    """The step breakdown: host steps only (kineto's gpu_user_annotation copies of each
+    ``ProfilerStep#N`` are not steps of their own), kernel time by category adding up to
+    the ranked table's total, idle splitting into before / between / after."""
+    idx = public_indexes[name]
+    out = sb.breakdown(idx)
+    host_steps = [s for s in idx.meta["steps"]
+                  if idx.tracks[_track_of_step(idx, s)]["pid"] not in out["summary"]["devices"]]
+    assert len(out["steps"]) == len(host_steps)
+    assert out["kernels"] and out["summary"]["kernels"] == len(sb.device_kernels(idx))
+    in_steps = 0.0
+    for step in out["steps"]:
+        for dev in step["devices"]:
+            in_steps += sum(dev["time_us"].values())
+            parts = dev["idle_before_first_us"] + dev["idle_between_us"] + dev["idle_after_last_us"]
+            assert parts == pytest.approx(dev["idle_us"], abs=0.01)
+            assert dev["busy_us"] + dev["idle_us"] == pytest.approx(step["step_time_us"], abs=0.01)
+    table = sum(r["total_us"] for r in out["kernels"])
+    if out["steps"]:
+        assert table == pytest.approx(in_steps, rel=1e-6, abs=0.01)
+    ranked = [r["total_us"] for r in out["kernels"]]
+    assert ranked == sorted(ranked, reverse=True)
+
+
+def _track_of_step(idx, step) -> int:
+    import numpy as np
+
+    name = idx.names.index("ProfilerStep#" + step[0])
+    rows = np.flatnonzero((np.asarray(idx.cols["name"]) == name) & (np.asarray(idx.cols["start"]) == step[1]))
+    return int(idx.cols["track"][rows[0]])
+
+
+@pytest.mark.parametrize("scenario", sorted(kineto_trace.SCENARIOS))
+def test_planted_runs_are_classified(scenario, tmp_path):
+    path = kineto_trace.SCENARIOS[scenario](tmp_path / f"{scenario}.pt.trace.json.gz", steps=4)
+    out = sb.breakdown(_index(path, tmp_path / "index"))
+    assert [s["step"] for s in out["steps"]] == ["0", "1", "2", "3"]
+    assert [s["devices"][0]["bound"] for s in out["steps"]] == [scenario] * 4
+    # what each was built with, read back
+    dev = out["steps"][1]["devices"][0]
+    if scenario == "input":
+        assert dev["idle_before_first_us"] >= 8000
+    if scenario == "launch":
+        assert dev["kernels"] == 2000 and dev["idle_between_us"] > 0.5 * out["steps"][1]["step_time_us"]
+    if scenario == "communication":
+        assert dev["time_us"]["communication"] == 5000
+
+
+def test_cpu_only_trace_says_what_is_missing(tmp_path):
+    tr = kineto_trace.KinetoTrace()
+    tr.step(0, lambda t: t.host("aten::add", 100))
+    out = sb.breakdown(_index(tr.write(tmp_path / "cpu.pt.trace.json"), tmp_path / "index"))
+    assert out["kernels"] == [] and out["summary"]["kernels"] == 0
+    assert "no device activity" in out["summary"]["missing"]
+    assert out["steps"][0]["devices"] == []
