@@ -21,7 +21,7 @@ import pytest
 
 from profscope.errors import BadInput, TooLarge
 from profscope.formats import protowire as wire
-from profscope.formats import xplane, xplane_allocator, xplane_devices, xplane_module_time, xplane_trace
+from profscope.formats import xplane, xplane_allocator, xplane_devices, xplane_module_time, xplane_op_metrics, xplane_trace
 from profscope.formats.protowire import encode_varint as V
 from tests.fixtures.cpu import cpu_seconds
 
@@ -119,6 +119,7 @@ ENDPOINTS = [
     ("data", {"tag": "trace_viewer@", "host": "host"}),
     ("data", {"tag": "memory_profile", "host": "host"}),
     ("data", {"tag": "memory_viewer", "host": "host", "module_name": "m(1)"}),
+    ("data", {"tag": "hlo_stats", "host": "host"}),
 ]
 
 
@@ -144,6 +145,7 @@ READERS = [
     xplane_allocator.read_allocator_events,
     xplane_devices.device_capabilities,
     xplane_module_time.module_run_times,
+    xplane_op_metrics.read_op_metrics,
 ]
 
 

@@ -119,6 +119,11 @@ class MemoryProfileQuery(Query):
 
 
 @dataclass(frozen=True, slots=True)
+class OpStatsQuery(Query):
+    host: str | None = text()
+
+
+@dataclass(frozen=True, slots=True)
 class OomRiskQuery(Query):
     host: str | None = text()
     module_name: str | None = text()

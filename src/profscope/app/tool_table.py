@@ -27,7 +27,9 @@ from typing import TYPE_CHECKING, Any
 
 from profscope.app.compiled_memory import CompiledMemory
 from profscope.app.oom import OomAssessment
-from profscope.app.queries import MemoryProfileQuery, MemoryViewerQuery, OomRiskQuery, Query, XprofTraceQuery
+from profscope.app.op_stats import OpStats
+from profscope.app.queries import (MemoryProfileQuery, MemoryViewerQuery, OomRiskQuery, OpStatsQuery, Query,
+                                   XprofTraceQuery)
 from profscope.app.runtime_memory import RuntimeMemory
 from profscope.app.snapshots import Snapshots
 from profscope.app.traces import Traces
@@ -103,7 +105,7 @@ class Tool:
         return self.page is not None and bool(getattr(query, self.page.flag))
 
 
-def _first_host(run: Run, query: MemoryProfileQuery) -> MemoryProfileQuery:
+def _first_host(run: Run, query: MemoryProfileQuery | OpStatsQuery) -> MemoryProfileQuery | OpStatsQuery:
     """No host is the run's first (RuntimeMemory.xplane_memory_profile): the page and XProf
     ask with the host, OOM risk of a one-host run without; before issue 32 the two were
     two keys, and a cold memory profile converted the file twice."""
@@ -176,6 +178,18 @@ TOOLS: tuple[Tool, ...] = (
         answer=Answer.STREAM,
         stream=Traces.trace_xprof_stream,
         aliases=("trace_viewer",),  # XProf's frontend and older clients leave out the streaming '@'
+    ),
+    Tool(
+        "hlo_stats",
+        "HLO op stats",
+        "Every HLO op ranked by its device time, as XProf's HLO op stats.",
+        OpStatsQuery,
+        # XProf's DataTable JSON for XProf's own page; GPU/ROCm device planes (TPU: a 404
+        # saying so, formats/xplane_op_metrics.py)
+        _for(profile=OpStats.hlo_stats, xla_dump=NOT_FOR, torch_snapshot=NOT_FOR, chrome_trace=NOT_FOR),
+        _reads_xplanes,
+        pages=(),
+        complete=_first_host,
     ),
     Tool(
         "oom_risk",

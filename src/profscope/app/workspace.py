@@ -19,6 +19,7 @@ from profscope.app import keys, tool_table
 from profscope.app.capture import CaptureDir, Capturer, TargetPolicy
 from profscope.app.compiled_memory import CompiledMemory, ModuleSource
 from profscope.app.oom import OomAssessment
+from profscope.app.op_stats import OpStats
 from profscope.app.queries import Query
 from profscope.app.runtime_memory import RuntimeMemory
 from profscope.app.snapshots import SNAPSHOT_VIEWS, Snapshots
@@ -43,7 +44,7 @@ __all__ = ["SNAPSHOT_VIEWS", "ModuleSource", "Workspace"]
 FORK_WORTH_BYTES = 32 << 20
 
 
-class Workspace(CompiledMemory, RuntimeMemory, Snapshots, OomAssessment, Traces, FileDerived):
+class Workspace(CompiledMemory, RuntimeMemory, Snapshots, OomAssessment, Traces, OpStats, FileDerived):
     """``capture_dir``: where profiles captured from running jobs are written (app/capture.py),
     listed as runs under ``captures/``; None: this workspace does not capture, and
     ``capture_off`` says why and which flag turns capturing on (the capture routes' 404).

@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+"""Record XProf 2.24.2's ``hlo_stats`` and ``op_profile`` answers as golden data.
+
+For every xplane of the real accelerator profiles
+(``<fixtures>/public_profiles/xplane/*/plugins/profile/*/*.xplane.pb``, one file of a set
+of byte-identical ones, the ``*_corrupt`` one left out: XProf cannot read it) and of the
+demo's CPU profiles (``src/profscope/demo/logdir/*/plugins/profile/*/*.xplane.pb``),
+XProf's own converter runs on a *copy* in a fresh temporary folder (it writes side files
+next to what it reads), in a scratch virtual environment with ``xprof==2.24.2`` (never a
+profscope dependency: ``--xprof-python`` or ``$XPROF_PYTHON``)::
+
+    from xprof.convert import raw_to_tool_data as r
+    r.xspace_to_tool_data([copy], "hlo_stats", {})   # and "op_profile"
+
+The answers are kept whole (they are small: a DataTable of one row per HLO op, and the op
+tree), gzip-compressed with mtime 0, as ``tests/golden/op_stats/<case>.<tool>.json.gz``;
+``index.json`` lists each case with its input path (relative to the fixtures folder or
+the repository), run, host and sha256, and the row count.
+
+Usage: ``XPROF_PYTHON=<venv>/bin/python .venv/bin/python scripts/record_xprof_op_golden.py``
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "tests" / "golden" / "op_stats"
+DEMO = ROOT / "src" / "profscope" / "demo" / "logdir"
+TOOLS = ("hlo_stats", "op_profile")
+
+_RUN = r"""
+import sys
+from xprof.convert import raw_to_tool_data as r
+data = r.xspace_to_tool_data([sys.argv[1]], sys.argv[2], {})[0]
+if data is None:
+    sys.exit("XProf returned no data")
+sys.stdout.buffer.write(data if isinstance(data, bytes) else data.encode())
+"""
+
+
+def run_xprof(python: str, name: str, data: bytes, tool: str) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = Path(tmp) / name
+        copy.write_bytes(data)
+        proc = subprocess.run([python, "-c", _RUN, str(copy), tool], capture_output=True, timeout=600, check=False)
+        if proc.returncode != 0:
+            raise SystemExit(f"XProf failed on {name} ({tool}):\n{proc.stderr.decode(errors='replace')[-2000:]}")
+        return json.loads(proc.stdout)
+
+
+def cases(fixtures: Path) -> list[tuple[str, Path, dict]]:
+    out: list[tuple[str, Path, dict]] = []
+    seen: set[str] = set()
+    base = fixtures / "public_profiles" / "xplane"
+    for xplane in sorted(base.glob("*/plugins/profile/*/*.xplane.pb")):
+        digest = hashlib.sha256(xplane.read_bytes()).hexdigest()
+        profile = xplane.relative_to(base).parts[0]
+        if digest in seen or profile.endswith("_corrupt"):
+            continue
+        seen.add(digest)
+        out.append((profile, xplane, {"path": str(xplane.relative_to(fixtures)), "fixture": True,
+                                      "run": f"{profile}/{xplane.parent.name}",
+                                      "host": xplane.name[: -len(".xplane.pb")]}))
+    for xplane in sorted(DEMO.glob("*/plugins/profile/*/*.xplane.pb")):
+        profile = xplane.relative_to(DEMO).parts[0]
+        out.append((f"demo_{profile}", xplane, {"path": str(xplane.relative_to(ROOT)), "fixture": False,
+                                                "run": f"{profile}/{xplane.parent.name}",
+                                                "host": xplane.name[: -len(".xplane.pb")]}))
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--xprof-python", default=os.environ.get("XPROF_PYTHON"),
+                    help="python of a virtual environment with xprof==2.24.2 (default: $XPROF_PYTHON)")
+    ap.add_argument("--fixtures", type=Path,
+                    default=Path(os.environ.get("PROFSCOPE_SHARED_FIXTURES") or ROOT.parent / "shared" / "fixtures"),
+                    help="the shared fixtures folder "
+                         "(default: $PROFSCOPE_SHARED_FIXTURES or <repo>/../shared/fixtures)")
+    ap.add_argument("--out", type=Path, default=OUT)
+    args = ap.parse_args()
+    if not args.xprof_python:
+        ap.error("give --xprof-python or set XPROF_PYTHON (a venv with xprof==2.24.2)")
+    args.out.mkdir(parents=True, exist_ok=True)
+    index: dict = {"_meta": {"xprof": "2.24.2", "call": 'xspace_to_tool_data([copy], tool, {})', "tools": TOOLS}}
+    for case, xplane, entry in cases(args.fixtures):
+        data = xplane.read_bytes()
+        entry = {**entry, "sha256": hashlib.sha256(data).hexdigest()}
+        for tool in TOOLS:
+            body = run_xprof(args.xprof_python, xplane.name, data, tool)
+            out = f"{case}.{tool}.json.gz"
+            (args.out / out).write_bytes(gzip.compress(json.dumps(body, separators=(",", ":")).encode(), mtime=0))
+            entry[tool] = out
+        entry["hlo_stats_rows"] = len(json.loads(gzip.decompress((args.out / entry["hlo_stats"]).read_bytes()))["rows"])
+        index[case] = entry
+        print(f"{case}: {entry['hlo_stats_rows']} hlo_stats rows", file=sys.stderr)
+    (args.out / "index.json").write_text(json.dumps(index, indent=1, sort_keys=True) + "\n")
+
+
+if __name__ == "__main__":
+    main()

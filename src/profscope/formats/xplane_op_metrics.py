@@ -1,0 +1,252 @@
+"""XProf's device op metrics of a GPU XSpace: one row per HLO op that ran on the device
+planes, with its occurrences and device time, the table that XProf's ``hlo_stats`` and
+``op_profile`` tools are built from (``OpStats.device_op_metrics_db``).
+
+This follows XProf 2.24's ``ConvertDeviceTraceXPlaneToOpMetricsDb``
+(xprof/convert/xplane_to_op_metrics_db.cc) and the combining of the per-device databases
+in ``ConvertXSpaceToOpStats`` (xplane_to_op_stats.cc), for GPU device planes
+(``/device:GPU:N``, ROCm included):
+
+- Every event of every line of a device plane that is not a derived line (tsl
+  ``IsDerivedThreadId``: XProf adds its own XLA Ops / Modules lines before this pass and
+  skips them here) counts towards the plane's span: the first event's start to the last
+  event's end. That span is the plane's ``total_time_ps``; the time no op took is XProf's
+  ``IDLE`` op. The databases of all device planes are summed, so a share of the device
+  time is over every device's span.
+- An event with an ``hlo_op`` stat (on the event or its metadata; ``::``-separated, tsl
+  ``kAnnotationDelimiter``, the last one is the op) whose ``program_id`` names a module of
+  the ``/host:metadata`` plane holding an instruction of that name is one occurrence of
+  that op, keyed by (program_id, op name); its duration is the op's time and self time
+  (a GPU kernel has no children). Consecutive events of one op and ``group_id`` on a line
+  are one ``HLOTracker`` run, which enters its metadata once; events of ops the module does
+  not know are dropped, as XProf drops them.
+- An event with a ``tf_op`` stat and no ``hlo_op`` (TF ops run without XLA) is entered
+  under program 0 as ``<tf op name>/<event name>``, category its TF op type.
+
+The op's category is XLA's ``HloInstruction::ToCategory()`` of the instruction in the
+module's HloProto (:func:`instruction_category`), its framework op ``name:type`` from the
+instruction's OpMetadata (tsl ``TfOpFullname``).
+
+TPU device planes (``/device:TPU:N``) take another path in XProf (its XLA Ops line and
+per-symbol metadata, ``ConvertTpuDeviceTraceXPlaneToOpMetricsDb``): :func:`read_op_metrics`
+reports them in ``unsupported_planes`` rather than reading them with the GPU rules.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import IO
+
+from profscope.errors import BadInput
+from profscope.formats import hlo_proto, xplane
+from profscope.formats.xplane_derived import is_derived_thread_id, parse_tf_op
+from profscope.model.protos import hlo_pb2
+
+__all__ = ["OpMetric", "OpMetricsDb", "instruction_category", "read_op_metrics"]
+
+GPU_PLANE_PREFIX = "/device:GPU:"
+TPU_PLANE_PREFIX = "/device:TPU:"
+ANNOTATION_DELIMITER = "::"  # tsl kAnnotationDelimiter, between the ops of an hlo_op stat
+
+# XLA ``HloInstruction::IsElementwiseImpl``: the opcodes elementwise on every operand
+# (xla/hlo/ir/hlo_instruction.cc); ToCategory calls them "non-fusion elementwise".
+_ELEMENTWISE = frozenset({
+    # unary
+    "abs", "round-nearest-afz", "round-nearest-even", "ceil", "clz", "convert", "bitcast-convert", "copy", "cos",
+    "erf", "exp", "exponential-minus-one", "floor", "imag", "is-finite", "log", "log-plus-one", "not", "negate",
+    "popcnt", "real", "reduce-precision", "rsqrt", "logistic", "sign", "sin", "sqrt", "cbrt", "tan", "tanh",
+    # binary
+    "add", "atan2", "compare", "complex", "divide", "maximum", "minimum", "multiply", "power", "remainder",
+    "subtract", "and", "or", "xor", "shift-left", "shift-right-arithmetic", "shift-right-logical",
+    "stochastic-convert",
+    # ternary
+    "select", "clamp",
+})
+# XLA ``HloFusionInstruction::ToCategory`` by ``FusionKind`` (the proto's ``fusion_kind``).
+_FUSION_CATEGORY = {"kLoop": "loop fusion", "kInput": "input fusion", "kOutput": "output fusion",
+                    "kCustom": "custom fusion"}
+
+
+def instruction_category(instr: hlo_pb2.HloInstructionProto) -> str:
+    """XLA's ``HloInstruction::ToCategory()``: data formatting for the ops that only move
+    bytes, the fusion's kind for a fusion, "non-fusion elementwise", else the opcode."""
+    op = instr.opcode
+    if op in ("transpose", "copy", "reshape", "dynamic-reshape"):
+        return "data formatting"
+    if op == "fusion":
+        return _FUSION_CATEGORY.get(instr.fusion_kind, "fusion")
+    if op in _ELEMENTWISE:
+        return "non-fusion elementwise"
+    return op
+
+
+@dataclass(slots=True)
+class _Instruction:
+    category: str
+    tf_op: str  # tsl TfOpFullname(op_type, op_name): "name:type"
+    expression: str
+
+
+@dataclass(slots=True)
+class OpMetric:
+    """One op's row of XProf's ``OpMetricsDb`` (op_metrics.proto field names)."""
+
+    hlo_module_id: int
+    name: str
+    category: str
+    provenance: str  # the framework op, "name:type"
+    long_name: str  # the op's HLO text (profscope's short form, see instruction_expression)
+    occurrences: int = 0
+    time_ps: int = 0
+    self_time_ps: int = 0
+
+
+@dataclass(slots=True)
+class OpMetricsDb:
+    metrics: dict[tuple[int, str], OpMetric] = field(default_factory=dict)
+    total_time_ps: int = 0  # the sum over device planes of each one's span
+    total_op_time_ps: int = 0  # the sum of every op's self time: total minus IDLE
+    device_planes: list[str] = field(default_factory=list)
+    unsupported_planes: list[str] = field(default_factory=list)
+
+    @property
+    def idle_time_ps(self) -> int:
+        return max(self.total_time_ps - self.total_op_time_ps, 0)
+
+    def enter(self, program_id: int, name: str, info: _Instruction | None, occurrences: int, time_ps: int,
+              category: str = "", provenance: str = "") -> None:
+        """``DeviceOpMetricsDbBuilder::EnterOp``: the metadata from the first entry."""
+        m = self.metrics.get((program_id, name))
+        if m is None:
+            m = self.metrics[(program_id, name)] = OpMetric(
+                program_id, name, info.category if info else (category or "unknown"),
+                info.tf_op if info else provenance, info.expression if info else "")
+        m.occurrences += occurrences
+        m.time_ps += time_ps
+        m.self_time_ps += time_ps
+        self.total_op_time_ps += time_ps
+
+    def sorted(self) -> list[OpMetric]:
+        """XProf's ``SortedOpMetricsDb``: self time descending, then name ascending."""
+        return sorted(self.metrics.values(), key=lambda m: (-m.self_time_ps, m.name))
+
+
+def instruction_expression(instr: hlo_pb2.HloInstructionProto, names: dict[int, str]) -> str:
+    """A short HLO text of the instruction, ``%name = opcode(%operand, ...)``. XProf prints
+    the full instruction (shapes, layouts, attributes) through XLA's HloPrinter, which
+    profscope does not reproduce (docs/xprof_compat.md); the op name before `` = `` is
+    the same, and that is what XProf's ``hlo_op_name`` column reads."""
+    operands = ", ".join(f"%{names.get(i, '?')}" for i in instr.operand_ids)
+    return f"%{instr.name} = {instr.opcode}({operands})"
+
+
+def _tf_op_fullname(meta: hlo_pb2.OpMetadata) -> str:
+    # tsl TfOpFullname(type, name) is "name:type"; XProf leaves the column empty for an op
+    # with no OpMetadata at all (a compiler-made copy).
+    if not meta.op_name and not meta.op_type:
+        return ""
+    return f"{meta.op_name}:{meta.op_type}"
+
+
+def _module_instructions(proto: hlo_pb2.HloProto) -> dict[str, _Instruction]:
+    out: dict[str, _Instruction] = {}
+    for comp in proto.hlo_module.computations:
+        names = {i.id: i.name for i in comp.instructions}
+        for instr in comp.instructions:
+            # HloModuleWrapper: try_emplace, the first computation holding a name wins
+            out.setdefault(instr.name, _Instruction(instruction_category(instr), _tf_op_fullname(instr.metadata),
+                                                    instruction_expression(instr, names)))
+    return out
+
+
+def _modules(raw: IO[bytes], index: xplane.XSpaceIndex, path: str) -> dict[int, dict[str, _Instruction]]:
+    """The instructions of each program of the ``/host:metadata`` plane, by program id."""
+    ref = index.plane(xplane.METADATA_PLANE)
+    if ref is None:
+        return {}
+    raw.seek(0)
+    plane = xplane.read_plane(raw, ref, path)
+    stat_names = {k: v.name for k, v in plane.stat_metadata.items()}
+    out: dict[int, dict[str, _Instruction]] = {}
+    # XProf's ParseHloProtosFromXSpace: a module's program id is its event metadata's id
+    # (the key of XPlane.event_metadata), the metadata names it "jit_f(<id>)"
+    for pid, meta in plane.event_metadata.items():
+        proto_stat = next((s for s in meta.stats if stat_names.get(s.metadata_id) == xplane.HLO_PROTO_STAT), None)
+        if proto_stat is None:
+            continue
+        # XProf's AddHloProto logs a module it cannot convert and goes on without it
+        try:
+            proto = hlo_proto.parse(proto_stat.bytes_value, f"{path} (module {meta.name})")
+        except BadInput:
+            continue
+        out.setdefault(pid, _module_instructions(proto))
+    return out
+
+
+def _event_stats(stats, names: dict[int, str]) -> dict[str, object]:
+    return {names.get(s.metadata_id, ""): xplane.stat_value(s, names) for s in stats}
+
+
+def _read_plane(plane, modules: dict[int, dict[str, _Instruction]], db: OpMetricsDb) -> None:
+    names = {k: v.name for k, v in plane.stat_metadata.items()}
+    meta_stats = {k: _event_stats(m.stats, names) for k, m in plane.event_metadata.items()}
+    meta_names = {k: m.name for k, m in plane.event_metadata.items()}
+    first, last = None, 0
+    for line in plane.lines:
+        if is_derived_thread_id(line.id):
+            continue
+        # HLOTracker: the op being summed, (program, name, group, instruction, events, ps)
+        cur: list | None = None
+        for ev in line.events:
+            begin = ev.offset_ps
+            first = begin if first is None else min(first, begin)
+            last = max(last, begin + ev.duration_ps)
+            # XEventVisitor::ForEachStat: the metadata's stats, then the event's own
+            stats = {**meta_stats.get(ev.metadata_id, {}), **_event_stats(ev.stats, names)}
+            hlo_op = stats.get("hlo_op")
+            if isinstance(hlo_op, bytes):
+                hlo_op = hlo_op.decode("utf-8", "replace")
+            group = stats.get("group_id")
+            if hlo_op:
+                op = hlo_op.split(ANNOTATION_DELIMITER)[-1]
+                pid = stats.get("program_id")
+                info = modules.get(pid, {}).get(op) if isinstance(pid, int) else None
+                if info is None:
+                    continue
+                if cur is not None and (op != cur[1] or (group if group is not None else 0) != cur[2]):
+                    db.enter(cur[0], cur[1], cur[3], cur[4], cur[5])
+                    cur = None
+                if cur is None:
+                    cur = [pid, op, group if group is not None else 0, info, 0, 0]
+                cur[4] += 1
+                cur[5] += ev.duration_ps
+                continue
+            tf_op = stats.get("tf_op")
+            if isinstance(tf_op, bytes):
+                tf_op = tf_op.decode("utf-8", "replace")
+            if tf_op:
+                if cur is not None:
+                    db.enter(cur[0], cur[1], cur[3], cur[4], cur[5])
+                    cur = None
+                _category, name, typ = parse_tf_op(tf_op)
+                db.enter(0, f"{name}/{meta_names.get(ev.metadata_id, '')}", None, 1, ev.duration_ps,
+                         category=typ, provenance=tf_op)
+        if cur is not None:
+            db.enter(cur[0], cur[1], cur[3], cur[4], cur[5])
+    db.total_time_ps += (last - first) if (first is not None and last) else 0
+
+
+def read_op_metrics(raw: IO[bytes], path: str) -> OpMetricsDb:
+    """The device op metrics of one XSpace (one host), summed over its GPU planes."""
+    index = xplane.scan(raw, path)
+    db = OpMetricsDb()
+    gpus = [r for r in index.planes if r.name.startswith(GPU_PLANE_PREFIX)]
+    db.unsupported_planes = [r.name for r in index.planes if r.name.startswith(TPU_PLANE_PREFIX)]
+    if not gpus:
+        return db
+    modules = _modules(raw, index, path)
+    for ref in gpus:
+        raw.seek(0)
+        _read_plane(xplane.read_plane(raw, ref, path), modules, db)
+        db.device_planes.append(ref.name)
+    return db
