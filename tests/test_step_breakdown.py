@@ -126,3 +126,37 @@ def test_cpu_only_trace_says_what_is_missing(tmp_path):
     assert out["kernels"] == [] and out["summary"]["kernels"] == 0
     assert "no device activity" in out["summary"]["missing"]
     assert out["steps"][0]["devices"] == []
+
+
+@pytest.fixture(scope="module")
+def public_client(shared_fixtures, tmp_path_factory):
+    from fastapi.testclient import TestClient
+
+    from profscope.app.workspace import Workspace
+    from profscope.cache.store import DiskCache
+    from profscope.server import create_app
+    from profscope.storage import LogDir
+
+    ws = Workspace(LogDir(str(shared_fixtures / "public_profiles"), listing_ttl=0),
+                   DiskCache(tmp_path_factory.mktemp("cache")))
+    return TestClient(create_app(ws), raise_server_exceptions=False)
+
+
+def test_api_steps_ops(public_client, public_indexes):
+    """``GET /api/steps_ops``: the tool's answer for a PyTorch trace run, from the index the
+    timeline uses; an xplane run and an unknown run are 404s that name what they read."""
+    runs = public_client.get("/data/plugin/profile/runs").json()
+    run = next(r for r in runs if "kineto_resnet50_v100" in r)
+    r = public_client.get("/api/steps_ops", params={"run": run})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["run"] == run and body["file"].endswith("kineto_resnet50_v100.pt.trace.json.gz")
+    assert body == {**body, **sb.breakdown(public_indexes["kineto_resnet50_v100.pt"])}
+    assert len(body["steps"]) == 6 and body["kernels"][0]["occurrences"] > 0
+
+    xplane_run = next(r for r in runs if r.startswith("xplane/tf_gpu"))
+    r = public_client.get("/api/steps_ops", params={"run": xplane_run})
+    assert r.status_code == 404 and r.json()["file"].endswith(".xplane.pb")
+    assert "xplane profile" in r.json()["error"]
+    r = public_client.get("/api/steps_ops", params={"run": "no/such/run"})
+    assert r.status_code == 404 and r.json()["ok"] is False

@@ -26,6 +26,7 @@ xplane_activity = lazy.module("profscope.formats.xplane_activity")
 trace_export = lazy.module("profscope.tools.trace_export")
 trace_hosts_tool = lazy.module("profscope.tools.trace_hosts")
 trace_index = lazy.module("profscope.tools.trace_index")
+step_breakdown = lazy.module("profscope.tools.step_breakdown")
 trace_viewer = lazy.module("profscope.tools.trace_viewer")
 trace_visibility = lazy.module("profscope.tools.trace_visibility")
 trace_xprof = lazy.module("profscope.tools.trace_xprof")
@@ -184,6 +185,19 @@ class Traces:
     def trace_summary(self, run: Run, query: TraceQuery) -> dict:
         """Every slice name in ``start_ms``..``end_ms``: occurrences, wall and self time."""
         return self.trace_view(run, query).summary(query.start_ms, query.end_ms)
+
+    def steps_ops(self, run: Run, query: TraceQuery) -> dict:
+        """A PyTorch trace's step-time breakdown and ranked kernels (tools/step_breakdown.py),
+        from the host's trace index (built once, shared with the timeline): ``GET
+        /api/steps_ops``. An xplane profile is refused by name (its steps and ops are
+        XProf's tools, not read from kineto's args)."""
+        name, info, _pos = self._trace_hosts(run, query)[0]
+        if classify(info.name) is FileKind.XPLANE:
+            raise NotFound(f"{self.logdir.display_path(info.path)}: /api/steps_ops reads PyTorch (kineto) Chrome "
+                           "traces; this is an xplane profile", file=self.logdir.display_path(info.path))
+        ix = self.trace_index(run, name, info)
+        return {"run": run.name, "host": name, "file": self.logdir.display_path(info.path),
+                **step_breakdown.breakdown(ix)}
 
     def trace_hosts(self, run: Run) -> dict:
         """Every host's steps, device busy and idle time side by side, slowest first, with

@@ -38,6 +38,12 @@ def router(ws: Workspace) -> APIRouter:
         page's "All hosts" section."""
         return json_response(ws.trace_hosts(ws.run(run)))
 
+    @outer.get("/api/steps_ops")
+    def steps_ops(query: Preview, run: Text = None) -> Response:
+        """A PyTorch trace's steps (time per category, idle and what bounds it, per GPU)
+        and its kernels ranked: app/traces.py, docs/steps_and_ops.md."""
+        return json_response(ws.steps_ops(ws.run(run), query))
+
     r = APIRouter(prefix="/api/trace")
 
     @r.get("/window")
