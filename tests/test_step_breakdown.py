@@ -160,3 +160,20 @@ def test_api_steps_ops(public_client, public_indexes):
     assert "xplane profile" in r.json()["error"]
     r = public_client.get("/api/steps_ops", params={"run": "no/such/run"})
     assert r.status_code == 404 and r.json()["ok"] is False
+
+
+def test_memory_time_by_direction(public_indexes):
+    """Each step's memory time splits by kineto's copy direction (and sets), adding up to
+    the step's memory category; the kinds come from the names HTA also reads."""
+    seen = set()
+    for name, idx in public_indexes.items():
+        out = sb.breakdown(idx)
+        for step in out["steps"]:
+            for dev in step["devices"]:
+                assert sum(dev["memory_us"].values()) == pytest.approx(dev["time_us"]["memory"], abs=0.01)
+                seen |= set(dev["memory_us"])
+        for row in out["kernels"]:
+            assert (row["memory_kind"] is not None) == (row["category"] == "memory")
+            if row["name"].startswith("Memcpy DtoH"):
+                assert row["memory_kind"] == "DtoH"
+    assert {"HtoD", "Memset", "DtoH"} <= seen

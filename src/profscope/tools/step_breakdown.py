@@ -66,6 +66,19 @@ def category_of(name: str) -> str:
     return COMPUTE
 
 
+def memory_kind(name: str) -> str | None:
+    """A memory activity's kind, from kineto's name (``Memcpy HtoD (Pinned -> Device)``,
+    ``Memcpy DtoH (Device -> Pinned)``, ``Memcpy DtoD (Device -> Device)``, ``Memset
+    (Device)``): ``HtoD``, ``DtoH``, ``DtoD``, ``PtoP`` or ``Memset``; ``other`` for any other
+    copy; None for a non-memory activity."""
+    if not _MEMORY.match(name):
+        return None
+    if name.startswith("Memset"):
+        return "Memset"
+    kind = name[7:11]  # HTA's get_memory_kernel_type: the 4 letters after "Memcpy "
+    return kind if name.startswith("Memcpy ") and kind in ("HtoD", "DtoH", "DtoD", "PtoP") else "other"
+
+
 def hta_kernel_type(name: str) -> str:
     """HTA's ``get_kernel_type``: COMMUNICATION, MEMORY, COMPUTATION or OTHER."""
     if _HTA_COMM.match(name):
@@ -231,6 +244,10 @@ def _device_step(k: Kernels, launched: np.ndarray, on_dev: np.ndarray, s: int, d
     launched what runs there: kineto's GPU runs behind the host)."""
     dur = k.end - k.start
     by_cat = {c: _us(dur[launched & (cats == c)].sum()) for c in CATEGORIES}
+    memory: dict[str, int] = {}
+    for i in np.flatnonzero(launched & (cats == MEMORY)):
+        kind = memory_kind(k.names[int(k.name[i])]) or "other"
+        memory[kind] = memory.get(kind, 0) + int(dur[i])
     e = s + d
     inside = on_dev & (k.end > s) & (k.start < e)
     bs, be = _union(np.maximum(k.start[inside], s), np.minimum(k.end[inside], e))
@@ -243,7 +260,8 @@ def _device_step(k: Kernels, launched: np.ndarray, on_dev: np.ndarray, s: int, d
     after = int(e - be[-1]) if len(be) else 0
     between = d - busy - before - after
     tb = temporal(k.start[launched], k.end[launched], launched[launched] & (cats[launched] == COMPUTE))
-    return {"kernels": int(launched.sum()), "time_us": by_cat, "busy_us": _us(busy), "idle_us": _us(d - busy),
+    return {"kernels": int(launched.sum()), "time_us": by_cat,
+            "memory_us": {kind: _us(v) for kind, v in sorted(memory.items())}, "busy_us": _us(busy), "idle_us": _us(d - busy),
             "idle_before_first_us": _us(before), "idle_between_us": _us(between), "idle_after_last_us": _us(after),
             "temporal_us": {key: _us(v) for key, v in tb.items()},
             "bound": _bound(d, d - busy, before + after, between, by_cat)}
@@ -274,7 +292,8 @@ def kernel_table(k: Kernels, sel: np.ndarray, cats: np.ndarray, whole_us: float)
     rows = []
     for j in np.argsort(-total, kind="stable"):
         n = int(uniq[j])
-        rows.append({"name": k.names[n], "category": first_cat[n], "hta_kernel_type": hta_kernel_type(k.names[n]),
+        rows.append({"name": k.names[n], "category": first_cat[n], "memory_kind": memory_kind(k.names[n]),
+                     "hta_kernel_type": hta_kernel_type(k.names[n]),
                      "occurrences": int(count[j]), "total_us": _us(total[j]), "average_us": _us(total[j] / count[j]),
                      "share": round(float(total[j]) / PS_PER_US / whole_us, 6) if whole_us else None})
     return rows
