@@ -6,11 +6,12 @@ recorded by ``scripts/record_xprof_op_golden.py`` from XProf itself. Every answe
 of the server's XProf data route (``/data/plugin/profile/data?tag=hlo_stats``).
 
 Compared per op (a row is keyed by program id and op name, and must sit at XProf's rank):
-the columns XProf's converter computes from the trace, occurrences and text exactly, times
+the columns XProf's converter computes from the trace and the module, occurrences and
+text (the source cell with its stack included) exactly, times
 and shares to 1e-9 relative (XProf prints doubles in full, ps / 1e6; the sums are of the
 same integers, so only the last bits of a float division can differ). Not compared
-(docs/xprof_compat.md): the roofline columns (XLA's HloCostAnalysis), the HLO text beyond
-its op name, the source column.
+(docs/xprof_compat.md): the roofline columns (XLA's HloCostAnalysis) and the HLO text
+beyond its op name.
 
 A CPU-only profile (no device plane) is XProf's empty table; a TPU profile, which XProf
 reads by another path that profscope does not implement yet, and an unreadable file are
@@ -34,7 +35,7 @@ CASES = sorted(k for k in INDEX if not k.startswith("_") and k not in TPU_CASES)
 ROOT = Path(__file__).parents[1]
 DEMO = ROOT / "src" / "profscope" / "demo" / "logdir"
 
-EXACT = ("rank", "program_id", "category", "hlo_op_name", "tf_op_name", "occurrences")
+EXACT = ("rank", "program_id", "category", "hlo_op_name", "tf_op_name", "occurrences", "source_info")
 TIMES = ("total_time", "avg_time", "total_self_time", "avg_self_time", "total_self_time_percent",
          "cumulative_total_self_time_percent")
 

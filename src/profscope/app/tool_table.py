@@ -190,6 +190,7 @@ TOOLS: tuple[Tool, ...] = (
         _reads_xplanes,
         pages=(),
         complete=_first_host,
+        version=2,  # 2: source_info (file:line, the stack in its title)
     ),
     Tool(
         "oom_risk",

@@ -85,6 +85,10 @@ class _Instruction:
     category: str
     tf_op: str  # tsl TfOpFullname(op_type, op_name): "name:type"
     expression: str
+    deduplicated_name: str = ""
+    source_file: str = ""
+    source_line: int = 0
+    stack_frame: str = ""
 
 
 @dataclass(slots=True)
@@ -96,6 +100,10 @@ class OpMetric:
     category: str
     provenance: str  # the framework op, "name:type"
     long_name: str  # the op's HLO text (profscope's short form, see instruction_expression)
+    deduplicated_name: str = ""  # OpMetadata.deduplicated_name: the op it repeats
+    source_file: str = ""
+    source_line: int = 0
+    stack_frame: str = ""  # "file:line:column\n" per frame, innermost first
     occurrences: int = 0
     time_ps: int = 0
     self_time_ps: int = 0
@@ -108,6 +116,7 @@ class OpMetricsDb:
     total_op_time_ps: int = 0  # the sum of every op's self time: total minus IDLE
     device_planes: list[str] = field(default_factory=list)
     unsupported_planes: list[str] = field(default_factory=list)
+    program_names: dict[int, str] = field(default_factory=dict)  # HloModuleProto.name by program id
 
     @property
     def idle_time_ps(self) -> int:
@@ -121,6 +130,9 @@ class OpMetricsDb:
             m = self.metrics[(program_id, name)] = OpMetric(
                 program_id, name, info.category if info else (category or "unknown"),
                 info.tf_op if info else provenance, info.expression if info else "")
+            if info is not None:
+                m.deduplicated_name, m.source_file = info.deduplicated_name, info.source_file
+                m.source_line, m.stack_frame = info.source_line, info.stack_frame
         m.occurrences += occurrences
         m.time_ps += time_ps
         m.self_time_ps += time_ps
@@ -148,19 +160,55 @@ def _tf_op_fullname(meta: hlo_pb2.OpMetadata) -> str:
     return f"{meta.op_name}:{meta.op_type}"
 
 
+def _stack(index: hlo_pb2.StackFrameIndexProto, frame_id: int) -> str:
+    """XProf's GetOpLocationStack: ``file:line:column`` per frame from the op's frame out
+    through its parents (StackFrameIndexProto ids are 1-based, 0 ends the chain)."""
+    lines = []
+    seen = set()
+    while 0 < frame_id <= len(index.stack_frames) and frame_id not in seen:
+        seen.add(frame_id)  # a corrupt index could loop
+        frame = index.stack_frames[frame_id - 1]
+        if not 0 < frame.file_location_id <= len(index.file_locations):
+            break
+        loc = index.file_locations[frame.file_location_id - 1]
+        name = index.file_names[loc.file_name_id - 1] if 0 < loc.file_name_id <= len(index.file_names) else ""
+        lines.append(f"{name}:{loc.line}:{loc.column}\n")
+        frame_id = frame.parent_frame_id
+    return "".join(lines)
+
+
+def _source(meta: hlo_pb2.OpMetadata, index: hlo_pb2.StackFrameIndexProto) -> tuple[str, int, str]:
+    """XProf's GetSourceInfo: the metadata's file and line with the stack; without a file,
+    the first frame's ``file:line`` (ParseOpSourceInfoFromStackFrame)."""
+    stack = _stack(index, meta.stack_frame_id) if meta.stack_frame_id else ""
+    if meta.source_file:
+        return meta.source_file, meta.source_line, stack
+    if stack:
+        parts = stack.split("\n", 1)[0].split(":")
+        if len(parts) >= 2:
+            return parts[0], int(parts[1]) if parts[1].lstrip("-").isdigit() else 0, stack
+    return "", 0, ""
+
+
 def _module_instructions(proto: hlo_pb2.HloProto) -> dict[str, _Instruction]:
     out: dict[str, _Instruction] = {}
+    index = proto.hlo_module.stack_frame_index
     for comp in proto.hlo_module.computations:
         names = {i.id: i.name for i in comp.instructions}
         for instr in comp.instructions:
             # HloModuleWrapper: try_emplace, the first computation holding a name wins
-            out.setdefault(instr.name, _Instruction(instruction_category(instr), _tf_op_fullname(instr.metadata),
-                                                    instruction_expression(instr, names)))
+            if instr.name in out:
+                continue
+            out[instr.name] = _Instruction(instruction_category(instr), _tf_op_fullname(instr.metadata),
+                                           instruction_expression(instr, names), instr.metadata.deduplicated_name,
+                                           *_source(instr.metadata, index))
     return out
 
 
-def _modules(raw: IO[bytes], index: xplane.XSpaceIndex, path: str) -> dict[int, dict[str, _Instruction]]:
-    """The instructions of each program of the ``/host:metadata`` plane, by program id."""
+def _modules(raw: IO[bytes], index: xplane.XSpaceIndex, path: str,
+             names: dict[int, str]) -> dict[int, dict[str, _Instruction]]:
+    """The instructions of each program of the ``/host:metadata`` plane, by program id;
+    ``names`` gets each program's module name."""
     ref = index.plane(xplane.METADATA_PLANE)
     if ref is None:
         return {}
@@ -179,7 +227,9 @@ def _modules(raw: IO[bytes], index: xplane.XSpaceIndex, path: str) -> dict[int, 
             proto = hlo_proto.parse(proto_stat.bytes_value, f"{path} (module {meta.name})")
         except BadInput:
             continue
-        out.setdefault(pid, _module_instructions(proto))
+        if pid not in out:
+            out[pid] = _module_instructions(proto)
+            names[pid] = proto.hlo_module.name
     return out
 
 
@@ -244,7 +294,7 @@ def read_op_metrics(raw: IO[bytes], path: str) -> OpMetricsDb:
     db.unsupported_planes = [r.name for r in index.planes if r.name.startswith(TPU_PLANE_PREFIX)]
     if not gpus:
         return db
-    modules = _modules(raw, index, path)
+    modules = _modules(raw, index, path, db.program_names)
     for ref in gpus:
         raw.seek(0)
         _read_plane(xplane.read_plane(raw, ref, path), modules, db)

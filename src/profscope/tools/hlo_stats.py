@@ -11,8 +11,8 @@ every device plane (idle included), the cumulative share in rank order.
 
 Not reproduced (docs/xprof_compat.md): the roofline columns (XProf fills them from
 XLA's ``HloCostAnalysis`` of the module, which profscope does not run: 0 and "Unknown"
-here), the full HLO text of ``hlo_op_expression`` (profscope writes a short form with
-the same op name) and the source column.
+here) and the full HLO text of ``hlo_op_expression`` (profscope writes a short form
+with the same op name).
 """
 
 from __future__ import annotations
@@ -65,6 +65,22 @@ def _op_name(expression: str, name: str) -> str:
     return head[1:] if head.startswith("%") else head
 
 
+def _escape_html(text: str) -> str:
+    # XProf's EscapeHtml (xprof/convert/source_info_utils.h)
+    for a, b in (("&", "&amp;"), ("<", "&lt;"), (">", "&gt;"), ('"', "&quot;"), ("'", "&#39;")):
+        text = text.replace(a, b)
+    return text
+
+
+def source_info_text(op: dict) -> str:
+    """XProf's SourceInfoFormattedText: the op's ``file:line`` in a cell whose title is its
+    stack, "" without a file."""
+    if not op["source_file"] or op["source_line"] == -1:
+        return ""
+    return (f"<div class='source-info-cell' title='{_escape_html(op['stack_frame'])}'>"
+            f"{_escape_html(op['source_file'])}:{op['source_line']}</div>")
+
+
 def hlo_stats(ops: list[dict], total_time_ps: int) -> dict:
     """The DataTable of ``ops``: dicts with the keys of formats.xplane_op_metrics.OpMetric,
     in XProf's sorted order; ``total_time_ps`` the device time the shares are of."""
@@ -83,7 +99,7 @@ def hlo_stats(ops: list[dict], total_time_ps: int) -> dict:
             float(len(rows) + 1), str(op["hlo_module_id"]), op["category"], _op_name(expression, op["name"]),
             expression, op["provenance"], float(op["occurrences"]), total, _safe_div(total, op["occurrences"]),
             self_us, _safe_div(self_us, op["occurrences"]), share * 100.0, cumulative * 100.0,
-            0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, "Unknown", "No", "No", "No", "", "", "", 0.0,
+            0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, "Unknown", "No", "No", "No", source_info_text(op), "", "", 0.0,
         )
         rows.append({"c": [{"v": v} for v in values]})
     return {"cols": [{"id": i, "label": label, "type": t} for i, t, label in COLUMNS], "rows": rows}
