@@ -177,3 +177,25 @@ def test_memory_time_by_direction(public_indexes):
             if row["name"].startswith("Memcpy DtoH"):
                 assert row["memory_kind"] == "DtoH"
     assert {"HtoD", "Memset", "DtoH"} <= seen
+
+
+def test_cli_steps(shared_fixtures, public_indexes, tmp_path, capsys):
+    """``profscope steps``: the route's numbers as JSON, the same as Markdown tables; an
+    xplane run is exit status 2 with the file named."""
+    from profscope.cli import main
+
+    logdir = str(shared_fixtures / "public_profiles")
+    run = "traces/tracelens_h100_bert_small.trace.json.gz"
+    out = tmp_path / "steps.json"
+    cache = ["--cache-dir", str(tmp_path / "cache")]
+    assert main(["steps", logdir, "--run", run, "--format", "json", "--top", "0", "-o", str(out), *cache]) == 0
+    got = json.loads(out.read_text())
+    assert got["steps"] == sb.breakdown(public_indexes["tracelens_h100_bert_small"])["steps"]
+    assert main(["steps", logdir, "--run", run, "--top", "3", *cache]) == 0
+    text = capsys.readouterr().out
+    step = got["steps"][0]
+    assert f"| {step['step']} | 0 | {step['step_time_us']:,.1f} |" in text
+    kernel_rows = text.split("| kernel |", 1)[1].strip().splitlines()[2:]
+    assert len(kernel_rows) == 3 and all("| compute |" in r for r in kernel_rows)  # all compute on this trace
+    assert main(["steps", logdir, "--run", "xplane/tf_gpu/GPU-multi-worker", *cache]) == 2
+    assert ".xplane.pb: Steps & ops" in capsys.readouterr().err

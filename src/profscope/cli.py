@@ -16,7 +16,7 @@ from profscope import __version__
 from profscope.errors import BadRequest, ProfscopeError
 
 DEFAULT_PORT = 8791
-COMMANDS = ("serve", "runs", "query", "report", "capture")
+COMMANDS = ("serve", "runs", "query", "report", "capture", "steps")
 
 DESCRIPTION = """\
 profscope: a self-hosted profile viewer for ML workloads (XProf-compatible).
@@ -61,6 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_runs(sub)
     _add_query(sub)
     _add_report(sub)
+    _add_steps(sub)
     _add_capture(sub)
     return parser
 
@@ -169,6 +170,24 @@ def _add_report(sub) -> None:
     report.add_argument("--cache-dir", help="where converted results are kept (default ~/.cache/profscope)")
     report.add_argument("--cache-size", metavar="SIZE", help=CACHE_SIZE_HELP)
     _worker_options(report)
+
+
+def _add_steps(sub) -> None:
+    steps = sub.add_parser(
+        "steps", help="print a PyTorch trace's step-time breakdown and its kernels ranked, and exit",
+        description="Per ProfilerStep#N and GPU: step time, kernel time by category, device idle and what bounds the "
+                    "step; then the kernels, most time first (the JSON of GET /api/steps_ops; docs/steps_and_ops.md). "
+                    "Exit status 0, or 2 on bad input.")
+    steps.add_argument("logdir", nargs="?", help="local folder, gs://bucket/prefix or memory://path")
+    steps.add_argument("--demo", action="store_true", help="use the bundled demo log directory")
+    steps.add_argument("--run", required=True, help="the run (as `profscope runs` names it)")
+    steps.add_argument("--host", help="the trace of the run to read (default: the first)")
+    steps.add_argument("--top", type=int, default=20, metavar="N", help="kernels to list (default 20; 0: all)")
+    steps.add_argument("--format", choices=("markdown", "json"), default="markdown", help="output format (default markdown)")
+    steps.add_argument("-o", "--output", metavar="FILE", help="write here instead of standard output")
+    steps.add_argument("--cache-dir", help="where converted results are kept (default ~/.cache/profscope)")
+    steps.add_argument("--cache-size", metavar="SIZE", help=CACHE_SIZE_HELP)
+    _worker_options(steps)
 
 
 def _add_capture(sub) -> None:
@@ -473,6 +492,52 @@ def cmd_query(args) -> int:
     return 0
 
 
+def cmd_steps(args) -> int:
+    """The answer of ``/api/steps_ops`` for one run, as JSON or as Markdown tables."""
+    from profscope.app.queries import TraceQuery
+
+    if args.top < 0:
+        raise BadRequest(f"--top must be 0 (all) or a positive number of kernels, not {args.top}")
+    ws = _workspace(args)
+    out = ws.steps_ops(ws.run(args.run), TraceQuery(host=args.host))
+    if args.top:
+        out = {**out, "kernels": out["kernels"][:args.top]}
+    text = json.dumps(out, indent=1) if args.format == "json" else _steps_markdown(out)
+    if args.output:
+        Path(args.output).write_text(text + "\n", encoding="utf-8")
+    else:
+        sys.stdout.write(text + "\n")
+    return 0
+
+
+def _steps_markdown(out: dict) -> str:
+    """The steps and kernels of :meth:`Workspace.steps_ops` as Markdown tables (µs)."""
+    summary = out["summary"]
+    lines = [f"# Steps & ops: {out['run']} ({out['file']})", ""]
+    if "median_us" in summary:
+        lines += [f"{summary['steps']} steps, median {summary['median_us']:,.1f} µs, p90 {summary['p90_us']:,.1f} µs, "
+                  f"slowest step {summary['slowest_step']} ({summary['slowest_us']:,.1f} µs)", ""]
+    if summary.get("missing"):
+        lines += [f"Note: {summary['missing']}", ""]
+    if out["steps"]:
+        lines += ["| step | device | step time | compute | communication | memory | other | idle | bound |",
+                  "|---|---|---:|---:|---:|---:|---:|---:|---|"]
+        for step in out["steps"]:
+            for dev in step["devices"]:
+                t = dev["time_us"]
+                lines.append(f"| {step['step']} | {dev['device']} | {step['step_time_us']:,.1f} | {t['compute']:,.1f} | "
+                             f"{t['communication']:,.1f} | {t['memory']:,.1f} | {t['other']:,.1f} | "
+                             f"{dev['idle_us']:,.1f} | {dev['bound']} |")
+        lines.append("")
+    lines += ["| kernel | category | occurrences | total | average | share |", "|---|---|---:|---:|---:|---:|"]
+    for k in out["kernels"]:
+        name = k["name"].replace("|", "\\|")
+        share = "" if k["share"] is None else f"{100 * k['share']:.2f} %"
+        lines.append(f"| {name} | {k['category']} | {k['occurrences']:,} | {k['total_us']:,.1f} | "
+                     f"{k['average_us']:,.3f} | {share} |")
+    return "\n".join(lines)
+
+
 def _positive_int(text: str | None, name: str) -> int | None:
     if text is None or not text.strip():
         return None
@@ -630,7 +695,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = _normalise_argv(list(sys.argv[1:] if argv is None else argv))
     args = build_parser().parse_args(argv)
     try:
-        commands = {"serve": cmd_serve, "runs": cmd_runs, "query": cmd_query, "report": cmd_report, "capture": cmd_capture}
+        commands = {"serve": cmd_serve, "runs": cmd_runs, "query": cmd_query, "report": cmd_report, "capture": cmd_capture,
+                    "steps": cmd_steps}
         return commands[args.command](args)
     except ProfscopeError as e:
         print(f"profscope: error: {e.message}", file=sys.stderr)

@@ -193,8 +193,8 @@ class Traces:
         XProf's tools, not read from kineto's args)."""
         name, info, _pos = self._trace_hosts(run, query)[0]
         if classify(info.name) is FileKind.XPLANE:
-            raise NotFound(f"{self.logdir.display_path(info.path)}: /api/steps_ops reads PyTorch (kineto) Chrome "
-                           "traces; this is an xplane profile", file=self.logdir.display_path(info.path))
+            raise NotFound(f"{self.logdir.display_path(info.path)}: Steps & ops (/api/steps_ops, profscope "
+                           "steps) reads PyTorch (kineto) Chrome traces; this is an xplane profile", file=self.logdir.display_path(info.path))
         ix = self.trace_index(run, name, info)
         return {"run": run.name, "host": name, "file": self.logdir.display_path(info.path),
                 **step_breakdown.breakdown(ix)}
