@@ -10,10 +10,11 @@ next to what it reads), in a scratch virtual environment with ``xprof==2.24.2`` 
 profscope dependency: ``--xprof-python`` or ``$XPROF_PYTHON``)::
 
     from xprof.convert import raw_to_tool_data as r
-    r.xspace_to_tool_data([copy], "hlo_stats", {})   # and "op_profile"
+    r.xspace_to_tool_data([copy], "hlo_stats", {})   # and "op_profile", by program and
+                                                     # with {"group_by": "category"}
 
 The answers are kept whole (they are small: a DataTable of one row per HLO op, and the op
-tree), gzip-compressed with mtime 0, as ``tests/golden/op_stats/<case>.<tool>.json.gz``;
+tree), gzip-compressed with mtime 0, as ``tests/golden/op_stats/<case>.<hlo_stats|op_profile|op_profile_category>.json.gz``;
 ``index.json`` lists each case with its input path (relative to the fixtures folder or
 the repository), run, host and sha256, and the row count.
 
@@ -35,23 +36,25 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "tests" / "golden" / "op_stats"
 DEMO = ROOT / "src" / "profscope" / "demo" / "logdir"
-TOOLS = ("hlo_stats", "op_profile")
+# (golden name, XProf tool, its params): op_profile by program (XProf's default) and by category
+TOOLS = (("hlo_stats", "hlo_stats", {}), ("op_profile", "op_profile", {}),
+         ("op_profile_category", "op_profile", {"group_by": "category"}))
 
 _RUN = r"""
-import sys
+import json, sys
 from xprof.convert import raw_to_tool_data as r
-data = r.xspace_to_tool_data([sys.argv[1]], sys.argv[2], {})[0]
+data = r.xspace_to_tool_data([sys.argv[1]], sys.argv[2], json.loads(sys.argv[3]))[0]
 if data is None:
     sys.exit("XProf returned no data")
 sys.stdout.buffer.write(data if isinstance(data, bytes) else data.encode())
 """
 
 
-def run_xprof(python: str, name: str, data: bytes, tool: str) -> dict:
+def run_xprof(python: str, name: str, data: bytes, tool: str, params: dict) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         copy = Path(tmp) / name
         copy.write_bytes(data)
-        proc = subprocess.run([python, "-c", _RUN, str(copy), tool], capture_output=True, timeout=600, check=False)
+        proc = subprocess.run([python, "-c", _RUN, str(copy), tool, json.dumps(params)], capture_output=True, timeout=600, check=False)
         if proc.returncode != 0:
             raise SystemExit(f"XProf failed on {name} ({tool}):\n{proc.stderr.decode(errors='replace')[-2000:]}")
         return json.loads(proc.stdout)
@@ -91,15 +94,16 @@ def main() -> None:
     if not args.xprof_python:
         ap.error("give --xprof-python or set XPROF_PYTHON (a venv with xprof==2.24.2)")
     args.out.mkdir(parents=True, exist_ok=True)
-    index: dict = {"_meta": {"xprof": "2.24.2", "call": 'xspace_to_tool_data([copy], tool, {})', "tools": TOOLS}}
+    index: dict = {"_meta": {"xprof": "2.24.2", "call": "xspace_to_tool_data([copy], tool, params)",
+                             "tools": {golden: [tool, params] for golden, tool, params in TOOLS}}}
     for case, xplane, entry in cases(args.fixtures):
         data = xplane.read_bytes()
         entry = {**entry, "sha256": hashlib.sha256(data).hexdigest()}
-        for tool in TOOLS:
-            body = run_xprof(args.xprof_python, xplane.name, data, tool)
-            out = f"{case}.{tool}.json.gz"
+        for golden, tool, params in TOOLS:
+            body = run_xprof(args.xprof_python, xplane.name, data, tool, params)
+            out = f"{case}.{golden}.json.gz"
             (args.out / out).write_bytes(gzip.compress(json.dumps(body, separators=(",", ":")).encode(), mtime=0))
-            entry[tool] = out
+            entry[golden] = out
         entry["hlo_stats_rows"] = len(json.loads(gzip.decompress((args.out / entry["hlo_stats"]).read_bytes()))["rows"])
         index[case] = entry
         print(f"{case}: {entry['hlo_stats_rows']} hlo_stats rows", file=sys.stderr)

@@ -120,6 +120,7 @@ ENDPOINTS = [
     ("data", {"tag": "memory_profile", "host": "host"}),
     ("data", {"tag": "memory_viewer", "host": "host", "module_name": "m(1)"}),
     ("data", {"tag": "hlo_stats", "host": "host"}),
+    ("data", {"tag": "op_profile", "host": "host"}),
 ]
 
 

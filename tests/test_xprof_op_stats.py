@@ -1,9 +1,17 @@
-"""XProf's ``hlo_stats`` from profscope against XProf 2.24.2's own answers, on the real
-GPU/ROCm profiles of ``shared/fixtures/public_profiles`` and on the demo's CPU profiles.
+"""XProf's ``hlo_stats`` and ``op_profile`` from profscope against XProf 2.24.2's own
+answers, on the real GPU/ROCm profiles of ``shared/fixtures/public_profiles`` and on the
+demo's CPU profiles.
 
-Goldens: ``tests/golden/op_stats/<case>.hlo_stats.json.gz`` (listed in ``index.json``),
-recorded by ``scripts/record_xprof_op_golden.py`` from XProf itself. Every answer is asked
-of the server's XProf data route (``/data/plugin/profile/data?tag=hlo_stats``).
+Goldens: ``tests/golden/op_stats/<case>.<hlo_stats|op_profile|op_profile_category>.json.gz``
+(listed in ``index.json``), recorded by ``scripts/record_xprof_op_golden.py`` from XProf
+itself. Every answer is asked of the server's XProf data route
+(``/data/plugin/profile/data?tag=hlo_stats`` / ``tag=op_profile``).
+
+op_profile: the whole JSON (both trees, ``deviceType``, ``aggDvfsTimeScaleMultiplier``)
+equal, node by node, key order included, but for the FLOP and byte fields (XLA's
+HloCostAnalysis: 0 here) and the HLO text past its op name; siblings of equal time may
+come in either order (XProf sorts them with ``std::partial_sort``, which is not stable),
+so each node's children are compared as a list of times and then matched by name.
 
 Compared per op (a row is keyed by program id and op name, and must sit at XProf's rank):
 the columns XProf's converter computes from the trace and the module, occurrences and
@@ -67,8 +75,25 @@ def _table(body: dict) -> list[dict]:
     return [dict(zip(ids, [cell.get("v") for cell in row["c"]])) for row in body["rows"]]
 
 
-def _ask(client, entry: dict, tag: str = "hlo_stats"):
-    return client.get("/data/plugin/profile/data", params={"run": entry["run"], "tag": tag, "host": entry["host"]})
+def _ask(client, entry: dict, tag: str = "hlo_stats", **more):
+    return client.get("/data/plugin/profile/data",
+                      params={"run": entry["run"], "tag": tag, "host": entry["host"], **more})
+
+
+COST_FIELDS = ("flops", "rawFlops", "bf16Flops", "uncappedFlops", "bandwidthUtils", "rawBytesAccessedArray")
+
+
+def _comparable(node: dict) -> dict:
+    """The node without what XLA's cost analysis gives, its HLO text cut to the op name,
+    its children (equal times in name order) made comparable too."""
+    out = {k: v for k, v in node.items() if k != "children"}
+    out["metrics"] = {k: v for k, v in node["metrics"].items() if k not in COST_FIELDS}
+    if "xla" in node:
+        out["xla"] = {**node["xla"], "expression": node["xla"]["expression"].split(" = ")[0]}
+    kids = sorted(node["children"], key=lambda c: (-c["metrics"]["rawTime"], c["name"]))
+    out["children"] = [_comparable(c) for c in kids]
+    out["childTimes"] = [c["metrics"]["rawTime"] for c in node["children"]]  # the order as sent
+    return out
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -91,6 +116,28 @@ def test_hlo_stats_equals_xprof(clients, case):
         assert o["hlo_op_expression"].startswith(f"%{t['hlo_op_name']} = ")
 
 
+@pytest.mark.parametrize("group_by", [None, "category"])
+@pytest.mark.parametrize("case", CASES)
+def test_op_profile_equals_xprof(clients, case, group_by):
+    entry = INDEX[case]
+    golden = json.loads(gzip.decompress((GOLDEN / entry["op_profile" if group_by is None else
+                                                       "op_profile_category"]).read_bytes()))
+    res = _ask(clients[entry["fixture"]], entry, "op_profile", **({"group_by": group_by} if group_by else {}))
+    assert res.status_code == 200, res.text
+    body = res.json()
+    assert list(body) == list(golden)
+    for key, value in golden.items():
+        if isinstance(value, dict):
+            assert json.dumps(_comparable(body[key])) == json.dumps(_comparable(value)), key
+        else:
+            assert body[key] == value, key
+
+
+def test_op_profile_by_provenance_is_a_clear_400(clients):
+    res = _ask(clients[True], INDEX["mi300_jax08_gemm"], "op_profile", group_by="provenance")
+    assert res.status_code == 400 and "group_by" in res.json()["error"], res.text
+
+
 def test_goldens_cover_rows_and_empty_tables():
     """The cases hold ops to compare (ROCm) and the CPU-only profiles' empty table."""
     assert sum(INDEX[c]["hlo_stats_rows"] for c in CASES) >= 20
@@ -100,21 +147,23 @@ def test_goldens_cover_rows_and_empty_tables():
 def test_hlo_stats_is_listed_where_xprof_lists_it(clients):
     entry = INDEX["mi300_jax08_gemm"]
     tools = clients[True].get("/data/plugin/profile/run_tools", params={"run": entry["run"]}).json()
-    assert "hlo_stats" in tools
+    assert "hlo_stats" in tools and "op_profile" in tools
 
 
-def test_tpu_profile_is_a_clear_4xx(clients):
+@pytest.mark.parametrize("tag", ["hlo_stats", "op_profile"])
+def test_tpu_profile_is_a_clear_4xx(clients, tag):
     entry = INDEX["tpu_inference"]
-    res = _ask(clients[True], entry)
+    res = _ask(clients[True], entry, tag)
     assert res.status_code == 404, res.text
     body = res.json()
     assert "TPU" in body["error"] and body["file"].endswith(f"{entry['host']}.xplane.pb")
 
 
-def test_unreadable_profile_is_a_clear_4xx(clients, shared_fixtures):
+@pytest.mark.parametrize("tag", ["hlo_stats", "op_profile"])
+def test_unreadable_profile_is_a_clear_4xx(clients, shared_fixtures, tag):
     corrupt = sorted((shared_fixtures / "public_profiles" / "xplane" / "tpu_inference_corrupt").glob(
         "plugins/profile/*/*.xplane.pb"))[0]
     entry = {"run": f"tpu_inference_corrupt/{corrupt.parent.name}", "host": corrupt.name[: -len(".xplane.pb")]}
-    res = _ask(clients[True], entry)
+    res = _ask(clients[True], entry, tag)
     assert 400 <= res.status_code < 500, res.text
     assert res.json()["file"].endswith(corrupt.name)

@@ -1,23 +1,25 @@
-"""XProf's op statistics tools of a profile (``hlo_stats``): the device op metrics of one
-host's xplane (formats/xplane_op_metrics.py) made into XProf's JSON (tools/hlo_stats.py)."""
+"""XProf's op statistics tools of a profile (``hlo_stats``, ``op_profile``): the device op
+metrics of one host's xplane (formats/xplane_op_metrics.py) made into XProf's JSON
+(tools/hlo_stats.py, tools/op_profile.py)."""
 
 from __future__ import annotations
 
 import dataclasses
 
 from profscope.app import lazy
-from profscope.app.queries import OpStatsQuery
-from profscope.errors import NotFound
+from profscope.app.queries import OpProfileQuery, OpStatsQuery
+from profscope.errors import BadRequest, NotFound
 from profscope.model.catalog import Run
 
 xplane_op_metrics = lazy.module("profscope.formats.xplane_op_metrics")
 hlo_stats_tool = lazy.module("profscope.tools.hlo_stats")
+op_profile_tool = lazy.module("profscope.tools.op_profile")
 
 
 class OpStats:
     """Part of :class:`~profscope.app.workspace.Workspace`: where the device time went, op by op."""
 
-    def _op_metrics(self, run: Run, query: OpStatsQuery, progress):
+    def _op_metrics(self, run: Run, query: OpStatsQuery | OpProfileQuery, progress):
         hosts = run.hosts
         if not hosts:
             raise NotFound(f"run {run.name!r} has no xplane profile to read device ops from")
@@ -40,3 +42,15 @@ class OpStats:
         """XProf's ``hlo_stats`` DataTable of one host: every HLO op, ranked by device self time."""
         db = self._op_metrics(run, query, progress)
         return hlo_stats_tool.hlo_stats([dataclasses.asdict(m) for m in db.sorted()], db.total_time_ps)
+
+    def op_profile(self, run: Run, query: OpProfileQuery, progress) -> dict:
+        """XProf's ``op_profile`` of one host: the device ops as a tree with their time."""
+        group_by = query.group_by or "program"
+        if group_by not in op_profile_tool.GROUPINGS:
+            raise BadRequest(f"group_by={group_by!r}: profscope groups op_profile by "
+                             f"{' or '.join(op_profile_tool.GROUPINGS)} (XProf also by provenance)")
+        db = self._op_metrics(run, query, progress)
+        return op_profile_tool.op_profile(
+            [dataclasses.asdict(m) for m in db.metrics.values()], total_time_ps=db.total_time_ps,
+            total_op_time_ps=db.total_op_time_ps, device_type="GPU" if db.device_planes else "CPU_ONLY",
+            program_names=db.program_names, has_devices=bool(db.device_planes), group_by=group_by)

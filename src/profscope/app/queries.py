@@ -124,6 +124,12 @@ class OpStatsQuery(Query):
 
 
 @dataclass(frozen=True, slots=True)
+class OpProfileQuery(Query):
+    host: str | None = text()
+    group_by: str | None = text()  # XProf's: "program" (its default) or "category"
+
+
+@dataclass(frozen=True, slots=True)
 class OomRiskQuery(Query):
     host: str | None = text()
     module_name: str | None = text()

@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any
 from profscope.app.compiled_memory import CompiledMemory
 from profscope.app.oom import OomAssessment
 from profscope.app.op_stats import OpStats
-from profscope.app.queries import (MemoryProfileQuery, MemoryViewerQuery, OomRiskQuery, OpStatsQuery, Query,
-                                   XprofTraceQuery)
+from profscope.app.queries import (MemoryProfileQuery, MemoryViewerQuery, OomRiskQuery, OpProfileQuery, OpStatsQuery,
+                                   Query, XprofTraceQuery)
 from profscope.app.runtime_memory import RuntimeMemory
 from profscope.app.snapshots import Snapshots
 from profscope.app.traces import Traces
@@ -105,10 +105,11 @@ class Tool:
         return self.page is not None and bool(getattr(query, self.page.flag))
 
 
-def _first_host(run: Run, query: MemoryProfileQuery | OpStatsQuery) -> MemoryProfileQuery | OpStatsQuery:
+def _first_host(run: Run, query: Query) -> Query:
     """No host is the run's first (RuntimeMemory.xplane_memory_profile): the page and XProf
     ask with the host, OOM risk of a one-host run without; before issue 32 the two were
-    two keys, and a cold memory profile converted the file twice."""
+    two keys, and a cold memory profile converted the file twice. For every query with a
+    ``host`` field (the memory profile's, the op statistics')."""
     if query.host is None and run.kind is RunKind.PROFILE and run.hosts:
         return query.but(host=run.hosts[0])
     return query
@@ -178,6 +179,18 @@ TOOLS: tuple[Tool, ...] = (
         answer=Answer.STREAM,
         stream=Traces.trace_xprof_stream,
         aliases=("trace_viewer",),  # XProf's frontend and older clients leave out the streaming '@'
+    ),
+    Tool(
+        "op_profile",
+        "HLO op profile",
+        "The device ops as a tree (program, category, op) with their time, as XProf's HLO op profile.",
+        OpProfileQuery,
+        # XProf's op_profile JSON for XProf's own page; GPU/ROCm device planes (TPU: a 404
+        # saying so, formats/xplane_op_metrics.py)
+        _for(profile=OpStats.op_profile, xla_dump=NOT_FOR, torch_snapshot=NOT_FOR, chrome_trace=NOT_FOR),
+        _reads_xplanes,
+        pages=(),
+        complete=_first_host,
     ),
     Tool(
         "hlo_stats",

@@ -87,7 +87,7 @@ class _Instruction:
     expression: str
     deduplicated_name: str = ""
     source_file: str = ""
-    source_line: int = 0
+    source_line: int = -1
     stack_frame: str = ""
 
 
@@ -102,7 +102,7 @@ class OpMetric:
     long_name: str  # the op's HLO text (profscope's short form, see instruction_expression)
     deduplicated_name: str = ""  # OpMetadata.deduplicated_name: the op it repeats
     source_file: str = ""
-    source_line: int = 0
+    source_line: int = -1
     stack_frame: str = ""  # "file:line:column\n" per frame, innermost first
     occurrences: int = 0
     time_ps: int = 0
@@ -186,8 +186,8 @@ def _source(meta: hlo_pb2.OpMetadata, index: hlo_pb2.StackFrameIndexProto) -> tu
     if stack:
         parts = stack.split("\n", 1)[0].split(":")
         if len(parts) >= 2:
-            return parts[0], int(parts[1]) if parts[1].lstrip("-").isdigit() else 0, stack
-    return "", 0, ""
+            return parts[0], int(parts[1]) if parts[1].lstrip("-").isdigit() else -1, stack
+    return "", -1, ""  # tsl OpSourceInfo: source_line -1 when unknown
 
 
 def _module_instructions(proto: hlo_pb2.HloProto) -> dict[str, _Instruction]:
