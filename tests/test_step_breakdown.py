@@ -199,3 +199,22 @@ def test_cli_steps(shared_fixtures, public_indexes, tmp_path, capsys):
     assert len(kernel_rows) == 3 and all("| compute |" in r for r in kernel_rows)  # all compute on this trace
     assert main(["steps", logdir, "--run", "xplane/tf_gpu/GPU-multi-worker", *cache]) == 2
     assert ".xplane.pb: Steps & ops" in capsys.readouterr().err
+
+
+def test_odd_device_args_are_not_kernels(tmp_path):
+    """Stream rows whose ``device``/``stream``/``correlation`` are not numbers (a string, a
+    list, a bool, an integer past 64 bits, null) are not device activities; the others
+    of the trace still are."""
+    tr = kineto_trace.KinetoTrace()
+    tr.step(0, lambda t: [t.kernel("good_kernel", 50) for _ in range(3)])
+    odd = [{"device": "0", "stream": 7, "correlation": 1}, {"device": 0, "stream": [7], "correlation": 1},
+           {"device": 0, "stream": True, "correlation": 1}, {"device": 0, "stream": 7, "correlation": 10**30},
+           {"device": 0, "stream": 7, "correlation": None}]
+    for i, args in enumerate(odd):
+        tr.events.append({"ph": "X", "cat": "kernel", "name": f"odd_{i}", "pid": kineto_trace.DEVICE,
+                          "tid": kineto_trace.STREAM, "ts": tr.t + 10 * i, "dur": 5, "args": args})
+    out = sb.breakdown(_index(tr.write(tmp_path / "odd.pt.trace.json"), tmp_path / "index"))
+    names = {r["name"] for r in out["kernels"]} | {n for n in sb.hta_view(
+        _index(tmp_path / "odd.pt.trace.json", tmp_path / "index2"))["kernels"]}
+    assert names == {"good_kernel"}
+    assert out["summary"]["kernels"] == 3

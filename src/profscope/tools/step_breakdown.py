@@ -119,13 +119,15 @@ def device_kernels(idx) -> Kernels:
             tracks.append(t)
     rows = np.sort(np.concatenate(rows_by_track)) if rows_by_track else np.zeros(0, np.int64)
     keep, device, stream = [], [], []
-    for r in rows:
-        a = idx.args(int(r))
-        if _is_device(a) and _int(a.get("correlation"), -1) >= 0 and (
-                _int(a["stream"], -1) >= 0 or idx.names[int(idx.cols["name"][r])] in _HTA_SYNC_NAMES):
-            keep.append(r)
-            device.append(_int(a["device"], -1))
-            stream.append(_int(a["stream"], -1))
+    names, name_col = idx.names, np.asarray(idx.cols["name"])[rows].tolist()
+    for r, n, a in zip(rows.tolist(), name_col, idx.json_args(rows)):
+        dev = _int(a.get("device"), -1)
+        if dev >= 0 and "stream" in a and _int(a.get("correlation"), -1) >= 0:
+            st = _int(a["stream"], -1)
+            if st >= 0 or names[n] in _HTA_SYNC_NAMES:
+                keep.append(r)
+                device.append(dev)
+                stream.append(st)
     rows = np.asarray(keep, np.int64)
     start = np.asarray(idx.cols["start"])[rows].astype(np.int64)
     end = start + np.asarray(idx.cols["dur"])[rows].astype(np.int64)
@@ -140,7 +142,11 @@ def _is_device(args: dict) -> bool:
 
 
 def _int(v, default: int) -> int:
-    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v else default
+    """An integer arg (kineto writes ints), else ``default``: a string, a bool, NaN or a
+    value beyond int64 (hostile input) is not a device or stream number."""
+    if v.__class__ is int:
+        return v if -(1 << 63) <= v < 1 << 63 else default
+    return int(v) if v.__class__ is float and v == v and abs(v) < 2.0**63 else default
 
 
 def _launches(idx, track: np.ndarray, start: np.ndarray) -> np.ndarray:
@@ -237,17 +243,16 @@ def _step_of(k: Kernels, steps: list) -> np.ndarray:
     return out
 
 
-def _device_step(k: Kernels, launched: np.ndarray, on_dev: np.ndarray, s: int, d: int, cats: np.ndarray) -> dict:
+def _device_step(k: Kernels, launched: np.ndarray, on_dev: np.ndarray, s: int, d: int, cats: np.ndarray,
+                 kinds: np.ndarray) -> dict:
     """One device's share of one step [s, s + d): ``launched`` its kernels launched in the
     step (their time by category, HTA's temporal breakdown of them), ``on_dev`` every
     kernel of the device (the device is busy in the step's window whichever step
     launched what runs there: kineto's GPU runs behind the host)."""
     dur = k.end - k.start
     by_cat = {c: _us(dur[launched & (cats == c)].sum()) for c in CATEGORIES}
-    memory: dict[str, int] = {}
-    for i in np.flatnonzero(launched & (cats == MEMORY)):
-        kind = memory_kind(k.names[int(k.name[i])]) or "other"
-        memory[kind] = memory.get(kind, 0) + int(dur[i])
+    mem = launched & (cats == MEMORY)
+    memory = {str(kind): int(dur[mem & (kinds == kind)].sum()) for kind in np.unique(kinds[mem])}
     e = s + d
     inside = on_dev & (k.end > s) & (k.start < e)
     bs, be = _union(np.maximum(k.start[inside], s), np.minimum(k.end[inside], e))
@@ -299,6 +304,13 @@ def kernel_table(k: Kernels, sel: np.ndarray, cats: np.ndarray, whole_us: float)
     return rows
 
 
+def _per_name(k: Kernels, fn) -> np.ndarray:
+    """``fn(name)`` per kernel as a fixed-width string array (one call per distinct name:
+    a trace has millions of kernels of a few hundred names)."""
+    uniq, inv = np.unique(k.name, return_inverse=True)
+    return np.array([fn(k.names[int(u)]) for u in uniq] or [""], dtype=str)[inv.reshape(-1)]
+
+
 def breakdown(idx) -> dict:
     """The step-time breakdown of a Chrome trace's index, as plain data: ``steps`` (per
     ``ProfilerStep#N``: its time and, per device, kernel time by category, busy and idle
@@ -308,12 +320,14 @@ def breakdown(idx) -> dict:
     """
     k = device_kernels(idx)
     steps = host_steps(idx, k)
-    cats = np.array([category_of(k.names[int(n)]) for n in k.name], dtype=object)
+    cats = _per_name(k, category_of)
+    kinds = _per_name(k, lambda n: memory_kind(n) or "")
     step_of = _step_of(k, steps)
     devices = sorted(set(int(d) for d in k.device))
     out_steps = []
     for i, (name, s, d) in enumerate(steps):
-        per_dev = [{"device": dev, **_device_step(k, (step_of == i) & (k.device == dev), k.device == dev, s, d, cats)}
+        per_dev = [{"device": dev, **_device_step(k, (step_of == i) & (k.device == dev), k.device == dev, s, d, cats,
+                                                   kinds)}
                    for dev in devices]
         out_steps.append({"step": name, "start_us": _us(s), "step_time_us": _us(d), "devices": per_dev})
     sel = step_of >= 0 if steps else np.ones(len(k), bool)
