@@ -35,11 +35,12 @@ def server(tmp_path_factory, shared_fixtures):
         folder.mkdir(parents=True)
         for host in hosts:
             shutil.copy(xplane, folder / f"{host}.xplane.pb")
-    # The last host of run s is a bigger GPU profile (the builder's 150,000 kernels, 7 MB):
-    # it indexes for seconds, not ~0.3 s, so the page's polls (every 0.5 s) see it part
-    # way however busy the machine is; with copies only, a loaded machine's polls could
-    # fall between a host's start and its end.
-    (root / "plugins/profile/s" / f"{HOSTS[-1]}.xplane.pb").write_bytes(derived_xplane.large_gpu(150_000))
+    # The last host of run s is a bigger GPU profile (the builder's 1,000,000 kernels,
+    # 47 MB): it indexes for about 2 s (a quiet machine decodes ~0.5 M events a second),
+    # so the page's polls (every 0.5 s) see it part way however busy the machine is; with
+    # copies only, or 150,000 kernels (~0.3 s, a CI run of 2026-12-06 saw no host part
+    # way), the polls could fall between a host's start and its end.
+    (root / "plugins/profile/s" / f"{HOSTS[-1]}.xplane.pb").write_bytes(derived_xplane.large_gpu(1_000_000))
     # events every 50 ms instead of 250: these hosts index in ~0.3 s, and the page is to
     # show a host part way (the server reads the setting; its tasks carry it)
     old = os.environ.get("PROFSCOPE_REPORT_EVERY")
