@@ -218,3 +218,30 @@ def test_odd_device_args_are_not_kernels(tmp_path):
         _index(tmp_path / "odd.pt.trace.json", tmp_path / "index2"))["kernels"]}
     assert names == {"good_kernel"}
     assert out["summary"]["kernels"] == 3
+
+
+@pytest.mark.parametrize("slow", [0, 1])
+def test_straggler_device(slow, tmp_path):
+    """Two GPUs, one 3x slower: every step names it, lagging by what the builder planted
+    (10 kernels x 200 µs more, less the head start of the fast device's first kernel)."""
+    path = kineto_trace.straggler(tmp_path / "two.pt.trace.json.gz", steps=3, slow_device=slow)
+    out = sb.breakdown(_index(path, tmp_path / "index"))
+    assert out["summary"]["devices"] == [0, 1]
+    for step in out["steps"]:
+        assert step["straggler"]["device"] == slow
+        by_dev = {d["device"]: d for d in step["devices"]}
+        assert by_dev[slow]["time_us"]["compute"] == 3000 and by_dev[1 - slow]["time_us"]["compute"] == 1000
+        assert step["straggler"]["lag_us"] == pytest.approx(
+            by_dev[slow]["work_done_us"] - by_dev[1 - slow]["work_done_us"])
+        assert step["straggler"]["lag_us"] >= 1500
+        # the fast device idles after its work, waiting for the slow one: not input-bound
+        assert by_dev[1 - slow]["bound"] == "waiting" and by_dev[slow]["bound"] == "compute"
+    one = sb.breakdown(_index(kineto_trace.compute_bound(tmp_path / "one.pt.trace.json.gz", steps=2), tmp_path / "i1"))
+    assert all(s["straggler"] is None for s in one["steps"])
+
+
+def test_summary_names_the_slowest_steps_straggler(tmp_path):
+    path = kineto_trace.straggler(tmp_path / "two.pt.trace.json.gz", steps=2, slow_device=1)
+    out = sb.breakdown(_index(path, tmp_path / "index"))
+    slow = next(s for s in out["steps"] if s["step"] == out["summary"]["slowest_step"])
+    assert out["summary"]["slowest_straggler"] == slow["straggler"] and slow["straggler"]["device"] == 1

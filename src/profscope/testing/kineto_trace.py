@@ -37,7 +37,7 @@ class KinetoTrace:
             {"ph": "M", "name": "thread_name", "pid": DEVICE, "tid": STREAM, "args": {"name": f"stream {STREAM} "}},
         ]
         self.t = 1000.0  # host clock, µs
-        self.gpu_free = 0.0  # when the stream's last kernel ends, µs
+        self.free: dict[int, float] = {}  # per device: when its stream's last kernel ends, µs
         self.corr = 1
         self.step_kernels: list[tuple[float, float]] = []
 
@@ -47,8 +47,14 @@ class KinetoTrace:
                             "dur": dur, "args": {"External id": self.corr}})
         self.t += dur
 
-    def kernel(self, name: str, dur: float, launch_us: float = 5.0, op: str = "aten::mm") -> None:
-        """One op launching one kernel of ``dur`` µs; the launch call takes ``launch_us``."""
+    @property
+    def gpu_free(self) -> float:
+        """When the last kernel of any device ends, µs."""
+        return max(self.free.values(), default=0.0)
+
+    def kernel(self, name: str, dur: float, launch_us: float = 5.0, op: str = "aten::mm", device: int = DEVICE) -> None:
+        """One op launching one kernel of ``dur`` µs on ``device`` (its stream 7: kineto's
+        ``pid`` is the device); the launch call takes ``launch_us``."""
         c, t0 = self.corr, self.t
         self.corr += 1
         self.events += [
@@ -58,13 +64,13 @@ class KinetoTrace:
              "dur": launch_us, "args": {"External id": c, "correlation": c}},
             {"ph": "s", "id": c, "pid": PID, "tid": TID, "ts": t0 + 1, "cat": "ac2g", "name": "ac2g"},
         ]
-        start = max(t0 + 1 + launch_us, self.gpu_free)
-        self.gpu_free = start + dur
+        start = max(t0 + 1 + launch_us, self.free.get(device, 0.0))
+        self.free[device] = start + dur
         self.events += [
-            {"ph": "X", "cat": "kernel", "name": name, "pid": DEVICE, "tid": STREAM, "ts": start, "dur": dur,
-             "args": {"External id": c, "device": DEVICE, "stream": STREAM, "correlation": c,
+            {"ph": "X", "cat": "kernel", "name": name, "pid": device, "tid": STREAM, "ts": start, "dur": dur,
+             "args": {"External id": c, "device": device, "stream": STREAM, "correlation": c,
                       "grid": [1, 1, 1], "block": [128, 1, 1]}},
-            {"ph": "f", "id": c, "pid": DEVICE, "tid": STREAM, "ts": start, "cat": "ac2g", "name": "ac2g", "bp": "e"},
+            {"ph": "f", "id": c, "pid": device, "tid": STREAM, "ts": start, "cat": "ac2g", "name": "ac2g", "bp": "e"},
         ]
         self.step_kernels.append((start, start + dur))
         self.t = t0 + launch_us + 2
@@ -139,6 +145,22 @@ def collective_bound(path, steps: int = 4) -> Path:
             t.kernel("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", 100)
         t.kernel("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)", 5000,
                  op="nccl:all_reduce")
+    for n in range(steps):
+        tr.step(n, body)
+    return tr.write(path)
+
+
+def straggler(path, steps: int = 3, slow_device: int = 1) -> Path:
+    """Two GPUs driven by one host thread: each step launches the same 10 kernels of 100 µs
+    on device 0 and on device 1, except that ``slow_device``'s take 300 µs (a throttled
+    or shared GPU)."""
+    tr = KinetoTrace()
+
+    def body(t: KinetoTrace) -> None:
+        for _ in range(10):
+            for dev in (0, 1):
+                t.kernel("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", 300 if dev == slow_device else 100,
+                         device=dev)
     for n in range(steps):
         tr.step(n, body)
     return tr.write(path)

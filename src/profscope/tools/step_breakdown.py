@@ -265,21 +265,24 @@ def _device_step(k: Kernels, launched: np.ndarray, on_dev: np.ndarray, s: int, d
     after = int(e - be[-1]) if len(be) else 0
     between = d - busy - before - after
     tb = temporal(k.start[launched], k.end[launched], launched[launched] & (cats[launched] == COMPUTE))
-    return {"kernels": int(launched.sum()), "time_us": by_cat,
+    done = _us(int(k.end[launched].max()) - s) if launched.any() else None
+    return {"kernels": int(launched.sum()), "time_us": by_cat, "work_done_us": done,
             "memory_us": {kind: _us(v) for kind, v in sorted(memory.items())}, "busy_us": _us(busy), "idle_us": _us(d - busy),
             "idle_before_first_us": _us(before), "idle_between_us": _us(between), "idle_after_last_us": _us(after),
             "temporal_us": {key: _us(v) for key, v in tb.items()},
-            "bound": _bound(d, d - busy, before + after, between, by_cat)}
+            "bound": _bound(d, d - busy, before, between, after, by_cat)}
 
 
-def _bound(step: int, idle: int, host_wait: int, gaps: int, by_cat: dict) -> str:
-    """What limits the step on this device, once idle is at least
-    :data:`BOUND_IDLE_SHARE` of it: ``input`` (idle mostly before its first or after its
-    last activity: the host prepares the batch while nothing is queued), ``launch`` (idle
-    mostly between kernels: the host cannot launch them as fast as they run); else the
-    busiest category of the device (``compute``, ``communication``, ``memory``)."""
+def _bound(step: int, idle: int, before: int, between: int, after: int, by_cat: dict) -> str:
+    """What limits the step on this device. With idle at least :data:`BOUND_IDLE_SHARE`
+    of the step, where most of it lies: before the first activity, ``input`` (nothing is
+    queued while the host prepares the batch); between activities, ``launch`` (kernels
+    wait for the host to launch them); after the last, ``waiting`` (the device's work is
+    done and the step goes on: the host waits for another device, or runs on without
+    it). Otherwise the busiest category of the device (``compute``, ``communication``,
+    ``memory``)."""
     if step > 0 and idle >= BOUND_IDLE_SHARE * step:
-        return "input" if host_wait >= gaps else "launch"
+        return max((before, "input"), (between, "launch"), (after, "waiting"))[1]
     busiest = max((COMPUTE, COMMUNICATION, MEMORY), key=lambda c: by_cat[c])
     return busiest if by_cat[busiest] > 0 else "idle"
 
@@ -302,6 +305,17 @@ def kernel_table(k: Kernels, sel: np.ndarray, cats: np.ndarray, whole_us: float)
                      "occurrences": int(count[j]), "total_us": _us(total[j]), "average_us": _us(total[j] / count[j]),
                      "share": round(float(total[j]) / PS_PER_US / whole_us, 6) if whole_us else None})
     return rows
+
+
+def _straggler(per_dev: list[dict]) -> dict | None:
+    """The device that finishes the step's work last (``work_done_us``: the end of its
+    last kernel launched in the step, from the step's start) and by how much after the
+    first one; None with fewer than two devices working in the step."""
+    done = [(d["work_done_us"], d["device"]) for d in per_dev if d["work_done_us"] is not None]
+    if len(done) < 2:
+        return None
+    last, first = max(done), min(done)
+    return {"device": last[1], "lag_us": round(last[0] - first[0], 3)}
 
 
 def _per_name(k: Kernels, fn) -> np.ndarray:
@@ -329,7 +343,8 @@ def breakdown(idx) -> dict:
         per_dev = [{"device": dev, **_device_step(k, (step_of == i) & (k.device == dev), k.device == dev, s, d, cats,
                                                    kinds)}
                    for dev in devices]
-        out_steps.append({"step": name, "start_us": _us(s), "step_time_us": _us(d), "devices": per_dev})
+        out_steps.append({"step": name, "start_us": _us(s), "step_time_us": _us(d), "devices": per_dev,
+                          "straggler": _straggler(per_dev)})
     sel = step_of >= 0 if steps else np.ones(len(k), bool)
     whole = sum(s[2] for s in steps) / PS_PER_US if steps else _us(temporal(k.start, k.end, cats == COMPUTE)["kernel_time"])
     times = np.array([s["step_time_us"] for s in out_steps])
@@ -337,7 +352,8 @@ def breakdown(idx) -> dict:
     if len(times):
         slow = int(np.argmax(times))
         summary.update(median_us=round(float(np.median(times)), 3), p90_us=round(float(np.percentile(times, 90)), 3),
-                       slowest_step=out_steps[slow]["step"], slowest_us=float(times[slow]))
+                       slowest_step=out_steps[slow]["step"], slowest_us=float(times[slow]),
+                       slowest_straggler=out_steps[slow]["straggler"])
     if not len(k):
         summary["missing"] = "no device activity (no event with args.device and args.stream): a CPU-only trace"
     elif not steps:
