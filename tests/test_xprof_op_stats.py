@@ -21,9 +21,10 @@ same integers, so only the last bits of a float division can differ). Not compar
 (docs/xprof_compat.md): the roofline columns (XLA's HloCostAnalysis) and the HLO text
 beyond its op name.
 
-A CPU-only profile (no device plane) is XProf's empty table; a TPU profile, which XProf
-reads by another path that profscope does not implement yet, and an unreadable file are
-a 4xx naming the file.
+hlo_stats on the TPU profile is compared the same way (XProf reads TPU TensorCore planes
+by another path: formats/xplane_op_metrics.py), its HLO text and core type too. A CPU-only
+profile (no device plane) is XProf's empty table; the TPU op profile, which profscope does
+not build yet, and an unreadable file are a 4xx naming the file.
 """
 
 from __future__ import annotations
@@ -37,9 +38,9 @@ import pytest
 
 GOLDEN = Path(__file__).parent / "golden" / "op_stats"
 INDEX = json.loads((GOLDEN / "index.json").read_text())
-# TPU planes: XProf's ConvertTensorCoreDeviceTraceXPlaneToOpMetricsDb, not implemented here
-TPU_CASES = {"tpu_inference"}
-CASES = sorted(k for k in INDEX if not k.startswith("_") and k not in TPU_CASES)
+CASES = sorted(k for k in INDEX if not k.startswith("_"))
+# TPU op_profile: XProf hangs each fusion's fused instructions under it, not built here
+OP_PROFILE_CASES = [c for c in CASES if c != "tpu_inference"]
 ROOT = Path(__file__).parents[1]
 DEMO = ROOT / "src" / "profscope" / "demo" / "logdir"
 
@@ -112,12 +113,16 @@ def test_hlo_stats_equals_xprof(clients, case):
             assert o[col] == t[col], (key(t), col, o[col], t[col])
         for col in TIMES:
             assert o[col] == pytest.approx(t[col], rel=1e-9, abs=1e-12), (key(t), col, o[col], t[col])
-        # the op name XProf reads out of its HLO text is the one at the head of ours
+        # the op name XProf reads out of its HLO text is the one at the head of ours; a
+        # TPU's text is the profile's own (the event metadata's name), XProf's exactly
         assert o["hlo_op_expression"].startswith(f"%{t['hlo_op_name']} = ")
+        assert o["core_type"] == t["core_type"]
+        if t["core_type"]:
+            assert o["hlo_op_expression"] == t["hlo_op_expression"]
 
 
 @pytest.mark.parametrize("group_by", [None, "category"])
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", OP_PROFILE_CASES)
 def test_op_profile_equals_xprof(clients, case, group_by):
     entry = INDEX[case]
     golden = json.loads(gzip.decompress((GOLDEN / entry["op_profile" if group_by is None else
@@ -140,7 +145,8 @@ def test_op_profile_by_provenance_is_a_clear_400(clients):
 
 def test_goldens_cover_rows_and_empty_tables():
     """The cases hold ops to compare (ROCm) and the CPU-only profiles' empty table."""
-    assert sum(INDEX[c]["hlo_stats_rows"] for c in CASES) >= 20
+    assert sum(INDEX[c]["hlo_stats_rows"] for c in CASES) >= 37
+    assert INDEX["tpu_inference"]["hlo_stats_rows"] == 17
     assert any(INDEX[c]["hlo_stats_rows"] == 0 and not INDEX[c]["fixture"] for c in CASES)
 
 
@@ -150,10 +156,9 @@ def test_hlo_stats_is_listed_where_xprof_lists_it(clients):
     assert "hlo_stats" in tools and "op_profile" in tools
 
 
-@pytest.mark.parametrize("tag", ["hlo_stats", "op_profile"])
-def test_tpu_profile_is_a_clear_4xx(clients, tag):
+def test_tpu_op_profile_is_a_clear_4xx(clients):
     entry = INDEX["tpu_inference"]
-    res = _ask(clients[True], entry, tag)
+    res = _ask(clients[True], entry, "op_profile")
     assert res.status_code == 404, res.text
     body = res.json()
     assert "TPU" in body["error"] and body["file"].endswith(f"{entry['host']}.xplane.pb")

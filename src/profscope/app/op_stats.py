@@ -30,12 +30,12 @@ class OpStats:
         progress.update(message=f"reading device ops of {info.name}")
         with self.logdir.open(info.path) as f:
             db = xplane_op_metrics.read_op_metrics(f, self.logdir.display_path(info.path))
-        if db.unsupported_planes and not db.device_planes:
-            # XProf reads TPU planes another way (formats/xplane_op_metrics.py); an empty
-            # table would claim the TPU ran nothing
-            raise NotFound(f"{self.logdir.display_path(info.path)}: profscope does not read the op metrics of TPU "
-                           f"device planes yet ({', '.join(db.unsupported_planes[:4])}); GPU and ROCm planes only",
-                           file=self.logdir.display_path(info.path))
+        if db.unsupported_planes:
+            # XProf hangs a SparseCore's ops under the TensorCore op that offloads to them
+            # (formats/xplane_op_metrics.py); without them the table would miss that time
+            path = self.logdir.display_path(info.path)
+            raise NotFound(f"{path}: profscope does not read the op metrics of TPU SparseCore planes yet "
+                           f"({', '.join(db.unsupported_planes[:4])})", file=path)
         return db
 
     def hlo_stats(self, run: Run, query: OpStatsQuery, progress) -> dict:
@@ -50,7 +50,13 @@ class OpStats:
             raise BadRequest(f"group_by={group_by!r}: profscope groups op_profile by "
                              f"{' or '.join(op_profile_tool.GROUPINGS)} (XProf also by provenance)")
         db = self._op_metrics(run, query, progress)
+        if db.device_type == "TPU":
+            # XProf's TPU op profile puts each fusion's fused instructions under it, from the
+            # module's HLO (UpdateOpMetricsDbFromHloModuleMap), which is not built here yet
+            path = self.logdir.display_path(run.xplane(query.host or run.hosts[0]).path)
+            raise NotFound(f"{path}: profscope does not build the op profile of TPU device planes yet "
+                           "(hlo_stats reads them)", file=path)
         return op_profile_tool.op_profile(
             [dataclasses.asdict(m) for m in db.metrics.values()], total_time_ps=db.total_time_ps,
-            total_op_time_ps=db.total_op_time_ps, device_type="GPU" if db.device_planes else "CPU_ONLY",
+            total_op_time_ps=db.total_op_time_ps, device_type=db.device_type,
             program_names=db.program_names, has_devices=bool(db.device_planes), group_by=group_by)

@@ -186,7 +186,7 @@ TOOLS: tuple[Tool, ...] = (
         "The device ops as a tree (program, category, op) with their time, as XProf's HLO op profile.",
         OpProfileQuery,
         # XProf's op_profile JSON for XProf's own page; GPU/ROCm device planes (TPU: a 404
-        # saying so, formats/xplane_op_metrics.py)
+        # saying so, app/op_stats.py)
         _for(profile=OpStats.op_profile, xla_dump=NOT_FOR, torch_snapshot=NOT_FOR, chrome_trace=NOT_FOR),
         _reads_xplanes,
         pages=(),
@@ -197,13 +197,13 @@ TOOLS: tuple[Tool, ...] = (
         "HLO op stats",
         "Every HLO op ranked by its device time, as XProf's HLO op stats.",
         OpStatsQuery,
-        # XProf's DataTable JSON for XProf's own page; GPU/ROCm device planes (TPU: a 404
-        # saying so, formats/xplane_op_metrics.py)
+        # XProf's DataTable JSON for XProf's own page; GPU/ROCm and TPU TensorCore device
+        # planes (a TPU's SparseCore planes: a 404 saying so, formats/xplane_op_metrics.py)
         _for(profile=OpStats.hlo_stats, xla_dump=NOT_FOR, torch_snapshot=NOT_FOR, chrome_trace=NOT_FOR),
         _reads_xplanes,
         pages=(),
         complete=_first_host,
-        version=2,  # 2: source_info (file:line, the stack in its title)
+        version=3,  # 2: source_info (file:line, the stack in its title); 3: TPU TensorCore planes
     ),
     Tool(
         "oom_risk",

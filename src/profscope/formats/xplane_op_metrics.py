@@ -27,9 +27,19 @@ The op's category is XLA's ``HloInstruction::ToCategory()`` of the instruction i
 module's HloProto (:func:`instruction_category`), its framework op ``name:type`` from the
 instruction's OpMetadata (tsl ``TfOpFullname``).
 
-TPU device planes (``/device:TPU:N``) take another path in XProf (its XLA Ops line and
-per-symbol metadata, ``ConvertTpuDeviceTraceXPlaneToOpMetricsDb``): :func:`read_op_metrics`
-reports them in ``unsupported_planes`` rather than reading them with the GPU rules.
+TPU TensorCore planes (``/device:TPU:N``) take XProf's other path,
+``ConvertTensorCoreDeviceTraceXPlaneToOpMetricsDb``: the ``XLA Ops`` line's events, each
+an occurrence (``max(1, num_occurrences)``) of the op its metadata names by its
+``program_id`` and ``symbol_id`` stats (symbol 0, the root, and events without both are
+left out). Their span is the device's (``device_offset_ps`` / ``device_duration_ps``
+stats when present: tsl ``GetDeviceEventTimespan``); an op nested in another (an
+``AncestorStack`` on the line) takes its time out of its direct parent's self time. The
+op's name is its metadata's display name (the full HLO text, its name, is the long
+name), its category the ``hlo_category`` stat, its framework op ``tf_op``, its source
+``source`` (``file:line``) and ``source_stack``. A plane's device time is from its first
+to its last op or step (``Steps`` line). SparseCore planes (whose ops XProf hangs under
+the TensorCore op that offloads to them) are not read: :func:`read_op_metrics` lists them
+in ``unsupported_planes``.
 """
 
 from __future__ import annotations
@@ -104,6 +114,7 @@ class OpMetric:
     source_file: str = ""
     source_line: int = -1
     stack_frame: str = ""  # "file:line:column\n" per frame, innermost first
+    core_type: str = ""  # hlo_stats' "TPU core type": TensorCore on a TPU, else empty
     occurrences: int = 0
     time_ps: int = 0
     self_time_ps: int = 0
@@ -117,6 +128,7 @@ class OpMetricsDb:
     device_planes: list[str] = field(default_factory=list)
     unsupported_planes: list[str] = field(default_factory=list)
     program_names: dict[int, str] = field(default_factory=dict)  # HloModuleProto.name by program id
+    device_type: str = "CPU_ONLY"  # XProf's HardwareType name: GPU, TPU, or no device plane read
 
     @property
     def idle_time_ps(self) -> int:
@@ -217,8 +229,10 @@ def _modules(raw: IO[bytes], index: xplane.XSpaceIndex, path: str,
     stat_names = {k: v.name for k, v in plane.stat_metadata.items()}
     out: dict[int, dict[str, _Instruction]] = {}
     # XProf's ParseHloProtosFromXSpace: a module's program id is its event metadata's id
-    # (the key of XPlane.event_metadata), the metadata names it "jit_f(<id>)"
-    for pid, meta in plane.event_metadata.items():
+    # (the key of XPlane.event_metadata), the metadata names it "jit_f(<id>)"; the key is
+    # an int64 and the program id a uint64 (TPU ids above 2^63 are stored negative)
+    for key, meta in plane.event_metadata.items():
+        pid = key & 0xFFFF_FFFF_FFFF_FFFF
         proto_stat = next((s for s in meta.stats if stat_names.get(s.metadata_id) == xplane.HLO_PROTO_STAT), None)
         if proto_stat is None:
             continue
@@ -286,17 +300,100 @@ def _read_plane(plane, modules: dict[int, dict[str, _Instruction]], db: OpMetric
     db.total_time_ps += (last - first) if (first is not None and last) else 0
 
 
+TPU_OP_LINE = "XLA Ops"  # tsl kXlaOpLineName
+TPU_STEP_LINE = "Steps"  # tsl kStepLineName
+ROOT_SYMBOL_ID = 0  # XProf kRootSymbolId: the program itself, not an op
+
+
+def _text(value) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else ("" if value is None else str(value))
+
+
+def _source_top_line(text: str) -> tuple[str, int]:
+    """XProf's PopulateSourceInfo of the ``source`` stat: ``file:line``; unreadable, no file."""
+    head, _, tail = text.rpartition(":")
+    if head and tail.strip().lstrip("-").isdigit():
+        return head, int(tail)
+    return "", 0
+
+
+def _tpu_op(meta, stats: dict) -> OpMetric:
+    """SetOpMetadataFromHloEventMetadata: the op's details from its event metadata."""
+    name, long_name = (meta.display_name, meta.name) if meta.display_name else (meta.name, "")
+    file, line = _source_top_line(_text(stats.get("source"))) if "source" in stats else ("", 0)
+    return OpMetric(stats.get("program_id", 0), name, _text(stats.get("hlo_category")), _text(stats.get("tf_op")),
+                    long_name, _text(stats.get("deduplicated_name")), file, line, _text(stats.get("source_stack")))
+
+
+def _device_span(ev, stats: dict) -> tuple[int, int]:
+    """tsl GetDeviceEventTimespan: the device's own clock when the event carries it (a
+    stat of another type, as a hostile file may hold, is not a time: the event's is used)."""
+    begin, duration = stats.get("device_offset_ps"), stats.get("device_duration_ps")
+    begin = begin if isinstance(begin, int) else ev.offset_ps
+    duration = duration if isinstance(duration, int) else ev.duration_ps
+    return begin, begin + duration
+
+
+def _read_tpu_plane(plane, db: OpMetricsDb) -> None:
+    names = {k: v.name for k, v in plane.stat_metadata.items()}
+    meta_stats = {k: _event_stats(m.stats, names) for k, m in plane.event_metadata.items()}
+    first, last = None, 0
+
+    def emit(entry) -> None:  # the AncestorStack's pop: one occurrence of the op
+        begin, end, children, ev = entry
+        stats = meta_stats.get(ev.metadata_id, {})
+        pid, sid = stats.get("program_id"), stats.get("symbol_id")
+        if not isinstance(pid, int) or not isinstance(sid, int) or sid == ROOT_SYMBOL_ID:
+            return
+        key = (pid, ("symbol", sid))  # XEventsOpMetricsDbBuilder keys by program and symbol
+        m = db.metrics.get(key)
+        if m is None:
+            m = db.metrics[key] = _tpu_op(plane.event_metadata[ev.metadata_id], stats)
+            m.core_type = "TensorCore"  # OpMetrics_TpuCoreType_TENSOR_CORE
+        m.occurrences += max(1, ev.num_occurrences)
+        m.time_ps += end - begin
+        m.self_time_ps += end - begin - children
+        db.total_op_time_ps += end - begin - children
+
+    for line in plane.lines:
+        if line.name not in (TPU_OP_LINE, TPU_STEP_LINE):
+            continue
+        stack: list[list] = []  # [begin, end, children's time, event]
+        for ev in line.events:
+            begin, end = _device_span(ev, _event_stats(ev.stats, names))
+            first = begin if first is None else min(first, begin)
+            last = max(last, end)
+            if line.name != TPU_OP_LINE:
+                continue
+            while stack and not (stack[-1][0] <= begin and end <= stack[-1][1]):
+                emit(stack.pop())
+            if stack:
+                stack[-1][2] += end - begin
+            stack.append([begin, end, 0, ev])
+        while stack:
+            emit(stack.pop())
+    db.total_time_ps += (last - first) if first is not None else 0
+
+
 def read_op_metrics(raw: IO[bytes], path: str) -> OpMetricsDb:
-    """The device op metrics of one XSpace (one host), summed over its GPU planes."""
+    """The device op metrics of one XSpace (one host), summed over its GPU planes, or its
+    TPU TensorCore planes (XProf reads one kind: GPU when it finds no TPU plane)."""
     index = xplane.scan(raw, path)
     db = OpMetricsDb()
-    gpus = [r for r in index.planes if r.name.startswith(GPU_PLANE_PREFIX)]
-    db.unsupported_planes = [r.name for r in index.planes if r.name.startswith(TPU_PLANE_PREFIX)]
-    if not gpus:
+    tpus = [r for r in index.planes if r.name.startswith(TPU_PLANE_PREFIX)]
+    cores = [r for r in tpus if "SparseCore" not in r.name]
+    db.unsupported_planes = [r.name for r in tpus if r not in cores]
+    gpus = [] if tpus else [r for r in index.planes if r.name.startswith(GPU_PLANE_PREFIX)]
+    if not gpus and not cores:
         return db
     modules = _modules(raw, index, path, db.program_names)
-    for ref in gpus:
+    for ref in gpus or cores:
         raw.seek(0)
-        _read_plane(xplane.read_plane(raw, ref, path), modules, db)
+        plane = xplane.read_plane(raw, ref, path)
+        if gpus:
+            _read_plane(plane, modules, db)
+        else:
+            _read_tpu_plane(plane, db)
         db.device_planes.append(ref.name)
+    db.device_type = "TPU" if cores else "GPU"
     return db

@@ -99,7 +99,7 @@ def hlo_stats(ops: list[dict], total_time_ps: int) -> dict:
             float(len(rows) + 1), str(op["hlo_module_id"]), op["category"], _op_name(expression, op["name"]),
             expression, op["provenance"], float(op["occurrences"]), total, _safe_div(total, op["occurrences"]),
             self_us, _safe_div(self_us, op["occurrences"]), share * 100.0, cumulative * 100.0,
-            0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, "Unknown", "No", "No", "No", source_info_text(op), "", "", 0.0,
+            0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, "Unknown", "No", "No", "No", source_info_text(op), op["core_type"], "", 0.0,
         )
         rows.append({"c": [{"v": v} for v in values]})
     return {"cols": [{"id": i, "label": label, "type": t} for i, t, label in COLUMNS], "rows": rows}
