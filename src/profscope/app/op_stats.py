@@ -50,13 +50,8 @@ class OpStats:
             raise BadRequest(f"group_by={group_by!r}: profscope groups op_profile by "
                              f"{' or '.join(op_profile_tool.GROUPINGS)} (XProf also by provenance)")
         db = self._op_metrics(run, query, progress)
-        if db.device_type == "TPU":
-            # XProf's TPU op profile puts each fusion's fused instructions under it, from the
-            # module's HLO (UpdateOpMetricsDbFromHloModuleMap), which is not built here yet
-            path = self.logdir.display_path(run.xplane(query.host or run.hosts[0]).path)
-            raise NotFound(f"{path}: profscope does not build the op profile of TPU device planes yet "
-                           "(hlo_stats reads them)", file=path)
         return op_profile_tool.op_profile(
             [dataclasses.asdict(m) for m in db.metrics.values()], total_time_ps=db.total_time_ps,
             total_op_time_ps=db.total_op_time_ps, device_type=db.device_type,
-            program_names=db.program_names, has_devices=bool(db.device_planes), group_by=group_by)
+            program_names=db.program_names, has_devices=bool(db.device_planes), group_by=group_by,
+            normalized_total_op_time_ps=db.normalized_total_op_time_ps)

@@ -185,12 +185,13 @@ TOOLS: tuple[Tool, ...] = (
         "HLO op profile",
         "The device ops as a tree (program, category, op) with their time, as XProf's HLO op profile.",
         OpProfileQuery,
-        # XProf's op_profile JSON for XProf's own page; GPU/ROCm device planes (TPU: a 404
-        # saying so, app/op_stats.py)
+        # XProf's op_profile JSON for XProf's own page; GPU/ROCm and TPU TensorCore device
+        # planes (a TPU's SparseCore planes: a 404 saying so, formats/xplane_op_metrics.py)
         _for(profile=OpStats.op_profile, xla_dump=NOT_FOR, torch_snapshot=NOT_FOR, chrome_trace=NOT_FOR),
         _reads_xplanes,
         pages=(),
         complete=_first_host,
+        version=2,  # 2: TPU profiles (were a 404), with each fusion's fused instructions
     ),
     Tool(
         "hlo_stats",

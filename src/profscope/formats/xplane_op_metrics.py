@@ -71,6 +71,9 @@ _ELEMENTWISE = frozenset({
     "stochastic-convert",
     # ternary
     "select", "clamp",
+    # HloConstantInstruction::IsElementwiseImpl is true: XProf files a fused constant as
+    # "non-fusion elementwise"
+    "constant",
 })
 # XLA ``HloFusionInstruction::ToCategory`` by ``FusionKind`` (the proto's ``fusion_kind``).
 _FUSION_CATEGORY = {"kLoop": "loop fusion", "kInput": "input fusion", "kOutput": "output fusion",
@@ -99,6 +102,9 @@ class _Instruction:
     source_file: str = ""
     source_line: int = -1
     stack_frame: str = ""
+    opcode: str = ""
+    op_full_name: str = ""  # tsl TraceMeOp(op_name, op_type): "name:type", ":" for neither
+    fused: list[str] = field(default_factory=list)  # a fusion's fused instructions, in order
 
 
 @dataclass(slots=True)
@@ -118,6 +124,8 @@ class OpMetric:
     occurrences: int = 0
     time_ps: int = 0
     self_time_ps: int = 0
+    normalized_time_ps: int = 0  # the time at nominal clock (TPU DVFS); 0 on GPU, as XProf
+    children: list[OpMetric] = field(default_factory=list)  # a TPU fusion's fused instructions
 
 
 @dataclass(slots=True)
@@ -125,6 +133,7 @@ class OpMetricsDb:
     metrics: dict[tuple[int, str], OpMetric] = field(default_factory=dict)
     total_time_ps: int = 0  # the sum over device planes of each one's span
     total_op_time_ps: int = 0  # the sum of every op's self time: total minus IDLE
+    normalized_total_op_time_ps: float = 0.0  # XEventsOpMetricsDbBuilder::Finalize
     device_planes: list[str] = field(default_factory=list)
     unsupported_planes: list[str] = field(default_factory=list)
     program_names: dict[int, str] = field(default_factory=dict)  # HloModuleProto.name by program id
@@ -205,15 +214,39 @@ def _source(meta: hlo_pb2.OpMetadata, index: hlo_pb2.StackFrameIndexProto) -> tu
 def _module_instructions(proto: hlo_pb2.HloProto) -> dict[str, _Instruction]:
     out: dict[str, _Instruction] = {}
     index = proto.hlo_module.stack_frame_index
+    computations = {c.id: c for c in proto.hlo_module.computations}
     for comp in proto.hlo_module.computations:
         names = {i.id: i.name for i in comp.instructions}
         for instr in comp.instructions:
             # HloModuleWrapper: try_emplace, the first computation holding a name wins
             if instr.name in out:
                 continue
-            out[instr.name] = _Instruction(instruction_category(instr), _tf_op_fullname(instr.metadata),
-                                           instruction_expression(instr, names), instr.metadata.deduplicated_name,
-                                           *_source(instr.metadata, index))
+            info = out[instr.name] = _Instruction(
+                instruction_category(instr), _tf_op_fullname(instr.metadata), instruction_expression(instr, names),
+                instr.metadata.deduplicated_name, *_source(instr.metadata, index), opcode=instr.opcode,
+                op_full_name=f"{instr.metadata.op_name}:{instr.metadata.op_type}")
+            if instr.opcode == "fusion" and instr.called_computation_ids:
+                fused = computations.get(instr.called_computation_ids[0])
+                info.fused = [i.name for i in fused.instructions] if fused is not None else []
+    return out
+
+
+def fused_children(instructions: dict[str, _Instruction], name: str, depth: int = 0) -> list[OpMetric]:
+    """XProf's AddFusionChildrenToOpMetricsFromHloInstruction: one child per fused
+    instruction of a fusion but parameters and tuples, nested fusions in turn, each with
+    EnterOpMetadata's details (one occurrence, no time, no program id or source)."""
+    info = instructions.get(name)
+    if info is None or depth > 64:  # a corrupt module could nest fusions in a cycle
+        return []
+    out = []
+    for child_name in info.fused:
+        child = instructions.get(child_name)
+        if child is None or child.opcode in ("parameter", "tuple"):
+            continue
+        m = OpMetric(0, child_name, child.category, child.op_full_name, child.expression, child.deduplicated_name,
+                     source_line=0, occurrences=1)
+        m.children = fused_children(instructions, child_name, depth + 1)
+        out.append(m)
     return out
 
 
@@ -353,6 +386,9 @@ def _read_tpu_plane(plane, db: OpMetricsDb) -> None:
         m.occurrences += max(1, ev.num_occurrences)
         m.time_ps += end - begin
         m.self_time_ps += end - begin - children
+        # the time at nominal clock: time x the event's time_scale_multiplier, 1 without it
+        factor = _event_stats(ev.stats, names).get("time_scale_multiplier", stats.get("time_scale_multiplier", 1.0))
+        m.normalized_time_ps += int((end - begin) * (factor if isinstance(factor, (int, float)) else 1.0))
         db.total_op_time_ps += end - begin - children
 
     for line in plane.lines:
@@ -396,4 +432,8 @@ def read_op_metrics(raw: IO[bytes], path: str) -> OpMetricsDb:
             _read_tpu_plane(plane, db)
         db.device_planes.append(ref.name)
     db.device_type = "TPU" if cores else "GPU"
+    for m in db.metrics.values():
+        db.normalized_total_op_time_ps += m.self_time_ps * (m.normalized_time_ps / m.time_ps if m.time_ps else 0.0)
+        if cores:  # UpdateOpMetricsDbFromHloModuleMap, on the TPU path only
+            m.children = fused_children(modules.get(m.hlo_module_id, {}), m.name)
     return db

@@ -17,6 +17,8 @@ The builder's rules, from the device op metrics (formats/xplane_op_metrics.py):
   ``"<first> and its duplicate(s)"`` with the first op's XLA details
   (``FinalizeDeduplicatedNodes``; the root itself, when its only child is ``IDLE``,
   becomes that child, as in XProf);
+- a TPU fusion's fused instructions (from the module's HLO) are its children, one
+  occurrence and no time each (``InsertFusedInstructions``);
 - children sorted by time, largest first (by FLOPs under a fusion op), every level kept
   above the categories and at most 100 children below (``op_profile_limit``);
   ``numChildren`` counts them before that cut.
@@ -45,12 +47,12 @@ def _number(x: float):
 
 
 class _Node:
-    __slots__ = ("name", "children", "xla", "time", "self_time", "occurrences", "num_children")
+    __slots__ = ("name", "children", "xla", "time", "self_time", "occurrences", "num_children", "normalized")
 
     def __init__(self, name: str, xla: dict | None = None):
         self.name, self.xla = name, xla
         self.children: list[_Node] = []
-        self.time = self.self_time = self.occurrences = self.num_children = 0
+        self.time = self.self_time = self.occurrences = self.num_children = self.normalized = 0
 
     def child(self, index: dict, key, name: str) -> _Node:
         node = index.get(key)
@@ -63,10 +65,21 @@ class _Node:
         self.occurrences += op["occurrences"]
         self.time += op["time_ps"]
         self.self_time += op["self_time_ps"]
+        self.normalized += op["normalized_time_ps"]
 
     def update(self, op: dict) -> None:  # UpdateNodeMetrics
         self.time += op["self_time_ps"]
         self.self_time += op["self_time_ps"]
+        self.normalized += op["normalized_time_ps"]
+
+
+def _fused(op: dict, node: _Node) -> None:
+    """InsertFusedInstructions: a TPU fusion's fused instructions under its node."""
+    for child in op["children"]:
+        kid = _Node(child["name"], _xla(child))
+        kid.combine(child)
+        node.children.append(kid)
+        _fused(child, kid)
 
 
 def _xla(op: dict) -> dict:
@@ -118,7 +131,7 @@ def _json(node: _Node, total_time_ps: int, is_root: bool) -> dict:
     metrics = {"flops": 0, "bandwidthUtils": [0, 0, 0], "rawTime": _number(node.time), "rawFlops": 0,
                "rawBytesAccessedArray": [0, 0, 0], "occurrences": node.occurrences,
                "avgTimePs": _number(node.time / node.occurrences) if node.occurrences else 0,
-               "bf16Flops": 0, "uncappedFlops": 0, "normalizedTimePs": 0}
+               "bf16Flops": 0, "uncappedFlops": 0, "normalizedTimePs": _number(node.normalized)}
     out: dict = {"name": node.name, "metrics": metrics,
                  "children": [_json(c, total_time_ps, False) for c in node.children]}
     if node.xla is not None:
@@ -138,7 +151,8 @@ def _tree(ops: list[dict], idle_ps: int | None, program_names: dict[int, str], g
     if idle_ps is not None:
         listed.append({"hlo_module_id": 0, "name": IDLE, "category": IDLE, "provenance": "", "long_name": "",
                        "source_file": "", "source_line": 0, "stack_frame": "", "deduplicated_name": "",
-                       "occurrences": 0, "time_ps": idle_ps, "self_time_ps": idle_ps})
+                       "occurrences": 0, "time_ps": idle_ps, "self_time_ps": idle_ps, "normalized_time_ps": 0,
+                       "children": []})
     for op in listed:
         if op["name"].startswith("region"):
             continue  # "Don't add ops that cannot be symbolized"
@@ -159,6 +173,7 @@ def _tree(ops: list[dict], idle_ps: int | None, program_names: dict[int, str], g
         dedup = category.child(dedups, (id(category), dedup_name), dedup_name)
         leaf = _Node(op["name"], _xla(op))
         dedup.children.append(leaf)
+        _fused(op, leaf)
         for node in (category, dedup, leaf):
             node.combine(op)
     root.time = total_time_ps  # Finalize: "reset the time_ps for root node"
@@ -168,7 +183,8 @@ def _tree(ops: list[dict], idle_ps: int | None, program_names: dict[int, str], g
 
 
 def op_profile(ops: list[dict], *, total_time_ps: int, total_op_time_ps: int, device_type: str,
-               program_names: dict[int, str], has_devices: bool, group_by: str = "program") -> dict:
+               program_names: dict[int, str], has_devices: bool, group_by: str = "program",
+               normalized_total_op_time_ps: float = 0.0) -> dict:
     """XProf's op_profile JSON. ``ops``: dicts with the keys of
     formats.xplane_op_metrics.OpMetric, in the database's order; ``has_devices``: whether
     any device plane was read (XProf's database then holds an IDLE op, even of 0 ps)."""
@@ -178,6 +194,7 @@ def op_profile(ops: list[dict], *, total_time_ps: int, total_op_time_ps: int, de
         key: _tree(ops, idle, program_names, group_by, total_time_ps),
         "deviceType": device_type,
         f"{key}ExcludeIdle": _tree(ops, None, program_names, group_by, total_op_time_ps),
-        # SafeDivide(normalized_total_op_time_ps, total_op_time_ps): no DVFS data on GPU
-        "aggDvfsTimeScaleMultiplier": 0,
+        # SafeDivide(normalized_total_op_time_ps, total_op_time_ps): 0 on GPU (no DVFS data)
+        "aggDvfsTimeScaleMultiplier": _number(normalized_total_op_time_ps / total_op_time_ps)
+        if total_op_time_ps else 0,
     }
