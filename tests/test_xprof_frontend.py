@@ -654,27 +654,31 @@ def test_memory_profile_without_allocator_events(xprof_page, demo_xprof):
 OP_ROW = re.compile(r"^([0-9.]+)%\n-\n► (.+)$", re.M)
 
 
-def test_op_profile(xprof_page, shared_xprof):
-    """XProf's HLO op profile page draws profscope's op_profile of the ROCm GEMM profile
-    (issue 34): its top rows are the programs, largest first, each with the share of the
-    device's busy time XProf computes from the tree profscope sent ("Exclude Idle" is on
-    by default: ``byProgramExcludeIdle``)."""
-    run = _run(shared_xprof, "mi300_jax08_gemm")
+OP_PROFILE_CASES = [("mi300_jax08_gemm", "tw003", "GPU", 16), ("tpu_inference", "tpu_inference_2", "TPU", 3)]
+
+
+@pytest.mark.parametrize("run_prefix, host, device, programs", OP_PROFILE_CASES, ids=[c[0] for c in OP_PROFILE_CASES])
+def test_op_profile(xprof_page, shared_xprof, run_prefix, host, device, programs):
+    """XProf's HLO op profile page draws profscope's op_profile of the ROCm GEMM and the
+    TPU v6e profiles (issue 34): its top rows are the programs, largest first, each with
+    the share of the device's busy time XProf computes from the tree profscope sent
+    ("Exclude Idle" is on by default: ``byProgramExcludeIdle``)."""
+    run = _run(shared_xprof, run_prefix)
     xp = xprof_page(shared_xprof)
     is_data = lambda r: f"{PREFIX}/data?" in r.url and "tag=op_profile" in r.url  # noqa: E731
     with xp.page.expect_response(is_data, timeout=LOAD_TIMEOUT_MS) as first:
-        xp.open("op_profile", run=run, tag="op_profile", host="tw003")
+        xp.open("op_profile", run=run, tag="op_profile", host=host)
     assert first.value.status == 200, first.value.text()[:500]
     tree = first.value.json()["byProgramExcludeIdle"]
-    programs = tree["children"]
-    assert len(programs) == 16
-    top = programs[0]["name"]
+    assert len(tree["children"]) == programs
+    top = tree["children"][0]["name"]
     xp.page.wait_for_function("n => document.body.innerText.includes('► ' + n)", arg=top, timeout=LOAD_TIMEOUT_MS)
-    assert "Overall GPU FLOPS utilization" in xp.page.inner_text("body")
+    assert f"Overall {device} FLOPS utilization" in xp.page.inner_text("body")
     rows = OP_ROW.findall(xp.page.inner_text("body"))
-    assert len(rows) >= 10, xp.page.inner_text("body")[:2000]
+    assert len(rows) >= min(programs, 10), xp.page.inner_text("body")[:2000]
     expected = [(_to_fixed(100 * p["metrics"]["rawTime"] / tree["metrics"]["rawTime"], 2), p["name"])
-                for p in programs]
+                for p in tree["children"]]
     assert rows == expected[: len(rows)]
-    assert rows[0] == ("53.67", "jit_dot(49)")  # 1833.003 µs of the devices' 3415.244 µs busy
-    xp.screenshot("op_profile_mi300_jax08_gemm")
+    if run_prefix == "mi300_jax08_gemm":
+        assert rows[0] == ("53.67", "jit_dot(49)")  # 1833.003 µs of the devices' 3415.244 µs busy
+    xp.screenshot(f"op_profile_{run_prefix}")
