@@ -76,7 +76,7 @@ def bomb_of_many_fields(count: int = 48, each: int = 1 << 20) -> bytes:
     return b"".join(out) + c.flush()
 
 
-CORRUPT_DEFLATE = gzip.compress(b"")[:10] + b"\xff" * 17  # RFC 1952 header, then deflate block type 3 (reserved)
+CORRUPT_DEFLATE = gzip.compress(b"", mtime=0)[:10] + b"\xff" * 17  # RFC 1952 header, then deflate block type 3 (reserved)
 
 
 @contextmanager
@@ -220,12 +220,15 @@ def test_gunzip_keeps_the_same_budget():
 # -- broken gzip streams -------------------------------------------------------------------
 
 
+# mtime=0 and named ids: a gzip header holds the time it was made, and pytest-xdist
+# refuses a run whose two workers collected different ids (the bytes were the ids, and
+# one CI run's workers collected them a second apart).
 @pytest.mark.parametrize("data, words", [
     (CORRUPT_DEFLATE, ("corrupt gzip stream", "invalid block type")),  # zlib.error
-    (gzip.compress(plane("/host:CPU") * 50)[:-12], ("truncated",)),  # EOFError
-    (gzip.compress(plane("/host:CPU")) + b"trailing garbage", ("corrupt gzip stream",)),  # BadGzipFile
-    (gzip.compress(b"")[:4] + b"\xff" * 12, ("gzip",)),  # a bad header
-])
+    (gzip.compress(plane("/host:CPU") * 50, mtime=0)[:-12], ("truncated",)),  # EOFError
+    (gzip.compress(plane("/host:CPU"), mtime=0) + b"trailing garbage", ("corrupt gzip stream",)),  # BadGzipFile
+    (gzip.compress(b"", mtime=0)[:4] + b"\xff" * 12, ("gzip",)),  # a bad header
+], ids=["corrupt-deflate", "truncated", "trailing-garbage", "bad-header"])
 def test_broken_gzip_is_422_on_every_endpoint(data, words, serve):
     assert len(data) < 200
     assert_readers_refuse(data, BadInput, *words)
