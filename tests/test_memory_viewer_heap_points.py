@@ -123,7 +123,7 @@ def test_small_buffers_at_peak_are_counted(modules):
 @pytest.mark.parametrize(("tag", "tool"), [
     ("memory_viewer", "memory_viewer"), ("memory_profile", "memory_profile"), ("trace_viewer", "trace_viewer@"),
     ("trace_viewer@", "trace_viewer@"), ("overview_page", ""), ("oom_risk", "oom_risk"),
-    ("input_pipeline_analyzer", None), ("op_profile", None), ("", None),
+    ("input_pipeline_analyzer", None), ("op_profile", "op_profile"), ("kernel_stats", None), ("", None),
 ])
 def test_xprof_tags_name_our_pages(tag, tool):
     assert page_tool(tag) == tool
