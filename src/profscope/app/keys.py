@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from profscope.cache.store import cache_key
+from profscope.errors import NotFound
 
 if TYPE_CHECKING:
     from profscope.app.tool_table import Tool
@@ -64,6 +65,18 @@ def torch_memory(tool: Tool, logdir: str, inputs: list[str]) -> str:
 class FileDerived:
     """Part of the workspace: a value read out of one file (a module list, device
     capabilities), kept in the cache under ``kind`` and the file's identity."""
+
+    @staticmethod
+    def host_xplane(run, host: str | None, reading: str):
+        """The xplane of ``host`` in a profile run (None: its first host), or a 404 that
+        says what was to be read and names the hosts the run has."""
+        if not run.hosts:
+            raise NotFound(f"run {run.name!r} has no xplane profile to read {reading} from")
+        host = host or run.hosts[0]
+        info = run.xplane(host)
+        if info is None:
+            raise NotFound(f"run {run.name!r} has no host {host!r}; hosts: {', '.join(run.hosts)}")
+        return info
 
     def derived_json(self, kind: tuple[str, int], info, doing: str, label: str, read):
         """``read(file object, display path)`` once per file identity; ``doing`` is the

@@ -144,9 +144,7 @@ class OomAssessment:
 
     def device_capabilities(self, run: Run, host: str | None = None) -> list[dict]:
         """The device planes' capabilities (memory size, name) of one host's xplane."""
-        info = run.xplane(host or run.hosts[0])
-        if info is None:
-            raise NotFound(f"run {run.name!r} has no host {host!r}; hosts: {', '.join(run.hosts)}")
+        info = self.host_xplane(run, host, "device planes")
         return self.derived_json(keys.DEVICE_CAPS, info, "reading device planes of", "devices",
                                  xplane_devices.device_capabilities)
 

@@ -20,13 +20,7 @@ class OpStats:
     """Part of :class:`~profscope.app.workspace.Workspace`: where the device time went, op by op."""
 
     def _op_metrics(self, run: Run, query: OpStatsQuery | OpProfileQuery, progress):
-        hosts = run.hosts
-        if not hosts:
-            raise NotFound(f"run {run.name!r} has no xplane profile to read device ops from")
-        host = query.host or hosts[0]
-        info = run.xplane(host)
-        if info is None:
-            raise NotFound(f"run {run.name!r} has no host {host!r}; hosts: {', '.join(hosts)}")
+        info = self.host_xplane(run, query.host, "device ops")
         progress.update(message=f"reading device ops of {info.name}")
         with self.logdir.open(info.path) as f:
             db = xplane_op_metrics.read_op_metrics(f, self.logdir.display_path(info.path))

@@ -26,13 +26,7 @@ class RuntimeMemory:
 
     def xplane_memory_profile(self, run: Run, query: MemoryProfileQuery, progress) -> dict:
         """XProf's memory profile of one host: its allocator events over time."""
-        hosts = run.hosts
-        if not hosts:
-            raise NotFound(f"run {run.name!r} has no xplane profile to read allocator events from")
-        host = query.host or hosts[0]
-        info = run.xplane(host)
-        if info is None:
-            raise NotFound(f"run {run.name!r} has no host {host!r}; hosts: {', '.join(hosts)}")
+        info = self.host_xplane(run, query.host, "allocator events")
         progress.update(message=f"reading allocator events of {info.name}")
         with self.logdir.open(info.path) as f:
             events = xplane_allocator.read_allocator_events(f, self.logdir.display_path(info.path), progress=progress.part(0, 0.85))
