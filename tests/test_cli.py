@@ -13,6 +13,7 @@ import urllib.error
 import urllib.request
 
 from profscope import __version__
+from profscope.testing.local_server import profscope_process
 from tests.conftest import profscope_server
 
 # A hang bound (no speed is asserted): far beyond what each wait takes on a busy machine.
@@ -96,17 +97,6 @@ def _children_of(pid: int) -> list[int]:
     return out
 
 
-def _server_pid(marker: str) -> int:
-    """The `profscope serve` started by this test process, found by a unique argument."""
-    for pid in _children_of(os.getpid()):
-        try:
-            if marker in open(f"/proc/{pid}/cmdline").read():
-                return pid
-        except OSError:
-            continue
-    raise AssertionError(f"no server with {marker} among this process's children")
-
-
 def test_ctrl_c_during_a_conversion_answers_its_request_and_remembers_nothing(tmp_path):
     """Issue 32.5: Ctrl+C while a request waited for a conversion answered it with
     uvicorn's plain-text 500 after the graceful-shutdown timeout; and Ctrl+C reaching
@@ -121,8 +111,8 @@ def test_ctrl_c_during_a_conversion_answers_its_request_and_remembers_nothing(tm
     cache = tmp_path / "cache"
     args = ("serve", str(tmp_path / "logdir"), "--port", "0", "--cache-dir", str(cache))
     answers = []
-    with profscope_server(*args) as (url, _):
-        server = _server_pid(str(cache))
+    with profscope_process(*args) as (url, _, proc):
+        server = proc.pid
         window = url + "api/trace/window?run=s&host=big&resolution=1000"
 
         def ask():
