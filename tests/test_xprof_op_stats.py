@@ -163,3 +163,34 @@ def test_unreadable_profile_is_a_clear_4xx(clients, shared_fixtures, tag):
     res = _ask(clients[True], entry, tag)
     assert 400 <= res.status_code < 500, res.text
     assert res.json()["file"].endswith(corrupt.name)
+
+
+@pytest.mark.parametrize("case", ["mi300_jax08_gemm", "tpu_inference"])
+def test_a_host_is_decoded_once_for_every_op_tool(shared_fixtures, tmp_path, monkeypatch, case):
+    """hlo_stats, then op_profile by program and by category on the same host: the op
+    metrics are read out of the xplane once (the cached OP_METRICS entry, app/op_stats.py);
+    with the decoder refusing after the first tool, the other two still equal XProf's."""
+    from profscope.formats import xplane_op_metrics
+
+    entry = INDEX[case]
+    client = _client(shared_fixtures / "public_profiles" / "xplane", tmp_path / "cache")
+    assert _ask(client, entry).status_code == 200
+
+    def refuse(*a, **k):
+        raise AssertionError("the xplane's op metrics were decoded again")
+
+    # conversions run in children forked per conversion (cache/worker.py): they see this
+    monkeypatch.setattr(xplane_op_metrics, "read_op_metrics", refuse)
+    for group_by, golden_name in ((None, "op_profile"), ("category", "op_profile_category")):
+        res = _ask(client, entry, "op_profile", **({"group_by": group_by} if group_by else {}))
+        assert res.status_code == 200, res.text
+        golden = json.loads(gzip.decompress((GOLDEN / entry[golden_name]).read_bytes()))
+        for key, value in golden.items():
+            if isinstance(value, dict):
+                assert json.dumps(_comparable(res.json()[key])) == json.dumps(_comparable(value)), key
+            else:
+                assert res.json()[key] == value, key
+    # a new host's file is still decoded: the refusal is what a decode meets
+    other = _client(shared_fixtures / "public_profiles" / "xplane", tmp_path / "cache2")
+    res = _ask(other, entry)
+    assert res.status_code != 200 and "decoded again" in res.text, res.text

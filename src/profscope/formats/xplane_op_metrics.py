@@ -44,7 +44,7 @@ in ``unsupported_planes``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import IO
 
 from profscope.errors import BadInput
@@ -162,6 +162,27 @@ class OpMetricsDb:
     def sorted(self) -> list[OpMetric]:
         """XProf's ``SortedOpMetricsDb``: self time descending, then name ascending."""
         return sorted(self.metrics.values(), key=lambda m: (-m.self_time_ps, m.name))
+
+    def to_json(self) -> dict:
+        """Plain data for the cache (app/op_stats.py keeps one per file): the metrics as a
+        list in their order of entry, which op_profile's ties keep (XProf's partial_sort)."""
+        return {"metrics": [asdict(m) for m in self.metrics.values()], "total_time_ps": self.total_time_ps,
+                "total_op_time_ps": self.total_op_time_ps,
+                "normalized_total_op_time_ps": self.normalized_total_op_time_ps,
+                "device_planes": self.device_planes, "unsupported_planes": self.unsupported_planes,
+                "program_names": [[k, v] for k, v in self.program_names.items()],  # int keys
+                "device_type": self.device_type}
+
+    @classmethod
+    def from_json(cls, data: dict) -> OpMetricsDb:
+        metrics = [_metric_from_json(m) for m in data["metrics"]]
+        return cls({(m.hlo_module_id, m.name): m for m in metrics}, data["total_time_ps"],
+                   data["total_op_time_ps"], data["normalized_total_op_time_ps"], data["device_planes"],
+                   data["unsupported_planes"], {k: v for k, v in data["program_names"]}, data["device_type"])
+
+
+def _metric_from_json(data: dict) -> OpMetric:
+    return OpMetric(**{**data, "children": [_metric_from_json(c) for c in data["children"]]})
 
 
 def instruction_expression(instr: hlo_pb2.HloInstructionProto, names: dict[int, str]) -> str:
