@@ -144,7 +144,7 @@ def public_client(shared_fixtures, tmp_path_factory):
 
 def test_api_steps_ops(public_client, public_indexes):
     """``GET /api/steps_ops``: the tool's answer for a PyTorch trace run, from the index the
-    timeline uses; an xplane run and an unknown run are 404s that name what they read."""
+    timeline uses; an xplane run answers too (its source says so); an unknown run is a 404."""
     runs = public_client.get("/data/plugin/profile/runs").json()
     run = next(r for r in runs if "kineto_resnet50_v100" in r)
     r = public_client.get("/api/steps_ops", params={"run": run})
@@ -156,8 +156,8 @@ def test_api_steps_ops(public_client, public_indexes):
 
     xplane_run = next(r for r in runs if r.startswith("xplane/tf_gpu"))
     r = public_client.get("/api/steps_ops", params={"run": xplane_run})
-    assert r.status_code == 404 and r.json()["file"].endswith(".xplane.pb")
-    assert "xplane profile" in r.json()["error"]
+    assert r.status_code == 200 and r.json()["file"].endswith(".xplane.pb")
+    assert r.json()["source"] == "xplane" and body["source"] == "chrome_trace"
     r = public_client.get("/api/steps_ops", params={"run": "no/such/run"})
     assert r.status_code == 404 and r.json()["ok"] is False
 
@@ -197,8 +197,9 @@ def test_cli_steps(shared_fixtures, public_indexes, tmp_path, capsys):
     assert f"| {step['step']} | 0 | {step['step_time_us']:,.1f} |" in text
     kernel_rows = text.split("| kernel |", 1)[1].strip().splitlines()[2:]
     assert len(kernel_rows) == 3 and all("| compute |" in r for r in kernel_rows)  # all compute on this trace
-    assert main(["steps", logdir, "--run", "xplane/tf_gpu/GPU-multi-worker", *cache]) == 2
-    assert ".xplane.pb: Steps & ops" in capsys.readouterr().err
+    assert main(["steps", logdir, "--run", "xplane/tf_gpu/GPU-multi-worker", *cache]) == 0  # xplanes answer too
+    assert main(["steps", logdir, "--run", "no/such/run", *cache]) == 2
+    assert "no run named" in capsys.readouterr().err
 
 
 def test_odd_device_args_are_not_kernels(tmp_path):

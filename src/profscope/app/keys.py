@@ -19,9 +19,9 @@ if TYPE_CHECKING:
 # (kind, version) of the derived values kept beside the tools' payloads.
 MODULE_LIST = ("module_list", 1)  # the HLO modules embedded in one xplane
 MODULE_PEAK = ("module_peak", 1)  # one module's peak summary (the OOM ranking, /api/module_peaks)
-DEVICE_CAPS = ("device_caps", 1)  # an xplane's device planes' capabilities
+DEVICE_CAPS = ("device_caps", 2)  # an xplane's device planes' capabilities; 2: a TPU's peak FLOP/s and HBM bandwidth
 MODULE_RUN_TIMES = ("module_run_times", 1)  # time spent in each module's events
-OP_METRICS = ("op_metrics", 1)  # one host's device op metrics (OpMetricsDb.to_json), for hlo_stats, op_profile, ops
+OP_METRICS = ("op_metrics", 2)  # one host's device op metrics (OpMetricsDb.to_json), for hlo_stats, op_profile, ops; 2: flops, bytes_accessed
 TRACE_DEVICE_PROPERTIES = ("trace_device_properties", 1)  # a PyTorch trace's deviceProperties
 SNAPSHOT_DEVICES = ("snapshot_devices", 1)
 MEMORY_HOST = ("memory_host", 1)  # one host's row of /api/memory_hosts, from its memory profile

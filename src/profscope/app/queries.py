@@ -124,6 +124,15 @@ class OpStatsQuery(Query):
 
 
 @dataclass(frozen=True, slots=True)
+class StepsOpsQuery(Query):
+    """Steps & ops (profscope's ``steps_ops`` tool, ``/api/steps_ops``)."""
+
+    host: str | None = text()  # a host, or XProf's ALL_HOSTS for every host's steps side by side
+    within_steps: bool | None = flag()  # the ops table: only occurrences inside steps (None: when there are steps)
+    step: str | None = text()  # the ops table: one step's occurrences only (the step's name, "12")
+
+
+@dataclass(frozen=True, slots=True)
 class OpProfileQuery(Query):
     host: str | None = text()
     group_by: str | None = text()  # XProf's: "program" (its default) or "category"
@@ -180,6 +189,8 @@ class TraceQuery(Query):
     # matches; None: trace_viewer.DEFAULT_SEARCH_LIMIT
     limit: int | None = count(least=1, most=TRACE_MAX_SEARCH_LIMIT)
     offset: int | None = count()  # search: the first match answered (0-based, in the search's order); None: 0
+    within_steps: bool | None = flag()  # /api/steps_ops: StepsOpsQuery's
+    step: str | None = text()  # /api/steps_ops: StepsOpsQuery's
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,7 +29,7 @@ from profscope.app.compiled_memory import CompiledMemory
 from profscope.app.oom import OomAssessment
 from profscope.app.op_stats import OpStats
 from profscope.app.queries import (MemoryProfileQuery, MemoryViewerQuery, OomRiskQuery, OpProfileQuery, OpStatsQuery,
-                                   Query, XprofTraceQuery)
+                                   Query, StepsOpsQuery, XprofTraceQuery)
 from profscope.app.runtime_memory import RuntimeMemory
 from profscope.app.snapshots import Snapshots
 from profscope.app.traces import Traces
@@ -205,6 +205,20 @@ TOOLS: tuple[Tool, ...] = (
         pages=(),
         complete=_first_host,
         version=3,  # 2: source_info (file:line, the stack in its title); 3: TPU TensorCore planes
+    ),
+    Tool(
+        "steps_ops",
+        "Steps & ops",
+        "Why is my step slow: step time by category and device idle, and every device op ranked by its time.",
+        StepsOpsQuery,
+        # profscope's own (XProf splits it over overview_page, hlo_stats, op_profile,
+        # kernel_stats): the answer of /api/steps_ops, docs/steps_and_ops.md
+        _for(profile=Traces.steps_ops_tool, chrome_trace=Traces.steps_ops_tool,
+             xla_dump=NOT_FOR, torch_snapshot=NOT_FOR),
+        _reads_xplanes,
+        pages=("steps_ops.js",),
+        complete=_first_host,
+        xprof=False,
     ),
     Tool(
         "oom_risk",

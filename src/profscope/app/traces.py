@@ -6,6 +6,7 @@ import no format."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -13,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 import orjson
 
 from profscope.app import keys, lazy
-from profscope.app.queries import TraceQuery, XprofTraceQuery
+from profscope.app.queries import StepsOpsQuery, TraceQuery, XprofTraceQuery
 from profscope.errors import NotFound, ProfscopeError
 from profscope.forksafe import renew_locks_after_fork
 from profscope.model.catalog import Run, RunKind
@@ -27,6 +28,7 @@ trace_export = lazy.module("profscope.tools.trace_export")
 trace_hosts_tool = lazy.module("profscope.tools.trace_hosts")
 trace_index = lazy.module("profscope.tools.trace_index")
 step_breakdown = lazy.module("profscope.tools.step_breakdown")
+op_table = lazy.module("profscope.tools.op_table")
 trace_viewer = lazy.module("profscope.tools.trace_viewer")
 trace_visibility = lazy.module("profscope.tools.trace_visibility")
 trace_xprof = lazy.module("profscope.tools.trace_xprof")
@@ -187,17 +189,38 @@ class Traces:
         return self.trace_view(run, query).summary(query.start_ms, query.end_ms)
 
     def steps_ops(self, run: Run, query: TraceQuery) -> dict:
-        """A PyTorch trace's step-time breakdown and ranked kernels (tools/step_breakdown.py),
-        from the host's trace index (built once, shared with the timeline): ``GET
-        /api/steps_ops``. An xplane profile is refused by name (its steps and ops are
-        XProf's tools, not read from kineto's args)."""
+        """A run's step-time breakdown and ranked ops (``GET /api/steps_ops``): a PyTorch
+        trace's from the host's trace index (built once, shared with the timeline;
+        tools/step_breakdown.py, tools/op_table.py)."""
         name, info, _pos = self._trace_hosts(run, query)[0]
-        if classify(info.name) is FileKind.XPLANE:
-            raise NotFound(f"{self.logdir.display_path(info.path)}: Steps & ops (/api/steps_ops, profscope "
-                           "steps) reads PyTorch (kineto) Chrome traces; this is an xplane profile", file=self.logdir.display_path(info.path))
         ix = self.trace_index(run, name, info)
-        return {"run": run.name, "host": name, "file": self.logdir.display_path(info.path),
-                **step_breakdown.breakdown(ix)}
+        head = {"run": run.name, "host": name, "file": self.logdir.display_path(info.path)}
+        if classify(info.name) is FileKind.XPLANE:
+            # the xplane step breakdown (app/profile_steps.py, under way) replaces this
+            out = {**head, "source": "xplane", "categories": [], "steps": [], "kernels": [],
+                   "summary": {"steps": 0, "step_source": "none",
+                               "missing": "profscope does not read an xplane's steps yet: the ops table only"}}
+        else:
+            out = {**head, "source": "chrome_trace", **step_breakdown.breakdown(ix)}
+        return {**out, **self._ops_table(run, name, info, ix, query)}
+
+    def steps_ops_tool(self, run: Run, query: StepsOpsQuery, progress=None) -> dict:
+        """The ``steps_ops`` tool's payload (the Steps & ops page): :meth:`steps_ops`."""
+        return self.steps_ops(run, TraceQuery(host=query.host, within_steps=query.within_steps, step=query.step))
+
+    def _ops_table(self, run: Run, host: str, info: FileInfo, ix, query) -> dict:
+        """``ops`` and ``ops_scope`` of /api/steps_ops (tools/op_table.py): an xplane's from
+        the cached op metrics (XProf's hlo_stats numbers), its device peaks and the trace
+        index; a Chrome trace's from its index."""
+        within, step = getattr(query, "within_steps", None), getattr(query, "step", None)
+        if classify(info.name) is not FileKind.XPLANE:
+            return op_table.chrome_trace_ops(ix, host, within, step)
+        db = self.op_metrics(run, host)
+        caps = next((c for c in self.device_capabilities(run, host) if "peak_teraflops_per_second" in c), {})
+        tflops, gbps = caps.get("peak_teraflops_per_second"), caps.get("peak_hbm_bw_gigabytes_per_second")
+        peaks = {"peak_flops_per_s": tflops * 1e12 if tflops else None, "peak_bytes_per_s": gbps * 1e9 if gbps else None}
+        ops = [{k: v for k, v in dataclasses.asdict(m).items() if k != "children"} for m in db.sorted()]
+        return op_table.xplane_ops(ix, ops, db.total_time_ps, db.program_names, host, peaks, within, step)
 
     def trace_hosts(self, run: Run) -> dict:
         """Every host's steps, device busy and idle time side by side, slowest first, with

@@ -25,7 +25,10 @@ __all__ = ["DEVICE_PLANE_PREFIX", "device_capabilities"]
 DEVICE_PLANE_PREFIX = "/device:"
 # The stats kept, by their tsl names.
 _CAPS = ("memory_size", "memory_bandwidth", "core_count", "clock_rate", "compute_cap_major", "compute_cap_minor",
-         "device_vendor", "gpu_device_name")
+         "device_vendor", "gpu_device_name",
+         # a TPU plane's peaks (XProf's roofline and op_profile read them: tsl
+         # kDevCapPeakTeraflopsPerSecond, kDevCapPeakHbmBwGigabytesPerSecond); doubles
+         "peak_teraflops_per_second", "peak_hbm_bw_gigabytes_per_second")
 
 
 def device_capabilities(raw: IO[bytes], path: str) -> list[dict]:

@@ -125,6 +125,11 @@ class OpMetric:
     time_ps: int = 0
     self_time_ps: int = 0
     normalized_time_ps: int = 0  # the time at nominal clock (TPU DVFS); 0 on GPU, as XProf
+    # XLA's cost analysis of one occurrence, as a TPU's op metadata carries it (``flops``,
+    # ``bytes_accessed`` stats); 0 where the profile has none (GPU: XProf runs
+    # HloCostAnalysis itself, profscope does not). The ops table's roofline reads them.
+    flops: int = 0
+    bytes_accessed: int = 0
     children: list[OpMetric] = field(default_factory=list)  # a TPU fusion's fused instructions
 
 
@@ -375,8 +380,10 @@ def _tpu_op(meta, stats: dict) -> OpMetric:
     """SetOpMetadataFromHloEventMetadata: the op's details from its event metadata."""
     name, long_name = (meta.display_name, meta.name) if meta.display_name else (meta.name, "")
     file, line = _source_top_line(_text(stats.get("source"))) if "source" in stats else ("", 0)
+    cost = {k: stats[k] for k in ("flops", "bytes_accessed") if isinstance(stats.get(k), int) and stats[k] > 0}
     return OpMetric(stats.get("program_id", 0), name, _text(stats.get("hlo_category")), _text(stats.get("tf_op")),
-                    long_name, _text(stats.get("deduplicated_name")), file, line, _text(stats.get("source_stack")))
+                    long_name, _text(stats.get("deduplicated_name")), file, line, _text(stats.get("source_stack")),
+                    **cost)
 
 
 def _device_span(ev, stats: dict) -> tuple[int, int]:

@@ -26,6 +26,7 @@ Preview = query_params(TraceQuery, *HOSTS, "resolution")
 Event = query_params(TraceQuery, *HOSTS, "id")
 Search = query_params(TraceQuery, *HOSTS, "q", "limit", "offset")
 Range = query_params(TraceQuery, *HOSTS, *RANGE)
+StepsOps = query_params(TraceQuery, *HOSTS, "within_steps", "step")
 
 
 def router(ws: Workspace) -> APIRouter:
@@ -39,9 +40,10 @@ def router(ws: Workspace) -> APIRouter:
         return json_response(ws.trace_hosts(ws.run(run)))
 
     @outer.get("/api/steps_ops")
-    def steps_ops(query: Preview, run: Text = None) -> Response:
-        """A PyTorch trace's steps (time per category, idle and what bounds it, per GPU)
-        and its kernels ranked: app/traces.py, docs/steps_and_ops.md."""
+    def steps_ops(query: StepsOps, run: Text = None) -> Response:
+        """A run's steps (time per category, idle and what bounds it, per device) and its
+        ops ranked (``within_steps``, ``step``: which occurrences): app/traces.py,
+        docs/steps_and_ops.md."""
         return json_response(ws.steps_ops(ws.run(run), query))
 
     r = APIRouter(prefix="/api/trace")

@@ -100,6 +100,7 @@ class Kernels:
     launch: np.ndarray  # int64 ps: the launching call's start, or -1 without a launch flow
     names: list[str]
     tracks: list[int]  # the device (stream) tracks
+    row: np.ndarray | None = None  # int64: each activity's index row (its event id, for links)
 
     def __len__(self) -> int:
         return len(self.start)
@@ -134,7 +135,8 @@ def device_kernels(idx) -> Kernels:
     launch = _launches(idx, track[rows], start)
     o = np.lexsort((end, start))
     return Kernels(start[o], end[o], np.asarray(idx.cols["name"])[rows][o].astype(np.int32),
-                   np.asarray(device, np.int64)[o], np.asarray(stream, np.int64)[o], launch[o], idx.names, tracks)
+                   np.asarray(device, np.int64)[o], np.asarray(stream, np.int64)[o], launch[o], idx.names, tracks,
+                   rows[o])
 
 
 def _is_device(args: dict) -> bool:

@@ -42,7 +42,8 @@ let activePage = null; // the page module that drew the view
 
 function pageFor(tool, run) {
   const name = tool.replace(/@$/, "");
-  return PAGES.find((p) => p.tool === name && (!p.accepts || p.accepts(run))) || null;
+  // alsoFor: tools drawn by another tool's page (XProf's hlo_stats and op_profile: Steps & ops)
+  return PAGES.find((p) => (p.tool === name || (p.alsoFor || []).includes(name)) && (!p.accepts || p.accepts(run))) || null;
 }
 
 // A page loads app.css (always there) and its own stylesheets only; a page is drawn once

@@ -1,0 +1,269 @@
+// Steps & ops page: why is my step slow. Data: /data/plugin/profile/data?tag=steps_ops
+// (the answer of /api/steps_ops, docs/steps_and_ops.md): the steps' time per device by
+// category (`categories` is the stacking order; idle is drawn on top), and `ops`, the
+// device ops ranked (HLO ops, kernels, framework ops) with their slowest occurrence.
+// URL keys: step (the step whose ops the table shows, asked of the server as step=),
+// within ("0": every occurrence, not only those inside steps), kind / category / module /
+// device (the table's selectors), opq (its filter box), sort ("-total_us": a column,
+// "-" for descending), op (the row whose details are open). host=ALL_HOSTS (XProf's
+// name) shows every host's step times side by side, the straggler host marked.
+// XProf's hlo_stats and op_profile open here too, on the HLO rows (kind=hlo): the same
+// counts as XProf's tables (tests/test_op_table.py), with links XProf's JSON lacks.
+import { el } from "../lib/dom.js";
+import { go, readState, setUrl, stateUrl } from "../lib/state.js";
+import { cachedJson, errorBox } from "../lib/api.js";
+import { fmtCount, fmtShare } from "../lib/format.js";
+import { P, SERIES } from "../lib/colors.js";
+import { escapePlotly, LEGEND_TOP, newPlot, purge } from "../lib/plotly.js";
+import { sortableTable } from "../lib/table.js";
+
+const ALL_HOSTS = "ALL_HOSTS"; // XProf's name for every host at once (profile_plugin.py)
+const IDLE_COLOR = P.silver;
+const PAD_US = 50; // µs shown either side of an occurrence in the trace viewer's window
+let charts = [];
+
+function dataUrl(run, state) {
+  const q = new URLSearchParams({ run: run.name, tag: "steps_ops" });
+  if (state.host) q.set("host", state.host);
+  if (state.within === "0") q.set("within_steps", "0");
+  if (state.step && state.host !== ALL_HOSTS) q.set("step", state.step);
+  return `/data/plugin/profile/data?${q}`;
+}
+
+const us = (v) => (v === null || v === undefined ? "—" : v >= 1e6 ? `${(v / 1e6).toFixed(3)} s` : v >= 1e3 ? `${(v / 1e3).toFixed(3)} ms` : `${v.toFixed(3)} µs`);
+const opKey = (r) => [r.kind, r.program_id || "", r.name].join("|");
+
+function link(state, text, attrs = {}) {
+  return el("a", { href: stateUrl(state), onclick: (e) => { e.preventDefault(); go(state); }, ...attrs }, text);
+}
+
+async function renderStepsOps(view, state, run, details) {
+  if (state.tool !== "steps_ops") { // XProf's op tools open this page on their HLO rows
+    return go({ ...state, tool: "steps_ops", kind: state.kind || "hlo" }, { replace: true });
+  }
+  purge(charts);
+  charts = [];
+  const root = el("div", { class: "so" }, el("div", { class: "so-head" }, el("h1", {}, "Steps & ops"),
+    el("span", { class: "muted" }, run.name), hostSwitch(state, details)), el("p", { class: "muted", id: "so-loading" }, "Reading steps and ops…"));
+  view.replaceChildren(root);
+  let data;
+  try { data = await cachedJson(dataUrl(run, state)); } catch (err) {
+    if (!view.contains(root)) return;
+    root.lastChild.replaceWith(errorBox(err, "Cannot read the steps and ops of this run"),
+      state.step ? el("p", {}, link({ ...state, step: "" }, "Show every step")) : null);
+    return;
+  }
+  if (!view.contains(root)) return; // the user moved on
+  root.lastChild.remove();
+  root.append(...[
+    summaryTiles(data, state),
+    data.summary && data.summary.missing ? el("div", { class: "note", id: "so-missing" }, el("strong", {}, "Missing: "), data.summary.missing) : null,
+    data.hosts ? hostsSection(data, state) : null,
+    stepsSection(data, state),
+    opsSection(data, state, run),
+  ].filter((x) => x !== null));
+  drawCharts(data, state);
+}
+
+// The run's hosts, and "All hosts" when it has several (host=ALL_HOSTS).
+function hostSwitch(state, details) {
+  if ((details.hosts || []).length < 2) return null;
+  return state.host === ALL_HOSTS
+    ? el("span", { class: "so-hosts" }, "all hosts · ", link({ ...state, host: details.hosts[0], step: "" }, "one host"))
+    : el("span", { class: "so-hosts" }, link({ ...state, host: ALL_HOSTS, step: "", op: "" }, `All ${details.hosts.length} hosts`, { id: "so-all-hosts" }));
+}
+
+function tile(label, value, sub, id) {
+  return el("div", { class: "so-tile", id }, el("div", { class: "label" }, label), el("div", { class: "value" }, value),
+    sub ? el("div", { class: "sub" }, sub) : null);
+}
+
+function summaryTiles(d, state) {
+  const s = d.summary || {};
+  const straggler = s.slowest_straggler ? `straggler: ${s.slowest_straggler.device ?? s.slowest_straggler.host ?? ""}` : null;
+  return el("div", { class: "so-tiles", id: "so-summary" },
+    tile("Steps", fmtCount(s.steps ?? 0), s.step_source ? `found by ${s.step_source}` : d.source, "so-steps-count"),
+    tile("Median step", us(s.median_us), s.p90_us !== undefined ? `p90 ${us(s.p90_us)}` : null),
+    tile("Slowest step", s.slowest_step !== undefined ? `#${s.slowest_step}` : "—", s.slowest_us !== undefined ? [us(s.slowest_us), straggler ? ` · ${straggler}` : ""].join("") : null),
+    tile("Ops", fmtCount((d.ops || []).length), Object.entries(d.ops_scope || {}).map(([k, v]) => `${k}: ${v}`).join(" · ")),
+    state.step ? tile("Selected step", `#${state.step}`, link({ ...state, step: "" }, "show every step", { id: "so-clear-step" })) : null);
+}
+
+// Every host's step times side by side (helper A's hosts[] for host=ALL_HOSTS).
+function hostsSection(d) {
+  return el("section", {}, el("h2", {}, `Hosts (${d.hosts.length})`),
+    d.straggler_host ? el("p", { class: "so-hint", id: "so-straggler-host" }, "Straggler host: ", el("strong", {}, d.straggler_host),
+      " (its slowest step is the run's slowest).") : null,
+    el("div", { class: "so-chart", id: "so-hosts-chart" }));
+}
+
+function stepsSection(d, state) {
+  if (!(d.steps || []).length) {
+    return el("section", {}, el("h2", {}, "Step time"), el("p", { class: "muted", id: "so-no-steps" },
+      d.hosts ? "Pick a host for its steps by device." : "No steps to draw: the table below covers the whole profile."));
+  }
+  return el("section", {}, el("h2", {}, `Step time (${d.steps.length} steps)`),
+    el("p", { class: "so-hint" }, "Device time per step by category, idle on top; click a bar to show that step's ops."),
+    el("div", { class: "so-chart", id: "so-steps-chart" }), stepTable(d, state));
+}
+
+// The numbers behind the chart: one row per step and device (bound: what limits it).
+function stepTable(d, state) {
+  const rows = d.steps.flatMap((s) => (s.devices || []).map((dev) => ({ s, dev })));
+  return el("details", { class: "so-step-details" }, el("summary", {}, "Steps as a table"),
+    el("table", { class: "so-table", id: "so-step-table" },
+      el("thead", {}, el("tr", {}, ["step", "device", "step time", "busy", "idle", "bound"].map((h) => el("th", {}, h)))),
+      el("tbody", {}, rows.map(({ s, dev }) => el("tr", { class: String(s.step) === state.step ? "selected" : null, "data-step": s.step },
+        el("td", {}, link({ ...state, step: String(s.step), op: "" }, `#${s.step}`)), el("td", {}, String(dev.device)),
+        el("td", { class: "num" }, us(s.step_time_us)), el("td", { class: "num" }, us(dev.busy_us)),
+        el("td", { class: "num" }, us(dev.idle_us)), el("td", {}, dev.bound || "—"))))));
+}
+
+function drawCharts(d, state) {
+  const steps = document.getElementById("so-steps-chart");
+  if (steps) charts.push(drawSteps(steps, d, state));
+  const hosts = document.getElementById("so-hosts-chart");
+  if (hosts) charts.push(drawHosts(hosts, d));
+}
+
+// One bar per step (per step and device when there are several devices: Plotly's
+// two-level category axis), the categories stacked in the answer's order, idle on top.
+function drawSteps(div, d, state) {
+  // an answer without `categories` (older PyTorch answers): the keys of time_us, in order
+  const keys = d.categories || [...new Set(d.steps.flatMap((s) => (s.devices || []).flatMap((x) => Object.keys(x.time_us || {}))))];
+  const cats = keys.map((c) => (typeof c === "string" ? { key: c, label: c } : c));
+  const devices = [...new Set(d.steps.flatMap((s) => (s.devices || []).map((x) => String(x.device))))];
+  const many = devices.length > 1;
+  const points = d.steps.flatMap((s) => (s.devices || []).map((dev) => ({ s, dev })));
+  const x = many ? [points.map((p) => `#${p.s.step}`), points.map((p) => `dev ${p.dev.device}`)] : points.map((p) => `#${p.s.step}`);
+  const selected = points.map((p) => (state.step && String(p.s.step) === state.step ? 1 : state.step ? 0.35 : 1));
+  const bar = (name, color, y) => ({ type: "bar", name: escapePlotly(name), x, y, customdata: points.map((p) => String(p.s.step)),
+    marker: { color, opacity: selected }, hovertemplate: `%{x}: ${escapePlotly(name)} %{y:.1f} µs<extra></extra>` });
+  const traces = cats.map((c, i) => bar(c.label || c.key, SERIES[i % SERIES.length], points.map((p) => (p.dev.time_us || {})[c.key] || 0)));
+  traces.push(bar("idle", IDLE_COLOR, points.map((p) => p.dev.idle_us || 0)));
+  newPlot(div, traces, { barmode: "stack", height: 320, margin: { l: 70, r: 20, t: 30, b: many ? 70 : 50 },
+    yaxis: { title: { text: "µs" } }, legend: LEGEND_TOP, showlegend: true });
+  div.on("plotly_click", (ev) => {
+    const step = ev.points && ev.points[0] && ev.points[0].customdata;
+    if (step !== undefined) go({ ...readState(), step: step === readState().step ? "" : step, op: "" });
+  });
+  return div;
+}
+
+// Per host: its median, p90 and slowest step; the straggler host's bars outlined.
+function drawHosts(div, d) {
+  const hosts = d.hosts.map((h) => h.host);
+  const marked = hosts.map((h) => (h === d.straggler_host ? 3 : 0));
+  const names = hosts.map((h) => (h === d.straggler_host ? `${escapePlotly(h)} ★` : escapePlotly(h)));
+  const bar = (name, key, color) => ({ type: "bar", name, x: names, y: d.hosts.map((h) => h[key]), marker: { color, line: { width: marked, color: P.bad } },
+    hovertemplate: `%{x}: ${name} %{y:.1f} µs<extra></extra>` });
+  newPlot(div, [bar("median", "median_us", P.blue), bar("p90", "p90_us", P.orange), bar("slowest", "slowest_us", P.red)],
+    { barmode: "group", height: 300, margin: { l: 70, r: 20, t: 30, b: 80 }, yaxis: { title: { text: "step time (µs)" } }, legend: LEGEND_TOP });
+  return div;
+}
+
+export default {
+  tool: "steps_ops",
+  // XProf's HLO op tools have no page of their own: their numbers are this table's HLO rows
+  alsoFor: ["hlo_stats", "op_profile"],
+  css: ["pages/steps_ops.css"],
+  keys: {
+    step: { resetOn: ["run", "tool", "host"] },
+    within: { resetOn: ["run"] },
+    kind: { resetOn: ["run"] },
+    category: { resetOn: ["run", "kind"] },
+    module: { resetOn: ["run"] },
+    device: { resetOn: ["run", "host"] },
+    opq: { resetOn: ["run"] },
+    sort: {},
+    op: { resetOn: ["run", "tool", "host"] },
+  },
+  render: renderStepsOps,
+};
+
+// -- the ops table -----------------------------------------------------------------------
+
+const COLUMNS = [
+  { key: "name", label: "op", value: (r) => r.name, show: (r) => el("span", { class: "so-name", title: r.name }, r.name) },
+  { key: "kind", label: "kind", value: (r) => r.kind },
+  { key: "category", label: "category", value: (r) => r.category ?? "" },
+  { key: "module", label: "module", value: (r) => r.module ?? "" },
+  { key: "occurrences", label: "occurrences", num: true, value: (r) => r.occurrences, show: (r) => fmtCount(r.occurrences) },
+  { key: "total_us", label: "total", num: true, value: (r) => r.total_us, show: (r) => us(r.total_us) },
+  { key: "self_us", label: "self", num: true, value: (r) => r.self_us ?? -1, show: (r) => us(r.self_us) },
+  { key: "average_us", label: "average", num: true, value: (r) => r.average_us ?? -1, show: (r) => us(r.average_us) },
+  { key: "share", label: "share", num: true, value: (r) => r.share ?? -1, show: (r) => fmtShare(r.share) },
+  { key: "roofline", label: "bound", value: (r) => (r.roofline ? r.roofline.bound : ""), show: (r) => (r.roofline ? r.roofline.bound : "—") },
+];
+
+const deviceOf = (r) => (r.slowest && r.slowest.device !== null && r.slowest.device !== undefined ? String(r.slowest.device) : "");
+
+function selector(id, label, key, values, state) {
+  const options = [el("option", { value: "" }, `every ${label}`), ...values.map((v) => el("option", { value: v }, v))];
+  const s = el("select", { id, "aria-label": label, onchange: () => go({ ...readState(), [key]: s.value, op: "" }) }, options);
+  s.value = values.includes(state[key]) ? state[key] : "";
+  return s;
+}
+
+function opsSection(d, state, run) {
+  const all = d.ops || [];
+  const uniq = (f) => [...new Set(all.map(f).filter(Boolean))].sort();
+  const rows = all.filter((r) => (!state.kind || r.kind === state.kind) && (!state.category || r.category === state.category)
+    && (!state.module || r.module === state.module) && (!state.device || deviceOf(r) === state.device));
+  const sort = state.sort || "-total_us";
+  const table = sortableTable({
+    id: "so-ops", rows, columns: COLUMNS, prefix: "so", sortKey: sort.replace(/^-/, ""), descending: sort.startsWith("-"),
+    text: (r) => `${r.name} ${r.kind} ${r.category ?? ""} ${r.module ?? ""}`,
+    filter: { id: "so-filter", placeholder: "filter ops", label: "filter ops", value: state.opq, onChange: (q) => setUrl({ ...readState(), opq: q }) },
+    count: { id: "so-count", text: (m, n) => `${fmtCount(m)} of ${fmtCount(n)} ops` }, pageRows: 50,
+    rowClass: (r) => (opKey(r) === state.op ? "selected" : null),
+    onClick: (r) => go({ ...readState(), op: opKey(r) === readState().op ? "" : opKey(r) }),
+  });
+  // the sort the user clicks goes into the URL (the table keeps its own state)
+  table.node.addEventListener("click", (e) => {
+    const th = e.target.closest("th.sortable");
+    if (!th) return;
+    const now = table.node.querySelector('th[aria-sort="ascending"], th[aria-sort="descending"]');
+    if (now) setUrl({ ...readState(), sort: `${now.getAttribute("aria-sort") === "descending" ? "-" : ""}${now.dataset.key}` });
+  });
+  const chosen = all.find((r) => opKey(r) === state.op);
+  const hasSteps = (d.steps || []).length > 0 || Object.values(d.ops_scope || {}).includes("steps");
+  return el("section", {}, el("h2", {}, state.step ? `Ops of step #${state.step}` : "Ops, ranked"),
+    el("div", { class: "so-controls" },
+      selector("so-kind", "kind", "kind", uniq((r) => r.kind), state),
+      selector("so-category", "category", "category", uniq((r) => (!state.kind || r.kind === state.kind ? r.category : null)), state),
+      selector("so-module", "module", "module", uniq((r) => r.module), state),
+      selector("so-device", "device", "device", uniq(deviceOf), state),
+      el("label", { class: "so-within", title: "only the occurrences inside steps (HLO rows are always the whole profile, as XProf counts them)" },
+        el("input", { type: "checkbox", id: "so-within", checked: state.within !== "0", disabled: !hasSteps && state.within !== "0",
+          onchange: (e) => go({ ...readState(), within: e.target.checked ? "" : "0", op: "" }) }), " within steps only")),
+    scopeNote(d, state), chosen ? opDetails(chosen, d, state, run) : null, table.node);
+}
+
+function scopeNote(d, state) {
+  const scope = d.ops_scope || {};
+  if (!state.step || scope.hlo !== "profile") return null;
+  return el("p", { class: "so-hint", id: "so-scope-note" }, "HLO rows count the whole profile (XProf's op metrics keep no step per occurrence); kernels and framework ops are this step's.");
+}
+
+// One op: its numbers, and links to its slowest occurrence in the trace viewer and, for
+// an HLO op, to its module in the memory viewer.
+function opDetails(r, d, state, run) {
+  const s = r.slowest;
+  const trace = s ? { ...state, tool: "trace_viewer@", host: s.host || d.host || state.host, start_ms: String((s.start_us - PAD_US) / 1e3),
+    end_ms: String((s.start_us + s.dur_us + PAD_US) / 1e3), ev: String(s.event_id), op: "", step: "", opq: "" } : null;
+  const facts = [["kind", r.kind], ["category", r.category], ["module", r.module], ["occurrences", fmtCount(r.occurrences)],
+    ["total", us(r.total_us)], ["self", us(r.self_us)], ["average", us(r.average_us)], ["share", fmtShare(r.share)],
+    ["host time", r.host_us !== undefined ? us(r.host_us) : null], ["framework op", r.framework_op],
+    ["FLOPs", r.flops !== null && r.flops !== undefined ? fmtCount(r.flops) : null],
+    ["bytes accessed", r.bytes_accessed !== null && r.bytes_accessed !== undefined ? fmtCount(r.bytes_accessed) : null],
+    ["roofline", r.roofline ? `${r.roofline.bound}-bound: ${r.roofline.intensity.toFixed(3)} FLOP/byte, ridge ${r.roofline.ridge.toFixed(1)}` : null],
+    ["slowest", s ? `${us(s.dur_us)} at ${us(s.start_us)} on ${s.device ?? ""} ${s.track}` : null]].filter(([, v]) => v !== null && v !== undefined && v !== "");
+  return el("div", { class: "so-op", id: "so-op" }, el("h3", {}, r.name),
+    el("dl", {}, facts.flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v)])),
+    el("div", { class: "so-links" },
+      trace ? link(trace, "Open the slowest occurrence in the trace viewer", { id: "so-trace-link" }) : el("span", { class: "muted" }, "no occurrence located in the timeline"),
+      r.kind === "hlo" && r.module ? [" · ", link({ ...state, tool: "memory_viewer", module_name: r.module, hlo_op: r.name, op: "", step: "" }, `Memory viewer of ${r.module}`, { id: "so-memory-link" })] : null,
+      " · ", link({ ...state, op: "" }, "close")));
+}
+

@@ -1,0 +1,398 @@
+"""The ranked ops table of Steps & ops (``ops[]`` of ``/api/steps_ops``): one row per HLO
+op, per device kernel and per framework op, most device time first, each with its slowest
+occurrence (the trace viewer's link to it).
+
+Where each kind comes from
+--------------------------
+* **HLO ops** (xplane profiles): XProf's device op metrics (``OpMetricsDb``,
+  formats/xplane_op_metrics.py, the table XProf's ``hlo_stats`` is made of): occurrences,
+  total and self time, XLA's category, the program (module) of the op; the same counts as
+  XProf's hlo_stats, over the whole profile (XProf keeps no step per occurrence). A TPU's
+  op metadata carries XLA's cost analysis (``flops``, ``bytes_accessed`` stats, per
+  occurrence); GPU xplanes carry none (XProf runs ``HloCostAnalysis`` itself), so their
+  FLOPs are null. The slowest occurrence is looked up on the trace index's ``XLA Ops``
+  tracks of the device planes, by the op's name.
+* **Kernels**: xplane: the events of the device planes' ``Stream #N(...)`` lines (the GPU's
+  CUPTI/ROCm activities), by name. PyTorch: kineto's device activities
+  (tools/step_breakdown.py ``device_kernels``), by name.
+* **Framework ops**: xplane: the device planes' derived ``Framework Ops`` / ``TensorFlow
+  Ops`` lines (the framework op each device op ran for), by name. PyTorch: the host slices
+  kineto writes for ``record_function`` ranges (``cpu_op``, ``user_annotation``: args with
+  ``External id`` and no ``cbid``, which the runtime calls have; the index keeps no
+  ``cat``), their device time the kernels launched inside them (the launch is the ``ac2g``
+  flow's start on the op's thread): ``total_us`` every kernel launched within the op,
+  ``self_us`` those not within a nested framework op, ``host_us`` the op's own wall time.
+
+``within_steps``: only occurrences in a step (xplane: starting inside a ``Steps`` window of
+the index; PyTorch: kernels launched in a ``ProfilerStep#N``, framework ops starting in
+one). ``step``: one step's occurrences only. Neither applies to the HLO rows (the answer's
+``ops_scope`` says what each kind covers).
+
+Roofline: with an op's FLOPs and bytes accessed, and the device's peak FLOP/s and HBM
+bandwidth (the TPU device plane's ``peak_teraflops_per_second`` and
+``peak_hbm_bw_gigabytes_per_second`` stats), the op is ``compute``-bound when its
+arithmetic intensity (FLOPs per byte) is at least the ridge point (peak FLOP/s over peak
+bytes/s), else ``memory``-bound; null where any of the four is missing.
+
+Times are index picoseconds inside, microseconds (3 decimals) out.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from profscope.tools import step_breakdown as sb
+
+__all__ = ["chrome_trace_ops", "roofline", "xplane_ops"]
+
+PS_PER_US = 1e6
+HLO, KERNEL, FRAMEWORK = "hlo", "kernel", "framework"
+DEVICE_PROCESS = "/device:"  # an xplane device plane's process name holds it ("host /device:GPU:4")
+_KERNEL_LINE = re.compile(r"^Stream #\d+")  # XProf's GPU stream lines: "Stream #16(Kernel)"
+_FRAMEWORK_LINE = re.compile(r"^(Framework Ops|TensorFlow Ops)")  # tsl kTensorFlowOpLineName and its successor
+_XLA_OPS_LINE = re.compile(r"^XLA Ops")  # "XLA Ops" (TPU) or the derived "XLA Ops - from #16" (GPU)
+_STEP_NAME = re.compile(r"^ProfilerStep#")
+
+
+def _us(ps) -> float:
+    return round(float(ps) / PS_PER_US, 3)
+
+
+def roofline(flops, bytes_accessed, peak_flops_per_s, peak_bytes_per_s) -> dict | None:
+    """Where an op sits on the device's roofline: its arithmetic intensity (FLOPs per
+    byte), the ridge point (peak FLOP/s over peak bytes/s) and ``bound`` (``compute`` at or
+    past the ridge, else ``memory``); None when any of the four is missing or zero."""
+    if not (flops and bytes_accessed and peak_flops_per_s and peak_bytes_per_s):
+        return None
+    intensity = flops / bytes_accessed
+    ridge = peak_flops_per_s / peak_bytes_per_s
+    return {"intensity": round(intensity, 6), "ridge": round(ridge, 6),
+            "bound": "compute" if intensity >= ridge else "memory"}
+
+
+def _row(name, kind, category, module, occurrences, total_ps, self_ps, whole_ps, slowest, **more) -> dict:
+    return {"name": name, "kind": kind, "category": category, "module": module, "occurrences": int(occurrences),
+            "total_us": _us(total_ps), "self_us": None if self_ps is None else _us(self_ps),
+            "average_us": _us(total_ps / occurrences) if occurrences else None,
+            "share": round(float(total_ps) / whole_ps, 6) if whole_ps else None,
+            "flops": None, "bytes_accessed": None, "roofline": None, "slowest": slowest, **more}
+
+
+def _rank(rows: list[dict]) -> list[dict]:
+    """Most total device time first, then kind and name (a stable order for equal times)."""
+    return sorted(rows, key=lambda r: (-r["total_us"], r["kind"], r["name"]))
+
+
+# ---------------------------------------------------------------------------
+# The trace index's side: tracks, groups, slowest occurrences
+# ---------------------------------------------------------------------------
+
+
+def _device_of_track(ix) -> dict[int, str]:
+    """Each device-plane track of an xplane index: its device (``/device:GPU:4``)."""
+    procs = {p["pid"]: p["name"] for p in ix.meta.get("processes", [])}
+    out = {}
+    for t, tr in enumerate(ix.tracks):
+        name = procs.get(tr.get("pid"), "")
+        if DEVICE_PROCESS in name and tr.get("kind", "slices") == "slices":
+            out[t] = name[name.index(DEVICE_PROCESS):]
+    return out
+
+
+def _rows_on(ix, tracks: list[int]) -> np.ndarray:
+    return np.flatnonzero(np.isin(np.asarray(ix.cols["track"]), tracks)) if tracks else np.zeros(0, np.int64)
+
+
+def _in_windows(start: np.ndarray, windows: list[tuple[int, int]]) -> np.ndarray:
+    """Which of ``start`` lie in one of ``windows`` ([s, s + d) pairs)."""
+    out = np.zeros(len(start), bool)
+    for s, d in windows:
+        out |= (start >= s) & (start < s + d)
+    return out
+
+
+def _slowest(ix, row: int, device: str | None, host: str) -> dict:
+    """The occurrence the trace viewer's link opens: its event id (the index row), where
+    it is, and its time from the trace's origin."""
+    start, dur = int(ix.cols["start"][row]), int(ix.cols["dur"][row])
+    track = int(ix.cols["track"][row])
+    return {"event_id": int(row), "start_us": _us(start), "dur_us": _us(dur), "device": device, "host": host,
+            "track": ix.tracks[track].get("name", "")}
+
+
+def _groups(ix, rows: np.ndarray):
+    """``rows`` by name: per name id, (occurrences, total ps, the slowest row)."""
+    if not len(rows):
+        return
+    names = np.asarray(ix.cols["name"])[rows]
+    dur = np.asarray(ix.cols["dur"])[rows].astype(np.int64)
+    uniq, inv = np.unique(names, return_inverse=True)
+    count = np.bincount(inv, minlength=len(uniq))
+    total = np.bincount(inv, weights=dur, minlength=len(uniq))
+    o = np.lexsort((-dur, inv))  # by name, longest first
+    first = np.r_[0, np.flatnonzero(np.diff(inv[o])) + 1]
+    for j, pos in zip(range(len(uniq)), first):
+        yield int(uniq[j]), int(count[j]), int(total[j]), int(rows[o[pos]])
+
+
+def _index_rows(ix, kind: str, line: re.Pattern, devices: dict[int, str], windows, host: str,
+                category) -> list[dict]:
+    """One row per name of the events on the device tracks whose line name matches."""
+    tracks = [t for t in devices if line.match(ix.tracks[t].get("name", ""))]
+    rows = _rows_on(ix, tracks)
+    if windows is not None:
+        rows = rows[_in_windows(np.asarray(ix.cols["start"])[rows], windows)]
+    nested = any(ix.tracks[t].get("maxDepth", 0) > 0 for t in tracks)
+    whole = _device_span(ix, devices, windows)
+    out = []
+    for name_id, count, total, slow in _groups(ix, rows):
+        name = ix.names[name_id]
+        dev = devices.get(int(ix.cols["track"][slow]))
+        # a nested line's self time would need its children: left unknown
+        out.append(_row(name, kind, category(name), None, count, total, None if nested else total, whole,
+                        _slowest(ix, slow, dev, host)))
+    return out
+
+
+def _device_span(ix, devices: dict[int, str], windows) -> int:
+    """The device time the shares are of: the steps' total time on every device, or each
+    device's first-to-last event span, summed (XProf's device time, idle included)."""
+    by_dev: dict[str, list[int]] = {}
+    for t, d in devices.items():
+        by_dev.setdefault(d, []).append(t)
+    if windows is not None:
+        return sum(d for _s, d in windows) * len(by_dev)
+    total = 0
+    for tracks in by_dev.values():
+        rows = _rows_on(ix, tracks)
+        if len(rows):
+            start = np.asarray(ix.cols["start"])[rows]
+            end = start + np.asarray(ix.cols["dur"])[rows]
+            total += int(end.max() - start.min())
+    return total
+
+
+def _step_windows(ix, within_steps: bool | None, step: str | None) -> list[tuple[int, int]] | None:
+    """The windows the index-side rows are restricted to: the chosen step's, every step's
+    (``within_steps``, the default when there are steps), or None for the whole profile."""
+    steps = [(str(n), int(s), int(d)) for n, s, d in ix.meta.get("steps", [])]
+    if step is not None:
+        return [(s, d) for n, s, d in steps if n == step]
+    if steps and within_steps is not False:
+        return [(s, d) for _n, s, d in steps]
+    return None
+
+
+# ---------------------------------------------------------------------------
+# xplane profiles
+# ---------------------------------------------------------------------------
+
+
+def xplane_ops(ix, ops: list[dict], total_time_ps: int, program_names: dict[int, str], host: str,
+               peaks: dict | None = None, within_steps: bool | None = None, step: str | None = None) -> dict:
+    """The ops of one host's xplane: ``ops`` are the op metrics (dicts with the keys of
+    formats.xplane_op_metrics.OpMetric, plus per-occurrence ``flops`` / ``bytes_accessed``
+    where the profile has them), ``total_time_ps`` the device time of every device plane
+    (XProf's hlo_stats shares are of it), ``peaks`` the device's ``peak_flops_per_s`` and
+    ``peak_bytes_per_s``. Answers ``ops`` and ``ops_scope``."""
+    devices = _device_of_track(ix)
+    windows = _step_windows(ix, within_steps, step)
+    peaks = peaks or {}
+    xla = _xla_slowest(ix, devices)
+    rows = []
+    for op in ops:
+        if not op["occurrences"]:
+            continue  # XProf's IDLE and ops that never ran (hlo_stats skips them too)
+        slow = xla.get((op["hlo_module_id"], op["name"]))
+        pid = op["hlo_module_id"]
+        # "<module>(<program id>)": the memory viewer's and the XLA Modules line's name of it
+        module = f"{program_names[pid]}({pid})" if pid in program_names else None
+        row = _row(op["name"], HLO, op["category"], module, op["occurrences"],
+                   op["time_ps"], op["self_time_ps"], total_time_ps,
+                   _slowest(ix, slow, devices.get(int(ix.cols["track"][slow])), host) if slow is not None else None,
+                   program_id=str(op["hlo_module_id"]), framework_op=op["provenance"] or None)
+        if op.get("flops"):
+            row["flops"] = int(op["flops"]) * op["occurrences"]
+        if op.get("bytes_accessed"):
+            row["bytes_accessed"] = int(op["bytes_accessed"]) * op["occurrences"]
+        row["roofline"] = roofline(row["flops"], row["bytes_accessed"], peaks.get("peak_flops_per_s"),
+                                   peaks.get("peak_bytes_per_s"))
+        rows.append(row)
+    rows += _index_rows(ix, KERNEL, _KERNEL_LINE, devices, windows, host, sb.category_of)
+    rows += _index_rows(ix, FRAMEWORK, _FRAMEWORK_LINE, devices, windows, host, _framework_category)
+    scope = "step" if step is not None else "steps" if windows is not None else "profile"
+    return {"ops": _rank(rows), "ops_scope": {HLO: "profile", KERNEL: scope, FRAMEWORK: scope}}
+
+
+_PROGRAM = re.compile(r"\((\d+)\)$")  # an XLA Modules event's name: "<module>(<program id>)"
+
+
+def _xla_slowest(ix, devices: dict[int, str]) -> dict[tuple[int, str], int]:
+    """The slowest occurrence (index row) of each (program id, op name) on the device
+    planes' XLA Ops lines, over the whole profile (XProf's counts are): an op's program is
+    that of the XLA Modules event of its plane holding its start (two programs may both
+    have a ``custom-call.1``)."""
+    track = np.asarray(ix.cols["track"])
+    start = np.asarray(ix.cols["start"])
+    dur = np.asarray(ix.cols["dur"])
+    names = np.asarray(ix.cols["name"])
+    out: dict[tuple[int, str], int] = {}
+    best: dict[tuple[int, str], int] = {}
+    by_pid: dict[int, tuple[list[int], list[int]]] = {}
+    for t in devices:
+        name = ix.tracks[t].get("name", "")
+        kind = 0 if _XLA_OPS_LINE.match(name) else 1 if name.startswith("XLA Modules") else None
+        if kind is not None:
+            by_pid.setdefault(ix.tracks[t]["pid"], ([], []))[kind].append(t)
+    for op_tracks, module_tracks in by_pid.values():
+        mods = _rows_on(ix, module_tracks)
+        mods = mods[np.argsort(start[mods], kind="stable")]
+        program_of = {int(n): int(m.group(1)) for n in np.unique(names[mods]) if (m := _PROGRAM.search(ix.names[int(n)]))}
+        rows = _rows_on(ix, op_tracks)
+        i = np.searchsorted(start[mods], start[rows], side="right") - 1
+        ok = i >= 0
+        ok[ok] = start[rows[ok]] < start[mods[i[ok]]] + dur[mods[i[ok]]]
+        rows, i = rows[ok], i[ok]
+        # the longest first, so the first row seen of each (program, name) is its slowest
+        for r, m in zip(rows[np.argsort(-dur[rows], kind="stable")].tolist(),
+                        i[np.argsort(-dur[rows], kind="stable")].tolist()):
+            program = program_of.get(int(names[mods[m]]))
+            key = (program, ix.names[int(names[r])])
+            if program is not None and int(dur[r]) > best.get(key, -1):
+                best[key], out[key] = int(dur[r]), r
+    return out
+
+
+def _framework_category(name: str) -> str:
+    # XProf's Framework Ops events are named "name:type" (tsl TfOpFullname); the type is
+    # the op's category, as XProf's framework_op_stats files it
+    return name.rsplit(":", 1)[1] if ":" in name else "framework"
+
+
+# ---------------------------------------------------------------------------
+# PyTorch (kineto) traces
+# ---------------------------------------------------------------------------
+
+
+def chrome_trace_ops(ix, host: str, within_steps: bool | None = None, step: str | None = None) -> dict:
+    """The kernels and framework ops of a PyTorch trace's index (module docstring)."""
+    k = sb.device_kernels(ix)
+    steps = sb.host_steps(ix, k)
+    step_of = sb._step_of(k, steps)
+    cats = sb._per_name(k, sb.category_of) if len(k) else np.zeros(0, str)
+    chosen = [i for i, s in enumerate(steps) if s[0] == step] if step is not None else None
+    if chosen is not None:
+        sel, windows = np.isin(step_of, chosen), [(steps[i][1], steps[i][2]) for i in chosen]
+    elif steps and within_steps is not False:
+        sel, windows = step_of >= 0, [(s, d) for _n, s, d in steps]
+    else:
+        sel, windows = np.ones(len(k), bool), None
+    whole = (sum(d for _s, d in windows) if windows is not None
+             else sb.temporal(k.start, k.end, cats == sb.COMPUTE)["kernel_time"] if len(k) else 0)
+    rows = _kernel_rows(ix, k, sel, cats, whole, host) + _framework_rows(ix, k, sel, windows, whole, host)
+    scope = "step" if chosen is not None else "steps" if windows is not None else "trace"
+    return {"ops": _rank(rows), "ops_scope": {KERNEL: scope, FRAMEWORK: scope}}
+
+
+def _kernel_rows(ix, k: sb.Kernels, sel: np.ndarray, cats: np.ndarray, whole: int, host: str) -> list[dict]:
+    if not sel.any():
+        return []
+    names, dur, idx = k.name[sel], (k.end - k.start)[sel], np.flatnonzero(sel)
+    uniq, inv = np.unique(names, return_inverse=True)
+    total = np.bincount(inv, weights=dur, minlength=len(uniq))
+    count = np.bincount(inv, minlength=len(uniq))
+    o = np.lexsort((-dur, inv))
+    first = np.r_[0, np.flatnonzero(np.diff(inv[o])) + 1]
+    out = []
+    for j, pos in enumerate(first):
+        i = int(idx[o[pos]])
+        slow = _slowest(ix, int(k.row[i]), f"GPU {int(k.device[i])}", host)
+        slow["stream"] = int(k.stream[i])
+        name = k.names[int(uniq[j])]
+        out.append(_row(name, KERNEL, str(cats[i]), None, count[j], total[j], total[j], whole, slow,
+                        memory_kind=sb.memory_kind(name)))
+    return out
+
+
+def _framework_ops(ix, device_tracks: list[int]) -> np.ndarray:
+    """The rows of kineto's ``record_function`` ranges (module docstring): host slices
+    whose args have ``External id`` and no ``cbid``, not the Python stack's (``Python id``)
+    nor the step's own slice."""
+    track = np.asarray(ix.cols["track"])
+    rows = np.flatnonzero(~np.isin(track, device_tracks) & (np.asarray(ix.cols["alen"]) > 0))
+    names = np.asarray(ix.cols["name"])
+    step_names = {i for i, n in enumerate(ix.names) if _STEP_NAME.match(n)}
+    keep = []
+    for r, a in zip(rows.tolist(), ix.json_args(rows)):
+        if ("External id" in a or "external id" in a) and "cbid" not in a and "Python id" not in a \
+                and int(names[r]) not in step_names:
+            keep.append(r)
+    return np.asarray(keep, np.int64)
+
+
+def _framework_rows(ix, k: sb.Kernels, sel: np.ndarray, windows, whole: int, host: str) -> list[dict]:
+    ops = _framework_ops(ix, k.tracks)
+    if not len(ops):
+        return []
+    start = np.asarray(ix.cols["start"])[ops].astype(np.int64)
+    end = start + np.asarray(ix.cols["dur"])[ops].astype(np.int64)
+    track = np.asarray(ix.cols["track"])[ops]
+    depth = np.asarray(ix.cols["depth"])[ops]
+    device_ps = np.zeros(len(ops), np.int64)
+    self_ps = np.zeros(len(ops), np.int64)
+    # the kernels' launches (the ac2g flow's start: its track and time), per host track
+    launched = sel & (k.launch >= 0)
+    ltrack = _launch_tracks(ix, k)
+    kdur = (k.end - k.start).astype(np.int64)
+    for t in np.unique(track):
+        on = np.flatnonzero(launched & (ltrack == t))
+        mine = np.flatnonzero(track == t)
+        if not len(on):
+            continue
+        o = np.argsort(k.launch[on], kind="stable")
+        when, d = k.launch[on][o], kdur[on][o]
+        cum = np.r_[0, np.cumsum(d)]
+        a = np.searchsorted(when, start[mine], side="left")
+        b = np.searchsorted(when, end[mine], side="left")
+        device_ps[mine] = cum[b] - cum[a]
+        # each launch's innermost framework op: deeper ops overwrite their parents
+        owner = np.full(len(when), -1, np.int64)
+        for p in np.argsort(depth[mine], kind="stable").tolist():
+            owner[a[p]:b[p]] = mine[p]
+        has = owner >= 0
+        np.add.at(self_ps, owner[has], d[has])
+    keep = np.ones(len(ops), bool) if windows is None else _in_windows(start, windows)
+    sub = np.flatnonzero(keep)
+    names = np.asarray(ix.cols["name"])[ops][sub]
+    uniq, inv = np.unique(names, return_inverse=True)
+    host_ps = (end - start)[sub]
+    o = np.lexsort((-host_ps, inv))
+    first = np.r_[0, np.flatnonzero(np.diff(inv[o])) + 1] if len(sub) else []
+    out = []
+    for j, pos in enumerate(first):
+        members = inv == j
+        slow = int(sub[o[pos]])
+        out.append(_row(ix.names[int(uniq[j])], FRAMEWORK, "framework", None, int(members.sum()),
+                        int(device_ps[sub][members].sum()), int(self_ps[sub][members].sum()), whole,
+                        _slowest(ix, int(ops[slow]), None, host), host_us=_us(host_ps[members].sum())))
+    return out
+
+
+def _launch_tracks(ix, k: sb.Kernels) -> np.ndarray:
+    """Per kernel, the track its launch flow comes from (-1 without one): the flow whose
+    end is on the kernel's track at its start, as step_breakdown's ``_launches`` finds it."""
+    out = np.full(len(k), -1, np.int64)
+    flows = np.asarray(ix.flows, np.int64).reshape(-1, 5)
+    if not len(flows) or not len(k):
+        return out
+    fkey = (flows[:, 3] << 43) + flows[:, 4]
+    o = np.argsort(fkey, kind="stable")
+    fkey, src = fkey[o], flows[o, 1]
+    key = (np.asarray(ix.cols["track"])[k.row].astype(np.int64) << 43) + k.start
+    i = np.searchsorted(fkey, key)
+    hit = i < len(fkey)
+    hit[hit] = fkey[i[hit]] == key[hit]
+    out[hit] = src[i[hit]]
+    return out

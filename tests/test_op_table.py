@@ -1,0 +1,189 @@
+"""The ranked ops table of Steps & ops (tools/op_table.py, ``ops[]`` of ``/api/steps_ops``)
+on the real profiles of ``shared/fixtures/public_profiles``:
+
+* HLO rows: occurrences and times equal XProf 2.24.2's own ``hlo_stats`` (goldens recorded
+  by scripts/record_xprof_op_golden.py in tests/golden/op_stats/), per (program, op);
+* every row's slowest occurrence is an event of that name and duration in the trace
+  viewer's index (the page's link opens it);
+* a TPU op's FLOPs and bytes come from its metadata, its roofline from the device plane's
+  peaks; a GPU xplane carries neither, so both are null;
+* PyTorch: kernel rows equal the step breakdown's kernel table; a framework op's device
+  time equals the kernels launched inside it, found here from the raw trace through
+  kineto's ``correlation`` ids (the table uses the index's flows);
+* ``within_steps`` / ``step`` choose the occurrences; bad input is a 4xx naming the file.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from profscope.tools import op_table
+
+GOLDEN = Path(__file__).parent / "golden" / "op_stats"
+INDEX = json.loads((GOLDEN / "index.json").read_text())
+XPLANE_CASES = sorted(k for k, v in INDEX.items() if not k.startswith("_") and v["fixture"] and v["hlo_stats_rows"])
+
+
+@pytest.fixture(scope="module")
+def client(shared_fixtures, tmp_path_factory):
+    from fastapi.testclient import TestClient
+
+    from profscope.app.workspace import Workspace
+    from profscope.cache.store import DiskCache
+    from profscope.server.app import create_app
+    from profscope.storage import LogDir
+
+    ws = Workspace(LogDir(str(shared_fixtures / "public_profiles"), listing_ttl=0),
+                   DiskCache(tmp_path_factory.mktemp("cache")))
+    return TestClient(create_app(ws), raise_server_exceptions=False)
+
+
+def _ops(client, run: str, **params) -> dict:
+    r = client.get("/api/steps_ops", params={"run": run, **params})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def _golden_rows(case: str) -> list[dict]:
+    body = json.loads(gzip.decompress((GOLDEN / INDEX[case]["hlo_stats"]).read_bytes()))
+    ids = [c["id"] for c in body["cols"]]
+    return [dict(zip(ids, [cell.get("v") for cell in row["c"]])) for row in body["rows"]]
+
+
+@pytest.mark.parametrize("case", XPLANE_CASES)
+def test_hlo_rows_equal_xprof_hlo_stats(client, case):
+    """One HLO row per op of XProf's hlo_stats, with its occurrences exactly and its total
+    and self time to the ns (µs, 3 decimals); each row's slowest occurrence is an event
+    of that op's name on the device's XLA Ops line, no longer than the op's total."""
+    entry = INDEX[case]
+    body = _ops(client, f"xplane/{entry['run']}", host=entry["host"])
+    ours = {(r["program_id"], r["name"]): r for r in body["ops"] if r["kind"] == "hlo"}
+    theirs = _golden_rows(case)
+    assert len(theirs) == entry["hlo_stats_rows"] and set(ours) == {(t["program_id"], t["hlo_op_name"]) for t in theirs}
+    for t in theirs:
+        o = ours[(t["program_id"], t["hlo_op_name"])]
+        assert o["occurrences"] == t["occurrences"], (o["name"], o["occurrences"], t["occurrences"])
+        assert o["total_us"] == pytest.approx(t["total_time"], abs=6e-4)
+        assert o["self_us"] == pytest.approx(t["total_self_time"], abs=6e-4)
+        assert o["category"] == t["category"]
+        assert o["module"].endswith(f"({t['program_id']})")
+        slow = o["slowest"]
+        assert slow is not None and slow["track"].startswith("XLA Ops"), o
+        ev = client.get("/api/trace/event", params={"run": f"xplane/{entry['run']}", "host": entry["host"],
+                                                     "id": slow["event_id"]})
+        assert ev.status_code == 200, ev.text
+        assert ev.json()["name"] == o["name"]
+    assert body["ops_scope"]["hlo"] == "profile"
+
+
+def test_tpu_roofline_from_the_profile(client):
+    """The TPU profile's op metadata carries XLA's cost analysis (flops, bytes_accessed per
+    occurrence) and its device plane the peaks: the rows that have both are placed on the
+    roofline against the ridge point; the MI300 GEMM (GPU) carries no FLOPs: null."""
+    tpu = _ops(client, "xplane/tpu_inference/2025_12_10_tpu")
+    placed = [r for r in tpu["ops"] if r["roofline"]]
+    assert placed, "the TPU profile's fusions carry flops and bytes_accessed"
+    for r in placed:
+        assert r["flops"] > 0 and r["bytes_accessed"] > 0
+        assert r["roofline"]["intensity"] == pytest.approx(r["flops"] / r["bytes_accessed"], rel=1e-6)
+        assert r["roofline"]["bound"] == ("compute" if r["roofline"]["intensity"] >= r["roofline"]["ridge"] else "memory")
+    ridge = placed[0]["roofline"]["ridge"]
+    assert all(r["roofline"]["ridge"] == ridge for r in placed) and ridge > 1  # FLOP/s over bytes/s of one chip
+    gpu = _ops(client, "xplane/mi300_jax08_gemm/jax08_gemm")
+    assert all(r["flops"] is None and r["roofline"] is None for r in gpu["ops"])
+    assert {"hlo", "kernel", "framework"} <= {r["kind"] for r in gpu["ops"]}
+
+
+def test_roofline_needs_all_four():
+    assert op_table.roofline(10, 5, 100.0, 10.0) == {"intensity": 2.0, "ridge": 10.0, "bound": "memory"}
+    assert op_table.roofline(1000, 5, 100.0, 10.0)["bound"] == "compute"
+    assert op_table.roofline(None, 5, 100.0, 10.0) is None and op_table.roofline(10, 5, None, 10.0) is None
+
+
+def test_tf_gpu_kernels_and_framework_ops(client):
+    """The TF GPU profile has no HLO op (XProf's hlo_stats is empty there) but its GPUs'
+    streams and TensorFlow Ops lines: those rows, ranked, with their slowest occurrence."""
+    body = _ops(client, "xplane/tf_gpu/GPU-multi-worker", host="34.83.195.180_6003")
+    kinds = {r["kind"] for r in body["ops"]}
+    assert kinds == {"kernel", "framework"}
+    totals = [r["total_us"] for r in body["ops"]]
+    assert totals == sorted(totals, reverse=True)
+    for r in body["ops"][:5]:
+        assert r["slowest"]["device"].startswith("/device:GPU:") and r["slowest"]["dur_us"] <= r["total_us"]
+
+
+def _raw_trace(shared_fixtures, name: str) -> list[dict]:
+    path = shared_fixtures / "public_profiles" / "traces" / name
+    return json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+
+
+def test_pytorch_rows(client, shared_fixtures):
+    """V100 ResNet-50: kernel rows are the step breakdown's kernel table; a framework op's
+    device time is the kernels launched inside its occurrences, computed here from the raw
+    trace by kineto's correlation ids; the slowest occurrence is the longest slice."""
+    run = "traces/kineto_resnet50_v100.pt.trace.json.gz"
+    body = _ops(client, run)
+    assert body["ops_scope"] == {"kernel": "steps", "framework": "steps"}
+    kernels = {r["name"]: r for r in body["ops"] if r["kind"] == "kernel"}
+    assert {k["name"]: (k["occurrences"], k["total_us"]) for k in body["kernels"]} == \
+        {n: (r["occurrences"], r["total_us"]) for n, r in kernels.items()}
+
+    events = [e for e in _raw_trace(shared_fixtures, "kineto_resnet50_v100.pt.trace.json.gz") if e.get("ph") == "X"]
+    steps = [(e["ts"], e["ts"] + e["dur"]) for e in events if e["name"].startswith("ProfilerStep#")
+             and "stream" not in e.get("args", {})]
+    launch = {e["args"]["correlation"]: e for e in events
+              if e.get("args", {}).get("cbid") is not None and "correlation" in e["args"]}
+    kern = [e for e in events if "device" in e.get("args", {}) and "stream" in e["args"]
+            and e["args"].get("correlation", -1) in launch]
+    name = "aten::cudnn_convolution_backward_weight"
+    ops = [e for e in events if e["name"] == name and any(s <= e["ts"] < t for s, t in steps)]
+    want = 0.0
+    for k in kern:
+        lc = launch[k["args"]["correlation"]]
+        if any(s <= lc["ts"] < t for s, t in steps) and any(
+                o["tid"] == lc["tid"] and o["ts"] <= lc["ts"] < o["ts"] + o["dur"] for o in ops):
+            want += k["dur"]
+    row = next(r for r in body["ops"] if r["kind"] == "framework" and r["name"] == name)
+    assert row["occurrences"] == len(ops) and want > 0
+    assert row["total_us"] == pytest.approx(want, abs=1e-3)
+    assert row["slowest"]["dur_us"] == max(o["dur"] for o in ops)
+    parent = next(r for r in body["ops"] if r["kind"] == "framework" and r["name"] == "aten::cudnn_convolution_backward")
+    assert parent["self_us"] == 0 and parent["total_us"] >= row["total_us"]  # its kernels are its children's
+
+
+def test_within_steps_and_one_step(client):
+    """Without steps every occurrence counts; one step's rows are that step's kernels."""
+    run = "traces/kineto_resnet50_v100.pt.trace.json.gz"
+    steps = _ops(client, run)
+    whole = _ops(client, run, within_steps="0")
+    assert whole["ops_scope"]["kernel"] == "trace"
+    kern = lambda b, kind="kernel": {r["name"]: r["occurrences"] for r in b["ops"] if r["kind"] == kind}  # noqa: E731
+    # every kernel of this trace is launched in a step; 18 framework ops run outside them
+    assert sum(kern(whole, "framework").values()) > sum(kern(steps, "framework").values())
+    assert all(kern(whole, "framework")[n] >= c for n, c in kern(steps, "framework").items())
+    assert all(kern(whole)[n] >= c for n, c in kern(steps).items())
+    first = steps["steps"][0]
+    one = _ops(client, run, step=first["step"])
+    assert one["ops_scope"]["kernel"] == "step"
+    assert sum(kern(one).values()) == sum(d["kernels"] for d in first["devices"])
+
+
+def test_bad_input_names_the_file(client):
+    r = client.get("/api/steps_ops", params={"run": "xplane/tpu_inference_corrupt/2025_12_15_tpu"})
+    assert 400 <= r.status_code < 500 and r.json()["file"].endswith(".xplane.pb"), r.text
+    r = client.get("/api/steps_ops", params={"run": "traces/kineto_resnet50_v100.pt.trace.json.gz", "within_steps": "maybe"})
+    assert r.status_code == 400 or r.status_code == 422, r.text
+
+
+def test_steps_ops_is_a_tool_of_profiles_and_traces(client):
+    """The dashboard's tool row: listed for a profile run and a Chrome trace run, answered
+    by the data route as /api/steps_ops answers."""
+    for run in ("xplane/mi300_jax08_gemm/jax08_gemm", "traces/kineto_resnet50_v100.pt.trace.json.gz"):
+        tools = [t["name"] for t in client.get("/api/run", params={"run": run}).json()["tools"]]
+        assert "steps_ops" in tools, tools
+    r = client.get("/data/plugin/profile/data", params={"run": "traces/kineto_resnet50_v100.pt.trace.json.gz", "tag": "steps_ops"})
+    assert r.status_code == 200 and r.json()["ops"] == _ops(client, "traces/kineto_resnet50_v100.pt.trace.json.gz")["ops"]
