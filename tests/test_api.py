@@ -70,8 +70,8 @@ def test_data_is_a_clear_404_for_tools_not_built_yet(demo_client, demo_expected)
     assert "unknown tool" in body["error"]
     _error(demo_client.get("/data/plugin/profile/data", params={"run": run}), 404)
     # Only tools that can answer are offered to XProf clients.
-    assert demo_client.get("/data/plugin/profile/run_tools", params={"run": run}).json()[:4] == [
-        "trace_viewer@", "op_profile", "memory_profile", "memory_viewer"]
+    assert demo_client.get("/data/plugin/profile/run_tools", params={"run": run}).json()[:5] == [
+        "overview_page", "trace_viewer@", "op_profile", "memory_profile", "memory_viewer"]
 
 
 @pytest.mark.parametrize(
@@ -148,8 +148,8 @@ def test_api_catalog_and_run_details(demo_client, demo_expected):
     details = demo_client.get("/api/run", params={"run": run}).json()
     assert {f["kind"] for f in details["files"]} == {"xplane", "chrome_trace"}
     assert demo_expected["programs"]["mlp"]["profile_module_name"] in details["modules"]
-    assert [t["name"] for t in details["tools"]] == ["trace_viewer@", "op_profile", "memory_profile", "memory_viewer",
-                                                     "hlo_stats", "oom_risk"]
+    assert [t["name"] for t in details["tools"]] == ["overview_page", "trace_viewer@", "op_profile", "memory_profile",
+                                                     "memory_viewer", "hlo_stats", "steps_ops", "oom_risk"]
 
 
 def test_logdir_is_never_written(make_client, demo_copy):

@@ -82,7 +82,7 @@ TF_RUN = "tf_bfc/2026_11_29_18_51_13"
 
 def test_xplane_allocator_events_match_the_fixture_facts(demo_client):
     """Numbers from the TF fixture's README (computed there from the raw events)."""
-    assert demo_client.get("/data/plugin/profile/run_tools", params={"run": TF_RUN}).json() == ["trace_viewer@", "op_profile", "memory_profile", "hlo_stats"]
+    assert demo_client.get("/data/plugin/profile/run_tools", params={"run": TF_RUN}).json() == ["overview_page", "trace_viewer@", "op_profile", "memory_profile", "hlo_stats"]
     body = _data(demo_client, TF_RUN, host="vm").json()
     assert body["memoryIds"] == ["bfc_cpu_allocator_for_gpu"]
     allocator = body["memoryProfilePerAllocator"]["bfc_cpu_allocator_for_gpu"]

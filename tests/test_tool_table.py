@@ -72,8 +72,8 @@ def test_tools_are_listed_in_xprofs_order():
     from profscope.model.catalog import Run
 
     profile = [t.name for t in tool_table.for_run(Run("r", RunKind.PROFILE, ""))]
-    assert profile == ["trace_viewer@", "op_profile", "memory_profile", "memory_viewer", "hlo_stats", "steps_ops",
-                       "oom_risk"]
+    assert profile == ["overview_page", "trace_viewer@", "op_profile", "memory_profile", "memory_viewer", "hlo_stats",
+                       "steps_ops", "oom_risk"]
     assert [t.name for t in tool_table.for_run(Run("r", RunKind.TORCH_SNAPSHOT, ""))] == ["memory_profile", "oom_risk"]
 
 

@@ -723,3 +723,35 @@ def test_hlo_stats(xprof_page, shared_xprof, xprof_static_dir, run_prefix, host,
     assert len(table["rows"]) == rows
     xp.page.wait_for_function("() => document.body.innerText.includes('Loading hlo data')", timeout=LOAD_TIMEOUT_MS)
     xp.screenshot(f"hlo_stats_{run_prefix}")
+
+
+# -- overview page ----------------------------------------------------------------------------
+
+OVERVIEW_CASES = [("shared", "mi300_jax08_gemm", "tw003", 0), ("demo", "mlp", "demo-host", 3)]
+
+
+@pytest.mark.parametrize("server_fixture, run_prefix, host, steps", OVERVIEW_CASES, ids=[c[1] for c in OVERVIEW_CASES])
+def test_overview_page(request, xprof_page, server_fixture, run_prefix, host, steps):
+    """XProf's overview page draws profscope's ``overview_page`` (7 DataTables, whose
+    step-time graph tests/test_xplane_step_breakdown.py compares to XProf's own): its
+    performance summary shows the step-time graph's average step time and all-others
+    time, and a profile without steps gets XProf's "No step marker observed" warning. The
+    graph itself is a Google Chart, which an offline machine cannot load."""
+    server = request.getfixturevalue(f"{server_fixture}_xprof")
+    run = _run(server, run_prefix)
+    xp = xprof_page(server)
+    is_data = lambda r: f"{PREFIX}/data?" in r.url and "tag=overview_page" in r.url  # noqa: E731
+    with xp.page.expect_response(is_data, timeout=LOAD_TIMEOUT_MS) as first:
+        xp.open("overview_page", run=run, tag="overview_page", host=host)
+    assert first.value.status == 200, first.value.text()[:500]
+    tables = first.value.json()
+    assert len(tables) == 7 and len(tables[1]["rows"]) == steps
+    graph = tables[1]["p"]
+    xp.page.wait_for_function("() => document.body.innerText.includes('Average Step Time')", timeout=LOAD_TIMEOUT_MS)
+    text = xp.page.inner_text("body")
+    assert re.search(rf"Average Step Time\s*\(σ = {re.escape(graph['steptime_ms_standard_deviation'])} ms\)"
+                     rf"[^\d]*{re.escape(graph['steptime_ms_average'])} ms", text), text[:1500]
+    assert re.search(rf"All Others Time\s*\(σ = {re.escape(graph['other_time_ms_sdv'])} ms\)\s*"
+                     rf"{re.escape(graph['other_time_ms_avg'])} ms", text), text[:1500]
+    assert ("No step marker observed" in text) == (steps == 0)
+    xp.screenshot(f"overview_page_{run_prefix}")

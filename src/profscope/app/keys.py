@@ -26,6 +26,7 @@ TRACE_DEVICE_PROPERTIES = ("trace_device_properties", 1)  # a PyTorch trace's de
 SNAPSHOT_DEVICES = ("snapshot_devices", 1)
 MEMORY_HOST = ("memory_host", 1)  # one host's row of /api/memory_hosts, from its memory profile
 TRACE_HOST = ("trace_host", 1)  # one host's row of /api/trace_hosts: steps, busy and idle, from its xplane
+XPLANE_STEPS = ("xplane_steps", 1)  # one host's XProf step database and profscope's step breakdown (app/profile_steps.py)
 TRACE_HOSTS_BATCH = ("trace_hosts_batch", 1)  # marks a set of hosts whose TRACE_HOST rows one worker made
 TRACE_ZOOM_LEVELS = ("trace_zoom_levels", 1)  # a folder: XProf's zoom level per row of one trace index (by its key)
 SNAPSHOT_VIEW_VERSION = 2  # /api/snapshot/<view> payloads: ("snapshot", view, version); 2: windowX ends past the last event, stack userFrame

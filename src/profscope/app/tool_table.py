@@ -33,6 +33,7 @@ from profscope.app.queries import (MemoryProfileQuery, MemoryViewerQuery, OomRis
 from profscope.app.runtime_memory import RuntimeMemory
 from profscope.app.snapshots import Snapshots
 from profscope.app.traces import Traces
+from profscope.app.profile_steps import ProfileSteps
 from profscope.model.catalog import Run, RunKind
 from profscope.model.file_kinds import FileKind
 
@@ -179,6 +180,19 @@ TOOLS: tuple[Tool, ...] = (
         answer=Answer.STREAM,
         stream=Traces.trace_xprof_stream,
         aliases=("trace_viewer",),  # XProf's frontend and older clients leave out the streaming '@'
+    ),
+    Tool(
+        "overview_page",
+        "Overview page",
+        "XProf's overview page: the step-time graph of XProf's steps, with its input-bound statement.",
+        OpStatsQuery,
+        # XProf's 7 DataTables for XProf's own page, the step-time graph equal to XProf's
+        # (tools/xprof_overview.py); profscope's dashboard shows its run overview instead
+        # (XPROF_OVERVIEW_TAGS, page_tool)
+        _for(profile=ProfileSteps.overview_page, xla_dump=NOT_FOR, torch_snapshot=NOT_FOR, chrome_trace=NOT_FOR),
+        _reads_xplanes,
+        pages=(),
+        complete=_first_host,
     ),
     Tool(
         "op_profile",

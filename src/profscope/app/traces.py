@@ -15,6 +15,7 @@ import orjson
 
 from profscope.app import keys, lazy
 from profscope.app.queries import StepsOpsQuery, TraceQuery, XprofTraceQuery
+from profscope.app.profile_steps import ALL_HOSTS
 from profscope.errors import NotFound, ProfscopeError
 from profscope.forksafe import renew_locks_after_fork
 from profscope.model.catalog import Run, RunKind
@@ -189,17 +190,20 @@ class Traces:
         return self.trace_view(run, query).summary(query.start_ms, query.end_ms)
 
     def steps_ops(self, run: Run, query: TraceQuery) -> dict:
-        """A run's step-time breakdown and ranked ops (``GET /api/steps_ops``): a PyTorch
-        trace's from the host's trace index (built once, shared with the timeline;
-        tools/step_breakdown.py, tools/op_table.py)."""
+        """The step-time breakdown and ranked ops of one host (``GET /api/steps_ops``): a
+        PyTorch trace's from the host's trace index (built once, shared with the timeline;
+        tools/step_breakdown.py), an xplane's from its steps (app/profile_steps.py).
+        ``host=ALL_HOSTS`` on a profile: every host's steps and the straggler host."""
+        if run.kind is RunKind.PROFILE and query.host == ALL_HOSTS and ALL_HOSTS not in run.hosts:
+            # XProf's merged host: each host's steps side by side and the straggler host
+            # (the ops table is per host)
+            return {"run": run.name, "file": None, **self.xplane_steps_ops(run, ALL_HOSTS), "ops": []}
         name, info, _pos = self._trace_hosts(run, query)[0]
         ix = self.trace_index(run, name, info)
         head = {"run": run.name, "host": name, "file": self.logdir.display_path(info.path)}
         if classify(info.name) is FileKind.XPLANE:
-            # the xplane step breakdown (app/profile_steps.py, under way) replaces this
-            out = {**head, "source": "xplane", "categories": [], "steps": [], "kernels": [],
-                   "summary": {"steps": 0, "step_source": "none",
-                               "missing": "profscope does not read an xplane's steps yet: the ops table only"}}
+            # XProf's steps or the module's runs, device time by category (app/profile_steps.py)
+            out = {**head, **self.xplane_steps_ops(run, name)}
         else:
             out = {**head, "source": "chrome_trace", **step_breakdown.breakdown(ix)}
         return {**out, **self._ops_table(run, name, info, ix, query)}

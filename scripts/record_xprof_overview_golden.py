@@ -1,0 +1,66 @@
+#!/usr/bin/env python3
+"""Record XProf 2.24.2's ``overview_page`` answers as golden data.
+
+The same files and the same mechanism as ``scripts/record_xprof_op_golden.py`` (its
+``cases`` and ``run_xprof``): every public GPU/TPU/ROCm xplane of the shared fixtures (one
+of a set of byte-identical files; not the corrupt one) and the demo's CPU profiles, each
+converted by XProf itself on a copy in a fresh temporary folder, in a scratch virtual
+environment with ``xprof==2.24.2`` (``--xprof-python`` or ``$XPROF_PYTHON``; never a
+profscope dependency)::
+
+    from xprof.convert import raw_to_tool_data as r
+    r.xspace_to_tool_data([copy], "overview_page", {})
+
+XProf's answer is a list of 7 DataTables (the op table, the step-time graph with the
+input-pipeline averages and statements, the run environment, the recommendation, the
+inference latency, an empty one and the diagnostics). It is kept whole, gzip-compressed
+with mtime 0, as ``tests/golden/overview_page/<case>.overview_page.json.gz``;
+``index.json`` lists each case with its input path, run, host, sha256 and step count.
+
+Usage: ``XPROF_PYTHON=<venv>/bin/python .venv/bin/python scripts/record_xprof_overview_golden.py``
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import hashlib
+import json
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from record_xprof_op_golden import ROOT, cases, run_xprof  # noqa: E402  (the same files, the same call)
+
+OUT = ROOT / "tests" / "golden" / "overview_page"
+STEP_TABLE = 1  # XProf's overview_page JSON: the 2nd DataTable is the step-time graph
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--xprof-python", default=os.environ.get("XPROF_PYTHON"),
+                    help="python of a virtual environment with xprof==2.24.2 (default: $XPROF_PYTHON)")
+    ap.add_argument("--fixtures", type=Path,
+                    default=Path(os.environ.get("PROFSCOPE_SHARED_FIXTURES") or ROOT.parent / "shared" / "fixtures"),
+                    help="the shared fixtures folder "
+                         "(default: $PROFSCOPE_SHARED_FIXTURES or <repo>/../shared/fixtures)")
+    ap.add_argument("--out", type=Path, default=OUT)
+    args = ap.parse_args()
+    if not args.xprof_python:
+        ap.error("give --xprof-python or set XPROF_PYTHON (a venv with xprof==2.24.2)")
+    args.out.mkdir(parents=True, exist_ok=True)
+    index: dict = {"_meta": {"xprof": "2.24.2", "call": "xspace_to_tool_data([copy], 'overview_page', {})"}}
+    for case, xplane, entry in cases(args.fixtures):
+        data = xplane.read_bytes()
+        body = run_xprof(args.xprof_python, xplane.name, data, "overview_page", {})
+        out = f"{case}.overview_page.json.gz"
+        (args.out / out).write_bytes(gzip.compress(json.dumps(body, separators=(",", ":")).encode(), mtime=0))
+        index[case] = {**entry, "sha256": hashlib.sha256(data).hexdigest(), "overview_page": out,
+                       "steps": len(body[STEP_TABLE].get("rows", []))}
+        print(f"{case}: {index[case]['steps']} steps", file=sys.stderr)
+    (args.out / "index.json").write_text(json.dumps(index, indent=1, sort_keys=True) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,56 @@
+"""The steps of an xplane profile: profscope's step breakdown (the xplane half of
+``/api/steps_ops``, tools/xplane_step_breakdown.py) and XProf's ``overview_page``
+(tools/xprof_overview.py), both from one read of each host's file
+(formats/xplane_step_events.py), kept per file identity under ``keys.XPLANE_STEPS``."""
+
+from __future__ import annotations
+
+from profscope.app import keys, lazy
+from profscope.errors import NotFound
+from profscope.model.catalog import Run
+
+xplane_step_events = lazy.module("profscope.formats.xplane_step_events")
+xplane_step_breakdown = lazy.module("profscope.tools.xplane_step_breakdown")
+xprof_overview = lazy.module("profscope.tools.xprof_overview")
+
+# XProf's merged host (server/xprof_api.py ALL_HOSTS); /api/steps_ops takes it too
+ALL_HOSTS = "ALL_HOSTS"
+
+
+def _read(f, path: str) -> dict:
+    ev = xplane_step_events.read_step_events(f, path)
+    step_db = {"hardware": ev.hardware, "device_type": ev.device_type, "device_count": len(ev.devices),
+               "tf_data": ev.tf_data, "grouping": ev.grouping,
+               "steps": [{**s, "type_ps": {str(k): v for k, v in s["type_ps"].items()}} for s in ev.steps]}
+    return {"step_db": step_db, "breakdown": xplane_step_breakdown.breakdown(ev, ev.program_names)}
+
+
+class ProfileSteps:
+    """Part of :class:`~profscope.app.workspace.Workspace`: an xplane profile's steps."""
+
+    def xplane_steps(self, run: Run, host: str | None) -> dict:
+        """One host's ``{"step_db", "breakdown"}``, read once per file."""
+        info = self.host_xplane(run, host, "steps")
+        return self.derived_json(keys.XPLANE_STEPS, info, "reading the steps and device activities of",
+                                 "steps and device time", _read)
+
+    def xplane_steps_ops(self, run: Run, host: str) -> dict:
+        """The step part of ``/api/steps_ops`` for an xplane run (its ``ops`` are added by
+        the caller). ``host=ALL_HOSTS``: every host's breakdown, and ``hosts[]`` with the
+        straggler host."""
+        if host == ALL_HOSTS and ALL_HOSTS not in run.hosts:
+            per_host = [{"host": h, **self.xplane_steps(run, h)["breakdown"]} for h in run.hosts]
+            return {"host": ALL_HOSTS, "source": "xplane", "categories": per_host[0]["categories"] if per_host else [],
+                    "summary": {"steps": sum(h["summary"]["steps"] for h in per_host), "hosts": len(per_host),
+                                "step_source": per_host[0]["summary"]["step_source"] if per_host else "none"},
+                    "steps": [], "per_host": per_host,
+                    **xplane_step_breakdown.all_hosts(per_host)}
+        return self.xplane_steps(run, host)["breakdown"]
+
+    def overview_page(self, run: Run, query, progress=None) -> list:
+        """XProf's ``overview_page`` of one host (ALL_HOSTS, XProf's merge of the hosts'
+        op stats, is not ported: a 404 that says so)."""
+        if query.host == ALL_HOSTS and ALL_HOSTS not in run.hosts:
+            raise NotFound(f"run {run.name!r}: profscope answers overview_page per host (XProf's ALL_HOSTS merge "
+                           f"is not ported); hosts: {', '.join(run.hosts)}")
+        return xprof_overview.overview_page(self.xplane_steps(run, query.host)["step_db"])

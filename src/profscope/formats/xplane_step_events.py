@@ -1,0 +1,416 @@
+"""XProf's step database of one host's XSpace (``OpStats.step_db``), and the device
+activities profscope's own step breakdown (tools/xplane_step_breakdown.py) splits by
+category, read in one pass over the planes.
+
+XProf 2.24's steps (xprof/convert/xplane_to_step_events.cc, step_events_to_steps_db.cc,
+xprof/utils/event_span.cc; the GPU and CPU paths of ``ConvertXSpaceToOpStats``):
+
+* **GPU/ROCm device planes** (``/device:GPU:N``): a plane's *step markers* are the events
+  of its ``Steps`` line (line id tsl ``kThreadIdStepInfo``), one per ``group_id``
+  (``ConvertDeviceStepInfoToStepMarkers``); its *step events* are the events of its other
+  non-derived lines that carry both ``correlation_id >= 0`` and ``group_id >= 0``, typed by
+  ``ClassifyGpuEvent``: tsl ``ParseTfOpFullname`` memcpy names (``MemcpyHToD``...; TF's
+  ``MemcpyH2D`` is not one, so it counts as compute), ``nccl*`` as collectives, else
+  device compute (16-bit when the ``tensor_shapes`` or the name say half). A plane keeps
+  the groups that have both (``IntersectCombineStepEvents``), the planes are united.
+  The ``group_id`` stats and the ``Steps`` line are XProf's step grouping
+  (``GroupTfEvents`` + ``DeriveStepEventsFromGroups``); profscope reads them where the
+  profile already holds them (``IsXSpaceGrouped``: a ``group_id`` stat exists, as in
+  TensorFlow's GPU profiles). A GPU profile that is not grouped (JAX without
+  ``StepTraceAnnotation``: XProf finds no root event there, hence no step) has no steps.
+* **CPU-only profiles** (no device plane): the host plane's events get XProf's group ids
+  (formats/xplane_steps.py ``Grouping``); each group's root event and every
+  ``train``/``test``/``TraceContext`` event is a step marker, every other grouped event
+  is a host event typed by ``ClassifyCpuEvent`` (``IsRealCpuCompute`` leaves out
+  ``EagerExecute``/``FunctionRun`` events and markers). The input-pipeline stage rule
+  (``is_input_pipeline_stage``) is not read: the tf.data stage events XProf calls
+  ``HOST_WAIT_INPUT`` count as host compute here.
+* Then per step (``ConvertStepEventsToStepDb``): the events made non-overlapping by
+  priority (``ToNonOverlappedEvents``: where events overlap, the higher ``EventType``
+  wins), the step's time the longest marker (``StepDetails::StepTime``: the longest
+  device marker, or the longest host marker when no device marker exists), each type's
+  time the overlap of its spans with the step, the rest ``UNKNOWN_TIME``; a step without
+  device compute (host compute on CPU) or of zero length is dropped. Steps are in
+  ``group_id`` order.
+* TPU planes: the ``Steps`` line's events are read as markers only (the per-core TPU
+  breakdown is not ported); a TPU profile without them has no steps, as in XProf.
+
+The device activities (every event of a device plane's non-derived lines; on TPU the
+top-level events of the ``XLA Ops`` line) carry their HLO op, program and category
+inputs; the categories themselves are profscope's (tools/xplane_step_breakdown.py).
+All times are absolute picoseconds (the line's ``timestamp_ns`` * 1000 + offset).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import IO
+
+import numpy as np
+
+from profscope.formats import xplane, xplane_op_metrics
+from profscope.formats import xplane_wire as xw
+from profscope.formats.xplane_derived import THREAD_ID_STEP_INFO, is_derived_thread_id, parse_tf_op, MEMCPY
+from profscope.formats.protos import xplane_pb2
+
+__all__ = ["EVENT_TYPES", "Activities", "StepEvents", "read_step_events"]
+
+GPU_PREFIX, TPU_PREFIX, HOST_PLANE = "/device:GPU:", "/device:TPU:", "/host:CPU"
+TPU_OP_LINE, STEP_LINE = "XLA Ops", "Steps"
+
+# xprof/utils/event_span.h ``EventType``: the value is the priority (higher wins)
+UNKNOWN_TIME, HOST_COMPUTE, HOST_COMPILE, HOST_TO_HOST, HOST_TO_DEVICE, HOST_PREPARE = 0, 10, 60, 70, 80, 90
+DEVICE_COLLECTIVES, HOST_WAIT_INPUT, DEVICE_TO_DEVICE, DEVICE_TO_HOST = 100, 110, 120, 130
+DEVICE_COMPUTE_32, DEVICE_COMPUTE_16, DEVICE_WAIT_DEVICE, DEVICE_WAIT_HOST = 140, 150, 160, 170
+EVENT_TYPES = {
+    "unknown_time": UNKNOWN_TIME, "host_compute": HOST_COMPUTE, "host_compile": HOST_COMPILE,
+    "host_to_host": HOST_TO_HOST, "host_to_device": HOST_TO_DEVICE, "host_prepare": HOST_PREPARE,
+    "device_collectives": DEVICE_COLLECTIVES, "host_wait_input": HOST_WAIT_INPUT,
+    "device_to_device": DEVICE_TO_DEVICE, "device_to_host": DEVICE_TO_HOST,
+    "device_compute_32": DEVICE_COMPUTE_32, "device_compute_16": DEVICE_COMPUTE_16,
+    "device_wait_device": DEVICE_WAIT_DEVICE, "device_wait_host": DEVICE_WAIT_HOST,
+}
+_MEMCPY_TYPES = {"MemcpyHToD": HOST_TO_DEVICE, "MemcpyDToH": DEVICE_TO_HOST, "MemcpyDToD": DEVICE_TO_DEVICE}
+
+
+@dataclass
+class Activities:
+    """One device's activities (events of its non-derived lines), one entry per event."""
+
+    device: int  # the plane's id (the N of /device:GPU:N)
+    plane: str
+    start: list[int] = field(default_factory=list)  # absolute ps
+    end: list[int] = field(default_factory=list)
+    name: list[str] = field(default_factory=list)  # the event's name (kernel, memcpy, HLO op on TPU)
+    hlo_op: list[str] = field(default_factory=list)  # the hlo_op stat's op ("" without)
+    program_id: list[int] = field(default_factory=list)  # -1 without
+    hlo_category: list[str] = field(default_factory=list)  # the TPU op's hlo_category stat ("" elsewhere)
+    memcpy: list[str] = field(default_factory=list)  # the memcpy_details stat ("" without)
+    opcode: list[str] = field(default_factory=list)  # the HLO opcode of the op in its module ("" unknown)
+
+
+@dataclass
+class StepEvents:
+    """What one XSpace says about steps: XProf's step database and the device activities."""
+
+    hardware: str  # XProf's HardwareType name: GPU, TPU or CPU_ONLY
+    device_type: str  # the run environment's device type ("GPU", "AMD GPU - gfx942", "TPU v6 Lite", "CPU")
+    devices: list[Activities]
+    steps: list[dict]  # {step_num, name, begin_ps, duration_ps, type_ps: {EventType value: ps}}
+    grouping: str  # "pre-grouped" (the profile's group_id stats), "grouped" (profscope's), "none"
+    first_ps: int | None = None  # the earliest event of the device planes (or of the host plane)
+    # the host ran tf.data ops (``Iterator::...`` events): XProf's TfDataInUse, which
+    # picks the overview page's next step
+    tf_data: bool = False
+    program_names: dict[int, str] = field(default_factory=dict)  # program id -> module name
+
+
+def _stats(stats, names: dict[int, str]) -> dict:
+    return {names.get(s.metadata_id, ""): xplane.stat_value(s, names) for s in stats}
+
+
+def _text(v) -> str:
+    return v.decode("utf-8", "replace") if isinstance(v, bytes) else ("" if v is None else str(v))
+
+
+def _int(v, default: int = -1) -> int:
+    return v if isinstance(v, int) and not isinstance(v, bool) else default
+
+
+def _program(v) -> int:
+    """A program id as an int64 (TPU ids above 2^63 wrap, as XProf's int64 keys do); -1 without."""
+    v = _int(v)
+    return v - (1 << 64) if v >= (1 << 63) else v
+
+
+def classify_gpu_event(name: str, tensor_shapes: str) -> int:
+    """xplane_to_step_events.cc ``ClassifyGpuEvent``."""
+    category, _name, typ = parse_tf_op(name)
+    if category == MEMCPY and typ in _MEMCPY_TYPES:
+        return _MEMCPY_TYPES[typ]
+    if name.lower().startswith("nccl"):
+        return DEVICE_COLLECTIVES
+    text = tensor_shapes if tensor_shapes else name
+    half = "half" in text or (not tensor_shapes and "fp16" in name)
+    return DEVICE_COMPUTE_16 if half else DEVICE_COMPUTE_32
+
+
+def _explicit_marker(name: str) -> bool:
+    """``IsExplicitHostStepMarker``."""
+    return name.startswith(("train", "test", "TraceContext")) and "/" not in name
+
+
+def _real_cpu_compute(name: str) -> bool:
+    """``IsRealCpuCompute``."""
+    return not (name.startswith(("EagerExecute", "EagerLocalExecute", "EagerKernelExecute", "FunctionRun"))
+                or _explicit_marker(name))
+
+
+def classify_cpu_event(name: str) -> int:
+    """``ClassifyCpuEvent`` of a CPU-only profile (no device, so never HOST_PREPARE)."""
+    category, _name, typ = parse_tf_op(name)
+    if (category == MEMCPY and typ == "MemcpyHToD") or name.startswith("InfeedEnqueue"):
+        return HOST_TO_DEVICE
+    if category == MEMCPY and typ == "MemcpyHToH":
+        return HOST_TO_HOST
+    if name.lower().startswith("iteratorgetnext"):
+        return HOST_WAIT_INPUT
+    return HOST_COMPUTE
+
+
+def _device_span(ev, stats: dict, line_ps: int) -> tuple[int, int]:
+    """tsl ``GetDeviceEventTimespan``: the device's clock where the event carries it."""
+    begin = stats.get("device_offset_ps")
+    dur = stats.get("device_duration_ps")
+    b = begin if isinstance(begin, int) else line_ps + ev.offset_ps
+    return b, b + (dur if isinstance(dur, int) else ev.duration_ps)
+
+
+def _read_gpu_plane(plane, dev: Activities, steps: dict) -> None:
+    """One GPU plane: its activities, and its step markers and events intersected into ``steps``."""
+    names = {k: v.name for k, v in plane.stat_metadata.items()}
+    meta_stats = {k: _stats(m.stats, names) for k, m in plane.event_metadata.items()}
+    meta_names = {k: m.name for k, m in plane.event_metadata.items()}
+    markers: dict[int, list] = {}
+    events: dict[int, list] = {}
+    for line in plane.lines:
+        line_ps = line.timestamp_ns * 1000
+        if line.id == THREAD_ID_STEP_INFO:
+            for ev in line.events:
+                st = {**meta_stats.get(ev.metadata_id, {}), **_stats(ev.stats, names)}
+                g = _int(st.get("group_id"), None)
+                if g is not None:
+                    markers.setdefault(g, []).append(("device", _device_span(ev, st, line_ps)))
+            continue
+        if is_derived_thread_id(line.id):
+            continue
+        for ev in line.events:
+            st = {**meta_stats.get(ev.metadata_id, {}), **_stats(ev.stats, names)}
+            name = meta_names.get(ev.metadata_id, "")
+            b = line_ps + ev.offset_ps
+            e = b + ev.duration_ps
+            hlo = _text(st.get("hlo_op"))
+            dev.start.append(b)
+            dev.end.append(e)
+            dev.name.append(name)
+            dev.hlo_op.append(hlo.split("::")[-1] if hlo else "")
+            dev.program_id.append(_program(st.get("program_id")))
+            dev.hlo_category.append("")
+            dev.memcpy.append(_text(st.get("memcpy_details")))
+            if _int(st.get("correlation_id")) >= 0 and _int(st.get("group_id")) >= 0:
+                kind = classify_gpu_event(name, _text(st.get("tensor_shapes")))
+                events.setdefault(st["group_id"], []).append((kind, b, e))
+    if not events:
+        return
+    # IntersectCombineStepEvents(step_markers, &step_events): the groups with both
+    for g, evs in events.items():
+        if g in markers:
+            entry = steps.setdefault(g, {"markers": [], "events": []})
+            entry["markers"] += markers[g]
+            entry["events"] += evs
+
+
+def _read_tpu_plane(plane, dev: Activities, steps: dict) -> None:
+    """A TPU TensorCore plane: the top-level ``XLA Ops`` events as activities and the
+    ``Steps`` line's events as markers (no per-core TPU breakdown)."""
+    names = {k: v.name for k, v in plane.stat_metadata.items()}
+    meta_stats = {k: _stats(m.stats, names) for k, m in plane.event_metadata.items()}
+    meta = plane.event_metadata
+    for line in plane.lines:
+        line_ps = line.timestamp_ns * 1000
+        if line.name == STEP_LINE:
+            for ev in line.events:
+                st = {**meta_stats.get(ev.metadata_id, {}), **_stats(ev.stats, names)}
+                g = _int(st.get("group_id"), None)
+                if g is not None:
+                    steps.setdefault(g, {"markers": [], "events": []})["markers"].append(
+                        ("device", _device_span(ev, st, line_ps)))
+            continue
+        if line.name != TPU_OP_LINE:
+            continue
+        reach = None
+        for ev in line.events:
+            st = {**meta_stats.get(ev.metadata_id, {}), **_stats(ev.stats, names)}
+            b, e = _device_span(ev, st, line_ps)
+            if reach is not None and e <= reach:
+                continue  # nested in the op before (an AncestorStack child): its time is its parent's
+            reach = e
+            m = meta.get(ev.metadata_id)
+            dev.start.append(b)
+            dev.end.append(e)
+            dev.name.append(m.display_name or m.name if m is not None else "")
+            dev.hlo_op.append(m.display_name or m.name if m is not None else "")
+            dev.program_id.append(_program(st.get("program_id")))
+            dev.hlo_category.append(_text(st.get("hlo_category")))
+            dev.memcpy.append("")
+
+
+def _host_steps(f, size, ref, steps: dict) -> int | None:
+    """A CPU-only profile's host steps (see the module docstring); the host's first event ps."""
+    from profscope.formats import xplane_steps as xs
+
+    data = xw.read_plane_bytes(f, size, ref, pad=xw.PAD + (-ref.length) % 8)
+    meta_bytes, line_spans = xw.split_plane(data, ref.length)
+    meta = xplane_pb2.XPlane.FromString(meta_bytes)
+    b = np.frombuffer(data, dtype=np.uint8)
+    headers, starts, ends, lines_of = [], [], [], []
+    for li, (a, z) in enumerate(line_spans):
+        head, s, e = xw.line_events(data, b, a, z)
+        headers.append(xplane_pb2.XLine.FromString(head))
+        starts.append(s)
+        ends.append(e)
+        lines_of.append(np.full(len(s), li, dtype=np.int32))
+    stat_names = {k: v.name for k, v in meta.stat_metadata.items()}
+    event_names = {k: v.name for k, v in meta.event_metadata.items()}
+    ev = xw.decode_events(b, xw.cat(starts, np.int64), xw.cat(ends, np.int64), xw.cat(lines_of, np.int32), stat_names)
+    if ev.n == 0:
+        return None
+    line_ts_ns = np.array([h.timestamp_ns for h in headers], dtype=np.int64)
+    ts = line_ts_ns[ev.line] * 1000 + ev.offset_ps
+    if any(m.name == "group_id" for m in meta.stat_metadata.values()):
+        v = xw.StatView(ev, "group_id")
+        group_id = np.where(v.present, v.int_value(), -1)
+        roots = []
+    else:
+        order, regions = xs.threadpool_regions(ev, event_names, line_ts_ns)
+        g = xs.Grouping(ev, np.zeros(ev.n, dtype=np.int8), event_names, stat_names, meta, headers, line_ts_ns,
+                        order, regions, xw.Strings(data, stat_names))
+        group_id, roots, _how = g.run()
+    root_spans = {(r.line, r.start_ps, r.end_ps): r for r in roots}
+    line_names = [h.name for h in headers]
+    for i in np.flatnonzero(group_id >= 0).tolist():
+        name = event_names.get(int(ev.metadata_id[i]), "")
+        gid = int(group_id[i])
+        b0 = int(ts[i])
+        e0 = b0 + int(ev.duration_ps[i])
+        entry = steps.setdefault(gid, {"markers": [], "events": []})
+        root = root_spans.get((line_names[int(ev.line[i])], int(ev.offset_ps[i]), int(ev.offset_ps[i] + ev.duration_ps[i])))
+        if _explicit_marker(name) or (root is not None and root.group_id == gid):
+            entry["markers"].append(("host", (b0, e0)))
+            if root is not None:
+                entry["name"] = root.name
+        elif _real_cpu_compute(name):
+            entry["events"].append((classify_cpu_event(name), b0, e0))
+    for r in roots:
+        if r.group_id in steps:
+            steps[r.group_id].setdefault("name", r.name)
+    return int(ts.min())
+
+
+def _non_overlapped(events: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
+    """event_span.cc ``ToNonOverlappedEvents``: boundaries in time order (at one time: ends
+    before starts, then the higher type first), each gap between two boundaries typed by
+    the highest type open over it (``PriorityTracker``)."""
+    bounds = []
+    for kind, b, e in events:
+        bounds.append((b, 1, -kind))
+        bounds.append((e, 0, -kind))
+    bounds.sort()
+    out = []
+    count: dict[int, int] = {}
+    top = UNKNOWN_TIME
+    for i in range(len(bounds) - 1):
+        t, start, neg = bounds[i]
+        kind = -neg
+        if start:
+            count[kind] = count.get(kind, 0) + 1
+            top = max(top, kind)
+        else:
+            count[kind] -= 1
+            if kind == top and count[kind] == 0:
+                top = max((k for k, c in count.items() if c > 0 and k < kind), default=UNKNOWN_TIME)
+        out.append((top, t, bounds[i + 1][0]))
+    return out
+
+
+def _step_info(gid: int, entry: dict, has_device: bool) -> dict | None:
+    """``ConvertStepDetailsToStepInfo`` of one non-overlapped step; None when XProf drops it."""
+    longest: dict[str, tuple[int, int]] = {}
+    for kind, (b, e) in entry["markers"]:
+        if kind not in longest or e - b > longest[kind][1] - longest[kind][0]:
+            longest[kind] = (b, e)
+    host, device = longest.get("host"), longest.get("device")
+    if device is None:
+        span = host
+    elif host is not None and host[0] <= device[0] and device[1] <= host[1]:
+        span = host
+    else:
+        span = device
+    if span is None or span[1] <= span[0]:
+        return None
+    b, e = span
+    type_ps: dict[int, int] = {}
+    total = 0
+    for kind, s, t in _non_overlapped(entry["events"]):
+        d = max(0, min(e, t) - max(b, s))
+        type_ps[kind] = type_ps.get(kind, 0) + d
+        total += d
+    if total < e - b:
+        type_ps[UNKNOWN_TIME] = type_ps.get(UNKNOWN_TIME, 0) + (e - b - total)
+    well_formed = (DEVICE_COMPUTE_16 in type_ps or DEVICE_COMPUTE_32 in type_ps) if has_device else HOST_COMPUTE in type_ps
+    if not well_formed:
+        return None
+    return {"step_num": gid, "name": entry.get("name") or str(gid), "begin_ps": b, "duration_ps": e - b,
+            "type_ps": type_ps}
+
+
+def _device_type(plane, names) -> str:
+    """The device's kind for the run environment: "AMD GPU" for a ROCm plane
+    (``device_vendor``), "GPU" otherwise."""
+    return "AMD GPU" if _text(_stats(plane.stats, names).get("device_vendor")) == "AMD" else "GPU"
+
+
+def read_step_events(raw: IO[bytes], path: str) -> StepEvents:
+    """XProf's steps of one XSpace and its device activities (see the module docstring)."""
+    index = xplane.scan(raw, path)
+    gpu = sorted((r for r in index.planes if r.name.startswith(GPU_PREFIX)), key=lambda r: r.offset)
+    tpu = sorted((r for r in index.planes if r.name.startswith(TPU_PREFIX) and r.name[len(TPU_PREFIX):].isdigit()),
+                 key=lambda r: r.offset)
+    steps: dict[int, dict] = {}
+    devices: list[Activities] = []
+    device_type = "CPU"
+    tf_data = False
+    with xw.xspace_errors(path):
+        if tpu or gpu:
+            refs, hardware = (tpu, "TPU") if tpu else (gpu, "GPU")
+            for ref in refs:
+                raw.seek(0)
+                plane = xplane.read_plane(raw, ref, path)
+                dev = Activities(int(plane.id), plane.name)
+                if tpu:
+                    _read_tpu_plane(plane, dev, steps)
+                    device_type = _text(_stats(plane.stats, {k: v.name for k, v in plane.stat_metadata.items()})
+                                        .get("device_type_string")) or "TPU"
+                else:
+                    _read_gpu_plane(plane, dev, steps)
+                    device_type = _device_type(plane, {k: v.name for k, v in plane.stat_metadata.items()})
+                devices.append(dev)
+            first = min((min(d.start) for d in devices if d.start), default=None)
+            grouping = "pre-grouped" if steps else "none"
+            host = index.plane(HOST_PLANE)
+            if host is not None:
+                raw.seek(0)
+                f, size = xplane.open_stream(raw, path)
+                meta = xw.plane_metadata(f, size, host)
+                tf_data = any(m.name.startswith("Iterator::") for m in meta.event_metadata.values())
+        else:
+            hardware = "CPU_ONLY"
+            ref = index.plane(HOST_PLANE)
+            first = None
+            if ref is not None:
+                raw.seek(0)
+                f, size = xplane.open_stream(raw, path)
+                first = _host_steps(f, size, ref, steps)
+            grouping = "grouped" if steps else "none"
+        # the opcode of each kernel's HLO op, from the modules of /host:metadata (the op
+        # metrics' reader of them: XProf's ParseHloProtosFromXSpace)
+        program_names: dict[int, str] = {}
+        modules = xplane_op_metrics._modules(raw, index, path, program_names) if devices else {}
+        for dev in devices:
+            dev.opcode = [getattr(modules.get(p & 0xFFFF_FFFF_FFFF_FFFF, {}).get(op), "opcode", "") if op else ""
+                          for p, op in zip(dev.program_id, dev.hlo_op)] if not tpu else [""] * len(dev.start)
+        program_names = {(k - (1 << 64) if k >= (1 << 63) else k): v for k, v in program_names.items()}
+    has_device = hardware != "CPU_ONLY"
+    infos = [_step_info(g, steps[g], has_device) for g in sorted(steps)] if hardware != "TPU" else []
+    return StepEvents(hardware, device_type, devices, [s for s in infos if s is not None], grouping, first, tf_data,
+                      program_names)

@@ -1,0 +1,224 @@
+"""Steps of xplane profiles: XProf's ``overview_page`` step-time graph against XProf 2.24.2's
+own answers, and profscope's step breakdown (``/api/steps_ops`` on xplane runs), on the
+real GPU/ROCm/TPU profiles of ``shared/fixtures/public_profiles`` and the demo's CPU
+profiles.
+
+Goldens: ``tests/golden/overview_page/<case>.overview_page.json.gz`` (listed in
+``index.json``), recorded by ``scripts/record_xprof_overview_golden.py`` from XProf itself.
+Table 1 (the step-time graph: rows, columns and every property), table 3 (the
+recommendation) and table 6 (the diagnostics) must equal XProf's; numbers to 1e-9
+relative (XProf prints doubles, the sums are of the same integers). The other tables are
+compared by their column ids (docs/steps_and_ops.md says what profscope leaves empty).
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+GOLDEN = Path(__file__).parent / "golden" / "overview_page"
+INDEX = json.loads((GOLDEN / "index.json").read_text())
+CASES = sorted(k for k in INDEX if not k.startswith("_"))
+ROOT = Path(__file__).parents[1]
+DEMO = ROOT / "src" / "profscope" / "demo" / "logdir"
+EQUAL_TABLES = (1, 3, 6)
+
+
+def _client(root: Path, cache: Path):
+    from fastapi.testclient import TestClient
+
+    from profscope.app.workspace import Workspace
+    from profscope.cache.store import DiskCache
+    from profscope.server.app import create_app
+    from profscope.storage import LogDir
+
+    return TestClient(create_app(Workspace(LogDir(str(root), listing_ttl=0), DiskCache(cache))),
+                      raise_server_exceptions=False)
+
+
+@pytest.fixture(scope="module")
+def clients(shared_fixtures, tmp_path_factory):
+    for case in CASES:
+        entry = INDEX[case]
+        path = (shared_fixtures if entry["fixture"] else ROOT) / entry["path"]
+        assert hashlib.sha256(path.read_bytes()).hexdigest() == entry["sha256"], f"{path} is not the file recorded"
+    return {True: _client(shared_fixtures / "public_profiles" / "xplane", tmp_path_factory.mktemp("cache")),
+            False: _client(DEMO, tmp_path_factory.mktemp("cache"))}
+
+
+def _path(shared_fixtures: Path, entry: dict) -> Path:
+    return (shared_fixtures if entry["fixture"] else ROOT) / entry["path"]
+
+
+def _same(ours, theirs, where: str) -> None:
+    if isinstance(theirs, float) and isinstance(ours, (int, float)):
+        assert math.isclose(ours, theirs, rel_tol=1e-9, abs_tol=1e-12), (where, ours, theirs)
+    elif isinstance(theirs, dict):
+        assert isinstance(ours, dict) and list(ours) == list(theirs), (where, list(ours), list(theirs))
+        for k in theirs:
+            _same(ours[k], theirs[k], f"{where}.{k}")
+    elif isinstance(theirs, list):
+        assert isinstance(ours, list) and len(ours) == len(theirs), (where, ours, theirs)
+        for i, (a, b) in enumerate(zip(ours, theirs)):
+            _same(a, b, f"{where}[{i}]")
+    else:
+        assert ours == theirs, (where, ours, theirs)
+
+
+def _overview(clients, entry: dict):
+    return clients[entry["fixture"]].get("/data/plugin/profile/data",
+                                         params={"run": entry["run"], "tag": "overview_page", "host": entry["host"]})
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_overview_page_step_graph_is_xprofs(clients, case):
+    entry = INDEX[case]
+    res = _overview(clients, entry)
+    assert res.status_code == 200, res.text
+    ours = res.json()
+    theirs = json.loads(gzip.decompress((GOLDEN / entry["overview_page"]).read_bytes()))
+    assert len(ours) == len(theirs) == 7
+    for t in EQUAL_TABLES:
+        _same(ours[t], theirs[t], f"{case} table {t}")
+    for t, (a, b) in enumerate(zip(ours, theirs)):
+        assert [c["id"] for c in a.get("cols", [])][: len(b.get("cols", []))] == \
+            [c["id"] for c in b.get("cols", [])][: len(a.get("cols", []))], (case, t)
+    assert len(ours[1]["rows"]) == entry["steps"]
+
+
+def test_run_tools_list_overview_page_first(clients):
+    """XProf lists overview_page first for every xplane session (profile_plugin.py tool order)."""
+    for entry in (INDEX["tf_gpu"], INDEX["demo_mlp"]):
+        tools = clients[entry["fixture"]].get("/data/plugin/profile/run_tools", params={"run": entry["run"]}).json()
+        assert tools[0] == "overview_page", tools
+
+
+def _read(path: Path):
+    from profscope.formats import xplane_step_events
+
+    with open(path, "rb") as f:
+        return xplane_step_events.read_step_events(f, str(path))
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_categories_and_idle_add_up_to_the_step_per_device(shared_fixtures, case):
+    """Per step and device, the category times (overlaps given to one category) and the
+    idle time are the step's window, to the picosecond."""
+    from profscope.tools import xplane_step_breakdown as xb
+
+    ev = _read(_path(shared_fixtures, INDEX[case]))
+    out = xb.breakdown(ev, ev.program_names)
+    devices = [xb._Device(d) for d in ev.devices if d.start]
+    windows = [(s["begin_ps"], s["begin_ps"] + s["duration_ps"]) for s in ev.steps] or \
+        [(a, b) for _n, a, b in xb.module_runs(devices)[1]]
+    assert len(windows) == out["summary"]["steps"]
+    for a, b in windows:
+        for d in devices:
+            ps = d.in_step(a, b)["_ps"]
+            assert sum(ps["time"].values()) + ps["idle"] == b - a
+            assert ps["idle"] >= 0 and min(ps["time"].values()) >= 0
+    for s in out["steps"]:
+        for d in s["devices"]:
+            total = sum(d["time_us"].values()) + d["idle_us"]
+            assert abs(total - s["step_time_us"]) < 0.001 * (len(d["time_us"]) + 2), (case, s["step"], d["device"])
+            idle = d["idle_before_first_us"] + d["idle_between_us"] + d["idle_after_last_us"]
+            assert abs(idle - d["idle_us"]) < 0.004
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_steps_ops_answers_every_xplane(clients, case):
+    """/api/steps_ops answers every xplane run with the contract's shape; where XProf finds
+    steps they are XProf's (the step-time graph's), else the module runs or none, and the
+    summary says which."""
+    entry = INDEX[case]
+    res = clients[entry["fixture"]].get("/api/steps_ops", params={"run": entry["run"], "host": entry["host"]})
+    assert res.status_code == 200, res.text
+    body = res.json()
+    assert body["source"] == "xplane" and body["host"] == entry["host"]
+    assert [c["key"] for c in body["categories"]] == ["collective", "memory", "other", "custom_call", "fusion",
+                                                       "matmul"]
+    xprof = _overview(clients, entry).json()[1]["rows"]
+    summary = body["summary"]
+    if xprof:
+        assert summary["step_source"] == "xprof_steps"
+        assert [s["step"] for s in body["steps"]] == [r["c"][0]["v"] for r in xprof]
+        for s, r in zip(body["steps"], xprof):
+            assert abs(s["step_time_us"] - r["c"][-1]["v"] * 1000) < 0.0005
+    else:
+        assert summary["step_source"] in ("module_runs", "none")
+        assert "no steps XProf recognises" in summary["missing"]
+    if summary["steps"]:
+        times = sorted(s["step_time_us"] for s in body["steps"])
+        assert summary["slowest_us"] == times[-1] and summary["median_us"] == pytest.approx(
+            times[len(times) // 2] if len(times) % 2 else (times[len(times) // 2 - 1] + times[len(times) // 2]) / 2)
+    for s in body["steps"]:
+        for d in s["devices"]:
+            assert set(d) >= {"device", "time_us", "busy_us", "idle_us", "idle_before_first_us", "idle_between_us",
+                              "idle_after_last_us", "work_done_us", "bound"}
+
+
+def test_cpu_only_profile_says_it_has_no_device(clients):
+    """A profile without device planes: XProf's host steps, no device to break down."""
+    entry = INDEX["demo_mlp"]
+    body = clients[False].get("/api/steps_ops", params={"run": entry["run"], "host": entry["host"]}).json()
+    assert body["summary"]["steps"] == entry["steps"] > 0
+    assert body["summary"]["devices"] == [] and "no device planes" in body["summary"]["missing"]
+    assert all(s["devices"] == [] for s in body["steps"])
+
+
+def test_module_runs_on_a_profile_without_steps(shared_fixtures):
+    """The ROCm GEMM profile has no step markers: each run of the module with the most
+    device time is a step, and every step's window holds that module's activities."""
+    import numpy as np
+
+    from profscope.tools import xplane_step_breakdown as xb
+
+    ev = _read(_path(shared_fixtures, INDEX["mi300_jax08_gemm"]))
+    assert not ev.steps
+    devices = [xb._Device(d) for d in ev.devices if d.start]
+    best, windows = xb.module_runs(devices)
+    time_of: dict[int, int] = {}
+    for d in devices:
+        for p in set(d.program.tolist()) - {-1}:
+            sel = d.program == p
+            time_of[p] = time_of.get(p, 0) + int((d.end[sel] - d.start[sel]).sum())
+    assert best == max(time_of, key=time_of.get)
+    out = xb.breakdown(ev, ev.program_names)
+    assert out["summary"]["module"] == ev.program_names[best]
+    for _n, a, b in windows:
+        assert any(((d.program == best) & (d.start >= a) & (d.end <= b)).any() for d in devices)
+    assert np.isclose(sum(s["step_time_us"] for s in out["steps"]),
+                      sum((b - a) / 1e6 for _n, a, b in windows))
+
+
+def test_all_hosts(clients):
+    """host=ALL_HOSTS: one row per host with that host's own numbers, and the straggler
+    host (none when the hosts' medians are equal: the two tf_gpu hosts are one file)."""
+    entry = INDEX["tf_gpu"]
+    c = clients[True]
+    body = c.get("/api/steps_ops", params={"run": entry["run"], "host": "ALL_HOSTS"})
+    assert body.status_code == 200, body.text
+    body = body.json()
+    hosts = c.get("/data/plugin/profile/hosts", params={"run": entry["run"]}).json()
+    assert [h["host"] for h in body["hosts"]] == [h["hostname"] for h in hosts] and len(hosts) == 2
+    for row in body["hosts"]:
+        one = c.get("/api/steps_ops", params={"run": entry["run"], "host": row["host"]}).json()["summary"]
+        assert (row["steps"], row["median_us"], row["p90_us"], row["slowest_us"]) == \
+            (one["steps"], one["median_us"], one["p90_us"], one["slowest_us"])
+    assert body["straggler_host"] is None
+
+
+def test_corrupt_profile_is_a_4xx_naming_the_file(shared_fixtures, tmp_path):
+    c = _client(shared_fixtures / "public_profiles" / "xplane", tmp_path)
+    run = "tpu_inference_corrupt/2025_12_15_tpu"
+    for url, params in (("/api/steps_ops", {"run": run}),
+                        ("/data/plugin/profile/data", {"run": run, "tag": "overview_page",
+                                                       "host": "tpu_inference_2"})):
+        res = c.get(url, params=params)
+        assert 400 <= res.status_code < 500, (url, res.status_code, res.text)
+        assert "tpu_inference" in res.json()["error"]
