@@ -145,3 +145,147 @@ def test_ctrl_c_during_a_conversion_answers_its_request_and_remembers_nothing(tm
     with profscope_server(*args) as (url, _):  # and the next start converts it
         with urllib.request.urlopen(url + "api/trace/window?run=s&host=big&resolution=10", timeout=BACKSTOP_S) as r:
             assert r.status == 200 and json.loads(r.read())["hosts"] == ["big"]
+
+
+# -- profscope steps / ops: GET /api/steps_ops on the command line (issue 34) -------------------
+
+GEMM_RUN = "mi300_jax08_gemm/jax08_gemm"
+TORCH_RUN = "traces/tracelens_h100_bert_small.trace.json.gz"
+
+
+def _route(logdir, cache, run: str) -> dict:
+    """What ``GET /api/steps_ops`` answers for ``run`` (a server of its own, in this process)."""
+    from fastapi.testclient import TestClient
+
+    from profscope.app.workspace import Workspace
+    from profscope.cache.store import DiskCache
+    from profscope.server.app import create_app
+    from profscope.storage import LogDir
+
+    client = TestClient(create_app(Workspace(LogDir(str(logdir), listing_ttl=0), DiskCache(cache))))
+    res = client.get("/api/steps_ops", params={"run": run})
+    assert res.status_code == 200, res.text
+    return res.json()
+
+
+def _xprof_hlo_stats(case: str) -> dict:
+    """XProf 2.24.2's own hlo_stats rows (scripts/record_xprof_op_golden.py), by (program id, op)."""
+    import gzip
+    from pathlib import Path
+
+    table = json.loads(gzip.decompress((Path(__file__).parent / "golden" / "op_stats" / f"{case}.hlo_stats.json.gz")
+                                       .read_bytes()))
+    ids = [c["id"] for c in table["cols"]]
+    rows = [dict(zip(ids, [cell.get("v") for cell in r["c"]])) for r in table["rows"]]
+    return {(r["program_id"], r["hlo_op_name"]): r for r in rows}
+
+
+def _table_rows(text: str, header: str) -> list[str]:
+    """The body rows of the Markdown table whose header line starts with ``header``."""
+    lines = text.split("\n" + header, 1)[1].splitlines()[2:]
+    return [line for line in lines[: next((i for i, x in enumerate(lines) if not x.startswith("|")), len(lines))]]
+
+
+def test_ops_prints_the_routes_ops_of_an_xplane(shared_fixtures, tmp_path):
+    """``profscope ops`` on the MI300 GEMM profile: the JSON's ``ops`` are the route's, its
+    HLO rows XProf's own hlo_stats ops (occurrences exactly, total time to the µs rounding
+    of the answer); Markdown with ``--top 3`` prints those rows first, in that order."""
+    logdir = shared_fixtures / "public_profiles" / "xplane"
+    cache = ["--cache-dir", str(tmp_path / "cache")]
+    out = tmp_path / "ops.json"
+    res = run_cli("ops", str(logdir), "--run", GEMM_RUN, "--format", "json", "--top", "0", "-o", str(out), *cache)
+    assert res.returncode == 0, res.stderr
+    got = json.loads(out.read_text())
+    assert got["ops"] == _route(logdir, tmp_path / "route-cache", GEMM_RUN)["ops"]
+    xprof = _xprof_hlo_stats("mi300_jax08_gemm")
+    hlo = {(r["program_id"], r["name"]): r for r in got["ops"] if r["kind"] == "hlo"}
+    assert set(hlo) == set(xprof)
+    for key, row in hlo.items():
+        assert row["occurrences"] == xprof[key]["occurrences"], key
+        assert abs(row["total_us"] - xprof[key]["total_time"]) <= 0.0005 + 1e-9 * row["total_us"], key
+
+    res = run_cli("ops", str(logdir), "--run", GEMM_RUN, "--top", "3", *cache)
+    assert res.returncode == 0, res.stderr
+    rows = _table_rows(res.stdout, "| op | kind |")
+    assert len(rows) == 3
+    for line, op in zip(rows, got["ops"]):
+        assert line.startswith(f"| {op['name']} | {op['kind']} | {op['category']} |")
+        assert f"| {op['occurrences']:,} | {op['total_us']:,.1f} |" in line
+
+
+def test_ops_and_steps_of_a_pytorch_trace(shared_fixtures, tmp_path):
+    """The kernels and framework ops of a PyTorch trace, as the route ranks them; ``steps``
+    prints one row per step and device under the answer's own categories."""
+    logdir = shared_fixtures / "public_profiles"
+    cache = ["--cache-dir", str(tmp_path / "cache")]
+    res = run_cli("ops", str(logdir), "--run", TORCH_RUN, "--format", "json", "--top", "5", *cache)
+    assert res.returncode == 0, res.stderr
+    route = _route(logdir, tmp_path / "route-cache", TORCH_RUN)
+    assert json.loads(res.stdout)["ops"] == route["ops"][:5]
+    assert {r["kind"] for r in route["ops"]} == {"kernel", "framework"}
+
+    res = run_cli("steps", str(logdir), "--run", TORCH_RUN, *cache)
+    assert res.returncode == 0, res.stderr
+    labels = [c["label"] for c in route.get("categories") or
+              [{"label": k} for k in ("compute", "communication", "memory", "other")]]
+    header = "| step | device | step time | " + " | ".join(labels) + " | idle | bound |"
+    assert header in res.stdout
+    rows = _table_rows(res.stdout, header)
+    assert len(rows) == sum(len(s["devices"]) for s in route["steps"]) > 0
+    assert rows[0].startswith(f"| {route['steps'][0]['step']} | {route['steps'][0]['devices'][0]['device']} | "
+                              f"{route['steps'][0]['step_time_us']:,.1f} |")
+
+
+def test_steps_of_an_xplane(shared_fixtures, tmp_path):
+    """``profscope steps`` reads xplane runs too: what the answer holds (its steps under its
+    categories, or the note saying why there are none), then the ops, ranked."""
+    logdir = shared_fixtures / "public_profiles" / "xplane"
+    cache = ["--cache-dir", str(tmp_path / "cache")]
+    res = run_cli("steps", str(logdir), "--run", GEMM_RUN, "--format", "json", "--top", "0", *cache)
+    assert res.returncode == 0, res.stderr
+    got = json.loads(res.stdout)
+    assert got["source"] == "xplane" and got["ops"]
+    res = run_cli("steps", str(logdir), "--run", GEMM_RUN, "--top", "2", *cache)
+    assert res.returncode == 0, res.stderr
+    if got["steps"]:
+        header = ("| step | device | step time | " + " | ".join(c["label"] for c in got["categories"])
+                  + " | idle | bound |")
+        assert len(_table_rows(res.stdout, header)) == sum(len(s["devices"]) for s in got["steps"])
+    else:
+        assert f"Note: {got['summary']['missing']}" in res.stdout
+    assert len(_table_rows(res.stdout, "| op | kind |")) == 2
+
+
+def test_steps_and_ops_bad_input_is_exit_2_naming_the_file(shared_fixtures, tmp_path):
+    cache = ["--cache-dir", str(tmp_path / "cache")]
+    corrupt = shared_fixtures / "public_profiles" / "xplane" / "tpu_inference_corrupt"
+    [session] = [p.name for p in (corrupt / "plugins" / "profile").iterdir()]
+    for command in ("ops", "steps"):
+        res = run_cli(command, str(corrupt), "--run", session, *cache)
+        assert res.returncode == 2, res.stdout
+        assert "tpu_inference_2.xplane.pb: truncated XSpace" in res.stderr, res.stderr
+    res = run_cli("ops", str(corrupt), "--run", session, "--top", "-1", *cache)
+    assert res.returncode == 2 and "--top" in res.stderr
+    res = run_cli("ops", str(corrupt), "--run", "nope", *cache)
+    assert res.returncode == 2 and "no run named 'nope'" in res.stderr
+
+
+def test_steps_of_all_hosts(shared_fixtures, tmp_path):
+    """``--host ALL_HOSTS`` (XProf's name) on the two-host TF GPU profile: one row per host
+    with its step statistics, the straggler marked; ``ops`` says the table is per host."""
+    logdir = shared_fixtures / "public_profiles" / "xplane"
+    cache = ["--cache-dir", str(tmp_path / "cache")]
+    args = ["--run", "tf_gpu/GPU-multi-worker", "--host", "ALL_HOSTS", *cache]
+    res = run_cli("steps", str(logdir), *args, "--format", "json")
+    assert res.returncode == 0, res.stderr
+    got = json.loads(res.stdout)
+    assert len(got["hosts"]) == 2
+    res = run_cli("steps", str(logdir), *args)
+    assert res.returncode == 0, res.stderr
+    rows = _table_rows(res.stdout, "| host | steps |")
+    assert len(rows) == 2
+    for line, h in zip(rows, got["hosts"]):
+        mark = " (straggler)" if h["host"] == got.get("straggler_host") else ""
+        assert line.startswith(f"| {h['host']}{mark} | {h['steps']:,} | {h['median_us']:,.1f} | {h['p90_us']:,.1f} |")
+    res = run_cli("ops", str(logdir), *args)
+    assert res.returncode == 0 and "Ops are ranked per host: give --host, one of 34.83.195.179_6003" in res.stdout

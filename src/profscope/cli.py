@@ -16,7 +16,7 @@ from profscope import __version__
 from profscope.errors import BadRequest, ProfscopeError
 
 DEFAULT_PORT = 8791
-COMMANDS = ("serve", "runs", "query", "report", "capture", "steps")
+COMMANDS = ("serve", "runs", "query", "report", "capture", "steps", "ops")
 
 DESCRIPTION = """\
 profscope: a self-hosted profile viewer for ML workloads (XProf-compatible).
@@ -38,6 +38,7 @@ examples:
                                         record a running job (jax.profiler.start_server(9999))
   profscope report ~/logs/run --device-memory 80GiB -o report.html
                                         OOM risk as one offline HTML file (or --format json|markdown)
+  profscope steps ~/logs --run RUN     step-time breakdown per step and device (ops: the ops ranked)
 """
 
 
@@ -61,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_runs(sub)
     _add_query(sub)
     _add_report(sub)
-    _add_steps(sub)
+    _add_steps_ops(sub)
     _add_capture(sub)
     return parser
 
@@ -109,11 +110,8 @@ def _add_serve(sub) -> None:
 
 def _add_runs(sub) -> None:
     runs = sub.add_parser("runs", help="list the runs of a log directory and exit")
-    runs.add_argument("logdir", nargs="?", help="local folder, gs://bucket/prefix or memory://path")
-    runs.add_argument("--demo", action="store_true", help="use the bundled demo log directory")
+    _logdir_args(runs)
     runs.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    runs.add_argument("--cache-dir", help="where converted results are kept (default ~/.cache/profscope)")
-    runs.add_argument("--cache-size", metavar="SIZE", help=CACHE_SIZE_HELP)
     _worker_options(runs)
 
 
@@ -123,15 +121,11 @@ def _add_query(sub) -> None:
         description="Every tool's answer, without a server: the same JSON as GET /data/plugin/profile/data?run=RUN"
                     "&tag=TOOL&NAME=VALUE..., its parameters (-p NAME=VALUE) checked the same way. Without "
                     "--tool: the run's tools and the parameters each takes. Exit status 0, or 2 on bad input.")
-    query.add_argument("logdir", nargs="?", help="local folder, gs://bucket/prefix or memory://path")
-    query.add_argument("--demo", action="store_true", help="use the bundled demo log directory")
-    query.add_argument("--run", required=True, help="the run (as `profscope runs` names it)")
+    _logdir_args(query, run=True)
     query.add_argument("--tool", metavar="TAG", help="the tool (XProf's tag: memory_viewer, trace_viewer@, ...)")
     query.add_argument("-p", "--param", dest="params", action="append", default=[], metavar="NAME=VALUE",
                        help="one of the tool's parameters, by XProf's name (repeatable)")
     query.add_argument("-o", "--output", metavar="FILE", help="write here instead of standard output")
-    query.add_argument("--cache-dir", help="where converted results are kept (default ~/.cache/profscope)")
-    query.add_argument("--cache-size", metavar="SIZE", help=CACHE_SIZE_HELP)
     _worker_options(query)
 
 
@@ -172,22 +166,37 @@ def _add_report(sub) -> None:
     _worker_options(report)
 
 
-def _add_steps(sub) -> None:
-    steps = sub.add_parser(
-        "steps", help="print a PyTorch trace's step-time breakdown and its kernels ranked, and exit",
-        description="Per ProfilerStep#N and GPU: step time, kernel time by category, device idle and what bounds the "
-                    "step; then the kernels, most time first (the JSON of GET /api/steps_ops; docs/steps_and_ops.md). "
-                    "Exit status 0, or 2 on bad input.")
-    steps.add_argument("logdir", nargs="?", help="local folder, gs://bucket/prefix or memory://path")
-    steps.add_argument("--demo", action="store_true", help="use the bundled demo log directory")
-    steps.add_argument("--run", required=True, help="the run (as `profscope runs` names it)")
-    steps.add_argument("--host", help="the trace of the run to read (default: the first)")
-    steps.add_argument("--top", type=int, default=20, metavar="N", help="kernels to list (default 20; 0: all)")
-    steps.add_argument("--format", choices=("markdown", "json"), default="markdown", help="output format (default markdown)")
-    steps.add_argument("-o", "--output", metavar="FILE", help="write here instead of standard output")
-    steps.add_argument("--cache-dir", help="where converted results are kept (default ~/.cache/profscope)")
-    steps.add_argument("--cache-size", metavar="SIZE", help=CACHE_SIZE_HELP)
-    _worker_options(steps)
+def _logdir_args(p: argparse.ArgumentParser, run: bool = False) -> None:
+    """The arguments of every command that reads a log directory (and one run of it)."""
+    p.add_argument("logdir", nargs="?", help="local folder, gs://bucket/prefix or memory://path")
+    p.add_argument("--demo", action="store_true", help="use the bundled demo log directory")
+    if run:
+        p.add_argument("--run", required=True, help="the run (as `profscope runs` names it)")
+    p.add_argument("--cache-dir", help="where converted results are kept (default ~/.cache/profscope)")
+    p.add_argument("--cache-size", metavar="SIZE", help=CACHE_SIZE_HELP)
+
+
+def _add_steps_ops(sub) -> None:
+    """``steps`` and ``ops``: two views of one answer (GET /api/steps_ops), one set of arguments."""
+    commands = {
+        "steps": ("print a profile's step-time breakdown and its ops ranked, and exit",
+                  "Per step and device: step time, device time by category, device idle and what bounds the step "
+                  "(PyTorch ProfilerStep#N, XProf's steps of an xplane); then the kernels (PyTorch) or ops, most "
+                  "time first.", "kernels or ops"),
+        "ops": ("print a profile's device ops ranked by time, and exit",
+                "One row per HLO op, device kernel and framework op, most device time first: occurrences, total, "
+                "self and average time, share, category, module, FLOPs and bytes where the profile has them.",
+                "ops"),
+    }
+    for name, (help_, description, listed) in commands.items():
+        p = sub.add_parser(name, help=help_, description=f"{description} The JSON of GET /api/steps_ops "
+                                                          "(docs/steps_and_ops.md). Exit status 0, or 2 on bad input.")
+        _logdir_args(p, run=True)
+        p.add_argument("--host", help="the host (xplane) or trace file (PyTorch) of the run to read (default: the first)")
+        p.add_argument("--top", type=int, default=20, metavar="N", help=f"{listed} to list (default 20; 0: all)")
+        p.add_argument("--format", choices=("markdown", "json"), default="markdown", help="output format (default markdown)")
+        p.add_argument("-o", "--output", metavar="FILE", help="write here instead of standard output")
+        _worker_options(p)
 
 
 def _add_capture(sub) -> None:
@@ -492,17 +501,20 @@ def cmd_query(args) -> int:
     return 0
 
 
-def cmd_steps(args) -> int:
-    """The answer of ``/api/steps_ops`` for one run, as JSON or as Markdown tables."""
+def _steps_ops(args) -> dict:
+    """The answer of ``/api/steps_ops`` for ``--run``/``--host``, its lists cut to ``--top``."""
     from profscope.app.queries import TraceQuery
 
     if args.top < 0:
-        raise BadRequest(f"--top must be 0 (all) or a positive number of kernels, not {args.top}")
+        raise BadRequest(f"--top must be 0 (all) or a positive number of rows, not {args.top}")
     ws = _workspace(args)
     out = ws.steps_ops(ws.run(args.run), TraceQuery(host=args.host))
     if args.top:
-        out = {**out, "kernels": out["kernels"][:args.top]}
-    text = json.dumps(out, indent=1) if args.format == "json" else _steps_markdown(out)
+        out = {**out, **{k: out[k][:args.top] for k in ("kernels", "ops") if isinstance(out.get(k), list)}}
+    return out
+
+
+def _print(args, text: str) -> int:
     if args.output:
         Path(args.output).write_text(text + "\n", encoding="utf-8")
     else:
@@ -510,32 +522,94 @@ def cmd_steps(args) -> int:
     return 0
 
 
+def cmd_steps(args) -> int:
+    """The answer of ``/api/steps_ops`` for one run, as JSON or as Markdown tables."""
+    out = _steps_ops(args)
+    return _print(args, json.dumps(out, indent=1) if args.format == "json" else _steps_markdown(out))
+
+
+def cmd_ops(args) -> int:
+    """The ranked ops (``ops[]``) of ``/api/steps_ops`` for one run, as JSON or Markdown."""
+    out = _steps_ops(args)
+    if args.format == "json":
+        keep = ("run", "host", "file", "source", "ops_scope", "ops")
+        return _print(args, json.dumps({k: out[k] for k in keep if k in out}, indent=1))
+    return _print(args, "\n".join([f"# Ops: {_title(out)}", "", *_ops_markdown(out)]))
+
+
+# The step chart's categories of a PyTorch answer that predates the answer's own list.
+_TRACE_CATEGORIES = [{"key": k, "label": k} for k in ("compute", "communication", "memory", "other")]
+
+
+def _title(out: dict) -> str:
+    return f"{out['run']} ({out['file']})" if out.get("file") else f"{out['run']} (host {out.get('host')})"
+
+
+def _us(value) -> str:
+    return "" if value is None else f"{value:,.1f}"
+
+
+def _cell(text) -> str:
+    return "" if text is None else str(text).replace("|", "\\|")
+
+
 def _steps_markdown(out: dict) -> str:
-    """The steps and kernels of :meth:`Workspace.steps_ops` as Markdown tables (µs)."""
-    summary = out["summary"]
-    lines = [f"# Steps & ops: {out['run']} ({out['file']})", ""]
-    if "median_us" in summary:
-        lines += [f"{summary['steps']} steps, median {summary['median_us']:,.1f} µs, p90 {summary['p90_us']:,.1f} µs, "
+    """The steps, hosts and kernels or ops of :meth:`Workspace.steps_ops` as Markdown (µs);
+    the step table's columns are the answer's ``categories``, whatever the source."""
+    summary = out.get("summary", {})
+    lines = [f"# Steps & ops: {_title(out)}", ""]
+    if summary.get("median_us") is not None:
+        how = f" ({summary['step_source']})" if summary.get("step_source") else ""
+        lines += [f"{summary['steps']} steps{how}, median {summary['median_us']:,.1f} µs, p90 {summary['p90_us']:,.1f} µs, "
                   f"slowest step {summary['slowest_step']} ({summary['slowest_us']:,.1f} µs)", ""]
     if summary.get("missing"):
         lines += [f"Note: {summary['missing']}", ""]
-    if out["steps"]:
-        lines += ["| step | device | step time | compute | communication | memory | other | idle | bound |",
-                  "|---|---|---:|---:|---:|---:|---:|---:|---|"]
+    if out.get("hosts"):
+        lines += ["| host | steps | median | p90 | slowest step | slowest |", "|---|---:|---:|---:|---|---:|"]
+        for h in out["hosts"]:
+            mark = " (straggler)" if h["host"] == out.get("straggler_host") else ""
+            lines.append(f"| {_cell(h['host'])}{mark} | {h.get('steps') or 0:,} | {_us(h.get('median_us'))} | "
+                         f"{_us(h.get('p90_us'))} | {_cell(h.get('slowest_step'))} | {_us(h.get('slowest_us'))} |")
+        lines.append("")
+    cats = out.get("categories") or _TRACE_CATEGORIES
+    if out.get("steps"):
+        lines += ["| step | device | step time | " + " | ".join(c["label"] for c in cats) + " | idle | bound |",
+                  "|---|---|---:|" + "---:|" * len(cats) + "---:|---|"]
         for step in out["steps"]:
             for dev in step["devices"]:
-                t = dev["time_us"]
-                lines.append(f"| {step['step']} | {dev['device']} | {step['step_time_us']:,.1f} | {t['compute']:,.1f} | "
-                             f"{t['communication']:,.1f} | {t['memory']:,.1f} | {t['other']:,.1f} | "
-                             f"{dev['idle_us']:,.1f} | {dev['bound']} |")
+                times = " | ".join(_us(dev["time_us"].get(c["key"], 0.0)) for c in cats)
+                lines.append(f"| {_cell(step['step'])} | {_cell(dev['device'])} | {_us(step['step_time_us'])} | {times} | "
+                             f"{_us(dev.get('idle_us'))} | {_cell(dev.get('bound'))} |")
         lines.append("")
+    if "kernels" not in out:
+        return "\n".join(lines + _ops_markdown(out))
     lines += ["| kernel | category | occurrences | total | average | share |", "|---|---|---:|---:|---:|---:|"]
     for k in out["kernels"]:
-        name = k["name"].replace("|", "\\|")
         share = "" if k["share"] is None else f"{100 * k['share']:.2f} %"
-        lines.append(f"| {name} | {k['category']} | {k['occurrences']:,} | {k['total_us']:,.1f} | "
+        lines.append(f"| {_cell(k['name'])} | {k['category']} | {k['occurrences']:,} | {k['total_us']:,.1f} | "
                      f"{k['average_us']:,.3f} | {share} |")
     return "\n".join(lines)
+
+
+def _ops_markdown(out: dict) -> list[str]:
+    """``ops[]`` as a Markdown table (µs), most device time first, as the answer ranks it."""
+    ops = out.get("ops") or []
+    if not ops and out.get("hosts"):  # host=ALL_HOSTS: steps side by side, ops one host at a time
+        names = [h["host"] for h in out["hosts"]]
+        return [f"Ops are ranked per host: give --host, one of {', '.join(names[:8])}{' ...' if len(names) > 8 else ''}."]
+    if not ops:
+        return ["No device ops in this profile."]
+    lines = ["| op | kind | category | module | occurrences | total | self | average | share | FLOPs | bytes | bound |",
+             "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for op in ops:
+        share = "" if op.get("share") is None else f"{100 * op['share']:.2f} %"
+        count = lambda v: "" if v is None else f"{v:,}"  # noqa: E731
+        bound = (op.get("roofline") or {}).get("bound")
+        lines.append(f"| {_cell(op['name'])} | {op['kind']} | {_cell(op.get('category'))} | {_cell(op.get('module'))} | "
+                     f"{op['occurrences']:,} | {_us(op['total_us'])} | {_us(op.get('self_us'))} | "
+                     f"{'' if op.get('average_us') is None else format(op['average_us'], ',.3f')} | {share} | "
+                     f"{count(op.get('flops'))} | {count(op.get('bytes_accessed'))} | {_cell(bound)} |")
+    return lines
 
 
 def _positive_int(text: str | None, name: str) -> int | None:
@@ -696,7 +770,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         commands = {"serve": cmd_serve, "runs": cmd_runs, "query": cmd_query, "report": cmd_report, "capture": cmd_capture,
-                    "steps": cmd_steps}
+                    "steps": cmd_steps, "ops": cmd_ops}
         return commands[args.command](args)
     except ProfscopeError as e:
         print(f"profscope: error: {e.message}", file=sys.stderr)
