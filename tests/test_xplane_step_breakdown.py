@@ -222,3 +222,29 @@ def test_corrupt_profile_is_a_4xx_naming_the_file(shared_fixtures, tmp_path):
         res = c.get(url, params=params)
         assert 400 <= res.status_code < 500, (url, res.status_code, res.text)
         assert "tpu_inference" in res.json()["error"]
+
+
+@pytest.mark.parametrize("case", ["mi300_jax08_gemm", "mi300_jax_conv_xprof_touched"])
+def test_ops_in_steps_agree_with_hlo_stats(shared_fixtures, case):
+    """Every HLO op of the module the steps are made of: its kernels inside the steps'
+    windows are XProf's hlo_stats occurrences of that op (XProf's own answer, the
+    op-stats golden), so the steps hold every run of the module and nothing else."""
+    from collections import Counter
+
+    from profscope.tools import xplane_step_breakdown as xb
+
+    ops_index = json.loads((Path(__file__).parent / "golden" / "op_stats" / "index.json").read_text())[case]
+    hlo = json.loads(gzip.decompress((Path(__file__).parent / "golden" / "op_stats" / ops_index["hlo_stats"])
+                                     .read_bytes()))
+    ids = [c["id"] for c in hlo["cols"]]
+    rows = [dict(zip(ids, [c.get("v") for c in r["c"]])) for r in hlo["rows"]]
+    ev = _read(_path(shared_fixtures, INDEX[case]))
+    best, windows = xb.module_runs([xb._Device(d) for d in ev.devices if d.start])
+    assert windows
+    ours: Counter = Counter()
+    for d in ev.devices:
+        for start, program, op in zip(d.start, d.program_id, d.hlo_op):
+            if program == best and op and any(a <= start < b for _n, a, b in windows):
+                ours[op] += 1
+    theirs = Counter({r["hlo_op_name"]: int(r["occurrences"]) for r in rows if int(r["program_id"]) == best})
+    assert ours == theirs and sum(theirs.values()) > 0

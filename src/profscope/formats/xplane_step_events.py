@@ -245,8 +245,8 @@ def _read_tpu_plane(plane, dev: Activities, steps: dict) -> None:
             dev.memcpy.append("")
 
 
-def _host_steps(f, size, ref, steps: dict) -> int | None:
-    """A CPU-only profile's host steps (see the module docstring); the host's first event ps."""
+def _host_steps(f, size, ref, out: list) -> int | None:
+    """A CPU-only profile's host steps into ``out`` (see the module docstring); the host's first event ps."""
     from profscope.formats import xplane_steps as xs
 
     data = xw.read_plane_bytes(f, size, ref, pad=xw.PAD + (-ref.length) % 8)
@@ -276,25 +276,111 @@ def _host_steps(f, size, ref, steps: dict) -> int | None:
         g = xs.Grouping(ev, np.zeros(ev.n, dtype=np.int8), event_names, stat_names, meta, headers, line_ts_ns,
                         order, regions, xw.Strings(data, stat_names))
         group_id, roots, _how = g.run()
-    root_spans = {(r.line, r.start_ps, r.end_ps): r for r in roots}
-    line_names = [h.name for h in headers]
-    for i in np.flatnonzero(group_id >= 0).tolist():
-        name = event_names.get(int(ev.metadata_id[i]), "")
-        gid = int(group_id[i])
-        b0 = int(ts[i])
-        e0 = b0 + int(ev.duration_ps[i])
-        entry = steps.setdefault(gid, {"markers": [], "events": []})
-        root = root_spans.get((line_names[int(ev.line[i])], int(ev.offset_ps[i]), int(ev.offset_ps[i] + ev.duration_ps[i])))
-        if _explicit_marker(name) or (root is not None and root.group_id == gid):
-            entry["markers"].append(("host", (b0, e0)))
-            if root is not None:
-                entry["name"] = root.name
-        elif _real_cpu_compute(name):
-            entry["events"].append((classify_cpu_event(name), b0, e0))
-    for r in roots:
-        if r.group_id in steps:
-            steps[r.group_id].setdefault("name", r.name)
-    return int(ts.min())
+    return _host_step_db(ev, ts, group_id, roots, event_names, [h.name for h in headers], out)
+
+
+def _group_cover(group: np.ndarray, start: np.ndarray, end: np.ndarray, n_groups: int) -> np.ndarray:
+    """Per group (0..n_groups-1), the time the union of its intervals covers: intervals
+    sorted by group then start, a new union piece where the group changes or the start
+    passes the running end of the group's pieces so far."""
+    out = np.zeros(n_groups, dtype=np.int64)
+    if not len(start):
+        return out
+    o = np.lexsort((start, group))
+    g, s, e = group[o], start[o], end[o]
+    first = np.r_[True, g[1:] != g[:-1]]
+    lo = int(s.min())
+    span = int(e.max()) - lo + 1
+    if n_groups * span < (1 << 62):
+        # the running end restarts at each group: each group lifted above the last one's
+        lift = g.astype(np.int64) * span
+        reach = np.maximum.accumulate(e - lo + lift) - lift + lo
+    else:
+        reach = np.empty_like(e)
+        heads = np.flatnonzero(first)
+        for a, z in zip(heads.tolist(), np.r_[heads[1:], len(e)].tolist()):
+            reach[a:z] = np.maximum.accumulate(e[a:z])
+    new = first.copy()
+    new[1:] |= s[1:] > reach[:-1]
+    piece = np.cumsum(new) - 1
+    p_end = np.zeros(int(piece[-1]) + 1, dtype=np.int64)
+    np.maximum.at(p_end, piece, e)
+    np.add.at(out, g[new], p_end - s[new])
+    return out
+
+
+def _host_step_db(ev, ts, group_id, roots, event_names: dict, line_names: list, out: list) -> int:
+    """XProf's host step events of a CPU-only profile, vectorised over the grouped events
+    (millions on a long run): each group's markers (``IsExplicitHostStepMarker`` names and
+    the group's root event, whose ``step_name`` the grouping sets), its longest marker the
+    step's time, and its other events (``IsRealCpuCompute``) typed by ``ClassifyCpuEvent``;
+    per step, each type's time is what the events of that type or higher cover in the step
+    (``ToNonOverlappedEvents``' priorities), the rest unknown time."""
+    grouped = np.flatnonzero(group_id >= 0)
+    first = int(ts.min())
+    if not len(grouped):
+        return first
+    mids, inv = np.unique(ev.metadata_id[grouped], return_inverse=True)
+    names = [event_names.get(int(m), "") for m in mids.tolist()]
+    explicit = np.array([_explicit_marker(n) for n in names], bool)[inv]
+    compute = np.array([_real_cpu_compute(n) for n in names], bool)[inv]
+    kind = np.array([classify_cpu_event(n) for n in names], np.int64)[inv]
+    b0 = ts[grouped]
+    e0 = b0 + ev.duration_ps[grouped]
+    gid = group_id[grouped]
+    # the roots: the events at each root's line and span (candidates by offset, checked exactly)
+    is_root = np.zeros(len(grouped), bool)
+    name_of: dict[int, str] = {}
+    if roots:
+        by_key = {(r.line, r.start_ps, r.end_ps): r for r in roots}
+        off = ev.offset_ps[grouped]
+        cand = np.flatnonzero(np.isin(off, np.fromiter((r.start_ps for r in roots), np.int64, len(roots))))
+        for k in cand.tolist():
+            i = int(grouped[k])
+            r = by_key.get((line_names[int(ev.line[i])], int(ev.offset_ps[i]), int(ev.offset_ps[i] + ev.duration_ps[i])))
+            if r is not None and r.group_id == int(gid[k]):
+                is_root[k] = True
+        name_of = {r.group_id: r.name for r in roots}
+    marker = explicit | is_root
+    events = ~marker & compute
+    groups, g_inv = np.unique(gid, return_inverse=True)
+    n = len(groups)
+    # StepTime: the longest host marker, the first of equal ones
+    mk = np.flatnonzero(marker)
+    begin = np.zeros(n, np.int64)
+    dur = np.zeros(n, np.int64)
+    if len(mk):
+        o = np.lexsort((mk, -(e0[mk] - b0[mk]), g_inv[mk]))
+        mk = mk[o]
+        head = np.r_[True, g_inv[mk][1:] != g_inv[mk][:-1]]
+        best = mk[head]
+        begin[g_inv[best]] = b0[best]
+        dur[g_inv[best]] = e0[best] - b0[best]
+    ev_i = np.flatnonzero(events)
+    gi = g_inv[ev_i]
+    s = np.maximum(b0[ev_i], begin[gi])
+    e = np.minimum(e0[ev_i], begin[gi] + dur[gi])
+    keep = e > s
+    covers = {}
+    for k in sorted(set(kind[ev_i].tolist())):
+        sel = keep & (kind[ev_i] >= k)
+        covers[k] = _group_cover(gi[sel], s[sel], e[sel], n)
+    has_compute = np.zeros(n, bool)
+    has_compute[g_inv[ev_i[kind[ev_i] == HOST_COMPUTE]]] = True
+    levels = sorted(covers)
+    for j in range(n):
+        if dur[j] <= 0 or not has_compute[j]:
+            continue  # no marker, or not well formed (no host compute): XProf drops the step
+        type_ps = {}
+        for x, k in enumerate(levels):
+            above = int(covers[levels[x + 1]][j]) if x + 1 < len(levels) else 0
+            type_ps[k] = int(covers[k][j]) - above
+        busy = int(covers[levels[0]][j]) if levels else 0
+        type_ps[UNKNOWN_TIME] = int(dur[j]) - busy
+        g = int(groups[j])
+        out.append({"step_num": g, "name": name_of.get(g) or str(g), "begin_ps": int(begin[j]),
+                    "duration_ps": int(dur[j]), "type_ps": type_ps})
+    return first
 
 
 def _non_overlapped(events: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
@@ -370,6 +456,7 @@ def read_step_events(raw: IO[bytes], path: str) -> StepEvents:
     devices: list[Activities] = []
     device_type = "CPU"
     tf_data = False
+    host_steps: list[dict] = []
     with xw.xspace_errors(path):
         if tpu or gpu:
             refs, hardware = (tpu, "TPU") if tpu else (gpu, "GPU")
@@ -400,8 +487,8 @@ def read_step_events(raw: IO[bytes], path: str) -> StepEvents:
             if ref is not None:
                 raw.seek(0)
                 f, size = xplane.open_stream(raw, path)
-                first = _host_steps(f, size, ref, steps)
-            grouping = "grouped" if steps else "none"
+                first = _host_steps(f, size, ref, host_steps)
+            grouping = "grouped" if host_steps else "none"
         # the opcode of each kernel's HLO op, from the modules of /host:metadata (the op
         # metrics' reader of them: XProf's ParseHloProtosFromXSpace)
         program_names: dict[int, str] = {}
@@ -411,6 +498,6 @@ def read_step_events(raw: IO[bytes], path: str) -> StepEvents:
                           for p, op in zip(dev.program_id, dev.hlo_op)] if not tpu else [""] * len(dev.start)
         program_names = {(k - (1 << 64) if k >= (1 << 63) else k): v for k, v in program_names.items()}
     has_device = hardware != "CPU_ONLY"
-    infos = [_step_info(g, steps[g], has_device) for g in sorted(steps)] if hardware != "TPU" else []
+    infos = [_step_info(g, steps[g], has_device) for g in sorted(steps)] if hardware == "GPU" else host_steps
     return StepEvents(hardware, device_type, devices, [s for s in infos if s is not None], grouping, first, tf_data,
                       program_names)
