@@ -187,3 +187,16 @@ def test_steps_ops_is_a_tool_of_profiles_and_traces(client):
         assert "steps_ops" in tools, tools
     r = client.get("/data/plugin/profile/data", params={"run": "traces/kineto_resnet50_v100.pt.trace.json.gz", "tag": "steps_ops"})
     assert r.status_code == 200 and r.json()["ops"] == _ops(client, "traces/kineto_resnet50_v100.pt.trace.json.gz")["ops"]
+
+
+def test_data_route_takes_all_hosts(client):
+    """The page asks the data route for host=ALL_HOSTS (XProf's name): it reaches the tool,
+    which answers every host's step times (a host the run lacks is still a 404)."""
+    params = {"run": "xplane/tf_gpu/GPU-multi-worker", "tag": "steps_ops"}
+    r = client.get("/data/plugin/profile/data", params={**params, "host": "ALL_HOSTS"})
+    assert r.status_code == 200, r.text
+    assert [h["host"] for h in r.json()["hosts"]] == ["34.83.195.179_6003", "34.83.195.180_6003"]
+    r = client.get("/data/plugin/profile/data", params={**params, "host": "nohost"})
+    assert r.status_code == 404 and "nohost" in r.json()["error"]
+    r = client.get("/data/plugin/profile/data", params={**params, "tag": "hlo_stats", "host": "ALL_HOSTS"})
+    assert r.status_code == 404  # only the tools that answer every host take it

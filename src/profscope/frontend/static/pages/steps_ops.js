@@ -31,6 +31,7 @@ function dataUrl(run, state) {
 }
 
 const us = (v) => (v === null || v === undefined ? "—" : v >= 1e6 ? `${(v / 1e6).toFixed(3)} s` : v >= 1e3 ? `${(v / 1e3).toFixed(3)} ms` : `${v.toFixed(3)} µs`);
+const stepLabel = (step) => (/^\d+$/.test(String(step)) ? `#${step}` : String(step)); // "#12", "train 0"
 const opKey = (r) => [r.kind, r.program_id || "", r.name].join("|");
 
 function link(state, text, attrs = {}) {
@@ -49,8 +50,8 @@ async function renderStepsOps(view, state, run, details) {
   let data;
   try { data = await cachedJson(dataUrl(run, state)); } catch (err) {
     if (!view.contains(root)) return;
-    root.lastChild.replaceWith(errorBox(err, "Cannot read the steps and ops of this run"),
-      state.step ? el("p", {}, link({ ...state, step: "" }, "Show every step")) : null);
+    root.lastChild.replaceWith(...[errorBox(err, "Cannot read the steps and ops of this run"),
+      state.step ? el("p", {}, link({ ...state, step: "" }, "Show every step")) : null].filter((x) => x !== null));
     return;
   }
   if (!view.contains(root)) return; // the user moved on
@@ -60,7 +61,9 @@ async function renderStepsOps(view, state, run, details) {
     data.summary && data.summary.missing ? el("div", { class: "note", id: "so-missing" }, el("strong", {}, "Missing: "), data.summary.missing) : null,
     data.hosts ? hostsSection(data, state) : null,
     stepsSection(data, state),
-    opsSection(data, state, run),
+    data.hosts && !(data.ops || []).length
+      ? el("p", { class: "muted", id: "so-ops-per-host" }, "The ops table is per host: pick one in the Host menu, or ", link({ ...state, host: details.hosts[0] }, "open the first"), ".")
+      : opsSection(data, state, run),
   ].filter((x) => x !== null));
   drawCharts(data, state);
 }
@@ -84,9 +87,9 @@ function summaryTiles(d, state) {
   return el("div", { class: "so-tiles", id: "so-summary" },
     tile("Steps", fmtCount(s.steps ?? 0), s.step_source ? `found by ${s.step_source}` : d.source, "so-steps-count"),
     tile("Median step", us(s.median_us), s.p90_us !== undefined ? `p90 ${us(s.p90_us)}` : null),
-    tile("Slowest step", s.slowest_step !== undefined ? `#${s.slowest_step}` : "—", s.slowest_us !== undefined ? [us(s.slowest_us), straggler ? ` · ${straggler}` : ""].join("") : null),
+    tile("Slowest step", s.slowest_step !== undefined ? stepLabel(s.slowest_step) : "—", s.slowest_us !== undefined ? [us(s.slowest_us), straggler ? ` · ${straggler}` : ""].join("") : null),
     tile("Ops", fmtCount((d.ops || []).length), Object.entries(d.ops_scope || {}).map(([k, v]) => `${k}: ${v}`).join(" · ")),
-    state.step ? tile("Selected step", `#${state.step}`, link({ ...state, step: "" }, "show every step", { id: "so-clear-step" })) : null);
+    state.step ? tile("Selected step", stepLabel(state.step), link({ ...state, step: "" }, "show every step", { id: "so-clear-step" })) : null);
 }
 
 // Every host's step times side by side (helper A's hosts[] for host=ALL_HOSTS).
@@ -114,7 +117,7 @@ function stepTable(d, state) {
     el("table", { class: "so-table", id: "so-step-table" },
       el("thead", {}, el("tr", {}, ["step", "device", "step time", "busy", "idle", "bound"].map((h) => el("th", {}, h)))),
       el("tbody", {}, rows.map(({ s, dev }) => el("tr", { class: String(s.step) === state.step ? "selected" : null, "data-step": s.step },
-        el("td", {}, link({ ...state, step: String(s.step), op: "" }, `#${s.step}`)), el("td", {}, String(dev.device)),
+        el("td", {}, link({ ...state, step: String(s.step), op: "" }, stepLabel(s.step))), el("td", {}, String(dev.device)),
         el("td", { class: "num" }, us(s.step_time_us)), el("td", { class: "num" }, us(dev.busy_us)),
         el("td", { class: "num" }, us(dev.idle_us)), el("td", {}, dev.bound || "—"))))));
 }
@@ -134,13 +137,16 @@ function drawSteps(div, d, state) {
   const cats = keys.map((c) => (typeof c === "string" ? { key: c, label: c } : c));
   const devices = [...new Set(d.steps.flatMap((s) => (s.devices || []).map((x) => String(x.device))))];
   const many = devices.length > 1;
-  const points = d.steps.flatMap((s) => (s.devices || []).map((dev) => ({ s, dev })));
-  const x = many ? [points.map((p) => `#${p.s.step}`), points.map((p) => `dev ${p.dev.device}`)] : points.map((p) => `#${p.s.step}`);
+  // no device in the steps (a CPU-only profile or trace): the host's step time alone
+  const points = d.steps.flatMap((s) => ((s.devices || []).length ? s.devices : [{ device: "host", time_us: {}, idle_us: 0, host: s.step_time_us }]).map((dev) => ({ s, dev })));
+  const x = many ? [points.map((p) => stepLabel(p.s.step)), points.map((p) => `dev ${p.dev.device}`)] : points.map((p) => stepLabel(p.s.step));
   const selected = points.map((p) => (state.step && String(p.s.step) === state.step ? 1 : state.step ? 0.35 : 1));
   const bar = (name, color, y) => ({ type: "bar", name: escapePlotly(name), x, y, customdata: points.map((p) => String(p.s.step)),
+    showlegend: y.some((v) => v > 0), // a category no step has is left out of the legend
     marker: { color, opacity: selected }, hovertemplate: `%{x}: ${escapePlotly(name)} %{y:.1f} µs<extra></extra>` });
   const traces = cats.map((c, i) => bar(c.label || c.key, SERIES[i % SERIES.length], points.map((p) => (p.dev.time_us || {})[c.key] || 0)));
   traces.push(bar("idle", IDLE_COLOR, points.map((p) => p.dev.idle_us || 0)));
+  if (points.some((p) => p.dev.host !== undefined)) traces.push(bar("step time (host, no device)", P.neutral, points.map((p) => p.dev.host || 0)));
   newPlot(div, traces, { barmode: "stack", height: 320, margin: { l: 70, r: 20, t: 30, b: many ? 70 : 50 },
     yaxis: { title: { text: "µs" } }, legend: LEGEND_TOP, showlegend: true });
   div.on("plotly_click", (ev) => {
@@ -216,6 +222,7 @@ function opsSection(d, state, run) {
     text: (r) => `${r.name} ${r.kind} ${r.category ?? ""} ${r.module ?? ""}`,
     filter: { id: "so-filter", placeholder: "filter ops", label: "filter ops", value: state.opq, onChange: (q) => setUrl({ ...readState(), opq: q }) },
     count: { id: "so-count", text: (m, n) => `${fmtCount(m)} of ${fmtCount(n)} ops` }, pageRows: 50,
+    empty: (q) => (q ? `No op matches "${q}".` : all.length ? "No op of this kind, category, module or device." : "No device op in this profile (see Missing above)."),
     rowClass: (r) => (opKey(r) === state.op ? "selected" : null),
     onClick: (r) => go({ ...readState(), op: opKey(r) === readState().op ? "" : opKey(r) }),
   });
@@ -228,7 +235,7 @@ function opsSection(d, state, run) {
   });
   const chosen = all.find((r) => opKey(r) === state.op);
   const hasSteps = (d.steps || []).length > 0 || Object.values(d.ops_scope || {}).includes("steps");
-  return el("section", {}, el("h2", {}, state.step ? `Ops of step #${state.step}` : "Ops, ranked"),
+  return el("section", {}, el("h2", {}, state.step ? `Ops of step ${stepLabel(state.step)}` : "Ops, ranked"),
     el("div", { class: "so-controls" },
       selector("so-kind", "kind", "kind", uniq((r) => r.kind), state),
       selector("so-category", "category", "category", uniq((r) => (!state.kind || r.kind === state.kind ? r.category : null)), state),

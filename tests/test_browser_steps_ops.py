@@ -1,0 +1,196 @@
+"""The Steps & ops page end to end: the real server over shared/fixtures/public_profiles,
+Debian's Chromium driven by Playwright, network cut, no mocks.
+
+* a PyTorch trace (V100 ResNet-50): the stacked step chart, a click on a bar selects
+  the step (step= in the URL, the table shows that step's ops), sorting and filtering go
+  into the URL and a fresh page reopens the same view, an op's details link the trace
+  viewer at its slowest occurrence, which opens with that event selected;
+* the MI300 GEMM (ROCm xplane): the ops table with XProf's HLO ops (the same counts as
+  the API), kind/category selectors, the memory viewer link of an HLO op's module;
+* the TPU v6e inference profile: HLO rows with their roofline; XProf's hlo_stats tool
+  opens this page on its HLO rows;
+* the TF GPU profile (2 hosts): the "All hosts" view (host=ALL_HOSTS);
+* bad input: the corrupt TPU profile is said, with the file, never a blank page.
+
+Screenshots (test-artifacts/steps_ops_*.png) are looked at by whoever changes the page."""
+
+from __future__ import annotations
+
+import json
+from urllib.parse import parse_qs, quote, urlencode, urlparse
+from urllib.request import urlopen
+
+import pytest
+
+from tests.conftest import ARTIFACTS, profscope_server
+
+pytestmark = pytest.mark.browser
+
+V100 = "traces/kineto_resnet50_v100.pt.trace.json.gz"
+MI300 = "xplane/mi300_jax08_gemm/jax08_gemm"
+TPU = "xplane/tpu_inference/2025_12_10_tpu"
+TF_GPU = "xplane/tf_gpu/GPU-multi-worker"
+CORRUPT = "xplane/tpu_inference_corrupt/2025_12_15_tpu"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, shared_fixtures):
+    root = shared_fixtures / "public_profiles"
+    with profscope_server("serve", str(root), "--port", "0", "--cache-dir", str(tmp_path_factory.mktemp("cache"))) as (url, _):
+        yield url
+
+
+def _api(server: str, **params) -> dict:
+    with urlopen(f"{server.rstrip('/')}/api/steps_ops?{urlencode(params)}", timeout=120) as res:
+        return json.loads(res.read())
+
+
+def _open(page, server: str, **state):
+    page.goto(f"{server}?{urlencode({'tool': 'steps_ops', **state}, quote_via=quote)}")
+    page.wait_for_selector("#so-ops tbody tr, #view .error")
+
+
+def _query(page) -> dict:
+    return {k: v[0] for k, v in parse_qs(urlparse(page.url).query).items()}
+
+
+def _names(page) -> list[str]:
+    return page.locator("#so-ops tbody tr td:first-child").all_inner_texts()
+
+
+def test_pytorch_trace_steps_sort_filter_and_trace_link(open_page, server):
+    ARTIFACTS.mkdir(exist_ok=True)
+    api = _api(server, run=V100)
+    page = open_page(server)
+    _open(page, server, run=V100)
+    page.wait_for_selector("#so-steps-chart .bars")
+    page.screenshot(path=str(ARTIFACTS / "steps_ops_v100.png"), full_page=True)
+    assert page.inner_text("#so-steps-count .value") == str(len(api["steps"]))
+    # the table as the API ranks it (most total time first)
+    assert _names(page)[:5] == [r["name"] for r in api["ops"][:5]]
+
+    # a click on a step's bar selects it: step= in the URL, that step's ops in the table
+    step = api["steps"][2]["step"]
+    box = page.locator("#so-steps-chart .bars .point path").nth(2).bounding_box()
+    page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)  # Plotly's drag layer takes the events
+    page.wait_for_function(f"() => new URLSearchParams(location.search).get('step') === '{step}'")
+    page.wait_for_selector("#so-clear-step")
+    one = _api(server, run=V100, step=step)
+    page.wait_for_function("n => document.querySelector('#so-count').textContent.endsWith(`of ${n} ops`)",
+                           arg=f"{len(one['ops']):,}")
+    assert page.inner_text("h2:has-text('Ops of step')") == f"Ops of step #{step}"
+
+    # sort by occurrences (ascending after two clicks), filter, and the URL keeps both
+    page.click("#so-ops th[data-key=occurrences]")
+    assert _query(page)["sort"] == "-occurrences"
+    page.fill("#so-filter", "aten::add")
+    page.wait_for_function("() => new URLSearchParams(location.search).get('opq') === 'aten::add'")
+    shown = _names(page)
+    assert shown and all("aten::add" in n for n in shown)
+    occ = [int(t.replace(",", "")) for t in page.locator("#so-ops tbody tr td:nth-child(5)").all_inner_texts()]
+    assert occ == sorted(occ, reverse=True)
+    url = page.url
+    again = open_page(server)
+    again.goto(url)
+    again.wait_for_selector("#so-ops tbody tr")
+    assert _names(again) == shown and again.input_value("#so-filter") == "aten::add"
+    assert again.get_attribute("#so-ops th[data-key=occurrences]", "aria-sort") == "descending"
+
+    # an op's details link the trace viewer at its slowest occurrence, event selected
+    page.locator("#so-ops tbody tr").first.click()
+    page.wait_for_selector("#so-op #so-trace-link")
+    page.screenshot(path=str(ARTIFACTS / "steps_ops_v100_op.png"), full_page=True)
+    row = next(r for r in one["ops"] if r["name"] == shown[0])
+    page.click("#so-trace-link")
+    page.wait_for_selector("#tv-canvas")
+    q = _query(page)
+    assert q["tool"] == "trace_viewer@" and q["ev"] == str(row["slowest"]["event_id"])
+    assert float(q["start_ms"]) <= row["slowest"]["start_us"] / 1e3 <= float(q["end_ms"])
+    page.wait_for_selector("#tv-card .tv-card-name")
+    assert page.inner_text("#tv-card .tv-card-name") == row["name"]  # the occurrence is selected
+    page.screenshot(path=str(ARTIFACTS / "steps_ops_v100_trace.png"), full_page=True)
+
+
+def test_mi300_hlo_ops_selectors_and_memory_link(open_page, server):
+    api = _api(server, run=MI300)
+    page = open_page(server)
+    _open(page, server, run=MI300)
+    page.wait_for_selector("#so-steps-chart .main-svg, #so-no-steps")  # the module's runs are its steps, or none
+    page.select_option("#so-kind", "hlo")
+    page.wait_for_function("() => new URLSearchParams(location.search).get('kind') === 'hlo'")
+    hlo = [r for r in api["ops"] if r["kind"] == "hlo"]
+    page.wait_for_function("n => document.querySelector('#so-count').textContent.startsWith(`${n} of`)", arg=str(len(hlo)))
+    assert sorted(_names(page)) == sorted(r["name"] for r in hlo)
+    page.select_option("#so-category", "custom-call")
+    page.wait_for_function("() => new URLSearchParams(location.search).get('category') === 'custom-call'")
+    assert set(page.locator("#so-ops tbody tr td:nth-child(3)").all_inner_texts()) == {"custom-call"}
+    page.locator("#so-ops tbody tr").first.click()
+    page.wait_for_selector("#so-memory-link")
+    page.screenshot(path=str(ARTIFACTS / "steps_ops_mi300.png"), full_page=True)
+    module = page.inner_text("#so-memory-link").removeprefix("Memory viewer of ")
+    page.click("#so-memory-link")
+    page.wait_for_function("m => new URLSearchParams(location.search).get('module_name') === m", arg=module)
+    assert _query(page)["tool"] == "memory_viewer"
+
+
+def test_tpu_roofline_and_hlo_stats_opens_here(open_page, server):
+    page = open_page(server)
+    page.goto(f"{server}?{urlencode({'run': TPU, 'tool': 'hlo_stats'}, quote_via=quote)}")
+    page.wait_for_selector("#so-ops tbody tr")
+    q = _query(page)
+    assert q["tool"] == "steps_ops" and q["kind"] == "hlo"
+    bounds = set(page.locator("#so-ops tbody tr td:nth-child(10)").all_inner_texts())
+    assert "memory" in bounds  # the fusions with XLA's cost analysis sit on the roofline
+    page.locator("#so-ops tbody tr", has_text="memory").first.click()
+    page.wait_for_selector("#so-op")
+    assert "FLOP/byte" in page.inner_text("#so-op")
+    page.screenshot(path=str(ARTIFACTS / "steps_ops_tpu.png"), full_page=True)
+
+
+def test_tf_gpu_all_hosts(open_page, server):
+    page = open_page(server)
+    _open(page, server, run=TF_GPU)
+    page.click("#so-all-hosts")
+    page.wait_for_function("() => new URLSearchParams(location.search).get('host') === 'ALL_HOSTS'")
+    page.wait_for_selector("#so-hosts-chart .main-svg")
+    api = _api(server, run=TF_GPU, host="ALL_HOSTS")
+    bars = page.eval_on_selector_all("#so-hosts-chart .xtick text", "ts => ts.map((t) => t.textContent)")
+    assert [b.rstrip(" ★") for b in bars] == [h["host"] for h in api["hosts"]]
+    if api.get("straggler_host"):
+        assert f"{api['straggler_host']} ★" in bars and page.locator("#so-straggler-host").count() == 1
+    page.wait_for_selector("#so-ops-per-host")  # the ops table is one host's
+    page.screenshot(path=str(ARTIFACTS / "steps_ops_tf_gpu_all_hosts.png"), full_page=True)
+    page.click("#so-ops-per-host a")
+    page.wait_for_selector("#so-ops tbody tr")
+    assert _query(page)["host"] == api["hosts"][0]["host"]
+
+
+def test_corrupt_profile_says_what_is_wrong(open_page, server):
+    page = open_page(server, shown=(404, 422))
+    _open(page, server, run=CORRUPT)
+    text = page.inner_text("#view")
+    assert "tpu_inference_2.xplane.pb" in text
+    page.screenshot(path=str(ARTIFACTS / "steps_ops_corrupt.png"), full_page=True)
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    with profscope_server("serve", "--demo", "--port", "0", "--cache-dir", str(tmp_path_factory.mktemp("cache"))) as (url, _):
+        yield url
+
+
+@pytest.mark.parametrize("run", ["convnet/2026_11_29_19_47_20", "torch/mlp_train.pt.trace.json.gz"])
+def test_cpu_only_runs_say_what_is_missing(open_page, demo, run):
+    """A CPU-only JAX profile (no device plane) and a CPU-only PyTorch trace (no kernel):
+    the host's step times drawn, what is missing said, the table empty or of framework ops."""
+    api = _api(demo, run=run)
+    page = open_page(demo)
+    _open(page, demo, run=run)
+    page.wait_for_selector("#so-steps-chart .main-svg")
+    assert page.inner_text("#so-missing") == f"Missing: {api['summary']['missing']}"
+    assert page.inner_text("#so-steps-count .value") == str(api["summary"]["steps"])
+    if api["ops"]:
+        assert _names(page)[:3] == [r["name"] for r in api["ops"][:3]]
+    else:
+        assert "No device op in this profile" in page.inner_text("#so-ops tbody")
+    page.screenshot(path=str(ARTIFACTS / f"steps_ops_cpu_{run.split('/')[0]}.png"), full_page=True)
