@@ -1,0 +1,204 @@
+#!/usr/bin/env python3
+"""Steps & ops (``GET /api/steps_ops``, issue 34) against the trace index build it reads
+from, and XProf's own ``hlo_stats`` / ``op_profile`` conversions of the same files.
+
+Per profile, each in a forked child of its own (so that its CPU seconds and peak memory
+are its own), through the workspace the server uses (conversions in the calling process:
+``WorkerPool(enabled=False)``, so the CPU seconds are all of the work):
+
+- **index build**: a cold cache, the host's trace index only (``Workspace.trace_index``:
+  what the first timeline request costs anyway);
+- **cold answer**: a cold cache, ``Workspace.steps_ops`` (the index build, the op metrics'
+  decode of an xplane, the breakdown and the ops table);
+- **warm answer**: ``steps_ops`` again on that cache, the index built (median of
+  ``--repeat``);
+- **XProf**: ``xspace_to_tool_data([copy], "hlo_stats" | "op_profile", {})`` in XProf's
+  scratch environment (``--xprof-python`` or ``$XPROF_PYTHON``; left out without one),
+  timed inside its process around the call (its start-up and imports not counted), on a
+  fresh copy of the file (it writes side files beside what it reads).
+
+Profiles: the public xplanes and PyTorch traces (``--fixtures``, default
+``$PROFSCOPE_SHARED_FIXTURES`` or ``<repo>/../shared/fixtures``) and any log directory
+given with ``--logdir`` (every host of every profile run in it: the 308 MB JAX profile of
+``scripts/make_big_jax_profile.py --steps 44000``, written under /tmp, never the repo).
+Prints one line per measurement and, with ``--json FILE``, all of them; never asserts.
+
+Usage::
+
+    .venv/bin/python benchmarks/bench_steps_ops.py --xprof-python /tmp/trace/venv-xprof/bin/python \\
+        --logdir /tmp/big/jax308
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+_XPROF = r"""
+import json, resource, sys, time
+from xprof.convert import raw_to_tool_data as r
+t, c = time.perf_counter(), time.process_time()
+data = r.xspace_to_tool_data([sys.argv[1]], sys.argv[2], {})[0]
+wall, cpu = time.perf_counter() - t, time.process_time() - c
+print(json.dumps({"wall_s": wall, "cpu_s": cpu, "bytes": len(data or b""),
+                  "max_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def _workspace(logdir: str, cache: Path):
+    from profscope.app.workspace import Workspace
+    from profscope.cache.store import DiskCache
+    from profscope.cache.worker import WorkerPool
+    from profscope.storage import LogDir
+
+    return Workspace(LogDir(logdir, listing_ttl=0), DiskCache(cache, workers=WorkerPool(enabled=False)))
+
+
+def _timed(fn) -> dict:
+    t, c = time.perf_counter(), time.process_time()
+    out = fn()
+    return {"wall_s": time.perf_counter() - t, "cpu_s": time.process_time() - c, "out": out}
+
+
+def _index_build(logdir: str, run: str, host: str, cache: Path) -> dict:
+    from profscope.app.queries import TraceQuery
+
+    ws = _workspace(logdir, cache)
+    r = ws.run(run)
+    name, info, _pos = ws._trace_hosts(r, TraceQuery(host=host))[0]
+    got = _timed(lambda: ws.trace_index(r, name, info).n)
+    return {"wall_s": got["wall_s"], "cpu_s": got["cpu_s"], "events": got["out"]}
+
+
+def _answers(logdir: str, run: str, host: str, cache: Path, repeat: int) -> dict:
+    from profscope.app.queries import TraceQuery
+
+    ws = _workspace(logdir, cache)
+    query = TraceQuery(host=host)
+    cold = _timed(lambda: ws.steps_ops(ws.run(run), query))
+    warm = [_timed(lambda: ws.steps_ops(ws.run(run), query)) for _ in range(repeat)]
+    out = cold["out"]
+    return {"wall_s": cold["wall_s"], "cpu_s": cold["cpu_s"],
+            "warm_wall_s": statistics.median(w["wall_s"] for w in warm),
+            "warm_cpu_s": statistics.median(w["cpu_s"] for w in warm),
+            "steps": len(out.get("steps") or []), "ops": len(out.get("ops") or []),
+            "step_source": (out.get("summary") or {}).get("step_source")}
+
+
+def _child(conn, fn, args) -> None:
+    try:
+        got = fn(*args)
+        got["max_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        conn.send(got)
+    except Exception as e:  # a profile the tool refuses is a line of the table, not a crash
+        conn.send({"error": f"{type(e).__name__}: {getattr(e, 'message', e)}"})
+    conn.close()
+
+
+def in_child(fn, *args) -> dict:
+    """``fn(*args)`` in a forked child: its own CPU seconds and peak memory."""
+    ctx = multiprocessing.get_context("fork")
+    parent, child = ctx.Pipe(duplex=False)
+    p = ctx.Process(target=_child, args=(child, fn, args))
+    p.start()
+    child.close()
+    got = parent.recv()
+    p.join()
+    return got
+
+
+def xprof(python: str, path: Path, tool: str, work: Path) -> dict:
+    folder = Path(tempfile.mkdtemp(dir=work))
+    copy = folder / path.name
+    shutil.copyfile(path, copy)
+    try:
+        proc = subprocess.run([python, "-c", _XPROF, str(copy), tool], capture_output=True, text=True,
+                              timeout=1800, check=False)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    if proc.returncode != 0:
+        return {"error": proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}"}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def profiles(fixtures: Path | None, logdirs: list[str]) -> list[tuple[str, str, str, Path | None, int]]:
+    """(log directory, run, host, xplane path or None, file bytes) of every profile measured."""
+    from profscope.app.queries import TraceQuery
+
+    out = []
+    public = fixtures / "public_profiles" if fixtures else None
+    sources = ([(str(public / "xplane"), None), (str(public), "traces/")] if public else []) + [(d, None) for d in logdirs]
+    for logdir, prefix in sources:
+        ws = _workspace(logdir, Path(tempfile.mkdtemp()))
+        for run in ws.runs():
+            if prefix is not None and not run.name.startswith(prefix):
+                continue
+            if prefix is None and not run.hosts:
+                continue
+            try:
+                hosts = ws._trace_hosts(run, TraceQuery(hosts=",".join(h for h, _ in ws.trace_sources(run))))
+            except Exception:
+                continue
+            for host, info, _pos in hosts:
+                path = Path(logdir) / info.path if run.hosts else None
+                if run.name.startswith("tpu_inference_corrupt"):
+                    continue  # XProf cannot read it; test_xprof_op_stats covers its 4xx
+                out.append((logdir, run.name, host, path, info.size))
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--fixtures", type=Path, default=Path(os.environ.get(
+        "PROFSCOPE_SHARED_FIXTURES", str(ROOT.parent / "shared" / "fixtures"))))
+    ap.add_argument("--logdir", action="append", default=[], help="another log directory (repeatable)")
+    ap.add_argument("--no-fixtures", action="store_true", help="only the --logdir profiles")
+    ap.add_argument("--xprof-python", default=os.environ.get("XPROF_PYTHON"))
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--json", type=Path, help="write every measurement here")
+    args = ap.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        for k, (logdir, run, host, xplane, size) in enumerate(profiles(None if args.no_fixtures else args.fixtures, args.logdir)):
+            index = in_child(_index_build, logdir, run, host, work / f"index{k}")
+            answer = in_child(_answers, logdir, run, host, work / f"answer{k}", args.repeat)
+            row = {"run": run, "host": host, "file_mb": size / 1e6, "index": index, "answer": answer}
+            if xplane is not None and args.xprof_python:
+                row["xprof"] = {tool: xprof(args.xprof_python, xplane, tool, work) for tool in ("hlo_stats", "op_profile")}
+            rows.append(row)
+            print(_line(row), flush=True)
+            shutil.rmtree(work / f"index{k}", ignore_errors=True)
+            shutil.rmtree(work / f"answer{k}", ignore_errors=True)
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+
+
+def _line(row: dict) -> str:
+    ix, ans = row["index"], row["answer"]
+    head = f"{row['run'][:48]:48s} {row['host'][:16]:16s} {row['file_mb']:8.2f} MB"
+    if "error" in ans or "error" in ix:
+        return f"{head}  error: {ans.get('error') or ix.get('error')}"
+    text = (f"{head}  index {ix['wall_s']:7.3f} s ({ix['cpu_s']:6.2f} CPU s, {ix['max_rss_mib']:6.0f} MiB)  "
+            f"cold answer {ans['wall_s']:7.3f} s ({ans['cpu_s']:6.2f} CPU s, {ans['max_rss_mib']:6.0f} MiB) "
+            f"= {ans['wall_s'] / ix['wall_s']:.2f}x  warm {ans['warm_wall_s']:6.3f} s  "
+            f"[{ans['steps']} steps ({ans['step_source']}), {ans['ops']} ops]")
+    for tool, x in (row.get("xprof") or {}).items():
+        text += (f"  XProf {tool} error: {x['error']}" if "error" in x else
+                 f"  XProf {tool} {x['wall_s']:7.3f} s ({x['cpu_s']:6.2f} CPU s, {x['max_rss_mib']:6.0f} MiB)")
+    return text
+
+
+if __name__ == "__main__":
+    main()
