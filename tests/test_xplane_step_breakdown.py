@@ -23,7 +23,9 @@ import pytest
 
 GOLDEN = Path(__file__).parent / "golden" / "overview_page"
 INDEX = json.loads((GOLDEN / "index.json").read_text())
-CASES = sorted(k for k in INDEX if not k.startswith("_"))
+CASES = sorted(k for k in INDEX if not k.startswith("_") and "path" in INDEX[k])
+# XProf's ALL_HOSTS merge of a session's hosts (scripts/record_xprof_overview_golden.py)
+ALL_HOSTS_CASES = sorted(k for k in INDEX if not k.startswith("_") and "hosts" in INDEX[k])
 ROOT = Path(__file__).parents[1]
 DEMO = ROOT / "src" / "profscope" / "demo" / "logdir"
 EQUAL_TABLES = (1, 3, 6)
@@ -89,6 +91,33 @@ def test_overview_page_step_graph_is_xprofs(clients, case):
         assert [c["id"] for c in a.get("cols", [])][: len(b.get("cols", []))] == \
             [c["id"] for c in b.get("cols", [])][: len(a.get("cols", []))], (case, t)
     assert len(ours[1]["rows"]) == entry["steps"]
+
+
+@pytest.mark.parametrize("case", ALL_HOSTS_CASES)
+def test_overview_page_all_hosts_is_xprofs(shared_fixtures, tmp_path, case):
+    """host=ALL_HOSTS: XProf's merge of the hosts (its step intersection: the tf_gpu
+    session's two hosts; two demo CPU profiles of different times as one session, of
+    which XProf keeps 2 aligned steps), equal to XProf's own answer."""
+    import shutil
+
+    entry = INDEX[case]
+    session = tmp_path / "logdir" / "pair" / "plugins" / "profile" / "s1"
+    session.mkdir(parents=True)
+    for h in entry["hosts"]:
+        src = (shared_fixtures if h["fixture"] else ROOT) / h["path"]
+        assert hashlib.sha256(src.read_bytes()).hexdigest() == h["sha256"], f"{src} is not the file recorded"
+        shutil.copyfile(src, session / f"{h['host']}.xplane.pb")
+    c = _client(tmp_path / "logdir", tmp_path / "cache")
+    assert [h["hostname"] for h in c.get("/data/plugin/profile/hosts",
+                                         params={"run": "pair/s1", "tag": "overview_page"}).json()] == ["ALL_HOSTS"]
+    res = c.get("/data/plugin/profile/data", params={"run": "pair/s1", "tag": "overview_page", "host": "ALL_HOSTS"})
+    assert res.status_code == 200, res.text
+    ours = res.json()
+    theirs = json.loads(gzip.decompress((GOLDEN / entry["overview_page"]).read_bytes()))
+    for t in EQUAL_TABLES:
+        _same(ours[t], theirs[t], f"{case} table {t}")
+    assert len(ours[1]["rows"]) == entry["steps"]
+    assert ours[2]["p"]["task_count"] == theirs[2]["p"]["task_count"]
 
 
 def test_run_tools_list_overview_page_first(clients):

@@ -727,7 +727,8 @@ def test_hlo_stats(xprof_page, shared_xprof, xprof_static_dir, run_prefix, host,
 
 # -- overview page ----------------------------------------------------------------------------
 
-OVERVIEW_CASES = [("shared", "mi300_jax08_gemm", "tw003", 0), ("demo", "mlp", "demo-host", 3)]
+OVERVIEW_CASES = [("shared", "mi300_jax08_gemm", "tw003", 0), ("demo", "mlp", "demo-host", 3),
+                  ("shared", "tf_gpu", "ALL_HOSTS", 1)]
 
 
 @pytest.mark.parametrize("server_fixture, run_prefix, host, steps", OVERVIEW_CASES, ids=[c[1] for c in OVERVIEW_CASES])
@@ -736,7 +737,8 @@ def test_overview_page(request, xprof_page, server_fixture, run_prefix, host, st
     step-time graph tests/test_xplane_step_breakdown.py compares to XProf's own): its
     performance summary shows the step-time graph's average step time and all-others
     time, and a profile without steps gets XProf's "No step marker observed" warning. The
-    graph itself is a Google Chart, which an offline machine cannot load."""
+    graph itself is a Google Chart, which an offline machine cannot load. The two-host TF
+    GPU run has only XProf's merged host, ALL_HOSTS, for this tool."""
     server = request.getfixturevalue(f"{server_fixture}_xprof")
     run = _run(server, run_prefix)
     xp = xprof_page(server)

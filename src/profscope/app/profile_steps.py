@@ -20,7 +20,7 @@ ALL_HOSTS = "ALL_HOSTS"
 def _read(f, path: str) -> dict:
     ev = xplane_step_events.read_step_events(f, path)
     step_db = {"hardware": ev.hardware, "device_type": ev.device_type, "device_count": len(ev.devices),
-               "tf_data": ev.tf_data, "grouping": ev.grouping,
+               "tf_data": ev.tf_data, "grouping": ev.grouping, "hostname": ev.hostname,
                "steps": [{**s, "type_ps": {str(k): v for k, v in s["type_ps"].items()}} for s in ev.steps]}
     return {"step_db": step_db, "breakdown": xplane_step_breakdown.breakdown(ev, ev.program_names)}
 
@@ -48,9 +48,11 @@ class ProfileSteps:
         return self.xplane_steps(run, host)["breakdown"]
 
     def overview_page(self, run: Run, query, progress=None) -> list:
-        """XProf's ``overview_page`` of one host (ALL_HOSTS, XProf's merge of the hosts'
-        op stats, is not ported: a 404 that says so)."""
+        """XProf's ``overview_page`` of one host, or with ``host=ALL_HOSTS`` of all the
+        run's hosts merged as XProf merges them (tools/xprof_overview.py ``combine_hosts``)."""
         if query.host == ALL_HOSTS and ALL_HOSTS not in run.hosts:
-            raise NotFound(f"run {run.name!r}: profscope answers overview_page per host (XProf's ALL_HOSTS merge "
-                           f"is not ported); hosts: {', '.join(run.hosts)}")
+            if not run.hosts:
+                raise NotFound(f"run {run.name!r} has no xplane profile to read steps from")
+            dbs = [self.xplane_steps(run, h)["step_db"] for h in run.hosts]
+            return xprof_overview.overview_page(xprof_overview.combine_hosts(dbs))
         return xprof_overview.overview_page(self.xplane_steps(run, query.host)["step_db"])

@@ -264,9 +264,9 @@ XPROF_OVERVIEW_TAGS = frozenset({"overview_page"})
 # profile_plugin.py: with two or more hosts, these XProf tools get the merged "ALL_HOSTS"
 # instead of (ONLY) or beside (SUPPORTED) the single hosts, in the hosts list.
 XPROF_ALL_HOSTS_ONLY = frozenset({"overview_page", "pod_viewer", "smart_suggestion"})
-# profscope's tools whose query takes host=ALL_HOSTS (every host side by side): the data
-# route lets it through for them.
-ANSWERS_ALL_HOSTS = frozenset({"steps_ops"})
+# The tools whose query takes host=ALL_HOSTS (steps_ops: every host side by side;
+# overview_page: XProf's merge of the hosts): the data route lets it through for them.
+ANSWERS_ALL_HOSTS = frozenset({"steps_ops", "overview_page"})
 XPROF_ALL_HOSTS_SUPPORTED = frozenset(
     {"input_pipeline_analyzer", "framework_op_stats", "kernel_stats", "overview_page", "pod_viewer", "megascale_stats"}
 )

@@ -103,6 +103,7 @@ class StepEvents:
     # picks the overview page's next step
     tf_data: bool = False
     program_names: dict[int, str] = field(default_factory=dict)  # program id -> module name
+    hostname: str = ""  # XSpace.hostnames[0]
 
 
 def _stats(stats, names: dict[int, str]) -> dict:
@@ -378,7 +379,8 @@ def _host_step_db(ev, ts, group_id, roots, event_names: dict, line_names: list, 
         busy = int(covers[levels[0]][j]) if levels else 0
         type_ps[UNKNOWN_TIME] = int(dur[j]) - busy
         g = int(groups[j])
-        out.append({"step_num": g, "name": name_of.get(g) or str(g), "begin_ps": int(begin[j]),
+        out.append({"step_num": g, "name": name_of.get(g) or str(g), "step_name": name_of.get(g, ""),
+                    "begin_ps": int(begin[j]),
                     "duration_ps": int(dur[j]), "type_ps": type_ps})
     return first
 
@@ -436,7 +438,9 @@ def _step_info(gid: int, entry: dict, has_device: bool) -> dict | None:
     well_formed = (DEVICE_COMPUTE_16 in type_ps or DEVICE_COMPUTE_32 in type_ps) if has_device else HOST_COMPUTE in type_ps
     if not well_formed:
         return None
-    return {"step_num": gid, "name": entry.get("name") or str(gid), "begin_ps": b, "duration_ps": e - b,
+    # XProf's step_name: set from host events only (ConvertHostThreadsXLineToStepEvents)
+    return {"step_num": gid, "name": entry.get("name") or str(gid), "step_name": entry.get("name", ""),
+            "begin_ps": b, "duration_ps": e - b,
             "type_ps": type_ps}
 
 
@@ -500,4 +504,4 @@ def read_step_events(raw: IO[bytes], path: str) -> StepEvents:
     has_device = hardware != "CPU_ONLY"
     infos = [_step_info(g, steps[g], has_device) for g in sorted(steps)] if hardware == "GPU" else host_steps
     return StepEvents(hardware, device_type, devices, [s for s in infos if s is not None], grouping, first, tf_data,
-                      program_names)
+                      program_names, index.hostnames[0] if index.hostnames else "")

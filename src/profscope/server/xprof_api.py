@@ -106,7 +106,7 @@ def router(ws: Workspace) -> APIRouter:
         tool = ws.tool(request.query_params.get("tag"), run)
         query = parse_query(tool.query, request.query_params)
         host, known = getattr(query, "host", None), run.hosts or trace_hosts(run)
-        # ALL_HOSTS is a host of the tools that answer every host at once (steps_ops)
+        # ALL_HOSTS is a host of the tools that answer every host at once (steps_ops, overview_page)
         if host and known and host not in known and not (host == ALL_HOSTS and tool.name in tool_table.ANSWERS_ALL_HOSTS):
             raise NotFound(f"run {run.name!r} has no host {host!r}; hosts: {', '.join(known)}")
         if tool.answer is Answer.STREAM:

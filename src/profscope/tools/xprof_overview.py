@@ -111,7 +111,9 @@ def step_details(steps: list[dict]) -> list[dict]:
     for s in steps:
         t = {int(k): v for k, v in s["type_ps"].items()}
         out.append({
-            "step_name": s["name"], "step_time_ms": s["duration_ps"] / 1e9,
+            "step_name": s.get("step_name") or str(s["step_num"]), "step_time_ms": s["duration_ps"] / 1e9,
+            # ComputeStepTimeSummaryInMs: the step's time on its slowest core (of every host, merged)
+            "slowest_core_ms": s.get("slowest_core_ps", s["duration_ps"]) / 1e9,
             "unknown_time_ms": _ms(t, UNKNOWN_TIME), "host_wait_input_ms": _ms(t, HOST_WAIT_INPUT),
             "host_to_device_ms": _ms(t, HOST_TO_DEVICE, DEVICE_WAIT_HOST), "output_ms": _ms(t, DEVICE_TO_HOST),
             "device_compute_ms": _ms(t, DEVICE_COMPUTE_16, DEVICE_COMPUTE_32),
@@ -190,7 +192,7 @@ def generic_step_table(steps: list[dict], hardware: str, tf_data: bool = False) 
                                                   _col("stepTimeMs", "number", "Step time")]
     step_time = _Stat()
     for d in details:
-        step_time.add(d["step_time_ms"])  # one core: the step's time (ComputeStepTimeSummaryInMs)
+        step_time.add(d["slowest_core_ms"])
     avg, sdv, lo, hi = step_time.summary()
     props = {"step_time_graph_column_ids": "stepnum,deviceComputeTimeMs,deviceToDeviceTimeMs,deviceCollectivesTimeMs,"
                                            "hostComputeTimeMs,kernelLaunchTimeMs,infeedTimeMs,outfeedTimeMs,"
@@ -286,6 +288,68 @@ def _recommendation(b: dict, hardware: str) -> dict:
             "p": props, "rows": [{"c": [{"v": v} for v in t]} for t in tips]}
 
 
+def _step_alignment(sub: list[tuple[int, int]], chief: list[tuple[int, int]]) -> tuple[int, int, int]:
+    """step_intersection.cc ``FindStepsAlignment``: (first subordinate step, first chief
+    step, steps) of the offset whose overlapping step spans overlap most."""
+    if not sub or not chief:
+        return 0, 0, 0
+    sim = [0] * (len(sub) + len(chief) - 1)
+    i = j = 0
+    while i < len(sub) and j < len(chief):  # CalculateSimilarities
+        (sb, se), (cb, ce) = sub[i], chief[j]
+        if se <= sb:
+            i += 1
+            continue
+        if ce <= cb:
+            j += 1
+            continue
+        sim[j - i + len(sub) - 1] += max(0, min(se, ce) - max(sb, cb))
+        if se < ce:
+            i += 1
+        elif ce < se:
+            j += 1
+        else:
+            i, j = i + 1, j + 1
+    best_k, best = 0, None  # FindBestOffset: k = 0.., then k = -1, -2...
+    for k in list(range(len(chief))) + list(range(-1, -len(sub), -1)):
+        if best is None or sim[k + len(sub) - 1] > best:
+            best, best_k = sim[k + len(sub) - 1], k
+    b_sub, b_chief = (0, best_k) if best_k >= 0 else (-best_k, 0)
+    return b_sub, b_chief, min(len(sub) - b_sub, len(chief) - b_chief)
+
+
+def combine_hosts(step_dbs: list[dict]) -> dict:
+    """XProf's ALL_HOSTS: ``CombineAllOpStats`` of the hosts' step databases (in host
+    order, host 0 first) over their ``StepIntersection``. The chief is the host whose
+    steps span the least time (the first of equal ones); every other host's steps are
+    aligned to the chief's by the offset of most overlap; the steps all hosts share are
+    kept, numbered from 0. A merged step's breakdown is host 0's (XProf reads core 1 of
+    the merged step, host 0's ``kDefaultGpuLocalCoreId``), its time for the summary the
+    slowest host's. A CPU-only host among accelerator hosts is a coordinator: left out."""
+    if len(step_dbs) == 1:
+        return step_dbs[0]
+    no_accelerator = all(db["hardware"] == "CPU_ONLY" for db in step_dbs)
+    workers = [h for h, db in enumerate(step_dbs) if no_accelerator or db["hardware"] != "CPU_ONLY"]
+    spans = {h: [(s["begin_ps"], s["begin_ps"] + s["duration_ps"]) for s in step_dbs[h]["steps"]] for h in workers}
+    total = {h: (max(e for _b, e in spans[h]) - min(b for b, _e in spans[h])) if spans[h] else 0 for h in workers}
+    chief = min(workers, key=lambda h: total[h])
+    align = {h: (0, 0, len(spans[h])) if h == chief else _step_alignment(spans[h], spans[chief]) for h in workers}
+    begin = max(a[1] for a in align.values())
+    end = min(a[1] + a[2] for a in align.values())
+    n = end - begin if begin <= end and spans[chief] else 0
+    first = {h: align[h][0] + begin - align[h][1] for h in workers}
+    steps = []
+    for i in range(n):
+        per_host = {h: step_dbs[h]["steps"][first[h] + i] for h in workers}
+        slowest = max(s["duration_ps"] for s in per_host.values())
+        if 0 in per_host:
+            steps.append({**per_host[0], "step_num": i, "slowest_core_ps": slowest})
+    head = step_dbs[workers[0]] if workers else step_dbs[0]
+    return {**head, "device_count": sum(db["device_count"] for db in step_dbs), "steps": steps,
+            "tf_data": any(db.get("tf_data") for db in step_dbs), "tasks": len(step_dbs),
+            "host_count": len({db.get("hostname", "") for db in step_dbs})}
+
+
 def overview_page(step_db: dict) -> list:
     """XProf's overview_page answer (a list of 7 DataTables) of one host's step database:
     ``{"hardware", "device_type", "device_count", "tf_data", "steps": [{name, duration_ps, type_ps}]}``."""
@@ -301,7 +365,9 @@ def overview_page(step_db: dict) -> list:
     env = {"cols": [_col("host_id", "string", "host_id"), _col("command_line", "string", "command_line"),
                     _col("start_time", "string", "start_time"), _col("bns_address", "string", "bns_address")],
            "p": {"device_core_count": str(step_db["device_count"]), "device_type": step_db["device_type"],
-                 "host_count": "1", "task_count": "1 (num tasks per host = 1)"}, "rows": []}
+                 "host_count": str(step_db.get("host_count", 1)),
+                 "task_count": "{} (num tasks per host = {})".format(
+                     step_db.get("tasks", 1), step_db.get("tasks", 1) // step_db.get("host_count", 1))}, "rows": []}
     latency = {"cols": [_col("percentile", "string", "percentile"), _col("hostTimeMs", "number", "Host time (in ms)"),
                         _col("deviceTimeMs", "number", "Device time (in ms)"),
                         _col("communicationTimeMs", "number", "Host-device communication time (in ms)"),
