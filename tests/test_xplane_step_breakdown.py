@@ -277,3 +277,28 @@ def test_ops_in_steps_agree_with_hlo_stats(shared_fixtures, case):
                 ours[op] += 1
     theirs = Counter({r["hlo_op_name"]: int(r["occurrences"]) for r in rows if int(r["program_id"]) == best})
     assert ours == theirs and sum(theirs.values()) > 0
+
+
+def test_tpu_steps_line_makes_the_steps(tmp_path):
+    """A TPU profile with a ``Steps`` line (the derived-lines builder: TensorCore 1 has
+    one, of 3 steps of 1.5 ms): those are the steps, on every core; the copy-start /
+    copy-done ops are memory copies, the fusions fusions (categories from each op's HLO
+    text when it has no hlo_category stat)."""
+    from profscope.testing.derived_xplane import tpu_derived
+
+    session = tmp_path / "logdir" / "tpu" / "plugins" / "profile" / "s1"
+    session.mkdir(parents=True)
+    (session / "tpu-host.xplane.pb").write_bytes(tpu_derived())
+    c = _client(tmp_path / "logdir", tmp_path / "cache")
+    body = c.get("/api/steps_ops", params={"run": "tpu/s1"}).json()
+    assert body["summary"]["step_source"] == "xprof_steps" and body["summary"]["hardware"] == "TPU"
+    assert [(s["step"], s["step_time_us"]) for s in body["steps"]] == [("0", 1500.0), ("1", 1500.0), ("2", 1500.0)]
+    for s in body["steps"]:
+        assert [d["device"] for d in s["devices"]] == [10, 11]
+        for d in s["devices"]:
+            # per step: copy-start x3, copy-done x2 of 5 us; fusion.1 twice 100 us; add.2 50 us
+            assert d["time_us"]["memory"] == 25.0 and d["time_us"]["fusion"] == 200.0
+            assert d["time_us"]["other"] == 50.0 and d["idle_us"] == 1225.0
+    overview = c.get("/data/plugin/profile/data", params={"run": "tpu/s1", "tag": "overview_page",
+                                                           "host": "tpu-host"}).json()
+    assert overview[1]["p"]["hardware_type"] == "TPU" and overview[6]["rows"] == []  # steps: no warning

@@ -32,8 +32,11 @@ xprof/utils/event_span.cc; the GPU and CPU paths of ``ConvertXSpaceToOpStats``):
   time the overlap of its spans with the step, the rest ``UNKNOWN_TIME``; a step without
   device compute (host compute on CPU) or of zero length is dropped. Steps are in
   ``group_id`` order.
-* TPU planes: the ``Steps`` line's events are read as markers only (the per-core TPU
-  breakdown is not ported); a TPU profile without them has no steps, as in XProf.
+* TPU TensorCore planes: the ``Steps`` line's events are the step markers, those of one
+  name (the runtime's step number) on every core one step, its time the longest of them;
+  XProf's TPU grouping (``GroupTpuEventsOSS``) and per-core TPU breakdown are not
+  ported, so these steps carry no XProf event types. A TPU profile without a ``Steps``
+  line has no steps, as in XProf.
 
 The device activities (every event of a device plane's non-derived lines; on TPU the
 top-level events of the ``XLA Ops`` line) carry their HLO op, program and category
@@ -43,6 +46,7 @@ All times are absolute picoseconds (the line's ``timestamp_ns`` * 1000 + offset)
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import IO
 
@@ -220,12 +224,12 @@ def _read_tpu_plane(plane, dev: Activities, steps: dict) -> None:
     for line in plane.lines:
         line_ps = line.timestamp_ns * 1000
         if line.name == STEP_LINE:
+            # keyed by the step's name (the runtime's step number): XProf's TPU grouping
+            # (GroupTpuEventsOSS), which numbers them, is not ported
             for ev in line.events:
                 st = {**meta_stats.get(ev.metadata_id, {}), **_stats(ev.stats, names)}
-                g = _int(st.get("group_id"), None)
-                if g is not None:
-                    steps.setdefault(g, {"markers": [], "events": []})["markers"].append(
-                        ("device", _device_span(ev, st, line_ps)))
+                m = meta.get(ev.metadata_id)
+                steps.setdefault(m.name if m is not None else "", []).append(_device_span(ev, st, line_ps))
             continue
         if line.name != TPU_OP_LINE:
             continue
@@ -242,8 +246,18 @@ def _read_tpu_plane(plane, dev: Activities, steps: dict) -> None:
             dev.name.append(m.display_name or m.name if m is not None else "")
             dev.hlo_op.append(m.display_name or m.name if m is not None else "")
             dev.program_id.append(_program(st.get("program_id")))
-            dev.hlo_category.append(_text(st.get("hlo_category")))
+            dev.hlo_category.append(_text(st.get("hlo_category")) or _tpu_opcode(m.name if m is not None else ""))
             dev.memcpy.append("")
+
+
+_HLO_TEXT_OPCODE = re.compile(r"%\S+ = (?:.*?\s)?([a-z][\w-]*)\(")
+
+
+def _tpu_opcode(hlo_text: str) -> str:
+    """The opcode of a TPU op's HLO text (its metadata name, ``%fusion.1 = f32[8]{0}
+    fusion(...)``), for an op without an ``hlo_category`` stat; "" when it is no HLO text."""
+    m = _HLO_TEXT_OPCODE.match(hlo_text)
+    return m.group(1) if m else ""
 
 
 def _host_steps(f, size, ref, out: list) -> int | None:
@@ -444,6 +458,22 @@ def _step_info(gid: int, entry: dict, has_device: bool) -> dict | None:
             "type_ps": type_ps}
 
 
+def _tpu_steps(markers: dict[str, list[tuple[int, int]]]) -> list[dict]:
+    """A TPU profile's steps: the TensorCores' ``Steps`` events of one name are one step,
+    its time the longest of them (``StepDetails::StepTime`` of device markers), in time
+    order; no breakdown by XProf's event types (``type_ps`` empty)."""
+    out = []
+    for name, spans in markers.items():
+        b, e = max(spans, key=lambda x: x[1] - x[0])
+        if e > b:
+            out.append({"step_num": len(out), "name": name, "step_name": name, "begin_ps": b, "duration_ps": e - b,
+                        "type_ps": {}})
+    out.sort(key=lambda x: x["begin_ps"])
+    for k, st in enumerate(out):
+        st["step_num"] = k
+    return out
+
+
 def _device_type(plane, names) -> str:
     """The device's kind for the run environment: "AMD GPU" for a ROCm plane
     (``device_vendor``), "GPU" otherwise."""
@@ -502,6 +532,11 @@ def read_step_events(raw: IO[bytes], path: str) -> StepEvents:
                           for p, op in zip(dev.program_id, dev.hlo_op)] if not tpu else [""] * len(dev.start)
         program_names = {(k - (1 << 64) if k >= (1 << 63) else k): v for k, v in program_names.items()}
     has_device = hardware != "CPU_ONLY"
-    infos = [_step_info(g, steps[g], has_device) for g in sorted(steps)] if hardware == "GPU" else host_steps
+    if hardware == "GPU":
+        infos = [_step_info(g, steps[g], has_device) for g in sorted(steps)]
+    elif hardware == "TPU":
+        infos = _tpu_steps(steps)
+    else:
+        infos = host_steps
     return StepEvents(hardware, device_type, devices, [s for s in infos if s is not None], grouping, first, tf_data,
                       program_names, index.hostnames[0] if index.hostnames else "")

@@ -373,5 +373,5 @@ def overview_page(step_db: dict) -> list:
                         _col("communicationTimeMs", "number", "Host-device communication time (in ms)"),
                         _col("totalTimeMs", "number", "Total latency (in ms)")], "rows": []}
     diagnostics = {"cols": [_col("severity", "string", "Severity"), _col("message", "string", "Message")],
-                   "rows": [] if steps_table["rows"] else [{"c": [{"v": "WARNING"}, {"v": NO_STEP_WARNING}]}]}
+                   "rows": [] if step_db["steps"] else [{"c": [{"v": "WARNING"}, {"v": NO_STEP_WARNING}]}]}
     return [ops, steps_table, env, _recommendation(b, hardware), latency, {}, diagnostics]
