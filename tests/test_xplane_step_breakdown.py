@@ -188,7 +188,19 @@ def test_steps_ops_answers_every_xplane(clients, case):
     for s in body["steps"]:
         for d in s["devices"]:
             assert set(d) >= {"device", "time_us", "busy_us", "idle_us", "idle_before_first_us", "idle_between_us",
-                              "idle_after_last_us", "work_done_us", "bound"}
+                              "idle_after_last_us", "work_done_us", "bound", "memory_us"}
+            # the copies by kind are their own times: at least what the memory category kept
+            assert set(d["memory_us"]) <= {"HtoD", "DtoH", "DtoD", "PtoP", "Memset", "other"}
+            assert sum(d["memory_us"].values()) >= d["time_us"]["memory"] - 0.001 * (len(d["memory_us"]) + 1)
+
+
+def test_memory_copies_by_kind(clients):
+    """The TF GPU step's copies are CUPTI's MemcpyH2D / MemcpyD2H on GPU 6 (XProf counts
+    the H2D ones as device compute: ClassifyGpuEvent knows only MemcpyHToD names)."""
+    entry = INDEX["tf_gpu"]
+    body = clients[True].get("/api/steps_ops", params={"run": entry["run"], "host": entry["host"]}).json()
+    gpu6 = next(d for d in body["steps"][0]["devices"] if d["device"] == 6)
+    assert set(gpu6["memory_us"]) == {"HtoD", "DtoH"} and all(v > 0 for v in gpu6["memory_us"].values())
 
 
 def test_cpu_only_profile_says_it_has_no_device(clients):

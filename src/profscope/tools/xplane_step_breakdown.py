@@ -61,6 +61,21 @@ def category_of(opcode: str, hlo_category: str, name: str, memcpy: str) -> str:
     return "other"
 
 
+_MEMORY_KINDS = (("h2d", "HtoD"), ("htod", "HtoD"), ("hosttodevice", "HtoD"), ("d2h", "DtoH"), ("dtoh", "DtoH"),
+                 ("devicetohost", "DtoH"), ("d2d", "DtoD"), ("dtod", "DtoD"), ("devicetodevice", "DtoD"),
+                 ("p2p", "PtoP"), ("ptop", "PtoP"), ("peer", "PtoP"), ("memset", "Memset"))
+
+
+def memory_kind(name: str) -> str:
+    """A memory activity's kind in the PyTorch breakdown's names (``HtoD``, ``DtoH``,
+    ``DtoD``, ``PtoP``, ``Memset``), from the activity's name as the GPU tracers write it
+    (CUPTI ``MemcpyH2D``/``MemcpyD2H``/``MemcpyD2D``/``MemcpyP2P``/``Memset``, ROCm
+    ``CopyHostToDevice``/``CopyDeviceToHost``/``CopyDeviceToDevice``); ``other`` for any
+    other copy (ROCm's ``copyBuffer`` kernels, TPU ``copy-start``/``copy-done``)."""
+    low = name.lower().replace("_", "").replace(" ", "")
+    return next((kind for key, kind in _MEMORY_KINDS if key in low), "other")
+
+
 def _us(ps) -> float:
     return round(float(ps) / PS_PER_US, 3)
 
@@ -116,6 +131,9 @@ class _Device:
         cats = np.array([KEYS.index(category_of(o, h, n, m))
                          for o, h, n, m in zip(dev.opcode, dev.hlo_category, dev.name, dev.memcpy)], np.int64)
         self.cat = cats
+        mem = KEYS.index("memory")
+        self.mem_kind = np.array([memory_kind(n) if c == mem else "" for n, c in zip(dev.name, cats.tolist())],
+                                 dtype=object)
         # covers[k]: activities of priority >= k; a category's time is covers[k] - covers[k + 1]
         self.covers = [_Cover(self.start[cats >= k], self.end[cats >= k]) for k in range(len(KEYS))]
 
@@ -127,9 +145,16 @@ class _Device:
         before = (span[0] - a) if span else b - a
         after = (b - span[1]) if span else 0
         started = (self.start >= a) & (self.start < b)
+        # the memory copies' time in the window by kind (each copy's own time, clipped)
+        mem = (self.cat == KEYS.index("memory")) & (self.end > a) & (self.start < b)
+        memory: dict[str, int] = {}
+        for kind, s0, e0 in zip(self.mem_kind[mem], self.start[mem].tolist(), self.end[mem].tolist()):
+            memory[kind] = memory.get(kind, 0) + min(e0, b) - max(s0, a)
         done = int(self.end[started].max()) - a if started.any() else None
         return {"device": self.id, "plane": self.plane, "activities": int(started.sum()),
-                "time_us": {k: _us(v) for k, v in time.items()}, "busy_us": _us(busy), "idle_us": _us(b - a - busy),
+                "time_us": {k: _us(v) for k, v in time.items()},
+                "memory_us": {k: _us(v) for k, v in sorted(memory.items())},
+                "busy_us": _us(busy), "idle_us": _us(b - a - busy),
                 "idle_before_first_us": _us(before), "idle_between_us": _us(b - a - busy - before - after),
                 "idle_after_last_us": _us(after), "work_done_us": _us(done) if done is not None else None,
                 "bound": _bound(b - a, b - a - busy, before, b - a - busy - before - after, after, time),
