@@ -314,3 +314,25 @@ def test_tpu_steps_line_makes_the_steps(tmp_path):
     overview = c.get("/data/plugin/profile/data", params={"run": "tpu/s1", "tag": "overview_page",
                                                            "host": "tpu-host"}).json()
     assert overview[1]["p"]["hardware_type"] == "TPU" and overview[6]["rows"] == []  # steps: no warning
+
+
+def test_kernels_of_no_xla_op_take_their_tensorflow_op_type():
+    """A GPU kernel of no XLA op (TensorFlow without XLA): its category comes from its
+    TensorFlow op (the builder's kernels with a ``tf_op`` stat ``a/b/MatMul:MatMul`` are
+    matmul, its ``jit(f)/.../add:`` ones other); the tf_gpu fixture's kernels are
+    Cast/Mul/RandomUniform/GreaterEqual ops: other."""
+    import io
+    from collections import Counter
+
+    from profscope.formats import xplane_step_events
+    from profscope.testing.derived_xplane import random_gpu
+    from profscope.tools import xplane_step_breakdown as xb
+
+    ev = xplane_step_events.read_step_events(io.BytesIO(random_gpu(seed=3, n=600)), "random_gpu")
+    seen = Counter()
+    for d in ev.devices:
+        for o, h, n, m in zip(d.opcode, d.hlo_category, d.name, d.memcpy):
+            if h:
+                seen[(h, xb.category_of(o, h, n, m))] += 1
+    assert seen[("tf:MatMul", "matmul")] > 0
+    assert all(cat == ("matmul" if h == "tf:MatMul" else "other") for h, cat in seen)

@@ -88,7 +88,9 @@ class Activities:
     name: list[str] = field(default_factory=list)  # the event's name (kernel, memcpy, HLO op on TPU)
     hlo_op: list[str] = field(default_factory=list)  # the hlo_op stat's op ("" without)
     program_id: list[int] = field(default_factory=list)  # -1 without
-    hlo_category: list[str] = field(default_factory=list)  # the TPU op's hlo_category stat ("" elsewhere)
+    # the TPU op's hlo_category stat (else the opcode of its HLO text); on GPU, a kernel of
+    # no XLA op: its TensorFlow op's type ("tf:MatMul"), from the ``annotation`` stat
+    hlo_category: list[str] = field(default_factory=list)
     memcpy: list[str] = field(default_factory=list)  # the memcpy_details stat ("" without)
     opcode: list[str] = field(default_factory=list)  # the HLO opcode of the op in its module ("" unknown)
 
@@ -171,6 +173,16 @@ def _device_span(ev, stats: dict, line_ps: int) -> tuple[int, int]:
     return b, b + (dur if isinstance(dur, int) else ev.duration_ps)
 
 
+def _tf_op_type(annotation: str) -> str:
+    """The TensorFlow op type of a GPU kernel's ``annotation`` (TF's ScopedAnnotation,
+    ``<scope>/<name>:<type>#shape=...#``, the innermost op last), as ``tf:<type>``; "" without."""
+    if not annotation:
+        return ""
+    last = annotation.split("::")[-1].split("#", 1)[0]
+    _category, _name, typ = parse_tf_op(last)
+    return f"tf:{typ}" if typ else ""
+
+
 def _read_gpu_plane(plane, dev: Activities, steps: dict) -> None:
     """One GPU plane: its activities, and its step markers and events intersected into ``steps``."""
     names = {k: v.name for k, v in plane.stat_metadata.items()}
@@ -200,7 +212,7 @@ def _read_gpu_plane(plane, dev: Activities, steps: dict) -> None:
             dev.name.append(name)
             dev.hlo_op.append(hlo.split("::")[-1] if hlo else "")
             dev.program_id.append(_program(st.get("program_id")))
-            dev.hlo_category.append("")
+            dev.hlo_category.append("" if hlo else _tf_op_type(_text(st.get("annotation") or st.get("tf_op"))))
             dev.memcpy.append(_text(st.get("memcpy_details")))
             if _int(st.get("correlation_id")) >= 0 and _int(st.get("group_id")) >= 0:
                 kind = classify_gpu_event(name, _text(st.get("tensor_shapes")))

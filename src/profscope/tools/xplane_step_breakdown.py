@@ -14,7 +14,8 @@ database and every device activity with its HLO op's opcode and category).
   module run): the runs of that module, in time order, on every device, the k-th run of
   each device making step k, whose window spans them all. ``"none"`` otherwise.
 * **Categories** (:data:`CATEGORIES`), from the op's HLO opcode (or, on TPU, XProf's
-  ``hlo_category`` stat), else the activity's name: memory copies (``memcpy_details``,
+  ``hlo_category`` stat; a GPU kernel of no XLA op, its TensorFlow op type or its
+  cuBLAS/cuDNN/CUTLASS kernel name), else the activity's name: memory copies (``memcpy_details``,
   ``Memcpy*``/``Memset*`` names, ROCm's ``copyBuffer`` kernels, ``copy-start``/``copy-done``),
   collectives (``all-reduce``, ``all-gather``, ``reduce-scatter``, ``collective-permute``,
   ``all-to-all`` and their async halves, NCCL/RCCL kernels), matmul/convolution
@@ -32,6 +33,8 @@ All times are integer picoseconds internally, microseconds in the answer.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 BOUND_IDLE_SHARE = 0.5  # as tools/step_breakdown.py: idle at least this share of the step bounds it
@@ -44,6 +47,10 @@ _COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "collective-permut
                 "collective-broadcast", "ragged-all-to-all", "send", "recv")
 
 
+_MATMUL_TF = re.compile(r"^tf:(Batch)?MatMul|^tf:.*Conv|^tf:Einsum|^tf:_FusedMatMul|^tf:_FusedConv")
+_MATMUL_KERNEL = re.compile(r"gemm|cutlass|cudnn|conv|wgrad|dgrad")
+
+
 def category_of(opcode: str, hlo_category: str, name: str, memcpy: str) -> str:
     """One activity's category (see the module docstring)."""
     op = opcode or hlo_category.lower()
@@ -53,6 +60,10 @@ def category_of(opcode: str, hlo_category: str, name: str, memcpy: str) -> str:
     if op.startswith(_COLLECTIVES) or low.startswith(("nccl", "rccl")):
         return "collective"
     if op in ("dot", "convolution") or "convolution" in op:
+        return "matmul"
+    if not opcode and (_MATMUL_TF.search(hlo_category) or (not hlo_category and _MATMUL_KERNEL.search(low))):
+        # no XLA op: a TensorFlow MatMul/Conv op's kernel, or a cuBLAS/cuDNN/CUTLASS
+        # GEMM or convolution kernel by its name
         return "matmul"
     if op == "custom-call" or "custom-call" in op:
         return "custom_call"
