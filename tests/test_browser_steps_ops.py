@@ -133,6 +133,48 @@ def test_mi300_hlo_ops_selectors_and_memory_link(open_page, server):
     assert _query(page)["tool"] == "memory_viewer"
 
 
+def test_mi300_step_shows_each_hlo_ops_events_in_it(open_page, server):
+    """A click on the MI300 GEMM's one step (a module run): the HLO rows gain an "in step"
+    column (their XLA Ops events in it), and the page says the rows count the profile."""
+    page = open_page(server)
+    _open(page, server, run=MI300, kind="hlo")
+    page.wait_for_selector("#so-steps-chart .main-svg")
+    paths = page.locator("#so-steps-chart .bars .point path")
+    box = max((paths.nth(i).bounding_box() for i in range(paths.count())), key=lambda b: b["height"])  # a category's segment
+    page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    page.wait_for_selector("#so-ops th[data-key=in_step]")
+    assert _query(page)["step"] == "0" and page.locator("#so-scope-note").count() == 1
+    page.click("#so-ops th[data-key=in_step]")
+    first = page.locator("#so-ops tbody tr").first
+    assert first.locator("td").nth(0).inner_text() == "custom-call.1"
+    assert first.locator("td").nth(5).inner_text() == "1 × · 2.027 ms"
+    page.screenshot(path=str(ARTIFACTS / "steps_ops_mi300_step.png"), full_page=True)
+
+
+def test_b200_trace_without_steps(open_page, server):
+    """TraceLens's B200 trace has no ProfilerStep: the page says so, the within-steps switch
+    is off and disabled, the table ranks every kernel and framework op; a kernel's link
+    opens the trace viewer on it; the device selector keeps the rows that ran there."""
+    run = "traces/tracelens_b200_eager.trace.json.gz"
+    api = _api(server, run=run)
+    page = open_page(server)
+    _open(page, server, run=run)
+    assert "ProfilerStep" in page.inner_text("#so-missing")
+    assert page.is_disabled("#so-within") and not page.is_checked("#so-within")
+    assert _names(page)[:5] == [r["name"] for r in api["ops"][:5]]
+    page.select_option("#so-device", "GPU 0")
+    page.wait_for_function("() => new URLSearchParams(location.search).get('device') === 'GPU 0'")
+    kinds = set(page.locator("#so-ops tbody tr td:nth-child(2)").all_inner_texts())
+    assert kinds == {"kernel"}  # framework ops are host ops: no device of their own
+    kernel = next(r for r in api["ops"] if r["kind"] == "kernel")
+    page.locator("#so-ops tbody tr").first.click()
+    page.wait_for_selector("#so-trace-link")
+    page.screenshot(path=str(ARTIFACTS / "steps_ops_b200.png"), full_page=True)
+    page.click("#so-trace-link")
+    page.wait_for_selector("#tv-card .tv-card-name")
+    assert page.inner_text("#tv-card .tv-card-name") == kernel["name"]
+
+
 def test_tpu_roofline_and_hlo_stats_opens_here(open_page, server):
     page = open_page(server)
     page.goto(f"{server}?{urlencode({'run': TPU, 'tool': 'hlo_stats'}, quote_via=quote)}")

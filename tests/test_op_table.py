@@ -77,6 +77,7 @@ def test_hlo_rows_equal_xprof_hlo_stats(client, case):
                                                      "id": slow["event_id"]})
         assert ev.status_code == 200, ev.text
         assert ev.json()["name"] == o["name"]
+        assert slow["device"] in o["devices"] and all(d.startswith("/device:") for d in o["devices"])
     assert body["ops_scope"]["hlo"] == "profile"
 
 
@@ -200,3 +201,45 @@ def test_data_route_takes_all_hosts(client):
     assert r.status_code == 404 and "nohost" in r.json()["error"]
     r = client.get("/data/plugin/profile/data", params={**params, "tag": "hlo_stats", "host": "ALL_HOSTS"})
     assert r.status_code == 404  # only the tools that answer every host take it
+
+
+def _index(client, run: str, host: str | None = None):
+    """The trace index the answer was made from (the server's own workspace)."""
+    from profscope.app.queries import TraceQuery
+
+    ws = client.app.state.workspace if hasattr(client.app.state, "workspace") else None
+    assert ws is not None, "the test client's app keeps its workspace"
+    r = ws.run(run)
+    name, info, _pos = ws._trace_hosts(r, TraceQuery(host=host))[0]
+    return ws.trace_index(r, name, info)
+
+
+def test_xplane_step_windows_are_the_breakdowns(client):
+    """An xplane's steps (the breakdown's, timed from the earliest device event) placed on
+    the trace index's clock: on the TF GPU profile, step 0 is the index's own longest
+    ``Steps`` event, to the ns, and step=0's kernel rows count exactly the stream events
+    that start in it; the MI300 GEMM's one step (a module run) holds its custom-call's
+    XLA Ops event, whose program the row's ``in_step`` names."""
+    import numpy as np
+
+    run = "xplane/tf_gpu/GPU-multi-worker"
+    ix = _index(client, run, "34.83.195.179_6003")
+    name, start, dur = max(ix.meta["steps"], key=lambda s: s[2])
+    one = _ops(client, run, host="34.83.195.179_6003", step=str(name))
+    step = next(s for s in one["steps"] if s["step"] == str(name))
+    assert round(step["step_time_us"] * 1e6) == dur
+    tracks = [t for t, tr in enumerate(ix.tracks) if tr["name"].startswith("Stream #")]
+    col = np.asarray(ix.cols["start"])
+    inside = np.isin(np.asarray(ix.cols["track"]), tracks) & (col >= start) & (col < start + dur)
+    assert sum(r["occurrences"] for r in one["ops"] if r["kind"] == "kernel") == int(inside.sum()) > 0
+    assert one["ops_scope"] == {"hlo": "profile", "kernel": "step", "framework": "step"}
+
+    gemm = _ops(client, "xplane/mi300_jax08_gemm/jax08_gemm", step="0")
+    hlo = [r for r in gemm["ops"] if r["kind"] == "hlo"]
+    assert all(r["in_step"] is not None for r in hlo)
+    ran = [r for r in hlo if r["in_step"]["events"]]
+    # the step is one run of program 49 (jit_dot), which is one custom-call.1 spanning it
+    assert gemm["summary"]["step_source"] == "module_runs"
+    assert [(r["name"], r["program_id"], r["in_step"]["events"]) for r in ran] == \
+        [("custom-call.1", str(gemm["summary"]["program_id"]), 1)]
+    assert ran[0]["in_step"]["total_us"] == gemm["steps"][0]["step_time_us"]

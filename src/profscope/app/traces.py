@@ -206,16 +206,16 @@ class Traces:
             out = {**head, **self.xplane_steps_ops(run, name)}
         else:
             out = {**head, "source": "chrome_trace", **step_breakdown.breakdown(ix)}
-        return {**out, **self._ops_table(run, name, info, ix, query)}
+        return {**out, **self._ops_table(run, name, info, ix, query, out.get("steps") or [])}
 
     def steps_ops_tool(self, run: Run, query: StepsOpsQuery, progress=None) -> dict:
         """The ``steps_ops`` tool's payload (the Steps & ops page): :meth:`steps_ops`."""
         return self.steps_ops(run, TraceQuery(host=query.host, within_steps=query.within_steps, step=query.step))
 
-    def _ops_table(self, run: Run, host: str, info: FileInfo, ix, query) -> dict:
+    def _ops_table(self, run: Run, host: str, info: FileInfo, ix, query, steps: list[dict]) -> dict:
         """``ops`` and ``ops_scope`` of /api/steps_ops (tools/op_table.py): an xplane's from
-        the cached op metrics (XProf's hlo_stats numbers), its device peaks and the trace
-        index; a Chrome trace's from its index."""
+        the cached op metrics (XProf's hlo_stats numbers), its device peaks, its ``steps``
+        (the breakdown's) and the trace index; a Chrome trace's from its index."""
         within, step = getattr(query, "within_steps", None), getattr(query, "step", None)
         if classify(info.name) is not FileKind.XPLANE:
             return op_table.chrome_trace_ops(ix, host, within, step)
@@ -224,7 +224,7 @@ class Traces:
         tflops, gbps = caps.get("peak_teraflops_per_second"), caps.get("peak_hbm_bw_gigabytes_per_second")
         peaks = {"peak_flops_per_s": tflops * 1e12 if tflops else None, "peak_bytes_per_s": gbps * 1e9 if gbps else None}
         ops = [{k: v for k, v in dataclasses.asdict(m).items() if k != "children"} for m in db.sorted()]
-        return op_table.xplane_ops(ix, ops, db.total_time_ps, db.program_names, host, peaks, within, step)
+        return op_table.xplane_ops(ix, ops, db.total_time_ps, db.program_names, host, peaks, within, step, steps)
 
     def trace_hosts(self, run: Run) -> dict:
         """Every host's steps, device busy and idle time side by side, slowest first, with

@@ -122,8 +122,9 @@ def _slowest(ix, row: int, device: str | None, host: str) -> dict:
             "track": ix.tracks[track].get("name", "")}
 
 
-def _groups(ix, rows: np.ndarray):
-    """``rows`` by name: per name id, (occurrences, total ps, the slowest row)."""
+def _groups(ix, rows: np.ndarray, devices: dict[int, str] | None = None):
+    """``rows`` by name: per name id, (occurrences, total ps, the slowest row, the devices
+    it ran on (of ``devices``' tracks), sorted)."""
     if not len(rows):
         return
     names = np.asarray(ix.cols["name"])[rows]
@@ -133,8 +134,20 @@ def _groups(ix, rows: np.ndarray):
     total = np.bincount(inv, weights=dur, minlength=len(uniq))
     o = np.lexsort((-dur, inv))  # by name, longest first
     first = np.r_[0, np.flatnonzero(np.diff(inv[o])) + 1]
+    ran_on = _devices_of_groups(ix, rows, inv, len(uniq), devices or {})
     for j, pos in zip(range(len(uniq)), first):
-        yield int(uniq[j]), int(count[j]), int(total[j]), int(rows[o[pos]])
+        yield int(uniq[j]), int(count[j]), int(total[j]), int(rows[o[pos]]), ran_on[j]
+
+
+def _devices_of_groups(ix, rows: np.ndarray, inv: np.ndarray, groups: int, devices: dict[int, str]) -> list[list[str]]:
+    """Per group of ``inv``, the devices its rows' tracks belong to (one pass over the
+    distinct (group, track) pairs, not over the rows)."""
+    out: list[set] = [set() for _ in range(groups)]
+    track = np.asarray(ix.cols["track"])[rows].astype(np.int64)
+    for g, t in np.unique(np.stack([inv.astype(np.int64), track]), axis=1).T.tolist():
+        if t in devices:
+            out[g].add(devices[t])
+    return [sorted(d) for d in out]
 
 
 def _index_rows(ix, kind: str, line: re.Pattern, devices: dict[int, str], windows, host: str,
@@ -147,12 +160,12 @@ def _index_rows(ix, kind: str, line: re.Pattern, devices: dict[int, str], window
     nested = any(ix.tracks[t].get("maxDepth", 0) > 0 for t in tracks)
     whole = _device_span(ix, devices, windows)
     out = []
-    for name_id, count, total, slow in _groups(ix, rows):
+    for name_id, count, total, slow, ran_on in _groups(ix, rows, devices):
         name = ix.names[name_id]
         dev = devices.get(int(ix.cols["track"][slow]))
         # a nested line's self time would need its children: left unknown
         out.append(_row(name, kind, category(name), None, count, total, None if nested else total, whole,
-                        _slowest(ix, slow, dev, host)))
+                        _slowest(ix, slow, dev, host), devices=ran_on))
     return out
 
 
@@ -174,10 +187,25 @@ def _device_span(ix, devices: dict[int, str], windows) -> int:
     return total
 
 
-def _step_windows(ix, within_steps: bool | None, step: str | None) -> list[tuple[int, int]] | None:
+# A breakdown's step times are rounded to the ns: its windows are widened by that much
+# either side, so an op starting with its step (a module run's first op) is inside it.
+_ROUNDING_PS = 1000
+
+
+def _step_windows(ix, within_steps: bool | None, step: str | None, steps: list[dict] | None = None,
+                  devices: dict[int, str] | None = None) -> list[tuple[int, int]] | None:
     """The windows the index-side rows are restricted to: the chosen step's, every step's
-    (``within_steps``, the default when there are steps), or None for the whole profile."""
-    steps = [(str(n), int(s), int(d)) for n, s, d in ix.meta.get("steps", [])]
+    (``within_steps``, the default when there are steps), or None for the whole profile.
+    The steps are the breakdown's (``steps[]`` of the answer, xplane: from the earliest
+    device-plane event, tools/xplane_step_breakdown.py; placed on the index's clock by
+    the earliest event of its device tracks), else the index's own."""
+    if steps:
+        rows = _rows_on(ix, list(devices or {}))
+        first = int(np.asarray(ix.cols["start"])[rows].min()) if len(rows) else 0
+        steps = [(str(s["step"]), first + round(s["start_us"] * PS_PER_US) - _ROUNDING_PS,
+                  round(s["step_time_us"] * PS_PER_US) + 2 * _ROUNDING_PS) for s in steps]
+    else:
+        steps = [(str(n), int(s), int(d)) for n, s, d in ix.meta.get("steps", [])]
     if step is not None:
         return [(s, d) for n, s, d in steps if n == step]
     if steps and within_steps is not False:
@@ -191,32 +219,37 @@ def _step_windows(ix, within_steps: bool | None, step: str | None) -> list[tuple
 
 
 def xplane_ops(ix, ops: list[dict], total_time_ps: int, program_names: dict[int, str], host: str,
-               peaks: dict | None = None, within_steps: bool | None = None, step: str | None = None) -> dict:
+               peaks: dict | None = None, within_steps: bool | None = None, step: str | None = None,
+               steps: list[dict] | None = None) -> dict:
     """The ops of one host's xplane: ``ops`` are the op metrics (dicts with the keys of
     formats.xplane_op_metrics.OpMetric, plus per-occurrence ``flops`` / ``bytes_accessed``
     where the profile has them), ``total_time_ps`` the device time of every device plane
     (XProf's hlo_stats shares are of it), ``peaks`` the device's ``peak_flops_per_s`` and
-    ``peak_bytes_per_s``. Answers ``ops`` and ``ops_scope``."""
+    ``peak_bytes_per_s``, ``steps`` the breakdown's steps. Answers ``ops`` and ``ops_scope``."""
     devices = _device_of_track(ix)
-    windows = _step_windows(ix, within_steps, step)
+    windows = _step_windows(ix, within_steps, step, steps, devices)
     peaks = peaks or {}
-    xla = _xla_slowest(ix, devices)
+    # one step chosen: each HLO op's events of the XLA Ops line in it (the op metrics
+    # keep no step), as `in_step`
+    xla = _xla_slowest(ix, devices, windows if step is not None else None)
     rows = []
     for op in ops:
         if not op["occurrences"]:
             continue  # XProf's IDLE and ops that never ran (hlo_stats skips them too)
-        slow = xla.get((op["hlo_module_id"], op["name"]))
+        slow, ran_on, in_step = xla.get((op["hlo_module_id"], op["name"]), (None, [], [0, 0] if step is not None else None))
         pid = op["hlo_module_id"]
         # "<module>(<program id>)": the memory viewer's and the XLA Modules line's name of it
         module = f"{program_names[pid]}({pid})" if pid in program_names else None
         row = _row(op["name"], HLO, op["category"], module, op["occurrences"],
                    op["time_ps"], op["self_time_ps"], total_time_ps,
                    _slowest(ix, slow, devices.get(int(ix.cols["track"][slow])), host) if slow is not None else None,
-                   program_id=str(op["hlo_module_id"]), framework_op=op["provenance"] or None)
+                   program_id=str(op["hlo_module_id"]), framework_op=op["provenance"] or None, devices=ran_on)
         if op.get("flops"):
             row["flops"] = int(op["flops"]) * op["occurrences"]
         if op.get("bytes_accessed"):
             row["bytes_accessed"] = int(op["bytes_accessed"]) * op["occurrences"]
+        if in_step is not None:
+            row["in_step"] = {"events": in_step[0], "total_us": _us(in_step[1])}
         row["roofline"] = roofline(row["flops"], row["bytes_accessed"], peaks.get("peak_flops_per_s"),
                                    peaks.get("peak_bytes_per_s"))
         rows.append(row)
@@ -229,17 +262,18 @@ def xplane_ops(ix, ops: list[dict], total_time_ps: int, program_names: dict[int,
 _PROGRAM = re.compile(r"\((\d+)\)$")  # an XLA Modules event's name: "<module>(<program id>)"
 
 
-def _xla_slowest(ix, devices: dict[int, str]) -> dict[tuple[int, str], int]:
-    """The slowest occurrence (index row) of each (program id, op name) on the device
-    planes' XLA Ops lines, over the whole profile (XProf's counts are): an op's program is
-    that of the XLA Modules event of its plane holding its start (two programs may both
-    have a ``custom-call.1``)."""
-    track = np.asarray(ix.cols["track"])
+def _xla_slowest(ix, devices: dict[int, str], step_window: list[tuple[int, int]] | None = None) -> dict:
+    """Per (program id, op name) on the device planes' XLA Ops lines: its slowest
+    occurrence (index row) over the whole profile (XProf's counts are), the devices it
+    ran on, and with ``step_window`` the (events, ps) of it that start in that window.
+    An op's program is that of the XLA Modules event of its plane holding its start (two
+    programs may both have a ``custom-call.1``)."""
     start = np.asarray(ix.cols["start"])
     dur = np.asarray(ix.cols["dur"])
     names = np.asarray(ix.cols["name"])
-    out: dict[tuple[int, str], int] = {}
-    best: dict[tuple[int, str], int] = {}
+    best: dict[tuple[int, str], tuple[int, int]] = {}  # (duration, row)
+    ran_on: dict[tuple[int, str], set] = {}
+    in_step: dict[tuple[int, str], list[int]] = {}  # [events, ps]
     by_pid: dict[int, tuple[list[int], list[int]]] = {}
     for t in devices:
         name = ix.tracks[t].get("name", "")
@@ -247,22 +281,41 @@ def _xla_slowest(ix, devices: dict[int, str]) -> dict[tuple[int, str], int]:
         if kind is not None:
             by_pid.setdefault(ix.tracks[t]["pid"], ([], []))[kind].append(t)
     for op_tracks, module_tracks in by_pid.values():
+        if not op_tracks:
+            continue
         mods = _rows_on(ix, module_tracks)
         mods = mods[np.argsort(start[mods], kind="stable")]
-        program_of = {int(n): int(m.group(1)) for n in np.unique(names[mods]) if (m := _PROGRAM.search(ix.names[int(n)]))}
+        # program ids are uint64 (a TPU's pass 2^63): numbered here, looked up after
+        programs, slot = [], np.full(len(ix.names), -1, np.int64)
+        for n in np.unique(names[mods]).tolist():
+            if m := _PROGRAM.search(ix.names[n]):
+                slot[n] = len(programs)
+                programs.append(int(m.group(1)))
         rows = _rows_on(ix, op_tracks)
         i = np.searchsorted(start[mods], start[rows], side="right") - 1
         ok = i >= 0
         ok[ok] = start[rows[ok]] < start[mods[i[ok]]] + dur[mods[i[ok]]]
-        rows, i = rows[ok], i[ok]
-        # the longest first, so the first row seen of each (program, name) is its slowest
-        for r, m in zip(rows[np.argsort(-dur[rows], kind="stable")].tolist(),
-                        i[np.argsort(-dur[rows], kind="stable")].tolist()):
-            program = program_of.get(int(names[mods[m]]))
-            key = (program, ix.names[int(names[r])])
-            if program is not None and int(dur[r]) > best.get(key, -1):
-                best[key], out[key] = int(dur[r]), r
-    return out
+        rows, program = rows[ok], slot[names[mods[i[ok]]]]
+        rows, program = rows[program >= 0], program[program >= 0]
+        if not len(rows):
+            continue
+        op = names[rows].astype(np.int64)
+        o = np.lexsort((-dur[rows], op, program))  # per (program, op), the longest first
+        new = np.r_[True, (np.diff(program[o]) != 0) | (np.diff(op[o]) != 0)]
+        device = devices[op_tracks[0]]  # one plane: one device
+        for p, n, r in zip(program[o][new].tolist(), op[o][new].tolist(), rows[o][new].tolist()):
+            key = (programs[p], ix.names[n])
+            ran_on.setdefault(key, set()).add(device)
+            if int(dur[r]) > best.get(key, (-1, -1))[0]:
+                best[key] = (int(dur[r]), r)
+        if step_window is not None:
+            inside = _in_windows(start[rows], step_window)
+            for p, n, d in zip(program[inside].tolist(), op[inside].tolist(), dur[rows[inside]].tolist()):
+                acc = in_step.setdefault((programs[p], ix.names[n]), [0, 0])
+                acc[0] += 1
+                acc[1] += int(d)
+    return {key: (row, sorted(ran_on[key]), in_step.get(key, [0, 0]) if step_window is not None else None)
+            for key, (_d, row) in best.items()}
 
 
 def _framework_category(name: str) -> str:
@@ -305,6 +358,9 @@ def _kernel_rows(ix, k: sb.Kernels, sel: np.ndarray, cats: np.ndarray, whole: in
     count = np.bincount(inv, minlength=len(uniq))
     o = np.lexsort((-dur, inv))
     first = np.r_[0, np.flatnonzero(np.diff(inv[o])) + 1]
+    ran_on: list[list[str]] = [[] for _ in range(len(uniq))]
+    for g, d in np.unique(np.stack([inv.astype(np.int64), k.device[sel]]), axis=1).T.tolist():
+        ran_on[g].append(f"GPU {d}")
     out = []
     for j, pos in enumerate(first):
         i = int(idx[o[pos]])
@@ -312,7 +368,7 @@ def _kernel_rows(ix, k: sb.Kernels, sel: np.ndarray, cats: np.ndarray, whole: in
         slow["stream"] = int(k.stream[i])
         name = k.names[int(uniq[j])]
         out.append(_row(name, KERNEL, str(cats[i]), None, count[j], total[j], total[j], whole, slow,
-                        memory_kind=sb.memory_kind(name)))
+                        memory_kind=sb.memory_kind(name), devices=ran_on[j]))
     return out
 
 
@@ -376,7 +432,8 @@ def _framework_rows(ix, k: sb.Kernels, sel: np.ndarray, windows, whole: int, hos
         slow = int(sub[o[pos]])
         out.append(_row(ix.names[int(uniq[j])], FRAMEWORK, "framework", None, int(members.sum()),
                         int(device_ps[sub][members].sum()), int(self_ps[sub][members].sum()), whole,
-                        _slowest(ix, int(ops[slow]), None, host), host_us=_us(host_ps[members].sum())))
+                        _slowest(ix, int(ops[slow]), None, host), host_us=_us(host_ps[members].sum()),
+                        devices=[]))  # a host op: its kernels' devices are the kernel rows
     return out
 
 

@@ -202,7 +202,12 @@ const COLUMNS = [
   { key: "roofline", label: "bound", value: (r) => (r.roofline ? r.roofline.bound : ""), show: (r) => (r.roofline ? r.roofline.bound : "—") },
 ];
 
-const deviceOf = (r) => (r.slowest && r.slowest.device !== null && r.slowest.device !== undefined ? String(r.slowest.device) : "");
+const IN_STEP = { key: "in_step", label: "in step", num: true, value: (r) => (r.in_step ? r.in_step.total_us : -1),
+  show: (r) => (r.in_step ? `${fmtCount(r.in_step.events)} × · ${us(r.in_step.total_us)}` : "—"),
+  title: () => "this op's events on the XLA Ops line that start in the step, with their time as the timeline shows it" };
+
+// the devices an op ran on (the answer's `devices`; its slowest occurrence's without them)
+const devicesOf = (r) => (r.devices ? r.devices.map(String) : r.slowest && r.slowest.device !== null && r.slowest.device !== undefined ? [String(r.slowest.device)] : []);
 
 function selector(id, label, key, values, state) {
   const options = [el("option", { value: "" }, `every ${label}`), ...values.map((v) => el("option", { value: v }, v))];
@@ -215,10 +220,12 @@ function opsSection(d, state, run) {
   const all = d.ops || [];
   const uniq = (f) => [...new Set(all.map(f).filter(Boolean))].sort();
   const rows = all.filter((r) => (!state.kind || r.kind === state.kind) && (!state.category || r.category === state.category)
-    && (!state.module || r.module === state.module) && (!state.device || deviceOf(r) === state.device));
+    && (!state.module || r.module === state.module) && (!state.device || devicesOf(r).includes(state.device)));
   const sort = state.sort || "-total_us";
+  // one step chosen on an xplane: the HLO rows' own events in it (`in_step`), a column
+  const columns = all.some((r) => r.in_step) ? [...COLUMNS.slice(0, 5), IN_STEP, ...COLUMNS.slice(5)] : COLUMNS;
   const table = sortableTable({
-    id: "so-ops", rows, columns: COLUMNS, prefix: "so", sortKey: sort.replace(/^-/, ""), descending: sort.startsWith("-"),
+    id: "so-ops", rows, columns, prefix: "so", sortKey: sort.replace(/^-/, ""), descending: sort.startsWith("-"),
     text: (r) => `${r.name} ${r.kind} ${r.category ?? ""} ${r.module ?? ""}`,
     filter: { id: "so-filter", placeholder: "filter ops", label: "filter ops", value: state.opq, onChange: (q) => setUrl({ ...readState(), opq: q }) },
     count: { id: "so-count", text: (m, n) => `${fmtCount(m)} of ${fmtCount(n)} ops` }, pageRows: 50,
@@ -240,9 +247,9 @@ function opsSection(d, state, run) {
       selector("so-kind", "kind", "kind", uniq((r) => r.kind), state),
       selector("so-category", "category", "category", uniq((r) => (!state.kind || r.kind === state.kind ? r.category : null)), state),
       selector("so-module", "module", "module", uniq((r) => r.module), state),
-      selector("so-device", "device", "device", uniq(deviceOf), state),
+      selector("so-device", "device", "device", [...new Set(all.flatMap(devicesOf))].sort(), state),
       el("label", { class: "so-within", title: "only the occurrences inside steps (HLO rows are always the whole profile, as XProf counts them)" },
-        el("input", { type: "checkbox", id: "so-within", checked: state.within !== "0", disabled: !hasSteps && state.within !== "0",
+        el("input", { type: "checkbox", id: "so-within", checked: state.within !== "0" && hasSteps, disabled: !hasSteps && state.within !== "0",
           onchange: (e) => go({ ...readState(), within: e.target.checked ? "" : "0", op: "" }) }), " within steps only")),
     scopeNote(d, state), chosen ? opDetails(chosen, d, state, run) : null, table.node);
 }
@@ -250,7 +257,8 @@ function opsSection(d, state, run) {
 function scopeNote(d, state) {
   const scope = d.ops_scope || {};
   if (!state.step || scope.hlo !== "profile") return null;
-  return el("p", { class: "so-hint", id: "so-scope-note" }, "HLO rows count the whole profile (XProf's op metrics keep no step per occurrence); kernels and framework ops are this step's.");
+  return el("p", { class: "so-hint", id: "so-scope-note" }, "HLO rows count the whole profile (XProf's op metrics keep no step per occurrence); ",
+    "their \"in step\" column is the op's events of this step on the XLA Ops line; kernels and framework ops are this step's.");
 }
 
 // One op: its numbers, and links to its slowest occurrence in the trace viewer and, for
@@ -265,6 +273,8 @@ function opDetails(r, d, state, run) {
     ["FLOPs", r.flops !== null && r.flops !== undefined ? fmtCount(r.flops) : null],
     ["bytes accessed", r.bytes_accessed !== null && r.bytes_accessed !== undefined ? fmtCount(r.bytes_accessed) : null],
     ["roofline", r.roofline ? `${r.roofline.bound}-bound: ${r.roofline.intensity.toFixed(3)} FLOP/byte, ridge ${r.roofline.ridge.toFixed(1)}` : null],
+    ["devices", (r.devices || []).join(", ") || null],
+    ["in this step", r.in_step ? `${fmtCount(r.in_step.events)} events, ${us(r.in_step.total_us)} on the XLA Ops line` : null],
     ["slowest", s ? `${us(s.dur_us)} at ${us(s.start_us)} on ${s.device ?? ""} ${s.track}` : null]].filter(([, v]) => v !== null && v !== undefined && v !== "");
   return el("div", { class: "so-op", id: "so-op" }, el("h3", {}, r.name),
     el("dl", {}, facts.flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v)])),
