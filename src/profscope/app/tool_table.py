@@ -193,6 +193,7 @@ TOOLS: tuple[Tool, ...] = (
         _reads_xplanes,
         pages=(),
         complete=_first_host,
+        version=2,  # 2: ALL_HOSTS merged, task and host counts, a TPU profile's steps
     ),
     Tool(
         "op_profile",
