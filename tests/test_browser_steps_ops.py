@@ -151,6 +151,29 @@ def test_mi300_step_shows_each_hlo_ops_events_in_it(open_page, server):
     page.screenshot(path=str(ARTIFACTS / "steps_ops_mi300_step.png"), full_page=True)
 
 
+def test_within_steps_switch_and_open_op_in_the_url(open_page, server):
+    """The MI300 GEMM's kernels inside its one step, then every kernel once the switch is
+    off (within=0 in the URL, the API's within_steps=0 rows); an open op (op=) reopens."""
+    steps = _api(server, run=MI300)
+    whole = _api(server, run=MI300, within_steps="0")
+    count = lambda b: sum(1 for r in b["ops"] if r["kind"] == "kernel")  # noqa: E731
+    assert count(whole) > count(steps) > 0
+    page = open_page(server)
+    _open(page, server, run=MI300, kind="kernel")
+    assert page.inner_text("#so-count").startswith(f"{count(steps)} of")
+    page.uncheck("#so-within")
+    page.wait_for_function("() => new URLSearchParams(location.search).get('within') === '0'")
+    page.wait_for_function("n => document.querySelector('#so-count').textContent.startsWith(`${n} of`)", arg=str(count(whole)))
+    page.locator("#so-ops tbody tr").nth(1).click()
+    page.wait_for_selector("#so-op")
+    name = page.inner_text("#so-op h3")
+    again = open_page(server)
+    again.goto(page.url)
+    again.wait_for_selector("#so-op")
+    assert again.inner_text("#so-op h3") == name and not again.is_checked("#so-within")
+    assert again.locator("#so-ops tr.selected td").first.inner_text() == name  # the open row marked
+
+
 def test_b200_trace_without_steps(open_page, server):
     """TraceLens's B200 trace has no ProfilerStep: the page says so, the within-steps switch
     is off and disabled, the table ranks every kernel and framework op; a kernel's link
