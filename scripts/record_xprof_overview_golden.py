@@ -11,6 +11,10 @@ profscope dependency)::
     from xprof.convert import raw_to_tool_data as r
     r.xspace_to_tool_data([copy], "overview_page", {})
 
+Profiles the fixtures lack come from ``profscope.testing`` builders (``BUILDER_CASES``: a
+CPU profile grouped at capture, its steps named by ``step_name`` stats), recorded from
+the builder's bytes.
+
 XProf's ALL_HOSTS (its merge of a session's hosts) is recorded too, from the copies of all
 of a session's files in one call, ``xspace_to_tool_data([copy_1, copy_2], ...)``: the
 two hosts of ``tf_gpu``, and a session made of two of the demo's CPU profiles (``mlp`` as
@@ -47,6 +51,17 @@ ALL_HOSTS_CASES = (
                           for h in ("34.83.195.179_6003", "34.83.195.180_6003")]),
     ("demo_pair_all_hosts", [("hostA", "mlp", False), ("hostB", "convnet", False)]),
 )
+
+
+# Builder cases: (case, host, the profscope.testing function that writes the xplane)
+BUILDER_CASES = (("builder_pregrouped_cpu", "pg-host", "profscope.testing.step_xplane:pregrouped_cpu"),)
+
+
+def _build(target: str) -> bytes:
+    import importlib
+
+    module, func = target.split(":")
+    return getattr(importlib.import_module(module), func)()
 
 
 def _demo_file(profile: str) -> Path:
@@ -93,6 +108,14 @@ def main() -> None:
         (args.out / out).write_bytes(gzip.compress(json.dumps(body, separators=(",", ":")).encode(), mtime=0))
         index[case] = {**entry, "sha256": hashlib.sha256(data).hexdigest(), "overview_page": out,
                        "steps": len(body[STEP_TABLE].get("rows", []))}
+        print(f"{case}: {index[case]['steps']} steps", file=sys.stderr)
+    for case, host, target in BUILDER_CASES:
+        data = _build(target)
+        body = run_xprof(args.xprof_python, f"{host}.xplane.pb", data, "overview_page", {})
+        out = f"{case}.overview_page.json.gz"
+        (args.out / out).write_bytes(gzip.compress(json.dumps(body, separators=(",", ":")).encode(), mtime=0))
+        index[case] = {"builder": target, "host": host, "sha256": hashlib.sha256(data).hexdigest(),
+                       "overview_page": out, "steps": len(body[STEP_TABLE].get("rows", []))}
         print(f"{case}: {index[case]['steps']} steps", file=sys.stderr)
     for case, hosts in ALL_HOSTS_CASES:
         files, entry = [], {"hosts": [], "host": "ALL_HOSTS"}

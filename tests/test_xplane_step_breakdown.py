@@ -24,6 +24,8 @@ import pytest
 GOLDEN = Path(__file__).parent / "golden" / "overview_page"
 INDEX = json.loads((GOLDEN / "index.json").read_text())
 CASES = sorted(k for k in INDEX if not k.startswith("_") and "path" in INDEX[k])
+# profiles written by profscope.testing builders (scripts/record_xprof_overview_golden.py)
+BUILDER_CASES = sorted(k for k in INDEX if not k.startswith("_") and "builder" in INDEX[k])
 # XProf's ALL_HOSTS merge of a session's hosts (scripts/record_xprof_overview_golden.py)
 ALL_HOSTS_CASES = sorted(k for k in INDEX if not k.startswith("_") and "hosts" in INDEX[k])
 ROOT = Path(__file__).parents[1]
@@ -118,6 +120,28 @@ def test_overview_page_all_hosts_is_xprofs(shared_fixtures, tmp_path, case):
         _same(ours[t], theirs[t], f"{case} table {t}")
     assert len(ours[1]["rows"]) == entry["steps"]
     assert ours[2]["p"]["task_count"] == theirs[2]["p"]["task_count"]
+
+
+@pytest.mark.parametrize("case", BUILDER_CASES)
+def test_overview_page_of_builders_is_xprofs(tmp_path, case):
+    """A CPU profile grouped at capture (its roots named by step_name stats, no train
+    events): XProf's 3 steps with their names, host compute and input time."""
+    import importlib
+
+    entry = INDEX[case]
+    module, func = entry["builder"].split(":")
+    data = getattr(importlib.import_module(module), func)()
+    assert hashlib.sha256(data).hexdigest() == entry["sha256"], "the builder no longer writes the file recorded"
+    session = tmp_path / "logdir" / "b" / "plugins" / "profile" / "s1"
+    session.mkdir(parents=True)
+    (session / f"{entry['host']}.xplane.pb").write_bytes(data)
+    c = _client(tmp_path / "logdir", tmp_path / "cache")
+    res = c.get("/data/plugin/profile/data", params={"run": "b/s1", "tag": "overview_page", "host": entry["host"]})
+    assert res.status_code == 200, res.text
+    theirs = json.loads(gzip.decompress((GOLDEN / entry["overview_page"]).read_bytes()))
+    for t in EQUAL_TABLES:
+        _same(res.json()[t], theirs[t], f"{case} table {t}")
+    assert len(theirs[1]["rows"]) == entry["steps"] > 0
 
 
 def test_run_tools_list_overview_page_first(clients):

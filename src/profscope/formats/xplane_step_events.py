@@ -297,13 +297,20 @@ def _host_steps(f, size, ref, out: list) -> int | None:
     if any(m.name == "group_id" for m in meta.stat_metadata.values()):
         v = xw.StatView(ev, "group_id")
         group_id = np.where(v.present, v.int_value(), -1)
+        # a profile grouped when it was captured: its step roots carry the step_name stat
+        # the grouping gave them (EventForest ProcessRootEvent's AddStepName)
+        sn = xw.StatView(ev, "step_name")
+        at = np.flatnonzero(sn.present)
+        strings = xw.Strings(data, stat_names)
+        named = dict(zip(at.tolist(), (strings.table[k] for k in sn.str_or_ref(strings, at).tolist())))
         roots = []
     else:
         order, regions = xs.threadpool_regions(ev, event_names, line_ts_ns)
         g = xs.Grouping(ev, np.zeros(ev.n, dtype=np.int8), event_names, stat_names, meta, headers, line_ts_ns,
                         order, regions, xw.Strings(data, stat_names))
         group_id, roots, _how = g.run()
-    return _host_step_db(ev, ts, group_id, roots, event_names, [h.name for h in headers], out)
+        named = {}
+    return _host_step_db(ev, ts, group_id, roots, named, event_names, [h.name for h in headers], out)
 
 
 def _group_cover(group: np.ndarray, start: np.ndarray, end: np.ndarray, n_groups: int) -> np.ndarray:
@@ -336,7 +343,7 @@ def _group_cover(group: np.ndarray, start: np.ndarray, end: np.ndarray, n_groups
     return out
 
 
-def _host_step_db(ev, ts, group_id, roots, event_names: dict, line_names: list, out: list) -> int:
+def _host_step_db(ev, ts, group_id, roots, named: dict, event_names: dict, line_names: list, out: list) -> int:
     """XProf's host step events of a CPU-only profile, vectorised over the grouped events
     (millions on a long run): each group's markers (``IsExplicitHostStepMarker`` names and
     the group's root event, whose ``step_name`` the grouping sets), its longest marker the
@@ -368,6 +375,12 @@ def _host_step_db(ev, ts, group_id, roots, event_names: dict, line_names: list, 
             if r is not None and r.group_id == int(gid[k]):
                 is_root[k] = True
         name_of = {r.group_id: r.name for r in roots}
+    if named:  # a pre-grouped profile: the events with a step_name are the roots
+        pos = np.searchsorted(grouped, np.fromiter(named, np.int64, len(named)))
+        for k, (i, name) in zip(pos.tolist(), named.items()):
+            if k < len(grouped) and grouped[k] == i:
+                is_root[k] = True
+                name_of.setdefault(int(gid[k]), name)  # Combine keeps the first name found
     marker = explicit | is_root
     events = ~marker & compute
     groups, g_inv = np.unique(gid, return_inverse=True)

@@ -515,6 +515,8 @@ _STAT_KINDS = (
     "requested_bytes", "allocation_bytes", "addr", "tf_op", "region_type", "data_type",
     "shape", "id", "group_id", "_pt", "_p", "_ct", "_c", "_pid", "_r", "_a", "iter_num",
     "step_num", "graph_type", "request_id", "queue_addr", "queue_id", "run_id", "core_type",
+    # a grouped profile's step roots (formats/xplane_step_events.py)
+    "step_name",
     # the trace viewer's flows (formats/xplane_flows.py)
     "flow", "correlation_id",
     # XProf's derived device lines (formats/xplane_derived.py: GpuEventStats, DeriveLinesFromStats)
