@@ -375,17 +375,17 @@ def _kernel_rows(ix, k: sb.Kernels, sel: np.ndarray, cats: np.ndarray, whole: in
 def _framework_ops(ix, device_tracks: list[int]) -> np.ndarray:
     """The rows of kineto's ``record_function`` ranges (module docstring): host slices
     whose args have ``External id`` and no ``cbid``, not the Python stack's (``Python id``)
-    nor the step's own slice."""
+    nor the step's own slice. Kineto gives every event of a name the same ``cat``, so the
+    args of each name's first row decide for all its rows (one read per name, not per
+    row: the V100 trace has 44,668 slices of 353 names)."""
     track = np.asarray(ix.cols["track"])
     rows = np.flatnonzero(~np.isin(track, device_tracks) & (np.asarray(ix.cols["alen"]) > 0))
-    names = np.asarray(ix.cols["name"])
-    step_names = {i for i, n in enumerate(ix.names) if _STEP_NAME.match(n)}
-    keep = []
-    for r, a in zip(rows.tolist(), ix.json_args(rows)):
-        if ("External id" in a or "external id" in a) and "cbid" not in a and "Python id" not in a \
-                and int(names[r]) not in step_names:
-            keep.append(r)
-    return np.asarray(keep, np.int64)
+    names = np.asarray(ix.cols["name"])[rows]
+    uniq, first = np.unique(names, return_index=True)
+    framework = [int(n) for n, a in zip(uniq.tolist(), ix.json_args(rows[first]))
+                 if ("External id" in a or "external id" in a) and "cbid" not in a and "Python id" not in a
+                 and not _STEP_NAME.match(ix.names[int(n)])]
+    return rows[np.isin(names, framework)]
 
 
 def _framework_rows(ix, k: sb.Kernels, sel: np.ndarray, windows, whole: int, host: str) -> list[dict]:
@@ -426,14 +426,16 @@ def _framework_rows(ix, k: sb.Kernels, sel: np.ndarray, windows, whole: int, hos
     host_ps = (end - start)[sub]
     o = np.lexsort((-host_ps, inv))
     first = np.r_[0, np.flatnonzero(np.diff(inv[o])) + 1] if len(sub) else []
+    # per name, summed in one pass each (int64: exact ps)
+    count = np.bincount(inv, minlength=len(uniq))
+    sums = [np.zeros(len(uniq), np.int64) for _ in range(3)]
+    for acc, col in zip(sums, (device_ps[sub], self_ps[sub], host_ps)):
+        np.add.at(acc, inv, col)
     out = []
     for j, pos in enumerate(first):
-        members = inv == j
-        slow = int(sub[o[pos]])
-        out.append(_row(ix.names[int(uniq[j])], FRAMEWORK, "framework", None, int(members.sum()),
-                        int(device_ps[sub][members].sum()), int(self_ps[sub][members].sum()), whole,
-                        _slowest(ix, int(ops[slow]), None, host), host_us=_us(host_ps[members].sum()),
-                        devices=[]))  # a host op: its kernels' devices are the kernel rows
+        out.append(_row(ix.names[int(uniq[j])], FRAMEWORK, "framework", None, int(count[j]), int(sums[0][j]),
+                        int(sums[1][j]), whole, _slowest(ix, int(ops[int(sub[o[pos]])]), None, host),
+                        host_us=_us(sums[2][j]), devices=[]))  # a host op: its kernels' devices are the kernel rows
     return out
 
 
