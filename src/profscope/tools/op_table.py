@@ -19,7 +19,7 @@ Where each kind comes from
   Ops`` lines (the framework op each device op ran for), by name. PyTorch: the host slices
   kineto writes for ``record_function`` ranges (``cpu_op``, ``user_annotation``: args with
   ``External id`` and no ``cbid``, which the runtime calls have; the index keeps no
-  ``cat``), their device time the kernels launched inside them (the launch is the ``ac2g``
+  ``cat``; read once per name), their device time the kernels launched inside them (the launch is the ``ac2g``
   flow's start on the op's thread): ``total_us`` every kernel launched within the op,
   ``self_us`` those not within a nested framework op, ``host_us`` the op's own wall time.
 
