@@ -19,14 +19,17 @@ Where each kind comes from
   Ops`` lines (the framework op each device op ran for), by name. PyTorch: the host slices
   kineto writes for ``record_function`` ranges (``cpu_op``, ``user_annotation``: args with
   ``External id`` and no ``cbid``, which the runtime calls have; the index keeps no
-  ``cat``; read once per name), their device time the kernels launched inside them (the launch is the ``ac2g``
-  flow's start on the op's thread): ``total_us`` every kernel launched within the op,
-  ``self_us`` those not within a nested framework op, ``host_us`` the op's own wall time.
+  ``cat``; read once per name), their device time the kernels launched inside them (the
+  launch is the ``ac2g`` flow's start on the op's thread): ``total_us`` every kernel
+  launched within the op, ``self_us`` those not within a nested framework op, ``host_us``
+  the op's own wall time.
 
-``within_steps``: only occurrences in a step (xplane: starting inside a ``Steps`` window of
-the index; PyTorch: kernels launched in a ``ProfilerStep#N``, framework ops starting in
-one). ``step``: one step's occurrences only. Neither applies to the HLO rows (the answer's
-``ops_scope`` says what each kind covers).
+``within_steps``: only occurrences in a step (xplane: starting inside a step of the
+breakdown, placed on the index's clock, else of the index's ``Steps`` lines; PyTorch:
+kernels launched in a ``ProfilerStep#N``, framework ops starting in one). ``step``: one
+step's occurrences only. Neither applies to the HLO rows' counts (XProf's, the whole
+profile); with ``step`` each HLO row has ``in_step``, its XLA Ops events in that step
+(the answer's ``ops_scope`` says what each kind covers).
 
 Roofline: with an op's FLOPs and bytes accessed, and the device's peak FLOP/s and HBM
 bandwidth (the TPU device plane's ``peak_teraflops_per_second`` and
