@@ -228,6 +228,12 @@ def test_tf_gpu_all_hosts(open_page, server):
     page.click("#so-ops-per-host a")
     page.wait_for_selector("#so-ops tbody tr")
     assert _query(page)["host"] == api["hosts"][0]["host"]
+    # one host: its step per GPU (a two-level axis: step, then device)
+    page.wait_for_selector("#so-steps-chart .main-svg")
+    one = _api(server, run=TF_GPU, host=api["hosts"][0]["host"])
+    ticks = page.eval_on_selector_all("#so-steps-chart .xtick text, #so-steps-chart .xtick2 text", "ts => ts.map((t) => t.textContent)")
+    assert {f"dev {d['device']}" for d in one["steps"][0]["devices"]} <= set(ticks), ticks
+    page.screenshot(path=str(ARTIFACTS / "steps_ops_tf_gpu_host.png"), full_page=True)
 
 
 def test_corrupt_profile_says_what_is_wrong(open_page, server):

@@ -79,6 +79,13 @@ def test_hlo_rows_equal_xprof_hlo_stats(client, case):
         assert ev.json()["name"] == o["name"]
         assert slow["device"] in o["devices"] and all(d.startswith("/device:") for d in o["devices"])
     assert body["ops_scope"]["hlo"] == "profile"
+    # each HLO op also in the step chart's categories, as the breakdown files XLA's
+    keys = {c["key"] for c in body["categories"]}
+    for o in ours.values():
+        assert o["step_category"] in keys
+        want = {"copy-done": "memory", "copy-start": "memory", "custom-call": "custom_call", "all-reduce": "collective",
+                "loop fusion": "fusion", "convolution": "matmul"}.get(o["category"])
+        assert want is None or o["step_category"] == want, (o["name"], o["category"], o["step_category"])
 
 
 def test_tpu_roofline_from_the_profile(client):

@@ -47,6 +47,7 @@ import re
 import numpy as np
 
 from profscope.tools import step_breakdown as sb
+from profscope.tools import xplane_step_breakdown as xsb
 
 __all__ = ["chrome_trace_ops", "roofline", "xplane_ops"]
 
@@ -251,11 +252,16 @@ def xplane_ops(ix, ops: list[dict], total_time_ps: int, program_names: dict[int,
             row["flops"] = int(op["flops"]) * op["occurrences"]
         if op.get("bytes_accessed"):
             row["bytes_accessed"] = int(op["bytes_accessed"]) * op["occurrences"]
+        # the step chart's category of the op (XLA's category read as the breakdown reads it)
+        row["step_category"] = xsb.category_of("", op["category"], op["name"], "")
         if in_step is not None:
             row["in_step"] = {"events": in_step[0], "total_us": _us(in_step[1])}
         row["roofline"] = roofline(row["flops"], row["bytes_accessed"], peaks.get("peak_flops_per_s"),
                                    peaks.get("peak_bytes_per_s"))
         rows.append(row)
+    # a kernel's category by its name alone (the PyTorch rule: memcpy/memset, nccl/rccl,
+    # compute): the breakdown's rule needs the kernel's TF op or HLO op, which the
+    # index's name does not carry (Eigen's "TensorConversionOp" kernels are no matmul)
     rows += _index_rows(ix, KERNEL, _KERNEL_LINE, devices, windows, host, sb.category_of)
     rows += _index_rows(ix, FRAMEWORK, _FRAMEWORK_LINE, devices, windows, host, _framework_category)
     scope = "step" if step is not None else "steps" if windows is not None else "profile"

@@ -267,7 +267,8 @@ function opDetails(r, d, state, run) {
   const s = r.slowest;
   const trace = s ? { ...state, tool: "trace_viewer@", host: s.host || d.host || state.host, start_ms: String((s.start_us - PAD_US) / 1e3),
     end_ms: String((s.start_us + s.dur_us + PAD_US) / 1e3), ev: String(s.event_id), op: "", step: "", opq: "" } : null;
-  const facts = [["kind", r.kind], ["category", r.category], ["module", r.module], ["occurrences", fmtCount(r.occurrences)],
+  const chartCat = r.step_category ? ((d.categories || []).find((c) => c.key === r.step_category) || { label: r.step_category }).label : null;
+  const facts = [["kind", r.kind], ["category", r.category], ["in the step chart", chartCat], ["module", r.module], ["occurrences", fmtCount(r.occurrences)],
     ["total", us(r.total_us)], ["self", us(r.self_us)], ["average", us(r.average_us)], ["share", fmtShare(r.share)],
     ["host time", r.host_us !== undefined ? us(r.host_us) : null], ["framework op", r.framework_op],
     ["FLOPs", r.flops !== null && r.flops !== undefined ? fmtCount(r.flops) : null],
