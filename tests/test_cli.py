@@ -289,3 +289,20 @@ def test_steps_of_all_hosts(shared_fixtures, tmp_path):
         assert line.startswith(f"| {h['host']}{mark} | {h['steps']:,} | {h['median_us']:,.1f} | {h['p90_us']:,.1f} |")
     res = run_cli("ops", str(logdir), *args)
     assert res.returncode == 0 and "Ops are ranked per host: give --host, one of 34.83.195.179_6003" in res.stdout
+
+
+def test_steps_of_a_cpu_only_profile(demo_logdir, tmp_path):
+    """The demo's CPU-only transformer profile: XProf's host steps, one row each with its
+    start and time (there is no device to break down), and the answer's note."""
+    cache = ["--cache-dir", str(tmp_path / "cache")]
+    run = next(r["name"] for r in json.loads(run_cli("runs", str(demo_logdir), "--json", *cache).stdout)
+               if r["name"].startswith("transformer/"))
+    res = run_cli("steps", str(demo_logdir), "--run", run, "--format", "json", *cache)
+    assert res.returncode == 0, res.stderr
+    got = json.loads(res.stdout)
+    assert got["steps"] and not any(s["devices"] for s in got["steps"])
+    res = run_cli("steps", str(demo_logdir), "--run", run, *cache)
+    assert res.returncode == 0, res.stderr
+    rows = _table_rows(res.stdout, "| step | start | step time |")
+    assert rows == [f"| {s['step']} | {s['start_us']:,.1f} | {s['step_time_us']:,.1f} |" for s in got["steps"]]
+    assert f"Note: {got['summary']['missing']}" in res.stdout

@@ -572,7 +572,13 @@ def _steps_markdown(out: dict) -> str:
                          f"{_us(h.get('p90_us'))} | {_cell(h.get('slowest_step'))} | {_us(h.get('slowest_us'))} |")
         lines.append("")
     cats = out.get("categories") or _TRACE_CATEGORIES
-    if out.get("steps"):
+    if out.get("steps") and not any(step["devices"] for step in out["steps"]):
+        # a CPU-only profile: the host's steps, no device time to break down
+        lines += ["| step | start | step time |", "|---|---:|---:|"]
+        lines += [f"| {_cell(step['step'])} | {_us(step.get('start_us'))} | {_us(step['step_time_us'])} |"
+                  for step in out["steps"]]
+        lines.append("")
+    elif out.get("steps"):
         lines += ["| step | device | step time | " + " | ".join(c["label"] for c in cats) + " | idle | bound |",
                   "|---|---|---:|" + "---:|" * len(cats) + "---:|---|"]
         for step in out["steps"]:
