@@ -60,7 +60,7 @@ def _table(page) -> list[dict]:
     page.wait_for_function("!document.querySelector('#tv-summary').dataset.busy")
     return page.evaluate("""() => [...document.querySelectorAll('#tv-summary-table tbody tr')].map(tr => {
         const td = tr.querySelectorAll('td');
-        return { name: td[0].textContent, count: Number(td[1].textContent.replace(/,/g, '')), wall: td[2].textContent };
+        return { name: td[0].textContent, where: td[1].textContent, count: Number(td[2].textContent.replace(/,/g, '')), wall: td[3].textContent };
     })""")
 
 
@@ -119,6 +119,19 @@ def test_alt_drag_summarizes_a_cuda_trace(open_page, resnet_url, resnet):
     page.set_viewport_size({"width": 1600, "height": 1400})
     _ready(page, timeout=120_000)
     _check_range(page, resnet_url, run, resnet, "summary_resnet_cuda.png")
+    # the device's rows alone: the kernels, which the host's frames outrank by wall time
+    _alt_drag(page, 300, 700)
+    rows = _table(page)
+    assert {r["where"] for r in rows} == {"device", "host"} and rows[0]["where"] == "host"
+    page.click("#tv-summary-sides button[data-side=device]")
+    dev = _table(page)
+    assert dev and {r["where"] for r in dev} == {"device"} and len(dev) == sum(r["where"] == "device" for r in rows)
+    assert page.locator("#tv-summary-sides button[data-side=device]").get_attribute("aria-pressed") == "true"
+    walls = [r["wall"] for r in dev]
+    assert dev[0]["name"] == next(r["name"] for r in rows if r["where"] == "device") and walls
+    page.screenshot(path=str(SHOTS / "summary_resnet_cuda_device.png"), full_page=True)
+    page.click("#tv-summary-sides button[data-side=host]")
+    assert {r["where"] for r in _table(page)} == {"host"}
 
 
 def test_flows_of_the_selection_all_or_none(open_page, demo_server):

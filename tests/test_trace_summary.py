@@ -89,7 +89,7 @@ def test_real_cuda_trace_totals_match_the_raw_json(make_client, tmp_path, shared
             want[e["name"]][0] += 1
             want[e["name"]][1] += e.get("dur", 0) / 1000
     s = _summary(client, run)
-    got = {r["name"]: r for r in s["rows"]}
+    got = _both_sides(s["rows"])
     assert s["slices"] >= sum(c for c, _ in want.values()) > 10000
     kernels = [n for n in want if "volta" in n or "Kernel" in n]
     assert kernels
@@ -103,8 +103,64 @@ def test_real_cuda_trace_totals_match_the_raw_json(make_client, tmp_path, shared
     a, b = t0 + (t1 - t0) * 0.4, t0 + (t1 - t0) * 0.5
     origin_us = w["originNs"] / 1000
     part = overlap_counts(doc, origin_us, a, b)
-    sub = {r["name"]: r["count"] for r in _summary(client, run, start_ms=a, end_ms=b)["rows"]}
+    sub = {n: r["count"] for n, r in _both_sides(_summary(client, run, start_ms=a, end_ms=b)["rows"]).items()}
     assert part and all(abs(sub.get(n, 0) - c) <= 1 for n, c in part.items())  # µs rounding at the edges
+
+
+def _both_sides(rows: list[dict]) -> dict[str, dict]:
+    """A name's rows on the devices' and the host's tracks, added up."""
+    out: dict[str, dict] = {}
+    for r in rows:
+        o = out.setdefault(r["name"], {"count": 0, "wallMs": 0.0, "selfMs": 0.0})
+        for k in o:
+            o[k] += r[k]
+    return out
+
+
+def test_device_and_host_rows_of_a_cuda_trace(make_client, tmp_path, shared_fixtures):
+    """A name has one row per side: the V100 trace's kernels and copies are on the device's
+    tracks, its cpu_ops and ProfilerStep#N on the host's. The reference is the raw JSON: a
+    (pid, tid) is a device track when its events carry args.device and args.stream."""
+    resnet = shared_fixtures / RESNET
+    root = tmp_path / "logs"
+    root.mkdir()
+    shutil.copy(resnet, root / resnet.name)
+    doc = json.loads(gzip.decompress(resnet.read_bytes()))
+    xs = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
+    dev_tracks = {(e["pid"], e["tid"]) for e in xs if "device" in e.get("args", {}) and "stream" in e.get("args", {})}
+    want = defaultdict(int)
+    for e in xs:
+        want[(e["name"], (e["pid"], e["tid"]) in dev_tracks)] += 1
+    rows = _summary(make_client(root), resnet.name)["rows"]
+    got = {(r["name"], r["device"]): r["count"] for r in rows}
+    # (kineto's instant "Iteration Start" marker is a slice of the index, not an "X" event)
+    assert {k: v for k, v in got.items() if k[0] in {n for n, _ in want}} == dict(want)
+    assert len(rows) == len(got)  # one row per (name, side)
+    kernels = {n for n, d in got if d and n.startswith("volta_")}
+    assert kernels and not any((n, False) in got for n in kernels)
+    assert ("aten::conv2d", False) in got and ("aten::conv2d", True) not in got
+    assert ("ProfilerStep#5", False) in got
+    # host frames outrank kernels by wall time, which is why the page can show one side
+    assert rows[0]["device"] is False and any(r["device"] for r in rows)
+
+
+def test_device_rows_of_an_xplane(make_client, tmp_path, shared_fixtures):
+    """An xplane's device rows are those of its /device:GPU:N plane (the MI300 GEMM's
+    kernels, XLA ops and modules), the host's those of /host:CPU."""
+    src = next((shared_fixtures / "public_profiles/xplane/mi300_jax08_gemm").rglob("*.xplane.pb"))
+    run_dir = tmp_path / "logs" / "plugins" / "profile" / "r"
+    run_dir.mkdir(parents=True)
+    shutil.copy(src, run_dir / src.name)
+    client = make_client(tmp_path / "logs")
+    run = client.get("/api/runs").json()["runs"][0]["name"]
+    rows = _summary(client, run)["rows"]
+    dev = {r["name"] for r in rows if r["device"]}
+    host = {r["name"] for r in rows if not r["device"]}
+    kernels = {n for n in dev if n.startswith("Cijk_")}  # rocBLAS GEMM kernels, on the GPU's stream lines
+    assert kernels and not kernels & host
+    assert "custom-call.1" in dev and any(n.startswith("jit_dot(") for n in dev)  # XLA Ops, XLA Modules lines
+    # the host's threads run the same op as a thunk (a row of its own), and the Python frames
+    assert "custom-call.1" in host and any(n.startswith("$") for n in host) and not any(n.startswith("$") for n in dev)
 
 
 def test_bad_parameters_are_4xx_json(nested):

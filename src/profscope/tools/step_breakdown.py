@@ -106,11 +106,9 @@ class Kernels:
         return len(self.start)
 
 
-def device_kernels(idx) -> Kernels:
-    """Every device activity of a Chrome trace's index (see the module docstring)."""
+def _device_track_rows(idx) -> tuple[list[int], list[np.ndarray]]:
     track = np.asarray(idx.cols["track"])
-    rows_by_track: list[np.ndarray] = []
-    tracks = []
+    tracks, rows_by_track = [], []
     for t, tr in enumerate(idx.tracks):
         if tr.get("kind", "slices") != "slices" or not tr.get("events"):
             continue
@@ -118,6 +116,19 @@ def device_kernels(idx) -> Kernels:
         if any(_is_device(idx.args(int(r))) for r in rows[:_SAMPLE]):
             rows_by_track.append(rows)
             tracks.append(t)
+    return tracks, rows_by_track
+
+
+def device_tracks(idx) -> list[int]:
+    """The device (stream) tracks of a Chrome trace's index: one of a track's first
+    :data:`_SAMPLE` rows has ``args.device`` and ``args.stream`` (see the module docstring)."""
+    return _device_track_rows(idx)[0]
+
+
+def device_kernels(idx) -> Kernels:
+    """Every device activity of a Chrome trace's index (see the module docstring)."""
+    track = np.asarray(idx.cols["track"])
+    tracks, rows_by_track = _device_track_rows(idx)
     rows = np.sort(np.concatenate(rows_by_track)) if rows_by_track else np.zeros(0, np.int64)
     keep, device, stream = [], [], []
     names, name_col = idx.names, np.asarray(idx.cols["name"])[rows].tolist()

@@ -16,11 +16,13 @@ selected hosts; XProf's own JSON keeps XProf's units (µs ``ts``/``dur``, ms
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
 
 from profscope.errors import BadRequest, NotFound
+from profscope.tools import step_breakdown
 from profscope.tools.trace_index import MODULE_ID, TraceIndex
 
 MAX_FLOWS = 5000  # arrows per window
@@ -100,6 +102,28 @@ class HostIndex:
     host: str
     index: TraceIndex
     pid_offset: int = 0  # xplane: 1000 * XProf's number of the host among those selected; Chrome: 0
+
+
+_DEVICE_TRACKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # TraceIndex -> bool per track
+
+
+def device_track_mask(ix: TraceIndex) -> np.ndarray:
+    """Which tracks of an index are the device's (True) rather than the host's, once per
+    index. An xplane's track belongs to its plane's process, named ``<host> /device:GPU:0``
+    (or ``/device:TPU:N``...) for a device plane and ``<host> /host:CPU`` for the host;
+    a Chrome trace's kernels sit on tracks whose rows have ``args.device`` and
+    ``args.stream`` (kineto; tools/step_breakdown.py ``device_tracks``), which is the
+    only sure sign: kineto names the B200 trace's stream track ``thread 7``."""
+    mask = _DEVICE_TRACKS.get(ix)
+    if mask is None:
+        if ix.meta.get("planes"):
+            procs = {p["pid"]: p["name"] for p in ix.meta["processes"]}
+            mask = np.array(["/device:" in procs.get(t.get("pid"), "") for t in ix.tracks], bool)
+        else:
+            mask = np.zeros(len(ix.tracks), bool)
+            mask[step_breakdown.device_tracks(ix)] = True
+        _DEVICE_TRACKS[ix] = mask
+    return mask
 
 
 class TraceView:
@@ -328,13 +352,14 @@ class TraceView:
 
     def summary(self, start_ms: float | None = None, end_ms: float | None = None) -> dict:
         """Every slice name in [start_ms, end_ms) on every track of the selected hosts, as
-        Catapult's and Perfetto's range selection tabulate it: occurrences, wall time and
+        Catapult's and Perfetto's range selection tabulate it, one row per name on the
+        devices' tracks and one per name on the host's (``device``): occurrences, wall time and
         self time (wall minus the children's on the same track, the slice one depth down
         that starts inside it and ends by its end), both clipped to the range, so a slice
         sticking out of the range counts only its part inside. Computed over the index's
         columns with numpy (no Python object per event)."""
         s, e = self.span_ps(start_ms, end_ms)
-        acc: dict[str, list[int]] = {}  # name -> [count, wall ps, self ps, max wall ps]
+        acc: dict[tuple[str, bool], list[int]] = {}  # (name, on a device) -> [count, wall ps, self ps, max wall ps]
         for h in self.hosts:
             ix = h.index
             sh = self.shift[h.position]
@@ -376,7 +401,11 @@ class TraceView:
                 child = child[depth[child] >= gap]
             if pairs_p:
                 _subtract_children(own, np.concatenate(pairs_p), np.concatenate(pairs_c), np.maximum(st, a), np.minimum(end, z))
-            names, inv = np.unique(np.asarray(ix.cols["name"][rows]), return_inverse=True)
+            # one row per name and side: a kernel and a host frame never share a row, and
+            # the page can show the device's rows alone (on the MI300 trace the host's
+            # Python frames outrank every kernel by wall time)
+            dev = device_track_mask(ix)[np.asarray(ix.cols["track"][rows])]
+            names, inv = np.unique(np.asarray(ix.cols["name"][rows]).astype(np.int64) * 2 + dev, return_inverse=True)
             inv = inv.reshape(-1)
             count = np.bincount(inv, minlength=len(names))
             wall_sum = np.zeros(len(names), np.int64)
@@ -386,14 +415,14 @@ class TraceView:
             wall_max = np.zeros(len(names), np.int64)
             np.maximum.at(wall_max, inv, wall)
             for n, c, w, o, m in zip(names.tolist(), count.tolist(), wall_sum.tolist(), self_sum.tolist(), wall_max.tolist()):
-                row = acc.setdefault(ix.names[n], [0, 0, 0, 0])
+                row = acc.setdefault((ix.names[n >> 1], bool(n & 1)), [0, 0, 0, 0])
                 row[0] += c
                 row[1] += w
                 row[2] += o
                 row[3] = max(row[3], m)
-        out = [{"name": n, "count": c, "wallMs": w / PS_PER_MS, "selfMs": o / PS_PER_MS,
-                "avgMs": w / c / PS_PER_MS, "maxMs": m / PS_PER_MS} for n, (c, w, o, m) in acc.items()]
-        out.sort(key=lambda r: (-r["wallMs"], r["name"]))
+        out = [{"name": n, "device": d, "count": c, "wallMs": w / PS_PER_MS, "selfMs": o / PS_PER_MS,
+                "avgMs": w / c / PS_PER_MS, "maxMs": m / PS_PER_MS} for (n, d), (c, w, o, m) in acc.items()]
+        out.sort(key=lambda r: (-r["wallMs"], r["name"], r["device"]))
         return {"run": self.run, "hosts": [h.host for h in self.hosts], "window": [s / PS_PER_MS, e / PS_PER_MS],
                 "durationMs": (e - s) / PS_PER_MS, "slices": sum(r["count"] for r in out), "rows": out}
 
