@@ -265,3 +265,35 @@ def test_cpu_only_runs_say_what_is_missing(open_page, demo, run):
     else:
         assert "No device op in this profile" in page.inner_text("#so-ops tbody")
     page.screenshot(path=str(ARTIFACTS / f"steps_ops_cpu_{run.split('/')[0]}.png"), full_page=True)
+
+
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory, shared_fixtures):
+    """Seven real profiles as the hosts of one session (tests/test_trace_hosts.py), the
+    corrupt one left out: hosts whose step times differ, so one is the straggler."""
+    from tests.test_trace_hosts import build_mixed_session
+
+    root = tmp_path_factory.mktemp("mixedlog")
+    run, _ = build_mixed_session(root, shared_fixtures, corrupt=False)
+    with profscope_server("serve", str(root), "--port", "0", "--cache-dir", str(tmp_path_factory.mktemp("cache"))) as (url, _):
+        yield url, run
+
+
+def test_all_hosts_marks_the_straggler_host(open_page, mixed):
+    url, run = mixed
+    api = _api(url, run=run, host="ALL_HOSTS")
+    assert api["straggler_host"], "the mixed session's hosts differ"
+    page = open_page(url)
+    _open(page, url, run=run)
+    page.click("#so-all-hosts")
+    page.wait_for_selector("#so-hosts-chart .main-svg")
+    bars = page.eval_on_selector_all("#so-hosts-chart .xtick text", "ts => ts.map((t) => t.textContent)")
+    assert bars == [f"{h['host']} ★" if h["host"] == api["straggler_host"] else h["host"] for h in api["hosts"]]
+    assert page.inner_text("#so-straggler-host strong") == api["straggler_host"]
+    page.screenshot(path=str(ARTIFACTS / "steps_ops_all_hosts_straggler.png"), full_page=True)
+    # a click on the straggler's bars opens that host
+    i = [h["host"] for h in api["hosts"]].index(api["straggler_host"])
+    box = page.locator("#so-hosts-chart .bars").first.locator(".point path").nth(i).bounding_box()
+    page.mouse.click(box["x"] + box["width"] / 2, box["y"] + 20)  # near its top: on a log axis the path runs far below the plot
+    page.wait_for_function("h => new URLSearchParams(location.search).get('host') === h", arg=api["straggler_host"])
+    page.wait_for_selector("#so-ops tbody tr")

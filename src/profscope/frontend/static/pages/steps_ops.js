@@ -96,7 +96,7 @@ function summaryTiles(d, state) {
 function hostsSection(d) {
   return el("section", {}, el("h2", {}, `Hosts (${d.hosts.length})`),
     d.straggler_host ? el("p", { class: "so-hint", id: "so-straggler-host" }, "Straggler host: ", el("strong", {}, d.straggler_host),
-      " (its slowest step is the run's slowest).") : null,
+      " (the highest median step time); click a host's bars to open it.") : el("p", { class: "so-hint" }, "Click a host's bars to open it."),
     el("div", { class: "so-chart", id: "so-hosts-chart" }));
 }
 
@@ -161,10 +161,18 @@ function drawHosts(div, d) {
   const hosts = d.hosts.map((h) => h.host);
   const marked = hosts.map((h) => (h === d.straggler_host ? 3 : 0));
   const names = hosts.map((h) => (h === d.straggler_host ? `${escapePlotly(h)} ★` : escapePlotly(h)));
-  const bar = (name, key, color) => ({ type: "bar", name, x: names, y: d.hosts.map((h) => h[key]), marker: { color, line: { width: marked, color: P.bad } },
+  const bar = (name, key, color) => ({ type: "bar", name, x: names, y: d.hosts.map((h) => h[key]), customdata: hosts, marker: { color, line: { width: marked, color: P.bad } },
     hovertemplate: `%{x}: ${name} %{y:.1f} µs<extra></extra>` });
+  // hosts whose steps differ by orders of magnitude (a TPU host beside CPU ones): a log axis
+  const times = d.hosts.flatMap((h) => [h.median_us, h.slowest_us]).filter((v) => v > 0);
+  const log = times.length && Math.max(...times) > 100 * Math.min(...times);
   newPlot(div, [bar("median", "median_us", P.blue), bar("p90", "p90_us", P.orange), bar("slowest", "slowest_us", P.red)],
-    { barmode: "group", height: 300, margin: { l: 70, r: 20, t: 30, b: 80 }, yaxis: { title: { text: "step time (µs)" } }, legend: LEGEND_TOP });
+    { barmode: "group", height: 300, margin: { l: 70, r: 20, t: 30, b: 80 }, legend: LEGEND_TOP,
+      yaxis: { title: { text: log ? "step time (µs, log)" : "step time (µs)" }, type: log ? "log" : "linear" } });
+  div.on("plotly_click", (ev) => {
+    const host = ev.points && ev.points[0] && ev.points[0].customdata;
+    if (host) go({ ...readState(), host, step: "", op: "" });
+  });
   return div;
 }
 
