@@ -123,6 +123,58 @@ def _int32(x: int) -> int:
     return ((int(x) + (1 << 31)) % (1 << 32)) - (1 << 31)
 
 
+def _nesting_edges(nest_parent: np.ndarray, leaf: np.ndarray, total: int) -> tuple[np.ndarray, list, list]:
+    """The nesting edges (one parent per node) as arrays: each node's parent (-1: none),
+    and every parent's children in node order (``kids[first[p]:first[p + 1]]``)."""
+    nested = (nest_parent >= 0) & ~leaf
+    parent_of = np.where(nested, nest_parent, -1)
+    kids = np.flatnonzero(nested)
+    kids = kids[np.argsort(parent_of[kids], kind="stable")]
+    first = np.zeros(total + 1, dtype=np.int64)
+    np.cumsum(np.bincount(parent_of[kids], minlength=total), out=first[1:])
+    return parent_of, kids.tolist(), first.tolist()
+
+
+def _group_from(root: int, gid: int, group: list, kids: list, first: list, xchildren: dict) -> None:
+    """ProcessRootEvent's PropagateGroupId: every node reachable from the root through
+    nodes no earlier root grouped gets ``gid`` (the walk's order does not change which)."""
+    queue = [root]
+    seen = {root}
+    k = 0
+    while k < len(queue):
+        node = queue[k]
+        k += 1
+        if group[node] >= 0:
+            continue
+        group[node] = gid
+        for c in kids[first[node]:first[node + 1]]:
+            if c not in seen:
+                seen.add(c)
+                queue.append(c)
+        for c in xchildren.get(node, ()):
+            if c not in seen:
+                seen.add(c)
+                queue.append(c)
+
+
+class _Parents:
+    """A node's parents in the event forest, as the dict of lists it replaces answered
+    them: its nesting parent first, then the other edges' parents in the order added."""
+
+    __slots__ = ("nest", "extra")
+
+    def __init__(self, nest: np.ndarray, extra: dict[int, list[int]]):
+        self.nest = nest
+        self.extra = extra
+
+    def get(self, node: int, default=()):
+        p = int(self.nest[node])
+        extra = self.extra.get(node)
+        if p < 0:
+            return extra if extra is not None else default
+        return [p, *extra] if extra else [p]
+
+
 class Grouping:
     """Group ids of the host plane's events, as tsl's EventForest (group_events.cc) computes them."""
 
@@ -197,12 +249,15 @@ class Grouping:
             line[n:] = regions.line
         end = ts + dur
 
-        children: dict[int, list[int]] = {}
-        parents: dict[int, list[int]] = {}
+        # The forest's edges: the nesting ones (one parent per node, most of the edges)
+        # as arrays, the others (inter-thread, context groups, TF loops) in dicts: a
+        # dict entry and a list per node took ~27x the file in memory on a 300 MB profile.
+        xchildren: dict[int, list[int]] = {}
+        xparents: dict[int, list[int]] = {}
 
         def add_child(p, c):
-            children.setdefault(p, []).append(c)
-            parents.setdefault(c, []).append(p)
+            xchildren.setdefault(p, []).append(c)
+            xparents.setdefault(c, []).append(p)
 
         # ConnectIntraThread: nesting on each line, in line order.
         mem = np.zeros(total, dtype=bool)
@@ -219,8 +274,8 @@ class Grouping:
         for seg in np.split(order, bounds):
             if len(seg):
                 self._nest_line(seg, ts, end, dur, is_async, mem, special, nest_parent, below, leaf)
-        for c in np.flatnonzero((nest_parent >= 0) & ~leaf).tolist():
-            add_child(int(nest_parent[c]), c)
+        parent_of, kid_list, first_list = _nesting_edges(nest_parent, leaf, total)
+        parents = _Parents(parent_of, xparents)
 
         # ConnectInterThread: ExecutorState::Process -> IteratorGetNext(AsOptional)Op
         both = g_step.present & g_iter.present
@@ -260,23 +315,12 @@ class Grouping:
         tf_data_steps = {int(g_step_i[i]) for i in np.flatnonzero(self._mask(_TF_DATA_FUNCS) & g_step.present)}
         loop_roots = self._tf_loops(esp, g_step, g_iter, tf_data_steps, ts, add_child)
 
-        group = np.full(total, -1, dtype=np.int64)
         steps: list[StepGroup] = []
 
+        group_list = [-1] * total  # a list: the walk reads and writes it per node
+
         def process_root(root, gid):
-            queue = [root]
-            seen = {root}
-            k = 0
-            while k < len(queue):
-                node = queue[k]
-                k += 1
-                if group[node] >= 0:
-                    continue
-                group[node] = gid
-                for c in children.get(node, ()):
-                    if c not in seen:
-                        seen.add(c)
-                        queue.append(c)
+            _group_from(root, gid, group_list, kid_list, first_list, xchildren)
             steps.append(self._step(root, gid, ts, dur, line, parents))
 
         if loop_roots:
@@ -294,11 +338,12 @@ class Grouping:
                 roots = roots[std_sort_order(-root_level[roots], ts[roots])]
             gid = 0
             for r in roots.tolist():
-                if group[r] >= 0 or self._has_root_ancestor(r, root_level, parents):
+                if group_list[r] >= 0 or self._has_root_ancestor(r, root_level, parents):
                     continue
                 process_root(r, gid)
                 gid += 1
 
+        group = np.asarray(group_list, dtype=np.int64)
         # Allocator events hung directly under their nesting parent take its group.
         li = np.flatnonzero(leaf & (nest_parent >= 0))
         if li.size:
@@ -496,12 +541,12 @@ class Grouping:
         it = xw.StatView(ev, "iter_num", last=False)
         x = self._context_stat(root, it, parents)
         if x is not None:
-            step_num = int(it.int_value()[x])
+            step_num = it.int_at(x)
         else:
             sn = xw.StatView(ev, "step_num", last=False)
             x = self._context_stat(root, sn, parents)
             if x is not None:
-                step_num = int(sn.int_value()[x])
+                step_num = sn.int_at(x)
         li = int(line[root])
         off = int(ts[root] - self.line_ts_ns[li] * 1000)
         return StepGroup(gid, f"{name}{step_num}", off, off + int(dur[root]), self.headers[li].name)

@@ -746,18 +746,19 @@ class StatView:
         return out
 
     def int_value(self) -> np.ndarray:
-        """XStatVisitor::IntValue: the int64 value, 0 for any other value case. Made once
-        per view and read-only: the step grouping asks it once per step root (44,000 roots
-        of a 300 MB profile made this a quadratic pass)."""
-        out = self.__dict__.get("_ints")
-        if out is None:
-            out = np.zeros(len(self.stat), dtype=np.int64)
-            ok = self.present
-            si = self.stat[ok]
-            out[ok] = np.where(self.ks.case[si] == INT64, self.ks.value[si].view(np.int64), 0)
-            out.setflags(write=False)
-            self._ints = out
+        """XStatVisitor::IntValue: the int64 value, 0 for any other value case."""
+        out = np.zeros(len(self.stat), dtype=np.int64)
+        ok = self.present
+        si = self.stat[ok]
+        out[ok] = np.where(self.ks.case[si] == INT64, self.ks.value[si].view(np.int64), 0)
         return out
+
+    def int_at(self, i: int) -> int:
+        """``int_value()[i]`` of one event, without the whole-profile array (the step
+        grouping asks it once per step root: 44,000 roots of a 300 MB profile made the
+        whole array a quadratic pass)."""
+        k = int(self.stat[i])
+        return int(self.ks.value[k : k + 1].view(np.int64)[0]) if k >= 0 and self.ks.case[k] == INT64 else 0
 
     def int_or_uint_value(self) -> np.ndarray:
         """XStatVisitor::IntOrUintValue as uint64 bits."""
