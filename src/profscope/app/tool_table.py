@@ -234,6 +234,7 @@ TOOLS: tuple[Tool, ...] = (
         pages=("steps_ops.js",),
         complete=_first_host,
         xprof=False,
+        version=2,  # 2: ops[] rows' devices, step_category, in_step; xplane steps and their step windows
     ),
     Tool(
         "oom_risk",
