@@ -93,6 +93,7 @@ class Activities:
     hlo_category: list[str] = field(default_factory=list)
     memcpy: list[str] = field(default_factory=list)  # the memcpy_details stat ("" without)
     opcode: list[str] = field(default_factory=list)  # the HLO opcode of the op in its module ("" unknown)
+    first_ps: int | None = None  # the plane's earliest event, of any line (Steps, modules...)
 
 
 @dataclass
@@ -192,6 +193,9 @@ def _read_gpu_plane(plane, dev: Activities, steps: dict) -> None:
     events: dict[int, list] = {}
     for line in plane.lines:
         line_ps = line.timestamp_ns * 1000
+        if line.events:
+            b0 = line_ps + min(ev.offset_ps for ev in line.events)
+            dev.first_ps = b0 if dev.first_ps is None else min(dev.first_ps, b0)
         if line.id == THREAD_ID_STEP_INFO:
             for ev in line.events:
                 st = {**meta_stats.get(ev.metadata_id, {}), **_stats(ev.stats, names)}
@@ -235,6 +239,9 @@ def _read_tpu_plane(plane, dev: Activities, steps: dict) -> None:
     meta = plane.event_metadata
     for line in plane.lines:
         line_ps = line.timestamp_ns * 1000
+        for ev in line.events:
+            b0 = _device_span(ev, {**meta_stats.get(ev.metadata_id, {}), **_stats(ev.stats, names)}, line_ps)[0]
+            dev.first_ps = b0 if dev.first_ps is None else min(dev.first_ps, b0)
         if line.name == STEP_LINE:
             # keyed by the step's name (the runtime's step number): XProf's TPU grouping
             # (GroupTpuEventsOSS), which numbers them, is not ported
@@ -531,7 +538,8 @@ def read_step_events(raw: IO[bytes], path: str) -> StepEvents:
                     _read_gpu_plane(plane, dev, steps)
                     device_type = _device_type(plane, {k: v.name for k, v in plane.stat_metadata.items()})
                 devices.append(dev)
-            first = min((min(d.start) for d in devices if d.start), default=None)
+            # the devices' earliest event (any line): the origin of the steps' start_us
+            first = min((d.first_ps for d in devices if d.first_ps is not None), default=None)
             grouping = "pre-grouped" if steps else "none"
             host = index.plane(HOST_PLANE)
             if host is not None:

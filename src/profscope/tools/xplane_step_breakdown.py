@@ -267,8 +267,10 @@ def breakdown(ev, program_names: dict | None = None) -> dict:
     for s in out_steps:
         for d in s["devices"]:
             d.pop("_ps")
+    # start_us counts from origin_ps: the first device activity (CPU only: the first host
+    # event), in the xplane's absolute picoseconds (line timestamp_ns * 1000 + offset)
     return {"source": "xplane", "categories": [{"key": k, "label": lab} for k, lab in CATEGORIES],
-            "summary": summary, "steps": out_steps}
+            "summary": summary, "steps": out_steps, "origin_ps": origin}
 
 
 def all_hosts(per_host: list[dict]) -> dict:
