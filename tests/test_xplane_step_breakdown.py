@@ -360,3 +360,28 @@ def test_kernels_of_no_xla_op_take_their_tensorflow_op_type():
                 seen[(h, xb.category_of(o, h, n, m))] += 1
     assert seen[("tf:MatMul", "matmul")] > 0
     assert all(cat == ("matmul" if h == "tf:MatMul" else "other") for h, cat in seen)
+
+
+def test_origin_is_the_device_planes_first_event(shared_fixtures):
+    """start_us counts from origin_ps: the earliest event of any line of the device planes
+    (on the TPU profile a line other than XLA Ops starts first), as the ops table places
+    the steps on the trace index's clock by its device tracks' first event."""
+    from profscope.formats import xplane
+    from profscope.tools import xplane_step_breakdown as xb
+
+    path = _path(shared_fixtures, INDEX["tpu_inference"])
+    with open(path, "rb") as f:
+        index = xplane.scan(f, str(path))
+        firsts = []
+        for ref in index.planes:
+            if ref.name.startswith("/device:TPU:") and ref.name[len("/device:TPU:"):].isdigit():
+                plane = xplane.read_plane(f, ref, str(path))
+                names = {k: v.name for k, v in plane.stat_metadata.items()}
+                for line in plane.lines:
+                    for ev in line.events:
+                        st = {names.get(s.metadata_id): xplane.stat_value(s, names) for s in ev.stats}
+                        off = st.get("device_offset_ps")
+                        firsts.append(off if isinstance(off, int) else line.timestamp_ns * 1000 + ev.offset_ps)
+    ev = _read(path)
+    out = xb.breakdown(ev, ev.program_names)
+    assert out["origin_ps"] == min(firsts) < min(min(d.start) for d in ev.devices if d.start)
