@@ -101,10 +101,14 @@ class StepEvents:
     """What one XSpace says about steps: XProf's step database and the device activities."""
 
     hardware: str  # XProf's HardwareType name: GPU, TPU or CPU_ONLY
-    device_type: str  # the run environment's device type ("GPU", "AMD GPU - gfx942", "TPU v6 Lite", "CPU")
+    device_type: str  # the run environment's device kind ("GPU", "AMD GPU", the TPU's "TPU v6 Lite", "CPU")
     devices: list[Activities]
-    steps: list[dict]  # {step_num, name, begin_ps, duration_ps, type_ps: {EventType value: ps}}
-    grouping: str  # "pre-grouped" (the profile's group_id stats), "grouped" (profscope's), "none"
+    # {step_num, name, step_name (XProf's, "" when it has none), begin_ps, duration_ps,
+    #  type_ps: {EventType value: ps}}
+    steps: list[dict]
+    # where the steps come from: "pre-grouped" (a GPU profile's group_id stats and Steps
+    # lines), "steps-line" (TPU), "grouped" (a CPU profile's host step groups), "none"
+    grouping: str
     first_ps: int | None = None  # the earliest event of the device planes (or of the host plane)
     # the host ran tf.data ops (``Iterator::...`` events): XProf's TfDataInUse, which
     # picks the overview page's next step
@@ -540,7 +544,7 @@ def read_step_events(raw: IO[bytes], path: str) -> StepEvents:
                 devices.append(dev)
             # the devices' earliest event (any line): the origin of the steps' start_us
             first = min((d.first_ps for d in devices if d.first_ps is not None), default=None)
-            grouping = "pre-grouped" if steps else "none"
+            grouping = ("steps-line" if tpu else "pre-grouped") if steps else "none"
             host = index.plane(HOST_PLANE)
             if host is not None:
                 raw.seek(0)
