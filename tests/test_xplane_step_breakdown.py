@@ -362,6 +362,22 @@ def test_kernels_of_no_xla_op_take_their_tensorflow_op_type():
     assert all(cat == ("matmul" if h == "tf:MatMul" else "other") for h, cat in seen)
 
 
+def test_kernels_of_no_op_at_all_by_their_name():
+    """A kernel with neither an XLA op nor a TensorFlow op: cuBLAS/cuDNN/CUTLASS GEMM and
+    convolution kernels by name are matmul; Eigen's TensorConversionOp (a cast, whose name
+    holds "Conv") and the rest are other."""
+    from profscope.tools import xplane_step_breakdown as xb
+
+    assert xb.category_of("", "", "volta_sgemm_128x64_nn", "") == "matmul"
+    assert xb.category_of("", "", "void cudnn::cnn::wgrad_alg0_engine<float, 128, 6>", "") == "matmul"
+    assert xb.category_of("", "", "implicit_convolve_sgemm", "") == "matmul"
+    assert xb.category_of("", "", "void Eigen::internal::EigenMetaKernel<Eigen::TensorEvaluator<Eigen::TensorAssignOp<"
+                          "Eigen::TensorMap<Eigen::Tensor<float, 1, 1, long>>, Eigen::TensorConversionOp<float, "
+                          "Eigen::TensorMap<Eigen::Tensor<int const, 1, 1, long>> const> const> const, "
+                          "Eigen::GpuDevice>, long>(...)", "") == "other"
+    assert xb.category_of("", "", "convert_element_type_kernel", "") == "other"
+
+
 def test_origin_is_the_device_planes_first_event(shared_fixtures):
     """start_us counts from origin_ps: the earliest event of any line of the device planes
     (on the TPU profile a line other than XLA Ops starts first), as the ops table places

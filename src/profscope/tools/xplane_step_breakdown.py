@@ -48,7 +48,8 @@ _COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "collective-permut
 
 
 _MATMUL_TF = re.compile(r"^tf:(Batch)?MatMul|^tf:.*Conv|^tf:Einsum|^tf:_FusedMatMul|^tf:_FusedConv")
-_MATMUL_KERNEL = re.compile(r"gemm|cutlass|cudnn|conv|wgrad|dgrad")
+# "conv" not followed by "ert"/"ersion": Eigen's TensorConversionOp kernels (a cast) are no convolution
+_MATMUL_KERNEL = re.compile(r"gemm|cutlass|cudnn|conv(?!ert|ersion)|wgrad|dgrad")
 
 
 def category_of(opcode: str, hlo_category: str, name: str, memcpy: str) -> str:
