@@ -17,6 +17,7 @@ Screenshots (test-artifacts/steps_ops_*.png) are looked at by whoever changes th
 from __future__ import annotations
 
 import json
+import re
 from urllib.parse import parse_qs, quote, urlencode, urlparse
 from urllib.request import urlopen
 
@@ -58,6 +59,16 @@ def _names(page) -> list[str]:
     return page.locator("#so-ops tbody tr td:first-child").all_inner_texts()
 
 
+def _kinds(page) -> set[str]:
+    return set(page.locator("#so-ops tbody tr td:nth-child(2)").all_inner_texts())
+
+
+def _yaxis(page, chart: str) -> tuple[str, list[str]]:
+    """A chart's y axis: its title and tick labels."""
+    title = page.eval_on_selector(f"#{chart} .g-ytitle", "g => g.textContent")
+    return title, page.eval_on_selector_all(f"#{chart} .ytick text", "ts => ts.map((t) => t.textContent)")
+
+
 def test_pytorch_trace_steps_sort_filter_and_trace_link(open_page, server):
     ARTIFACTS.mkdir(exist_ok=True)
     api = _api(server, run=V100)
@@ -66,8 +77,30 @@ def test_pytorch_trace_steps_sort_filter_and_trace_link(open_page, server):
     page.wait_for_selector("#so-steps-chart .bars")
     page.screenshot(path=str(ARTIFACTS / "steps_ops_v100.png"), full_page=True)
     assert page.inner_text("#so-steps-count .value") == str(len(api["steps"]))
-    # the table as the API ranks it (most total time first)
-    assert _names(page)[:5] == [r["name"] for r in api["ops"][:5]]
+    # by default the device's own rows, the kernels, as the API ranks them (most total
+    # time first): framework ops nest over the same kernels, so mixed in they would count
+    # the device time several times; the kernels' shares are of the steps' device time
+    kernels = [r for r in api["ops"] if r["kind"] == "kernel"]
+    assert _kinds(page) == {"kernel"} and page.input_value("#so-kind") == "kernel"
+    assert _names(page)[:5] == [r["name"] for r in kernels[:5]]
+    assert 0 < sum(r["share"] for r in kernels) <= 1
+    assert page.inner_text("#so-share-of") == f"Share: of {api['share_of']['kernel']}."
+    assert f"{len(api['steps'])} steps × 1 GPU" in api["share_of"]["kernel"]
+    # the step chart's time axis in the unit its steps read in (ms here), not "150k µs"
+    title, ticks = _yaxis(page, "so-steps-chart")
+    assert max(s["step_time_us"] for s in api["steps"]) > 1e5 and title == "step time (ms)", (title, ticks)
+    assert not any("k" in t or "M" in t for t in ticks), ticks
+
+    # the framework ops one click away (kind= in the URL), every kind too
+    page.select_option("#so-kind", "framework")
+    page.wait_for_function("() => new URLSearchParams(location.search).get('kind') === 'framework'")
+    page.wait_for_selector("#so-ops tbody tr")
+    assert _kinds(page) == {"framework"}
+    page.select_option("#so-kind", "all")
+    page.wait_for_function("() => new URLSearchParams(location.search).get('kind') === 'all'")
+    assert _kinds(page) == {"kernel", "framework"} and "do not add up" in page.inner_text("#so-share-of")
+    page.select_option("#so-kind", "kernel")
+    page.wait_for_function("() => new URLSearchParams(location.search).get('kind') === 'kernel'")
 
     # a click on a step's bar selects it: step= in the URL, that step's ops in the table
     step = api["steps"][2]["step"]
@@ -77,23 +110,23 @@ def test_pytorch_trace_steps_sort_filter_and_trace_link(open_page, server):
     page.wait_for_selector("#so-clear-step")
     one = _api(server, run=V100, step=step)
     page.wait_for_function("n => document.querySelector('#so-count').textContent.endsWith(`of ${n} ops`)",
-                           arg=f"{len(one['ops']):,}")
+                           arg=f"{sum(1 for r in one['ops'] if r['kind'] == 'kernel'):,}")
     assert page.inner_text("h2:has-text('Ops of step')") == f"Ops of step #{step}"
 
     # sort by occurrences (ascending after two clicks), filter, and the URL keeps both
     page.click("#so-ops th[data-key=occurrences]")
     assert _query(page)["sort"] == "-occurrences"
-    page.fill("#so-filter", "aten::add")
-    page.wait_for_function("() => new URLSearchParams(location.search).get('opq') === 'aten::add'")
+    page.fill("#so-filter", "elementwise")
+    page.wait_for_function("() => new URLSearchParams(location.search).get('opq') === 'elementwise'")
     shown = _names(page)
-    assert shown and all("aten::add" in n for n in shown)
+    assert shown and all("elementwise" in n for n in shown)
     occ = [int(t.replace(",", "")) for t in page.locator("#so-ops tbody tr td:nth-child(5)").all_inner_texts()]
     assert occ == sorted(occ, reverse=True)
     url = page.url
     again = open_page(server)
     again.goto(url)
     again.wait_for_selector("#so-ops tbody tr")
-    assert _names(again) == shown and again.input_value("#so-filter") == "aten::add"
+    assert _names(again) == shown and again.input_value("#so-filter") == "elementwise"
     assert again.get_attribute("#so-ops th[data-key=occurrences]", "aria-sort") == "descending"
 
     # an op's details link the trace viewer at its slowest occurrence, event selected
@@ -116,9 +149,11 @@ def test_mi300_hlo_ops_selectors_and_memory_link(open_page, server):
     page = open_page(server)
     _open(page, server, run=MI300)
     page.wait_for_selector("#so-steps-chart .main-svg, #so-no-steps")  # the module's runs are its steps, or none
-    page.select_option("#so-kind", "hlo")
-    page.wait_for_function("() => new URLSearchParams(location.search).get('kind') === 'hlo'")
+    # an xplane with HLO ops: those are its device's own rows, shown without kind=
+    assert page.input_value("#so-kind") == "hlo" and "kind" not in _query(page)
+    assert page.inner_text("#so-share-of") == f"Share: of {api['share_of']['hlo']}."
     hlo = [r for r in api["ops"] if r["kind"] == "hlo"]
+    assert 0 < sum(r["share"] for r in hlo) <= 1
     page.wait_for_function("n => document.querySelector('#so-count').textContent.startsWith(`${n} of`)", arg=str(len(hlo)))
     assert sorted(_names(page)) == sorted(r["name"] for r in hlo)
     page.select_option("#so-category", "custom-call")
@@ -184,7 +219,8 @@ def test_b200_trace_without_steps(open_page, server):
     _open(page, server, run=run)
     assert "ProfilerStep" in page.inner_text("#so-missing")
     assert page.is_disabled("#so-within") and not page.is_checked("#so-within")
-    assert _names(page)[:5] == [r["name"] for r in api["ops"][:5]]
+    assert _names(page)[:5] == [r["name"] for r in api["ops"] if r["kind"] == "kernel"][:5]
+    assert "the devices' time from first to last activity" in page.inner_text("#so-share-of")  # no steps
     page.select_option("#so-device", "GPU 0")
     page.wait_for_function("() => new URLSearchParams(location.search).get('device') === 'GPU 0'")
     kinds = set(page.locator("#so-ops tbody tr td:nth-child(2)").all_inner_texts())
@@ -223,6 +259,19 @@ def test_tf_gpu_all_hosts(open_page, server):
     assert [b.rstrip(" ★") for b in bars] == [h["host"] for h in api["hosts"]]
     if api.get("straggler_host"):
         assert f"{api['straggler_host']} ★" in bars and page.locator("#so-straggler-host").count() == 1
+    # the tiles say what reads across hosts: hosts with steps, the slowest host's median,
+    # the slowest step of any host; the ops are per host
+    with_steps = [h for h in api["hosts"] if h["steps"]]
+    assert page.inner_text("#so-hosts-count .value") == f"{len(with_steps)} of {len(api['hosts'])}"
+    slow = max(with_steps, key=lambda h: h["median_us"])
+    assert slow["host"] in page.inner_text("#so-slowest-host .sub")
+    assert page.inner_text("#so-slowest-host .value") not in ("—", "") and page.inner_text("#so-slowest-any .value") != "—"
+    assert "per host" in page.inner_text("#so-summary")
+    # the top bar's Host menu says all hosts, not the first one
+    shown = page.eval_on_selector("#pick-host", "s => s.options[s.selectedIndex].textContent")
+    assert shown == f"all {len(api['hosts'])} hosts: 34.83.195.{{179,180}}_6003", shown
+    title, ticks = _yaxis(page, "so-hosts-chart")
+    assert title == "step time (ms)" and not any("k" in t for t in ticks), (title, ticks)  # 21.3 ms steps
     page.wait_for_selector("#so-ops-per-host")  # the ops table is one host's
     page.screenshot(path=str(ARTIFACTS / "steps_ops_tf_gpu_all_hosts.png"), full_page=True)
     page.click("#so-ops-per-host a")
@@ -232,7 +281,9 @@ def test_tf_gpu_all_hosts(open_page, server):
     page.wait_for_selector("#so-steps-chart .main-svg")
     one = _api(server, run=TF_GPU, host=api["hosts"][0]["host"])
     ticks = page.eval_on_selector_all("#so-steps-chart .xtick text, #so-steps-chart .xtick2 text", "ts => ts.map((t) => t.textContent)")
-    assert {f"dev {d['device']}" for d in one["steps"][0]["devices"]} <= set(ticks), ticks
+    # each GPU named as the trace viewer names its process (/device:GPU:1), not "dev 1"
+    assert {d["plane"] for d in one["steps"][0]["devices"]} == {"/device:GPU:1", "/device:GPU:4", "/device:GPU:6"}
+    assert {d["plane"] for d in one["steps"][0]["devices"]} <= set(ticks), ticks
     page.screenshot(path=str(ARTIFACTS / "steps_ops_tf_gpu_host.png"), full_page=True)
 
 
@@ -290,6 +341,10 @@ def test_all_hosts_marks_the_straggler_host(open_page, mixed):
     bars = page.eval_on_selector_all("#so-hosts-chart .xtick text", "ts => ts.map((t) => t.textContent)")
     assert bars == [f"{h['host']} ★" if h["host"] == api["straggler_host"] else h["host"] for h in api["hosts"]]
     assert page.inner_text("#so-straggler-host strong") == api["straggler_host"]
+    # a log axis (hosts' steps differ by 100x or more): each tick in its own unit
+    title, ticks = _yaxis(page, "so-hosts-chart")
+    assert title == "step time (log)" and ticks and all(re.fullmatch(r"[\d.,]+ (ps|ns|µs|ms|s)", t) for t in ticks), (title, ticks)
+    assert len({t.split()[1] for t in ticks}) > 1, ticks  # more than one unit: the steps differ by orders of magnitude
     page.screenshot(path=str(ARTIFACTS / "steps_ops_all_hosts_straggler.png"), full_page=True)
     # a click on the straggler's bars opens that host
     i = [h["host"] for h in api["hosts"]].index(api["straggler_host"])

@@ -250,3 +250,43 @@ def test_xplane_step_windows_are_the_breakdowns(client):
     assert [(r["name"], r["program_id"], r["in_step"]["events"]) for r in ran] == \
         [("custom-call.1", str(gemm["summary"]["program_id"]), 1)]
     assert ran[0]["in_step"]["total_us"] == gemm["steps"][0]["step_time_us"]
+
+
+@pytest.mark.parametrize("run, kind", [("traces/kineto_resnet50_v100.pt.trace.json.gz", "kernel"),
+                                       ("traces/tracelens_b200_eager.trace.json.gz", "kernel"),
+                                       ("xplane/tf_gpu/GPU-multi-worker", "kernel"),
+                                       ("xplane/mi300_jax08_gemm/jax08_gemm", "hlo"),
+                                       ("xplane/tpu_inference/2025_12_10_tpu", "hlo")])
+def test_device_rows_shares_add_up_to_at_most_the_device_time(client, run, kind):
+    """The page's default rows (a device's own: HLO ops where the xplane has them, else
+    kernels) are shares of one device time, said in ``share_of``: together at most 1."""
+    body = _ops(client, run)
+    rows = [r for r in body["ops"] if r["kind"] == kind]
+    assert rows and 0 < sum(r["share"] for r in rows) <= 1
+    assert body["share_of"][kind]
+
+
+def test_two_gpus_kernel_shares_are_of_both_gpus_time(tmp_path):
+    """A PyTorch trace driving two GPUs (the builder's straggler run): the kernels' shares
+    are of the steps' time on both GPUs, so they add up to at most 1 (of one GPU's time
+    they came to 1.33)."""
+    from profscope.formats import chrome_trace
+    from profscope.testing import kineto_trace
+    from profscope.tools import trace_index as ti
+
+    path = kineto_trace.straggler(tmp_path / "two.pt.trace.json.gz", steps=3, slow_device=1)
+    with open(path, "rb") as f:
+        ev = chrome_trace.trace_columns(f, str(path))
+    (tmp_path / "ix").mkdir()
+    ti.build_index(ev, tmp_path / "ix")
+    ix = ti.TraceIndex(tmp_path / "ix")
+    body = op_table.chrome_trace_ops(ix, "host")
+    (kernel,) = [r for r in body["ops"] if r["kind"] == "kernel"]
+    assert kernel["devices"] == ["GPU 0", "GPU 1"]
+    from profscope.tools import step_breakdown as sb
+
+    steps = sb.host_steps(ix, sb.device_kernels(ix))
+    assert len(steps) == 3
+    assert kernel["share"] == pytest.approx(kernel["total_us"] * 1e6 / (2 * sum(d for _n, _s, d in steps)), abs=1e-6)
+    assert kernel["share"] <= 1
+    assert body["share_of"]["kernel"] == "the steps' device time (3 steps × 2 GPUs)"

@@ -234,7 +234,7 @@ TOOLS: tuple[Tool, ...] = (
         pages=("steps_ops.js",),
         complete=_first_host,
         xprof=False,
-        version=2,  # 2: ops[] rows' devices, step_category, in_step; xplane steps and their step windows
+        version=3,  # 2: ops[] rows' devices, step_category, in_step; xplane steps and their step windows; 3: share_of, PyTorch shares of every GPU's time, steps[].devices[].name
     ),
     Tool(
         "oom_risk",

@@ -265,7 +265,10 @@ def xplane_ops(ix, ops: list[dict], total_time_ps: int, program_names: dict[int,
     rows += _index_rows(ix, KERNEL, _KERNEL_LINE, devices, windows, host, sb.category_of)
     rows += _index_rows(ix, FRAMEWORK, _FRAMEWORK_LINE, devices, windows, host, _framework_category)
     scope = "step" if step is not None else "steps" if windows is not None else "profile"
-    return {"ops": _rank(rows), "ops_scope": {HLO: "profile", KERNEL: scope, FRAMEWORK: scope}}
+    of = _share_of(scope, len(windows or []), len(set(devices.values())), "device")
+    return {"ops": _rank(rows), "ops_scope": {HLO: "profile", KERNEL: scope, FRAMEWORK: scope},
+            "share_of": {HLO: "the time of every device plane over the whole profile (XProf's hlo_stats share)",
+                         KERNEL: of, FRAMEWORK: of}}
 
 
 _PROGRAM = re.compile(r"\((\d+)\)$")  # an XLA Modules event's name: "<module>(<program id>)"
@@ -351,11 +354,26 @@ def chrome_trace_ops(ix, host: str, within_steps: bool | None = None, step: str 
         sel, windows = step_of >= 0, [(s, d) for _n, s, d in steps]
     else:
         sel, windows = np.ones(len(k), bool), None
-    whole = (sum(d for _s, d in windows) if windows is not None
-             else sb.temporal(k.start, k.end, cats == sb.COMPUTE)["kernel_time"] if len(k) else 0)
+    # the device time the shares are of: every GPU's (args.device) share of the steps'
+    # windows, else each GPU's first-to-last kernel span, summed (one GPU's alone would
+    # give two GPUs' kernels shares adding up past 100 %)
+    gpus = np.unique(k.device).tolist() if len(k) else []
+    whole = (sum(d for _s, d in windows) * len(gpus) if windows is not None
+             else sum(int(k.end[k.device == g].max() - k.start[k.device == g].min()) for g in gpus))
     rows = _kernel_rows(ix, k, sel, cats, whole, host) + _framework_rows(ix, k, sel, windows, whole, host)
     scope = "step" if chosen is not None else "steps" if windows is not None else "trace"
-    return {"ops": _rank(rows), "ops_scope": {KERNEL: scope, FRAMEWORK: scope}}
+    of = _share_of(scope, len(windows or []), len(gpus), "GPU")
+    return {"ops": _rank(rows), "ops_scope": {KERNEL: scope, FRAMEWORK: scope}, "share_of": {KERNEL: of, FRAMEWORK: of}}
+
+
+def _share_of(scope: str, steps: int, devices: int, unit: str) -> str:
+    """What a kernel or framework row's ``share`` is of, said for the page's table header."""
+    many = f"{devices} {unit}s" if devices != 1 else f"1 {unit}"
+    if scope == "step":
+        return f"the step's device time (its time × {many})"
+    if scope == "steps":
+        return f"the steps' device time ({steps} step{'s' if steps != 1 else ''} × {many})"
+    return f"the devices' time from first to last activity ({many})"
 
 
 def _kernel_rows(ix, k: sb.Kernels, sel: np.ndarray, cats: np.ndarray, whole: int, host: str) -> list[dict]:

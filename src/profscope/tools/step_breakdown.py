@@ -353,7 +353,9 @@ def breakdown(idx) -> dict:
     devices = sorted(set(int(d) for d in k.device))
     out_steps = []
     for i, (name, s, d) in enumerate(steps):
-        per_dev = [{"device": dev, **_device_step(k, (step_of == i) & (k.device == dev), k.device == dev, s, d, cats,
+        # name: the device as the trace viewer and the ops table's rows call it (kineto's
+        # args.device N is the process "GPU N")
+        per_dev = [{"device": dev, "name": f"GPU {dev}", **_device_step(k, (step_of == i) & (k.device == dev), k.device == dev, s, d, cats,
                                                    kinds)}
                    for dev in devices]
         out_steps.append({"step": name, "start_us": _us(s), "step_time_us": _us(d), "devices": per_dev,

@@ -160,6 +160,12 @@ async function render(state) {
   if (merged.length > 1) {
     hosts.unshift({ value: "", label: `${merged.length} hosts: ${fmtHosts(merged)}`, title: merged.join("\n"), attrs: { "data-merged": merged.join(",") } });
   }
+  // Every host at once (host=ALL_HOSTS, XProf's name: Steps & ops, the overview page):
+  // the picker says so too, as it says which hosts a merged timeline holds.
+  const allHosts = state.host === "ALL_HOSTS" && details.hosts.length > 1 && !details.hosts.includes("ALL_HOSTS");
+  if (allHosts) {
+    hosts.unshift({ value: "ALL_HOSTS", label: `all ${details.hosts.length} hosts: ${fmtHosts(details.hosts)}`, title: details.hosts.join("\n") });
+  }
   fillSelect($("#pick-host"), hosts, merged.length > 1 ? "" : state.host);
   fillModules(details.modules, state.module_name);
   showConversions(state, details); // a multi-host run's hosts on the Dask cluster, if the server has one

@@ -4,7 +4,8 @@
 // device ops ranked (HLO ops, kernels, framework ops) with their slowest occurrence.
 // URL keys: step (the step whose ops the table shows, asked of the server as step=),
 // within ("0": every occurrence, not only those inside steps), kind / category / module /
-// device (the table's selectors), opq (its filter box), sort ("-total_us": a column,
+// device (the table's selectors; no kind: the device's own rows, see defaultKind; "all":
+// every kind), opq (its filter box), sort ("-total_us": a column,
 // "-" for descending), op (the row whose details are open). host=ALL_HOSTS (XProf's
 // name) shows every host's step times side by side, the straggler host marked.
 // XProf's hlo_stats and op_profile open here too, on the HLO rows (kind=hlo): the same
@@ -12,7 +13,7 @@
 import { el } from "../lib/dom.js";
 import { go, readState, setUrl, stateUrl } from "../lib/state.js";
 import { cachedJson, errorBox } from "../lib/api.js";
-import { fmtCount, fmtShare } from "../lib/format.js";
+import { fmtCount, fmtDur, fmtShare } from "../lib/format.js";
 import { P, SERIES } from "../lib/colors.js";
 import { escapePlotly, LEGEND_TOP, newPlot, purge } from "../lib/plotly.js";
 import { sortableTable } from "../lib/table.js";
@@ -31,6 +32,21 @@ function dataUrl(run, state) {
 }
 
 const us = (v) => (v === null || v === undefined ? "—" : v >= 1e6 ? `${(v / 1e6).toFixed(3)} s` : v >= 1e3 ? `${(v / 1e3).toFixed(3)} ms` : `${v.toFixed(3)} µs`);
+// A time axis in the unit its largest value reads best in (µs, ms, s), as fmtDur writes
+// the page's other times: { label, div } (values in µs are divided by div).
+function usUnit(maxUs) {
+  return maxUs >= 1e6 ? { label: "s", div: 1e6 } : maxUs >= 1e3 ? { label: "ms", div: 1e3 } : { label: "µs", div: 1 };
+}
+// A log axis's ticks (µs values) at the powers of ten from lo to hi, each in its own unit
+// ("100 µs", "1 ms", "10 s"): one unit for the whole axis would print 0.0001 s.
+function logTicks(lo, hi) {
+  const tickvals = [];
+  for (let e = Math.floor(Math.log10(lo)); e <= Math.ceil(Math.log10(hi)); e++) tickvals.push(10 ** e);
+  return { tickvals, ticktext: tickvals.map((v) => fmtDur(v / 1e3)) };
+}
+// A device as the trace viewer names it: an xplane's plane ("/device:GPU:1"), a PyTorch
+// GPU's name ("GPU 0"), else its id.
+const deviceName = (dev) => String(dev.plane ?? dev.name ?? dev.device);
 const stepLabel = (step) => (/^\d+$/.test(String(step)) ? `#${step}` : String(step)); // "#12", "train 0"
 const opKey = (r) => [r.kind, r.program_id || "", r.name].join("|");
 
@@ -82,14 +98,36 @@ function tile(label, value, sub, id) {
 }
 
 function summaryTiles(d, state) {
+  if (d.hosts) return hostsTiles(d);
   const s = d.summary || {};
-  const straggler = s.slowest_straggler ? `straggler: ${s.slowest_straggler.device ?? s.slowest_straggler.host ?? ""}` : null;
+  const names = new Map(d.steps.flatMap((st) => (st.devices || []).map((x) => [String(x.device), deviceName(x)])));
+  const who = s.slowest_straggler ? s.slowest_straggler.device ?? s.slowest_straggler.host : null;
+  const straggler = who !== null && who !== undefined ? `straggler: ${names.get(String(who)) ?? who}` : null;
   return el("div", { class: "so-tiles", id: "so-summary" },
     tile("Steps", fmtCount(s.steps ?? 0), s.step_source ? `found by ${s.step_source}` : d.source, "so-steps-count"),
     tile("Median step", us(s.median_us), s.p90_us !== undefined ? `p90 ${us(s.p90_us)}` : null),
     tile("Slowest step", s.slowest_step !== undefined ? stepLabel(s.slowest_step) : "—", s.slowest_us !== undefined ? [us(s.slowest_us), straggler ? ` · ${straggler}` : ""].join("") : null),
     tile("Ops", fmtCount((d.ops || []).length), Object.entries(d.ops_scope || {}).map(([k, v]) => `${k}: ${v}`).join(" · ")),
     state.step ? tile("Selected step", stepLabel(state.step), link({ ...state, step: "" }, "show every step", { id: "so-clear-step" })) : null);
+}
+
+// host=ALL_HOSTS: what reads across hosts (one host's median or ops mean nothing here):
+// how many hosts have steps, the slowest host by median step time (the straggler host),
+// and the slowest step of any host.
+function hostsTiles(d) {
+  const withSteps = d.hosts.filter((h) => h.steps > 0);
+  const slowHost = d.hosts.find((h) => h.host === d.straggler_host)
+    || withSteps.reduce((a, h) => (a && a.median_us >= h.median_us ? a : h), null);
+  const slowStep = withSteps.reduce((a, h) => (a && a.slowest_us >= h.slowest_us ? a : h), null);
+  const s = d.summary || {};
+  return el("div", { class: "so-tiles", id: "so-summary" },
+    tile("Hosts with steps", `${fmtCount(withSteps.length)} of ${fmtCount(d.hosts.length)}`,
+      `${fmtCount(s.steps ?? 0)} steps${s.step_source ? `, found by ${s.step_source}` : ""}`, "so-hosts-count"),
+    tile(d.straggler_host ? "Straggler host: median step" : "Slowest host: median step", slowHost ? us(slowHost.median_us) : "—",
+      slowHost ? `${slowHost.host} · p90 ${us(slowHost.p90_us)}` : null, "so-slowest-host"),
+    tile("Slowest step, any host", slowStep ? us(slowStep.slowest_us) : "—",
+      slowStep ? `${stepLabel(slowStep.slowest_step)} on ${slowStep.host}` : null, "so-slowest-any"),
+    tile("Ops", "per host", "pick a host in the Host menu"));
 }
 
 // Every host's step times side by side (helper A's hosts[] for host=ALL_HOSTS).
@@ -117,7 +155,7 @@ function stepTable(d, state) {
     el("table", { class: "so-table", id: "so-step-table" },
       el("thead", {}, el("tr", {}, ["step", "device", "step time", "busy", "idle", "bound"].map((h) => el("th", {}, h)))),
       el("tbody", {}, rows.map(({ s, dev }) => el("tr", { class: String(s.step) === state.step ? "selected" : null, "data-step": s.step },
-        el("td", {}, link({ ...state, step: String(s.step), op: "" }, stepLabel(s.step))), el("td", {}, String(dev.device)),
+        el("td", {}, link({ ...state, step: String(s.step), op: "" }, stepLabel(s.step))), el("td", {}, deviceName(dev)),
         el("td", { class: "num" }, us(s.step_time_us)), el("td", { class: "num" }, us(dev.busy_us)),
         el("td", { class: "num" }, us(dev.idle_us)), el("td", {}, dev.bound || "—"))))));
 }
@@ -139,16 +177,18 @@ function drawSteps(div, d, state) {
   const many = devices.length > 1;
   // no device in the steps (a CPU-only profile or trace): the host's step time alone
   const points = d.steps.flatMap((s) => ((s.devices || []).length ? s.devices : [{ device: "host", time_us: {}, idle_us: 0, host: s.step_time_us }]).map((dev) => ({ s, dev })));
-  const x = many ? [points.map((p) => stepLabel(p.s.step)), points.map((p) => `dev ${p.dev.device}`)] : points.map((p) => stepLabel(p.s.step));
+  const x = many ? [points.map((p) => stepLabel(p.s.step)), points.map((p) => deviceName(p.dev))] : points.map((p) => stepLabel(p.s.step));
+  // the stacks' tallest (categories, idle, the host's time) sets the axis's unit
+  const unit = usUnit(Math.max(0, ...points.map((p) => Object.values(p.dev.time_us || {}).reduce((a, v) => a + v, 0) + (p.dev.idle_us || 0) + (p.dev.host || 0))));
   const selected = points.map((p) => (state.step && String(p.s.step) === state.step ? 1 : state.step ? 0.35 : 1));
-  const bar = (name, color, y) => ({ type: "bar", name: escapePlotly(name), x, y, customdata: points.map((p) => String(p.s.step)),
+  const bar = (name, color, y) => ({ type: "bar", name: escapePlotly(name), x, y: y.map((v) => v / unit.div), customdata: points.map((p) => String(p.s.step)),
     showlegend: y.some((v) => v > 0), // a category no step has is left out of the legend
-    marker: { color, opacity: selected }, hovertemplate: `%{x}: ${escapePlotly(name)} %{y:.1f} µs<extra></extra>` });
+    marker: { color, opacity: selected }, hovertext: y.map((v) => `${escapePlotly(name)} ${us(v)}`), hovertemplate: "%{x}: %{hovertext}<extra></extra>" });
   const traces = cats.map((c, i) => bar(c.label || c.key, SERIES[i % SERIES.length], points.map((p) => (p.dev.time_us || {})[c.key] || 0)));
   traces.push(bar("idle", IDLE_COLOR, points.map((p) => p.dev.idle_us || 0)));
   if (points.some((p) => p.dev.host !== undefined)) traces.push(bar("step time (host, no device)", P.neutral, points.map((p) => p.dev.host || 0)));
   newPlot(div, traces, { barmode: "stack", height: 320, margin: { l: 70, r: 20, t: 30, b: many ? 70 : 50 },
-    yaxis: { title: { text: "µs" } }, legend: LEGEND_TOP, showlegend: true });
+    yaxis: { title: { text: `step time (${unit.label})` } }, legend: LEGEND_TOP, showlegend: true });
   div.on("plotly_click", (ev) => {
     const step = ev.points && ev.points[0] && ev.points[0].customdata;
     if (step !== undefined) go({ ...readState(), step: step === readState().step ? "" : step, op: "" });
@@ -161,14 +201,18 @@ function drawHosts(div, d) {
   const hosts = d.hosts.map((h) => h.host);
   const marked = hosts.map((h) => (h === d.straggler_host ? 3 : 0));
   const names = hosts.map((h) => (h === d.straggler_host ? `${escapePlotly(h)} ★` : escapePlotly(h)));
-  const bar = (name, key, color) => ({ type: "bar", name, x: names, y: d.hosts.map((h) => h[key]), customdata: hosts, marker: { color, line: { width: marked, color: P.bad } },
-    hovertemplate: `%{x}: ${name} %{y:.1f} µs<extra></extra>` });
   // hosts whose steps differ by orders of magnitude (a TPU host beside CPU ones): a log axis
+  // (its ticks in µs, each labelled in its own unit), else one unit for the axis
   const times = d.hosts.flatMap((h) => [h.median_us, h.slowest_us]).filter((v) => v > 0);
   const log = times.length && Math.max(...times) > 100 * Math.min(...times);
+  const unit = log ? { label: "log", div: 1 } : usUnit(Math.max(0, ...times));
+  const bar = (name, key, color) => ({ type: "bar", name, x: names, y: d.hosts.map((h) => (h[key] ?? null) === null ? null : h[key] / unit.div),
+    customdata: hosts, marker: { color, line: { width: marked, color: P.bad } },
+    hovertext: d.hosts.map((h) => `${name} ${us(h[key])}`), hovertemplate: "%{x}: %{hovertext}<extra></extra>" });
   newPlot(div, [bar("median", "median_us", P.blue), bar("p90", "p90_us", P.orange), bar("slowest", "slowest_us", P.red)],
     { barmode: "group", height: 300, margin: { l: 70, r: 20, t: 30, b: 80 }, legend: LEGEND_TOP,
-      yaxis: { title: { text: log ? "step time (µs, log)" : "step time (µs)" }, type: log ? "log" : "linear" } });
+      yaxis: { title: { text: `step time (${unit.label})` }, type: log ? "log" : "linear",
+        ...(log ? logTicks(Math.min(...times), Math.max(...times)) : {}) } });
   div.on("plotly_click", (ev) => {
     const host = ev.points && ev.points[0] && ev.points[0].customdata;
     if (host) go({ ...readState(), host, step: "", op: "" });
@@ -224,10 +268,21 @@ function selector(id, label, key, values, state) {
   return s;
 }
 
+// The kind the table shows without kind= in the URL: the device's own rows, whose shares
+// add up to at most the device time (HLO ops where the xplane has them, else kernels).
+// Framework ops nest over the same kernels (a backward op, its aten:: op, its child), and
+// kernels run inside HLO ops: mixing kinds counts the same device time several times.
+function defaultKind(all) {
+  return [HLO_KIND, "kernel"].find((k) => all.some((r) => r.kind === k)) || ALL_KINDS;
+}
+const HLO_KIND = "hlo";
+const ALL_KINDS = "all"; // kind=all: every kind, overlapping
+
 function opsSection(d, state, run) {
   const all = d.ops || [];
   const uniq = (f) => [...new Set(all.map(f).filter(Boolean))].sort();
-  const rows = all.filter((r) => (!state.kind || r.kind === state.kind) && (!state.category || r.category === state.category)
+  const kind = state.kind || defaultKind(all);
+  const rows = all.filter((r) => (kind === ALL_KINDS || r.kind === kind) && (!state.category || r.category === state.category)
     && (!state.module || r.module === state.module) && (!state.device || devicesOf(r).includes(state.device)));
   const sort = state.sort || "-total_us";
   // one step chosen on an xplane: the HLO rows' own events in it (`in_step`), a column
@@ -252,14 +307,34 @@ function opsSection(d, state, run) {
   const hasSteps = (d.steps || []).length > 0 || Object.values(d.ops_scope || {}).includes("steps");
   return el("section", {}, el("h2", {}, state.step ? `Ops of step ${stepLabel(state.step)}` : "Ops, ranked"),
     el("div", { class: "so-controls" },
-      selector("so-kind", "kind", "kind", uniq((r) => r.kind), state),
-      selector("so-category", "category", "category", uniq((r) => (!state.kind || r.kind === state.kind ? r.category : null)), state),
+      kindSelector(uniq((r) => r.kind), kind),
+      selector("so-category", "category", "category", uniq((r) => (kind === ALL_KINDS || r.kind === kind ? r.category : null)), state),
       selector("so-module", "module", "module", uniq((r) => r.module), state),
       selector("so-device", "device", "device", [...new Set(all.flatMap(devicesOf))].sort(), state),
       el("label", { class: "so-within", title: "only the occurrences inside steps (HLO rows are always the whole profile, as XProf counts them)" },
         el("input", { type: "checkbox", id: "so-within", checked: state.within !== "0" && hasSteps, disabled: !hasSteps && state.within !== "0",
           onchange: (e) => go({ ...readState(), within: e.target.checked ? "" : "0", op: "" }) }), " within steps only")),
-    scopeNote(d, state), chosen ? opDetails(chosen, d, state, run) : null, table.node);
+    shareNote(d, kind), scopeNote(d, state), chosen ? opDetails(chosen, d, state, run) : null, table.node);
+}
+
+// The kinds, each alone, and every kind at once (kind=all); the one shown is selected.
+function kindSelector(kinds, kind) {
+  const label = { hlo: "HLO ops", kernel: "kernels", framework: "framework ops" };
+  // a kind= this run has no row of (an old link): still named, the table then says so
+  const shown = kind === ALL_KINDS || kinds.includes(kind) ? kinds : [...kinds, kind];
+  const options = [...shown.map((k) => el("option", { value: k }, label[k] || k)), el("option", { value: ALL_KINDS }, "every kind (overlapping)")];
+  const s = el("select", { id: "so-kind", "aria-label": "kind", onchange: () => go({ ...readState(), kind: s.value, op: "" }) }, options);
+  s.value = kind;
+  return s;
+}
+
+// What the share column is of (the answer's share_of, per kind): said above the table.
+function shareNote(d, kind) {
+  const of = d.share_of || {};
+  const text = kind === ALL_KINDS
+    ? "Share: kinds overlap (a framework op's time is its kernels', a kernel runs inside an HLO op), so shares of different kinds do not add up."
+    : of[kind] ? `Share: of ${of[kind]}.` : null;
+  return text ? el("p", { class: "so-hint", id: "so-share-of" }, text) : null;
 }
 
 function scopeNote(d, state) {
