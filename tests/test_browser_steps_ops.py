@@ -311,6 +311,8 @@ def test_cpu_only_runs_say_what_is_missing(open_page, demo, run):
     page.wait_for_selector("#so-steps-chart .main-svg")
     assert page.inner_text("#so-missing") == f"Missing: {api['summary']['missing']}"
     assert page.inner_text("#so-steps-count .value") == str(api["summary"]["steps"])
+    # no device: no device time for shares to be of, and no note about them
+    assert page.locator("#so-share-of").count() == 0
     if api["ops"]:
         assert _names(page)[:3] == [r["name"] for r in api["ops"][:3]]
     else:

@@ -366,8 +366,11 @@ def chrome_trace_ops(ix, host: str, within_steps: bool | None = None, step: str 
     return {"ops": _rank(rows), "ops_scope": {KERNEL: scope, FRAMEWORK: scope}, "share_of": {KERNEL: of, FRAMEWORK: of}}
 
 
-def _share_of(scope: str, steps: int, devices: int, unit: str) -> str:
-    """What a kernel or framework row's ``share`` is of, said for the page's table header."""
+def _share_of(scope: str, steps: int, devices: int, unit: str) -> str | None:
+    """What a kernel or framework row's ``share`` is of, said for the page's table header;
+    None without a device (a CPU-only trace: no device time, the shares are null)."""
+    if not devices:
+        return None
     many = f"{devices} {unit}s" if devices != 1 else f"1 {unit}"
     if scope == "step":
         return f"the step's device time (its time × {many})"

@@ -115,14 +115,15 @@ function summaryTiles(d, state) {
 // how many hosts have steps, the slowest host by median step time (the straggler host),
 // and the slowest step of any host.
 function hostsTiles(d) {
-  const withSteps = d.hosts.filter((h) => h.steps > 0);
+  const withSteps = d.hosts.filter((h) => !unreadable(h) && h.steps > 0);
+  const bad = d.hosts.filter(unreadable).length;
   const slowHost = d.hosts.find((h) => h.host === d.straggler_host)
     || withSteps.reduce((a, h) => (a && a.median_us >= h.median_us ? a : h), null);
   const slowStep = withSteps.reduce((a, h) => (a && a.slowest_us >= h.slowest_us ? a : h), null);
   const s = d.summary || {};
   return el("div", { class: "so-tiles", id: "so-summary" },
     tile("Hosts with steps", `${fmtCount(withSteps.length)} of ${fmtCount(d.hosts.length)}`,
-      `${fmtCount(s.steps ?? 0)} steps${s.step_source ? `, found by ${s.step_source}` : ""}`, "so-hosts-count"),
+      `${fmtCount(s.steps ?? 0)} steps${s.step_source ? `, found by ${s.step_source}` : ""}${bad ? ` · ${bad} unreadable` : ""}`, "so-hosts-count"),
     tile(d.straggler_host ? "Straggler host: median step" : "Slowest host: median step", slowHost ? us(slowHost.median_us) : "—",
       slowHost ? `${slowHost.host} · p90 ${us(slowHost.p90_us)}` : null, "so-slowest-host"),
     tile("Slowest step, any host", slowStep ? us(slowStep.slowest_us) : "—",
@@ -131,11 +132,19 @@ function hostsTiles(d) {
 }
 
 // Every host's step times side by side (helper A's hosts[] for host=ALL_HOSTS).
+// A host whose file cannot be read is a row with its error (status "error", reason, file,
+// as /api/trace_hosts has them): listed under the chart, the others drawn.
+const unreadable = (h) => h.status === "error";
+
 function hostsSection(d) {
+  const bad = d.hosts.filter(unreadable);
   return el("section", {}, el("h2", {}, `Hosts (${d.hosts.length})`),
     d.straggler_host ? el("p", { class: "so-hint", id: "so-straggler-host" }, "Straggler host: ", el("strong", {}, d.straggler_host),
       " (the highest median step time); click a host's bars to open it.") : el("p", { class: "so-hint" }, "Click a host's bars to open it."),
-    el("div", { class: "so-chart", id: "so-hosts-chart" }));
+    el("div", { class: "so-chart", id: "so-hosts-chart" }),
+    bad.length ? el("ul", { class: "so-host-errors", id: "so-host-errors" }, bad.map((h) => el("li", {},
+      el("strong", {}, h.host), ": cannot be read: ", h.reason,
+      h.file && !String(h.reason).includes(h.file) ? el("span", { class: "muted" }, ` (${h.file})`) : null))) : null);
 }
 
 function stepsSection(d, state) {
@@ -197,7 +206,8 @@ function drawSteps(div, d, state) {
 }
 
 // Per host: its median, p90 and slowest step; the straggler host's bars outlined.
-function drawHosts(div, d) {
+function drawHosts(div, all) {
+  const d = { ...all, hosts: all.hosts.filter((h) => !unreadable(h)) };
   const hosts = d.hosts.map((h) => h.host);
   const marked = hosts.map((h) => (h === d.straggler_host ? 3 : 0));
   const names = hosts.map((h) => (h === d.straggler_host ? `${escapePlotly(h)} ★` : escapePlotly(h)));
@@ -314,7 +324,7 @@ function opsSection(d, state, run) {
       el("label", { class: "so-within", title: "only the occurrences inside steps (HLO rows are always the whole profile, as XProf counts them)" },
         el("input", { type: "checkbox", id: "so-within", checked: state.within !== "0" && hasSteps, disabled: !hasSteps && state.within !== "0",
           onchange: (e) => go({ ...readState(), within: e.target.checked ? "" : "0", op: "" }) }), " within steps only")),
-    shareNote(d, kind), scopeNote(d, state), chosen ? opDetails(chosen, d, state, run) : null, table.node);
+    shareNote(d, kind, uniq((r) => r.kind)), scopeNote(d, state), chosen ? opDetails(chosen, d, state, run) : null, table.node);
 }
 
 // The kinds, each alone, and every kind at once (kind=all); the one shown is selected.
@@ -329,10 +339,11 @@ function kindSelector(kinds, kind) {
 }
 
 // What the share column is of (the answer's share_of, per kind): said above the table.
-function shareNote(d, kind) {
+function shareNote(d, kind, kinds) {
   const of = d.share_of || {};
+  if (kind === ALL_KINDS && kinds.length === 1) kind = kinds[0]; // one kind in the table: its own words
   const text = kind === ALL_KINDS
-    ? "Share: kinds overlap (a framework op's time is its kernels', a kernel runs inside an HLO op), so shares of different kinds do not add up."
+    ? !kinds.length ? null : "Share: kinds overlap (a framework op's time is its kernels', a kernel runs inside an HLO op), so shares of different kinds do not add up."
     : of[kind] ? `Share: of ${of[kind]}.` : null;
   return text ? el("p", { class: "so-hint", id: "so-share-of" }, text) : null;
 }
