@@ -628,6 +628,165 @@ done:
     return out;
 }
 
+/* ---- XProf's step grouping (profscope/formats/xplane_steps.py): the two walks over
+ * every event of a host plane, which in Python took most of a CPU profile's steps ---- */
+
+/* An int64, C-contiguous array (writable when asked) of at least n items, or an error:
+ * these are the caller's own arrays, written in place, never a converted copy. */
+static int64_t *i64_arg(PyObject *o, Py_ssize_t n, int writable, const char *what)
+{
+    if (!PyArray_Check(o) || PyArray_TYPE((PyArrayObject *)o) != NPY_INT64 || PyArray_NDIM((PyArrayObject *)o) != 1
+        || !PyArray_IS_C_CONTIGUOUS((PyArrayObject *)o) || PyArray_SIZE((PyArrayObject *)o) < n
+        || (writable && !PyArray_ISWRITEABLE((PyArrayObject *)o))) {
+        PyErr_Format(PyExc_TypeError, "%s: a 1-d C-contiguous%s int64 array of at least %zd items", what,
+                     writable ? " writable" : "", n);
+        return NULL;
+    }
+    return PyArray_DATA((PyArrayObject *)o);
+}
+
+/* nest_sequence(ids, ts, end, is_async, nest_parent, below): ConnectIntraThread's stack
+ * walk over one line's nodes (ids, in line order); ts/end/is_async (bool) are indexed by
+ * node id; nest_parent[i] is set where a node nests in the open one, below[i] to the node
+ * under it on the stack (-1: none), as xplane_steps.Grouping._nest_sequence does. */
+static PyObject *py_nest_sequence(PyObject *self, PyObject *args)
+{
+    PyObject *o_ids, *o_ts, *o_end, *o_asy, *o_par, *o_below;
+    if (!PyArg_ParseTuple(args, "OOOOOO", &o_ids, &o_ts, &o_end, &o_asy, &o_par, &o_below))
+        return NULL;
+    if (!PyArray_Check(o_ts)) {
+        PyErr_SetString(PyExc_TypeError, "ts: an int64 array");
+        return NULL;
+    }
+    Py_ssize_t total = PyArray_SIZE((PyArrayObject *)o_ts);
+    Py_ssize_t n = PyArray_Check(o_ids) ? PyArray_SIZE((PyArrayObject *)o_ids) : 0;
+    const int64_t *ids = i64_arg(o_ids, 0, 0, "ids");
+    const int64_t *ts = ids ? i64_arg(o_ts, total, 0, "ts") : NULL;
+    const int64_t *end = ts ? i64_arg(o_end, total, 0, "end") : NULL;
+    int64_t *par = end ? i64_arg(o_par, total, 1, "nest_parent") : NULL;
+    int64_t *below = par ? i64_arg(o_below, total, 1, "below") : NULL;
+    if (below == NULL)
+        return NULL;
+    if (!PyArray_Check(o_asy) || PyArray_TYPE((PyArrayObject *)o_asy) != NPY_BOOL
+        || !PyArray_IS_C_CONTIGUOUS((PyArrayObject *)o_asy) || PyArray_SIZE((PyArrayObject *)o_asy) < total) {
+        PyErr_SetString(PyExc_TypeError, "is_async: a C-contiguous bool array as long as ts");
+        return NULL;
+    }
+    const npy_bool *asy = PyArray_DATA((PyArrayObject *)o_asy);
+    for (Py_ssize_t k = 0; k < n; k++) {
+        if (ids[k] < 0 || ids[k] >= total) {
+            PyErr_SetString(PyExc_ValueError, "node id out of range");
+            return NULL;
+        }
+    }
+    int64_t *stack = malloc((size_t)(n ? n : 1) * sizeof(int64_t));
+    if (stack == NULL)
+        return PyErr_NoMemory();
+    Py_ssize_t top = 0;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        int64_t i = ids[k];
+        if (asy[i])
+            continue;
+        int64_t b = ts[i], e = end[i];
+        while (top) {
+            int64_t s = stack[top - 1];
+            if (ts[s] <= b && e <= end[s]) {
+                par[i] = s;
+                break;
+            }
+            top--;
+        }
+        below[i] = top ? stack[top - 1] : -1;
+        stack[top++] = i;
+    }
+    free(stack);
+    Py_RETURN_NONE;
+}
+
+/* group_from(root, gid, group, kfirst, kids, xfirst, xkids): ProcessRootEvent's
+ * PropagateGroupId as xplane_steps._group_from: every node reachable from root, through
+ * the nesting edges (kids[kfirst[p]:kfirst[p+1]]) and the others (xkids[xfirst[p]:...]),
+ * and through nodes no earlier root grouped, gets gid. A node takes gid when the walk
+ * first reaches it (the same nodes as marking it seen then and grouping it when taken
+ * from the queue: an ungrouped node reached is grouped either way, and expanded once),
+ * so no seen-set is needed; the queue grows with the walk (a step's events). */
+static PyObject *py_group_from(PyObject *self, PyObject *args)
+{
+    Py_ssize_t root;
+    long long gid;
+    PyObject *o_group, *o_kf, *o_k, *o_xf, *o_xk;
+    if (!PyArg_ParseTuple(args, "nLOOOOO", &root, &gid, &o_group, &o_kf, &o_k, &o_xf, &o_xk))
+        return NULL;
+    if (!PyArray_Check(o_group) || !PyArray_Check(o_k) || !PyArray_Check(o_xk)) {
+        PyErr_SetString(PyExc_TypeError, "group, kids, xkids: int64 arrays");
+        return NULL;
+    }
+    if (gid < 0) {
+        PyErr_SetString(PyExc_ValueError, "gid must be >= 0");
+        return NULL;
+    }
+    Py_ssize_t total = PyArray_SIZE((PyArrayObject *)o_group);
+    Py_ssize_t nk = PyArray_SIZE((PyArrayObject *)o_k), nx = PyArray_SIZE((PyArrayObject *)o_xk);
+    int64_t *group = i64_arg(o_group, total, 1, "group");
+    const int64_t *kf = group ? i64_arg(o_kf, total + 1, 0, "kfirst") : NULL;
+    const int64_t *kids = kf ? i64_arg(o_k, nk, 0, "kids") : NULL;
+    const int64_t *xf = kids ? i64_arg(o_xf, total + 1, 0, "xfirst") : NULL;
+    const int64_t *xkids = xf ? i64_arg(o_xk, nx, 0, "xkids") : NULL;
+    if (xkids == NULL)
+        return NULL;
+    if (root < 0 || root >= total) {
+        PyErr_SetString(PyExc_ValueError, "root out of range");
+        return NULL;
+    }
+    if (group[root] >= 0)
+        Py_RETURN_NONE;
+    Py_ssize_t cap = 256, head = 0, tail = 0;
+    int64_t *queue = malloc((size_t)cap * sizeof(int64_t));
+    if (queue == NULL)
+        return PyErr_NoMemory();
+    group[root] = gid;
+    queue[tail++] = root;
+    const char *err = NULL;
+    while (head < tail && err == NULL) {
+        int64_t node = queue[head++];
+        for (int pass = 0; pass < 2 && err == NULL; pass++) {
+            const int64_t *first = pass ? xf : kf, *adj = pass ? xkids : kids;
+            Py_ssize_t n_adj = pass ? nx : nk;
+            int64_t a = first[node], z = first[node + 1];
+            if (a < 0 || z > n_adj || a > z) {
+                err = "edge offsets out of range";
+                break;
+            }
+            for (int64_t j = a; j < z; j++) {
+                int64_t c = adj[j];
+                if (c < 0 || c >= total) {
+                    err = "node id out of range";
+                    break;
+                }
+                if (group[c] >= 0)
+                    continue;
+                group[c] = gid;
+                if (tail == cap) {  /* each node once per walk: tail < total */
+                    int64_t *q = realloc(queue, (size_t)cap * 2 * sizeof(int64_t));
+                    if (q == NULL) {
+                        free(queue);
+                        return PyErr_NoMemory();
+                    }
+                    queue = q;
+                    cap *= 2;
+                }
+                queue[tail++] = c;
+            }
+        }
+    }
+    free(queue);
+    if (err != NULL) {
+        PyErr_SetString(PyExc_ValueError, err);
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 static PyObject *py_set_truncated(PyObject *self, PyObject *cls)
 {
     Py_XINCREF(cls);
@@ -642,6 +801,10 @@ static PyMethodDef methods[] = {
     {"run_count", py_run_count, METH_VARARGS, "run_count(buf, pos, end) -> (count, after) of a run of events"},
     {"decode_events", py_decode_events, METH_VARARGS,
      "decode_events(buf, starts, ends, kmids, kvals, chunk) -> (metadata_id, offset_ps, duration_ps, kinds)"},
+    {"nest_sequence", py_nest_sequence, METH_VARARGS,
+     "nest_sequence(ids, ts, end, is_async, nest_parent, below): one line's nesting stack walk, in place"},
+    {"group_from", py_group_from, METH_VARARGS,
+     "group_from(root, gid, group, kfirst, kids, xfirst, xkids): one root's group ids, in place"},
     {"set_truncated", py_set_truncated, METH_O, "the exception class raised for truncation"},
     {NULL, NULL, 0, NULL},
 };

@@ -123,21 +123,96 @@ def _int32(x: int) -> int:
     return ((int(x) + (1 << 31)) % (1 << 32)) - (1 << 31)
 
 
-def _nesting_edges(nest_parent: np.ndarray, leaf: np.ndarray, total: int) -> tuple[np.ndarray, list, list]:
+def _int32s(x: np.ndarray) -> np.ndarray:
+    """:func:`_int32` of an int64 array (uint64 bits read as int64 first)."""
+    return (x.view(np.int64) + (1 << 31)) % (1 << 32) - (1 << 31)
+
+
+def _context_edges(prod_a, cons_a, prod: dict, cons: dict, v_pid, plane_pid, n: int):
+    """ConnectContextGroups: every producer to every consumer of its context
+    ``((type, id), pid)``, unless both sides have 64 or more, as arrays ``(parents,
+    kids)``; a group's producers in node order, each its consumers in node order (the
+    order XProf adds them: a node's parents are read in that order). ``prod_a``/``cons_a``:
+    the plain contexts as arrays (node, type, id); ``prod``/``cons``: the mutated ones
+    ``{node: (type, key)}``, which replace a node's plain one."""
+    none_pid = 1 << 40  # plane_pid None (no process_id stat): a pid no int32 equals
+    ppid = none_pid if plane_pid is None else plane_pid
+
+    def plain(arrs, mutated):
+        node, typ, ident = arrs
+        keep = ~np.isin(node, np.fromiter(mutated, np.int64, len(mutated))) if mutated else slice(None)
+        node, typ, ident = node[keep], typ[keep], ident[keep]
+        pid = np.full(len(node), ppid, dtype=np.int64)
+        own = node < n
+        has = np.zeros(len(node), bool)
+        has[own] = v_pid.present[node[own]]
+        pid[has] = _int32s(v_pid.int_value()[node[has]])
+        return node, typ, ident, pid
+
+    pn, pt, pv, pp = plain(prod_a, prod)
+    cn, ct, cv, cp = plain(cons_a, cons)
+    keys = np.empty(len(pn) + len(cn), dtype=[("t", "<i8"), ("v", "<u8"), ("p", "<i8")])
+    keys["t"], keys["v"], keys["p"] = np.r_[pt, ct], np.r_[pv, cv], np.r_[pp, cp]
+    uniq, code = np.unique(keys, return_inverse=True)
+    code = code.reshape(-1)
+    pk, ck = code[:len(pn)], code[len(pn):]
+    # the mutated contexts (tuple keys: never equal to a plain one's int id)
+    ncodes = len(uniq)
+    codes: dict[tuple, int] = {}
+    extra = []
+    for store, side in ((prod, 0), (cons, 1)):
+        for i, ctx in store.items():
+            pid = _int32(v_pid.int_at(i)) if i < n and v_pid.present[i] else plane_pid
+            extra.append((i, side, codes.setdefault((ctx, pid), ncodes + len(codes))))
+    ncodes += len(codes)
+    if extra:
+        e = np.asarray(extra, dtype=np.int64)
+        pn, pk = np.r_[pn, e[e[:, 1] == 0, 0]], np.r_[pk, e[e[:, 1] == 0, 2]]
+        cn, ck = np.r_[cn, e[e[:, 1] == 1, 0]], np.r_[ck, e[e[:, 1] == 1, 2]]
+    o = np.argsort(pn, kind="stable")
+    pn, pk = pn[o], pk[o]
+    o = np.lexsort((cn, ck))  # consumers by context, each context's in node order
+    cn, ck = cn[o], ck[o]
+    n_p = np.bincount(pk, minlength=ncodes)
+    n_c = np.bincount(ck, minlength=ncodes)
+    ok = ~((n_p >= 64) & (n_c >= 64))
+    c_first = np.zeros(ncodes + 1, dtype=np.int64)
+    np.cumsum(n_c, out=c_first[1:])
+    keep = ok[pk]
+    pn, pk = pn[keep], pk[keep]
+    reps = n_c[pk]
+    total = int(reps.sum())
+    parents = np.repeat(pn, reps)
+    at = np.repeat(c_first[pk] - (np.cumsum(reps) - reps), reps) + np.arange(total, dtype=np.int64)
+    return parents, cn[at]
+
+
+def _nesting_edges(nest_parent: np.ndarray, leaf: np.ndarray, total: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The nesting edges (one parent per node) as arrays: each node's parent (-1: none),
     and every parent's children in node order (``kids[first[p]:first[p + 1]]``)."""
     nested = (nest_parent >= 0) & ~leaf
-    parent_of = np.where(nested, nest_parent, -1)
+    parent_of = nest_parent  # in place: the caller's array, no second whole-profile copy
+    parent_of[~nested] = -1
     kids = np.flatnonzero(nested)
     kids = kids[np.argsort(parent_of[kids], kind="stable")]
     first = np.zeros(total + 1, dtype=np.int64)
     np.cumsum(np.bincount(parent_of[kids], minlength=total), out=first[1:])
-    return parent_of, kids.tolist(), first.tolist()
+    return parent_of, kids, first
 
 
-def _group_from(root: int, gid: int, group: list, kids: list, first: list, xchildren: dict) -> None:
+def _csr(keys: np.ndarray, values: np.ndarray, total: int) -> tuple[np.ndarray, np.ndarray]:
+    """Edges ``keys[j] -> values[j]`` as ``(first, adj)``: key k's values, in the order
+    they were added, are ``adj[first[k]:first[k + 1]]``."""
+    o = np.argsort(keys, kind="stable")
+    first = np.zeros(total + 1, dtype=np.int64)
+    np.cumsum(np.bincount(keys, minlength=total), out=first[1:])
+    return first, np.ascontiguousarray(values[o], dtype=np.int64)
+
+
+def _group_from(root: int, gid: int, group: list, kids: list, first: list, xkids: list, xfirst: list) -> None:
     """ProcessRootEvent's PropagateGroupId: every node reachable from the root through
-    nodes no earlier root grouped gets ``gid`` (the walk's order does not change which)."""
+    nodes no earlier root grouped gets ``gid`` (the walk's order does not change which).
+    The pure-Python twin of ``_xplane_scan.group_from`` (PROFSCOPE_NATIVE=0)."""
     queue = [root]
     seen = {root}
     k = 0
@@ -151,28 +226,56 @@ def _group_from(root: int, gid: int, group: list, kids: list, first: list, xchil
             if c not in seen:
                 seen.add(c)
                 queue.append(c)
-        for c in xchildren.get(node, ()):
+        for c in xkids[xfirst[node]:xfirst[node + 1]]:
             if c not in seen:
                 seen.add(c)
                 queue.append(c)
+
+
+class _GroupWalk:
+    """The group ids of the forest's nodes, root by root (:func:`_group_from`): in C
+    where the extension is built (a walk over every event; the nodes' ids in one array),
+    else in Python over lists (PROFSCOPE_NATIVE=0)."""
+
+    def __init__(self, total: int, kids, first, xkids, xfirst):
+        self.native = xw.native_enabled()
+        if self.native:
+            self.group = np.full(total, -1, dtype=np.int64)
+            self.edges = (first, kids, xfirst, xkids)
+        else:
+            self.group = [-1] * total  # a list: the walk reads and writes it per node
+            self.edges = (kids.tolist(), first.tolist(), xkids.tolist(), xfirst.tolist())
+
+    def walk(self, root: int, gid: int) -> None:
+        if self.native:
+            xw._native.group_from(root, gid, self.group, *self.edges)
+        else:
+            _group_from(root, gid, self.group, *self.edges)
+
+    def grouped(self, node: int) -> bool:
+        return self.group[node] >= 0
+
+    def result(self) -> np.ndarray:
+        return np.asarray(self.group, dtype=np.int64)
 
 
 class _Parents:
     """A node's parents in the event forest, as the dict of lists it replaces answered
     them: its nesting parent first, then the other edges' parents in the order added."""
 
-    __slots__ = ("nest", "extra")
+    __slots__ = ("nest", "first", "adj")
 
-    def __init__(self, nest: np.ndarray, extra: dict[int, list[int]]):
+    def __init__(self, nest: np.ndarray, first: np.ndarray, adj: np.ndarray):
         self.nest = nest
-        self.extra = extra
+        self.first = first  # the other edges' parents of node k: adj[first[k]:first[k + 1]]
+        self.adj = adj
 
     def get(self, node: int, default=()):
         p = int(self.nest[node])
-        extra = self.extra.get(node)
+        extra = self.adj[self.first[node]:self.first[node + 1]].tolist()
         if p < 0:
-            return extra if extra is not None else default
-        return [p, *extra] if extra else [p]
+            return extra if extra else default
+        return [p, *extra]
 
 
 class Grouping:
@@ -208,32 +311,35 @@ class Grouping:
         g_step = xw.StatView(ev, "id", last=False)
         g_iter = xw.StatView(ev, "iter_num", last=False)
 
+        # Stat values are read at the events that carry the stat only: a whole-profile
+        # array per stat (8 bytes an event each) was GBs on a 300 MB profile.
         root_level = np.zeros(total, dtype=np.int64)
-        r_vals = v_r.int_value()
-        rl = ((r_vals + (1 << 31)) % (1 << 32)) - (1 << 31)  # std::optional<int>
-        root_level[:n] = np.where(v_r.present, rl, 0)
+        at = np.flatnonzero(v_r.present)
+        root_level[at] = _int32s(v_r.int_value()[at])  # std::optional<int>
         legacy = self._mask({"TraceContext"}) & ~v_r.present
         root_level[:n][legacy] = 1
         for ename, level in ROOT_MUTATED.items():  # XplaneRootEventMutator
             root_level[:n][self._mask({ename})] = level
         is_async = np.zeros(total, dtype=bool)
-        is_async[:n] = v_a.present & (v_a.int_value() != 0)
+        at = np.flatnonzero(v_a.present)
+        is_async[at] = v_a.int_value()[at] != 0
 
-        # Producer / consumer contexts, after XProf's connected-event mutators.
+        # Producer / consumer contexts, after XProf's connected-event mutators (their
+        # keys, tuples, in dicts: few events); the plain _pt/_p and _ct/_c ones (~10 % of a
+        # JAX CPU profile's events) as arrays of node, context type and id.
         prod: dict[int, tuple] = {}
         cons: dict[int, tuple] = {}
-        pt_v, p_v = v_pt.int_value(), v_p.int_or_uint_value()
-        ct_v, c_v = v_ct.int_value(), v_c.int_or_uint_value()
-        for i in np.flatnonzero(v_pt.present & v_p.present).tolist():
-            prod[i] = (_int32(pt_v[i]), int(p_v[i]))
-        for i in np.flatnonzero(v_ct.present & v_c.present).tolist():
-            cons[i] = (_int32(ct_v[i]), int(c_v[i]))
         self._mutate_contexts(prod, cons)
-        for j in range(nr):
-            cons[n + j] = (_THREADPOOL_EVENT_CONTEXT, int(regions.region_id[j]))
+        at = np.flatnonzero(v_pt.present & v_p.present)
+        prod_a = (at, _int32s(v_pt.int_value()[at]), v_p.int_or_uint_value()[at])
+        at = np.flatnonzero(v_ct.present & v_c.present)
+        cons_a = (np.r_[at, np.arange(n, total)], np.r_[_int32s(v_ct.int_value()[at]), np.full(nr, _THREADPOOL_EVENT_CONTEXT)],
+                  np.r_[v_c.int_or_uint_value()[at], regions.region_id.astype(np.uint64)])
+        del at
 
         esp = self._mask({"ExecutorState::Process"})
-        loops_possible = (esp & g_step.present & g_iter.present & (g_iter.int_value() != 0)).any()
+        at = np.flatnonzero(esp & g_step.present & g_iter.present)
+        loops_possible = bool((g_iter.int_value()[at] != 0).any())
         if not (root_level > 0).any() and not loops_possible:
             return np.full(n, -1, dtype=np.int64), [], "no-roots"
 
@@ -250,19 +356,22 @@ class Grouping:
         end = ts + dur
 
         # The forest's edges: the nesting ones (one parent per node, most of the edges)
-        # as arrays, the others (inter-thread, context groups, TF loops) in dicts: a
-        # dict entry and a list per node took ~27x the file in memory on a 300 MB profile.
-        xchildren: dict[int, list[int]] = {}
-        xparents: dict[int, list[int]] = {}
+        # and the others (inter-thread, context groups, TF loops: collected as pairs, in
+        # the order added) as arrays: a dict entry and a list per node took ~27x the file
+        # in memory on a 300 MB profile.
+        x_par: list[int] = []
+        x_kid: list[int] = []
 
         def add_child(p, c):
-            xchildren.setdefault(p, []).append(c)
-            xparents.setdefault(c, []).append(p)
+            x_par.append(p)
+            x_kid.append(c)
 
         # ConnectIntraThread: nesting on each line, in line order.
         mem = np.zeros(total, dtype=bool)
         mem[:n] = self.ev_kind > 0
         special = np.zeros(total, dtype=bool)
+        special[prod_a[0]] = True
+        special[cons_a[0]] = True
         special[list(prod)] = True
         special[list(cons)] = True
         special |= root_level > 0
@@ -274,63 +383,63 @@ class Grouping:
         for seg in np.split(order, bounds):
             if len(seg):
                 self._nest_line(seg, ts, end, dur, is_async, mem, special, nest_parent, below, leaf)
-        parent_of, kid_list, first_list = _nesting_edges(nest_parent, leaf, total)
-        parents = _Parents(parent_of, xparents)
+        del below, mem, special
+        # allocator events hung directly under their nesting parent (taken by the end)
+        leaf_at = np.flatnonzero(leaf & (nest_parent >= 0))
+        leaf_parent = nest_parent[leaf_at]
+        parent_of, kids, first = _nesting_edges(nest_parent, leaf, total)
+        del nest_parent, leaf
 
         # ConnectInterThread: ExecutorState::Process -> IteratorGetNext(AsOptional)Op
         both = g_step.present & g_iter.present
-        g_step_u, g_iter_u = g_step.int_or_uint_value(), g_iter.int_or_uint_value()
+
+        def step_iter(at):
+            return zip(at.tolist(), g_step.int_or_uint_value()[at].tolist(), g_iter.int_or_uint_value()[at].tolist())
+
         parent_map = {}
-        for i in np.flatnonzero(esp & both).tolist():
-            parent_map[(int(g_step_u[i]), int(g_iter_u[i]))] = i
+        for i, st, it in step_iter(np.flatnonzero(esp & both)):
+            parent_map[(st, it)] = i
         for cname in ("IteratorGetNextOp::DoCompute", "IteratorGetNextAsOptionalOp::DoCompute"):
-            for i in np.flatnonzero(self._mask({cname}) & both).tolist():
-                p = parent_map.get((int(g_step_u[i]), int(g_iter_u[i])))
+            for i, st, it in step_iter(np.flatnonzero(self._mask({cname}) & both)):
+                p = parent_map.get((st, it))
                 if p is not None:
                     add_child(p, i)
 
         # ConnectContextGroups
-        plane_pid = None
-        for s in self.meta.stats:
-            if self.stat_names.get(s.metadata_id) == "process_id":
-                plane_pid = _int32(s.int64_value if s.WhichOneof("value") == "int64_value" else 0)
-                break
-        pid_present, pid_vals = v_pid.present, v_pid.int_value()
-        groups: dict[tuple, tuple[list, list]] = {}
-        for i in sorted(set(prod) | set(cons)):
-            pid = _int32(pid_vals[i]) if i < n and pid_present[i] else plane_pid
-            if i in prod:
-                groups.setdefault((prod[i], pid), ([], []))[0].append(i)
-            if i in cons:
-                groups.setdefault((cons[i], pid), ([], []))[1].append(i)
-        for producers, consumers in groups.values():
-            if len(producers) >= 64 and len(consumers) >= 64:
-                continue
-            for p in producers:
-                for c in consumers:
-                    add_child(p, c)
+        ctx_par, ctx_kid = _context_edges(prod_a, cons_a, prod, cons, v_pid, self._plane_pid(), n)
+        del prod_a, cons_a, prod, cons
 
         # GroupEvents: tf.data steps, TF loops, then root events.
-        g_step_i = g_step.int_value()
-        tf_data_steps = {int(g_step_i[i]) for i in np.flatnonzero(self._mask(_TF_DATA_FUNCS) & g_step.present)}
+        at = np.flatnonzero(self._mask(_TF_DATA_FUNCS) & g_step.present)
+        tf_data_steps = set(g_step.int_value()[at].tolist())
+        inter = (np.asarray(x_par, dtype=np.int64), np.asarray(x_kid, dtype=np.int64))
+        x_par.clear()
+        x_kid.clear()
         loop_roots = self._tf_loops(esp, g_step, g_iter, tf_data_steps, ts, add_child)
-
+        # every edge in the order XProf adds it: inter-thread, context groups, TF loops
+        xp = np.concatenate([inter[0], ctx_par, np.asarray(x_par, dtype=np.int64)])
+        xk = np.concatenate([inter[1], ctx_kid, np.asarray(x_kid, dtype=np.int64)])
+        del x_par, x_kid, inter, ctx_par, ctx_kid
+        xfirst, xkids = _csr(xp, xk, total)
+        parents = _Parents(parent_of, *_csr(xk, xp, total))
+        del xp, xk
         steps: list[StepGroup] = []
-
-        group_list = [-1] * total  # a list: the walk reads and writes it per node
+        views = {s: xw.StatView(ev, s, last=False) for s in ("graph_type", "iter_num", "step_num")}
+        walk = _GroupWalk(total, kids, first, xkids, xfirst)
 
         def process_root(root, gid):
-            _group_from(root, gid, group_list, kid_list, first_list, xchildren)
-            steps.append(self._step(root, gid, ts, dur, line, parents))
+            walk.walk(root, gid)
+            steps.append(self._step(root, gid, ts, dur, line, parents, views))
 
         if loop_roots:
             for gid, root in enumerate(loop_roots):
                 process_root(root, gid)
         else:
             roots = np.flatnonzero(root_level > 0)
-            roots = np.asarray([r for r in roots.tolist()
-                                if not (r < n and g_step.present[r] and int(g_step_i[r]) in tf_data_steps)],
-                               dtype=np.int64)
+            if tf_data_steps:
+                roots = np.asarray([r for r in roots.tolist()
+                                    if not (r < n and g_step.present[r] and g_step.int_at(r) in tf_data_steps)],
+                                   dtype=np.int64)
             if len(roots):
                 pos = np.empty(total, dtype=np.int64)
                 pos[order] = np.arange(len(order))
@@ -338,19 +447,25 @@ class Grouping:
                 roots = roots[std_sort_order(-root_level[roots], ts[roots])]
             gid = 0
             for r in roots.tolist():
-                if group_list[r] >= 0 or self._has_root_ancestor(r, root_level, parents):
+                if walk.grouped(r) or self._has_root_ancestor(r, root_level, parents):
                     continue
                 process_root(r, gid)
                 gid += 1
 
-        group = np.asarray(group_list, dtype=np.int64)
+        group = walk.result()
         # Allocator events hung directly under their nesting parent take its group.
-        li = np.flatnonzero(leaf & (nest_parent >= 0))
-        if li.size:
-            group[li] = group[nest_parent[li]]
+        if leaf_at.size:
+            group[leaf_at] = group[leaf_parent]
         return group[:n], steps, "grouped"
 
     # -- pieces ----------------------------------------------------------------------
+
+    def _plane_pid(self):
+        """The plane's ``process_id`` stat (int32), the pid of events without ``_pid``; None without."""
+        for s in self.meta.stats:
+            if self.stat_names.get(s.metadata_id) == "process_id":
+                return _int32(s.int64_value if s.WhichOneof("value") == "int64_value" else 0)
+        return None
 
     def _mutate_contexts(self, prod, cons):
         """XProf's XplaneConnectedEventMutatorFactory instances (preprocess_xplane.cc)."""
@@ -381,11 +496,12 @@ class Grouping:
             connect("EnqueueRequestLocked", c, _CT_TPU_STREAM, True, ("request_id", "queue_addr"))
         # run_id is first masked to 27 bits (HostRunIdMutator); core_type defaults to 0
         core = xw.StatView(ev, "core_type", last=False)
-        core_v = core.int_or_uint_value()
-        run = xw.StatView(ev, "run_id", last=False).int_value()
+        run = xw.StatView(ev, "run_id", last=False)
 
         def launch_key(i, key):
-            return (key[0], key[1], int(run[i]) & _RUN_ID_MASK, int(core_v[i]) if core.present[i] else 0)
+            at = np.asarray([i])
+            return (key[0], key[1], run.int_at(i) & _RUN_ID_MASK,
+                    int(core.int_or_uint_value()[at][0]) if core.present[i] else 0)
 
         connect("DoEnqueueProgram", "CompleteCallbacks", _CT_TPU_LAUNCH, True,
                 ("device_ordinal", "queue_id", "run_id"), launch_key)
@@ -422,7 +538,12 @@ class Grouping:
 
     @staticmethod
     def _nest_sequence(seg, ts, end, is_async, nest_parent, below):
-        """The exact stack walk of ConnectIntraThread; records the node under each."""
+        """The exact stack walk of ConnectIntraThread; records the node under each (in C
+        where the extension is built: this loop over every event was most of a CPU
+        profile's grouping; the Python below is its twin for PROFSCOPE_NATIVE=0)."""
+        if xw.native_enabled():
+            xw._native.nest_sequence(np.ascontiguousarray(seg, dtype=np.int64), ts, end, is_async, nest_parent, below)
+            return
         stack: list[int] = []
         ids = seg.tolist()
         ts_l = ts[seg].tolist()
@@ -524,12 +645,12 @@ class Grouping:
                     queue.append(p)
         return None
 
-    def _step(self, root, gid, ts, dur, line, parents) -> StepGroup:
+    def _step(self, root, gid, ts, dur, line, parents, views) -> StepGroup:
         """The group's name as EventNode::GetGroupName makes it, and the root's span."""
         ev = self.ev
         n = ev.n
         name = ""
-        gt = xw.StatView(ev, "graph_type", last=False)
+        gt = views["graph_type"]
         x = self._context_stat(root, gt, parents)
         if x is not None:
             name = self.strings.table[int(gt.str_or_ref(self.strings, np.asarray([x]))[0])] + " "
@@ -538,12 +659,12 @@ class Grouping:
             if ename not in _IMPLICIT_ROOTS:
                 name = ename + " "
         step_num = gid
-        it = xw.StatView(ev, "iter_num", last=False)
+        it = views["iter_num"]
         x = self._context_stat(root, it, parents)
         if x is not None:
             step_num = it.int_at(x)
         else:
-            sn = xw.StatView(ev, "step_num", last=False)
+            sn = views["step_num"]
             x = self._context_stat(root, sn, parents)
             if x is not None:
                 step_num = sn.int_at(x)
