@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import re
 from urllib.parse import parse_qs, quote, urlencode, urlparse
+from urllib.error import HTTPError
 from urllib.request import urlopen
 
 import pytest
@@ -292,6 +293,10 @@ def test_corrupt_profile_says_what_is_wrong(open_page, server):
     _open(page, server, run=CORRUPT)
     text = page.inner_text("#view")
     assert "tpu_inference_2.xplane.pb" in text
+    # every host unreadable (its only one): all hosts is that host's 4xx, naming the file
+    with pytest.raises(HTTPError) as err:
+        _api(server, run=CORRUPT, host="ALL_HOSTS")
+    assert err.value.code == 422 and "tpu_inference_2.xplane.pb" in json.loads(err.value.read())["error"]
     page.screenshot(path=str(ARTIFACTS / "steps_ops_corrupt.png"), full_page=True)
 
 
@@ -354,3 +359,33 @@ def test_all_hosts_marks_the_straggler_host(open_page, mixed):
     page.mouse.click(box["x"] + box["width"] / 2, box["y"] + 20)  # near its top: on a log axis the path runs far below the plot
     page.wait_for_function("h => new URLSearchParams(location.search).get('host') === h", arg=api["straggler_host"])
     page.wait_for_selector("#so-ops tbody tr")
+
+
+@pytest.fixture(scope="module")
+def mixed_corrupt(tmp_path_factory, shared_fixtures):
+    """The mixed session with the corrupt TPU profile as its eighth host (host08)."""
+    from tests.test_trace_hosts import build_mixed_session
+
+    root = tmp_path_factory.mktemp("mixedbad")
+    run, _ = build_mixed_session(root, shared_fixtures, corrupt=True)
+    with profscope_server("serve", str(root), "--port", "0", "--cache-dir", str(tmp_path_factory.mktemp("cache"))) as (url, _):
+        yield url, run
+
+
+def test_all_hosts_with_a_corrupt_host(open_page, mixed_corrupt):
+    """One unreadable host is an error row naming its file (as /api/trace_hosts lists
+    it), not a 422 for the whole session: the seven others are still drawn."""
+    url, run = mixed_corrupt
+    api = _api(url, run=run, host="ALL_HOSTS")
+    bad = [h for h in api["hosts"] if h.get("status") == "error"]
+    assert [h["host"] for h in bad] == ["host08"] and bad[0]["file"].endswith("host08.xplane.pb")
+    assert len(api["hosts"]) == 8 and api["summary"]["unreadable"] == 1
+    page = open_page(url)
+    page.goto(f"{url}?{urlencode({'run': run, 'tool': 'steps_ops', 'host': 'ALL_HOSTS'}, quote_via=quote)}")
+    page.wait_for_selector("#so-hosts-chart .main-svg, #view .error")
+    bars = page.eval_on_selector_all("#so-hosts-chart .xtick text", "ts => ts.map((t) => t.textContent)")
+    assert [b.rstrip(" ★") for b in bars] == [f"host0{i}" for i in range(1, 8)]
+    errors = page.inner_text("#so-host-errors")
+    assert "host08" in errors and "host08.xplane.pb" in errors and bad[0]["reason"] in errors
+    assert page.inner_text("#so-hosts-count .value") == "7 of 8" and "1 unreadable" in page.inner_text("#so-hosts-count")
+    page.screenshot(path=str(ARTIFACTS / "steps_ops_all_hosts_corrupt.png"), full_page=True)

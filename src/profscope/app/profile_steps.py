@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 from profscope.app import keys, lazy
-from profscope.errors import NotFound
+from profscope.errors import NotFound, ProfscopeError
 from profscope.model.catalog import Run
 
 xplane_step_events = lazy.module("profscope.formats.xplane_step_events")
@@ -39,12 +39,26 @@ class ProfileSteps:
         the caller). ``host=ALL_HOSTS``: every host's breakdown, and ``hosts[]`` with the
         straggler host."""
         if host == ALL_HOSTS and ALL_HOSTS not in run.hosts:
-            per_host = [{"host": h, **self.xplane_steps(run, h)["breakdown"]} for h in run.hosts]
+            # a host whose file cannot be read is a row with its error (as /api/trace_hosts
+            # lists it), not a 4xx for every host: the others are still compared; with no
+            # readable host at all, the first one's error is the answer
+            per_host, failed = [], {}
+            for h in run.hosts:
+                try:
+                    per_host.append({"host": h, **self.xplane_steps(run, h)["breakdown"]})
+                except ProfscopeError as e:
+                    failed[h] = e
+            if failed and not per_host:
+                raise next(iter(failed.values()))
+            rolled = xplane_step_breakdown.all_hosts(per_host)
+            ok = {r["host"]: r for r in rolled["hosts"]}
+            rolled["hosts"] = [ok[h] if h in ok else {"host": h, "status": "error", "reason": failed[h].message,
+                                                       "file": failed[h].file, "steps": 0} for h in run.hosts]
             return {"host": ALL_HOSTS, "source": "xplane", "categories": per_host[0]["categories"] if per_host else [],
-                    "summary": {"steps": sum(h["summary"]["steps"] for h in per_host), "hosts": len(per_host),
+                    "summary": {"steps": sum(h["summary"]["steps"] for h in per_host), "hosts": len(run.hosts),
+                                "unreadable": len(failed),
                                 "step_source": per_host[0]["summary"]["step_source"] if per_host else "none"},
-                    "steps": [], "per_host": per_host,
-                    **xplane_step_breakdown.all_hosts(per_host)}
+                    "steps": [], "per_host": per_host, **rolled}
         return self.xplane_steps(run, host)["breakdown"]
 
     def overview_page(self, run: Run, query, progress=None) -> list:
