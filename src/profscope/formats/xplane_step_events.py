@@ -360,6 +360,18 @@ def _group_cover(group: np.ndarray, start: np.ndarray, end: np.ndarray, n_groups
     return out
 
 
+def _small_unique(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(x, return_inverse=True)`` of non-negative ints (metadata ids, group
+    ids: dense, below the events' count) by a table instead of a sort of every event."""
+    if not len(x) or int(x.min()) < 0 or int(x.max()) > 4 * len(x) + 1024:
+        return np.unique(x, return_inverse=True)
+    seen = np.zeros(int(x.max()) + 1, dtype=bool)
+    seen[x] = True
+    values = np.flatnonzero(seen)
+    table = np.cumsum(seen) - 1
+    return values.astype(x.dtype), table[x]
+
+
 def _host_step_db(ev, ts, group_id, roots, named: dict, event_names: dict, line_names: list, out: list) -> int:
     """XProf's host step events of a CPU-only profile, vectorised over the grouped events
     (millions on a long run): each group's markers (``IsExplicitHostStepMarker`` names and
@@ -371,7 +383,7 @@ def _host_step_db(ev, ts, group_id, roots, named: dict, event_names: dict, line_
     first = int(ts.min())
     if not len(grouped):
         return first
-    mids, inv = np.unique(ev.metadata_id[grouped], return_inverse=True)
+    mids, inv = _small_unique(ev.metadata_id[grouped])
     names = [event_names.get(int(m), "") for m in mids.tolist()]
     explicit = np.array([_explicit_marker(n) for n in names], bool)[inv]
     compute = np.array([_real_cpu_compute(n) for n in names], bool)[inv]
@@ -385,7 +397,8 @@ def _host_step_db(ev, ts, group_id, roots, named: dict, event_names: dict, line_
     if roots:
         by_key = {(r.line, r.start_ps, r.end_ps): r for r in roots}
         off = ev.offset_ps[grouped]
-        cand = np.flatnonzero(np.isin(off, np.fromiter((r.start_ps for r in roots), np.int64, len(roots))))
+        starts = np.sort(np.fromiter((r.start_ps for r in roots), np.int64, len(roots)))
+        cand = np.flatnonzero(starts[np.minimum(np.searchsorted(starts, off), len(starts) - 1)] == off)
         for k in cand.tolist():
             i = int(grouped[k])
             r = by_key.get((line_names[int(ev.line[i])], int(ev.offset_ps[i]), int(ev.offset_ps[i] + ev.duration_ps[i])))
@@ -400,7 +413,7 @@ def _host_step_db(ev, ts, group_id, roots, named: dict, event_names: dict, line_
                 name_of.setdefault(int(gid[k]), name)  # Combine keeps the first name found
     marker = explicit | is_root
     events = ~marker & compute
-    groups, g_inv = np.unique(gid, return_inverse=True)
+    groups, g_inv = _small_unique(gid)
     n = len(groups)
     # StepTime: the longest host marker, the first of equal ones
     mk = np.flatnonzero(marker)

@@ -146,18 +146,22 @@ def _context_edges(prod_a, cons_a, prod: dict, cons: dict, v_pid, plane_pid, n: 
         own = node < n
         has = np.zeros(len(node), bool)
         has[own] = v_pid.present[node[own]]
-        pid[has] = _int32s(v_pid.int_value()[node[has]])
+        pid[has] = _int32s(v_pid.int_value_at(node[has]))
         return node, typ, ident, pid
 
     pn, pt, pv, pp = plain(prod_a, prod)
     cn, ct, cv, cp = plain(cons_a, cons)
-    keys = np.empty(len(pn) + len(cn), dtype=[("t", "<i8"), ("v", "<u8"), ("p", "<i8")])
-    keys["t"], keys["v"], keys["p"] = np.r_[pt, ct], np.r_[pv, cv], np.r_[pp, cp]
-    uniq, code = np.unique(keys, return_inverse=True)
-    code = code.reshape(-1)
+    # one code per distinct (type, id, pid): sorted by the three (a structured array's
+    # np.unique compared them field by field in Python-level calls: 3 s on 2 M contexts)
+    t, v, pid = np.r_[pt, ct], np.r_[pv, cv], np.r_[pp, cp]
+    o = np.lexsort((pid, v, t))
+    new = np.ones(len(o), bool)
+    new[1:] = (t[o][1:] != t[o][:-1]) | (v[o][1:] != v[o][:-1]) | (pid[o][1:] != pid[o][:-1])
+    code = np.empty(len(o), dtype=np.int64)
+    code[o] = np.cumsum(new) - 1
     pk, ck = code[:len(pn)], code[len(pn):]
     # the mutated contexts (tuple keys: never equal to a plain one's int id)
-    ncodes = len(uniq)
+    ncodes = int(new.sum())
     codes: dict[tuple, int] = {}
     extra = []
     for store, side in ((prod, 0), (cons, 1)):
@@ -303,11 +307,9 @@ class Grouping:
         nr = len(regions.line)
         total = n + nr
 
-        # GroupingEventStats (ForEachStat: the last stat of a kind wins)
-        v_pt, v_p = xw.StatView(ev, "_pt"), xw.StatView(ev, "_p")
-        v_ct, v_c = xw.StatView(ev, "_ct"), xw.StatView(ev, "_c")
-        v_pid, v_r, v_a = xw.StatView(ev, "_pid"), xw.StatView(ev, "_r"), xw.StatView(ev, "_a")
-        # GetStat (the first one)
+        # GroupingEventStats (ForEachStat: the last stat of a kind wins), each read once
+        # and its view (5 bytes an event) dropped; GetStat (the first one) of id/iter_num.
+        v_pt, v_p, v_ct, v_c, v_pid, v_r, v_a = (self._read_once(s) for s in ("_pt", "_p", "_ct", "_c", "_pid", "_r", "_a"))
         g_step = xw.StatView(ev, "id", last=False)
         g_iter = xw.StatView(ev, "iter_num", last=False)
 
@@ -315,14 +317,15 @@ class Grouping:
         # array per stat (8 bytes an event each) was GBs on a 300 MB profile.
         root_level = np.zeros(total, dtype=np.int64)
         at = np.flatnonzero(v_r.present)
-        root_level[at] = _int32s(v_r.int_value()[at])  # std::optional<int>
+        root_level[at] = _int32s(v_r.int_value_at(at))  # std::optional<int>
         legacy = self._mask({"TraceContext"}) & ~v_r.present
         root_level[:n][legacy] = 1
         for ename, level in ROOT_MUTATED.items():  # XplaneRootEventMutator
             root_level[:n][self._mask({ename})] = level
         is_async = np.zeros(total, dtype=bool)
         at = np.flatnonzero(v_a.present)
-        is_async[at] = v_a.int_value()[at] != 0
+        is_async[at] = v_a.int_value_at(at) != 0
+        del v_r, v_a
 
         # Producer / consumer contexts, after XProf's connected-event mutators (their
         # keys, tuples, in dicts: few events); the plain _pt/_p and _ct/_c ones (~10 % of a
@@ -331,15 +334,15 @@ class Grouping:
         cons: dict[int, tuple] = {}
         self._mutate_contexts(prod, cons)
         at = np.flatnonzero(v_pt.present & v_p.present)
-        prod_a = (at, _int32s(v_pt.int_value()[at]), v_p.int_or_uint_value()[at])
+        prod_a = (at, _int32s(v_pt.int_value_at(at)), v_p.int_or_uint_value_at(at))
         at = np.flatnonzero(v_ct.present & v_c.present)
-        cons_a = (np.r_[at, np.arange(n, total)], np.r_[_int32s(v_ct.int_value()[at]), np.full(nr, _THREADPOOL_EVENT_CONTEXT)],
-                  np.r_[v_c.int_or_uint_value()[at], regions.region_id.astype(np.uint64)])
-        del at
+        cons_a = (np.r_[at, np.arange(n, total)], np.r_[_int32s(v_ct.int_value_at(at)), np.full(nr, _THREADPOOL_EVENT_CONTEXT)],
+                  np.r_[v_c.int_or_uint_value_at(at), regions.region_id.astype(np.uint64)])
+        del at, v_pt, v_p, v_ct, v_c
 
         esp = self._mask({"ExecutorState::Process"})
         at = np.flatnonzero(esp & g_step.present & g_iter.present)
-        loops_possible = bool((g_iter.int_value()[at] != 0).any())
+        loops_possible = bool((g_iter.int_value_at(at) != 0).any())
         if not (root_level > 0).any() and not loops_possible:
             return np.full(n, -1, dtype=np.int64), [], "no-roots"
 
@@ -394,7 +397,7 @@ class Grouping:
         both = g_step.present & g_iter.present
 
         def step_iter(at):
-            return zip(at.tolist(), g_step.int_or_uint_value()[at].tolist(), g_iter.int_or_uint_value()[at].tolist())
+            return zip(at.tolist(), g_step.int_or_uint_value_at(at).tolist(), g_iter.int_or_uint_value_at(at).tolist())
 
         parent_map = {}
         for i, st, it in step_iter(np.flatnonzero(esp & both)):
@@ -407,11 +410,11 @@ class Grouping:
 
         # ConnectContextGroups
         ctx_par, ctx_kid = _context_edges(prod_a, cons_a, prod, cons, v_pid, self._plane_pid(), n)
-        del prod_a, cons_a, prod, cons
+        del prod_a, cons_a, prod, cons, v_pid
 
         # GroupEvents: tf.data steps, TF loops, then root events.
         at = np.flatnonzero(self._mask(_TF_DATA_FUNCS) & g_step.present)
-        tf_data_steps = set(g_step.int_value()[at].tolist())
+        tf_data_steps = set(g_step.int_value_at(at).tolist())
         inter = (np.asarray(x_par, dtype=np.int64), np.asarray(x_kid, dtype=np.int64))
         x_par.clear()
         x_kid.clear()
@@ -460,6 +463,12 @@ class Grouping:
 
     # -- pieces ----------------------------------------------------------------------
 
+    def _read_once(self, name: str) -> xw.StatView:
+        """A stat's view (``last=True``) not kept in the events' cache: freed with its last use."""
+        view = xw.StatView(self.ev, name)
+        self.ev.views.pop((name, True), None)
+        return view
+
     def _plane_pid(self):
         """The plane's ``process_id`` stat (int32), the pid of events without ``_pid``; None without."""
         for s in self.meta.stats:
@@ -501,7 +510,7 @@ class Grouping:
         def launch_key(i, key):
             at = np.asarray([i])
             return (key[0], key[1], run.int_at(i) & _RUN_ID_MASK,
-                    int(core.int_or_uint_value()[at][0]) if core.present[i] else 0)
+                    int(core.int_or_uint_value_at(at)[0]) if core.present[i] else 0)
 
         connect("DoEnqueueProgram", "CompleteCallbacks", _CT_TPU_LAUNCH, True,
                 ("device_ordinal", "queue_id", "run_id"), launch_key)

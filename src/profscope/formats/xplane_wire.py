@@ -760,6 +760,25 @@ class StatView:
         k = int(self.stat[i])
         return int(self.ks.value[k : k + 1].view(np.int64)[0]) if k >= 0 and self.ks.case[k] == INT64 else 0
 
+    def int_value_at(self, events: np.ndarray) -> np.ndarray:
+        """``int_value()[events]`` without the whole-profile array (8 bytes an event)."""
+        si = self.stat[events]
+        ok = si >= 0
+        out = np.zeros(len(si), dtype=np.int64)
+        k = si[ok]
+        out[ok] = np.where(self.ks.case[k] == INT64, self.ks.value[k].view(np.int64), 0)
+        return out
+
+    def int_or_uint_value_at(self, events: np.ndarray) -> np.ndarray:
+        """``int_or_uint_value()[events]`` without the whole-profile array."""
+        si = self.stat[events]
+        ok = si >= 0
+        out = np.zeros(len(si), dtype=np.uint64)
+        k = si[ok]
+        c = self.ks.case[k]
+        out[ok] = np.where((c == INT64) | (c == UINT64), self.ks.value[k], np.uint64(0))
+        return out
+
     def int_or_uint_value(self) -> np.ndarray:
         """XStatVisitor::IntOrUintValue as uint64 bits."""
         out = np.zeros(len(self.stat), dtype=np.uint64)
