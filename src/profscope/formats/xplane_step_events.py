@@ -94,6 +94,12 @@ class Activities:
     memcpy: list[str] = field(default_factory=list)  # the memcpy_details stat ("" without)
     opcode: list[str] = field(default_factory=list)  # the HLO opcode of the op in its module ("" unknown)
     first_ps: int | None = None  # the plane's earliest event, of any line (Steps, modules...)
+    # (device clock ps, trace clock ps) of each event's begin and of its end, where the two
+    # may differ (TPU: ``device_offset_ps`` runs on the device's clock, the trace viewer and
+    # profscope's trace index place the event at its line's timestamp + offset; over a
+    # the v6e profile their offset varies by 0.26 s): a step's window on the index
+    clock_begins: list[tuple[int, int]] = field(default_factory=list)
+    clock_ends: list[tuple[int, int]] = field(default_factory=list)
 
 
 @dataclass
@@ -178,6 +184,15 @@ def _device_span(ev, stats: dict, line_ps: int) -> tuple[int, int]:
     return b, b + (dur if isinstance(dur, int) else ev.duration_ps)
 
 
+def _clock_point(dev: Activities, span: tuple[int, int], trace_begin: int, trace_dur: int, always=False) -> None:
+    """An event's begin and end on both clocks, where its device span is not its line's
+    (``always``: a TPU core's every event, as its lines mix the two clocks: the XLA Ops
+    carry device_offset_ps, the XLA Modules do not)."""
+    if always or span != (trace_begin, trace_begin + trace_dur):
+        dev.clock_begins.append((span[0], trace_begin))
+        dev.clock_ends.append((span[1], trace_begin + trace_dur))
+
+
 def _tf_op_type(annotation: str) -> str:
     """The TensorFlow op type of a GPU kernel's ``annotation`` (TF's ScopedAnnotation,
     ``<scope>/<name>:<type>#shape=...#``, the innermost op last), as ``tf:<type>``; "" without."""
@@ -205,7 +220,9 @@ def _read_gpu_plane(plane, dev: Activities, steps: dict) -> None:
                 st = {**meta_stats.get(ev.metadata_id, {}), **_stats(ev.stats, names)}
                 g = _int(st.get("group_id"), None)
                 if g is not None:
-                    markers.setdefault(g, []).append(("device", _device_span(ev, st, line_ps)))
+                    span = _device_span(ev, st, line_ps)
+                    _clock_point(dev, span, line_ps + ev.offset_ps, ev.duration_ps)
+                    markers.setdefault(g, []).append(("device", span))
             continue
         if is_derived_thread_id(line.id):
             continue
@@ -244,8 +261,9 @@ def _read_tpu_plane(plane, dev: Activities, steps: dict) -> None:
     for line in plane.lines:
         line_ps = line.timestamp_ns * 1000
         for ev in line.events:
-            b0 = _device_span(ev, {**meta_stats.get(ev.metadata_id, {}), **_stats(ev.stats, names)}, line_ps)[0]
-            dev.first_ps = b0 if dev.first_ps is None else min(dev.first_ps, b0)
+            span = _device_span(ev, {**meta_stats.get(ev.metadata_id, {}), **_stats(ev.stats, names)}, line_ps)
+            _clock_point(dev, span, line_ps + ev.offset_ps, ev.duration_ps, always=True)
+            dev.first_ps = span[0] if dev.first_ps is None else min(dev.first_ps, span[0])
         if line.name == STEP_LINE:
             # keyed by the step's name (the runtime's step number): XProf's TPU grouping
             # (GroupTpuEventsOSS), which numbers them, is not ported

@@ -227,6 +227,41 @@ def module_runs(devices: list[_Device]) -> tuple[int | None, list[tuple[str, int
     return best, steps
 
 
+class _TraceClock:
+    """One device's times on the trace viewer's clock (the index's: each event at its
+    line's timestamp + offset) from the breakdown's, which are the device's own clock on
+    TPU (``device_offset_ps``): through the device's event at that time, or the last one
+    before it (its two clocks' offset; StepEvents' Activities ``clock_begins`` /
+    ``clock_ends``); where the clocks agree (GPU, CPU) a time is itself."""
+
+    def __init__(self, dev):
+        self._begins = self._table(dev.clock_begins)
+        self._ends = self._table(dev.clock_ends)
+
+    @staticmethod
+    def _table(points):
+        if not points:
+            return None
+        a = np.asarray(points, dtype=np.int64)
+        a = a[np.argsort(a[:, 0], kind="stable")]
+        return a[:, 0], a[:, 1]
+
+    @staticmethod
+    def _at(table, t: int) -> int:
+        # the event at t, or the last one before it (its clock offset); none: the same clock
+        if table is None:
+            return int(t)
+        dev, trace = table
+        k = int(np.searchsorted(dev, t, side="right")) - 1
+        return int(t) if k < 0 else int(trace[k]) + int(t) - int(dev[k])
+
+    def begin(self, t: int) -> int:
+        return self._at(self._begins, t)
+
+    def end(self, t: int) -> int:
+        return self._at(self._ends, t)
+
+
 def breakdown(ev, program_names: dict | None = None) -> dict:
     """The contract answer of one host (docs/steps_and_ops.md) from its StepEvents."""
     devices = [_Device(d) for d in ev.devices if d.start]
@@ -239,10 +274,17 @@ def breakdown(ev, program_names: dict | None = None) -> dict:
         module, windows = module_runs(devices)
         source = "module_runs" if windows else "none"
     out_steps = []
+    clocks = {d.device: _TraceClock(d) for d in ev.devices}
     for name, a, b in windows:
         per_dev = [d.in_step(a, b) for d in devices]
+        # the step on the trace index's clock, per device (each TPU core has its own
+        # device clock) and over all of them
+        for d, row in zip(devices, per_dev):
+            row["trace_window_ps"] = [clocks[d.id].begin(a), clocks[d.id].end(b)]
+        spans = [row["trace_window_ps"] for row in per_dev] or [[a, b]]
         out_steps.append({"step": name, "name": name, "start_us": _us(a - origin), "step_time_us": _us(b - a),
-                          "devices": per_dev, "straggler": _straggler(per_dev)})
+                          "devices": per_dev, "straggler": _straggler(per_dev),
+                          "trace_window_ps": [min(w[0] for w in spans), max(w[1] for w in spans)]})
     times = np.array([s["step_time_us"] for s in out_steps])
     summary: dict = {"steps": len(out_steps), "devices": [d.id for d in devices], "step_source": source,
                      "hardware": ev.hardware}
