@@ -226,8 +226,9 @@ def test_ops_and_steps_of_a_pytorch_trace(shared_fixtures, tmp_path):
 
     res = run_cli("steps", str(logdir), "--run", TORCH_RUN, *cache)
     assert res.returncode == 0, res.stderr
-    labels = [c["label"] for c in route.get("categories") or
-              [{"label": k} for k in ("compute", "communication", "memory", "other")]]
+    assert route["summary"]["step_source"] == "ProfilerStep"
+    labels = [c["label"] for c in route["categories"]]
+    assert labels == ["compute", "communication", "memory", "other"]
     header = "| step | device | step time | " + " | ".join(labels) + " | idle | bound |"
     assert header in res.stdout
     rows = _table_rows(res.stdout, header)
@@ -306,3 +307,11 @@ def test_steps_of_a_cpu_only_profile(demo_logdir, tmp_path):
     rows = _table_rows(res.stdout, "| step | start | step time |")
     assert rows == [f"| {s['step']} | {s['start_us']:,.1f} | {s['step_time_us']:,.1f} |" for s in got["steps"]]
     assert f"Note: {got['summary']['missing']}" in res.stdout
+    # --top 2: the two slowest steps, in step order, and how many there are
+    assert len(got["steps"]) > 2
+    res = run_cli("steps", str(demo_logdir), "--run", run, "--top", "2", *cache)
+    assert res.returncode == 0, res.stderr
+    slow = sorted(got["steps"], key=lambda s: -s["step_time_us"])[:2]
+    assert _table_rows(res.stdout, "| step | start | step time |") == [
+        f"| {s['step']} | {s['start_us']:,.1f} | {s['step_time_us']:,.1f} |" for s in got["steps"] if s in slow]
+    assert f"The 2 slowest of {len(got['steps']):,} steps (--top 0 for all):" in res.stdout

@@ -182,7 +182,7 @@ def _add_steps_ops(sub) -> None:
         "steps": ("print a profile's step-time breakdown and its ops ranked, and exit",
                   "Per step and device: step time, device time by category, device idle and what bounds the step "
                   "(PyTorch ProfilerStep#N, XProf's steps of an xplane); then the kernels (PyTorch) or ops, most "
-                  "time first.", "kernels or ops"),
+                  "time first.", "kernels or ops (and, in Markdown, the slowest steps)"),
         "ops": ("print a profile's device ops ranked by time, and exit",
                 "One row per HLO op, device kernel and framework op, most device time first: occurrences, total, "
                 "self and average time, share, category, module, FLOPs and bytes where the profile has them.",
@@ -523,9 +523,10 @@ def _print(args, text: str) -> int:
 
 
 def cmd_steps(args) -> int:
-    """The answer of ``/api/steps_ops`` for one run, as JSON or as Markdown tables."""
+    """The answer of ``/api/steps_ops`` for one run, as JSON or as Markdown tables (the
+    Markdown lists the ``--top`` slowest steps; the JSON every step)."""
     out = _steps_ops(args)
-    return _print(args, json.dumps(out, indent=1) if args.format == "json" else _steps_markdown(out))
+    return _print(args, json.dumps(out, indent=1) if args.format == "json" else _steps_markdown({**out, "top": args.top}))
 
 
 def cmd_ops(args) -> int:
@@ -535,10 +536,6 @@ def cmd_ops(args) -> int:
         keep = ("run", "host", "file", "source", "ops_scope", "ops")
         return _print(args, json.dumps({k: out[k] for k in keep if k in out}, indent=1))
     return _print(args, "\n".join([f"# Ops: {_title(out)}", "", *_ops_markdown(out)]))
-
-
-# The step chart's categories of a PyTorch answer that predates the answer's own list.
-_TRACE_CATEGORIES = [{"key": k, "label": k} for k in ("compute", "communication", "memory", "other")]
 
 
 def _title(out: dict) -> str:
@@ -571,7 +568,14 @@ def _steps_markdown(out: dict) -> str:
             lines.append(f"| {_cell(h['host'])}{mark} | {h.get('steps') or 0:,} | {_us(h.get('median_us'))} | "
                          f"{_us(h.get('p90_us'))} | {_cell(h.get('slowest_step'))} | {_us(h.get('slowest_us'))} |")
         lines.append("")
-    cats = out.get("categories") or _TRACE_CATEGORIES
+    cats = out.get("categories") or []
+    steps = out.get("steps") or []
+    top = out.get("top") or 0
+    if top and len(steps) > top:
+        # the slowest --top steps, in step order (a 44,000-step profile is no table to read)
+        keep = set(sorted(range(len(steps)), key=lambda i: -steps[i]["step_time_us"])[:top])
+        lines += [f"The {top} slowest of {len(steps):,} steps (--top 0 for all):", ""]
+        out = {**out, "steps": [st for i, st in enumerate(steps) if i in keep]}
     if out.get("steps") and not any(step["devices"] for step in out["steps"]):
         # a CPU-only profile: the host's steps, no device time to break down
         lines += ["| step | start | step time |", "|---|---:|---:|"]

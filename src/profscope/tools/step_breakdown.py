@@ -363,7 +363,8 @@ def breakdown(idx) -> dict:
     sel = step_of >= 0 if steps else np.ones(len(k), bool)
     whole = sum(s[2] for s in steps) / PS_PER_US if steps else _us(temporal(k.start, k.end, cats == COMPUTE)["kernel_time"])
     times = np.array([s["step_time_us"] for s in out_steps])
-    summary = {"steps": len(steps), "devices": devices, "kernels": int(len(k))}
+    summary = {"steps": len(steps), "devices": devices, "kernels": int(len(k)),
+               "step_source": "ProfilerStep" if steps else "none"}
     if len(times):
         slow = int(np.argmax(times))
         summary.update(median_us=round(float(np.median(times)), 3), p90_us=round(float(np.percentile(times, 90)), 3),
@@ -373,7 +374,8 @@ def breakdown(idx) -> dict:
         summary["missing"] = "no device activity (no event with args.device and args.stream): a CPU-only trace"
     elif not steps:
         summary["missing"] = "no ProfilerStep#N slices: the kernel table covers the whole trace"
-    return {"summary": summary, "steps": out_steps, "kernels": kernel_table(k, sel, cats, whole)}
+    return {"categories": [{"key": c, "label": c} for c in CATEGORIES], "summary": summary, "steps": out_steps,
+            "kernels": kernel_table(k, sel, cats, whole)}
 
 
 def hta_view(idx) -> dict:
