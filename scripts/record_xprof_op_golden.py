@@ -23,15 +23,15 @@ Usage: ``XPROF_PYTHON=<venv>/bin/python .venv/bin/python scripts/record_xprof_op
 
 from __future__ import annotations
 
-import argparse
 import gzip
 import hashlib
 import json
-import os
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from _xprof_recorder import parse_recorder_args, recorder_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "tests" / "golden" / "op_stats"
@@ -82,17 +82,7 @@ def cases(fixtures: Path) -> list[tuple[str, Path, dict]]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--xprof-python", default=os.environ.get("XPROF_PYTHON"),
-                    help="python of a virtual environment with xprof==2.24.2 (default: $XPROF_PYTHON)")
-    ap.add_argument("--fixtures", type=Path,
-                    default=Path(os.environ.get("PROFSCOPE_SHARED_FIXTURES") or ROOT.parent / "shared" / "fixtures"),
-                    help="the shared fixtures folder "
-                         "(default: $PROFSCOPE_SHARED_FIXTURES or <repo>/../shared/fixtures)")
-    ap.add_argument("--out", type=Path, default=OUT)
-    args = ap.parse_args()
-    if not args.xprof_python:
-        ap.error("give --xprof-python or set XPROF_PYTHON (a venv with xprof==2.24.2)")
+    args = parse_recorder_args(recorder_parser(__doc__, OUT))
     args.out.mkdir(parents=True, exist_ok=True)
     index: dict = {"_meta": {"xprof": "2.24.2", "call": "xspace_to_tool_data([copy], tool, params)",
                              "tools": {golden: [tool, params] for golden, tool, params in TOOLS}}}

@@ -24,15 +24,15 @@ Usage: ``.venv/bin/python scripts/record_xprof_public_memory_golden.py --xprof-p
 
 from __future__ import annotations
 
-import argparse
 import gzip
 import hashlib
 import json
-import os
 import pathlib
 import shutil
 import subprocess
 import tempfile
+
+from _xprof_recorder import parse_recorder_args, recorder_parser
 
 from profscope.formats import hlo_proto, xplane
 from profscope.tools import memory_viewer
@@ -77,15 +77,7 @@ def _safe(name: str) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--xprof-python", default=os.environ.get("XPROF_PYTHON"),
-                    help="python of a venv with xprof==2.24.2 (default: $XPROF_PYTHON)")
-    ap.add_argument("--fixtures", type=pathlib.Path,
-                    default=pathlib.Path(os.environ.get("PROFSCOPE_SHARED_FIXTURES") or REPO.parent / "shared" / "fixtures"))
-    ap.add_argument("--out", type=pathlib.Path, default=OUT)
-    args = ap.parse_args()
-    if not args.xprof_python:
-        ap.error("give --xprof-python or set XPROF_PYTHON")
+    args = parse_recorder_args(recorder_parser(__doc__, OUT))
     if args.out.exists():
         shutil.rmtree(args.out)
     args.out.mkdir(parents=True)

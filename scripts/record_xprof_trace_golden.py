@@ -51,15 +51,15 @@ Usage: ``XPROF_PYTHON=<venv>/bin/python .venv/bin/python scripts/record_xprof_tr
 
 from __future__ import annotations
 
-import argparse
 import gzip
 import hashlib
 import json
-import os
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from _xprof_recorder import parse_recorder_args, recorder_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "src" / "profscope" / "demo" / "logdir"
@@ -266,20 +266,11 @@ def record_public(python: str, fixtures: Path, out: Path) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--xprof-python", default=os.environ.get("XPROF_PYTHON"),
-                    help="python of a virtual environment with xprof==2.24.2 (default: $XPROF_PYTHON)")
-    ap.add_argument("--fixtures", type=Path,
-                    default=Path(os.environ.get("PROFSCOPE_SHARED_FIXTURES") or ROOT.parent / "shared" / "fixtures"),
-                    help="the shared fixtures folder "
-                         "(default: $PROFSCOPE_SHARED_FIXTURES or <repo>/../shared/fixtures)")
-    ap.add_argument("--out", type=Path, default=OUT)
+    ap = recorder_parser(__doc__, OUT)
     ap.add_argument("--only", choices=("demo", "public"), help="record only these goldens")
     ap.add_argument("--cases", nargs="+", choices=BUILDER_CASES, metavar="SCENARIO",
                     help="record only these builder scenarios (with --only demo), keeping the rest of index.json")
-    args = ap.parse_args()
-    if not args.xprof_python:
-        ap.error("give --xprof-python or set XPROF_PYTHON (a venv with xprof==2.24.2)")
+    args = parse_recorder_args(ap)
     args.out.mkdir(parents=True, exist_ok=True)
     if args.cases and args.only != "demo":
         ap.error("--cases goes with --only demo")

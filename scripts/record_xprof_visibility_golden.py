@@ -20,15 +20,15 @@ Usage: ``.venv/bin/python scripts/record_xprof_visibility_golden.py --xprof-pyth
 
 from __future__ import annotations
 
-import argparse
 import gzip
 import hashlib
 import json
-import os
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from _xprof_recorder import parse_recorder_args, recorder_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "tests" / "golden" / "trace_viewer" / "crowded_visibility.json.gz"
@@ -55,13 +55,7 @@ def rows(body: dict) -> list:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--xprof-python", default=os.environ.get("XPROF_PYTHON"),
-                    help="python of a venv with xprof==2.24.2 (default: $XPROF_PYTHON)")
-    ap.add_argument("--out", type=Path, default=OUT)
-    args = ap.parse_args()
-    if not args.xprof_python:
-        ap.error("give --xprof-python or set XPROF_PYTHON")
+    args = parse_recorder_args(recorder_parser(__doc__, OUT, fixtures=False))
     from profscope.testing.timelines import crowded_xspace
 
     data = crowded_xspace()

@@ -351,13 +351,6 @@ def test_two_batch_run_reads_oom_on_the_big_step(two_batch_server, open_page):
     page.screenshot(path=str(ARTIFACTS / "oom_risk_two_batch.png"), full_page=True)
 
 
-@pytest.fixture(scope="module")
-def public_server(tmp_path_factory, shared_fixtures):
-    with profscope_server("serve", str(shared_fixtures / "public_profiles"), "--port", "0",
-                          "--cache-dir", str(tmp_path_factory.mktemp("cache"))) as (url, _):
-        yield url
-
-
 def test_tpu_contributors_are_the_buffers_at_the_peak(public_server, open_page):
     """The TPU profile's allocator peak is one ``stack`` region: the contributors are the
     memory viewer's buffers at the compiler's peak, and the page says so."""

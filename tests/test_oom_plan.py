@@ -185,7 +185,7 @@ def test_report_carries_the_plan_in_every_format(four_batches, tmp_path):
     md = report("markdown")
     assert "### What would make it fit" in md
     assert f"largest that fits 8.58 MiB: **{fits['size']:,}**" in md
-    assert f"at 200: **" in md and f"({at['peakBytes']:,} bytes)" in md
+    assert "at 200: **" in md and f"({at['peakBytes']:,} bytes)" in md
     html = report("html")
     assert "What would make it fit" in html and 'data-change="shard"' in html
     assert f"<b>{fits['size']:,}</b>" in html and f"{at['peakBytes']:,} bytes" in html
