@@ -318,7 +318,10 @@ def _host_steps(f, size, ref, out: list) -> int | None:
         lines_of.append(np.full(len(s), li, dtype=np.int32))
     stat_names = {k: v.name for k, v in meta.stat_metadata.items()}
     event_names = {k: v.name for k, v in meta.event_metadata.items()}
-    ev = xw.decode_events(b, xw.cat(starts, np.int64), xw.cat(ends, np.int64), xw.cat(lines_of, np.int32), stat_names)
+    # only the stats the steps read (a JAX CPU event's hlo_op/hlo_module/program_id... were
+    # most of the decoded columns): the grouping's, and a grouped profile's own
+    read = {k: v for k, v in stat_names.items() if v in xs.GROUPING_STATS or v in ("group_id", "step_name")}
+    ev = xw.decode_events(b, xw.cat(starts, np.int64), xw.cat(ends, np.int64), xw.cat(lines_of, np.int32), read)
     # what is held from here on makes the peak memory of a long CPU profile: the events'
     # byte ranges (20 bytes an event) are not needed once decoded
     del starts, ends, lines_of
@@ -344,19 +347,22 @@ def _host_steps(f, size, ref, out: list) -> int | None:
         del g
     ev.views.clear()  # the stats' per-event views the grouping read, and the file's bytes
     del data, b
-    ts = line_ts_ns[ev.line] * 1000 + ev.offset_ps
-    return _host_step_db(ev, ts, group_id, roots, named, event_names, [h.name for h in headers], out)
+    return _host_step_db(ev, line_ts_ns, group_id, roots, named, event_names, [h.name for h in headers], out)
 
 
-def _group_cover(group: np.ndarray, start: np.ndarray, end: np.ndarray, n_groups: int) -> np.ndarray:
+def _group_cover(group: np.ndarray, start: np.ndarray, end: np.ndarray, n_groups: int,
+                 ordered: bool = False) -> np.ndarray:
     """Per group (0..n_groups-1), the time the union of its intervals covers: intervals
-    sorted by group then start, a new union piece where the group changes or the start
-    passes the running end of the group's pieces so far."""
+    sorted by group then start (``ordered``: they are already), a new union piece where
+    the group changes or the start passes the running end of the group's pieces so far."""
     out = np.zeros(n_groups, dtype=np.int64)
     if not len(start):
         return out
-    o = np.lexsort((start, group))
-    g, s, e = group[o], start[o], end[o]
+    if ordered:
+        g, s, e = group, start, end
+    else:
+        o = np.lexsort((start, group))
+        g, s, e = group[o], start[o], end[o]
     first = np.r_[True, g[1:] != g[:-1]]
     lo = int(s.min())
     span = int(e.max()) - lo + 1
@@ -390,23 +396,25 @@ def _small_unique(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return values.astype(x.dtype), table[x]
 
 
-def _host_step_db(ev, ts, group_id, roots, named: dict, event_names: dict, line_names: list, out: list) -> int:
+def _host_step_db(ev, line_ts_ns, group_id, roots, named: dict, event_names: dict, line_names: list, out: list) -> int:
     """XProf's host step events of a CPU-only profile, vectorised over the grouped events
     (millions on a long run): each group's markers (``IsExplicitHostStepMarker`` names and
     the group's root event, whose ``step_name`` the grouping sets), its longest marker the
     step's time, and its other events (``IsRealCpuCompute``) typed by ``ClassifyCpuEvent``;
     per step, each type's time is what the events of that type or higher cover in the step
-    (``ToNonOverlappedEvents``' priorities), the rest unknown time."""
+    (``ToNonOverlappedEvents``' priorities), the rest unknown time. Per-event arrays are
+    dropped as soon as they are used and kept narrow: this is the step reader's peak."""
     grouped = np.flatnonzero(group_id >= 0)
-    first = int(ts.min())
+    first = int((line_ts_ns[ev.line] * 1000 + ev.offset_ps).min())
     if not len(grouped):
         return first
     mids, inv = _small_unique(ev.metadata_id[grouped])
     names = [event_names.get(int(m), "") for m in mids.tolist()]
     explicit = np.array([_explicit_marker(n) for n in names], bool)[inv]
     compute = np.array([_real_cpu_compute(n) for n in names], bool)[inv]
-    kind = np.array([classify_cpu_event(n) for n in names], np.int64)[inv]
-    b0 = ts[grouped]
+    kind = np.array([classify_cpu_event(n) for n in names], np.int16)[inv]  # EventType: < 2^15
+    del inv
+    b0 = line_ts_ns[ev.line[grouped]] * 1000 + ev.offset_ps[grouped]
     e0 = b0 + ev.duration_ps[grouped]
     gid = group_id[grouped]
     # the roots: the events at each root's line and span (candidates by offset, checked exactly)
@@ -431,7 +439,9 @@ def _host_step_db(ev, ts, group_id, roots, named: dict, event_names: dict, line_
                 name_of.setdefault(int(gid[k]), name)  # Combine keeps the first name found
     marker = explicit | is_root
     events = ~marker & compute
+    del explicit, compute, is_root, grouped
     groups, g_inv = _small_unique(gid)
+    del gid
     n = len(groups)
     # StepTime: the longest host marker, the first of equal ones
     mk = np.flatnonzero(marker)
@@ -445,16 +455,27 @@ def _host_step_db(ev, ts, group_id, roots, named: dict, event_names: dict, line_
         begin[g_inv[best]] = b0[best]
         dur[g_inv[best]] = e0[best] - b0[best]
     ev_i = np.flatnonzero(events)
+    del marker, events
     gi = g_inv[ev_i]
     s = np.maximum(b0[ev_i], begin[gi])
     e = np.minimum(e0[ev_i], begin[gi] + dur[gi])
-    keep = e > s
-    covers = {}
-    for k in sorted(set(kind[ev_i].tolist())):
-        sel = keep & (kind[ev_i] >= k)
-        covers[k] = _group_cover(gi[sel], s[sel], e[sel], n)
+    del b0, e0
+    ev_kind = kind[ev_i]
+    del kind, ev_i, g_inv
     has_compute = np.zeros(n, bool)
-    has_compute[g_inv[ev_i[kind[ev_i] == HOST_COMPUTE]]] = True
+    has_compute[gi[ev_kind == HOST_COMPUTE]] = True
+    kinds = sorted(set(ev_kind.tolist()))  # a type's level is there even if clipped to nothing
+    # the clipped events by group, then start: once for every type level (a subset of a
+    # sorted sequence is sorted)
+    keep = np.flatnonzero(e > s)
+    o = keep[np.lexsort((s[keep], gi[keep]))]
+    del keep
+    gi, s, e, ev_kind = gi[o], s[o], e[o], ev_kind[o]
+    del o
+    covers = {}
+    for k in kinds:
+        sel = ev_kind >= k
+        covers[k] = _group_cover(gi[sel], s[sel], e[sel], n, ordered=True)
     levels = sorted(covers)
     for j in range(n):
         if dur[j] <= 0 or not has_compute[j]:

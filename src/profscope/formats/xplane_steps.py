@@ -31,7 +31,14 @@ from profscope.formats import xplane_wire as xw
 from profscope.model.allocator import StepGroup
 from profscope.model.stdsort import std_sort_order
 
-__all__ = ["QUEUE_CONSUMERS", "ROOT_MUTATED", "Grouping", "Regions", "threadpool_regions"]
+__all__ = ["GROUPING_STATS", "QUEUE_CONSUMERS", "ROOT_MUTATED", "Grouping", "Regions", "threadpool_regions"]
+
+# Every event stat the grouping reads (GroupingEventStats, GetStat, the connected-event
+# mutators' keys, the group names): a reader that only groups can decode just these.
+GROUPING_STATS = frozenset({
+    "_pt", "_p", "_ct", "_c", "_pid", "_r", "_a", "id", "iter_num", "graph_type", "step_num",
+    "request_id", "queue_addr", "device_ordinal", "queue_id", "run_id", "core_type",
+})
 
 
 # ---------------------------------------------------------------------------
