@@ -274,16 +274,18 @@ class _Parents:
     """A node's parents in the event forest, as the dict of lists it replaces answered
     them: its nesting parent first, then the other edges' parents in the order added."""
 
-    __slots__ = ("nest", "first", "adj")
+    __slots__ = ("nest", "kids", "adj")
 
-    def __init__(self, nest: np.ndarray, first: np.ndarray, adj: np.ndarray):
+    def __init__(self, nest: np.ndarray, kids: np.ndarray, parents: np.ndarray):
         self.nest = nest
-        self.first = first  # the other edges' parents of node k: adj[first[k]:first[k + 1]]
-        self.adj = adj
+        # the other edges (few: no array over every node), by kid, in the order added
+        o = np.argsort(kids, kind="stable")
+        self.kids, self.adj = kids[o], parents[o]
 
     def get(self, node: int, default=()):
         p = int(self.nest[node])
-        extra = self.adj[self.first[node]:self.first[node + 1]].tolist()
+        a, z = np.searchsorted(self.kids, [node, node + 1])
+        extra = self.adj[a:z].tolist()
         if p < 0:
             return extra if extra else default
         return [p, *extra]
@@ -322,7 +324,7 @@ class Grouping:
 
         # Stat values are read at the events that carry the stat only: a whole-profile
         # array per stat (8 bytes an event each) was GBs on a 300 MB profile.
-        root_level = np.zeros(total, dtype=np.int64)
+        root_level = np.zeros(total, dtype=np.int32)
         at = np.flatnonzero(v_r.present)
         root_level[at] = _int32s(v_r.int_value_at(at))  # std::optional<int>
         legacy = self._mask({"TraceContext"}) & ~v_r.present
@@ -354,16 +356,15 @@ class Grouping:
             return np.full(n, -1, dtype=np.int64), [], "no-roots"
 
         ts = np.empty(total, dtype=np.int64)
-        dur = np.empty(total, dtype=np.int64)
+        end = np.empty(total, dtype=np.int64)  # an event's duration is end - ts (no third array)
         line = np.empty(total, dtype=np.int32)
         ts[:n] = self.line_ts_ns[ev.line] * 1000 + ev.offset_ps
-        dur[:n] = ev.duration_ps
+        np.add(ts[:n], ev.duration_ps, out=end[:n])
         line[:n] = ev.line
         if nr:
             ts[n:] = regions.ts_ps
-            dur[n:] = regions.end_ps - regions.ts_ps
+            end[n:] = regions.end_ps
             line[n:] = regions.line
-        end = ts + dur
 
         # The forest's edges: the nesting ones (one parent per node, most of the edges)
         # and the others (inter-thread, context groups, TF loops: collected as pairs, in
@@ -392,7 +393,7 @@ class Grouping:
         bounds = np.flatnonzero(np.diff(line[order])) + 1
         for seg in np.split(order, bounds):
             if len(seg):
-                self._nest_line(seg, ts, end, dur, is_async, mem, special, nest_parent, below, leaf)
+                self._nest_line(seg, ts, end, is_async, mem, special, nest_parent, below, leaf)
         del below, mem, special
         # allocator events hung directly under their nesting parent (taken by the end)
         leaf_at = np.flatnonzero(leaf & (nest_parent >= 0))
@@ -431,7 +432,7 @@ class Grouping:
         xk = np.concatenate([inter[1], ctx_kid, np.asarray(x_kid, dtype=np.int64)])
         del x_par, x_kid, inter, ctx_par, ctx_kid
         xfirst, xkids = _csr(xp, xk, total)
-        parents = _Parents(parent_of, *_csr(xk, xp, total))
+        parents = _Parents(parent_of, xk, xp)
         del xp, xk
         steps: list[StepGroup] = []
         views = {s: xw.StatView(ev, s, last=False) for s in ("graph_type", "iter_num", "step_num")}
@@ -439,7 +440,7 @@ class Grouping:
 
         def process_root(root, gid):
             walk.walk(root, gid)
-            steps.append(self._step(root, gid, ts, dur, line, parents, views))
+            steps.append(self._step(root, gid, ts, end, line, parents, views))
 
         if loop_roots:
             for gid, root in enumerate(loop_roots):
@@ -451,10 +452,12 @@ class Grouping:
                                     if not (r < n and g_step.present[r] and g_step.int_at(r) in tf_data_steps)],
                                    dtype=np.int64)
             if len(roots):
-                pos = np.empty(total, dtype=np.int64)
-                pos[order] = np.arange(len(order))
-                roots = roots[np.argsort(pos[roots], kind="stable")]  # the forest's order
-                roots = roots[std_sort_order(-root_level[roots], ts[roots])]
+                if not bool((order[1:] > order[:-1]).all()):  # else roots, ascending, are in it
+                    pos = np.empty(total, dtype=np.int64)
+                    pos[order] = np.arange(len(order))
+                    roots = roots[np.argsort(pos[roots], kind="stable")]  # the forest's order
+                    del pos
+                roots = roots[std_sort_order(-root_level[roots].astype(np.int64), ts[roots])]
             gid = 0
             for r in roots.tolist():
                 if walk.grouped(r) or self._has_root_ancestor(r, root_level, parents):
@@ -522,12 +525,12 @@ class Grouping:
         connect("DoEnqueueProgram", "CompleteCallbacks", _CT_TPU_LAUNCH, True,
                 ("device_ordinal", "queue_id", "run_id"), launch_key)
 
-    def _nest_line(self, seg, ts, end, dur, is_async, mem, special, nest_parent, below, leaf):
+    def _nest_line(self, seg, ts, end, is_async, mem, special, nest_parent, below, leaf):
         """ConnectIntraThread for one line (``seg``: node ids in line order)."""
         seg_mem = mem[seg]
         mem_ids = seg[seg_mem]
         fast = (len(seg) < 2 or bool((np.diff(ts[seg]) >= 0).all())) and not special[mem_ids].any() \
-            and not (dur[mem_ids] != 0).any()
+            and not (end[mem_ids] != ts[mem_ids]).any()
         if not fast or not mem_ids.size:
             self._nest_sequence(seg, ts, end, is_async, nest_parent, below)
             return
@@ -661,7 +664,7 @@ class Grouping:
                     queue.append(p)
         return None
 
-    def _step(self, root, gid, ts, dur, line, parents, views) -> StepGroup:
+    def _step(self, root, gid, ts, end, line, parents, views) -> StepGroup:
         """The group's name as EventNode::GetGroupName makes it, and the root's span."""
         ev = self.ev
         n = ev.n
@@ -686,4 +689,4 @@ class Grouping:
                 step_num = sn.int_at(x)
         li = int(line[root])
         off = int(ts[root] - self.line_ts_ns[li] * 1000)
-        return StepGroup(gid, f"{name}{step_num}", off, off + int(dur[root]), self.headers[li].name)
+        return StepGroup(gid, f"{name}{step_num}", off, off + int(end[root] - ts[root]), self.headers[li].name)
