@@ -243,13 +243,19 @@ def _group_from(root: int, gid: int, group: list, kids: list, first: list, xkids
                 queue.append(c)
 
 
+def _native_walks() -> bool:
+    """The C walks are used where the extension is built and enabled, and is one that has
+    them (an extension built before them has only the decoder)."""
+    return xw.native_enabled() and hasattr(xw._native, "group_from")
+
+
 class _GroupWalk:
     """The group ids of the forest's nodes, root by root (:func:`_group_from`): in C
     where the extension is built (a walk over every event; the nodes' ids in one array),
     else in Python over lists (PROFSCOPE_NATIVE=0)."""
 
     def __init__(self, total: int, kids, first, xkids, xfirst):
-        self.native = xw.native_enabled()
+        self.native = _native_walks()
         if self.native:
             self.group = np.full(total, -1, dtype=np.int64)
             self.edges = (first, kids, xfirst, xkids)
@@ -560,7 +566,7 @@ class Grouping:
         """The exact stack walk of ConnectIntraThread; records the node under each (in C
         where the extension is built: this loop over every event was most of a CPU
         profile's grouping; the Python below is its twin for PROFSCOPE_NATIVE=0)."""
-        if xw.native_enabled():
+        if _native_walks():
             xw._native.nest_sequence(np.ascontiguousarray(seg, dtype=np.int64), ts, end, is_async, nest_parent, below)
             return
         stack: list[int] = []
