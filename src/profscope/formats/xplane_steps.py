@@ -290,8 +290,10 @@ class _Parents:
 
     def get(self, node: int, default=()):
         p = int(self.nest[node])
-        a, z = np.searchsorted(self.kids, [node, node + 1])
-        extra = self.adj[a:z].tolist()
+        extra = []
+        a = int(self.kids.searchsorted(node))
+        if a < len(self.kids) and self.kids[a] == node:  # most nodes have none
+            extra = self.adj[a:int(self.kids.searchsorted(node, "right"))].tolist()
         if p < 0:
             return extra if extra else default
         return [p, *extra]
