@@ -235,6 +235,11 @@ def test_xplane_step_windows_are_the_breakdowns(client):
     one = _ops(client, run, host="34.83.195.179_6003", step=str(name))
     step = next(s for s in one["steps"] if s["step"] == str(name))
     assert round(step["step_time_us"] * 1e6) == dur
+    # the window the table keeps is the step's span on the index's clock, to the ps
+    # (trace_window_ps; a TPU core's device clock is read back the same way)
+    from profscope.tools import op_table
+
+    assert op_table._step_windows(ix, None, str(name), one["steps"]) == [(start, dur)]
     tracks = [t for t, tr in enumerate(ix.tracks) if tr["name"].startswith("Stream #")]
     col = np.asarray(ix.cols["start"])
     inside = np.isin(np.asarray(ix.cols["track"]), tracks) & (col >= start) & (col < start + dur)

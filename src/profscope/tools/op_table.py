@@ -200,10 +200,16 @@ def _step_windows(ix, within_steps: bool | None, step: str | None, steps: list[d
                   devices: dict[int, str] | None = None) -> list[tuple[int, int]] | None:
     """The windows the index-side rows are restricted to: the chosen step's, every step's
     (``within_steps``, the default when there are steps), or None for the whole profile.
-    The steps are the breakdown's (``steps[]`` of the answer, xplane: from the earliest
-    device-plane event, tools/xplane_step_breakdown.py; placed on the index's clock by
-    the earliest event of its device tracks), else the index's own."""
-    if steps:
+    The steps are the breakdown's (``steps[]`` of the answer: an xplane's carry their span
+    on the index's clock, ``trace_window_ps``, tools/xplane_step_breakdown.py; a PyTorch
+    trace's are placed by the earliest event of its device tracks), else the index's own."""
+    if steps and all("trace_window_ps" in s for s in steps):
+        # xplane: each step's span on the index's clock, exact (the breakdown reads a TPU
+        # core's device clock back event by event: xplane_step_breakdown._TraceClock)
+        origin = ix.origin_ps
+        steps = [(str(s["step"]), s["trace_window_ps"][0] - origin, s["trace_window_ps"][1] - s["trace_window_ps"][0])
+                 for s in steps]
+    elif steps:
         rows = _rows_on(ix, list(devices or {}))
         first = int(np.asarray(ix.cols["start"])[rows].min()) if len(rows) else 0
         steps = [(str(s["step"]), first + round(s["start_us"] * PS_PER_US) - _ROUNDING_PS,
