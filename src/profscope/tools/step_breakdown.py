@@ -187,7 +187,7 @@ def _launches(idx, track: np.ndarray, start: np.ndarray) -> np.ndarray:
 # ---------------------------------------------------------------------------
 
 
-def _union(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def union(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The disjoint intervals covering [start, end) (HTA's ``merge_kernel_intervals``:
     touching intervals merge too)."""
     if not len(start):
@@ -204,7 +204,7 @@ def _union(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _covered(start: np.ndarray, end: np.ndarray) -> int:
-    s, e = _union(start, end)
+    s, e = union(start, end)
     return int((e - s).sum())
 
 
@@ -268,7 +268,7 @@ def _device_step(k: Kernels, launched: np.ndarray, on_dev: np.ndarray, s: int, d
     memory = {str(kind): int(dur[mem & (kinds == kind)].sum()) for kind in np.unique(kinds[mem])}
     e = s + d
     inside = on_dev & (k.end > s) & (k.start < e)
-    bs, be = _union(np.maximum(k.start[inside], s), np.minimum(k.end[inside], e))
+    bs, be = union(np.maximum(k.start[inside], s), np.minimum(k.end[inside], e))
     busy = int((be - bs).sum())
     # where the idle lies: before the first activity of the window (the device waits for
     # the host: the input pipeline, Python before the first launch), after the last one

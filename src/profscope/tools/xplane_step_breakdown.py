@@ -37,6 +37,8 @@ import re
 
 import numpy as np
 
+from profscope.tools.step_breakdown import union
+
 BOUND_IDLE_SHARE = 0.5  # as tools/step_breakdown.py: idle at least this share of the step bounds it
 PS_PER_US = 1e6
 # (key, label), lowest priority first: where categories overlap on a device the later wins
@@ -92,25 +94,11 @@ def _us(ps) -> float:
     return round(float(ps) / PS_PER_US, 3)
 
 
-def _union(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    if not len(start):
-        return start, end
-    o = np.argsort(start, kind="stable")
-    s, e = start[o], end[o]
-    reach = np.maximum.accumulate(e)
-    new = np.empty(len(s), bool)
-    new[0] = True
-    new[1:] = s[1:] > reach[:-1]
-    first = np.flatnonzero(new)
-    last = np.r_[first[1:] - 1, len(s) - 1]
-    return s[first], reach[last]
-
-
 class _Cover:
     """The union of some intervals, asked how much of a window it covers."""
 
     def __init__(self, start: np.ndarray, end: np.ndarray):
-        self.s, self.e = _union(start, end)
+        self.s, self.e = union(start, end)
         self.cum = np.r_[0, np.cumsum(self.e - self.s)]
 
     def _before(self, t: int) -> int:
