@@ -17,8 +17,8 @@ xprof_overview = lazy.module("profscope.tools.xprof_overview")
 ALL_HOSTS = "ALL_HOSTS"
 
 
-def _read(f, path: str, index_folder=None) -> dict:
-    ev = xplane_step_events.read_step_events(f, path, index_folder)
+def _read(f, path: str) -> dict:
+    ev = xplane_step_events.read_step_events(f, path)
     step_db = {"hardware": ev.hardware, "device_type": ev.device_type, "device_count": len(ev.devices),
                "tf_data": ev.tf_data, "grouping": ev.grouping, "hostname": ev.hostname,
                "steps": [{**s, "type_ps": {str(k): v for k, v in s["type_ps"].items()}} for s in ev.steps]}
@@ -29,13 +29,10 @@ class ProfileSteps:
     """Part of :class:`~profscope.app.workspace.Workspace`: an xplane profile's steps."""
 
     def xplane_steps(self, run: Run, host: str | None) -> dict:
-        """One host's ``{"step_db", "breakdown"}``, read once per file. Where the file's
-        trace index is built (``/api/steps_ops`` builds it first), a CPU-only profile's host
-        events are read from the columns its build kept (app/traces.py), not decoded again."""
+        """One host's ``{"step_db", "breakdown"}``, read once per file."""
         info = self.host_xplane(run, host, "steps")
-        folder = self.cache.built_dir(self._trace_index_key(host or run.hosts[0], info))
         return self.derived_json(keys.XPLANE_STEPS, info, "reading the steps and device activities of",
-                                 "steps and device time", lambda f, path: _read(f, path, folder))
+                                 "steps and device time", _read)
 
     def xplane_steps_ops(self, run: Run, host: str) -> dict:
         """The step part of ``/api/steps_ops`` for an xplane run (its ``ops`` are added by

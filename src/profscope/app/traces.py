@@ -25,7 +25,6 @@ from profscope.storage import FileInfo
 chrome_trace = lazy.module("profscope.formats.chrome_trace")
 xplane_trace = lazy.module("profscope.formats.xplane_trace")
 xplane_activity = lazy.module("profscope.formats.xplane_activity")
-xplane_step_events = lazy.module("profscope.formats.xplane_step_events")
 trace_export = lazy.module("profscope.tools.trace_export")
 trace_hosts_tool = lazy.module("profscope.tools.trace_hosts")
 trace_index = lazy.module("profscope.tools.trace_index")
@@ -100,9 +99,7 @@ class Traces:
             try:
                 with self.logdir.open(info.path) as f:
                     if classify(info.name) is FileKind.XPLANE:
-                        # the host steps' columns too, decoded once for both (app/profile_steps.py)
-                        events = xplane_trace.read_trace(f, path, 0, host, progress=progress.part(0, 0.6), sink=writer,
-                                                         host_steps=xplane_step_events.HostStepColumns(folder))
+                        events = xplane_trace.read_trace(f, path, 0, host, progress=progress.part(0, 0.6), sink=writer)
                     else:
                         events = chrome_trace.trace_columns(f, path, progress=progress.part(0, 0.6), sink=writer)
             finally:

@@ -301,165 +301,10 @@ def _tpu_opcode(hlo_text: str) -> str:
     return m.group(1) if m else ""
 
 
-def _read_stats(stat_names: dict[int, str]) -> dict[int, str]:
-    """The stats the host steps read (a JAX CPU event's hlo_op/hlo_module/program_id...
-    were most of the decoded columns): the grouping's, and a grouped profile's own."""
+def _host_steps(f, size, ref, out: list) -> int | None:
+    """A CPU-only profile's host steps into ``out`` (see the module docstring); the host's first event ps."""
     from profscope.formats import xplane_steps as xs
 
-    return {k: v for k, v in stat_names.items() if v in xs.GROUPING_STATS or v in ("group_id", "step_name")}
-
-
-def steps_plane(index: xplane.XSpaceIndex) -> xplane.PlaneRef | None:
-    """The plane whose events :func:`read_step_events` groups into steps: the host plane
-    of a CPU-only profile (with GPU or TPU planes the steps come from those)."""
-    if any(r.name.startswith(GPU_PREFIX) or (r.name.startswith(TPU_PREFIX) and r.name[len(TPU_PREFIX):].isdigit())
-           for r in index.planes):
-        return None
-    return index.plane(HOST_PLANE)
-
-
-# the folder of a trace index (app/traces.py) holding the host plane's step columns
-HOST_COLUMNS = "host_step_columns"
-_COLUMNS = (("line", np.int32), ("metadata_id", np.int64), ("offset_ps", np.int64), ("duration_ps", np.int64))
-# and per kind, the positions of its str/bytes values and where they end: few stats are
-# strings, and a str_end per stat was 8 bytes of zeros for each of millions of ints
-_KIND_COLUMNS = (("event", np.int32), ("ordinal", np.int16), ("case", np.int8), ("value", np.uint64))
-
-
-class HostStepColumns:
-    """The step reader's columns of a CPU-only profile's host plane, written by the trace
-    index build from the events it decodes anyway (formats/xplane_trace.py ``read_trace``'s
-    ``host_steps``), so that the steps of an indexed profile need no second decode of the
-    host plane (the 308 MB JAX CPU profile: ≈ 0.5 s of the reader's 2.3 s user time, and
-    the plane's bytes beside the grouping: 13 % of the cold answer's peak memory).
-    Only the stats :func:`_read_stats` names are kept; their string values are copied into
-    ``strings.bin`` (an xw.KindStats' str value is a range of the plane's bytes, which the
-    index does not keep). ``done.json`` is written last: a folder without it is not read."""
-
-    def __init__(self, folder):
-        from pathlib import Path
-
-        self.folder = Path(folder) / HOST_COLUMNS
-        self.files: dict[str, IO[bytes]] = {}
-
-    def plane_ref(self, index: xplane.XSpaceIndex) -> xplane.PlaneRef | None:
-        return steps_plane(index)
-
-    def begin(self, meta: xplane_pb2.XPlane, headers: list) -> None:
-        self.folder.mkdir(parents=True, exist_ok=True)
-        plane = xplane_pb2.XPlane()
-        plane.CopyFrom(meta)
-        plane.lines.extend(headers)  # the lines without their events: Grouping's headers
-        (self.folder / "plane.pb").write_bytes(plane.SerializeToString())
-        read = set(_read_stats({k: v.name for k, v in meta.stat_metadata.items()}).values())
-        self.kinds = sorted({xw._KIND[v] for v in read if v in xw._KIND})
-        self.n = 0
-        self.str_pos = 0
-        self.stats_of = dict.fromkeys(self.kinds, 0)  # stats of each kind written so far
-        self.usable = True
-        # narrower on disk where the plane's ids and lines fit (read back as decode_events' types)
-        self.stored = {"line": "int16" if len(headers) < (1 << 15) else "int32",
-                       "metadata_id": "int32" if max(meta.event_metadata, default=0) < (1 << 31) else "int64"}
-
-    def _write(self, name: str, arr: np.ndarray, dtype) -> None:
-        f = self.files.get(name)
-        if f is None:
-            f = self.files[name] = open(self.folder / name, "wb")
-        np.ascontiguousarray(arr, dtype=dtype).tofile(f)
-
-    def add(self, ev: xw.Events, data) -> None:
-        """One chunk of decoded events (``data``: the plane's bytes their str values point into)."""
-        if self.stored["metadata_id"] == "int32" and ev.n and not 0 <= int(ev.metadata_id.min()) <= int(
-                ev.metadata_id.max()) < (1 << 31):
-            self.usable = False  # an id no metadata names, past int32: the steps decode the file
-        for name, dtype in _COLUMNS:
-            self._write(f"{name}.bin", getattr(ev, name), self.stored.get(name, dtype))
-        for k in self.kinds:
-            ks = ev.kinds.get(k)
-            if ks is None or not len(ks.event):
-                continue
-            value = ks.value
-            at = np.flatnonzero((ks.case == xw.STR) | (ks.case == xw.BYTES)) if len(ks.str_end) else []
-            if len(at):
-                pieces = [bytes(data[a:z]) for a, z in zip(ks.value[at].tolist(), ks.str_end[at].tolist())]
-                sizes = np.fromiter((len(x) for x in pieces), np.int64, len(pieces))
-                ends = self.str_pos + np.cumsum(sizes)
-                value = value.copy()
-                value[at] = (ends - sizes).astype(np.uint64)  # now a range of strings.bin
-                self._write("strings.bin", np.frombuffer(b"".join(pieces), np.uint8), np.uint8)
-                self._write(f"k{k}_str_at.bin", at + self.stats_of[k], np.int64)
-                self._write(f"k{k}_str_end.bin", ends, np.int64)
-                self.str_pos = int(ends[-1])
-            cols = {"event": ks.event + self.n, "ordinal": ks.ordinal, "case": ks.case, "value": value}
-            for name, dtype in _KIND_COLUMNS:
-                self._write(f"k{k}_{name}.bin", cols[name], dtype)
-            self.stats_of[k] += len(ks.event)
-        self.n += ev.n
-
-    def finish(self) -> None:
-        self.close()
-        import json
-
-        if self.usable:
-            (self.folder / "done.json").write_text(json.dumps({"n": self.n, "kinds": self.kinds, "stored": self.stored}))
-
-    def close(self) -> None:
-        for f in self.files.values():
-            f.close()
-        self.files = {}
-
-
-def _load_host_columns(folder):
-    """(events, plane metadata, line headers, string bytes) of :class:`HostStepColumns`
-    in a trace index ``folder``; None where the index has none."""
-    import json
-    from pathlib import Path
-
-    d = Path(folder) / HOST_COLUMNS
-    try:
-        info = json.loads((d / "done.json").read_text())
-    except FileNotFoundError:
-        return None
-    meta = xplane_pb2.XPlane.FromString((d / "plane.pb").read_bytes())
-    headers = list(meta.lines)
-    meta.ClearField("lines")
-
-    def col(name, dtype, stored=None):
-        p = d / name
-        out = np.fromfile(p, stored or dtype) if p.exists() else np.zeros(0, dtype)
-        return out.astype(dtype, copy=False)
-
-    kinds = {}
-    for k in info["kinds"]:
-        ks = xw.KindStats(*(col(f"k{k}_{name}.bin", dtype) for name, dtype in _KIND_COLUMNS))
-        if not len(ks.event):
-            continue
-        at = col(f"k{k}_str_at.bin", np.int64)
-        if len(at):  # else none, as decode_events leaves a kind with no str value
-            ks.str_end = np.zeros(len(ks.event), np.int64)
-            ks.str_end[at] = col(f"k{k}_str_end.bin", np.int64)
-        kinds[k] = ks
-    stored = info["stored"]
-    ev = xw.Events(info["n"], *(col(f"{name}.bin", dtype, stored.get(name)) for name, dtype in _COLUMNS), kinds)
-    if any(len(getattr(ev, name)) != ev.n for name, _ in _COLUMNS):
-        return None  # not what was written: the file is decoded instead
-    return ev, meta, headers, col("strings.bin", np.uint8).tobytes()
-
-
-def _host_steps(f, size, ref, out: list, columns=None) -> int | None:
-    """A CPU-only profile's host steps into ``out`` (see the module docstring); the host's
-    first event ps. ``columns``: a trace index folder whose :class:`HostStepColumns` are
-    read instead of decoding the plane (where it has them)."""
-    loaded = _load_host_columns(columns) if columns is not None else None
-    parts = list(loaded if loaded is not None else _decode_host(f, size, ref))
-    del loaded
-    if parts[0].n == 0:
-        return None
-    return _group_host(parts, out)
-
-
-def _decode_host(f, size, ref):
-    """(events with the stats the steps read, plane metadata, line headers, plane bytes)."""
     data = xw.read_plane_bytes(f, size, ref, pad=xw.PAD + (-ref.length) % 8)
     meta_bytes, line_spans = xw.split_plane(data, ref.length)
     meta = xplane_pb2.XPlane.FromString(meta_bytes)
@@ -471,24 +316,17 @@ def _decode_host(f, size, ref):
         starts.append(s)
         ends.append(e)
         lines_of.append(np.full(len(s), li, dtype=np.int32))
-    read = _read_stats({k: v.name for k, v in meta.stat_metadata.items()})
+    stat_names = {k: v.name for k, v in meta.stat_metadata.items()}
+    event_names = {k: v.name for k, v in meta.event_metadata.items()}
+    # only the stats the steps read (a JAX CPU event's hlo_op/hlo_module/program_id... were
+    # most of the decoded columns): the grouping's, and a grouped profile's own
+    read = {k: v for k, v in stat_names.items() if v in xs.GROUPING_STATS or v in ("group_id", "step_name")}
     ev = xw.decode_events(b, xw.cat(starts, np.int64), xw.cat(ends, np.int64), xw.cat(lines_of, np.int32), read)
     # what is held from here on makes the peak memory of a long CPU profile: the events'
     # byte ranges (20 bytes an event) are not needed once decoded
-    del starts, ends, lines_of, b
-    return ev, meta, headers, data
-
-
-def _group_host(parts: list, out: list) -> int:
-    """XProf's grouping of the host events of ``parts``, (events, plane metadata, line
-    headers, the bytes their str stats point into), which it empties: the bytes are
-    dropped once grouped (no caller's reference keeps them through the step database)."""
-    from profscope.formats import xplane_steps as xs
-
-    ev, meta, headers, data = parts
-    parts.clear()
-    stat_names = {k: v.name for k, v in meta.stat_metadata.items()}
-    event_names = {k: v.name for k, v in meta.event_metadata.items()}
+    del starts, ends, lines_of
+    if ev.n == 0:
+        return None
     line_ts_ns = np.array([h.timestamp_ns for h in headers], dtype=np.int64)
     if any(m.name == "group_id" for m in meta.stat_metadata.values()):
         v = xw.StatView(ev, "group_id")
@@ -508,7 +346,7 @@ def _group_host(parts: list, out: list) -> int:
         named = {}
         del g
     ev.views.clear()  # the stats' per-event views the grouping read, and the file's bytes
-    del data
+    del data, b
     return _host_step_db(ev, line_ts_ns, group_id, roots, named, event_names, [h.name for h in headers], out)
 
 
@@ -736,10 +574,8 @@ def _device_type(plane, names) -> str:
     return "AMD GPU" if _text(_stats(plane.stats, names).get("device_vendor")) == "AMD" else "GPU"
 
 
-def read_step_events(raw: IO[bytes], path: str, host_columns=None) -> StepEvents:
-    """XProf's steps of one XSpace and its device activities (see the module docstring).
-    ``host_columns``: the file's trace index folder, whose :class:`HostStepColumns` (where
-    it has them) stand for the host plane's events of a CPU-only profile."""
+def read_step_events(raw: IO[bytes], path: str) -> StepEvents:
+    """XProf's steps of one XSpace and its device activities (see the module docstring)."""
     index = xplane.scan(raw, path)
     gpu = sorted((r for r in index.planes if r.name.startswith(GPU_PREFIX)), key=lambda r: r.offset)
     tpu = sorted((r for r in index.planes if r.name.startswith(TPU_PREFIX) and r.name[len(TPU_PREFIX):].isdigit()),
@@ -775,12 +611,12 @@ def read_step_events(raw: IO[bytes], path: str, host_columns=None) -> StepEvents
                 tf_data = any(m.name.startswith("Iterator::") for m in meta.event_metadata.values())
         else:
             hardware = "CPU_ONLY"
-            ref = steps_plane(index)
+            ref = index.plane(HOST_PLANE)
             first = None
             if ref is not None:
                 raw.seek(0)
                 f, size = xplane.open_stream(raw, path)
-                first = _host_steps(f, size, ref, host_steps, host_columns)
+                first = _host_steps(f, size, ref, host_steps)
             grouping = "grouped" if host_steps else "none"
         # the opcode of each kernel's HLO op, from the modules of /host:metadata (the op
         # metrics' reader of them: XProf's ParseHloProtosFromXSpace)

@@ -90,7 +90,7 @@ def selected_planes(index: xplane.XSpaceIndex) -> list[tuple[xplane.PlaneRef, in
 
 
 def read_trace(raw: IO[bytes], path: str, host_number: int = 1, hostname: str | None = None,
-               progress=None, sink=None, host_steps=None) -> TraceEvents:
+               progress=None, sink=None) -> TraceEvents:
     """The trace events of one XSpace (``<host>.xplane.pb[.gz]``).
 
     ``host_number`` is XProf's 1-based host index (pids are ``1000 * host + device``);
@@ -101,9 +101,6 @@ def read_trace(raw: IO[bytes], path: str, host_number: int = 1, hostname: str | 
     (the plane's offset in the file when the file is not gzipped, else None), whose
     bytes the args offsets point into); the returned :class:`TraceEvents` then has
     empty columns. Without one they are collected in memory.
-    ``host_steps``: a :class:`~profscope.formats.xplane_step_events.HostStepColumns` that
-    keeps the step reader's columns of the plane it names (``plane_ref``) as they are
-    decoded here, so the steps need no second decode of it.
     Corrupt or truncated input raises :class:`BadInput` naming the file.
     """
     _report(progress, 0.0, "indexing the profile planes")
@@ -117,16 +114,14 @@ def read_trace(raw: IO[bytes], path: str, host_number: int = 1, hostname: str | 
     with xw.xspace_errors(path):
         raw.seek(0)
         f, size = xplane.open_stream(raw, path)
-        steps_of = (host_steps, host_steps.plane_ref(index)) if host_steps is not None else (None, None)
-        return _read(f, size, path, hostname, chosen, host_number, total, progress, sink, others, steps_of)
+        return _read(f, size, path, hostname, chosen, host_number, total, progress, sink, others)
 
 
 CHUNK_EVENTS = 1 << 16  # events decoded at once: bounds the decoder's scratch memory
 LINE_WINDOW = 1 << 22  # bytes of a line searched for event headers at once (scratch memory)
 
 
-def _read(f, size, path, hostname, chosen, host_number, total, progress, sink, others=(),
-          host_steps=(None, None)) -> TraceEvents:
+def _read(f, size, path, hostname, chosen, host_number, total, progress, sink, others=()) -> TraceEvents:
     names = NameTable()
     tracks: list[Track] = []
     processes: list[Process] = []
@@ -184,7 +179,7 @@ def _read(f, size, path, hostname, chosen, host_number, total, progress, sink, o
                                     len(tracks), "slices", plane_index))
         if isinstance(dplane, xplane_derived.DevicePlane):
             dplane.pid, dplane.plane_index, dplane.line_track = pid, plane_index, line_track
-        plane = _PlaneReader(meta, names, data, host_steps[0] if ref is host_steps[1] else None, headers)
+        plane = _PlaneReader(meta, names, data)
         plane.special = {li: ("counter" if li in counter_lines else "steps") for li, h in enumerate(headers)
                          if li in counter_lines or (h.display_name or h.name) == "Steps"}
         seen = 0
@@ -216,9 +211,11 @@ def _read(f, size, path, hostname, chosen, host_number, total, progress, sink, o
             parts.events(rtrack[ok], reg_ts[ok], reg_end[ok] - reg_ts[ok], np.full(k, names(REGION_NAME), np.int32),
                       np.zeros(k, np.int64), np.zeros(k, np.int32))
         plane.counters(pid, tracks, counters, plane_index, counter_lines)
-        steps.extend((r_name, r_ts, r_dur) for r_name, r_ts, r_dur, _line in plane.step_rows)
-        steps.extend((r_name, r_ts, r_dur) for r_name, r_ts, r_dur, li in plane.line_rows if plane.special[li] == "steps")
-        plane.steps_done()
+        for r_name, r_ts, r_dur, r_line in plane.step_rows:
+            steps.append((r_name, r_ts, r_dur))
+        for r_name, r_ts, r_dur, r_line in plane.line_rows:
+            if plane.special[r_line] == "steps":
+                steps.append((r_name, r_ts, r_dur))
         del b, plane
         # a plain file's plane bytes are its own, from the plane's offset: a sink that can
         # read the file back need not keep them (IndexWriter with a ``source``)
@@ -301,12 +298,8 @@ def _event_chunks(data, b, runs):
 class _PlaneReader:
     """Per-plane lookups and what is collected across the chunks of its events."""
 
-    def __init__(self, meta, names: NameTable, data, step_columns=None, headers=()):
+    def __init__(self, meta, names: NameTable, data):
         self.names = names
-        # the step reader's columns of this plane (xplane_step_events.HostStepColumns), or None
-        self.step_columns = step_columns
-        if step_columns is not None:
-            step_columns.begin(meta, headers)
         self.stat_names = {k: v.name for k, v in meta.stat_metadata.items()}
         mids = sorted(meta.event_metadata)
         self.lut_keys = np.asarray(mids, dtype=np.int64)
@@ -344,13 +337,7 @@ class _PlaneReader:
             name_id[r] = self.names(f"{self.names.names[int(name_id[r])]} {num}")
         return name_id
 
-    def steps_done(self) -> None:
-        if self.step_columns is not None:
-            self.step_columns.finish()
-
     def collect(self, ev, ts, name_id, ev_start, ev_end) -> None:
-        if self.step_columns is not None:
-            self.step_columns.add(ev, self.data)
         sv = xw.StatView(ev, "step_num")
         for r in np.flatnonzero(sv.present).tolist():
             self.step_rows.append((self.names.names[int(name_id[r])], int(ts[r]), int(ev.duration_ps[r]), int(ev.line[r])))
