@@ -78,6 +78,13 @@ def test_pytorch_trace_steps_sort_filter_and_trace_link(open_page, server):
     page.wait_for_selector("#so-steps-chart .bars")
     page.screenshot(path=str(ARTIFACTS / "steps_ops_v100.png"), full_page=True)
     assert page.inner_text("#so-steps-count .value") == str(len(api["steps"]))
+    # the Ops tile counts the rows the table shows (kernels), every kind's count beside it
+    kernels = sum(r["kind"] == "kernel" for r in api["ops"])
+    assert page.inner_text("#so-ops-count .label") == "Ops: kernels"
+    assert page.inner_text("#so-ops-count .value") == f"{kernels:,}"
+    assert page.inner_text("#so-ops-count .sub") == \
+        " · ".join(f"{n:,} {name}" for kind, name in (("kernel", "kernels"), ("framework", "framework ops"))
+                   for n in [sum(r["kind"] == kind for r in api["ops"])] if n)
     # by default the device's own rows, the kernels, as the API ranks them (most total
     # time first): framework ops nest over the same kernels, so mixed in they would count
     # the device time several times; the kernels' shares are of the steps' device time

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import os
 import signal
 import subprocess
@@ -290,6 +291,26 @@ def test_steps_of_all_hosts(shared_fixtures, tmp_path):
         assert line.startswith(f"| {h['host']}{mark} | {h['steps']:,} | {h['median_us']:,.1f} | {h['p90_us']:,.1f} |")
     res = run_cli("ops", str(logdir), *args)
     assert res.returncode == 0 and "Ops are ranked per host: give --host, one of 34.83.195.179_6003" in res.stdout
+
+
+def test_steps_of_all_hosts_with_an_unreadable_host(shared_fixtures, tmp_path):
+    """A session of the TF GPU host and the corrupt TPU file: the readable host's row, and
+    the unreadable one's with the reason the answer gives (was a row of empty cells)."""
+    base = shared_fixtures / "public_profiles" / "xplane"
+    run_dir = tmp_path / "logs" / "plugins" / "profile" / "s"
+    run_dir.mkdir(parents=True)
+    shutil.copy(next((base / "tf_gpu").rglob("34.83.195.179_6003.xplane.pb")), run_dir / "good.xplane.pb")
+    shutil.copy(next((base / "tpu_inference_corrupt").rglob("*.xplane.pb")), run_dir / "bad.xplane.pb")
+    args = ["--run", "s", "--host", "ALL_HOSTS", "--cache-dir", str(tmp_path / "cache")]
+    res = run_cli("steps", str(tmp_path / "logs"), *args, "--format", "json")
+    assert res.returncode == 0, res.stderr
+    bad = next(h for h in json.loads(res.stdout)["hosts"] if h["host"] == "bad")
+    assert bad["status"] == "error" and "bad.xplane.pb" in bad["reason"]
+    res = run_cli("steps", str(tmp_path / "logs"), *args)
+    assert res.returncode == 0, res.stderr
+    rows = _table_rows(res.stdout, "| host | steps |")
+    assert rows[0] == f"| bad | unreadable: {bad['reason'].replace('|', chr(92) + '|')} | | | | |"
+    assert rows[1].startswith("| good | 1 | ")
 
 
 def test_steps_of_a_cpu_only_profile(demo_logdir, tmp_path):

@@ -564,6 +564,9 @@ def _steps_markdown(out: dict) -> str:
     if out.get("hosts"):
         lines += ["| host | steps | median | p90 | slowest step | slowest |", "|---|---:|---:|---:|---|---:|"]
         for h in out["hosts"]:
+            if h.get("status") == "error":  # an unreadable host's row: its file and why
+                lines.append(f"| {_cell(h['host'])} | unreadable: {_cell(h.get('reason'))} | | | | |")
+                continue
             mark = " (straggler)" if h["host"] == out.get("straggler_host") else ""
             lines.append(f"| {_cell(h['host'])}{mark} | {h.get('steps') or 0:,} | {_us(h.get('median_us'))} | "
                          f"{_us(h.get('p90_us'))} | {_cell(h.get('slowest_step'))} | {_us(h.get('slowest_us'))} |")

@@ -438,7 +438,9 @@ class Grouping:
         # every edge in the order XProf adds it: inter-thread, context groups, TF loops
         xp = np.concatenate([inter[0], ctx_par, np.asarray(x_par, dtype=np.int64)])
         xk = np.concatenate([inter[1], ctx_kid, np.asarray(x_kid, dtype=np.int64)])
-        del x_par, x_kid, inter, ctx_par, ctx_kid
+        x_par.clear()  # (not del: add_child closes over them, which ruff reads as F821)
+        x_kid.clear()
+        del inter, ctx_par, ctx_kid
         xfirst, xkids = _csr(xp, xk, total)
         parents = _Parents(parent_of, xk, xp)
         del xp, xk

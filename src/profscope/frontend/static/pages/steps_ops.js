@@ -107,8 +107,22 @@ function summaryTiles(d, state) {
     tile("Steps", fmtCount(s.steps ?? 0), s.step_source ? `found by ${s.step_source}` : d.source, "so-steps-count"),
     tile("Median step", us(s.median_us), s.p90_us !== undefined ? `p90 ${us(s.p90_us)}` : null),
     tile("Slowest step", s.slowest_step !== undefined ? stepLabel(s.slowest_step) : "—", s.slowest_us !== undefined ? [us(s.slowest_us), straggler ? ` · ${straggler}` : ""].join("") : null),
-    tile("Ops", fmtCount((d.ops || []).length), Object.entries(d.ops_scope || {}).map(([k, v]) => `${k}: ${v}`).join(" · ")),
+    opsTile(d, state),
     state.step ? tile("Selected step", stepLabel(state.step), link({ ...state, step: "" }, "show every step", { id: "so-clear-step" })) : null);
+}
+
+// The rows of the kind the table shows (the device's own by default), and every kind's
+// count beside it: on the V100 trace 69 kernels, of 148 rows with the framework ops.
+function opsTile(d, state) {
+  const all = d.ops || [];
+  const kind = state.kind || defaultKind(all);
+  const shown = kind === ALL_KINDS ? all.length : all.filter((r) => r.kind === kind).length;
+  const counts = new Map(Object.keys(KIND_NAMES).map((k) => [k, 0]));  // HLO ops, kernels, framework ops: that order
+  for (const r of all) counts.set(r.kind, (counts.get(r.kind) || 0) + 1);
+  const kinds = [...counts].filter(([, n]) => n);
+  const label = kind === ALL_KINDS ? "Ops, every kind" : `Ops: ${KIND_NAMES[kind] || kind}`;
+  const sub = kinds.length > 1 ? kinds.map(([k, n]) => `${fmtCount(n)} ${KIND_NAMES[k] || k}`).join(" · ") : null;
+  return tile(label, fmtCount(shown), sub, "so-ops-count");
 }
 
 // host=ALL_HOSTS: what reads across hosts (one host's median or ops mean nothing here):
@@ -286,6 +300,7 @@ function defaultKind(all) {
   return [HLO_KIND, "kernel"].find((k) => all.some((r) => r.kind === k)) || ALL_KINDS;
 }
 const HLO_KIND = "hlo";
+const KIND_NAMES = { hlo: "HLO ops", kernel: "kernels", framework: "framework ops" };
 const ALL_KINDS = "all"; // kind=all: every kind, overlapping
 
 function opsSection(d, state, run) {
@@ -329,7 +344,7 @@ function opsSection(d, state, run) {
 
 // The kinds, each alone, and every kind at once (kind=all); the one shown is selected.
 function kindSelector(kinds, kind) {
-  const label = { hlo: "HLO ops", kernel: "kernels", framework: "framework ops" };
+  const label = KIND_NAMES;
   // a kind= this run has no row of (an old link): still named, the table then says so
   const shown = kind === ALL_KINDS || kinds.includes(kind) ? kinds : [...kinds, kind];
   const options = [...shown.map((k) => el("option", { value: k }, label[k] || k)), el("option", { value: ALL_KINDS }, "every kind (overlapping)")];
