@@ -347,7 +347,9 @@ def test_xprof_frontend_captures_through_its_dialog(xprof_page, xprof_capture_se
     page.add_init_script("document.addEventListener('plugin-reload', () => { window.__pluginReload = (window.__pluginReload || 0) + 1; })")
     page.goto(f"{server}/")
     page.get_by_text(f"Sessions ({len(before)})").wait_for(timeout=LOAD_TIMEOUT_MS)
-    page.get_by_role("button", name="CAPTURE PROFILE").click()
+    # the side panel's button: XProf's empty-page (shown while a session's tool has
+    # nothing drawn yet, e.g. while its overview_page loads) has a second one
+    page.locator("sidenav").get_by_role("button", name="CAPTURE PROFILE").click()
     dialog = page.locator("capture-profile-dialog")
     dialog.wait_for()
     dialog.get_by_label("Profile Service URL(s) or TPU name").fill(live_job)
