@@ -476,18 +476,5 @@ def _framework_rows(ix, k: sb.Kernels, sel: np.ndarray, windows, whole: int, hos
 
 
 def _launch_tracks(ix, k: sb.Kernels) -> np.ndarray:
-    """Per kernel, the track its launch flow comes from (-1 without one): the flow whose
-    end is on the kernel's track at its start, as step_breakdown's ``_launches`` finds it."""
-    out = np.full(len(k), -1, np.int64)
-    flows = np.asarray(ix.flows, np.int64).reshape(-1, 5)
-    if not len(flows) or not len(k):
-        return out
-    fkey = (flows[:, 3] << 43) + flows[:, 4]
-    o = np.argsort(fkey, kind="stable")
-    fkey, src = fkey[o], flows[o, 1]
-    key = (np.asarray(ix.cols["track"])[k.row].astype(np.int64) << 43) + k.start
-    i = np.searchsorted(fkey, key)
-    hit = i < len(fkey)
-    hit[hit] = fkey[i[hit]] == key[hit]
-    out[hit] = src[i[hit]]
-    return out
+    """Per kernel, the track its launch flow comes from (-1 without one)."""
+    return sb.launch_sources(ix, np.asarray(ix.cols["track"])[k.row], k.start)[0]

@@ -143,7 +143,7 @@ def device_kernels(idx) -> Kernels:
     rows = np.asarray(keep, np.int64)
     start = np.asarray(idx.cols["start"])[rows].astype(np.int64)
     end = start + np.asarray(idx.cols["dur"])[rows].astype(np.int64)
-    launch = _launches(idx, track[rows], start)
+    launch = launch_sources(idx, track[rows], start)[1]
     o = np.lexsort((end, start))
     return Kernels(start[o], end[o], np.asarray(idx.cols["name"])[rows][o].astype(np.int32),
                    np.asarray(device, np.int64)[o], np.asarray(stream, np.int64)[o], launch[o], idx.names, tracks,
@@ -162,24 +162,26 @@ def _int(v, default: int) -> int:
     return int(v) if v.__class__ is float and v == v and abs(v) < 2.0**63 else default
 
 
-def _launches(idx, track: np.ndarray, start: np.ndarray) -> np.ndarray:
-    """Per kernel, the start (ps) of the call its launch flow comes from, -1 if none: the
-    arrow whose end is on the kernel's track at the kernel's start (kineto's ``f`` has
-    the kernel's ``ts``)."""
-    out = np.full(len(start), -1, np.int64)
-    flows = np.asarray(idx.flows, np.int64).reshape(-1, 5)
+def launch_sources(idx, track: np.ndarray, start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per kernel, the track and the start (ps) of the call its launch flow comes from,
+    -1 and -1 if none: the arrow whose end is on the kernel's track at the kernel's start
+    (kineto's ``f`` has the kernel's ``ts``)."""
+    src_track = np.full(len(start), -1, np.int64)
+    src_ps = np.full(len(start), -1, np.int64)
+    flows = np.asarray(idx.flows, np.int64).reshape(-1, 5)  # (name, from track, from ps, to track, to ps)
     if not len(flows) or not len(start):
-        return out
+        return src_track, src_ps
     # one key per (track, ps): tracks are few (< 2^20) and index times fit in 2^43 ps here
     fkey = (flows[:, 3] << 43) + flows[:, 4]
     o = np.argsort(fkey, kind="stable")
-    fkey, src = fkey[o], flows[o, 2]
+    fkey, flows = fkey[o], flows[o]
     key = (track.astype(np.int64) << 43) + start
     i = np.searchsorted(fkey, key)
     hit = i < len(fkey)
     hit[hit] = fkey[i[hit]] == key[hit]
-    out[hit] = src[i[hit]]
-    return out
+    src_track[hit] = flows[i[hit], 1]
+    src_ps[hit] = flows[i[hit], 2]
+    return src_track, src_ps
 
 
 # ---------------------------------------------------------------------------
