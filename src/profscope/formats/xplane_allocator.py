@@ -151,20 +151,10 @@ def read_allocator_events(raw: IO[bytes], path: str, progress=None) -> Allocator
         pre_grouped |= any(m.name == "group_id" for m in meta.stat_metadata.values())
         loop_ops |= any(m.name in _LOOP_OPS for m in meta.event_metadata.values())
         b = np.frombuffer(data, dtype=np.uint8)
-        headers = []
-        starts: list[np.ndarray] = []
-        ends: list[np.ndarray] = []
-        lines_of: list[np.ndarray] = []
-        for li, (a, z) in enumerate(line_spans):
-            head, s, e = xw.line_events(data, b, a, z)
-            headers.append(xplane_pb2.XLine.FromString(head))
-            starts.append(s)
-            ends.append(e)
-            lines_of.append(np.full(len(s), li, dtype=np.int32))
+        headers, starts, ends, lines_of = xw.plane_events(data, b, line_spans)
         _report(progress, 0.15, "decoding events")
         stat_names = {k: v.name for k, v in meta.stat_metadata.items()}
-        ev = xw.decode_events(b, xw.cat(starts, np.int64), xw.cat(ends, np.int64), xw.cat(lines_of, np.int32),
-                            stat_names)
+        ev = xw.decode_events(b, starts, ends, lines_of, stat_names)
         del starts, ends, lines_of, b
         _report(progress, 0.5, "grouping steps")
         return _build(path, hostname, data, meta, headers, ev, pre_grouped, loop_ops, hlo_modules, progress)

@@ -368,6 +368,20 @@ def line_events(data, b: np.ndarray, start: int, end: int, window: int | None = 
     return bytes(keep), cat(starts, np.int64), cat(ends, np.int64)
 
 
+def plane_events(data, b: np.ndarray, line_spans) -> tuple[list, np.ndarray, np.ndarray, np.ndarray]:
+    """Every line of a plane (``split_plane``'s spans): its header (an ``XLine`` without
+    events) and, for :func:`decode_events`, the byte ranges of all the plane's events with
+    the index of the line each is on: ``(headers, starts, ends, lines)``."""
+    headers, starts, ends, lines = [], [], [], []
+    for li, (a, z) in enumerate(line_spans):
+        head, s, e = line_events(data, b, a, z)
+        headers.append(xplane_pb2.XLine.FromString(head))
+        starts.append(s)
+        ends.append(e)
+        lines.append(np.full(len(s), li, dtype=np.int32))
+    return headers, cat(starts, np.int64), cat(ends, np.int64), cat(lines, np.int32)
+
+
 def event_run(data, b: np.ndarray, pos: int, end: int, window: int | None = None) -> tuple[np.ndarray, np.ndarray, int]:
     """The consecutive ``events`` fields of a line from ``pos``: (payload starts, ends,
     position after the run).
