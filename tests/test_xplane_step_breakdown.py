@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.test_xprof_op_stats import _client  # a TestClient of a logdir with its own cache
+
 GOLDEN = Path(__file__).parent / "golden" / "overview_page"
 INDEX = json.loads((GOLDEN / "index.json").read_text())
 CASES = sorted(k for k in INDEX if not k.startswith("_") and "path" in INDEX[k])
@@ -31,18 +33,6 @@ ALL_HOSTS_CASES = sorted(k for k in INDEX if not k.startswith("_") and "hosts" i
 ROOT = Path(__file__).parents[1]
 DEMO = ROOT / "src" / "profscope" / "demo" / "logdir"
 EQUAL_TABLES = (1, 3, 6)
-
-
-def _client(root: Path, cache: Path):
-    from fastapi.testclient import TestClient
-
-    from profscope.app.workspace import Workspace
-    from profscope.cache.store import DiskCache
-    from profscope.server.app import create_app
-    from profscope.storage import LogDir
-
-    return TestClient(create_app(Workspace(LogDir(str(root), listing_ttl=0), DiskCache(cache))),
-                      raise_server_exceptions=False)
 
 
 @pytest.fixture(scope="module")
