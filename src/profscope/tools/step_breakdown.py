@@ -285,20 +285,21 @@ def _device_step(k: Kernels, launched: np.ndarray, on_dev: np.ndarray, s: int, d
             "memory_us": {kind: _us(v) for kind, v in sorted(memory.items())}, "busy_us": _us(busy), "idle_us": _us(d - busy),
             "idle_before_first_us": _us(before), "idle_between_us": _us(between), "idle_after_last_us": _us(after),
             "temporal_us": {key: _us(v) for key, v in tb.items()},
-            "bound": _bound(d, d - busy, before, between, after, by_cat)}
+            "bound": bound(d, d - busy, before, between, after, by_cat)}
 
 
-def _bound(step: int, idle: int, before: int, between: int, after: int, by_cat: dict) -> str:
+def bound(step: int, idle: int, before: int, between: int, after: int, by_cat: dict,
+          categories=(COMPUTE, COMMUNICATION, MEMORY)) -> str:
     """What limits the step on this device. With idle at least :data:`BOUND_IDLE_SHARE`
     of the step, where most of it lies: before the first activity, ``input`` (nothing is
     queued while the host prepares the batch); between activities, ``launch`` (kernels
     wait for the host to launch them); after the last, ``waiting`` (the device's work is
     done and the step goes on: the host waits for another device, or runs on without
-    it). Otherwise the busiest category of the device (``compute``, ``communication``,
-    ``memory``)."""
+    it). Otherwise the busiest of ``categories`` on the device (here ``compute``,
+    ``communication``, ``memory``; the xplane breakdown's own)."""
     if step > 0 and idle >= BOUND_IDLE_SHARE * step:
         return max((before, "input"), (between, "launch"), (after, "waiting"))[1]
-    busiest = max((COMPUTE, COMMUNICATION, MEMORY), key=lambda c: by_cat[c])
+    busiest = max(categories, key=lambda c: by_cat[c])
     return busiest if by_cat[busiest] > 0 else "idle"
 
 
@@ -322,7 +323,7 @@ def kernel_table(k: Kernels, sel: np.ndarray, cats: np.ndarray, whole_us: float)
     return rows
 
 
-def _straggler(per_dev: list[dict]) -> dict | None:
+def straggler(per_dev: list[dict]) -> dict | None:
     """The device that finishes the step's work last (``work_done_us``: the end of its
     last kernel launched in the step, from the step's start) and by how much after the
     first one; None with fewer than two devices working in the step."""
@@ -361,7 +362,7 @@ def breakdown(idx) -> dict:
                                                    kinds)}
                    for dev in devices]
         out_steps.append({"step": name, "start_us": _us(s), "step_time_us": _us(d), "devices": per_dev,
-                          "straggler": _straggler(per_dev)})
+                          "straggler": straggler(per_dev)})
     sel = step_of >= 0 if steps else np.ones(len(k), bool)
     whole = sum(s[2] for s in steps) / PS_PER_US if steps else _us(temporal(k.start, k.end, cats == COMPUTE)["kernel_time"])
     times = np.array([s["step_time_us"] for s in out_steps])

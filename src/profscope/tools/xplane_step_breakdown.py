@@ -37,9 +37,8 @@ import re
 
 import numpy as np
 
-from profscope.tools.step_breakdown import union
+from profscope.tools.step_breakdown import bound, straggler, union
 
-BOUND_IDLE_SHARE = 0.5  # as tools/step_breakdown.py: idle at least this share of the step bounds it
 PS_PER_US = 1e6
 # (key, label), lowest priority first: where categories overlap on a device the later wins
 CATEGORIES = (("collective", "Collective / communication"), ("memory", "Memory copy"), ("other", "Other"),
@@ -157,26 +156,8 @@ class _Device:
                 "busy_us": _us(busy), "idle_us": _us(b - a - busy),
                 "idle_before_first_us": _us(before), "idle_between_us": _us(b - a - busy - before - after),
                 "idle_after_last_us": _us(after), "work_done_us": _us(done) if done is not None else None,
-                "bound": _bound(b - a, b - a - busy, before, b - a - busy - before - after, after, time),
+                "bound": bound(b - a, b - a - busy, before, b - a - busy - before - after, after, time, KEYS),
                 "_ps": {"time": time, "idle": b - a - busy}}
-
-
-def _bound(step: int, idle: int, before: int, between: int, after: int, time: dict) -> str:
-    """tools/step_breakdown.py's rule: idle >= half the step is ``input`` (before the first
-    activity), ``launch`` (between) or ``waiting`` (after the last), whichever is most;
-    otherwise the busiest category."""
-    if step > 0 and idle >= BOUND_IDLE_SHARE * step:
-        return max((before, "input"), (between, "launch"), (after, "waiting"))[1]
-    busiest = max(KEYS, key=lambda k: time[k])
-    return busiest if time[busiest] > 0 else "idle"
-
-
-def _straggler(per_dev: list[dict]) -> dict | None:
-    done = [(d["work_done_us"], d["device"]) for d in per_dev if d["work_done_us"] is not None]
-    if len(done) < 2:
-        return None
-    last, first = max(done), min(done)
-    return {"device": last[1], "lag_us": round(last[0] - first[0], 3)}
 
 
 def module_runs(devices: list[_Device]) -> tuple[int | None, list[tuple[str, int, int]]]:
@@ -271,7 +252,7 @@ def breakdown(ev, program_names: dict | None = None) -> dict:
             row["trace_window_ps"] = [clocks[d.id].begin(a), clocks[d.id].end(b)]
         spans = [row["trace_window_ps"] for row in per_dev] or [[a, b]]
         out_steps.append({"step": name, "name": name, "start_us": _us(a - origin), "step_time_us": _us(b - a),
-                          "devices": per_dev, "straggler": _straggler(per_dev),
+                          "devices": per_dev, "straggler": straggler(per_dev),
                           "trace_window_ps": [min(w[0] for w in spans), max(w[1] for w in spans)]})
     times = np.array([s["step_time_us"] for s in out_steps])
     summary: dict = {"steps": len(out_steps), "devices": [d.id for d in devices], "step_source": source,
@@ -316,5 +297,5 @@ def all_hosts(per_host: list[dict]) -> dict:
     timed = [h for h in hosts if h["median_us"] is not None]
     slow = max(timed, key=lambda h: h["median_us"]) if len(timed) >= 2 else None
     # hosts of equal medians have no straggler
-    straggler = slow["host"] if slow and slow["median_us"] > min(h["median_us"] for h in timed) else None
-    return {"hosts": hosts, "straggler_host": straggler}
+    slow_host = slow["host"] if slow and slow["median_us"] > min(h["median_us"] for h in timed) else None
+    return {"hosts": hosts, "straggler_host": slow_host}
