@@ -123,7 +123,7 @@ def _device_events(path: Path) -> np.ndarray:
                 line_ps = line.timestamp_ns * 1000
                 for ev in line.events:
                     st = {**meta.get(ev.metadata_id, {}), **xse._stats(ev.stats, names)}
-                    out.append((xse._device_span(ev, st, line_ps)[0], line_ps + ev.offset_ps, int(plane.id)))
+                    out.append((xse.device_span(ev, st, line_ps)[0], line_ps + ev.offset_ps, int(plane.id)))
     return np.asarray(out, dtype=np.int64).reshape(-1, 3)
 
 

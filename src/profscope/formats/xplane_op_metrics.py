@@ -386,11 +386,12 @@ def _tpu_op(meta, stats: dict) -> OpMetric:
                     **cost)
 
 
-def _device_span(ev, stats: dict) -> tuple[int, int]:
+def device_span(ev, stats: dict, line_ps: int = 0) -> tuple[int, int]:
     """tsl GetDeviceEventTimespan: the device's own clock when the event carries it (a
-    stat of another type, as a hostile file may hold, is not a time: the event's is used)."""
+    stat of another type, as a hostile file may hold, is not a time: the event's own
+    span is used, its offset from ``line_ps``, the line's start)."""
     begin, duration = stats.get("device_offset_ps"), stats.get("device_duration_ps")
-    begin = begin if isinstance(begin, int) else ev.offset_ps
+    begin = begin if isinstance(begin, int) else line_ps + ev.offset_ps
     duration = duration if isinstance(duration, int) else ev.duration_ps
     return begin, begin + duration
 
@@ -424,7 +425,7 @@ def _read_tpu_plane(plane, db: OpMetricsDb) -> None:
             continue
         stack: list[list] = []  # [begin, end, children's time, event]
         for ev in line.events:
-            begin, end = _device_span(ev, _event_stats(ev.stats, names))
+            begin, end = device_span(ev, _event_stats(ev.stats, names))
             first = begin if first is None else min(first, begin)
             last = max(last, end)
             if line.name != TPU_OP_LINE:

@@ -56,6 +56,7 @@ from profscope.formats import xplane, xplane_op_metrics
 from profscope.formats import xplane_wire as xw
 from profscope.formats.xplane_derived import THREAD_ID_STEP_INFO, is_derived_thread_id, parse_tf_op, MEMCPY
 from profscope.formats.protos import xplane_pb2
+from profscope.formats.xplane_op_metrics import device_span
 
 __all__ = ["EVENT_TYPES", "Activities", "StepEvents", "read_step_events"]
 
@@ -176,14 +177,6 @@ def classify_cpu_event(name: str) -> int:
     return HOST_COMPUTE
 
 
-def _device_span(ev, stats: dict, line_ps: int) -> tuple[int, int]:
-    """tsl ``GetDeviceEventTimespan``: the device's clock where the event carries it."""
-    begin = stats.get("device_offset_ps")
-    dur = stats.get("device_duration_ps")
-    b = begin if isinstance(begin, int) else line_ps + ev.offset_ps
-    return b, b + (dur if isinstance(dur, int) else ev.duration_ps)
-
-
 def _clock_point(dev: Activities, span: tuple[int, int], trace_begin: int, trace_dur: int, always=False) -> None:
     """An event's begin and end on both clocks, where its device span is not its line's
     (``always``: a TPU core's every event, as its lines mix the two clocks: the XLA Ops
@@ -220,7 +213,7 @@ def _read_gpu_plane(plane, dev: Activities, steps: dict) -> None:
                 st = {**meta_stats.get(ev.metadata_id, {}), **_stats(ev.stats, names)}
                 g = _int(st.get("group_id"), None)
                 if g is not None:
-                    span = _device_span(ev, st, line_ps)
+                    span = device_span(ev, st, line_ps)
                     _clock_point(dev, span, line_ps + ev.offset_ps, ev.duration_ps)
                     markers.setdefault(g, []).append(("device", span))
             continue
@@ -261,7 +254,7 @@ def _read_tpu_plane(plane, dev: Activities, steps: dict) -> None:
     for line in plane.lines:
         line_ps = line.timestamp_ns * 1000
         for ev in line.events:
-            span = _device_span(ev, {**meta_stats.get(ev.metadata_id, {}), **_stats(ev.stats, names)}, line_ps)
+            span = device_span(ev, {**meta_stats.get(ev.metadata_id, {}), **_stats(ev.stats, names)}, line_ps)
             _clock_point(dev, span, line_ps + ev.offset_ps, ev.duration_ps, always=True)
             dev.first_ps = span[0] if dev.first_ps is None else min(dev.first_ps, span[0])
         if line.name == STEP_LINE:
@@ -270,14 +263,14 @@ def _read_tpu_plane(plane, dev: Activities, steps: dict) -> None:
             for ev in line.events:
                 st = {**meta_stats.get(ev.metadata_id, {}), **_stats(ev.stats, names)}
                 m = meta.get(ev.metadata_id)
-                steps.setdefault(m.name if m is not None else "", []).append(_device_span(ev, st, line_ps))
+                steps.setdefault(m.name if m is not None else "", []).append(device_span(ev, st, line_ps))
             continue
         if line.name != TPU_OP_LINE:
             continue
         reach = None
         for ev in line.events:
             st = {**meta_stats.get(ev.metadata_id, {}), **_stats(ev.stats, names)}
-            b, e = _device_span(ev, st, line_ps)
+            b, e = device_span(ev, st, line_ps)
             if reach is not None and e <= reach:
                 continue  # nested in the op before (an AncestorStack child): its time is its parent's
             reach = e
