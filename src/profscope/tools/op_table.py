@@ -48,12 +48,12 @@ import numpy as np
 
 from profscope.tools import step_breakdown as sb
 from profscope.tools import xplane_step_breakdown as xsb
+from profscope.tools.trace_viewer import xplane_device_tracks
 
 __all__ = ["chrome_trace_ops", "roofline", "xplane_ops"]
 
 PS_PER_US = 1e6
 HLO, KERNEL, FRAMEWORK = "hlo", "kernel", "framework"
-DEVICE_PROCESS = "/device:"  # an xplane device plane's process name holds it ("host /device:GPU:4")
 _KERNEL_LINE = re.compile(r"^Stream #\d+")  # XProf's GPU stream lines: "Stream #16(Kernel)"
 _FRAMEWORK_LINE = re.compile(r"^(Framework Ops|TensorFlow Ops)")  # tsl kTensorFlowOpLineName and its successor
 _XLA_OPS_LINE = re.compile(r"^XLA Ops")  # "XLA Ops" (TPU) or the derived "XLA Ops - from #16" (GPU)
@@ -92,17 +92,6 @@ def _rank(rows: list[dict]) -> list[dict]:
 # ---------------------------------------------------------------------------
 # The trace index's side: tracks, groups, slowest occurrences
 # ---------------------------------------------------------------------------
-
-
-def _device_of_track(ix) -> dict[int, str]:
-    """Each device-plane track of an xplane index: its device (``/device:GPU:4``)."""
-    procs = {p["pid"]: p["name"] for p in ix.meta.get("processes", [])}
-    out = {}
-    for t, tr in enumerate(ix.tracks):
-        name = procs.get(tr.get("pid"), "")
-        if DEVICE_PROCESS in name and tr.get("kind", "slices") == "slices":
-            out[t] = name[name.index(DEVICE_PROCESS):]
-    return out
 
 
 def _rows_on(ix, tracks: list[int]) -> np.ndarray:
@@ -236,7 +225,7 @@ def xplane_ops(ix, ops: list[dict], total_time_ps: int, program_names: dict[int,
     where the profile has them), ``total_time_ps`` the device time of every device plane
     (XProf's hlo_stats shares are of it), ``peaks`` the device's ``peak_flops_per_s`` and
     ``peak_bytes_per_s``, ``steps`` the breakdown's steps. Answers ``ops`` and ``ops_scope``."""
-    devices = _device_of_track(ix)
+    devices = xplane_device_tracks(ix)
     windows = _step_windows(ix, within_steps, step, steps, devices)
     peaks = peaks or {}
     # one step chosen: each HLO op's events of the XLA Ops line in it (the op metrics

@@ -116,14 +116,24 @@ def device_track_mask(ix: TraceIndex) -> np.ndarray:
     only sure sign: kineto names the B200 trace's stream track ``thread 7``."""
     mask = _DEVICE_TRACKS.get(ix)
     if mask is None:
-        if ix.meta.get("planes"):
-            procs = {p["pid"]: p["name"] for p in ix.meta["processes"]}
-            mask = np.array(["/device:" in procs.get(t.get("pid"), "") for t in ix.tracks], bool)
-        else:
-            mask = np.zeros(len(ix.tracks), bool)
-            mask[step_breakdown.device_tracks(ix)] = True
+        mask = np.zeros(len(ix.tracks), bool)
+        mask[list(xplane_device_tracks(ix)) if ix.meta.get("planes") else step_breakdown.device_tracks(ix)] = True
         _DEVICE_TRACKS[ix] = mask
     return mask
+
+
+DEVICE_PROCESS = "/device:"  # an xplane device plane's process name holds it ("host /device:GPU:4")
+
+
+def xplane_device_tracks(ix: TraceIndex) -> dict[int, str]:
+    """Each slice track of an xplane index's device planes: its device (``/device:GPU:4``)."""
+    procs = {p["pid"]: p["name"] for p in ix.meta.get("processes", [])}
+    out = {}
+    for t, tr in enumerate(ix.tracks):
+        name = procs.get(tr.get("pid"), "")
+        if DEVICE_PROCESS in name and tr.get("kind", "slices") == "slices":
+            out[t] = name[name.index(DEVICE_PROCESS):]
+    return out
 
 
 class TraceView:
