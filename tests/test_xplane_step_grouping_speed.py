@@ -66,6 +66,17 @@ def test_native_grouping_equals_python_on_the_tf_cpu_fixture(shared_fixtures, mo
     assert out[True] == out[False]
 
 
+def test_native_step_db_equals_numpy_on_the_tf_cpu_fixture(shared_fixtures, monkeypatch):
+    """The host step database in C (``_xplane_scan.host_step_db``) against its numpy twin
+    on XProf's grouping of a real TF CPU profile: 5 ``train`` steps (explicit markers),
+    allocator events, the time of each type and the unknown rest, byte for byte."""
+    path = shared_fixtures / TF_CPU
+    got = _steps(path, True, monkeypatch)
+    assert got[0] == "grouped" and [s["name"] for s in got[1]] == [f"train {i}" for i in range(5)]
+    assert all(s["type_ps"][xse.HOST_COMPUTE] > 0 for s in got[1])
+    assert got == _steps(path, False, monkeypatch)
+
+
 def test_step_reader_memory_is_bounded_by_the_file(jax_cpu):
     """The grouping's per-event state lives in arrays (no dict entry, list or Python int
     per event), only the stats the steps read are decoded, and each per-event temporary is
@@ -98,6 +109,28 @@ def test_native_walks_reject_bad_arrays():
     bad_first = np.array([0, 5, 5, 5], np.int64)  # offsets past the edges
     with pytest.raises(ValueError):
         nat.group_from(0, 0, group, bad_first, np.zeros(1, np.int64), first, np.zeros(0, np.int64))
+
+
+def test_native_step_db_rejects_bad_arrays():
+    """Ids that would index past a table are refused before any pass reads them."""
+    i64, i32 = np.zeros(2, np.int64), np.zeros(2, np.int32)
+    flags, kinds = np.zeros(1, np.uint8), np.zeros(1, np.int16)
+    none = (np.zeros(0, np.int32), np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64),
+            np.zeros(0, np.int64))
+
+    def call(group=i64, line=i32, mid=i64, line_ps=np.zeros(1, np.int64), n_groups=1):
+        return xw._native.host_step_db(group, line, i64, i64, mid, line_ps, np.zeros(len(line_ps), np.int32),
+                                       flags, kinds, *none, n_groups)
+
+    assert call()[0] == 0  # two events at 0 of group 0
+    with pytest.raises(ValueError):
+        call(group=np.array([0, 1], np.int64))  # group 1 of 1
+    with pytest.raises(ValueError):
+        call(line=np.array([0, 1], np.int32))  # line 1 of 1
+    with pytest.raises(ValueError):
+        call(mid=np.array([0, 3], np.int64))  # metadata id 3 of a table of 1
+    with pytest.raises(TypeError):
+        call(line=i64)  # int64 lines
 
 
 # -- the steps on the trace index's clock ---------------------------------------------------

@@ -787,6 +787,313 @@ static PyObject *py_group_from(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* ---- XProf's host step database of a CPU-only profile (xplane_step_events._host_step_db,
+ * whose numpy path is the twin under PROFSCOPE_NATIVE=0): three passes over the grouped
+ * events, with one int32 index per kept event (the groups' CSR) as the only array over
+ * the whole profile; the numpy path's dozen whole-profile temporaries were 3.4 GB of
+ * fresh pages on the 308 MB profile. ---- */
+
+typedef struct {
+    int64_t s, e;
+    int16_t kind;
+} Span;
+
+static int span_cmp(const void *a, const void *b)
+{
+    int64_t x = ((const Span *)a)->s, y = ((const Span *)b)->s;
+    return (x > y) - (x < y);
+}
+
+/* A 1-d C-contiguous array of the given type and at least n items, or NULL (error set). */
+static void *typed_arg(PyObject *o, int type, Py_ssize_t n, const char *what)
+{
+    if (!PyArray_Check(o) || PyArray_TYPE((PyArrayObject *)o) != type || PyArray_NDIM((PyArrayObject *)o) != 1
+        || !PyArray_IS_C_CONTIGUOUS((PyArrayObject *)o) || PyArray_SIZE((PyArrayObject *)o) < n) {
+        PyErr_Format(PyExc_TypeError, "%s: a 1-d C-contiguous array of the expected type, %zd items", what, n);
+        return NULL;
+    }
+    return PyArray_DATA((PyArrayObject *)o);
+}
+
+static Py_ssize_t arr_len(PyObject *o)
+{
+    return PyArray_Check(o) ? PyArray_SIZE((PyArrayObject *)o) : -1;
+}
+
+/* host_step_db(group i64, line i32, off i64, dur i64, mid i64, line_ps i64, line_key i32,
+ *              mid_flags u8 (1: IsExplicitHostStepMarker, 2: IsRealCpuCompute), mid_kind i16,
+ *              root_key i32, root_start i64, root_end i64, root_gid i64, root_idx i64, n_groups)
+ * -> (first_ps, begin i64[G], dur i64[G], has_compute bool[G], present bool[G], levels i16[L],
+ *     covers i64[L*G])
+ * Per group g (0 <= group < n_groups; -1: ungrouped): its markers (explicit names and its
+ * root events: an event at a root's (line key, start, end) whose gid it has, or an index
+ * of root_idx) and the longest of them, the first of equal ones (StepTime); its other
+ * IsRealCpuCompute events typed by mid_kind (ClassifyCpuEvent), clipped to the step;
+ * covers[l * G + g]: the time the clipped events of type >= levels[l] cover (the union),
+ * levels being every type any grouped event has (ToNonOverlappedEvents' priorities). */
+static PyObject *py_host_step_db(PyObject *self, PyObject *args)
+{
+    PyObject *o[14];
+    Py_ssize_t G;
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOOOOn", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7], &o[8],
+                          &o[9], &o[10], &o[11], &o[12], &o[13], &G))
+        return NULL;
+    Py_ssize_t n = arr_len(o[0]), nl = arr_len(o[5]), nm = arr_len(o[7]), nr = arr_len(o[9]), ni = arr_len(o[13]);
+    if (n < 0 || nl < 0 || nm < 0 || nr < 0 || ni < 0 || G < 0 || n >= ((Py_ssize_t)1 << 31)) {
+        PyErr_SetString(PyExc_TypeError, "host_step_db: arrays expected");
+        return NULL;
+    }
+    const int64_t *group = typed_arg(o[0], NPY_INT64, n, "group");
+    const int32_t *line = group ? typed_arg(o[1], NPY_INT32, n, "line") : NULL;
+    const int64_t *off = line ? typed_arg(o[2], NPY_INT64, n, "offset") : NULL;
+    const int64_t *dur = off ? typed_arg(o[3], NPY_INT64, n, "duration") : NULL;
+    const int64_t *mid = dur ? typed_arg(o[4], NPY_INT64, n, "metadata_id") : NULL;
+    const int64_t *line_ps = mid ? typed_arg(o[5], NPY_INT64, nl, "line_ps") : NULL;
+    const int32_t *line_key = line_ps ? typed_arg(o[6], NPY_INT32, nl, "line_key") : NULL;
+    const uint8_t *mflags = line_key ? typed_arg(o[7], NPY_UINT8, nm, "mid_flags") : NULL;
+    const int16_t *mkind = mflags ? typed_arg(o[8], NPY_INT16, nm, "mid_kind") : NULL;
+    const int32_t *rkey = mkind ? typed_arg(o[9], NPY_INT32, nr, "root_key") : NULL;
+    const int64_t *rstart = rkey ? typed_arg(o[10], NPY_INT64, nr, "root_start") : NULL;
+    const int64_t *rend = rstart ? typed_arg(o[11], NPY_INT64, nr, "root_end") : NULL;
+    const int64_t *rgid = rend ? typed_arg(o[12], NPY_INT64, nr, "root_gid") : NULL;
+    const int64_t *ridx = rgid ? typed_arg(o[13], NPY_INT64, ni, "root_idx") : NULL;
+    if (ridx == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {  /* every index read below is checked once here */
+        if (group[i] >= G || group[i] < -1 || line[i] < 0 || line[i] >= nl || mid[i] < 0 || mid[i] >= nm) {
+            PyErr_SetString(PyExc_ValueError, "host_step_db: a group, line or metadata id out of range");
+            return NULL;
+        }
+    }
+    for (Py_ssize_t k = 0; k < ni; k++) {
+        if (ridx[k] < 0 || ridx[k] >= n) {
+            PyErr_SetString(PyExc_ValueError, "host_step_db: a root index out of range");
+            return NULL;
+        }
+    }
+    npy_intp dg[1] = {G};
+    PyObject *a_begin = PyArray_ZEROS(1, dg, NPY_INT64, 0), *a_dur = PyArray_ZEROS(1, dg, NPY_INT64, 0);
+    PyObject *a_comp = PyArray_ZEROS(1, dg, NPY_BOOL, 0), *a_pres = PyArray_ZEROS(1, dg, NPY_BOOL, 0);
+    PyObject *a_levels = NULL, *a_cov = NULL, *out = NULL;
+    int64_t *best = malloc((size_t)(G ? G : 1) * sizeof(int64_t));  /* best marker's event, -1 none */
+    int64_t *first_of = malloc((size_t)(G + 1) * sizeof(int64_t));  /* the CSR of kept events */
+    int32_t *kept = NULL;
+    Span *scratch = NULL;
+    /* root keys: an open-addressing table on the start offset, each slot the first of a
+     * run of roots with that start in ``rs`` (roots sorted by start) */
+    Py_ssize_t hcap = 16;
+    while (hcap < 2 * nr)
+        hcap *= 2;
+    int64_t *table = malloc((size_t)hcap * sizeof(int64_t));
+    Py_ssize_t *rs = malloc((size_t)(nr ? nr : 1) * sizeof(Py_ssize_t));
+    uint8_t *is_root_idx = NULL;
+    if (!a_begin || !a_dur || !a_comp || !a_pres || !best || !first_of || !table || !rs) {
+        if (!PyErr_Occurred())
+            PyErr_NoMemory();
+        goto done;
+    }
+    int64_t *begin = PyArray_DATA((PyArrayObject *)a_begin), *sdur = PyArray_DATA((PyArrayObject *)a_dur);
+    npy_bool *has_comp = PyArray_DATA((PyArrayObject *)a_comp), *present = PyArray_DATA((PyArrayObject *)a_pres);
+    for (Py_ssize_t k = 0; k < hcap; k++)
+        table[k] = -1;
+    for (Py_ssize_t k = 0; k < nr; k++) {  /* insertion into the table, one slot per start */
+        uint64_t h = ((uint64_t)rstart[k] * 0x9E3779B97F4A7C15ull) >> 20;
+        Py_ssize_t slot = (Py_ssize_t)(h & (uint64_t)(hcap - 1));
+        while (table[slot] >= 0 && rstart[table[slot]] != rstart[k])
+            slot = (slot + 1) & (hcap - 1);
+        if (table[slot] < 0)
+            table[slot] = k;
+    }
+    /* rs: for each root, the next root of the same start (a chain), -1 at the end */
+    for (Py_ssize_t k = 0; k < nr; k++)
+        rs[k] = -1;
+    {
+        Py_ssize_t *last = malloc((size_t)hcap * sizeof(Py_ssize_t));
+        if (!last) { PyErr_NoMemory(); goto done; }
+        for (Py_ssize_t k = 0; k < hcap; k++)
+            last[k] = -1;
+        for (Py_ssize_t k = 0; k < nr; k++) {
+            uint64_t h = ((uint64_t)rstart[k] * 0x9E3779B97F4A7C15ull) >> 20;
+            Py_ssize_t slot = (Py_ssize_t)(h & (uint64_t)(hcap - 1));
+            while (rstart[table[slot]] != rstart[k])
+                slot = (slot + 1) & (hcap - 1);
+            if (last[slot] >= 0)
+                rs[last[slot]] = k;
+            last[slot] = k;
+        }
+        free(last);
+    }
+    if (ni) {
+        is_root_idx = calloc((size_t)n, 1);
+        if (!is_root_idx) { PyErr_NoMemory(); goto done; }
+        for (Py_ssize_t k = 0; k < ni; k++)
+            is_root_idx[ridx[k]] = 1;
+    }
+    int64_t first_ps = INT64_MAX;
+    uint32_t kinds_seen[2048] = {0};  /* EventType values (int16, >= 0 here) seen on events */
+    int bad_kind = 0;
+    for (Py_ssize_t g = 0; g < G; g++)
+        best[g] = -1;
+    /* pass 1: the earliest event, each group's longest marker, types, host compute */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t b0 = line_ps[line[i]] + off[i];
+        if (b0 < first_ps)
+            first_ps = b0;
+        int64_t g = group[i];
+        if (g < 0)
+            continue;
+        present[g] = 1;
+        uint8_t fl = mflags[mid[i]];
+        int marker = (fl & 1) || (is_root_idx && is_root_idx[i]);
+        if (!marker && nr) {
+            uint64_t h = ((uint64_t)off[i] * 0x9E3779B97F4A7C15ull) >> 20;
+            Py_ssize_t slot = (Py_ssize_t)(h & (uint64_t)(hcap - 1));
+            while (table[slot] >= 0 && rstart[table[slot]] != off[i])
+                slot = (slot + 1) & (hcap - 1);
+            for (Py_ssize_t k = table[slot]; k >= 0 && !marker; k = rs[k])
+                marker = rkey[k] == line_key[line[i]] && rend[k] == off[i] + dur[i] && rgid[k] == g;
+        }
+        if (marker) {
+            if (best[g] < 0 || dur[i] > dur[best[g]])
+                best[g] = i;
+        } else if (fl & 2) {
+            int16_t kd = mkind[mid[i]];
+            if (kd < 0 || kd >= 2048 * 32) { bad_kind = 1; break; }
+            kinds_seen[kd >> 5] |= 1u << (kd & 31);
+            if (kd == 10)  /* HOST_COMPUTE */
+                has_comp[g] = 1;
+        }
+    }
+    if (bad_kind) {
+        PyErr_SetString(PyExc_ValueError, "host_step_db: an event type out of range");
+        goto done;
+    }
+    for (Py_ssize_t g = 0; g < G; g++) {
+        if (best[g] >= 0) {
+            int64_t i = best[g];
+            begin[g] = line_ps[line[i]] + off[i];
+            sdur[g] = dur[i];
+        }
+    }
+    /* pass 2: how many events each group keeps (clipped to its step, not empty) */
+    memset(first_of, 0, (size_t)(G + 1) * sizeof(int64_t));
+#define HSD_EVENT(i, g, s, e)                                                                  \
+    int64_t g = group[i];                                                                      \
+    if (g < 0 || !(mflags[mid[i]] & 2))                                                        \
+        continue;                                                                              \
+    int marker_ = (mflags[mid[i]] & 1) || (is_root_idx && is_root_idx[i]);                    \
+    if (!marker_ && nr) {                                                                      \
+        uint64_t h_ = ((uint64_t)off[i] * 0x9E3779B97F4A7C15ull) >> 20;                        \
+        Py_ssize_t slot_ = (Py_ssize_t)(h_ & (uint64_t)(hcap - 1));                            \
+        while (table[slot_] >= 0 && rstart[table[slot_]] != off[i])                            \
+            slot_ = (slot_ + 1) & (hcap - 1);                                                  \
+        for (Py_ssize_t k_ = table[slot_]; k_ >= 0 && !marker_; k_ = rs[k_])                   \
+            marker_ = rkey[k_] == line_key[line[i]] && rend[k_] == off[i] + dur[i] && rgid[k_] == g; \
+    }                                                                                          \
+    if (marker_)                                                                               \
+        continue;                                                                              \
+    int64_t b0_ = line_ps[line[i]] + off[i];                                                   \
+    int64_t s = b0_ > begin[g] ? b0_ : begin[g];                                               \
+    int64_t e = b0_ + dur[i] < begin[g] + sdur[g] ? b0_ + dur[i] : begin[g] + sdur[g];         \
+    if (e <= s)                                                                                \
+        continue;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        HSD_EVENT(i, g, s, e)
+        first_of[g + 1]++;
+    }
+    for (Py_ssize_t g = 0; g < G; g++)
+        first_of[g + 1] += first_of[g];
+    Py_ssize_t nkept = first_of[G], maxg = 0;
+    for (Py_ssize_t g = 0; g < G; g++)
+        if (first_of[g + 1] - first_of[g] > maxg)
+            maxg = first_of[g + 1] - first_of[g];
+    kept = malloc((size_t)(nkept ? nkept : 1) * sizeof(int32_t));
+    scratch = malloc((size_t)(maxg ? maxg : 1) * sizeof(Span));
+    if (!kept || !scratch) { PyErr_NoMemory(); goto done; }
+    {
+        int64_t *fill = best;  /* reused: the next free slot of each group */
+        for (Py_ssize_t g = 0; g < G; g++)
+            fill[g] = first_of[g];
+        for (Py_ssize_t i = 0; i < n; i++) {  /* pass 3: the kept events, by group */
+            HSD_EVENT(i, g, s, e)
+            (void)s;
+            (void)e;
+            kept[fill[g]++] = (int32_t)i;
+        }
+    }
+#undef HSD_EVENT
+    int16_t levels[64];
+    Py_ssize_t L = 0;
+    for (int kd = 0; kd < 2048 * 32; kd++) {
+        if (kinds_seen[kd >> 5] & (1u << (kd & 31))) {
+            if (L == 64) {
+                PyErr_SetString(PyExc_ValueError, "host_step_db: more than 64 event types");
+                goto done;
+            }
+            levels[L++] = (int16_t)kd;
+        }
+    }
+    npy_intp dl[1] = {L}, dc[1] = {L * G};
+    a_levels = PyArray_SimpleNew(1, dl, NPY_INT16);
+    a_cov = PyArray_ZEROS(1, dc, NPY_INT64, 0);
+    if (!a_levels || !a_cov)
+        goto done;
+    memcpy(PyArray_DATA((PyArrayObject *)a_levels), levels, (size_t)L * sizeof(int16_t));
+    int64_t *cov = PyArray_DATA((PyArrayObject *)a_cov);
+    for (Py_ssize_t g = 0; g < G; g++) {
+        Py_ssize_t m = 0;
+        int64_t lo = begin[g], hi = begin[g] + sdur[g];
+        for (int64_t k = first_of[g]; k < first_of[g + 1]; k++) {
+            int64_t i = kept[k], b0 = line_ps[line[i]] + off[i], e0 = b0 + dur[i];
+            scratch[m].s = b0 > lo ? b0 : lo;
+            scratch[m].e = e0 < hi ? e0 : hi;
+            scratch[m].kind = mkind[mid[i]];
+            m++;
+        }
+        int sorted = 1;
+        for (Py_ssize_t k = 1; k < m && sorted; k++)
+            sorted = scratch[k - 1].s <= scratch[k].s;
+        if (!sorted)  /* the union of a level's spans needs them by start (ties: any order) */
+            qsort(scratch, (size_t)m, sizeof(Span), span_cmp);
+        for (Py_ssize_t l = 0; l < L; l++) {
+            int64_t total = 0, ps = 0, pe = 0;
+            int open = 0;
+            for (Py_ssize_t k = 0; k < m; k++) {
+                if (scratch[k].kind < levels[l])
+                    continue;
+                if (!open || scratch[k].s > pe) {  /* a new piece of the union */
+                    if (open)
+                        total += pe - ps;
+                    ps = scratch[k].s;
+                    pe = scratch[k].e;
+                    open = 1;
+                } else if (scratch[k].e > pe) {
+                    pe = scratch[k].e;
+                }
+            }
+            if (open)
+                total += pe - ps;
+            cov[l * G + g] = total;
+        }
+    }
+    out = Py_BuildValue("LOOOOOO", (long long)(n ? first_ps : 0), a_begin, a_dur, a_comp, a_pres, a_levels, a_cov);
+done:
+    Py_XDECREF(a_begin);
+    Py_XDECREF(a_dur);
+    Py_XDECREF(a_comp);
+    Py_XDECREF(a_pres);
+    Py_XDECREF(a_levels);
+    Py_XDECREF(a_cov);
+    free(best);
+    free(first_of);
+    free(kept);
+    free(scratch);
+    free(table);
+    free(rs);
+    free(is_root_idx);
+    return out;
+}
+
 static PyObject *py_set_truncated(PyObject *self, PyObject *cls)
 {
     Py_XINCREF(cls);
@@ -805,6 +1112,10 @@ static PyMethodDef methods[] = {
      "nest_sequence(ids, ts, end, is_async, nest_parent, below): one line's nesting stack walk, in place"},
     {"group_from", py_group_from, METH_VARARGS,
      "group_from(root, gid, group, kfirst, kids, xfirst, xkids): one root's group ids, in place"},
+    {"host_step_db", py_host_step_db, METH_VARARGS,
+     "host_step_db(group, line, offset, duration, metadata_id, line_ps, line_key, mid_flags, mid_kind, root_key, "
+     "root_start, root_end, root_gid, root_idx, n_groups) -> (first_ps, begin, dur, has_compute, present, levels, "
+     "covers): a CPU-only profile's host step database"},
     {"set_truncated", py_set_truncated, METH_O, "the exception class raised for truncation"},
     {NULL, NULL, 0, NULL},
 };
