@@ -1,0 +1,468 @@
+"""Planted problems for the Summary's rules (issue 35; docs/analysis.md, "Planted problems").
+
+Each :class:`Case` writes one run into a log directory (a PyTorch trace, a CPU xplane,
+a PyTorch snapshot, or a copy of a real program's profile) with one problem planted, or
+two (pairs), or none (a healthy case), and names the rule id and the priority the
+Summary must give it. :func:`evaluate` serves the log directory with a fresh workspace
+and asks every run's summary through the data API
+(``/data/plugin/profile/data?run=R&tag=summary[&host=ALL_HOSTS]``), and :func:`score`
+counts found / missed / wrong priority, the recall and the P0s on healthy runs.
+``benchmarks/analysis_recall.py`` prints them; ``tests/test_analysis_planted.py`` holds
+the bar (>= 90 % recall at the right priority, no P0 on a healthy run).
+
+The priorities follow the contract's bands (docs/analysis.md, "Status and priorities"):
+P0 loses >= 25 % of the step or will fail (over capacity, an OOM), P1 >= 10 % or the HIGH
+memory tier or a leak, P2 >= 2 %. Each time case's numbers are chosen well inside its band
+(the share each docstring computes), so a case tests the rule, not a rounding edge.
+
+Where the builders come from: the PyTorch traces are ``kineto_trace.KinetoTrace`` (a
+kernel starts when its launch returned and the stream is free, so idle comes from the
+host's timing); the CPU xplanes are written with ``allocator_xplane.Space`` and ``Bfc``
+(TF's allocator events); the snapshots with ``torch_snapshot``; the leaking trace with
+``memory_trace``. Real programs: ``tests/data/oom_programs`` (scripts/make_oom_programs.py:
+undonated, remat off, eval heavier than train), ``tests/data/planted_programs``
+(scripts/make_planted_programs.py: input-bound loop, layout-changing transpose, convert
+inside a reduction, reshape+transpose) and the demo's real PyTorch leak
+(``torch/leak.pt.trace.json.gz``). No real snapshot with an OOM exists here (the demo's
+``flexgen_oom.pickle`` holds no ``oom`` action; public_profiles/README.md says none was
+found). Those need the repository's ``tests/data`` (``data_dir``); without it they are
+left out.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from profscope.testing import kineto_trace as kt
+from profscope.testing import memory_trace, torch_snapshot
+from profscope.testing.allocator_xplane import MS, US, Bfc, Space, Str, steady_leak
+
+__all__ = ["RULE", "Case", "CASES", "cases", "build_logdir", "evaluate", "score"]
+
+DEMO = Path(__file__).resolve().parents[1] / "demo" / "logdir"
+ALL_HOSTS = "ALL_HOSTS"
+MB = 1 << 20
+
+# The rule ids the cases expect, by the problem planted (the ids of RULES in
+# tools/analysis.py, analysis_memory.py and analysis_hlo.py; one place to follow a rename).
+RULE = {
+    "input": "input_bound", "launch": "launch_bound", "collective": "collective_bound",
+    "op": "op_dominates", "straggler": "straggler", "idle_between": "idle_between_steps",
+    "oom": "memory_oom", "over_capacity": "memory_over_capacity", "high": "memory_high",
+    "undonated": "undonated_arguments", "leak": "memory_leak", "fragmentation": "memory_fragmentation",
+    "activations": "activations_dominate", "other_module": "other_module_peak",
+    "layout_copy": "layout_mismatch_copy", "unfused_reshape": "unfused_reshape",
+    "convert_reduce": "convert_in_reduction",
+}
+
+
+@dataclass(frozen=True)
+class Case:
+    """``build(logdir, data_dir)`` writes the run's files and returns the run's name;
+    ``expect``: (problem, priority) pairs, the problem a key of :data:`RULE`;
+    ``healthy``: no problem planted (no P0 allowed); ``real``: a real program's profile."""
+
+    name: str
+    family: str
+    build: Callable[[Path, Path | None], str | None]
+    expect: tuple[tuple[str, str], ...] = ()
+    healthy: bool = False
+    real: bool = False
+    host: str | None = None
+    note: str = ""
+    rules: tuple[tuple[str, str], ...] = field(init=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "rules", tuple((RULE[p], prio) for p, prio in self.expect))
+
+
+# ---------------------------------------------------------------------------
+# PyTorch (kineto) CUDA traces: time problems
+# ---------------------------------------------------------------------------
+
+GEMM = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64"
+SOFTMAX = "void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float>"
+ALLREDUCE = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+ADD = "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float> >"
+
+
+def _kineto(name: str, body, steps: int = 4, gap_us: float = 0.0):
+    """A builder writing ``kineto/<name>.pt.trace.json.gz``: ``steps`` ProfilerSteps of
+    ``body``, ``gap_us`` of host work outside any step after each (device idle between
+    steps)."""
+    def build(logdir: Path, _data: Path | None) -> str:
+        tr = kt.KinetoTrace()
+        for n in range(steps):
+            tr.step(n, body)
+            if gap_us:
+                tr.host("checkpoint_save", gap_us)
+        (logdir / "kineto").mkdir(parents=True, exist_ok=True)
+        tr.write(logdir / "kineto" / f"{name}.pt.trace.json.gz")
+        return f"kineto/{name}.pt.trace.json.gz"
+    return build
+
+
+def _load_then_gemms(load_us: float, n: int = 20, dur: float = 500):
+    """Host data loading of ``load_us``, then ``n`` GEMMs of ``dur`` µs: the device idles
+    ~``load_us`` of ``load_us + n*dur`` (input-bound share)."""
+    def body(t: kt.KinetoTrace) -> None:
+        if load_us:
+            t.host("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", load_us)
+        for _ in range(n):
+            t.kernel(GEMM, dur)
+    return body
+
+
+def _tiny_kernels(t: kt.KinetoTrace) -> None:
+    """2,000 kernels of 2 µs, each launch 10 µs of host: the device busy ~1/6 of the step."""
+    for _ in range(2000):
+        t.kernel(ADD, 2, launch_us=10, op="aten::add")
+
+
+def _gemms_allreduce(load_us: float = 0.0):
+    """10 GEMMs of 100 µs and a 5 ms all-reduce (~83 % of the device time), after
+    ``load_us`` of host loading."""
+    def body(t: kt.KinetoTrace) -> None:
+        if load_us:
+            t.host("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", load_us)
+        for _ in range(10):
+            t.kernel(GEMM, 100)
+        t.kernel(ALLREDUCE, 5000, op="nccl:all_reduce")
+    return body
+
+
+def _softmax_dominates(t: kt.KinetoTrace) -> None:
+    """10 GEMMs of 200 µs, 10 elementwise adds of 100 µs and one softmax of 7 ms: one
+    kernel family is 70 % of the step's device time (the GEMMs 20 %)."""
+    for _ in range(10):
+        t.kernel(GEMM, 200)
+        t.kernel(ADD, 100, op="aten::add")
+    t.kernel(SOFTMAX, 7000, op="aten::_softmax")
+
+
+def _two_gpus(slow: float = 300, fast: float = 100, load_us: float = 0.0):
+    """10 kernels on GPU 0 and GPU 1, GPU 1's 3x slower: GPU 0 waits 2/3 of the step."""
+    def body(t: kt.KinetoTrace) -> None:
+        if load_us:
+            t.host("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", load_us)
+        for _ in range(10):
+            for dev in (0, 1):
+                t.kernel(GEMM, slow if dev == 1 else fast, device=dev)
+    return body
+
+
+def _balanced(t: kt.KinetoTrace) -> None:
+    """A healthy step: 40 GEMMs of 300 µs, 20 adds of 50 µs and a 400 µs all-reduce, each
+    launched in 5 µs (the queue stays full): no family above 1/2 of the device time, the
+    all-reduce 3 %, no idle to speak of."""
+    for i in range(40):
+        t.kernel(GEMM, 300)
+        if i % 2:
+            t.kernel(ADD, 50, op="aten::add")
+    t.kernel(ALLREDUCE, 400, op="nccl:all_reduce")
+
+
+TIME_CASES = (
+    Case("kineto_input_bound_p0", "kineto", _kineto("input_bound_p0", _load_then_gemms(8000, 20, 50)),
+         (("input", "P0"),), note="8 ms loading, 1 ms of kernels: the device idles ~89 % of the step"),
+    Case("kineto_input_bound_p1", "kineto", _kineto("input_bound_p1", _load_then_gemms(1500)),
+         (("input", "P1"),), note="1.5 ms loading, 10 ms of kernels: ~13 % idle before the first kernel"),
+    Case("kineto_input_bound_p2", "kineto", _kineto("input_bound_p2", _load_then_gemms(500)),
+         (("input", "P2"),), note="0.5 ms loading, 10 ms of kernels: ~4.8 % idle"),
+    Case("kineto_launch_bound", "kineto", _kineto("launch_bound", _tiny_kernels), (("launch", "P0"),),
+         note="2,000 kernels of 2 µs launched every 12 µs: ~83 % idle between kernels"),
+    Case("kineto_collective_bound", "kineto", _kineto("collective_bound", _gemms_allreduce()),
+         (("collective", "P0"),), note="a 5 ms all-reduce in a 6 ms step"),
+    Case("kineto_op_dominates", "kineto", _kineto("op_dominates", _softmax_dominates), (("op", "P0"),),
+         note="one softmax kernel is 70 % of the step"),
+    Case("kineto_straggler_device", "kineto", _kineto("straggler", _two_gpus()), (("straggler", "P0"),),
+         note="GPU 1 3x slower than GPU 0: GPU 0 waits ~2/3 of each step"),
+    Case("kineto_idle_between_steps", "kineto",
+         _kineto("idle_between", _load_then_gemms(0, 10, 500), gap_us=4000), (("idle_between", "P0"),),
+         note="5 ms steps with 4 ms of host work between them: the device idles 44 % of the time"),
+    # pairs
+    Case("kineto_input_and_collective", "kineto", _kineto("input_collective", _gemms_allreduce(8000)),
+         (("input", "P0"), ("collective", "P0")),
+         note="8 ms loading then the all-reduce step: ~57 % idle, the all-reduce ~36 % of the step"),
+    Case("kineto_launch_and_idle_between", "kineto",
+         _kineto("launch_idle_between", _tiny_kernels, gap_us=12000), (("launch", "P0"), ("idle_between", "P0")),
+         note="launch-bound steps of 24 ms with 12 ms of host work between them"),
+    Case("kineto_straggler_and_input", "kineto", _kineto("straggler_input", _two_gpus(load_us=3000)),
+         (("straggler", "P0"), ("input", "P0")),
+         note="3 ms of loading, then GPU 1 3x slower: both idle > 25 %"),
+    # healthy
+    Case("kineto_healthy", "kineto", _kineto("healthy", _balanced), healthy=True,
+         note="a full queue of GEMMs, small adds and a short all-reduce"),
+    Case("kineto_compute_bound", "kineto", _kineto("compute_bound", _load_then_gemms(0, 40, 500)), healthy=True,
+         note="kineto_trace.compute_bound: 40 GEMMs of 500 µs, the queue full"),
+)
+
+
+# ---------------------------------------------------------------------------
+# CPU xplanes: hosts and TF allocator events
+# ---------------------------------------------------------------------------
+
+def _write_xplane(logdir: Path, run: str, host: str, data: bytes, session: str = "planted") -> str:
+    folder = logdir / run / "plugins" / "profile" / session
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{host}.xplane.pb").write_bytes(data)
+    return f"{run}/{session}"
+
+
+def grouped_cpu(host: str, *, step_us: int = 4000, input_us: int = 0, steps: int = 5) -> bytes:
+    """A CPU profile grouped at capture (as TF writes it; ``step_xplane.pregrouped_cpu``'s
+    shape): ``steps`` steps of ``step_us``, each a ``matmul_op`` then ``input_us`` of
+    ``IteratorGetNext`` (XProf's "waiting for input")."""
+    sp = Space(host)
+    plane = sp.plane("/host:CPU", 0)
+    py, worker = plane.line("python3", 1), plane.line("worker", 2)
+    for s in range(steps):
+        t = 1 * MS + s * (step_us + 1000) * US
+        py.event("TrainLoop", t, step_us * US, [("group_id", s), ("step_name", Str(f"step {s}"))])
+        worker.event("matmul_op", t + 100 * US, (step_us - 200 - input_us) * US, [("group_id", s)])
+        if input_us:
+            worker.event("IteratorGetNext", t + (step_us - 100 - input_us) * US, input_us * US, [("group_id", s)])
+    return sp.to_bytes()
+
+
+def _straggler_hosts(logdir: Path, _data: Path | None) -> str:
+    """Two hosts of one session, host1's steps twice as long (8 ms vs 4 ms): host0 waits
+    half of every step at the next collective."""
+    _write_xplane(logdir, "hosts_straggler", "host0", grouped_cpu("host0", step_us=4000))
+    return _write_xplane(logdir, "hosts_straggler", "host1", grouped_cpu("host1", step_us=8000))
+
+
+def _healthy_hosts(logdir: Path, _data: Path | None) -> str:
+    _write_xplane(logdir, "hosts_healthy", "host0", grouped_cpu("host0", step_us=4000))
+    return _write_xplane(logdir, "hosts_healthy", "host1", grouped_cpu("host1", step_us=4040))
+
+
+def allocator_run(host: str, *, limit: int, steady: int, leak: int = 0, steps: int = 6) -> bytes:
+    """A training loop whose BFC allocator (``limit`` bytes: the capacity) holds
+    ``steady`` bytes of weights, allocates and frees a 4 MiB temporary each step and, with
+    ``leak``, keeps ``leak`` bytes more every step (never freed)."""
+    sp = Space(host)
+    plane = sp.plane("/host:CPU", 0)
+    # The allocations nest in the step's root event on its own thread: XProf's step
+    # grouping gives them that step (no producer/consumer stats needed).
+    py = plane.line("python", 1)
+    bfc = Bfc(plane, "GPU_0_bfc", limit, seed=5)
+    bfc.prealloc(steady)
+    for s in range(steps):
+        t = 1 * MS + s * 10 * MS
+        py.event("train", t, 9 * MS, [("_r", 1), ("step_num", s)])
+        # TF's allocator events carry the step's run id (``id``), not its number.
+        a = bfc.alloc(py, t + 100 * US, 4 * MB, op="dense/MatMul", shape="[1024,1024]", step=1000 + s,
+                      region="temp")
+        if leak:
+            bfc.alloc(py, t + 200 * US, leak, op="leaky/cache", shape=f"[{leak // 4}]", step=1000 + s,
+                      region="persist")
+        bfc.free(py, t + 5 * MS, a, step=1000 + s)
+    return sp.to_bytes()
+
+
+def _alloc_case(run: str, **kw):
+    def build(logdir: Path, _data: Path | None) -> str:
+        return _write_xplane(logdir, run, "host0", allocator_run("host0", **kw))
+    return build
+
+
+def _tf_leak(logdir: Path, _data: Path | None) -> str:
+    """``allocator_xplane.steady_leak``: TF's executor threads, 1 MiB kept every step."""
+    return _write_xplane(logdir, "tf_steady_leak", "host0", steady_leak())
+
+
+XPLANE_CASES = (
+    Case("xplane_cpu_input_bound", "xplane_cpu",
+         lambda d, _x: _write_xplane(d, "cpu_input_bound", "host0", grouped_cpu("host0", input_us=3000)),
+         (("input", "P0"),), note="75 % of each step in IteratorGetNext (XProf's overview: HIGHLY input-bound)"),
+    Case("xplane_straggler_host", "xplane_cpu", _straggler_hosts, (("straggler", "P0"),), host=ALL_HOSTS,
+         note="two hosts, one with 2x longer steps"),
+    Case("xplane_healthy_hosts", "xplane_cpu", _healthy_hosts, healthy=True, host=ALL_HOSTS,
+         note="two hosts within 1 % of each other"),
+    Case("allocator_high_tier", "allocator", _alloc_case("alloc_high", limit=100 * MB, steady=88 * MB),
+         (("high", "P1"),), note="peak 92 MiB of a 100 MiB allocator: the HIGH tier (>= 90 %)"),
+    Case("allocator_over_capacity", "allocator", _alloc_case("alloc_over", limit=100 * MB, steady=98 * MB),
+         (("over_capacity", "P0"),), note="98 MiB held and a 4 MiB temporary each step in a 100 MiB allocator: "
+         "the peak (102 MiB) is over the capacity"),
+    Case("allocator_leak", "allocator", _alloc_case("alloc_leak", limit=1024 * MB, steady=64 * MB, leak=2 * MB),
+         (("leak", "P1"),), note="2 MiB kept every step, 6 steps, 7 % of the capacity at the end"),
+    Case("allocator_tf_steady_leak", "allocator", _tf_leak, (("leak", "P1"),),
+         note="allocator_xplane.steady_leak: 1 MiB a step over 8 steps"),
+    Case("allocator_leak_and_high", "allocator",
+         _alloc_case("alloc_leak_high", limit=100 * MB, steady=76 * MB, leak=2 * MB),
+         (("leak", "P1"), ("high", "P1")), note="the leak takes the peak from 80 % to 92 % of the capacity"),
+    Case("allocator_healthy", "allocator", _alloc_case("alloc_healthy", limit=1024 * MB, steady=64 * MB),
+         healthy=True, note="68 MiB of 1 GiB, flat"),
+)
+
+
+# ---------------------------------------------------------------------------
+# PyTorch snapshots and memory traces
+# ---------------------------------------------------------------------------
+
+def _snapshot(name: str, make: Callable[[], dict]):
+    def build(logdir: Path, _data: Path | None) -> str:
+        (logdir / "snapshots").mkdir(parents=True, exist_ok=True)
+        (logdir / "snapshots" / f"{name}.pickle").write_bytes(torch_snapshot.to_pickle(make()))
+        return f"snapshots/{name}.pickle"
+    return build
+
+
+def fragmented_snapshot() -> dict:
+    """One device, a 64 MiB segment of 8 MiB blocks, every other one inactive (freed, not
+    returned): 32 MiB of holes, external fragmentation 50 % of the reserved bytes."""
+    base, blocks = 0x7F0000000000, []
+    for i in range(8):
+        state = "active_allocated" if i % 2 == 0 else "inactive"
+        blocks.append(torch_snapshot.block(base + i * 8 * MB, 8 * MB, 8 * MB, state, fr=(torch_snapshot.PY_FRAME,)))
+    return {"segments": [torch_snapshot.segment(0, base, blocks)], "device_traces": [[]]}
+
+
+def healthy_snapshot() -> dict:
+    """One device, a 32 MiB segment fully allocated in four 8 MiB blocks."""
+    base = 0x7F0000000000
+    blocks = [torch_snapshot.block(base + i * 8 * MB, 8 * MB, 8 * MB, fr=(torch_snapshot.PY_FRAME,)) for i in range(4)]
+    return {"segments": [torch_snapshot.segment(0, base, blocks)], "device_traces": [[]]}
+
+
+def _torch_leak(logdir: Path, _data: Path | None) -> str:
+    """``memory_trace.steady_leak``: a CPU trace keeping 64 KiB every step of 8."""
+    (logdir / "torch_mem").mkdir(parents=True, exist_ok=True)
+    tb = memory_trace.steady_leak(steps=8, leak_bytes=64 << 10, temp_bytes=256 << 10)
+    (logdir / "torch_mem" / "leak.pt.trace.json").write_bytes(tb.to_bytes())
+    return "torch_mem/leak.pt.trace.json"
+
+
+MEMORY_CASES = (
+    Case("snapshot_oom", "snapshot", _snapshot("oom", torch_snapshot.expandable_oom_multidevice), (("oom", "P0"),),
+         note="torch_snapshot.expandable_oom_multidevice: an oom action on device 0"),
+    Case("snapshot_fragmented", "snapshot", _snapshot("fragmented", fragmented_snapshot),
+         (("fragmentation", "P2"),), note="50 % of the reserved bytes are holes"),
+    Case("snapshot_healthy", "snapshot", _snapshot("healthy", healthy_snapshot), healthy=True),
+    Case("torch_trace_leak", "torch_trace", _torch_leak, (("leak", "P1"),),
+         note="memory_trace.steady_leak: 64 KiB a step over 8 steps"),
+)
+
+
+# ---------------------------------------------------------------------------
+# Real programs
+# ---------------------------------------------------------------------------
+
+def _copy_run(src_rel: str, dst: str):
+    """Copy ``<data_dir>/<src_rel>`` (a profile run's folder) to ``<logdir>/<dst>``."""
+    def build(logdir: Path, data: Path | None) -> str | None:
+        if data is None or not (data / src_rel).is_dir():
+            return None
+        shutil.copytree(data / src_rel, logdir / dst)
+        session = next((logdir / dst).glob("plugins/profile/*"))
+        return f"{dst}/{session.name}"
+    return build
+
+
+def _demo_file(rel: str, dst: str):
+    def build(logdir: Path, _data: Path | None) -> str:
+        (logdir / dst).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(DEMO / rel, logdir / dst)
+        return dst
+    return build
+
+
+REAL_CASES = (
+    Case("jax_undonated", "jax", _copy_run("oom_programs/undonated", "jax_undonated"), (("undonated", "P2"),),
+         real=True, note="Adam MLP train step without donate_argnums: the old state (18 MB) kept beside the new"),
+    Case("jax_remat_off", "jax", _copy_run("oom_programs/remat_off", "jax_remat_off"), (("activations", "P2"),),
+         real=True, note="wide residual blocks without jax.checkpoint: activations dominate the peak"),
+    Case("jax_eval_heavy", "jax", _copy_run("oom_programs/eval_heavy", "jax_eval_heavy"),
+         (("other_module", "P2"),), real=True, note="an eval step on a 4096 batch peaks above the train step"),
+    Case("jax_donated", "jax", _copy_run("oom_programs/donated", "jax_donated"), healthy=True, real=True),
+    Case("jax_remat_on", "jax", _copy_run("oom_programs/remat_on", "jax_remat_on"), healthy=True, real=True),
+    Case("jax_input_bound", "jax", _copy_run("planted_programs/input_bound", "jax_input_bound"),
+         (("input", "P0"),), real=True, note="20 ms of host sleep in every ~2 ms step"),
+    Case("jax_bad_transpose", "jax", _copy_run("planted_programs/bad_transpose", "jax_bad_transpose"),
+         (("layout_copy", "P2"),), real=True, note="a (64,512,256) transpose materialised by a layout-changing copy"),
+    Case("jax_convert_reduce", "jax", _copy_run("planted_programs/convert_reduce", "jax_convert_reduce"),
+         (("convert_reduce", "P2"),), real=True, note="sum of a bf16 array converted to f32 first"),
+    Case("jax_unfused_reshape", "jax", _copy_run("planted_programs/unfused_reshape", "jax_unfused_reshape"),
+         (("unfused_reshape", "P2"),), real=True, note="reshape + transpose of an array that is also an output"),
+    Case("torch_real_leak", "torch_trace", _demo_file("torch/leak.pt.trace.json.gz", "torch_real/leak.pt.trace.json.gz"),
+         (("leak", "P1"),), real=True, note="the demo's real PyTorch program keeping 64 KiB a step"),
+)
+
+CASES: tuple[Case, ...] = TIME_CASES + XPLANE_CASES + MEMORY_CASES + REAL_CASES
+
+
+def cases(names: list[str] | None = None) -> list[Case]:
+    return [c for c in CASES if not names or c.name in names]
+
+
+def build_logdir(logdir: Path, data_dir: Path | None, selected: list[Case] | None = None) -> dict[str, str]:
+    """Write every case's run into ``logdir``; {case name: run name} (cases whose real
+    program is not in ``data_dir`` are left out)."""
+    runs = {}
+    for case in selected or CASES:
+        run = case.build(Path(logdir), data_dir)
+        if run is not None:
+            runs[case.name] = run
+    return runs
+
+
+def evaluate(logdir: Path, cache_dir: Path, runs: dict[str, str], selected: list[Case] | None = None) -> list[dict]:
+    """Each case's summary from a fresh workspace over ``logdir``, through the data API;
+    one row per case: ``case``, ``run``, ``status`` (HTTP), ``findings`` [(id, priority,
+    host)], ``error``."""
+    from fastapi.testclient import TestClient
+
+    from profscope.app.workspace import Workspace
+    from profscope.cache.store import DiskCache
+    from profscope.server import create_app
+    from profscope.storage import LogDir
+
+    client = TestClient(create_app(Workspace(LogDir(str(logdir), listing_ttl=0), DiskCache(cache_dir))))
+    rows = []
+    for case in selected or CASES:
+        if case.name not in runs:
+            continue
+        params = {"run": runs[case.name], "tag": "summary", **({"host": case.host} if case.host else {})}
+        r = client.get("/data/plugin/profile/data", params=params)
+        body = r.json() if r.headers.get("content-type", "").startswith("application/json") else {}
+        found = [(f.get("id"), f.get("priority"), f.get("host")) for f in body.get("findings") or []] \
+            if r.status_code == 200 else []
+        rows.append({"case": case.name, "run": runs[case.name], "status": r.status_code, "findings": found,
+                     "verdict": body.get("status"), "refused": body.get("refused") or [],
+                     "error": None if r.status_code == 200 else str(body.get("error") or r.text[:300])})
+    return rows
+
+
+def score(rows: list[dict], selected: list[Case] | None = None) -> dict:
+    """Per case: each planted (rule, priority) found at that priority, found at another
+    (``wrong``), or missed; healthy cases' P0s. Totals: ``planted``, ``found``, ``recall``
+    (found / planted), ``false_p0`` (P0 findings on healthy runs)."""
+    by_name = {c.name: c for c in selected or CASES}
+    out, planted, found, false_p0 = [], 0, 0, 0
+    for row in rows:
+        case = by_name[row["case"]]
+        got: dict[str, set] = {}
+        for fid, prio, _host in row["findings"]:
+            got.setdefault(fid, set()).add(prio)
+        res = {"case": case.name, "family": case.family, "real": case.real, "healthy": case.healthy,
+               "found": [], "wrong": [], "missed": [], "p0": [], "error": row["error"],
+               "findings": sorted({(f, p) for f, p, _ in row["findings"]}, key=lambda x: (x[1], x[0]))}
+        for rule, prio in case.rules:
+            planted += 1
+            if prio in got.get(rule, ()):
+                found += 1
+                res["found"].append((rule, prio))
+            elif rule in got:
+                res["wrong"].append((rule, prio, sorted(got[rule])))
+            else:
+                res["missed"].append((rule, prio))
+        if case.healthy:
+            res["p0"] = sorted({f for f, p, _ in row["findings"] if p == "P0"})
+            false_p0 += sum(1 for _f, p, _ in row["findings"] if p == "P0")
+        out.append(res)
+    return {"cases": out, "planted": planted, "found": found,
+            "recall": round(found / planted, 4) if planted else None, "false_p0": false_p0}
