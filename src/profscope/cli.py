@@ -16,7 +16,7 @@ from profscope import __version__
 from profscope.errors import BadRequest, ProfscopeError
 
 DEFAULT_PORT = 8791
-COMMANDS = ("serve", "runs", "query", "report", "capture", "steps", "ops")
+COMMANDS = ("serve", "runs", "query", "report", "capture", "steps", "ops", "mcp")
 
 DESCRIPTION = """\
 profscope: a self-hosted profile viewer for ML workloads (XProf-compatible).
@@ -64,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_report(sub)
     _add_steps_ops(sub)
     _add_capture(sub)
+    _add_mcp(sub)
     return parser
 
 
@@ -222,6 +223,17 @@ def _add_capture(sub) -> None:
                          help="continuous mode: profile continuously and save N snapshots, one every --every")
     capture.add_argument("--every", default="10s", help="time between continuous snapshots (default 10s)")
     capture.add_argument("--capture-max-bytes", metavar="SIZE", help=CAPTURE_MAX_HELP)
+
+
+def _add_mcp(sub) -> None:
+    p = sub.add_parser(
+        "mcp", help="answer a coding agent's questions about a log directory over MCP (stdio)",
+        description="An MCP server on stdin/stdout (the `mcp` SDK: pip install 'profscope[mcp]'), whose tools "
+                    "are list_runs, run_summary, steps_and_ops, memory_at_peak and oom_verdict "
+                    "(docs/analysis.md, MCP). Logs go to stderr. Exit status 0 when the client closes, "
+                    "2 on bad input or without the extra.")
+    _logdir_args(p)
+    _worker_options(p)
 
 
 def _worker_options(p: argparse.ArgumentParser) -> None:
@@ -778,12 +790,25 @@ def cmd_capture(args) -> int:
     return 1 if any(j.failed for j in jobs) else 0
 
 
+def cmd_mcp(args) -> int:
+    """``profscope mcp LOGDIR``: server/mcp_server.py over the log directory's workspace."""
+    try:
+        from profscope.server import mcp_server
+    except ImportError as e:
+        if (e.name or "").split(".")[0] != "mcp":
+            raise
+        print("profscope: error: profscope mcp needs the MCP SDK: pip install 'profscope[mcp]'", file=sys.stderr)
+        return 2
+    mcp_server.serve(_workspace(args))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = _normalise_argv(list(sys.argv[1:] if argv is None else argv))
     args = build_parser().parse_args(argv)
     try:
         commands = {"serve": cmd_serve, "runs": cmd_runs, "query": cmd_query, "report": cmd_report, "capture": cmd_capture,
-                    "steps": cmd_steps, "ops": cmd_ops}
+                    "steps": cmd_steps, "ops": cmd_ops, "mcp": cmd_mcp}
         return commands[args.command](args)
     except ProfscopeError as e:
         print(f"profscope: error: {e.message}", file=sys.stderr)
