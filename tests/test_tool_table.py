@@ -72,9 +72,11 @@ def test_tools_are_listed_in_xprofs_order():
     from profscope.model.catalog import Run
 
     profile = [t.name for t in tool_table.for_run(Run("r", RunKind.PROFILE, ""))]
-    assert profile == ["overview_page", "trace_viewer@", "op_profile", "memory_profile", "memory_viewer", "hlo_stats",
-                       "steps_ops", "oom_risk"]
-    assert [t.name for t in tool_table.for_run(Run("r", RunKind.TORCH_SNAPSHOT, ""))] == ["memory_profile", "oom_risk"]
+    # the Summary first (the page a run opens on, issue 35), then XProf's order
+    assert profile == ["summary", "overview_page", "trace_viewer@", "op_profile", "memory_profile", "memory_viewer",
+                       "hlo_stats", "steps_ops", "oom_risk"]
+    assert [t.name for t in tool_table.for_run(Run("r", RunKind.TORCH_SNAPSHOT, ""))] == ["summary", "memory_profile",
+                                                                                          "oom_risk"]
 
 
 # -- a new tool ------------------------------------------------------------------------

@@ -133,6 +133,13 @@ class StepsOpsQuery(Query):
 
 
 @dataclass(frozen=True, slots=True)
+class SummaryQuery(Query):
+    """The Summary (profscope's ``summary`` tool, docs/analysis.md)."""
+
+    host: str | None = text()  # a host, or XProf's ALL_HOSTS for one summary of every host (a multi-host default)
+
+
+@dataclass(frozen=True, slots=True)
 class OpProfileQuery(Query):
     host: str | None = text()
     group_by: str | None = text()  # XProf's: "program" (its default) or "category"

@@ -25,11 +25,12 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from profscope.app.summary import Analysis, complete_host
 from profscope.app.compiled_memory import CompiledMemory
 from profscope.app.oom import OomAssessment
 from profscope.app.op_stats import OpStats
 from profscope.app.queries import (MemoryProfileQuery, MemoryViewerQuery, OomRiskQuery, OpProfileQuery, OpStatsQuery,
-                                   Query, StepsOpsQuery, XprofTraceQuery)
+                                   Query, StepsOpsQuery, SummaryQuery, XprofTraceQuery)
 from profscope.app.runtime_memory import RuntimeMemory
 from profscope.app.snapshots import Snapshots
 from profscope.app.traces import Traces
@@ -96,6 +97,10 @@ class Tool:
             raise ValueError(f"tool {self.name!r}: {self.query.__name__} has no field {self.page.flag!r}")
         object.__setattr__(self, "run_kinds", frozenset(k for k, p in self.producers.items() if p is not NOT_FOR))
 
+    def listing(self) -> dict:
+        """The tool as ``/api/run`` lists it: its name, title and summary."""
+        return {"name": self.name, "title": self.title, "summary": self.summary}
+
     def applies_to(self, run: Run) -> bool:
         return run.kind in self.run_kinds
 
@@ -135,6 +140,20 @@ def _for(**producers: Producer | None) -> dict[RunKind, Producer | None]:
 
 
 TOOLS: tuple[Tool, ...] = (
+    Tool(
+        "summary",
+        "Summary",
+        "What is wrong and what to do: status, key metrics, findings P0-P2 with evidence, impact and fix.",
+        SummaryQuery,
+        # profscope's own (XProf's managed summary.html, issue 35): docs/analysis.md. Listed
+        # first, the page a run opens on (LISTED_FIRST).
+        _for(profile=Analysis.analysis, xla_dump=Analysis.analysis, torch_snapshot=Analysis.analysis,
+             chrome_trace=Analysis.analysis),
+        _reads_xplanes,
+        pages=("summary.js",),
+        complete=complete_host,
+        xprof=False,
+    ),
     Tool(
         "memory_viewer",
         "Memory viewer",
@@ -269,7 +288,7 @@ XPROF_OVERVIEW_TAGS = frozenset({"overview_page"})
 XPROF_ALL_HOSTS_ONLY = frozenset({"overview_page", "pod_viewer", "smart_suggestion"})
 # The tools whose query takes host=ALL_HOSTS (steps_ops: every host side by side;
 # overview_page: XProf's merge of the hosts): the data route lets it through for them.
-ANSWERS_ALL_HOSTS = frozenset({"steps_ops", "overview_page"})
+ANSWERS_ALL_HOSTS = frozenset({"steps_ops", "overview_page", "summary"})
 XPROF_ALL_HOSTS_SUPPORTED = frozenset(
     {"input_pipeline_analyzer", "framework_op_stats", "kernel_stats", "overview_page", "pod_viewer", "megascale_stats"}
 )
@@ -279,9 +298,15 @@ def get(name: str) -> Tool | None:
     return next((t for t in TOOLS if name == t.name or name in t.aliases), None)
 
 
-def _listed(tool: Tool) -> tuple[int, int]:
+# profscope's tools listed before XProf's: the Summary is the page a run opens on (issue 35)
+LISTED_FIRST = ("summary",)
+
+
+def _listed(tool: Tool) -> tuple[int, int, int]:
+    if tool.name in LISTED_FIRST:
+        return 0, LISTED_FIRST.index(tool.name), 0
     order = XPROF_TOOL_ORDER.index(tool.name) if tool.name in XPROF_TOOL_ORDER else len(XPROF_TOOL_ORDER)
-    return order, TOOLS.index(tool)
+    return 1, order, TOOLS.index(tool)
 
 
 def for_run(run: Run) -> list[Tool]:

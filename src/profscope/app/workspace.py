@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from profscope.app import keys, tool_table
+from profscope.app.summary import Analysis
 from profscope.app.capture import CaptureDir, Capturer, TargetPolicy
 from profscope.app.compiled_memory import CompiledMemory, ModuleSource
 from profscope.app.oom import OomAssessment
@@ -45,7 +46,8 @@ __all__ = ["SNAPSHOT_VIEWS", "ModuleSource", "Workspace"]
 FORK_WORTH_BYTES = 32 << 20
 
 
-class Workspace(CompiledMemory, RuntimeMemory, Snapshots, OomAssessment, Traces, OpStats, ProfileSteps, FileDerived):
+class Workspace(CompiledMemory, RuntimeMemory, Snapshots, OomAssessment, Traces, OpStats, ProfileSteps, Analysis,
+                FileDerived):
     """``capture_dir``: where profiles captured from running jobs are written (app/capture.py),
     listed as runs under ``captures/``; None: this workspace does not capture, and
     ``capture_off`` says why and which flag turns capturing on (the capture routes' 404).
@@ -261,7 +263,9 @@ class Workspace(CompiledMemory, RuntimeMemory, Snapshots, OomAssessment, Traces,
         if tool is None:
             known = ", ".join(t.name for t in tool_table.TOOLS)
             raise NotFound(f"unknown tool {name!r}; profscope has: {known}")
-        if tool not in self.tools(run):
+        # this tool's input only: another tool's check may read a file that cannot be read
+        # (a corrupt xplane's module list), which must not refuse a tool that reports it
+        if not (tool.applies_to(run) and tool.has_input(self, run)):
             raise NotFound(f"run {run.name!r} has no input for tool {tool.name!r}")
         return tool
 

@@ -40,9 +40,7 @@ def router(ws: Workspace) -> APIRouter:
         body["hosts"] = ws.hosts(run)  # a snapshot's devices need a look inside it
         # Tools and modules need a look inside the run's files (cached): only per run,
         # never for the whole catalog, which may hold thousands of sessions.
-        body["tools"] = [
-            {"name": t.name, "title": t.title, "summary": t.summary} for t in ws.tools(run)
-        ]
+        body["tools"] = [t.listing() for t in ws.tools(run)]
         body["files"] = [
             {"path": f.path, "size": f.size, "kind": run.kind_of(f).value, "mtime": f.mtime} for f in run.files
         ]

@@ -1,0 +1,155 @@
+"""The Summary tool's producer (issue 35, docs/analysis.md): for one host of a run, or
+every host (``ALL_HOSTS``), the parts the rules read, gathered through the other tools'
+own cache entries (Steps & ops, OOM risk, the memory profile, the HLO modules), then
+tools/analysis.py ``summarize``.
+
+A part that cannot be read (a corrupt file, one too large) is listed in ``refused`` with
+its file and reason, never a failure of the whole summary; a part the run does not have
+(a trace without ``[memory]`` events, a snapshot's steps) is only absent from
+``inputs``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable
+from urllib.parse import urlencode
+
+from profscope.app import lazy
+from profscope.app.profile_steps import ALL_HOSTS
+from profscope.app.queries import MemoryProfileQuery, OomRiskQuery, StepsOpsQuery, SummaryQuery
+from profscope.errors import NotFound, ProfscopeError
+from profscope.model.catalog import Run, RunKind
+
+analysis = lazy.module("profscope.tools.analysis")
+analysis_time = lazy.module("profscope.tools.analysis_time")
+analysis_memory = lazy.module("profscope.tools.analysis_memory")
+# the compiler rules' gatherer of a run's HLO modules (``hlo_findings_for``), read where
+# the module exists
+_HLO_APP = "profscope.app.analysis_hlo"
+analysis_hlo_app = lazy.module("profscope.app.analysis_hlo")
+
+
+def linker(run: Run) -> Callable[..., str]:
+    """``link(tool, **keys)``: the dashboard's URL query string of a view of ``run``
+    (lib/state.js reads it: ``run``, ``tool``, ``host``, then the page's own keys as given,
+    None left out), so that no rule knows the URL format."""
+    def link(tool: str, **keys) -> str:
+        pairs = [("run", run.name), ("tool", tool)] + [(k, str(v)) for k, v in keys.items() if v is not None]
+        return "?" + urlencode(pairs)
+    return link
+
+
+def complete_host(run: Run, query: SummaryQuery) -> SummaryQuery:
+    """No host: every host of a multi-host profile (one summary, worst host first), the
+    one host of a single-host one."""
+    if query.host is None and run.kind is RunKind.PROFILE and run.hosts:
+        return query.but(host=ALL_HOSTS if len(run.hosts) > 1 else run.hosts[0])
+    return query
+
+
+class Analysis:
+    """Part of :class:`~profscope.app.workspace.Workspace`: the Summary."""
+
+    def analysis(self, run: Run, query: SummaryQuery, progress=None) -> dict:
+        link = linker(run)
+        if run.kind is RunKind.PROFILE and query.host == ALL_HOSTS and ALL_HOSTS not in run.hosts:
+            return self._analysis_all_hosts(run, link, progress)
+        refused: list[dict] = []
+        parts = self._analysis_parts(run, query.host, link, refused, progress)
+        return analysis.summarize({**parts, "run": run.name, "host": query.host, "refused": refused})
+
+    def _analysis_part(self, refused: list[dict], part: str, fn):
+        """``fn()``, or None where the run has nothing for it (a 404) or it cannot be read
+        (listed in ``refused``)."""
+        try:
+            return fn()
+        except NotFound:
+            return None
+        except ProfscopeError as e:
+            refused.append({"part": part, "file": e.file, "reason": e.message})
+            return None
+
+    def _analysis_parts(self, run: Run, host: str | None, link, refused: list[dict], progress=None) -> dict:
+        """One host's payloads and every rule's findings on them."""
+        def tool_payload(name, q):
+            tool = self.tool_named(name)
+            if not tool.applies_to(run) or not tool.has_input(self, run):
+                return None
+            return self._analysis_part(refused, name, lambda: self._payload(run, name, q))
+        if progress is not None:
+            progress.update(0.0, f"steps and ops of {host or run.name}")
+        so = tool_payload("steps_ops", StepsOpsQuery(host=host))
+        if progress is not None:
+            progress.update(0.4, f"memory of {host or run.name}")
+        oom = tool_payload("oom_risk", OomRiskQuery(host=host))
+        mp = tool_payload("memory_profile", MemoryProfileQuery(host=host)) if run.kind is not RunKind.TORCH_SNAPSHOT else None
+        hlo = None
+        if run.kind in (RunKind.PROFILE, RunKind.XLA_DUMP) and importlib.util.find_spec(_HLO_APP) is not None:
+            hlo = self._analysis_part(refused, "hlo", lambda: analysis_hlo_app.hlo_findings_for(self, run, host, link))
+        peaks = None
+        if so is not None and run.kind is RunKind.PROFILE and run.hosts:
+            caps = self._analysis_part(refused, "device planes", lambda: self.device_capabilities(run, so.get("host")))
+            cap = next((c for c in caps or [] if c.get("peak_teraflops_per_second")), None)
+            if cap and cap.get("peak_hbm_bw_gigabytes_per_second"):
+                peaks = {"peak_flops_per_s": cap["peak_teraflops_per_second"] * 1e12,
+                         "peak_bytes_per_s": cap["peak_hbm_bw_gigabytes_per_second"] * 1e9}
+        findings = []
+        if so is not None:
+            findings += analysis_time.time_findings(so, link)
+        if oom is not None or mp is not None:
+            findings += analysis_memory.memory_findings(oom, mp, link)
+        findings += hlo or []
+        for f in findings:
+            # a rule that read one host's payload names it (the JSON's Finding.host)
+            if f.get("host") is None:
+                f["host"] = host
+        return {"steps_ops": so, "oom_risk": oom, "peaks": peaks, "findings": findings,
+                "inputs": {"steps_ops": so is not None, "oom_risk": oom is not None, "memory_profile": mp is not None,
+                           "hlo": bool(hlo)}}
+
+    def _analysis_all_hosts(self, run: Run, link, progress) -> dict:
+        """Every host summarised on its own, then one summary: the worst host's metrics,
+        each rule's most severe finding over the hosts (with how many hosts have it), the
+        straggler host, and ``hosts[]`` (worst first; an unreadable host is a row naming
+        its error)."""
+        refused: list[dict] = []
+        rows, by_host = [], {}
+        for i, h in enumerate(run.hosts):
+            if progress is not None:
+                progress.update(i / len(run.hosts), f"host {h}")
+            mine: list[dict] = []
+            parts = self._analysis_parts(run, h, link, mine, None)
+            refused += mine
+            by_host[h] = parts
+            so, oom = parts["steps_ops"], parts["oom_risk"]
+            row = {"host": h, "status": analysis.status_of(parts["findings"]), "counts": analysis.counts(parts["findings"]),
+                   "median_us": ((so or {}).get("summary") or {}).get("median_us"),
+                   "peak_bytes": (oom or {}).get("peakBytes")}
+            if so is None and mine:
+                row["error"] = mine[0]["reason"]
+            rows.append(row)
+        ranked = analysis.hosts_rows(rows)
+        worst = by_host[next((r["host"] for r in ranked if "error" not in r), ranked[0]["host"])]
+        findings = _most_severe_per_rule([f for h in run.hosts for f in by_host[h]["findings"]], len(run.hosts))
+        findings += analysis_time.host_straggler_findings(rows, link)
+        inputs = {k: any(by_host[h]["inputs"][k] for h in run.hosts) for k in ("steps_ops", "oom_risk", "memory_profile", "hlo")}
+        return analysis.summarize({"run": run.name, "host": ALL_HOSTS, "steps_ops": worst["steps_ops"],
+                                   "oom_risk": worst["oom_risk"], "peaks": worst["peaks"], "findings": findings,
+                                   "hosts": rows, "refused": refused, "inputs": inputs})
+
+
+def _most_severe_per_rule(findings: list[dict], n_hosts: int) -> list[dict]:
+    """Each rule's most severe finding across the hosts (the order of tools/analysis.py
+    ``sort_findings``), with an evidence row saying on how many hosts it fired: a finding
+    on every host is one finding, not one per host."""
+    out = []
+    ranked = analysis.sort_findings(findings)
+    for rule_id in sorted({f["id"] for f in findings}):
+        same = [f for f in ranked if f["id"] == rule_id]
+        hosts = sorted({f["host"] for f in same if f.get("host")})
+        top = dict(same[0])
+        top["evidence"] = top["evidence"] + [{"label": "hosts with this finding", "value": f"{len(hosts)} of {n_hosts}: "
+                                              + ", ".join(hosts), "number": len(hosts), "link": None}]
+        out.append(top)
+    return out

@@ -1,0 +1,331 @@
+"""Time rules of the Summary (issue 35, docs/analysis.md "Time rules"): findings from one
+host's Steps & ops payload (``/api/steps_ops``, docs/steps_and_ops.md), and the straggler
+host of an ``ALL_HOSTS`` one.
+
+Every number here is the payload's: per step and device, ``busy_us``, ``idle_us`` and its
+split ``idle_before_first_us`` / ``idle_between_us`` / ``idle_after_last_us``, ``time_us``
+by category, the activity count (``activities`` of an xplane device, ``kernels`` of a
+PyTorch one) and the step's ``straggler``; the ranked ``ops`` with their ``share``.
+A step's device numbers are averaged over the devices that ran something in it (a device
+with no activity in the step is not waiting on anything: it is unused), and a rule's share
+is the sum over the steps of that average over the sum of the step times. The impact
+(seconds per step at stake) is that sum over the number of steps: measured, not guessed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from statistics import median
+
+from profscope.tools.analysis_rules import (P0_SHARE, P1_SHARE, P2_SHARE, Rule, evidence, finding, impact,
+                                            priority_for_share)
+
+__all__ = ["RULES", "device_metrics", "host_straggler_findings", "time_findings"]
+
+_BY_SHARE = (f"by share of step time: P0 >= {P0_SHARE:.0%}, P1 >= {P1_SHARE:.0%}, P2 >= {P2_SHARE:.0%}")
+# Activities shorter than this on average are "tiny": a CUDA kernel launch costs about
+# 5-10 µs of host time (HTA's kernel-launch statistics compare the launch with the kernel's
+# duration), so kernels of a few µs cannot keep the device busy when launched one by one.
+TINY_ACTIVITY_US = 10.0
+# One op at least this share of device time, or one op family at least OP_FAMILY_SHARE:
+# the place to look first (XProf smart_suggestion's SpecialOpRule flags an op family at
+# >= 10 % of step time, kSpecialOpBoundThresholdInPercent; a quarter is where one op is
+# the step rather than a part of it).
+OP_SHARE = 0.25
+OP_FAMILY_SHARE = 0.50
+
+RULES: tuple[Rule, ...] = (
+    Rule("input_bound", "time", "by share",
+         f"the device idle before its first activity of the step, {_BY_SHARE}",
+         "XProf smart_suggestion InputBoundRule (input >= 10 % of step time, kInfeedPercentageThreshold); "
+         "HTA idle time 'host wait'; profscope's bound 'input' (docs/steps_and_ops.md)",
+         "Input-bound: each step's device waits for the host before its first op"),
+    Rule("launch_bound", "time", "by share",
+         f"the device idle between its activities inside the step, {_BY_SHARE}; "
+         f"'many tiny kernels' when they average under {TINY_ACTIVITY_US:g} µs",
+         "HTA idle time breakdown ('host wait' between kernels) and kernel-launch statistics; "
+         "XProf smart_suggestion TensorCoreIdleBoundRule (idle >= 10 %)",
+         "Launch-bound: the device waits between ops for the host to launch the next"),
+    Rule("collective_bound", "time", "by share",
+         f"collective / communication time in the step, {_BY_SHARE}",
+         "XProf smart_suggestion CollectiveBoundRule (average collective share >= 4 %); HTA communication "
+         "share of the temporal breakdown",
+         "Collective-bound: communication takes a large part of each step"),
+    Rule("op_dominates", "time", "P2",
+         f"one op >= {OP_SHARE:.0%} of device time, or one op family (an HLO category) >= {OP_FAMILY_SHARE:.0%}",
+         "XProf smart_suggestion SpecialOpRule (one op family >= 10 % of step time); the ops table's share "
+         "(docs/steps_and_ops.md)",
+         "One op dominates device time"),
+    Rule("straggler_device", "time", "by share",
+         f"the last device to finish a step's work lags the first, {_BY_SHARE}",
+         "XProf smart_suggestion CollectiveBoundRule's 'check for stragglers'; the step's straggler "
+         "(docs/steps_and_ops.md)",
+         "A straggler device finishes each step late"),
+    Rule("straggler_host", "time", "by share",
+         f"the slowest host's median step time over the fastest's: the difference as a share of the "
+         f"slowest, {_BY_SHARE}",
+         "XProf's pod viewer / overview ALL_HOSTS; /api/steps_ops?host=ALL_HOSTS straggler_host",
+         "A straggler host: one host's steps are slower than the others'"),
+    Rule("idle_between_steps", "time", "by share",
+         f"the device idle after its last activity of a step until the next step starts, {_BY_SHARE}",
+         "HTA idle time breakdown; profscope's bound 'waiting' (docs/steps_and_ops.md)",
+         "The device is idle between steps"),
+)
+_RULE = {r.id: r for r in RULES}
+_COLLECTIVE = ("collective", "communication")  # the xplane breakdown's key, the PyTorch one's
+
+
+def _us(us: float) -> str:
+    """A duration as the pages print it (µs, ms or s, three significant digits or more)."""
+    if us >= 1e6:
+        return f"{us / 1e6:.3g} s" if us < 1e9 else f"{us / 1e6:,.0f} s"
+    if us >= 1e3:
+        return f"{us / 1e3:.3g} ms"
+    return f"{us:.3g} µs"
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f} %"
+
+
+def _activities(dev: dict) -> int:
+    return int(dev.get("activities", dev.get("kernels", 0)) or 0)
+
+
+def _step_key(step: dict) -> str:
+    """The step as Steps & ops' ``step`` URL key names it (StepsOpsQuery.step)."""
+    return str(step["step"])
+
+
+class _Steps:
+    """The per-step averages over the working devices that every rule reads."""
+
+    def __init__(self, so: dict):
+        self.rows = []  # (step, working devices)
+        for s in so.get("steps") or []:
+            devs = [d for d in s.get("devices") or [] if _activities(d) > 0]
+            if devs and s.get("step_time_us"):
+                self.rows.append((s, devs))
+        self.total_us = sum(s["step_time_us"] for s, _ in self.rows)
+        self.count = len(self.rows)
+
+    def mean(self, step_devs, fn: Callable[[dict], float]) -> float:
+        devs = step_devs[1]
+        return sum(fn(d) for d in devs) / len(devs)
+
+    def summed(self, fn: Callable[[dict], float]) -> tuple[float, dict | None, float]:
+        """The sum over the steps of ``fn``'s device average, the step where it is largest
+        and its value there."""
+        total, worst, worst_v = 0.0, None, -1.0
+        for row in self.rows:
+            v = self.mean(row, fn)
+            total += v
+            if v > worst_v:
+                worst, worst_v = row[0], v
+        return total, worst, worst_v
+
+
+def device_metrics(so: dict) -> dict | None:
+    """``metrics.device`` of the JSON: the share of the steps' time the working devices are
+    busy and idle; None without timed steps."""
+    st = _Steps(so)
+    if not st.total_us:
+        return None
+    busy, _, _ = st.summed(lambda d: d.get("busy_us") or 0.0)
+    share = min(1.0, busy / st.total_us)
+    return {"busy_share": round(share, 4), "idle_share": round(1 - share, 4), "steps": st.count,
+            "devices": sorted({d["device"] for _, devs in st.rows for d in devs}, key=lambda d: (isinstance(d, str), d))}
+
+
+def median_step_categories(so: dict) -> list[dict]:
+    """``metrics.categories``: where the median step's time goes on its working devices
+    (their average time per category, and idle), in the payload's stacking order."""
+    st = _Steps(so)
+    if not st.rows:
+        return []
+    mid = median(s["step_time_us"] for s, _ in st.rows)
+    step, devs = min(st.rows, key=lambda r: (abs(r[0]["step_time_us"] - mid), st.rows.index(r)))
+    out = []
+    for c in so.get("categories") or []:
+        us = sum((d.get("time_us") or {}).get(c["key"], 0.0) for d in devs) / len(devs)
+        out.append({"key": c["key"], "label": c["label"], "us": round(us, 3),
+                    "share": round(us / step["step_time_us"], 4)})
+    idle = sum(d.get("idle_us") or 0.0 for d in devs) / len(devs)
+    out.append({"key": "idle", "label": "Idle", "us": round(idle, 3), "share": round(idle / step["step_time_us"], 4)})
+    return out
+
+
+def _share_rule(rule_id: str, st: _Steps, fn, host, link, *, what, fix, title=None, extra=()) -> list[dict]:
+    """A rule whose finding is a share of step time lost to ``fn`` (a device's µs)."""
+    if not st.total_us:
+        return []
+    lost, worst, worst_us = st.summed(fn)
+    share = lost / st.total_us
+    p = priority_for_share(share)
+    if p is None:
+        return []
+    rule = _RULE[rule_id]
+    per_step = lost / st.count
+    ev = [evidence("share of step time", _pct(share), round(share, 4)),
+          evidence("per step (mean over the devices that ran)", _us(per_step), round(per_step, 3)),
+          evidence(f"worst step: {_step_key(worst)}", f"{_us(worst_us)} of {_us(worst['step_time_us'])}",
+                   round(worst_us, 3), link("steps_ops", host=host, step=_step_key(worst))),
+          *extra]
+    return [finding(rule, priority=p, title=title or rule.title, what=what(share, per_step), evidence=ev,
+                    impact=impact(per_step / 1e6, text=f"{_us(per_step)} per step ({_pct(share)} of step time)"),
+                    fix=fix, host=host)]
+
+
+def _mean_activity_us(st: _Steps) -> float | None:
+    n = sum(_activities(d) for _, devs in st.rows for d in devs)
+    busy = sum(d.get("busy_us") or 0.0 for _, devs in st.rows for d in devs)
+    return busy / n if n else None
+
+
+def _time_share_findings(st: _Steps, so: dict, host: str | None, link) -> list[dict]:
+    out = _share_rule(
+        "input_bound", st, lambda d: d.get("idle_before_first_us") or 0.0, host, link,
+        what=lambda s, us: (f"Each step starts with the device idle: on average {_us(us)} ({_pct(s)} of the step) pass "
+                            "before its first op, while the host prepares the batch or runs the step's Python."),
+        fix=("Overlap input with compute: prefetch the next batch (tf.data prefetch, a DataLoader with "
+             "num_workers > 0 and pin_memory=True, jax device_put of the next batch ahead), move preprocessing "
+             "off the step's critical path, and check the host code before the first op of the step."))
+    mean_act = _mean_activity_us(st)
+    tiny = mean_act is not None and mean_act < TINY_ACTIVITY_US
+    act_ev = [evidence("mean activity duration", _us(mean_act), round(mean_act, 3))] if mean_act is not None else []
+    out += _share_rule(
+        "launch_bound", st, lambda d: d.get("idle_between_us") or 0.0, host, link, extra=act_ev,
+        title=(_RULE["launch_bound"].title + " (many tiny kernels)") if tiny else None,
+        what=lambda s, us: (f"Between its ops the device is idle {_us(us)} per step ({_pct(s)} of the step)"
+                            + (f": its {_us(mean_act)} average ops finish faster than the host launches them."
+                               if tiny else ": the host does not queue work ahead (synchronisations, host "
+                               "round trips or Python between ops).")),
+        fix=("Launch fewer, larger kernels: compile the step (torch.compile, jax.jit, XLA fusion), capture it in "
+             "a CUDA graph, and batch small ops." if tiny else
+             "Remove host synchronisations inside the step (.item(), .cpu(), printing tensors, "
+             "block_until_ready), and keep the host ahead of the device (async dispatch, larger steps)."))
+    out += _share_rule(
+        "idle_between_steps", st, lambda d: d.get("idle_after_last_us") or 0.0, host, link,
+        what=lambda s, us: (f"After its last op of a step the device waits {_us(us)} ({_pct(s)} of the step) until "
+                            "the next step starts: the host is still busy with the step (logging, checkpoints, "
+                            "metrics) or waits for another device."),
+        fix=("Move per-step host work (logging, metric reads, checkpointing) out of the step or make it "
+             "asynchronous; read metrics every N steps."))
+    out += _share_rule(
+        "collective_bound", st, lambda d: sum((d.get("time_us") or {}).get(k, 0.0) for k in _COLLECTIVE), host, link,
+        what=lambda s, us: (f"Collective / communication ops take {_us(us)} per step ({_pct(s)} of the step) on each "
+                            "device; the step waits on them wherever they do not overlap compute."),
+        fix=("Overlap communication with compute (gradient bucketing, async collectives, XLA's latency-hiding "
+             "scheduler), send less (bf16 gradients, reduce-scatter instead of all-reduce) and check for a "
+             "straggler that the others wait for."))
+    out += _straggler_device(st, host, link)
+    return out
+
+
+def _straggler_device(st: _Steps, host, link) -> list[dict]:
+    if not st.total_us:
+        return []
+    lags = [((s.get("straggler") or {}).get("lag_us") or 0.0, s) for s, _ in st.rows]
+    lost = sum(v for v, _ in lags)
+    share = lost / st.total_us
+    p = priority_for_share(share)
+    if p is None:
+        return []
+    worst_lag, worst = max(lags, key=lambda t: t[0])
+    device = worst["straggler"]["device"]
+    per_step = lost / st.count
+    rule = _RULE["straggler_device"]
+    return [finding(rule, priority=p, title=rule.title, host=host,
+                    what=(f"In each step one device finishes its work {_us(per_step)} after the first on average "
+                          f"({_pct(share)} of the step); in step {_step_key(worst)} device {device} is {_us(worst_lag)} late."),
+                    evidence=[evidence("share of step time", _pct(share), round(share, 4)),
+                              evidence("lag per step", _us(per_step), round(per_step, 3)),
+                              evidence(f"worst step: {_step_key(worst)} (device {device})", _us(worst_lag),
+                                       round(worst_lag, 3), link("steps_ops", host=host, step=_step_key(worst)))],
+                    impact=impact(per_step / 1e6, text=f"{_us(per_step)} per step the other devices wait"),
+                    fix=("Balance the work across devices: an uneven sharding or batch split, a device sharing "
+                         "its host's PCIe or CPU with more work, or data-dependent shapes on one device."))]
+
+
+def _op_rows(so: dict) -> list[dict]:
+    """The ops whose share the op rule reads: an xplane's HLO ops (XProf's op metrics),
+    a PyTorch trace's kernels; framework ops are their kernels' time again."""
+    ops = so.get("ops") or []
+    kind = "hlo" if any(o.get("kind") == "hlo" for o in ops) else "kernel"
+    return [o for o in ops if o.get("kind") == kind and o.get("share") is not None]
+
+
+def _op_dominates(so: dict, st: _Steps, host, link) -> list[dict]:
+    rows = _op_rows(so)
+    if not rows:
+        return []
+    top = rows[0]  # the payload ranks by total time (op_table._rank)
+    families: dict[str, float] = {}
+    if top["kind"] == "hlo":
+        for o in rows:
+            families[o["category"]] = families.get(o["category"], 0.0) + o["share"]
+    fam, fam_share = max(sorted(families.items()), key=lambda kv: kv[1], default=(None, 0.0))
+    rule = _RULE["op_dominates"]
+    mean_step = st.total_us / st.count if st.count else None
+    scope = (so.get("share_of") or {}).get(top["kind"], "device time")
+    if top["share"] >= OP_SHARE:
+        share, name, what = top["share"], top["name"], (
+            f"{top['name']} ({top['category']}, {top['kind']}) takes {_pct(top['share'])} of {scope}: "
+            f"{top['occurrences']} occurrences, {_us(top['total_us'])} in all, {_us(top['average_us'])} each.")
+        slow = top.get("slowest")
+        op_link = link("trace_viewer@", host=slow.get("host") or host, start_ms=round((slow["start_us"] - 50) / 1e3, 6),
+                       end_ms=round((slow["start_us"] + slow["dur_us"] + 50) / 1e3, 6),
+                       ev=slow["event_id"]) if slow else None
+        ev = [evidence("share", _pct(share), round(share, 4), link("steps_ops", host=host, kind=top["kind"], opq=name)),
+              evidence("slowest occurrence", _us(slow["dur_us"]) if slow else "not located", slow["dur_us"] if slow else None,
+                       op_link)]
+    elif fam is not None and fam_share >= OP_FAMILY_SHARE:
+        share, name = round(fam_share, 6), fam
+        members = [o for o in rows if o["category"] == fam]
+        what = (f"The {fam} ops take {_pct(fam_share)} of {scope} ({len(members)} ops; the largest, "
+                f"{members[0]['name']}, {_pct(members[0]['share'])}).")
+        ev = [evidence("share", _pct(fam_share), round(fam_share, 4),
+                       link("steps_ops", host=host, kind="hlo", category=fam))]
+    else:
+        return []
+    per_step = share * mean_step if mean_step else None
+    return [finding(rule, title=f"{rule.title}: {name}", what=what, evidence=ev, host=host,
+                    impact=impact(per_step / 1e6 if per_step else None,
+                                  text=(f"{_us(per_step)} of each step's device time" if per_step else
+                                        f"{_pct(share)} of device time")),
+                    fix=("Look at this op first: check its roofline (compute- or memory-bound), its layout and "
+                         "precision (bf16/fp8 on matmuls), and whether it fuses with its neighbours; a copy or "
+                         "transpose family points at layouts (the compiler rules)."))]
+
+
+def time_findings(steps_ops: dict, link: Callable[..., str]) -> list[dict]:
+    """The time findings of one host's Steps & ops payload, unsorted (tools/analysis.py
+    sorts). ``link(tool, **keys)`` makes a dashboard link."""
+    host = steps_ops.get("host")
+    st = _Steps(steps_ops)
+    return _time_share_findings(st, steps_ops, host, link) + _op_dominates(steps_ops, st, host, link)
+
+
+def host_straggler_findings(hosts: list[dict], link: Callable[..., str]) -> list[dict]:
+    """``straggler_host`` from the per-host rows of an ALL_HOSTS summary (``host``,
+    ``median_us``): in synchronous training every host waits for the slowest one each step,
+    so the slowest median over the fastest is time the others lose."""
+    timed = sorted((h for h in hosts if h.get("median_us")), key=lambda h: (-h["median_us"], h["host"]))
+    if len(timed) < 2:
+        return []
+    slow, fast = timed[0], timed[-1]
+    gap = slow["median_us"] - fast["median_us"]
+    share = gap / slow["median_us"]
+    p = priority_for_share(share)
+    if p is None:
+        return []
+    rule = _RULE["straggler_host"]
+    return [finding(rule, priority=p, title=f"{rule.title} ({slow['host']})", host=slow["host"],
+                    what=(f"Host {slow['host']}'s median step takes {_us(slow['median_us'])}, {_us(gap)} "
+                          f"({_pct(share)}) longer than {fast['host']}'s {_us(fast['median_us'])}."),
+                    evidence=[evidence(f"median step of {h['host']}", _us(h["median_us"]), h["median_us"],
+                                       link("steps_ops", host=h["host"])) for h in (slow, fast)]
+                    + [evidence("spread across hosts", _pct(share), round(share, 4), link("steps_ops", host="ALL_HOSTS"))],
+                    impact=impact(gap / 1e6, text=f"{_us(gap)} per step the faster hosts wait"),
+                    fix=("Find what differs on the slow host: its input pipeline (idle before the first op), "
+                         "its devices' load, its network; balance the data and work split across hosts."))]

@@ -1,0 +1,239 @@
+"""The Summary tool (issue 35, docs/analysis.md): its JSON on the real fixtures and the
+demo, the time rules each fired and not fired on real profiles and on kineto traces from
+profscope.testing.kineto_trace, all hosts, refused files, and byte-identical answers.
+
+Everything goes through the data route (``/data/plugin/profile/data?tag=summary``) of a
+fresh workspace, as the page, the CLI and the MCP server read it.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from profscope.testing import kineto_trace
+from tests.test_xprof_op_stats import _client  # a TestClient of a logdir with its own cache
+
+ROOT = Path(__file__).parents[1]
+DEMO = ROOT / "src" / "profscope" / "demo" / "logdir"
+FINDING_KEYS = ["id", "priority", "area", "title", "what", "evidence", "impact", "fix", "host"]
+TOP_KEYS = ["version", "run", "host", "status", "summary", "metrics", "findings"]
+
+
+def _summary(client, run: str, host: str | None = None) -> dict:
+    params = {"run": run, "tag": "summary", **({"host": host} if host else {})}
+    res = client.get("/data/plugin/profile/data", params=params)
+    assert res.status_code == 200, res.text
+    return res.json()
+
+
+def _check_contract(d: dict) -> None:
+    from profscope.tools.analysis import RULES
+
+    assert list(d)[:len(TOP_KEYS)] == TOP_KEYS
+    assert list(d)[-2:] == ["refused", "inputs"]
+    ids = {r.id for r in RULES}
+    rank = {"P0": 0, "P1": 1, "P2": 2}
+    for f in d["findings"]:
+        assert list(f) == FINDING_KEYS, f
+        assert f["id"] in ids and f["priority"] in rank and f["area"] in ("time", "memory", "compiler")
+        assert set(f["impact"]) == {"seconds_per_step", "bytes", "text"}
+        for e in f["evidence"]:
+            assert set(e) == {"label", "value", "number", "link"}
+            assert e["link"] is None or e["link"].startswith("?run=")
+    prios = [rank[f["priority"]] for f in d["findings"]]
+    assert prios == sorted(prios)
+    assert d["status"] == ("NEEDS_ATTENTION" if any(p < 2 for p in prios) else "OPTIMAL")
+    sentences = [s for s in d["summary"].split(". ") if s]
+    assert 2 <= len(sentences) <= 6, d["summary"]
+
+
+@pytest.fixture(scope="module")
+def public(shared_fixtures, tmp_path_factory):
+    return _client(shared_fixtures / "public_profiles", tmp_path_factory.mktemp("cache"))
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory):
+    """Kineto traces whose device time is laid out the way each rule looks for."""
+    d = tmp_path_factory.mktemp("planted")
+    for name in ("input_bound", "launch_bound", "compute_bound", "collective_bound", "straggler"):
+        getattr(kineto_trace, name)(d / f"{name}.pt.trace.json.gz")
+    return _client(d, tmp_path_factory.mktemp("cache"))
+
+
+def _ids(d: dict) -> dict[str, str]:
+    return {f["id"]: f["priority"] for f in d["findings"]}
+
+
+PUBLIC_RUNS = ["xplane/tf_gpu/GPU-multi-worker", "xplane/tpu_inference/2025_12_10_tpu",
+               "xplane/mi300_jax08_gemm/jax08_gemm", "xplane/mi300_jax_conv_xprof_touched/jax_conv_minimal",
+               "traces/kineto_resnet50_v100.pt.trace.json.gz", "traces/tracelens_h100_bert_small.trace.json.gz",
+               "traces/hta_alexnet.trace.json.gz", "snapshots/niu_fwd_bwd_200_mixed.pickle"]
+
+
+@pytest.mark.parametrize("run", PUBLIC_RUNS)
+def test_every_public_run_gets_a_summary_that_keeps_the_contract(public, run):
+    d = _summary(public, run)
+    _check_contract(d)
+    assert d["run"] == run
+    assert not d["refused"]
+
+
+def test_the_summary_is_listed_first(public):
+    res = public.get("/api/run", params={"run": "xplane/tpu_inference/2025_12_10_tpu"})
+    assert res.status_code == 200
+    assert res.json()["tools"][0]["name"] == "summary"
+
+
+def test_metrics_are_the_step_and_memory_payloads_numbers(public):
+    run = "traces/kineto_resnet50_v100.pt.trace.json.gz"
+    d = _summary(public, run)
+    so = public.get("/api/steps_ops", params={"run": run}).json()
+    oom = public.get("/data/plugin/profile/data", params={"run": run, "tag": "oom_risk"}).json()
+    st = d["metrics"]["steps"]
+    assert (st["count"], st["median_us"], st["p90_us"]) == (so["summary"]["steps"], so["summary"]["median_us"],
+                                                            so["summary"]["p90_us"])
+    assert d["metrics"]["memory"]["peak_bytes"] == oom["peakBytes"] and d["metrics"]["memory"]["risk"] == oom["risk"]
+    busy = sum(dev["busy_us"] for s in so["steps"] for dev in s["devices"]) / sum(s["step_time_us"] for s in so["steps"])
+    assert d["metrics"]["device"]["busy_share"] == pytest.approx(busy, abs=1e-4)
+    cats = d["metrics"]["categories"]
+    assert [c["key"] for c in cats] == [c["key"] for c in so["categories"]] + ["idle"]
+    # the median step's numbers (one GPU): kernel time by category (kernels overlap across
+    # streams, so these may add up past the busy time) and its idle time
+    mid = min(so["steps"], key=lambda s: abs(s["step_time_us"] - so["summary"]["median_us"]))
+    dev = mid["devices"][0]
+    assert {c["key"]: c["us"] for c in cats} == {**dev["time_us"], "idle": dev["idle_us"]}
+
+
+# -- the time rules: each fired, and not fired ---------------------------------------------
+
+
+def test_input_bound_fires_on_the_input_bound_trace_only(planted):
+    d = _summary(planted, "input_bound.pt.trace.json.gz")
+    f = next(f for f in d["findings"] if f["id"] == "input_bound")
+    # each step: 8 ms of host loading before 20 x 50 µs of kernels: ~89 % of the step idle first
+    assert f["priority"] == "P0" and d["status"] == "NEEDS_ATTENTION"
+    assert 0.007 < f["impact"]["seconds_per_step"] < 0.0095
+    assert any(e["link"] and "tool=steps_ops" in e["link"] and "step=" in e["link"] for e in f["evidence"])
+    assert "input_bound" not in _ids(_summary(planted, "compute_bound.pt.trace.json.gz"))
+
+
+def test_launch_bound_fires_on_many_tiny_kernels_only(planted):
+    d = _summary(planted, "launch_bound.pt.trace.json.gz")
+    f = next(f for f in d["findings"] if f["id"] == "launch_bound")
+    assert f["priority"] == "P0" and "tiny kernels" in f["title"]
+    mean = next(e for e in f["evidence"] if e["label"] == "mean activity duration")
+    assert mean["number"] == pytest.approx(2.0, abs=0.01)
+    assert "launch_bound" not in _ids(_summary(planted, "compute_bound.pt.trace.json.gz"))
+
+
+def test_collective_bound_fires_on_the_all_reduce_trace_only(planted):
+    d = _summary(planted, "collective_bound.pt.trace.json.gz")
+    f = next(f for f in d["findings"] if f["id"] == "collective_bound")
+    # 5 ms of all-reduce in a step of 10 x 100 µs + 5 ms
+    assert f["priority"] == "P0"
+    assert f["impact"]["seconds_per_step"] == pytest.approx(0.005, rel=0.01)
+    assert "collective_bound" not in _ids(_summary(planted, "input_bound.pt.trace.json.gz"))
+
+
+def test_a_straggler_device_fires_where_one_gpu_is_slower(planted, public):
+    d = _summary(planted, "straggler.pt.trace.json.gz")
+    f = next(f for f in d["findings"] if f["id"] == "straggler_device")
+    assert "device 1" in f["what"] and f["priority"] in ("P0", "P1")
+    # the TPU's four cores finish within 23 ms of a 78 s step: no straggler
+    assert "straggler_device" not in _ids(_summary(public, "xplane/tpu_inference/2025_12_10_tpu"))
+
+
+def test_a_healthy_compute_bound_trace_is_optimal(planted):
+    d = _summary(planted, "compute_bound.pt.trace.json.gz")
+    assert d["status"] == "OPTIMAL", d["findings"]
+    assert not [f for f in d["findings"] if f["area"] == "time" and f["priority"] != "P2"]
+
+
+def test_op_dominates_fires_on_the_tpu_copies_and_not_on_resnet(public):
+    d = _summary(public, "xplane/tpu_inference/2025_12_10_tpu")
+    f = next(f for f in d["findings"] if f["id"] == "op_dominates")
+    assert f["priority"] == "P2" and "copy-done" in f["title"]
+    assert any("category=copy-done" in (e["link"] or "") for e in f["evidence"])
+    # resnet50's largest kernel is 7.7 % of the steps' device time
+    assert "op_dominates" not in _ids(_summary(public, "traces/kineto_resnet50_v100.pt.trace.json.gz"))
+
+
+def test_idle_between_steps_fires_on_the_mi300_conv_and_not_on_the_tpu(public):
+    d = _summary(public, "xplane/mi300_jax_conv_xprof_touched/jax_conv_minimal")
+    assert _ids(d).get("idle_between_steps") == "P2"
+    assert "idle_between_steps" not in _ids(_summary(public, "xplane/tpu_inference/2025_12_10_tpu"))
+
+
+# -- all hosts, refused files, determinism ----------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def two_hosts(tmp_path_factory, shared_fixtures):
+    """One session of two real hosts whose steps differ (the demo's mlp and convnet CPU
+    profiles), and one of a good host beside the corrupt TPU file."""
+    root = tmp_path_factory.mktemp("hosts")
+    src = {p.parts[-5]: p for p in DEMO.glob("*/plugins/profile/*/*.xplane.pb")}
+    uneven = root / "uneven" / "plugins" / "profile" / "s"
+    uneven.mkdir(parents=True)
+    shutil.copy(src["mlp"], uneven / "fast.xplane.pb")
+    shutil.copy(src["convnet"], uneven / "slow.xplane.pb")
+    broken = root / "broken" / "plugins" / "profile" / "s"
+    broken.mkdir(parents=True)
+    shutil.copy(src["mlp"], broken / "good.xplane.pb")
+    bad = next((shared_fixtures / "public_profiles" / "xplane" / "tpu_inference_corrupt").rglob("*.xplane.pb"))
+    shutil.copy(bad, broken / "bad.xplane.pb")
+    return _client(root, tmp_path_factory.mktemp("cache"))
+
+
+def test_all_hosts_is_one_summary_with_the_straggler_host(two_hosts):
+    d = _summary(two_hosts, "uneven/s")  # no host: a multi-host run is summarised over every host
+    assert d["host"] == "ALL_HOSTS"
+    assert {h["host"] for h in d["hosts"]} == {"fast", "slow"}
+    med = {h["host"]: h["median_us"] for h in d["hosts"]}
+    f = next(f for f in d["findings"] if f["id"] == "straggler_host")
+    slow, fast = max(med, key=med.get), min(med, key=med.get)
+    assert f["host"] == slow
+    assert f["impact"]["seconds_per_step"] == pytest.approx((med[slow] - med[fast]) / 1e6, rel=1e-6)
+    assert _summary(two_hosts, "uneven/s", "ALL_HOSTS") == d
+    one = _summary(two_hosts, "uneven/s", "fast")
+    assert one["host"] == "fast" and "hosts" not in one and "straggler_host" not in _ids(one)
+
+
+def test_all_hosts_of_equal_steps_has_no_straggler_host(public):
+    d = _summary(public, "xplane/tf_gpu/GPU-multi-worker")
+    assert d["host"] == "ALL_HOSTS" and len(d["hosts"]) == 2
+    assert "straggler_host" not in _ids(d)
+    # the rule that fired on both hosts is one finding that names them both
+    f = d["findings"][0]
+    assert any(e["label"] == "hosts with this finding" and e["number"] == 2 for e in f["evidence"])
+
+
+def test_a_corrupt_file_is_refused_and_never_fails_the_summary(public, two_hosts):
+    d = _summary(public, "xplane/tpu_inference_corrupt/2025_12_15_tpu")
+    _check_contract(d)
+    assert len(d["refused"]) == 1
+    r = d["refused"][0]
+    assert r["file"].endswith("tpu_inference_2.xplane.pb") and "truncated" in r["reason"]
+    assert "steps_ops" in r["parts"] and "could not be read" in d["summary"]
+    mixed = _summary(two_hosts, "broken/s")
+    rows = {h["host"]: h for h in mixed["hosts"]}
+    assert "error" in rows["bad"] and "error" not in rows["good"]
+    assert mixed["hosts"][-1]["host"] == "bad"  # an unreadable host comes last
+    assert [r["file"].rsplit("/", 1)[-1] for r in mixed["refused"]] == ["bad.xplane.pb"]
+    assert mixed["metrics"]["steps"]["host"] == "good"
+
+
+def test_the_same_input_gives_byte_identical_json(shared_fixtures, tmp_path):
+    runs = ["xplane/tf_gpu/GPU-multi-worker", "traces/kineto_resnet50_v100.pt.trace.json.gz",
+            "xplane/tpu_inference_corrupt/2025_12_15_tpu"]
+    answers = []
+    for i in range(2):
+        client = _client(shared_fixtures / "public_profiles", tmp_path / f"cache{i}")
+        answers.append([client.get("/data/plugin/profile/data", params={"run": r, "tag": "summary"}).content
+                        for r in runs])
+    assert answers[0] == answers[1]
+    assert all(a.startswith(b'{"version":1') for a in answers[0])
