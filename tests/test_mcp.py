@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import subprocess
 import sys
 
@@ -65,7 +66,9 @@ if tool_table.get(agent_tools.SUMMARY) is not None:  # the Summary tool (issue 3
 
 async def _session(logdir, cache) -> dict:
     """Starts ``profscope mcp LOGDIR`` and makes every call of :data:`CALLS`."""
-    params = StdioServerParameters(command=sys.executable,
+    # this process's environment whole (the SDK passes on only a few variables by
+    # default): the server imports the same profscope (PYTHONPATH) as the test
+    params = StdioServerParameters(command=sys.executable, env=dict(os.environ),
                                    args=["-m", "profscope", "mcp", str(logdir), "--cache-dir", str(cache)])
     out = {}
     with open(cache.parent / "mcp-stderr.log", "w") as errlog:
