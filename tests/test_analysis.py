@@ -237,3 +237,18 @@ def test_the_same_input_gives_byte_identical_json(shared_fixtures, tmp_path):
                         for r in runs])
     assert answers[0] == answers[1]
     assert all(a.startswith(b'{"version":1') for a in answers[0])
+
+
+def test_roofline_where_the_planes_name_their_peaks(public):
+    """The TPU's planes carry peak FLOP/s and HBM bandwidth and its HLO ops FLOPs and
+    bytes: utilization = their sum over (device time x peak). The GPUs' planes name no
+    peak FLOP/s: null."""
+    run = "xplane/tpu_inference/2025_12_10_tpu"
+    roof = _summary(public, run)["metrics"]["roofline"]
+    hlo = [o for o in public.get("/api/steps_ops", params={"run": run}).json()["ops"] if o["kind"] == "hlo"]
+    seconds = sum(o["total_us"] for o in hlo) / 1e6
+    assert roof["flops"] == sum(o["flops"] or 0 for o in hlo)
+    assert roof["hbm_utilization"] == pytest.approx(sum(o["bytes_accessed"] or 0 for o in hlo)
+                                                    / (seconds * roof["peak_bytes_per_s"]), abs=1e-6)
+    assert 0 < roof["flops_utilization"] < roof["hbm_utilization"] < 1
+    assert _summary(public, "xplane/mi300_jax08_gemm/jax08_gemm")["metrics"]["roofline"] is None

@@ -26,8 +26,8 @@ analysis_time = lazy.module("profscope.tools.analysis_time")
 analysis_memory = lazy.module("profscope.tools.analysis_memory")
 # the compiler rules' gatherer of a run's HLO modules (``hlo_findings_for``), read where
 # the module exists
-_HLO_APP = "profscope.app.analysis_hlo"
-analysis_hlo_app = lazy.module("profscope.app.analysis_hlo")
+_HLO_APP = "profscope.app.compiler_checks"
+compiler_checks = lazy.module("profscope.app.compiler_checks")
 
 
 def linker(run: Run) -> Callable[..., str]:
@@ -86,7 +86,7 @@ class Analysis:
         mp = tool_payload("memory_profile", MemoryProfileQuery(host=host)) if run.kind is not RunKind.TORCH_SNAPSHOT else None
         hlo = None
         if run.kind in (RunKind.PROFILE, RunKind.XLA_DUMP) and importlib.util.find_spec(_HLO_APP) is not None:
-            hlo = self._analysis_part(refused, "hlo", lambda: analysis_hlo_app.hlo_findings_for(self, run, host, link))
+            hlo = self._analysis_part(refused, "hlo", lambda: compiler_checks.hlo_findings_for(self, run, host, link))
         peaks = None
         if so is not None and run.kind is RunKind.PROFILE and run.hosts:
             caps = self._analysis_part(refused, "device planes", lambda: self.device_capabilities(run, so.get("host")))

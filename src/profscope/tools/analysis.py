@@ -85,8 +85,8 @@ def roofline_metrics(so: dict | None, peaks: dict | None) -> dict | None:
     nbytes = sum(o.get("bytes_accessed") or 0 for o in hlo)
     if not time_s or not (flops or nbytes):
         return None
-    return {"flops_utilization": round(flops / (time_s * peaks["peak_flops_per_s"]), 4),
-            "hbm_utilization": round(nbytes / (time_s * peaks["peak_bytes_per_s"]), 4),
+    return {"flops_utilization": round(flops / (time_s * peaks["peak_flops_per_s"]), 6),
+            "hbm_utilization": round(nbytes / (time_s * peaks["peak_bytes_per_s"]), 6),
             "flops": int(flops), "bytes_accessed": int(nbytes), "device_time_us": round(time_s * 1e6, 3),
             "peak_flops_per_s": peaks["peak_flops_per_s"], "peak_bytes_per_s": peaks["peak_bytes_per_s"]}
 
