@@ -78,23 +78,31 @@ def threadpool_regions(ev: xw.Events, event_names, line_ts_ns):
     if not start_ids or not stop_ids or n == 0:
         return order, empty
     start_mid, stop_mid = start_ids[-1], stop_ids[-1]
-    consumer = xw.StatView(ev, "_c", last=False)
-    ts = line_ts_ns[ev.line] * 1000 + ev.offset_ps
-    is_start = (ev.metadata_id == start_mid) & consumer.present
-    is_stop = ev.metadata_id == stop_mid
-    cid = consumer.int_or_uint_value()
+    # the start and stop events only (``order`` is the events' own): times and consumer
+    # ids at those, not over every event; the _c view is not kept in the events' cache
+    at = np.flatnonzero(np.isin(ev.metadata_id, np.asarray([start_mid, stop_mid], np.int64)))
+    ks, stat = xw.first_stats(ev, "_c", at)
+    starts = (ev.metadata_id[at] == start_mid) & (stat >= 0)
+    keep = starts | (ev.metadata_id[at] == stop_mid)  # a start without _c is neither
+    at, stat, is_start = at[keep], stat[keep], starts[keep].tolist()
+    cid = np.zeros(len(at), np.uint64)  # IntOrUintValue: 0 for any other value case
+    has = np.flatnonzero(stat >= 0)
+    case = ks.case[stat[has]]
+    cid[has] = np.where((case == xw.INT64) | (case == xw.UINT64), ks.value[stat[has]], np.uint64(0))
+    cid = cid.tolist()
+    lines = ev.line[at]
+    ts = (line_ts_ns[lines] * 1000 + ev.offset_ps[at]).tolist()
     reg_line, reg_ts, reg_end, reg_id = [], [], [], []
     cur_line, start_ts, region = -1, 0, 0
-    for i in order[(is_start | is_stop)[order]].tolist():
-        li = int(ev.line[i])
+    for k, li in enumerate(lines.tolist()):
         if li != cur_line:
             cur_line, start_ts, region = li, 0, 0
-        if is_start[i]:
-            start_ts, region = int(ts[i]), int(cid[i])
+        if is_start[k]:
+            start_ts, region = ts[k], cid[k]
         elif start_ts != 0:
             reg_line.append(li)
             reg_ts.append(start_ts)
-            reg_end.append(int(ts[i]))
+            reg_end.append(ts[k])
             reg_id.append(region)
     if not reg_line:
         return order, empty
@@ -201,8 +209,13 @@ def _context_edges(prod_a, cons_a, prod: dict, cons: dict, v_pid, plane_pid, n: 
 def _nesting_edges(nest_parent: np.ndarray, leaf: np.ndarray, total: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The nesting edges (one parent per node) as arrays: each node's parent (-1: none),
     and every parent's children in node order (``kids[first[p]:first[p + 1]]``)."""
-    nested = (nest_parent >= 0) & ~leaf
     parent_of = nest_parent  # in place: the caller's array, no second whole-profile copy
+    if _native_walks() and hasattr(xw._native, "nest_children"):
+        if leaf.any():
+            parent_of[leaf] = -1
+        first, kids = xw._native.nest_children(parent_of)  # two passes, no sort
+        return parent_of, kids, first
+    nested = (nest_parent >= 0) & ~leaf
     parent_of[~nested] = -1
     kids = np.flatnonzero(nested)
     kids = kids[np.argsort(parent_of[kids], kind="stable")]
@@ -395,7 +408,8 @@ class Grouping:
         special[list(cons)] = True
         special |= root_level > 0
         nest_parent = np.full(total, -1, dtype=np.int64)
-        below = np.full(total, -1, dtype=np.int64)
+        # the node under each on the stack: read only to hang allocator events
+        below = np.full(total, -1, dtype=np.int64) if mem.any() else None
         leaf = np.zeros(total, dtype=bool)  # allocator events hung under their parent only
         order = self.order
         bounds = np.flatnonzero(np.diff(line[order])) + 1
@@ -445,7 +459,9 @@ class Grouping:
         parents = _Parents(parent_of, xk, xp)
         del xp, xk
         steps: list[StepGroup] = []
-        views = {s: xw.StatView(ev, s, last=False) for s in ("graph_type", "iter_num", "step_num")}
+        # (a stat no event has gets no view: its context walks end at once)
+        views = {s: xw.StatView(ev, s, last=False) if xw.has_stat(ev, s) else None
+                 for s in ("graph_type", "iter_num", "step_num")}
         walk = _GroupWalk(total, kids, first, xkids, xfirst)
 
         def process_root(root, gid):
@@ -524,10 +540,11 @@ class Grouping:
         for c in QUEUE_CONSUMERS:
             connect("EnqueueRequestLocked", c, _CT_TPU_STREAM, True, ("request_id", "queue_addr"))
         # run_id is first masked to 27 bits (HostRunIdMutator); core_type defaults to 0
-        core = xw.StatView(ev, "core_type", last=False)
-        run = xw.StatView(ev, "run_id", last=False)
-
+        # (their views made at the first launch event: a profile without one, as JAX's
+        # CPU profiles, pays no whole-profile view for them)
         def launch_key(i, key):
+            core = xw.StatView(ev, "core_type", last=False)
+            run = xw.StatView(ev, "run_id", last=False)
             at = np.asarray([i])
             return (key[0], key[1], run.int_at(i) & _RUN_ID_MASK,
                     int(core.int_or_uint_value_at(at)[0]) if core.present[i] else 0)
@@ -539,6 +556,9 @@ class Grouping:
         """ConnectIntraThread for one line (``seg``: node ids in line order)."""
         seg_mem = mem[seg]
         mem_ids = seg[seg_mem]
+        if not mem_ids.size:  # no allocator event (the step reader's case): the walk alone
+            self._nest_sequence(seg, ts, end, is_async, nest_parent, below)
+            return
         fast = (len(seg) < 2 or bool((np.diff(ts[seg]) >= 0).all())) and not special[mem_ids].any() \
             and not (end[mem_ids] != ts[mem_ids]).any()
         if not fast or not mem_ids.size:
@@ -600,7 +620,7 @@ class Grouping:
         if parent_out:
             a = np.asarray(parent_out, dtype=np.int64)
             nest_parent[a[:, 0]] = a[:, 1]
-        if below_out:
+        if below_out and below is not None:
             a = np.asarray(below_out, dtype=np.int64)
             below[a[:, 0]] = a[:, 1]
 
@@ -660,6 +680,8 @@ class Grouping:
     def _context_stat(self, node, view, parents):
         """EventNode::GetContextStat: the node, or its nearest ancestor, with the stat."""
         n = self.ev.n
+        if view is None:  # no event has the stat (a JAX profile's graph_type, iter_num)
+            return None
         queue = [node]
         seen = {node}
         k = 0
