@@ -408,8 +408,7 @@ class Grouping:
         special[list(cons)] = True
         special |= root_level > 0
         nest_parent = np.full(total, -1, dtype=np.int64)
-        # the node under each on the stack: read only to hang allocator events
-        below = np.full(total, -1, dtype=np.int64) if mem.any() else None
+        below = np.full(total, -1, dtype=np.int64) if mem.any() else None  # to hang allocator events
         leaf = np.zeros(total, dtype=bool)  # allocator events hung under their parent only
         order = self.order
         bounds = np.flatnonzero(np.diff(line[order])) + 1
@@ -459,9 +458,7 @@ class Grouping:
         parents = _Parents(parent_of, xk, xp)
         del xp, xk
         steps: list[StepGroup] = []
-        # (a stat no event has gets no view: its context walks end at once)
-        views = {s: xw.StatView(ev, s, last=False) if xw.has_stat(ev, s) else None
-                 for s in ("graph_type", "iter_num", "step_num")}
+        views = self._name_views()
         walk = _GroupWalk(total, kids, first, xkids, xfirst)
 
         def process_root(root, gid):
@@ -498,6 +495,12 @@ class Grouping:
         return group[:n], steps, "grouped"
 
     # -- pieces ----------------------------------------------------------------------
+
+    def _name_views(self) -> dict:
+        """The views of the stats a group's name reads; None for a stat no event has (a
+        JAX profile's graph_type, iter_num: its context walks end at once, no view)."""
+        return {s: xw.StatView(self.ev, s, last=False) if xw.has_stat(self.ev, s) else None
+                for s in ("graph_type", "iter_num", "step_num")}
 
     def _read_once(self, name: str) -> xw.StatView:
         """A stat's view (``last=True``) not kept in the events' cache: freed with its last use."""
