@@ -294,6 +294,9 @@ def js_tool_violations(root: Path = STATIC, known: set[str] | None = None) -> li
     """Tools named (``tool: "..."``) that the server does not have, a trailing ``@``
     ignored on both sides; and page modules whose default export declares no tool."""
     names = {n.removesuffix("@") for n in (registry_tool_names() if known is None else known)}
+    # the run overview: no tool of the server's, a page of the shell's own (tool=overview;
+    # a bare ?run=R opens the run's Summary, app.js openingTool)
+    names |= {"", "overview"}
     out = []
     base = root.resolve()
     for path in sorted(base.rglob("*.js")):
@@ -301,7 +304,7 @@ def js_tool_violations(root: Path = STATIC, known: set[str] | None = None) -> li
         text = path.read_text()
         for m in _JS_TOOL.finditer(text):
             name = m.group(2)
-            if name and name.removesuffix("@") not in names:  # "" is the run overview: no tool
+            if name.removesuffix("@") not in names:
                 out.append(f"{rel}:{_line(text, m.start())} names tool {name!r}, which the server does not have")
         default = text.find("export default {")
         if rel.startswith("pages/") and default >= 0 and not _JS_TOOL.search(text, default):

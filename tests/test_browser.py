@@ -31,6 +31,10 @@ def test_pick_run_tool_module_and_reopen_the_link(open_page, demo_server, demo_e
     assert "run=" in page.url  # the first run was chosen and written into the URL
     page.select_option("#pick-run", mlp_run)
     page.wait_for_function(f"document.querySelector('#run-title')?.textContent === {mlp_run!r}")
+    # A run opens on its Summary; the overview (files, modules, tools) is one pick away.
+    assert _state(page)["tool"] == "summary"
+    page.select_option("#pick-tool", "overview")
+    page.wait_for_selector("#modules li")
     assert page.locator("#modules li").count() == len(mlp["metadata_modules"])
     page.wait_for_function("document.querySelector('#sizes .main-svg') !== null")  # Plotly drew, offline
     page.screenshot(path=str(ARTIFACTS / "overview.png"), full_page=True)
@@ -55,8 +59,8 @@ def test_pick_run_tool_module_and_reopen_the_link(open_page, demo_server, demo_e
     page.wait_for_selector("#mv-overview .mv-peak-value")
     assert _state(page)["tool"] == "memory_viewer" and _state(page)["module"] == mlp["profile_module_name"]
     page.go_back()
-    page.wait_for_selector("#run-title")
-    assert _state(page)["tool"] == "" and _state(page)["module"] == ""
+    page.wait_for_selector("#modules li")
+    assert _state(page)["tool"] == "overview" and _state(page)["module"] == ""
     page.go_forward()
     page.wait_for_selector("#mv-overview .mv-peak-value")
     page.go_forward()

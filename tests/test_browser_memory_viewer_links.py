@@ -68,7 +68,7 @@ def test_an_overview_module_opens_in_the_memory_viewer(open_page, server_url, de
     modules = _get_json(server_url, "/api/run", run=run)["modules"]
     module = next(m for m in modules if m.startswith("jit_eval_step"))
     page = open_page(server_url)
-    page.goto(_view_url(server_url, run=run))
+    page.goto(_view_url(server_url, run=run, tool="overview"))
     page.wait_for_selector("#modules li")
     assert page.eval_on_selector_all("#modules li", "xs => xs.map(x => x.dataset.module)") == modules
     page.click(f"#modules li[data-module='{module}']")  # the row, not only its link
@@ -82,7 +82,7 @@ def test_an_overview_module_opens_in_the_memory_viewer(open_page, server_url, de
     ("memory_viewer", "memory_viewer", "#mv-modules-table tbody tr"),
     ("trace_viewer", "trace_viewer@", "#tv-canvas"),
     ("trace_viewer@", "trace_viewer@", "#tv-canvas"),
-    ("overview_page", None, "#run-title"),
+    ("overview_page", None, "#sm-status"),  # XProf's performance summary: the run's Summary
 ])
 def test_xprof_tag_links_open_our_page(open_page, server_url, demo_expected, tag, tool, ready):
     run = _run(demo_expected, "mlp")
@@ -92,7 +92,7 @@ def test_xprof_tag_links_open_our_page(open_page, server_url, demo_expected, tag
     q = _query(page)
     assert "tag" not in q and q["run"] == run and q["host"] == "demo-host"
     assert q.get("tool") == tool
-    assert page.eval_on_selector("#pick-tool", "e => e.value") == (tool or "")
+    assert page.eval_on_selector("#pick-tool", "e => e.value") == (tool or "summary")
 
 
 def test_an_xprof_tag_we_lack_says_so(open_page, server_url, demo_expected):

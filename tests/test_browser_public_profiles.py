@@ -72,7 +72,8 @@ def test_a_bare_url_opens_the_first_run_that_reads_and_marks_the_broken_one(serv
     page.wait_for_selector("#run-title")
     assert _query(page)["run"] == first["name"] == page.inner_text("#run-title")
     tools = page.eval_on_selector_all("#pick-tool option", "o => o.map((x) => x.textContent)")
-    assert tools == ["Overview"] + [t["title"] for t in first["tools"]]
+    titles = [t["title"] for t in first["tools"]]
+    assert tools == [*titles[:1], "Overview", *titles[1:]] and titles[0] == "Summary"  # the Summary first, the overview next
     marked = page.eval_on_selector_all("#pick-run option[data-unreadable]", "o => o.map((x) => [x.value, x.textContent, x.title])")
     assert [m[0] for m in marked] == list(before)
     for name, text, title in marked:

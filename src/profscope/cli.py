@@ -16,7 +16,7 @@ from profscope import __version__
 from profscope.errors import BadRequest, ProfscopeError
 
 DEFAULT_PORT = 8791
-COMMANDS = ("serve", "runs", "query", "report", "capture", "steps", "ops", "mcp")
+COMMANDS = ("serve", "runs", "query", "report", "capture", "steps", "ops", "analyze", "mcp")
 
 DESCRIPTION = """\
 profscope: a self-hosted profile viewer for ML workloads (XProf-compatible).
@@ -39,6 +39,8 @@ examples:
   profscope report ~/logs/run --device-memory 80GiB -o report.html
                                         OOM risk as one offline HTML file (or --format json|markdown)
   profscope steps ~/logs --run RUN     step-time breakdown per step and device (ops: the ops ranked)
+  profscope analyze ~/logs --run RUN --fail-on P1
+                                        what is wrong and what to do: status, findings P0-P2 (md, json or html)
 """
 
 
@@ -63,6 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_query(sub)
     _add_report(sub)
     _add_steps_ops(sub)
+    _add_analyze(sub)
     _add_capture(sub)
     _add_mcp(sub)
     return parser
@@ -198,6 +201,32 @@ def _add_steps_ops(sub) -> None:
         p.add_argument("--format", choices=("markdown", "json"), default="markdown", help="output format (default markdown)")
         p.add_argument("-o", "--output", metavar="FILE", help="write here instead of standard output")
         _worker_options(p)
+
+
+def _add_analyze(sub) -> None:
+    p = sub.add_parser(
+        "analyze", help="say what is wrong with a run and what to do (status, findings P0-P2) and exit",
+        description="The Summary of one run (GET /data/plugin/profile/data?tag=summary, docs/analysis.md): OPTIMAL or "
+                    "NEEDS_ATTENTION, the key metrics and the findings P0 to P2, each with what is happening, its "
+                    "evidence, impact and fix. A part that cannot be read is listed as refused, never fatal. "
+                    "Exit status 0; 1 when a finding at or above --fail-on exists; 2 on bad input.")
+    p.add_argument("logdir", nargs="?", metavar="LOGDIR_OR_RUN",
+                   help="a log directory, or one run in it: a trace, a snapshot, an .xplane.pb or a plugins/profile/<session> folder")
+    p.add_argument("--demo", action="store_true", help="use the bundled demo log directory")
+    p.add_argument("--run", help="the run (as `profscope runs` names it); needed when LOGDIR holds several")
+    p.add_argument("--host", help="a host (or a snapshot's device), or ALL_HOSTS for one summary of every host "
+                                  "(the default of a multi-host profile)")
+    p.add_argument("--format", choices=("md", "markdown", "json", "html"), default="md",
+                   help="md (default), json (the data API's JSON, byte for byte) or html (one offline file, with "
+                        "profscope report's memory section)")
+    p.add_argument("--fail-on", type=str.upper, choices=SUMMARY_PRIORITIES[:2],
+                   help="exit 1 when a finding at or above this priority exists (P0, or P0 and P1)")
+    p.add_argument("-o", "--output", metavar="FILE", help="write here instead of standard output")
+    p.add_argument("--server", metavar="URL", help="URL of a running `profscope serve` of the same log directory "
+                   "(http://127.0.0.1:8791/): the evidence links open there")
+    p.add_argument("--cache-dir", help="where converted results are kept (default ~/.cache/profscope)")
+    p.add_argument("--cache-size", metavar="SIZE", help=CACHE_SIZE_HELP)
+    _worker_options(p)
 
 
 def _add_capture(sub) -> None:
@@ -723,6 +752,111 @@ def cmd_report(args) -> int:
     return 0
 
 
+SUMMARY_PRIORITIES = ("P0", "P1", "P2")  # the Summary's priorities, most urgent first (docs/analysis.md)
+
+
+def _analyze_target(args) -> str | None:
+    """``args.logdir`` as the log directory to open, and the path in it of the run's file
+    or session folder the user named (None: the log directory itself). A profile's log
+    directory is the folder above ``plugins/profile/<session>``; another file's, its folder."""
+    if not args.logdir or args.demo or "://" in args.logdir:
+        return None
+    target = Path(args.logdir)
+    if not target.exists():
+        raise ProfscopeError(f"{args.logdir} does not exist")
+    parts = target.resolve().parts
+    session = target.is_dir() and len(parts) > 2 and parts[-3:-1] == ("plugins", "profile")
+    if not (target.is_file() or session):
+        return None
+    root = Path(*parts[: parts.index("plugins")]) if "plugins" in parts[:-2] else target.resolve().parent
+    args.logdir = str(root)
+    return target.resolve().relative_to(root).as_posix()
+
+
+def _analyze_run(ws, args, inside: str | None):
+    """The run ``analyze`` summarises: --run, the one holding the file or folder named, or
+    the log directory's only run."""
+    if args.run:
+        return ws.run(args.run)
+    runs = ws.runs()
+    if inside is not None:
+        runs = [r for r in runs if any(f.path == inside or f.path.startswith(inside + "/") for f in r.files)]
+        if not runs:
+            raise BadRequest(f"{inside}: not part of any run profscope recognises")
+    if len(runs) == 1:
+        return runs[0]
+    if not runs:
+        raise BadRequest(f"no run in {ws.logdir.url}: nothing profscope recognises as a profile")
+    names = ", ".join(r.name for r in runs[:8]) + (f" and {len(runs) - 8} more" if len(runs) > 8 else "")
+    raise BadRequest(f"{ws.logdir.url} holds {len(runs)} runs: give --run NAME, one of {names} (profscope runs lists them)")
+
+
+def cmd_analyze(args) -> int:
+    """``profscope analyze``: the Summary's JSON as the data API answers it (through the
+    tool table), as Markdown, or as one offline HTML file with the OOM report's memory
+    section (frontend/summary_report.py)."""
+    import gzip
+    import time
+
+    from fastapi.exceptions import RequestValidationError
+
+    from profscope.app import oom_reports
+    from profscope.app.queries import OomRiskQuery
+    from profscope.frontend import summary_report
+    from profscope.server.params import parse_query, validation_message
+
+    start = time.perf_counter()
+    if args.server and not re.match(r"https?://[^/\s]+", args.server):
+        raise BadRequest(f"--server must be an http(s) URL such as http://127.0.0.1:8791/, not {args.server!r}")
+    inside = _analyze_target(args)
+    ws = _workspace(args)
+    run = _analyze_run(ws, args, inside)
+    hosts = ws.hosts(run)
+    if args.host and args.host != "ALL_HOSTS" and args.host not in hosts:
+        raise BadRequest(f"run {run.name!r} has no host {args.host!r}; its hosts: {', '.join(hosts) or 'none'} (or ALL_HOSTS)")
+    tool = ws.tool("summary", run)
+    try:
+        query = parse_query(tool.query, {"host": args.host} if args.host else {})
+    except RequestValidationError as e:
+        raise BadRequest(validation_message(e)) from e
+    text = gzip.decompress(ws.tool_data(run, tool, query)).decode()
+    summary = json.loads(text)
+    source = args.logdir or "demo"
+    if args.format == "json":
+        out = text
+    elif args.format == "html":
+        memory = None
+        if oom_reports.assessable(ws, run):
+            # profscope report's assessment of the same run and host (a multi-host profile:
+            # its worst host, every host listed), refusals kept in the section, never fatal
+            refused, not_assessed = [], []
+            host = args.host if args.host and args.host != "ALL_HOSTS" else None
+            reports = oom_reports.collect(ws, [run], OomRiskQuery(host=host), refused, not_assessed)
+            memory = oom_reports.document(reports, refused, not_assessed) if reports else None
+        out = summary_report.render_html(summary, source, memory=memory, server=args.server)
+    else:
+        out = summary_report.render_markdown(summary, source, server=args.server)
+    if args.output:
+        Path(args.output).write_text(out if out.endswith("\n") else out + "\n", encoding="utf-8")
+        where = f"{args.output} ({len(out.encode()) / 1024:.0f} KiB)"
+    else:
+        sys.stdout.write(out if out.endswith("\n") else out + "\n")
+        where = "standard output"
+    counts = summary_report.counts(summary)
+    for x in summary.get("refused") or []:
+        print(f"REFUSED {x['file']}: {x['reason']}", file=sys.stderr)
+    if summary.get("refused") and not any((summary.get("inputs") or {}).values()):
+        # every part refused: the summary is written (it lists why), but it says nothing of the run
+        print(f"profscope: error: nothing in run {run.name!r} could be read; {args.format} written to {where}", file=sys.stderr)
+        return 2
+    print(f"profscope: {run.name}: {summary['status']}, {counts['P0']} P0, {counts['P1']} P1, {counts['P2']} P2; "
+          f"{args.format} written to {where} in {time.perf_counter() - start:.1f}s", file=sys.stderr)
+    if args.fail_on:
+        worst = SUMMARY_PRIORITIES[: SUMMARY_PRIORITIES.index(args.fail_on) + 1]
+        return 1 if any(counts[p] for p in worst) else 0
+    return 0
+
+
 def cmd_capture(args) -> int:
     import time
 
@@ -808,7 +942,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         commands = {"serve": cmd_serve, "runs": cmd_runs, "query": cmd_query, "report": cmd_report, "capture": cmd_capture,
-                    "steps": cmd_steps, "ops": cmd_ops, "mcp": cmd_mcp}
+                    "steps": cmd_steps, "ops": cmd_ops, "analyze": cmd_analyze, "mcp": cmd_mcp}
         return commands[args.command](args)
     except ProfscopeError as e:
         print(f"profscope: error: {e.message}", file=sys.stderr)

@@ -33,7 +33,8 @@ def anchor(r: dict, i: int) -> str:
 
 # A link's keys, in the dashboard's URL order (lib/state.js): the run first.
 LINK_KEYS = ("run", "tool", "host", "module_name", "buffer", "memory_id", "t", "q")
-TOOL_WORDS = {"memory_profile": "memory profile", "memory_viewer": "memory viewer", "oom_risk": "OOM risk", "trace_viewer": "trace viewer"}
+TOOL_WORDS = {"memory_profile": "memory profile", "memory_viewer": "memory viewer", "oom_risk": "OOM risk", "trace_viewer": "trace viewer",
+              "trace_viewer@": "trace viewer", "steps_ops": "Steps & ops"}
 
 
 def link_text(link: dict) -> str:
@@ -208,16 +209,20 @@ def svg_modules(r: dict, width: int = 720, limit: int = 15) -> str:
 # ---------------------------------------------------------------------------
 
 
+def charts(r: dict) -> dict:
+    """One assessment's charts, as templates/oom_report_run.html shows them."""
+    return {"gauge": Markup(svg_gauge(r)), "treemap": Markup(svg_treemap(r)), "modules": Markup(svg_modules(r))}
+
+
 def render_html(doc: dict, source: str, server: str | None = None) -> str:
     """The report (app/oom_reports.py ``document()``) as one offline HTML file. ``server``:
     the URL of a running ``profscope serve`` of the same log directory; every evidence
     link then opens there (without one, the links inside the file are its own anchors and
     evidence is named in words)."""
     reports = doc["reports"]
-    charts = [{"gauge": Markup(svg_gauge(r)), "treemap": Markup(svg_treemap(r)), "modules": Markup(svg_modules(r))} for r in reports]
     return render.page(
         "oom_report.html",
-        reports=reports, charts=charts, anchors=[anchor(r, i) for i, r in enumerate(reports)], refused=doc["refused"],
+        reports=reports, charts=[charts(r) for r in reports], anchors=[anchor(r, i) for i, r in enumerate(reports)], refused=doc["refused"],
         not_assessed=doc.get("notAssessed") or [], source=source, version=__version__, worst=doc["risk"], server=server, where=link_text,
         href=lambda link, run: link_href(link, run, server), run_href=lambda r: run_href(r, server),
         generated=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),

@@ -29,6 +29,12 @@ for (const page of PAGES) defineKeys(page.keys || {});
 // run that has no input for it (the run's own tools come with its details).
 const TOOL_TITLES = JSON.parse(document.getElementById("tool-titles").textContent);
 const bare = (name) => (name || "").replace(/@$/, "");
+// The page a run opens on (a bare ?run=R, and XProf's overview_page tag): its Summary
+// (issue 35: status, findings, what to do) where the run has that tool; else the run
+// overview, which has a URL of its own (tool=overview) so it stays one pick away.
+const DEFAULT_TOOL = "summary";
+const OVERVIEW = "overview";
+const openingTool = (details) => (details.tools.some((t) => t.name === DEFAULT_TOOL) ? DEFAULT_TOOL : OVERVIEW);
 
 const runDetails = new Map(); // run name -> promise of /api/run
 // Runs whose /api/run was refused with a 4xx (a truncated xplane, an LFS pointer): name ->
@@ -139,18 +145,20 @@ async function render(state) {
   }
   if (readState().run !== run.name) return; // the user moved on meanwhile
   // Which tools a run offers needs a look inside its files, so it comes with the details.
-  const tools = [{ value: "", label: "Overview" }].concat(details.tools.map((t) => ({
-    value: t.name, label: t.title, title: t.summary })));
+  // The Summary first (the tool table lists it first), the overview next.
+  const tool = state.tool || openingTool(details);
+  const tools = details.tools.map((t) => ({ value: t.name, label: t.title, title: t.summary }));
+  tools.splice(tools.length && tools[0].value === DEFAULT_TOOL ? 1 : 0, 0, { value: OVERVIEW, label: "Overview", title: "the run's files, hosts, modules and tools" });
   // XProf names some tools with a trailing @ (trace_viewer@); profscope's links say
   // tool=trace_viewer: either spelling selects the tool's entry.
-  const shown = tools.find((t) => t.value && bare(t.value) === bare(state.tool));
+  const shown = tools.find((t) => bare(t.value) === bare(tool));
   // A page draws a tool this run has no input for (the memory viewer of a profile without
   // HLO modules, opened from a link): the picker still names the tool on screen.
-  const known = Object.keys(TOOL_TITLES).find((name) => bare(name) === bare(state.tool));
-  if (!shown && known && pageFor(state.tool, run)) {
-    tools.push({ value: state.tool, label: `${TOOL_TITLES[known]} (no input)`, title: "this run has no input for this tool" });
+  const known = Object.keys(TOOL_TITLES).find((name) => bare(name) === bare(tool));
+  if (!shown && known && pageFor(tool, run)) {
+    tools.push({ value: tool, label: `${TOOL_TITLES[known]} (no input)`, title: "this run has no input for this tool" });
   }
-  fillSelect($("#pick-tool"), tools, shown ? shown.value : state.tool);
+  fillSelect($("#pick-tool"), tools, shown ? shown.value : tool);
   // Hosts too: a snapshot's devices are its hosts, known once the file was read.
   const hosts = details.hosts.length ? details.hosts.map((h) => ({ value: h, label: h })) : [{ value: "", label: "—" }];
   // Several hosts merged on one timeline (the trace viewer's hosts=a,b): the picker says
@@ -174,7 +182,7 @@ async function render(state) {
   // for into tool= (server/pages.py), so a tag still here is a tool profscope lacks.
   const tag = new URLSearchParams(location.search).get("tag");
   if (tag !== null && !state.tool) return noSuchTool(view, state, details, tag, true);
-  const page = pageFor(state.tool, run);
+  const page = pageFor(tool, run);
   if (!page && state.tool && !details.tools.some((t) => t.name === state.tool)) return noSuchTool(view, state, details, state.tool, false);
   if (page !== activePage) { // the page on screen is being replaced: let it free its charts
     if (activePage && activePage.leave) activePage.leave();
@@ -194,8 +202,8 @@ async function render(state) {
     const data = await getJson(`/data/plugin/profile/data?${q}`);
     view.replaceChildren(el("pre", {}, JSON.stringify(data, null, 1).slice(0, 20000)));
   } catch (err) {
-    const tool = details.tools.find((t) => t.name === state.tool);
-    view.replaceChildren(el("h1", {}, tool ? tool.title : state.tool), errorBox(err, "No data"));
+    const row = details.tools.find((t) => t.name === state.tool);
+    view.replaceChildren(el("h1", {}, row ? row.title : state.tool), errorBox(err, "No data"));
   }
 }
 
@@ -238,7 +246,7 @@ async function noSuchTool(view, state, details, name, fromTag) {
     el("ul", { id: "tool-list" }, tools.map((t) => el("li", {},
       el("a", { href: stateUrl(open(t.name)), "data-tool": t.name, onclick: (e) => { e.preventDefault(); go(open(t.name)); } }, t.title),
       el("span", { class: "muted" }, ` (tag=${t.name}): ${t.summary}`)))),
-    el("p", {}, el("a", { href: stateUrl(open("")), onclick: (e) => { e.preventDefault(); go(open("")); } }, "Overview of this run")));
+    el("p", {}, el("a", { href: stateUrl(open(OVERVIEW)), onclick: (e) => { e.preventDefault(); go(open(OVERVIEW)); } }, "Overview of this run")));
 }
 
 function fillModules(modules, value) {

@@ -8,8 +8,9 @@ import { bytesAxis, escapePlotly, newPlot } from "../lib/plotly.js";
 
 const KIND_LABELS = { profile: "profile session", xla_dump: "XLA dump folder", torch_snapshot: "PyTorch memory snapshot", chrome_trace: "Chrome trace" };
 
-// The runs the shell could not read (shell.unreadable: name -> reason), each a link.
-function unreadableNote(state, run, shell) {
+// The runs the shell could not read (shell.unreadable: name -> reason), each a link; the
+// Summary (the page a run opens on) shows it too.
+export function unreadableNote(state, run, shell) {
   const bad = [...((shell && shell.unreadable) || new Map())].filter(([name]) => name !== run.name);
   if (!bad.length) return null;
   const open = (name) => ({ run: name });
@@ -60,4 +61,5 @@ function render(view, state, run, details, shell) {
   }
 }
 
-export default { tool: "", title: "overview", css: [], keys: {}, render };
+// tool=overview: a bare ?run=R opens the run's Summary (app.js openingTool), this page is one pick away.
+export default { tool: "overview", title: "overview", css: [], keys: {}, render };
