@@ -61,6 +61,18 @@ def planted(tmp_path_factory):
     d = tmp_path_factory.mktemp("planted")
     for name in ("input_bound", "launch_bound", "compute_bound", "collective_bound", "straggler"):
         getattr(kineto_trace, name)(d / f"{name}.pt.trace.json.gz")
+    # each step: 10 GEMMs of 500 µs, a synchronize (loss.item()), then 4 ms of host work
+    # before the next step (a checkpoint): the device idles after its last kernel
+    tr = kineto_trace.KinetoTrace()
+
+    def then_host(t):
+        for _ in range(10):
+            t.kernel("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", 500)
+        t.t = max(t.t, t.gpu_free) + 2
+        t.host("checkpoint_save", 4000)
+    for n in range(4):
+        tr.step(n, then_host)
+    tr.write(d / "idle_between_steps.pt.trace.json.gz")
     return _client(d, tmp_path_factory.mktemp("cache"))
 
 
@@ -101,11 +113,17 @@ def test_metrics_are_the_step_and_memory_payloads_numbers(public):
     assert d["metrics"]["device"]["busy_share"] == pytest.approx(busy, abs=1e-4)
     cats = d["metrics"]["categories"]
     assert [c["key"] for c in cats] == [c["key"] for c in so["categories"]] + ["idle"]
-    # the median step's numbers (one GPU): kernel time by category (kernels overlap across
-    # streams, so these may add up past the busy time) and its idle time
+    # the median step's numbers (one GPU): its busy time split in proportion to the kernel
+    # time by category (kernels overlap across streams: their sum is past the busy time),
+    # and its idle time; one 100 % bar
     mid = min(so["steps"], key=lambda s: abs(s["step_time_us"] - so["summary"]["median_us"]))
     dev = mid["devices"][0]
-    assert {c["key"]: c["us"] for c in cats} == {**dev["time_us"], "idle": dev["idle_us"]}
+    kernel_us = sum(dev["time_us"].values())
+    assert kernel_us > dev["busy_us"]
+    for c in cats[:-1]:
+        assert c["us"] == pytest.approx(dev["busy_us"] * dev["time_us"][c["key"]] / kernel_us, abs=1e-3)
+    assert cats[-1]["us"] == dev["idle_us"]
+    assert sum(c["share"] for c in cats) == pytest.approx(1.0, abs=1e-3)
 
 
 # -- the time rules: each fired, and not fired ---------------------------------------------
@@ -144,6 +162,9 @@ def test_a_straggler_device_fires_where_one_gpu_is_slower(planted, public):
     f = next(f for f in d["findings"] if f["id"] == "straggler_device")
     assert "device 1" in f["what"] and f["priority"] in ("P0", "P1")
     # the TPU's four cores finish within 23 ms of a 78 s step: no straggler
+    # GPU 0 idles after its last kernel while GPU 1 finishes: that wait is the straggler's,
+    # not idle between steps (the same time twice)
+    assert "idle_between_steps" not in _ids(d)
     assert "straggler_device" not in _ids(_summary(public, "xplane/tpu_inference/2025_12_10_tpu"))
 
 
@@ -162,10 +183,15 @@ def test_op_dominates_fires_on_the_tpu_copies_and_not_on_resnet(public):
     assert "op_dominates" not in _ids(_summary(public, "traces/kineto_resnet50_v100.pt.trace.json.gz"))
 
 
-def test_idle_between_steps_fires_on_the_mi300_conv_and_not_on_the_tpu(public):
-    d = _summary(public, "xplane/mi300_jax_conv_xprof_touched/jax_conv_minimal")
-    assert _ids(d).get("idle_between_steps") == "P2"
+def test_idle_between_steps_fires_on_host_work_after_the_device_work_only(planted, public):
+    d = _summary(planted, "idle_between_steps.pt.trace.json.gz")
+    f = next(f for f in d["findings"] if f["id"] == "idle_between_steps")
+    # ~4 ms of each ~9 ms step
+    assert f["priority"] == "P0" and 0.0038 < f["impact"]["seconds_per_step"] < 0.0043
     assert "idle_between_steps" not in _ids(_summary(public, "xplane/tpu_inference/2025_12_10_tpu"))
+    # the MI300 conv's device 0 idles after its work while device 7 still runs: a straggler
+    conv = _ids(_summary(public, "xplane/mi300_jax_conv_xprof_touched/jax_conv_minimal"))
+    assert "straggler_device" in conv and "idle_between_steps" not in conv
 
 
 # -- all hosts, refused files, determinism ----------------------------------------------------
@@ -217,14 +243,23 @@ def test_a_corrupt_file_is_refused_and_never_fails_the_summary(public, two_hosts
     _check_contract(d)
     assert len(d["refused"]) == 1
     r = d["refused"][0]
-    assert r["file"].endswith("tpu_inference_2.xplane.pb") and "truncated" in r["reason"]
-    assert "steps_ops" in r["parts"] and "could not be read" in d["summary"]
+    # the file by its path in the log directory (as the run list names it), said once
+    assert r["file"] == "xplane/tpu_inference_corrupt/plugins/profile/2025_12_15_tpu/tpu_inference_2.xplane.pb"
+    assert r["reason"].startswith("truncated XSpace profile")
+    assert "steps_ops" in r["parts"] and "nothing could be read" in d["summary"] and "optimal" not in d["summary"]
     mixed = _summary(two_hosts, "broken/s")
     rows = {h["host"]: h for h in mixed["hosts"]}
     assert "error" in rows["bad"] and "error" not in rows["good"]
     assert mixed["hosts"][-1]["host"] == "bad"  # an unreadable host comes last
-    assert [r["file"].rsplit("/", 1)[-1] for r in mixed["refused"]] == ["bad.xplane.pb"]
+    assert [r["file"] for r in mixed["refused"]] == ["broken/plugins/profile/s/bad.xplane.pb"]
     assert mixed["metrics"]["steps"]["host"] == "good"
+    assert "the summary covers only what was" in mixed["summary"]
+
+
+def test_an_unknown_host_is_a_404_naming_the_hosts(public):
+    res = public.get("/data/plugin/profile/data", params={"run": "xplane/tf_gpu/GPU-multi-worker", "tag": "summary",
+                                                           "host": "nope"})
+    assert res.status_code == 404 and "34.83.195.179_6003" in res.json()["error"]
 
 
 def test_the_same_input_gives_byte_identical_json(shared_fixtures, tmp_path):

@@ -53,13 +53,17 @@ class Analysis:
 
     def analysis(self, run: Run, query: SummaryQuery, progress=None) -> dict:
         link = linker(run)
+        if query.host is not None and query.host != ALL_HOSTS and run.kind in (RunKind.PROFILE, RunKind.TORCH_SNAPSHOT):
+            known = self.hosts(run)
+            if query.host not in known:
+                raise NotFound(f"run {run.name!r} has no host {query.host!r}; hosts: {', '.join(known)}")
         if run.kind is RunKind.PROFILE and query.host == ALL_HOSTS and ALL_HOSTS not in run.hosts:
             return self._analysis_all_hosts(run, link, progress)
         refused: list[dict] = []
         parts = self._analysis_parts(run, query.host, link, refused, progress)
         return analysis.summarize({**parts, "run": run.name, "host": query.host, "refused": refused})
 
-    def _analysis_part(self, refused: list[dict], part: str, fn):
+    def _analysis_part(self, run: Run, refused: list[dict], part: str, fn):
         """``fn()``, or None where the run has nothing for it (a 404) or it cannot be read
         (listed in ``refused``)."""
         try:
@@ -67,8 +71,20 @@ class Analysis:
         except NotFound:
             return None
         except ProfscopeError as e:
-            refused.append({"part": part, "file": e.file, "reason": e.message})
+            refused.append({"part": part, **self._refused_file(run, e)})
             return None
+
+    def _refused_file(self, run: Run, e: ProfscopeError) -> dict:
+        """The unreadable file by its path in the log directory, as the run list names it
+        (an error names it by LogDir.display_path, the machine's own path: the same input
+        would give other JSON elsewhere), and the reason without that path in front."""
+        shown = {self.logdir.display_path(f.path): f.path for f in run.files}
+        file = shown.get(e.file, e.file) if e.file else None
+        reason = e.message
+        head, sep, rest = reason.partition(": ")
+        if sep and e.file and head == e.file:
+            reason = rest
+        return {"file": file, "reason": reason}
 
     def _analysis_parts(self, run: Run, host: str | None, link, refused: list[dict], progress=None) -> dict:
         """One host's payloads and every rule's findings on them."""
@@ -76,7 +92,7 @@ class Analysis:
             tool = self.tool_named(name)
             if not tool.applies_to(run) or not tool.has_input(self, run):
                 return None
-            return self._analysis_part(refused, name, lambda: self._payload(run, name, q))
+            return self._analysis_part(run, refused, name, lambda: self._payload(run, name, q))
         if progress is not None:
             progress.update(0.0, f"steps and ops of {host or run.name}")
         so = tool_payload("steps_ops", StepsOpsQuery(host=host))
@@ -86,10 +102,10 @@ class Analysis:
         mp = tool_payload("memory_profile", MemoryProfileQuery(host=host)) if run.kind is not RunKind.TORCH_SNAPSHOT else None
         hlo = None
         if run.kind in (RunKind.PROFILE, RunKind.XLA_DUMP) and importlib.util.find_spec(_HLO_APP) is not None:
-            hlo = self._analysis_part(refused, "hlo", lambda: compiler_checks.hlo_findings_for(self, run, host, link))
+            hlo = self._analysis_part(run, refused, "hlo", lambda: compiler_checks.hlo_findings_for(self, run, host, link))
         peaks = None
         if so is not None and run.kind is RunKind.PROFILE and run.hosts:
-            caps = self._analysis_part(refused, "device planes", lambda: self.device_capabilities(run, so.get("host")))
+            caps = self._analysis_part(run, refused, "device planes", lambda: self.device_capabilities(run, so.get("host")))
             cap = next((c for c in caps or [] if c.get("peak_teraflops_per_second")), None)
             if cap and cap.get("peak_hbm_bw_gigabytes_per_second"):
                 peaks = {"peak_flops_per_s": cap["peak_teraflops_per_second"] * 1e12,

@@ -112,7 +112,8 @@ def refused_rows(refused: list[dict]) -> list[dict]:
             for (f, why), parts in sorted(rows.items())]
 
 
-def _sentences(run: str, host: str | None, status: str, found: list[dict], metrics: dict, hosts, refused) -> str:
+def _sentences(run: str, host: str | None, status: str, found: list[dict], metrics: dict, hosts, refused,
+               inputs) -> str:
     c = counts(found)
     where = f"{run}" + (f" ({'all hosts' if host == 'ALL_HOSTS' else 'host ' + host})" if host else "")
     out = [f"{where}: {status.replace('_', ' ').lower()}, with {c['P0']} P0, {c['P1']} P1 and {c['P2']} P2 "
@@ -134,15 +135,20 @@ def _sentences(run: str, host: str | None, status: str, found: list[dict], metri
                     if cap and mem.get("utilization") is not None else f" (capacity unknown, {mem['risk']} risk)."))
     if refused:
         files = sorted({r.get("file") or "?" for r in refused})
-        out.insert(1, f"{len(files)} file{'s' if len(files) != 1 else ''} could not be read ({', '.join(files)}): "
-                      "the summary covers only what was.")
+        named = f"{len(files)} file{'s' if len(files) != 1 else ''} could not be read ({', '.join(files)})"
+        if not any((inputs or {}).values()):
+            # nothing was read: no finding is no clean bill of health
+            out[0] = f"{where}: nothing could be read, so nothing was assessed."
+            out.insert(1, f"{named}.")
+        else:
+            out.insert(1, f"{named}: the summary covers only what was.")
     if hosts:
         worst = hosts[0]
         out.append(f"Of {len(hosts)} hosts, {worst['host']} is the worst.")
     if found:
         top = found[0]
         out.append(f"Most urgent: {top['title']}" + (f": {top['impact']['text']}." if top["impact"].get("text") else "."))
-    else:
+    elif any((inputs or {}).values()):
         out.append("No rule found anything to fix.")
     return " ".join(out[:5])
 
@@ -164,7 +170,8 @@ def summarize(parts: dict) -> dict:
     hosts = hosts_rows(parts["hosts"]) if parts.get("hosts") is not None else None
     refused = refused_rows(parts.get("refused") or [])
     out = {"version": VERSION, "run": parts["run"], "host": parts.get("host"), "status": status,
-           "summary": _sentences(parts["run"], parts.get("host"), status, found, metrics, hosts, refused),
+           "summary": _sentences(parts["run"], parts.get("host"), status, found, metrics, hosts, refused,
+                                 parts.get("inputs")),
            "metrics": metrics, "findings": found}
     if hosts is not None:
         out["hosts"] = hosts

@@ -28,38 +28,39 @@ _BY_SHARE = (f"by share of step time: P0 >= {P0_SHARE:.0%}, P1 >= {P1_SHARE:.0%}
 # duration), so kernels of a few µs cannot keep the device busy when launched one by one.
 TINY_ACTIVITY_US = 10.0
 # One op at least this share of device time, or one op family at least OP_FAMILY_SHARE:
-# the place to look first (XProf smart_suggestion's SpecialOpRule flags an op family at
-# >= 10 % of step time, kSpecialOpBoundThresholdInPercent; a quarter is where one op is
-# the step rather than a part of it).
+# the place to look first (XProf's source, smart_suggestion SpecialOpRule, flags an op
+# family at >= 10 % of step time, kSpecialOpBoundThresholdInPercent; a quarter is where
+# one op is the step rather than a part of it).
 OP_SHARE = 0.25
 OP_FAMILY_SHARE = 0.50
 
 RULES: tuple[Rule, ...] = (
     Rule("input_bound", "time", "by share",
          f"the device idle before its first activity of the step, {_BY_SHARE}",
-         "XProf smart_suggestion InputBoundRule (input >= 10 % of step time, kInfeedPercentageThreshold); "
+         "XProf's source (openxla/xprof smart_suggestion InputBoundRule, input >= 10 % of step time, "
+         "kInfeedPercentageThreshold; not in the pinned 2.24.2, which registers BarrierCoresRule only); "
          "HTA idle time 'host wait'; profscope's bound 'input' (docs/steps_and_ops.md)",
          "Input-bound: each step's device waits for the host before its first op"),
     Rule("launch_bound", "time", "by share",
          f"the device idle between its activities inside the step, {_BY_SHARE}; "
          f"'many tiny kernels' when they average under {TINY_ACTIVITY_US:g} µs",
          "HTA idle time breakdown ('host wait' between kernels) and kernel-launch statistics; "
-         "XProf smart_suggestion TensorCoreIdleBoundRule (idle >= 10 %)",
+         "XProf's source (smart_suggestion TensorCoreIdleBoundRule, idle >= 10 %; after 2.24.2)",
          "Launch-bound: the device waits between ops for the host to launch the next"),
     Rule("collective_bound", "time", "by share",
          f"collective / communication time in the step, {_BY_SHARE}",
-         "XProf smart_suggestion CollectiveBoundRule (average collective share >= 4 %); HTA communication "
-         "share of the temporal breakdown",
+         "XProf's source (smart_suggestion CollectiveBoundRule, average collective share >= 4 %; after "
+         "2.24.2); HTA communication share of the temporal breakdown",
          "Collective-bound: communication takes a large part of each step"),
     Rule("op_dominates", "time", "P2",
          f"one op >= {OP_SHARE:.0%} of device time, or one op family (an HLO category) >= {OP_FAMILY_SHARE:.0%}",
-         "XProf smart_suggestion SpecialOpRule (one op family >= 10 % of step time); the ops table's share "
-         "(docs/steps_and_ops.md)",
+         "XProf's source (smart_suggestion SpecialOpRule, one op family >= 10 % of step time; after "
+         "2.24.2); the ops table's share (docs/steps_and_ops.md)",
          "One op dominates device time"),
     Rule("straggler_device", "time", "by share",
          f"the last device to finish a step's work lags the first, {_BY_SHARE}",
-         "XProf smart_suggestion CollectiveBoundRule's 'check for stragglers'; the step's straggler "
-         "(docs/steps_and_ops.md)",
+         "XProf's source (CollectiveBoundRule's 'check for stragglers'; after 2.24.2); the step's "
+         "straggler (docs/steps_and_ops.md)",
          "A straggler device finishes each step late"),
     Rule("straggler_host", "time", "by share",
          f"the slowest host's median step time over the fastest's: the difference as a share of the "
@@ -67,7 +68,8 @@ RULES: tuple[Rule, ...] = (
          "XProf's pod viewer / overview ALL_HOSTS; /api/steps_ops?host=ALL_HOSTS straggler_host",
          "A straggler host: one host's steps are slower than the others'"),
     Rule("idle_between_steps", "time", "by share",
-         f"the device idle after its last activity of a step until the next step starts, {_BY_SHARE}",
+         f"every device idle after its last activity of a step until the next step starts (the least of "
+         f"the devices' idle after their last op), {_BY_SHARE}",
          "HTA idle time breakdown; profscope's bound 'waiting' (docs/steps_and_ops.md)",
          "The device is idle between steps"),
 )
@@ -109,16 +111,22 @@ class _Steps:
         self.total_us = sum(s["step_time_us"] for s, _ in self.rows)
         self.count = len(self.rows)
 
-    def mean(self, step_devs, fn: Callable[[dict], float]) -> float:
+    @staticmethod
+    def mean(step_devs, fn: Callable[[dict], float]) -> float:
         devs = step_devs[1]
         return sum(fn(d) for d in devs) / len(devs)
 
-    def summed(self, fn: Callable[[dict], float]) -> tuple[float, dict | None, float]:
-        """The sum over the steps of ``fn``'s device average, the step where it is largest
-        and its value there."""
+    @staticmethod
+    def least(step_devs, fn: Callable[[dict], float]) -> float:
+        return min(fn(d) for d in step_devs[1])
+
+    def summed(self, fn: Callable[[dict], float], over=None) -> tuple[float, dict | None, float]:
+        """The sum over the steps of ``fn`` over the step's devices (``over``: their
+        average, :meth:`mean`, by default), the step where it is largest and its value there."""
+        over = over or self.mean
         total, worst, worst_v = 0.0, None, -1.0
         for row in self.rows:
-            v = self.mean(row, fn)
+            v = over(row, fn)
             total += v
             if v > worst_v:
                 worst, worst_v = row[0], v
@@ -139,7 +147,10 @@ def device_metrics(so: dict) -> dict | None:
 
 def median_step_categories(so: dict) -> list[dict]:
     """``metrics.categories``: where the median step's time goes on its working devices
-    (their average time per category, and idle), in the payload's stacking order."""
+    (their average per category, and idle), in the payload's stacking order. Ops on
+    several streams overlap, so a device's time by category can add up past its busy
+    time: the busy time is split among the categories in proportion to their op time,
+    and the shares of the step add up to 1 (busy plus idle is the step's window)."""
     st = _Steps(so)
     if not st.rows:
         return []
@@ -147,7 +158,7 @@ def median_step_categories(so: dict) -> list[dict]:
     step, devs = min(st.rows, key=lambda r: (abs(r[0]["step_time_us"] - mid), st.rows.index(r)))
     out = []
     for c in so.get("categories") or []:
-        us = sum((d.get("time_us") or {}).get(c["key"], 0.0) for d in devs) / len(devs)
+        us = sum(_busy_part(d, c["key"]) for d in devs) / len(devs)
         out.append({"key": c["key"], "label": c["label"], "us": round(us, 3),
                     "share": round(us / step["step_time_us"], 4)})
     idle = sum(d.get("idle_us") or 0.0 for d in devs) / len(devs)
@@ -155,11 +166,18 @@ def median_step_categories(so: dict) -> list[dict]:
     return out
 
 
-def _share_rule(rule_id: str, st: _Steps, fn, host, link, *, what, fix, title=None, extra=()) -> list[dict]:
+def _busy_part(dev: dict, key: str) -> float:
+    """The part of a device's busy time that category ``key``'s ops take."""
+    times = dev.get("time_us") or {}
+    total = sum(times.values())
+    return (dev.get("busy_us") or 0.0) * times.get(key, 0.0) / total if total else 0.0
+
+
+def _share_rule(rule_id: str, st: _Steps, fn, host, link, *, what, fix, title=None, extra=(), over=None) -> list[dict]:
     """A rule whose finding is a share of step time lost to ``fn`` (a device's µs)."""
     if not st.total_us:
         return []
-    lost, worst, worst_us = st.summed(fn)
+    lost, worst, worst_us = st.summed(fn, over)
     share = lost / st.total_us
     p = priority_for_share(share)
     if p is None:
@@ -204,11 +222,14 @@ def _time_share_findings(st: _Steps, so: dict, host: str | None, link) -> list[d
              "a CUDA graph, and batch small ops." if tiny else
              "Remove host synchronisations inside the step (.item(), .cpu(), printing tensors, "
              "block_until_ready), and keep the host ahead of the device (async dispatch, larger steps)."))
+    # Every device idle after its last op: the least of the devices' idle after their last
+    # op. A device that finished early waits for the straggler (straggler_device's lag):
+    # counted here too it would be the same time twice.
     out += _share_rule(
-        "idle_between_steps", st, lambda d: d.get("idle_after_last_us") or 0.0, host, link,
+        "idle_between_steps", st, lambda d: d.get("idle_after_last_us") or 0.0, host, link, over=_Steps.least,
         what=lambda s, us: (f"After its last op of a step the device waits {_us(us)} ({_pct(s)} of the step) until "
-                            "the next step starts: the host is still busy with the step (logging, checkpoints, "
-                            "metrics) or waits for another device."),
+                            "the next step starts, on every device: the host is still busy with the step (logging, "
+                            "checkpoints, metrics)."),
         fix=("Move per-step host work (logging, metric reads, checkpointing) out of the step or make it "
              "asynchronous; read metrics every N steps."))
     out += _share_rule(
