@@ -935,6 +935,82 @@ static Py_ssize_t arr_len(PyObject *o)
  * IsRealCpuCompute events typed by mid_kind (ClassifyCpuEvent), clipped to the step;
  * covers[l * G + g]: the time the clipped events of type >= levels[l] cover (the union),
  * levels being every type any grouped event has (ToNonOverlappedEvents' priorities). */
+/* event_times(line i32, offset i64, duration i64, line_ps i64, ts i64, end i64): each
+ * event's absolute begin (its line's timestamp in ps + its offset) and end, written into
+ * the caller's arrays (numpy's line_ps[line] * 1000 + offset made three temporaries as
+ * large as the result). */
+static PyObject *py_event_times(PyObject *self, PyObject *args)
+{
+    PyObject *o_line, *o_off, *o_dur, *o_lps, *o_ts, *o_end;
+    if (!PyArg_ParseTuple(args, "OOOOOO", &o_line, &o_off, &o_dur, &o_lps, &o_ts, &o_end))
+        return NULL;
+    Py_ssize_t n = arr_len(o_line), nl = arr_len(o_lps);
+    if (n < 0 || nl < 0) {
+        PyErr_SetString(PyExc_TypeError, "event_times: arrays expected");
+        return NULL;
+    }
+    const int32_t *line = typed_arg(o_line, NPY_INT32, n, "line");
+    const int64_t *off = line ? i64_arg(o_off, n, 0, "offset") : NULL;
+    const int64_t *dur = off ? i64_arg(o_dur, n, 0, "duration") : NULL;
+    const int64_t *lps = dur ? i64_arg(o_lps, nl, 0, "line_ps") : NULL;
+    int64_t *ts = lps ? i64_arg(o_ts, n, 1, "ts") : NULL;
+    int64_t *end = ts ? i64_arg(o_end, n, 1, "end") : NULL;
+    if (end == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (line[i] < 0 || line[i] >= nl) {
+            PyErr_SetString(PyExc_ValueError, "event_times: a line out of range");
+            return NULL;
+        }
+        ts[i] = lps[line[i]] + off[i];
+        end[i] = ts[i] + dur[i];
+    }
+    Py_RETURN_NONE;
+}
+
+/* edges_csr(keys i64, values i64, total) -> (first, adj): key k's values, in the order
+ * given, are adj[first[k]:first[k + 1]] (xplane_steps._csr's stable argsort, in two
+ * passes; its bincount was one more array over every node). */
+static PyObject *py_edges_csr(PyObject *self, PyObject *args)
+{
+    PyObject *o_k, *o_v;
+    Py_ssize_t total;
+    if (!PyArg_ParseTuple(args, "OOn", &o_k, &o_v, &total))
+        return NULL;
+    Py_ssize_t m = arr_len(o_k);
+    const int64_t *keys = m >= 0 ? i64_arg(o_k, m, 0, "keys") : NULL;
+    const int64_t *vals = keys ? i64_arg(o_v, m, 0, "values") : NULL;
+    if (vals == NULL || total < 0) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "edges_csr: total < 0");
+        return NULL;
+    }
+    for (Py_ssize_t j = 0; j < m; j++) {
+        if (keys[j] < 0 || keys[j] >= total) {
+            PyErr_SetString(PyExc_ValueError, "edges_csr: a key out of range");
+            return NULL;
+        }
+    }
+    npy_intp df[1] = {total + 1}, da[1] = {m};
+    PyObject *a_first = PyArray_ZEROS(1, df, NPY_INT64, 0);
+    PyObject *a_adj = a_first ? PyArray_SimpleNew(1, da, NPY_INT64) : NULL;
+    if (a_adj == NULL) {
+        Py_XDECREF(a_first);
+        return NULL;
+    }
+    int64_t *first = PyArray_DATA((PyArrayObject *)a_first), *adj = PyArray_DATA((PyArrayObject *)a_adj);
+    for (Py_ssize_t j = 0; j < m; j++)
+        first[keys[j] + 1]++;
+    for (Py_ssize_t k = 0; k < total; k++)
+        first[k + 1] += first[k];
+    for (Py_ssize_t j = 0; j < m; j++)  /* first[k]: k's cursor, then all shift by one */
+        adj[first[keys[j]]++] = vals[j];
+    if (total)
+        memmove(first + 1, first, (size_t)total * sizeof(int64_t));
+    first[0] = 0;
+    return Py_BuildValue("NN", a_first, a_adj);
+}
+
 static PyObject *py_host_step_db(PyObject *self, PyObject *args)
 {
     PyObject *o[14];
@@ -1220,6 +1296,10 @@ static PyMethodDef methods[] = {
      "group_from(root, gid, group, kfirst, kids, xfirst, xkids): one root's group ids, in place"},
     {"nest_children", py_nest_children, METH_O,
      "nest_children(parent_of) -> (first, kids): the nesting edges as a CSR, children in node order"},
+    {"event_times", py_event_times, METH_VARARGS,
+     "event_times(line, offset, duration, line_ps, ts, end): absolute begins and ends into ts and end"},
+    {"edges_csr", py_edges_csr, METH_VARARGS,
+     "edges_csr(keys, values, total) -> (first, adj): edges by key, in the order given"},
     {"host_step_db", py_host_step_db, METH_VARARGS,
      "host_step_db(group, line, offset, duration, metadata_id, line_ps, line_key, mid_flags, mid_kind, root_key, "
      "root_start, root_end, root_gid, root_idx, n_groups) -> (first_ps, begin, dur, has_compute, present, levels, "
