@@ -287,3 +287,22 @@ def test_roofline_where_the_planes_name_their_peaks(public):
                                                     / (seconds * roof["peak_bytes_per_s"]), abs=1e-6)
     assert 0 < roof["flops_utilization"] < roof["hbm_utilization"] < 1
     assert _summary(public, "xplane/mi300_jax08_gemm/jax08_gemm")["metrics"]["roofline"] is None
+
+
+def test_a_cpu_profile_is_input_bound_by_xprofs_input_time(tmp_path):
+    """A CPU-only xplane has no device time to be idle: its input share is XProf's step
+    database's (IteratorGetNext, 'waiting for input'), as overview_page measures it."""
+    from profscope.testing.planted import grouped_cpu
+
+    for run, input_us in (("waits", 3000), ("computes", 0)):
+        folder = tmp_path / "logs" / run / "plugins" / "profile" / "s"
+        folder.mkdir(parents=True)
+        (folder / "h.xplane.pb").write_bytes(grouped_cpu("h", step_us=4000, input_us=input_us))
+    client = _client(tmp_path / "logs", tmp_path / "cache")
+    d = _summary(client, "waits/s")
+    f = next(f for f in d["findings"] if f["id"] == "input_bound")
+    overview = client.get("/data/plugin/profile/data", params={"run": "waits/s", "tag": "overview_page"}).json()
+    assert "HIGHLY input-bound" in str(overview)  # XProf's own verdict on the same steps
+    assert f["priority"] == "P0" and 0.7 < f["evidence"][0]["number"] < 0.8
+    assert f["impact"]["seconds_per_step"] == pytest.approx(0.003, rel=0.01)
+    assert "input_bound" not in _ids(_summary(client, "computes/s"))

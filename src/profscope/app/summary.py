@@ -113,6 +113,10 @@ class Analysis:
         findings = []
         if so is not None:
             findings += analysis_time.time_findings(so, link)
+            if so.get("source") == "xplane" and run.kind is RunKind.PROFILE and so.get("host") in run.hosts:
+                # a CPU-only profile's input time (XProf's step database), where no device time is
+                step_db = self._analysis_part(run, refused, "steps", lambda: self.xplane_steps(run, so["host"])["step_db"])
+                findings += analysis_time.host_input_findings(so, step_db, link)
         if oom is not None or mp is not None:
             findings += analysis_memory.memory_findings(oom, mp, link)
         findings += hlo or []

@@ -17,10 +17,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from statistics import median
 
+from profscope.tools import xprof_overview
 from profscope.tools.analysis_rules import (P0_SHARE, P1_SHARE, P2_SHARE, Rule, evidence, finding, impact,
                                             priority_for_share)
 
-__all__ = ["RULES", "device_metrics", "host_straggler_findings", "time_findings"]
+__all__ = ["RULES", "device_metrics", "host_input_findings", "host_straggler_findings", "time_findings"]
 
 _BY_SHARE = (f"by share of step time: P0 >= {P0_SHARE:.0%}, P1 >= {P1_SHARE:.0%}, P2 >= {P2_SHARE:.0%}")
 # Activities shorter than this on average are "tiny": a CUDA kernel launch costs about
@@ -350,3 +351,42 @@ def host_straggler_findings(hosts: list[dict], link: Callable[..., str]) -> list
                     impact=impact(gap / 1e6, text=f"{_us(gap)} per step the faster hosts wait"),
                     fix=("Find what differs on the slow host: its input pipeline (idle before the first op), "
                          "its devices' load, its network; balance the data and work split across hosts."))]
+
+
+def host_input_findings(steps_ops: dict, step_db: dict | None, link: Callable[..., str]) -> list[dict]:
+    """``input_bound`` of a profile whose steps have no device time (a CPU-only xplane: the
+    device-idle rules have nothing to read) from XProf's own input measure, the step
+    database's time waiting for input (tools/xprof_overview.py ``step_details``: host wait
+    input plus host-to-device, over the step time: what overview_page's "input-bound"
+    statement reads, HIGHLY at 20 %, MODERATELY at 5 %), graded by share as the other time
+    rules."""
+    if _Steps(steps_ops).total_us or not step_db or not step_db.get("steps"):
+        return []
+    details = xprof_overview.step_details(step_db["steps"])
+    total_ms = sum(d["step_time_ms"] for d in details)
+    input_ms = [d["host_wait_input_ms"] + d["host_to_device_ms"] for d in details]
+    if not total_ms:
+        return []
+    share = sum(input_ms) / total_ms
+    p = priority_for_share(share)
+    if p is None:
+        return []
+    host = steps_ops.get("host")
+    per_step_us = 1e3 * sum(input_ms) / len(details)
+    worst_i = max(range(len(details)), key=lambda i: (input_ms[i], -i))
+    worst = details[worst_i]
+    rule = _RULE["input_bound"]
+    return [finding(rule, priority=p, title=rule.title.replace("each step's device waits", "each step waits"),
+                    host=host,
+                    what=(f"{_pct(share)} of the step time ({_us(per_step_us)} per step) is spent waiting for "
+                          "input (XProf's step database: the host waiting for the input pipeline and the copies "
+                          "to the device), as XProf's overview page measures it."),
+                    evidence=[evidence("share of step time", _pct(share), round(share, 4)),
+                              evidence("input per step", _us(per_step_us), round(per_step_us, 3)),
+                              evidence(f"worst step: {worst['step_name']}",
+                                       f"{_us(1e3 * input_ms[worst_i])} of {_us(1e3 * worst['step_time_ms'])}",
+                                       round(1e3 * input_ms[worst_i], 3),
+                                       link("steps_ops", host=host, step=worst["step_name"]))],
+                    impact=impact(per_step_us / 1e6, text=f"{_us(per_step_us)} per step ({_pct(share)} of step time)"),
+                    fix=("Overlap input with compute: prefetch (tf.data prefetch and parallel map/interleave, a "
+                         "DataLoader with workers), cache or preprocess offline what every epoch recomputes."))]
