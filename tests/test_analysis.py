@@ -260,6 +260,10 @@ def test_an_unknown_host_is_a_404_naming_the_hosts(public):
     res = public.get("/data/plugin/profile/data", params={"run": "xplane/tf_gpu/GPU-multi-worker", "tag": "summary",
                                                            "host": "nope"})
     assert res.status_code == 404 and "34.83.195.179_6003" in res.json()["error"]
+    # ALL_HOSTS rolls up a profile's hosts; a snapshot's devices are no hosts: a 400 saying so
+    res = public.get("/data/plugin/profile/data", params={"run": "snapshots/niu_fwd_bwd_200_mixed.pickle",
+                                                           "tag": "summary", "host": "ALL_HOSTS"})
+    assert res.status_code == 400 and "leave host out" in res.json()["error"]
 
 
 def test_the_same_input_gives_byte_identical_json(shared_fixtures, tmp_path):

@@ -18,7 +18,7 @@ from urllib.parse import urlencode
 from profscope.app import lazy
 from profscope.app.profile_steps import ALL_HOSTS
 from profscope.app.queries import MemoryProfileQuery, OomRiskQuery, StepsOpsQuery, SummaryQuery
-from profscope.errors import NotFound, ProfscopeError
+from profscope.errors import BadRequest, NotFound, ProfscopeError
 from profscope.model.catalog import Run, RunKind
 
 analysis = lazy.module("profscope.tools.analysis")
@@ -53,6 +53,11 @@ class Analysis:
 
     def analysis(self, run: Run, query: SummaryQuery, progress=None) -> dict:
         link = linker(run)
+        if query.host == ALL_HOSTS and run.kind is not RunKind.PROFILE:
+            # a snapshot's devices or a trace's file are no hosts to roll up: OOM risk rates
+            # a snapshot by its device with the highest peak when no host is asked
+            raise BadRequest(f"host=ALL_HOSTS summarises the hosts of a profile; {run.name!r} is a "
+                             f"{run.kind.value}: leave host out (or name a device: {', '.join(self.hosts(run)) or 'none'})")
         if query.host is not None and query.host != ALL_HOSTS and run.kind in (RunKind.PROFILE, RunKind.TORCH_SNAPSHOT):
             known = self.hosts(run)
             if query.host not in known:
