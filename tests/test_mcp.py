@@ -62,6 +62,8 @@ if tool_table.get(agent_tools.SUMMARY) is not None:  # the Summary tool (issue 3
     CALLS["summary_tf"] = ("run_summary", {"run": TF_GPU})
     CALLS["summary_tf_all"] = ("run_summary", {"run": TF_GPU, "host": "ALL_HOSTS"})
     CALLS["summary_corrupt"] = ("run_summary", {"run": CORRUPT})
+    CALLS["summary_trace"] = ("run_summary", {"run": TRACE})
+    CALLS["summary_snapshot"] = ("run_summary", {"run": SNAPSHOT})
 
 
 async def _session(logdir, cache) -> dict:
@@ -218,11 +220,12 @@ def test_oom_verdict_is_the_oom_risk_answer(answers, ws, label, run, device_memo
 def test_run_summary_is_the_summary_tools_answer(answers, ws):
     from profscope.app.tool_table import get
 
-    for label, host in (("summary_tf", None), ("summary_tf_all", "ALL_HOSTS")):
+    tool = get(agent_tools.SUMMARY)
+    for label, run, host in (("summary_tf", TF_GPU, None), ("summary_tf_all", TF_GPU, "ALL_HOSTS"),
+                             ("summary_trace", TRACE, None), ("summary_snapshot", SNAPSHOT, None)):
         got = _ok(answers[label])
-        tool = get(agent_tools.SUMMARY)
-        assert got == _payload(ws, TF_GPU, tool.name, tool.query(**({"host": host} if host else {})))
-        assert got["status"] in ("OPTIMAL", "NEEDS_ATTENTION")
+        assert got == _payload(ws, run, tool.name, tool.query(**({"host": host} if host else {}))), label
+        assert got["run"] == run and got["status"] in ("OPTIMAL", "NEEDS_ATTENTION")
 
 
 def test_bad_input_is_an_error_result_naming_the_file(answers, public):
@@ -250,3 +253,16 @@ def test_without_the_extra_it_exits_2_naming_it(public, tmp_path):
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert res.returncode == 2 and res.stdout == ""
     assert "pip install 'profscope[mcp]'" in res.stderr
+
+
+def test_the_docs_name_every_tool_and_argument(answers):
+    """docs/analysis.md's MCP table: a row per tool, naming each of its arguments."""
+    from tests.fixtures.paths import REPO
+
+    text = (REPO / "docs" / "analysis.md").read_text()
+    section = text[text.index("\n## MCP\n"):]
+    for tool in answers["tools"]:
+        row = next((line for line in section.splitlines() if line.startswith(f"| `{tool.name}` |")), None)
+        assert row is not None, tool.name
+        for param in tool.input_schema["properties"]:
+            assert f"`{param}`" in row, (tool.name, param)

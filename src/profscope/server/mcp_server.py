@@ -89,8 +89,8 @@ def build(ws: Workspace) -> MCPServer:
     @_answers
     def run_summary(
         run: Run,
-        host: Annotated[str | None, Field(description="a host, or ALL_HOSTS for a multi-host run's roll-up "
-                                                      "(worst host first); default: the run's first host",
+        host: Annotated[str | None, Field(description="one host's summary, or ALL_HOSTS: the worst host and "
+                                                      "every host's status (the default of a multi-host run)",
                                           max_length=MAX_TEXT)] = None,
     ) -> dict[str, Any]:
         """What is wrong with a run and what to do: status (OPTIMAL or NEEDS_ATTENTION), a
