@@ -13,6 +13,7 @@ import pytest
 from profscope.app.compiler_checks import hlo_findings_for
 from profscope.app.workspace import Workspace
 from profscope.cache.store import DiskCache
+from profscope.errors import ProfscopeError
 from profscope.formats import hlo_proto
 from profscope.storage import LogDir
 from profscope.testing import hlo_programs
@@ -131,6 +132,9 @@ def test_unreadable_module_is_refused_not_fatal(built, tmp_path):
     found = hlo_findings_for(ws, run, None, link, refused)
     assert len(found) == 4
     assert len(refused) == 1 and bad.name in refused[0]["file"] and "HloProto" in refused[0]["reason"]
+    # Without a list to name it in, the caller gets the error (it lists the part as refused).
+    with pytest.raises(ProfscopeError, match="HloProto"):
+        hlo_findings_for(ws, run, None, link)
 
 
 def test_real_modules_have_no_finding(shared_fixtures, demo_logdir, tmp_path):

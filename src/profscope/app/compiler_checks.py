@@ -23,8 +23,8 @@ _PROGRAM_ID = re.compile(r"\((\d+)\)$")
 def hlo_findings_for(ws, run: Run, host: str | None, link: Callable[..., str], refused: list | None = None) -> list[dict]:
     """The compiler findings of ``run`` (one host's modules, or every module of the run for
     ``None``/``ALL_HOSTS``). A module whose HloProto cannot be read is left out and, when
-    ``refused`` is given, listed there (``{"file", "reason"}``); without ``refused`` the
-    first such error is raised once every module was tried, so it is never silent."""
+    ``refused`` is given, listed there (``{"file", "reason"}``) while the other modules are
+    checked; without ``refused`` the first such error is raised, so it is never silent."""
     one = host if host and host != ALL_HOSTS else None
     if run.kind is RunKind.PROFILE and one:
         info = run.xplane(one)
@@ -42,7 +42,7 @@ def hlo_findings_for(ws, run: Run, host: str | None, link: Callable[..., str], r
             errors.append((name, e))
     if refused is not None:
         refused += [{"file": e.file or f"module {name}", "reason": e.message} for name, e in errors]
-    elif errors and not modules:
+    elif errors:
         raise errors[0][1]
     return analysis_hlo.hlo_findings(modules, link, _op_share(ws, run, one))
 
