@@ -233,6 +233,9 @@ def test_all_hosts_of_equal_steps_has_no_straggler_host(public):
     d = _summary(public, "xplane/tf_gpu/GPU-multi-worker")
     assert d["host"] == "ALL_HOSTS" and len(d["hosts"]) == 2
     assert "straggler_host" not in _ids(d)
+    # memory: OOM risk's rating of the run by its worst host
+    oom = public.get("/data/plugin/profile/data", params={"run": "xplane/tf_gpu/GPU-multi-worker", "tag": "oom_risk"}).json()
+    assert (d["metrics"]["memory"]["peak_bytes"], d["metrics"]["memory"]["host"]) == (oom["peakBytes"], oom["host"])
     # the rule that fired on both hosts is one finding that names them both
     f = d["findings"][0]
     assert any(e["label"] == "hosts with this finding" and e["number"] == 2 for e in f["evidence"])
@@ -310,3 +313,25 @@ def test_a_cpu_profile_is_input_bound_by_xprofs_input_time(tmp_path):
     assert f["priority"] == "P0" and 0.7 < f["evidence"][0]["number"] < 0.8
     assert f["impact"]["seconds_per_step"] == pytest.approx(0.003, rel=0.01)
     assert "input_bound" not in _ids(_summary(client, "computes/s"))
+
+
+def test_evidence_links_open_the_step_and_the_op(planted, public):
+    """A step link is the Steps & ops page of that step (its data answers for that step);
+    an op link is its slowest occurrence in the trace viewer (the event id is that op's)."""
+    from urllib.parse import parse_qsl
+
+    d = _summary(planted, "compute_bound.pt.trace.json.gz")
+    f = next(f for f in d["findings"] if f["id"] == "op_dominates")  # one GEMM is all the device time: P2
+    assert f["priority"] == "P2" and "gemm" in f["title"]
+    q = dict(parse_qsl(next(e["link"] for e in f["evidence"] if "tool=trace_viewer" in (e["link"] or ""))[1:]))
+    assert q["tool"] == "trace_viewer@" and float(q["start_ms"]) < float(q["end_ms"])
+    ev = planted.get("/api/trace/event", params={"run": q["run"], "host": q["host"], "id": q["ev"]})
+    assert ev.status_code == 200 and "gemm" in ev.json()["name"]
+    steps = [e["link"] for run in ("xplane/tf_gpu/GPU-multi-worker", "traces/kineto_resnet50_v100.pt.trace.json.gz")
+             for f in _summary(public, run)["findings"] for e in f["evidence"] if "step=" in (e["link"] or "")]
+    assert steps
+    for link in steps:
+        q = dict(parse_qsl(link[1:]))
+        res = public.get("/data/plugin/profile/data", params={"run": q["run"], "tag": q["tool"], "host": q["host"],
+                                                               "step": q["step"]})
+        assert res.status_code == 200 and any(s["step"] == q["step"] for s in res.json()["steps"]), link

@@ -159,8 +159,11 @@ class Analysis:
         findings = _most_severe_per_rule([f for h in run.hosts for f in by_host[h]["findings"]], len(run.hosts))
         findings += analysis_time.host_straggler_findings(rows, link)
         inputs = {k: any(by_host[h]["inputs"][k] for h in run.hosts) for k in ("steps_ops", "oom_risk", "memory_profile", "hlo")}
+        # memory: OOM risk's own rating of the run by its worst host (from the per-host
+        # entries just made), not the slowest host's
+        oom = self._analysis_part(run, [], "oom_risk", lambda: self._payload(run, "oom_risk", OomRiskQuery()))
         return analysis.summarize({"run": run.name, "host": ALL_HOSTS, "steps_ops": worst["steps_ops"],
-                                   "oom_risk": worst["oom_risk"], "peaks": worst["peaks"], "findings": findings,
+                                   "oom_risk": oom, "peaks": worst["peaks"], "findings": findings,
                                    "hosts": rows, "refused": refused, "inputs": inputs})
 
 
