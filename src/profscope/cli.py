@@ -39,6 +39,8 @@ examples:
   profscope report ~/logs/run --device-memory 80GiB -o report.html
                                         OOM risk as one offline HTML file (or --format json|markdown)
   profscope steps ~/logs --run RUN     step-time breakdown per step and device (ops: the ops ranked)
+  profscope mcp ~/logs                  an MCP server over stdio: runs, summary, steps & ops, memory at
+                                        peak and the OOM verdict as tools for a coding agent
   profscope analyze ~/logs --run RUN --fail-on P1
                                         what is wrong and what to do: status, findings P0-P2 (md, json or html)
 """
