@@ -12,6 +12,10 @@ are its own), through the workspace the server uses (conversions in the calling 
   decode of an xplane, the breakdown and the ops table);
 - **warm answer**: ``steps_ops`` again on that cache, the index built (median of
   ``--repeat``);
+- **after index**: ``steps_ops`` in a new process on a cache where only the trace index
+  was built (the index build's child's cache): the step reader and the tables, what the
+  issue's "from a built trace index" bar measures (the warm answer also has the steps
+  cached);
 - **XProf**: ``xspace_to_tool_data([copy], "hlo_stats" | "op_profile", {})`` in XProf's
   scratch environment (``--xprof-python`` or ``$XPROF_PYTHON``; left out without one),
   timed inside its process around the call (its start-up and imports not counted), on a
@@ -90,8 +94,8 @@ def _answers(logdir: str, run: str, host: str, cache: Path, repeat: int) -> dict
     warm = [_timed(lambda: ws.steps_ops(ws.run(run), query)) for _ in range(repeat)]
     out = cold["out"]
     return {"wall_s": cold["wall_s"], "cpu_s": cold["cpu_s"],
-            "warm_wall_s": statistics.median(w["wall_s"] for w in warm),
-            "warm_cpu_s": statistics.median(w["cpu_s"] for w in warm),
+            "warm_wall_s": statistics.median(w["wall_s"] for w in warm) if warm else None,
+            "warm_cpu_s": statistics.median(w["cpu_s"] for w in warm) if warm else None,
             "steps": len(out.get("steps") or []), "ops": len(out.get("ops") or []),
             "step_source": (out.get("summary") or {}).get("step_source")}
 
@@ -99,7 +103,8 @@ def _answers(logdir: str, run: str, host: str, cache: Path, repeat: int) -> dict
 def _child(conn, fn, args) -> None:
     try:
         got = fn(*args)
-        got["max_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        ru = resource.getrusage(resource.RUSAGE_SELF)  # a forked child's own, from zero
+        got.update(max_rss_mib=ru.ru_maxrss / 1024, user_s=ru.ru_utime, sys_s=ru.ru_stime, minflt=ru.ru_minflt)
         conn.send(got)
     except Exception as e:  # a profile the tool refuses is a line of the table, not a crash
         conn.send({"error": f"{type(e).__name__}: {getattr(e, 'message', e)}"})
@@ -174,7 +179,9 @@ def main() -> None:
         for k, (logdir, run, host, xplane, size) in enumerate(profiles(None if args.no_fixtures else args.fixtures, args.logdir)):
             index = in_child(_index_build, logdir, run, host, work / f"index{k}")
             answer = in_child(_answers, logdir, run, host, work / f"answer{k}", args.repeat)
-            row = {"run": run, "host": host, "file_mb": size / 1e6, "index": index, "answer": answer}
+            after = in_child(_answers, logdir, run, host, work / f"index{k}", 0)
+            row = {"run": run, "host": host, "file_mb": size / 1e6, "index": index, "answer": answer,
+                   "after_index": after}
             if xplane is not None and args.xprof_python:
                 row["xprof"] = {tool: xprof(args.xprof_python, xplane, tool, work) for tool in ("hlo_stats", "op_profile")}
             rows.append(row)
@@ -194,6 +201,12 @@ def _line(row: dict) -> str:
             f"cold answer {ans['wall_s']:7.3f} s ({ans['cpu_s']:6.2f} CPU s, {ans['max_rss_mib']:6.0f} MiB) "
             f"= {ans['wall_s'] / ix['wall_s']:.2f}x  warm {ans['warm_wall_s']:6.3f} s  "
             f"[{ans['steps']} steps ({ans['step_source']}), {ans['ops']} ops]")
+    after = row.get("after_index") or {}
+    if "wall_s" in after:
+        text += (f"  after index {after['wall_s']:7.3f} s ({after['cpu_s']:6.2f} CPU s)")
+    for name, got in (("index", ix), ("cold", ans), ("after", after)):  # user + sys, fresh pages
+        if "user_s" in got:
+            text += f"  [{name}: {got['user_s']:.2f} + {got['sys_s']:.2f} s, {got['minflt'] / 1000:.0f} k minflt]"
     for tool, x in (row.get("xprof") or {}).items():
         text += (f"  XProf {tool} error: {x['error']}" if "error" in x else
                  f"  XProf {tool} {x['wall_s']:7.3f} s ({x['cpu_s']:6.2f} CPU s, {x['max_rss_mib']:6.0f} MiB)")

@@ -549,6 +549,38 @@ static int decode(Dec *d)
 }
 
 
+static void free_capsule(PyObject *cap)
+{
+    free(PyCapsule_GetPointer(cap, NULL));
+}
+
+/* A 1-d array over *pp's first n items that owns the buffer (shrunk to n; freed with the
+ * array): *pp is set to NULL once the array owns it, so that the caller frees it only
+ * where this failed first. */
+static PyObject *own_array(void **pp, Py_ssize_t n, int type, size_t item)
+{
+    npy_intp dims[1] = {n};
+    if (n == 0 || *pp == NULL)
+        return PyArray_SimpleNew(1, dims, type);
+    void *p = realloc(*pp, (size_t)n * item);
+    if (p != NULL)
+        *pp = p;
+    PyObject *a = PyArray_SimpleNewFromData(1, dims, type, *pp);
+    if (a == NULL)
+        return NULL;
+    PyObject *cap = PyCapsule_New(*pp, NULL, free_capsule);
+    if (cap == NULL) {
+        Py_DECREF(a);
+        return NULL;
+    }
+    *pp = NULL;  /* the capsule owns it from here, even where the next call fails */
+    if (PyArray_SetBaseObject((PyArrayObject *)a, cap) < 0) {
+        Py_DECREF(a);
+        return NULL;
+    }
+    return a;
+}
+
 /* decode_events(buf, starts int64, ends int64, kmids int64 sorted, kvals int16, chunk)
  * -> (metadata_id, offset_ps, duration_ps, {kind: (event, ordinal, case, value, str_end)}) */
 static PyObject *py_decode_events(PyObject *self, PyObject *args)
@@ -643,11 +675,13 @@ static PyObject *py_decode_events(PyObject *self, PyObject *args)
                 ko->send[i] = 0;
         }
         PyObject *t;
-        t = Py_BuildValue("(NNNNN)", copy_array(ko->ev, ko->n, NPY_INT32, 4),
-                          copy_array(ko->ord, ko->n, NPY_INT16, 2),
-                          copy_array(ko->kcase, ko->n, NPY_INT8, 1),
-                          copy_array(ko->value, ko->n, NPY_UINT64, 8),
-                          copy_array(ko->send, n_str ? ko->n : 0, NPY_INT64, 8));
+        /* the grown buffers become the arrays (no copy: a second time the stats' memory) */
+        t = Py_BuildValue("(NNNNN)", own_array((void **)&ko->ev, ko->n, NPY_INT32, 4),
+                          own_array((void **)&ko->ord, ko->n, NPY_INT16, 2),
+                          own_array((void **)&ko->kcase, ko->n, NPY_INT8, 1),
+                          own_array((void **)&ko->value, ko->n, NPY_UINT64, 8),
+                          n_str ? own_array((void **)&ko->send, ko->n, NPY_INT64, 8)
+                                : copy_array(NULL, 0, NPY_INT64, 8));
         if (!t)
             goto done;
         PyObject *key = PyLong_FromLong(k);

@@ -84,30 +84,24 @@ def threadpool_regions(ev: xw.Events, event_names, line_ts_ns):
     ks, stat = xw.first_stats(ev, "_c", at)
     starts = (ev.metadata_id[at] == start_mid) & (stat >= 0)
     keep = starts | (ev.metadata_id[at] == stop_mid)  # a start without _c is neither
-    at, stat, is_start = at[keep], stat[keep], starts[keep].tolist()
+    at, stat, is_start = at[keep], stat[keep], starts[keep]
     cid = np.zeros(len(at), np.uint64)  # IntOrUintValue: 0 for any other value case
     has = np.flatnonzero(stat >= 0)
     case = ks.case[stat[has]]
     cid[has] = np.where((case == xw.INT64) | (case == xw.UINT64), ks.value[stat[has]], np.uint64(0))
-    cid = cid.tolist()
     lines = ev.line[at]
-    ts = (line_ts_ns[lines] * 1000 + ev.offset_ps[at]).tolist()
-    reg_line, reg_ts, reg_end, reg_id = [], [], [], []
-    cur_line, start_ts, region = -1, 0, 0
-    for k, li in enumerate(lines.tolist()):
-        if li != cur_line:
-            cur_line, start_ts, region = li, 0, 0
-        if is_start[k]:
-            start_ts, region = ts[k], cid[k]
-        elif start_ts != 0:
-            reg_line.append(li)
-            reg_ts.append(start_ts)
-            reg_end.append(ts[k])
-            reg_id.append(region)
-    if not reg_line:
+    ts = line_ts_ns[lines] * 1000 + ev.offset_ps[at]
+    # The mutator's walk, vectorised: at a stop, the line's (run's) latest start, if any
+    # and if its time is not 0 (a start at 0 or a new line resets it), opens the region.
+    k = np.arange(len(at))
+    head = np.maximum.accumulate(np.where(np.r_[True, lines[1:] != lines[:-1]], k, 0)) if len(k) else k
+    last = np.maximum.accumulate(np.where(is_start, k, -1)) if len(k) else k
+    emit = np.flatnonzero(~is_start & (last >= head) & (ts[np.maximum(last, 0)] != 0))
+    if not emit.size:
         return order, empty
-    return order, Regions(np.asarray(reg_line, np.int32), np.asarray(reg_ts, np.int64),
-                           np.asarray(reg_end, np.int64), np.asarray(reg_id, np.uint64))
+    opened = last[emit]
+    return order, Regions(lines[emit].astype(np.int32), ts[opened].astype(np.int64), ts[emit].astype(np.int64),
+                          cid[opened])
 
 
 # ---------------------------------------------------------------------------
