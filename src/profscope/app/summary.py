@@ -80,19 +80,21 @@ class Analysis:
             return None
 
     def _refused_file(self, run: Run, e: ProfscopeError) -> dict:
+        return self._refused_row(run, e.file, e.message)
+
+    def _refused_row(self, run: Run, shown_file: str | None, message: str) -> dict:
         """The unreadable file by its path in the log directory, as the run list names it
         (an error names it by LogDir.display_path, the machine's own path: the same input
         would give other JSON elsewhere), and the reason without that path in front."""
         shown = {self.logdir.display_path(f.path): f.path for f in run.files}
-        file = shown.get(e.file, e.file) if e.file else None
-        reason = e.message
-        head, sep, rest = reason.partition(": ")
-        if sep and e.file and head == e.file:
-            reason = rest
-        return {"file": file, "reason": reason}
+        file = shown.get(shown_file, shown_file) if shown_file else None
+        head, sep, rest = message.partition(": ")
+        return {"file": file, "reason": rest if sep and shown_file and head == shown_file else message}
 
-    def _analysis_parts(self, run: Run, host: str | None, link, refused: list[dict], progress=None) -> dict:
-        """One host's payloads and every rule's findings on them."""
+    def _analysis_parts(self, run: Run, host: str | None, link, refused: list[dict], progress=None,
+                        compiler: bool = True) -> dict:
+        """One host's payloads and every rule's findings on them (``compiler``: the
+        compiler checks of its modules too)."""
         def tool_payload(name, q):
             tool = self.tool_named(name)
             if not tool.applies_to(run) or not tool.has_input(self, run):
@@ -105,9 +107,7 @@ class Analysis:
             progress.update(0.4, f"memory of {host or run.name}")
         oom = tool_payload("oom_risk", OomRiskQuery(host=host))
         mp = tool_payload("memory_profile", MemoryProfileQuery(host=host)) if run.kind is not RunKind.TORCH_SNAPSHOT else None
-        hlo = None
-        if run.kind in (RunKind.PROFILE, RunKind.XLA_DUMP) and importlib.util.find_spec(_HLO_APP) is not None:
-            hlo = self._analysis_part(run, refused, "hlo", lambda: compiler_checks.hlo_findings_for(self, run, host, link))
+        hlo = self._compiler_findings(run, host, link, refused) if compiler else None
         peaks = None
         if so is not None and run.kind is RunKind.PROFILE and run.hosts:
             caps = self._analysis_part(run, refused, "device planes", lambda: self.device_capabilities(run, so.get("host")))
@@ -131,7 +131,19 @@ class Analysis:
                 f["host"] = host
         return {"steps_ops": so, "oom_risk": oom, "peaks": peaks, "findings": findings,
                 "inputs": {"steps_ops": so is not None, "oom_risk": oom is not None, "memory_profile": mp is not None,
-                           "hlo": bool(hlo)}}
+                           "hlo": hlo is not None}}
+
+    def _compiler_findings(self, run: Run, host: str | None, link, refused: list[dict]) -> list[dict] | None:
+        """The compiler checks of the run's modules (one host's; None or ALL_HOSTS: every
+        module once); None where the run has no modules to read. A module that cannot be
+        read is listed in ``refused`` and the others are still checked."""
+        if run.kind not in (RunKind.PROFILE, RunKind.XLA_DUMP) or importlib.util.find_spec(_HLO_APP) is None:
+            return None
+        unread: list[dict] = []
+        found = self._analysis_part(run, refused, "hlo",
+                                    lambda: compiler_checks.hlo_findings_for(self, run, host, link, refused=unread))
+        refused += [{"part": "hlo", **self._refused_row(run, r.get("file"), r.get("reason") or "")} for r in unread]
+        return found
 
     def _analysis_all_hosts(self, run: Run, link, progress) -> dict:
         """Every host summarised on its own, then one summary: the worst host's metrics,
@@ -144,7 +156,7 @@ class Analysis:
             if progress is not None:
                 progress.update(i / len(run.hosts), f"host {h}")
             mine: list[dict] = []
-            parts = self._analysis_parts(run, h, link, mine, None)
+            parts = self._analysis_parts(run, h, link, mine, None, compiler=False)
             refused += mine
             by_host[h] = parts
             so, oom = parts["steps_ops"], parts["oom_risk"]
@@ -158,7 +170,11 @@ class Analysis:
         worst = by_host[next((r["host"] for r in ranked if "error" not in r), ranked[0]["host"])]
         findings = _most_severe_per_rule([f for h in run.hosts for f in by_host[h]["findings"]], len(run.hosts))
         findings += analysis_time.host_straggler_findings(rows, link)
-        inputs = {k: any(by_host[h]["inputs"][k] for h in run.hosts) for k in ("steps_ops", "oom_risk", "memory_profile", "hlo")}
+        # every module of the run checked once (hosts share their programs)
+        hlo = self._compiler_findings(run, ALL_HOSTS, link, refused)
+        findings += hlo or []
+        inputs = {k: any(by_host[h]["inputs"][k] for h in run.hosts) for k in ("steps_ops", "oom_risk", "memory_profile")}
+        inputs["hlo"] = hlo is not None
         # memory: OOM risk's own rating of the run by its worst host (from the per-host
         # entries just made), not the slowest host's
         oom = self._analysis_part(run, [], "oom_risk", lambda: self._payload(run, "oom_risk", OomRiskQuery()))
@@ -169,12 +185,13 @@ class Analysis:
 
 def _most_severe_per_rule(findings: list[dict], n_hosts: int) -> list[dict]:
     """Each rule's most severe finding across the hosts (the order of tools/analysis.py
-    ``sort_findings``), with an evidence row saying on how many hosts it fired: a finding
-    on every host is one finding, not one per host."""
+    ``sort_findings``) per title (a rule with findings of several titles, one per
+    allocator say, keeps each), with an evidence row saying on how many hosts it fired: a
+    finding on every host is one finding, not one per host."""
     out = []
     ranked = analysis.sort_findings(findings)
-    for rule_id in sorted({f["id"] for f in findings}):
-        same = [f for f in ranked if f["id"] == rule_id]
+    for key in sorted({(f["id"], f["title"]) for f in findings}):
+        same = [f for f in ranked if (f["id"], f["title"]) == key]
         hosts = sorted({f["host"] for f in same if f.get("host")})
         top = dict(same[0])
         top["evidence"] = top["evidence"] + [{"label": "hosts with this finding", "value": f"{len(hosts)} of {n_hosts}: "
