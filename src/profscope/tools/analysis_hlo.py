@@ -239,7 +239,7 @@ def _layout_copies(mod: _Module, taken: set[int]) -> list[dict]:
         where = f" inside fusion {top.name}" if top.id != ins.id else ""
         hits.append({
             "rule": "layout_mismatch_copy", "top": top, "bytes": moved,
-            "title": f"{ins.name}: {shape_text(src)} -> {shape_text(dst)} re-laid out in memory",
+            "title": f"Layout mismatch copy {ins.name}: {shape_text(src)} -> {shape_text(dst)}",
             "what": f"{mod.name}: copy {ins.name}{where} changes only the layout of {shape_text(src)} to "
                     f"{shape_text(dst)} (minor_to_major {_minor_to_major(src)} -> {_minor_to_major(dst)}), "
                     f"so the tensor is physically reordered, {fmt_bytes(moved)} read and written, before "
@@ -301,7 +301,7 @@ def _unfused(mod: _Module) -> tuple[list[dict], set[int]]:
         src = [shape_text(mod.instr[o].shape) for o in ins.operand_ids if o in mod.instr]
         hits.append({
             "rule": "unfused_reshape", "top": ins, "bytes": moved,
-            "title": f"{ins.name}: standalone {'/'.join(ops)} before {target.opcode} {target.name}",
+            "title": f"Unfused {'/'.join(ops)} {ins.name} before {target.opcode} {target.name}",
             "what": f"{mod.name}: {ins.opcode} {ins.name} ({'/'.join(ops)}) runs as its own kernel, "
                     f"{', '.join(src)} -> {shape_text(ins.shape)}, and {target.opcode} {target.name} reads its result: "
                     f"the formatted tensor is materialised in memory ({fmt_bytes(moved)} read and written) instead of "
@@ -410,7 +410,7 @@ def _convert_reduces(mod: _Module) -> list[dict]:
         phase = "training" if mod.training else "inference"
         hits.append({
             "rule": "convert_in_reduction", "top": top, "bytes": f32_bytes // 2, "bytes_label": "f32 bytes beyond the original",
-            "title": f"{ins.name}: {low} promoted to f32 for a reduction",
+            "title": f"{low} promoted to f32 around {ins.opcode} {ins.name}",
             "what": f"{mod.name} ({phase}, {context.lower()} reduction): convert {up.name} widens "
                     f"{shape_text(mod.instr[up.operand_ids[0]].shape)} to {shape_text(up.shape)}, {ins.opcode} {ins.name} "
                     f"reduces it in f32 and the result is converted back to {low}"
