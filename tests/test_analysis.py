@@ -335,3 +335,25 @@ def test_evidence_links_open_the_step_and_the_op(planted, public):
         res = public.get("/data/plugin/profile/data", params={"run": q["run"], "tag": q["tool"], "host": q["host"],
                                                                "step": q["step"]})
         assert res.status_code == 200 and any(s["step"] == q["step"] for s in res.json()["steps"]), link
+
+
+def test_findings_sort_by_priority_then_impact_without_mixing_units():
+    """Within a priority, a time at stake first (most seconds first), then bytes (most
+    first), then neither; then the rule's id and the host. Never re-ranked."""
+    from profscope.tools.analysis import sort_findings, summarize
+    from profscope.tools.analysis_rules import finding, impact
+    from profscope.tools.analysis_time import RULES
+
+    rule = RULES[0]
+
+    def f(p, secs=None, nbytes=None, host="h"):
+        return finding(rule, priority=p, title="t", what="w", evidence=[], fix="x", host=host,
+                       impact=impact(secs, nbytes))
+    found = [f("P2", 5.0), f("P1", nbytes=1 << 40), f("P1", 0.001), f("P1"), f("P1", 0.5), f("P0", nbytes=10),
+             f("P1", 0.5, host="a")]
+    order = [(x["priority"], x["impact"]["seconds_per_step"], x["impact"]["bytes"], x["host"]) for x in sort_findings(found)]
+    assert order == [("P0", None, 10, "h"), ("P1", 0.5, None, "a"), ("P1", 0.5, None, "h"), ("P1", 0.001, None, "h"),
+                     ("P1", None, 1 << 40, "h"), ("P1", None, None, "h"), ("P2", 5.0, None, "h")]
+    d = summarize({"run": "r", "findings": found})
+    assert d["status"] == "NEEDS_ATTENTION" and [x["priority"] for x in d["findings"]][:1] == ["P0"]
+    assert summarize({"run": "r", "findings": [f("P2", 5.0)]})["status"] == "OPTIMAL"

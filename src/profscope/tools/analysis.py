@@ -25,18 +25,21 @@ OPTIMAL, NEEDS_ATTENTION = "OPTIMAL", "NEEDS_ATTENTION"
 _RANK = {p: i for i, p in enumerate(PRIORITIES)}
 
 
-def _impact_key(f: dict) -> float:
-    """A finding's impact as one number to sort by within a priority: the seconds per
-    step at stake, else the bytes (a memory finding), largest first."""
+def _impact_key(f: dict) -> tuple[int, float]:
+    """A finding's impact to sort by within a priority: seconds per step and bytes are no
+    one unit, so the findings with a time at stake come first (most seconds first), then
+    those with bytes (most first), then those with neither."""
     imp = f.get("impact") or {}
     if imp.get("seconds_per_step") is not None:
-        return float(imp["seconds_per_step"]) * 1e12  # time first: a second per step outweighs a byte
-    return float(imp.get("bytes") or 0)
+        return 0, -float(imp["seconds_per_step"])
+    if imp.get("bytes") is not None:
+        return 1, -float(imp["bytes"])
+    return 2, 0.0
 
 
 def sort_findings(findings: list[dict]) -> list[dict]:
     """P0 first, then the largest impact, then the rule's id, then the host."""
-    return sorted(findings, key=lambda f: (_RANK[f["priority"]], -_impact_key(f), f["id"], f.get("host") or "",
+    return sorted(findings, key=lambda f: (_RANK[f["priority"]], _impact_key(f), f["id"], f.get("host") or "",
                                            f["title"]))
 
 
