@@ -40,19 +40,15 @@ REAL_HEALTHY = ("mi300_jax08_gemm/", "mi300_jax_conv_xprof_touched/", "tpu_infer
 
 
 def _client(logdir: Path, cache: Path):
-    from fastapi.testclient import TestClient
+    from profscope.testing.planted import client_for
 
-    from profscope.app.workspace import Workspace
-    from profscope.cache.store import DiskCache
-    from profscope.server import create_app
-    from profscope.storage import LogDir
-
-    return TestClient(create_app(Workspace(LogDir(str(logdir), listing_ttl=0), DiskCache(cache))))
+    return client_for(logdir, cache)
 
 
 def summary(client, run: str, host: str | None = None):
-    params = {"run": run, "tag": "summary", **({"host": host} if host else {})}
-    return client.get("/data/plugin/profile/data", params=params)
+    from profscope.testing.planted import summary_response
+
+    return summary_response(client, run, host)
 
 
 def planted_report(tmp: Path) -> dict:

@@ -16,11 +16,15 @@ modules' HLO protos in its ``/host:metadata`` plane, as ``jax.profiler.trace`` w
     ``copy``/``transpose`` (the entry result's layout is row-major), 32 MiB moved for no
     arithmetic.
 ``convert_reduce``
-    ``jnp.sum(x.astype(jnp.float32), axis=-1)`` of a bf16 (2048, 4096) array: a convert
-    inside a reduction (the f32 copy of the input is what is summed).
-``unfused_reshape``
-    a reshape + transpose of an array that is also an output by itself: the reshaped
-    layout cannot be a bitcast of it.
+    ``jnp.sum(x.astype(jnp.float32), axis=-1).astype(jnp.bfloat16)`` of a bf16 (2048, 4096)
+    array in an inference-style function: bf16 -> f32 convert, the reduction, f32 -> bf16
+    (the pattern of XProf's ``detect_unnecessary_convert_reduce``).
+``unfused_pad``
+    a (2048, 4032) activation padded to 4096 columns (``jnp.pad``, as to a tile multiple)
+    and multiplied by a weight: the padded copy (32 MiB) is made by a kernel of its own
+    (XLA CPU's ``wrapped_pad``) before the dot reads it, a data-formatting op not fused
+    into its consumer. (A reshape + transpose before a dot becomes a layout-changing copy
+    on CPU: ``bad_transpose``.)
 
 ``programs.json`` lists each program, its modules and jax's version. Each program runs in
 its own interpreter (a profile's metadata plane lists every module the process compiled).
@@ -44,7 +48,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "tests" / "data" / "planted_programs"
-PROGRAMS = ("input_bound", "bad_transpose", "convert_reduce", "unfused_reshape")
+PROGRAMS = ("input_bound", "bad_transpose", "convert_reduce", "unfused_pad")
 INPUT_SLEEP_S = 0.020
 STEPS = 6
 
@@ -99,25 +103,21 @@ def _convert_reduce(rng):
     import jax.numpy as jnp
 
     x = _f32(rng, (2048, 4096)).astype(jnp.bfloat16)
-    fn = jax.jit(lambda x: jnp.sum(x.astype(jnp.float32), axis=-1))
+    fn = jax.jit(lambda x: jnp.sum(x.astype(jnp.float32), axis=-1).astype(jnp.bfloat16))
     return (lambda: jax.block_until_ready(fn(x))), 0
 
 
-def _unfused_reshape(rng):
+def _unfused_pad(rng):
     import jax
+    import jax.numpy as jnp
 
-    x = _f32(rng, (256, 64, 512))
-
-    def f(x):
-        y = x * 2.0
-        return y, y.reshape(256, 64, 8, 64).transpose(0, 2, 1, 3).reshape(256 * 8, 64 * 64)
-
-    fn = jax.jit(f)
-    return (lambda: jax.block_until_ready(fn(x))), 0
+    x, w = _f32(rng, (2048, 4032)), _f32(rng, (4096, 256))
+    fn = jax.jit(lambda x, w: jnp.pad(x, ((0, 0), (0, 64))) @ w)
+    return (lambda: jax.block_until_ready(fn(x, w))), 0
 
 
 BUILD = {"input_bound": _input_bound, "bad_transpose": _bad_transpose, "convert_reduce": _convert_reduce,
-         "unfused_reshape": _unfused_reshape}
+         "unfused_pad": _unfused_pad}
 
 
 def run(program: str, out: Path) -> dict:

@@ -22,7 +22,7 @@ host's timing); the CPU xplanes are written with ``allocator_xplane.Space`` and 
 ``memory_trace``. Real programs: ``tests/data/oom_programs`` (scripts/make_oom_programs.py:
 undonated, remat off, eval heavier than train), ``tests/data/planted_programs``
 (scripts/make_planted_programs.py: input-bound loop, layout-changing transpose, convert
-inside a reduction, reshape+transpose) and the demo's real PyTorch leak
+inside a reduction, a pad not fused into its matmul) and the demo's real PyTorch leak
 (``torch/leak.pt.trace.json.gz``). No real snapshot with an OOM exists here (the demo's
 ``flexgen_oom.pickle`` holds no ``oom`` action; public_profiles/README.md says none was
 found). Those need the repository's ``tests/data`` (``data_dir``); without it they are
@@ -31,6 +31,7 @@ left out.
 
 from __future__ import annotations
 
+import json
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,7 +41,8 @@ from profscope.testing import kineto_trace as kt
 from profscope.testing import memory_trace, torch_snapshot
 from profscope.testing.allocator_xplane import MS, US, Bfc, Space, Str, steady_leak
 
-__all__ = ["RULE", "Case", "CASES", "cases", "build_logdir", "evaluate", "score"]
+__all__ = ["RULE", "Case", "CASES", "cases", "build_logdir", "client_for", "summary_response", "summary_bytes",
+           "evaluate", "score"]
 
 DEMO = Path(__file__).resolve().parents[1] / "demo" / "logdir"
 ALL_HOSTS = "ALL_HOSTS"
@@ -50,7 +52,8 @@ MB = 1 << 20
 # tools/analysis.py, analysis_memory.py and analysis_hlo.py; one place to follow a rename).
 RULE = {
     "input": "input_bound", "launch": "launch_bound", "collective": "collective_bound",
-    "op": "op_dominates", "straggler": "straggler", "idle_between": "idle_between_steps",
+    "op": "op_dominates", "straggler": "straggler_device", "straggler_host": "straggler_host",
+    "idle_between": "idle_between_steps",
     "oom": "memory_oom", "over_capacity": "memory_over_capacity", "high": "memory_high",
     "undonated": "undonated_arguments", "leak": "memory_leak", "fragmentation": "memory_fragmentation",
     "activations": "activations_dominate", "other_module": "other_module_peak",
@@ -89,20 +92,29 @@ ALLREDUCE = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4
 ADD = "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float> >"
 
 
-def _kineto(name: str, body, steps: int = 4, gap_us: float = 0.0):
+def _kineto(name: str, body, steps: int = 4):
     """A builder writing ``kineto/<name>.pt.trace.json.gz``: ``steps`` ProfilerSteps of
-    ``body``, ``gap_us`` of host work outside any step after each (device idle between
-    steps)."""
+    ``body``."""
     def build(logdir: Path, _data: Path | None) -> str:
         tr = kt.KinetoTrace()
         for n in range(steps):
             tr.step(n, body)
-            if gap_us:
-                tr.host("checkpoint_save", gap_us)
         (logdir / "kineto").mkdir(parents=True, exist_ok=True)
         tr.write(logdir / "kineto" / f"{name}.pt.trace.json.gz")
         return f"kineto/{name}.pt.trace.json.gz"
     return build
+
+
+def _then_host(body, host_us: float):
+    """``body``, then a synchronize (``loss.item()``: the host waits for the stream) and
+    ``host_us`` of host work before the step ends (logging, a checkpoint): PyTorch's
+    ProfilerSteps are contiguous (each ends at the next ``prof.step()``), so work between
+    two steps' device work lies at the end of a step, where the device idles."""
+    def step(t: kt.KinetoTrace) -> None:
+        body(t)
+        t.t = max(t.t, t.gpu_free) + 2
+        t.host("checkpoint_save", host_us)
+    return step
 
 
 def _load_then_gemms(load_us: float, n: int = 20, dur: float = 500):
@@ -176,19 +188,20 @@ TIME_CASES = (
          note="2,000 kernels of 2 µs launched every 12 µs: ~83 % idle between kernels"),
     Case("kineto_collective_bound", "kineto", _kineto("collective_bound", _gemms_allreduce()),
          (("collective", "P0"),), note="a 5 ms all-reduce in a 6 ms step"),
-    Case("kineto_op_dominates", "kineto", _kineto("op_dominates", _softmax_dominates), (("op", "P0"),),
-         note="one softmax kernel is 70 % of the step"),
+    Case("kineto_op_dominates", "kineto", _kineto("op_dominates", _softmax_dominates), (("op", "P2"),),
+         note="one softmax kernel is 70 % of the step (op_dominates is P2 by its rule: a dominant op is "
+         "where to look, not time lost)"),
     Case("kineto_straggler_device", "kineto", _kineto("straggler", _two_gpus()), (("straggler", "P0"),),
          note="GPU 1 3x slower than GPU 0: GPU 0 waits ~2/3 of each step"),
     Case("kineto_idle_between_steps", "kineto",
-         _kineto("idle_between", _load_then_gemms(0, 10, 500), gap_us=4000), (("idle_between", "P0"),),
+         _kineto("idle_between", _then_host(_load_then_gemms(0, 10, 500), 4000)), (("idle_between", "P0"),),
          note="5 ms steps with 4 ms of host work between them: the device idles 44 % of the time"),
     # pairs
     Case("kineto_input_and_collective", "kineto", _kineto("input_collective", _gemms_allreduce(8000)),
          (("input", "P0"), ("collective", "P0")),
          note="8 ms loading then the all-reduce step: ~57 % idle, the all-reduce ~36 % of the step"),
     Case("kineto_launch_and_idle_between", "kineto",
-         _kineto("launch_idle_between", _tiny_kernels, gap_us=12000), (("launch", "P0"), ("idle_between", "P0")),
+         _kineto("launch_idle_between", _then_host(_tiny_kernels, 12000)), (("launch", "P0"), ("idle_between", "P0")),
          note="launch-bound steps of 24 ms with 12 ms of host work between them"),
     Case("kineto_straggler_and_input", "kineto", _kineto("straggler_input", _two_gpus(load_us=3000)),
          (("straggler", "P0"), ("input", "P0")),
@@ -279,7 +292,7 @@ XPLANE_CASES = (
     Case("xplane_cpu_input_bound", "xplane_cpu",
          lambda d, _x: _write_xplane(d, "cpu_input_bound", "host0", grouped_cpu("host0", input_us=3000)),
          (("input", "P0"),), note="75 % of each step in IteratorGetNext (XProf's overview: HIGHLY input-bound)"),
-    Case("xplane_straggler_host", "xplane_cpu", _straggler_hosts, (("straggler", "P0"),), host=ALL_HOSTS,
+    Case("xplane_straggler_host", "xplane_cpu", _straggler_hosts, (("straggler_host", "P0"),), host=ALL_HOSTS,
          note="two hosts, one with 2x longer steps"),
     Case("xplane_healthy_hosts", "xplane_cpu", _healthy_hosts, healthy=True, host=ALL_HOSTS,
          note="two hosts within 1 % of each other"),
@@ -295,6 +308,10 @@ XPLANE_CASES = (
     Case("allocator_leak_and_high", "allocator",
          _alloc_case("alloc_leak_high", limit=100 * MB, steady=76 * MB, leak=2 * MB),
          (("leak", "P1"), ("high", "P1")), note="the leak takes the peak from 80 % to 92 % of the capacity"),
+    Case("allocator_leak_over_capacity", "allocator",
+         _alloc_case("alloc_leak_over", limit=100 * MB, steady=90 * MB, leak=2 * MB),
+         (("leak", "P1"), ("over_capacity", "P0")), note="2 MiB kept a step takes the peak from 94 % to 104 % of the "
+         "capacity: the leak that will fail"),
     Case("allocator_healthy", "allocator", _alloc_case("alloc_healthy", limit=1024 * MB, steady=64 * MB),
          healthy=True, note="68 MiB of 1 GiB, flat"),
 )
@@ -338,8 +355,10 @@ def _torch_leak(logdir: Path, _data: Path | None) -> str:
 
 
 MEMORY_CASES = (
-    Case("snapshot_oom", "snapshot", _snapshot("oom", torch_snapshot.expandable_oom_multidevice), (("oom", "P0"),),
-         note="torch_snapshot.expandable_oom_multidevice: an oom action on device 0"),
+    Case("snapshot_oom_fragmented", "snapshot", _snapshot("oom", torch_snapshot.expandable_oom_multidevice),
+         (("oom", "P0"), ("fragmentation", "P2")),
+         note="torch_snapshot.expandable_oom_multidevice: an oom action on device 0, whose segment holds "
+         "2 MiB allocated and a 16 MiB inactive block (89 % of it free but reserved)"),
     Case("snapshot_fragmented", "snapshot", _snapshot("fragmented", fragmented_snapshot),
          (("fragmentation", "P2"),), note="50 % of the reserved bytes are holes"),
     Case("snapshot_healthy", "snapshot", _snapshot("healthy", healthy_snapshot), healthy=True),
@@ -386,8 +405,8 @@ REAL_CASES = (
          (("layout_copy", "P2"),), real=True, note="a (64,512,256) transpose materialised by a layout-changing copy"),
     Case("jax_convert_reduce", "jax", _copy_run("planted_programs/convert_reduce", "jax_convert_reduce"),
          (("convert_reduce", "P2"),), real=True, note="sum of a bf16 array converted to f32 first"),
-    Case("jax_unfused_reshape", "jax", _copy_run("planted_programs/unfused_reshape", "jax_unfused_reshape"),
-         (("unfused_reshape", "P2"),), real=True, note="reshape + transpose of an array that is also an output"),
+    Case("jax_unfused_pad", "jax", _copy_run("planted_programs/unfused_pad", "jax_unfused_pad"),
+         (("unfused_reshape", "P2"),), real=True, note="a pad made by its own kernel before the dot that reads it"),
     Case("torch_real_leak", "torch_trace", _demo_file("torch/leak.pt.trace.json.gz", "torch_real/leak.pt.trace.json.gz"),
          (("leak", "P1"),), real=True, note="the demo's real PyTorch program keeping 64 KiB a step"),
 )
@@ -410,10 +429,8 @@ def build_logdir(logdir: Path, data_dir: Path | None, selected: list[Case] | Non
     return runs
 
 
-def evaluate(logdir: Path, cache_dir: Path, runs: dict[str, str], selected: list[Case] | None = None) -> list[dict]:
-    """Each case's summary from a fresh workspace over ``logdir``, through the data API;
-    one row per case: ``case``, ``run``, ``status`` (HTTP), ``findings`` [(id, priority,
-    host)], ``error``."""
+def client_for(logdir: Path, cache_dir: Path):
+    """A TestClient over a fresh workspace serving ``logdir`` (its cache in ``cache_dir``)."""
     from fastapi.testclient import TestClient
 
     from profscope.app.workspace import Workspace
@@ -421,13 +438,32 @@ def evaluate(logdir: Path, cache_dir: Path, runs: dict[str, str], selected: list
     from profscope.server import create_app
     from profscope.storage import LogDir
 
-    client = TestClient(create_app(Workspace(LogDir(str(logdir), listing_ttl=0), DiskCache(cache_dir))))
+    return TestClient(create_app(Workspace(LogDir(str(logdir), listing_ttl=0), DiskCache(cache_dir))))
+
+
+def summary_response(client, run: str, host: str | None = None):
+    """The data API's summary of ``run`` (``host``: a host name or ALL_HOSTS)."""
+    return client.get("/data/plugin/profile/data", params={"run": run, "tag": "summary", **({"host": host} if host else {})})
+
+
+def summary_bytes(client, run: str, host: str | None = None) -> bytes:
+    """The summary as the goldens keep it (tests/golden/summary, scripts/record_summary_goldens.py):
+    the JSON with sorted keys, one space of indent."""
+    r = summary_response(client, run, host)
+    r.raise_for_status()
+    return (json.dumps(r.json(), indent=1, sort_keys=True, ensure_ascii=False) + "\n").encode()
+
+
+def evaluate(logdir: Path, cache_dir: Path, runs: dict[str, str], selected: list[Case] | None = None) -> list[dict]:
+    """Each case's summary from a fresh workspace over ``logdir``, through the data API;
+    one row per case: ``case``, ``run``, ``status`` (HTTP), ``findings`` [(id, priority,
+    host)], ``verdict``, ``refused``, ``error``."""
+    client = client_for(logdir, cache_dir)
     rows = []
     for case in selected or CASES:
         if case.name not in runs:
             continue
-        params = {"run": runs[case.name], "tag": "summary", **({"host": case.host} if case.host else {})}
-        r = client.get("/data/plugin/profile/data", params=params)
+        r = summary_response(client, runs[case.name], case.host)
         body = r.json() if r.headers.get("content-type", "").startswith("application/json") else {}
         found = [(f.get("id"), f.get("priority"), f.get("host")) for f in body.get("findings") or []] \
             if r.status_code == 200 else []
