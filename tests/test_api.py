@@ -148,8 +148,9 @@ def test_api_catalog_and_run_details(demo_client, demo_expected):
     details = demo_client.get("/api/run", params={"run": run}).json()
     assert {f["kind"] for f in details["files"]} == {"xplane", "chrome_trace"}
     assert demo_expected["programs"]["mlp"]["profile_module_name"] in details["modules"]
-    assert [t["name"] for t in details["tools"]] == ["overview_page", "trace_viewer@", "op_profile", "memory_profile",
-                                                     "memory_viewer", "hlo_stats", "steps_ops", "oom_risk"]
+    assert [t["name"] for t in details["tools"]] == ["summary", "overview_page", "trace_viewer@", "op_profile",
+                                                     "memory_profile", "memory_viewer", "hlo_stats", "steps_ops",
+                                                     "oom_risk"]
 
 
 def test_logdir_is_never_written(make_client, demo_copy):
