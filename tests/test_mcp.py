@@ -74,7 +74,8 @@ async def _session(logdir, cache) -> dict:
     params = StdioServerParameters(command=sys.executable, env=dict(os.environ),
                                    args=["-m", "profscope", "mcp", str(logdir), "--cache-dir", str(cache)])
     out = {}
-    with open(cache.parent / "mcp-stderr.log", "w") as errlog:
+    stderr = cache.parent / "mcp-stderr.log"
+    with open(stderr, "w") as errlog:
         # a hang backstop, not a speed assert: the cold answers take seconds here
         with anyio.fail_after(240):
             async with stdio_client(params, errlog=errlog) as (read, write), ClientSession(read, write) as session:
@@ -82,6 +83,7 @@ async def _session(logdir, cache) -> dict:
                 out["tools"] = (await session.list_tools()).tools
                 for label, (name, arguments) in CALLS.items():
                     out[label] = await session.call_tool(name, arguments)
+    out["stderr"] = stderr.read_text()
     return out
 
 
@@ -137,6 +139,9 @@ def test_the_tools_and_their_schemas(answers):
         for param, spec in schema["properties"].items():
             assert spec.get("description"), (name, param)
         assert tool.output_schema["type"] == "object"
+    # the logs are on stderr (stdout is the protocol's): the server's first line and each refusal
+    assert answers["stderr"].startswith("profscope mcp: serving ")
+    assert "Tool 'oom_verdict' failed" in answers["stderr"]
 
 
 def test_list_runs_is_the_workspaces_catalog(answers, ws):

@@ -157,5 +157,6 @@ def build(ws: Workspace) -> MCPServer:
 
 def serve(ws: Workspace) -> None:
     """Speaks MCP on stdin/stdout until the client closes them."""
+    server = build(ws)  # configures logging (the SDK's MCPServer: to stderr)
     log.info("profscope mcp: serving %s over stdio", ws.logdir.url)
-    build(ws).run("stdio")
+    server.run("stdio")
