@@ -22,6 +22,9 @@ What XLA 0.10 on the CPU makes of each (the rule that should fire, or none):
   loop fusion (``wrapped_pad``) before the dot's fusion: ``unfused_reshape``.
 - ``bf16_sum``: ``jnp.sum`` of a 4096x2048 bf16 array; JAX promotes it to f32, reduces and
   converts back: ``convert_in_reduction``.
+- ``bf16_sum_astype``: ``jnp.sum(x.astype(f32), axis=-1).astype(bf16)`` of a 2048x4096 bf16
+  array: XLA puts the back-convert in a fusion of its own (``wrapped_convert``) after the
+  reduce's: ``convert_in_reduction`` too.
 - ``dot``, ``bf16_max``, ``f32_sum``: the healthy counterparts (no formatting kernel, a max
   reduction, no conversion): no finding.
 """
@@ -36,9 +39,12 @@ from pathlib import Path
 
 __all__ = ["EXPECTED", "PROGRAMS", "make"]
 
-PROGRAMS = ("transpose_sort", "reshape_transpose_dot", "pad_dot", "bf16_sum", "dot", "bf16_max", "f32_sum")
+PROGRAMS = ("transpose_sort", "reshape_transpose_dot", "pad_dot", "bf16_sum", "bf16_sum_astype", "dot", "bf16_max",
+            "f32_sum")
 # The compiler rule each program plants (None: healthy).
-EXPECTED = {"transpose_sort": "layout_mismatch_copy", "reshape_transpose_dot": "unfused_reshape", "pad_dot": "unfused_reshape", "bf16_sum": "convert_in_reduction",
+EXPECTED = {"transpose_sort": "layout_mismatch_copy", "reshape_transpose_dot": "unfused_reshape",
+            "pad_dot": "unfused_reshape", "bf16_sum": "convert_in_reduction",
+            "bf16_sum_astype": "convert_in_reduction",
             "dot": None, "bf16_max": None, "f32_sum": None}
 
 
@@ -76,6 +82,9 @@ def _programs():
     def bf16_sum(x):
         return jnp.sum(x, axis=-1)
 
+    def bf16_sum_astype(x):
+        return jnp.sum(x.astype(jnp.float32), axis=-1).astype(jnp.bfloat16)
+
     def dot(x, w):
         return jnp.dot(x, w)
 
@@ -89,9 +98,10 @@ def _programs():
     bf16 = jnp.ones((4096, 2048), jnp.bfloat16)
     args = {"transpose_sort": (f32,), "pad_dot": (jnp.ones((4096, 960)), jnp.ones((1024, 64))),
             "reshape_transpose_dot": (jnp.ones((256, 64, 512)), jnp.ones((4096, 64))), "bf16_sum": (bf16,),
+            "bf16_sum_astype": (jnp.ones((2048, 4096), jnp.bfloat16),),
             "dot": (f32, jnp.ones((2048, 64))), "bf16_max": (bf16,), "f32_sum": (jnp.ones((4096, 2048)),)}
-    fns = {"transpose_sort": transpose_sort, "reshape_transpose_dot": reshape_transpose_dot, "pad_dot": pad_dot, "bf16_sum": bf16_sum, "dot": dot,
-           "bf16_max": bf16_max, "f32_sum": f32_sum}
+    fns = {"transpose_sort": transpose_sort, "reshape_transpose_dot": reshape_transpose_dot, "pad_dot": pad_dot,
+           "bf16_sum": bf16_sum, "bf16_sum_astype": bf16_sum_astype, "dot": dot, "bf16_max": bf16_max, "f32_sum": f32_sum}
     return jax, [(jax.jit(fns[n]), args[n]) for n in PROGRAMS]
 
 

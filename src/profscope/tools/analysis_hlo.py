@@ -359,9 +359,18 @@ def _downcast(mod: _Module, start: int) -> bool:
             ins = mod.instr[u]
             if ins.opcode == "convert" and ins.shape.element_type in _LOW:
                 return True
-            if ins.opcode in _TRACE and ins.opcode not in _REDUCTIONS:
+            if ins.opcode == "fusion" and cur in ins.operand_ids:
+                # Entering a fusion that reads the value: on at the fused computation's
+                # parameters it binds to (XLA on CPU wraps the back-convert alone: wrapped_convert)
+                stack += [p.id for p in _parameters(mod, ins) if ins.operand_ids[p.parameter_number] == cur]
+            elif ins.opcode in _TRACE and ins.opcode not in _REDUCTIONS:
                 stack.append(u)
     return False
+
+
+def _parameters(mod: _Module, fusion) -> list:
+    comp = mod.comps.get(fusion.called_computation_ids[0]) if fusion.called_computation_ids else None
+    return [i for i in comp.instructions if i.opcode == "parameter" and i.parameter_number < len(fusion.operand_ids)] if comp else []
 
 
 def _context(mod: _Module, ins) -> str:

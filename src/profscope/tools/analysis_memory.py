@@ -184,7 +184,7 @@ def _tier_findings(oom: dict, link: Link) -> list[dict]:
     fix = ((cut["message"] if cut else "Shrink the largest contributors to the peak (OOM risk's contributors).")
            + _plan_fix(oom))
     cut_links = [evidence("largest contributor", cut["title"].removeprefix("What to cut: "),
-                          cut["evidence"].get("categoryBytes"), _link(link, l)) for l in (cut or {}).get("links", [])[:1]]
+                          cut["evidence"].get("categoryBytes"), _link(link, lk)) for lk in (cut or {}).get("links", [])[:1]]
     for f in oom.get("findings") or []:
         if f["id"] != "oom_event":
             continue
@@ -227,7 +227,7 @@ def _waste_findings(oom: dict, link: Link) -> list[dict]:
     leak_seen = False
     for f in oom.get("findings") or []:
         host = f.get("host") or oom.get("host")
-        links = [l for l in f.get("links") or []]
+        links = list(f.get("links") or [])
         if f["id"] == "heap_growth":
             if leak_seen:
                 continue
@@ -250,7 +250,8 @@ def _waste_findings(oom: dict, link: Link) -> list[dict]:
         at_stake = _waste_bytes(f)
         prio = "P1" if need is not None and at_stake is not None and at_stake >= need and rid != "other_module_peak" else None
         ev = _rows(f.get("evidence") or {})
-        ev += [evidence(f"open {l['tool'].replace('_', ' ')}", str(l.get("label") or ""), None, _link(link, l)) for l in links[:5]]
+        ev += [evidence(f"open {lk['tool'].replace('_', ' ')}", str(lk.get("label") or ""), None, _link(link, lk))
+               for lk in links[:5]]
         out.append(finding(_RULE[rid], title=f["title"], what=f["message"], evidence=ev,
                            impact=impact(bytes=at_stake, text=(f"{_b(at_stake)} could be saved" if at_stake else
                                                                "the share of memory lost; its bytes are not in this input")),
@@ -330,8 +331,8 @@ def _profile_leaks(mp: dict | None, oom: dict | None, link: Link, found: list[di
     its leak finding as evidence; alone, they are a P2 finding of their own."""
     allocs = ((mp or {}).get("profscope") or {}).get("allocators") or {}
     oom_leak = next((f for f in found if f["id"] == "memory_leak"), None)
-    leaks = {l.get("memory_id"): oom_leak for f in (oom or {}).get("findings") or [] if f["id"] == "heap_growth"
-             for l in f.get("links") or []}
+    leaks = {lk.get("memory_id"): oom_leak for f in (oom or {}).get("findings") or [] if f["id"] == "heap_growth"
+             for lk in f.get("links") or []}
     host = (oom or {}).get("host")
     out = []
     for mid in sorted(allocs):
