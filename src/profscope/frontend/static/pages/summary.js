@@ -49,9 +49,6 @@ function badge(text, color, attrs = {}) {
 }
 
 async function render(view, state, run, details, shell) {
-  // A multi-host run's summary is of every host (the tool's default, docs/analysis.md "All
-  // hosts"): the URL and the Host picker say so rather than naming the first host.
-  if (!state.host && (details.hosts || []).length > 1) return go({ ...state, host: ALL_HOSTS }, { replace: true });
   const note = unreadableNote(state, run, shell); // the log directory's runs that cannot be read
   const root = el("div", { class: "sm" }, note,
     el("div", { class: "sm-head" }, el("h1", { id: "run-title" }, run.name), el("span", { class: "muted" }, "Summary"),
@@ -64,6 +61,9 @@ async function render(view, state, run, details, shell) {
     return;
   }
   if (!view.contains(root)) return; // the user moved on
+  // A multi-host profile's summary is of every host by default (docs/analysis.md, "All
+  // hosts"): the URL and the Host picker say so rather than naming the first host.
+  if (!state.host && data.host === ALL_HOSTS) return go({ ...state, host: ALL_HOSTS }, { replace: true });
   root.lastChild.remove();
   const head = root.querySelector(".sm-head");
   head.insertBefore(badge(data.status.replace("_", " "), STATUS_COLOR[data.status] || P.neutral,
