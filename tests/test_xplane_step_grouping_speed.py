@@ -39,6 +39,27 @@ def jax_cpu(tmp_path_factory) -> Path:
     return next(out.rglob("*.xplane.pb"))
 
 
+_NUMBERED = """
+import sys, jax, jax.numpy as jnp
+jax.profiler.start_trace(sys.argv[1])
+for s in range(4):
+    with jax.profiler.StepTraceAnnotation("train", step_num=100 + 7 * s):
+        jnp.ones(8).sum().block_until_ready()
+jax.profiler.stop_trace()
+"""
+
+
+@pytest.fixture(scope="module")
+def jax_numbered(tmp_path_factory) -> Path:
+    """A JAX CPU profile whose 4 steps are numbered 100, 107, 114, 121 (``step_num``), not
+    0-3 as their group ids: a name that took the group id would show."""
+    out = tmp_path_factory.mktemp("jaxnum")
+    res = subprocess.run([sys.executable, "-c", _NUMBERED, str(out)], capture_output=True, text=True, timeout=300,
+                         check=False)
+    assert res.returncode == 0, res.stderr[-2000:]
+    return next(out.rglob("*.xplane.pb"))
+
+
 def _steps(path: Path, native: bool, monkeypatch) -> tuple:
     monkeypatch.setenv("PROFSCOPE_NATIVE", "1" if native else "0")
     with open(path, "rb") as f:
@@ -75,6 +96,25 @@ def test_native_step_db_equals_numpy_on_the_tf_cpu_fixture(shared_fixtures, monk
     assert got[0] == "grouped" and [s["name"] for s in got[1]] == [f"train {i}" for i in range(5)]
     assert all(s["type_ps"][xse.HOST_COMPUTE] > 0 for s in got[1])
     assert got == _steps(path, False, monkeypatch)
+
+
+def test_step_names_as_arrays_equal_the_context_walks(jax_cpu, jax_numbered, shared_fixtures, monkeypatch):
+    """Grouping._steps names the 44,000 roots of a long profile with arrays where each name
+    stat is the root's own (or absent, or the root has no parent); its result is
+    EventNode::GetGroupName's walk (Grouping._step) root for root, on a JAX profile
+    (step_num on the root) and the TF CPU fixture (TF names, allocator events)."""
+    from profscope.formats import xplane_steps as xs
+
+    def walks_only(self, walked, *args):
+        return [self._step(r, k, *args) for k, r in enumerate(walked)]
+
+    assert [s["name"] for s in _steps(jax_numbered, True, monkeypatch)[1]] == ["train 100", "train 107", "train 114",
+                                                                                "train 121"]
+    for path in (jax_cpu, jax_numbered, shared_fixtures / TF_CPU):
+        by_arrays = _steps(path, True, monkeypatch)
+        with monkeypatch.context() as m:
+            m.setattr(xs.Grouping, "_steps", walks_only)
+            assert _steps(path, True, monkeypatch) == by_arrays, path.name
 
 
 def test_step_reader_memory_is_bounded_by_the_file(jax_cpu):

@@ -798,88 +798,154 @@ static PyObject *py_nest_sequence(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* group_from(root, gid, group, kfirst, kids, xfirst, xkids): ProcessRootEvent's
- * PropagateGroupId as xplane_steps._group_from: every node reachable from root, through
- * the nesting edges (kids[kfirst[p]:kfirst[p+1]]) and the others (xkids[xfirst[p]:...]),
- * and through nodes no earlier root grouped, gets gid. A node takes gid when the walk
- * first reaches it (the same nodes as marking it seen then and grouping it when taken
- * from the queue: an ungrouped node reached is grouped either way, and expanded once),
- * so no seen-set is needed; the queue grows with the walk (a step's events). */
+/* One root's walk (ProcessRootEvent's PropagateGroupId, xplane_steps._group_from): every
+ * node reachable from root, through the nesting edges (kids[kf[p]:kf[p+1]]) and the
+ * others (xkids[xf[p]:...]), and through nodes no earlier root grouped, gets gid. A node
+ * takes gid when the walk first reaches it (the same nodes as marking it seen then and
+ * grouping it when taken from the queue: an ungrouped node reached is grouped either
+ * way, and expanded once), so no seen-set is needed; *queue grows with the walk (a
+ * step's events) and is kept for the next root. Returns an error message or NULL. */
+static Py_ssize_t arr_len(PyObject *o);
+
+typedef struct {
+    int64_t *group;
+    Py_ssize_t total, nk, nx;
+    const int64_t *kf, *kids, *xf, *xkids;
+    int64_t *queue;
+    Py_ssize_t cap;
+} Walk;
+
+static const char *walk_from(Walk *w, int64_t root, int64_t gid)
+{
+    if (w->group[root] >= 0)
+        return NULL;
+    Py_ssize_t head = 0, tail = 0;
+    w->group[root] = gid;
+    w->queue[tail++] = root;
+    while (head < tail) {
+        int64_t node = w->queue[head++];
+        for (int pass = 0; pass < 2; pass++) {
+            const int64_t *first = pass ? w->xf : w->kf, *adj = pass ? w->xkids : w->kids;
+            Py_ssize_t n_adj = pass ? w->nx : w->nk;
+            int64_t a = first[node], z = first[node + 1];
+            if (a < 0 || z > n_adj || a > z)
+                return "edge offsets out of range";
+            for (int64_t j = a; j < z; j++) {
+                int64_t c = adj[j];
+                if (c < 0 || c >= w->total)
+                    return "node id out of range";
+                if (w->group[c] >= 0)
+                    continue;
+                w->group[c] = gid;
+                if (tail == w->cap) {  /* each node once per walk: tail < total */
+                    int64_t *q = realloc(w->queue, (size_t)w->cap * 2 * sizeof(int64_t));
+                    if (q == NULL)
+                        return "out of memory";
+                    w->queue = q;
+                    w->cap *= 2;
+                }
+                w->queue[tail++] = c;
+            }
+        }
+    }
+    return NULL;
+}
+
+/* The Walk over the arguments (group, kfirst, kids, xfirst, xkids), checked; 0 on error. */
+static int walk_init(Walk *w, PyObject *o_group, PyObject *o_kf, PyObject *o_k, PyObject *o_xf, PyObject *o_xk)
+{
+    memset(w, 0, sizeof *w);
+    if (!PyArray_Check(o_group) || !PyArray_Check(o_k) || !PyArray_Check(o_xk)) {
+        PyErr_SetString(PyExc_TypeError, "group, kids, xkids: int64 arrays");
+        return 0;
+    }
+    w->total = PyArray_SIZE((PyArrayObject *)o_group);
+    w->nk = PyArray_SIZE((PyArrayObject *)o_k);
+    w->nx = PyArray_SIZE((PyArrayObject *)o_xk);
+    w->group = i64_arg(o_group, w->total, 1, "group");
+    w->kf = w->group ? i64_arg(o_kf, w->total + 1, 0, "kfirst") : NULL;
+    w->kids = w->kf ? i64_arg(o_k, w->nk, 0, "kids") : NULL;
+    w->xf = w->kids ? i64_arg(o_xf, w->total + 1, 0, "xfirst") : NULL;
+    w->xkids = w->xf ? i64_arg(o_xk, w->nx, 0, "xkids") : NULL;
+    if (w->xkids == NULL)
+        return 0;
+    w->cap = 256;
+    w->queue = malloc((size_t)w->cap * sizeof(int64_t));
+    if (w->queue == NULL) {
+        PyErr_NoMemory();
+        return 0;
+    }
+    return 1;
+}
+
+static PyObject *walk_error(Walk *w, const char *err)
+{
+    free(w->queue);
+    if (err == NULL)
+        Py_RETURN_NONE;
+    if (strcmp(err, "out of memory") == 0)
+        return PyErr_NoMemory();
+    PyErr_SetString(PyExc_ValueError, err);
+    return NULL;
+}
+
+/* group_from(root, gid, group, kfirst, kids, xfirst, xkids): one root's walk, in place. */
 static PyObject *py_group_from(PyObject *self, PyObject *args)
 {
     Py_ssize_t root;
     long long gid;
     PyObject *o_group, *o_kf, *o_k, *o_xf, *o_xk;
+    Walk w;
     if (!PyArg_ParseTuple(args, "nLOOOOO", &root, &gid, &o_group, &o_kf, &o_k, &o_xf, &o_xk))
         return NULL;
-    if (!PyArray_Check(o_group) || !PyArray_Check(o_k) || !PyArray_Check(o_xk)) {
-        PyErr_SetString(PyExc_TypeError, "group, kids, xkids: int64 arrays");
-        return NULL;
-    }
     if (gid < 0) {
         PyErr_SetString(PyExc_ValueError, "gid must be >= 0");
         return NULL;
     }
-    Py_ssize_t total = PyArray_SIZE((PyArrayObject *)o_group);
-    Py_ssize_t nk = PyArray_SIZE((PyArrayObject *)o_k), nx = PyArray_SIZE((PyArrayObject *)o_xk);
-    int64_t *group = i64_arg(o_group, total, 1, "group");
-    const int64_t *kf = group ? i64_arg(o_kf, total + 1, 0, "kfirst") : NULL;
-    const int64_t *kids = kf ? i64_arg(o_k, nk, 0, "kids") : NULL;
-    const int64_t *xf = kids ? i64_arg(o_xf, total + 1, 0, "xfirst") : NULL;
-    const int64_t *xkids = xf ? i64_arg(o_xk, nx, 0, "xkids") : NULL;
-    if (xkids == NULL)
+    if (!walk_init(&w, o_group, o_kf, o_k, o_xf, o_xk))
         return NULL;
-    if (root < 0 || root >= total) {
-        PyErr_SetString(PyExc_ValueError, "root out of range");
+    if (root < 0 || root >= w.total)
+        return walk_error(&w, "root out of range");
+    return walk_error(&w, walk_from(&w, root, gid));
+}
+
+/* group_roots(roots, group, kfirst, kids, xfirst, xkids) -> the roots walked: each root
+ * in turn that no earlier walk grouped gets the next group id (0, 1, ...) and its walk,
+ * as xplane_steps.Grouping.run's loop over the sorted roots calls group_from. */
+static PyObject *py_group_roots(PyObject *self, PyObject *args)
+{
+    PyObject *o_roots, *o_group, *o_kf, *o_k, *o_xf, *o_xk;
+    Walk w;
+    if (!PyArg_ParseTuple(args, "OOOOOO", &o_roots, &o_group, &o_kf, &o_k, &o_xf, &o_xk))
         return NULL;
-    }
-    if (group[root] >= 0)
-        Py_RETURN_NONE;
-    Py_ssize_t cap = 256, head = 0, tail = 0;
-    int64_t *queue = malloc((size_t)cap * sizeof(int64_t));
-    if (queue == NULL)
-        return PyErr_NoMemory();
-    group[root] = gid;
-    queue[tail++] = root;
+    Py_ssize_t nr = arr_len(o_roots);
+    const int64_t *roots = nr >= 0 ? i64_arg(o_roots, nr, 0, "roots") : NULL;
+    if (roots == NULL || !walk_init(&w, o_group, o_kf, o_k, o_xf, o_xk))
+        return NULL;
+    for (Py_ssize_t k = 0; k < nr; k++)
+        if (roots[k] < 0 || roots[k] >= w.total)
+            return walk_error(&w, "root out of range");
+    npy_intp d[1] = {nr};
+    PyObject *a_out = PyArray_SimpleNew(1, d, NPY_INT64);
+    if (a_out == NULL)
+        return walk_error(&w, "out of memory");
+    int64_t *out = PyArray_DATA((PyArrayObject *)a_out);
+    Py_ssize_t m = 0;
     const char *err = NULL;
-    while (head < tail && err == NULL) {
-        int64_t node = queue[head++];
-        for (int pass = 0; pass < 2 && err == NULL; pass++) {
-            const int64_t *first = pass ? xf : kf, *adj = pass ? xkids : kids;
-            Py_ssize_t n_adj = pass ? nx : nk;
-            int64_t a = first[node], z = first[node + 1];
-            if (a < 0 || z > n_adj || a > z) {
-                err = "edge offsets out of range";
-                break;
-            }
-            for (int64_t j = a; j < z; j++) {
-                int64_t c = adj[j];
-                if (c < 0 || c >= total) {
-                    err = "node id out of range";
-                    break;
-                }
-                if (group[c] >= 0)
-                    continue;
-                group[c] = gid;
-                if (tail == cap) {  /* each node once per walk: tail < total */
-                    int64_t *q = realloc(queue, (size_t)cap * 2 * sizeof(int64_t));
-                    if (q == NULL) {
-                        free(queue);
-                        return PyErr_NoMemory();
-                    }
-                    queue = q;
-                    cap *= 2;
-                }
-                queue[tail++] = c;
-            }
-        }
+    for (Py_ssize_t k = 0; k < nr && err == NULL; k++) {
+        if (w.group[roots[k]] >= 0)
+            continue;
+        err = walk_from(&w, roots[k], m);
+        out[m++] = roots[k];
     }
-    free(queue);
     if (err != NULL) {
-        PyErr_SetString(PyExc_ValueError, err);
-        return NULL;
+        Py_DECREF(a_out);
+        return walk_error(&w, err);
     }
-    Py_RETURN_NONE;
+    free(w.queue);
+    PyObject *res = PySequence_GetSlice(a_out, 0, m);
+    Py_DECREF(a_out);
+    return res;
 }
 
 /* nest_children(parent_of) -> (first, kids): the nesting edges (parent_of[i] >= 0: i's
@@ -1326,6 +1392,8 @@ static PyMethodDef methods[] = {
      "decode_events(buf, starts, ends, kmids, kvals, chunk) -> (metadata_id, offset_ps, duration_ps, kinds)"},
     {"nest_sequence", py_nest_sequence, METH_VARARGS,
      "nest_sequence(ids, ts, end, is_async, nest_parent, below): one line's nesting stack walk, in place"},
+    {"group_roots", py_group_roots, METH_VARARGS,
+     "group_roots(roots, group, kfirst, kids, xfirst, xkids) -> the roots walked, each the next group id"},
     {"group_from", py_group_from, METH_VARARGS,
      "group_from(root, gid, group, kfirst, kids, xfirst, xkids): one root's group ids, in place"},
     {"nest_children", py_nest_children, METH_O,

@@ -768,7 +768,8 @@ def first_stats(ev: Events, name: str, events: np.ndarray) -> tuple[KindStats, n
     arrays over every event: for a reader that asks about a few events."""
     ks = ev.kinds.get(_KIND[name], _EMPTY_KIND)
     out = np.full(len(events), -1, dtype=np.int64)
-    sel = np.flatnonzero(np.isin(ks.event, events))
+    at = np.minimum(np.searchsorted(events, ks.event), max(len(events) - 1, 0))
+    sel = np.flatnonzero(events[at] == ks.event) if len(events) else np.zeros(0, np.int64)
     if sel.size:
         got, first = np.unique(ks.event[sel], return_index=True)  # the first in the kind's order
         out[np.searchsorted(events, got)] = sel[first]
