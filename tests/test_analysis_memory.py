@@ -194,6 +194,9 @@ def test_snapshot_oom_event_is_p0(make_client, tmp_path):
     assert f["memory_oom"]["priority"] == "P0"
     assert f["memory_oom"]["impact"]["bytes"] == event["requestedBytes"] - event["deviceFreeBytes"] > 0
     assert f["memory_oom"]["evidence"][0]["link"] == link("memory_profile", host="cuda:0", t=str(event["event"]))
+    # The fix is OOM risk's cut for the largest contributor (the caching allocator's unused
+    # reserve here), its environment variable spelled as PyTorch reads it.
+    assert "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in f["memory_oom"]["fix"]
     # The peak itself is far below 90 % of the capacity: nothing else is raised to P1 by it.
     assert [x["id"] for x in found if x["priority"] != "P2"] == ["memory_oom"]
     _, other = _findings(client, "oom.pickle", host="cuda:1")  # device 1 never failed

@@ -1029,7 +1029,9 @@ def what_to_cut(contributors: list[dict], peak: int, capacity: int | None, thres
     if need is not None:
         msg += (f"Cut {_fmt(need)} ({need:,} bytes) to get below {100 * thresholds['high']:.0f} % of the "
                 f"{_fmt(capacity)} capacity" + (f", {_fmt(to_fit)} just to fit" if to_fit else "") + ". ")
-    msg += _CUT_ADVICE.get(top["category"], _CUT_ADVICE["unknown"]).capitalize() + "."
+    advice = _CUT_ADVICE.get(top["category"], _CUT_ADVICE["unknown"])
+    # Only the first letter: str.capitalize() lowercases the rest (FSDP, ZeRO, PYTORCH_CUDA_ALLOC_CONF).
+    msg += advice[:1].upper() + advice[1:] + "."
     if len(contributors) > 1:
         nxt = contributors[1]
         msg += f" Next: {nxt['label']}, {_fmt(nxt['bytes'])} ({100 * nxt['share']:.1f} %)."
