@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from profscope.app.compiler_checks import hlo_findings_for
+from profscope.app.compiler_checks import hlo_findings_for, op_share_of
 from profscope.app.workspace import Workspace
 from profscope.cache.store import DiskCache
 from profscope.errors import ProfscopeError
@@ -164,3 +164,23 @@ def test_real_modules_have_no_finding(shared_fixtures, demo_logdir, tmp_path):
             assert refused == []
             checked += len(ws.modules(run))
     assert checked > 50  # distinct modules: 62 here
+
+
+def test_op_share_is_hlo_stats_self_time(make_client, shared_fixtures, tmp_path):
+    """Where the profile has device op metrics (the MI300 GEMM profile), an instruction's
+    share is XProf's hlo_stats "Total self time (%)" of its row, by program id and name."""
+    root = shared_fixtures / "public_profiles"
+    ws = _workspace(root, tmp_path)
+    run = next(r for r in ws.runs() if r.name.startswith("xplane/mi300_jax08_gemm/"))
+    share = op_share_of(ws, run, None)
+    table = make_client(root).get("/data/plugin/profile/data",
+                                  params={"run": run.name, "tag": "hlo_stats", "host": run.hosts[0]}).json()
+    cols = [c["id"] for c in table["cols"]]
+    rows = [dict(zip(cols, [c.get("v") if c else None for c in r["c"]])) for r in table["rows"]]
+    modules = {m.rsplit("(", 1)[1].rstrip(")"): m for m in ws.modules(run)}
+    assert len(rows) > 5
+    for row in rows:
+        assert share(modules[str(row["program_id"])], row["hlo_op_name"]) == pytest.approx(row["total_self_time_percent"] / 100)
+    assert share(modules[str(rows[0]["program_id"])], "no-such-instruction") is None
+    # A run that is not a profile has no op times: the priority stays by bytes.
+    assert op_share_of(ws, next(r for r in ws.runs() if r.kind.name == "CHROME_TRACE"), None) is None

@@ -44,10 +44,10 @@ def hlo_findings_for(ws, run: Run, host: str | None, link: Callable[..., str], r
         refused += [{"file": e.file or f"module {name}", "reason": e.message} for name, e in errors]
     elif errors:
         raise errors[0][1]
-    return analysis_hlo.hlo_findings(modules, link, _op_share(ws, run, one))
+    return analysis_hlo.hlo_findings(modules, link, op_share_of(ws, run, one))
 
 
-def _op_share(ws, run: Run, host: str | None):
+def op_share_of(ws, run: Run, host: str | None):
     """``op_share(module, instruction)``: the instruction's self time over the device time
     of the host (XProf's hlo_stats "Total self time (%)" over device planes, idle included);
     None where the run has no device op metrics (a dump, a CPU-only profile)."""
