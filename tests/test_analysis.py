@@ -312,7 +312,8 @@ def test_a_cpu_profile_is_input_bound_by_xprofs_input_time(tmp_path):
     assert "HIGHLY input-bound" in str(overview)  # XProf's own verdict on the same steps
     assert f["priority"] == "P0" and 0.7 < f["evidence"][0]["number"] < 0.8
     assert f["impact"]["seconds_per_step"] == pytest.approx(0.003, rel=0.01)
-    assert "input_bound" not in _ids(_summary(client, "computes/s"))
+    # no input op: at most XProf's "POTENTIALLY" (time in no op), a P2
+    assert _ids(_summary(client, "computes/s")).get("input_bound") in (None, "P2")
 
 
 def test_evidence_links_open_the_step_and_the_op(planted, public):
@@ -357,3 +358,18 @@ def test_findings_sort_by_priority_then_impact_without_mixing_units():
     d = summarize({"run": "r", "findings": found})
     assert d["status"] == "NEEDS_ATTENTION" and [x["priority"] for x in d["findings"]][:1] == ["P0"]
     assert summarize({"run": "r", "findings": [f("P2", 5.0)]})["status"] == "OPTIMAL"
+
+
+def test_a_cpu_profile_mostly_outside_any_op_is_possibly_input_bound_at_p2():
+    """The real JAX program of the planted suite (tests/data/planted_programs/input_bound:
+    20 ms of host sleep before each ~1 ms jitted step, on CPU): XProf's overview page says
+    POTENTIALLY input-bound (98.8 % 'All Others'); the time is in no op, its cause
+    unmeasured, so a P2 that says so."""
+    import tempfile
+
+    client = _client(ROOT / "tests" / "data" / "planted_programs", Path(tempfile.mkdtemp()))
+    run = next(r["name"] for r in client.get("/api/runs").json()["runs"] if r["name"].startswith("input_bound/"))
+    d = _summary(client, run)
+    f = next(f for f in d["findings"] if f["id"] == "input_bound")
+    assert f["priority"] == "P2" and f["title"].startswith("Possibly input-bound")
+    assert f["evidence"][0]["number"] > 0.9 and 0.019 < f["impact"]["seconds_per_step"] < 0.022

@@ -356,37 +356,55 @@ def host_straggler_findings(hosts: list[dict], link: Callable[..., str]) -> list
 def host_input_findings(steps_ops: dict, step_db: dict | None, link: Callable[..., str]) -> list[dict]:
     """``input_bound`` of a profile whose steps have no device time (a CPU-only xplane: the
     device-idle rules have nothing to read) from XProf's own input measure, the step
-    database's time waiting for input (tools/xprof_overview.py ``step_details``: host wait
-    input plus host-to-device, over the step time: what overview_page's "input-bound"
-    statement reads, HIGHLY at 20 %, MODERATELY at 5 %), graded by share as the other time
-    rules."""
+    database (tools/xprof_overview.py ``step_details``), graded by share as the other time
+    rules: the time waiting for input (host wait input plus host-to-device over the step
+    time: overview_page's "HIGHLY / MODERATELY input-bound" at 20 % / 5 %), else, below
+    2 % of it, the step's time outside any op ("All Others": overview_page's "POTENTIALLY
+    input-bound", at 3 %, I/O or Python between ops, e.g. a data loader that is no
+    tf.data op)."""
     if _Steps(steps_ops).total_us or not step_db or not step_db.get("steps"):
         return []
     details = xprof_overview.step_details(step_db["steps"])
     total_ms = sum(d["step_time_ms"] for d in details)
-    input_ms = [d["host_wait_input_ms"] + d["host_to_device_ms"] for d in details]
     if not total_ms:
         return []
-    share = sum(input_ms) / total_ms
+    lost = [d["host_wait_input_ms"] + d["host_to_device_ms"] for d in details]
+    waiting = priority_for_share(sum(lost) / total_ms) is not None
+    if not waiting:
+        lost = [d["unknown_time_ms"] for d in details]
+    share = sum(lost) / total_ms
     p = priority_for_share(share)
     if p is None:
         return []
+    if not waiting:
+        # time in no op has no measured cause (XProf too says only "POTENTIALLY"): worth
+        # knowing, never the P0/P1 of a measured loss (a profile with few ops annotated
+        # would be one)
+        p = "P2"
     host = steps_ops.get("host")
-    per_step_us = 1e3 * sum(input_ms) / len(details)
-    worst_i = max(range(len(details)), key=lambda i: (input_ms[i], -i))
+    per_step_us = 1e3 * sum(lost) / len(details)
+    worst_i = max(range(len(details)), key=lambda i: (lost[i], -i))
     worst = details[worst_i]
     rule = _RULE["input_bound"]
-    return [finding(rule, priority=p, title=rule.title.replace("each step's device waits", "each step waits"),
-                    host=host,
-                    what=(f"{_pct(share)} of the step time ({_us(per_step_us)} per step) is spent waiting for "
-                          "input (XProf's step database: the host waiting for the input pipeline and the copies "
-                          "to the device), as XProf's overview page measures it."),
+    if waiting:
+        title = rule.title.replace("each step's device waits", "each step waits")
+        what = (f"{_pct(share)} of the step time ({_us(per_step_us)} per step) is spent waiting for input (XProf's "
+                "step database: the host waiting for the input pipeline and the copies to the device), as XProf's "
+                "overview page measures it.")
+    else:
+        title = "Possibly input-bound: each step runs mostly outside any op (I/O or Python)"
+        what = (f"{_pct(share)} of the step time ({_us(per_step_us)} per step) is in no op XProf knows ('All "
+                "Others' in its step database, which its overview page calls POTENTIALLY input-bound): the host "
+                "reading or preparing data outside the input pipeline's ops, or Python between the ops.")
+    return [finding(rule, priority=p, title=title, host=host, what=what,
                     evidence=[evidence("share of step time", _pct(share), round(share, 4)),
-                              evidence("input per step", _us(per_step_us), round(per_step_us, 3)),
+                              evidence("per step", _us(per_step_us), round(per_step_us, 3)),
                               evidence(f"worst step: {worst['step_name']}",
-                                       f"{_us(1e3 * input_ms[worst_i])} of {_us(1e3 * worst['step_time_ms'])}",
-                                       round(1e3 * input_ms[worst_i], 3),
+                                       f"{_us(1e3 * lost[worst_i])} of {_us(1e3 * worst['step_time_ms'])}",
+                                       round(1e3 * lost[worst_i], 3),
                                        link("steps_ops", host=host, step=worst["step_name"]))],
                     impact=impact(per_step_us / 1e6, text=f"{_us(per_step_us)} per step ({_pct(share)} of step time)"),
                     fix=("Overlap input with compute: prefetch (tf.data prefetch and parallel map/interleave, a "
-                         "DataLoader with workers), cache or preprocess offline what every epoch recomputes."))]
+                         "DataLoader with workers), cache or preprocess offline what every epoch recomputes"
+                         + ("." if waiting else "; profile the host (py-spy) to see what runs between the ops, and "
+                            "compile the step (jax.jit, tf.function) so that less Python runs per step.")))]
