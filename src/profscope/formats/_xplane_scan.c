@@ -1166,7 +1166,7 @@ static PyObject *py_host_step_db(PyObject *self, PyObject *args)
         hcap *= 2;
     int64_t *table = malloc((size_t)hcap * sizeof(int64_t));
     Py_ssize_t *rs = malloc((size_t)(nr ? nr : 1) * sizeof(Py_ssize_t));
-    uint8_t *is_root_idx = NULL;
+    uint8_t *is_root_idx = NULL, *is_event = NULL;
     if (!a_begin || !a_dur || !a_comp || !a_pres || !best || !first_of || !table || !rs) {
         if (!PyErr_Occurred())
             PyErr_NoMemory();
@@ -1209,6 +1209,8 @@ static PyObject *py_host_step_db(PyObject *self, PyObject *args)
         for (Py_ssize_t k = 0; k < ni; k++)
             is_root_idx[ridx[k]] = 1;
     }
+    is_event = malloc((size_t)(n ? n : 1));  /* pass 1's verdict: a typed event of its group */
+    if (!is_event) { PyErr_NoMemory(); goto done; }
     int64_t first_ps = INT64_MAX;
     uint32_t kinds_seen[2048] = {0};  /* EventType values (int16, >= 0 here) seen on events */
     int bad_kind = 0;
@@ -1220,6 +1222,7 @@ static PyObject *py_host_step_db(PyObject *self, PyObject *args)
         if (b0 < first_ps)
             first_ps = b0;
         int64_t g = group[i];
+        is_event[i] = 0;
         if (g < 0)
             continue;
         present[g] = 1;
@@ -1237,6 +1240,7 @@ static PyObject *py_host_step_db(PyObject *self, PyObject *args)
             if (best[g] < 0 || dur[i] > dur[best[g]])
                 best[g] = i;
         } else if (fl & 2) {
+            is_event[i] = 1;
             int16_t kd = mkind[mid[i]];
             if (kd < 0 || kd >= 2048 * 32) { bad_kind = 1; break; }
             kinds_seen[kd >> 5] |= 1u << (kd & 31);
@@ -1258,20 +1262,9 @@ static PyObject *py_host_step_db(PyObject *self, PyObject *args)
     /* pass 2: how many events each group keeps (clipped to its step, not empty) */
     memset(first_of, 0, (size_t)(G + 1) * sizeof(int64_t));
 #define HSD_EVENT(i, g, s, e)                                                                  \
+    if (!is_event[i])                                                                          \
+        continue;                                                                              \
     int64_t g = group[i];                                                                      \
-    if (g < 0 || !(mflags[mid[i]] & 2))                                                        \
-        continue;                                                                              \
-    int marker_ = (mflags[mid[i]] & 1) || (is_root_idx && is_root_idx[i]);                    \
-    if (!marker_ && nr) {                                                                      \
-        uint64_t h_ = ((uint64_t)off[i] * 0x9E3779B97F4A7C15ull) >> 20;                        \
-        Py_ssize_t slot_ = (Py_ssize_t)(h_ & (uint64_t)(hcap - 1));                            \
-        while (table[slot_] >= 0 && rstart[table[slot_]] != off[i])                            \
-            slot_ = (slot_ + 1) & (hcap - 1);                                                  \
-        for (Py_ssize_t k_ = table[slot_]; k_ >= 0 && !marker_; k_ = rs[k_])                   \
-            marker_ = rkey[k_] == line_key[line[i]] && rend[k_] == off[i] + dur[i] && rgid[k_] == g; \
-    }                                                                                          \
-    if (marker_)                                                                               \
-        continue;                                                                              \
     int64_t b0_ = line_ps[line[i]] + off[i];                                                   \
     int64_t s = b0_ > begin[g] ? b0_ : begin[g];                                               \
     int64_t e = b0_ + dur[i] < begin[g] + sdur[g] ? b0_ + dur[i] : begin[g] + sdur[g];         \
@@ -1371,6 +1364,7 @@ done:
     free(table);
     free(rs);
     free(is_root_idx);
+    free(is_event);
     return out;
 }
 

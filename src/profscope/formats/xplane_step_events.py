@@ -524,21 +524,22 @@ def _host_step_db_native(ev, line_ts_ns, group_id, roots, named: dict, event_nam
 
 def _emit_steps(groups, begin, dur, has_compute, covers: dict, name_of: dict, out: list) -> None:
     """The step entries of the groups XProf keeps (``ConvertStepEventsToStepDb``): per
-    group, each type's time is its cover less the cover of the types above it."""
+    group, each type's time is its cover less the cover of the types above it (as
+    arrays, then one dict per step: 44,000 steps read numpy scalars one by one in 0.3 s)."""
     levels = sorted(covers)
-    for j in range(len(groups)):
-        if dur[j] <= 0 or not has_compute[j]:
-            continue  # no marker, or not well formed (no host compute): XProf drops the step
-        type_ps = {}
-        for x, k in enumerate(levels):
-            above = int(covers[levels[x + 1]][j]) if x + 1 < len(levels) else 0
-            type_ps[k] = int(covers[k][j]) - above
-        busy = int(covers[levels[0]][j]) if levels else 0
-        type_ps[UNKNOWN_TIME] = int(dur[j]) - busy
-        g = int(groups[j])
+    dur = np.asarray(dur, dtype=np.int64)
+    # no marker, or not well formed (no host compute): XProf drops the step
+    keep = np.flatnonzero((dur > 0) & np.asarray(has_compute, dtype=bool))
+    cov = [np.asarray(covers[k], dtype=np.int64)[keep] for k in levels]
+    own = [(cov[x] - cov[x + 1] if x + 1 < len(levels) else cov[x]).tolist() for x in range(len(levels))]
+    unknown = (dur[keep] - (cov[0] if levels else 0)).tolist()
+    rows = zip(np.asarray(groups)[keep].tolist(), np.asarray(begin, dtype=np.int64)[keep].tolist(),
+               dur[keep].tolist(), unknown, *own)
+    for g, b, d, unk, *times in rows:
+        type_ps = dict(zip(levels, times))
+        type_ps[UNKNOWN_TIME] = unk
         out.append({"step_num": g, "name": name_of.get(g) or str(g), "step_name": name_of.get(g, ""),
-                    "begin_ps": int(begin[j]),
-                    "duration_ps": int(dur[j]), "type_ps": type_ps})
+                    "begin_ps": b, "duration_ps": d, "type_ps": type_ps})
 
 
 def _non_overlapped(events: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
