@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from profscope.formats import snapshot_pickle as snapshot_format
 from profscope.testing import allocator_xplane as ax
 from profscope.testing import torch_snapshot as tsb
 from profscope.tools import analysis_memory
@@ -223,3 +224,27 @@ def test_deterministic(client):
     a = json.dumps(_findings(client, run, capacity_bytes=30_000_000)[1], sort_keys=False)
     b = json.dumps(_findings(client, run, capacity_bytes=30_000_000)[1], sort_keys=False)
     assert a == b
+
+
+def test_flexgen_oom_snapshot_holds_no_oom_entry(make_client, shared_fixtures, tmp_path):
+    """The shared oom_snapshot.pickle (the demo's flexgen_oom.pickle) is the state *before*
+    an OOM: its trace is one ``snapshot`` entry, no ``oom`` one, and a 2023 snapshot names
+    no device, so nothing in the file says it failed or how much memory there was (no P0
+    from a file name). Given the device's memory, as OOM risk takes it, the same rules rate
+    its 11.84 GB reserved: HIGH on 12 GB (P1), over capacity on 11 GB (P0)."""
+    src = shared_fixtures / "torch_snapshots" / "Yiyi-philosophy_LLM-inference" / "oom_snapshot.pickle"
+    logdir = tmp_path / "logs"
+    logdir.mkdir()
+    (logdir / "flexgen_oom.pickle").write_bytes(src.read_bytes())
+    with open(src, "rb") as f:
+        snap = snapshot_format.load_snapshot(f, str(src))
+    assert snap.oom_events == [] and b"oom" not in src.read_bytes()
+    client = make_client(logdir)
+    oom, found = _findings(client, "flexgen_oom.pickle")
+    assert oom["risk"] == "UNKNOWN" and [f["id"] for f in found if f["priority"] in ("P0", "P1")] == []
+    oom, found = _findings(client, "flexgen_oom.pickle", device_memory="12GB")
+    high = _by_id(found)["memory_high"]
+    assert high["priority"] == "P1" and high["impact"]["bytes"] == oom["peakBytes"] - 12_000_000_000 * 9 // 10 + 1
+    oom, found = _findings(client, "flexgen_oom.pickle", device_memory="11GB")
+    over = _by_id(found)["memory_over_capacity"]
+    assert over["priority"] == "P0" and over["impact"]["bytes"] == oom["peakBytes"] - 11_000_000_000 == 844_714_496
