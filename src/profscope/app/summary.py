@@ -68,6 +68,20 @@ class Analysis:
         parts = self._analysis_parts(run, query.host, link, refused, progress)
         return analysis.summarize({**parts, "run": run.name, "host": query.host, "refused": refused})
 
+    def summary_hosts_first(self, run: Run, query: SummaryQuery) -> None:
+        """Before an ALL_HOSTS summary: each host's Steps & ops and OOM risk, all at once
+        (on the cluster, or in several workers: Workspace.fan_out); the summary's own
+        conversion then reads them back host by host."""
+        if not (run.kind is RunKind.PROFILE and query.host == ALL_HOSTS and len(run.hosts) > 1):
+            return
+        jobs = []
+        for name, q in (("steps_ops", StepsOpsQuery()), ("oom_risk", OomRiskQuery())):
+            tool = self.tool_named(name)
+            per_host = [tool.complete(run, q.but(host=h)) if tool.complete else q.but(host=h) for h in run.hosts]
+            jobs += [(self.tool_data_key(run, tool, hq), ("tool_data", hq.host, tool.name, hq.fields()))
+                     for hq in per_host]
+        self.fan_out(run, jobs, f"Summary of {len(run.hosts)} hosts", one_worker_each=False)
+
     def _analysis_part(self, run: Run, refused: list[dict], part: str, fn):
         """``fn()``, or None where the run has nothing for it (a 404) or it cannot be read
         (listed in ``refused``)."""

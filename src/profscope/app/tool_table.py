@@ -151,6 +151,7 @@ TOOLS: tuple[Tool, ...] = (
              chrome_trace=Analysis.analysis),
         _reads_xplanes,
         pages=("summary.js",),
+        prepare=Analysis.summary_hosts_first,
         complete=complete_host,
         xprof=False,
     ),
