@@ -10,7 +10,7 @@ on healthy runs, and the cold time of every public fixture's summary.
    The bar (issue 35): recall >= 90 %, no P0 on a healthy run.
 2. **Healthy real runs**: the demo's healthy runs (its JAX/TF CPU profiles, PyTorch
    traces without a leak, the XLA dump) and the real fixtures that have no problem
-   (``REAL_HEALTHY``): their P0 findings, if any, count as false P0s too.
+   (``planted.REAL_HEALTHY``): their P0 findings, if any, count as false P0s too.
 3. **Cold timing**: every run of the public fixtures (``public_profiles``: xplane
    sessions, ALL_HOSTS for multi-host sessions, PyTorch traces, snapshots, the corrupt and
    LFS-pointer files included), each on a fresh cache, timed around its summary request.
@@ -29,14 +29,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from profscope.testing import planted
+
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "src" / "profscope" / "demo" / "logdir"
-# The demo's runs with no problem planted (docs/analysis.md, "Planted problems").
-DEMO_HEALTHY = ("mlp/", "convnet/", "transformer/", "torch/mlp_train.pt.trace.json.gz",
-                "torch/transformer_train.pt.trace.json.gz", "dumps/mlp")
-# The public fixtures' runs that have no problem to report at P0 (each checked by hand:
-# docs/analysis.md, "Goldens on the real files").
-REAL_HEALTHY = ("mi300_jax08_gemm/", "mi300_jax_conv_xprof_touched/", "tpu_inference/")
 
 
 def _client(logdir: Path, cache: Path):
@@ -128,9 +124,9 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         result["planted"] = planted_report(Path(tmp))
         _print_planted(result["planted"])
-        result["demo_healthy"] = healthy_runs(DEMO, DEMO_HEALTHY, Path(tmp) / "demo_cache")
+        result["demo_healthy"] = healthy_runs(DEMO, planted.DEMO_HEALTHY, Path(tmp) / "demo_cache")
         if (args.fixtures / "public_profiles").is_dir():
-            result["real_healthy"] = healthy_runs(args.fixtures / "public_profiles", REAL_HEALTHY, Path(tmp) / "pub_cache")
+            result["real_healthy"] = healthy_runs(args.fixtures / "public_profiles", planted.REAL_HEALTHY, Path(tmp) / "pub_cache")
     healthy = result["demo_healthy"] + result.get("real_healthy", [])
     for h in healthy:
         print(f"healthy {h['run']:60} {h['status']} {h['verdict']} P0: {','.join(h['p0']) or '-'}")

@@ -16,13 +16,7 @@ from profscope.testing import planted
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"
-# The demo's runs with no problem planted, and the public fixtures' runs whose findings
-# (checked by hand, docs/analysis.md "Goldens on the real files") have no P0.
-DEMO_HEALTHY = ("mlp/", "convnet/", "transformer/", "torch/mlp_train.pt.trace.json.gz",
-                "torch/transformer_train.pt.trace.json.gz", "dumps/mlp")
-REAL_HEALTHY = ("xplane/mi300_jax08_gemm/", "xplane/tpu_inference/", "traces/hta_alexnet.trace.json.gz",
-                "traces/tracelens_b200_eager.trace.json.gz", "snapshots/niu_fwd_bwd_200_mixed.pickle",
-                "snapshots/bolong_xl_fwd_cl2048_fp32_expandable.pickle")
+DEMO_HEALTHY, REAL_HEALTHY = planted.DEMO_HEALTHY, planted.REAL_HEALTHY
 
 
 @pytest.fixture(scope="module")

@@ -41,11 +41,22 @@ from profscope.testing import kineto_trace as kt
 from profscope.testing import memory_trace, torch_snapshot
 from profscope.testing.allocator_xplane import MS, US, Bfc, Space, Str, steady_leak
 
-__all__ = ["RULE", "Case", "CASES", "cases", "build_logdir", "client_for", "summary_response", "summary_bytes",
+__all__ = ["RULE", "DEMO_HEALTHY", "REAL_HEALTHY", "Case", "CASES", "cases", "build_logdir", "client_for", "summary_response", "summary_bytes",
            "evaluate", "score"]
 
 DEMO = Path(__file__).resolve().parents[1] / "demo" / "logdir"
 ALL_HOSTS = "ALL_HOSTS"
+# Real runs with no problem planted, where no P0 is allowed either (docs/analysis.md,
+# "Planted problems"): the demo's healthy runs (run-name prefixes in the demo log
+# directory), and the public fixtures whose profiles were read by hand and show none
+# (prefixes in <fixtures>/public_profiles): the MI300 GEMM (device busy 90 %), the TPU
+# inference run (99.8 % busy, 64 % of its HBM), two real training snapshots. The
+# AlexNet and B200 traces are not among them: their device idles 87-99 % (HTA), which the
+# Summary cannot rate without steps.
+DEMO_HEALTHY = ("mlp/", "convnet/", "transformer/", "torch/mlp_train.pt.trace.json.gz",
+                "torch/transformer_train.pt.trace.json.gz", "dumps/mlp")
+REAL_HEALTHY = ("xplane/mi300_jax08_gemm/", "xplane/tpu_inference/", "snapshots/niu_fwd_bwd_200_mixed.pickle",
+                "snapshots/bolong_xl_fwd_cl2048_fp32_expandable.pickle")
 MB = 1 << 20
 
 # The rule ids the cases expect, by the problem planted (the ids of RULES in
