@@ -224,6 +224,7 @@ def _waste_findings(oom: dict, link: Link) -> list[dict]:
     """OOM risk's findings of memory that could be saved, and the buffers dominating the peak."""
     out = []
     need = _bytes_to_leave(oom)
+    plan = {c["id"]: c for c in (oom.get("plan") or {}).get("savings") or []}
     leak_seen = False
     for f in oom.get("findings") or []:
         host = f.get("host") or oom.get("host")
@@ -248,17 +249,25 @@ def _waste_findings(oom: dict, link: Link) -> list[dict]:
         if rid is None:
             continue
         at_stake = _waste_bytes(f)
+        text = f"{_b(at_stake)} could be saved" if at_stake else "the share of memory lost; its bytes are not in this input"
+        priced = plan.get(_PLAN_CHANGE.get(f["id"], ""))
+        if priced is not None:
+            # OOM risk's plan prices the change (tools/oom_plan.py): rematerialising keeps the
+            # largest activation live while it is recomputed, so not every activation byte goes.
+            at_stake = int(priced["savedBytes"])
+            text = f"{priced['title'].lower()}: saves about {_b(at_stake)} (OOM risk's plan)"
         prio = "P1" if need is not None and at_stake is not None and at_stake >= need and rid != "other_module_peak" else None
         ev = _rows(f.get("evidence") or {})
         ev += [evidence(f"open {lk['tool'].replace('_', ' ')}", str(lk.get("label") or ""), None, _link(link, lk))
                for lk in links[:5]]
         out.append(finding(_RULE[rid], title=f["title"], what=f["message"], evidence=ev,
-                           impact=impact(bytes=at_stake, text=(f"{_b(at_stake)} could be saved" if at_stake else
-                                                               "the share of memory lost; its bytes are not in this input")),
-                           fix=_WASTE_FIX[rid], host=host, priority=prio))
+                           impact=impact(bytes=at_stake, text=text), fix=_WASTE_FIX[rid], host=host, priority=prio))
     dom = _dominating(oom, link, need)
     return out + ([dom] if dom else [])
 
+
+# OOM risk's findings that its plan prices (tools/oom_plan.py change ids).
+_PLAN_CHANGE = {"activations_dominate": "remat", "undonated_arguments": "donate"}
 
 _WASTE_FIX = {
     "undonated_arguments": "Donate the arguments the outputs replace: jax.jit(f, donate_argnums=...) (or donate_argnames); "
