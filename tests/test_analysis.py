@@ -373,3 +373,19 @@ def test_a_cpu_profile_mostly_outside_any_op_is_possibly_input_bound_at_p2():
     f = next(f for f in d["findings"] if f["id"] == "input_bound")
     assert f["priority"] == "P2" and f["title"].startswith("Possibly input-bound")
     assert f["evidence"][0]["number"] > 0.9 and 0.019 < f["impact"]["seconds_per_step"] < 0.022
+
+
+@pytest.mark.parametrize("name", ["hta_alexnet", "tracelens_b200_eager"])
+def test_a_trace_without_steps_reports_the_devices_idle_span_as_hta_does(public, name):
+    """No ProfilerStep#N: the step rules have no window, so the device's idle over its
+    kernel span (HTA's temporal breakdown, recorded by HTA itself in tests/golden/hta) is
+    the finding; it said "No rule found anything to fix" on 99.5 % idle."""
+    import json
+
+    hta = json.loads((Path(__file__).parent / "golden" / "hta" / f"{name}.json").read_text())["temporal"][0]
+    d = _summary(public, f"traces/{name}.trace.json.gz")
+    f = next(f for f in d["findings"] if f["id"] == "device_idle")
+    assert f["priority"] == "P0" and f["impact"]["seconds_per_step"] is None
+    assert f["evidence"][0]["number"] == pytest.approx(hta["idle"] / hta["kernel_time"], abs=0.015)
+    assert f["evidence"][1]["number"] == pytest.approx(hta["kernel_time"], rel=0.001)
+    assert "device_idle" not in _ids(_summary(public, "traces/kineto_resnet50_v100.pt.trace.json.gz"))

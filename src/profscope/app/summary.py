@@ -17,13 +17,14 @@ from urllib.parse import urlencode
 
 from profscope.app import lazy
 from profscope.app.profile_steps import ALL_HOSTS
-from profscope.app.queries import MemoryProfileQuery, OomRiskQuery, StepsOpsQuery, SummaryQuery
+from profscope.app.queries import MemoryProfileQuery, OomRiskQuery, StepsOpsQuery, SummaryQuery, TraceQuery
 from profscope.errors import BadRequest, NotFound, ProfscopeError
 from profscope.model.catalog import Run, RunKind
 
 analysis = lazy.module("profscope.tools.analysis")
 analysis_time = lazy.module("profscope.tools.analysis_time")
 analysis_memory = lazy.module("profscope.tools.analysis_memory")
+step_breakdown = lazy.module("profscope.tools.step_breakdown")
 # the compiler rules' gatherer of a run's HLO modules (``hlo_findings_for``), read where
 # the module exists
 _HLO_APP = "profscope.app.compiler_checks"
@@ -132,6 +133,10 @@ class Analysis:
         findings = []
         if so is not None:
             findings += analysis_time.time_findings(so, link)
+            if so.get("source") == "chrome_trace" and not (so.get("summary") or {}).get("steps"):
+                # a trace without ProfilerStep#N: the device's idle over its whole span
+                spans = self._analysis_part(run, refused, "steps_ops", lambda: self._device_spans(run))
+                findings += analysis_time.span_findings(so, spans, link)
             if so.get("source") == "xplane" and run.kind is RunKind.PROFILE and so.get("host") in run.hosts:
                 # a CPU-only profile's input time (XProf's step database), where no device time is
                 step_db = self._analysis_part(run, refused, "steps", lambda: self.xplane_steps(run, so["host"])["step_db"])
@@ -146,6 +151,20 @@ class Analysis:
         return {"steps_ops": so, "oom_risk": oom, "peaks": peaks, "findings": findings,
                 "inputs": {"steps_ops": so is not None, "oom_risk": oom is not None, "memory_profile": mp is not None,
                            "hlo": hlo is not None}}
+
+    def _device_spans(self, run: Run) -> list[dict]:
+        """Per device of a Chrome trace, HTA's temporal breakdown over its whole kernel span
+        (tools/step_breakdown.py ``temporal``: first start to last end, the idle no
+        activity covers), in µs, from the trace index Steps & ops read."""
+        name, info, _pos = self._trace_hosts(run, TraceQuery())[0]
+        k = step_breakdown.device_kernels(self.trace_index(run, name, info))
+        out = []
+        for dev in sorted(set(int(d) for d in k.device)):
+            sel = k.device == dev
+            tb = step_breakdown.temporal(k.start[sel], k.end[sel], sel[sel] & False)
+            out.append({"device": dev, "kernels": int(sel.sum()), "span_us": round(tb["kernel_time"] / 1e6, 3),
+                        "idle_us": round(tb["idle"] / 1e6, 3), "start_us": round(float(k.start[sel].min()) / 1e6, 3)})
+        return out
 
     def _compiler_findings(self, run: Run, host: str | None, link, refused: list[dict]) -> list[dict] | None:
         """The compiler checks of the run's modules (one host's; None or ALL_HOSTS: every

@@ -21,7 +21,8 @@ from profscope.tools import xprof_overview
 from profscope.tools.analysis_rules import (P0_SHARE, P1_SHARE, P2_SHARE, Rule, evidence, finding, impact,
                                             priority_for_share)
 
-__all__ = ["RULES", "device_metrics", "host_input_findings", "host_straggler_findings", "time_findings"]
+__all__ = ["RULES", "device_metrics", "host_input_findings", "host_straggler_findings", "span_findings",
+           "time_findings"]
 
 _BY_SHARE = (f"by share of step time: P0 >= {P0_SHARE:.0%}, P1 >= {P1_SHARE:.0%}, P2 >= {P2_SHARE:.0%}")
 # Activities shorter than this on average are "tiny": a CUDA kernel launch costs about
@@ -68,6 +69,10 @@ RULES: tuple[Rule, ...] = (
          f"slowest, {_BY_SHARE}",
          "XProf's pod viewer / overview ALL_HOSTS; /api/steps_ops?host=ALL_HOSTS straggler_host",
          "A straggler host: one host's steps are slower than the others'"),
+    Rule("device_idle", "time", "by share",
+         f"(a trace without steps) the device idle between its first and last activity, {_BY_SHARE}",
+         "HTA temporal breakdown (idle over the kernel span, tests/golden/hta)",
+         "The device is idle most of the trace"),
     Rule("idle_between_steps", "time", "by share",
          f"every device idle after its last activity of a step until the next step starts (the least of "
          f"the devices' idle after their last op), {_BY_SHARE}",
@@ -408,3 +413,35 @@ def host_input_findings(steps_ops: dict, step_db: dict | None, link: Callable[..
                          "DataLoader with workers), cache or preprocess offline what every epoch recomputes"
                          + ("." if waiting else "; profile the host (py-spy) to see what runs between the ops, and "
                             "compile the step (jax.jit, tf.function) so that less Python runs per step.")))]
+
+
+def span_findings(steps_ops: dict, spans: list[dict] | None, link: Callable[..., str]) -> list[dict]:
+    """``device_idle`` of a trace with no steps (no ``ProfilerStep#N``: the step rules have
+    no window): the devices' idle over their whole kernel span (HTA's temporal breakdown,
+    ``spans`` per device: ``span_us``, ``idle_us``), averaged over the devices. No step, so
+    the impact is the idle time of the trace, not per step."""
+    spans = [d for d in spans or [] if d["span_us"] > 0]
+    if not spans:
+        return []
+    span = sum(d["span_us"] for d in spans) / len(spans)
+    idle = sum(d["idle_us"] for d in spans) / len(spans)
+    share = idle / span
+    p = priority_for_share(share)
+    if p is None:
+        return []
+    host = steps_ops.get("host")
+    rule = _RULE["device_idle"]
+    first = min(spans, key=lambda d: d["start_us"])
+    trace = link("trace_viewer@", host=host, start_ms=round(first["start_us"] / 1e3, 6),
+                 end_ms=round((first["start_us"] + span) / 1e3, 6))
+    return [finding(rule, priority=p, title=rule.title, host=host,
+                    what=(f"Between its first and last kernel the device is idle {_pct(share)} of the time ({_us(idle)} "
+                          f"of {_us(span)}). The trace has no ProfilerStep#N, so this idle cannot be split into "
+                          "input, launch and end-of-step waits."),
+                    evidence=[evidence("idle share of the kernel span", _pct(share), round(share, 4)),
+                              evidence("kernel span", _us(span), round(span, 3), trace),
+                              evidence("devices", ", ".join(f"GPU {d['device']}" for d in spans), len(spans))],
+                    impact=impact(None, text=f"{_us(idle)} idle of {_us(span)} ({_pct(share)})"),
+                    fix=("Record steps (torch.profiler.schedule with prof.step() each iteration) to see where the "
+                         "idle lies; then keep the device fed: prefetch input, remove synchronisations, compile the "
+                         "step or capture it in a CUDA graph."))]
