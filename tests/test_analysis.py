@@ -389,3 +389,19 @@ def test_a_trace_without_steps_reports_the_devices_idle_span_as_hta_does(public,
     assert f["evidence"][0]["number"] == pytest.approx(hta["idle"] / hta["kernel_time"], abs=0.015)
     assert f["evidence"][1]["number"] == pytest.approx(hta["kernel_time"], rel=0.001)
     assert "device_idle" not in _ids(_summary(public, "traces/kineto_resnet50_v100.pt.trace.json.gz"))
+
+
+def test_a_capacity_asked_of_the_summary_rates_the_memory(demo_logdir, tmp_path):
+    """A snapshot names no device: the summary takes OOM risk's capacity parameters, so
+    the demo's FlexGen snapshot (11.0 GiB peak) on an 11 GB device is over capacity."""
+    client = _client(demo_logdir, tmp_path / "cache")
+    run = "torch_snapshots/flexgen_oom.pickle"
+    plain = _summary(client, run)
+    assert plain["metrics"]["memory"]["capacity_bytes"] is None
+    res = client.get("/data/plugin/profile/data", params={"run": run, "tag": "summary", "device_memory": "11GB"})
+    assert res.status_code == 200, res.text
+    d = res.json()
+    assert d["metrics"]["memory"]["capacity_bytes"] == 11 * 10**9 and d["metrics"]["memory"]["risk"] == "OOM"
+    assert d["status"] == "NEEDS_ATTENTION" and d["findings"][0]["priority"] == "P0"
+    bad = client.get("/data/plugin/profile/data", params={"run": run, "tag": "summary", "device_memory": "lots"})
+    assert bad.status_code == 400

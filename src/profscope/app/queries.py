@@ -137,6 +137,9 @@ class SummaryQuery(Query):
     """The Summary (profscope's ``summary`` tool, docs/analysis.md)."""
 
     host: str | None = text()  # a host, or XProf's ALL_HOSTS for one summary of every host (a multi-host default)
+    # the memory part's capacity, as OomRiskQuery's: a snapshot names no device
+    capacity_bytes: int | None = size()  # wins over device_memory
+    device_memory: str | None = text()  # a size ("80GiB") or a device name ("A100")
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,6 +25,7 @@ analysis = lazy.module("profscope.tools.analysis")
 analysis_time = lazy.module("profscope.tools.analysis_time")
 analysis_memory = lazy.module("profscope.tools.analysis_memory")
 step_breakdown = lazy.module("profscope.tools.step_breakdown")
+oom_risk = lazy.module("profscope.tools.oom_risk")
 # the compiler rules' gatherer of a run's HLO modules (``hlo_findings_for``), read where
 # the module exists
 _HLO_APP = "profscope.app.compiler_checks"
@@ -54,6 +55,8 @@ class Analysis:
 
     def analysis(self, run: Run, query: SummaryQuery, progress=None) -> dict:
         link = linker(run)
+        # the request first, as OOM risk's: an unknown device is a 400, not a refused part
+        oom_risk.requested_capacity(query.capacity_bytes, query.device_memory)
         if query.host == ALL_HOSTS and run.kind is not RunKind.PROFILE:
             # a snapshot's devices or a trace's file are no hosts to roll up: OOM risk rates
             # a snapshot by its device with the highest peak when no host is asked
@@ -64,9 +67,9 @@ class Analysis:
             if query.host not in known:
                 raise NotFound(f"run {run.name!r} has no host {query.host!r}; hosts: {', '.join(known)}")
         if run.kind is RunKind.PROFILE and query.host == ALL_HOSTS and ALL_HOSTS not in run.hosts:
-            return self._analysis_all_hosts(run, link, progress)
+            return self._analysis_all_hosts(run, query, link, progress)
         refused: list[dict] = []
-        parts = self._analysis_parts(run, query.host, link, refused, progress)
+        parts = self._analysis_parts(run, query, query.host, link, refused, progress)
         return analysis.summarize({**parts, "run": run.name, "host": query.host, "refused": refused})
 
     def summary_hosts_first(self, run: Run, query: SummaryQuery) -> None:
@@ -76,7 +79,7 @@ class Analysis:
         if not (run.kind is RunKind.PROFILE and query.host == ALL_HOSTS and len(run.hosts) > 1):
             return
         jobs = []
-        for name, q in (("steps_ops", StepsOpsQuery()), ("oom_risk", OomRiskQuery())):
+        for name, q in (("steps_ops", StepsOpsQuery()), ("oom_risk", _oom_query(query, None))):
             tool = self.tool_named(name)
             per_host = [tool.complete(run, q.but(host=h)) if tool.complete else q.but(host=h) for h in run.hosts]
             jobs += [(self.tool_data_key(run, tool, hq), ("tool_data", hq.host, tool.name, hq.fields()))
@@ -106,8 +109,8 @@ class Analysis:
         head, sep, rest = message.partition(": ")
         return {"file": file, "reason": rest if sep and shown_file and head == shown_file else message}
 
-    def _analysis_parts(self, run: Run, host: str | None, link, refused: list[dict], progress=None,
-                        compiler: bool = True) -> dict:
+    def _analysis_parts(self, run: Run, query: SummaryQuery, host: str | None, link, refused: list[dict],
+                        progress=None, compiler: bool = True) -> dict:
         """One host's payloads and every rule's findings on them (``compiler``: the
         compiler checks of its modules too)."""
         def tool_payload(name, q):
@@ -120,7 +123,7 @@ class Analysis:
         so = tool_payload("steps_ops", StepsOpsQuery(host=host))
         if progress is not None:
             progress.update(0.4, f"memory of {host or run.name}")
-        oom = tool_payload("oom_risk", OomRiskQuery(host=host))
+        oom = tool_payload("oom_risk", _oom_query(query, host))
         mp = tool_payload("memory_profile", MemoryProfileQuery(host=host)) if run.kind is not RunKind.TORCH_SNAPSHOT else None
         hlo = self._compiler_findings(run, host, link, refused) if compiler else None
         peaks = None
@@ -178,7 +181,7 @@ class Analysis:
         refused += [{"part": "hlo", **self._refused_row(run, r.get("file"), r.get("reason") or "")} for r in unread]
         return found
 
-    def _analysis_all_hosts(self, run: Run, link, progress) -> dict:
+    def _analysis_all_hosts(self, run: Run, query: SummaryQuery, link, progress) -> dict:
         """Every host summarised on its own, then one summary: the worst host's metrics,
         each rule's most severe finding over the hosts (with how many hosts have it), the
         straggler host, and ``hosts[]`` (worst first; an unreadable host is a row naming
@@ -189,7 +192,7 @@ class Analysis:
             if progress is not None:
                 progress.update(i / len(run.hosts), f"host {h}")
             mine: list[dict] = []
-            parts = self._analysis_parts(run, h, link, mine, None, compiler=False)
+            parts = self._analysis_parts(run, query, h, link, mine, None, compiler=False)
             refused += mine
             by_host[h] = parts
             so, oom = parts["steps_ops"], parts["oom_risk"]
@@ -210,10 +213,15 @@ class Analysis:
         inputs["hlo"] = hlo is not None
         # memory: OOM risk's own rating of the run by its worst host (from the per-host
         # entries just made), not the slowest host's
-        oom = self._analysis_part(run, [], "oom_risk", lambda: self._payload(run, "oom_risk", OomRiskQuery()))
+        oom = self._analysis_part(run, [], "oom_risk", lambda: self._payload(run, "oom_risk", _oom_query(query, None)))
         return analysis.summarize({"run": run.name, "host": ALL_HOSTS, "steps_ops": worst["steps_ops"],
                                    "oom_risk": oom, "peaks": worst["peaks"], "findings": findings,
                                    "hosts": rows, "refused": refused, "inputs": inputs})
+
+
+def _oom_query(query: SummaryQuery, host: str | None) -> OomRiskQuery:
+    """The OOM-risk part's query: the host, and the capacity the summary was asked with."""
+    return OomRiskQuery(host=host, capacity_bytes=query.capacity_bytes, device_memory=query.device_memory)
 
 
 def _most_severe_per_rule(findings: list[dict], n_hosts: int) -> list[dict]:
