@@ -73,10 +73,14 @@ def test_the_goldens_were_recorded_on_these_bytes(ours):
         assert ours[case]["sha256"] == [h["sha256"] for h in GOLDEN[case]["hosts"]], case
 
 
-def test_xprof_2_24_2_has_one_rule():
+def test_xprof_2_24_2_has_one_rule_and_it_fires_on_the_planted_barrier():
+    """The comparison has a case where XProf does speak: its one rule on the planted TPU
+    profile whose steps spend 40 % in barrier-cores."""
     assert GOLDEN["_meta"]["xprof"] == "2.24.2" and GOLDEN["_meta"]["rules"] == ["BarrierCoresRule"]
     named = {s["ruleName"] for c in CASES for s in GOLDEN[c]["smart_suggestion"].get("suggestions") or []}
-    assert named <= {"BarrierCoresRule"}
+    assert named == {"BarrierCoresRule"}
+    text = GOLDEN["planted_tpu_barrier_cores"]["smart_suggestion"]["suggestions"][0]["suggestionText"]
+    assert "an average of 40.0% of each step time" in text
 
 
 def test_every_disagreement_is_explained_in_the_docs(ours):

@@ -39,7 +39,7 @@ from typing import Callable
 
 from profscope.testing import kineto_trace as kt
 from profscope.testing import memory_trace, torch_snapshot
-from profscope.testing.allocator_xplane import MS, US, Bfc, Space, Str, steady_leak
+from profscope.testing.allocator_xplane import MS, US, U64, Bfc, Space, Str, steady_leak
 
 __all__ = ["RULE", "DEMO_HEALTHY", "REAL_HEALTHY", "Case", "CASES", "cases", "build_logdir", "client_for", "summary_response", "summary_bytes",
            "evaluate", "score"]
@@ -252,6 +252,28 @@ def grouped_cpu(host: str, *, step_us: int = 4000, input_us: int = 0, steps: int
     return sp.to_bytes()
 
 
+def tpu_barrier(host: str, *, barrier_share: float, cores: int = 2, steps: int = 5) -> bytes:
+    """TPU cores whose 4 ms steps (the ``Steps`` line, ``group_id``) end in a
+    ``barrier-cores`` op taking ``barrier_share`` of the step: the cores wait for each
+    other (or for another host) at the barrier. The ops carry ``group_id`` and a uint64
+    ``device_duration_ps``: what XProf's event_time_fraction_analyzer reads for its
+    smart_suggestion ``BarrierCoresRule`` (average barrier-cores share >= 10 %)."""
+    sp = Space(host)
+    sp.plane("/host:CPU", 0).line("python3", 1)
+    for core in range(cores):
+        tpu = sp.plane(f"/device:TPU:{core}", 10 + core)
+        step_line, ops = tpu.line("Steps", 1, timestamp_ns=0), tpu.line("XLA Ops", 2, timestamp_ns=0)
+        barrier_us = int(4000 * barrier_share)
+        for s in range(steps):
+            t = 1 * MS + s * 5 * MS
+            step_line.event(f"{s}", t, 4000 * US, [("group_id", s)])
+            work = 3900 - barrier_us
+            ops.event("fusion.1", t + 10 * US, work * US, [("group_id", s), ("device_duration_ps", U64(work * US))])
+            ops.event("barrier-cores", t + (3950 - barrier_us) * US, barrier_us * US,
+                      [("group_id", s), ("device_duration_ps", U64(barrier_us * US))])
+    return sp.to_bytes()
+
+
 def _straggler_hosts(logdir: Path, _data: Path | None) -> str:
     """Two hosts of one session, host1's steps twice as long (8 ms vs 4 ms): host0 waits
     half of every step at the next collective."""
@@ -305,6 +327,9 @@ XPLANE_CASES = (
          (("input", "P0"),), note="75 % of each step in IteratorGetNext (XProf's overview: HIGHLY input-bound)"),
     Case("xplane_straggler_host", "xplane_cpu", _straggler_hosts, (("straggler_host", "P0"),), host=ALL_HOSTS,
          note="two hosts, one with 2x longer steps"),
+    Case("tpu_barrier_cores", "xplane_tpu",
+         lambda d, _x: _write_xplane(d, "tpu_barrier", "tpu-host", tpu_barrier("tpu-host", barrier_share=0.4)),
+         (("collective", "P0"),), note="40 % of every TPU step in barrier-cores (XProf's BarrierCoresRule fires)"),
     Case("xplane_healthy_hosts", "xplane_cpu", _healthy_hosts, healthy=True, host=ALL_HOSTS,
          note="two hosts within 1 % of each other"),
     Case("allocator_high_tier", "allocator", _alloc_case("alloc_high", limit=100 * MB, steady=88 * MB),
