@@ -210,6 +210,23 @@ def test_snapshot_oom_event_is_p0(make_client, tmp_path):
     assert "memory_oom" not in _by_id(other)
 
 
+def test_several_oom_events_are_one_finding(make_client, tmp_path):
+    """Two ``oom`` entries on one device: one P0 naming both, the larger shortfall its impact."""
+    logdir = tmp_path / "logs"
+    logdir.mkdir()
+    snap = tsb.expandable_oom_multidevice()
+    last = snap["device_traces"][0][-1]
+    snap["device_traces"][0].append(tsb.entry("oom", 0, 96 * (1 << 30), last["time_us"] + 1, device_free=100 * (1 << 20)))
+    (logdir / "oom2.pickle").write_bytes(pickle.dumps(snap, protocol=4))
+    oom, found = _findings(make_client(logdir), "oom2.pickle", host="cuda:0")
+    assert len(oom["oomEvents"]) == 2
+    (f,) = [x for x in found if x["id"] == "memory_oom"]
+    assert f["priority"] == "P0" and f["title"] == "2 out-of-memory events are recorded"
+    assert f["impact"]["bytes"] == max(o["requestedBytes"] - o["deviceFreeBytes"] for o in oom["oomEvents"]) \
+        == 96 * (1 << 30) - 100 * (1 << 20)
+    assert sum(e["label"].startswith("event ") for e in f["evidence"]) == 2
+
+
 @pytest.mark.parametrize("run", [
     "xplane/tpu_inference/2025_12_10_tpu", "xplane/tf_gpu/GPU-multi-worker",
     "xplane/mi300_jax08_gemm/jax08_gemm", "xplane/mi300_jax_conv_xprof_touched/jax_conv_minimal",

@@ -185,18 +185,23 @@ def _tier_findings(oom: dict, link: Link) -> list[dict]:
            + _plan_fix(oom))
     cut_links = [evidence("largest contributor", cut["title"].removeprefix("What to cut: "),
                           cut["evidence"].get("categoryBytes"), _link(link, lk)) for lk in (cut or {}).get("links", [])[:1]]
+    events: dict[str, list[dict]] = {}  # host -> its OOM events (OOM risk names up to 5 per host)
     for f in oom.get("findings") or []:
-        if f["id"] != "oom_event":
-            continue
-        e = f["evidence"]
-        short = max(0, int(e.get("requestedBytes") or 0) - int(e.get("deviceFreeBytes") or 0))
+        if f["id"] == "oom_event":
+            events.setdefault(f.get("host") or host or "", []).append(f)
+    for h, fs in sorted(events.items()):
+        shorts = [max(0, int(f["evidence"].get("requestedBytes") or 0) - int(f["evidence"].get("deviceFreeBytes") or 0)) for f in fs]
+        e = fs[0]["evidence"]
+        ev = [evidence(f"event {f['evidence'].get('event')}: requested", f"{_b(f['evidence'].get('requestedBytes'))} with "
+                       f"{_b(f['evidence'].get('deviceFreeBytes'))} free", f["evidence"].get("requestedBytes"),
+                       _link(link, (f["links"] or [None])[0])) for f in fs]
+        ev.append(evidence("reserved by the process", _b(e.get("reservedBytes")), e.get("reservedBytes")))
         out.append(finding(
-            _RULE["memory_oom"], title="An out-of-memory event is recorded", what=f["message"],
-            evidence=[evidence("requested", _b(e.get("requestedBytes")), e.get("requestedBytes"), _link(link, (f["links"] or [None])[0])),
-                      evidence("free on the device", _b(e.get("deviceFreeBytes")), e.get("deviceFreeBytes")),
-                      evidence("reserved by the process", _b(e.get("reservedBytes")), e.get("reservedBytes"))] + cut_links,
-            impact=impact(bytes=short, text=f"the allocation was {_b(short)} short; the step fails"),
-            fix=fix, host=f.get("host") or host))
+            _RULE["memory_oom"], title="An out-of-memory event is recorded" if len(fs) == 1 else f"{len(fs)} out-of-memory events are recorded",
+            what=fs[0]["message"] + (f" {len(fs) - 1} more OOM event(s) follow." if len(fs) > 1 else ""),
+            evidence=ev + cut_links,
+            impact=impact(bytes=max(shorts), text=f"the largest failed allocation was {_b(max(shorts))} short; the step fails"),
+            fix=fix, host=h or None))
     over = oom.get("overCapacity") or []
     cap = oom.get("capacityBytes")
     if (oom.get("risk") == "OOM" and not oom.get("oomEvents") and cap) or over:
