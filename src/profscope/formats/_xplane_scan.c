@@ -549,9 +549,13 @@ static int decode(Dec *d)
 }
 
 
+#define NPY_TRACE_DOMAIN_ 389047  /* numpy's tracemalloc domain for array data */
+
 static void free_capsule(PyObject *cap)
 {
-    free(PyCapsule_GetPointer(cap, NULL));
+    void *p = PyCapsule_GetPointer(cap, NULL);
+    PyTraceMalloc_Untrack(NPY_TRACE_DOMAIN_, (uintptr_t)p);
+    free(p);
 }
 
 /* A 1-d array over *pp's first n items that owns the buffer (shrunk to n; freed with the
@@ -574,6 +578,8 @@ static PyObject *own_array(void **pp, Py_ssize_t n, int type, size_t item)
         return NULL;
     }
     *pp = NULL;  /* the capsule owns it from here, even where the next call fails */
+    /* seen by tracemalloc as numpy's own array data is (the copies these replace were) */
+    PyTraceMalloc_Track(NPY_TRACE_DOMAIN_, (uintptr_t)PyCapsule_GetPointer(cap, NULL), (size_t)n * item);
     if (PyArray_SetBaseObject((PyArrayObject *)a, cap) < 0) {
         Py_DECREF(a);
         return NULL;

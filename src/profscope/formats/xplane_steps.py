@@ -80,7 +80,7 @@ def threadpool_regions(ev: xw.Events, event_names, line_ts_ns):
     start_mid, stop_mid = start_ids[-1], stop_ids[-1]
     # the start and stop events only (``order`` is the events' own): times and consumer
     # ids at those, not over every event; the _c view is not kept in the events' cache
-    at = np.flatnonzero(np.isin(ev.metadata_id, np.asarray([start_mid, stop_mid], np.int64)))
+    at = np.flatnonzero((ev.metadata_id == start_mid) | (ev.metadata_id == stop_mid))
     ks, stat = xw.first_stats(ev, "_c", at)
     starts = (ev.metadata_id[at] == start_mid) & (stat >= 0)
     keep = starts | (ev.metadata_id[at] == stop_mid)  # a start without _c is neither

@@ -920,4 +920,9 @@ def mid_mask(ev: Events, event_names: dict[int, str], wanted) -> np.ndarray:
     ids = [k for k, v in event_names.items() if v in wanted]
     if not ids:
         return np.zeros(ev.n, dtype=bool)
+    if len(ids) <= 8:  # a comparison per id: np.isin made an int64 temporary per event
+        out = ev.metadata_id == ids[0]
+        for k in ids[1:]:
+            out |= ev.metadata_id == k
+        return out
     return np.isin(ev.metadata_id, np.asarray(ids, dtype=np.int64))
