@@ -94,11 +94,8 @@ class Analysis:
         except NotFound:
             return None
         except ProfscopeError as e:
-            refused.append({"part": part, **self._refused_file(run, e)})
+            refused.append({"part": part, **self._refused_row(run, e.file, e.message)})
             return None
-
-    def _refused_file(self, run: Run, e: ProfscopeError) -> dict:
-        return self._refused_row(run, e.file, e.message)
 
     def _refused_row(self, run: Run, shown_file: str | None, message: str) -> dict:
         """The unreadable file by its path in the log directory, as the run list names it
@@ -126,24 +123,7 @@ class Analysis:
         oom = tool_payload("oom_risk", _oom_query(query, host))
         mp = tool_payload("memory_profile", MemoryProfileQuery(host=host)) if run.kind is not RunKind.TORCH_SNAPSHOT else None
         hlo = self._compiler_findings(run, host, link, refused) if compiler else None
-        peaks = None
-        if so is not None and run.kind is RunKind.PROFILE and run.hosts:
-            caps = self._analysis_part(run, refused, "device planes", lambda: self.device_capabilities(run, so.get("host")))
-            cap = next((c for c in caps or [] if c.get("peak_teraflops_per_second")), None)
-            if cap and cap.get("peak_hbm_bw_gigabytes_per_second"):
-                peaks = {"peak_flops_per_s": cap["peak_teraflops_per_second"] * 1e12,
-                         "peak_bytes_per_s": cap["peak_hbm_bw_gigabytes_per_second"] * 1e9}
-        findings = []
-        if so is not None:
-            findings += analysis_time.time_findings(so, link)
-            if so.get("source") == "chrome_trace" and not (so.get("summary") or {}).get("steps"):
-                # a trace without ProfilerStep#N: the device's idle over its whole span
-                spans = self._analysis_part(run, refused, "steps_ops", lambda: self._device_spans(run))
-                findings += analysis_time.span_findings(so, spans, link)
-            if so.get("source") == "xplane" and run.kind is RunKind.PROFILE and so.get("host") in run.hosts:
-                # a CPU-only profile's input time (XProf's step database), where no device time is
-                step_db = self._analysis_part(run, refused, "steps", lambda: self.xplane_steps(run, so["host"])["step_db"])
-                findings += analysis_time.host_input_findings(so, step_db, link)
+        findings = self._time_findings(run, so, link, refused) if so is not None else []
         if oom is not None or mp is not None:
             findings += analysis_memory.memory_findings(oom, mp, link)
         findings += hlo or []
@@ -151,9 +131,35 @@ class Analysis:
             # a rule that read one host's payload names it (the JSON's Finding.host)
             if f.get("host") is None:
                 f["host"] = host
-        return {"steps_ops": so, "oom_risk": oom, "peaks": peaks, "findings": findings,
+        return {"steps_ops": so, "oom_risk": oom, "peaks": self._peaks(run, so, refused), "findings": findings,
                 "inputs": {"steps_ops": so is not None, "oom_risk": oom is not None, "memory_profile": mp is not None,
                            "hlo": hlo is not None}}
+
+    def _time_findings(self, run: Run, so: dict, link, refused: list[dict]) -> list[dict]:
+        """The time rules on one host's Steps & ops, and where it has no step window or no
+        device time, on the trace's device spans or the profile's step database."""
+        found = analysis_time.time_findings(so, link)
+        if so.get("source") == "chrome_trace" and not (so.get("summary") or {}).get("steps"):
+            # a trace without ProfilerStep#N: the device's idle over its whole span
+            spans = self._analysis_part(run, refused, "steps_ops", lambda: self._device_spans(run))
+            found += analysis_time.span_findings(so, spans, link)
+        if so.get("source") == "xplane" and run.kind is RunKind.PROFILE and so.get("host") in run.hosts:
+            # a CPU-only profile's input time (XProf's step database), where no device time is
+            step_db = self._analysis_part(run, refused, "steps", lambda: self.xplane_steps(run, so["host"])["step_db"])
+            found += analysis_time.host_input_findings(so, step_db, link)
+        return found
+
+    def _peaks(self, run: Run, so: dict | None, refused: list[dict]) -> dict | None:
+        """The device's peak FLOP/s and HBM bytes/s for the roofline, where its plane names
+        both (XProf's ``peak_teraflops_per_second``, ``peak_hbm_bw_gigabytes_per_second``)."""
+        if so is None or run.kind is not RunKind.PROFILE or not run.hosts:
+            return None
+        caps = self._analysis_part(run, refused, "device planes", lambda: self.device_capabilities(run, so.get("host")))
+        cap = next((c for c in caps or [] if c.get("peak_teraflops_per_second")), None)
+        if not cap or not cap.get("peak_hbm_bw_gigabytes_per_second"):
+            return None
+        return {"peak_flops_per_s": cap["peak_teraflops_per_second"] * 1e12,
+                "peak_bytes_per_s": cap["peak_hbm_bw_gigabytes_per_second"] * 1e9}
 
     def _device_spans(self, run: Run) -> list[dict]:
         """Per device of a Chrome trace, HTA's temporal breakdown over its whole kernel span
