@@ -15,7 +15,7 @@ import pytest
 from profscope.formats import snapshot_pickle as snapshot_format
 from profscope.testing import allocator_xplane as ax
 from profscope.testing import torch_snapshot as tsb
-from profscope.tools import analysis_memory
+from profscope.tools import analysis_memory, oom_risk
 from profscope.tools.analysis_memory import memory_findings
 
 PROGRAMS = Path(__file__).resolve().parent / "data" / "oom_programs"
@@ -271,3 +271,33 @@ def test_flexgen_oom_snapshot_holds_no_oom_entry(make_client, shared_fixtures, t
     oom, found = _findings(client, "flexgen_oom.pickle", device_memory="11GB")
     over = _by_id(found)["memory_over_capacity"]
     assert over["priority"] == "P0" and over["impact"]["bytes"] == oom["peakBytes"] - 11_000_000_000 == 844_714_496
+
+
+def test_padding_of_a_tiled_layout(demo_client):
+    """No module here has padding (XLA on the CPU tiles nothing); a TPU's (8, 128) tiles pad
+    the demo MLP's buffers the memory viewer reports as ``paddingBytes``. Set to 20 % of
+    its peak, OOM risk's padding rule (> 10 %) fires and the Summary takes its bytes."""
+    run, module = "mlp/2026_11_29_19_47_08", "jit_train_step(14)"
+    mv = _data(demo_client, run, "memory_viewer", module_name=module)
+    totals = mv["profscope"]["totals"]
+    assert totals["paddingBytes"] == 0
+    totals["paddingBytes"] = totals["peakBytes"] // 5
+    oom = oom_risk.assess(compiled=oom_risk.compiled_evidence(mv, module))
+    f = _by_id(memory_findings(oom, None, link))["memory_padding"]
+    assert f["priority"] == "P2" and f["impact"]["bytes"] == totals["peakBytes"] // 5
+    assert "multiples of 8 and 128" in f["fix"]
+    assert f["evidence"][-1]["link"] == link("memory_viewer", module_name=module)
+
+
+def test_fragmentation_bytes_where_the_input_has_them(demo_client, make_client, shared_fixtures):
+    """A snapshot states its holes (inactive bytes in segments: FlexGen OPT-1.3B's 25.3 %
+    external fragmentation); an xplane allocator only XProf's share at the peak (MI300
+    GEMM: 23.0 %), so the impact has no bytes there rather than a guess."""
+    oom, found = _findings(demo_client, "torch_snapshots/flexgen_1.3b.pickle")
+    f = _by_id(found)["memory_fragmentation"]
+    assert f["priority"] == "P2" and f["impact"]["bytes"] == oom["fragmentation"][0]["externalBytes"] == 1_925_016_576
+    client = make_client(shared_fixtures / "public_profiles")
+    oom, found = _findings(client, "xplane/mi300_jax08_gemm/jax08_gemm")
+    f = _by_id(found)["memory_fragmentation"]
+    assert f["priority"] == "P2" and f["impact"]["bytes"] is None
+    assert any(e["label"] == "share" and e["number"] == round(oom["fragmentation"][-1]["share"], 6) for e in f["evidence"])
