@@ -405,3 +405,18 @@ def test_a_capacity_asked_of_the_summary_rates_the_memory(demo_logdir, tmp_path)
     assert d["status"] == "NEEDS_ATTENTION" and d["findings"][0]["priority"] == "P0"
     bad = client.get("/data/plugin/profile/data", params={"run": run, "tag": "summary", "device_memory": "lots"})
     assert bad.status_code == 400
+
+
+def test_a_tpu_barrier_cores_step_is_collective_bound(tmp_path):
+    """A TPU's barrier-cores op (the cores' synchronisation, XProf's kSpecialOpName that
+    its smart_suggestion BarrierCoresRule measures: planted.tpu_barrier, 40 % of each 4 ms
+    step) is collective time; it was 'other' and the run OPTIMAL."""
+    from profscope.testing.planted import tpu_barrier
+
+    folder = tmp_path / "logs" / "tpu" / "plugins" / "profile" / "s"
+    folder.mkdir(parents=True)
+    (folder / "tpu-host.xplane.pb").write_bytes(tpu_barrier("tpu-host", barrier_share=0.4))
+    client = _client(tmp_path / "logs", tmp_path / "cache")
+    d = _summary(client, "tpu/s")
+    f = next(f for f in d["findings"] if f["id"] == "collective_bound")
+    assert f["priority"] == "P0" and f["evidence"][0]["number"] == pytest.approx(0.4, abs=0.01)

@@ -254,8 +254,8 @@ TOOLS: tuple[Tool, ...] = (
         pages=("steps_ops.js",),
         complete=_first_host,
         xprof=False,
-        version=6,  # 2: ops[] rows' devices, step_category, in_step; xplane steps and their step windows; 3: share_of, PyTorch shares of every GPU's time, steps[].devices[].name; 4: ALL_HOSTS with an unreadable host answers, its row an error;
-        # 5: a PyTorch answer names its categories and step_source; 6: an xplane's step windows from trace_window_ps
+        version=7,  # 2: ops[] rows' devices, step_category, in_step; xplane steps and their step windows; 3: share_of, PyTorch shares of every GPU's time, steps[].devices[].name; 4: ALL_HOSTS with an unreadable host answers, its row an error;
+        # 5: a PyTorch answer names its categories and step_source; 6: an xplane's step windows from trace_window_ps; 7: a TPU's barrier-cores is a collective
     ),
     Tool(
         "oom_risk",

@@ -18,7 +18,9 @@ database and every device activity with its HLO op's opcode and category).
   cuBLAS/cuDNN/CUTLASS kernel name), else the activity's name: memory copies (``memcpy_details``,
   ``Memcpy*``/``Memset*`` names, ROCm's ``copyBuffer`` kernels, ``copy-start``/``copy-done``),
   collectives (``all-reduce``, ``all-gather``, ``reduce-scatter``, ``collective-permute``,
-  ``all-to-all`` and their async halves, NCCL/RCCL kernels), matmul/convolution
+  ``all-to-all`` and their async halves, NCCL/RCCL kernels, a TPU's ``barrier-cores``: the
+  cores' synchronisation, XProf's ``kSpecialOpName`` that its smart_suggestion
+  ``BarrierCoresRule`` measures, matched by name as XProf does), matmul/convolution
   (``dot``, ``convolution`` and fusions XLA categorises as convolution), custom calls
   (cuBLAS/cuDNN ``custom-call`` kernels), fusions, other.
 * **Per device** in a step's window: where activities of several categories overlap
@@ -59,7 +61,7 @@ def category_of(opcode: str, hlo_category: str, name: str, memcpy: str) -> str:
     low = name.lower()
     if memcpy or low.startswith(("memcpy", "memset")) or "copybuffer" in low or op.startswith(("copy-start", "copy-done")):
         return "memory"
-    if op.startswith(_COLLECTIVES) or low.startswith(("nccl", "rccl")):
+    if op.startswith(_COLLECTIVES) or low.startswith(("nccl", "rccl", "barrier-cores")):
         return "collective"
     if op in ("dot", "convolution") or "convolution" in op:
         return "matmul"
