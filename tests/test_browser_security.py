@@ -29,7 +29,8 @@ document.addEventListener('securitypolicyviolation',
 
 # (name, query of the main page, what shows the page drew)
 PAGES = [
-    ("overview", {"run": PROFILE}, "document.querySelector('#sizes .main-svg') !== null"),
+    ("summary", {"run": PROFILE}, "document.querySelector('#sm-findings') !== null"),  # the page a run opens on
+    ("overview", {"run": PROFILE, "tool": "overview"}, "document.querySelector('#sizes .main-svg') !== null"),
     ("memory-viewer", {"run": PROFILE, "tool": "memory_viewer", "module_name": MODULE},
      "document.querySelectorAll('.main-svg').length >= 3"),
     ("memory-profile", {"run": "tf_bfc/2026_11_29_18_51_13", "tool": "memory_profile", "host": "vm"},
@@ -128,4 +129,7 @@ def test_token_url_in_a_browser(open_page, tmp_path):
         assert page.evaluate("document.cookie") == ""  # HttpOnly: no script reads it
         status = page.evaluate("() => fetch('/data/plugin/profile/runs').then(r => r.status)")
         assert status == 200
+        # The run's Summary (the page it opens on) answered with the cookie too; and it is
+        # done before the server stops, which would answer it 503.
+        page.wait_for_selector("#sm-status", timeout=120_000)
         # (Without the cookie the same fetch is a 401: tests/test_server_security.py.)
