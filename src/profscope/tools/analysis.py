@@ -119,8 +119,9 @@ def _sentences(run: str, host: str | None, status: str, found: list[dict], metri
                inputs) -> str:
     c = counts(found)
     where = f"{run}" + (f" ({'all hosts' if host == 'ALL_HOSTS' else 'host ' + host})" if host else "")
+    worst = f"; of its {len(hosts)} hosts, {hosts[0]['host']} is the worst" if hosts else ""
     out = [f"{where}: {status.replace('_', ' ').lower()}, with {c['P0']} P0, {c['P1']} P1 and {c['P2']} P2 "
-           f"finding{'s' if sum(c.values()) != 1 else ''}."]
+           f"finding{'s' if sum(c.values()) != 1 else ''}{worst}."]
     st, dev = metrics.get("steps"), metrics.get("device")
     if st:
         s = f"The median step takes {_us(st['median_us'])} (p90 {_us(st['p90_us'])}) over {st['count']} step" + \
@@ -145,15 +146,12 @@ def _sentences(run: str, host: str | None, status: str, found: list[dict], metri
             out.insert(1, f"{named}.")
         else:
             out.insert(1, f"{named}: the summary covers only what was.")
-    if hosts:
-        worst = hosts[0]
-        out.append(f"Of {len(hosts)} hosts, {worst['host']} is the worst.")
     if found:
         top = found[0]
         out.append(f"Most urgent: {top['title']}" + (f": {top['impact']['text']}." if top["impact"].get("text") else "."))
     elif any((inputs or {}).values()):
         out.append("No rule found anything to fix.")
-    return " ".join(out[:5])
+    return " ".join(out)  # at most 5: the status, what was refused, steps, memory, the most urgent
 
 
 def summarize(parts: dict) -> dict:
