@@ -167,7 +167,7 @@ def test_every_byte_axis_is_binary(open_page, server_url, demo_expected):
     assert all(lo - 1e-9 <= v <= hi + 1e-9 for v in zoomed["vals"])
     # The overview's file sizes (bytes on x).
     info = demo_expected["programs"]["transformer"]
-    page.goto(_view_url(server_url, run=f"transformer/{info['session']}"))
+    page.goto(_view_url(server_url, run=f"transformer/{info['session']}", tool="overview"))
     page.wait_for_selector("#sizes .main-svg")
     _assert_binary(_ticks(page, "sizes", "xaxis"), 1)
 
