@@ -184,3 +184,24 @@ def test_op_share_is_hlo_stats_self_time(make_client, shared_fixtures, tmp_path)
     assert share(modules[str(rows[0]["program_id"])], "no-such-instruction") is None
     # A run that is not a profile has no op times: the priority stays by bytes.
     assert op_share_of(ws, next(r for r in ws.runs() if r.kind.name == "CHROME_TRACE"), None) is None
+
+
+def test_a_fusion_calling_its_own_computation_ends(built):
+    """A corrupt proto whose fused computation holds a fusion calling that same computation
+    (each program's entry fusion's root made one) is checked to the end, not followed
+    forever (RecursionError before)."""
+    from profscope.model.protos import hlo_pb2
+
+    for program, (name, proto) in _dump_modules(built).items():
+        bad = hlo_pb2.HloProto()
+        bad.CopyFrom(proto)
+        m = bad.hlo_module
+        entry = next(c for c in m.computations if c.id == m.entry_computation_id)
+        fusions = [i for i in entry.instructions if i.opcode == "fusion"]
+        for f in fusions:
+            called = next(c for c in m.computations if c.id == f.called_computation_ids[0])
+            root = next(i for i in called.instructions if i.id == called.root_id)
+            root.opcode = "fusion"
+            root.called_computation_ids.append(called.id)
+        found = hlo_findings([(name, bad)], link)
+        assert fusions and all(f["area"] == "compiler" for f in found), program

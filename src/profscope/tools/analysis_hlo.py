@@ -152,16 +152,26 @@ class _Module:
     def top_level(self, iid: int):
         """The instruction the profile and the memory viewer know: itself, or the fusion
         (outermost) that holds it."""
-        ins = self.instr[iid]
-        while self.comp_of[ins.id] in self.fusion_caller:
+        ins, seen = self.instr[iid], set()
+        # A corrupt proto can make a fusion call the computation that holds it: stop there.
+        while self.comp_of[ins.id] in self.fusion_caller and self.comp_of[ins.id] not in seen:
+            seen.add(self.comp_of[ins.id])
             ins = self.fusion_caller[self.comp_of[ins.id]]
         return ins
 
     def fused_instructions(self, fusion) -> list:
-        out = []
-        for cid in fusion.called_computation_ids:
-            for i in self.comps[cid].instructions if cid in self.comps else ():
-                out += [i] + (self.fused_instructions(i) if i.opcode == "fusion" else [])
+        """Every instruction of the computations ``fusion`` calls, nested fusions' included,
+        each computation once (a call cycle in a corrupt proto ends there)."""
+        out, seen, todo = [], set(), list(fusion.called_computation_ids)
+        while todo:
+            cid = todo.pop(0)
+            if cid in seen or cid not in self.comps:
+                continue
+            seen.add(cid)
+            for i in self.comps[cid].instructions:
+                out.append(i)
+                if i.opcode == "fusion":
+                    todo += list(i.called_computation_ids)
         return out
 
     def is_compute(self, ins) -> bool:
