@@ -19,6 +19,8 @@ import sys
 
 import pytest
 
+from profscope.frontend.render import bytes_text
+
 V100 = "traces/kineto_resnet50_v100.pt.trace.json.gz"
 TF_GPU = "xplane/tf_gpu"  # two hosts: one summary of every host by default
 TPU = "xplane/tpu_inference"
@@ -136,3 +138,21 @@ def test_a_corrupt_profile_is_listed_as_refused(public, cache):
     assert "nothing in run" in res.stderr and "REFUSED" in res.stderr
     md = analyze(public / CORRUPT, cache=cache)
     assert "## Refused" in md.stdout and "truncated XSpace profile" in md.stdout
+
+
+def test_device_memory_reaches_the_summary_and_its_memory_section(shared_fixtures, cache, make_client, tmp_path):
+    """A snapshot names no device: --device-memory gives the memory rules their capacity,
+    the same one the API takes (device_memory=) and the HTML file's OOM section shows."""
+    snap = shared_fixtures / "torch_snapshots" / "Yiyi-philosophy_LLM-inference" / "oom_snapshot.pickle"
+    assert _json(snap, cache)["metrics"]["memory"]["capacity_bytes"] is None
+    res = analyze(snap, "--format", "json", "--device-memory", "12GB", cache=cache)
+    assert res.returncode == 0, res.stderr
+    api = make_client(snap.parent).get("/data/plugin/profile/data", params={"run": snap.name, "tag": "summary", "device_memory": "12GB"})
+    assert res.stdout.rstrip("\n") == api.text
+    capacity = json.loads(res.stdout)["metrics"]["memory"]["capacity_bytes"]
+    assert capacity
+    out = tmp_path / "snap.html"
+    assert analyze(snap, "--format", "html", "--device-memory", "12GB", "-o", out, cache=cache).returncode == 0
+    html = out.read_text()
+    section = html[html.index('<section class="run"'):]
+    assert f"capacity {bytes_text(capacity)}" in section  # the OOM section's gauge marks that capacity

@@ -221,6 +221,9 @@ def _add_analyze(sub) -> None:
     p.add_argument("--format", choices=("md", "markdown", "json", "html"), default="md",
                    help="md (default), json (the data API's JSON, byte for byte) or html (one offline file, with "
                         "profscope report's memory section)")
+    p.add_argument("--device-memory", metavar="SIZE_OR_NAME", help="the memory rules' capacity: 80GiB, 40GB, or a device "
+                   "name (H100, A100-40GB, TPU v5e), for runs that do not name their own (snapshots)")
+    p.add_argument("--capacity-bytes", metavar="N", help="capacity in bytes (wins over --device-memory)")
     p.add_argument("--fail-on", type=str.upper, choices=SUMMARY_PRIORITIES[:2],
                    help="exit 1 when a finding at or above this priority exists (P0, or P0 and P1)")
     p.add_argument("-o", "--output", metavar="FILE", help="write here instead of standard output")
@@ -817,8 +820,9 @@ def cmd_analyze(args) -> int:
     if args.host and args.host != "ALL_HOSTS" and args.host not in hosts:
         raise BadRequest(f"run {run.name!r} has no host {args.host!r}; its hosts: {', '.join(hosts) or 'none'} (or ALL_HOSTS)")
     tool = ws.tool("summary", run)
+    params = {"host": args.host, "capacity_bytes": args.capacity_bytes, "device_memory": args.device_memory}
     try:
-        query = parse_query(tool.query, {"host": args.host} if args.host else {})
+        query = parse_query(tool.query, {k: v for k, v in params.items() if v})
     except RequestValidationError as e:
         raise BadRequest(validation_message(e)) from e
     text = gzip.decompress(ws.tool_data(run, tool, query)).decode()
@@ -833,7 +837,8 @@ def cmd_analyze(args) -> int:
             # its worst host, every host listed), refusals kept in the section, never fatal
             refused, not_assessed = [], []
             host = args.host if args.host and args.host != "ALL_HOSTS" else None
-            reports = oom_reports.collect(ws, [run], OomRiskQuery(host=host), refused, not_assessed)
+            oom_query = OomRiskQuery(host=host, capacity_bytes=query.capacity_bytes, device_memory=query.device_memory)
+            reports = oom_reports.collect(ws, [run], oom_query, refused, not_assessed)
             memory = oom_reports.document(reports, refused, not_assessed) if reports else None
         out = summary_report.render_html(summary, source, memory=memory, server=args.server)
     else:
