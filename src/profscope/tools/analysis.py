@@ -2,7 +2,7 @@
 metrics and its findings P0..P2, built from plain data (no I/O).
 
 :func:`summarize` takes the parts the app gathered for one host, or every host
-(app/analysis.py): the host's Steps & ops payload, its OOM-risk payload, the findings of
+(app/summary.py): the host's Steps & ops payload, its OOM-risk payload, the findings of
 the time, memory and compiler rules (tools/analysis_time.py, analysis_memory.py,
 analysis_hlo.py), the per-host rows of an ``ALL_HOSTS`` summary and the parts that could
 not be read. It sorts the findings (priority, then impact, then id and host) and never

@@ -300,6 +300,7 @@ def _op_dominates(so: dict, st: _Steps, host, link) -> list[dict]:
             f"{top['name']} ({top['category']}, {top['kind']}) takes {_pct(top['share'])} of {scope}: "
             f"{top['occurrences']} occurrences, {_us(top['total_us'])} in all, {_us(top['average_us'])} each.")
         slow = top.get("slowest")
+        # the occurrence with 50 µs either side, as the Steps & ops page's own link (PAD_US)
         op_link = link("trace_viewer@", host=slow.get("host") or host, start_ms=round((slow["start_us"] - 50) / 1e3, 6),
                        end_ms=round((slow["start_us"] + slow["dur_us"] + 50) / 1e3, 6),
                        ev=slow["event_id"]) if slow else None
