@@ -63,6 +63,10 @@ def test_layout_copy_names_the_copy_layouts_and_bytes(built):
     (f,) = hlo_findings([_dump_modules(built)["transpose_sort"]], link)
     assert f["impact"]["bytes"] == 2 * 2048 * 2048 * 4
     assert "f32[2048,2048]{0,1}" in f["what"] and "f32[2048,2048]{1,0}" in f["what"] and "sort" in f["what"]
+    # Sandwiched, as XProf requires: the entry parameter makes it (through the fusion's
+    # parameter and the transpose: 3 hops), the sort reads it.
+    rows = {e["label"]: e["value"] for e in f["evidence"]}
+    assert rows["producer"] == "parameter x.1" and rows["consumer"] == "sort sort.0" and "3 hop(s) upstream" in f["what"]
     name = _dump_modules(built)["transpose_sort"][0]
     assert f["evidence"][0]["link"] == link("memory_viewer", module_name=name, hlo_op="transpose_copy_fusion")
 

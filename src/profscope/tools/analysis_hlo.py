@@ -14,9 +14,10 @@ P2 >= 2 %, tools/analysis_rules.py).
 ``layout_mismatch_copy`` (``detect_layout_mismatch_copies``): a ``copy`` whose operand and
 result have the same dimensions and element type but a different ``minor_to_major`` layout
 (XProf's ``has_layout_mismatch``: a missing layout is the default, dimensions major to
-minor), with a compute stage downstream within 5 hops (XProf's
-``find_downstream_compute_stages``): the tensor is physically reordered in memory between
-the stage that made it and the one that reads it. Bytes: the copy reads its operand and
+minor), "sandwiched" as XProf says: a producer within 5 hops upstream (a compute stage, a
+constant or an entry parameter: ``find_upstream_compute_stages``) and a compute stage
+within 5 hops downstream (``find_downstream_compute_stages``): the tensor is physically
+reordered in memory between the stage that made it and the one that reads it. Bytes: the copy reads its operand and
 writes its result.
 
 ``unfused_reshape`` (``detect_unfused_reshapes``): a standalone data-formatting kernel (a
@@ -135,12 +136,15 @@ class _Module:
         self.comp_of: dict[int, int] = {}
         self.users: dict[int, list[int]] = defaultdict(list)
         self.fusion_caller: dict[int, Any] = {}  # fused computation id -> the fusion instruction
+        self.callers: dict[int, list] = defaultdict(list)  # computation id -> every instruction calling it
         for c in m.computations:
             for i in c.instructions:
                 self.instr[i.id] = i
                 self.comp_of[i.id] = c.id
                 for o in i.operand_ids:
                     self.users[o].append(i.id)
+                for cid in i.called_computation_ids:
+                    self.callers[cid].append(i)
                 if i.opcode == "fusion":
                     for cid in i.called_computation_ids:
                         self.fusion_caller[cid] = i
@@ -184,6 +188,29 @@ class _Module:
         if ins.opcode == "fusion":
             return any(self.is_compute(i) for i in self.fused_instructions(ins) if i.opcode != "fusion")
         return False
+
+    def upstream_producer(self, iid: int) -> tuple[Any, int] | None:
+        """The nearest producer of ``iid``'s operand within :data:`_MAX_HOPS`: a compute stage, a
+        constant or a parameter of the entry (XProf's find_upstream_compute_stages), leaving
+        a called computation at a parameter for the caller's operand (a while's: its tuple)."""
+        queue, seen = [(o, 1) for o in self.instr[iid].operand_ids if o in self.instr], set()
+        while queue:
+            cur, dist = queue.pop(0)
+            if cur in seen or dist > _MAX_HOPS:
+                continue
+            seen.add(cur)
+            ins = self.instr[cur]
+            callers = self.callers.get(self.comp_of[cur], [])
+            if self.is_compute(ins) or ins.opcode == "constant" or (ins.opcode == "parameter" and not callers):
+                return ins, dist
+            if ins.opcode == "parameter":
+                for c in callers:
+                    k = 0 if c.opcode == "while" else ins.parameter_number
+                    if 0 <= k < len(c.operand_ids):
+                        queue.append((c.operand_ids[k], dist + 1))
+                continue
+            queue += [(o, dist + 1) for o in ins.operand_ids if o in self.instr]
+        return None
 
     def downstream_compute(self, iid: int) -> tuple[Any, int] | None:
         """The first compute stage reading ``iid``'s value within :data:`_MAX_HOPS`, leaving a
@@ -242,8 +269,10 @@ def _layout_copies(mod: _Module, taken: set[int]) -> list[dict]:
             continue
         src, dst = mod.instr[ins.operand_ids[0]].shape, ins.shape
         moved = _bytes(src) + _bytes(dst)
-        down = mod.downstream_compute(ins.id)
-        if down is None or moved < MIN_BYTES_ACCESSED:
+        if moved < MIN_BYTES_ACCESSED:
+            continue
+        down, up = mod.downstream_compute(ins.id), mod.upstream_producer(ins.id)
+        if down is None or up is None:
             continue
         top = mod.top_level(ins.id)
         where = f" inside fusion {top.name}" if top.id != ins.id else ""
@@ -252,9 +281,11 @@ def _layout_copies(mod: _Module, taken: set[int]) -> list[dict]:
             "title": f"Layout mismatch copy {ins.name}: {shape_text(src)} -> {shape_text(dst)}",
             "what": f"{mod.name}: copy {ins.name}{where} changes only the layout of {shape_text(src)} to "
                     f"{shape_text(dst)} (minor_to_major {_minor_to_major(src)} -> {_minor_to_major(dst)}), "
-                    f"so the tensor is physically reordered, {fmt_bytes(moved)} read and written, before "
-                    f"{down[0].opcode} {down[0].name} reads it ({down[1]} hop(s) downstream).",
+                    f"so the tensor is physically reordered, {fmt_bytes(moved)} read and written, between "
+                    f"{up[0].opcode} {up[0].name} that makes it ({up[1]} hop(s) upstream) and "
+                    f"{down[0].opcode} {down[0].name} that reads it ({down[1]} hop(s) downstream).",
             "rows": [("copy", f"{ins.name}{where}: {shape_text(src)} -> {shape_text(dst)}", _bytes(dst)),
+                     ("producer", f"{up[0].opcode} {up[0].name}", None),
                      ("consumer", f"{down[0].opcode} {down[0].name}", None)],
             "fix": "Let XLA propagate one layout: move the transpose or dimension reordering earlier (or fold it into "
                    "the dot/conv with einsum dimension numbers), keep the producer's and consumer's dimension order "
