@@ -154,7 +154,7 @@ def _context_edges(prod_a, cons_a, prod: dict, cons: dict, v_pid, plane_pid, n: 
         pid = np.full(len(node), ppid, dtype=np.int64)
         own = node < n
         has = np.zeros(len(node), bool)
-        has[own] = v_pid.present[node[own]]
+        has[own] = v_pid.present_at(node[own])
         pid[has] = _int32s(v_pid.int_value_at(node[has]))
         return node, typ, ident, pid
 
@@ -175,7 +175,7 @@ def _context_edges(prod_a, cons_a, prod: dict, cons: dict, v_pid, plane_pid, n: 
     extra = []
     for store, side in ((prod, 0), (cons, 1)):
         for i, ctx in store.items():
-            pid = _int32(v_pid.int_at(i)) if i < n and v_pid.present[i] else plane_pid
+            pid = _int32(v_pid.int_at(i)) if i < n and v_pid.has(i) else plane_pid
             extra.append((i, side, codes.setdefault((ctx, pid), ncodes + len(codes))))
     ncodes += len(codes)
     if extra:
@@ -309,6 +309,57 @@ class _GroupWalk:
         return np.asarray(self.group, dtype=np.int64)
 
 
+class _Sparse:
+    """``StatView(ev, name)`` (the last stat of its kind wins: ``ForEachStat``) as the
+    sorted events that have the stat and their stat indices: no array over every event
+    (seven views of 67 MB each on the 308 MB profile, each fresh memory). The kind's
+    stats come in sorted runs (a chunk's stats by field position, then event), which a
+    stable sort merges; the last of an event's equal keys is its last stat."""
+
+    __slots__ = ("ks", "events", "stat")
+
+    def __init__(self, ks: xw.KindStats):
+        self.ks = ks
+        o = np.argsort(ks.event, kind="stable")
+        e = ks.event[o]
+        last = np.ones(len(e), bool)
+        last[:-1] = e[1:] != e[:-1]
+        self.events = e[last].astype(np.int64)
+        self.stat = o[last]
+
+    def _at(self, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(which of ``nodes`` have the stat, their stat indices)."""
+        if not len(self.events):
+            return np.zeros(len(nodes), bool), np.zeros(0, np.int64)
+        pos = np.minimum(np.searchsorted(self.events, nodes), len(self.events) - 1)
+        ok = self.events[pos] == nodes
+        return ok, self.stat[pos[ok]]
+
+    def present_at(self, nodes: np.ndarray) -> np.ndarray:
+        return self._at(nodes)[0]
+
+    def has(self, i: int) -> bool:
+        return bool(self._at(np.asarray([i], np.int64))[0][0])
+
+    def int_value_at(self, nodes: np.ndarray) -> np.ndarray:
+        """XStatVisitor::IntValue at ``nodes``: the int64 value, 0 for any other case or none."""
+        ok, k = self._at(nodes)
+        out = np.zeros(len(nodes), dtype=np.int64)
+        out[ok] = np.where(self.ks.case[k] == xw.INT64, self.ks.value[k].view(np.int64), 0)
+        return out
+
+    def int_or_uint_value_at(self, nodes: np.ndarray) -> np.ndarray:
+        """XStatVisitor::IntOrUintValue at ``nodes`` as uint64 bits (0 without)."""
+        ok, k = self._at(nodes)
+        out = np.zeros(len(nodes), dtype=np.uint64)
+        c = self.ks.case[k]
+        out[ok] = np.where((c == xw.INT64) | (c == xw.UINT64), self.ks.value[k], np.uint64(0))
+        return out
+
+    def int_at(self, i: int) -> int:
+        return int(self.int_value_at(np.asarray([i], np.int64))[0])
+
+
 class _Parents:
     """A node's parents in the event forest, as the dict of lists it replaces answered
     them: its nesting parent first, then the other edges' parents in the order added."""
@@ -372,14 +423,15 @@ class Grouping:
         # Stat values are read at the events that carry the stat only: a whole-profile
         # array per stat (8 bytes an event each) was GBs on a 300 MB profile.
         root_level = np.zeros(total, dtype=np.int32)
-        at = np.flatnonzero(v_r.present)
+        at = v_r.events
         root_level[at] = _int32s(v_r.int_value_at(at))  # std::optional<int>
-        legacy = self._mask({"TraceContext"}) & ~v_r.present
+        legacy = self._mask({"TraceContext"})
+        legacy[v_r.events] = False
         root_level[:n][legacy] = 1
         for ename, level in ROOT_MUTATED.items():  # XplaneRootEventMutator
             root_level[:n][self._mask({ename})] = level
         is_async = np.zeros(total, dtype=bool)
-        at = np.flatnonzero(v_a.present)
+        at = v_a.events
         is_async[at] = v_a.int_value_at(at) != 0
         del v_r, v_a
 
@@ -389,9 +441,9 @@ class Grouping:
         prod: dict[int, tuple] = {}
         cons: dict[int, tuple] = {}
         self._mutate_contexts(prod, cons)
-        at = np.flatnonzero(v_pt.present & v_p.present)
+        at = np.intersect1d(v_pt.events, v_p.events, assume_unique=True)
         prod_a = (at, _int32s(v_pt.int_value_at(at)), v_p.int_or_uint_value_at(at))
-        at = np.flatnonzero(v_ct.present & v_c.present)
+        at = np.intersect1d(v_ct.events, v_c.events, assume_unique=True)
         cons_a = (np.r_[at, np.arange(n, total)], np.r_[_int32s(v_ct.int_value_at(at)), np.full(nr, _THREADPOOL_EVENT_CONTEXT)],
                   np.r_[v_c.int_or_uint_value_at(at), regions.region_id.astype(np.uint64)])
         del at, v_pt, v_p, v_ct, v_c
@@ -436,8 +488,7 @@ class Grouping:
         below = np.full(total, -1, dtype=np.int64) if mem.any() else None  # to hang allocator events
         leaf = np.zeros(total, dtype=bool)  # allocator events hung under their parent only
         order = self.order
-        bounds = np.flatnonzero(np.diff(line[order])) + 1
-        for seg in np.split(order, bounds):
+        for seg in self._line_segments(line):
             if len(seg):
                 self._nest_line(seg, ts, end, is_async, mem, special, nest_parent, below, leaf)
         del below, mem, special
@@ -500,7 +551,7 @@ class Grouping:
                                     if not (r < n and g_step.present[r] and g_step.int_at(r) in tf_data_steps)],
                                    dtype=np.int64)
             if len(roots):
-                if not bool((order[1:] > order[:-1]).all()):  # else roots, ascending, are in it
+                if not self._ascending():  # else roots, ascending, are in it
                     pos = np.empty(total, dtype=np.int64)
                     pos[order] = np.arange(len(order))
                     roots = roots[np.argsort(pos[roots], kind="stable")]  # the forest's order
@@ -524,11 +575,24 @@ class Grouping:
         return {s: xw.StatView(self.ev, s, last=False) if xw.has_stat(self.ev, s) else None
                 for s in ("graph_type", "iter_num", "step_num")}
 
-    def _read_once(self, name: str) -> xw.StatView:
-        """A stat's view (``last=True``) not kept in the events' cache: freed with its last use."""
-        view = xw.StatView(self.ev, name)
-        self.ev.views.pop((name, True), None)
-        return view
+    def _ascending(self) -> bool:
+        """Whether the forest's order is ascending node ids (as threadpool_regions gives it)."""
+        if not hasattr(self, "_asc"):
+            o = self.order
+            self._asc = bool((o[1:] > o[:-1]).all())
+        return self._asc
+
+    def _line_segments(self, line: np.ndarray) -> list:
+        """The forest's order cut where the line changes: each line's nodes in order (the
+        order being every event ascending, the lines' own array, no gathered copy)."""
+        order, n = self.order, self.ev.n
+        same = len(order) == n and (n == 0 or (order[0] == 0 and order[-1] == n - 1 and self._ascending()))
+        lines = line[:n] if same else line[order]
+        return np.split(order, np.flatnonzero(lines[1:] != lines[:-1]) + 1)
+
+    def _read_once(self, name: str) -> "_Sparse":
+        """A stat's ``ForEachStat`` value (the last one) at the events that have it."""
+        return _Sparse(xw.kind_stats(self.ev, name))
 
     def _plane_pid(self):
         """The plane's ``process_id`` stat (int32), the pid of events without ``_pid``; None without."""

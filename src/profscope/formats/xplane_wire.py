@@ -757,6 +757,11 @@ _EMPTY_KIND = KindStats(np.zeros(0, np.int32), np.zeros(0, np.int16), np.zeros(0
                          np.zeros(0, np.uint64))
 
 
+def kind_stats(ev: Events, name: str) -> KindStats:
+    """The decoded stats named ``name`` (empty where no event has one)."""
+    return ev.kinds.get(_KIND[name], _EMPTY_KIND)
+
+
 def has_stat(ev: Events, name: str) -> bool:
     """Whether any event of ``ev`` has the stat (decoded) named ``name``."""
     return len(ev.kinds.get(_KIND[name], _EMPTY_KIND).event) > 0
