@@ -48,6 +48,13 @@ def us_text(v) -> str:
     return f"{v / 1e6:.3f} s" if v >= 1e6 else f"{v / 1e3:.3f} ms" if v >= 1e3 else f"{v:.3f} µs"
 
 
+def host_text(summary: dict) -> str:
+    """Whose summary it is: a host, or "all N hosts" for ALL_HOSTS (XProf's name)."""
+    if summary.get("host") == "ALL_HOSTS":
+        return f"all {len(summary.get('hosts') or [])} hosts"
+    return summary.get("host") or "—"
+
+
 def counts(summary: dict) -> dict:
     """How many findings of each priority."""
     return {p: sum(1 for f in summary.get("findings") or [] if f["priority"] == p) for p in PRIORITIES}
@@ -91,7 +98,7 @@ def render_html(summary: dict, source: str, memory: dict | None = None, server: 
     reports = (memory or {}).get("reports") or []
     return render.page(
         "summary_report.html",
-        s=summary, counts=counts(summary), metrics=metric_rows(summary), categories=categories(summary),
+        s=summary, host=host_text(summary), counts=counts(summary), metrics=metric_rows(summary), categories=categories(summary),
         status_colors=STATUS_COLORS, priority_colors=PRIORITY_COLORS, us=us_text,
         link_words=link_words, link_href=lambda q: link_href(q, server),
         memory=memory, reports=reports, charts=[oom_report.charts(r) for r in reports],
@@ -121,7 +128,7 @@ def render_markdown(summary: dict, source: str, server: str | None = None) -> st
     s = summary
     n = counts(s)
     lines = [f"# Summary: {s['run']}: {s['status']}", "",
-             f"Host: {s.get('host') or '—'} · source `{source}` · profscope {__version__} · "
+             f"Host: {host_text(s)} · source `{source}` · profscope {__version__} · "
              f"{n['P0']} P0, {n['P1']} P1, {n['P2']} P2", "", s.get("summary") or "", ""]
     if rows := metric_rows(s):
         lines += ["## Key metrics", "", "| metric | value |", "|---|---|", *[f"| {k} | {_cell(v)} |" for k, v in rows], ""]
