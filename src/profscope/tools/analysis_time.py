@@ -191,7 +191,8 @@ def _share_rule(rule_id: str, st: _Steps, fn, host, link, *, what, fix, title=No
     rule = _RULE[rule_id]
     per_step = lost / st.count
     ev = [evidence("share of step time", _pct(share), round(share, 4)),
-          evidence("per step (mean over the devices that ran)", _us(per_step), round(per_step, 3)),
+          evidence("per step (on every device)" if over is _Steps.least else "per step (mean over the devices that ran)",
+                   _us(per_step), round(per_step, 3)),
           evidence(f"worst step: {_step_key(worst)}", f"{_us(worst_us)} of {_us(worst['step_time_us'])}",
                    round(worst_us, 3), link("steps_ops", host=host, step=_step_key(worst))),
           *extra]
@@ -206,7 +207,7 @@ def _mean_activity_us(st: _Steps) -> float | None:
     return busy / n if n else None
 
 
-def _time_share_findings(st: _Steps, so: dict, host: str | None, link) -> list[dict]:
+def _time_share_findings(st: _Steps, host: str | None, link) -> list[dict]:
     out = _share_rule(
         "input_bound", st, lambda d: d.get("idle_before_first_us") or 0.0, host, link,
         what=lambda s, us: (f"Each step starts with the device idle: on average {_us(us)} ({_pct(s)} of the step) pass "
@@ -331,7 +332,7 @@ def time_findings(steps_ops: dict, link: Callable[..., str]) -> list[dict]:
     sorts). ``link(tool, **keys)`` makes a dashboard link."""
     host = steps_ops.get("host")
     st = _Steps(steps_ops)
-    return _time_share_findings(st, steps_ops, host, link) + _op_dominates(steps_ops, st, host, link)
+    return _time_share_findings(st, host, link) + _op_dominates(steps_ops, st, host, link)
 
 
 def host_straggler_findings(hosts: list[dict], link: Callable[..., str]) -> list[dict]:
