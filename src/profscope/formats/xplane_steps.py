@@ -309,6 +309,29 @@ class _GroupWalk:
         return np.asarray(self.group, dtype=np.int64)
 
 
+def _first_view(ev, name: str):
+    """``StatView(ev, name, last=False)``, or where no event has the stat a stand-in of
+    read-only constants (a JAX profile's ``id``: 67 MB of fresh memory saying "none")."""
+    return xw.StatView(ev, name, last=False) if xw.has_stat(ev, name) else _NoStat(ev.n)
+
+
+class _NoStat:
+    """The view of a stat no event has: ``present`` False everywhere (a broadcast, no
+    memory per event; never written), every value 0, as StatView answers then."""
+
+    def __init__(self, n: int):
+        self.present = np.broadcast_to(False, (n,))
+
+    def int_at(self, i: int) -> int:
+        return 0
+
+    def int_value_at(self, events: np.ndarray) -> np.ndarray:
+        return np.zeros(len(events), dtype=np.int64)
+
+    def int_or_uint_value_at(self, events: np.ndarray) -> np.ndarray:
+        return np.zeros(len(events), dtype=np.uint64)
+
+
 class _Sparse:
     """``StatView(ev, name)`` (the last stat of its kind wins: ``ForEachStat``) as the
     sorted events that have the stat and their stat indices: no array over every event
@@ -417,8 +440,7 @@ class Grouping:
         # GroupingEventStats (ForEachStat: the last stat of a kind wins), each read once
         # and its view (5 bytes an event) dropped; GetStat (the first one) of id/iter_num.
         v_pt, v_p, v_ct, v_c, v_pid, v_r, v_a = (self._read_once(s) for s in ("_pt", "_p", "_ct", "_c", "_pid", "_r", "_a"))
-        g_step = xw.StatView(ev, "id", last=False)
-        g_iter = xw.StatView(ev, "iter_num", last=False)
+        g_step, g_iter = _first_view(ev, "id"), _first_view(ev, "iter_num")
 
         # Stat values are read at the events that carry the stat only: a whole-profile
         # array per stat (8 bytes an event each) was GBs on a 300 MB profile.

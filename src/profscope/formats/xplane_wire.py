@@ -801,10 +801,6 @@ class StatView:
     def _init(self, ev: Events, name: str, last: bool):
         ks = ev.kinds.get(_KIND[name], _EMPTY_KIND)
         self.ks = ks
-        if not len(ks.event):  # no event has it: read-only constants, no memory per event
-            self.stat = np.broadcast_to(np.int32(-1), (ev.n,))
-            self.present = np.broadcast_to(False, (ev.n,))
-            return
         dtype = np.int32 if len(ks.event) < (1 << 31) else np.int64
         idx = np.arange(len(ks.event), dtype=dtype)
         fill = _last_per_msg if last else _first_per_msg
