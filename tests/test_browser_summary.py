@@ -17,6 +17,7 @@ Screenshots: test-artifacts/summary_*.png."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from urllib.parse import parse_qsl, quote, urlencode, urlparse
@@ -34,6 +35,7 @@ TF_GPU = "xplane/tf_gpu/GPU-multi-worker"
 TPU = "xplane/tpu_inference/2025_12_10_tpu"
 MI300 = "xplane/mi300_jax08_gemm/jax08_gemm"
 OOM_SNAPSHOT = "built_oom.pickle"
+NO_CAPACITY = "oom_snapshot.pickle"  # real (FlexGen, just before an OOM): names no device, so no capacity
 # The page each evidence link's tool draws, ready when this shows.
 READY = {"steps_ops": "#so-ops tbody tr, #so-no-steps, #so-steps-chart", "memory_profile": "#ts-overview, #mp-summary, .mp",
          "trace_viewer@": "#tv-canvas", "memory_viewer": "#mv-overview"}
@@ -47,8 +49,9 @@ def server(tmp_path_factory, shared_fixtures):
 
 
 @pytest.fixture(scope="module")
-def snap_dir(tmp_path_factory):
+def snap_dir(tmp_path_factory, shared_fixtures):
     root = tmp_path_factory.mktemp("oomsnap")
+    shutil.copy(shared_fixtures / "torch_snapshots" / "Yiyi-philosophy_LLM-inference" / NO_CAPACITY, root / NO_CAPACITY)
     (root / OOM_SNAPSHOT).write_bytes(torch_snapshot.to_pickle(torch_snapshot.expandable_oom_multidevice()))
     return root
 
@@ -169,6 +172,31 @@ def test_a_snapshot_with_an_oom(snap_server, open_page):
     page.screenshot(path=str(ARTIFACTS / "summary_oom_snapshot.png"), full_page=True)
     _follow(page, _links(api)[0])  # the snapshot at its OOM event
     page.screenshot(path=str(ARTIFACTS / "summary_oom_snapshot_evidence.png"), full_page=True)
+
+
+def test_a_device_memory_for_a_run_that_names_none(snap_server, open_page):
+    """A snapshot names no capacity: the memory tile asks for one (the OOM risk page's
+    capacity key, sent as device_memory) and the summary is made again against it."""
+    page = open_page(snap_server, shown=(404, 400))  # the bad capacity's 400, shown on purpose
+    _open(page, snap_server, run=NO_CAPACITY)
+    assert _shown(page)["status"] == _api(snap_server, run=NO_CAPACITY)["status"]
+    page.fill("#sm-capacity", "12GB")
+    page.press("#sm-capacity", "Enter")
+    page.wait_for_function("() => location.search.includes('capacity=12GB') && document.querySelector('#sm-status')")
+    api = _api(snap_server, run=NO_CAPACITY, device_memory="12GB")
+    assert api["metrics"]["memory"]["capacity_bytes"]
+    assert _shown(page) == {"status": api["status"], "findings": _keys(api), "links": _links(api)}
+    assert page.inner_text("#sm-risk") == api["metrics"]["memory"]["risk"]
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "summary_snapshot_capacity.png"), full_page=True)
+    # A capacity the server cannot read: its message, and a way back.
+    page.fill("#sm-capacity", "Z80")
+    page.press("#sm-capacity", "Enter")
+    page.wait_for_selector("#view .error")
+    assert "unknown device memory 'Z80'" in page.inner_text("#view .error")
+    page.click("#sm-clear-capacity")
+    page.wait_for_selector("#sm-status")
+    assert "capacity" not in _query(page)
 
 
 @pytest.mark.parametrize(("target", "name"), [

@@ -5,10 +5,12 @@
 // link is a dashboard URL query string that opens the exact view), hosts[] for
 // host=ALL_HOSTS (worst host first), refused[] (parts that could not be read). The page
 // only displays: every number and sentence comes from the answer.
-// URL keys: finding ("<id>" or "<id>@<host>": the finding open and scrolled to); host is
-// the shell's (ALL_HOSTS: every host at once, XProf's name).
+// URL keys: finding ("<id>" or "<id>@<host>": the finding open and scrolled to); capacity
+// (the OOM risk page's key: a size, a byte count or a device name, sent as the tool's
+// device_memory, for runs that name no capacity, a snapshot); host is the shell's
+// (ALL_HOSTS: every host at once, XProf's name).
 import { el } from "../lib/dom.js";
-import { go, stateUrl } from "../lib/state.js";
+import { go, readState, stateUrl } from "../lib/state.js";
 import { cachedJson, errorBox } from "../lib/api.js";
 import { fmtBytes, fmtCount, fmtShare } from "../lib/format.js";
 import { P, RISK, SERIES } from "../lib/colors.js";
@@ -26,6 +28,8 @@ const INPUT_WORDS = { steps_ops: "Steps & ops", oom_risk: "OOM risk", memory_pro
 function dataUrl(run, state) {
   const q = new URLSearchParams({ run: run.name, tag: "summary" });
   if (state.host) q.set("host", state.host);
+  const cap = (state.capacity || "").trim();
+  if (cap) q.set("device_memory", cap);
   return `/data/plugin/profile/data?${q}`;
 }
 
@@ -57,7 +61,10 @@ async function render(view, state, run, details, shell) {
   view.replaceChildren(root);
   let data;
   try { data = await cachedJson(dataUrl(run, state)); } catch (err) {
-    if (view.contains(root)) root.lastChild.replaceWith(errorBox(err, "Cannot summarise this run"));
+    if (view.contains(root)) {
+      root.lastChild.replaceWith(...[errorBox(err, "Cannot summarise this run"),
+        state.capacity ? el("p", {}, link({ ...state, capacity: "" }, "Summarise without the capacity given", { id: "sm-clear-capacity" })) : null].filter((x) => x !== null));
+    }
     return;
   }
   if (!view.contains(root)) return; // the user moved on
@@ -113,12 +120,25 @@ function metricTiles(d, state) {
     mem ? tile("Peak memory", fmtBytes(mem.peak_bytes), [
       mem.capacity_bytes ? `of ${fmtBytes(mem.capacity_bytes)} (${fmtShare(mem.utilization)})` : "capacity unknown",
       ...(mem.risk ? [" · ", badge(mem.risk, RISK[mem.risk] || P.neutral, { class: "sm-badge small", id: "sm-risk" })] : []),
-      mem.source ? el("div", {}, mem.source) : null], "sm-memory") : null,
+      mem.source ? el("div", {}, mem.source) : null,
+      !mem.capacity_bytes || state.capacity ? capacityForm(state) : null], "sm-memory") : null,
     roof ? tile("Roofline", roof.flops_utilization !== null && roof.flops_utilization !== undefined ? `${fmtShare(roof.flops_utilization)} of peak FLOPs` : "—",
       roof.hbm_utilization !== null && roof.hbm_utilization !== undefined ? `${fmtShare(roof.hbm_utilization)} of peak HBM bandwidth` : null, "sm-roofline") : null,
   ].filter((x) => x !== null);
   return tiles.length ? el("div", { class: "sm-tiles", id: "sm-metrics" }, tiles)
     : el("p", { class: "muted", id: "sm-metrics" }, "No step or memory numbers in this run.");
+}
+
+// The device's memory where the run names none (a snapshot), as the OOM risk page asks it:
+// the memory rules then rate the peak against it.
+function capacityForm(state) {
+  const input = el("input", { id: "sm-capacity", type: "text", value: state.capacity || "", size: 10,
+    placeholder: "80GiB, H100…", "aria-label": "device memory" });
+  const apply = () => go({ ...readState(), capacity: input.value.trim() });
+  input.addEventListener("keydown", (e) => { if (e.key === "Enter") apply(); });
+  return el("div", { class: "sm-capacity" }, el("label", { for: "sm-capacity" }, "device memory "), input,
+    el("button", { type: "button", onclick: apply }, "Apply"),
+    state.capacity ? el("button", { type: "button", onclick: () => go({ ...readState(), capacity: "" }) }, "Clear") : null);
 }
 
 // Where step time goes (device time per step of the median step, by category), as one
@@ -189,6 +209,6 @@ function inputsLine(d) {
 export default {
   tool: "summary",
   css: ["pages/summary.css"],
-  keys: { finding: { resetOn: ["run", "tool", "host"] } },
+  keys: { finding: { resetOn: ["run", "tool", "host"] }, capacity: {} },
   render,
 };
