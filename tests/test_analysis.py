@@ -424,3 +424,26 @@ def test_a_tpu_barrier_cores_step_is_collective_bound(tmp_path):
     d = _summary(client, "tpu/s")
     f = next(f for f in d["findings"] if f["id"] == "collective_bound")
     assert f["priority"] == "P0" and f["evidence"][0]["number"] == pytest.approx(0.4, abs=0.01)
+
+
+def test_hosts_in_lockstep_name_the_host_the_others_wait_for(tmp_path):
+    """Four TPU hosts whose steps all take 4 ms: three spend 40 % of each step in
+    barrier-cores waiting, pod-host3 5 % (planted.tpu_barrier). Equal medians hide it; the
+    collective time per step names pod-host3, the others' wait over its own the impact.
+    Four hosts of equal barriers have none."""
+    from profscope.testing.planted import tpu_barrier
+
+    for run, shares in (("lockstep", (0.4, 0.4, 0.4, 0.05)), ("even", (0.4, 0.4, 0.4, 0.4))):
+        folder = tmp_path / "logs" / run / "plugins" / "profile" / "s"
+        folder.mkdir(parents=True)
+        for i, share in enumerate(shares):
+            (folder / f"pod-host{i}.xplane.pb").write_bytes(tpu_barrier(f"pod-host{i}", barrier_share=share))
+    client = _client(tmp_path / "logs", tmp_path / "cache")
+    d = _summary(client, "lockstep/s")
+    f = next(f for f in d["findings"] if f["id"] == "straggler_host")
+    assert f["host"] == "pod-host3" and f["priority"] == "P0"
+    rows = {h["host"]: h for h in d["hosts"]}
+    gap = rows["pod-host0"]["collective_us"] - rows["pod-host3"]["collective_us"]
+    assert f["impact"]["seconds_per_step"] == pytest.approx(gap / 1e6, rel=1e-6) and 0.0013 < gap / 1e6 < 0.0015
+    assert d["hosts"][0]["host"] == "pod-host3" and "pod-host3 is the worst" in d["summary"]
+    assert "straggler_host" not in _ids(_summary(client, "even/s"))

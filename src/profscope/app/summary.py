@@ -204,14 +204,20 @@ class Analysis:
             so, oom = parts["steps_ops"], parts["oom_risk"]
             row = {"host": h, "status": analysis.status_of(parts["findings"]), "counts": analysis.counts(parts["findings"]),
                    "median_us": ((so or {}).get("summary") or {}).get("median_us"),
-                   "peak_bytes": (oom or {}).get("peakBytes")}
+                   "collective_us": analysis_time.collective_per_step(so), "peak_bytes": (oom or {}).get("peakBytes")}
             if so is None and mine:
                 row["error"] = mine[0]["reason"]
             rows.append(row)
+        straggler = analysis_time.host_straggler_findings(rows, link)
+        for f in straggler:
+            # the straggler host's own row counts it: it is the host to look at first
+            row = next(r for r in rows if r["host"] == f["host"])
+            row["counts"][f["priority"]] += 1
+            row["status"] = analysis.status_of([f]) if row["status"] == "OPTIMAL" else row["status"]
         ranked = analysis.hosts_rows(rows)
         worst = by_host[next((r["host"] for r in ranked if "error" not in r), ranked[0]["host"])]
         findings = _most_severe_per_rule([f for h in run.hosts for f in by_host[h]["findings"]], len(run.hosts))
-        findings += analysis_time.host_straggler_findings(rows, link)
+        findings += straggler
         # every module of the run checked once (hosts share their programs)
         hlo = self._compiler_findings(run, ALL_HOSTS, link, refused)
         findings += hlo or []

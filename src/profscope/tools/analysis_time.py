@@ -21,7 +21,7 @@ from profscope.tools import xprof_overview
 from profscope.tools.analysis_rules import (P0_SHARE, P1_SHARE, P2_SHARE, Rule, evidence, finding, impact,
                                             priority_for_share)
 
-__all__ = ["RULES", "device_metrics", "host_input_findings", "host_straggler_findings", "span_findings",
+__all__ = ["RULES", "collective_per_step", "device_metrics", "host_input_findings", "host_straggler_findings", "span_findings",
            "time_findings"]
 
 _BY_SHARE = (f"by share of step time: P0 >= {P0_SHARE:.0%}, P1 >= {P1_SHARE:.0%}, P2 >= {P2_SHARE:.0%}")
@@ -66,8 +66,10 @@ RULES: tuple[Rule, ...] = (
          "A straggler device finishes each step late"),
     Rule("straggler_host", "time", "by share",
          f"the slowest host's median step time over the fastest's: the difference as a share of the "
-         f"slowest, {_BY_SHARE}",
-         "XProf's pod viewer / overview ALL_HOSTS; /api/steps_ops?host=ALL_HOSTS straggler_host",
+         f"slowest; hosts of equal steps (in lockstep): the others' mean collective time per step over "
+         f"that of the host with the least, as a share of the step; {_BY_SHARE}",
+         "XProf's pod viewer / overview ALL_HOSTS; /api/steps_ops?host=ALL_HOSTS straggler_host; XProf 2.24.2 "
+         "smart_suggestion's host stragglers by barrier-cores share (GetHostStragglers)",
          "A straggler host: one host's steps are slower than the others'"),
     Rule("device_idle", "time", "by share",
          f"(a trace without steps) the device idle between its first and last activity, {_BY_SHARE}",
@@ -335,21 +337,35 @@ def time_findings(steps_ops: dict, link: Callable[..., str]) -> list[dict]:
     return _time_share_findings(st, host, link) + _op_dominates(steps_ops, st, host, link)
 
 
+def collective_per_step(steps_ops: dict | None) -> float | None:
+    """A host's collective / communication time per step (µs, averaged over its working
+    devices), None without timed steps: the ALL_HOSTS rows' ``collective_us``."""
+    st = _Steps(steps_ops or {})
+    if not st.count:
+        return None
+    total, _, _ = st.summed(lambda d: sum((d.get("time_us") or {}).get(k, 0.0) for k in _COLLECTIVE))
+    return round(total / st.count, 3)
+
+
 def host_straggler_findings(hosts: list[dict], link: Callable[..., str]) -> list[dict]:
     """``straggler_host`` from the per-host rows of an ALL_HOSTS summary (``host``,
-    ``median_us``): in synchronous training every host waits for the slowest one each step,
-    so the slowest median over the fastest is time the others lose."""
+    ``median_us``, ``collective_us``). In synchronous training every host waits for the
+    slowest one each step: the slowest median over the fastest is time the others lose.
+    Hosts in lockstep have equal step times, and then the others' wait is inside their
+    collectives (a TPU's barrier-cores): the host with the least collective time per step
+    is the one they wait for, and the others' mean collective time over its own is what
+    they lose (XProf 2.24.2's smart_suggestion names such a host a straggler by its
+    barrier-cores share, GetHostStragglers)."""
     timed = sorted((h for h in hosts if h.get("median_us")), key=lambda h: (-h["median_us"], h["host"]))
     if len(timed) < 2:
         return []
     slow, fast = timed[0], timed[-1]
     gap = slow["median_us"] - fast["median_us"]
     share = gap / slow["median_us"]
-    p = priority_for_share(share)
-    if p is None:
-        return []
     rule = _RULE["straggler_host"]
-    return [finding(rule, priority=p, title=f"{rule.title} ({slow['host']})", host=slow["host"],
+    if priority_for_share(share) is None:
+        return _lockstep_straggler(timed, link)
+    return [finding(rule, priority=priority_for_share(share), title=f"{rule.title} ({slow['host']})", host=slow["host"],
                     what=(f"Host {slow['host']}'s median step takes {_us(slow['median_us'])}, {_us(gap)} "
                           f"({_pct(share)}) longer than {fast['host']}'s {_us(fast['median_us'])}."),
                     evidence=[evidence(f"median step of {h['host']}", _us(h["median_us"]), h["median_us"],
@@ -358,6 +374,36 @@ def host_straggler_findings(hosts: list[dict], link: Callable[..., str]) -> list
                     impact=impact(gap / 1e6, text=f"{_us(gap)} per step the faster hosts wait"),
                     fix=("Find what differs on the slow host: its input pipeline (idle before the first op), "
                          "its devices' load, its network; balance the data and work split across hosts."))]
+
+
+def _lockstep_straggler(timed: list[dict], link: Callable[..., str]) -> list[dict]:
+    """Hosts of equal step times: the one whose collectives take least (the others wait
+    for it in theirs), where the others' mean exceeds its own by a share of the step."""
+    coll = [h for h in timed if h.get("collective_us") is not None]
+    if len(coll) < 2:
+        return []
+    slow = min(coll, key=lambda h: (h["collective_us"], h["host"]))
+    others = [h for h in coll if h is not slow]
+    wait = sum(h["collective_us"] for h in others) / len(others)
+    gap = wait - slow["collective_us"]
+    step = sum(h["median_us"] for h in coll) / len(coll)
+    share = gap / step
+    p = priority_for_share(share)
+    if p is None:
+        return []
+    rule = _RULE["straggler_host"]
+    return [finding(rule, priority=p, title=f"{rule.title} ({slow['host']})", host=slow["host"],
+                    what=(f"The hosts' steps take the same time, but the other hosts spend {_us(wait)} per step in "
+                          f"collectives and {slow['host']} only {_us(slow['collective_us'])}: they wait for it there, "
+                          f"{_us(gap)} ({_pct(share)} of the step)."),
+                    evidence=[evidence(f"collectives per step on {slow['host']}", _us(slow["collective_us"]),
+                                       slow["collective_us"], link("steps_ops", host=slow["host"])),
+                              evidence("collectives per step on the other hosts (mean)", _us(wait), round(wait, 3),
+                                       link("steps_ops", host="ALL_HOSTS")),
+                              evidence("share of step time", _pct(share), round(share, 4))],
+                    impact=impact(gap / 1e6, text=f"{_us(gap)} per step the other hosts wait"),
+                    fix=("Find what makes this host's compute longer: its share of the data or the model, its "
+                         "devices' load or clocks, its input pipeline; balance the work across hosts."))]
 
 
 def host_input_findings(steps_ops: dict, step_db: dict | None, link: Callable[..., str]) -> list[dict]:
