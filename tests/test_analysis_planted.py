@@ -32,7 +32,7 @@ def test_every_family_and_rule_is_planted():
     rules = {r for c in planted.CASES for r, _ in c.rules}
     assert set(planted.RULE.values()) == rules
     assert sum(1 for c in planted.CASES if len(c.rules) == 2) >= 5
-    assert {c.family for c in planted.CASES if c.healthy} >= {"kineto", "xplane_cpu", "allocator", "snapshot", "jax"}
+    assert {c.family for c in planted.CASES if c.healthy} >= {"kineto", "xplane_cpu", "xplane_tpu", "allocator", "snapshot", "jax"}
     assert sum(1 for c in planted.CASES if c.real and c.rules) >= 8
 
 

@@ -92,3 +92,21 @@ def test_every_disagreement_is_explained_in_the_docs(ours):
     assert not missing, f"disagreements not explained in docs/analysis.md (case: ours, XProf's): {missing}"
     assert not stale, f"docs/analysis.md explains disagreements that are gone: {stale}"
     assert {c: listed[c] for c in differ} == differ
+
+
+def _xprof_stragglers(case: str) -> set[str]:
+    """The hosts XProf's BarrierCoresRule names as stragglers ("Host <b>H</b> average
+    barrier-cores time fraction")."""
+    text = " ".join(s["suggestionText"] for s in GOLDEN[case]["smart_suggestion"].get("suggestions") or [])
+    return set(re.findall(r"Host <b>([^<]+)</b> average barrier-cores", text))
+
+
+def test_every_straggler_disagreement_is_explained_in_the_docs(ours):
+    """Where XProf names straggler hosts, ours must name the same by ``straggler_host``,
+    or the case is listed in the docs' "Straggler hosts" list (and only then)."""
+    ours_named = {c: {f["host"] for f in ours[c]["body"]["findings"] if f["id"] == "straggler_host"} for c in CASES}
+    differ = {c for c in CASES if _xprof_stragglers(c) and _xprof_stragglers(c) != ours_named[c]}
+    assert any(_xprof_stragglers(c) for c in CASES)
+    section = DOCS.read_text().split("## XProf smart_suggestion", 1)[1].split("\n## ", 1)[0]
+    listed = set(re.findall(r"^\* straggler `([^`]+)`", section, re.M))
+    assert differ == listed, (differ, listed)

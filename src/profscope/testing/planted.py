@@ -274,6 +274,18 @@ def tpu_barrier(host: str, *, barrier_share: float, cores: int = 2, steps: int =
     return sp.to_bytes()
 
 
+def _tpu_pod_straggler(logdir: Path, _data: Path | None) -> str:
+    """Four TPU hosts in lockstep (every step 4 ms on all of them): host 3 computes 3.7 ms
+    of each step, the others 2.3 ms and then wait 1.6 ms (40 %) in ``barrier-cores`` for
+    it. Step times are equal, so only the barrier share names the straggler: XProf's
+    BarrierCoresRule lists ``pod-host3`` (5.0 % against 40 %)."""
+    run = None
+    for i in range(4):
+        host = f"pod-host{i}"
+        run = _write_xplane(logdir, "tpu_pod_straggler", host, tpu_barrier(host, barrier_share=0.05 if i == 3 else 0.4))
+    return run
+
+
 def _straggler_hosts(logdir: Path, _data: Path | None) -> str:
     """Two hosts of one session, host1's steps twice as long (8 ms vs 4 ms): host0 waits
     half of every step at the next collective."""
@@ -330,6 +342,11 @@ XPLANE_CASES = (
     Case("tpu_barrier_cores", "xplane_tpu",
          lambda d, _x: _write_xplane(d, "tpu_barrier", "tpu-host", tpu_barrier("tpu-host", barrier_share=0.4)),
          (("collective", "P0"),), note="40 % of every TPU step in barrier-cores (XProf's BarrierCoresRule fires)"),
+    Case("tpu_pod_straggler", "xplane_tpu", _tpu_pod_straggler, (("collective", "P0"), ("straggler_host", "P0")),
+         host=ALL_HOSTS, note="three of four TPU hosts wait 40 % of each step at the barrier for the fourth"),
+    Case("tpu_healthy", "xplane_tpu",
+         lambda d, _x: _write_xplane(d, "tpu_healthy", "tpu-host", tpu_barrier("tpu-host", barrier_share=0.01)),
+         healthy=True, note="1 % of each step at the barrier"),
     Case("xplane_healthy_hosts", "xplane_cpu", _healthy_hosts, healthy=True, host=ALL_HOSTS,
          note="two hosts within 1 % of each other"),
     Case("allocator_high_tier", "allocator", _alloc_case("alloc_high", limit=100 * MB, steady=88 * MB),
