@@ -190,7 +190,9 @@ def test_native_step_db_rejects_bad_arrays():
     none = (np.zeros(0, np.int32), np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64),
             np.zeros(0, np.int64))
 
-    def call(group=i64, line=i32, mid=i64, line_ps=np.zeros(1, np.int64), n_groups=1):
+    one_line = np.zeros(1, np.int64)
+
+    def call(group=i64, line=i32, mid=i64, line_ps=one_line, n_groups=1):
         return xw._native.host_step_db(group, line, i64, i64, mid, line_ps, np.zeros(len(line_ps), np.int32),
                                        flags, kinds, *none, n_groups)
 

@@ -437,8 +437,8 @@ class Grouping:
         nr = len(regions.line)
         total = n + nr
 
-        # GroupingEventStats (ForEachStat: the last stat of a kind wins), each read once
-        # and its view (5 bytes an event) dropped; GetStat (the first one) of id/iter_num.
+        # GroupingEventStats (ForEachStat: the last stat of a kind wins), each as the
+        # sorted events that have it (_Sparse); GetStat (the first one) of id/iter_num.
         v_pt, v_p, v_ct, v_c, v_pid, v_r, v_a = (self._read_once(s) for s in ("_pt", "_p", "_ct", "_c", "_pid", "_r", "_a"))
         g_step, g_iter = _first_view(ev, "id"), _first_view(ev, "iter_num")
 
