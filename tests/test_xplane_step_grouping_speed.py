@@ -148,6 +148,27 @@ def test_host_steps_run_on_small_pages_and_restore_numpy_s_setting(jax_cpu, monk
         _set_madvise_hugepage(before)
 
 
+def test_an_extension_built_before_the_lean_reader_still_reads_the_steps(jax_cpu, monkeypatch):
+    """An installed extension with only 1c72efb's functions (decoder, run walks, the two
+    walks; ``nest_sequence`` wanting an array for ``below``): the reader falls back to
+    numpy where a function is missing, not to an AttributeError, with the same steps."""
+    import types
+
+    want = _steps(jax_cpu, True, monkeypatch)
+    real = xw._native
+
+    def nest_sequence(ids, ts, end, is_async, parent, below):
+        if below is None:
+            raise TypeError("below: an int64 array")
+        return real.nest_sequence(ids, ts, end, is_async, parent, below)
+
+    old = types.SimpleNamespace(**{k: getattr(real, k) for k in ("decode_events", "event_run", "run_count",
+                                                                   "group_from", "set_truncated")},
+                                nest_sequence=nest_sequence)
+    monkeypatch.setattr(xw, "_native", old)
+    assert _steps(jax_cpu, True, monkeypatch) == want
+
+
 def test_step_reader_memory_is_bounded_by_the_file(jax_cpu):
     """The grouping's per-event state lives in arrays (no dict entry, list or Python int
     per event), only the stats the steps read are decoded, each per-event temporary is

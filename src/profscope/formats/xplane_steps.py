@@ -287,7 +287,7 @@ class _GroupWalk:
     def walk_roots(self, roots: np.ndarray) -> list[int]:
         """Each root in turn that no earlier walk grouped gets the next group id (0, 1,
         ...) and its walk (in one C call where built); the roots walked."""
-        if self.native:
+        if self.native and hasattr(xw._native, "group_roots"):  # (an extension built before it: one by one)
             return xw._native.group_roots(np.ascontiguousarray(roots, np.int64), self.group, *self.edges).tolist()
         walked = []
         for r in roots.tolist():
@@ -702,6 +702,8 @@ class Grouping:
         where the extension is built: this loop over every event was most of a CPU
         profile's grouping; the Python below is its twin for PROFSCOPE_NATIVE=0)."""
         if _native_walks():
+            if below is None and not hasattr(xw._native, "nest_children"):  # built before below=None
+                below = np.full(len(ts), -1, dtype=np.int64)
             xw._native.nest_sequence(np.ascontiguousarray(seg, dtype=np.int64), ts, end, is_async, nest_parent, below)
             return
         stack: list[int] = []
