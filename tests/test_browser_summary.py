@@ -73,7 +73,7 @@ def _query(page) -> dict:
 
 def _open(page, server: str, **state):
     page.goto(f"{server}/?{urlencode(state, quote_via=quote)}")
-    page.wait_for_selector("#sm-findings, #view .error", timeout=300_000)
+    page.wait_for_selector("#sm-findings, #view .error", timeout=120_000)
 
 
 def _links(api: dict) -> list[str]:
@@ -94,7 +94,7 @@ def _follow(page, link: str) -> None:
     """Click the evidence link ``link``: the URL becomes the link's view, that page draws."""
     page.click(f'.sm-finding a.sm-open[href="{link}"] >> nth=0')
     want = dict(parse_qsl(link.lstrip("?")))
-    page.wait_for_selector(READY[want["tool"]], timeout=300_000)
+    page.wait_for_selector(READY[want["tool"]], timeout=120_000)
     assert _query(page) == want
 
 
@@ -231,3 +231,37 @@ def test_the_html_file_reads_without_javascript(browser, shared_fixtures, snap_d
     finally:
         ctx.close()
     assert asked == []
+
+
+def test_the_html_files_links_open_their_view_on_a_server(browser, server, shared_fixtures, tmp_path):
+    """``analyze --format html --server URL`` of the log directory that server serves: every
+    evidence link is that server's dashboard URL of the link's view, and clicking one opens
+    the view (Steps & ops at the step)."""
+    def analyze(*args):
+        res = subprocess.run([sys.executable, "-m", "profscope", "analyze", str(shared_fixtures / "public_profiles"), "--run", V100,
+                              *args, "--cache-dir", str(tmp_path / "cache"), "--workers", "0"],
+                             capture_output=True, text=True, timeout=300, check=False)
+        assert res.returncode == 0, res.stderr
+        return res.stdout
+
+    links = _links(json.loads(analyze("--format", "json")))
+    assert links
+    out = tmp_path / "summary.html"
+    analyze("--format", "html", "-o", str(out), "--server", f"{server}/")
+    ctx = browser.new_context(viewport={"width": 1300, "height": 900})
+    allowed = urlparse(server).netloc
+    outside = []
+    ctx.route("**/*", lambda r: (r.continue_() if r.request.url.startswith("file://") or urlparse(r.request.url).netloc == allowed
+                                 else (outside.append(r.request.url), r.abort())))
+    try:
+        page = ctx.new_page()
+        page.goto(out.as_uri())
+        hrefs = page.eval_on_selector_all(".finding a.open", "as => as.map((a) => a.getAttribute('href'))")
+        assert hrefs == [f"{server}/{link}" for link in links]
+        page.click(".finding a.open >> nth=0")
+        want = dict(parse_qsl(links[0].lstrip("?")))
+        page.wait_for_selector(READY[want["tool"]], timeout=120_000)
+        assert _query(page) == want
+    finally:
+        ctx.close()
+    assert outside == []
