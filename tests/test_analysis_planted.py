@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from profscope.testing import planted
+from profscope.tools import analysis
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"
@@ -28,9 +29,11 @@ def report(tmp_path_factory) -> dict:
 
 
 def test_every_family_and_rule_is_planted():
-    """Each rule alone, pairs (two rules in one run), healthy runs, real programs."""
+    """Each rule of the Summary (tools/analysis.py RULES: time, memory, compiler) planted,
+    pairs (two rules in one run), healthy runs, real programs."""
     rules = {r for c in planted.CASES for r, _ in c.rules}
     assert set(planted.RULE.values()) == rules
+    assert {r.id for r in analysis.RULES} == rules
     assert sum(1 for c in planted.CASES if len(c.rules) == 2) >= 5
     assert {c.family for c in planted.CASES if c.healthy} >= {"kineto", "xplane_cpu", "xplane_tpu", "allocator", "snapshot", "jax"}
     assert sum(1 for c in planted.CASES if c.real and c.rules) >= 8

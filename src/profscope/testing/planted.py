@@ -67,7 +67,8 @@ RULE = {
     "idle_between": "idle_between_steps",
     "oom": "memory_oom", "over_capacity": "memory_over_capacity", "high": "memory_high",
     "undonated": "undonated_arguments", "leak": "memory_leak", "fragmentation": "memory_fragmentation",
-    "activations": "activations_dominate", "other_module": "other_module_peak",
+    "activations": "activations_dominate", "other_module": "other_module_peak", "buffers": "buffers_dominate",
+    "rising_ops": "memory_rising_ops", "device_idle": "device_idle", "padding": "memory_padding",
     "layout_copy": "layout_mismatch_copy", "unfused_reshape": "unfused_reshape",
     "convert_reduce": "convert_in_reduction",
 }
@@ -110,6 +111,23 @@ def _kineto(name: str, body, steps: int = 4):
         tr = kt.KinetoTrace()
         for n in range(steps):
             tr.step(n, body)
+        (logdir / "kineto").mkdir(parents=True, exist_ok=True)
+        tr.write(logdir / "kineto" / f"{name}.pt.trace.json.gz")
+        return f"kineto/{name}.pt.trace.json.gz"
+    return build
+
+
+def _kineto_no_steps(name: str, iterations: int = 4):
+    """A trace recorded without a profiler schedule (no ``ProfilerStep#N``): each
+    iteration 5 ms of host work (loading, Python) and then 10 GEMMs of 100 µs; the device
+    idles ~83 % of its kernel span."""
+    def build(logdir: Path, _data: Path | None) -> str:
+        tr = kt.KinetoTrace()
+        for _ in range(iterations):
+            tr.host("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 5000)
+            for _ in range(10):
+                tr.kernel(GEMM, 100)
+            tr.t = max(tr.t, tr.gpu_free) + 2
         (logdir / "kineto").mkdir(parents=True, exist_ok=True)
         tr.write(logdir / "kineto" / f"{name}.pt.trace.json.gz")
         return f"kineto/{name}.pt.trace.json.gz"
@@ -207,6 +225,8 @@ TIME_CASES = (
     Case("kineto_idle_between_steps", "kineto",
          _kineto("idle_between", _then_host(_load_then_gemms(0, 10, 500), 4000)), (("idle_between", "P0"),),
          note="5 ms steps with 4 ms of host work between them: the device idles 44 % of the time"),
+    Case("kineto_no_steps_idle", "kineto", _kineto_no_steps("no_steps_idle"), (("device_idle", "P0"),),
+         note="no ProfilerStep: 5 ms of host work before every 1 ms of kernels, ~83 % idle over the kernel span"),
     # pairs
     Case("kineto_input_and_collective", "kineto", _kineto("input_collective", _gemms_allreduce(8000)),
          (("input", "P0"), ("collective", "P0")),
@@ -298,10 +318,14 @@ def _healthy_hosts(logdir: Path, _data: Path | None) -> str:
     return _write_xplane(logdir, "hosts_healthy", "host1", grouped_cpu("host1", step_us=4040))
 
 
-def allocator_run(host: str, *, limit: int, steady: int, leak: int = 0, steps: int = 6) -> bytes:
+def allocator_run(host: str, *, limit: int, steady: int, leak: int = 0, steps: int = 6,
+                  big: tuple[int, ...] = (), growth: dict[int, int] | None = None) -> bytes:
     """A training loop whose BFC allocator (``limit`` bytes: the capacity) holds
     ``steady`` bytes of weights, allocates and frees a 4 MiB temporary each step and, with
-    ``leak``, keeps ``leak`` bytes more every step (never freed)."""
+    ``leak``, keeps ``leak`` bytes more every step (never freed). ``big``: buffers made in
+    the last step, the peak's (XProf's memory profile lists an allocation made in an
+    earlier step as memory in use from before: its op is not named at the peak); ``growth``: {step: bytes} an op
+    (``metrics/cache``) keeps in those steps only (rising, not a steady line)."""
     sp = Space(host)
     plane = sp.plane("/host:CPU", 0)
     # The allocations nest in the step's root event on its own thread: XProf's step
@@ -311,14 +335,19 @@ def allocator_run(host: str, *, limit: int, steady: int, leak: int = 0, steps: i
     bfc.prealloc(steady)
     for s in range(steps):
         t = 1 * MS + s * 10 * MS
+        run_id = 1000 + s  # TF's allocator events carry the step's run id (``id``), not its number
         py.event("train", t, 9 * MS, [("_r", 1), ("step_num", s)])
-        # TF's allocator events carry the step's run id (``id``), not its number.
-        a = bfc.alloc(py, t + 100 * US, 4 * MB, op="dense/MatMul", shape="[1024,1024]", step=1000 + s,
-                      region="temp")
+        if s == steps - 1:
+            for k, size in enumerate(big):
+                bfc.alloc(py, t + (20 + k) * US, size, op=f"model/embedding_{k}", shape=f"[{size // 4}]", step=run_id,
+                          region="persist")
+        a = bfc.alloc(py, t + 100 * US, 4 * MB, op="dense/MatMul", shape="[1024,1024]", step=run_id, region="temp")
         if leak:
-            bfc.alloc(py, t + 200 * US, leak, op="leaky/cache", shape=f"[{leak // 4}]", step=1000 + s,
+            bfc.alloc(py, t + 200 * US, leak, op="leaky/cache", shape=f"[{leak // 4}]", step=run_id, region="persist")
+        if growth and growth.get(s):
+            bfc.alloc(py, t + 300 * US, growth[s], op="metrics/cache", shape=f"[{growth[s] // 4}]", step=run_id,
                       region="persist")
-        bfc.free(py, t + 5 * MS, a, step=1000 + s)
+        bfc.free(py, t + 5 * MS, a, step=run_id)
     return sp.to_bytes()
 
 
@@ -365,6 +394,14 @@ XPLANE_CASES = (
          _alloc_case("alloc_leak_over", limit=100 * MB, steady=90 * MB, leak=2 * MB),
          (("leak", "P1"), ("over_capacity", "P0")), note="2 MiB kept a step takes the peak from 94 % to 104 % of the "
          "capacity: the leak that will fail"),
+    Case("allocator_buffers_dominate", "allocator",
+         _alloc_case("alloc_big", limit=100 * MB, steady=1 * MB, big=(25 * MB, 25 * MB, 25 * MB)),
+         (("buffers", "P2"),), note="three 25 MiB buffers are 94 % of an 80 MiB peak, 80 % of the capacity (MEDIUM)"),
+    Case("allocator_rising_op", "allocator",
+         _alloc_case("alloc_rising", limit=1024 * MB, steady=64 * MB, steps=8,
+                     growth={1: 8 * MB, 3: MB // 2, 5: MB // 2, 7: MB // 2}),
+         (("rising_ops", "P2"),), note="metrics/cache keeps 8 MiB in step 1 and 0.5 MiB in steps 3, 5, 7: "
+         "never freed, rising in half the steps, not a straight line (r2 0.49: no steady leak)"),
     Case("allocator_healthy", "allocator", _alloc_case("alloc_healthy", limit=1024 * MB, steady=64 * MB),
          healthy=True, note="68 MiB of 1 GiB, flat"),
 )
@@ -443,6 +480,53 @@ def _demo_file(rel: str, dst: str):
     return build
 
 
+def padded_module(data: bytes, num: int = 5, den: int = 4) -> bytes:
+    """A compiled module's ``HloProto`` (with its buffer assignment) as a device that pads
+    its layouts would assign it: every logical buffer, every allocation and every offset
+    ``num/den`` times XLA's (on a TPU, (8, 128) tiles pad a minor dimension of 100 f32 to
+    128: 1.28x). The shapes keep their sizes, so the memory viewer's padding (assigned
+    size - the shape's size) is ``(num - den) / num`` of the peak: 20 %."""
+    from profscope.model.protos import hlo_pb2
+
+    proto = hlo_pb2.HloProto()
+    proto.ParseFromString(data)
+    ba = proto.buffer_assignment
+    for lb in ba.logical_buffers:
+        lb.size = lb.size * num // den
+    for alloc in ba.buffer_allocations:
+        alloc.size = alloc.size * num // den
+        for a in alloc.assigned:
+            a.offset, a.size = a.offset * num // den, a.size * num // den
+    return proto.SerializeToString()
+
+
+def _module_from_profile(xplane: Path, module: str) -> bytes:
+    """The ``HloProto`` (with its buffer assignment) a profile's ``/host:metadata`` plane
+    holds for ``module`` (an event metadata named ``<module>(<program id>)``, its
+    ``Hlo Proto`` stat)."""
+    from profscope.formats.protos import xplane_pb2
+
+    space = xplane_pb2.XSpace()
+    space.ParseFromString(xplane.read_bytes())
+    meta = next(p for p in space.planes if p.name == "/host:metadata")
+    for em in meta.event_metadata.values():
+        if em.name.split("(")[0] == module:
+            return next(st.bytes_value for st in em.stats if st.bytes_value)
+    raise KeyError(module)
+
+
+def _padded_dump(logdir: Path, data: Path | None) -> str | None:
+    """The real remat-off train step (tests/data/oom_programs/remat_off: activations,
+    heap-simulated, are most of its peak) as an XLA dump whose buffers are padded."""
+    if data is None or not (data / "oom_programs" / "remat_off").is_dir():
+        return None
+    xplane = next((data / "oom_programs" / "remat_off").glob("plugins/profile/*/*.xplane.pb"))
+    (logdir / "dump_padded").mkdir(parents=True, exist_ok=True)
+    name = "module_0001.jit_train_step.cpu_after_optimizations.hlo.pb"
+    (logdir / "dump_padded" / name).write_bytes(padded_module(_module_from_profile(xplane, "jit_train_step")))
+    return "dump_padded"
+
+
 REAL_CASES = (
     Case("jax_undonated", "jax", _copy_run("oom_programs/undonated", "jax_undonated"), (("undonated", "P2"),),
          real=True, note="Adam MLP train step without donate_argnums: the old state (18 MB) kept beside the new"),
@@ -450,6 +534,8 @@ REAL_CASES = (
          real=True, note="wide residual blocks without jax.checkpoint: activations dominate the peak"),
     Case("jax_eval_heavy", "jax", _copy_run("oom_programs/eval_heavy", "jax_eval_heavy"),
          (("other_module", "P2"),), real=True, note="an eval step on a 4096 batch peaks above the train step"),
+    Case("xla_dump_padded", "xla_dump", _padded_dump, (("padding", "P2"),),
+         note="the real remat-off train step as an XLA dump, every buffer assigned 1.25x its shape"),
     Case("jax_donated", "jax", _copy_run("oom_programs/donated", "jax_donated"), healthy=True, real=True),
     Case("jax_remat_on", "jax", _copy_run("oom_programs/remat_on", "jax_remat_on"), healthy=True, real=True),
     Case("jax_input_bound", "jax", _copy_run("planted_programs/input_bound", "jax_input_bound"),
