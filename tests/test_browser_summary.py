@@ -265,3 +265,36 @@ def test_the_html_files_links_open_their_view_on_a_server(browser, server, share
     finally:
         ctx.close()
     assert outside == []
+
+
+@pytest.fixture(scope="module")
+def mixed_dir(tmp_path_factory, shared_fixtures):
+    """One session of two hosts: a TF GPU host's real xplane and the corrupt TPU file."""
+    root = tmp_path_factory.mktemp("mixed")
+    session = root / "plugins" / "profile" / "s1"
+    session.mkdir(parents=True)
+    xplane = shared_fixtures / "public_profiles" / "xplane"
+    shutil.copy(xplane / "tf_gpu/plugins/profile/GPU-multi-worker/34.83.195.179_6003.xplane.pb", session)
+    shutil.copy(xplane / "tpu_inference_corrupt/plugins/profile/2025_12_15_tpu/tpu_inference_2.xplane.pb", session / "bad_host.xplane.pb")
+    return root
+
+
+def test_a_corrupt_host_is_refused_and_the_rest_summarised(mixed_dir, tmp_path_factory, open_page, tmp_path):
+    with profscope_server("serve", str(mixed_dir), "--port", "0", "--cache-dir", str(tmp_path_factory.mktemp("cache"))) as (url, _):
+        url = url.rstrip("/")
+        api = _api(url, run="s1")
+        assert [x["file"] for x in api["refused"]] == ["plugins/profile/s1/bad_host.xplane.pb"]
+        page = open_page(url)
+        _open(page, url, run="s1")
+        page.wait_for_selector("#sm-hosts")
+        note = page.inner_text("#sm-refused")
+        assert "plugins/profile/s1/bad_host.xplane.pb" in note and api["refused"][0]["reason"] in note
+        assert "cannot be read" in page.inner_text('#sm-hosts tr[data-host="bad_host"]')
+        assert _shown(page) == {"status": api["status"], "findings": _keys(api), "links": _links(api)}
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "summary_corrupt_host.png"), full_page=True)
+    out = tmp_path / "mixed.html"
+    res = subprocess.run([sys.executable, "-m", "profscope", "analyze", str(mixed_dir), "--format", "html", "-o", str(out),
+                          "--cache-dir", str(tmp_path / "cache"), "--workers", "0"], capture_output=True, text=True, timeout=300, check=False)
+    assert res.returncode == 0 and "REFUSED plugins/profile/s1/bad_host.xplane.pb" in res.stderr, res.stderr
+    assert "bad_host.xplane.pb" in out.read_text().split('id="refused"')[1].split("</section>")[0]

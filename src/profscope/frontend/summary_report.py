@@ -141,7 +141,7 @@ def render_markdown(summary: dict, source: str, server: str | None = None) -> st
     if s.get("hosts"):
         lines += ["## Hosts", "", "| host | status | P0 | P1 | P2 | median step | peak memory |", "|---|---|---:|---:|---:|---:|---:|"]
         for h in s["hosts"]:
-            c = h.get("counts") or {}
+            c = {} if h.get("error") else h.get("counts") or {}
             status = f"cannot be read: {_cell(h['error'])}" if h.get("error") else h.get("status") or "—"
             lines.append(f"| {_cell(h['host'])} | {status} | {c.get('P0', '')} | {c.get('P1', '')} | {c.get('P2', '')} | "
                          f"{us_text(h.get('median_us'))} | {bytes_text(h.get('peak_bytes'))} |")

@@ -77,9 +77,9 @@ async function render(view, state, run, details, shell) {
     { id: "sm-status", "data-status": data.status }), head.children[1]);
   root.append(...[
     el("p", { class: "sm-summary", id: "sm-summary" }, data.summary),
+    (data.refused || []).length ? refusedNote(data.refused) : null, // what the numbers below leave out
     metricTiles(data, state),
     categoryBar(data.metrics && data.metrics.categories),
-    (data.refused || []).length ? refusedNote(data.refused) : null,
     data.hosts ? hostsTable(data, state) : null,
     findingsSection(data, state),
     inputsLine(data),
@@ -169,7 +169,7 @@ function hostsTable(d, state) {
       el("tbody", {}, d.hosts.map((h) => el("tr", { "data-host": h.host },
         el("td", {}, link({ ...state, host: h.host, finding: "" }, h.host)),
         el("td", {}, h.error ? el("span", { class: "unreadable" }, `cannot be read: ${h.error}`) : badge(h.status.replace("_", " "), STATUS_COLOR[h.status] || P.neutral, { class: "sm-badge small" })),
-        ...["P0", "P1", "P2"].map((p) => el("td", { class: "num" }, h.counts ? fmtCount(h.counts[p]) : "—")),
+        ...["P0", "P1", "P2"].map((p) => el("td", { class: "num" }, h.counts && !h.error ? fmtCount(h.counts[p]) : "—")),
         el("td", { class: "num" }, us(h.median_us)), el("td", { class: "num" }, h.peak_bytes === null || h.peak_bytes === undefined ? "—" : fmtBytes(h.peak_bytes)))))));
 }
 
