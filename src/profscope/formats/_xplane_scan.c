@@ -386,7 +386,9 @@ static int kind_push(KindOut *k, const Rec *r)
 typedef struct {
     const uint8_t *b;
     Py_ssize_t n;
-    const int64_t *starts, *ends;
+    const int64_t *starts, *ends;  /* each event's bytes; or, with run_count, each run's */
+    const int64_t *run_count;      /* NULL: starts/ends are events; else runs of events */
+    Py_ssize_t nruns;
     Py_ssize_t nev, chunk;
     const int64_t *kmids;  /* sorted */
     const int16_t *kvals;
@@ -492,12 +494,33 @@ static int decode(Dec *d)
     const uint8_t *b = d->b;
     Py_ssize_t n = d->n;
     Field f;
+    Py_ssize_t rk = -1, left = 0, cur = 0;  /* runs: the run, its events left, the next one */
     for (Py_ssize_t lo = 0; lo < d->nev; lo += d->chunk) {
         Py_ssize_t hi = lo + d->chunk < d->nev ? lo + d->chunk : d->nev;
         Py_ssize_t ns = 0;
         int maxord = 0;
         for (Py_ssize_t i = lo; i < hi; i++) {
-            Py_ssize_t pos = d->starts[i], stop = d->ends[i];
+            Py_ssize_t pos, stop;
+            if (d->run_count != NULL) {  /* the next entry of the run (run_count counted them) */
+                while (left == 0) {
+                    if (++rk >= d->nruns)
+                        return E_RANGE;
+                    cur = d->starts[rk];
+                    left = d->run_count[rk];
+                }
+                if (cur < 0 || cur >= n || b[cur] != 0x22)
+                    return E_RANGE;
+                int r = rd_field(b, n, cur, d->ends[rk], &f);
+                if (r)
+                    return r;
+                pos = (Py_ssize_t)f.value;
+                stop = f.fend;
+                cur = f.nxt;
+                left--;
+            } else {
+                pos = d->starts[i];
+                stop = d->ends[i];
+            }
             if (pos < 0 || stop > n)
                 return E_RANGE;
             int64_t mid = 0, off = 0, dur = 0;
@@ -591,16 +614,16 @@ static PyObject *own_array(void **pp, Py_ssize_t n, int type, size_t item)
  * -> (metadata_id, offset_ps, duration_ps, {kind: (event, ordinal, case, value, str_end)}) */
 static PyObject *py_decode_events(PyObject *self, PyObject *args)
 {
-    PyObject *obj, *o_s, *o_e, *o_km, *o_kv;
+    PyObject *obj, *o_s, *o_e, *o_km, *o_kv, *o_rc = NULL;
     Py_ssize_t chunk;
-    if (!PyArg_ParseTuple(args, "OOOOOn", &obj, &o_s, &o_e, &o_km, &o_kv, &chunk))
+    if (!PyArg_ParseTuple(args, "OOOOOn|O", &obj, &o_s, &o_e, &o_km, &o_kv, &chunk, &o_rc))
         return NULL;
     if (chunk < 1)
         chunk = 1;
     Py_buffer view;
     if (get_buf(obj, &view) < 0)
         return NULL;
-    PyArrayObject *a_s = NULL, *a_e = NULL, *a_km = NULL, *a_kv = NULL;
+    PyArrayObject *a_s = NULL, *a_e = NULL, *a_km = NULL, *a_kv = NULL, *a_rc = NULL;
     PyObject *mid = NULL, *off = NULL, *dur = NULL, *kinds = NULL, *out = NULL;
     Dec d;
     memset(&d, 0, sizeof d);
@@ -620,6 +643,29 @@ static PyObject *py_decode_events(PyObject *self, PyObject *args)
     d.starts = PyArray_DATA(a_s);
     d.ends = PyArray_DATA(a_e);
     d.nev = PyArray_SIZE(a_s);
+    if (o_rc != NULL && o_rc != Py_None) {
+        /* runs of XLine.events entries (pos, end of their line, count): the events are
+         * read from the runs as decode goes, with no byte-range array per event */
+        a_rc = (PyArrayObject *)PyArray_FROMANY(o_rc, NPY_INT64, 1, 1, NPY_ARRAY_CARRAY_RO);
+        if (!a_rc)
+            goto done;
+        if (PyArray_SIZE(a_rc) != PyArray_SIZE(a_s)) {
+            PyErr_SetString(PyExc_ValueError, "column lengths differ");
+            goto done;
+        }
+        d.run_count = PyArray_DATA(a_rc);
+        d.nruns = PyArray_SIZE(a_rc);
+        d.nev = 0;
+        for (Py_ssize_t k = 0; k < d.nruns; k++) {
+            if (d.run_count[k] < 0 || d.starts[k] < 0 || d.ends[k] > view.len || d.starts[k] > d.ends[k]) {
+                PyErr_SetString(PyExc_ValueError, "run bounds outside the buffer");
+                goto done;
+            }
+            d.nev += d.run_count[k];
+            if (d.nev >= ((Py_ssize_t)1 << 31))
+                break;
+        }
+    }
     if (d.nev >= ((Py_ssize_t)1 << 31)) {
         PyErr_SetString(PyExc_ValueError, "too many events for one call");
         goto done;
@@ -701,6 +747,7 @@ static PyObject *py_decode_events(PyObject *self, PyObject *args)
 done:
     Py_XDECREF(a_s);
     Py_XDECREF(a_e);
+    Py_XDECREF(a_rc);
     Py_XDECREF(a_km);
     Py_XDECREF(a_kv);
     Py_XDECREF(mid);
@@ -1389,7 +1436,8 @@ static PyMethodDef methods[] = {
      "event_run_into(buf, pos, end, starts, ends, at) -> (count, after): a run's entries into the arrays from at"},
     {"run_count", py_run_count, METH_VARARGS, "run_count(buf, pos, end) -> (count, after) of a run of events"},
     {"decode_events", py_decode_events, METH_VARARGS,
-     "decode_events(buf, starts, ends, kmids, kvals, chunk) -> (metadata_id, offset_ps, duration_ps, kinds)"},
+     "decode_events(buf, starts, ends, kmids, kvals, chunk[, run_count]) -> (metadata_id, offset_ps, "
+     "duration_ps, kinds); with run_count, starts/ends/run_count are runs of events (pos, line end, count)"},
     {"nest_sequence", py_nest_sequence, METH_VARARGS,
      "nest_sequence(ids, ts, end, is_async, nest_parent, below): one line's nesting stack walk, in place"},
     {"group_roots", py_group_roots, METH_VARARGS,

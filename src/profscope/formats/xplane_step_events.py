@@ -334,16 +334,12 @@ def _host_steps(f, size, ref, out: list) -> int | None:
     meta_bytes, line_spans = xw.split_plane(data, ref.length)
     meta = xplane_pb2.XPlane.FromString(meta_bytes)
     b = np.frombuffer(data, dtype=np.uint8)
-    headers, starts, ends, lines_of = xw.plane_events(data, b, line_spans)
     stat_names = {k: v.name for k, v in meta.stat_metadata.items()}
     event_names = {k: v.name for k, v in meta.event_metadata.items()}
     # only the stats the steps read (a JAX CPU event's hlo_op/hlo_module/program_id... were
     # most of the decoded columns): the grouping's, and a grouped profile's own
     read = {k: v for k, v in stat_names.items() if v in xs.GROUPING_STATS or v in ("group_id", "step_name")}
-    ev = xw.decode_events(b, starts, ends, lines_of, read)
-    # what is held from here on makes the peak memory of a long CPU profile: the events'
-    # byte ranges (20 bytes an event) are not needed once decoded
-    del starts, ends, lines_of
+    headers, ev = xw.decode_plane(data, b, line_spans, read)  # no byte range per event kept
     if ev.n == 0:
         return None
     line_ts_ns = np.array([h.timestamp_ns for h in headers], dtype=np.int64)
