@@ -22,6 +22,9 @@ VERSION = 1
 RULES: tuple[Rule, ...] = (tuple(analysis_time.RULES) + tuple(getattr(analysis_memory, "RULES", ()))
                            + tuple(getattr(analysis_hlo, "RULES", ())))
 OPTIMAL, NEEDS_ATTENTION = "OPTIMAL", "NEEDS_ATTENTION"
+# No part of the run could be read (a corrupt file, a git-LFS pointer): no finding is no
+# clean bill of health, so neither of XProf's two verdicts is given.
+NOT_ASSESSED = "NOT_ASSESSED"
 _RANK = {p: i for i, p in enumerate(PRIORITIES)}
 
 
@@ -167,7 +170,8 @@ def summarize(parts: dict) -> dict:
                "categories": analysis_time.median_step_categories(so) if so else [],
                "memory": memory_metrics(parts.get("oom_risk")),
                "roofline": roofline_metrics(so, parts.get("peaks"))}
-    status = status_of(found)
+    read_any = any((parts.get("inputs") or {}).values())
+    status = status_of(found) if found or read_any else NOT_ASSESSED
     hosts = hosts_rows(parts["hosts"]) if parts.get("hosts") is not None else None
     refused = refused_rows(parts.get("refused") or [])
     out = {"version": VERSION, "run": parts["run"], "host": parts.get("host"), "status": status,
