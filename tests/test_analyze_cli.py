@@ -19,7 +19,7 @@ import sys
 
 import pytest
 
-from profscope.frontend.render import bytes_text
+from profscope.frontend.render import PALETTE, bytes_text
 
 V100 = "traces/kineto_resnet50_v100.pt.trace.json.gz"
 TF_GPU = "xplane/tf_gpu"  # two hosts: one summary of every host by default
@@ -127,17 +127,26 @@ def test_bad_input_is_exit_2_with_a_message(public, cache, args, message):
     assert "Traceback" not in res.stderr
 
 
-def test_a_corrupt_profile_is_listed_as_refused(public, cache):
+def test_a_corrupt_profile_is_listed_as_refused(public, cache, tmp_path):
     """The corrupt TPU session: the summary is still written, listing the file and why in
     each format; nothing else could be read, so the exit status is 2."""
     res = analyze(public / CORRUPT, "--format", "json", cache=cache)
     assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
     summary = json.loads(res.stdout)
+    assert summary["status"] == "NOT_ASSESSED"  # not a green OPTIMAL: nothing was read
     assert [x["file"].endswith("tpu_inference_2.xplane.pb") for x in summary["refused"]] == [True]
     assert "truncated XSpace profile" in summary["refused"][0]["reason"]
     assert "nothing in run" in res.stderr and "REFUSED" in res.stderr
     md = analyze(public / CORRUPT, cache=cache)
     assert "## Refused" in md.stdout and "truncated XSpace profile" in md.stdout
+    assert md.stdout.startswith(f"# Summary: {summary['run']}: NOT_ASSESSED")
+    out = tmp_path / "corrupt.html"
+    assert analyze(public / CORRUPT, "--format", "html", "-o", out, cache=cache).returncode == 2
+    html = out.read_text()
+    # grey (the UNKNOWN tier's colour), not OPTIMAL's green; the file and why under Refused
+    assert f'data-status="NOT_ASSESSED" style="background: {PALETTE["RISK"]["UNKNOWN"]}">NOT ASSESSED<' in html
+    assert "truncated XSpace profile" in html.split('id="refused"')[1]
+    assert "No rule could run" in html and "No rule could run" in md.stdout and "none of the rules fired" not in html
 
 
 def test_device_memory_reaches_the_summary_and_its_memory_section(shared_fixtures, cache, make_client, tmp_path):

@@ -832,7 +832,11 @@ def cmd_analyze(args) -> int:
         out = text
     elif args.format == "html":
         memory = None
-        if oom_reports.assessable(ws, run):
+        try:
+            assessable = oom_reports.assessable(ws, run)
+        except ProfscopeError:  # its files cannot be read: the summary's refused[] says so already
+            assessable = False
+        if assessable:
             # profscope report's assessment of the same run and host (a multi-host profile:
             # its worst host, every host listed), refusals kept in the section, never fatal
             refused, not_assessed = [], []
@@ -852,9 +856,11 @@ def cmd_analyze(args) -> int:
     counts = summary_report.counts(summary)
     for x in summary.get("refused") or []:
         print(f"REFUSED {x['file']}: {x['reason']}", file=sys.stderr)
-    if summary.get("refused") and not any((summary.get("inputs") or {}).values()):
-        # every part refused: the summary is written (it lists why), but it says nothing of the run
-        print(f"profscope: error: nothing in run {run.name!r} could be read; {args.format} written to {where}", file=sys.stderr)
+    if summary["status"] == "NOT_ASSESSED" or summary.get("refused") and not any((summary.get("inputs") or {}).values()):
+        # nothing of the run read (every part refused, or nothing in it the rules read): the
+        # summary is written (it lists why), but it says nothing of the run
+        why = "could be read" if summary.get("refused") else "holds what the summary reads"
+        print(f"profscope: error: nothing in run {run.name!r} {why}; {args.format} written to {where}", file=sys.stderr)
         return 2
     print(f"profscope: {run.name}: {summary['status']}, {counts['P0']} P0, {counts['P1']} P1, {counts['P2']} P2; "
           f"{args.format} written to {where} in {time.perf_counter() - start:.1f}s", file=sys.stderr)

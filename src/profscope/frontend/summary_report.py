@@ -19,7 +19,8 @@ from profscope import __version__
 from profscope.frontend import oom_report, render
 from profscope.frontend.render import PALETTE, bytes_text, pct_text
 
-STATUS_COLORS = {"OPTIMAL": PALETTE["RISK"]["LOW"], "NEEDS_ATTENTION": PALETTE["RISK"]["HIGH"]}
+# NOT_ASSESSED (nothing of the run could be read) in the UNKNOWN tier's grey, never green.
+STATUS_COLORS = {"OPTIMAL": PALETTE["RISK"]["LOW"], "NEEDS_ATTENTION": PALETTE["RISK"]["HIGH"], "NOT_ASSESSED": PALETTE["RISK"]["UNKNOWN"]}
 # P0 in the HIGH tier's colour, P1 in MEDIUM's: the page's (pages/summary.js) colours.
 PRIORITY_COLORS = {"P0": PALETTE["RISK"]["HIGH"], "P1": PALETTE["RISK"]["MEDIUM"], "P2": PALETTE["P"]["band"]}
 PRIORITIES = ("P0", "P1", "P2")
@@ -148,7 +149,8 @@ def render_markdown(summary: dict, source: str, server: str | None = None) -> st
         lines.append("")
     lines += ["## Findings", ""]
     if not s.get("findings"):
-        lines += ["No finding: none of the rules fired on this run.", ""]
+        lines += ["No rule could run: nothing of this run was read." if s["status"] == "NOT_ASSESSED"
+                  else "No finding: none of the rules fired on this run.", ""]
     for f in s.get("findings") or []:
         on = f", {f['host']}" if f.get("host") and s.get("host") == "ALL_HOSTS" else ""
         impact = (f.get("impact") or {}).get("text") or "—"

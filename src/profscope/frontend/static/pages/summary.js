@@ -17,8 +17,10 @@ import { P, RISK, SERIES } from "../lib/colors.js";
 import { unreadableNote } from "./overview.js";
 
 const ALL_HOSTS = "ALL_HOSTS"; // XProf's name for every host at once (profile_plugin.py)
-// A status or priority in the OOM-risk tiers' colours: P0 as the HIGH tier, P1 as MEDIUM.
-const STATUS_COLOR = { OPTIMAL: RISK.LOW, NEEDS_ATTENTION: RISK.HIGH };
+// A status or priority in the OOM-risk tiers' colours: P0 as the HIGH tier, P1 as MEDIUM;
+// NOT_ASSESSED (nothing of the run could be read) as UNKNOWN, grey, never a green verdict.
+const STATUS_COLOR = { OPTIMAL: RISK.LOW, NEEDS_ATTENTION: RISK.HIGH, NOT_ASSESSED: RISK.UNKNOWN };
+const statusText = (status) => status.replaceAll("_", " ");
 const PRIORITY_COLOR = { P0: RISK.HIGH, P1: RISK.MEDIUM, P2: P.band };
 const PRIORITY_WORDS = { P0: "critical", P1: "major", P2: "minor" };
 const AREA_WORDS = { time: "step time", memory: "memory", compiler: "compiler" };
@@ -73,7 +75,7 @@ async function render(view, state, run, details, shell) {
   if (!state.host && data.host === ALL_HOSTS) return go({ ...state, host: ALL_HOSTS }, { replace: true });
   root.lastChild.remove();
   const head = root.querySelector(".sm-head");
-  head.insertBefore(badge(data.status.replace("_", " "), STATUS_COLOR[data.status] || P.neutral,
+  head.insertBefore(badge(statusText(data.status), STATUS_COLOR[data.status] || P.neutral,
     { id: "sm-status", "data-status": data.status }), head.children[1]);
   root.append(...[
     el("p", { class: "sm-summary", id: "sm-summary" }, data.summary),
@@ -168,7 +170,7 @@ function hostsTable(d, state) {
       el("thead", {}, el("tr", {}, ["host", "status", "P0", "P1", "P2", "median step", "peak memory"].map((h, i) => el("th", { class: i > 1 ? "num" : null }, h)))),
       el("tbody", {}, d.hosts.map((h) => el("tr", { "data-host": h.host },
         el("td", {}, link({ ...state, host: h.host, finding: "" }, h.host)),
-        el("td", {}, h.error ? el("span", { class: "unreadable" }, `cannot be read: ${h.error}`) : badge(h.status.replace("_", " "), STATUS_COLOR[h.status] || P.neutral, { class: "sm-badge small" })),
+        el("td", {}, h.error ? el("span", { class: "unreadable" }, `cannot be read: ${h.error}`) : badge(statusText(h.status), STATUS_COLOR[h.status] || P.neutral, { class: "sm-badge small" })),
         ...["P0", "P1", "P2"].map((p) => el("td", { class: "num" }, h.counts && !h.error ? fmtCount(h.counts[p]) : "—")),
         el("td", { class: "num" }, us(h.median_us)), el("td", { class: "num" }, h.peak_bytes === null || h.peak_bytes === undefined ? "—" : fmtBytes(h.peak_bytes)))))));
 }
@@ -178,7 +180,9 @@ function findingsSection(d, state) {
   const counts = ["P0", "P1", "P2"].map((p) => [p, findings.filter((f) => f.priority === p).length]).filter(([, n]) => n);
   return el("section", { id: "sm-findings" },
     el("h2", {}, `Findings (${findings.length})`, counts.length ? el("span", { class: "muted sm-counts" }, ` ${counts.map(([p, n]) => `${n} ${p}`).join(" · ")}`) : null),
-    findings.length ? findings.map((f) => finding(f, state, d)) : el("p", { class: "sm-none", id: "sm-no-findings" }, "No finding: none of the rules fired on this run."));
+    findings.length ? findings.map((f) => finding(f, state, d))
+      : d.status === "NOT_ASSESSED" ? el("p", { class: "muted", id: "sm-no-findings" }, "No rule could run: nothing of this run was read.")
+        : el("p", { class: "sm-none", id: "sm-no-findings" }, "No finding: none of the rules fired on this run."));
 }
 
 function finding(f, state, d) {
