@@ -1,6 +1,6 @@
 // Summary page: what is wrong with this run and what to do, the page a run opens on.
 // Data: /data/plugin/profile/data?tag=summary (tools/analysis.py summarize(), the JSON of
-// docs/analysis.md): status (OPTIMAL / NEEDS_ATTENTION), the summary sentences, the key
+// docs/analysis.md): status (OPTIMAL / NEEDS_ATTENTION / NOT_ASSESSED), the summary sentences, the key
 // metrics, findings P0 first (each with what / evidence / impact / fix; every evidence
 // link is a dashboard URL query string that opens the exact view), hosts[] for
 // host=ALL_HOSTS (worst host first), refused[] (parts that could not be read). The page
