@@ -26,6 +26,21 @@ modules' HLO protos in its ``/host:metadata`` plane, as ``jax.profiler.trace`` w
     into its consumer. (A reshape + transpose before a dot becomes a layout-changing copy
     on CPU: ``bad_transpose``.)
 
+Pairs, two problems in one real program:
+
+``undonated_remat``
+    wide residual MLP blocks without ``jax.checkpoint`` (activations most of the peak),
+    trained with SGD, the parameters passed without ``donate_argnums``.
+``transpose_convert``
+    one module doing both ``bad_transpose``'s transposed output and ``convert_reduce``'s
+    bf16 -> f32 -> sum -> bf16.
+``pad_convert``
+    one module doing ``unfused_pad``'s pad before a dot and ``convert_reduce``'s sum.
+``eval_undonated``
+    an MLP (256-1024-256, 2 MiB of weights) train step without ``donate_argnums`` (batch
+    16) and an eval step on a batch of 4096, whose compiled peak (16 MiB of activations)
+    is above the train step's.
+
 ``programs.json`` lists each program, its modules and jax's version. Each program runs in
 its own interpreter (a profile's metadata plane lists every module the process compiled).
 
@@ -48,7 +63,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "tests" / "data" / "planted_programs"
-PROGRAMS = ("input_bound", "bad_transpose", "convert_reduce", "unfused_pad")
+PROGRAMS = ("input_bound", "bad_transpose", "convert_reduce", "unfused_pad", "undonated_remat", "transpose_convert",
+            "pad_convert", "eval_undonated")
 INPUT_SLEEP_S = 0.020
 STEPS = 6
 
@@ -116,8 +132,93 @@ def _unfused_pad(rng):
     return (lambda: jax.block_until_ready(fn(x, w))), 0
 
 
+def _undonated_remat(rng):
+    import jax
+    import jax.numpy as jnp
+
+    layers, d, ff, tokens = 6, 128, 1024, 512
+    params = {"w1": _f32(rng, (layers, d, ff)) * 0.05, "w2": _f32(rng, (layers, ff, d)) * 0.05}
+    x = _f32(rng, (tokens, d))
+
+    def block(h, p):
+        return h + jax.nn.gelu(h @ p["w1"]) @ p["w2"], None
+
+    def train_step(params, x):
+        def loss(params):
+            h, _ = jax.lax.scan(block, x, params)
+            return jnp.mean(h * h)
+        g = jax.grad(loss)(params)
+        return jax.tree.map(lambda p, g: p - 1e-3 * g, params, g)
+
+    step = jax.jit(train_step)  # no donate_argnums: the old parameters live beside the new
+
+    def loop():
+        nonlocal params
+        params = jax.block_until_ready(step(params, x))
+    return loop, 0
+
+
+def _transpose_convert(rng):
+    import jax
+    import jax.numpy as jnp
+
+    x, y = _f32(rng, (64, 512, 256)), _f32(rng, (2048, 4096)).astype(jnp.bfloat16)
+
+    def f(x, y):
+        t = x.transpose(0, 2, 1)
+        return t, t.sum(axis=1), jnp.sum(y.astype(jnp.float32), axis=-1).astype(jnp.bfloat16)
+
+    fn = jax.jit(f)
+    return (lambda: jax.block_until_ready(fn(x, y))), 0
+
+
+def _pad_convert(rng):
+    import jax
+    import jax.numpy as jnp
+
+    x, w = _f32(rng, (2048, 4032)), _f32(rng, (4096, 256))
+    y = _f32(rng, (2048, 4096)).astype(jnp.bfloat16)
+
+    def f(x, w, y):
+        return jnp.pad(x, ((0, 0), (0, 64))) @ w, jnp.sum(y.astype(jnp.float32), axis=-1).astype(jnp.bfloat16)
+
+    fn = jax.jit(f)
+    return (lambda: jax.block_until_ready(fn(x, w, y))), 0
+
+
+def _eval_undonated(rng):
+    import jax
+    import jax.numpy as jnp
+
+    sizes = (256, 1024, 256)  # 2 MiB of weights kept twice by the undonated step
+    params = [(_f32(rng, (a, b)) * 0.05, jnp.zeros((b,), jnp.float32)) for a, b in zip(sizes, sizes[1:])]
+
+    def forward(params, x):
+        for i, (w, b) in enumerate(params):
+            x = x @ w + b
+            x = jax.nn.relu(x) if i < len(params) - 1 else x
+        return x
+
+    def train_step(params, x):
+        g = jax.grad(lambda p: jnp.mean(forward(p, x) ** 2))(params)
+        return jax.tree.map(lambda p, g: p - 1e-3 * g, params, g)
+
+    def eval_step(params, x):
+        return jnp.argmax(forward(params, x), -1)
+
+    train, evaluate = jax.jit(train_step), jax.jit(eval_step)  # train without donate_argnums
+    x, big = _f32(rng, (16, 256)), _f32(rng, (4096, 256))
+
+    def loop():
+        nonlocal params
+        params = jax.block_until_ready(train(params, x))
+        jax.block_until_ready(evaluate(params, big))
+    return loop, 0
+
+
 BUILD = {"input_bound": _input_bound, "bad_transpose": _bad_transpose, "convert_reduce": _convert_reduce,
-         "unfused_pad": _unfused_pad}
+         "unfused_pad": _unfused_pad, "undonated_remat": _undonated_remat, "transpose_convert": _transpose_convert,
+         "pad_convert": _pad_convert, "eval_undonated": _eval_undonated}
 
 
 def run(program: str, out: Path) -> dict:

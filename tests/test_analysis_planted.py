@@ -34,7 +34,10 @@ def test_every_family_and_rule_is_planted():
     rules = {r for c in planted.CASES for r, _ in c.rules}
     assert set(planted.RULE.values()) == rules
     assert {r.id for r in analysis.RULES} == rules
-    assert sum(1 for c in planted.CASES if len(c.rules) == 2) >= 5
+    alone = {c.rules[0][0] for c in planted.CASES if len(c.rules) == 1}
+    paired = {r for c in planted.CASES if len(c.rules) == 2 for r, _ in c.rules}
+    assert alone == rules, rules - alone
+    assert paired == rules, rules - paired
     assert {c.family for c in planted.CASES if c.healthy} >= {"kineto", "xplane_cpu", "xplane_tpu", "allocator", "snapshot", "jax"}
     assert sum(1 for c in planted.CASES if c.real and c.rules) >= 8
 

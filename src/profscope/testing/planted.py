@@ -134,6 +134,29 @@ def _kineto_no_steps(name: str, iterations: int = 4):
     return build
 
 
+def _kineto_no_steps_high_memory(logdir: Path, _data: Path | None) -> str:
+    """:func:`_kineto_no_steps`' trace with the GPU's memory recorded as PyTorch writes it
+    (``[memory]`` events with ``Total Allocated``, device type 1) and its capacity in
+    ``deviceProperties`` (``totalGlobalMem``, 100 MiB): 88 MiB of weights live from the
+    start and a 4 MiB activation per iteration take the peak to 92 MiB (HIGH)."""
+    tr = kt.KinetoTrace()
+    mem = memory_trace.TraceBuilder()
+    mem.live_at_start(memory_trace.CUDA, 0, 88 * MB)
+    for i in range(4):
+        tr.host("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 5000)
+        mem.alloc(tr.t, 0x7F0000000000 + i * 8 * MB, 4 * MB, memory_trace.CUDA, 0)
+        for _ in range(10):
+            tr.kernel(GEMM, 100)
+        tr.t = max(tr.t, tr.gpu_free) + 2
+        mem.free(tr.t, 0x7F0000000000 + i * 8 * MB, memory_trace.CUDA, 0)
+    doc = {"schemaVersion": 1, "displayTimeUnit": "ms", "traceName": "no_steps_high_memory",
+           "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3", "totalGlobalMem": 100 * MB}],
+           "traceEvents": tr.events + [e for e in mem.events if e.get("ph") != "M"]}
+    (logdir / "kineto").mkdir(parents=True, exist_ok=True)
+    (logdir / "kineto" / "no_steps_high_memory.pt.trace.json").write_text(json.dumps(doc))
+    return "kineto/no_steps_high_memory.pt.trace.json"
+
+
 def _then_host(body, host_us: float):
     """``body``, then a synchronize (``loss.item()``: the host waits for the stream) and
     ``host_us`` of host work before the step ends (logging, a checkpoint): PyTorch's
@@ -182,6 +205,12 @@ def _softmax_dominates(t: kt.KinetoTrace) -> None:
         t.kernel(GEMM, 200)
         t.kernel(ADD, 100, op="aten::add")
     t.kernel(SOFTMAX, 7000, op="aten::_softmax")
+
+
+def _load_then_softmax(t: kt.KinetoTrace) -> None:
+    """4 ms of host loading, then :func:`_softmax_dominates`'s kernels (10 ms)."""
+    t.host("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 4000)
+    _softmax_dominates(t)
 
 
 def _two_gpus(slow: float = 300, fast: float = 100, load_us: float = 0.0):
@@ -237,6 +266,10 @@ TIME_CASES = (
     Case("kineto_straggler_and_input", "kineto", _kineto("straggler_input", _two_gpus(load_us=3000)),
          (("straggler", "P0"), ("input", "P0")),
          note="3 ms of loading, then GPU 1 3x slower: both idle > 25 %"),
+    Case("kineto_no_steps_idle_and_high_memory", "kineto", _kineto_no_steps_high_memory,
+         (("device_idle", "P0"), ("high", "P1")), note="no ProfilerStep, 83 % idle, GPU memory at 92 % of its capacity"),
+    Case("kineto_op_and_input", "kineto", _kineto("op_input", _load_then_softmax), (("op", "P2"), ("input", "P0")),
+         note="4 ms of loading before a 10 ms step of which one softmax kernel is 7 ms: ~29 % idle"),
     # healthy
     Case("kineto_healthy", "kineto", _kineto("healthy", _balanced), healthy=True,
          note="a full queue of GEMMs, small adds and a short all-reduce"),
@@ -402,6 +435,14 @@ XPLANE_CASES = (
                      growth={1: 8 * MB, 3: MB // 2, 5: MB // 2, 7: MB // 2}),
          (("rising_ops", "P2"),), note="metrics/cache keeps 8 MiB in step 1 and 0.5 MiB in steps 3, 5, 7: "
          "never freed, rising in half the steps, not a straight line (r2 0.49: no steady leak)"),
+    Case("allocator_buffers_and_high", "allocator",
+         _alloc_case("alloc_big_high", limit=100 * MB, steady=1 * MB, big=(30 * MB, 30 * MB, 30 * MB)),
+         (("buffers", "P1"), ("high", "P1")), note="three 30 MiB buffers make a 95 MiB peak (HIGH); they are more "
+         "than the 5 MiB the run must cut to leave HIGH, so buffers_dominate is P1"),
+    Case("allocator_rising_and_high", "allocator",
+         _alloc_case("alloc_rising_high", limit=100 * MB, steady=78 * MB, steps=8,
+                     growth={1: 8 * MB, 3: MB // 2, 5: MB // 2, 7: MB // 2}),
+         (("rising_ops", "P2"), ("high", "P1")), note="the rising op takes the peak to 91.5 % of the capacity"),
     Case("allocator_healthy", "allocator", _alloc_case("alloc_healthy", limit=1024 * MB, steady=64 * MB),
          healthy=True, note="68 MiB of 1 GiB, flat"),
 )
@@ -429,6 +470,16 @@ def fragmented_snapshot() -> dict:
     return {"segments": [torch_snapshot.segment(0, base, blocks)], "device_traces": [[]]}
 
 
+def oom_snapshot() -> dict:
+    """One device: a 32 MiB segment fully allocated, then an ``oom`` trace entry (a 64 MiB
+    request with 10 MiB free on the device): the out-of-memory alone, no holes."""
+    snap = healthy_snapshot()
+    t = 1_700_000_000_000_000
+    snap["device_traces"] = [[torch_snapshot.entry("oom", 0, 64 * MB, t, fr=(torch_snapshot.PY_FRAME,),
+                                                   device_free=10 * MB)]]
+    return snap
+
+
 def healthy_snapshot() -> dict:
     """One device, a 32 MiB segment fully allocated in four 8 MiB blocks."""
     base = 0x7F0000000000
@@ -449,6 +500,8 @@ MEMORY_CASES = (
          (("oom", "P0"), ("fragmentation", "P2")),
          note="torch_snapshot.expandable_oom_multidevice: an oom action on device 0, whose segment holds "
          "2 MiB allocated and a 16 MiB inactive block (89 % of it free but reserved)"),
+    Case("snapshot_oom", "snapshot", _snapshot("oom_only", oom_snapshot), (("oom", "P0"),),
+         note="an oom trace entry on a device whose segment is fully used"),
     Case("snapshot_fragmented", "snapshot", _snapshot("fragmented", fragmented_snapshot),
          (("fragmentation", "P2"),), note="50 % of the reserved bytes are holes"),
     Case("snapshot_healthy", "snapshot", _snapshot("healthy", healthy_snapshot), healthy=True),
@@ -515,16 +568,18 @@ def _module_from_profile(xplane: Path, module: str) -> bytes:
     raise KeyError(module)
 
 
-def _padded_dump(logdir: Path, data: Path | None) -> str | None:
-    """The real remat-off train step (tests/data/oom_programs/remat_off: activations,
-    heap-simulated, are most of its peak) as an XLA dump whose buffers are padded."""
-    if data is None or not (data / "oom_programs" / "remat_off").is_dir():
-        return None
-    xplane = next((data / "oom_programs" / "remat_off").glob("plugins/profile/*/*.xplane.pb"))
-    (logdir / "dump_padded").mkdir(parents=True, exist_ok=True)
-    name = "module_0001.jit_train_step.cpu_after_optimizations.hlo.pb"
-    (logdir / "dump_padded" / name).write_bytes(padded_module(_module_from_profile(xplane, "jit_train_step")))
-    return "dump_padded"
+def _padded_dump(program: str, run: str, num: int, den: int):
+    """A real train step of tests/data/oom_programs as an XLA dump whose buffers are
+    padded ``num/den`` (:func:`padded_module`)."""
+    def build(logdir: Path, data: Path | None) -> str | None:
+        if data is None or not (data / "oom_programs" / program).is_dir():
+            return None
+        xplane = next((data / "oom_programs" / program).glob("plugins/profile/*/*.xplane.pb"))
+        (logdir / run).mkdir(parents=True, exist_ok=True)
+        name = "module_0001.jit_train_step.cpu_after_optimizations.hlo.pb"
+        (logdir / run / name).write_bytes(padded_module(_module_from_profile(xplane, "jit_train_step"), num, den))
+        return run
+    return build
 
 
 REAL_CASES = (
@@ -534,8 +589,11 @@ REAL_CASES = (
          real=True, note="wide residual blocks without jax.checkpoint: activations dominate the peak"),
     Case("jax_eval_heavy", "jax", _copy_run("oom_programs/eval_heavy", "jax_eval_heavy"),
          (("other_module", "P2"),), real=True, note="an eval step on a 4096 batch peaks above the train step"),
-    Case("xla_dump_padded", "xla_dump", _padded_dump, (("padding", "P2"),),
-         note="the real remat-off train step as an XLA dump, every buffer assigned 1.25x its shape"),
+    Case("xla_dump_padded", "xla_dump", _padded_dump("remat_on", "dump_padded", 3, 2), (("padding", "P2"),),
+         note="the real remat-on train step as an XLA dump, every buffer assigned 1.5x its shape: 23 % of the peak"),
+    Case("xla_dump_padded_activations", "xla_dump", _padded_dump("remat_off", "dump_padded_remat_off", 5, 4),
+         (("padding", "P2"), ("activations", "P2")),
+         note="the real remat-off train step, every buffer 1.25x its shape: 19 % padding, activations 81 % of the peak"),
     Case("jax_donated", "jax", _copy_run("oom_programs/donated", "jax_donated"), healthy=True, real=True),
     Case("jax_remat_on", "jax", _copy_run("oom_programs/remat_on", "jax_remat_on"), healthy=True, real=True),
     Case("jax_input_bound", "jax", _copy_run("planted_programs/input_bound", "jax_input_bound"),
@@ -546,6 +604,18 @@ REAL_CASES = (
          (("convert_reduce", "P2"),), real=True, note="sum of a bf16 array converted to f32 first"),
     Case("jax_unfused_pad", "jax", _copy_run("planted_programs/unfused_pad", "jax_unfused_pad"),
          (("unfused_reshape", "P2"),), real=True, note="a pad made by its own kernel before the dot that reads it"),
+    Case("jax_undonated_remat", "jax", _copy_run("planted_programs/undonated_remat", "jax_undonated_remat"),
+         (("undonated", "P2"), ("activations", "P2")), real=True,
+         note="wide residual blocks without jax.checkpoint and without donate_argnums"),
+    Case("jax_transpose_convert", "jax", _copy_run("planted_programs/transpose_convert", "jax_transpose_convert"),
+         (("layout_copy", "P2"), ("convert_reduce", "P2")), real=True,
+         note="a transposed output and a bf16 -> f32 -> sum -> bf16 in one module"),
+    Case("jax_pad_convert", "jax", _copy_run("planted_programs/pad_convert", "jax_pad_convert"),
+         (("unfused_reshape", "P2"), ("convert_reduce", "P2")), real=True,
+         note="a pad made by its own kernel before a dot, and a bf16 -> f32 -> sum -> bf16, in one module"),
+    Case("jax_eval_undonated", "jax", _copy_run("planted_programs/eval_undonated", "jax_eval_undonated"),
+         (("other_module", "P2"), ("undonated", "P2")), real=True,
+         note="an undonated train step and an eval step on a 4096 batch that peaks above it"),
     Case("torch_real_leak", "torch_trace", _demo_file("torch/leak.pt.trace.json.gz", "torch_real/leak.pt.trace.json.gz"),
          (("leak", "P1"),), real=True, note="the demo's real PyTorch program keeping 64 KiB a step"),
 )
