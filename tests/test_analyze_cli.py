@@ -24,6 +24,7 @@ from profscope.frontend.render import PALETTE, bytes_text
 V100 = "traces/kineto_resnet50_v100.pt.trace.json.gz"
 TF_GPU = "xplane/tf_gpu"  # two hosts: one summary of every host by default
 TPU = "xplane/tpu_inference"
+MI300 = "xplane/mi300_jax08_gemm"
 CORRUPT = "xplane/tpu_inference_corrupt"
 BACKSTOP_S = 300  # a hang bound, not a speed assertion
 
@@ -101,7 +102,7 @@ def test_each_format_says_the_same_findings(public, cache, tmp_path):
 
 def test_fail_on_exits_1_exactly_when_a_finding_at_or_above_it_exists(public, cache):
     seen = set()
-    for target in (V100, TPU):
+    for target in (V100, TPU, MI300):
         summary = _json(public / target, cache)
         priorities = {f["priority"] for f in summary["findings"]}
         for level, worse in (("P0", {"P0"}), ("P1", {"P0", "P1"})):
@@ -110,7 +111,7 @@ def test_fail_on_exits_1_exactly_when_a_finding_at_or_above_it_exists(public, ca
             seen.add(res.returncode)
         # NEEDS_ATTENTION is exactly "a P0 or P1 exists" (docs/analysis.md)
         assert (summary["status"] == "NEEDS_ATTENTION") == bool(priorities & {"P0", "P1"})
-    assert seen == {0, 1}  # both outcomes met on these two real profiles
+    assert seen == {0, 1}  # both outcomes met on these real profiles
 
 
 @pytest.mark.parametrize(("args", "message"), [
