@@ -70,7 +70,8 @@ def ours(shared_fixtures, tmp_path_factory) -> dict[str, dict]:
 def test_the_goldens_were_recorded_on_these_bytes(ours):
     """The same files (public, demo) and the same builders' output (planted) as XProf read."""
     for case in CASES:
-        assert ours[case]["sha256"] == [h["sha256"] for h in GOLDEN[case]["hosts"]], case
+        assert ours[case]["sha256"] == [h["sha256"] for h in GOLDEN[case]["hosts"]], \
+            f"{case}: its input changed; record XProf's answer again (scripts/record_xprof_smart_suggestion.py)"
 
 
 def test_xprof_2_24_2_has_one_rule_and_it_fires_on_the_planted_barrier():
