@@ -70,6 +70,17 @@ def flag() -> Any:
     return param()
 
 
+# The compare fields (issue 36, docs/compare.md "The query"): set, the data route answers
+# the diff of two single answers (app/compare.py) instead of one. They are the base's
+# names only, each checked against the catalog (a run's name, never a path).
+COMPARE_FIELDS = ("base", "base_host", "base_module")
+
+
+def compares(query: Any) -> bool:
+    """Whether a query asks for a diff: one of its compare fields is set."""
+    return any(getattr(query, name, None) is not None for name in COMPARE_FIELDS)
+
+
 @dataclass(frozen=True, slots=True)
 class Query:
     def cache_parts(self) -> list[list]:
@@ -111,11 +122,16 @@ class MemoryViewerQuery(Query):
     # (profile_plugin.py passes the flag on; raw_to_tool_data.py answers text/html): any
     # non-empty value counts, as request.args.get there.
     view_memory_allocation_timeline: str | None = text(key=False)
+    base: str | None = text()  # compare: the base run (docs/compare.md); default the same run
+    base_host: str | None = text()  # compare: the base host; default the same host
+    base_module: str | None = text()  # compare: the base module's name; default the same name
 
 
 @dataclass(frozen=True, slots=True)
 class MemoryProfileQuery(Query):
     host: str | None = text()
+    base: str | None = text()  # compare: the base run (docs/compare.md); default the same run
+    base_host: str | None = text()  # compare: the base host; default the same host
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +146,8 @@ class StepsOpsQuery(Query):
     host: str | None = text()  # a host, or XProf's ALL_HOSTS for every host's steps side by side
     within_steps: bool | None = flag()  # the ops table: only occurrences inside steps (None: when there are steps)
     step: str | None = text()  # the ops table: one step's occurrences only (the step's name, "12")
+    base: str | None = text()  # compare: the base run (docs/compare.md); default the same run
+    base_host: str | None = text()  # compare: the base host; default the same host
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +158,8 @@ class SummaryQuery(Query):
     # the memory part's capacity, as OomRiskQuery's: a snapshot names no device
     capacity_bytes: int | None = size()  # wins over device_memory
     device_memory: str | None = text()  # a size ("80GiB") or a device name ("A100")
+    base: str | None = text()  # compare: the base run (docs/compare.md); default the same run
+    base_host: str | None = text()  # compare: the base host; default the same host
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +186,9 @@ class OomRiskQuery(Query):
     # 0.75, or jax_mem_fraction) of the device's memory, a requested one included.
     jax_gpu: bool | None = flag()
     jax_mem_fraction: float | None = param(gt=0, le=1, allow_inf_nan=False)
+    base: str | None = text()  # compare: the base run (docs/compare.md); default the same run
+    base_host: str | None = text()  # compare: the base host; default the same host
+    base_module: str | None = text()  # compare: the base module's name; default the same name
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +205,8 @@ class SnapshotQuery(Query):
     other: str | None = text()  # compare: the other snapshot run
     other_host: str | None = text()
     q: str | None = text()  # events: an address or a stack frame's text to search for
+    base: str | None = text()  # compare: the other snapshot run (docs/compare.md); ``other`` is its alias
+    base_host: str | None = text()  # compare: the other snapshot's device; ``other_host`` is its alias
 
 
 @dataclass(frozen=True, slots=True)

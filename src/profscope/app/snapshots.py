@@ -146,6 +146,11 @@ class Snapshots:
                 return gzip.compress(orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY), compresslevel=1)
         inputs = [run.files[0].identity()]
         other = None
+        if query.base is not None or query.base_host is not None:
+            # ``base``/``base_host`` are the compare's names on every tool (docs/compare.md);
+            # ``other``/``other_host`` stay as their aliases: one cache key for both spellings
+            query = query.but(other=query.base or query.other, other_host=query.base_host or query.other_host,
+                              base=None, base_host=None)
         if view == "compare":
             other = self.run(query.other)
             if other.kind is not RunKind.TORCH_SNAPSHOT:

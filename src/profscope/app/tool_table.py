@@ -84,6 +84,10 @@ class Tool:
     complete: Callable[[Run, Any], Query] | None = None
     xprof: bool = True  # XProf has this tool: run_tools lists it (an XProf client knows the tag)
     aliases: tuple[str, ...] = ()  # other names XProf's clients use for it
+    # Its diff against a base (app/compare.py, docs/compare.md): ``"module:function"`` under
+    # profscope.tools, ``function(base, current, *, base_ref, current_ref, link)``; None: the
+    # tool has nothing to compare (its query takes no ``base``)
+    compare: str | None = None
     version: int = 1  # bump when the payload changes: it is part of the cache key
     run_kinds: frozenset[RunKind] = field(init=False)
 
@@ -93,6 +97,8 @@ class Tool:
             raise ValueError(f"tool {self.name!r}: say NOT_FOR or give a producer for {sorted(k.value for k in missing)}")
         if (self.answer is Answer.STREAM) != (self.stream is not None):
             raise ValueError(f"tool {self.name!r}: a streamed answer needs its stream, and only it")
+        if self.compare is not None and "base" not in self.query.params():
+            raise ValueError(f"tool {self.name!r}: a compare needs its query's base fields")
         if self.page is not None and self.page.flag not in self.query.params():
             raise ValueError(f"tool {self.name!r}: {self.query.__name__} has no field {self.page.flag!r}")
         object.__setattr__(self, "run_kinds", frozenset(k for k, p in self.producers.items() if p is not NOT_FOR))
@@ -154,6 +160,7 @@ TOOLS: tuple[Tool, ...] = (
         prepare=Analysis.summary_hosts_first,
         complete=complete_host,
         xprof=False,
+        compare="compare_verdicts:diff_summary",
     ),
     Tool(
         "memory_viewer",
@@ -168,6 +175,7 @@ TOOLS: tuple[Tool, ...] = (
                   CompiledMemory.memory_viewer_timeline),
         version=3,  # 2: profscope.heapEventKinds/heapEventBuffers/smallBuffersAtPeak, page view heapPoints;
         # 3: a text-only dump's liveRange from *-live-range.txt, with the heap over program order
+        compare="compare_memory_viewer:diff",
     ),
     Tool(
         "memory_profile",
@@ -185,6 +193,7 @@ TOOLS: tuple[Tool, ...] = (
         complete=_first_host,
         version=4,  # 2: XProf's schema for traces and snapshots too (tools/memory_profile_xprof.py); 3: profiles without allocator events are not grouped;
         # 4: a trace's devices highest peak first, reserved null when not recorded, XProf's timeline sampled from every event, capacity totalGlobalMem
+        compare="compare_memory_profile:diff",
     ),
     Tool(
         "trace_viewer@",
@@ -256,6 +265,7 @@ TOOLS: tuple[Tool, ...] = (
         xprof=False,
         version=7,  # 2: ops[] rows' devices, step_category, in_step; xplane steps and their step windows; 3: share_of, PyTorch shares of every GPU's time, steps[].devices[].name; 4: ALL_HOSTS with an unreadable host answers, its row an error;
         # 5: a PyTorch answer names its categories and step_source; 6: an xplane's step windows from trace_window_ps; 7: a TPU's barrier-cores is a collective
+        compare="compare_steps_ops:diff",
     ),
     Tool(
         "oom_risk",
@@ -271,6 +281,7 @@ TOOLS: tuple[Tool, ...] = (
         version=4,  # 2: a multi-host profile is rated by its worst host (hosts, finding.host);
         # 3: default module = the one that ran most (moduleChoice); 4: the worst step module,
         # overCapacity, contributorsNote/contributorsPeakBytes, a snapshot's peak reserved over the trace
+        compare="compare_verdicts:diff_oom_risk",
     ),
 )
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from profscope.app import keys, tool_table
 from profscope.app.summary import Analysis
 from profscope.app.capture import CaptureDir, Capturer, TargetPolicy
+from profscope.app.compare import Comparisons
 from profscope.app.compiled_memory import CompiledMemory, ModuleSource
 from profscope.app.oom import OomAssessment
 from profscope.app.op_stats import OpStats
@@ -47,7 +48,7 @@ FORK_WORTH_BYTES = 32 << 20
 
 
 class Workspace(CompiledMemory, RuntimeMemory, Snapshots, OomAssessment, Traces, OpStats, ProfileSteps, Analysis,
-                FileDerived):
+                Comparisons, FileDerived):
     """``capture_dir``: where profiles captured from running jobs are written (app/capture.py),
     listed as runs under ``captures/``; None: this workspace does not capture, and
     ``capture_off`` says why and which flag turns capturing on (the capture routes' 404).

@@ -15,6 +15,7 @@ from fastapi.responses import HTMLResponse, PlainTextResponse, Response, Streami
 
 from profscope import __version__
 from profscope.app import tool_table
+from profscope.app.queries import compares
 from profscope.app.tool_table import Answer
 from profscope.app.workspace import Workspace
 from profscope.errors import NotFound, ProfscopeError
@@ -114,6 +115,9 @@ def router(ws: Workspace) -> APIRouter:
             chunks = ws.tool_stream(run, tool, query)
             first = next(chunks)  # a bad parameter is a 4xx before the answer starts
             return StreamingResponse(itertools.chain([first], chunks), media_type="application/json")
+        if compares(query):
+            # a base is given: the diff of two cached answers (app/compare.py, docs/compare.md)
+            return json_response(ws.compare(run, tool, query))
         if tool.asks_page(query):
             return HTMLResponse(render.page(tool.page.template, **ws.tool_page(run, tool, query)))
         return gzip_json_response(request, ws.tool_data(run, tool, query))
