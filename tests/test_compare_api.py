@@ -67,3 +67,78 @@ def test_without_a_base_the_tool_answers_as_before(client):
     res = _data(client, TPU, "oom_risk")
     assert res.status_code == 200
     assert "comparable" not in res.json()
+
+
+def _single(client, run, tag, **params):
+    res = _data(client, run, tag, **params)
+    assert res.status_code == 200, res.text
+    return res.json()
+
+
+def _check_sums(body):
+    """The contract's invariant: every grouping's and the rows' deltas sum to the total's
+    delta minus its residual."""
+    totals = body["totals"]
+    for name, rows in [("rows", body["rows"]), *body["groups"].items()]:
+        assert sum(r["delta"] for r in rows) == pytest.approx(totals["delta"] - totals["residual"], abs=1e-6), name
+    for r in body["rows"]:
+        assert r["delta"] == r["current"] - r["base"]
+    deltas = [abs(r["delta"]) for r in body["rows"]]
+    assert deltas == sorted(deltas, reverse=True)
+
+
+@pytest.mark.parametrize("run", [TPU, SNAPSHOT, TRACE])
+@pytest.mark.parametrize("tag", ["oom_risk", "summary"])
+def test_a_run_against_itself_changes_nothing(client, run, tag):
+    body = _single(client, run, tag, base=run)
+    assert body["comparable"] is True and body["verdict"]["change"] == "same"
+    if body["totals"] is not None:
+        assert body["totals"]["delta"] == 0 and body["totals"]["residual"] == 0
+        _check_sums(body)
+    assert all(r["delta"] == 0 and r["in"] == "both" for r in body["rows"])
+    if tag == "summary":
+        assert all(f["in"] == "both" and f["priority_base"] == f["priority_current"] for f in body["findings"])
+
+
+def test_oom_risk_of_two_snapshots_what_changed(client):
+    """Two real snapshots: the peak's change is the difference of the two single answers,
+    split by contributor category; what the categories do not cover is the residual."""
+    other = "snapshots/bolong_xl_fwd_cl2048_fp32_expandable.pickle"
+    body = _single(client, SNAPSHOT, "oom_risk", base=other)
+    then, now = _single(client, other, "oom_risk"), _single(client, SNAPSHOT, "oom_risk")
+    assert body["totals"]["delta"] == now["peakBytes"] - then["peakBytes"] < 0
+    assert body["verdict"]["text"] == f"{then['risk']} → {now['risk']}"
+    assert body["totals"]["residual"] == (now["peakBytes"] - sum(c["bytes"] for c in now["contributors"])) - (
+        then["peakBytes"] - sum(c["bytes"] for c in then["contributors"]))
+    _check_sums(body)
+    assert {r["key"] for r in body["rows"]} == {c["category"] for c in then["contributors"] + now["contributors"]}
+    assert body["rows"][0]["link_base"].startswith("?run=snapshots%2Fbolong")
+    assert body["items"] and all(i["delta"] == i["current"] - i["base"] for i in body["items"])
+
+
+def test_summary_of_two_programs_what_changed(client):
+    """Two unrelated programs are still two summaries: the status then -> now, the median
+    step's change split by category (equal to the difference of the single answers), the
+    findings that came and went."""
+    other = "xplane/mi300_jax08_gemm/jax08_gemm"
+    body = _single(client, TPU, "summary", base=other)
+    then, now = _single(client, other, "summary"), _single(client, TPU, "summary")
+    assert body["totals"]["delta"] == now["metrics"]["steps"]["median_us"] - then["metrics"]["steps"]["median_us"]
+    _check_sums(body)
+    assert abs(body["totals"]["residual"]) < 0.01  # the categories are the median step's, rounded to ns
+    ids_then, ids_now = {f["id"] for f in then["findings"]}, {f["id"] for f in now["findings"]}
+    got = {f["id"]: f["in"] for f in body["findings"]}
+    assert {i for i, w in got.items() if w == "current_only"} == ids_now - ids_then
+    assert {i for i, w in got.items() if w == "base_only"} == ids_then - ids_now
+    assert body["verdict"]["text"] == f"{then['status']} → {now['status']}"
+
+
+def test_host_against_host_of_one_run(client):
+    """base_host alone: another host of the same run (the straggler against the median)."""
+    hosts = ["34.83.195.179_6003", "34.83.195.180_6003"]
+    body = _single(client, TF_GPU, "summary", host=hosts[1], base_host=hosts[0])
+    assert body["base"]["run"] == body["current"]["run"] == TF_GPU
+    assert (body["base"]["host"], body["current"]["host"]) == (hosts[0], hosts[1])
+    then, now = (_single(client, TF_GPU, "summary", host=h) for h in hosts)
+    assert body["totals"]["delta"] == now["metrics"]["steps"]["median_us"] - then["metrics"]["steps"]["median_us"]
+    _check_sums(body)
