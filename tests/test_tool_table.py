@@ -149,3 +149,29 @@ def test_a_new_tool_is_one_row(monkeypatch, capsys, make_client, demo_logdir, de
     assert main(["query", str(demo_logdir), "--run", run, *cache]) == 0
     listed = {t["tool"]: t["params"] for t in json.loads(capsys.readouterr().out)["tools"]}
     assert listed["file_count"] == {"top": {"type": "int", "ge": 1, "le": 10}, "host": {"type": "str", "max_length": 8192}}
+
+
+def test_a_tool_that_reads_others_is_keyed_by_their_versions_too():
+    """The Summary is made of Steps & ops, OOM risk... answers: a new version of one of
+    them must not be summarised from the Summary's old cached payload (the cache key of a
+    payload holds tool_table.cache_version)."""
+    import dataclasses
+
+    from profscope.app import keys
+
+    summary, steps = tool_table.get("summary"), tool_table.get("steps_ops")
+    assert "steps_ops" in summary.reads and tool_table.cache_version(steps) == steps.version
+    before = keys.tool_payload(summary, "file:///logs", ["a.xplane.pb@1"], [])
+    tools = {t.name: t for t in tool_table.TOOLS}
+    tools["steps_ops"] = dataclasses.replace(steps, version=steps.version + 1)
+    real_get = tool_table.get
+    try:
+        tool_table.get = tools.get
+        after = keys.tool_payload(summary, "file:///logs", ["a.xplane.pb@1"], [])
+        cycle = dataclasses.replace(steps, reads=("summary",))
+        tools["steps_ops"] = cycle
+        with pytest.raises(ValueError, match="reads itself"):
+            tool_table.cache_version(summary)
+    finally:
+        tool_table.get = real_get
+    assert after != before

@@ -57,7 +57,9 @@ def snapshot_view(view: str, logdir: str, inputs: list[str], query: list) -> str
 
 
 def tool_payload(tool: Tool, logdir: str, inputs: list[str], query: list) -> str:
-    return cache_key(tool.name, tool.version, logdir, inputs, query)
+    from profscope.app import tool_table  # (tool_table's producers import this module)
+
+    return cache_key(tool.name, tool_table.cache_version(tool), logdir, inputs, query)
 
 
 def torch_memory(tool: Tool, logdir: str, inputs: list[str]) -> str:

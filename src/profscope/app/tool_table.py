@@ -89,6 +89,10 @@ class Tool:
     # tool has nothing to compare (its query takes no ``base``)
     compare: str | None = None
     version: int = 1  # bump when the payload changes: it is part of the cache key
+    # The tools whose payloads its answer is made of (the Summary reads Steps & ops, OOM
+    # risk...): their versions are part of its cache key too (:func:`cache_version`), so a
+    # changed Steps & ops answer is not summarised from a stale cached Summary.
+    reads: tuple[str, ...] = ()
     run_kinds: frozenset[RunKind] = field(init=False)
 
     def __post_init__(self):
@@ -157,6 +161,7 @@ TOOLS: tuple[Tool, ...] = (
              chrome_trace=Analysis.analysis),
         _reads_xplanes,
         pages=("summary.js",),
+        reads=("steps_ops", "oom_risk", "memory_profile", "memory_viewer"),
         prepare=Analysis.summary_hosts_first,
         complete=complete_host,
         xprof=False,
@@ -319,6 +324,16 @@ def _listed(tool: Tool) -> tuple[int, int, int]:
         return 0, LISTED_FIRST.index(tool.name), 0
     order = XPROF_TOOL_ORDER.index(tool.name) if tool.name in XPROF_TOOL_ORDER else len(XPROF_TOOL_ORDER)
     return 1, order, TOOLS.index(tool)
+
+
+def cache_version(tool: Tool, _seen: frozenset[str] = frozenset()) -> int | list:
+    """The version part of a tool payload's cache key: its own version and, recursively,
+    those of the tools it reads."""
+    if tool.name in _seen:
+        raise ValueError(f"tool {tool.name!r} reads itself (through {sorted(_seen)})")
+    if not tool.reads:
+        return tool.version  # (the key every tool had before ``reads``)
+    return [tool.version, *([name, cache_version(get(name), _seen | {tool.name})] for name in tool.reads)]
 
 
 def for_run(run: Run) -> list[Tool]:
