@@ -1,0 +1,147 @@
+"""Memory profile, run vs run, and snapshots (issue 36, tools/compare_memory_profile.py,
+docs/compare.md "Memory profile" and "Snapshots"): the diff of two real ``memory_profile``
+answers (XProf's schema, as the data route gives it for an xplane, a PyTorch trace and a
+snapshot) and of the snapshot compare.
+
+Inputs: the public profiles of ``shared/fixtures`` (the TF GPU session's BFC allocators,
+the TPU and MI300 xplanes, the kineto and TraceLens traces, the two real snapshots)."""
+
+from __future__ import annotations
+
+import pytest
+
+from profscope.tools import compare_memory_profile as cmp
+from tests.test_xprof_op_stats import _client  # a TestClient of a logdir with its own cache
+
+TF = ("xplane/tf_gpu/GPU-multi-worker", "34.83.195.179_6003")
+TPU = ("xplane/tpu_inference/2025_12_10_tpu", "tpu_inference_2")
+MI300 = ("xplane/mi300_jax08_gemm/jax08_gemm", "tw003")
+RESNET = ("traces/kineto_resnet50_v100.pt.trace.json.gz", None)  # [memory] events without addresses
+BERT = ("traces/tracelens_h100_bert_small.trace.json.gz", None)
+NIU = ("snapshots/niu_fwd_bwd_200_mixed.pickle", None)
+BOLONG = ("snapshots/bolong_xl_fwd_cl2048_fp32_expandable.pickle", None)
+
+
+def _link(tool, **keys):
+    return "?" + "&".join(f"{k}={v}" for k, v in {"tool": tool, **keys}.items() if v is not None)
+
+
+@pytest.fixture(scope="module")
+def client(shared_fixtures, tmp_path_factory):
+    return _client(shared_fixtures / "public_profiles", tmp_path_factory.mktemp("cache"))
+
+
+@pytest.fixture(scope="module")
+def answers(client):
+    out = {}
+
+    def get(which):
+        if which not in out:
+            run, host = which
+            res = client.get("/data/plugin/profile/data",
+                             params={"run": run, "tag": "memory_profile", **({"host": host} if host else {})})
+            assert res.status_code == 200, res.text
+            out[which] = res.json()
+        return out[which]
+
+    return get
+
+
+def _diff(answers, b, c, **refs):
+    return cmp.diff(answers(b), answers(c), base_ref={"run": b[0], "host": b[1], **refs.get("base", {})},
+                    current_ref={"run": c[0], "host": c[1], **refs.get("current", {})}, link=_link)
+
+
+def _peak(answer, alloc):
+    return int(answer["memoryProfilePerAllocator"][alloc]["profileSummary"]["peakStats"]["peakBytesInUse"])
+
+
+def _sums_hold(d):
+    t = d["totals"]
+    for rows in (d["rows"], *d["groups"].values()):
+        assert sum(r["delta"] for r in rows) == t["delta"] - t["residual"]
+    for r in d["rows"]:
+        assert r["delta"] == r["current"] - r["base"]
+    deltas = [abs(r["delta"]) for r in d["rows"]]
+    assert deltas == sorted(deltas, reverse=True)
+
+
+@pytest.mark.parametrize("run", [TF, TPU, BERT, NIU], ids=["tf_gpu", "tpu", "trace", "snapshot"])
+def test_self_compare_is_zero_everywhere(answers, run):
+    d = _diff(answers, run, run)
+    assert d["comparable"] and d["why"] is None
+    assert d["totals"]["delta"] == 0 and d["totals"]["residual"] == 0
+    assert d["fragmentation"]["delta"] == 0
+    assert d["timeline"]["base"] == d["timeline"]["current"]
+    for rows in (d["rows"], *d["groups"].values()):
+        assert rows and all(r["delta"] == 0 and r["in"] == "both" for r in rows)
+
+
+@pytest.mark.parametrize("pair", [(NIU, BOLONG), (TPU, MI300), (BERT, NIU)], ids=["snapshots", "tpu_mi300", "trace_snapshot"])
+def test_peak_delta_is_itemised_to_the_byte(answers, pair):
+    """XProf's live set at the peak adds up to the peak on these answers: every byte of the
+    peak's change is in a row (residual 0), and the totals are the single answers' peaks."""
+    b, c = pair
+    d = _diff(answers, b, c)
+    ba, ca = d["base"]["allocator"], d["current"]["allocator"]
+    assert d["totals"]["base"] == _peak(answers(b), ba) and d["totals"]["current"] == _peak(answers(c), ca)
+    assert d["totals"]["delta"] == d["totals"]["current"] - d["totals"]["base"] != 0
+    assert d["totals"]["residual"] == 0
+    _sums_hold(d)
+    assert sum(r["base"] for r in d["rows"]) == d["totals"]["base"]
+    assert sum(r["current"] for r in d["rows"]) == d["totals"]["current"]
+
+
+def test_a_trace_without_addresses_is_compared_but_not_itemised(answers):
+    d = _diff(answers, RESNET, BERT)
+    assert d["comparable"] and "not recorded" in d["why"]
+    assert d["totals"]["residual"] == -d["totals"]["base"]  # resnet50's peak: no live set to itemise
+    assert {r["in"] for r in d["rows"]} == {"current_only"}
+    _sums_hold(d)
+
+
+def test_different_allocators_say_so(answers):
+    d = _diff(answers, TPU, MI300)
+    assert d["base"]["allocator"] == "0" and d["current"]["allocator"] == "GPU_0_bfc"
+    assert "no allocator in common" in d["why"]
+
+
+def test_an_unknown_allocator_is_not_comparable(answers):
+    d = _diff(answers, TF, TF, current={"allocator": "no_such_bfc"})
+    assert not d["comparable"] and "current run has no such allocator" in d["why"]
+
+
+def test_timelines_aligned_by_step(answers):
+    """The TF GPU:4 allocator has samples in two steps: both timelines on the steps' axis,
+    each sample at its step's ordinal plus its place within the step."""
+    d = _diff(answers, TF, TF, base={"allocator": "GPU_4_bfc"}, current={"allocator": "GPU_4_bfc"})
+    tl = d["timeline"]
+    assert tl["align"] == "step" and tl["x_unit"] == "step"
+    xs = tl["current"]["x"]
+    assert xs == sorted(xs) and 0 <= xs[0] and xs[-1] <= 2 and any(x >= 1 for x in xs)
+    samples = answers(TF)["memoryProfilePerAllocator"]["GPU_4_bfc"]["sampledTimelineSnapshots"]
+    assert len(xs) == len(samples)
+    assert d["allocations"]["base"] == d["allocations"]["current"] > 0  # profscope's own summary of the xplane
+
+
+def test_timelines_by_time_when_a_run_has_one_step(answers):
+    d = _diff(answers, RESNET, BERT)
+    tl = d["timeline"]
+    assert tl["align"] == "time" and tl["x_unit"] == "us"
+    assert tl["base"]["x"][0] == 0 and tl["current"]["x"][0] == 0
+
+
+def test_snapshots_compare_in_the_row_shape(client):
+    """The snapshot compare (``/api/snapshot/compare``, a = the base, b = the current) in the
+    diff JSON: live bytes by allocation site, every changed byte in a row."""
+    res = client.get("/api/snapshot/compare", params={"run": NIU[0], "other": BOLONG[0]})
+    assert res.status_code == 200, res.text
+    raw = res.json()
+    d = cmp.diff_snapshots(raw, base_ref={"run": NIU[0]}, current_ref={"run": BOLONG[0]}, link=_link)
+    assert d["totals"]["base"] == raw["a"]["liveBytes"] and d["totals"]["current"] == raw["b"]["liveBytes"]
+    assert d["totals"]["residual"] == 0 and raw["sitesOmitted"] == 0
+    _sums_hold(d)
+    assert {r["in"] for r in d["rows"]} == {"base_only", "current_only"}  # two unrelated programs
+    same = client.get("/api/snapshot/compare", params={"run": NIU[0], "other": NIU[0]}).json()
+    d = cmp.diff_snapshots(same, base_ref={"run": NIU[0]}, current_ref={"run": NIU[0]}, link=_link)
+    assert d["totals"]["delta"] == 0 and d["rows"] == []  # the compare leaves unchanged sites out
