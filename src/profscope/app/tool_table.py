@@ -178,8 +178,9 @@ TOOLS: tuple[Tool, ...] = (
         pages=("memory_viewer.js",),
         page=Page("view_memory_allocation_timeline", "memory_viewer_timeline.html",
                   CompiledMemory.memory_viewer_timeline),
-        version=3,  # 2: profscope.heapEventKinds/heapEventBuffers/smallBuffersAtPeak, page view heapPoints;
-        # 3: a text-only dump's liveRange from *-live-range.txt, with the heap over program order
+        version=4,  # 2: profscope.heapEventKinds/heapEventBuffers/smallBuffersAtPeak, page view heapPoints;
+        # 3: a text-only dump's liveRange from *-live-range.txt, with the heap over program order;
+        # 4: profscope.peakBuffers (every buffer summed into the peak, exact bytes: the module compare)
         compare="compare_memory_viewer:diff",
     ),
     Tool(

@@ -113,6 +113,16 @@ named so):
     buffer, ``sizeBytes`` being the allocation's size) and one per heap-simulated buffer still allocated after the
     last event (``kind`` "never-freed"). Each: ``kind``, ``allocationIndex``,
     ``logicalBufferId``, ``name``, ``sizeBytes``, ``shape``, ``tfOpName``.
+``peakBuffers``
+    every buffer counted in ``totals.peakBytes``, each once, with its exact bytes (the
+    compare of two modules, tools/compare_memory_viewer.py, attributes the peak delta to
+    them): the indefinite allocations (any memory space; ``bytes`` = the allocation's
+    size, as ``indefiniteOffsetBytes`` adds it) then the heap-simulated buffers live at
+    the peak in program order (``bytes`` = the size the replay added for it). Unlike
+    ``maxHeap`` nothing is merged into a ``small`` entry. Each: ``id`` (logical buffer),
+    ``name`` (shown name, instruction and shape index), ``instruction``, ``shape``,
+    ``bytes``, ``unpaddedBytes``, ``category`` (``maxHeap``'s ``groupName``), ``tfOpName``,
+    ``source`` ("file:line" or ""), ``opCode``, ``indefinite`` (bool).
 
 :func:`page_view` adds ``profscope.heapPositions`` (the program-order index of every
 point kept in ``heapSizes``), ``profscope.heapPoints`` (the heap event at each kept
@@ -1033,8 +1043,7 @@ def from_hlo(hlo: hlo_pb2.HloProto, memory_space: int = 0, progress=None, *,
     _report(progress, 0.05, "replaying the heap-simulator trace")
     sim = _simulate(m, color, progress)
     _report(progress, 0.7, "collecting buffers at peak")
-    allocs = m.allocs
-    lbs = m.lbs
+    allocs, lbs = m.allocs, m.lbs
 
     # -- PeakUsageSnapshot ---------------------------------------------------------------
     heap_objects: list[dict] = []
@@ -1199,6 +1208,7 @@ def from_hlo(hlo: hlo_pb2.HloProto, memory_space: int = 0, progress=None, *,
         "smallBuffersAtPeak": small_count if complete and small_total != 0 else 0,
         "totals": totals,
         "wholeProgramBuffers": _whole_program(m, color, indefinite, sim),
+        "peakBuffers": _peak_buffers(m, indefinite, sim),
     }
     if sim.heap:
         result["profscope"]["heapEventKinds"] = sim.kinds.decode("ascii")
@@ -1208,6 +1218,44 @@ def from_hlo(hlo: hlo_pb2.HloProto, memory_space: int = 0, progress=None, *,
             str(_i32(lb.id)): [lb.name(), lb.size] for lb in sim.seen if lb.span_start is None}
     _report(progress, 1.0, "done")
     return result
+
+
+def _peak_buffer(m: _Module, lb: _LB, size: int, indefinite: bool) -> dict:
+    ins = lb.instr
+    src = m.sources.json(ins)
+    line = src.get("lineNumber") if src else None
+    return {
+        "id": lb.id,
+        "name": lb.name(),
+        "instruction": ins.name,
+        "shape": m.shape_string(lb),
+        "bytes": size,
+        "unpaddedBytes": lb.unpadded,
+        "category": _category(m.allocs[lb.alloc]),
+        "tfOpName": ins.metadata.op_name,
+        "source": f"{src['fileName']}:{line}" if src and line else (src["fileName"] if src else ""),
+        "opCode": ins.opcode,
+        "indefinite": indefinite,
+    }
+
+
+def _peak_buffers(m: _Module, indefinite: list[_LB], sim: _Sim) -> list[dict]:
+    """``profscope.peakBuffers``: what ``peakBytes`` is the sum of, buffer by buffer.
+
+    The sizes are the ones the peak was summed from: an indefinite allocation adds its
+    allocation's size to every point (``indefinite_add``), and the replay (``_simulate``)
+    adds ``lbs[id].size`` for each id of ``peak_list`` (an ALLOC pushes the buffer itself,
+    a SHARE_WITH after FREE pushes the canonical root with its size). The name shown is
+    ``peak_display``'s, as ``maxHeap``'s is.
+    """
+    out = [_peak_buffer(m, lb, m.allocs[lb.alloc].size, True) for lb in indefinite]
+    for buffer_id in sim.peak_list:
+        counted = m.lbs.get(buffer_id)
+        if counted is None:
+            continue
+        shown = m.lbs.get(sim.peak_display.get(buffer_id, buffer_id)) or counted
+        out.append(_peak_buffer(m, shown, counted.size, False))
+    return out
 
 
 def _whole_program(m: _Module, color: int, indefinite: list[_LB], sim: _Sim) -> list[dict]:
