@@ -16,7 +16,7 @@ from profscope import __version__
 from profscope.errors import BadRequest, ProfscopeError
 
 DEFAULT_PORT = 8791
-COMMANDS = ("serve", "runs", "query", "report", "capture", "steps", "ops", "analyze", "mcp")
+COMMANDS = ("serve", "runs", "query", "report", "capture", "steps", "ops", "analyze", "diff", "mcp")
 
 DESCRIPTION = """\
 profscope: a self-hosted profile viewer for ML workloads (XProf-compatible).
@@ -68,6 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_report(sub)
     _add_steps_ops(sub)
     _add_analyze(sub)
+    _add_diff(sub)
     _add_capture(sub)
     _add_mcp(sub)
     return parser
@@ -232,6 +233,49 @@ def _add_analyze(sub) -> None:
     p.add_argument("--cache-dir", help="where converted results are kept (default ~/.cache/profscope)")
     p.add_argument("--cache-size", metavar="SIZE", help=CACHE_SIZE_HELP)
     _worker_options(p)
+
+
+COMPARED_TOOLS = ("summary", "steps_ops", "memory_viewer", "memory_profile", "oom_risk")  # docs/compare.md
+
+
+def _add_diff(sub) -> None:
+    p = sub.add_parser(
+        "diff", help="what changed from run A to run B (step time, memory) and exit",
+        description="The compare of one tool (GET /data/plugin/profile/data?tag=TOOL&run=B&base=A, docs/compare.md): "
+                    "the total then -> now and what it is made of, largest change first. A and B are runs of "
+                    "--logdir (as `profscope runs` names them), or paths: traces, snapshots, .xplane.pb files or "
+                    "plugins/profile/<session> folders (their common folder is then the log directory). Exit status 0; "
+                    "1 when the total grew by more than --fail-on-growth; 2 on bad input or inputs that cannot be compared.")
+    p.add_argument("base", metavar="A", help="the base: a run name or a path")
+    p.add_argument("current", metavar="B", help="the run compared with it: a run name or a path")
+    p.add_argument("--logdir", help="the log directory A and B are runs of (default: the folder holding both paths)")
+    p.add_argument("--demo", action="store_true", help="use the bundled demo log directory")
+    p.add_argument("--tool", choices=COMPARED_TOOLS, default="summary",
+                   help="what to compare (default summary: the median step by category, status and findings; "
+                        "oom_risk, memory_profile or memory_viewer for memory, steps_ops for the ops)")
+    p.add_argument("--host", help="B's host (default: the tool's)")
+    p.add_argument("--base-host", help="A's host (default: B's host when A has it, else the tool's)")
+    p.add_argument("--module", help="B's module (memory_viewer, oom_risk)")
+    p.add_argument("--base-module", help="A's module (default: B's by name)")
+    p.add_argument("--format", choices=("md", "markdown", "json", "html"), default="md",
+                   help="md (default), json (the data API's diff JSON) or html (one offline file)")
+    p.add_argument("--fail-on-growth", metavar="PCT", type=_growth_threshold,
+                   help="exit 1 when the total grew by more than this share of A's: 5%%, 0.05")
+    p.add_argument("-o", "--output", metavar="FILE", help="write here instead of standard output")
+    p.add_argument("--cache-dir", help="where converted results are kept (default ~/.cache/profscope)")
+    p.add_argument("--cache-size", metavar="SIZE", help=CACHE_SIZE_HELP)
+    _worker_options(p)
+
+
+def _growth_threshold(text: str) -> float:
+    """``5%`` or ``0.05``: a share of the base, not negative."""
+    try:
+        value = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a share such as 5% or 0.05, not {text!r}") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"a share of 0 or more, not {text!r}")
+    return value
 
 
 def _add_capture(sub) -> None:
@@ -870,6 +914,86 @@ def cmd_analyze(args) -> int:
     return 0
 
 
+def _diff_logdir(args) -> None:
+    """Without --logdir (or --demo), A and B are paths: the log directory is the folder
+    holding both (a profile's is the folder above ``plugins/profile/<session>``)."""
+    if args.demo or args.logdir:
+        if args.demo and args.logdir:
+            raise ProfscopeError("give either --logdir or --demo, not both")
+        return
+    roots = []
+    for target in (args.base, args.current):
+        if "://" in target or not Path(target).exists():
+            raise BadRequest(f"{target}: no such file or folder; give --logdir LOGDIR to name runs of a log directory")
+        one = argparse.Namespace(logdir=target, demo=False)
+        _analyze_target(one)
+        roots.append(one.logdir)
+    common = os.path.commonpath(roots)
+    if Path(common).parent == Path(common):
+        raise BadRequest(f"{args.base} and {args.current} share no folder but {common}; give --logdir")
+    args.logdir = common
+
+
+def _diff_run(ws, name: str):
+    """A run named as `profscope runs` names it, or the run holding a path."""
+    if any(r.name == name.rstrip("/") for r in ws.runs()):
+        return ws.run(name)
+    if ws.logdir.is_local and Path(name).exists():
+        inside = Path(name).resolve().relative_to(Path(ws.logdir.root).resolve()).as_posix() \
+            if Path(name).resolve().is_relative_to(Path(ws.logdir.root).resolve()) else None
+        if inside is not None:
+            return _analyze_run(ws, argparse.Namespace(run=None), inside)
+    return ws.run(name)  # the 404 naming it
+
+
+def cmd_diff(args) -> int:
+    """``profscope diff A B``: the compare of one tool as the data API answers it
+    (app/compare.py), as Markdown, JSON or one offline HTML file (frontend/compare_report.py)."""
+    from fastapi.exceptions import RequestValidationError
+
+    from profscope.frontend import compare_report
+    from profscope.server.params import parse_query, validation_message
+
+    _diff_logdir(args)
+    ws = _workspace(args)
+    base, current = _diff_run(ws, args.base), _diff_run(ws, args.current)
+    tool = ws.tool(args.tool, current)
+    params = {"base": base.name, "host": args.host, "base_host": args.base_host, "module_name": args.module,
+              "base_module": args.base_module}
+    known = tool.query.params()
+    for name, value in params.items():
+        if value and name not in known:
+            raise BadRequest(f"--{name.replace('_name', '').replace('_', '-')} does not apply to {args.tool}")
+    try:
+        query = parse_query(tool.query, {k: v for k, v in params.items() if v})
+    except RequestValidationError as e:
+        raise BadRequest(validation_message(e)) from e
+    diff = ws.compare(current, tool, query)
+    if args.format == "json":
+        out = json.dumps(diff, indent=1)
+    elif args.format == "html":
+        out = compare_report.render_html(diff)
+    else:
+        out = compare_report.render_markdown(diff)
+    if args.output:
+        Path(args.output).write_text(out if out.endswith("\n") else out + "\n", encoding="utf-8")
+    else:
+        sys.stdout.write(out if out.endswith("\n") else out + "\n")
+    print(f"profscope: {compare_report.headline(diff)}", file=sys.stderr)
+    if not diff.get("comparable", True):
+        return 2
+    if args.fail_on_growth is not None:
+        grew = compare_report.growth(diff)
+        if grew is None:
+            print(f"profscope: error: {args.tool} has no total to compare ({diff.get('why')}); "
+                  "--fail-on-growth cannot be checked", file=sys.stderr)
+            return 2
+        if grew > args.fail_on_growth:
+            print(f"profscope: the total grew by {grew:.1%}, more than {args.fail_on_growth:.1%}", file=sys.stderr)
+            return 1
+    return 0
+
+
 def cmd_capture(args) -> int:
     import time
 
@@ -955,7 +1079,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         commands = {"serve": cmd_serve, "runs": cmd_runs, "query": cmd_query, "report": cmd_report, "capture": cmd_capture,
-                    "steps": cmd_steps, "ops": cmd_ops, "analyze": cmd_analyze, "mcp": cmd_mcp}
+                    "steps": cmd_steps, "ops": cmd_ops, "analyze": cmd_analyze, "diff": cmd_diff, "mcp": cmd_mcp}
         return commands[args.command](args)
     except ProfscopeError as e:
         print(f"profscope: error: {e.message}", file=sys.stderr)
