@@ -142,6 +142,26 @@ def test_snapshots_compare_in_the_row_shape(client):
     assert d["totals"]["residual"] == 0 and raw["sitesOmitted"] == 0
     _sums_hold(d)
     assert {r["in"] for r in d["rows"]} == {"base_only", "current_only"}  # two unrelated programs
+    flipped = cmp.diff_snapshots(raw, base_ref={"run": BOLONG[0]}, current_ref={"run": NIU[0]}, link=_link, base_is="b")
+    assert flipped["totals"]["delta"] == -d["totals"]["delta"] and flipped["totals"]["residual"] == 0
+    assert sorted(r["delta"] for r in flipped["rows"]) == sorted(-r["delta"] for r in d["rows"])
+    assert {r["in"] for r in flipped["rows"] if r["base"] == 0} == {"current_only"}
+    _sums_hold(flipped)
     same = client.get("/api/snapshot/compare", params={"run": NIU[0], "other": NIU[0]}).json()
     d = cmp.diff_snapshots(same, base_ref={"run": NIU[0]}, current_ref={"run": NIU[0]}, link=_link)
     assert d["totals"]["delta"] == 0 and d["rows"] == []  # the compare leaves unchanged sites out
+
+
+def test_snapshot_compare_answers_the_diff_with_base(client):
+    """``/api/snapshot/compare?run=A&base=B`` (``other=B`` its alias): the raw compare of A
+    with B, and under ``diff`` the same in the diff JSON with B the base: current - base."""
+    raw = client.get("/api/snapshot/compare", params={"run": NIU[0], "base": BOLONG[0]}).json()
+    alias = client.get("/api/snapshot/compare", params={"run": NIU[0], "other": BOLONG[0]}).json()
+    assert raw == alias
+    d = raw["diff"]
+    assert d["base"]["run"] == BOLONG[0] and d["current"]["run"] == NIU[0]
+    assert d["totals"]["delta"] == raw["a"]["liveBytes"] - raw["b"]["liveBytes"] < 0
+    assert d["totals"]["residual"] == 0
+    _sums_hold(d)
+    assert all(r["link_base"].startswith(f"?run={BOLONG[0].replace('/', '%2F')}&tool=memory_profile")
+               for r in d["rows"] if r["link_base"])

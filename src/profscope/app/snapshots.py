@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import orjson
 
 from profscope.app import keys, lazy
+from profscope.app.compare import side_link
 from profscope.app.queries import MemoryProfileQuery, SnapshotQuery
 from profscope.errors import BadRequest, NotFound
 from profscope.forksafe import renew_locks_after_fork
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
 snapshot_pickle = lazy.module("profscope.formats.snapshot_pickle")
 snapshot_model = lazy.module("profscope.model.snapshot")
 memory_profile_snapshot = lazy.module("profscope.tools.memory_profile_snapshot")
+compare_memory_profile = lazy.module("profscope.tools.compare_memory_profile")
 
 SNAPSHOTS_IN_MEMORY = 2
 # The views of a snapshot beyond its overview (which is also the memory_profile tool's
@@ -163,8 +165,14 @@ class Snapshots:
             if view == "compare":
                 other_snap = self.snapshot(other, progress)
                 other_device = self.snapshot_device(other, q.other_host)
-                return memory_profile_snapshot.compare(self.snapshot(run, progress), other_snap,
-                                                       self.snapshot_device(run, q.host), other_device)
+                raw = memory_profile_snapshot.compare(self.snapshot(run, progress), other_snap,
+                                                      self.snapshot_device(run, q.host), other_device)
+                # the same compare in the diff JSON of every tool (docs/compare.md "Snapshots"):
+                # this run is the compare's ``a`` and the current, the other (``base=``) its ``b``
+                raw["diff"] = compare_memory_profile.diff_snapshots(
+                    raw, base_ref={"run": other.name}, current_ref={"run": run.name},
+                    link=side_link(run.name), base_is="b")
+                return raw
             return self._view(self.snapshot(run, progress), self.snapshot_device(run, q.host), view, q)
 
         return self.cache.get_or_compute(key, f"snapshot {view} of {run.name}", compute, file=self._run_file(run))

@@ -202,36 +202,41 @@ def _site_label(site: dict | None) -> str:
     return f"{site.get('short') or site.get('name')} ({site.get('filename')}:{site.get('line')})"
 
 
-def diff_snapshots(cmp: dict, *, base_ref: dict, current_ref: dict, link: Callable) -> dict:
-    """The snapshot compare (tools/memory_profile_snapshot.compare(base, current): ``a``
-    the base, ``b`` the current) in the diff JSON: the live bytes at the end of each
-    snapshot by allocation site (the frames of its stack: ``match: "stack"``). Sites
-    whose bytes and blocks did not change are left out by the compare (delta 0) and past
+def diff_snapshots(cmp: dict, *, base_ref: dict, current_ref: dict, link: Callable, base_is: str = "a") -> dict:
+    """The snapshot compare (tools/memory_profile_snapshot.compare(a, b)) in the diff JSON:
+    the live bytes at the end of each snapshot by allocation site (the frames of its
+    stack: ``match: "stack"``). ``base_is``: which of the compare's snapshots is the base
+    (the snapshot page compares its own run, ``a``, with the base, ``b``). Sites whose
+    bytes and blocks did not change are left out by the compare (delta 0) and past
     ``max_sites`` rows are cut: ``residual`` is what the cut rows hold."""
     b_ref, c_ref = _ref(base_ref), _ref(current_ref)
     link_b = link("memory_profile", run=b_ref["run"])
     link_c = link("memory_profile", run=c_ref["run"])
-    where = {"both": "both", "onlyA": "base_only", "onlyB": "current_only"}
+    B, C = ("A", "B") if base_is == "a" else ("B", "A")
+    where = {f"only{B}": "base_only", f"only{C}": "current_only", "both": "both"}
     rows = []
     for s in cmp["sites"]:
-        key = f"A{s['stackIdA']}/B{s['stackIdB']}"
+        key = f"{B}{s[f'stackId{B}']}/{C}{s[f'stackId{C}']}"
         rows.append({"key": key, "label": _site_label(s["site"]), "in": where[s["in"]],
-                     "base": s["bytesA"], "current": s["bytesB"], "delta": s["deltaBytes"],
+                     "base": s[f"bytes{B}"], "current": s[f"bytes{C}"], "delta": s[f"bytes{C}"] - s[f"bytes{B}"],
                      "match": "stack" if s["in"] == "both" else None,
-                     "link_base": link_b if s["in"] != "onlyB" else None,
-                     "link_current": link_c if s["in"] != "onlyA" else None,
-                     "blocks_base": s["countA"], "blocks_current": s["countB"], "op": (s["site"] or {}).get("op")})
+                     "link_base": link_b if where[s["in"]] != "current_only" else None,
+                     "link_current": link_c if where[s["in"]] != "base_only" else None,
+                     "blocks_base": s[f"count{B}"], "blocks_current": s[f"count{C}"], "op": (s["site"] or {}).get("op")})
     rows = _sorted(rows)
-    a, b = cmp["a"], cmp["b"]
-    delta = b["liveBytes"] - a["liveBytes"]
+    base, cur = (cmp["a"], cmp["b"]) if base_is == "a" else (cmp["b"], cmp["a"])
+    delta = cur["liveBytes"] - base["liveBytes"]
+    seg = cmp["segments"]
     return {
         "version": VERSION, "tool": "memory_profile", "base": b_ref, "current": c_ref,
         "comparable": True, "why": None,
-        "totals": {"base": a["liveBytes"], "current": b["liveBytes"], "delta": delta, "unit": "bytes",
+        "totals": {"base": base["liveBytes"], "current": cur["liveBytes"], "delta": delta, "unit": "bytes",
                    "residual": delta - sum(r["delta"] for r in rows)},
         "groups": {"op": _group(rows, "op", "name", link_b, link_c)},
         "rows": rows,
-        "blocks": _figure(a["liveBlocks"], b["liveBlocks"]),
-        "segments": cmp["segments"],
+        "blocks": _figure(base["liveBlocks"], cur["liveBlocks"]),
+        "segments": {"base_only": seg[f"only{B}Count"], "current_only": seg[f"only{C}Count"],
+                     "base_only_bytes": seg[f"only{B}Bytes"], "current_only_bytes": seg[f"only{C}Bytes"],
+                     "common": seg["common"]},
         "sites_omitted": cmp["sitesOmitted"],
     }
