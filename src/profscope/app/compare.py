@@ -27,12 +27,14 @@ import orjson
 from profscope.app.profile_steps import ALL_HOSTS
 from profscope.app.queries import COMPARE_FIELDS, Query
 from profscope.errors import BadRequest, NotFound
-from profscope.model.catalog import Run
+from profscope.model.catalog import Run, RunKind
 
 if TYPE_CHECKING:
     from profscope.app.tool_table import Tool
 
 VERSION = 1  # of the diff JSON's outer shape (docs/compare.md "The diff JSON")
+# The run kinds whose compiled modules a tool reads alike (an xplane's HloProto, a dump's)
+COMPILED_KINDS = frozenset({RunKind.PROFILE, RunKind.XLA_DUMP})
 
 
 def differ(tool: Tool) -> Callable[..., dict]:
@@ -88,7 +90,9 @@ class Comparisons:
         base = self._payload_of(base_run, tool, base_q)
         current = self._payload_of(run, tool, current_q)
         out = fn(base, current, base_ref=base_ref, current_ref=current_ref, link=side_link(run.name))
-        return {"version": VERSION, "tool": tool.name, "base": base_ref, "current": current_ref, **out}
+        # the diff's own additions to a side (the memory profile's allocator) are kept
+        return {**out, "version": VERSION, "tool": tool.name, "base": {**base_ref, **(out.get("base") or {})},
+                "current": {**current_ref, **(out.get("current") or {})}}
 
     def _base_query(self, base_run: Run, tool: Tool, query: Query, current: Query, *, same_run: bool) -> Query:
         """The base's query: the current one with the base's host and module. Left out,
@@ -125,7 +129,10 @@ class Comparisons:
         if not (tool.applies_to(base_run) and tool.has_input(self, base_run)):
             return (f"{tool.title} has nothing for the base run {base_run.name!r} (a {base_run.kind.value}), "
                     f"so it cannot be compared with {run.name!r} (a {run.kind.value})")
-        if run.kind is not base_run.kind:
+        if run.kind is not base_run.kind and not (
+                {run.kind, base_run.kind} <= COMPILED_KINDS and "module_name" in tool.query.params()):
+            # a profile's module and a dump's are the same HloProto (the memory viewer,
+            # OOM risk of one module); anything else of two kinds measures different things
             return (f"{run.name!r} is a {run.kind.value} and {base_run.name!r} a {base_run.kind.value}: "
                     f"their {tool.title} answers measure different things")
         return None
