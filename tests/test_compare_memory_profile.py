@@ -102,8 +102,19 @@ def test_a_trace_without_addresses_is_compared_but_not_itemised(answers):
 
 def test_different_allocators_say_so(answers):
     d = _diff(answers, TPU, MI300)
-    assert d["base"]["allocator"] == "0" and d["current"]["allocator"] == "GPU_0_bfc"
+    tpu = answers(TPU)
+    highest = max(tpu["memoryIds"], key=lambda i: _peak(tpu, i))
+    assert d["base"]["allocator"] == highest and d["current"]["allocator"] == "GPU_0_bfc"
     assert "no allocator in common" in d["why"]
+
+
+def test_the_highest_peak_allocator_by_default(answers):
+    """TF's memoryIds list GPU_1_bfc first, a fifth of GPU_6_bfc's peak: the default is the
+    allocator with the highest peak, not the first listed."""
+    tf = answers(TF)
+    d = _diff(answers, TF, TF)
+    assert d["current"]["allocator"] == max(tf["memoryIds"], key=lambda i: _peak(tf, i)) != tf["memoryIds"][0]
+    assert d["totals"]["current"] == max(_peak(tf, i) for i in tf["memoryIds"])
 
 
 def test_an_unknown_allocator_is_not_comparable(answers):

@@ -52,12 +52,24 @@ def _sorted(rows: list[dict]) -> list[dict]:
     return sorted(rows, key=lambda r: (-abs(r["delta"]), str(r["key"])))
 
 
+def _ids_by_peak(answer: dict) -> list[str]:
+    """The answer's allocators, highest peak first (ties in XProf's ``memoryIds`` order):
+    the one a user asks about (TF's GPU_1_bfc comes first in ``memoryIds`` with a fifth of
+    GPU_6_bfc's peak)."""
+    per = answer.get("memoryProfilePerAllocator") or {}
+    ids = [i for i in (answer.get("memoryIds") or per.keys()) if i in per]
+
+    def peak(i):
+        return int(((per[i].get("profileSummary") or {}).get("peakStats") or {}).get("peakBytesInUse") or 0)
+    return sorted(ids, key=lambda i: -peak(i))
+
+
 def _pair(base: dict, current: dict, b_want, c_want) -> tuple[str | None, str | None]:
-    """The allocators compared: the ones the refs name, else the first of the current
-    run's (XProf's ``memoryIds`` order) that the base has too, else each run's first."""
-    b_ids = list(base.get("memoryIds") or (base.get("memoryProfilePerAllocator") or {}).keys())
-    c_ids = list(current.get("memoryIds") or (current.get("memoryProfilePerAllocator") or {}).keys())
+    """The allocators compared: the ones the refs name, else the current run's highest
+    peak that the base has too, else each run's highest peak."""
+    b_ids, c_ids = _ids_by_peak(base), _ids_by_peak(current)
     if c_want is not None or b_want is not None:
+        b_want, c_want = b_want or c_want, c_want or b_want  # one named: the same on both sides
         return (b_want if b_want in b_ids else None), (c_want if c_want in c_ids else None)
     common = [i for i in c_ids if i in b_ids]
     if common:
