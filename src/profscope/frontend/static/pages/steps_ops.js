@@ -7,7 +7,8 @@
 // device (the table's selectors; no kind: the device's own rows, see defaultKind; "all":
 // every kind), opq (its filter box), sort ("-total_us": a column,
 // "-" for descending), op (the row whose details are open). host=ALL_HOSTS (XProf's
-// name) shows every host's step times side by side, the straggler host marked.
+// name) shows every host's step times side by side, the straggler host marked. base /
+// base_host (another run, another host): the compare view (pages/steps_ops_compare.js).
 // XProf's hlo_stats and op_profile open here too, on the HLO rows (kind=hlo): the same
 // counts as XProf's tables (tests/test_op_table.py), with links XProf's JSON lacks.
 import { el } from "../lib/dom.js";
@@ -17,6 +18,7 @@ import { fmtCount, fmtDur, fmtShare } from "../lib/format.js";
 import { P, SERIES } from "../lib/colors.js";
 import { escapePlotly, LEGEND_TOP, newPlot, purge } from "../lib/plotly.js";
 import { sortableTable } from "../lib/table.js";
+import { renderCompare } from "./steps_ops_compare.js";
 
 const ALL_HOSTS = "ALL_HOSTS"; // XProf's name for every host at once (profile_plugin.py)
 const IDLE_COLOR = P.silver;
@@ -63,6 +65,11 @@ async function renderStepsOps(view, state, run, details) {
   const root = el("div", { class: "so" }, el("div", { class: "so-head" }, el("h1", {}, "Steps & ops"),
     el("span", { class: "muted" }, run.name), hostSwitch(state, details)), el("p", { class: "muted", id: "so-loading" }, "Reading steps and ops…"));
   view.replaceChildren(root);
+  if (state.base || state.base_host) { // compared with a base (docs/compare.md): its own view
+    root.lastChild.remove();
+    charts = await renderCompare(view, root, state, run);
+    return;
+  }
   let data;
   try { data = await cachedJson(dataUrl(run, state)); } catch (err) {
     if (!view.contains(root)) return;
@@ -259,6 +266,8 @@ export default {
     opq: { resetOn: ["run"] },
     sort: {},
     op: { resetOn: ["run", "tool", "host"] },
+    base: {}, // compare: the base run, base_host its host (pages/steps_ops_compare.js)
+    base_host: {},
   },
   render: renderStepsOps,
 };

@@ -1,0 +1,99 @@
+"""Run vs run on the pages (issue 36, docs/compare.md "Steps & ops", "Memory profile"):
+the real server over shared/fixtures/public_profiles, Debian's Chromium driven by
+Playwright, network cut, no mocks.
+
+* Steps & ops with base= (kineto's resnet50 V100 trace against TraceLens' BERT H100
+  trace): the step time tiles, the split by category, the ops table with its change
+  column, sorted by the change, the ops only in one run tagged; numbers as the data
+  route answers them.
+* The memory profile with base= (two PyTorch traces): both timelines on one chart, the
+  peak tiles, the live set at the peak as a delta table.
+
+Screenshots (test-artifacts/compare_*.png) are looked at by whoever changes the pages."""
+
+from __future__ import annotations
+
+import json
+from urllib.parse import quote, urlencode
+from urllib.request import urlopen
+
+import pytest
+
+from tests.conftest import ARTIFACTS, profscope_server
+
+pytestmark = pytest.mark.browser
+
+V100 = "traces/kineto_resnet50_v100.pt.trace.json.gz"
+BERT = "traces/tracelens_h100_bert_small.trace.json.gz"
+NIU = "snapshots/niu_fwd_bwd_200_mixed.pickle"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, shared_fixtures):
+    root = shared_fixtures / "public_profiles"
+    with profscope_server("serve", str(root), "--port", "0", "--cache-dir", str(tmp_path_factory.mktemp("cache"))) as (url, _):
+        yield url
+
+
+def _data(server: str, **params) -> dict:
+    with urlopen(f"{server.rstrip('/')}/data/plugin/profile/data?{urlencode(params)}", timeout=120) as res:
+        return json.loads(res.read())
+
+
+def _us(v: float) -> str:
+    """The page's time (pages/steps_ops_compare.js ``us``)."""
+    a = abs(v)
+    return f"{v / 1e6:.3f} s" if a >= 1e6 else f"{v / 1e3:.3f} ms" if a >= 1e3 else f"{v:.3f} µs"
+
+
+def _signed(v: float) -> str:
+    return f"+{_us(v)}" if v > 0 else f"−{_us(-v)}" if v < 0 else "0"
+
+
+def test_steps_ops_compared_with_another_run(open_page, server):
+    ARTIFACTS.mkdir(exist_ok=True)
+    d = _data(server, tag="steps_ops", run=BERT, base=V100)
+    page = open_page(server)
+    page.goto(f"{server}?{urlencode({'tool': 'steps_ops', 'run': BERT, 'base': V100}, quote_via=quote)}")
+    page.wait_for_selector("#so-compare-ops tbody tr")
+    page.wait_for_selector("#so-compare-split .bars")
+    page.screenshot(path=str(ARTIFACTS / "compare_steps_ops.png"), full_page=True)
+    assert V100 in page.inner_text("#so-compare-refs") and BERT in page.inner_text("#so-compare-refs")
+    assert page.inner_text("#so-compare-median .value") == _signed(d["step_time"]["median"]["delta"])
+    assert page.inner_text("#so-compare-mean .value") == _signed(d["totals"]["delta"])
+    # the split by category: one row per category, base and current as answered
+    cats = page.locator("#so-compare-categories tbody tr td:first-child").all_inner_texts()
+    assert sorted(cats) == sorted(r["label"] for r in d["groups"]["category"])
+    # the ops table: kernels first, sorted by the size of the change, with the change column
+    kernels = [r for r in d["rows"] if r["kind"] == "kernel"]
+    assert page.input_value("#so-compare-kind") == "kernel"
+    names = page.locator("#so-compare-ops tbody tr td:first-child").all_inner_texts()
+    assert names[:10] == [r["label"] for r in kernels[:10]]
+    changes = page.locator("#so-compare-ops tbody tr td:last-child").all_inner_texts()
+    assert changes[:10] == [_signed(r["delta"]) for r in kernels[:10]]
+    # the ops only in one run tagged so (the first 50 rows shown: resnet50's own kernels)
+    tags = page.locator("#so-compare-ops .so-tag").all_inner_texts()
+    names_in = {"both": "both", "base_only": "only in base", "current_only": "only in current"}
+    assert tags[:50] == [names_in[r["in"]] for r in kernels[:50]] and "only in base" in tags
+    page.fill("#so-compare-filter", "only in current")
+    page.wait_for_function("() => document.querySelector('#so-compare-count').textContent.startsWith('"
+                           + f"{sum(r['in'] == 'current_only' for r in kernels):,} of')")
+    # the framework ops one click away; "stop comparing" goes back to the run alone
+    page.select_option("#so-compare-kind", "framework")
+    page.wait_for_function("() => new URLSearchParams(location.search).get('kind') === 'framework'")
+    page.wait_for_selector("#so-compare-ops tbody tr")
+    framework = [r for r in d["rows"] if r["kind"] == "framework"]
+    names = page.locator("#so-compare-ops tbody tr td:first-child").all_inner_texts()
+    assert names[:5] == [r["label"] for r in framework[:5]]
+    page.click("#so-compare-stop")
+    page.wait_for_selector("#so-ops tbody tr")
+    assert "base=" not in page.url
+
+
+def test_steps_ops_self_compare_shows_zero(open_page, server):
+    page = open_page(server)
+    page.goto(f"{server}?{urlencode({'tool': 'steps_ops', 'run': BERT, 'base': BERT}, quote_via=quote)}")
+    page.wait_for_selector("#so-compare-ops tbody tr")
+    assert page.inner_text("#so-compare-median .value") == "0"
+    assert set(page.locator("#so-compare-ops tbody tr td:last-child").all_inner_texts()) == {"0"}
+    assert not page.locator("#so-compare-ops .so-tag-base_only, #so-compare-ops .so-tag-current_only").count()
