@@ -209,9 +209,9 @@ def _add_steps_ops(sub) -> None:
 def _add_analyze(sub) -> None:
     p = sub.add_parser(
         "analyze", help="say what is wrong with a run and what to do (status, findings P0-P2) and exit",
-        description="The Summary of one run (GET /data/plugin/profile/data?tag=summary, docs/analysis.md): OPTIMAL or "
-                    "NEEDS_ATTENTION, the key metrics and the findings P0 to P2, each with what is happening, its "
-                    "evidence, impact and fix. A part that cannot be read is listed as refused, never fatal. "
+        description="The Summary of one run (GET /data/plugin/profile/data?tag=summary, docs/analysis.md): OPTIMAL, "
+                    "NEEDS_ATTENTION or NOT_ASSESSED (nothing could be read: exit 2), the key metrics and the "
+                    "findings P0 to P2, each with what is happening, its evidence, impact and fix. A part that cannot be read is listed as refused, never fatal. "
                     "Exit status 0; 1 when a finding at or above --fail-on exists; 2 on bad input.")
     p.add_argument("logdir", nargs="?", metavar="LOGDIR_OR_RUN",
                    help="a log directory, or one run in it: a trace, a snapshot, an .xplane.pb or a plugins/profile/<session> folder")

@@ -93,8 +93,8 @@ def build(ws: Workspace) -> MCPServer:
                                                       "every host's status (the default of a multi-host run)",
                                           max_length=MAX_TEXT)] = None,
     ) -> dict[str, Any]:
-        """What is wrong with a run and what to do: status (OPTIMAL or NEEDS_ATTENTION), a
-        short summary, key metrics (step time, device busy/idle, categories, memory vs
+        """What is wrong with a run and what to do: status (OPTIMAL, NEEDS_ATTENTION, or
+        NOT_ASSESSED when nothing could be read), a short summary, key metrics (step time, device busy/idle, categories, memory vs
         capacity) and findings P0-P2, each with what, evidence, impact and fix. The JSON
         of the Summary tool (docs/analysis.md)."""
         return agent_tools.summary(ws, run, host)
