@@ -14,6 +14,7 @@ import { MIB, byteTicks, exact, fmtBytes, fmtMib, pct, signedBytes } from "../li
 import { P, XLA_CATEGORY, XLA_OTHER, colorOf, shade } from "../lib/colors.js";
 import { HOVER_CARD, bytesAxis, escapePlotly, newPlot } from "../lib/plotly.js";
 import { sortableTable } from "../lib/table.js";
+import { COMPARE_KEYS, comparing, renderCompare } from "./memory_viewer_compare.js";
 
 const X_TITLE = "program order (heap-simulator event index)";
 const categoryColor = (cat) => colorOf(XLA_CATEGORY, XLA_OTHER, cat);
@@ -23,6 +24,13 @@ let current = null; // the module view on screen: lets a buffer click update in 
 // -- entry point ---------------------------------------------------------------------
 
 async function renderMemoryViewer(view, state, run, details) {
+  // A base in the URL: the compare view (memory_viewer_compare.js), the single view left.
+  if (state.module_name && comparing(state)) {
+    leaveModule();
+    const compareKey = JSON.stringify([viewKey(state), ...COMPARE_KEYS.map((k) => state[k])]);
+    const isCurrent = () => JSON.stringify([viewKey(readState()), ...COMPARE_KEYS.map((k) => readState()[k])]) === compareKey;
+    return renderCompare(view, state, isCurrent);
+  }
   const key = viewKey(state);
   // Only the buffer changed (a click, back/forward): keep the charts, move the selection.
   if (current && current.key === key && view.contains(current.root)) {
@@ -1062,8 +1070,10 @@ function groupOf(o) { return isSmall(o) ? "small" : o.groupName || "Temporary"; 
 
 export default {
   tool: "memory_viewer",
-  css: ["pages/memory_viewer.css"],
+  css: ["pages/memory_viewer.css", "pages/memory_viewer_compare.css"],
   keys: {
+    // the compare view's base (docs/compare.md "The query"): another module, run or host
+    base: {}, base_host: {}, base_module: {},
     memory_space: { resetOn: ["run"] },
     buffer: { resetOn: ["run", "module_name", "memory_space"] },
     hlo_op: { resetOn: ["run", "module_name", "memory_space"] },
