@@ -15,7 +15,7 @@
 // the allocator picker): the only one that imports both parts, and no part imports it.
 // A PyTorch snapshot run's memory_profile tool is another page (torch_snapshot.js).
 // URL keys: memory_id (allocator or device), t (the selected time, ms), q (the breakdown
-// table's filter).
+// table's filter), base / base_host (the compare view: memory_profile_compare.js).
 import { el, fill } from "../lib/dom.js";
 import { go, readState } from "../lib/state.js";
 import { cachedJson, errorBox } from "../lib/api.js";
@@ -24,6 +24,7 @@ import { current, selectTime, setCurrent } from "./memory_profile_timeline.js";
 import { renderTorch, torchEventRows, torchShapes } from "./memory_profile_torch.js";
 import { renderXprof, xprofEventRows, xprofShapes } from "./memory_profile_xprof.js";
 import { hostsSection, showsHosts } from "./memory_profile_hosts.js";
+import { leaveCompare, renderMemoryCompare } from "./memory_profile_compare.js";
 
 // How each payload is drawn (ctx.part): its page, its timeline's shapes, its event card.
 const PARTS = {
@@ -34,6 +35,13 @@ const PARTS = {
 // -- entry point ---------------------------------------------------------------------
 
 async function renderMemoryProfile(view, state, run, details) {
+  leaveCompare();
+  if (state.base || state.base_host) { // compared with a base (docs/compare.md): its own view
+    leave();
+    const root = el("div", { class: "mp" }, header(run, hostOf(state, run)));
+    view.replaceChildren(root);
+    return renderMemoryCompare(view, root, state, run);
+  }
   const key = viewKey(state, run);
   if (current && current.key === key && view.contains(current.root)) return update(current, state);
   leave();
@@ -187,6 +195,8 @@ export default {
     memory_id: { resetOn: ["run", "tool", "host"] },
     t: { resetOn: ["run", "tool", "host"] },
     q: { resetOn: ["run", "tool", "host"] },
+    base: {}, // compare: the base run, base_host its host (pages/memory_profile_compare.js)
+    base_host: {},
   },
   render: renderMemoryProfile,
   leave,
