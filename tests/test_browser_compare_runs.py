@@ -19,25 +19,36 @@ from urllib.request import urlopen
 
 import pytest
 
-from tests.conftest import ARTIFACTS, profscope_server
+from tests.conftest import ARTIFACTS
 
 pytestmark = pytest.mark.browser
+
+
+@pytest.fixture(scope="module")
+def server(public_server):
+    return public_server  # tests/fixtures/servers.py: profscope serve over public_profiles
 
 V100 = "traces/kineto_resnet50_v100.pt.trace.json.gz"
 BERT = "traces/tracelens_h100_bert_small.trace.json.gz"
 NIU = "snapshots/niu_fwd_bwd_200_mixed.pickle"
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory, shared_fixtures):
-    root = shared_fixtures / "public_profiles"
-    with profscope_server("serve", str(root), "--port", "0", "--cache-dir", str(tmp_path_factory.mktemp("cache"))) as (url, _):
-        yield url
-
-
 def _data(server: str, **params) -> dict:
     with urlopen(f"{server.rstrip('/')}/data/plugin/profile/data?{urlencode(params)}", timeout=120) as res:
         return json.loads(res.read())
+
+
+def _compare_page(open_page, server: str, waits: tuple[str, ...], shot: str | None = None, **state):
+    """A page opened on ``state`` (tool, run, base...), once ``waits`` are drawn; its
+    screenshot saved as ``shot`` under test-artifacts/."""
+    page = open_page(server)
+    page.goto(f"{server}?{urlencode(state, quote_via=quote)}")
+    for selector in waits:
+        page.wait_for_selector(selector)
+    if shot:
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / shot), full_page=True)
+    return page
 
 
 def _us(v: float) -> str:
@@ -51,13 +62,9 @@ def _signed(v: float) -> str:
 
 
 def test_steps_ops_compared_with_another_run(open_page, server):
-    ARTIFACTS.mkdir(exist_ok=True)
     d = _data(server, tag="steps_ops", run=BERT, base=V100)
-    page = open_page(server)
-    page.goto(f"{server}?{urlencode({'tool': 'steps_ops', 'run': BERT, 'base': V100}, quote_via=quote)}")
-    page.wait_for_selector("#so-compare-ops tbody tr")
-    page.wait_for_selector("#so-compare-split .bars")
-    page.screenshot(path=str(ARTIFACTS / "compare_steps_ops.png"), full_page=True)
+    page = _compare_page(open_page, server, ("#so-compare-ops tbody tr", "#so-compare-split .bars"), "compare_steps_ops.png",
+                         tool="steps_ops", run=BERT, base=V100)
     assert V100 in page.inner_text("#so-compare-refs") and BERT in page.inner_text("#so-compare-refs")
     assert page.inner_text("#so-compare-median .value") == _signed(d["step_time"]["median"]["delta"])
     assert page.inner_text("#so-compare-mean .value") == _signed(d["totals"]["delta"])
@@ -91,9 +98,7 @@ def test_steps_ops_compared_with_another_run(open_page, server):
 
 
 def test_steps_ops_self_compare_shows_zero(open_page, server):
-    page = open_page(server)
-    page.goto(f"{server}?{urlencode({'tool': 'steps_ops', 'run': BERT, 'base': BERT}, quote_via=quote)}")
-    page.wait_for_selector("#so-compare-ops tbody tr")
+    page = _compare_page(open_page, server, ("#so-compare-ops tbody tr",), tool="steps_ops", run=BERT, base=BERT)
     assert page.inner_text("#so-compare-median .value") == "0"
     assert set(page.locator("#so-compare-ops tbody tr td:last-child").all_inner_texts()) == {"0"}
     assert not page.locator("#so-compare-ops .so-tag-base_only, #so-compare-ops .so-tag-current_only").count()
@@ -101,6 +106,7 @@ def test_steps_ops_self_compare_shows_zero(open_page, server):
 
 TF = "xplane/tf_gpu/GPU-multi-worker"
 TF_HOSTS = ("34.83.195.179_6003", "34.83.195.180_6003")
+MP_WAITS = ("#mp-compare-timeline .scatterlayer", "#mp-compare-live tbody tr")
 
 
 def _fmt_bytes_signed(page, v: int) -> str:
@@ -113,13 +119,8 @@ def _traces(page, chart: str) -> list[dict]:
 
 
 def test_memory_profile_two_traces_on_one_chart(open_page, server):
-    ARTIFACTS.mkdir(exist_ok=True)
     d = _data(server, tag="memory_profile", run=BERT, base=V100)
-    page = open_page(server)
-    page.goto(f"{server}?{urlencode({'tool': 'memory_profile', 'run': BERT, 'base': V100}, quote_via=quote)}")
-    page.wait_for_selector("#mp-compare-timeline .scatterlayer")
-    page.wait_for_selector("#mp-compare-live tbody tr")
-    page.screenshot(path=str(ARTIFACTS / "compare_memory_profile_traces.png"), full_page=True)
+    page = _compare_page(open_page, server, MP_WAITS, "compare_memory_profile_traces.png", tool="memory_profile", run=BERT, base=V100)
     assert page.inner_text("#mp-compare-peak .value") == _fmt_bytes_signed(page, d["totals"]["delta"])
     # resnet50's trace has no addresses: said, and its whole peak is the residual
     assert "not recorded" in page.inner_text("#mp-compare-why") and d["timeline"]["align"] == "time"
@@ -134,11 +135,8 @@ def test_memory_profile_two_traces_on_one_chart(open_page, server):
 def test_memory_profile_hosts_aligned_by_step(open_page, server):
     d = _data(server, tag="memory_profile", run=TF, host=TF_HOSTS[1], base_host=TF_HOSTS[0])
     assert d["timeline"]["align"] == "step" and d["totals"]["delta"] == 0
-    page = open_page(server)
-    page.goto(f"{server}?{urlencode({'tool': 'memory_profile', 'run': TF, 'host': TF_HOSTS[1], 'base_host': TF_HOSTS[0]}, quote_via=quote)}")
-    page.wait_for_selector("#mp-compare-timeline .scatterlayer")
-    page.wait_for_selector("#mp-compare-live tbody tr")
-    page.screenshot(path=str(ARTIFACTS / "compare_memory_profile_hosts.png"), full_page=True)
+    page = _compare_page(open_page, server, MP_WAITS, "compare_memory_profile_hosts.png",
+                         tool="memory_profile", run=TF, host=TF_HOSTS[1], base_host=TF_HOSTS[0])
     assert d["current"]["allocator"] in page.inner_text("#mp-compare-refs")
     assert page.inner_text("#mp-compare-peak .value") == "0 B"
     assert "step" in page.eval_on_selector("#mp-compare-timeline .g-xtitle", "g => g.textContent")
