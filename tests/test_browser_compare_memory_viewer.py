@@ -7,12 +7,13 @@ test-artifacts/."""
 from __future__ import annotations
 
 import json
-from urllib.parse import quote, urlencode
+from urllib.parse import urlencode
 from urllib.request import urlopen
 
 import pytest
 
-from tests.conftest import ARTIFACTS, profscope_server
+from tests.conftest import ARTIFACTS
+from tests.test_browser_oom_risk import _run, _url, two_batch_server  # noqa: F401  (the module fixture)
 from tests.test_oom_risk_verdict import two_batch  # noqa: F401  (the session fixture)
 
 pytestmark = pytest.mark.browser
@@ -20,9 +21,8 @@ SMALL, BIG = "jit_train_step(32)", "jit_train_step_big(34)"
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory, two_batch):  # noqa: F811
-    with profscope_server("serve", str(two_batch[0]), "--port", "0", "--cache-dir", str(tmp_path_factory.mktemp("cache"))) as (url, _):
-        yield url
+def server(two_batch_server):
+    return two_batch_server
 
 
 def _get(server, path, **params):
@@ -30,16 +30,8 @@ def _get(server, path, **params):
         return json.loads(res.read())
 
 
-def _run(server):
-    return next(r for r in _get(server, "data/plugin/profile/runs") if r.startswith("two_batch/"))
-
-
-def _url(server, **state):
-    return f"{server}?{urlencode(state, quote_via=quote)}"
-
-
 def test_two_heaps_side_by_side_peaks_and_a_lit_pair(server, open_page):
-    run = _run(server)
+    run = _run(server, "two_batch")
     d = _get(server, "data/plugin/profile/data", run=run, tag="memory_viewer", module_name=BIG, base_module=SMALL,
              view="page")
     assert d["comparable"] and d["totals"]["residual"] == 0
@@ -91,7 +83,7 @@ def test_two_heaps_side_by_side_peaks_and_a_lit_pair(server, open_page):
 
 
 def test_unrelated_modules_say_why(server, open_page):
-    run = _run(server)
+    run = _run(server, "two_batch")
     page = open_page(server)
     page.goto(_url(server, run=run, tool="memory_viewer", module_name=BIG, base_module="jit_stage(0)"))
     page.wait_for_selector("#mvc-why", timeout=90_000)

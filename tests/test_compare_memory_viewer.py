@@ -157,3 +157,22 @@ def test_a_text_only_dump_says_why_it_cannot_be_attributed(make_client, two_batc
     d = _get(client, "two_batch_dump", module, base="two_batch_text_dump", base_module=module)
     assert d["comparable"] is False and d["rows"] == []
     assert "text-only" in d["why"] and "two_batch_text_dump" in d["why"]
+
+
+def test_a_profile_module_against_a_dump_module(make_client, two_batch):  # noqa: F811
+    """The dump of the same compiles (XLA_FLAGS=--xla_dump_to) as the base: the same
+    HloProto, so the same attribution as against the profile's own small step."""
+    client = make_client(two_batch[0])
+    run = _run(client, "two_batch/")
+    small, big = "jit_train_step(32)", "jit_train_step_big(34)"
+    in_profile = _get(client, run, big, base_module=small)
+    against_dump = _get(client, run, big, base="two_batch_dump", base_module=small)
+    assert against_dump["comparable"] is True and against_dump["base"]["run"] == "two_batch_dump"
+    _check_exact(against_dump, _get(client, "two_batch_dump", small), _get(client, run, big))
+    assert against_dump["totals"] == in_profile["totals"]
+    strip = ("link_base", "link_current")
+    assert ([{k: v for k, v in r.items() if k not in strip} for r in against_dump["rows"]]
+            == [{k: v for k, v in r.items() if k not in strip} for r in in_profile["rows"]])
+    # Without base_module the base is the dump's module of the same name: nothing changed.
+    same = _get(client, run, big, base="two_batch_dump")
+    assert same["totals"]["delta"] == 0 and all(r["delta"] == 0 and r["in"] == "both" for r in same["rows"])
