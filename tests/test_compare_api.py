@@ -142,3 +142,6 @@ def test_host_against_host_of_one_run(client):
     then, now = (_single(client, TF_GPU, "summary", host=h) for h in hosts)
     assert body["totals"]["delta"] == now["metrics"]["steps"]["median_us"] - then["metrics"]["steps"]["median_us"]
     _check_sums(body)
+    # one rule's finding on each host is the same finding, kept (each host's own is named by its host)
+    assert {f["id"] for f in then["findings"]} == {f["id"] for f in now["findings"]}
+    assert body["findings"] and all(f["in"] == "both" for f in body["findings"])

@@ -155,21 +155,23 @@ def diff_summary(base: dict, current: dict, *, base_ref: dict, current_ref: dict
                            if memb.get("peak_bytes") is not None and memc.get("peak_bytes") is not None else None),
             "change": _worse(RISK_ORDER, memb.get("risk"), memc.get("risk")),
         },
-        "findings": _finding_changes(base.get("findings") or [], current.get("findings") or []),
+        # host against host: one rule's finding on either host is the same finding
+        "findings": _finding_changes(base.get("findings") or [], current.get("findings") or [],
+                                     by_host=base_ref.get("host") == current_ref.get("host")),
     }
 
 
-def _finding_changes(base: list[dict], current: list[dict]) -> list[dict]:
-    """Findings matched by rule id and host: new, gone, or kept (with priority then -> now);
-    the worst priority first."""
+def _finding_changes(base: list[dict], current: list[dict], *, by_host: bool) -> list[dict]:
+    """Findings matched by rule id (and host, when both sides are the same host or every
+    host): new, gone, or kept (with priority then -> now); the worst priority first."""
     def keyed(findings):
-        return {(f.get("id"), f.get("host")): f for f in findings}
+        return {(f.get("id"), f.get("host") if by_host else None): f for f in findings}
     fb, fc = keyed(base), keyed(current)
     out = []
     for key in sorted(fb.keys() | fc.keys(), key=str):
         then, now = fb.get(key), fc.get(key)
         f = now or then
-        out.append({"id": key[0], "host": key[1], "title": f.get("title"),
+        out.append({"id": key[0], "host": f.get("host"), "title": f.get("title"),
                     "in": "both" if then and now else ("base_only" if now is None else "current_only"),
                     "priority_base": then.get("priority") if then else None,
                     "priority_current": now.get("priority") if now else None})

@@ -12,6 +12,8 @@ import { byteUnit, fmtBytes, fmtCount as n, fmtShare as pct } from "../lib/forma
 import { OOM_CATEGORY as CATEGORY_COLORS, P, RISK as RISK_COLORS, RISK_ZONE } from "../lib/colors.js";
 import { newPlot, purge } from "../lib/plotly.js";
 import { PLAN_KEYS, jaxControl, planParams, planSection } from "./oom_risk_plan.js";
+import { COMPARE_KEYS, comparePicker, comparing } from "../lib/compare.js";
+import { whatChanged } from "./what_changed.js";
 
 let charts = [];
 
@@ -44,7 +46,11 @@ async function renderOomRisk(view, state, run) {
   const root = el("div", { class: "oom" },
     el("div", { class: "oom-head" }, el("h1", {}, "OOM risk"), el("span", { class: "muted" }, run.name)),
     capacityForm(state),
+    comparePicker(state, run, { tool: "oom_risk", modules: true }),
+    // "What changed" against the base the picker chose (docs/compare.md), above the run's own answer
+    comparing(state) ? el("section", { class: "cmp-section", id: "cmp-section" }) : null,
     el("p", { class: "muted", id: "oom-loading" }, "Assessing…"));
+  if (comparing(state)) whatChanged(root.querySelector("#cmp-section"), dataUrl(run, state), state);
   // The tiers' colours for oom_risk.css (var(--risk-high), ...): the stylesheet cannot read
   // palette.json, and the report draws with the same colours.
   for (const [tier, color] of Object.entries(RISK_COLORS)) root.style.setProperty(`--risk-${tier.toLowerCase()}`, color);
@@ -278,6 +284,6 @@ function usageTable(d) {
 export default {
   tool: "oom_risk",
   css: ["pages/oom_risk.css"],
-  keys: { capacity: {}, ...PLAN_KEYS },
+  keys: { capacity: {}, ...PLAN_KEYS, ...COMPARE_KEYS },
   render: renderOomRisk,
 };

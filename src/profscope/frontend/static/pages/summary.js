@@ -15,6 +15,8 @@ import { cachedJson, errorBox } from "../lib/api.js";
 import { fmtBytes, fmtCount, fmtShare } from "../lib/format.js";
 import { P, RISK, SERIES } from "../lib/colors.js";
 import { unreadableNote } from "./overview.js";
+import { COMPARE_KEYS, comparePicker, comparing } from "../lib/compare.js";
+import { whatChanged } from "./what_changed.js";
 
 const ALL_HOSTS = "ALL_HOSTS"; // XProf's name for every host at once (profile_plugin.py)
 // A status or priority in the OOM-risk tiers' colours: P0 as the HIGH tier, P1 as MEDIUM;
@@ -59,8 +61,12 @@ async function render(view, state, run, details, shell) {
   const root = el("div", { class: "sm" }, note,
     el("div", { class: "sm-head" }, el("h1", { id: "run-title" }, run.name), el("span", { class: "muted" }, "Summary"),
       hostSwitch(state, details), link({ ...state, tool: "overview", finding: "" }, "Run overview", { id: "sm-overview-link", class: "sm-small" })),
+    comparePicker(state, { ...run, hosts: details.hosts || run.hosts }, { tool: "summary" }),
+    // "What changed" against the base the picker chose (docs/compare.md), above the run's own summary
+    comparing(state) ? el("section", { class: "cmp-section", id: "cmp-section" }) : null,
     el("p", { class: "muted", id: "sm-loading" }, "Reading the run's steps, ops and memory…"));
   view.replaceChildren(root);
+  if (comparing(state)) whatChanged(root.querySelector("#cmp-section"), dataUrl(run, state), state);
   let data;
   try { data = await cachedJson(dataUrl(run, state)); } catch (err) {
     if (view.contains(root)) {
@@ -213,6 +219,6 @@ function inputsLine(d) {
 export default {
   tool: "summary",
   css: ["pages/summary.css"],
-  keys: { finding: { resetOn: ["run", "tool", "host"] }, capacity: {} },
+  keys: { finding: { resetOn: ["run", "tool", "host"] }, capacity: {}, ...COMPARE_KEYS },
   render,
 };
