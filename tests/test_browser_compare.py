@@ -13,12 +13,13 @@ Screenshots: test-artifacts/compare_*.png."""
 from __future__ import annotations
 
 import json
-from urllib.parse import parse_qsl, quote, urlencode, urlparse
+from urllib.parse import parse_qsl, urlencode, urlparse
 from urllib.request import urlopen
 
 import pytest
 
-from tests.conftest import ARTIFACTS, profscope_server
+from tests.conftest import ARTIFACTS
+from tests.test_browser_compare_runs import _compare_page, _data
 
 pytestmark = pytest.mark.browser
 
@@ -29,24 +30,12 @@ TPU = "xplane/tpu_inference/2025_12_10_tpu"
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory, shared_fixtures):
-    root = shared_fixtures / "public_profiles"
-    with profscope_server("serve", str(root), "--port", "0", "--cache-dir", str(tmp_path_factory.mktemp("cache"))) as (url, _):
-        yield url.rstrip("/")
-
-
-def _api(server: str, **params) -> dict:
-    with urlopen(f"{server}/data/plugin/profile/data?{urlencode(params)}", timeout=300) as res:
-        return json.loads(res.read())
+def server(public_server):
+    return public_server.rstrip("/")  # tests/fixtures/servers.py: profscope serve over public_profiles
 
 
 def _query(page) -> dict:
     return dict(parse_qsl(urlparse(page.url).query))
-
-
-def _open(page, server: str, ready: str, **state):
-    page.goto(f"{server}/?{urlencode(state, quote_via=quote)}")
-    page.wait_for_selector(ready, timeout=120_000)
 
 
 def _rows(page, table: str) -> list[list[str]]:
@@ -54,8 +43,7 @@ def _rows(page, table: str) -> list[list[str]]:
 
 
 def test_oom_risk_picker_writes_the_base_into_the_url_and_draws_the_diff(server, open_page):
-    page = open_page(server)
-    _open(page, server, "#oom-gauge, .oom .error", run=NIU, tool="oom_risk")
+    page = _compare_page(open_page, server, ("#oom-gauge, .oom .error",), run=NIU, tool="oom_risk")
     assert not page.query_selector("#cmp-section")
     page.wait_for_selector(f'#cmp-base option[value="{BOLONG}"]', state="attached")
     ARTIFACTS.mkdir(exist_ok=True)
@@ -63,7 +51,7 @@ def test_oom_risk_picker_writes_the_base_into_the_url_and_draws_the_diff(server,
     page.select_option("#cmp-base", BOLONG)
     page.wait_for_selector("#cmp-rows tbody tr")
     assert _query(page)["base"] == BOLONG
-    api = _api(server, run=NIU, tag="oom_risk", base=BOLONG)
+    api = _data(server, run=NIU, tag="oom_risk", base=BOLONG)
     assert float(page.get_attribute("#cmp-total .cmp-delta", "data-delta")) == api["totals"]["delta"]
     assert page.inner_text("#cmp-verdict") == f"Verdict {api['verdict']['text']}"
     shown = _rows(page, "cmp-rows")
@@ -80,15 +68,14 @@ def test_oom_risk_picker_writes_the_base_into_the_url_and_draws_the_diff(server,
 
 
 def test_summary_straggler_against_median_host(server, open_page):
-    page = open_page(server)
-    _open(page, server, "#sm-findings, #view .error", run=TF_GPU, tool="summary")
+    page = _compare_page(open_page, server, ("#sm-findings, #view .error",), run=TF_GPU, tool="summary")
     page.click("#cmp-straggler")
     page.wait_for_selector("#cmp-head")
     state = _query(page)
     with urlopen(f"{server}/api/trace_hosts?{urlencode({'run': TF_GPU})}", timeout=300) as res:
         slowest = json.loads(res.read())["rollup"]["slowestHost"]
     assert state["host"] == slowest and state["base_host"] not in ("", slowest) and "base" not in state
-    api = _api(server, run=TF_GPU, tag="summary", host=state["host"], base_host=state["base_host"])
+    api = _data(server, run=TF_GPU, tag="summary", host=state["host"], base_host=state["base_host"])
     assert page.inner_text("#cmp-side-base").endswith(api["base"]["label"])
     assert page.inner_text("#cmp-side-current").endswith(api["current"]["label"])
     assert float(page.get_attribute("#cmp-total .cmp-delta", "data-delta")) == api["totals"]["delta"]
@@ -102,10 +89,9 @@ def test_summary_straggler_against_median_host(server, open_page):
 
 
 def test_a_profile_against_a_snapshot_says_what_cannot_be_compared(server, open_page):
-    page = open_page(server)
-    _open(page, server, "#cmp-head", run=TPU, tool="summary", base=NIU)
+    page = _compare_page(open_page, server, ("#cmp-head",), run=TPU, tool="summary", base=NIU)
     assert page.get_attribute("#cmp-head", "data-comparable") == "false"
-    why = _api(server, run=TPU, tag="summary", base=NIU)["why"]
+    why = _data(server, run=TPU, tag="summary", base=NIU)["why"]
     assert page.inner_text("#cmp-why") == f"Cannot compare: {why}"
     page.wait_for_selector("#sm-findings")  # the run's own summary still drawn below
     page.screenshot(path=str(ARTIFACTS / "compare_mismatch.png"), full_page=True)

@@ -10,20 +10,14 @@ import sys
 
 import pytest
 
+from tests import test_analyze_cli
+
+BACKSTOP_S = test_analyze_cli.BACKSTOP_S  # a hang bound, not a speed assertion
+cache, public = test_analyze_cli.cache, test_analyze_cli.public  # fixtures: this module's cache, the public profiles
+
 NIU = "snapshots/niu_fwd_bwd_200_mixed.pickle"  # peak reserved 1.12 GiB
 BOLONG = "snapshots/bolong_xl_fwd_cl2048_fp32_expandable.pickle"  # peak reserved 21.3 GiB
 TPU = "xplane/tpu_inference/2025_12_10_tpu"
-BACKSTOP_S = 300  # a hang bound, not a speed assertion
-
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("diff-cache")
-
-
-@pytest.fixture(scope="module")
-def public(shared_fixtures):
-    return shared_fixtures / "public_profiles"
 
 
 def diff(*args, cache) -> subprocess.CompletedProcess:

@@ -230,6 +230,11 @@ def _add_analyze(sub) -> None:
     p.add_argument("-o", "--output", metavar="FILE", help="write here instead of standard output")
     p.add_argument("--server", metavar="URL", help="URL of a running `profscope serve` of the same log directory "
                    "(http://127.0.0.1:8791/): the evidence links open there")
+    _cache_options(p)
+
+
+def _cache_options(p: argparse.ArgumentParser) -> None:
+    """The cache and conversion workers of a command that converts and exits."""
     p.add_argument("--cache-dir", help="where converted results are kept (default ~/.cache/profscope)")
     p.add_argument("--cache-size", metavar="SIZE", help=CACHE_SIZE_HELP)
     _worker_options(p)
@@ -262,9 +267,7 @@ def _add_diff(sub) -> None:
     p.add_argument("--fail-on-growth", metavar="PCT", type=_growth_threshold,
                    help="exit 1 when the total grew by more than this share of A's: 5%%, 0.05")
     p.add_argument("-o", "--output", metavar="FILE", help="write here instead of standard output")
-    p.add_argument("--cache-dir", help="where converted results are kept (default ~/.cache/profscope)")
-    p.add_argument("--cache-size", metavar="SIZE", help=CACHE_SIZE_HELP)
-    _worker_options(p)
+    _cache_options(p)
 
 
 def _growth_threshold(text: str) -> float:
