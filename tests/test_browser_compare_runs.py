@@ -144,3 +144,25 @@ def test_memory_profile_hosts_aligned_by_step(open_page, server):
     page.click("#mp-compare-stop")
     page.wait_for_function("() => !new URLSearchParams(location.search).get('base_host')")
     page.wait_for_selector("#mp-body")
+
+
+BOLONG = "snapshots/bolong_xl_fwd_cl2048_fp32_expandable.pickle"
+
+
+def test_snapshot_compared_with_base(open_page, server):
+    """The snapshot page takes base= as every tool does (other= stays its own key): the
+    picker shows the base, and the change from the base to this snapshot is the server's
+    diff JSON's (current - base), beside the A/B tables."""
+    with urlopen(f"{server.rstrip('/')}/api/snapshot/compare?{urlencode({'run': NIU, 'base': BOLONG})}", timeout=120) as res:
+        diff = json.loads(res.read())["diff"]
+    page = _compare_page(open_page, server, ("#ts-compare-change", "#ts-sites tbody tr"), None,
+                         tool="memory_profile", run=NIU, base=BOLONG)
+    page.locator("#ts-compare").scroll_into_view_if_needed()
+    page.screenshot(path=str(ARTIFACTS / "compare_snapshot_base.png"), full_page=True)
+    assert page.input_value("#ts-compare-pick") == BOLONG
+    t = diff["totals"]
+    assert t["delta"] == t["current"] - t["base"] < 0 and t["residual"] == 0
+    shown = page.evaluate("async (v) => (await import('/static/lib/format.js')).fmtBytes(v)", t["delta"])
+    text = page.inner_text("#ts-compare-change")
+    assert f"{shown} ({t['delta']:,} bytes)" in text, text
+    assert f"{sum(r['in'] == 'base_only' for r in diff['rows'])} only in B" in text

@@ -5,7 +5,8 @@
 // selected event index; empty = the peak), tl (the timeline shows allocations or, with
 // "segments", reserved segments), detail (how many are drawn individually), x (index or
 // time axis), win (the timeline's zoom window), find (the event search), q (the compare
-// sites filter), other (the snapshot compared with).
+// sites filter), other (the snapshot compared with; base, the name every tool's compare
+// takes, docs/compare.md, is read the same, and wins).
 //
 // The timeline's polygons (up to 15,000, as memory_viz draws) are painted on a canvas
 // under a transparent Plotly chart that keeps the axes, lines, legend and zoom: as SVG
@@ -167,7 +168,7 @@ function update(ctx, state) {
     titleTimeline(ctx);
     loadTimeline(ctx, ...windowOf(ctx.win));
   }
-  if (ctx.comparePick && (state.other || "") !== ctx.otherShown) showCompare(ctx, state.other || "");
+  if (ctx.comparePick && comparedWith(state) !== ctx.otherShown) showCompare(ctx, comparedWith(state));
 }
 
 function select(event) {
@@ -979,6 +980,9 @@ async function renderStacks(ctx) {
 
 // -- 6. compare ------------------------------------------------------------------------
 
+// The snapshot compared with: base= (every tool's compare key) or other= (this page's own).
+const comparedWith = (state) => state.base || state.other || "";
+
 async function setupCompare(ctx, state) {
   let runs;
   try { runs = (await getJson("/api/runs")).runs; } catch (err) { ctx.comparePanel.replaceChildren(errorBox(err, "Runs")); return; }
@@ -989,13 +993,13 @@ async function setupCompare(ctx, state) {
   }
   const out = el("div", { id: "ts-compare-out" });
   const pick = el("select", { id: "ts-compare-pick", "aria-label": "snapshot to compare with",
-    onchange: (e) => go({ ...readState(), other: e.target.value }) },
+    onchange: (e) => go({ ...readState(), other: e.target.value, base: "" }) },
   el("option", { value: "" }, "— pick a snapshot —"), others.map((r) => el("option", { value: r.name }, r.name)));
   ctx.comparePanel.replaceChildren(el("label", { class: "ts-picker" }, `A = this snapshot (${ctx.host}), B = `, pick), out);
   ctx.comparePick = pick;
   ctx.compareOut = out;
   ctx.compareRuns = others.map((r) => r.name);
-  if (current === ctx) showCompare(ctx, readState().other || "");
+  if (current === ctx) showCompare(ctx, comparedWith(readState()));
 }
 
 function showCompare(ctx, wanted) {
@@ -1021,14 +1025,24 @@ async function runCompare(ctx, other, out) {
       row("only in B", [n(s.onlyB.sites), n(s.onlyB.blocks), el("span", { id: "ts-only-b", "data-bytes": String(s.onlyB.bytes) }, bytes(s.onlyB.bytes))], "ts-row-only-b"),
       row("in both (A / B)", [n(s.both.sites), `${n(s.both.blocksA)} / ${n(s.both.blocksB)}`, `${fmtBytes(s.both.bytesA)} / ${fmtBytes(s.both.bytesB)}`]),
       row("delta B − A", ["", "", el("strong", { id: "ts-delta" }, bytes(s.deltaBytes))])));
+  const change = d.diff ? baseChange(d.diff) : null;
   const sg = d.segments;
   const segs = el("p", { id: "ts-segment-diff" }, `Segments: ${n(sg.common)} in both · ${n(sg.onlyACount)} only in A (${fmtBytes(sg.onlyABytes)}) · ${n(sg.onlyBCount)} only in B (${fmtBytes(sg.onlyBBytes)})`);
   ctx.sites = sitesTable(ctx, d.sites, readState().q || "", other);
   out.replaceChildren(
     el("p", { class: "muted" }, `A: ${d.a.path} (device ${d.a.device}, ${fmtBytes(d.a.liveBytes)} allocated in ${n(d.a.liveBlocks)} blocks) · B: ${d.b.path} (device ${d.b.device}, ${fmtBytes(d.b.liveBytes)} allocated in ${n(d.b.liveBlocks)} blocks)`),
-    summary, segs, el("h3", {}, `Allocation sites that differ (${n(d.sites.length)}${d.sitesOmitted ? ` + ${n(d.sitesOmitted)} omitted` : ""})`),
+    change, summary, segs, el("h3", {}, `Allocation sites that differ (${n(d.sites.length)}${d.sitesOmitted ? ` + ${n(d.sitesOmitted)} omitted` : ""})`),
     el("p", { class: "ts-hint" }, "A site is a whole stack, named by its first frame of your code (allocator, dispatcher and torch frames skipped; on a C++-only stack, its first frame past that plumbing) and the operator it went through. Click a row for its stack."),
     ctx.sites.node);
+}
+
+// The compare read the other way, as every tool's compare reads (docs/compare.md): B is the
+// base and this snapshot the current; the server's diff JSON (d.diff) says the change.
+function baseChange(diff) {
+  const t = diff.totals, count = (w) => diff.rows.filter((r) => r.in === w).length;
+  return el("p", { class: "ts-compare-change", id: "ts-compare-change" }, "From B (the base) to this snapshot: ",
+    el("strong", {}, `${t.delta > 0 ? "+" : ""}${bytes(t.delta)}`), ` live (${fmtBytes(t.base)} → ${fmtBytes(t.current)}); ${n(count("both"))} sites in both changed, `,
+    `${n(count("current_only"))} only here, ${n(count("base_only"))} only in B.`);
 }
 
 function sitesTable(ctx, sites, filter, other) {
@@ -1093,6 +1107,7 @@ export default {
     win: { resetOn: ["run", "tool", "host"] },
     find: { resetOn: ["run", "tool", "host"] },
     other: { resetOn: ["run", "tool", "host"] },
+    base: {},
   },
   render: renderSnapshot,
   leave,
