@@ -7,7 +7,7 @@ test-artifacts/."""
 from __future__ import annotations
 
 import json
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 from urllib.request import urlopen
 
 import pytest
@@ -80,6 +80,13 @@ def test_two_heaps_side_by_side_peaks_and_a_lit_pair(server, open_page):
     page.click("#mvc-single")
     page.wait_for_selector("#mv-heap-chart .main-svg", timeout=90_000)
     assert "base_module" not in page.url
+    # Each row opens either side's single view on its buffer.
+    page.go_back()
+    page.wait_for_selector("#mvc-rows tbody tr", timeout=90_000)
+    page.locator(f"#mvc-rows tr:has([data-row='{row['key']}']) a.mvc-open-base").click()
+    page.wait_for_selector("#mv-heap-chart .main-svg", timeout=90_000)
+    assert f"buffer={row['id_base']}" in page.url and f"module_name={quote(SMALL)}" in page.url
+    assert row["label"] in page.inner_text("#mv-card")
 
 
 def test_unrelated_modules_say_why(server, open_page):

@@ -106,7 +106,7 @@ def _match(base: list[dict], current: list[dict]) -> list[tuple[int | None, int 
     return pairs
 
 
-def _row(b: dict | None, c: dict | None, rule: str | None, links: tuple[str | None, str | None]) -> dict:
+def _row(b: dict | None, c: dict | None, rule: str | None, links: tuple[Callable, Callable]) -> dict:
     either = c or b
     assert either is not None
     bb = int(b["bytes"]) if b else 0
@@ -121,8 +121,10 @@ def _row(b: dict | None, c: dict | None, rule: str | None, links: tuple[str | No
         "current": cb,
         "delta": cb - bb,
         "match": rule,
-        "link_base": links[0] if b else None,
-        "link_current": links[1] if c else None,
+        # The single view of each side opened on the buffer (memory_viewer.js URL key
+        # ``buffer``: a logical buffer id).
+        "link_base": links[0](b["id"]) if b else None,
+        "link_current": links[1](c["id"]) if c else None,
         "category": either.get("category") or "",
         "framework_op": framework_op(either.get("tfOpName") or ""),
         "source": either.get("source") or "",
@@ -221,9 +223,12 @@ def diff(base: dict, current: dict, *, base_ref: dict, current_ref: dict,
                        "module without buffer assignment): its peak is not a set of buffers, so the peak "
                        "cannot be attributed; open each module on its own.")
     assert bl is not None and cl is not None
-    links = (link(TOOL, run=base_ref.get("run"), host=base_ref.get("host"), module_name=base_ref.get("module")),
-             link(TOOL, run=current_ref.get("run"), host=current_ref.get("host"),
-                  module_name=current_ref.get("module")))
+    space = (current.get("profscope") or {}).get("memorySpace") or None
+
+    def side(ref: dict) -> Callable:
+        return lambda buffer_id: link(TOOL, run=ref.get("run"), host=ref.get("host"), module_name=ref.get("module"),
+                                      memory_space=space, buffer=buffer_id)
+    links = (side(base_ref), side(current_ref))
     pairs = _match(bl, cl)
     related = any(rule in ("name+shape", "framework_op+source") and _related(cl[j])
                   for i, j, rule in pairs if j is not None)

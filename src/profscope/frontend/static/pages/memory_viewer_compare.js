@@ -193,11 +193,21 @@ function rowsSection(d) {
       { key: "category", label: "category", value: (r) => r.category },
       ...BYTE_COLUMNS,
       { key: "framework_op", label: "framework op", value: (r) => r.framework_op },
+      { key: "open", label: "open", value: () => "", nowrap: true,
+        show: (r) => el("span", {}, openLink(r.link_base, "base", "mvc-open-base"), " ", openLink(r.link_current, "current", "mvc-open-current")) },
     ],
   });
   return el("section", {}, el("h2", {}, "Every buffer at either peak"),
     el("p", { class: "mv-hint" }, "Paired across the two compilations by name and shape, then by framework op and source line, then by name; the rest were added or removed. Sorted by the size of the change."),
     t.node);
+}
+
+// A row's link: the single view of one side, opened on the buffer (URL key buffer).
+function openLink(query, text, cls) {
+  if (!query) return null;
+  const state = Object.fromEntries(new URLSearchParams(query));
+  return el("a", { href: query, class: cls, title: `this buffer in the ${text} module`,
+    onclick: (e) => { e.preventDefault(); go(state); } }, text);
 }
 
 function cut(a, b) {
