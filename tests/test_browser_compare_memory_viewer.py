@@ -21,7 +21,7 @@ SMALL, BIG = "jit_train_step(32)", "jit_train_step_big(34)"
 
 
 @pytest.fixture(scope="module")
-def server(two_batch_server):
+def server(two_batch_server):  # noqa: F811
     return two_batch_server
 
 
