@@ -145,3 +145,18 @@ def test_host_against_host_of_one_run(client):
     # one rule's finding on each host is the same finding, kept (each host's own is named by its host)
     assert {f["id"] for f in then["findings"]} == {f["id"] for f in now["findings"]}
     assert body["findings"] and all(f["in"] == "both" for f in body["findings"])
+
+
+def test_the_base_module_is_the_same_program_up_to_its_id(client):
+    """Without base_module, the base run's module of the same name up to XProf's program id
+    (two compilations never share the id); several such modules: a 400 listing them."""
+    gemm = "xplane/mi300_jax08_gemm/jax08_gemm"
+    body = _single(client, TPU, "memory_viewer", module_name="jit_convert_element_type(2433868464432466958)", base=gemm)
+    assert body["base"]["module"] == "jit_convert_element_type(1)"
+    assert body["current"]["module"] == "jit_convert_element_type(2433868464432466958)"
+    res = _data(client, TPU, "memory_viewer", module_name="jit_broadcast_in_dim(11287434908481120160)", base=gemm)
+    assert res.status_code == 400, res.text
+    assert "9 modules named 'jit_broadcast_in_dim'" in res.json()["error"] and "jit_broadcast_in_dim(19)" in res.json()["error"]
+    res = _data(client, TPU, "memory_viewer", module_name="jit_broadcast_in_dim(11287434908481120160)", base=gemm,
+                base_module="jit_broadcast_in_dim(3)")
+    assert res.status_code == 200 and res.json()["base"]["module"] == "jit_broadcast_in_dim(3)"

@@ -118,7 +118,13 @@ class Comparisons:
             elif current.module_name is not None and not same_run:
                 known = self.modules(base_run)
                 stems = [m for m in known if module_stem(m) == module_stem(current.module_name)]
-                module = current.module_name if current.module_name in known else (stems[0] if len(stems) == 1 else None)
+                if current.module_name in known or len(stems) == 1:
+                    module = current.module_name if current.module_name in known else stems[0]
+                elif stems:  # several compilations of that program: which one is for the user to say
+                    raise BadRequest(f"base run {base_run.name!r} has {len(stems)} modules named "
+                                     f"{module_stem(current.module_name)!r}: give base_module, one of {', '.join(stems)}")
+                else:
+                    module = None  # no such program there: the tool's default module of the base run
             else:
                 module = current.module_name
             changes["module_name"] = module
