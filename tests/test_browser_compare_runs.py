@@ -61,38 +61,42 @@ def _signed(v: float) -> str:
     return f"+{_us(v)}" if v > 0 else f"−{_us(-v)}" if v < 0 else "0"
 
 
+def _column(page, table: str, key: str) -> list[str]:
+    """The texts of one column of a delta table (lib/compare.js deltaTable), by its key."""
+    keys = page.eval_on_selector_all(f"#{table} thead th", "ths => ths.map((t) => t.dataset.key)")
+    return page.locator(f"#{table} tbody tr td:nth-child({keys.index(key) + 1})").all_inner_texts()
+
+
 def test_steps_ops_compared_with_another_run(open_page, server):
     d = _data(server, tag="steps_ops", run=BERT, base=V100)
     page = _compare_page(open_page, server, ("#so-compare-ops tbody tr", "#so-compare-split .bars"), "compare_steps_ops.png",
                          tool="steps_ops", run=BERT, base=V100)
-    assert V100 in page.inner_text("#so-compare-refs") and BERT in page.inner_text("#so-compare-refs")
+    assert V100 in page.inner_text("#cmp-side-base") and BERT in page.inner_text("#cmp-side-current")
+    assert page.input_value("#cmp-base") == V100  # the picker shows the base
     assert page.inner_text("#so-compare-median .value") == _signed(d["step_time"]["median"]["delta"])
     assert page.inner_text("#so-compare-mean .value") == _signed(d["totals"]["delta"])
     # the split by category: one row per category, base and current as answered
-    cats = page.locator("#so-compare-categories tbody tr td:first-child").all_inner_texts()
+    cats = _column(page, "so-compare-categories", "label")
     assert sorted(cats) == sorted(r["label"] for r in d["groups"]["category"])
     # the ops table: kernels first, sorted by the size of the change, with the change column
     kernels = [r for r in d["rows"] if r["kind"] == "kernel"]
     assert page.input_value("#so-compare-kind") == "kernel"
-    names = page.locator("#so-compare-ops tbody tr td:first-child").all_inner_texts()
-    assert names[:10] == [r["label"] for r in kernels[:10]]
-    changes = page.locator("#so-compare-ops tbody tr td:last-child").all_inner_texts()
-    assert changes[:10] == [_signed(r["delta"]) for r in kernels[:10]]
-    # the ops only in one run tagged so (the first 50 rows shown: resnet50's own kernels)
-    tags = page.locator("#so-compare-ops .so-tag").all_inner_texts()
-    names_in = {"both": "both", "base_only": "only in base", "current_only": "only in current"}
-    assert tags[:50] == [names_in[r["in"]] for r in kernels[:50]] and "only in base" in tags
-    page.fill("#so-compare-filter", "only in current")
-    page.wait_for_function("() => document.querySelector('#so-compare-count').textContent.startsWith('"
-                           + f"{sum(r['in'] == 'current_only' for r in kernels):,} of')")
-    # the framework ops one click away; "stop comparing" goes back to the run alone
+    assert _column(page, "so-compare-ops", "label")[:10] == [r["label"] for r in kernels[:10]]
+    assert _column(page, "so-compare-ops", "delta")[:10] == [_signed(r["delta"]) for r in kernels[:10]]
+    # the ops only in one run marked so (the first 50 rows shown: resnet50's own kernels)
+    words = {"both": "both", "base_only": "base only", "current_only": "current only"}
+    assert _column(page, "so-compare-ops", "in")[:50] == [words[r["in"]] for r in kernels[:50]]
+    page.fill("#so-compare-ops-filter", "current_only")
+    n_current = sum(r["in"] == "current_only" for r in kernels)
+    page.wait_for_function(f"() => document.querySelectorAll('#so-compare-ops tbody tr').length === {n_current}")
+    assert set(_column(page, "so-compare-ops", "in")) == {"current only"}
+    # the framework ops one click away; "Stop comparing" goes back to the run alone
     page.select_option("#so-compare-kind", "framework")
     page.wait_for_function("() => new URLSearchParams(location.search).get('kind') === 'framework'")
     page.wait_for_selector("#so-compare-ops tbody tr")
     framework = [r for r in d["rows"] if r["kind"] == "framework"]
-    names = page.locator("#so-compare-ops tbody tr td:first-child").all_inner_texts()
-    assert names[:5] == [r["label"] for r in framework[:5]]
-    page.click("#so-compare-stop")
+    assert _column(page, "so-compare-ops", "label")[:5] == [r["label"] for r in framework[:5]]
+    page.click("#cmp-clear")
     page.wait_for_selector("#so-ops tbody tr")
     assert "base=" not in page.url
 
@@ -100,8 +104,8 @@ def test_steps_ops_compared_with_another_run(open_page, server):
 def test_steps_ops_self_compare_shows_zero(open_page, server):
     page = _compare_page(open_page, server, ("#so-compare-ops tbody tr",), tool="steps_ops", run=BERT, base=BERT)
     assert page.inner_text("#so-compare-median .value") == "0"
-    assert set(page.locator("#so-compare-ops tbody tr td:last-child").all_inner_texts()) == {"0"}
-    assert not page.locator("#so-compare-ops .so-tag-base_only, #so-compare-ops .so-tag-current_only").count()
+    assert set(_column(page, "so-compare-ops", "delta")) == {"0"}
+    assert set(_column(page, "so-compare-ops", "in")) == {"both"}
 
 
 TF = "xplane/tf_gpu/GPU-multi-worker"
@@ -123,13 +127,12 @@ def test_memory_profile_two_traces_on_one_chart(open_page, server):
     page = _compare_page(open_page, server, MP_WAITS, "compare_memory_profile_traces.png", tool="memory_profile", run=BERT, base=V100)
     assert page.inner_text("#mp-compare-peak .value") == _fmt_bytes_signed(page, d["totals"]["delta"])
     # resnet50's trace has no addresses: said, and its whole peak is the residual
-    assert "not recorded" in page.inner_text("#mp-compare-why") and d["timeline"]["align"] == "time"
+    assert "not recorded" in page.inner_text("#cmp-head") and d["timeline"]["align"] == "time"
     traces = _traces(page, "mp-compare-timeline")
     assert [t["n"] for t in traces] == [len(d["timeline"]["base"]["x"]), len(d["timeline"]["current"]["x"])]
     assert traces[0]["name"].startswith("base: ") and traces[1]["name"].startswith("current: ")
     assert "time from the first sample" in page.eval_on_selector("#mp-compare-timeline .g-xtitle", "g => g.textContent")
-    names = page.locator("#mp-compare-live tbody tr td:first-child").all_inner_texts()
-    assert names == [r["label"] for r in d["rows"]][:50]
+    assert _column(page, "mp-compare-live", "label") == [r["label"] for r in d["rows"]][:50]
 
 
 def test_memory_profile_hosts_aligned_by_step(open_page, server):
@@ -137,11 +140,11 @@ def test_memory_profile_hosts_aligned_by_step(open_page, server):
     assert d["timeline"]["align"] == "step" and d["totals"]["delta"] == 0
     page = _compare_page(open_page, server, MP_WAITS, "compare_memory_profile_hosts.png",
                          tool="memory_profile", run=TF, host=TF_HOSTS[1], base_host=TF_HOSTS[0])
-    assert d["current"]["allocator"] in page.inner_text("#mp-compare-refs")
+    assert d["current"]["allocator"] in page.inner_text("#cmp-side-current")
     assert page.inner_text("#mp-compare-peak .value") == "0 B"
     assert "step" in page.eval_on_selector("#mp-compare-timeline .g-xtitle", "g => g.textContent")
-    assert set(page.locator("#mp-compare-live tbody tr td:last-child").all_inner_texts()) == {"0 B"}
-    page.click("#mp-compare-stop")
+    assert set(_column(page, "mp-compare-live", "delta")) == {"0 B"}
+    page.click("#cmp-clear")
     page.wait_for_function("() => !new URLSearchParams(location.search).get('base_host')")
     page.wait_for_selector("#mp-body")
 

@@ -25,6 +25,7 @@ import { renderTorch, torchEventRows, torchShapes } from "./memory_profile_torch
 import { renderXprof, xprofEventRows, xprofShapes } from "./memory_profile_xprof.js";
 import { hostsSection, showsHosts } from "./memory_profile_hosts.js";
 import { leaveCompare, renderMemoryCompare } from "./memory_profile_compare.js";
+import { COMPARE_KEYS, comparePicker, comparing } from "../lib/compare.js";
 
 // How each payload is drawn (ctx.part): its page, its timeline's shapes, its event card.
 const PARTS = {
@@ -36,16 +37,16 @@ const PARTS = {
 
 async function renderMemoryProfile(view, state, run, details) {
   leaveCompare();
-  if (state.base || state.base_host) { // compared with a base (docs/compare.md): its own view
+  if (comparing(state)) { // compared with a base (docs/compare.md): its own view
     leave();
-    const root = el("div", { class: "mp" }, header(run, hostOf(state, run)));
+    const root = el("div", { class: "mp" }, header(run, hostOf(state, run)), comparePicker(state, run, { tool: "memory_profile" }));
     view.replaceChildren(root);
     return renderMemoryCompare(view, root, state, run);
   }
   const key = viewKey(state, run);
   if (current && current.key === key && view.contains(current.root)) return update(current, state);
   leave();
-  const root = el("div", { class: "mp" }, header(run, hostOf(state, run)),
+  const root = el("div", { class: "mp" }, header(run, hostOf(state, run)), comparePicker(state, run, { tool: "memory_profile" }),
     showsHosts(run) ? hostsSection(run, hostOf(state, run)) : null,
     el("p", { class: "muted" }, run.kind === "chrome_trace" ? "Reading the trace's memory events…" : "Reading the allocator events…"));
   view.replaceChildren(root);
@@ -195,8 +196,7 @@ export default {
     memory_id: { resetOn: ["run", "tool", "host"] },
     t: { resetOn: ["run", "tool", "host"] },
     q: { resetOn: ["run", "tool", "host"] },
-    base: {}, // compare: the base run, base_host its host (pages/memory_profile_compare.js)
-    base_host: {},
+    ...COMPARE_KEYS, // base, base_host: the compare view (pages/memory_profile_compare.js)
   },
   render: renderMemoryProfile,
   leave,

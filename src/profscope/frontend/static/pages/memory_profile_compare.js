@@ -1,35 +1,27 @@
 // The memory profile compared with a base (issue 36, docs/compare.md "Memory profile"):
-// shown when the URL has base= (another run) or base_host= (another host). Data: the data
+// shown when the URL has base= (another run) or base_host= (another host), as the
+// "Compare with…" picker of lib/compare.js writes them. Data: the data
 // route with those keys, which answers the diff JSON (tools/compare_memory_profile.py):
 // totals (the peak bytes in use), rows (what was live at the peak, by framework op, shape
 // and dtype), groups (by framework op, by region type), peak / fragmentation / allocations
 // / capacity side by side, and both sampled timelines on one axis (timeline.align: "step"
 // or "time"). Every number is the server's: this module only lays them out.
 import { el } from "../lib/dom.js";
-import { go, stateUrl } from "../lib/state.js";
 import { cachedJson, errorBox } from "../lib/api.js";
-import { byteUnit, fmtBytes, fmtCount, signedBytes } from "../lib/format.js";
+import { byteUnit, fmtBytes, fmtCount } from "../lib/format.js";
 import { P } from "../lib/colors.js";
+import { compareHead, compareParams, deltaStyle, deltaTable, fmtDelta } from "../lib/compare.js";
 import { escapePlotly, LEGEND_TOP, newPlot, purge } from "../lib/plotly.js";
-import { sortableTable } from "../lib/table.js";
 
-const IN_NAMES = { both: "both", base_only: "only in base", current_only: "only in current" };
 let charts = [];
 
-function link(state, text, attrs = {}) {
-  return el("a", { href: stateUrl(state), onclick: (e) => { e.preventDefault(); go(state); }, ...attrs }, text);
-}
-
-// A change of bytes: more is red, less green, none grey.
-function deltaCell(v) {
-  if (v === null || v === undefined) return el("span", { class: "muted" }, "—");
-  return el("span", { class: v > 0 ? "mp-up" : v < 0 ? "mp-down" : "mp-same" }, v === 0 ? "0 B" : signedBytes(v));
-}
+// A change of bytes, more red, less green: lib/compare.js's.
+const deltaCell = (v) => el("span", { class: "cmp-delta", style: deltaStyle(v) }, fmtDelta(v, "bytes"));
 
 function compareUrl(run, state) {
   const q = new URLSearchParams({ run: run.name, tag: "memory_profile" });
-  for (const k of ["host", "base", "base_host"]) if (state[k]) q.set(k, state[k]);
-  return `/data/plugin/profile/data?${q}`;
+  if (state.host) q.set("host", state.host);
+  return `/data/plugin/profile/data?${compareParams(q, state)}`;
 }
 
 export function leaveCompare() {
@@ -49,11 +41,9 @@ export async function renderMemoryCompare(view, root, state, run) {
   }
   if (!view.contains(root)) return;
   loading.remove();
-  const alloc = (ref) => (ref.allocator ? ` (${ref.allocator})` : "");
+  const alloc = (ref) => (ref.allocator ? ` · allocator ${ref.allocator}` : "");
   root.append(...[
-    el("p", { class: "mp-compare-refs", id: "mp-compare-refs" }, "Base: ", el("strong", {}, d.base.label + alloc(d.base)), " → current: ",
-      el("strong", {}, d.current.label + alloc(d.current)), " · ", link({ ...state, base: "", base_host: "" }, "stop comparing", { id: "mp-compare-stop" })),
-    d.why ? el("div", { class: "mp-note", id: "mp-compare-why" }, el("strong", {}, d.comparable ? "Note: " : "Cannot compare: "), d.why) : null,
+    compareHead({ ...d, base: { ...d.base, label: d.base.label + alloc(d.base) }, current: { ...d.current, label: d.current.label + alloc(d.current) } }),
     d.comparable ? tiles(d) : null,
     d.comparable ? el("section", {}, el("h2", {}, "Both timelines"), el("p", { class: "muted mp-hint" }, d.timeline.align === "step"
       ? "Aligned by step: each sample at its step's number plus its place within that step."
@@ -105,23 +95,11 @@ function drawTimelines(d) {
 }
 
 function liveSection(d) {
-  const table = (id, rows, first, more = []) => sortableTable({
-    id, rows, prefix: "mp", sortKey: "abs", descending: true, pageRows: 50,
-    text: (r) => `${r.label} ${r.category ?? ""} ${IN_NAMES[r.in]}`,
-    filter: id === "mp-compare-live" ? { id: "mp-compare-filter", placeholder: "filter buffers", label: "filter buffers" } : null,
-    rowClass: (r) => `mp-in-${r.in}`,
-    columns: [first, ...more,
-      { key: "in", label: "in", value: (r) => IN_NAMES[r.in], show: (r) => el("span", { class: `mp-tag mp-tag-${r.in}` }, IN_NAMES[r.in]) },
-      { key: "base", label: "base", num: true, value: (r) => r.base, show: (r) => (r.in === "current_only" ? "—" : fmtBytes(r.base)) },
-      { key: "current", label: "current", num: true, value: (r) => r.current, show: (r) => (r.in === "base_only" ? "—" : fmtBytes(r.current)) },
-      { key: "abs", label: "change", num: true, value: (r) => Math.abs(r.delta), show: (r) => deltaCell(r.delta) }],
-  }).node;
-  const name = { key: "label", label: "", value: (r) => r.label, show: (r) => el("span", { class: "mp-name", title: r.label }, r.label) };
   return el("section", {}, el("h2", {}, "Live at the peak, by its change"),
     el("p", { class: "muted mp-hint" }, "What the allocator held at each run's peak, matched by framework op, shape and dtype; grouped by region type and by op below."),
-    table("mp-compare-live", d.rows, { ...name, label: "buffer (op, shape, dtype)" }, [
-      { key: "category", label: "region (XProf's regionType)", value: (r) => r.category ?? "" },
-      { key: "buffers", label: "buffers", num: true, value: (r) => r.buffers_current - r.buffers_base, show: (r) => `${fmtCount(r.buffers_base)} → ${fmtCount(r.buffers_current)}` }]),
-    el("h3", {}, "By region type"), table("mp-compare-category", d.groups.category, { ...name, label: "region type" }),
-    el("h3", {}, "By framework op"), table("mp-compare-op", d.groups.framework_op, { ...name, label: "framework op" }));
+    deltaTable(d, d.rows, { id: "mp-compare-live", label: "Buffer (op, shape, dtype)", extra: [
+      { key: "category", label: "Region (XProf's regionType)", value: (r) => r.category ?? "" },
+      { key: "buffers", label: "Buffers", num: true, value: (r) => r.buffers_current - r.buffers_base, show: (r) => `${fmtCount(r.buffers_base)} → ${fmtCount(r.buffers_current)}` }] }),
+    el("h3", {}, "By region type"), deltaTable(d, d.groups.category, { id: "mp-compare-category", label: "Region type" }),
+    el("h3", {}, "By framework op"), deltaTable(d, d.groups.framework_op, { id: "mp-compare-op", label: "Framework op" }));
 }

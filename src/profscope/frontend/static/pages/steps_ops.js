@@ -18,6 +18,7 @@ import { fmtCount, fmtDur, fmtShare } from "../lib/format.js";
 import { P, SERIES } from "../lib/colors.js";
 import { escapePlotly, LEGEND_TOP, newPlot, purge } from "../lib/plotly.js";
 import { sortableTable } from "../lib/table.js";
+import { COMPARE_KEYS, comparePicker, comparing } from "../lib/compare.js";
 import { renderCompare } from "./steps_ops_compare.js";
 
 const ALL_HOSTS = "ALL_HOSTS"; // XProf's name for every host at once (profile_plugin.py)
@@ -63,9 +64,11 @@ async function renderStepsOps(view, state, run, details) {
   purge(charts);
   charts = [];
   const root = el("div", { class: "so" }, el("div", { class: "so-head" }, el("h1", {}, "Steps & ops"),
-    el("span", { class: "muted" }, run.name), hostSwitch(state, details)), el("p", { class: "muted", id: "so-loading" }, "Reading steps and ops…"));
+    el("span", { class: "muted" }, run.name), hostSwitch(state, details)),
+  comparePicker(state, { ...run, hosts: details.hosts || run.hosts }, { tool: "steps_ops" }),
+  el("p", { class: "muted", id: "so-loading" }, "Reading steps and ops…"));
   view.replaceChildren(root);
-  if (state.base || state.base_host) { // compared with a base (docs/compare.md): its own view
+  if (comparing(state)) { // compared with a base (docs/compare.md): its own view
     root.lastChild.remove();
     charts = await renderCompare(view, root, state, run);
     return;
@@ -266,8 +269,7 @@ export default {
     opq: { resetOn: ["run"] },
     sort: {},
     op: { resetOn: ["run", "tool", "host"] },
-    base: {}, // compare: the base run, base_host its host (pages/steps_ops_compare.js)
-    base_host: {},
+    ...COMPARE_KEYS, // base, base_host: the compare view (pages/steps_ops_compare.js)
   },
   render: renderStepsOps,
 };
