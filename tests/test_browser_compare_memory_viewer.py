@@ -36,8 +36,13 @@ def test_two_heaps_side_by_side_peaks_and_a_lit_pair(server, open_page):
              view="page")
     assert d["comparable"] and d["totals"]["residual"] == 0
     page = open_page(server)
-    page.goto(_url(server, run=run, tool="memory_viewer", module_name=BIG, base_module=SMALL))
+    # The single view's "Compare with…" picker: a base module puts base_module in the URL.
+    page.goto(_url(server, run=run, tool="memory_viewer", module_name=BIG))
+    page.wait_for_selector("#mv-heap-chart .main-svg", timeout=90_000)
+    page.wait_for_selector(f"#cmp-base-module option[value='{SMALL}']", state="attached")
+    page.select_option("#cmp-base-module", SMALL)
     page.wait_for_selector("#mvc-heap .main-svg", timeout=90_000)
+    assert f"base_module={quote(SMALL)}" in page.url
     page.wait_for_selector("#mvc-rows tbody tr")
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "memory_viewer_compare_two_batch.png"), full_page=True)
@@ -83,7 +88,7 @@ def test_two_heaps_side_by_side_peaks_and_a_lit_pair(server, open_page):
     # Each row opens either side's single view on its buffer.
     page.go_back()
     page.wait_for_selector("#mvc-rows tbody tr", timeout=90_000)
-    page.locator(f"#mvc-rows tr:has([data-row='{row['key']}']) a.mvc-open-base").click()
+    page.locator(f"#mvc-rows tr:has([data-row='{row['key']}']) a.cmp-link", has_text="base").click()
     page.wait_for_selector("#mv-heap-chart .main-svg", timeout=90_000)
     assert f"buffer={row['id_base']}" in page.url and f"module_name={quote(SMALL)}" in page.url
     assert row["label"] in page.inner_text("#mv-card")
@@ -93,6 +98,6 @@ def test_unrelated_modules_say_why(server, open_page):
     run = _run(server, "two_batch")
     page = open_page(server)
     page.goto(_url(server, run=run, tool="memory_viewer", module_name=BIG, base_module="jit_stage(0)"))
-    page.wait_for_selector("#mvc-why", timeout=90_000)
-    assert "different programs" in page.inner_text("#mvc-why")
+    page.wait_for_selector("#cmp-why", timeout=90_000)
+    assert "different programs" in page.inner_text("#cmp-why")
     page.screenshot(path=str(ARTIFACTS / "memory_viewer_compare_unrelated.png"), full_page=True)

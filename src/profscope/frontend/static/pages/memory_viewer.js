@@ -14,7 +14,8 @@ import { MIB, byteTicks, exact, fmtBytes, fmtMib, pct, signedBytes } from "../li
 import { P, XLA_CATEGORY, XLA_OTHER, colorOf, shade } from "../lib/colors.js";
 import { HOVER_CARD, bytesAxis, escapePlotly, newPlot } from "../lib/plotly.js";
 import { sortableTable } from "../lib/table.js";
-import { COMPARE_KEYS, comparing, renderCompare } from "./memory_viewer_compare.js";
+import { COMPARE_KEYS, comparePicker, comparing } from "../lib/compare.js";
+import { renderCompare } from "./memory_viewer_compare.js";
 
 const X_TITLE = "program order (heap-simulator event index)";
 const categoryColor = (cat) => colorOf(XLA_CATEGORY, XLA_OTHER, cat);
@@ -27,9 +28,9 @@ async function renderMemoryViewer(view, state, run, details) {
   // A base in the URL: the compare view (memory_viewer_compare.js), the single view left.
   if (state.module_name && comparing(state)) {
     leaveModule();
-    const compareKey = JSON.stringify([viewKey(state), ...COMPARE_KEYS.map((k) => state[k])]);
-    const isCurrent = () => JSON.stringify([viewKey(readState()), ...COMPARE_KEYS.map((k) => readState()[k])]) === compareKey;
-    return renderCompare(view, state, isCurrent);
+    const compareKey = (s) => JSON.stringify([viewKey(s), ...Object.keys(COMPARE_KEYS).map((k) => s[k])]);
+    const shown = compareKey(state);
+    return renderCompare(view, state, { ...run, hosts: details.hosts || run.hosts }, () => compareKey(readState()) === shown);
   }
   const key = viewKey(state);
   // Only the buffer changed (a click, back/forward): keep the charts, move the selection.
@@ -44,6 +45,7 @@ async function renderMemoryViewer(view, state, run, details) {
   const root = el("div", { class: "mv" },
     header(state, run),
     el("div", { class: "mv-toolbar" }, el("span", { id: "mv-space-slot" }), el("div", { id: "mv-modules-slot" })),
+    comparePicker(state, { ...run, hosts: details.hosts || run.hosts }, { modules: true }),
     el("p", { class: "muted" }, `Loading the buffer assignment of ${state.module_name}…`));
   view.replaceChildren(root);
   fillModulesSlot(root.querySelector("#mv-modules-slot"), state, run);
@@ -1072,8 +1074,7 @@ export default {
   tool: "memory_viewer",
   css: ["pages/memory_viewer.css", "pages/memory_viewer_compare.css"],
   keys: {
-    // the compare view's base (docs/compare.md "The query"): another module, run or host
-    base: {}, base_host: {}, base_module: {},
+    ...COMPARE_KEYS, // the compare view's base (docs/compare.md "The query"): another module, run or host
     memory_space: { resetOn: ["run"] },
     buffer: { resetOn: ["run", "module_name", "memory_space"] },
     hlo_op: { resetOn: ["run", "module_name", "memory_space"] },

@@ -8,15 +8,13 @@
 import { el } from "../lib/dom.js";
 import { go, stateUrl } from "../lib/state.js";
 import { cachedJson, errorBox } from "../lib/api.js";
+import { COMPARE_KEYS, compareHead, compareParams, comparePicker, deltaStyle, deltaTable } from "../lib/compare.js";
 import { MIB, exact, fmtBytes, fmtMib, signedBytes } from "../lib/format.js";
 import { P, XLA_CATEGORY, XLA_OTHER, colorOf } from "../lib/colors.js";
 import { HOVER_CARD, bytesAxis, escapePlotly, newPlot } from "../lib/plotly.js";
-import { sortableTable } from "../lib/table.js";
 
-export const COMPARE_KEYS = ["base", "base_host", "base_module"];
 const categoryColor = (cat) => colorOf(XLA_CATEGORY, XLA_OTHER, cat);
 const SIDE_COLOR = { base: P.neutral, current: P.accent };
-const IN_TEXT = { both: "both", base_only: "removed", current_only: "added" };
 const MATCH_TEXT = { "name+shape": "name, shape", "framework_op+source": "op, source line", name: "name" };
 const MATCH_TITLE = {
   "name+shape": "the same buffer name (instruction and shape index) and shape",
@@ -25,26 +23,24 @@ const MATCH_TITLE = {
 };
 const SHAPE_CHARS = 48; // a tuple's shape lists every element: cut, whole in the title
 
-export function comparing(state) {
-  return COMPARE_KEYS.some((k) => state[k]);
-}
-
 function dataUrl(state) {
   const q = new URLSearchParams({ run: state.run, tag: "memory_viewer" });
   if (state.host) q.set("host", state.host);
   q.set("module_name", state.module_name);
   q.set("memory_space", state.memory_space || "0");
-  for (const k of COMPARE_KEYS) if (state[k]) q.set(k, state[k]);
+  compareParams(q, state);
   q.set("view", "page");
   return `/data/plugin/profile/data?${q}`;
 }
 
-export async function renderCompare(view, state, isCurrent) {
-  const single = { ...state, base: "", base_host: "", base_module: "" };
+// run: the shell's run with its hosts (the picker's "Compare with…" choices).
+export async function renderCompare(view, state, run, isCurrent) {
+  const single = { ...state, ...Object.fromEntries(Object.keys(COMPARE_KEYS).map((k) => [k, ""])) };
   const root = el("div", { class: "mv mvc" },
     el("div", { class: "mv-head" }, el("h1", {}, "Memory viewer: compare"),
       el("a", { href: stateUrl(single), id: "mvc-single",
         onclick: (e) => { e.preventDefault(); go(single); } }, "back to the single module")),
+    comparePicker(state, run, { modules: true }),
     el("p", { class: "muted" }, `Comparing ${state.module_name} with its base…`));
   view.replaceChildren(root);
   let d;
@@ -57,22 +53,17 @@ export async function renderCompare(view, state, isCurrent) {
   }
   if (!isCurrent()) return;
   root.lastChild.remove();
-  root.append(sides(d));
-  if (!d.comparable) root.append(el("p", { class: "mv-note", id: "mvc-why" }, d.why || "These two cannot be compared."));
+  root.append(compareHead(d));
   if (!d.totals) return;
   root.append(totalsLine(d));
   if (d.heap) root.append(el("section", {}, el("h2", {}, "Heap over program order, both modules"),
     el("p", { class: "mv-hint" }, "Each module's heap along its own heap-simulator trace (program order, not time); the diamonds mark each compiler heap peak, whose buffers are listed below."),
     el("div", { id: "mvc-heap", class: "mv-chart" })));
   if (d.peak_buffers) root.append(peakSection(d));
-  root.append(groupsSection(d), rowsSection(d));
+  const light = pairLighter(root);
+  root.append(groupsSection(d), rowsSection(d, light));
   if (d.heap) plotHeaps(d);
-  wirePairs(root);
-}
-
-function sides(d) {
-  const ref = (r, cls) => el("span", { class: `mvc-ref ${cls}` }, el("code", {}, r.label || r.run));
-  return el("p", { class: "mvc-sides", id: "mvc-sides" }, "current ", ref(d.current, "current"), " against base ", ref(d.base, "base"));
+  wirePeaks(root, light);
 }
 
 function totalsLine(d) {
@@ -82,16 +73,14 @@ function totalsLine(d) {
   return el("div", { class: "mv-tiles", id: "mvc-totals" },
     tile("compiler heap peak, base", fmtBytes(t.base), exact(t.base)),
     tile("compiler heap peak, current", fmtBytes(t.current), exact(t.current)),
-    tile("change", signedBytes(t.delta), `${t.delta > 0 ? "+" : ""}${t.delta.toLocaleString()} bytes; ${residual}`, deltaClass(t.delta), "mvc-delta"),
+    tile("change", signedBytes(t.delta), `${t.delta > 0 ? "+" : ""}${t.delta.toLocaleString()} bytes; ${residual}`, deltaStyle(t.delta), "mvc-delta"),
     tile("buffers", `${c.changed ?? "?"} changed`, `${c.both ?? 0} paired, ${c.current_only ?? 0} added, ${c.base_only ?? 0} removed`));
 }
 
-function tile(label, value, title, cls = "", id = null) {
-  return el("div", { class: `mv-tile ${cls}`, title, id },
-    el("div", { class: "label" }, label), el("div", { class: "value" }, value), el("div", { class: "muted small" }, title));
+function tile(label, value, title, style = null, id = null) {
+  return el("div", { class: "mv-tile", title, id },
+    el("div", { class: "label" }, label), el("div", { class: "value", style }, value), el("div", { class: "muted small" }, title));
 }
-
-function deltaClass(n) { return n > 0 ? "mvc-up" : n < 0 ? "mvc-down" : "mvc-same"; }
 
 // -- both heap curves -------------------------------------------------------------------
 
@@ -138,76 +127,53 @@ function peakSection(d) {
     el("div", { class: "mvc-peaks" }, column("base"), column("current")));
 }
 
-// Hovering anything that names a row (a buffer at either peak, a table row) marks every
-// element of that row: the matched pair across the two peaks and its line in the table.
-function wirePairs(root) {
+// Hovering a buffer at either peak, or a table row, lights every element naming that row
+// (data-row): the matched pair across the two peaks and its line in the table.
+function pairLighter(root) {
   let lit = [];
-  const clear = () => { for (const n of lit) n.classList.remove("mvc-lit"); lit = []; };
-  root.addEventListener("mouseover", (e) => {
-    // A table row names its row in its first cell: the whole line counts.
-    const hit = e.target.closest("[data-row]") || e.target.closest("tr")?.querySelector("[data-row]");
-    const key = hit && hit.getAttribute("data-row");
-    if (lit.length && lit.includes(hit)) return;
-    clear();
-    if (!key) return;
-    lit = [...root.querySelectorAll("[data-row]")].filter((n) => n.getAttribute("data-row") === key);
+  return (key) => {
+    for (const n of lit) n.classList.remove("mvc-lit");
+    lit = key === null || key === undefined ? [] : [...root.querySelectorAll("[data-row]")].filter((n) => n.getAttribute("data-row") === key);
     for (const n of lit) n.classList.add("mvc-lit");
-  });
-  root.addEventListener("mouseleave", clear);
+  };
 }
 
-// -- delta tables -----------------------------------------------------------------------
+function wirePeaks(root, light) {
+  const peaks = root.querySelector(".mvc-peaks");
+  if (!peaks) return;
+  peaks.addEventListener("mouseover", (e) => {
+    const hit = e.target.closest("[data-row]");
+    light(hit ? hit.getAttribute("data-row") : null);
+  });
+  peaks.addEventListener("mouseleave", () => light(null));
+}
 
-function deltaCell(n) { return el("span", { class: deltaClass(n), title: `${n > 0 ? "+" : ""}${n.toLocaleString()} bytes` }, signedBytes(n)); }
-
-const BYTE_COLUMNS = [
-  { key: "base", label: "base", num: true, value: (r) => r.base, show: (r) => (r.in === "current_only" ? "—" : fmtBytes(r.base)) },
-  { key: "current", label: "current", num: true, value: (r) => r.current, show: (r) => (r.in === "base_only" ? "—" : fmtBytes(r.current)) },
-  { key: "delta", label: "change", num: true, value: (r) => r.delta, sortValue: (r) => Math.abs(r.delta), show: (r) => deltaCell(r.delta) },
-];
+// -- delta tables (lib/compare.js deltaTable) -------------------------------------------
 
 function groupsSection(d) {
   const table = (name, title) => el("div", { class: "mvc-group" }, el("h3", {}, title),
-    sortableTable({ id: `mvc-group-${name}`, prefix: "mvc", rows: d.groups[name] || [], sortKey: "delta",
-      columns: [{ key: "label", label: title, value: (r) => r.label }, ...BYTE_COLUMNS,
-        { key: "count", label: "buffers", num: true, value: (r) => r.count }] }).node);
+    deltaTable(d, d.groups[name] || [], { id: `mvc-group-${name}`, label: title,
+      extra: [{ key: "count", label: "buffers", num: true, value: (r) => r.count }] }));
   return el("section", {}, el("h2", {}, "Where the change is"),
     el("p", { class: "mv-hint" }, "The rows below summed by category and by framework op (the op's leading jit(...) scopes left out: they name the compilation). Each column sums to the change."),
     el("div", { class: "mvc-groups" }, table("category", "category"), table("framework_op", "framework op")));
 }
 
-function rowsSection(d) {
-  const t = sortableTable({
-    id: "mvc-rows", prefix: "mvc", rows: d.rows, sortKey: "delta", pageRows: 200,
-    text: (r) => `${r.label} ${r.framework_op} ${r.category} ${r.source}`,
-    filter: { id: "mvc-filter", placeholder: "filter buffers", label: "filter buffers" },
-    rowClass: (r) => `mvc-${r.in}`,
-    columns: [
-      { key: "label", label: "buffer", value: (r) => r.label,
-        show: (r) => el("span", { "data-row": r.key, title: r.source || "" }, el("code", {}, r.label)) },
-      { key: "in", label: "in", value: (r) => IN_TEXT[r.in] || r.in },
-      { key: "match", label: "paired by", nowrap: true, value: (r) => (r.match ? MATCH_TEXT[r.match] || r.match : "—"),
-        title: (r) => MATCH_TITLE[r.match] || "not paired: only in one module" },
-      { key: "shape", label: "shape (base → current)", value: (r) => shapeText(r), title: (r) => shapeText(r),
-        show: (r) => el("code", {}, cut(r.shape_base, r.shape_current)) },
+function rowsSection(d, light) {
+  const rows = d.rows.map((r) => ({ ...r, match: r.match ? MATCH_TEXT[r.match] || r.match : null, rule: r.match }));
+  const table = deltaTable(d, rows, {
+    id: "mvc-rows", label: "Buffer", pageRows: 200, onHover: (r) => light(r ? r.key : null),
+    extra: [
+      { key: "shape", label: "shape (base → current)", value: (r) => shapeText(r),
+        show: (r) => el("code", { "data-row": r.key, title: `${shapeText(r)}\npaired by ${MATCH_TITLE[r.rule] || "nothing: in one module only"}` },
+          cut(r.shape_base, r.shape_current)) },
       { key: "category", label: "category", value: (r) => r.category },
-      ...BYTE_COLUMNS,
       { key: "framework_op", label: "framework op", value: (r) => r.framework_op },
-      { key: "open", label: "open", value: () => "", nowrap: true,
-        show: (r) => el("span", {}, openLink(r.link_base, "base", "mvc-open-base"), " ", openLink(r.link_current, "current", "mvc-open-current")) },
     ],
   });
   return el("section", {}, el("h2", {}, "Every buffer at either peak"),
-    el("p", { class: "mv-hint" }, "Paired across the two compilations by name and shape, then by framework op and source line, then by name; the rest were added or removed. Sorted by the size of the change."),
-    t.node);
-}
-
-// A row's link: the single view of one side, opened on the buffer (URL key buffer).
-function openLink(query, text, cls) {
-  if (!query) return null;
-  const state = Object.fromEntries(new URLSearchParams(query));
-  return el("a", { href: query, class: cls, title: `this buffer in the ${text} module`,
-    onclick: (e) => { e.preventDefault(); go(state); } }, text);
+    el("p", { class: "mv-hint" }, "Paired across the two compilations by name and shape, then by framework op and source line, then by name; the rest were added or removed. Sorted by the size of the change; base and current open each module on the buffer."),
+    table);
 }
 
 function cut(a, b) {
