@@ -91,8 +91,9 @@ class Comparisons:
         current = self._payload_of(run, tool, current_q)
         out = fn(base, current, base_ref=base_ref, current_ref=current_ref, link=side_link(run.name))
         # the diff's own additions to a side (the memory profile's allocator) are kept
-        return {**out, "version": VERSION, "tool": tool.name, "base": {**base_ref, **(out.get("base") or {})},
-                "current": {**current_ref, **(out.get("current") or {})}}
+        sides = {"version": VERSION, "tool": tool.name, "base": {**base_ref, **(out.get("base") or {})},
+                 "current": {**current_ref, **(out.get("current") or {})}}
+        return {**sides, **{k: v for k, v in out.items() if k not in sides}}
 
     def _base_query(self, base_run: Run, tool: Tool, query: Query, current: Query, *, same_run: bool) -> Query:
         """The base's query: the current one with the base's host and module. Left out,
