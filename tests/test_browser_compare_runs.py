@@ -169,3 +169,13 @@ def test_snapshot_compared_with_base(open_page, server):
     text = page.inner_text("#ts-compare-change")
     assert f"{shown} ({t['delta']:,} bytes)" in text, text
     assert f"{sum(r['in'] == 'base_only' for r in diff['rows'])} only in B" in text
+    # the head's "Compare with…" (lib/compare.js, as on every page) drives the same compare
+    assert page.input_value("#cmp-base") == BOLONG
+    page.click("#cmp-clear")
+    page.wait_for_function("() => !new URLSearchParams(location.search).get('base')")
+    page.wait_for_selector("#ts-compare-change", state="detached")
+    assert page.input_value("#ts-compare-pick") == ""
+    page.select_option("#cmp-base", BOLONG)
+    page.wait_for_function("() => new URLSearchParams(location.search).get('base') !== null")
+    page.wait_for_selector("#ts-compare-change")
+    assert page.input_value("#ts-compare-pick") == BOLONG and page.locator("#cmp-clear").count() == 1

@@ -22,6 +22,7 @@ import { byteTicks, fmtBytes, fmtCount as n, fmtHex as hex, fmtMsFixed } from ".
 import { BLOCK as BLOCK_COLORS, P, SERIES as PALETTE, rgba } from "../lib/colors.js";
 import { bytesAxis, purge, react as plotReact } from "../lib/plotly.js";
 import { sortableTable } from "../lib/table.js";
+import { COMPARE_KEYS, comparePicker } from "../lib/compare.js";
 
 const ZOOM_DEBOUNCE_MS = 300;
 const STACKS_AFTER_STEP_MS = 350; // the icicle waits until the stepping pauses
@@ -62,12 +63,13 @@ async function renderSnapshot(view, state, run, details) {
   const key = [run.name, host].join("\u0000");
   if (current && current.key === key && view.contains(current.root)) return update(current, state);
   leave();
+  const picker = comparePicker(state, run, { tool: "memory_profile" }); // every tool's "Compare with…" (base=)
   const root = el("div", { class: "ts" },
     el("div", { class: "ts-head" }, el("h1", {}, "Memory snapshot"),
-      el("span", { class: "muted" }, `${run.name} · ${host}`)),
+      el("span", { class: "muted" }, `${run.name} · ${host}`)), picker,
     el("p", { class: "muted", id: "ts-loading" }, "Reading the snapshot…"));
   view.replaceChildren(root);
-  const ctx = { key, root, run, host, charts: [], t: null, states: new Map(), evPages: new Map() };
+  const ctx = { key, root, run, host, picker, charts: [], t: null, states: new Map(), evPages: new Map() };
   let ov;
   try { ov = await cachedJson(api("overview", ctx)); } catch (err) {
     if (current !== null || !view.contains(root)) return;
@@ -142,6 +144,11 @@ function leave() {
 }
 
 function update(ctx, state) {
+  if (comparedWith(state) !== ctx.otherShown) { // the picker's "Stop comparing" follows the URL
+    const picker = comparePicker(state, ctx.run, { tool: "memory_profile" });
+    ctx.picker.replaceWith(picker);
+    ctx.picker = picker;
+  }
   const peak = ctx.ov.summary.peak.event;
   const t = state.t !== "" && Number.isFinite(Number(state.t)) ? Math.trunc(Number(state.t)) : null;
   const event = t === null ? peak : t;
@@ -1107,7 +1114,7 @@ export default {
     win: { resetOn: ["run", "tool", "host"] },
     find: { resetOn: ["run", "tool", "host"] },
     other: { resetOn: ["run", "tool", "host"] },
-    base: {},
+    ...COMPARE_KEYS, // base: the snapshot compared with, as other= (comparedWith)
   },
   render: renderSnapshot,
   leave,
