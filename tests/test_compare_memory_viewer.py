@@ -176,3 +176,24 @@ def test_a_profile_module_against_a_dump_module(make_client, two_batch):  # noqa
     # Without base_module the base is the dump's module of the same name: nothing changed.
     same = _get(client, run, big, base="two_batch_dump")
     assert same["totals"]["delta"] == 0 and all(r["delta"] == 0 and r["in"] == "both" for r in same["rows"])
+
+
+def test_the_demo_programs(make_client, demo_logdir):
+    """The bundled demo (real JAX profiles): the MLP's train step against its own XLA dump is
+    zero everywhere; the transformer's train step against the MLP's (another run, the base
+    module found by its name up to the program id) shares only Adam's step-count and two
+    bias-correction scalars: different programs, said so, nothing paired."""
+    client = make_client(demo_logdir)
+    mlp, transformer = _run(client, "mlp/"), _run(client, "transformer/")
+    module = next(m for m in client.get("/data/plugin/profile/module_list", params={"run": mlp}).text.split(",")
+                  if m.startswith("jit_train_step("))
+    same = _get(client, mlp, module, base="dumps/mlp")
+    assert same["comparable"] is True and same["totals"]["delta"] == 0 and same["totals"]["residual"] == 0
+    assert all(r["in"] == "both" and r["delta"] == 0 for r in same["rows"])
+    t_module = next(m for m in client.get("/data/plugin/profile/module_list", params={"run": transformer}).text.split(",")
+                    if m.startswith("jit_train_step("))
+    d = _get(client, transformer, t_module, base=mlp)
+    assert d["base"]["module"] == module
+    assert d["comparable"] is False and "different programs" in d["why"] and "share only" in d["why"]
+    _check_exact(d, _get(client, mlp, module), _get(client, transformer, t_module))
+    assert all(r["in"] in ("base_only", "current_only") for r in d["rows"])

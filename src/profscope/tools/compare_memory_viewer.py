@@ -19,10 +19,12 @@ Matching, one buffer to at most one, in this order (``match`` of the row):
 3. ``name``: the same buffer name with another shape (an entry parameter has no framework op:
    the batch input ``Arg_1.2`` is f32[256,128] in one module and f32[1024,128] in the other).
 
-Anything left is ``base_only`` (removed) or ``current_only`` (added). Two modules with no
-pair by rule 1 or 2 that carries a framework op or a source line look like different
-programs: the answer is then ``comparable: false`` with a ``why``, and every buffer is a
-row of its own (the totals still exact).
+Anything left is ``base_only`` (removed) or ``current_only`` (added). Two modules whose pairs
+by rule 1 or 2 that carry a framework op or a source line hold under 1 % of the smaller peak
+look like different programs (the demo's MLP and transformer train steps share only Adam's
+two f32[] bias-correction scalars and the step count): the answer is then
+``comparable: false`` with a ``why``, and every buffer is a row of its own (the totals
+still exact).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ TOOL = "memory_viewer"
 MAX_POINTS = 1500
 MAX_PEAK_BUFFERS = 500
 _MIB = float(1 << 20)
+RELATED_SHARE = 0.01  # of the smaller peak, paired by rule 1 or 2: less and the modules are unrelated
 
 
 def _buffers(payload: dict) -> list[dict] | None:
@@ -203,6 +206,22 @@ def _side(buffers: list[dict], rows_of: dict[int, str]) -> dict:
     }
 
 
+def _unrelated(pairs, bl: list[dict], cl: list[dict], smaller_peak: int, base_ref: dict,
+               current_ref: dict) -> str | None:
+    """Why the two modules look like different programs, or None. Related: the pairs of rule
+    1 or 2 whose buffer carries a framework op or a source line (a bare ``tuple.4`` or
+    ``constant.1`` of one shape pairs by chance) hold at least RELATED_SHARE of the smaller
+    peak (two programs sharing only an optimizer's step-count scalars are not related)."""
+    shared = sum(min(int(bl[i]["bytes"]), int(cl[j]["bytes"])) for i, j, rule in pairs
+                 if rule in ("name+shape", "framework_op+source") and _related(cl[j]))
+    if not bl or not cl or shared >= RELATED_SHARE * smaller_peak and (shared or not smaller_peak):
+        return None
+    what = "share no buffer" if not shared else f"share only {shared:,} B (under {RELATED_SHARE:.0%} of the smaller peak)"
+    return (f"{base_ref.get('label')} and {current_ref.get('label')} {what} by framework op and source line or "
+            "by instruction name and shape: they look like different programs, so no buffer is paired; every "
+            "row is a buffer of one side only (the totals are still exact).")
+
+
 def _refuse(base: dict, current: dict, base_ref: dict, current_ref: dict, why: str) -> dict:
     pb, pc = _peak(base), _peak(current)
     totals = {"base": pb or 0, "current": pc or 0, "delta": (pc or 0) - (pb or 0), "unit": "bytes",
@@ -230,21 +249,16 @@ def diff(base: dict, current: dict, *, base_ref: dict, current_ref: dict,
                                       memory_space=space, buffer=buffer_id)
     links = (side(base_ref), side(current_ref))
     pairs = _match(bl, cl)
-    related = any(rule in ("name+shape", "framework_op+source") and _related(cl[j])
-                  for i, j, rule in pairs if j is not None)
-    why = None
-    if not related and bl and cl:
-        why = (f"{base_ref.get('label')} and {current_ref.get('label')} share no buffer by framework op and "
-               "source line, nor by instruction name and shape: they look like different programs, so no "
-               "buffer is paired; every row is a buffer of one side only (the totals are still exact).")
+    pb = _peak(base) if _peak(base) is not None else sum(int(b["bytes"]) for b in bl)
+    pc = _peak(current) if _peak(current) is not None else sum(int(b["bytes"]) for b in cl)
+    why = _unrelated(pairs, bl, cl, min(pb, pc), base_ref, current_ref)
+    if why is not None:
         pairs = [(i, None, None) for i in range(len(bl))] + [(None, j, None) for j in range(len(cl))]
     rows = [_row(bl[i] if i is not None else None, cl[j] if j is not None else None, rule, links)
             for i, j, rule in pairs]
     _unique_keys(rows)
     rows_of_base = {i: r["key"] for (i, _, _), r in zip(pairs, rows) if i is not None}
     rows_of_current = {j: r["key"] for (_, j, _), r in zip(pairs, rows) if j is not None}
-    pb = _peak(base) if _peak(base) is not None else sum(int(b["bytes"]) for b in bl)
-    pc = _peak(current) if _peak(current) is not None else sum(int(b["bytes"]) for b in cl)
     attributed = sum(r["delta"] for r in rows)
     rows = _sorted(rows)
     counts = {k: sum(1 for r in rows if r["in"] == k) for k in ("both", "base_only", "current_only")}
