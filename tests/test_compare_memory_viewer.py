@@ -197,3 +197,18 @@ def test_the_demo_programs(make_client, demo_logdir):
     assert d["comparable"] is False and "different programs" in d["why"] and "share only" in d["why"]
     _check_exact(d, _get(client, mlp, module), _get(client, transformer, t_module))
     assert all(r["in"] in ("base_only", "current_only") for r in d["rows"])
+
+
+def test_bad_inputs_are_4xx_naming_the_file(make_client, shared_fixtures):
+    """A corrupt base run (the TPU profile whose bytes >= 0x80 became U+FFFD) and a memory
+    space the base module lacks: a 4xx JSON error naming the file, never a 500."""
+    client = make_client(shared_fixtures / "public_profiles")
+    modules = client.get("/data/plugin/profile/module_list", params={"run": TPU}).text.split(",")
+    f = next(m for m in modules if m.startswith("jit_f("))
+    psum = next(m for m in modules if m.startswith("jit__psum("))
+    params = {"run": TPU, "tag": "memory_viewer", "module_name": f}
+    corrupt = next(r for r in client.get("/data/plugin/profile/runs").json() if r.startswith("xplane/tpu_inference_corrupt/"))
+    res = client.get("/data/plugin/profile/data", params={**params, "base": corrupt})
+    assert res.status_code == 422 and "tpu_inference_corrupt" in res.json()["error"] and res.json()["file"]
+    res = client.get("/data/plugin/profile/data", params={**params, "base_module": psum, "memory_space": "5"})
+    assert res.status_code == 404 and "no memory space 5" in res.json()["error"] and res.json()["file"]
