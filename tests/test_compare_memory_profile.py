@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from profscope.tools import compare_memory_profile as cmp
+from tests.test_compare_steps_ops import _unlinked  # a diff's rows without their links
 from tests.test_xprof_op_stats import _client  # a TestClient of a logdir with its own cache
 
 TF = ("xplane/tf_gpu/GPU-multi-worker", "34.83.195.179_6003")
@@ -176,3 +177,18 @@ def test_snapshot_compare_answers_the_diff_with_base(client):
     _sums_hold(d)
     assert all(r["link_base"].startswith(f"?run={BOLONG[0].replace('/', '%2F')}&tool=memory_profile")
                for r in d["rows"] if r["link_base"])
+
+
+def test_the_data_route_answers_this_diff(client, answers):
+    """``tag=memory_profile&base=...`` (app/compare.py) answers this module's diff of the
+    two single answers: two snapshots, and the TF GPU hosts through ``base_host``."""
+    tf180 = (TF[0], "34.83.195.180_6003")
+    for params, (b, c) in (({"run": NIU[0], "base": BOLONG[0]}, (BOLONG, NIU)),
+                           ({"run": TF[0], "host": tf180[1], "base_host": TF[1]}, (TF, tf180))):
+        res = client.get("/data/plugin/profile/data", params={"tag": "memory_profile", **params})
+        assert res.status_code == 200, res.text
+        routed, direct = res.json(), _diff(answers, b, c)
+        for key in ("comparable", "why", "totals", "groups", "rows", "peak", "fragmentation", "timeline"):
+            assert _unlinked(routed[key]) == _unlinked(direct[key]), key
+        # the links are the dashboard's, into each side's own run (app/compare.py side_link)
+        assert all(r["link_base"].startswith("?run=") for r in routed["rows"] if r["link_base"])

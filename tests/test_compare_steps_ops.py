@@ -31,8 +31,12 @@ def _link(tool, **keys):
 
 
 @pytest.fixture(scope="module")
-def answers(shared_fixtures, tmp_path_factory):
-    client = _client(shared_fixtures / "public_profiles", tmp_path_factory.mktemp("cache"))
+def client(shared_fixtures, tmp_path_factory):
+    return _client(shared_fixtures / "public_profiles", tmp_path_factory.mktemp("cache"))
+
+
+@pytest.fixture(scope="module")
+def answers(client):
     out = {}
 
     def get(run, host):
@@ -124,3 +128,28 @@ def test_a_run_without_steps_says_so(answers):
     assert d["comparable"] and "current run has no steps" in d["why"]
     assert d["totals"]["delta"] is None and d["step_time"]["median"]["delta"] is None
     assert d["rows"]  # the ops are still compared
+
+
+def _unlinked(value):
+    """Rows without their links (the route's link is the dashboard's, the tests' _link is not)."""
+    if isinstance(value, dict):
+        return {k: _unlinked(v) for k, v in value.items() if k not in ("link_base", "link_current")}
+    if isinstance(value, list):
+        return [_unlinked(v) for v in value]
+    return value
+
+
+def test_the_data_route_answers_this_diff(client, answers):
+    """``tag=steps_ops&base=...`` (app/compare.py) answers this module's diff of the two
+    single answers the page reads: the TF GPU hosts through ``base_host``, two traces
+    through ``base``."""
+    for params, (b, c) in (({"run": TF, "host": TF_HOSTS[1], "base_host": TF_HOSTS[0]}, PAIRS["tf_gpu_hosts"]),
+                           ({"run": BERT, "base": RESNET}, PAIRS["kineto_traces"])):
+        res = client.get("/data/plugin/profile/data", params={"tag": "steps_ops", **params})
+        assert res.status_code == 200, res.text
+        routed = res.json()
+        _, _, direct = _diff(answers, (b, c))
+        for key in ("comparable", "why", "totals", "groups", "rows", "step_time", "ops_totals"):
+            assert _unlinked(routed[key]) == _unlinked(direct[key]), key
+        # the links are the dashboard's, into each side's own run (app/compare.py side_link)
+        assert all(r["link_base"].startswith("?run=") for r in routed["rows"] if r["link_base"])
