@@ -153,3 +153,13 @@ def test_the_data_route_answers_this_diff(client, answers):
             assert _unlinked(routed[key]) == _unlinked(direct[key]), key
         # the links are the dashboard's, into each side's own run (app/compare.py side_link)
         assert all(r["link_base"].startswith("?run=") for r in routed["rows"] if r["link_base"])
+
+
+def test_all_hosts_is_compared_host_by_host(client):
+    """host=ALL_HOSTS (every host side by side) against one host: not comparable, and the
+    answer says to pick a host, not that the run has nothing to compare."""
+    res = client.get("/data/plugin/profile/data", params={"tag": "steps_ops", "run": TF, "host": "ALL_HOSTS",
+                                                          "base_host": TF_HOSTS[0]})
+    assert res.status_code == 200, res.text
+    d = res.json()
+    assert d["comparable"] is False and "ALL_HOSTS" in d["why"] and "pick a host" in d["why"]

@@ -157,8 +157,21 @@ def _ops_totals(rows: list[dict]) -> dict:
     return out
 
 
+def _all_hosts(base: dict, current: dict) -> str | None:
+    """An ALL_HOSTS answer (every host side by side: its ``hosts``, no one host's steps or
+    ops) on either side: it is compared host by host."""
+    sides = [side for side, a in (("base", base), ("current", current)) if "hosts" in a]
+    if not sides:
+        return None
+    return (f"the {' and the '.join(sides)} side is every host at once (ALL_HOSTS): Steps & ops compares one host "
+            "with one host; pick a host, or compare the straggler with the median host")
+
+
 def _why(base: dict, current: dict) -> str | None:
     """What cannot be compared: a run without steps has no step time (its ops still do)."""
+    every = _all_hosts(base, current)
+    if every:
+        return every
     empty = [side for side, a in (("base", base), ("current", current)) if not a.get("steps") and not a.get("ops")]
     if empty:
         return f"the {' and the '.join(empty)} run has neither steps nor device ops: nothing to compare"
@@ -193,7 +206,8 @@ def diff(base: dict, current: dict, *, base_ref: dict, current_ref: dict, link: 
     rows = _ops_rows(base.get("ops") or [], current.get("ops") or [], op_link(b_ref), op_link(c_ref))
     return {
         "version": VERSION, "tool": "steps_ops", "base": b_ref, "current": c_ref,
-        "comparable": bool(base.get("ops") or base.get("steps")) and bool(current.get("ops") or current.get("steps")),
+        "comparable": _all_hosts(base, current) is None
+        and bool(base.get("ops") or base.get("steps")) and bool(current.get("ops") or current.get("steps")),
         "why": why,
         "totals": {"base": b_mean if base.get("steps") else None, "current": c_mean if current.get("steps") else None,
                    "delta": delta if why is None else None, "unit": "us", "residual": residual},
