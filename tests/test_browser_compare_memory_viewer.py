@@ -96,8 +96,16 @@ def test_two_heaps_side_by_side_peaks_and_a_lit_pair(server, open_page):
 
 def test_unrelated_modules_say_why(server, open_page):
     run = _run(server, "two_batch")
+    d = _get(server, "data/plugin/profile/data", run=run, tag="memory_viewer", module_name=BIG,
+             base_module="jit_stage(0)", view="page")
     page = open_page(server)
     page.goto(_url(server, run=run, tool="memory_viewer", module_name=BIG, base_module="jit_stage(0)"))
     page.wait_for_selector("#cmp-why", timeout=90_000)
     assert "different programs" in page.inner_text("#cmp-why")
+    # jit_stage(0) has no heap-simulator event (its peak is its parameter and output): the
+    # base is drawn as a flat line at its peak, not left out.
+    assert d["heap"]["base"]["mib"] == [] and d["heap"]["base"]["peak_mib"] > 0
+    page.wait_for_selector("#mvc-heap .main-svg")
+    base = page.evaluate("document.getElementById('mvc-heap').data.find(t => t.name.startsWith('base:')).y")
+    assert base == [d["heap"]["base"]["peak_mib"]] * 2
     page.screenshot(path=str(ARTIFACTS / "memory_viewer_compare_unrelated.png"), full_page=True)

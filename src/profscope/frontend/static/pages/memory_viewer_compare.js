@@ -87,9 +87,18 @@ function tile(label, value, title, style = null, id = null) {
 function plotHeaps(d) {
   const traces = [];
   let top = 0;
+  const lastX = Math.max(1, ...["base", "current"].map((s) => d.heap[s].x[d.heap[s].x.length - 1] || 0));
   for (const side of ["base", "current"]) {
     const h = d.heap[side];
     const label = `${side}: ${d[side].module || d[side].label}`;
+    if (!h.mib.length && h.peak_mib) {
+      // No heap-simulator event (a module of parameters and outputs only): its heap is
+      // the whole-program allocations, the same at every point: a flat line at its peak.
+      traces.push({ name: `${label} (no heap events: constant)`, x: [0, lastX], y: [h.peak_mib, h.peak_mib], mode: "lines",
+        line: { color: SIDE_COLOR[side], width: 1.5, dash: "dash" }, hovertemplate: `${escapePlotly(label)}<br>constant ${fmtMib(h.peak_mib)}: no heap-simulator event<extra></extra>` });
+      top = Math.max(top, h.peak_mib);
+      continue;
+    }
     traces.push({ name: label, x: h.x, y: h.mib, mode: "lines", line: { color: SIDE_COLOR[side], width: side === "current" ? 2 : 1.5, shape: "hv" },
       hovertemplate: `${escapePlotly(label)}<br>event %{x}<br>heap %{y:.3f} MiB<extra></extra>` });
     let best = 0;
