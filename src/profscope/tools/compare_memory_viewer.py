@@ -214,7 +214,9 @@ def _unrelated(pairs, bl: list[dict], cl: list[dict], smaller_peak: int, base_re
     peak (two programs sharing only an optimizer's step-count scalars are not related)."""
     shared = sum(min(int(bl[i]["bytes"]), int(cl[j]["bytes"])) for i, j, rule in pairs
                  if rule in ("name+shape", "framework_op+source") and _related(cl[j]))
-    if not bl or not cl or shared >= RELATED_SHARE * smaller_peak and (shared or not smaller_peak):
+    if not bl or not cl or not smaller_peak:
+        return None  # a side with no buffer, or a peak of 0 B: nothing to judge the pairs against
+    if shared >= RELATED_SHARE * smaller_peak:
         return None
     what = "share no buffer" if not shared else f"share only {shared:,} B (under {RELATED_SHARE:.0%} of the smaller peak)"
     return (f"{base_ref.get('label')} and {current_ref.get('label')} {what} by framework op and source line or "
@@ -238,7 +240,7 @@ def diff(base: dict, current: dict, *, base_ref: dict, current_ref: dict,
                if got is None]
     if missing:
         return _refuse(base, current, base_ref, current_ref,
-                       f"{' and '.join(missing)} has no heap-simulator replay (a text-only XLA dump, or a "
+                       f"{' and '.join(missing)} {'have' if len(missing) > 1 else 'has'} no heap-simulator replay (a text-only XLA dump, or a "
                        "module without buffer assignment): its peak is not a set of buffers, so the peak "
                        "cannot be attributed; open each module on its own.")
     assert bl is not None and cl is not None
