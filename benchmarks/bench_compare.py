@@ -6,7 +6,8 @@ JSON encoding is counted), conversions in this process (``WorkerPool(enabled=Fal
 Pairs:
 
 - the public TF GPU session, host against host (``base_host``): Steps & ops, Memory
-  profile, OOM risk, Summary;
+  profile, OOM risk, Summary; the public MI300 GEMM run, module against module
+  (``base_module``): the memory viewer;
 - two PyTorch snapshots, run against run (``base``): Memory profile, OOM risk, Summary.
   By default two made on the spot by ``scripts/make_big_snapshot.py`` (``--snapshot-mb``,
   seeds 0 and 1, under a temporary folder, never the repo); ``--snapshots A B`` takes two
@@ -40,6 +41,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 TF_GPU = "xplane/tf_gpu/GPU-multi-worker"
 TF_HOSTS = ("34.83.195.179_6003", "34.83.195.180_6003")
+MI300 = "xplane/mi300_jax08_gemm/jax08_gemm"
+MI300_MODULES = ("jit_dot(21)", "jit_dot(34)")
 
 
 def _client(logdir: Path, cache: Path):
@@ -115,6 +118,11 @@ def main() -> None:
                 base, current = ({"run": TF_GPU, "host": h} for h in TF_HOSTS)
                 rows.append(measure(client, "TF GPU host vs host", tag, current, base,
                                     {**current, "base_host": TF_HOSTS[0]}, args.repeat))
+            # the memory viewer: two compilations of one program in the MI300 GEMM run
+            # (view=page: the answer the page asks for)
+            base, current = ({"run": MI300, "module_name": m, "view": "page"} for m in MI300_MODULES)
+            rows.append(measure(client, "MI300 module vs module", "memory_viewer", current, base,
+                                {**current, "base_module": MI300_MODULES[0]}, args.repeat))
         logdir = tmp / "snapshots"
         logdir.mkdir()
         _snapshots(args, logdir)
