@@ -81,6 +81,7 @@ def test_summary_straggler_against_median_host(server, open_page):
     assert float(page.get_attribute("#cmp-total .cmp-delta", "data-delta")) == api["totals"]["delta"]
     assert len(_rows(page, "cmp-rows")) == len(api["rows"])
     assert "null" not in page.inner_text("#cmp-picker")  # no module picker on the Summary, and no stray text
+    assert page.eval_on_selector("#cmp-base", "s => s.options[s.selectedIndex].text") == "— this run —"
     # the two hosts' findings are one rule's: kept, not "new" on one host and "gone" on the other
     assert [li.split(" ")[0] for li in page.eval_on_selector_all("#cmp-findings li", "ls => ls.map((l) => l.innerText)")] == \
         ["kept"] * len(api["findings"])

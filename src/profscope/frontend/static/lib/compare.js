@@ -113,7 +113,9 @@ export function deltaTable(diff, rows, opts = {}) {
 // "Stop comparing". Every choice is a URL change (go), the page redraws from the URL.
 export function comparePicker(state, run, opts = {}) {
   const box = el("div", { class: "cmp-picker", id: "cmp-picker" }, el("span", { class: "cmp-title" }, "Compare with…"));
-  const runSel = el("select", { id: "cmp-base", "aria-label": "Compare with run" }, el("option", { value: "" }, "— nothing —"));
+  // no base run while comparing: another host or module of this run
+  const runSel = el("select", { id: "cmp-base", "aria-label": "Compare with run" },
+    el("option", { value: "" }, comparing(state) ? "— this run —" : "— nothing —"));
   const hostSel = el("select", { id: "cmp-base-host", "aria-label": "Base host" });
   const modSel = opts.modules ? el("select", { id: "cmp-base-module", "aria-label": "Base module" }) : null;
   const pick = (changes) => go({ ...state, ...changes });
