@@ -135,6 +135,19 @@ def test_memory_profile_two_traces_on_one_chart(open_page, server):
     assert _column(page, "mp-compare-live", "label") == [r["label"] for r in d["rows"]][:50]
 
 
+def test_memory_profile_allocation_counts(open_page, server):
+    """The Allocations tile of two traces: the change and both counts as the diff answers
+    them (every [memory] event with Bytes > 0 of CUDA:0, tests/test_compare_memory_profile.py
+    checks them against the raw files), not "not counted"."""
+    d = _data(server, tag="memory_profile", run=BERT, base=V100)
+    page = _compare_page(open_page, server, MP_WAITS, "compare_memory_profile_counts.png", tool="memory_profile", run=BERT, base=V100)
+    a = d["allocations"]
+    assert a["base"] > 0 and a["current"] > 0 and a["delta"] == a["current"] - a["base"]
+    sign = "+" if a["delta"] > 0 else ""
+    assert page.inner_text("#mp-compare-allocs .value") == f"{sign}{a['delta']:,}"
+    assert page.inner_text("#mp-compare-allocs .sub") == f"{a['base']:,} → {a['current']:,}"
+
+
 def test_memory_profile_hosts_aligned_by_step(open_page, server):
     d = _data(server, tag="memory_profile", run=TF, host=TF_HOSTS[1], base_host=TF_HOSTS[0])
     assert d["timeline"]["align"] == "step" and d["totals"]["delta"] == 0

@@ -192,3 +192,95 @@ def test_the_data_route_answers_this_diff(client, answers):
             assert _unlinked(routed[key]) == _unlinked(direct[key]), key
         # the links are the dashboard's, into each side's own run (app/compare.py side_link)
         assert all(r["link_base"].startswith("?run=") for r in routed["rows"] if r["link_base"])
+
+
+# -- allocation counts of traces and snapshots (issue 36 item 2) ---------------------------
+
+LEAK = ("torch/leak.pt.trace.json.gz", None)  # the demo's torch leak trace (CPU only)
+
+
+def _trace_counts(path) -> dict[str, tuple[int, int]]:
+    """(allocations, frees) per device, read straight from the trace's JSON: every
+    ``[memory]`` instant event is one, by the sign of its ``Bytes``."""
+    import collections
+    import gzip
+    import json
+
+    with gzip.open(path) as f:
+        doc = json.load(f)
+    counts: dict[str, list] = collections.defaultdict(lambda: [0, 0])
+    for e in doc["traceEvents"] if isinstance(doc, dict) else doc:
+        if e.get("name") == "[memory]":
+            a = e["args"]
+            dev = {0: "CPU", 1: "CUDA"}[a["Device Type"]] + (f":{a['Device Id']}" if a["Device Id"] >= 0 else "")
+            counts[dev][0 if a["Bytes"] > 0 else 1] += a["Bytes"] != 0
+    return {k: tuple(v) for k, v in counts.items()}
+
+
+def _snapshot_counts(path) -> tuple[int, int]:
+    """("alloc", "free_completed") entries of device 0's trace, through the safe unpickler
+    (formats/safe_pickle.py: no global is run), not profscope's snapshot model."""
+    from profscope.formats import safe_pickle
+
+    with open(path, "rb") as f:
+        snap, _ = safe_pickle.load(f, str(path))
+    actions = [e["action"] for e in snap["device_traces"][0]]
+    return actions.count("alloc"), actions.count("free_completed") + actions.count("free")
+
+
+def _summaries(answer) -> dict[str, tuple[int, int]]:
+    return {i: (s["summary"]["allocations"], s["summary"]["deallocations"])
+            for i, s in answer["profscope"]["allocators"].items()}
+
+
+@pytest.fixture(scope="module")
+def demo_answers(demo_logdir, tmp_path_factory):
+    demo = demo_logdir
+    c = _client(demo, tmp_path_factory.mktemp("demo_cache"))
+
+    def get(which):
+        res = c.get("/data/plugin/profile/data", params={"run": which[0], "tag": "memory_profile"})
+        assert res.status_code == 200, res.text
+        return res.json()
+    return get, demo
+
+
+def test_trace_allocation_counts_are_the_raw_events(answers, shared_fixtures, demo_answers):
+    """A trace's answer counts every ``[memory]`` event per device, as an xplane's counts
+    every MemoryAllocation event: with addresses (BERT), without (the 2021 ResNet trace)
+    and the demo's leak trace, whose 6 unfreed blocks show as 96 vs 90."""
+    get_demo, demo = demo_answers
+    for answer, path in ((answers(BERT), shared_fixtures / "public_profiles" / BERT[0]),
+                         (answers(RESNET), shared_fixtures / "public_profiles" / RESNET[0]),
+                         (get_demo(LEAK), demo / LEAK[0])):
+        raw = _trace_counts(path)
+        assert _summaries(answer) == raw
+        assert set(raw) == set(answer["memoryIds"])
+
+
+def test_snapshot_allocation_counts_are_the_raw_alloc_entries(answers, shared_fixtures):
+    for run in (NIU, BOLONG):
+        raw = _snapshot_counts(shared_fixtures / "public_profiles" / run[0])
+        assert _summaries(answers(run)) == {"cuda:0": raw}
+
+
+def test_the_compare_diffs_the_allocation_counts(answers, shared_fixtures, demo_answers):
+    """The compare's ``allocations`` is the two raw counts and their difference: two
+    snapshots, two traces (CUDA:0, the common allocator with the highest peak), the leak
+    trace against BERT (their only common allocator, CPU), and a run with itself."""
+    pub = shared_fixtures / "public_profiles"
+    niu, bolong = _snapshot_counts(pub / NIU[0])[0], _snapshot_counts(pub / BOLONG[0])[0]
+    d = _diff(answers, NIU, BOLONG)
+    assert d["allocations"] == {"base": niu, "current": bolong, "delta": bolong - niu}
+    resnet, bert = _trace_counts(pub / RESNET[0]), _trace_counts(pub / BERT[0])
+    d = _diff(answers, RESNET, BERT)
+    assert d["base"]["allocator"] == d["current"]["allocator"] == "CUDA:0"
+    assert d["allocations"] == {"base": resnet["CUDA:0"][0], "current": bert["CUDA:0"][0],
+                                "delta": bert["CUDA:0"][0] - resnet["CUDA:0"][0]}
+    get_demo, demo = demo_answers
+    leak = _trace_counts(demo / LEAK[0])["CPU"][0]
+    d = cmp.diff(get_demo(LEAK), answers(BERT), base_ref={"run": LEAK[0]}, current_ref={"run": BERT[0]}, link=_link)
+    assert d["base"]["allocator"] == d["current"]["allocator"] == "CPU"
+    assert d["allocations"] == {"base": leak, "current": bert["CPU"][0], "delta": bert["CPU"][0] - leak}
+    for run in (NIU, BERT):
+        assert _diff(answers, run, run)["allocations"]["delta"] == 0

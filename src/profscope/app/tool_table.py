@@ -197,8 +197,9 @@ TOOLS: tuple[Tool, ...] = (
         _reads_xplanes,
         pages=("memory_profile.js", "torch_snapshot.js"),
         complete=_first_host,
-        version=4,  # 2: XProf's schema for traces and snapshots too (tools/memory_profile_xprof.py); 3: profiles without allocator events are not grouped;
+        version=5,  # 2: XProf's schema for traces and snapshots too (tools/memory_profile_xprof.py); 3: profiles without allocator events are not grouped;
         # 4: a trace's devices highest peak first, reserved null when not recorded, XProf's timeline sampled from every event, capacity totalGlobalMem
+        # 5: traces and snapshots carry profscope.allocators[id].summary.allocations / deallocations (every event, as an xplane's)
         compare="compare_memory_profile:diff",
     ),
     Tool(

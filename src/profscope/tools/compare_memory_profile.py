@@ -16,8 +16,10 @@ profscope gives for every run kind (an xplane's allocator events, a PyTorch trac
   rows') is what the runs' answers do not itemise: all of it for a trace whose
   ``[memory]`` events have no addresses (no live set, only a running sum).
 - ``peak``, ``fragmentation``, ``allocations``, ``capacity``: the allocator's figures
-  side by side; ``allocations`` from profscope's own summary of an xplane
-  (``profscope.allocators``), null where the answer has none.
+  side by side; ``allocations`` from profscope's own summary in the answer
+  (``profscope.allocators[id].summary``: an xplane's MemoryAllocation events, a trace's
+  ``[memory]`` events with positive bytes, a snapshot's ``alloc`` entries), null where
+  the answer has none.
 - ``timeline``: both sampled timelines (``sampledTimelineSnapshots``) on one axis: by
   step when both runs have two or more steps (``stepId``; x = the step's ordinal plus
   the fraction of that step's time span), else by time from each run's first sample.

@@ -1509,4 +1509,11 @@ def xprof_memory_profile(snap: Snapshot, device, memory_id: str) -> dict:
         peak_stats=xm.agg(peak_bytes, dv.reserved[pk], peak_bytes),
         peak_time_ps=int(t_ps[pk]), lifetime_peak=int(running[-1]),
         capacity=max(int(dv.reserved.max()), peak_bytes), rows=rows)
-    return xm.answer({memory_id: per})
+    # The caching allocator's trace entries (those its ring buffer kept): one "alloc" per
+    # block handed out (what an xplane's MemoryAllocation event is), one "free_completed"
+    # (or "free", read as one by _Dev too) per block returned. Segment actions
+    # (cudaMalloc / cudaFree of the allocator's own regions) are not counted, as an
+    # xplane's BFC allocator records no event for its regions.
+    n = dict(zip(names, np.bincount(tr.action, minlength=len(names)).tolist()))
+    counts = (n.get("alloc", 0), n.get("free_completed", 0) + n.get("free", 0))
+    return xm.answer({memory_id: per}, {memory_id: counts})

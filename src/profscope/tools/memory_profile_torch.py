@@ -746,9 +746,12 @@ def xprof_memory_profile(payload: dict, mem: MemoryEvents) -> dict:
     origin = payload.get("timeOriginUs") or 0.0
     events = {(dtype, did): gi for dtype, did, gi in _devices(mem)}
     props = mem.metadata.get("deviceProperties")
-    per = {}
+    per, counts = {}, {}
     for dev in payload.get("devices", []):
         s = dev["summary"]
+        # Every [memory] event of the device with Bytes > 0 is one allocation, < 0 one
+        # free (_Pairs.is_alloc / is_free), whether or not the trace has addresses.
+        counts[dev["device"]] = (s["numAllocations"], s["numDeallocations"])
         gi = events[(dev["deviceType"], dev["deviceIndex"])]
         total = mem.total_allocated[gi]
         reserved = mem.total_reserved[gi] if dev.get("reservedRecorded", True) else np.zeros(len(gi), np.int64)
@@ -793,4 +796,4 @@ def xprof_memory_profile(payload: dict, mem: MemoryEvents) -> dict:
             timeline=timeline,
             peak_stats=peak_stats, peak_time_ps=peak_ps, lifetime_peak=peak,
             capacity=capacity, rows=rows)
-    return xm.answer(per)
+    return xm.answer(per, counts)

@@ -102,15 +102,26 @@ def allocator(*, timeline: list[dict], peak_stats: dict, peak_time_ps: int, life
     }
 
 
-def answer(per_allocator: dict[str, dict]) -> dict:
+def answer(per_allocator: dict[str, dict], counts: dict[str, tuple[int, int]] | None = None) -> dict:
     """``MemoryProfile``: one host, version 1 (as XProf's). ``memoryIds`` in the order of
     ``per_allocator``: XProf's page opens on ``memoryIds[0]``, so callers put the
     allocator with the highest peak first (XProf sorts them by name; a trace's ``CPU``
-    would then hide its ``CUDA:0``)."""
-    return {
+    would then hide its ``CUDA:0``).
+
+    ``counts``: (allocations, deallocations) the allocator recorded over the whole run,
+    put where an xplane's answer has them (``profscope.allocators[id].summary``,
+    tools/memory_profile_allocator.py counts every MemoryAllocation / MemoryDeallocation
+    event): XProf's page counts only the ALLOCATION rows of the sampled timeline (at most
+    1,000), and the memory profile compare diffs this figure."""
+    out = {
         "memoryProfilePerAllocator": per_allocator,
         "numHosts": 1,
         "memoryIds": list(per_allocator),
         "version": 1,
         "hloModules": [],
     }
+    if counts:
+        out["profscope"] = {"allocators": {
+            i: {"summary": {"allocations": int(a), "deallocations": int(d)}} for i, (a, d) in counts.items()
+            if i in per_allocator}}
+    return out

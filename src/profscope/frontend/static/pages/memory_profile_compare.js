@@ -4,8 +4,9 @@
 // route with those keys, which answers the diff JSON (tools/compare_memory_profile.py):
 // totals (the peak bytes in use), rows (what was live at the peak, by framework op, shape
 // and dtype), groups (by framework op, by region type), peak / fragmentation / allocations
-// / capacity side by side, and both sampled timelines on one axis (timeline.align: "step"
-// or "time"). Every number is the server's: this module only lays them out.
+// (every allocation event of the run: xplanes, traces and snapshots alike) / capacity side
+// by side, and both sampled timelines on one axis (timeline.align: "step" or "time").
+// Every number is the server's: this module only lays them out.
 import { el } from "../lib/dom.js";
 import { cachedJson, errorBox } from "../lib/api.js";
 import { byteUnit, fmtBytes, fmtCount } from "../lib/format.js";
