@@ -246,7 +246,11 @@ def breakdown(ev, program_names: dict | None = None) -> dict:
         source = "module_runs" if windows else "none"
     out_steps = []
     clocks = {d.device: _TraceClock(d) for d in ev.devices}
-    for name, a, b in windows:
+    if not devices:  # CPU-only (44,000 steps of a long run): no device rows, the step its own window
+        out_steps = [{"step": name, "name": name, "start_us": _us(a - origin), "step_time_us": _us(b - a),
+                      "devices": [], "straggler": straggler([]), "trace_window_ps": [a, b]}
+                     for name, a, b in windows]
+    for name, a, b in (windows if devices else ()):
         per_dev = [d.in_step(a, b) for d in devices]
         # the step on the trace index's clock, per device (each TPU core has its own
         # device clock) and over all of them
