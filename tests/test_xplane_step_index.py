@@ -90,7 +90,7 @@ def _workspace(logdir: Path, cache: Path):
     return Workspace(LogDir(str(logdir), listing_ttl=0), DiskCache(cache, workers=WorkerPool(enabled=False)))
 
 
-def _steps_ops(logdir: Path, cache: Path, index_first: bool, drop_file: bool = False):
+def _steps_ops(logdir: Path, cache: Path, index_first: bool, drop_file: bool = False, older: bool = False):
     from profscope.app.queries import TraceQuery
 
     ws = _workspace(logdir, cache)
@@ -103,6 +103,10 @@ def _steps_ops(logdir: Path, cache: Path, index_first: bool, drop_file: bool = F
         folder = ws.cache.built_dir(ws._trace_index_key(host, info))
         if drop_file:  # an index folder built before the steps were kept in it
             (folder / profile_steps.HOST_STEPS_FILE).unlink()
+        if older:  # steps grouped by an older version's rules (here: one step fewer)
+            f = folder / profile_steps.HOST_STEPS_FILE
+            saved = orjson.loads(f.read_bytes())
+            f.write_bytes(orjson.dumps({**saved, "version": saved["version"] - 1, "steps": saved["steps"][1:]}))
     return ws.steps_ops(run, TraceQuery(host=host)), ws.overview_page(run, TraceQuery(host=host)), folder
 
 
@@ -110,7 +114,8 @@ def test_workspace_answers_from_the_index_folder(shared_fixtures, tmp_path):
     """Through the workspace (what the Summary and the Steps & ops page ask): a built
     index folder holds ``host_steps.json`` and /api/steps_ops and overview_page equal the
     step reader's answers on a cache without an index; an index folder without the file
-    (built by an older profscope) still answers, by the reader."""
+    (built by an older profscope) still answers, by the reader, and so does one whose
+    steps an older version of the grouping wrote (``HOST_STEPS_VERSION``)."""
     logdir = tmp_path / "logdir"
     shutil.copytree(shared_fixtures / "tf_bfc_cpu" / "profile", logdir)
     base = _steps_ops(logdir, tmp_path / "c0", index_first=False)
@@ -119,6 +124,7 @@ def test_workspace_answers_from_the_index_folder(shared_fixtures, tmp_path):
     saved = orjson.loads((ours[2] / profile_steps.HOST_STEPS_FILE).read_bytes())
     assert len(saved["steps"]) == base[0]["summary"]["steps"] == 5
     old = _steps_ops(logdir, tmp_path / "c2", index_first=True, drop_file=True)
-    for got in (ours, old):
+    stale = _steps_ops(logdir, tmp_path / "c3", index_first=True, older=True)
+    for got in (ours, old, stale):
         assert orjson.dumps(got[0]) == orjson.dumps(base[0])
         assert orjson.dumps(got[1]) == orjson.dumps(base[1])

@@ -22,13 +22,17 @@ ALL_HOSTS = "ALL_HOSTS"
 # In a CPU-only xplane's trace index folder: its host steps, grouped by the index build
 # from the events it decoded (formats/xplane_trace.py); older folders lack it.
 HOST_STEPS_FILE = "host_steps.json"
+# The index folder is kept per INDEX_VERSION, not per keys.XPLANE_STEPS: a change of the
+# steps themselves (XProf's grouping, the host step database: formats/xplane_steps.py,
+# xplane_step_events.py) bumps this too, and older files are then passed over for the reader.
+HOST_STEPS_VERSION = 1
 
 
 def write_host_steps(folder, events) -> None:
     """The host steps the trace index build grouped (``TraceEvents.host_steps``), if
     any, into its index folder."""
     if getattr(events, "host_steps", None) is not None:
-        (folder / HOST_STEPS_FILE).write_bytes(orjson.dumps(events.host_steps))
+        (folder / HOST_STEPS_FILE).write_bytes(orjson.dumps({"version": HOST_STEPS_VERSION, **events.host_steps}))
 
 
 def _from_index(folder):
@@ -39,6 +43,8 @@ def _from_index(folder):
     try:
         saved = orjson.loads((folder / HOST_STEPS_FILE).read_bytes())
     except FileNotFoundError:
+        return None
+    if saved.get("version") != HOST_STEPS_VERSION:  # grouped by an older profscope's rules
         return None
     steps = saved["steps"]
     return xplane_step_events.StepEvents("CPU_ONLY", "CPU", [], steps, "grouped" if steps else "none",
