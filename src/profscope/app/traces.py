@@ -15,7 +15,7 @@ import orjson
 
 from profscope.app import keys, lazy
 from profscope.app.queries import StepsOpsQuery, TraceQuery, XprofTraceQuery
-from profscope.app.profile_steps import ALL_HOSTS, write_host_steps
+from profscope.app.profile_steps import ALL_HOSTS
 from profscope.errors import NotFound, ProfscopeError
 from profscope.forksafe import renew_locks_after_fork
 from profscope.model.catalog import Run, RunKind
@@ -105,7 +105,6 @@ class Traces:
             finally:
                 writer.close()
             writer.finish(events, progress=progress.part(0.6, 1), preview=preview)
-            write_host_steps(folder, events)  # a CPU-only xplane's steps (app/profile_steps.py)
 
         folder = self.cache.get_or_build_dir(key, f"Trace viewer: indexing {info.name}", build,
                                              file=self.logdir.display_path(info.path))

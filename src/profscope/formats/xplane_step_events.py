@@ -328,38 +328,20 @@ def small_pages():
 
 def _host_steps(f, size, ref, out: list) -> int | None:
     """A CPU-only profile's host steps into ``out`` (see the module docstring); the host's first event ps."""
+    from profscope.formats import xplane_steps as xs
+
     data = xw.read_plane_bytes(f, size, ref, pad=xw.PAD + (-ref.length) % 8)
     meta_bytes, line_spans = xw.split_plane(data, ref.length)
     meta = xplane_pb2.XPlane.FromString(meta_bytes)
     b = np.frombuffer(data, dtype=np.uint8)
     stat_names = {k: v.name for k, v in meta.stat_metadata.items()}
-    headers, ev = xw.decode_plane(data, b, line_spans, host_step_stats(stat_names))  # no byte range per event kept
-    del b
+    event_names = {k: v.name for k, v in meta.event_metadata.items()}
+    # only the stats the steps read (a JAX CPU event's hlo_op/hlo_module/program_id... were
+    # most of the decoded columns): the grouping's, and a grouped profile's own
+    read = {k: v for k, v in stat_names.items() if v in xs.GROUPING_STATS or v in ("group_id", "step_name")}
+    headers, ev = xw.decode_plane(data, b, line_spans, read)  # no byte range per event kept
     if ev.n == 0:
         return None
-    grouped = group_host_events(ev, data, meta, headers)
-    del data  # the file's bytes: not needed by the step database
-    return _host_step_db(ev, *grouped, out)
-
-
-def host_step_stats(stat_names: dict[int, str]) -> dict[int, str]:
-    """Of a host plane's stat names, the stats the steps read (a JAX CPU event's
-    hlo_op/hlo_module/program_id... were most of the decoded columns): the grouping's,
-    and a grouped profile's own."""
-    from profscope.formats import xplane_steps as xs
-
-    return {k: v for k, v in stat_names.items() if v in xs.GROUPING_STATS or v in ("group_id", "step_name")}
-
-
-def group_host_events(ev, data, meta, headers) -> tuple:
-    """XProf's step grouping of a host plane's decoded events ``ev`` (``data``: the
-    plane's bytes, which string stats point into): the arguments of :func:`_host_step_db`
-    after ``ev`` (line timestamps, group id per event, roots, named roots, event names,
-    line names). The per-event stat views it made are dropped from ``ev``."""
-    from profscope.formats import xplane_steps as xs
-
-    stat_names = {k: v.name for k, v in meta.stat_metadata.items()}
-    event_names = {k: v.name for k, v in meta.event_metadata.items()}
     line_ts_ns = np.array([h.timestamp_ns for h in headers], dtype=np.int64)
     if any(m.name == "group_id" for m in meta.stat_metadata.values()):
         v = xw.StatView(ev, "group_id")
@@ -379,78 +361,8 @@ def group_host_events(ev, data, meta, headers) -> tuple:
         named = {}
         del g
     ev.views.clear()  # the stats' per-event views the grouping read, and the file's bytes
-    return line_ts_ns, group_id, roots, named, event_names, [h.name for h in headers]
-
-
-class HostEventColumns:
-    """The columns :func:`group_host_events` reads, gathered from a host plane decoded
-    chunk by chunk elsewhere (the trace index build's ``xw.decode_events`` of
-    ``CHUNK_EVENTS`` events at a time, formats/xplane_trace.py): line, metadata id,
-    offset and duration into arrays sized for the plane's ``n`` events, and only the
-    :func:`host_step_stats` kinds of stats, their event numbers made plane-wide. Each
-    event's stats stay in field order, all "the last (first) one wins" needs."""
-
-    def __init__(self, n: int, stat_names: dict[int, str]):
-        self.wanted = {xw._KIND[v] for v in host_step_stats(stat_names).values() if v in xw._KIND}
-        self.line = np.empty(n, np.int32)
-        self.metadata_id = np.empty(n, np.int64)
-        self.offset_ps = np.empty(n, np.int64)
-        self.duration_ps = np.empty(n, np.int64)
-        self.parts: dict[int, list] = {}
-        self.n = 0
-
-    def add(self, ev) -> None:
-        a, z = self.n, self.n + ev.n
-        self.line[a:z] = ev.line
-        self.metadata_id[a:z] = ev.metadata_id
-        self.offset_ps[a:z] = ev.offset_ps
-        self.duration_ps[a:z] = ev.duration_ps
-        for k, ks in ev.kinds.items():
-            if k in self.wanted and len(ks.event):
-                # a kind without str/bytes values has an empty str_end (xw.KindStats)
-                send = ks.str_end if len(ks.str_end) else np.zeros(len(ks.event), np.int64)
-                self.parts.setdefault(k, []).append(((ks.event + a).astype(np.int32), ks.ordinal, ks.case,
-                                                     ks.value, send))
-        self.n = z
-
-    def events(self):
-        """The gathered columns as one ``xw.Events`` (as ``xw.decode_plane`` gives them)."""
-        kinds = {}
-        for k, chunks in self.parts.items():
-            ks = xw.KindStats(*(np.concatenate([c[j] for c in chunks]) for j in range(5)))
-            if not ks.str_end.any():
-                ks.str_end = np.zeros(0, np.int64)
-            kinds[k] = ks
-        n = self.n
-        out = xw.Events(n, self.line[:n], self.metadata_id[:n], self.offset_ps[:n], self.duration_ps[:n], kinds)
-        # the columns are the Events' now: dropped with them (the trace reader holds this object)
-        self.parts, self.line, self.metadata_id, self.offset_ps, self.duration_ps = {}, None, None, None, None
-        return out
-
-
-def cpu_only(index: xplane.XSpaceIndex) -> bool:
-    """Whether :func:`read_step_events` takes a profile's steps from XProf's host step
-    grouping (no GPU plane, no TPU core plane): the planes' names decide, before a read."""
-    return not any(r.name.startswith(GPU_PREFIX) or (r.name.startswith(TPU_PREFIX) and r.name[len(TPU_PREFIX):].isdigit())
-                   for r in index.planes)
-
-
-def host_steps_of(columns: HostEventColumns, data, meta, headers) -> dict:
-    """:func:`read_step_events`' host steps of a CPU-only profile from a host plane whose
-    events were gathered in ``columns`` (the trace index build's decode): the same
-    steps and first event time, as plain data (``type_ps`` keys as strings) for the
-    index folder (app/profile_steps.py ``HOST_STEPS_FILE``); None where the grouping
-    fails."""
-    out: list[dict] = []
-    ev = columns.events()
-    first = None
-    try:
-        if ev.n:
-            with small_pages():
-                first = _host_step_db(ev, *group_host_events(ev, data, meta, headers), out)
-    except Exception:  # noqa: BLE001 - the steps must not fail the timeline: None, and the
-        return None  # step reader reads the file for Steps & ops and says what is wrong, as before
-    return {"first_ps": first, "steps": [{**s, "type_ps": {str(k): v for k, v in s["type_ps"].items()}} for s in out]}
+    del data, b
+    return _host_step_db(ev, line_ts_ns, group_id, roots, named, event_names, [h.name for h in headers], out)
 
 
 def _group_cover(group: np.ndarray, start: np.ndarray, end: np.ndarray, n_groups: int,

@@ -46,7 +46,6 @@ from profscope.formats import protowire as wire
 from profscope.formats import xplane
 from profscope.formats import xplane_derived
 from profscope.formats import xplane_flows
-from profscope.formats import xplane_step_events
 from profscope.formats import xplane_wire as xw
 from profscope.formats.protos import xplane_pb2
 from profscope.model.trace import (
@@ -112,25 +111,17 @@ def read_trace(raw: IO[bytes], path: str, host_number: int = 1, hostname: str | 
     # the other planes' metadata matter too: XProf's preprocessing (xplane_derived.Space.note)
     others = [p for p in index.planes if all(p is not r for r, _ in chosen)]
     total = sum(ref.length for ref, _ in chosen) or 1
-    # A CPU-only profile's steps are XProf's grouping of its host plane's events
-    # (formats/xplane_step_events.py): they are grouped here, from this decode of them,
-    # for the index folder (app/traces.py), instead of by a second read of the plane.
-    steps_plane = xplane_step_events.HOST_PLANE if xplane_step_events.cpu_only(index) else None
     with xw.xspace_errors(path):
         raw.seek(0)
         f, size = xplane.open_stream(raw, path)
-        out = _read(f, size, path, hostname, chosen, host_number, total, progress, sink, others, steps_plane)
-    if out.host_steps is not None:
-        out.host_steps["hostname"] = index.hostnames[0] if index.hostnames else ""
-    return out
+        return _read(f, size, path, hostname, chosen, host_number, total, progress, sink, others)
 
 
 CHUNK_EVENTS = 1 << 16  # events decoded at once: bounds the decoder's scratch memory
 LINE_WINDOW = 1 << 22  # bytes of a line searched for event headers at once (scratch memory)
 
 
-def _read(f, size, path, hostname, chosen, host_number, total, progress, sink, others=(),
-          steps_plane: str | None = None) -> TraceEvents:
+def _read(f, size, path, hostname, chosen, host_number, total, progress, sink, others=()) -> TraceEvents:
     names = NameTable()
     tracks: list[Track] = []
     processes: list[Process] = []
@@ -143,7 +134,6 @@ def _read(f, size, path, hostname, chosen, host_number, total, progress, sink, o
     derived = xplane_derived.Space(names)  # XProf's derived device lines, made at the end
     blob_base = 0
     base_ns: int | None = None
-    host_steps = None
     done = 0
     for ref, device_id in sorted([*chosen, *((r, None) for r in others)], key=lambda c: c[0].offset):
         if device_id is None:  # a plane not shown: only its metadata
@@ -192,8 +182,6 @@ def _read(f, size, path, hostname, chosen, host_number, total, progress, sink, o
         plane = _PlaneReader(meta, names, data)
         plane.special = {li: ("counter" if li in counter_lines else "steps") for li, h in enumerate(headers)
                          if li in counter_lines or (h.display_name or h.name) == "Steps"}
-        # the host steps' columns, gathered as the chunks go by (about 28 bytes an event)
-        columns = xplane_step_events.HostEventColumns(n, plane.stat_names) if ref.name == steps_plane else None
         seen = 0
         for ev_start, ev_end, ev_line in _event_chunks(data, b, runs):
             seen += len(ev_start)
@@ -213,14 +201,21 @@ def _read(f, size, path, hostname, chosen, host_number, total, progress, sink, o
             plane.collect(ev, ts, name_id, ev_start, ev_end)
             if dplane is not None:
                 dplane.collect(ev, ts, data)
-            if columns is not None:
-                columns.add(ev)
             del ev, ts, name_id, internal, keep
-        if columns is not None:  # its arrays are let go of as they are grouped
-            host_steps = xplane_step_events.host_steps_of(columns, data, meta, headers)
-        _region_slices(parts, plane, line_track, names)
+        # ThreadpoolListener::Region slices (XProf's preprocessing), no XEvent bytes
+        reg_line, reg_ts, reg_end = plane.regions()
+        if len(reg_line):
+            rtrack = line_track[reg_line]
+            ok = rtrack >= 0
+            k = int(ok.sum())
+            parts.events(rtrack[ok], reg_ts[ok], reg_end[ok] - reg_ts[ok], np.full(k, names(REGION_NAME), np.int32),
+                      np.zeros(k, np.int64), np.zeros(k, np.int32))
         plane.counters(pid, tracks, counters, plane_index, counter_lines)
-        steps += plane.steps()
+        for r_name, r_ts, r_dur, r_line in plane.step_rows:
+            steps.append((r_name, r_ts, r_dur))
+        for r_name, r_ts, r_dur, r_line in plane.line_rows:
+            if plane.special[r_line] == "steps":
+                steps.append((r_name, r_ts, r_dur))
         del b, plane
         # a plain file's plane bytes are its own, from the plane's offset: a sink that can
         # read the file back need not keep them (IndexWriter with a ``source``)
@@ -237,21 +232,9 @@ def _read(f, size, path, hostname, chosen, host_number, total, progress, sink, o
     out = TraceEvents.without_events(
         path, hostname, (base_ns or 0) * 1000, "xevent", names=names.names, tracks=tracks,
         processes=processes, counters=counters, steps=steps, planes=planes)
-    out.host_steps = host_steps
     if sink is None:
         parts.fill(out)
     return out
-
-
-def _region_slices(parts, plane, line_track, names) -> None:
-    """The plane's ThreadpoolListener::Region slices (XProf's preprocessing), no XEvent bytes."""
-    reg_line, reg_ts, reg_end = plane.regions()
-    if len(reg_line):
-        rtrack = line_track[reg_line]
-        ok = rtrack >= 0
-        k = int(ok.sum())
-        parts.events(rtrack[ok], reg_ts[ok], reg_end[ok] - reg_ts[ok], np.full(k, names(REGION_NAME), np.int32),
-                     np.zeros(k, np.int64), np.zeros(k, np.int32))
 
 
 def _line_runs(data, b, start: int, end: int):
@@ -391,11 +374,6 @@ class _PlaneReader:
                 heap = xw.StatView(ev, "bytes_allocated").int_value()[sel]
                 stack = xw.StatView(ev, "bytes_reserved").int_value()[sel]
                 self.alloc.append((who, ts[sel], heap, stack))
-
-    def steps(self) -> list[tuple[str, int, int]]:
-        """(name, ts, dur) of the plane's step rows: ``step_num`` events and ``Steps`` lines' events."""
-        return [(r_name, r_ts, r_dur) for r_name, r_ts, r_dur, r_line in self.step_rows] + \
-            [(r_name, r_ts, r_dur) for r_name, r_ts, r_dur, r_line in self.line_rows if self.special[r_line] == "steps"]
 
     def regions(self):
         """XProf's ThreadpoolLineMutator: a Region per StopRegion after a StartRegion on a

@@ -82,9 +82,6 @@ class TraceEvents:
     # Chrome-trace flow points, paired into flows, for the index to bind to slices: see
     # :class:`FlowPoints`
     flow_points: FlowPoints | None = None
-    # xplane, CPU-only: XProf's host steps, grouped from the index build's decode
-    # (formats/xplane_trace.py; ``{"hostname", "first_ps", "steps"}``, kept in the index folder)
-    host_steps: dict | None = None
 
     def __len__(self) -> int:
         return int(self.start_ps.shape[0])
