@@ -210,5 +210,10 @@ def test_bad_inputs_are_4xx_naming_the_file(make_client, shared_fixtures):
     corrupt = next(r for r in client.get("/data/plugin/profile/runs").json() if r.startswith("xplane/tpu_inference_corrupt/"))
     res = client.get("/data/plugin/profile/data", params={**params, "base": corrupt})
     assert res.status_code == 422 and "tpu_inference_corrupt" in res.json()["error"] and res.json()["file"]
+    # the error says it is the base's (the run on screen is fine), and the base run's
+    # own answer keeps its own words (a remembered failure is not changed in place)
+    assert res.json()["error"].startswith(f"the base, run {corrupt!r}: ")
+    alone = client.get("/data/plugin/profile/data", params={"run": corrupt, "tag": "memory_viewer"})
+    assert alone.status_code == 422 and not alone.json()["error"].startswith("the base")
     res = client.get("/data/plugin/profile/data", params={**params, "base_module": psum, "memory_space": "5"})
     assert res.status_code == 404 and "no memory space 5" in res.json()["error"] and res.json()["file"]

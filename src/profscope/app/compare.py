@@ -16,6 +16,7 @@ a snapshot) is no error: the answer says ``comparable: false`` and why.
 
 from __future__ import annotations
 
+import copy
 import gzip
 import importlib
 from collections.abc import Callable
@@ -26,7 +27,7 @@ import orjson
 
 from profscope.app.profile_steps import ALL_HOSTS
 from profscope.app.queries import COMPARE_FIELDS, Query
-from profscope.errors import BadRequest, NotFound
+from profscope.errors import BadRequest, NotFound, ProfscopeError
 from profscope.model.catalog import Run, RunKind
 
 if TYPE_CHECKING:
@@ -80,14 +81,24 @@ class Comparisons:
     def compare(self, run: Run, tool: Tool, query: Query) -> dict:
         base_run = self.run(query.base) if getattr(query, "base", None) else run
         current_q = self._complete(run, tool, query.but(**{f: None for f in COMPARE_FIELDS if hasattr(query, f)}))
-        why = self._mismatch(run, base_run, tool)
+        try:
+            why = self._mismatch(run, base_run, tool)
+        except ProfscopeError as e:
+            raise e if base_run is run else _as_base(e, base_run) from None
         if why is not None:
             base_ref = {"run": base_run.name, "host": getattr(query, "base_host", None), "label": base_run.name}
             return not_comparable(tool.name, base_ref, self._ref(run, current_q), why)
-        base_q = self._base_query(base_run, tool, query, current_q, same_run=base_run is run)
         fn = differ(tool)
+        try:
+            base_q = self._base_query(base_run, tool, query, current_q, same_run=base_run is run)
+            base = self._payload_of(base_run, tool, base_q)
+        except ProfscopeError as e:
+            if base_run is run:
+                raise
+            # the base's own error (its file, its status), saying it was the base that
+            # failed: a 422 naming a file reads as if the run on screen were broken
+            raise _as_base(e, base_run) from None
         current_ref, base_ref = self._ref(run, current_q), self._ref(base_run, base_q)
-        base = self._payload_of(base_run, tool, base_q)
         current = self._payload_of(run, tool, current_q)
         out = fn(base, current, base_ref=base_ref, current_ref=current_ref, link=side_link(run.name))
         # the diff's own additions to a side (the memory profile's allocator) are kept
@@ -154,6 +165,15 @@ class Comparisons:
             ref["module"] = query.module_name
         ref["label"] = " · ".join(str(v) for v in ref.values() if v)
         return ref
+
+
+def _as_base(e: ProfscopeError, base_run: Run) -> ProfscopeError:
+    """A copy of the base side's error (the original may be a remembered failure that
+    other requests get too: never changed in place), its message saying it is the base's."""
+    out = copy.copy(e)
+    out.message = f"the base, run {base_run.name!r}: {e.message}"
+    out.args = (out.message,)
+    return out
 
 
 def not_comparable(tool: str, base_ref: dict, current_ref: dict, why: str) -> dict:
