@@ -175,3 +175,14 @@ def test_a_tool_that_reads_others_is_keyed_by_their_versions_too():
     finally:
         tool_table.get = real_get
     assert after != before
+
+
+def test_every_compare_names_a_diff_function():
+    """A row's ``compare`` ("module:function" under profscope.tools) is imported when a
+    base is given (app/compare.py ``differ``): each must name a real function."""
+    from profscope.app.compare import differ
+
+    named = [t for t in tool_table.TOOLS if t.compare is not None]
+    assert {t.name for t in named} >= {"memory_viewer", "memory_profile", "steps_ops", "oom_risk", "summary"}
+    for t in named:
+        assert callable(differ(t)), t.name

@@ -39,20 +39,12 @@ COMPILED_KINDS = frozenset({RunKind.PROFILE, RunKind.XLA_DUMP})
 
 
 def differ(tool: Tool) -> Callable[..., dict]:
-    """The tool's pure diff function, or a 400 saying the comparison is not there."""
+    """The tool's pure diff function (its row's ``compare``), or a 400 for a tool that has
+    nothing to compare."""
     if tool.compare is None:
         raise BadRequest(f"comparison of {tool.name} not available: the tool has nothing to compare")
     module, _, function = tool.compare.partition(":")
-    try:
-        found = importlib.import_module(f"profscope.tools.{module}")
-    except ModuleNotFoundError as e:
-        if e.name != f"profscope.tools.{module}":
-            raise
-        raise BadRequest(f"comparison of {tool.name} not available yet") from None
-    fn = getattr(found, function or "diff", None)
-    if fn is None:
-        raise BadRequest(f"comparison of {tool.name} not available yet")
-    return fn
+    return getattr(importlib.import_module(f"profscope.tools.{module}"), function or "diff")
 
 
 def module_stem(name: str | None) -> str | None:

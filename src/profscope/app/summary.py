@@ -11,7 +11,6 @@ its file and reason, never a failure of the whole summary; a part the run does n
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Callable
 from urllib.parse import urlencode
 
@@ -26,9 +25,6 @@ analysis_time = lazy.module("profscope.tools.analysis_time")
 analysis_memory = lazy.module("profscope.tools.analysis_memory")
 step_breakdown = lazy.module("profscope.tools.step_breakdown")
 oom_risk = lazy.module("profscope.tools.oom_risk")
-# the compiler rules' gatherer of a run's HLO modules (``hlo_findings_for``), read where
-# the module exists
-_HLO_APP = "profscope.app.compiler_checks"
 compiler_checks = lazy.module("profscope.app.compiler_checks")
 
 
@@ -179,7 +175,7 @@ class Analysis:
         """The compiler checks of the run's modules (one host's; None or ALL_HOSTS: every
         module once); None where the run has no modules to read. A module that cannot be
         read is listed in ``refused`` and the others are still checked."""
-        if run.kind not in (RunKind.PROFILE, RunKind.XLA_DUMP) or importlib.util.find_spec(_HLO_APP) is None:
+        if run.kind not in (RunKind.PROFILE, RunKind.XLA_DUMP):
             return None
         unread: list[dict] = []
         found = self._analysis_part(run, refused, "hlo",

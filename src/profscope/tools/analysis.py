@@ -19,8 +19,7 @@ from profscope.tools.analysis_rules import PRIORITIES, Rule
 __all__ = ["RULES", "VERSION", "counts", "hosts_rows", "roofline_metrics", "sort_findings", "status_of", "summarize"]
 
 VERSION = 1
-RULES: tuple[Rule, ...] = (tuple(analysis_time.RULES) + tuple(getattr(analysis_memory, "RULES", ()))
-                           + tuple(getattr(analysis_hlo, "RULES", ())))
+RULES: tuple[Rule, ...] = (*analysis_time.RULES, *analysis_memory.RULES, *analysis_hlo.RULES)
 OPTIMAL, NEEDS_ATTENTION = "OPTIMAL", "NEEDS_ATTENTION"
 # No part of the run could be read (a corrupt file, a git-LFS pointer): no finding is no
 # clean bill of health, so neither of XProf's two verdicts is given.
