@@ -352,8 +352,17 @@ def test_xprof_frontend_captures_through_its_dialog(xprof_page, xprof_capture_se
     page.locator("sidenav").get_by_role("button", name="CAPTURE PROFILE").click()
     dialog = page.locator("capture-profile-dialog")
     dialog.wait_for()
-    dialog.get_by_label("Profile Service URL(s) or TPU name").fill(live_job)
-    dialog.get_by_label("Profiling duration(ms)").fill("1000")
+    address, duration = dialog.get_by_label("Profile Service URL(s) or TPU name"), dialog.get_by_label("Profiling duration(ms)")
+    # Under load XProf's Material dialog may still be settling its focus as it is filled:
+    # a CI run once sent 'localhost:553351000' (the duration typed into the address), so
+    # the fields are filled until both read back what was typed.
+    for _ in range(5):
+        address.fill(live_job)
+        duration.fill("1000")
+        if (address.input_value(), duration.input_value()) == (live_job, "1000"):
+            break
+        page.wait_for_timeout(500)
+    assert (address.input_value(), duration.input_value()) == (live_job, "1000")
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "xprof_capture_dialog.png"))
     with page.expect_response(lambda r: f"{PREFIX}/capture_profile?" in r.url, timeout=60_000) as answer:
