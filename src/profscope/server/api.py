@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
+from profscope.app import memory_trace_clock
 from profscope.app.workspace import Workspace
 from profscope.app.queries import SnapshotQuery
 from profscope.model.catalog import Run
@@ -63,6 +64,13 @@ def router(ws: Workspace) -> APIRouter:
         """Every host's memory peak of a profile run, worst first, and the roll-up across
         hosts (tools/memory_hosts.py); the memory profile page's "All hosts" section."""
         return json_response(ws.memory_hosts(ws.run(run)))
+
+    @r.get("/trace_clock")
+    def trace_clock(run: Text = None, host: Text = None) -> Response:
+        """Where the memory profile's (or a snapshot's) times fall on the trace viewer's clock,
+        per allocator / device, or why they have no place there (app/memory_trace_clock.py):
+        the pages' "trace viewer at this time" links."""
+        return json_response(memory_trace_clock.trace_clock(ws, ws.run(run), host))
 
     @r.get("/snapshot/{view}")
     def snapshot_view(view: str, request: Request, query: SnapshotParams, run: Text = None) -> Response:

@@ -20,7 +20,7 @@ import { el, fill } from "../lib/dom.js";
 import { go, readState } from "../lib/state.js";
 import { cachedJson, errorBox } from "../lib/api.js";
 import { purge as purgeCharts } from "../lib/plotly.js";
-import { current, selectTime, setCurrent } from "./memory_profile_timeline.js";
+import { current, selectTime, setCurrent, showEvent } from "./memory_profile_timeline.js";
 import { renderTorch, torchEventRows, torchShapes } from "./memory_profile_torch.js";
 import { renderXprof, xprofEventRows, xprofShapes } from "./memory_profile_xprof.js";
 import { hostsSection, showsHosts } from "./memory_profile_hosts.js";
@@ -61,8 +61,9 @@ async function renderMemoryProfile(view, state, run, details) {
   if (viewKey(readState(), run) !== key || !view.contains(root)) return; // the user moved on
   root.lastChild.remove();
   const kind = payloadKind(data);
-  const ctx = { key, root, run, data, kind, part: PARTS[kind] || null, charts: [] };
+  const ctx = { key, root, run, data, kind, part: PARTS[kind] || null, charts: [], clock: null };
   setCurrent(ctx);
+  loadClock(ctx, state, run);
   if (ctx.kind === "unknown") {
     root.append(el("div", { class: "error" }, "The server sent a memory profile this page does not know (neither XProf's memoryProfilePerAllocator nor a PyTorch trace's devices)."),
       el("details", {}, el("summary", {}, "the payload"), el("pre", { class: "mp-pre" }, JSON.stringify(data, null, 1).slice(0, 20000))));
@@ -72,6 +73,17 @@ async function renderMemoryProfile(view, state, run, details) {
   ctx.body = el("div", { id: "mp-body" });
   root.append(ctx.toolbar, ctx.body);
   renderBody(ctx, state);
+}
+
+// Where this page's times fall on the trace viewer's clock (GET /api/trace_clock): asked
+// once per view, after the page is drawn; the event card draws its trace link from it.
+function loadClock(ctx, state, run) {
+  const q = new URLSearchParams({ run: run.name });
+  const host = hostOf(state, run);
+  if (host) q.set("host", host);
+  cachedJson(`/api/trace_clock?${q}`).then((clock) => { ctx.clock = clock; },
+    (err) => { ctx.clock = { trace: null, clocks: {}, why: `the trace could not be read (${err.message || err})` }; })
+    .then(() => { if (current === ctx && ctx.model) showEvent(ctx); });
 }
 
 function payloadKind(data) {

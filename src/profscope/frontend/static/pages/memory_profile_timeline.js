@@ -5,7 +5,7 @@
 // this module imports no part, so the page entry (memory_profile.js) is the only module
 // that knows both of them.
 import { el, fill } from "../lib/dom.js";
-import { go, readState } from "../lib/state.js";
+import { go, readState, stateUrl } from "../lib/state.js";
 import { MEMORY as C, P } from "../lib/colors.js";
 import { escapePlotly } from "../lib/plotly.js";
 
@@ -105,7 +105,41 @@ export function showEvent(ctx, i = -1, mode = "") {
     el("dl", {}, rows.items.flatMap(([k, v]) => (v === undefined || v === null || v === "" ? []
       : k === "" ? [el("div", { class: "mp-dl-sep" }, v)] : [el("dt", {}, k), el("dd", {}, v)]))),
     ctx.badTime ? el("p", { class: "mp-note" }, `t=${ctx.badTime} is not a time.`) : null,
+    traceLink(ctx, i),
     mode !== "selected" ? el("p", { class: "mp-card-tip muted" }, "Click a point on the timeline to keep an event here (and in the link).") : null);
+}
+
+// -- the trace viewer at this time (issue 37) -----------------------------------------------
+
+// ms of the trace viewer's window either side of the event (steps_ops.js pads its slices so)
+export const TRACE_PAD_MS = 0.05;
+
+// Where event i falls on the trace of the same process: ctx.clock is GET /api/trace_clock
+// (app/memory_trace_clock.py), per allocator or device either one offset (trace ms = this
+// page's ms + offsetMs), or the trace ms of each event by its timeOffsetPs (host lines
+// with different timestamps), or why there is no place: then no link, the why instead.
+export function traceTime(ctx, i) {
+  const c = ctx.clock;
+  if (!c) return { ms: null, why: "" };
+  const mine = (c.clocks || {})[ctx.memoryId];
+  if (!c.trace || !mine) return { ms: null, why: (mine && mine.why) || c.why || "this run has no trace of the same process" };
+  if (mine.offsetMs !== null && mine.offsetMs !== undefined) return { ms: ctx.model.t[i] + mine.offsetMs, why: "" };
+  const ps = ctx.model.snaps && ctx.model.snaps[i] ? String(ctx.model.snaps[i].timeOffsetPs) : null;
+  const ms = mine.traceMs && ps !== null ? mine.traceMs[ps] : undefined;
+  return ms === undefined ? { ms: null, why: mine.why || "this event has no place on the trace" } : { ms, why: "" };
+}
+
+export function traceLink(ctx, i) {
+  if (!ctx.clock) return null; // still asking: the link comes with the answer
+  const { ms, why } = traceTime(ctx, i);
+  if (ms === null) {
+    return el("p", { class: "mp-card-tip muted", id: "mp-trace-none", title: why }, `No trace link: ${why}.`);
+  }
+  const target = { run: ctx.clock.trace.run, tool: "trace_viewer@", host: ctx.clock.trace.host,
+    start_ms: timeParam(ms - TRACE_PAD_MS), end_ms: timeParam(ms + TRACE_PAD_MS) };
+  return el("p", { class: "mp-card-link" }, el("a", { id: "mp-trace-link", href: stateUrl(target), "data-trace-ms": String(ms),
+    title: `the trace viewer, ${TRACE_PAD_MS * 1e3} µs either side of ${timeParam(ms)} ms on its clock`,
+    onclick: (e) => { e.preventDefault(); go(target); } }, "Open in the trace viewer at this time"));
 }
 
 // -- times ---------------------------------------------------------------------------------

@@ -16,7 +16,7 @@
 // allocator's segment map is a canvas, states are prefetched around the selection and
 // the icicle follows once the stepping pauses.
 import { el } from "../lib/dom.js";
-import { go, readState, setUrl } from "../lib/state.js";
+import { go, readState, setUrl, stateUrl } from "../lib/state.js";
 import { cachedJson, errorBox, getJson } from "../lib/api.js";
 import { byteTicks, fmtBytes, fmtCount as n, fmtHex as hex, fmtMsFixed } from "../lib/format.js";
 import { BLOCK as BLOCK_COLORS, P, SERIES as PALETTE, rgba } from "../lib/colors.js";
@@ -80,6 +80,8 @@ async function renderSnapshot(view, state, run, details) {
   root.lastChild.remove();
   ctx.ov = ov;
   current = ctx;
+  ctx.traceSpot = el("span", { id: "ts-trace-spot" });
+  loadClock(ctx);
   ctx.xMode = xModeOf(ctx, state);
   ctx.kind = kindOf(state);
   ctx.detail = detailOf(state);
@@ -847,7 +849,10 @@ async function renderState(ctx) {
   const tt = st.totals;
   // "" where there is no time: replaceChildren writes a null child as the text "null".
   ui.title.replaceChildren(el("strong", {}, st.event === null ? "Final state" : `After event ${n(st.event)}`), ctx.tIsPeak ? " (the peak allocated)" : "",
-    st.timeUs !== null && ctx.ov.summary.hasTime ? el("span", { class: "muted" }, ` · +${fmtMs(st.timeUs - ctx.ov.summary.firstTimeUs)}`) : "");
+    st.timeUs !== null && ctx.ov.summary.hasTime ? el("span", { class: "muted" }, ` · +${fmtMs(st.timeUs - ctx.ov.summary.firstTimeUs)}`) : "",
+    ctx.traceSpot);
+  ctx.stateTimeUs = st.event === null ? null : st.timeUs;
+  fillTraceSpot(ctx);
   for (const k of ["reservedBytes", "activeBytes", "requestedBytes", "internalFragmentation", "externalFragmentation", "largestFreeBlock"]) {
     ui.tiles[k].v.textContent = fmtBytes(tt[k]);
     ui.tiles[k].sub.textContent = `${n(tt[k])} B`;
@@ -860,6 +865,36 @@ async function renderState(ctx) {
   ctx.statePanel.dataset.event = String(st.event);
   if (ctx.stepStart) { ctx.statePanel.dataset.stepMs = (performance.now() - ctx.stepStart).toFixed(1); ctx.stepStart = 0; }
   if (event !== null) prefetchAround(ctx, event);
+}
+
+// -- the trace viewer at an event's time (issue 37) -------------------------------------
+
+const TRACE_PAD_MS = 0.05; // the window either side, as the memory profile's and Steps & ops' links
+
+// GET /api/trace_clock (app/memory_trace_clock.py): the PyTorch trace recorded beside this
+// snapshot by the same run, and the offset that puts its times on that trace's clock
+// (trace ms = (time_us - sinceUs) / 1000 + offsetMs), or why there is none.
+function loadClock(ctx) {
+  cachedJson(`/api/trace_clock?${new URLSearchParams({ run: ctx.run.name, host: ctx.host })}`)
+    .then((c) => { ctx.clock = c; }, (err) => { ctx.clock = { trace: null, clocks: {}, why: `the clock could not be read (${err.message || err})` }; })
+    .then(() => { if (current === ctx) fillTraceSpot(ctx); });
+}
+
+function fillTraceSpot(ctx) {
+  const spot = ctx.traceSpot, c = ctx.clock, t = ctx.stateTimeUs;
+  if (!spot || !c || t === null || t === undefined) { if (spot) spot.replaceChildren(); return; }
+  const mine = (c.clocks || {})[ctx.host];
+  if (!c.trace || !mine || mine.offsetMs === null || mine.offsetMs === undefined) {
+    const why = (mine && mine.why) || c.why || "this run has no trace of the same process";
+    spot.replaceChildren(el("span", { class: "muted ts-trace-none", id: "ts-trace-none", title: why }, " · no trace link ⓘ"));
+    return;
+  }
+  const ms = (t - mine.sinceUs) / 1000 + mine.offsetMs;
+  const fix = (v) => String(Number(v.toFixed(6)));
+  const target = { run: c.trace.run, tool: "trace_viewer@", host: c.trace.host, start_ms: fix(ms - TRACE_PAD_MS), end_ms: fix(ms + TRACE_PAD_MS) };
+  spot.replaceChildren(" · ", el("a", { id: "ts-trace-link", href: stateUrl(target), "data-trace-ms": String(ms),
+    title: `${c.trace.run}, ${TRACE_PAD_MS * 1e3} µs either side of ${fix(ms)} ms on its clock`,
+    onclick: (e) => { e.preventDefault(); go(target); } }, "open in the trace viewer"));
 }
 
 // The segment map: one row per segment (by address), its blocks along it, offsets in a

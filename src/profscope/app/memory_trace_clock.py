@@ -1,0 +1,111 @@
+"""The trace of the same process at a memory time (``GET /api/trace_clock``): where the
+memory profile's and the snapshot's times fall on the trace viewer's clock, or why they
+have no place there (tools/trace_clock.py holds the rules and the measurements). Plain functions of the
+workspace, called by the route (server/api.py).
+
+The pages draw a "trace viewer at this time" link only from this answer: a run whose
+trace does not match gets the answer's ``why`` as a line instead, never a dead link."""
+
+from __future__ import annotations
+
+import gzip
+
+import orjson
+
+from profscope.app import lazy
+from profscope.app.queries import MemoryProfileQuery, SnapshotQuery
+from profscope.errors import NotFound, ProfscopeError
+from profscope.model.catalog import Run, RunKind
+
+clock_rules = lazy.module("profscope.tools.trace_clock")
+
+_CUDA = 1  # c10::DeviceType::CUDA, the deviceType of a PyTorch trace's [memory] events
+_WHOLE = (-(2**62), 2**62)  # every sample of a counter
+
+
+def trace_clock(ws, run: Run, host: str | None = None) -> dict:
+    """``{"run", "host", "source", "trace": {"run", "host"} | null, "clocks": {id:
+    {"offsetMs"} | {"offsetMs": null, "why"}}, "why": str | null}``: trace ms = the
+    source's ms + offsetMs, per allocator (xplane), device (PyTorch trace) or
+    ``cuda:N`` (snapshot; its ms counted from ``sinceUs``, the device's first event)."""
+    if run.kind is RunKind.PROFILE:
+        return _xplane_clock(ws, run, host)
+    if run.kind is RunKind.CHROME_TRACE:
+        return _torch_trace_clock(ws, run)
+    if run.kind is RunKind.TORCH_SNAPSHOT:
+        return _snapshot_clock(ws, run, host)
+    raise NotFound(f"run {run.name!r} is a {run.kind.value}: it has no memory times to place on a trace")
+
+
+def _xplane_clock(ws, run: Run, host: str | None) -> dict:
+    hosts = run.hosts
+    if not hosts:
+        raise NotFound(f"run {run.name!r} has no host")
+    host = host or hosts[0]
+    if host not in hosts:
+        raise NotFound(f"run {run.name!r} has no host {host!r}; hosts: {', '.join(hosts)}")
+    tool = ws.tool_named("memory_profile")
+    profile = orjson.loads(gzip.decompress(ws.tool_data(run, tool, MemoryProfileQuery(host=host))))
+    ix = ws.trace_index(run, host, run.xplane(host))
+    counters = {c["name"]: ix.counter_samples(i, *_WHOLE)[0] + ix.origin_ps
+                for i, c in enumerate(ix.meta["counters"])}
+    clocks = clock_rules.allocator_offsets(profile, counters, ix.origin_ps)
+    return _answer(run, host, "memory_profile", {"run": run.name, "host": host}, clocks)
+
+
+def _torch_trace_clock(ws, run: Run) -> dict:
+    payload = orjson.loads(gzip.decompress(ws.torch_memory_payload(run)))
+    (host, info), = ws.trace_sources(run)[:1]
+    ix = ws.trace_index(run, host, info)
+    one = clock_rules.torch_trace_offset(payload.get("timeOriginUs") or 0.0, ix.origin_ps)
+    clocks = {d["device"]: one for d in payload.get("devices") or []}
+    return _answer(run, host, "memory_profile", {"run": run.name, "host": host}, clocks)
+
+
+def _snapshot_clock(ws, run: Run, host: str | None) -> dict:
+    device = ws.snapshot_device(run, host)
+    overview = orjson.loads(gzip.decompress(ws.snapshot_view(run, "overview", SnapshotQuery(host=f"cuda:{device}"))))
+    s = overview.get("summary") or {}
+    name = f"cuda:{device}"
+    if not s.get("hasTime"):
+        return _answer(run, name, "torch_snapshot", None, {}, "the snapshot's trace entries have no time_us")
+    first, last = int(s["firstTimeUs"]), int(s["lastTimeUs"])
+    traces = [r for r in ws.runs() if r.kind is RunKind.CHROME_TRACE and r.folder == run.folder]
+    if not traces:
+        return _answer(run, name, "torch_snapshot", None, {},
+                       "no PyTorch trace sits beside this snapshot (a *.trace.json in its folder, recorded by the same run)")
+    whys = []
+    for tr in traces:
+        try:
+            meta = _kineto_clock(ws, tr)
+        except ProfscopeError as e:
+            whys.append(f"{tr.name}: {e.message}")
+            continue
+        got = clock_rules.snapshot_offset(first, last, device, meta)
+        if got["offsetMs"] is not None:
+            got["sinceUs"] = first
+            return _answer(run, name, "torch_snapshot", {"run": tr.name, "host": meta["host"]}, {name: got})
+        whys.append(got["why"])
+    return _answer(run, name, "torch_snapshot", None, {}, "; ".join(whys))
+
+
+def _kineto_clock(ws, run: Run) -> dict:
+    """A Chrome trace's span in Unix µs, its origin and the CUDA devices it recorded."""
+    payload = orjson.loads(gzip.decompress(ws.torch_memory_payload(run)))
+    (host, info), = ws.trace_sources(run)[:1]
+    ix = ws.trace_index(run, host, info)
+    unix_ns = clock_rules.kineto_unix_ns((payload.get("source") or {}).get("baseTimeNanoseconds"))
+    start_us = (ix.origin_ps + unix_ns * 1000) / 1e6
+    end_us = (ix.origin_ps + int(ix.meta["end_ps"]) + unix_ns * 1000) / 1e6
+    devices = {d["deviceIndex"] for d in payload.get("devices") or [] if d.get("deviceType") == _CUDA}
+    return {"name": run.name, "host": host, "startUs": start_us, "endUs": end_us, "originPs": ix.origin_ps,
+            "unixNs": unix_ns, "devices": devices}
+
+
+def _answer(run: Run, host: str, source: str, trace: dict | None, clocks: dict, why: str | None = None) -> dict:
+    if trace is not None and not any(c.get("offsetMs") is not None for c in clocks.values()):
+        why = "; ".join(sorted({c["why"] for c in clocks.values() if c.get("why")})) or "nothing to place on the trace"
+        trace = None
+    return {"run": run.name, "host": host, "source": source, "trace": trace, "clocks": clocks, "why": why}
+
+

@@ -1,0 +1,114 @@
+"""The trace of the same process at a memory time: how a time of the memory profile or of
+a PyTorch memory snapshot maps onto the trace viewer's clock (issue 37: a time on those
+pages opens the trace viewer there), and when it does not.
+
+The trace viewer's times are ms from its index's ``origin_ps`` (tools/trace_index.py: an
+absolute ps time, the earliest slice of the host). Each memory source has its own zero:
+
+* **xplane allocator events** (tools/memory_profile_allocator.py): ``timeOffsetPs`` is the
+  event's ``offset_ps`` from its own ``/host:CPU`` line's ``timestamp_ns``, as XProf
+  stores it; the trace places the same event at ``timestamp_ns * 1000 + offset_ps``
+  (formats/xplane_trace.py), where it is a point of the allocator's counter
+  ``"<memory id> heap allocated"``. So the offset is read off the counter, per allocator:
+  counter time - ``timeOffsetPs`` must be one constant over every event the memory
+  profile lists (the lines' timestamps agree; TF and JAX write one ``timestamp_ns`` for
+  every host line: 237,916,000 ps on the TF GPU fixture's host 34.83.195.179_6003). Any
+  event off by even 1 ps: no link, and the answer says why.
+* **PyTorch trace ``[memory]`` events** (tools/memory_profile_torch.py): ms from
+  ``timeOriginUs``, the file's earliest ``ts``; the index's origin is the same file's
+  earliest slice in ps (formats/chrome_trace.py), so the offset is the difference of the
+  two origins (a few ps of float rounding on Unix-epoch µs: -8.2e-8 ms on
+  tracelens_h100_bert_small).
+* **a memory snapshot**: trace entries carry ``time_us``, Unix-epoch µs (torch converts its
+  TSC clock with ``c10::ApproximateClockToUnixTimeConverter``: 1,762,926,170,067,820 µs
+  in niu_fwd_bwd_200_mixed.pickle, November 2025). A kineto trace's own clock is
+  ``ts`` µs + ``baseTimeNanoseconds`` / 1000 (kineto >= 2.1 writes ``ts`` relative to it)
+  or, without that key, ``ts`` itself (older kineto writes Unix-epoch µs: the 2021
+  resnet50 fixture). A snapshot has no pid, so "the same process" is what can be checked:
+  the trace sits in the snapshot's folder, its Unix-time span contains every time of the
+  snapshot's device, and it recorded that CUDA device (``deviceProperties`` ids or its
+  ``[memory]`` events' device). None of the public snapshots has such a trace (their
+  times fall in 2025-2026, the traces' in 2021 and 2025-07), so there they get no link.
+
+Everything returns plain data for the pages: ``{"offsetMs": float}`` (trace ms = source
+ms + offsetMs), or ``{"offsetMs": None, "why": str}``.
+"""
+
+from __future__ import annotations
+
+import datetime
+
+import numpy as np
+
+PS_PER_MS = 10**9
+HEAP_COUNTER = " heap allocated"  # formats/xplane_trace.py names an allocator's counter "<id> heap allocated"
+
+
+def no_link(why: str) -> dict:
+    return {"offsetMs": None, "why": why}
+
+
+def allocator_offsets(profile: dict, counters: dict[str, np.ndarray], origin_ps: int) -> dict[str, dict]:
+    """Per memory id of an XProf memory profile payload: the offset that puts its times on
+    the trace viewer's ms. ``counters``: the trace index's counters by name, times in
+    absolute ps (index time + origin); ``origin_ps``: the index's origin."""
+    out = {}
+    for mid, per in (profile.get("memoryProfilePerAllocator") or {}).items():
+        times = np.array([int(s["timeOffsetPs"]) for s in per.get("sampledTimelineSnapshots") or []], dtype=np.int64)
+        counter = counters.get(f"{mid}{HEAP_COUNTER}")
+        if not len(times):
+            out[mid] = no_link("the allocator has no event to place")
+        elif counter is None or not len(counter):
+            out[mid] = no_link(f"the trace has no counter \"{mid}{HEAP_COUNTER}\" for this allocator's events")
+        else:
+            out[mid] = _matched(np.sort(times), np.sort(np.asarray(counter, dtype=np.int64)), origin_ps, mid)
+    return out
+
+
+def _matched(times: np.ndarray, counter: np.ndarray, origin_ps: int, mid: str) -> dict:
+    # The first event of the allocator is the counter's first point; every other event the
+    # memory profile lists must then be a point of the counter at the same shift.
+    shift = int(counter[0]) - int(times[0])
+    at = np.searchsorted(counter, times + shift)
+    ok = (at < len(counter)) & (counter[np.minimum(at, len(counter) - 1)] == times + shift)
+    if not ok.all():
+        return no_link(f"{int((~ok).sum()):,} of the {len(times):,} events of {mid} are not on its trace counter "
+                       "at one shift (the host lines' timestamps disagree): the two clocks cannot be matched")
+    return {"offsetMs": (shift - origin_ps) / PS_PER_MS}
+
+
+def torch_trace_offset(time_origin_us: float, origin_ps: int) -> dict:
+    """A PyTorch trace's memory payload (ms since ``timeOriginUs``) on the same file's
+    trace viewer clock."""
+    return {"offsetMs": (round(time_origin_us * 1e6) - origin_ps) / PS_PER_MS}
+
+
+def kineto_unix_ns(base_time_ns) -> int:
+    """What to add to a kineto trace's ``ts`` (as ns) for Unix-epoch ns: its
+    ``baseTimeNanoseconds``, or 0 for a trace without it (older kineto wrote epoch µs
+    into ``ts``)."""
+    return int(base_time_ns) if isinstance(base_time_ns, (int, float)) and base_time_ns > 0 else 0
+
+
+def snapshot_offset(first_us: int, last_us: int, device: int, trace: dict) -> dict:
+    """A snapshot device's times (``time_us``, Unix µs) on a trace beside it: trace ms =
+    (time_us - ``first_us``) / 1000 + offsetMs (from the first event, as the snapshot page
+    counts, so that no float holds a Unix time in ms). ``trace``: ``name``,
+    ``startUs``/``endUs`` (its span, Unix µs), ``originPs`` (the index's origin in the
+    file's own ps), ``unixNs`` (:func:`kineto_unix_ns`), ``devices`` (the CUDA device
+    indexes it recorded)."""
+    name = trace["name"]
+    if device not in trace["devices"]:
+        return no_link(f"{name} recorded no CUDA device {device}")
+    if first_us < trace["startUs"] or last_us > trace["endUs"]:
+        return no_link(f"{name} ran from {_utc(trace['startUs'])} to {_utc(trace['endUs'])}, this snapshot's "
+                       f"events from {_utc(first_us)} to {_utc(last_us)}: not the same run")
+    # the file's own ps of first_us: Unix ps minus the trace's base; then from the origin
+    return {"offsetMs": (int(first_us) * 10**6 - trace["unixNs"] * 1000 - trace["originPs"]) / PS_PER_MS}
+
+
+def _utc(us: float) -> str:
+    try:
+        return datetime.datetime.fromtimestamp(us / 1e6, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    except (OverflowError, OSError, ValueError):
+        return f"{us:.0f} µs"

@@ -1,0 +1,93 @@
+"""Issue 37 in real headless Chromium: from the memory profile, the snapshot and Steps &
+ops to the trace viewer (and the HLO view), over the public fixtures' server.
+
+* memory profile (TF GPU, real BFC allocator events): the selected event's card links to
+  the trace viewer at that event's time; the link opens the trace viewer with its window
+  centred there, the window holds that allocator event's counter sample, and the URL
+  reopens the same view in a fresh page;
+* no matching trace (MI300: host lines with different timestamps; a snapshot with no
+  trace beside it): no link, the reason in a line and its tooltip.
+Screenshots go to test-artifacts/."""
+
+from __future__ import annotations
+
+import json
+from urllib.parse import parse_qs, quote, urlencode, urlparse
+from urllib.request import urlopen
+
+import pytest
+
+from tests.conftest import ARTIFACTS
+
+pytestmark = pytest.mark.browser
+
+TF_GPU = "xplane/tf_gpu/GPU-multi-worker"
+HOST = "34.83.195.179_6003"
+READY = "window.__traceViewer && __traceViewer.ready()"
+
+
+def _get(server: str, path: str, **params):
+    with urlopen(f"{server.rstrip('/')}{path}?{urlencode(params)}", timeout=120) as res:
+        return json.loads(res.read())
+
+
+def _url(server: str, **state) -> str:
+    return f"{server}?{urlencode(state, quote_via=quote)}"
+
+
+def _query(page) -> dict:
+    return {k: v[0] for k, v in parse_qs(urlparse(page.url).query).items()}
+
+
+def _open(open_page, server, **state):
+    page = open_page(server)
+    page.goto(_url(server, **state))
+    return page
+
+
+def test_memory_profile_event_opens_the_trace_there(open_page, public_server):
+    mp = _get(public_server, "/data/plugin/profile/data", run=TF_GPU, tag="memory_profile", host=HOST)
+    per = mp["memoryProfilePerAllocator"]["GPU_4_bfc"]
+    peak_ms = int(per["profileSummary"]["peakStatsTimePs"]) / 1e9
+    page = _open(open_page, public_server, run=TF_GPU, tool="memory_profile", host=HOST, memory_id="GPU_4_bfc", t=repr(peak_ms))
+    link = page.wait_for_selector("#mp-event #mp-trace-link", timeout=90_000)
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "memory_trace_link_card.png"), full_page=False)
+    aim = float(link.get_attribute("data-trace-ms"))
+    heap = int(page.eval_on_selector("#mp-event", "n => n.dataset.index"))  # the selected event
+    assert heap >= 0
+    link.click()
+    page.wait_for_function(READY, timeout=90_000)
+    q = _query(page)
+    assert q["tool"] == "trace_viewer@" and q["host"] == HOST and q["run"] == TF_GPU
+    s, e = float(q["start_ms"]), float(q["end_ms"])
+    assert abs((s + e) / 2 - aim) < 1e-6  # centred on the event
+    page.screenshot(path=str(ARTIFACTS / "memory_trace_link_trace.png"), full_page=False)
+    # the window the page opened holds that allocator event: its counter sample at `aim`
+    # is the heap the memory profile's peak event reports
+    w = _get(public_server, "/api/trace/window", run=TF_GPU, host=HOST, start_ms=q["start_ms"], end_ms=q["end_ms"])
+    c = next(c for c in w["counters"] if c["name"] == "GPU_4_bfc heap allocated")
+    at = [v for t, v in zip(c["t"], c["v"]) if abs(t - aim) < 1e-6]
+    assert at and at[-1] == int(per["profileSummary"]["peakStats"]["heapAllocatedBytes"])
+    # the URL is the view: a fresh page opens the same window
+    again = open_page(public_server)
+    again.goto(page.url)
+    again.wait_for_function(READY, timeout=90_000)
+    assert _query(again)["start_ms"] == q["start_ms"] and _query(again)["end_ms"] == q["end_ms"]
+    # back: the memory profile, the same event selected
+    page.go_back()
+    page.wait_for_selector("#mp-event #mp-trace-link", timeout=60_000)
+    assert float(page.get_attribute("#mp-trace-link", "data-trace-ms")) == aim
+
+
+def test_no_matching_trace_no_link_but_why(open_page, public_server):
+    page = _open(open_page, public_server, run="xplane/mi300_jax08_gemm/jax08_gemm", tool="memory_profile")
+    none = page.wait_for_selector("#mp-event #mp-trace-none", timeout=90_000)
+    assert "not on its trace counter" in none.get_attribute("title")
+    assert page.query_selector("#mp-trace-link") is None
+    page.screenshot(path=str(ARTIFACTS / "memory_trace_link_none.png"), full_page=False)
+
+    snap = _open(open_page, public_server, run="snapshots/niu_fwd_bwd_200_mixed.pickle", tool="memory_profile", t="5")
+    none = snap.wait_for_selector("#ts-trace-none", timeout=60_000)
+    assert "no PyTorch trace sits beside" in none.get_attribute("title")
+    assert snap.query_selector("#ts-trace-link") is None

@@ -1,0 +1,144 @@
+"""GET /api/trace_clock (issue 37, "from the memory profile and the snapshot"): where a
+time of the memory profile or of a memory snapshot falls on the trace viewer's clock.
+
+Each link is checked the way a user follows it: the trace viewer's window the page would
+open (/api/trace/window around the time the answer gives) holds, at exactly that time, the
+same allocator event (its counter sample, with the memory profile's heap bytes), i.e. it
+lands on the event itself. And the other way: where the run has no trace of the same
+process (or the clocks cannot be matched) there is no offset and the answer says why."""
+
+from __future__ import annotations
+
+import pytest
+
+from profscope.testing import memory_trace, torch_snapshot
+from profscope.testing.planted import client_for
+
+TF_GPU = "xplane/tf_gpu/GPU-multi-worker"
+H100 = "traces/tracelens_h100_bert_small.trace.json.gz"
+PAD_MS = 0.05  # the pages' window either side (memory_profile_timeline.js TRACE_PAD_MS)
+
+
+@pytest.fixture(scope="module")
+def public(shared_fixtures, tmp_path_factory):
+    return client_for(shared_fixtures / "public_profiles", tmp_path_factory.mktemp("clock_cache"))
+
+
+def _clock(client, run, host=None):
+    r = client.get("/api/trace_clock", params={"run": run, **({"host": host} if host else {})})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def _counter_at(client, clock, counter: str, ms: float):
+    """The counter's sample at trace time ``ms`` in the window a link opens, or None."""
+    w = client.get("/api/trace/window", params={"run": clock["trace"]["run"], "host": clock["trace"]["host"],
+                                                "start_ms": ms - PAD_MS, "end_ms": ms + PAD_MS}).json()
+    c = next(c for c in w["counters"] if c["name"] == counter)
+    hits = [v for t, v in zip(c["t"], c["v"]) if abs(t - ms) < 1e-6]  # the same ns
+    return hits[0] if hits else None
+
+
+def test_tf_gpu_allocator_times_land_on_their_own_events(public):
+    """Every host of the TF GPU profile: the peak and 20 events spread over each allocator's
+    timeline open the trace at that very allocator event (its counter sample, same heap)."""
+    checked = 0
+    for host in ["34.83.195.179_6003", "34.83.195.180_6003"]:
+        clock = _clock(public, TF_GPU, host)
+        assert clock["trace"] == {"run": TF_GPU, "host": host} and clock["why"] is None
+        mp = public.get("/data/plugin/profile/data", params={"run": TF_GPU, "tag": "memory_profile", "host": host}).json()
+        for mid, per in mp["memoryProfilePerAllocator"].items():
+            off = clock["clocks"][mid]["offsetMs"]
+            snaps = sorted(per["sampledTimelineSnapshots"], key=lambda s: int(s["timeOffsetPs"]))
+            for s in snaps[:: max(1, len(snaps) // 20)]:
+                ms = int(s["timeOffsetPs"]) / 1e9 + off
+                heap = _counter_at(public, clock, f"{mid} heap allocated", ms)
+                # events at the same ps on one allocator: the counter keeps the last one's value
+                same = [int(x["aggregationStats"]["heapAllocatedBytes"]) for x in snaps if x["timeOffsetPs"] == s["timeOffsetPs"]]
+                assert heap is not None and heap in same, (host, mid, s["timeOffsetPs"], ms)
+                checked += 1
+    assert checked > 40
+
+
+def test_pytorch_trace_memory_times_land_on_their_own_events(public):
+    """tracelens H100 ([memory] events with Total Allocated): each timeline point of the
+    memory profile opens the trace at its [memory] event's counter sample."""
+    clock = _clock(public, H100)
+    assert clock["trace"]["run"] == H100 and clock["why"] is None
+    payload = public.get("/api/memory_profile", params={"run": H100}).json()
+    dev = next(d for d in payload["devices"] if d["device"] == "CUDA:0")
+    off = clock["clocks"]["CUDA:0"]["offsetMs"]
+    tl = dev["timeline"]
+    for i in range(0, len(tl["timeMs"]), max(1, len(tl["timeMs"]) // 25)):
+        got = _counter_at(public, clock, "memory allocated (device 0)", tl["timeMs"][i] + off)
+        assert got == tl["allocatedBytes"][i], i
+
+
+def test_no_matching_trace_no_link_and_why(public):
+    """No dead link: MI300's host lines start at different times (one shift cannot hold),
+    the TPU file's allocators have no counter in its trace, a public snapshot has no trace
+    beside it: no offset anywhere, and a reason a user can read."""
+    gemm = _clock(public, "xplane/mi300_jax08_gemm/jax08_gemm")
+    assert gemm["trace"] is None and "not on its trace counter" in gemm["why"]
+    assert all(c["offsetMs"] is None for c in gemm["clocks"].values())
+    tpu = _clock(public, "xplane/tpu_inference/2025_12_10_tpu")
+    assert tpu["trace"] is None and "no counter" in tpu["why"]
+    snap = _clock(public, "snapshots/niu_fwd_bwd_200_mixed.pickle")
+    assert snap["trace"] is None and snap["clocks"] == {} and "no PyTorch trace sits beside" in snap["why"]
+
+
+def test_bad_run_or_host_is_a_4xx(public):
+    assert public.get("/api/trace_clock", params={"run": "nope"}).status_code == 404
+    r = public.get("/api/trace_clock", params={"run": TF_GPU, "host": "nohost"})
+    assert r.status_code == 404 and "nohost" in r.json()["error"]
+
+
+# -- a snapshot and the PyTorch trace its run recorded beside it (builders) ----------------
+
+BASE_NS = 1_700_000_000_000_000_000  # memory_trace.TraceBuilder's baseTimeNanoseconds
+
+
+def snapshot_and_trace(folder, *, skew_us: int = 0):
+    """``segment_freed_mid_trace`` (time_us from 1,700,000,100,000,001 µs, Unix) and a kineto
+    trace of the same run: its [memory] events on CUDA:0 at the same Unix times (ts =
+    time_us - baseTimeNanoseconds / 1000), plus ``skew_us`` (another run's trace)."""
+    snap = torch_snapshot.segment_freed_mid_trace()
+    (folder / "snap.pickle").write_bytes(torch_snapshot.to_pickle(snap))
+    tb = memory_trace.TraceBuilder()
+    t0 = snap["device_traces"][0][0]["time_us"] - BASE_NS // 1000 + skew_us
+    tb.op("aten::empty", t0 - 10, 30)
+    for e in snap["device_traces"][0]:
+        ts = e["time_us"] - BASE_NS // 1000 + skew_us
+        if e["action"] == "alloc":
+            tb.alloc(ts, e["addr"], e["size"], memory_trace.CUDA, 0)
+        elif e["action"] == "free_completed":
+            tb.free(ts, e["addr"], memory_trace.CUDA, 0)
+    tb.write(folder / "run.pt.trace.json")
+    return snap
+
+
+def test_snapshot_beside_its_trace_lands_on_the_same_event(tmp_path):
+    """Each alloc / free of the snapshot opens the trace at its [memory] event (the
+    counter sample at that time holds the allocated bytes after it)."""
+    (tmp_path / "logs").mkdir()
+    snap = snapshot_and_trace(tmp_path / "logs")
+    client = client_for(tmp_path / "logs", tmp_path / "cache")
+    clock = _clock(client, "snap.pickle", "cuda:0")
+    assert clock["trace"] == {"run": "run.pt.trace.json", "host": "run.pt.trace.json"}, clock
+    mine = clock["clocks"]["cuda:0"]
+    live = 0
+    for e in snap["device_traces"][0]:
+        if e["action"] not in ("alloc", "free_completed"):
+            continue
+        live += e["size"] if e["action"] == "alloc" else -e["size"]
+        ms = (e["time_us"] - mine["sinceUs"]) / 1000 + mine["offsetMs"]
+        assert _counter_at(client, clock, "memory allocated (device 0)", ms) == live, e
+
+
+def test_snapshot_beside_another_runs_trace_gets_no_link(tmp_path):
+    """The same trace one hour later: not the snapshot's run, so no offset, and the why
+    names both time spans."""
+    (tmp_path / "logs").mkdir()
+    snapshot_and_trace(tmp_path / "logs", skew_us=3_600_000_000)
+    clock = _clock(client_for(tmp_path / "logs", tmp_path / "cache"), "snap.pickle", "cuda:0")
+    assert clock["trace"] is None and "not the same run" in clock["why"] and "2023-11-14" in clock["why"]
