@@ -100,6 +100,11 @@ def _add_serve(sub) -> None:
                             "when every address it resolves to does; a name pattern (*.internal, host:9999) matches "
                             "names only (docs/capture.md); by default only loopback ones")
     serve.add_argument("--no-capture", action="store_true", help="turn the Capture profile dialog and API off")
+    serve.add_argument("--source-root", action="append", default=[], metavar="DIR",
+                       help="a folder the program's source files are read from (read-only, repeatable; also "
+                            "$PROFSCOPE_SOURCE_ROOTS, separated by the path separator): the memory viewer shows the "
+                            "lines an HLO instruction names when the file is under it or under the log directory "
+                            "(docs/links.md)")
     serve.add_argument("--capture-max-bytes", metavar="SIZE", help=CAPTURE_MAX_HELP)
     # Not --workers, which issue 18 proposed: that already sets the forked pool's concurrency.
     serve.add_argument("--dask", nargs="?", const="env", metavar="ADDRESS",
@@ -356,7 +361,10 @@ def _workspace(args):
         capture = {"capture_off": off} if off else {
             "capture_dir": args.capture_dir or default_capture_dir(cache.root), "capture_allow": args.capture_allow,
             "capture_max_bytes": parse_size(args.capture_max_bytes, "--capture-max-bytes")}
-    return Workspace(logdir, cache, **capture)
+    ws = Workspace(logdir, cache, **capture)
+    env_roots = [r for r in os.environ.get("PROFSCOPE_SOURCE_ROOTS", "").split(os.pathsep) if r]
+    ws.set_source_roots([*getattr(args, "source_root", []), *env_roots])
+    return ws
 
 
 def _capture_off(args) -> str | None:

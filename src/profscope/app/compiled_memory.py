@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from profscope.app import keys, lazy
+from profscope.app.hlo_links import HloLinks
 from profscope.app.queries import MemoryViewerQuery
 from profscope.errors import BadInput, BadRequest, NotFound, ProfscopeError
 from profscope.model.catalog import Run, RunKind
@@ -22,7 +23,7 @@ live_range_text = lazy.module("profscope.formats.live_range_text")
 memory_viewer_timeline = lazy.module("profscope.tools.memory_viewer_timeline")
 
 
-class CompiledMemory:
+class CompiledMemory(HloLinks):
     """Part of :class:`~profscope.app.workspace.Workspace`: compiled modules and their buffers."""
 
     def __init__(self):

@@ -14,7 +14,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from profscope import __version__
 from profscope.app.workspace import Workspace
 from profscope.errors import ProfscopeError
-from profscope.server import api, capture_api, convert_api, pages, trace_api, xprof_api
+from profscope.server import api, capture_api, convert_api, hlo_api, pages, trace_api, xprof_api
 from profscope.server.guard import TEST_CLIENT_HOST, Guard, Security, add_headers
 from profscope.server.params import validation_message
 from profscope.server.responses import json_response
@@ -66,6 +66,7 @@ def create_app(ws: Workspace, security: Security | None = None) -> FastAPI:
     app.include_router(capture_api.router(ws))
     app.include_router(api.router(ws))
     app.include_router(trace_api.router(ws))
+    app.include_router(hlo_api.router(ws))
     app.include_router(convert_api.router(ws))
     app.include_router(pages.router(ws))
     return app

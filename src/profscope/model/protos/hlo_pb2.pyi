@@ -164,17 +164,93 @@ class OpMetadata(_message.Message):
     scheduling_name: str
     def __init__(self, op_type: _Optional[str] = ..., op_name: _Optional[str] = ..., source_file: _Optional[str] = ..., source_line: _Optional[int] = ..., source_end_line: _Optional[int] = ..., source_column: _Optional[int] = ..., source_end_column: _Optional[int] = ..., deduplicated_name: _Optional[str] = ..., stack_frame_id: _Optional[int] = ..., scheduling_name: _Optional[str] = ...) -> None: ...
 
+class LiteralProto(_message.Message):
+    __slots__ = ("shape", "preds", "s8s", "u8s", "s32s", "s64s", "u32s", "u64s", "f32s", "f64s", "tuple_literals", "f16s", "bf16s", "u16s", "s16s")
+    SHAPE_FIELD_NUMBER: _ClassVar[int]
+    PREDS_FIELD_NUMBER: _ClassVar[int]
+    S8S_FIELD_NUMBER: _ClassVar[int]
+    U8S_FIELD_NUMBER: _ClassVar[int]
+    S32S_FIELD_NUMBER: _ClassVar[int]
+    S64S_FIELD_NUMBER: _ClassVar[int]
+    U32S_FIELD_NUMBER: _ClassVar[int]
+    U64S_FIELD_NUMBER: _ClassVar[int]
+    F32S_FIELD_NUMBER: _ClassVar[int]
+    F64S_FIELD_NUMBER: _ClassVar[int]
+    TUPLE_LITERALS_FIELD_NUMBER: _ClassVar[int]
+    F16S_FIELD_NUMBER: _ClassVar[int]
+    BF16S_FIELD_NUMBER: _ClassVar[int]
+    U16S_FIELD_NUMBER: _ClassVar[int]
+    S16S_FIELD_NUMBER: _ClassVar[int]
+    shape: ShapeProto
+    preds: _containers.RepeatedScalarFieldContainer[bool]
+    s8s: bytes
+    u8s: bytes
+    s32s: _containers.RepeatedScalarFieldContainer[int]
+    s64s: _containers.RepeatedScalarFieldContainer[int]
+    u32s: _containers.RepeatedScalarFieldContainer[int]
+    u64s: _containers.RepeatedScalarFieldContainer[int]
+    f32s: _containers.RepeatedScalarFieldContainer[float]
+    f64s: _containers.RepeatedScalarFieldContainer[float]
+    tuple_literals: _containers.RepeatedCompositeFieldContainer[LiteralProto]
+    f16s: bytes
+    bf16s: bytes
+    u16s: bytes
+    s16s: bytes
+    def __init__(self, shape: _Optional[_Union[ShapeProto, _Mapping]] = ..., preds: _Optional[_Iterable[bool]] = ..., s8s: _Optional[bytes] = ..., u8s: _Optional[bytes] = ..., s32s: _Optional[_Iterable[int]] = ..., s64s: _Optional[_Iterable[int]] = ..., u32s: _Optional[_Iterable[int]] = ..., u64s: _Optional[_Iterable[int]] = ..., f32s: _Optional[_Iterable[float]] = ..., f64s: _Optional[_Iterable[float]] = ..., tuple_literals: _Optional[_Iterable[_Union[LiteralProto, _Mapping]]] = ..., f16s: _Optional[bytes] = ..., bf16s: _Optional[bytes] = ..., u16s: _Optional[bytes] = ..., s16s: _Optional[bytes] = ...) -> None: ...
+
+class DotDimensionNumbers(_message.Message):
+    __slots__ = ("lhs_contracting_dimensions", "rhs_contracting_dimensions", "lhs_batch_dimensions", "rhs_batch_dimensions")
+    LHS_CONTRACTING_DIMENSIONS_FIELD_NUMBER: _ClassVar[int]
+    RHS_CONTRACTING_DIMENSIONS_FIELD_NUMBER: _ClassVar[int]
+    LHS_BATCH_DIMENSIONS_FIELD_NUMBER: _ClassVar[int]
+    RHS_BATCH_DIMENSIONS_FIELD_NUMBER: _ClassVar[int]
+    lhs_contracting_dimensions: _containers.RepeatedScalarFieldContainer[int]
+    rhs_contracting_dimensions: _containers.RepeatedScalarFieldContainer[int]
+    lhs_batch_dimensions: _containers.RepeatedScalarFieldContainer[int]
+    rhs_batch_dimensions: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, lhs_contracting_dimensions: _Optional[_Iterable[int]] = ..., rhs_contracting_dimensions: _Optional[_Iterable[int]] = ..., lhs_batch_dimensions: _Optional[_Iterable[int]] = ..., rhs_batch_dimensions: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class PaddingConfig(_message.Message):
+    __slots__ = ("dimensions",)
+    class PaddingConfigDimension(_message.Message):
+        __slots__ = ("edge_padding_low", "edge_padding_high", "interior_padding")
+        EDGE_PADDING_LOW_FIELD_NUMBER: _ClassVar[int]
+        EDGE_PADDING_HIGH_FIELD_NUMBER: _ClassVar[int]
+        INTERIOR_PADDING_FIELD_NUMBER: _ClassVar[int]
+        edge_padding_low: int
+        edge_padding_high: int
+        interior_padding: int
+        def __init__(self, edge_padding_low: _Optional[int] = ..., edge_padding_high: _Optional[int] = ..., interior_padding: _Optional[int] = ...) -> None: ...
+    DIMENSIONS_FIELD_NUMBER: _ClassVar[int]
+    dimensions: _containers.RepeatedCompositeFieldContainer[PaddingConfig.PaddingConfigDimension]
+    def __init__(self, dimensions: _Optional[_Iterable[_Union[PaddingConfig.PaddingConfigDimension, _Mapping]]] = ...) -> None: ...
+
 class HloInstructionProto(_message.Message):
-    __slots__ = ("name", "opcode", "shape", "metadata", "parameter_number", "fusion_kind", "tuple_index", "dimensions", "custom_call_target", "id", "operand_ids", "control_predecessor_ids", "called_computation_ids", "backend_config", "async_execution_thread")
+    __slots__ = ("name", "opcode", "shape", "metadata", "literal", "parameter_number", "fusion_kind", "tuple_index", "dimensions", "slice_dimensions", "padding_config", "custom_call_target", "dot_dimension_numbers", "is_stable", "comparison_direction", "id", "operand_ids", "control_predecessor_ids", "called_computation_ids", "backend_config", "async_execution_thread")
+    class SliceDimensions(_message.Message):
+        __slots__ = ("start", "limit", "stride")
+        START_FIELD_NUMBER: _ClassVar[int]
+        LIMIT_FIELD_NUMBER: _ClassVar[int]
+        STRIDE_FIELD_NUMBER: _ClassVar[int]
+        start: int
+        limit: int
+        stride: int
+        def __init__(self, start: _Optional[int] = ..., limit: _Optional[int] = ..., stride: _Optional[int] = ...) -> None: ...
     NAME_FIELD_NUMBER: _ClassVar[int]
     OPCODE_FIELD_NUMBER: _ClassVar[int]
     SHAPE_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
+    LITERAL_FIELD_NUMBER: _ClassVar[int]
     PARAMETER_NUMBER_FIELD_NUMBER: _ClassVar[int]
     FUSION_KIND_FIELD_NUMBER: _ClassVar[int]
     TUPLE_INDEX_FIELD_NUMBER: _ClassVar[int]
     DIMENSIONS_FIELD_NUMBER: _ClassVar[int]
+    SLICE_DIMENSIONS_FIELD_NUMBER: _ClassVar[int]
+    PADDING_CONFIG_FIELD_NUMBER: _ClassVar[int]
     CUSTOM_CALL_TARGET_FIELD_NUMBER: _ClassVar[int]
+    DOT_DIMENSION_NUMBERS_FIELD_NUMBER: _ClassVar[int]
+    IS_STABLE_FIELD_NUMBER: _ClassVar[int]
+    COMPARISON_DIRECTION_FIELD_NUMBER: _ClassVar[int]
     ID_FIELD_NUMBER: _ClassVar[int]
     OPERAND_IDS_FIELD_NUMBER: _ClassVar[int]
     CONTROL_PREDECESSOR_IDS_FIELD_NUMBER: _ClassVar[int]
@@ -185,18 +261,24 @@ class HloInstructionProto(_message.Message):
     opcode: str
     shape: ShapeProto
     metadata: OpMetadata
+    literal: LiteralProto
     parameter_number: int
     fusion_kind: str
     tuple_index: int
     dimensions: _containers.RepeatedScalarFieldContainer[int]
+    slice_dimensions: _containers.RepeatedCompositeFieldContainer[HloInstructionProto.SliceDimensions]
+    padding_config: PaddingConfig
     custom_call_target: str
+    dot_dimension_numbers: DotDimensionNumbers
+    is_stable: bool
+    comparison_direction: str
     id: int
     operand_ids: _containers.RepeatedScalarFieldContainer[int]
     control_predecessor_ids: _containers.RepeatedScalarFieldContainer[int]
     called_computation_ids: _containers.RepeatedScalarFieldContainer[int]
     backend_config: bytes
     async_execution_thread: str
-    def __init__(self, name: _Optional[str] = ..., opcode: _Optional[str] = ..., shape: _Optional[_Union[ShapeProto, _Mapping]] = ..., metadata: _Optional[_Union[OpMetadata, _Mapping]] = ..., parameter_number: _Optional[int] = ..., fusion_kind: _Optional[str] = ..., tuple_index: _Optional[int] = ..., dimensions: _Optional[_Iterable[int]] = ..., custom_call_target: _Optional[str] = ..., id: _Optional[int] = ..., operand_ids: _Optional[_Iterable[int]] = ..., control_predecessor_ids: _Optional[_Iterable[int]] = ..., called_computation_ids: _Optional[_Iterable[int]] = ..., backend_config: _Optional[bytes] = ..., async_execution_thread: _Optional[str] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., opcode: _Optional[str] = ..., shape: _Optional[_Union[ShapeProto, _Mapping]] = ..., metadata: _Optional[_Union[OpMetadata, _Mapping]] = ..., literal: _Optional[_Union[LiteralProto, _Mapping]] = ..., parameter_number: _Optional[int] = ..., fusion_kind: _Optional[str] = ..., tuple_index: _Optional[int] = ..., dimensions: _Optional[_Iterable[int]] = ..., slice_dimensions: _Optional[_Iterable[_Union[HloInstructionProto.SliceDimensions, _Mapping]]] = ..., padding_config: _Optional[_Union[PaddingConfig, _Mapping]] = ..., custom_call_target: _Optional[str] = ..., dot_dimension_numbers: _Optional[_Union[DotDimensionNumbers, _Mapping]] = ..., is_stable: _Optional[bool] = ..., comparison_direction: _Optional[str] = ..., id: _Optional[int] = ..., operand_ids: _Optional[_Iterable[int]] = ..., control_predecessor_ids: _Optional[_Iterable[int]] = ..., called_computation_ids: _Optional[_Iterable[int]] = ..., backend_config: _Optional[bytes] = ..., async_execution_thread: _Optional[str] = ...) -> None: ...
 
 class HloComputationProto(_message.Message):
     __slots__ = ("name", "instructions", "program_shape", "id", "root_id", "is_fusion_computation", "execution_thread")

@@ -1,0 +1,174 @@
+"""From a buffer to its HLO text, its trace slices and its source (issue 37 item 1):
+tools/hlo_text.py against XLA's own text dump, the /api/hlo, /api/hlo/instruction and
+/api/source routes on a real JAX program profiled here (profscope.testing.link_program), and
+the source roots' fences (``..``, absolute paths elsewhere, symlinks leading out)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from profscope.app.workspace import Workspace
+from profscope.cache.store import DiskCache
+from profscope.formats import hlo_proto
+from profscope.server import create_app
+from profscope.storage import LogDir
+from profscope.storage.source_files import SourceRoots
+from profscope.testing import link_program
+from profscope.tools import hlo_text
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory) -> Path:
+    return link_program.make(tmp_path_factory.mktemp("hlo_links"))
+
+
+@pytest.fixture(scope="module")
+def client(made, tmp_path_factory) -> TestClient:
+    ws = Workspace(LogDir(str(made / "logdir"), listing_ttl=0), DiskCache(tmp_path_factory.mktemp("cache")))
+    return TestClient(create_app(ws))
+
+
+def _run_and_module(client) -> tuple[str, str]:
+    runs = client.get("/api/runs").json()["runs"]
+    run = next(r["name"] for r in runs if r["kind"] == "profile")
+    modules = client.get("/api/run", params={"run": run}).json()["modules"]
+    return run, next(m for m in modules if m.startswith(link_program.MODULE + "("))
+
+
+_HEAD = re.compile(r"^(?:ROOT )?(%\S+) = ")
+
+
+def _prefix(line: str) -> str:
+    """``[ROOT ]%name = shape opcode(operands)``: the line up to the parenthesis that closes
+    the operand list (shapes hold no parentheses but tuples', which come before the opcode)."""
+    m = _HEAD.match(line)
+    i = m.end()
+    depth = 0
+    while i < len(line):  # past the shape (a tuple shape nests parentheses)
+        if line[i] == "(":
+            depth += 1
+        elif line[i] == ")":
+            depth -= 1
+        elif line[i] == " " and depth == 0:
+            break
+        i += 1
+    depth = 0
+    for j in range(line.index("(", i), len(line)):
+        depth += {"(": 1, ")": -1}.get(line[j], 0)
+        if depth == 0:
+            return line[:j + 1]
+    return line
+
+
+def test_every_instruction_line_starts_as_xla_prints_it(made):
+    """Each instruction of every module XLA dumped (the program and jax's helper jits,
+    after and before optimizations): our line's ``name = shape opcode(operands)`` is XLA's
+    own text dump's (--xla_dump_hlo_as_text), and the computations' headers too."""
+    pairs = [(pb, pb.with_name(pb.name.replace(".hlo.pb", ".txt"))) for pb in sorted((made / "dump").glob("*.hlo.pb"))]
+    pairs = [(pb, txt) for pb, txt in pairs if txt.exists()]
+    assert len(pairs) >= 4
+    checked = whole = 0
+    for pb, txt in pairs:
+        ours = hlo_text.module_text(hlo_proto.parse(pb.read_bytes(), str(pb)).hlo_module)
+        by_name = {_HEAD.match(s.strip()).group(1): s.strip() for s in ours["lines"] if _HEAD.match(s.strip())}
+        theirs = [s.strip() for s in txt.read_text().splitlines() if _HEAD.match(s.strip())]
+        assert len(theirs) == len(by_name), pb.name
+        for line in theirs:
+            mine = by_name[_HEAD.match(line).group(1)]
+            assert _prefix(mine) == _prefix(line), (pb.name, mine, line)
+            checked += 1
+            whole += mine == line
+        headers = [s for s in txt.read_text().splitlines() if s.startswith(("%", "ENTRY %")) and s.endswith("{")]
+        # the same computations, named and typed alike (XLA orders them by a walk from the root)
+        assert sorted(s for s in ours["lines"] if s.startswith(("%", "ENTRY %"))) == sorted(headers), pb.name
+    assert checked > 100
+    assert whole / checked > 0.95  # the attributes after: all but compare's type= and the like
+
+
+def test_hlo_view_route(client):
+    run, module = _run_and_module(client)
+    d = client.get("/api/hlo", params={"run": run, "module_name": module, "instr": "wrapped_tanh"}).json()
+    ins = d["instruction"]
+    assert d["lines"][ins["line"]].strip() == ins["text"]
+    assert ins["text"].startswith("%wrapped_tanh = f32[256,1024]{1,0} fusion(")
+    assert d["missing"] is None
+    assert any(c["entry"] for c in d["computations"])
+    miss = client.get("/api/hlo", params={"run": run, "module_name": module, "instr": "no_such_op"}).json()
+    assert miss["instruction"] is None and miss["missing"] == "no_such_op"
+    bad = client.get("/api/hlo", params={"run": run, "module_name": "nope(1)"})
+    assert bad.status_code == 404 and "nope(1)" in bad.json()["error"]
+
+
+def test_instruction_panel_links_reopen_the_slice(client):
+    """The defining op's and its last use's slices: each link's ``ev`` is an event of the
+    trace viewer's own ids, named by the op, inside the link's window."""
+    run, module = _run_and_module(client)
+    d = client.get("/api/hlo/instruction", params={"run": run, "module_name": module, "instr": "wrapped_tanh",
+                                                   "hops": 2}).json()
+    hood = d["neighborhood"]["nodes"]
+    assert hood[0]["name"] == "wrapped_tanh" and hood[0]["direction"] == "self"
+    assert {n["direction"] for n in hood[1:]} == {"operand", "user"}
+    assert d["lastUse"] == "sort.0"
+    for op, key in (("wrapped_tanh", "defining"), ("sort.0", "lastUse")):
+        found = d["trace"][key]
+        assert found["count"] >= 3  # the step ran three times in the trace
+        for s in found["slices"]:
+            link = s["link"]
+            ev = client.get("/api/trace/event", params={"run": run, "host": link["host"], "id": link["ev"]}).json()
+            assert ev["name"] == op
+            assert link["start_ms"] <= ev["start"] <= ev["start"] + ev["dur"] <= link["end_ms"]
+            assert ev["args"]["hlo_module"] + f"({ev['args']['program_id']})" == module
+    # the source: the program's file under the log directory, its line the tanh's
+    src = d["source"]
+    assert src["path"] == "src/mlp.py"
+    lines = client.get("/api/source", params={"run": run, "file": src["file"], "line": src["line"]}).json()
+    assert lines["path"] == "src/mlp.py"
+    assert "jnp.tanh(x @ w1)" in lines["lines"][lines["line"] - lines["first_line"]]
+
+
+def test_parameter_has_no_trace_slices(client):
+    """A parameter runs no kernel: no slice, so no trace link (never a dead one)."""
+    run, module = _run_and_module(client)
+    d = client.get("/api/hlo/instruction", params={"run": run, "module_name": module, "instr": "x.1"}).json()
+    assert d["trace"]["defining"] == {"count": 0, "slices": []}
+    missing = client.get("/api/hlo/instruction", params={"run": run, "module_name": module, "instr": "nope"})
+    assert missing.status_code == 404
+
+
+def test_source_roots_never_read_outside(tmp_path):
+    root = tmp_path / "root"
+    (root / "proj").mkdir(parents=True)
+    (root / "proj" / "model.py").write_text("a = 1\nb = 2\nc = 3\n")
+    secret = tmp_path / "secret.py"
+    secret.write_text("TOKEN = 'x'\n")
+    (root / "proj" / "leak.py").symlink_to(secret)
+    (root / "out").symlink_to(tmp_path)  # a folder symlink leading out of the root
+    roots = SourceRoots([root])
+    # found by its longest suffix under the root, from an absolute path of another machine
+    got = roots.read("/home/user/proj/model.py", 2, 1)
+    assert (got["path"], got["first_line"], got["lines"]) == ("proj/model.py", 1, ["a = 1", "b = 2", "c = 3"])
+    for name in ("../secret.py", "proj/../../secret.py", "..\\secret.py"):
+        with pytest.raises(Exception) as e:
+            roots.read(name, 1)
+        assert e.value.status == 400, name
+    for name in (str(secret), "proj/leak.py", "out/secret.py", "/etc/passwd"):
+        with pytest.raises(Exception) as e:
+            roots.read(name, 1)
+        assert e.value.status == 404, name
+    (root / "bin.py").write_bytes(b"\x00\x01binary")
+    with pytest.raises(Exception) as e:
+        roots.read("bin.py", 1)
+    assert e.value.status == 422
+
+
+def test_source_route_errors_are_json(client, made):
+    run, _ = _run_and_module(client)
+    for params, status in (({"file": "../../etc/passwd"}, 400), ({"file": "/etc/passwd"}, 404), ({}, 400),
+                           ({"file": str(made / "dump" / "nothing.py")}, 404)):
+        r = client.get("/api/source", params={"run": run, **params})
+        assert r.status_code == status, params
+        assert r.json()["error"]
