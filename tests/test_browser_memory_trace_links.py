@@ -17,7 +17,8 @@ from urllib.request import urlopen
 
 import pytest
 
-from tests.conftest import ARTIFACTS
+from tests.conftest import ARTIFACTS, profscope_server
+from tests.test_memory_trace_clock import snapshot_and_trace
 
 pytestmark = pytest.mark.browser
 
@@ -91,3 +92,30 @@ def test_no_matching_trace_no_link_but_why(open_page, public_server):
     none = snap.wait_for_selector("#ts-trace-none", timeout=60_000)
     assert "no PyTorch trace sits beside" in none.get_attribute("title")
     assert snap.query_selector("#ts-trace-link") is None
+
+
+@pytest.fixture(scope="module")
+def side_by_side(tmp_path_factory):
+    """A snapshot and the PyTorch trace its run recorded beside it (builders)."""
+    root = tmp_path_factory.mktemp("snaplog")
+    snap = snapshot_and_trace(root)
+    with profscope_server("serve", str(root), "--port", "0", "--cache-dir", str(tmp_path_factory.mktemp("cache"))) as (url, _):
+        yield url, snap
+
+
+def test_snapshot_event_opens_its_trace_there(open_page, side_by_side):
+    server, snap = side_by_side
+    page = _open(open_page, server, run="snap.pickle", tool="memory_profile", t="1")  # event 1: the 16 MiB alloc
+    link = page.wait_for_selector("#ts-trace-link", timeout=90_000)
+    link.scroll_into_view_if_needed()
+    page.screenshot(path=str(ARTIFACTS / "snapshot_trace_link.png"), full_page=False)
+    aim = float(link.get_attribute("data-trace-ms"))
+    link.click()
+    page.wait_for_function(READY, timeout=90_000)
+    q = _query(page)
+    assert q["run"] == "run.pt.trace.json" and q["tool"] == "trace_viewer@"
+    assert abs((float(q["start_ms"]) + float(q["end_ms"])) / 2 - aim) < 1e-6
+    page.screenshot(path=str(ARTIFACTS / "snapshot_trace_link_trace.png"), full_page=False)
+    w = _get(server, "/api/trace/window", run=q["run"], host=q["host"], start_ms=q["start_ms"], end_ms=q["end_ms"])
+    c = next(c for c in w["counters"] if c["name"] == "memory allocated (device 0)")
+    assert [v for t, v in zip(c["t"], c["v"]) if abs(t - aim) < 1e-6] == [snap["device_traces"][0][1]["size"]]

@@ -106,7 +106,8 @@ def snapshot_and_trace(folder, *, skew_us: int = 0):
     (folder / "snap.pickle").write_bytes(torch_snapshot.to_pickle(snap))
     tb = memory_trace.TraceBuilder()
     t0 = snap["device_traces"][0][0]["time_us"] - BASE_NS // 1000 + skew_us
-    tb.op("aten::empty", t0 - 10, 30)
+    tb.op("aten::empty", t0 - 5000, 30)  # the trace runs 5 ms either side: a link's window sits inside it
+    tb.op("aten::zero_", t0 + 5000, 30)
     for e in snap["device_traces"][0]:
         ts = e["time_us"] - BASE_NS // 1000 + skew_us
         if e["action"] == "alloc":

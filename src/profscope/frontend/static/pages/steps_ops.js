@@ -89,7 +89,7 @@ async function renderStepsOps(view, state, run, details) {
     stepsSection(data, state),
     data.hosts && !(data.ops || []).length
       ? el("p", { class: "muted", id: "so-ops-per-host" }, "The ops table is per host: pick one in the Host menu, or ", link({ ...state, host: details.hosts[0] }, "open the first"), ".")
-      : opsSection(data, state, run),
+      : opsSection(data, state, { ...run, modules: details.modules || [] }),
   ].filter((x) => x !== null));
   drawCharts(data, state);
 }
@@ -353,6 +353,30 @@ function opsSection(d, state, run) {
     shareNote(d, kind, uniq((r) => r.kind)), scopeNote(d, state), chosen ? opDetails(chosen, d, state, run) : null, table.node);
 }
 
+// An HLO row whose module the run's memory viewer lists (the module picker's names): only
+// then do its memory viewer and HLO view exist; a module without its proto has neither.
+function listed(r, run) {
+  return r.kind === "hlo" && !!r.module && (run.modules || []).includes(r.module);
+}
+
+// The op's line in its module's HLO text (the memory viewer's view=hlo), drawn once
+// GET /api/hlo says the module has an instruction of that name (never a dead link);
+// otherwise a muted note says why.
+function hloLink(r, d, state, run) {
+  if (!listed(r, run)) return null;
+  const host = d.host || state.host;
+  const q = new URLSearchParams({ run: run.name, module_name: r.module, instr: r.name });
+  if (host) q.set("host", host);
+  const spot = el("span", { id: "so-hlo-spot" });
+  const none = (why) => spot.replaceChildren(" · ", el("span", { class: "muted", id: "so-hlo-none", title: why }, "no HLO text"));
+  cachedJson(`/api/hlo?${q}`).then((a) => {
+    if (!a.instruction) return none(`${r.module} has no instruction named ${r.name}`);
+    const target = { run: run.name, tool: "memory_viewer", host: host || "", module_name: r.module, view: "hlo", instr: r.name };
+    spot.replaceChildren(" · ", link(target, `HLO of ${r.name}`, { id: "so-hlo-link" }));
+  }, (err) => none(`the HLO text could not be read: ${err.message || err}`));
+  return spot;
+}
+
 // The kinds, each alone, and every kind at once (kind=all); the one shown is selected.
 function kindSelector(kinds, kind) {
   const label = KIND_NAMES;
@@ -382,7 +406,8 @@ function scopeNote(d, state) {
 }
 
 // One op: its numbers, and links to its slowest occurrence in the trace viewer and, for
-// an HLO op, to its module in the memory viewer.
+// an HLO op of a module the run's memory viewer lists (run.modules), to its buffers there
+// and to its line in the module's HLO text (hloLink).
 function opDetails(r, d, state, run) {
   const s = r.slowest;
   const trace = s ? { ...state, tool: "trace_viewer@", host: s.host || d.host || state.host, start_ms: String((s.start_us - PAD_US) / 1e3),
@@ -401,7 +426,8 @@ function opDetails(r, d, state, run) {
     el("dl", {}, facts.flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v)])),
     el("div", { class: "so-links" },
       trace ? link(trace, "Open the slowest occurrence in the trace viewer", { id: "so-trace-link" }) : el("span", { class: "muted" }, "no occurrence located in the timeline"),
-      r.kind === "hlo" && r.module ? [" · ", link({ ...state, tool: "memory_viewer", module_name: r.module, hlo_op: r.name, op: "", step: "" }, `Memory viewer of ${r.module}`, { id: "so-memory-link" })] : null,
+      listed(r, run) ? [" · ", link({ ...state, tool: "memory_viewer", module_name: r.module, hlo_op: r.name, op: "", step: "" }, `Memory viewer of ${r.module}`, { id: "so-memory-link" })] : null,
+      hloLink(r, d, state, run),
       " · ", link({ ...state, op: "" }, "close")));
 }
 
