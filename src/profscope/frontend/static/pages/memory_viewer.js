@@ -4,8 +4,8 @@
 // the text-only payload of a dump that has no *.hlo.pb.
 // URL keys: memory_space, buffer (the selected buffer: a shared link opens on it),
 // hlo_op (an HLO instruction, e.g. from a trace-viewer slice: its buffers are selected and
-// the heap-simulator event that allocates them is marked); the shell's module_name picks
-// the module. Every peak here is the compiler's plan (the XLA heap simulator): "compiler
+// the heap-simulator event that allocates them is marked), view=hlo with instr and hq (the
+// module's HLO text, hlo_view.js); the shell's module_name picks the module. Every peak here is the compiler's plan (the XLA heap simulator): "compiler
 // heap peak", not what an allocator reached at run time.
 import { el } from "../lib/dom.js";
 import { go, readState, stateUrl } from "../lib/state.js";
@@ -16,6 +16,8 @@ import { HOVER_CARD, bytesAxis, escapePlotly, newPlot } from "../lib/plotly.js";
 import { sortableTable } from "../lib/table.js";
 import { COMPARE_KEYS, comparePicker, comparing } from "../lib/compare.js";
 import { renderCompare } from "./memory_viewer_compare.js";
+import { renderHloView } from "./hlo_view.js";
+import { instructionOf, instructionPanel, instructionSections, loadInstruction } from "./hlo_panel.js";
 
 const X_TITLE = "program order (heap-simulator event index)";
 const categoryColor = (cat) => colorOf(XLA_CATEGORY, XLA_OTHER, cat);
@@ -25,6 +27,10 @@ let current = null; // the module view on screen: lets a buffer click update in 
 // -- entry point ---------------------------------------------------------------------
 
 async function renderMemoryViewer(view, state, run, details) {
+  if (state.module_name && state.view === "hlo") { // the module's HLO text (hlo_view.js)
+    leaveModule();
+    return renderHloView(view, state, run);
+  }
   // A base in the URL: the compare view (memory_viewer_compare.js), the single view left.
   if (state.module_name && comparing(state)) {
     leaveModule();
@@ -901,7 +907,22 @@ function bufferCard(ctx, info, selected) {
       el("span", { class: "mv-card-kind" }, selected ? "selected buffer" : "buffer"),
       selected ? clearButton(ctx) : null),
     el("div", { class: "mv-card-name" }, info.name || `#${info.id}`),
-    el("dl", {}, rows));
+    el("dl", {}, rows),
+    instructionPart(ctx, info, selected));
+}
+
+// The buffer's defining instruction (hlo_panel.js): the whole panel when the buffer is
+// pinned; on a hover, its HLO line and links once they have loaded (cached per instruction).
+function instructionPart(ctx, info, selected) {
+  const instr = instructionOf(info.name);
+  if (!instr || ctx.data.textOnly) return null;
+  const state = readState();
+  if (selected) return instructionPanel(state, instr, { idPrefix: "mv" });
+  const box = el("div", { class: "hp", id: "mv-panel" });
+  loadInstruction(state, instr).then((d) => {
+    if (box.isConnected) box.replaceChildren(...instructionSections(state, d, { compact: true }));
+  }, () => box.remove());
+  return box;
 }
 
 function sizeNode(bytes) {
@@ -1078,6 +1099,9 @@ export default {
     memory_space: { resetOn: ["run"] },
     buffer: { resetOn: ["run", "module_name", "memory_space"] },
     hlo_op: { resetOn: ["run", "module_name", "memory_space"] },
+    view: { resetOn: ["run", "module_name", "host"] }, // "hlo": the module's HLO text (hlo_view.js)
+    instr: { resetOn: ["run", "module_name", "host"] },
+    hq: { resetOn: ["run", "module_name", "host"] },
   },
   render: renderMemoryViewer,
 };
