@@ -226,6 +226,9 @@ class TraceQuery(Query):
     offset: int | None = count()  # search: the first match answered (0-based, in the search's order); None: 0
     within_steps: bool | None = flag()  # /api/steps_ops: StepsOpsQuery's
     step: str | None = text()  # /api/steps_ops: StepsOpsQuery's
+    track: int | None = count()  # /api/trace/counter: a counter's track id, from a window
+    t: float | None = ms()  # /api/trace/counter: the point's time (ms, the page's clock)
+    peak: str | None = text()  # /api/trace/counter: "window" or "all": the counter's largest sample
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,7 @@ from profscope.app.runtime_memory import RuntimeMemory
 from profscope.app.snapshots import SNAPSHOT_VIEWS, Snapshots
 from profscope.app.tool_table import Tool
 from profscope.app.traces import Traces
+from profscope.app.trace_viewer_links import TraceViewerLinks
 from profscope.app.profile_steps import ProfileSteps
 from profscope.cache.store import DiskCache
 from profscope.cache import worker as cache_worker
@@ -47,7 +48,7 @@ __all__ = ["SNAPSHOT_VIEWS", "ModuleSource", "Workspace"]
 FORK_WORTH_BYTES = 32 << 20
 
 
-class Workspace(CompiledMemory, RuntimeMemory, Snapshots, OomAssessment, Traces, OpStats, ProfileSteps, Analysis,
+class Workspace(CompiledMemory, RuntimeMemory, Snapshots, OomAssessment, Traces, TraceViewerLinks, OpStats, ProfileSteps, Analysis,
                 Comparisons, FileDerived):
     """``capture_dir``: where profiles captured from running jobs are written (app/capture.py),
     listed as runs under ``captures/``; None: this workspace does not capture, and

@@ -296,7 +296,7 @@ def _build(path, hostname, data, meta, headers, ev: xw.Events, pre_grouped, loop
         line=ev.line[mem_order],
         strings=strings.table,
         memory_ids=memory_ids,
-        line_names=line_names,
+        line_names=line_names, line_timestamps_ns=line_ts_ns.tolist(),  # an event's clock: AllocatorEvents
         steps=steps,
         hlo_modules=hlo_modules,
         grouping=grouping,

@@ -108,6 +108,10 @@ class AllocatorEvents:
     strings: list[str] = field(default_factory=lambda: [""])
     memory_ids: list[str] = field(default_factory=list)
     line_names: list[str] = field(default_factory=list)
+    # each line's ``timestamp_ns``: ``time_ps`` is relative to its event's line (XProf's
+    # OffsetPs), so an event's absolute time, the trace viewer's clock, is
+    # line_timestamps_ns[line] * 1000 + time_ps (lines may differ: ROCm JAX profiles)
+    line_timestamps_ns: list[int] = field(default_factory=list)
     steps: list[StepGroup] = field(default_factory=list)
     hlo_modules: list[HloModuleSpan] = field(default_factory=list)
     grouping: str = "none"  # "grouped", "pre-grouped", "loop-ops", "no-roots", "none"

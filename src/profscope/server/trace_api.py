@@ -24,6 +24,7 @@ RANGE = ("start_ms", "end_ms")
 Window = query_params(TraceQuery, *HOSTS, *RANGE, "resolution")
 Preview = query_params(TraceQuery, *HOSTS, "resolution")
 Event = query_params(TraceQuery, *HOSTS, "id")
+Counter = query_params(TraceQuery, *HOSTS, *RANGE, "track", "t", "peak")
 Search = query_params(TraceQuery, *HOSTS, "q", "limit", "offset")
 Range = query_params(TraceQuery, *HOSTS, *RANGE)
 StepsOps = query_params(TraceQuery, *HOSTS, "within_steps", "step")
@@ -62,7 +63,14 @@ def router(ws: Workspace) -> APIRouter:
     def event(query: Event, run: Text = None) -> Response:
         if query.id is None:
             raise BadRequest("missing parameter 'id' (an event id from /api/trace/window or /api/trace/search)")
-        return json_response(ws.trace_event(ws.run(run), query))
+        # with the links to the other tools that exist for it (app/trace_viewer_links.py)
+        return json_response(ws.trace_event_links(ws.run(run), query))
+
+    @r.get("/counter")
+    def counter(query: Counter, run: Text = None) -> Response:
+        """One counter sample (``t``) or its peak (``peak=window|all``) and the memory
+        profile at the same allocator event (app/trace_viewer_links.py)."""
+        return json_response(ws.trace_counter(ws.run(run), query))
 
     @r.get("/search")
     def search(query: Search, run: Text = None) -> Response:
