@@ -172,3 +172,70 @@ def test_source_route_errors_are_json(client, made):
         r = client.get("/api/source", params={"run": run, **params})
         assert r.status_code == status, params
         assert r.json()["error"]
+
+
+PUBLIC = ("tpu_inference", "mi300_jax08_gemm", "mi300_jax_conv_xprof_touched", "tf_gpu")
+
+
+def _bars(logdir: Path, cache: Path) -> list[dict]:
+    ws = Workspace(LogDir(str(logdir)), DiskCache(cache))
+    return [link_program.coverage(ws, run, module) for run in ws.runs() if run.kind.value == "profile"
+            for module in ws.modules(run)]
+
+
+def test_every_peak_buffer_resolves_to_hlo_and_its_slices(shared_fixtures, made, tmp_path):
+    """Issue 37's bar, per fixture: every buffer at a module's peak that has a defining
+    instruction resolves to its line of HLO text, and every one whose op the trace has
+    slices of links to at least one slice of this module's runs (benchmarks/bench_hlo_links.py
+    prints the same counts)."""
+    seen = {}
+    for name in PUBLIC:
+        seen[name] = _bars(shared_fixtures / "public_profiles" / "xplane" / name, tmp_path / name)
+    seen["link_program"] = _bars(made / "logdir", tmp_path / "made")
+    for name, rows in seen.items():
+        for r in rows:
+            assert r["hloText"] == r["withInstruction"], (name, r)
+            assert r["traceSlices"] == r["opEvents"], (name, r)
+    # the counts are not empty where the profile has compiled modules that ran while traced
+    for name in ("tpu_inference", "mi300_jax08_gemm", "mi300_jax_conv_xprof_touched", "link_program"):
+        assert sum(r["opEvents"] for r in seen[name]) > 0, name
+        assert sum(r["withInstruction"] for r in seen[name]) > 0, name
+    assert seen["tf_gpu"] == []  # TensorFlow without XLA: no compiled module, no buffer to link
+
+
+def test_a_dump_has_hlo_but_no_trace_link(demo_client):
+    """An XLA dump run has the HLO text and neighbourhood, and no trace: ``trace`` is None,
+    so the panel draws no trace link."""
+    modules = demo_client.get("/api/run", params={"run": "dumps/mlp"}).json()["modules"]
+    text = demo_client.get("/api/hlo", params={"run": "dumps/mlp", "module_name": modules[0]}).json()
+    entry = next(c for c in text["computations"] if c["entry"])
+    root = next(line for line in text["lines"][entry["line"]:entry["endLine"]] if line.strip().startswith("ROOT "))
+    name = root.split("%", 1)[1].split(" ", 1)[0]
+    d = demo_client.get("/api/hlo/instruction", params={"run": "dumps/mlp", "module_name": modules[0], "instr": name}).json()
+    assert d["instruction"]["name"] == name and d["trace"] is None
+
+
+def test_an_op_name_of_two_modules_links_to_its_own_module_runs(shared_fixtures, tmp_path):
+    """The MI300 GEMM profile runs jit_dot six times as six modules, each with a
+    ``custom-call.1``: each module's panel links to slices of its own program only (the
+    GPU's ``XLA Ops - from #16`` slices inside that module's ``XLA Modules`` run)."""
+    client = TestClient(create_app(Workspace(LogDir(str(shared_fixtures / "public_profiles" / "xplane" / "mi300_jax08_gemm")),
+                                             DiskCache(tmp_path))))
+    run = client.get("/api/runs").json()["runs"][0]["name"]
+    modules = [m for m in client.get("/api/run", params={"run": run}).json()["modules"] if m.startswith("jit_dot(")]
+    assert len(modules) >= 2
+    seen, linked = set(), 0
+    for module in modules:
+        r = client.get("/api/hlo/instruction", params={"run": run, "module_name": module, "instr": "custom-call.1"})
+        if r.status_code == 404:  # jit_dot(5), another shape, has no custom-call.1
+            continue
+        d = r.json()
+        linked += 1
+        slices = d["trace"]["defining"]["slices"]
+        assert slices, module
+        for s in slices:
+            ev = client.get("/api/trace/event", params={"run": run, "host": s["link"]["host"], "id": s["link"]["ev"]}).json()
+            assert ev["name"] == "custom-call.1" and ev["track"]["name"].startswith("XLA Ops")
+            assert f"{ev['args']['hlo_module']}({ev['args']['program_id']})" == module
+            seen.add(s["link"]["ev"])
+    assert linked >= 2 and len(seen) >= linked

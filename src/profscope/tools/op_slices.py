@@ -1,7 +1,8 @@
 """Where one HLO instruction of one module ran: its slices in a host's trace index
 (tools/trace_index.py), found by name, without decoding the profile again.
 
-- GPU and TPU profiles put each HLO op on the device planes' ``XLA Ops`` lines, named by the
+- GPU and TPU profiles put each HLO op on the device planes' ``XLA Ops`` lines (a GPU's
+  ``XLA Ops - from #<stream>``, one per stream), named by the
   instruction, and the module's runs on the ``XLA Modules`` line beside them, named
   ``<module>(<program id>)`` as the memory viewer names modules: an op's slice belongs to
   the module whose run on the same device (pid) covers its start.
@@ -27,7 +28,10 @@ def _names_equal(ix: TraceIndex, name: str) -> list[int]:
 
 
 def _tracks_named(ix: TraceIndex, name: str) -> np.ndarray:
-    return np.asarray([i for i, t in enumerate(ix.tracks) if t["name"] == name], dtype=np.int64)
+    """The tracks of a device line: ``XLA Ops`` on a TPU, ``XLA Ops - from #16`` on a GPU
+    (XProf derives the lines once per stream and names the stream)."""
+    return np.asarray([i for i, t in enumerate(ix.tracks) if t["name"] == name or t["name"].startswith(name + " - from ")],
+                      dtype=np.int64)
 
 
 def op_rows(ix: TraceIndex, op: str, module: str | None) -> np.ndarray:
