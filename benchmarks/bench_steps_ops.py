@@ -13,9 +13,12 @@ are its own), through the workspace the server uses (conversions in the calling 
 - **warm answer**: ``steps_ops`` again on that cache, the index built (median of
   ``--repeat``);
 - **after index**: ``steps_ops`` in a new process on a cache where only the trace index
-  was built (the index build's child's cache): the step reader and the tables, what the
-  issue's "from a built trace index" bar measures (the warm answer also has the steps
-  cached);
+  was built for the timeline (the index build's child's cache): the step reader and the
+  tables (the warm answer also has the steps cached);
+- **index + steps** and **after steps index**: the same two for the index as Steps & ops
+  builds it (``Workspace.trace_index(..., steps=True)``: a CPU-only profile's host steps
+  grouped from the build's own decode into the folder), what the issue's "from a built
+  trace index" bar measures once the Summary or Steps & ops has opened the run;
 - **XProf**: ``xspace_to_tool_data([copy], "hlo_stats" | "op_profile", {})`` in XProf's
   scratch environment (``--xprof-python`` or ``$XPROF_PYTHON``; left out without one),
   timed inside its process around the call (its start-up and imports not counted), on a
@@ -75,13 +78,13 @@ def _timed(fn) -> dict:
     return {"wall_s": time.perf_counter() - t, "cpu_s": time.process_time() - c, "out": out}
 
 
-def _index_build(logdir: str, run: str, host: str, cache: Path) -> dict:
+def _index_build(logdir: str, run: str, host: str, cache: Path, steps: bool = False) -> dict:
     from profscope.app.queries import TraceQuery
 
     ws = _workspace(logdir, cache)
     r = ws.run(run)
     name, info, _pos = ws._trace_hosts(r, TraceQuery(host=host))[0]
-    got = _timed(lambda: ws.trace_index(r, name, info).n)
+    got = _timed(lambda: ws.trace_index(r, name, info, steps=steps).n)
     return {"wall_s": got["wall_s"], "cpu_s": got["cpu_s"], "events": got["out"]}
 
 
@@ -180,14 +183,17 @@ def main() -> None:
             index = in_child(_index_build, logdir, run, host, work / f"index{k}")
             answer = in_child(_answers, logdir, run, host, work / f"answer{k}", args.repeat)
             after = in_child(_answers, logdir, run, host, work / f"index{k}", 0)
+            steps_index = in_child(_index_build, logdir, run, host, work / f"steps{k}", True)
+            after_steps = in_child(_answers, logdir, run, host, work / f"steps{k}", 0)
             row = {"run": run, "host": host, "file_mb": size / 1e6, "index": index, "answer": answer,
-                   "after_index": after}
+                   "after_index": after, "steps_index": steps_index, "after_steps_index": after_steps}
             if xplane is not None and args.xprof_python:
                 row["xprof"] = {tool: xprof(args.xprof_python, xplane, tool, work) for tool in ("hlo_stats", "op_profile")}
             rows.append(row)
             print(_line(row), flush=True)
             shutil.rmtree(work / f"index{k}", ignore_errors=True)
             shutil.rmtree(work / f"answer{k}", ignore_errors=True)
+            shutil.rmtree(work / f"steps{k}", ignore_errors=True)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
 
@@ -204,7 +210,12 @@ def _line(row: dict) -> str:
     after = row.get("after_index") or {}
     if "wall_s" in after:
         text += (f"  after index {after['wall_s']:7.3f} s ({after['cpu_s']:6.2f} CPU s)")
-    for name, got in (("index", ix), ("cold", ans), ("after", after)):  # user + sys, fresh pages
+    six, after_steps = row.get("steps_index") or {}, row.get("after_steps_index") or {}
+    if "wall_s" in six and "wall_s" in after_steps:
+        text += (f"  index+steps {six['wall_s']:7.3f} s ({six['cpu_s']:6.2f} CPU s, {six['max_rss_mib']:6.0f} MiB)"
+                 f"  after steps index {after_steps['wall_s']:7.3f} s ({after_steps['cpu_s']:6.2f} CPU s)")
+    for name, got in (("index", ix), ("cold", ans), ("after", after), ("index+steps", six),
+                      ("after steps", after_steps)):  # user + sys, fresh pages
         if "user_s" in got:
             text += f"  [{name}: {got['user_s']:.2f} + {got['sys_s']:.2f} s, {got['minflt'] / 1000:.0f} k minflt]"
     for tool, x in (row.get("xprof") or {}).items():

@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+import orjson
+
 from profscope.app import keys, lazy
 from profscope.errors import NotFound, ProfscopeError
 from profscope.model.catalog import Run
@@ -17,12 +19,49 @@ xprof_overview = lazy.module("profscope.tools.xprof_overview")
 ALL_HOSTS = "ALL_HOSTS"
 
 
-def _read(f, path: str) -> dict:
-    ev = xplane_step_events.read_step_events(f, path)
+# In a CPU-only xplane's trace index folder built for Steps & ops (app/traces.py
+# ``trace_index(..., steps=True)``): its host steps, grouped by the build from the host
+# plane it read (formats/xplane_trace.py); a timeline's build and older folders lack it.
+HOST_STEPS_FILE = "host_steps.json"
+# The index folder is kept per INDEX_VERSION, not per keys.XPLANE_STEPS: a change of the
+# steps themselves (XProf's grouping, the host step database: formats/xplane_steps.py,
+# xplane_step_events.py) bumps this too, and older files are then passed over for the reader.
+HOST_STEPS_VERSION = 1
+
+
+def write_host_steps(folder, events) -> None:
+    """The host steps the trace index build grouped (``TraceEvents.host_steps``), if
+    any, into its index folder."""
+    if getattr(events, "host_steps", None) is not None:
+        (folder / HOST_STEPS_FILE).write_bytes(orjson.dumps({"version": HOST_STEPS_VERSION, **events.host_steps}))
+
+
+def _from_index(folder):
+    """:func:`read_step_events`' answer for a CPU-only profile from the host steps its
+    index build grouped (the same fields: no device, no program names), or None. Its
+    steps' ``type_ps`` keys stay strings, as the step database has them (44,000 steps'
+    keys made ints and back cost 0.17 s; the breakdown does not read them)."""
+    try:
+        saved = orjson.loads((folder / HOST_STEPS_FILE).read_bytes())
+    except FileNotFoundError:
+        return None
+    if saved.get("version") != HOST_STEPS_VERSION:  # grouped by an older profscope's rules
+        return None
+    steps = saved["steps"]
+    return xplane_step_events.StepEvents("CPU_ONLY", "CPU", [], steps, "grouped" if steps else "none",
+                                         saved["first_ps"], False, {}, saved["hostname"])
+
+
+def _answer(ev, keys_are_str: bool = False) -> dict:
+    steps = ev.steps if keys_are_str else [{**s, "type_ps": {str(k): v for k, v in s["type_ps"].items()}}
+                                           for s in ev.steps]
     step_db = {"hardware": ev.hardware, "device_type": ev.device_type, "device_count": len(ev.devices),
-               "tf_data": ev.tf_data, "grouping": ev.grouping, "hostname": ev.hostname,
-               "steps": [{**s, "type_ps": {str(k): v for k, v in s["type_ps"].items()}} for s in ev.steps]}
+               "tf_data": ev.tf_data, "grouping": ev.grouping, "hostname": ev.hostname, "steps": steps}
     return {"step_db": step_db, "breakdown": xplane_step_breakdown.breakdown(ev, ev.program_names)}
+
+
+def _read(f, path: str) -> dict:
+    return _answer(xplane_step_events.read_step_events(f, path))
 
 
 class ProfileSteps:
@@ -31,8 +70,15 @@ class ProfileSteps:
     def xplane_steps(self, run: Run, host: str | None) -> dict:
         """One host's ``{"step_db", "breakdown"}``, read once per file."""
         info = self.host_xplane(run, host, "steps")
+        # a CPU-only profile's trace index built by Steps & ops holds its steps: no second read
+        folder = self.cache.built_dir(self._trace_index_key(host or run.hosts[0], info))
+        read = _read
+        if folder is not None and (folder / HOST_STEPS_FILE).is_file():
+            def read(f, path):
+                ev = _from_index(folder)
+                return _read(f, path) if ev is None else _answer(ev, keys_are_str=True)
         return self.derived_json(keys.XPLANE_STEPS, info, "reading the steps and device activities of",
-                                 "steps and device time", _read)
+                                 "steps and device time", read)
 
     def xplane_steps_ops(self, run: Run, host: str) -> dict:
         """The step part of ``/api/steps_ops`` for an xplane run (its ``ops`` are added by

@@ -15,7 +15,7 @@ import orjson
 
 from profscope.app import keys, lazy
 from profscope.app.queries import StepsOpsQuery, TraceQuery, XprofTraceQuery
-from profscope.app.profile_steps import ALL_HOSTS
+from profscope.app.profile_steps import ALL_HOSTS, write_host_steps
 from profscope.errors import NotFound, ProfscopeError
 from profscope.forksafe import renew_locks_after_fork
 from profscope.model.catalog import Run, RunKind
@@ -75,11 +75,14 @@ class Traces:
     def _trace_index_key(self, host: str, info: FileInfo) -> str:
         return keys.derived(keys.TRACE_INDEX, self.logdir.url, info.identity(), host)
 
-    def trace_index(self, run: Run, host: str, info: FileInfo, preview_resolution: int | None = None) -> trace_index.TraceIndex:
+    def trace_index(self, run: Run, host: str, info: FileInfo, preview_resolution: int | None = None,
+                    steps: bool = False) -> trace_index.TraceIndex:
         """The on-disk index of one file, built once per file identity (pids are stored
         without XProf's host number, which depends on the hosts selected).
         ``preview_resolution``: a build started here first publishes the whole-trace
-        window at that resolution (:meth:`trace_preview`)."""
+        window at that resolution (:meth:`trace_preview`). ``steps``: a build started
+        here also groups a CPU-only xplane's host steps into the folder (Steps & ops
+        asks it; app/profile_steps.py reads them there); a timeline's build does not."""
         key = self._trace_index_key(host, info)
         scale_out = self.scale_out
         if scale_out is not None and scale_out.usable() and not self.cache.is_built(key):
@@ -99,12 +102,14 @@ class Traces:
             try:
                 with self.logdir.open(info.path) as f:
                     if classify(info.name) is FileKind.XPLANE:
-                        events = xplane_trace.read_trace(f, path, 0, host, progress=progress.part(0, 0.6), sink=writer)
+                        events = xplane_trace.read_trace(f, path, 0, host, progress=progress.part(0, 0.6), sink=writer,
+                                                         steps=steps)
                     else:
                         events = chrome_trace.trace_columns(f, path, progress=progress.part(0, 0.6), sink=writer)
             finally:
                 writer.close()
             writer.finish(events, progress=progress.part(0.6, 1), preview=preview)
+            write_host_steps(folder, events)  # a CPU-only xplane's steps (app/profile_steps.py)
 
         folder = self.cache.get_or_build_dir(key, f"Trace viewer: indexing {info.name}", build,
                                              file=self.logdir.display_path(info.path))
@@ -199,7 +204,8 @@ class Traces:
             # (the ops table is per host)
             return {"run": run.name, "file": None, **self.xplane_steps_ops(run, ALL_HOSTS), "ops": []}
         name, info, _pos = self._trace_hosts(run, query)[0]
-        ix = self.trace_index(run, name, info)
+        # the build groups a CPU-only profile's steps from its own decode (no second read)
+        ix = self.trace_index(run, name, info, steps=True)
         head = {"run": run.name, "host": name, "file": self.logdir.display_path(info.path)}
         if classify(info.name) is FileKind.XPLANE:
             # XProf's steps or the module's runs, device time by category (app/profile_steps.py)

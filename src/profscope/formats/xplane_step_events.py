@@ -328,20 +328,49 @@ def small_pages():
 
 def _host_steps(f, size, ref, out: list) -> int | None:
     """A CPU-only profile's host steps into ``out`` (see the module docstring); the host's first event ps."""
-    from profscope.formats import xplane_steps as xs
-
     data = xw.read_plane_bytes(f, size, ref, pad=xw.PAD + (-ref.length) % 8)
-    meta_bytes, line_spans = xw.split_plane(data, ref.length)
-    meta = xplane_pb2.XPlane.FromString(meta_bytes)
+    return host_steps_of_plane(data, ref.length, out)
+
+
+def host_steps_of_plane(data, length: int, out: list, meta=None) -> int | None:
+    """:func:`_host_steps` of a host plane's bytes already in memory (``data``: as
+    ``xw.read_plane_bytes`` pads them, ``length`` the plane's; ``meta``: its parsed
+    metadata, if at hand): only the stats the steps read are decoded (one native pass,
+    no byte range per event), then XProf's grouping and the host step database. The
+    trace index build calls it on the plane it has just read for the timeline (no second
+    read of the file); the step reader on the plane it reads."""
+    meta_bytes, line_spans = xw.split_plane(data, length)
+    if meta is None:
+        meta = xplane_pb2.XPlane.FromString(meta_bytes)
     b = np.frombuffer(data, dtype=np.uint8)
     stat_names = {k: v.name for k, v in meta.stat_metadata.items()}
-    event_names = {k: v.name for k, v in meta.event_metadata.items()}
-    # only the stats the steps read (a JAX CPU event's hlo_op/hlo_module/program_id... were
-    # most of the decoded columns): the grouping's, and a grouped profile's own
-    read = {k: v for k, v in stat_names.items() if v in xs.GROUPING_STATS or v in ("group_id", "step_name")}
-    headers, ev = xw.decode_plane(data, b, line_spans, read)  # no byte range per event kept
+    headers, ev = xw.decode_plane(data, b, line_spans, host_step_stats(stat_names))  # no byte range per event kept
+    del b
     if ev.n == 0:
         return None
+    grouped = group_host_events(ev, data, meta, headers)
+    del data  # (the caller's reference may keep the bytes; the step database does not read them)
+    return _host_step_db(ev, *grouped, out)
+
+
+def host_step_stats(stat_names: dict[int, str]) -> dict[int, str]:
+    """Of a host plane's stat names, the stats the steps read (a JAX CPU event's
+    hlo_op/hlo_module/program_id... were most of the decoded columns): the grouping's,
+    and a grouped profile's own."""
+    from profscope.formats import xplane_steps as xs
+
+    return {k: v for k, v in stat_names.items() if v in xs.GROUPING_STATS or v in ("group_id", "step_name")}
+
+
+def group_host_events(ev, data, meta, headers) -> tuple:
+    """XProf's step grouping of a host plane's decoded events ``ev`` (``data``: the
+    plane's bytes, which string stats point into): the arguments of :func:`_host_step_db`
+    after ``ev`` (line timestamps, group id per event, roots, named roots, event names,
+    line names). The per-event stat views it made are dropped from ``ev``."""
+    from profscope.formats import xplane_steps as xs
+
+    stat_names = {k: v.name for k, v in meta.stat_metadata.items()}
+    event_names = {k: v.name for k, v in meta.event_metadata.items()}
     line_ts_ns = np.array([h.timestamp_ns for h in headers], dtype=np.int64)
     if any(m.name == "group_id" for m in meta.stat_metadata.values()):
         v = xw.StatView(ev, "group_id")
@@ -361,8 +390,29 @@ def _host_steps(f, size, ref, out: list) -> int | None:
         named = {}
         del g
     ev.views.clear()  # the stats' per-event views the grouping read, and the file's bytes
-    del data, b
-    return _host_step_db(ev, line_ts_ns, group_id, roots, named, event_names, [h.name for h in headers], out)
+    return line_ts_ns, group_id, roots, named, event_names, [h.name for h in headers]
+
+
+def cpu_only(index: xplane.XSpaceIndex) -> bool:
+    """Whether :func:`read_step_events` takes a profile's steps from XProf's host step
+    grouping (no GPU plane, no TPU core plane): the planes' names decide, before a read."""
+    return not any(r.name.startswith(GPU_PREFIX) or (r.name.startswith(TPU_PREFIX) and r.name[len(TPU_PREFIX):].isdigit())
+                   for r in index.planes)
+
+
+def host_steps_in_build(data, length: int, meta) -> dict | None:
+    """:func:`read_step_events`' host steps of a CPU-only profile, from the host plane's
+    bytes the trace index build read (:func:`host_steps_of_plane`, the step reader's own
+    path, under :func:`small_pages` as there): the same steps and first event time, as
+    plain data (``type_ps`` keys as strings) for the index folder (app/profile_steps.py
+    ``HOST_STEPS_FILE``); None where the grouping fails."""
+    out: list[dict] = []
+    try:
+        with small_pages():
+            first = host_steps_of_plane(data, length, out, meta)
+    except Exception:  # noqa: BLE001 - the steps must not fail the timeline: None, and the
+        return None  # step reader reads the file for Steps & ops and says what is wrong, as before
+    return {"first_ps": first, "steps": [{**s, "type_ps": {str(k): v for k, v in s["type_ps"].items()}} for s in out]}
 
 
 def _group_cover(group: np.ndarray, start: np.ndarray, end: np.ndarray, n_groups: int,

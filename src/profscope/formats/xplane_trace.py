@@ -46,6 +46,7 @@ from profscope.formats import protowire as wire
 from profscope.formats import xplane
 from profscope.formats import xplane_derived
 from profscope.formats import xplane_flows
+from profscope.formats import xplane_step_events
 from profscope.formats import xplane_wire as xw
 from profscope.formats.protos import xplane_pb2
 from profscope.model.trace import (
@@ -90,7 +91,7 @@ def selected_planes(index: xplane.XSpaceIndex) -> list[tuple[xplane.PlaneRef, in
 
 
 def read_trace(raw: IO[bytes], path: str, host_number: int = 1, hostname: str | None = None,
-               progress=None, sink=None) -> TraceEvents:
+               progress=None, sink=None, steps: bool = False) -> TraceEvents:
     """The trace events of one XSpace (``<host>.xplane.pb[.gz]``).
 
     ``host_number`` is XProf's 1-based host index (pids are ``1000 * host + device``);
@@ -111,17 +112,27 @@ def read_trace(raw: IO[bytes], path: str, host_number: int = 1, hostname: str | 
     # the other planes' metadata matter too: XProf's preprocessing (xplane_derived.Space.note)
     others = [p for p in index.planes if all(p is not r for r, _ in chosen)]
     total = sum(ref.length for ref, _ in chosen) or 1
+    # A CPU-only profile's steps are XProf's grouping of its host plane's events
+    # (formats/xplane_step_events.py): when asked, they are grouped here, from this decode
+    # of them, for the index folder (app/traces.py), instead of by a second read of the
+    # plane. Not for a timeline alone: the grouping would add about a third to the build's
+    # CPU time and 2.6x its peak memory on a long CPU profile (docs/performance.md).
+    steps_plane = xplane_step_events.HOST_PLANE if steps and xplane_step_events.cpu_only(index) else None
     with xw.xspace_errors(path):
         raw.seek(0)
         f, size = xplane.open_stream(raw, path)
-        return _read(f, size, path, hostname, chosen, host_number, total, progress, sink, others)
+        out = _read(f, size, path, hostname, chosen, host_number, total, progress, sink, others, steps_plane)
+    if out.host_steps is not None:
+        out.host_steps["hostname"] = index.hostnames[0] if index.hostnames else ""
+    return out
 
 
 CHUNK_EVENTS = 1 << 16  # events decoded at once: bounds the decoder's scratch memory
 LINE_WINDOW = 1 << 22  # bytes of a line searched for event headers at once (scratch memory)
 
 
-def _read(f, size, path, hostname, chosen, host_number, total, progress, sink, others=()) -> TraceEvents:
+def _read(f, size, path, hostname, chosen, host_number, total, progress, sink, others=(),
+          steps_plane: str | None = None) -> TraceEvents:
     names = NameTable()
     tracks: list[Track] = []
     processes: list[Process] = []
@@ -134,6 +145,7 @@ def _read(f, size, path, hostname, chosen, host_number, total, progress, sink, o
     derived = xplane_derived.Space(names)  # XProf's derived device lines, made at the end
     blob_base = 0
     base_ns: int | None = None
+    host_steps = None
     done = 0
     for ref, device_id in sorted([*chosen, *((r, None) for r in others)], key=lambda c: c[0].offset):
         if device_id is None:  # a plane not shown: only its metadata
@@ -202,20 +214,11 @@ def _read(f, size, path, hostname, chosen, host_number, total, progress, sink, o
             if dplane is not None:
                 dplane.collect(ev, ts, data)
             del ev, ts, name_id, internal, keep
-        # ThreadpoolListener::Region slices (XProf's preprocessing), no XEvent bytes
-        reg_line, reg_ts, reg_end = plane.regions()
-        if len(reg_line):
-            rtrack = line_track[reg_line]
-            ok = rtrack >= 0
-            k = int(ok.sum())
-            parts.events(rtrack[ok], reg_ts[ok], reg_end[ok] - reg_ts[ok], np.full(k, names(REGION_NAME), np.int32),
-                      np.zeros(k, np.int64), np.zeros(k, np.int32))
+        if ref.name == steps_plane:  # the step reader's decode of the bytes read above, not of the file
+            host_steps = xplane_step_events.host_steps_in_build(data, ref.length, meta)
+        _region_slices(parts, plane, line_track, names)
         plane.counters(pid, tracks, counters, plane_index, counter_lines)
-        for r_name, r_ts, r_dur, r_line in plane.step_rows:
-            steps.append((r_name, r_ts, r_dur))
-        for r_name, r_ts, r_dur, r_line in plane.line_rows:
-            if plane.special[r_line] == "steps":
-                steps.append((r_name, r_ts, r_dur))
+        steps += plane.steps()
         del b, plane
         # a plain file's plane bytes are its own, from the plane's offset: a sink that can
         # read the file back need not keep them (IndexWriter with a ``source``)
@@ -232,9 +235,21 @@ def _read(f, size, path, hostname, chosen, host_number, total, progress, sink, o
     out = TraceEvents.without_events(
         path, hostname, (base_ns or 0) * 1000, "xevent", names=names.names, tracks=tracks,
         processes=processes, counters=counters, steps=steps, planes=planes)
+    out.host_steps = host_steps
     if sink is None:
         parts.fill(out)
     return out
+
+
+def _region_slices(parts, plane, line_track, names) -> None:
+    """The plane's ThreadpoolListener::Region slices (XProf's preprocessing), no XEvent bytes."""
+    reg_line, reg_ts, reg_end = plane.regions()
+    if len(reg_line):
+        rtrack = line_track[reg_line]
+        ok = rtrack >= 0
+        k = int(ok.sum())
+        parts.events(rtrack[ok], reg_ts[ok], reg_end[ok] - reg_ts[ok], np.full(k, names(REGION_NAME), np.int32),
+                     np.zeros(k, np.int64), np.zeros(k, np.int32))
 
 
 def _line_runs(data, b, start: int, end: int):
@@ -374,6 +389,11 @@ class _PlaneReader:
                 heap = xw.StatView(ev, "bytes_allocated").int_value()[sel]
                 stack = xw.StatView(ev, "bytes_reserved").int_value()[sel]
                 self.alloc.append((who, ts[sel], heap, stack))
+
+    def steps(self) -> list[tuple[str, int, int]]:
+        """(name, ts, dur) of the plane's step rows: ``step_num`` events and ``Steps`` lines' events."""
+        return [(r_name, r_ts, r_dur) for r_name, r_ts, r_dur, r_line in self.step_rows] + \
+            [(r_name, r_ts, r_dur) for r_name, r_ts, r_dur, r_line in self.line_rows if self.special[r_line] == "steps"]
 
     def regions(self):
         """XProf's ThreadpoolLineMutator: a Region per StopRegion after a StartRegion on a

@@ -82,6 +82,10 @@ class TraceEvents:
     # Chrome-trace flow points, paired into flows, for the index to bind to slices: see
     # :class:`FlowPoints`
     flow_points: FlowPoints | None = None
+    # xplane, CPU-only, read with ``steps=True`` (Steps & ops' index build): XProf's host
+    # steps, grouped from the plane the build read (formats/xplane_trace.py;
+    # ``{"hostname", "first_ps", "steps"}``, kept in the index folder)
+    host_steps: dict | None = None
 
     def __len__(self) -> int:
         return int(self.start_ps.shape[0])

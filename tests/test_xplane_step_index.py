@@ -1,0 +1,145 @@
+"""A CPU-only xplane's host steps grouped by the trace index build (issue 34's speed bar):
+when Steps & ops asks for the index (``steps=True``), its build groups the host plane's
+events from the plane's bytes it has read anyway (formats/xplane_trace.py,
+``xplane_step_events.host_steps_in_build``: the step reader's decode and grouping, not a
+second read of the file), keeps the steps in the index folder (``host_steps.json``,
+app/profile_steps.py), and the Steps & ops answer read from them is the step reader's
+answer byte for byte (``read_step_events``, which index folders built for the timeline
+alone, older ones and profiles never indexed still use). A timeline's build groups
+nothing: it costs what it did.
+
+The inputs are real: the TF CPU profile of the shared fixtures and the demo's CPU
+profiles (grouped here by XProf's rules), the ``pregrouped_cpu`` builder (grouped when it
+was captured: ``group_id``/``step_name`` stats), and a JAX CPU profile of
+``scripts/make_big_jax_profile.py`` (~100k host events: several decode chunks); each
+with the native decoder and without it (``PROFSCOPE_NATIVE=0``).
+"""
+
+from __future__ import annotations
+
+import io
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+
+from profscope.app import profile_steps
+from profscope.formats import xplane_step_events as xse
+from profscope.formats import xplane_trace
+from profscope.testing import step_xplane
+
+ROOT = Path(__file__).parents[1]
+TF_CPU = "tf_bfc_cpu/profile/plugins/profile/2026_11_29_18_51_13/vm.xplane.pb"
+DEMO = ROOT / "src" / "profscope" / "demo" / "logdir"
+GPU = "public_profiles/xplane/mi300_jax08_gemm/plugins/profile/jax08_gemm/tw003.xplane.pb"
+
+
+@pytest.fixture(scope="module")
+def jax_cpu(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("jax300")
+    res = subprocess.run([sys.executable, str(ROOT / "scripts" / "make_big_jax_profile.py"), "--out", str(out),
+                          "--steps", "300"], capture_output=True, text=True, timeout=300, check=False)
+    assert res.returncode == 0, res.stderr[-2000:]
+    return next(out.rglob("*.xplane.pb"))
+
+
+def _profiles(shared_fixtures, jax_cpu) -> dict[str, bytes]:
+    out = {"tf_bfc_cpu": (shared_fixtures / TF_CPU).read_bytes(), "pregrouped_cpu": step_xplane.pregrouped_cpu(),
+           "jax_cpu_300": jax_cpu.read_bytes()}
+    for p in sorted(DEMO.rglob("*.xplane.pb")):
+        out[f"demo_{p.parts[-5]}"] = p.read_bytes()
+    return out
+
+
+@pytest.mark.parametrize("native", ["1", "0"])
+def test_index_build_steps_are_the_readers(shared_fixtures, jax_cpu, tmp_path, monkeypatch, native):
+    """Per CPU profile: the steps the trace index build grouped, written to and read
+    from an index folder, give the Steps & ops / overview step database and breakdown
+    the step reader gives, byte for byte. A small decode chunk too: the gathered
+    columns of many chunks are the columns of one decode."""
+    monkeypatch.setenv("PROFSCOPE_NATIVE", native)
+    seen = set()
+    default = xplane_trace.CHUNK_EVENTS
+    for name, data in _profiles(shared_fixtures, jax_cpu).items():
+        want = profile_steps._answer(xse.read_step_events(io.BytesIO(data), name))
+        assert want["step_db"]["hardware"] == "CPU_ONLY" and want["step_db"]["steps"], name
+        seen.add(want["step_db"]["grouping"])
+        for chunk in (default, 997):
+            monkeypatch.setattr(xplane_trace, "CHUNK_EVENTS", chunk)
+            events = xplane_trace.read_trace(io.BytesIO(data), name, 0, "h", steps=True)
+            folder = tmp_path / f"{name}-{chunk}"
+            folder.mkdir()
+            profile_steps.write_host_steps(folder, events)
+            got = profile_steps._answer(profile_steps._from_index(folder), keys_are_str=True)
+            assert orjson.dumps(got) == orjson.dumps(want), (name, chunk)
+    assert seen == {"grouped"}
+
+
+def test_timeline_build_groups_nothing(shared_fixtures, jax_cpu):
+    """The timeline's index build (no ``steps``) of a CPU-only profile gathers and groups
+    nothing (the grouping cost +28-46 % CPU and 2.6x peak memory on the 308 MB profile,
+    docs/performance.md); its events are the same as the grouping build's."""
+    for name, data in _profiles(shared_fixtures, jax_cpu).items():
+        plain = xplane_trace.read_trace(io.BytesIO(data), name, 0, "h")
+        grouped = xplane_trace.read_trace(io.BytesIO(data), name, 0, "h", steps=True)
+        assert plain.host_steps is None and grouped.host_steps is not None, name
+        assert plain.steps == grouped.steps and plain.names == grouped.names, name
+        assert plain.tracks == grouped.tracks and plain.processes == grouped.processes, name
+
+
+def test_device_profile_keeps_the_reader(shared_fixtures):
+    """A GPU profile's steps are its device planes': the index build groups nothing."""
+    events = xplane_trace.read_trace(io.BytesIO((shared_fixtures / GPU).read_bytes()), "gpu", 0, "h", steps=True)
+    assert events.host_steps is None
+
+
+def _workspace(logdir: Path, cache: Path):
+    from profscope.app.workspace import Workspace
+    from profscope.cache.store import DiskCache
+    from profscope.cache.worker import WorkerPool
+    from profscope.storage import LogDir
+
+    return Workspace(LogDir(str(logdir), listing_ttl=0), DiskCache(cache, workers=WorkerPool(enabled=False)))
+
+
+def _steps_ops(logdir: Path, cache: Path, index_first: str | None, older: bool = False):
+    """/api/steps_ops and overview_page on a fresh cache; ``index_first``: the trace index
+    built before, for the timeline ("timeline") or as Steps & ops builds it ("steps")."""
+    from profscope.app.queries import TraceQuery
+
+    ws = _workspace(logdir, cache)
+    run = next(r for r in ws.runs() if r.hosts)
+    host = run.hosts[0]
+    info = run.xplane(host)
+    if index_first:
+        ws.trace_index(run, host, info, steps=index_first == "steps")
+        folder = ws.cache.built_dir(ws._trace_index_key(host, info))
+        if older:  # steps grouped by an older version's rules (here: one step fewer)
+            f = folder / profile_steps.HOST_STEPS_FILE
+            saved = orjson.loads(f.read_bytes())
+            f.write_bytes(orjson.dumps({**saved, "version": saved["version"] - 1, "steps": saved["steps"][1:]}))
+    answers = ws.steps_ops(run, TraceQuery(host=host)), ws.overview_page(run, TraceQuery(host=host))
+    return (*answers, ws.cache.built_dir(ws._trace_index_key(host, info)))
+
+
+def test_workspace_answers_from_the_index_folder(shared_fixtures, tmp_path):
+    """Through the workspace (what the Summary and the Steps & ops page ask): an index
+    built for the timeline alone holds no ``host_steps.json`` (its steps: the step
+    reader's); Steps & ops on a cold cache builds the index with the file, and its
+    /api/steps_ops and overview_page equal the reader's byte for byte; so does an index
+    whose steps an older version of the grouping wrote (``HOST_STEPS_VERSION``)."""
+    logdir = tmp_path / "logdir"
+    shutil.copytree(shared_fixtures / "tf_bfc_cpu" / "profile", logdir)
+    base = _steps_ops(logdir, tmp_path / "c0", index_first="timeline")
+    assert not (base[2] / profile_steps.HOST_STEPS_FILE).exists()
+    ours = _steps_ops(logdir, tmp_path / "c1", index_first=None)
+    assert (ours[2] / profile_steps.HOST_STEPS_FILE).is_file()
+    saved = orjson.loads((ours[2] / profile_steps.HOST_STEPS_FILE).read_bytes())
+    assert len(saved["steps"]) == base[0]["summary"]["steps"] == 5
+    stale = _steps_ops(logdir, tmp_path / "c3", index_first="steps", older=True)
+    for got in (ours, stale):
+        assert orjson.dumps(got[0]) == orjson.dumps(base[0])
+        assert orjson.dumps(got[1]) == orjson.dumps(base[1])
