@@ -19,6 +19,7 @@ import pytest
 
 from tests.conftest import ARTIFACTS, profscope_server
 from tests.test_memory_trace_clock import snapshot_and_trace
+from tests.test_snapshot_sources import write_snapshot_with_source
 
 pytestmark = pytest.mark.browser
 
@@ -98,6 +99,7 @@ def test_no_matching_trace_no_link_but_why(open_page, public_server):
 def side_by_side(tmp_path_factory):
     """A snapshot and the PyTorch trace its run recorded beside it (builders)."""
     root = tmp_path_factory.mktemp("snaplog")
+    write_snapshot_with_source(root)  # src/train.py under the log directory (the same snapshot)
     snap = snapshot_and_trace(root)
     with profscope_server("serve", str(root), "--port", "0", "--cache-dir", str(tmp_path_factory.mktemp("cache"))) as (url, _):
         yield url, snap
@@ -119,3 +121,28 @@ def test_snapshot_event_opens_its_trace_there(open_page, side_by_side):
     w = _get(server, "/api/trace/window", run=q["run"], host=q["host"], start_ms=q["start_ms"], end_ms=q["end_ms"])
     c = next(c for c in w["counters"] if c["name"] == "memory allocated (device 0)")
     assert [v for t, v in zip(c["t"], c["v"]) if abs(t - aim) < 1e-6] == [snap["device_traces"][0][1]["size"]]
+
+
+def test_snapshot_frame_opens_its_source(open_page, side_by_side):
+    """Hover the 16 MiB allocation: its card's /src/train.py:42 frame is a link (the file is
+    under the log directory), a click shows line 42 highlighted; the C++ frame "??" is text."""
+    server, _snap = side_by_side
+    page = _open(open_page, server, run="snap.pickle", tool="memory_profile", detail="all")
+    page.wait_for_selector("#ts-timeline .main-svg", timeout=90_000)
+    gd = "document.getElementById('ts-timeline')"
+    tl = page.evaluate(f"{gd}.tsTimeline()")
+    a = next(a for a in tl["allocations"] if a["size"] == 16 << 20)
+    page.locator("#ts-timeline").scroll_into_view_if_needed()
+    x, y = page.evaluate(f"(id) => {gd}.tsPointOf(id)", a["id"])
+    page.mouse.move(x, y)
+    page.wait_for_selector(f"#ts-card[data-alloc='{a['id']}'] #ts-card-frames[data-loaded]", timeout=60_000)
+    if page.query_selector("#ts-inner-frames"):
+        page.click("#ts-inner-frames")  # the C++ frame before the user's code
+    links = page.locator("#ts-card-frames a.ts-src-link")
+    assert links.count() == 1 and links.first.inner_text() == "src/train.py:42"
+    assert "??:0" in page.inner_text("#ts-card-frames") and page.locator("#ts-card-frames .ts-frame").count() == 2
+    links.first.click()
+    page.wait_for_selector("#ts-source .ts-src-line.hit", timeout=30_000)
+    assert page.inner_text("#ts-source .ts-src-line.hit").strip() == "42  line_42 = 42  # train.py line 42"
+    page.locator("#ts-card").scroll_into_view_if_needed()
+    page.screenshot(path=str(ARTIFACTS / "snapshot_frame_source.png"), full_page=False)

@@ -134,7 +134,23 @@ class Snapshots:
     def snapshot_view(self, run: Run, view: str, query: SnapshotQuery) -> bytes:
         """One of the snapshot views (timeline window, segment timeline, a page of events
         or a search of them, state at an event, stacks, one stack's frames, compare),
-        converted once per query and cached."""
+        converted once per query and cached. A stack's frames get their ``source`` (issue
+        37): ``{file, line, path}`` when the file is under a source root, else null."""
+        body = self._snapshot_view(run, view, query)
+        if view != "stack":
+            return body
+        # Added to every answer, never cached: the roots are this server's (--source-root),
+        # not the snapshot's, and may differ at the next start.
+        st = orjson.loads(gzip.decompress(body))
+        found: dict = {}
+        for f in st.get("frames") or []:
+            name = f.get("filename") or ""
+            if name not in found:
+                found[name] = self.source_link(name)
+            f["source"] = None if found[name] is None else {**found[name], "line": f.get("line")}
+        return gzip.compress(orjson.dumps(st), compresslevel=1)
+
+    def _snapshot_view(self, run: Run, view: str, query: SnapshotQuery) -> bytes:
         if run.kind is not RunKind.TORCH_SNAPSHOT:
             raise NotFound(f"run {run.name!r} is not a PyTorch memory snapshot")
         if view not in SNAPSHOT_VIEWS:

@@ -637,7 +637,7 @@ function fillFrames(ctx, box, stackId, item, still, run = ctx.run.name) {
       const why = whyNoStack(ctx, s, item);
       out.push(el("p", { class: "ts-why", id: "ts-why" }, why));
       if (s.unfilteredCount) out.push(el("button", { type: "button", class: "ts-unfiltered", onclick: () => {
-        stackOf(ctx, stackId, { run, filtered: false }).then((u) => { if (still()) box.replaceChildren(...u.frames.map(frameLine)); });
+        stackOf(ctx, stackId, { run, filtered: false }).then((u) => { if (still()) box.replaceChildren(...u.frames.map((f) => frameLine(f))); });
       } }, `show the ${n(s.unfilteredCount)} filtered frames`));
     }
     box.replaceChildren(...out);
@@ -674,9 +674,31 @@ function whyNoStack(ctx, s, item) {
 
 function frameLine(f, user = false) {
   const file = f.filename ? f.filename.split("/").slice(-2).join("/") : "??";
-  return el("div", { class: user ? "ts-frame user" : "ts-frame", title: `${f.filename}:${f.line}` },
-    el("span", { class: "fn" }, f.name || "??"), " ", el("span", { class: "muted" }, `${file}:${f.line}`),
+  const row = el("div", { class: user ? "ts-frame user" : "ts-frame", title: `${f.filename}:${f.line}` },
+    el("span", { class: "fn" }, f.name || "??"), " ", sourceLink(f, `${file}:${f.line}`, () => row),
     f.repeats > 1 ? el("span", { class: "muted" }, ` ×${f.repeats}`) : null);
+  return row;
+}
+
+// A frame whose file the server found under a source root (the stack answer's `source`,
+// app/snapshots.py) links to its lines (GET /api/source: the href is that answer, a click
+// shows them under the frame); any other frame is plain text, never a dead link.
+function sourceLink(f, text, rowOf) {
+  if (!f.source) return el("span", { class: "muted" }, text);
+  const url = `/api/source?${new URLSearchParams({ run: readState().run, file: f.source.file, line: String(f.line), context: "3" })}`;
+  return el("a", { class: "ts-src-link", href: url, title: `${f.source.path} (under a source root): show the lines`,
+    onclick: (e) => {
+      e.preventDefault();
+      const row = rowOf();
+      const open = row.nextSibling && row.nextSibling.classList && row.nextSibling.classList.contains("ts-source");
+      if (open) { row.nextSibling.remove(); return; }
+      const box = el("pre", { class: "ts-source", id: "ts-source" }, "Reading the source…");
+      row.after(box);
+      getJson(url).then((a) => box.replaceChildren(el("div", { class: "muted" }, a.path),
+        ...a.lines.map((l, i) => el("div", { class: a.first_line + i === a.line ? "ts-src-line hit" : "ts-src-line" },
+          `${String(a.first_line + i).padStart(5)}  ${l}`))),
+      (err) => box.replaceChildren(errorBox(err, "Cannot read the source")));
+    } }, text);
 }
 
 // -- 3. event list (memory_viz's "Allocator State History") -------------------------------
