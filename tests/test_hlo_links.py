@@ -239,3 +239,27 @@ def test_an_op_name_of_two_modules_links_to_its_own_module_runs(shared_fixtures,
             assert f"{ev['args']['hlo_module']}({ev['args']['program_id']})" == module
             seen.add(s["link"]["ev"])
     assert linked >= 2 and len(seen) >= linked
+
+
+def test_source_root_from_the_command_line(made, tmp_path, monkeypatch):
+    """``serve --source-root DIR`` (and $PROFSCOPE_SOURCE_ROOTS): a checkout elsewhere is
+    read by the longest suffix of the name the profile recorded; get_source (MCP) reads
+    the same lines as /api/source."""
+    from profscope import cli
+    from profscope.app import agent_tools
+
+    checkout = tmp_path / "checkout" / "src"
+    checkout.mkdir(parents=True)
+    (checkout / "mlp.py").write_text(link_program.PROGRAM.replace("jnp.tanh(x @ w1)", "jnp.tanh(x @ w1)  # checkout"))
+    args = cli.build_parser().parse_args(["serve", str(made / "logdir"), "--cache-dir", str(tmp_path / "cache"),
+                                          "--source-root", str(tmp_path / "checkout"), "--no-capture"])
+    monkeypatch.setenv("PROFSCOPE_SOURCE_ROOTS", str(tmp_path / "nothing-here"))
+    ws = cli._workspace(args)
+    assert [str(r) for r in ws.source_roots().roots] == [str(tmp_path / "checkout"), str(tmp_path / "nothing-here"),
+                                                         str(made / "logdir")]
+    run = next(r for r in ws.runs() if r.kind.value == "profile")
+    module = next(m for m in ws.modules(run) if m.startswith(link_program.MODULE + "("))
+    panel = ws.hlo_instruction(run, module, None, "wrapped_tanh")
+    assert panel["source"]["path"] == "src/mlp.py"
+    got = agent_tools.get_source(ws, run.name, panel["source"]["file"], panel["source"]["line"], 0)
+    assert got["root"] == str(tmp_path / "checkout") and got["lines"] == ["    h = jnp.tanh(x @ w1)  # checkout"]

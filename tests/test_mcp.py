@@ -37,7 +37,10 @@ TRACE = "traces/kineto_resnet50_v100.pt.trace.json.gz"
 SNAPSHOT = "snapshots/niu_fwd_bwd_200_mixed.pickle"
 LFS_POINTER = "snapshots/kbjiang_memory_256_lfs_pointer.pickle"
 CORRUPT = "xplane/tpu_inference_corrupt/2025_12_15_tpu"
-TOOLS = {"list_runs", "run_summary", "steps_and_ops", "memory_at_peak", "oom_verdict"}
+TOOLS = {"list_runs", "run_summary", "steps_and_ops", "memory_at_peak", "oom_verdict", "get_hlo_text",
+         "get_hlo_neighborhood", "get_source"}
+TPU_MODULE = "jit_f(12190760917235803885)"  # the TPU profile's step module
+TPU_FUSION = "broadcast_add_fusion.2"  # one of its fusions, which names its source line
 
 # Every call the tests check, made in one session of one server (label: tool, arguments).
 CALLS = {
@@ -58,6 +61,12 @@ CALLS = {
     "corrupt": ("steps_and_ops", {"run": CORRUPT}),
     "lfs_pointer": ("memory_at_peak", {"run": LFS_POINTER}),
     "after_errors": ("list_runs", {"prefix": "traces/"}),
+    "hlo_text": ("get_hlo_text", {"run": TPU, "module": TPU_MODULE, "instruction": TPU_FUSION, "lines": 7}),
+    "hlo_query": ("get_hlo_text", {"run": TPU, "module": TPU_MODULE, "query": "copy-start("}),
+    "hlo_hood": ("get_hlo_neighborhood", {"run": TPU, "module": TPU_MODULE, "instruction": TPU_FUSION, "hops": 2}),
+    "hlo_missing": ("get_hlo_neighborhood", {"run": TPU, "module": TPU_MODULE, "instruction": "no_such_op"}),
+    "source_outside": ("get_source", {"run": TPU, "file": "../../etc/passwd", "line": 1}),
+    "source_missing": ("get_source", {"run": TPU, "file": "experimental/host_offload_stress_test.py", "line": 29}),
 }
 if tool_table.get(agent_tools.SUMMARY) is not None:  # the Summary tool (issue 35, helper A)
     CALLS["summary_tf"] = ("run_summary", {"run": TF_GPU})
@@ -135,7 +144,7 @@ def test_the_tools_and_their_schemas(answers):
         schema = tool.input_schema
         assert schema["type"] == "object"
         if name != "list_runs":
-            assert schema["required"] == ["run"], name
+            assert schema["required"][0] == "run", name
         for param, spec in schema["properties"].items():
             assert spec.get("description"), (name, param)
         assert tool.output_schema["type"] == "object"
@@ -276,3 +285,28 @@ def test_the_docs_name_every_tool_and_argument(answers):
         assert row is not None, tool.name
         for param in tool.input_schema["properties"]:
             assert f"`{param}`" in row, (tool.name, param)
+
+
+def test_hlo_text_and_neighborhood_are_the_workspaces(answers, ws):
+    """get_hlo_text around an instruction and by search, get_hlo_neighborhood with its
+    trace runs, from the workspace's own module text and instruction panel."""
+    run = ws.run(TPU)
+    text = ws.hlo_module_text(run, TPU_MODULE)
+    info = text["instructions"][TPU_FUSION]
+    got = _ok(answers["hlo_text"])
+    assert got["instruction"] == {"name": TPU_FUSION, "line": info["line"] + 1, "text": text["lines"][info["line"]].strip()}
+    assert got["lines"] == text["lines"][got["first_line"] - 1:got["first_line"] - 1 + 7]
+    assert text["lines"][info["line"]] in got["lines"] and got["total_lines"] == len(text["lines"])
+    q = _ok(answers["hlo_query"])
+    assert q["matches"] == sum("copy-start(" in line for line in text["lines"]) > 0
+    assert all("copy-start(" in r["text"] and text["lines"][r["line"] - 1] == r["text"] for r in q["lines"])
+    hood = _ok(answers["hlo_hood"])
+    panel = ws.hlo_instruction(run, TPU_MODULE, None, TPU_FUSION, 2)
+    assert [n["name"] for n in hood["operands"] + hood["users"]] == [n["name"] for n in panel["neighborhood"]["nodes"][1:]]
+    assert hood["instruction"]["text"] == text["lines"][info["line"]].strip()
+    assert hood["trace"]["defining"]["count"] == panel["trace"]["defining"]["count"] > 0
+    assert hood["trace"]["defining"]["first"]["link"] == panel["trace"]["defining"]["slices"][0]["link"]
+    assert hood["source"] == {**panel["sourceNamed"], "found": False, "path": None}  # not under the log directory
+    assert _error(answers["hlo_missing"])["status"] == 404
+    assert _error(answers["source_outside"])["status"] == 400
+    assert _error(answers["source_missing"])["status"] == 404

@@ -315,11 +315,14 @@ def _add_mcp(sub) -> None:
     p = sub.add_parser(
         "mcp", help="answer a coding agent's questions about a log directory over MCP (stdio)",
         description="An MCP server on stdin/stdout (the `mcp` SDK: pip install 'profscope[mcp]'), whose tools "
-                    "are list_runs, run_summary, steps_and_ops, memory_at_peak and oom_verdict "
-                    "(docs/analysis.md, MCP). Logs go to stderr. Exit status 0 when the client closes, "
-                    "2 on bad input or without the extra.")
+                    "are list_runs, run_summary, steps_and_ops, memory_at_peak, oom_verdict, get_hlo_text, "
+                    "get_hlo_neighborhood and get_source (docs/analysis.md, MCP). Logs go to stderr. Exit status 0 "
+                    "when the client closes, 2 on bad input or without the extra.")
     _logdir_args(p)
     _worker_options(p)
+    p.add_argument("--source-root", action="append", default=[], metavar="DIR",
+                   help="a folder get_source reads the program's source files from (read-only, repeatable; "
+                        "besides the log directory; docs/links.md)")
 
 
 def _worker_options(p: argparse.ArgumentParser) -> None:

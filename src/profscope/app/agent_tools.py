@@ -226,3 +226,78 @@ def _runtime_peak(ws, run: Run, host: str | None, memory_id: str | None, n: int)
 
 def _int(v) -> int:
     return int(v) if v not in (None, "") else 0
+
+
+# -- HLO and source (issue 37: app/hlo_links.py) -----------------------------------------
+
+#: The most lines of HLO text one answer carries (a TPU module runs to tens of thousands).
+MAX_HLO_LINES = 2000
+DEFAULT_HLO_LINES = 200
+
+
+def get_hlo_text(ws, run_name: str, module: str, host: str | None = None, instruction: str | None = None,
+                 query: str | None = None, lines: int | None = None) -> dict:
+    """A compiled module's HLO text (XLA's HloModule::ToString shape): ``lines`` lines
+    (default 200, at most 2000) from the start, or around ``instruction``'s line, or the
+    lines holding ``query`` (case-insensitive). ``total_lines`` says how long it is."""
+    n = DEFAULT_HLO_LINES if lines is None else lines
+    if not 1 <= n <= MAX_HLO_LINES:
+        raise BadRequest(f"lines must be 1 to {MAX_HLO_LINES}, not {n}")
+    run = ws.run(run_name)
+    text = ws.hlo_module_text(run, module, host)
+    all_lines = text["lines"]
+    out = {"run": run.name, "module": module, "hlo_module": text["module"], "total_lines": len(all_lines)}
+    if query:
+        q = query.lower()
+        hits = [i for i, line in enumerate(all_lines) if q in line.lower()]
+        out.update(query=query, matches=len(hits), lines=[{"line": i + 1, "text": all_lines[i]} for i in hits[:n]])
+        return out
+    first = 0
+    if instruction:
+        info = text["instructions"].get(instruction)
+        if info is None:
+            raise NotFound(f"module {module!r} has no instruction {instruction!r}")
+        out["instruction"] = {"name": instruction, "line": info["line"] + 1, "text": all_lines[info["line"]].strip()}
+        first = max(0, info["line"] - n // 2)
+    out.update(first_line=first + 1, lines=all_lines[first:first + n], truncated=first + n < len(all_lines) or first > 0)
+    return out
+
+
+def get_hlo_neighborhood(ws, run_name: str, module: str, instruction: str, host: str | None = None,
+                         hops: int | None = None) -> dict:
+    """One instruction and what is around it: its HLO line, its operands and users
+    ``hops`` edges out (default 1, at most 4), the instruction that reads its buffer last,
+    how often each ran in the trace (with the first slice's time and a trace-viewer link),
+    and its source line (``found``: the file is under a source root, get_source reads it)."""
+    run = ws.run(run_name)
+    d = ws.hlo_instruction(run, module, host, instruction, hops)
+    trace = d["trace"]
+
+    def ran(found):
+        if not found:
+            return None
+        first = found["slices"][0] if found["slices"] else None
+        return {"count": found["count"], "first": None if first is None else {
+            "start_ms": first["start_ms"], "dur_ms": first["dur_ms"], "track": first["track"], "link": first["link"]}}
+
+    nodes = [{k: n[k] for k in ("name", "direction", "distance", "opcode", "shape", "text", "opName")}
+             for n in d["neighborhood"]["nodes"]]
+    named = d["sourceNamed"]
+    return {
+        "run": run.name, "module": module, "instruction": nodes[0], "hops": d["neighborhood"]["hops"],
+        "operands": [n for n in nodes if n["direction"] == "operand"],
+        "users": [n for n in nodes if n["direction"] == "user"],
+        "truncated": d["neighborhood"]["truncated"], "last_use": d["lastUse"],
+        "trace": None if trace is None else {"host": trace["host"], "defining": ran(trace["defining"]),
+                                             "last_use": ran(trace["lastUse"])},
+        "source": None if named is None else {**named, "found": d["source"] is not None,
+                                              "path": d["source"]["path"] if d["source"] else None},
+    }
+
+
+def get_source(ws, run_name: str, file: str, line: int | None = None, context: int | None = None) -> dict:
+    """A few lines of a source file a profile names (``context`` lines either side of
+    ``line``, default 5, at most 50), read only when it is found under the log directory
+    or a source root (``profscope serve|mcp --source-root``): an error otherwise."""
+    ws.run(run_name)
+    return ws.source_lines(file, line, context)

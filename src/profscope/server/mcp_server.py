@@ -46,13 +46,16 @@ INSTRUCTIONS = """\
 profscope reads ML profiles (JAX/TensorFlow xplanes, XLA dumps, PyTorch traces and memory
 snapshots) in one log directory. Start with list_runs; then run_summary says what is wrong
 with a run (status, findings P0-P2 with evidence, impact and fix); steps_and_ops, \
-memory_at_peak and oom_verdict answer the follow-up questions. Runs and hosts are named as
-list_runs names them."""
+memory_at_peak and oom_verdict answer the follow-up questions; get_hlo_text,
+get_hlo_neighborhood and get_source follow a buffer to its HLO, its runs in the trace and
+its source line. Runs and hosts are named as list_runs names them."""
 
 Run = Annotated[str, Field(description="the run, as list_runs names it", min_length=1, max_length=MAX_TEXT)]
 Host = Annotated[str | None, Field(description="a host (xplane), a trace file or a snapshot device (cuda:N); "
                                                "default: the run's first", max_length=MAX_TEXT)]
 Top = Annotated[int, Field(description="rows to list, largest first", ge=1, le=agent_tools.MAX_TOP)]
+Module = Annotated[str, Field(description="the compiled HLO module, as memory_at_peak names it (name(program id))",
+                              min_length=1, max_length=MAX_TEXT)]
 
 
 def _answers(fn):
@@ -70,7 +73,7 @@ def _answers(fn):
 
 
 def build(ws: Workspace) -> MCPServer:
-    """The MCP server over ``ws``: five tools, each reading the workspace."""
+    """The MCP server over ``ws``: eight tools, each reading the workspace."""
     server = MCPServer("profscope", version=__version__, instructions=INSTRUCTIONS)
 
     @server.tool(title="Runs")
@@ -152,7 +155,61 @@ def build(ws: Workspace) -> MCPServer:
         (docs/oom_risk.md)."""
         return agent_tools.oom_verdict(ws, run, host, module, device_memory, top)
 
+    _hlo_tools(server, ws)
     return server
+
+
+def _hlo_tools(server: MCPServer, ws: Workspace) -> None:
+    """From a buffer to its HLO, its runs in the trace and its source (app/hlo_links.py)."""
+
+    @server.tool(title="HLO text")
+    @_answers
+    def get_hlo_text(
+        run: Run,
+        module: Module,
+        host: Host = None,
+        instruction: Annotated[str | None, Field(description="lines around this instruction's line",
+                                                 max_length=MAX_TEXT)] = None,
+        query: Annotated[str | None, Field(description="only the lines holding this text (case-insensitive)",
+                                           max_length=MAX_TEXT)] = None,
+        lines: Annotated[int, Field(description="most lines to return", ge=1,
+                                    le=agent_tools.MAX_HLO_LINES)] = agent_tools.DEFAULT_HLO_LINES,
+    ) -> dict[str, Any]:
+        """A compiled module's HLO text, as XLA prints it (%name = shape opcode(operands),
+        attributes, metadata): from the start, around an instruction, or the lines that hold
+        a search text; total_lines says how long the module is."""
+        return agent_tools.get_hlo_text(ws, run, module, host, instruction, query, lines)
+
+    @server.tool(title="HLO neighbourhood")
+    @_answers
+    def get_hlo_neighborhood(
+        run: Run,
+        module: Module,
+        instruction: Annotated[str, Field(description="the HLO instruction (a buffer's defining instruction, an "
+                                                      "XLA op's name)", min_length=1, max_length=MAX_TEXT)],
+        host: Host = None,
+        hops: Annotated[int, Field(description="operand/user edges to walk", ge=0, le=4)] = 1,
+    ) -> dict[str, Any]:
+        """One HLO instruction and its graph: its line, operands and users (shapes,
+        opcodes, lines) hops edges out, its buffer's last user, how many times each ran in
+        the trace with the first slice's time and a trace-viewer link, and its source
+        file:line (found under a source root or not)."""
+        return agent_tools.get_hlo_neighborhood(ws, run, module, instruction, host, hops)
+
+    @server.tool(title="Source lines")
+    @_answers
+    def get_source(
+        run: Run,
+        file: Annotated[str, Field(description="the source file as the profile names it (get_hlo_neighborhood's "
+                                               "source.file)", min_length=1, max_length=MAX_TEXT)],
+        line: Annotated[int | None, Field(description="the line to show, 1-based", ge=1)] = None,
+        context: Annotated[int, Field(description="lines either side of it", ge=0, le=50)] = 5,
+    ) -> dict[str, Any]:
+        """A few lines of a program's source file, read only from inside the log
+        directory or a --source-root (the longest suffix of the name that exists there):
+        {file, path, line, first_line, lines, root}."""
+        return agent_tools.get_source(ws, run, file, line, context)
+
 
 
 def serve(ws: Workspace) -> None:
