@@ -118,3 +118,26 @@ def test_buffer_to_hlo_to_trace_and_back(open_page, server_url):
     page.go_back()
     page.wait_for_selector("#mv-card.selected #mv-trace-link")
     assert page.url == buffer_url
+
+
+def test_no_dead_link_for_a_parameter(open_page, server_url):
+    """A parameter runs no kernel: its pinned card says so and draws no trace link; its
+    HLO link and source are drawn (the module has it; the file is under the log directory)."""
+    run = next(r["name"] for r in _get_json(server_url, "/api/runs")["runs"] if r["kind"] == "profile")
+    module = next(m for m in _get_json(server_url, "/api/run", run=run)["modules"]
+                  if m.startswith(link_program.MODULE + "("))
+    data = _get_json(server_url, "/data/plugin/profile/data", run=run, tag="memory_viewer", module_name=module,
+                     memory_space=0, view="page")
+    param = next(b for b in data["profscope"]["peakBuffers"] if b["category"] == "Parameter")
+    panel = _get_json(server_url, "/api/hlo/instruction", run=run, module_name=module, instr=param["instruction"])
+    assert panel["trace"]["defining"]["count"] == 0
+    page = open_page(server_url)
+    page.goto(f"{server_url}?{urlencode({'run': run, 'tool': 'memory_viewer', 'module_name': module, 'buffer': param['id']}, quote_via=quote)}")
+    page.wait_for_selector("#mv-card.selected #mv-trace")
+    assert "no slice of it in this trace" in page.inner_text("#mv-trace")
+    assert page.locator("#mv-trace-link").count() == 0
+    assert "a parameter: no kernel of its own" in page.inner_text("#mv-trace")
+    # the links drawn are the last use's slices, one each
+    assert page.locator("#mv-trace a").count() == len((panel["trace"]["lastUse"] or {}).get("slices", []))
+    assert page.locator("#mv-hlo-link").count() == 1
+    page.locator("#mv-card").screenshot(path=str(ARTIFACTS / "hlo_links_parameter.png"))

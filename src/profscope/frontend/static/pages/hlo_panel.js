@@ -68,10 +68,14 @@ function neighbourhood(state, d, idPrefix) {
     d.neighborhood.truncated ? el("p", { class: "muted" }, "more not shown") : null);
 }
 
-function slicesRow(state, label, op, found, id) {
+// Ops that run no kernel of their own: they never have a slice (their buffers are a
+// parameter's, a constant's, or another instruction's seen through an alias).
+const NO_KERNEL = new Set(["parameter", "constant", "tuple", "get-tuple-element", "bitcast"]);
+
+function slicesRow(state, label, op, found, id, opcode) {
   if (!op) return el("div", { class: "hp-trace-row" }, `${label}: `, el("span", { class: "muted" }, "none (nothing reads this buffer)"));
   if (!found || !found.count) return el("div", { class: "hp-trace-row" }, `${label} `, el("code", {}, op), ": ",
-    el("span", { class: "muted" }, "no slice of it in this trace"));
+    el("span", { class: "muted" }, NO_KERNEL.has(opcode) ? `no slice of it in this trace (a ${opcode}: no kernel of its own)` : "no slice of it in this trace"));
   const links = found.slices.map((s, i) => navLink(traceState(state, s.link), i ? `#${i + 1}` : `${fmtDur(s.dur_ms)} at ${s.start_ms.toFixed(3)} ms`,
     { class: "hp-link", id: i ? null : id, title: `${op} on ${s.track}` }));
   return el("div", { class: "hp-trace-row" }, `${label} `, el("code", {}, op), ` (${found.count} run${found.count === 1 ? "" : "s"}): `,
@@ -83,7 +87,7 @@ function traceSection(state, d, idPrefix) {
   return el("div", { class: "hp-section", id: `${idPrefix}-trace` },
     el("h4", {}, "In the trace"),
     !t ? el("p", { class: "muted" }, "this run has no trace (an XLA dump): nothing ran here")
-      : [slicesRow(state, "defined by", d.instruction.name, t.defining, `${idPrefix}-trace-link`),
+      : [slicesRow(state, "defined by", d.instruction.name, t.defining, `${idPrefix}-trace-link`, d.instruction.opcode),
         slicesRow(state, "last used by", d.lastUse, t.lastUse, `${idPrefix}-last-use-link`)]);
 }
 
