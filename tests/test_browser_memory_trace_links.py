@@ -82,17 +82,25 @@ def test_memory_profile_event_opens_the_trace_there(open_page, public_server):
     assert float(page.get_attribute("#mp-trace-link", "data-trace-ms")) == aim
 
 
-def test_no_matching_trace_no_link_but_why(open_page, public_server):
-    page = _open(open_page, public_server, run="xplane/mi300_jax08_gemm/jax08_gemm", tool="memory_profile")
-    none = page.wait_for_selector("#mp-event #mp-trace-none", timeout=90_000)
-    assert "not on its trace counter" in none.get_attribute("title")
-    assert page.query_selector("#mp-trace-link") is None
-    page.screenshot(path=str(ARTIFACTS / "memory_trace_link_none.png"), full_page=False)
+def test_per_event_clock_and_no_matching_trace(open_page, public_server):
+    """MI300's host lines start at different times: the peak event's link aims at that
+    event's own trace time (the API's traceMs); a snapshot with no trace beside it: no
+    link, the why in the line's tooltip."""
+    run = "xplane/mi300_jax08_gemm/jax08_gemm"
+    clock = _get(public_server, "/api/trace_clock", run=run)
+    mp = _get(public_server, "/data/plugin/profile/data", run=run, tag="memory_profile", host="tw003")
+    peak = mp["memoryProfilePerAllocator"]["GPU_0_bfc"]["profileSummary"]["peakStatsTimePs"]
+    page = _open(open_page, public_server, run=run, tool="memory_profile", t=repr(int(peak) / 1e9))
+    link = page.wait_for_selector("#mp-event #mp-trace-link", timeout=90_000)
+    assert float(link.get_attribute("data-trace-ms")) == clock["clocks"]["GPU_0_bfc"]["traceMs"][peak]
+    page.screenshot(path=str(ARTIFACTS / "memory_trace_link_mi300.png"), full_page=False)
 
     snap = _open(open_page, public_server, run="snapshots/niu_fwd_bwd_200_mixed.pickle", tool="memory_profile", t="5")
     none = snap.wait_for_selector("#ts-trace-none", timeout=60_000)
     assert "no PyTorch trace sits beside" in none.get_attribute("title")
     assert snap.query_selector("#ts-trace-link") is None
+    none.scroll_into_view_if_needed()
+    snap.screenshot(path=str(ARTIFACTS / "snapshot_trace_none.png"), full_page=False)
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,6 @@ from profscope.model.catalog import Run, RunKind
 clock_rules = lazy.module("profscope.tools.trace_clock")
 
 _CUDA = 1  # c10::DeviceType::CUDA, the deviceType of a PyTorch trace's [memory] events
-_WHOLE = (-(2**62), 2**62)  # every sample of a counter
 
 
 def trace_clock(ws, run: Run, host: str | None = None) -> dict:
@@ -47,9 +46,9 @@ def _xplane_clock(ws, run: Run, host: str | None) -> dict:
     tool = ws.tool_named("memory_profile")
     profile = orjson.loads(gzip.decompress(ws.tool_data(run, tool, MemoryProfileQuery(host=host))))
     ix = ws.trace_index(run, host, run.xplane(host))
-    counters = {c["name"]: ix.counter_samples(i, *_WHOLE)[0] + ix.origin_ps
-                for i, c in enumerate(ix.meta["counters"])}
-    clocks = clock_rules.allocator_offsets(profile, counters, ix.origin_ps)
+    # the allocator events' absolute times (app/trace_viewer_links.py, cached per file): the
+    # clock the trace's counter -> memory profile links use too
+    clocks = clock_rules.allocator_times(profile, ws._allocator_clock(run, host), ix.origin_ps)
     return _answer(run, host, "memory_profile", {"run": run.name, "host": host}, clocks)
 
 
@@ -103,8 +102,8 @@ def _kineto_clock(ws, run: Run) -> dict:
 
 
 def _answer(run: Run, host: str, source: str, trace: dict | None, clocks: dict, why: str | None = None) -> dict:
-    if trace is not None and not any(c.get("offsetMs") is not None for c in clocks.values()):
-        why = "; ".join(sorted({c["why"] for c in clocks.values() if c.get("why")})) or "nothing to place on the trace"
+    if trace is not None and not any(c.get("offsetMs") is not None or c.get("traceMs") for c in clocks.values()):
+        why = "; ".join(sorted({c["why"] for c in clocks.values() if c.get("why")})) or "the memory profile has no allocator (or device) events to place on the trace"
         trace = None
     return {"run": run.name, "host": host, "source": source, "trace": trace, "clocks": clocks, "why": why}
 

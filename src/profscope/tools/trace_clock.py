@@ -8,16 +8,16 @@ absolute ps time, the earliest slice of the host). Each memory source has its ow
 * **xplane allocator events** (tools/memory_profile_allocator.py): ``timeOffsetPs`` is the
   event's ``offset_ps`` from its own ``/host:CPU`` line's ``timestamp_ns``, as XProf
   stores it; the trace places the same event at ``timestamp_ns * 1000 + offset_ps``
-  (formats/xplane_trace.py), where it is a point of the allocator's counter
-  ``"<memory id> heap allocated"``. So the offset is read off the counter, per allocator:
-  counter time - ``timeOffsetPs`` must be one constant over every event the memory
-  profile lists (the lines' timestamps agree; TF and JAX write one ``timestamp_ns`` for
-  every host line: 237,916,000 ps on the TF GPU fixture's host 34.83.195.179_6003). Any
-  event off by even 1 ps: no link, and the answer says why.
+  (formats/xplane_trace.py: a point of the allocator's counter). The host's
+  :class:`~profscope.tools.trace_links.AllocatorClock` holds both times of every event (the
+  one mapping, shared with the trace's counter -> memory profile links). TF and JAX on
+  NVIDIA write one ``timestamp_ns`` for every host line, so one shift holds (237,916,000 ps
+  on the TF GPU fixture's host 34.83.195.179_6003); ROCm JAX's host lines start at 2 or 3
+  different times (the MI300 fixtures), so there each event has its own trace time.
 * **PyTorch trace ``[memory]`` events** (tools/memory_profile_torch.py): ms from
   ``timeOriginUs``, the file's earliest ``ts``; the index's origin is the same file's
   earliest slice in ps (formats/chrome_trace.py), so the offset is the difference of the
-  two origins (a few ps of float rounding on Unix-epoch µs: -8.2e-8 ms on
+  two origins (a few ps of float rounding on Unix-epoch µs: -5e-08 ms on
   tracelens_h100_bert_small).
 * **a memory snapshot**: trace entries carry ``time_us``, Unix-epoch µs (torch converts its
   TSC clock with ``c10::ApproximateClockToUnixTimeConverter``: 1,762,926,170,067,820 µs
@@ -26,12 +26,12 @@ absolute ps time, the earliest slice of the host). Each memory source has its ow
   or, without that key, ``ts`` itself (older kineto writes Unix-epoch µs: the 2021
   resnet50 fixture). A snapshot has no pid, so "the same process" is what can be checked:
   the trace sits in the snapshot's folder, its Unix-time span contains every time of the
-  snapshot's device, and it recorded that CUDA device (``deviceProperties`` ids or its
-  ``[memory]`` events' device). None of the public snapshots has such a trace (their
+  snapshot's device, and its ``[memory]`` events include that CUDA device. None of the public snapshots has such a trace (their
   times fall in 2025-2026, the traces' in 2021 and 2025-07), so there they get no link.
 
 Everything returns plain data for the pages: ``{"offsetMs": float}`` (trace ms = source
-ms + offsetMs), or ``{"offsetMs": None, "why": str}``.
+ms + offsetMs), ``{"offsetMs": None, "traceMs": {timeOffsetPs: trace ms}}`` (per event),
+or ``{"offsetMs": None, "why": str}``.
 """
 
 from __future__ import annotations
@@ -41,40 +41,32 @@ import datetime
 import numpy as np
 
 PS_PER_MS = 10**9
-HEAP_COUNTER = " heap allocated"  # formats/xplane_trace.py names an allocator's counter "<id> heap allocated"
 
 
 def no_link(why: str) -> dict:
     return {"offsetMs": None, "why": why}
 
 
-def allocator_offsets(profile: dict, counters: dict[str, np.ndarray], origin_ps: int) -> dict[str, dict]:
-    """Per memory id of an XProf memory profile payload: the offset that puts its times on
-    the trace viewer's ms. ``counters``: the trace index's counters by name, times in
-    absolute ps (index time + origin); ``origin_ps``: the index's origin."""
+def allocator_times(profile: dict, clock, origin_ps: int) -> dict[str, dict]:
+    """Per memory id of an XProf memory profile payload: where its events (the sampled
+    timeline the page draws) fall on the trace viewer's ms. ``clock``: the host's
+    :class:`~profscope.tools.trace_links.AllocatorClock` (each event's line timestamp +
+    offset, the trace's absolute ps); ``origin_ps``: the trace index's origin. One shift
+    for every event (one line timestamp: TF GPU, TPU) is ``offsetMs``; several (MI300's
+    host lines) give ``traceMs``, the trace ms of each event by its ``timeOffsetPs``."""
     out = {}
     for mid, per in (profile.get("memoryProfilePerAllocator") or {}).items():
-        times = np.array([int(s["timeOffsetPs"]) for s in per.get("sampledTimelineSnapshots") or []], dtype=np.int64)
-        counter = counters.get(f"{mid}{HEAP_COUNTER}")
-        if not len(times):
-            out[mid] = no_link("the allocator has no event to place")
-        elif counter is None or not len(counter):
-            out[mid] = no_link(f"the trace has no counter \"{mid}{HEAP_COUNTER}\" for this allocator's events")
+        ps = np.unique(np.array([int(s["timeOffsetPs"]) for s in per.get("sampledTimelineSnapshots") or []], dtype=np.int64))
+        got = clock.trace_ps_of(mid, ps) if len(ps) else None
+        if got is None:
+            out[mid] = no_link(f"the profile's host plane has no event of allocator {mid} to place on the trace")
+            continue
+        shifts = np.unique(got - ps)
+        if len(shifts) == 1:
+            out[mid] = {"offsetMs": (int(shifts[0]) - origin_ps) / PS_PER_MS}
         else:
-            out[mid] = _matched(np.sort(times), np.sort(np.asarray(counter, dtype=np.int64)), origin_ps, mid)
+            out[mid] = {"offsetMs": None, "traceMs": {str(int(p)): (int(a) - origin_ps) / PS_PER_MS for p, a in zip(ps, got)}}
     return out
-
-
-def _matched(times: np.ndarray, counter: np.ndarray, origin_ps: int, mid: str) -> dict:
-    # The first event of the allocator is the counter's first point; every other event the
-    # memory profile lists must then be a point of the counter at the same shift.
-    shift = int(counter[0]) - int(times[0])
-    at = np.searchsorted(counter, times + shift)
-    ok = (at < len(counter)) & (counter[np.minimum(at, len(counter) - 1)] == times + shift)
-    if not ok.all():
-        return no_link(f"{int((~ok).sum()):,} of the {len(times):,} events of {mid} are not on its trace counter "
-                       "at one shift (the host lines' timestamps disagree): the two clocks cannot be matched")
-    return {"offsetMs": (shift - origin_ps) / PS_PER_MS}
 
 
 def torch_trace_offset(time_origin_us: float, origin_ps: int) -> dict:

@@ -126,13 +126,29 @@ class AllocatorClock:
     def trace_ps(self, memory_id: str, profile_ms: float) -> int | None:
         """The absolute time of ``memory_id``'s event nearest the memory profile's
         ``profile_ms`` (the other way: memory profile → trace)."""
+        many = self.trace_ps_of(memory_id, [round(profile_ms * PS_PER_MS)])
+        return None if many is None else int(many[0])
+
+    def trace_ps_of(self, memory_id: str, offsets_ps) -> np.ndarray | None:
+        """:meth:`trace_ps` of many memory-profile times (ps) at once (the memory profile
+        page's trace links, app/memory_trace_clock.py): for each, the absolute time of
+        the allocator's event nearest it; of events at the same offset (on lines with
+        different timestamps), the first in reading order."""
         if memory_id not in self.memory_ids:
             return None
         rows = np.flatnonzero(self.memory_id == self.memory_ids.index(memory_id))
         if not len(rows):
             return None
-        j = rows[int(np.argmin(np.abs(self.offset_ps[rows] - round(profile_ms * PS_PER_MS))))]
-        return int(self.absolute_ps[j])
+        rows = rows[np.argsort(self.offset_ps[rows], kind="stable")]
+        off = self.offset_ps[rows]
+        want = np.asarray(offsets_ps, np.int64)
+        hi = np.minimum(np.searchsorted(off, want, side="left"), len(off) - 1)
+        lo = np.maximum(hi - 1, 0)
+        # the nearer neighbour; on a tie the lower offset (reading order among equal offsets:
+        # searchsorted's left side is the first of them)
+        below = np.searchsorted(off, off[lo], side="left")
+        pick = np.where(np.abs(want - off[lo]) <= np.abs(off[hi] - want), below, hi)
+        return self.absolute_ps[rows[pick]]
 
 
 def time_param(ms: float) -> str:

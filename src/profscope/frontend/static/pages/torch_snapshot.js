@@ -908,7 +908,7 @@ function fillTraceSpot(ctx) {
   const mine = (c.clocks || {})[ctx.host];
   if (!c.trace || !mine || mine.offsetMs === null || mine.offsetMs === undefined) {
     const why = (mine && mine.why) || c.why || "this run has no trace of the same process";
-    spot.replaceChildren(el("span", { class: "muted ts-trace-none", id: "ts-trace-none", title: why }, " · no trace link ⓘ"));
+    spot.replaceChildren(" · ", el("span", { class: "muted ts-trace-none", id: "ts-trace-none", title: why }, "no trace link (hover: why)"));
     return;
   }
   const ms = (t - mine.sinceUs) / 1000 + mine.offsetMs;
