@@ -141,3 +141,27 @@ def test_no_dead_link_for_a_parameter(open_page, server_url):
     assert page.locator("#mv-trace a").count() == len((panel["trace"]["lastUse"] or {}).get("slices", []))
     assert page.locator("#mv-hlo-link").count() == 1
     page.locator("#mv-card").screenshot(path=str(ARTIFACTS / "hlo_links_parameter.png"))
+
+
+@pytest.mark.parametrize("run, module_prefix", [("xplane/tpu_inference/2025_12_10_tpu", "jit_f("),
+                                                ("xplane/mi300_jax08_gemm/jax08_gemm", "jit_dot(21)")])
+def test_public_profile_buffer_to_its_device_slice(open_page, public_server, run, module_prefix):
+    """On the public TPU and MI300 xplanes: the largest buffer at the peak whose op ran
+    opens the trace viewer at its slice on the device's XLA Ops line, selected."""
+    module = next(m for m in _get_json(public_server, "/api/run", run=run)["modules"] if m.startswith(module_prefix))
+    data = _get_json(public_server, "/data/plugin/profile/data", run=run, tag="memory_viewer", module_name=module,
+                     memory_space=0, view="page")
+    buffer, panel = next((b, p) for b in sorted(data["profscope"]["peakBuffers"], key=lambda b: -b["bytes"])
+                         if (p := _get_json(public_server, "/api/hlo/instruction", run=run, module_name=module,
+                                            instr=b["instruction"]))["trace"]["defining"]["count"])
+    page = open_page(public_server)
+    page.goto(f"{public_server}?{urlencode({'run': run, 'tool': 'memory_viewer', 'module_name': module, 'buffer': buffer['id']}, quote_via=quote)}")
+    page.wait_for_selector("#mv-card.selected #mv-trace-link")
+    assert panel["instruction"]["text"] in page.inner_text("#mv-card")
+    page.locator("#mv-card").screenshot(path=str(ARTIFACTS / f"hlo_links_card_{run.split('/')[1]}.png"))
+    link = panel["trace"]["defining"]["slices"][0]["link"]
+    page.click("#mv-trace-link")
+    page.wait_for_function(f"window.__traceViewer && __traceViewer.selected() === '{link['ev']}'")
+    page.wait_for_function(f"document.getElementById('tv-card').innerText.includes({json.dumps(panel['instruction']['name'])})")
+    assert "XLA Ops" in page.inner_text("#tv-card")
+    page.screenshot(path=str(ARTIFACTS / f"hlo_links_trace_{run.split('/')[1]}.png"))
