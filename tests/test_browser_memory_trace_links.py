@@ -154,3 +154,39 @@ def test_snapshot_frame_opens_its_source(open_page, side_by_side):
     assert page.inner_text("#ts-source .ts-src-line.hit").strip() == "42  line_42 = 42  # train.py line 42"
     page.locator("#ts-card").scroll_into_view_if_needed()
     page.screenshot(path=str(ARTIFACTS / "snapshot_frame_source.png"), full_page=False)
+
+
+GEMM = "xplane/mi300_jax08_gemm/jax08_gemm"
+
+
+def test_steps_ops_row_opens_its_hlo_and_its_slowest_occurrence(open_page, public_server):
+    """MI300 GEMM, the slowest HLO op's row: "HLO of NAME" opens the module's HLO text with
+    that instruction selected (the module is in the memory viewer's list, the instruction
+    in the module); the trace link selects the occurrence itself (ev= the event, its name
+    and start); a kernel row has no HLO link."""
+    so = _get(public_server, "/data/plugin/profile/data", run=GEMM, tag="steps_ops")
+    r = max((o for o in so["ops"] if o["kind"] == "hlo"), key=lambda o: o["slowest"]["dur_us"])
+    key = f"hlo|{r['program_id']}|{r['name']}"
+    page = _open(open_page, public_server, run=GEMM, tool="steps_ops", kind="hlo", op=key)
+    link = page.wait_for_selector("#so-op #so-hlo-link", timeout=90_000)
+    page.locator("#so-op").scroll_into_view_if_needed()
+    page.screenshot(path=str(ARTIFACTS / "steps_ops_hlo_link.png"), full_page=False)
+    link.click()
+    page.wait_for_selector("#hv-selected", timeout=90_000)
+    q = _query(page)
+    assert (q["tool"], q["view"], q["module_name"], q["instr"]) == ("memory_viewer", "hlo", r["module"], r["name"])
+    assert page.inner_text("#hv-selected").strip().startswith(f"%{r['name']} = ")
+    page.screenshot(path=str(ARTIFACTS / "steps_ops_hlo_view.png"), full_page=False)
+    page.go_back()
+    trace = page.wait_for_selector("#so-op #so-trace-link", timeout=60_000)
+    trace.click()
+    page.wait_for_function(READY, timeout=90_000)
+    q = _query(page)
+    ev = _get(public_server, "/api/trace/event", run=GEMM, host=q["host"], id=q["ev"])
+    assert ev["name"] == r["name"] and abs(ev["start"] * 1e3 - r["slowest"]["start_us"]) < 1e-3
+    assert float(q["start_ms"]) < ev["start"] < ev["start"] + ev["dur"] < float(q["end_ms"])
+    # a kernel row: its trace link, no HLO link
+    k = next(o for o in so["ops"] if o["kind"] == "kernel")
+    page = _open(open_page, public_server, run=GEMM, tool="steps_ops", kind="kernel", op=f"kernel|{k.get('program_id') or ''}|{k['name']}")
+    page.wait_for_selector("#so-op #so-trace-link", timeout=90_000)
+    assert page.query_selector("#so-hlo-link") is None and page.query_selector("#so-hlo-spot") is None
