@@ -11,13 +11,10 @@ Screenshots go to test-artifacts/."""
 
 from __future__ import annotations
 
-import json
-from urllib.parse import parse_qs, quote, urlencode, urlparse
-from urllib.request import urlopen
-
 import pytest
 
 from tests.conftest import ARTIFACTS, profscope_server
+from tests.test_browser_memory_viewer_links import _get_json as _get, _query, _view_url as _url
 from tests.test_memory_trace_clock import snapshot_and_trace
 from tests.test_snapshot_sources import write_snapshot_with_source
 
@@ -26,19 +23,6 @@ pytestmark = pytest.mark.browser
 TF_GPU = "xplane/tf_gpu/GPU-multi-worker"
 HOST = "34.83.195.179_6003"
 READY = "window.__traceViewer && __traceViewer.ready()"
-
-
-def _get(server: str, path: str, **params):
-    with urlopen(f"{server.rstrip('/')}{path}?{urlencode(params)}", timeout=120) as res:
-        return json.loads(res.read())
-
-
-def _url(server: str, **state) -> str:
-    return f"{server}?{urlencode(state, quote_via=quote)}"
-
-
-def _query(page) -> dict:
-    return {k: v[0] for k, v in parse_qs(urlparse(page.url).query).items()}
 
 
 def _open(open_page, server, **state):
