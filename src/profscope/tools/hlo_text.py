@@ -57,14 +57,37 @@ def shape_text(shape, layout: bool = True) -> str:
     return f"{name}[{','.join(str(d) for d in shape.dimensions)}]"
 
 
-def _float(v: float, digits: int = 9) -> str:
-    """xla::RoundTripFpToString: ``%.Ng`` with N the type's max_digits10 (float 9, double
-    17, Eigen::half 5, bfloat16 4): ``2``, ``0.100000001``, ``1.52587891e-05``."""
+def _f32(v: float) -> float:
+    return struct.unpack("<f", struct.pack("<f", v))[0]
+
+
+def _bf16(v: float) -> float:
+    bits = struct.unpack("<I", struct.pack("<f", v))[0]
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16  # round to nearest even
+    return struct.unpack("<f", struct.pack("<I", (bits & 0xFFFF) << 16))[0]
+
+
+def _f16(v: float) -> float:
+    try:
+        return struct.unpack("<e", struct.pack("<e", v))[0]
+    except OverflowError:
+        return math.inf
+
+
+# (digits10, max_digits10, the value rounded to the type) per float type
+_F32, _F64, _F16, _BF16 = (6, 9, _f32), (15, 17, float), (3, 5, _f16), (2, 4, _bf16)
+
+
+def _float(v: float, kind=_F32) -> str:
+    """xla::RoundTripFpToString: ``%.{digits10}g`` when it reads back as the same value of
+    the type, else ``%.{max_digits10}g``: ``0.9``, ``2``, ``1.52587891e-05``."""
     if math.isnan(v):
         return "-nan" if math.copysign(1, v) < 0 else "nan"
     if math.isinf(v):
         return "inf" if v > 0 else "-inf"
-    return f"{v:.{digits}g}"
+    short, full, rounded = kind
+    text = f"{v:.{short}g}"
+    return text if rounded(float(text)) == rounded(v) else f"{v:.{full}g}"
 
 
 def _half(raw: bytes, bf16: bool) -> list[float]:
@@ -92,9 +115,9 @@ def _literal_values(lit) -> list[str] | None:
     if et == t.F32:
         return [_float(v) for v in lit.f32s]
     if et == t.F64:
-        return [_float(v, 17) for v in lit.f64s]
+        return [_float(v, _F64) for v in lit.f64s]
     if et in (t.F16, t.BF16):
-        return [_float(v, 4 if et == t.BF16 else 5) for v in _half(lit.bf16s if et == t.BF16 else lit.f16s, et == t.BF16)]
+        return [_float(v, _BF16 if et == t.BF16 else _F16) for v in _half(lit.bf16s if et == t.BF16 else lit.f16s, et == t.BF16)]
     return None
 
 
@@ -149,8 +172,18 @@ def _metadata(md) -> str:
     return "{" + " ".join(parts) + "}" if parts else ""
 
 
+_C_ESCAPES = {ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t", ord('"'): '\\"', ord("'"): "\\'",
+              ord("\\"): "\\\\"}
+
+
 def _escape(s: str) -> str:
-    return s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    """absl::CEscape, as OpMetadataToString quotes names: \\n \\r \\t \\" \\' \\\\, and every
+    other byte below ' ' or from 0x7F as three octal digits (of the UTF-8 bytes)."""
+    out = []
+    for b in s.encode("utf-8"):
+        esc = _C_ESCAPES.get(b)
+        out.append(esc if esc else chr(b) if 0x20 <= b < 0x7F else f"\\{b:03o}")
+    return "".join(out)
 
 
 def _braced(xs) -> str:
