@@ -19,10 +19,11 @@ from profscope.app.queries import TraceQuery
 from profscope.errors import BadRequest, ProfscopeError
 from profscope.model.catalog import Run, RunKind
 
+trace_clock = lazy.module("profscope.tools.trace_clock")
 trace_links = lazy.module("profscope.tools.trace_links")
 xplane_allocator = lazy.module("profscope.formats.xplane_allocator")
 
-_KEEP = 16  # allocator clocks / instruction lists / device lists kept in memory
+_KEEP = 16  # allocator clocks / device lists kept in memory
 
 
 def _remember(cache: OrderedDict, lock, key, make):
@@ -60,10 +61,10 @@ class TraceViewerLinks:
         view = self.trace_view(run, query)
         p = trace_links.counter_point(view, query.track, query.t, query.peak, query.start_ms, query.end_ms)
         h = next(h for h in view.hosts if h.host == p.host)
-        link, why = self._counter_link(run, p, h.index.origin_ps + p.index_ps)
+        link, why = self._counter_link(run, p, h.index.origin_ps + p.index_ps, h.index.origin_ps)
         return {**p.payload(query.track), "memoryProfile": link, "why": why}
 
-    def _counter_link(self, run: Run, p, absolute_ps: int) -> tuple[dict | None, str | None]:
+    def _counter_link(self, run: Run, p, absolute_ps: int, origin_ps: int) -> tuple[dict | None, str | None]:
         if run.kind is RunKind.PROFILE:
             memory_id = trace_links.xplane_allocator_of(p.name)
             if memory_id is None:
@@ -77,9 +78,9 @@ class TraceViewerLinks:
         device = trace_links.torch_device_of(p.name)
         if device is None:
             return None, f"{p.name!r} is not a [memory] counter"
-        return self._torch_link(run, p.host, device, absolute_ps)
+        return self._torch_link(run, p.host, device, absolute_ps, origin_ps)
 
-    def _torch_link(self, run: Run, host: str, device: int, absolute_ps: int) -> tuple[dict | None, str | None]:
+    def _torch_link(self, run: Run, host: str, device: int, absolute_ps: int, origin_ps: int) -> tuple[dict | None, str | None]:
         try:
             origin_us, devices = self._torch_memory_devices(run)
         except ProfscopeError as e:
@@ -88,8 +89,9 @@ class TraceViewerLinks:
         if memory_id is None:
             have = ", ".join(d["device"] for d in devices) or "no [memory] events"
             return None, f"the trace's memory profile has no device {device} (it has {have})"
-        # the payload's ms count from timeOriginUs (tools/memory_profile_torch.py)
-        ms = (absolute_ps / 1e6 - origin_us) / 1000.0
+        # the payload's ms count from timeOriginUs: the one PyTorch clock of both
+        # directions (tools/trace_clock.py, the memory profile's trace link)
+        ms = (absolute_ps - origin_ps) / 1e9 - trace_clock.torch_trace_offset(origin_us, origin_ps)["offsetMs"]
         return {"host": host, "memory_id": memory_id, "t": trace_links.time_param(ms)}, None
 
     def _allocator_clock(self, run: Run, host: str):
@@ -136,7 +138,7 @@ class TraceViewerLinks:
             # the op is hlo_op's arg, or, on TPU op lines (only program_id in the args),
             # the slice's own name; a module's own slice has none
             op = ev.get("hloOp") or (ev["name"] if track.get("name") != "XLA Modules" and ev["name"] != module else "")
-            has = bool(op) and op in self._instruction_names(run, module, host)
+            has = bool(op) and self.has_instruction(run, module, host, op)  # app/hlo_links.py
             links["memoryViewer"] = {"host": host, "module_name": module, "hlo_op": op if has else ""}
             if has:
                 links["hlo"] = {"host": host, "module_name": module, "instr": op}
@@ -146,24 +148,7 @@ class TraceViewerLinks:
             view = self.trace_view(run, query)
             h = next(h for h in view.hosts if h.host == host)
             absolute_ps = h.index.origin_ps + round(ev["start"] * 1e9) - view.shift[h.position]
-            link, _why = self._torch_link(run, host, device, absolute_ps)
+            link, _why = self._torch_link(run, host, device, absolute_ps, h.index.origin_ps)
             if link is not None:
                 links["memoryProfile"] = link
         return links
-
-    def _instruction_names(self, run: Run, module: str, host: str | None) -> frozenset[str]:
-        try:
-            source = self.module_source(run, module, host)
-        except ProfscopeError:
-            return frozenset()
-        if source.hlo_file is None:
-            return frozenset()
-
-        def make():
-            try:
-                proto = self.hlo_proto(source)
-            except ProfscopeError:  # no proto recorded for the module: no instruction to link
-                return frozenset()
-            return frozenset(i.name for c in proto.hlo_module.computations for i in c.instructions)
-
-        return _remember(self._links_cache(), self._links_lock, ("instr", source.hlo_file.identity(), module), make)

@@ -21,6 +21,7 @@ import { fmtBytes, fmtDur, fmtTick as fmtIn, fmtTime, hostParts, timeUnit as uni
 import { P, SLICE_COLORS as PALETTE } from "../lib/colors.js";
 import { makeSummary } from "./trace_viewer_summary.js";
 import { hostsOverview, showsHosts } from "./trace_viewer_hosts.js";
+import { counterCard, eventLinks } from "./trace_viewer_links.js";
 
 const GUTTER = 230; // px: track names on the left
 const RULER_H = 38; // px: time ruler (ticks, labels, step bands) on top
@@ -154,6 +155,11 @@ function update(ctx, state) {
   if (!sameWindow(win, ctx.view)) setWindow(ctx, win[0], win[1], { url: !!fit });
   else if (fit) writeWindowUrl(ctx);
   if ((state.ev || "") !== (ctx.selectedId || "")) select(ctx, state.ev || "", { fromUrl: true });
+  const ctr = state.ctr && state.ct ? `${state.ctr}|${Number(state.ct)}` : "";
+  if (ctr && (!ctx.counterSel || ctx.counterSel.key !== ctr)) {
+    ctx.counterSel = { key: ctr, track: Number(state.ctr), time: Number(state.ct), value: null };
+    showCounter(ctx, Number(state.ctr), Number(state.ct));
+  } else if (!ctr && ctx.counterSel && !state.ev) dropCounter(ctx);
   if ((state.q || "") !== ctx.search.value) { ctx.search.value = state.q || ""; runSearch(ctx, state.q || ""); }
   const mode = flowModeOf(state.flows);
   if (mode !== ctx.flowMode) { ctx.flowMode = ctx.flowToggle.value = mode; paint(ctx); }
@@ -840,12 +846,36 @@ function paintOverlay(ctx) {
     g.arc(timeToX(ctx, c.t[hv.i]), y0 + h - (max > 0 ? c.v[hv.i] * h / max : 0), 3.5, 0, 2 * Math.PI);
     g.fill();
   }
+  drawCounterMark(ctx, g, H);
   g.restore();
   if (ctx.drag && ctx.drag.mode !== "pan" && ctx.drag.moved) drawRange(ctx, g, H, ctx.drag.x0, ctx.drag.x1);
   else if (ctx.summary && ctx.summary.range) { // the summarized range stays shaded, following zoom and pan
     const [a, b] = ctx.summary.range;
     drawRange(ctx, g, H, timeToX(ctx, a), timeToX(ctx, b), b - a);
   }
+}
+
+// The selected counter point: a line at its time across the plot, a ring on its value.
+function drawCounterMark(ctx, g, H) {
+  const sel = ctx.counterSel;
+  if (!sel || sel.time === null || !Number.isFinite(sel.time)) return;
+  const x = Math.round(timeToX(ctx, sel.time)) + 0.5;
+  g.strokeStyle = "rgba(142, 79, 128, 0.8)";
+  g.setLineDash([4, 3]);
+  g.lineWidth = 1;
+  g.beginPath(); g.moveTo(x, RULER_H); g.lineTo(x, H); g.stroke();
+  g.setLineDash([]);
+  const row = ctx.rows.find((r) => r.type === "track" && r.track.id === sel.track);
+  const c = row && ctx.data.counters.get(sel.track);
+  if (!c || sel.value === null) return;
+  let max = 0;
+  for (const v of c.v) if (v > max) max = v;
+  const y0 = RULER_H + row.y - ctx.scroller.scrollTop + 4, h = row.h - 8;
+  g.strokeStyle = "#5a2a50";
+  g.lineWidth = 2;
+  g.beginPath();
+  g.arc(x, y0 + h - (max > 0 ? Math.min(sel.value, max) * h / max : 0), 5, 0, 2 * Math.PI);
+  g.stroke();
 }
 
 // Where slice i is drawn (css px inside the canvas), or null when its row is hidden.
@@ -1151,7 +1181,7 @@ function hoverAt(ctx, x, y, e) {
   }
   const hit = hitTest(ctx, x, y);
   const same = (a, b) => (!a && !b) || (a && b && a.index === b.index && a.counter === b.counter && a.i === b.i);
-  ctx.canvas.style.cursor = hit && hit.index >= 0 ? "pointer" : "default";
+  ctx.canvas.style.cursor = hit && (hit.index >= 0 || hit.counter) ? "pointer" : "default"; // a counter point opens its card
   if (!same(hit, ctx.hover)) { ctx.hover = hit; paintOverlay(ctx); }
   if (!hit) return hideTip(ctx);
   if (hit.counter) {
@@ -1181,13 +1211,70 @@ function hideTip(ctx) { ctx.tip.hidden = true; }
 function clickAt(ctx, x, y) {
   if (y < RULER_H) return;
   const hit = hitTest(ctx, x, y);
+  if (hit && hit.counter) return void pickCounter(ctx, { track: hit.row.track.id, t: hit.counter.t[hit.i] });
   selectAndRecord(ctx, hit && hit.index >= 0 ? String(ctx.data.s.id[hit.index]) : "");
 }
 
+// -- a counter point: its card, its peak, the memory profile at it -----------------------
+
+// ctr (the counter's track id) and ct (the point's time, ms) in the URL; a slice's ev and
+// a counter point are one selection.
+function pickCounter(ctx, { track, t, peak = "" }) {
+  const key = peak ? `${track}|${peak}` : `${track}|${t}`;
+  if (!peak && ctx.counterSel && ctx.counterSel.key === key) return;
+  if (ctx.selectedId) select(ctx, "");
+  ctx.counterSel = { key, track, time: peak ? null : t, value: null };
+  setUrl({ ev: "", ctr: String(track), ct: peak ? "" : String(t) }, { push: true }); // exact: the sample's own time
+  showCounter(ctx, track, t, peak);
+}
+
+async function showCounter(ctx, track, t, peak = "") {
+  const sel = ctx.counterSel;
+  ctx.card.classList.add("loading");
+  const extra = peak ? { track, peak, ...(peak === "window" ? { start_ms: ctx.view[0], end_ms: ctx.view[1] } : {}) } : { track, t };
+  let p;
+  try {
+    p = await cachedJson(`/api/trace/counter?${apiParams(ctx, extra)}`);
+  } catch (err) {
+    if (ctx.counterSel !== sel) return;
+    ctx.card.classList.remove("loading");
+    ctx.card.replaceChildren(errorBox(err, "Cannot read the counter"));
+    return;
+  }
+  if (ctx.counterSel !== sel || current !== ctx) return;
+  sel.time = p.time;
+  sel.value = p.value;
+  setUrl({ ev: "", ctr: String(track), ct: String(p.time) }); // the sample's own time (a peak's too)
+  sel.key = `${track}|${p.time}`;
+  if (peak) { // into view when it is outside
+    if (p.time < ctx.view[0] || p.time > ctx.view[1]) {
+      const half = (ctx.view[1] - ctx.view[0]) / 2;
+      setWindow(ctx, p.time - half, p.time + half);
+    }
+  }
+  paintOverlay(ctx);
+  ctx.card.classList.remove("loading");
+  ctx.card.classList.add("selected");
+  const span = () => (ctx.view[1] - ctx.view[0]) / 1000;
+  ctx.card.replaceChildren(...counterCard(p, readState(), {
+    fmtValue, fmtTime: (ms) => fmtTime(ms, span()),
+    onPeak: (which) => pickCounter(ctx, { track, t: p.time, peak: which }),
+    onZoom: () => { const w = (ctx.view[1] - ctx.view[0]) / 20; setWindow(ctx, p.time - w, p.time + w); },
+  }).filter(Boolean));
+}
+
+function dropCounter(ctx) {
+  if (!ctx.counterSel) return;
+  ctx.counterSel = null;
+  paintOverlay(ctx);
+}
+
 function selectAndRecord(ctx, id) {
-  if (id === ctx.selectedId) return;
-  setUrl({ ev: id }, { push: true });
-  select(ctx, id);
+  if (id === ctx.selectedId && !ctx.counterSel) return;
+  const had = ctx.counterSel;
+  setUrl({ ev: id, ctr: "", ct: "" }, { push: true });
+  dropCounter(ctx);
+  if (id !== ctx.selectedId || had) select(ctx, id);
 }
 
 // -- selection and details card --------------------------------------------------------
@@ -1195,6 +1282,7 @@ function selectAndRecord(ctx, id) {
 async function select(ctx, id, { fromUrl = false } = {}) {
   ctx.selectedId = id;
   ctx.selected = null;
+  if (id) dropCounter(ctx);
   draw(ctx);
   if (!id) { ctx.card.replaceChildren(el("p", { class: "muted" }, "Click a slice for its details.")); ctx.card.classList.remove("selected"); return; }
   const i = ctx.data ? ctx.data.idIndex.get(id) : undefined;
@@ -1238,18 +1326,14 @@ function eventCard(ctx, ev) {
   ];
   if (ev.hloOp) rows.push(["HLO op", el("code", {}, ev.hloOp)]);
   if (ev.hloModule) rows.push(["HLO module", el("code", {}, ev.hloModule)]);
-  // The memory viewer opens on this op's buffers (hlo_op): the op is hlo_op's arg, or, on
-  // TPU op lines (only program_id in the args), the slice's own name; a module slice has none.
-  const memOp = ev.hloOp || (ev.module && track.name !== "XLA Modules" && ev.name !== ev.module ? ev.name : "");
-  const memState = ev.module ? { ...state, tool: "memory_viewer", module_name: ev.module, hlo_op: memOp, ev: "", start_ms: "", end_ms: "", q: "", hosts: "" } : null;
   const args = Object.entries(ev.args || {});
   return [
     el("div", { class: "tv-card-head" },
       el("h3", { class: "tv-card-name", title: ev.name }, ev.name),
       el("button", { type: "button", id: "tv-card-zoom", title: "Zoom to this slice (F)", onclick: () => zoomToSlice(ctx, ev.start, ev.dur) }, "Zoom to slice")),
     el("dl", { class: "kv tv-kv" }, rows.flatMap(([k, v, title]) => [el("dt", {}, k), el("dd", title ? { title } : {}, v)])),
-    memState ? el("p", { class: "tv-links" }, el("a", { id: "tv-memory-link", href: stateUrl(memState), onclick: (e) => { e.preventDefault(); go(memState); } },
-      `Memory viewer for ${ev.module}${memOp ? `, buffers of ${memOp}` : ""} →`)) : null,
+    // HLO view, memory viewer, memory profile: only the targets the server found (app/trace_viewer_links.py)
+    eventLinks(ev, state),
     el("h4", {}, `Args (${args.length})`),
     args.length
       ? el("table", { class: "tv-args", id: "tv-args" }, el("tbody", {}, args.map(([k, v]) => el("tr", {},
@@ -1422,6 +1506,29 @@ window.__traceViewer = {
     return [...ctx.g.getImageData(Math.round((x - r.left) * ctx.dpr), Math.round((y - r.top) * ctx.dpr), 1, 1).data.slice(0, 3)];
   },
   setWindow: (s, e) => current && setWindow(current, s, e),
+  xOf: (t) => current ? current.canvas.getBoundingClientRect().left + timeToX(current, t) : null, // page x of a time
+  // where the samples of counter `track` (in the window's data) are drawn, at page
+  // coordinates: a click there picks one (the last sample at or before the clicked time);
+  // [] when its row is out of view
+  counterPoints: (track) => {
+    const ctx = current, c = ctx && ctx.data && ctx.data.counters.get(track);
+    const row = c && ctx.rows.find((r) => r.type === "track" && r.track.id === track);
+    const y = row ? RULER_H + row.y - ctx.scroller.scrollTop + row.h / 2 : -1;
+    if (!row || y < RULER_H || y > ctx.cssH) return [];
+    const r = ctx.canvas.getBoundingClientRect();
+    return Array.from(c.t, (t, i) => ({ x: r.left + timeToX(ctx, t), y: r.top + y, t, v: c.v[i], next: i + 1 < c.t.length ? c.t[i + 1] : null }))
+      .filter((p) => p.x >= r.left + GUTTER && p.x <= r.left + ctx.cssW);
+  },
+  scrollToTrack: (track) => { // bring a track's row into view
+    const ctx = current, row = ctx && ctx.rows.find((r) => r.type === "track" && r.track.id === track);
+    if (!row) return false;
+    ctx.scroller.scrollTop = Math.max(0, row.y - 80);
+    if (ctx.frame) { cancelAnimationFrame(ctx.frame); ctx.frame = 0; }
+    paint(ctx);
+    return true;
+  },
+  counterValues: (track) => { const c = current && current.data && current.data.counters.get(track); return c ? [...c.v] : []; },
+  counterSelected: () => current && current.counterSel ? { track: current.counterSel.track, time: current.counterSel.time, value: current.counterSel.value } : null,
   // the sample dots of sparse counters (drawCounters), at page coordinates
   counterDots: () => {
     if (!current) return [];
@@ -1440,6 +1547,8 @@ export default {
     ev: { resetOn: ["run", "tool", "host"] },
     q: { resetOn: ["run", "tool", "host"] },
     flows: {},
+    ctr: { resetOn: ["run", "tool", "host"] }, // a counter point: its track id,
+    ct: { resetOn: ["run", "tool", "host"] }, // and its time (ms)
   },
   render: renderTraceViewer,
 };
