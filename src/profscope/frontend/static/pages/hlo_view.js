@@ -3,7 +3,7 @@
 // one instruction highlighted and scrolled to. Data: GET /api/hlo.
 // URL keys: view=hlo, instr (the instruction shown; a click on a line picks another),
 // hq (the search: matches are marked, Enter or the arrows walk them). All three reset
-// when the run, the module or the host changes (memory_viewer.js declares them).
+// when the run, the tool, the module or the host is picked (memory_viewer.js declares them).
 import { el } from "../lib/dom.js";
 import { go, readState, setUrl } from "../lib/state.js";
 import { cachedJson, errorBox } from "../lib/api.js";

@@ -1099,9 +1099,9 @@ export default {
     memory_space: { resetOn: ["run"] },
     buffer: { resetOn: ["run", "module_name", "memory_space"] },
     hlo_op: { resetOn: ["run", "module_name", "memory_space"] },
-    view: { resetOn: ["run", "module_name", "host"] }, // "hlo": the module's HLO text (hlo_view.js)
-    instr: { resetOn: ["run", "module_name", "host"] },
-    hq: { resetOn: ["run", "module_name", "host"] },
+    view: { resetOn: ["run", "tool", "module_name", "host"] }, // "hlo": the module's HLO text (hlo_view.js)
+    instr: { resetOn: ["run", "tool", "module_name", "host"] },
+    hq: { resetOn: ["run", "tool", "module_name", "host"] },
   },
   render: renderMemoryViewer,
 };
