@@ -77,6 +77,14 @@ def test_buffer_to_hlo_to_trace_and_back(open_page, server_url):
     hit = page.inner_text("#mv-card #hp-code .hit")
     assert str(panel["source"]["line"]) in hit and "jnp.tanh(x @ w1)" in hit
     page.screenshot(path=str(ARTIFACTS / "hlo_links_card.png"), full_page=True)
+    # two hops: the URL keeps it, the card lists the API's two-hop neighbourhood
+    two = _get_json(server_url, "/api/hlo/instruction", run=run, module_name=module, instr=instr, hops=2)
+    page.select_option("#mv-hops", "2")
+    page.wait_for_function("new URLSearchParams(location.search).get('hops') === '2'")
+    page.wait_for_function(f"document.querySelectorAll('#mv-neighbourhood .hp-node').length === {len(two['neighborhood']['nodes']) - 1}")
+    assert len(two["neighborhood"]["nodes"]) > len(panel["neighborhood"]["nodes"])
+    page.go_back()
+    page.wait_for_function(f"document.querySelectorAll('#mv-neighbourhood .hp-node').length === {len(panel['neighborhood']['nodes']) - 1}")
     buffer_url = page.url
 
     # The HLO view: the module's text, the instruction's line highlighted and in view.

@@ -4,14 +4,14 @@
 // trace slice or a source file only when it exists in this run: what is not found comes
 // as null and is shown as plain text, never as a link (docs/links.md).
 import { el } from "../lib/dom.js";
-import { go, stateUrl } from "../lib/state.js";
+import { go, readState, stateUrl } from "../lib/state.js";
 import { cachedJson, errorBox, getJson } from "../lib/api.js";
 import { fmtDur } from "../lib/format.js";
 
 // The query string of the HLO view of one instruction (the contract other pages link by).
 export function hloState(state, instr, extra = {}) {
   return { run: state.run, tool: "memory_viewer", host: state.host || "", module_name: state.module_name,
-    view: "hlo", instr, ...extra };
+    view: "hlo", instr, hops: state.hops || "", ...extra };
 }
 
 // The trace viewer opened at a slice (its window and the slice selected): the link the
@@ -51,6 +51,19 @@ export function instructionSections(state, d, { compact = false, idPrefix = "mv"
   return out;
 }
 
+// How many operand/user edges the neighbourhood walks: the URL's `hops` (1 to 4).
+export function hopsOf(state) {
+  const n = Number(state.hops);
+  return Number.isInteger(n) && n >= 1 && n <= 4 ? n : 1;
+}
+
+function hopsPicker(state, idPrefix) {
+  const pick = el("select", { id: `${idPrefix}-hops`, "aria-label": "hops",
+    onchange: (e) => go({ ...readState(), hops: e.target.value === "1" ? "" : e.target.value }) },
+  [1, 2, 3, 4].map((n) => el("option", { value: String(n), selected: n === hopsOf(state) }, `${n} hop${n === 1 ? "" : "s"}`)));
+  return el("label", { class: "hp-hops" }, pick);
+}
+
 function neighbourhood(state, d, idPrefix) {
   const nodes = d.neighborhood.nodes.filter((n) => n.direction !== "self");
   const group = (dir, title) => {
@@ -63,7 +76,7 @@ function neighbourhood(state, d, idPrefix) {
         n.distance > 1 ? el("span", { class: "muted" }, ` · ${n.distance} hops`) : null))));
   };
   return el("div", { class: "hp-section", id: `${idPrefix}-neighbourhood` },
-    el("h4", {}, "Neighbourhood"),
+    el("h4", {}, "Neighbourhood ", hopsPicker(state, idPrefix)),
     group("operand", "Operands"), group("user", "Users"),
     d.neighborhood.truncated ? el("p", { class: "muted" }, "more not shown") : null);
 }
@@ -127,7 +140,7 @@ function sourceLines(s) {
 // The whole panel for a pinned buffer or the HLO view's instruction, loading.
 export function instructionPanel(state, instr, opts = {}) {
   const box = el("div", { class: "hp", id: `${opts.idPrefix || "mv"}-panel` }, el("p", { class: "muted" }, `Loading ${instr}…`));
-  loadInstruction(state, instr, opts.hops || 1).then(
+  loadInstruction(state, instr, hopsOf(state)).then(
     (d) => box.replaceChildren(...instructionSections(state, d, opts)),
     (err) => box.replaceChildren(errorBox(err, `No HLO for ${instr}`)));
   return box;

@@ -1102,6 +1102,7 @@ export default {
     view: { resetOn: ["run", "tool", "module_name", "host"] }, // "hlo": the module's HLO text (hlo_view.js)
     instr: { resetOn: ["run", "tool", "module_name", "host"] },
     hq: { resetOn: ["run", "tool", "module_name", "host"] },
+    hops: { resetOn: ["run", "tool", "module_name", "host"] }, // the instruction panel's neighbourhood (hlo_panel.js)
   },
   render: renderMemoryViewer,
 };
