@@ -161,6 +161,9 @@ def test_steps_ops_row_opens_its_hlo_and_its_slowest_occurrence(open_page, publi
     assert (q["tool"], q["view"], q["module_name"], q["instr"]) == ("memory_viewer", "hlo", r["module"], r["name"])
     assert page.inner_text("#hv-selected").strip().startswith(f"%{r['name']} = ")
     page.screenshot(path=str(ARTIFACTS / "steps_ops_hlo_view.png"), full_page=False)
+    again = open_page(public_server)  # the URL is the view
+    again.goto(page.url)
+    assert again.wait_for_selector("#hv-selected", timeout=90_000).inner_text() == page.inner_text("#hv-selected")
     page.go_back()
     trace = page.wait_for_selector("#so-op #so-trace-link", timeout=60_000)
     trace.click()
@@ -174,3 +177,21 @@ def test_steps_ops_row_opens_its_hlo_and_its_slowest_occurrence(open_page, publi
     page = _open(open_page, public_server, run=GEMM, tool="steps_ops", kind="kernel", op=f"kernel|{k.get('program_id') or ''}|{k['name']}")
     page.wait_for_selector("#so-op #so-trace-link", timeout=90_000)
     assert page.query_selector("#so-hlo-link") is None and page.query_selector("#so-hlo-spot") is None
+
+
+def test_pytorch_trace_memory_event_opens_the_trace_there(open_page, public_server):
+    """tracelens H100 ([memory] events with Total Allocated): the peak event of CUDA:0 opens
+    the same file's trace centred on it, where the device's counter holds the peak bytes."""
+    run = "traces/tracelens_h100_bert_small.trace.json.gz"
+    dev = next(d for d in _get(public_server, "/api/memory_profile", run=run)["devices"] if d["device"] == "CUDA:0")
+    page = _open(open_page, public_server, run=run, tool="memory_profile", memory_id="CUDA:0", t=repr(dev["peak"]["timeMs"]))
+    link = page.wait_for_selector("#mp-event #mp-trace-link", timeout=90_000)
+    aim = float(link.get_attribute("data-trace-ms"))
+    link.click()
+    page.wait_for_function(READY, timeout=90_000)
+    q = _query(page)
+    assert q["run"] == run and abs((float(q["start_ms"]) + float(q["end_ms"])) / 2 - aim) < 1e-6
+    w = _get(public_server, "/api/trace/window", run=run, host=q["host"], start_ms=q["start_ms"], end_ms=q["end_ms"])
+    c = next(c for c in w["counters"] if c["name"] == "memory allocated (device 0)")
+    assert [v for t, v in zip(c["t"], c["v"]) if abs(t - aim) < 1e-6] == [dev["peak"]["allocatedBytes"]]
+    page.screenshot(path=str(ARTIFACTS / "memory_trace_link_h100.png"), full_page=False)
