@@ -401,6 +401,11 @@ ROUTES = [
     ("/api/memory_hosts", {"run": PROFILE}, ["run"]),
     ("/api/trace_hosts", {"run": PROFILE}, ["run"]),
     ("/api/progress", {}, ["x"]),
+    # the HLO view and the instruction panel (app/hlo_links.py); source lines, inside the roots only
+    ("/api/hlo", {"run": DUMP, "module_name": MODULE}, ["run", "module_name", "host", "instr"]),
+    ("/api/hlo/instruction", {"run": PROFILE, "module_name": "jit_train_step(14)", "instr": "reduce_sum.50"},
+     ["run", "module_name", "host", "instr", "hops"]),
+    ("/api/source", {"run": PROFILE, "file": "train.py", "line": "3"}, ["run", "file", "line", "context"]),
     *[(f"/api/snapshot/{view}", {"run": SNAPSHOT}, ["run", "host", "start", "end", "x", "max_points", "top", "event",
                                                    "stack", "filtered", "other", "other_host"])
       for view in ("overview", "timeline", "state", "stack", "stacks", "compare")],
