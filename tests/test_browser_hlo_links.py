@@ -107,6 +107,15 @@ def test_buffer_to_hlo_to_trace_and_back(open_page, server_url):
     other.goto(page.url)
     other.wait_for_selector("#hv-selected")
     assert other.input_value("#hv-search") == "fusion("
+    # HLO -> trace -> back: the HLO view's own panel opens the same slice
+    hlo_url = page.url
+    page.wait_for_selector("#hv-trace-link")
+    page.click("#hv-trace-link")
+    first = panel["trace"]["defining"]["slices"][0]["link"]
+    page.wait_for_function(f"window.__traceViewer && __traceViewer.selected() === '{first['ev']}'")
+    page.go_back()
+    page.wait_for_selector("#hv-selected")
+    assert page.url == hlo_url and page.input_value("#hv-search") == "fusion("
 
     # Back: the memory viewer, the same buffer pinned.
     page.go_back()
