@@ -134,14 +134,16 @@ class HloLinks:
         if not chosen:
             # the memory viewer's module is the first xplane's that has it (module_source)
             info = self.module_source(run, module_name, host).hlo_file
-            chosen = [(i, h, f) for i, (h, f) in enumerate(sources) if f == info] or \
-                     [(i, h, f) for i, (h, f) in enumerate(sources)][:1]
+            chosen = [(i, h, f) for i, (h, f) in enumerate(sources) if f == info]
         if not chosen:
             return None, {}
         pos, name, info = chosen[0]
         if classify(info.name) is not FileKind.XPLANE:
             return None, {}
         ix = self.trace_index(run, name, info)
+        # The link opens the trace viewer with host=H alone: its origin is this host's
+        # index origin (TraceView.shift is 0), its event ids are position << HOST_ID_SHIFT
+        # | row, as /api/trace/window and /api/trace/event name them.
         shift, ps_per_ms = trace_viewer.HOST_ID_SHIFT, trace_viewer.PS_PER_MS
         out = {}
         for op in dict.fromkeys(ops):
