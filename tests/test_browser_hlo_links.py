@@ -121,6 +121,14 @@ def test_buffer_to_hlo_to_trace_and_back(open_page, server_url):
     page.go_back()
     page.wait_for_selector("#mv-card.selected #mv-trace-link")
     assert page.url == buffer_url
+    # a fusion's fused computation opens at its root
+    assert panel["calls"]  # the buffer is a fusion's
+    for c in panel["calls"]:
+        page.click(f"#mv-card .hp-call:text-is('%{c['computation']}')")
+        page.wait_for_selector("#hv-selected")
+        assert _query(page)["instr"] == c["root"] and page.inner_text("#hv-selected").strip().startswith(f"ROOT %{c['root']} = ")
+        page.go_back()
+        page.wait_for_selector("#mv-card.selected #mv-trace-link")
 
     # The trace link: the trace viewer at the slice, the slice selected.
     link = panel["trace"]["defining"]["slices"][0]["link"]

@@ -116,6 +116,14 @@ def test_instruction_panel_links_reopen_the_slice(client):
     assert hood[0]["name"] == "wrapped_tanh" and hood[0]["direction"] == "self"
     assert {n["direction"] for n in hood[1:]} == {"operand", "user"}
     assert d["lastUse"] == "sort.0"
+    # the fusion's fused computation, opened at its root
+    text = client.get("/api/hlo", params={"run": run, "module_name": module}).json()
+    comps = {c["name"]: c for c in text["computations"]}
+    assert [c["computation"] for c in d["calls"]] == ["wrapped_tanh_computation"]
+    for c in d["calls"]:
+        root = client.get("/api/hlo", params={"run": run, "module_name": module, "instr": c["root"]}).json()["instruction"]
+        assert comps[c["computation"]]["line"] < root["line"] < comps[c["computation"]]["endLine"]
+        assert root["text"].startswith(f"ROOT %{c['root']} = ") and root["computation"] == c["computation"]
     for op, key in (("wrapped_tanh", "defining"), ("sort.0", "lastUse")):
         found = d["trace"][key]
         assert found["count"] >= 3  # the step ran three times in the trace

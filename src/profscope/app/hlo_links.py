@@ -25,7 +25,7 @@ hlo_text = lazy.module("profscope.tools.hlo_text")
 op_slices = lazy.module("profscope.tools.op_slices")
 trace_viewer = lazy.module("profscope.tools.trace_viewer")
 
-HLO_TEXT = ("hlo_text", 1)  # one module's text and instruction graph (tools/hlo_text.py)
+HLO_TEXT = ("hlo_text", 2)  # one module's text and instruction graph (tools/hlo_text.py); 2: computations' root
 #: Ops whose output is an alias of their operand's buffer (no kernel of their own): a
 #: buffer's last use is looked for through them.
 ALIASING = {"bitcast", "get-tuple-element", "tuple", "optimization-barrier"}
@@ -117,7 +117,7 @@ class HloLinks:
         info = text["instructions"][instr]
         return {
             "run": run.name, "module_name": module_name, "instruction": hood["nodes"][0], "neighborhood": hood,
-            "lastUse": last,
+            "lastUse": last, "calls": hlo_text.called_roots(text, instr),
             "trace": None if trace_host is None else {
                 "host": trace_host, "defining": slices.get(instr), "lastUse": slices.get(last) if last else None},
             "source": self.source_link(info["source"]["file"], info["source"]["line"]) if info["source"] else None,

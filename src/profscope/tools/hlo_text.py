@@ -340,7 +340,8 @@ def module_text(module: hlo_pb2.HloModuleProto) -> dict:
                 instructions[name]["users"] = u
         lines.append("}")
         computations.append({"name": comp.name, "line": first, "endLine": len(lines) - 1,
-                             "entry": comp.id == entry_id, "fusion": comp.is_fusion_computation})
+                             "entry": comp.id == entry_id, "fusion": comp.is_fusion_computation,
+                             "root": by_id[comp.root_id].name if comp.root_id in by_id else None})
     for info in instructions.values():
         info.setdefault("users", [])
     return {"module": module.name, "lines": lines, "computations": computations, "instructions": instructions}
@@ -352,6 +353,14 @@ def instruction_view(text: dict, name: str) -> dict | None:
     if info is None:
         return None
     return {"name": name, "text": text["lines"][info["line"]].strip(), **info}
+
+
+def called_roots(text: dict, name: str) -> list[dict]:
+    """The computations ``name`` calls (a fusion's fused computation, a reduce's reducer),
+    each with its root instruction: where the HLO view opens it."""
+    by_name = {c["name"]: c for c in text["computations"]}
+    return [{"computation": c, "root": by_name[c]["root"]} for c in text["instructions"][name]["calls"]
+            if c in by_name and by_name[c].get("root")]
 
 
 def neighborhood(text: dict, name: str, hops: int = 1) -> dict | None:

@@ -43,7 +43,9 @@ export function instructionSections(state, d, { compact = false, idPrefix = "mv"
     el("div", { class: "hp-section", id: `${idPrefix}-hlo` },
       el("h4", {}, "HLO"),
       el("pre", { class: "hp-line" }, ins.text),
-      navLink(hloState(state, ins.name), `Open ${ins.name} in the module's HLO text`, { id: `${idPrefix}-hlo-link`, class: "hp-link" })),
+      navLink(hloState(state, ins.name), `Open ${ins.name} in the module's HLO text`, { id: `${idPrefix}-hlo-link`, class: "hp-link" }),
+      (d.calls || []).map((c) => el("div", { class: "hp-calls" }, "calls ",
+        navLink(hloState(state, c.root), `%${c.computation}`, { class: "hp-link hp-call", title: `its root, ${c.root}` })))),
     traceSection(state, d, idPrefix),
     sourceSection(state, d, idPrefix, compact),
   ];
