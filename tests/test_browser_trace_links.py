@@ -105,6 +105,20 @@ def test_peak_in_trace_selects_the_counters_largest_sample(open_page, public_ser
     page.screenshot(path=str(ARTIFACTS / "trace_links_tf_gpu_peak.png"), full_page=True)
 
 
+def test_a_counter_without_an_allocator_draws_no_link(open_page, public_server):
+    """TPU: the allocator events name no allocator (memory ids 0..3), so the trace's one
+    "allocator heap allocated" counter is no allocator's: the card says why, no link."""
+    page = open_page(public_server)
+    page.set_viewport_size({"width": 1400, "height": 1500})
+    page.goto(_view_url(public_server, run="xplane/tpu_inference/2025_12_10_tpu", tool="trace_viewer@"))
+    page.wait_for_function(READY, timeout=90_000)
+    _click_counter_point(page, "allocator heap allocated")
+    page.wait_for_selector("#tv-mp-none")
+    assert page.query_selector("#tv-mp-link") is None
+    assert "no allocator 'allocator'" in page.inner_text("#tv-mp-none")
+    page.screenshot(path=str(ARTIFACTS / "trace_links_tpu_no_allocator.png"), full_page=True)
+
+
 def test_xla_op_links_to_its_hlo_and_its_buffers(open_page, public_server):
     run = "xplane/mi300_jax08_gemm/jax08_gemm"
     page = open_page(public_server)

@@ -1445,7 +1445,7 @@ function openMatch(ctx, m, index) {
   const mid = m.start + m.dur / 2;
   ctx.view = clampWindow(ctx, mid - span / 2, mid + span / 2);
   const vs = ctx.view[1] - ctx.view[0];
-  setUrl({ ev: String(m.id), start_ms: fmtNum(ctx.view[0], vs), end_ms: fmtNum(ctx.view[1], vs) }, { push: true });
+  setUrl({ ev: String(m.id), ctr: "", ct: "", start_ms: fmtNum(ctx.view[0], vs), end_ms: fmtNum(ctx.view[1], vs) }, { push: true });
   const row = ctx.trackRow.get(m.track);
   if (row) { // bring its track into view
     const top = ctx.scroller.scrollTop, h = ctx.cssH - RULER_H;
