@@ -31,6 +31,16 @@ def _open(open_page, server, **state):
     return page
 
 
+def _assert_counter_selected(page, server: str, aim: float):
+    """The link selects the allocator's (device's) counter sample at its time: ctr/ct in
+    the URL (the trace page's counter card keys), and that sample (GET /api/trace/counter,
+    what the card shows) is at exactly the link's time."""
+    q = _query(page)
+    assert abs(float(q["ct"]) - aim) < 1e-6
+    p = _get(server, "/api/trace/counter", run=q["run"], host=q["host"], track=q["ctr"], t=q["ct"])
+    assert abs(p["time"] - aim) < 1e-6
+
+
 def test_memory_profile_event_opens_the_trace_there(open_page, public_server):
     mp = _get(public_server, "/data/plugin/profile/data", run=TF_GPU, tag="memory_profile", host=HOST)
     per = mp["memoryProfilePerAllocator"]["GPU_4_bfc"]
@@ -48,6 +58,7 @@ def test_memory_profile_event_opens_the_trace_there(open_page, public_server):
     assert q["tool"] == "trace_viewer@" and q["host"] == HOST and q["run"] == TF_GPU
     s, e = float(q["start_ms"]), float(q["end_ms"])
     assert abs((s + e) / 2 - aim) < 1e-6  # centred on the event
+    _assert_counter_selected(page, public_server, aim)
     page.screenshot(path=str(ARTIFACTS / "memory_trace_link_trace.png"), full_page=False)
     # the window the page opened holds that allocator event: its counter sample at `aim`
     # is the heap the memory profile's peak event reports
@@ -109,6 +120,7 @@ def test_snapshot_event_opens_its_trace_there(open_page, side_by_side):
     q = _query(page)
     assert q["run"] == "run.pt.trace.json" and q["tool"] == "trace_viewer@"
     assert abs((float(q["start_ms"]) + float(q["end_ms"])) / 2 - aim) < 1e-6
+    _assert_counter_selected(page, server, aim)
     page.screenshot(path=str(ARTIFACTS / "snapshot_trace_link_trace.png"), full_page=False)
     w = _get(server, "/api/trace/window", run=q["run"], host=q["host"], start_ms=q["start_ms"], end_ms=q["end_ms"])
     c = next(c for c in w["counters"] if c["name"] == "memory allocated (device 0)")
@@ -191,6 +203,7 @@ def test_pytorch_trace_memory_event_opens_the_trace_there(open_page, public_serv
     page.wait_for_function(READY, timeout=90_000)
     q = _query(page)
     assert q["run"] == run and abs((float(q["start_ms"]) + float(q["end_ms"])) / 2 - aim) < 1e-6
+    _assert_counter_selected(page, public_server, aim)
     w = _get(public_server, "/api/trace/window", run=run, host=q["host"], start_ms=q["start_ms"], end_ms=q["end_ms"])
     c = next(c for c in w["counters"] if c["name"] == "memory allocated (device 0)")
     assert [v for t, v in zip(c["t"], c["v"]) if abs(t - aim) < 1e-6] == [dev["peak"]["allocatedBytes"]]

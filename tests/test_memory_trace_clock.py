@@ -39,6 +39,14 @@ def _counter_at(client, clock, counter: str, ms: float):
     return hits[0] if hits else None
 
 
+def _selected_sample(client, clock, entry: dict, ms: float) -> tuple[float, float]:
+    """(time, value) of the counter sample the link's ctr/ct select (GET /api/trace/counter,
+    what the trace page's counter card shows)."""
+    p = client.get("/api/trace/counter", params={"run": clock["trace"]["run"], "host": clock["trace"]["host"],
+                                                 "track": entry["counter"], "t": ms}).json()
+    return p["time"], p["value"]
+
+
 def _trace_ms(entry: dict, ps: str) -> float:
     """The trace ms of the memory profile event at ``ps`` as the page computes it
     (memory_profile_timeline.js traceTime): one offset, or the event's own time."""
@@ -63,10 +71,14 @@ def test_allocator_times_land_on_their_own_events(public, run, hosts, per_event)
             snaps = sorted(per["sampledTimelineSnapshots"], key=lambda s: int(s["timeOffsetPs"]))
             peak = per["profileSummary"]["peakStatsTimePs"]
             for s in snaps[:: max(1, len(snaps) // 20)] + [x for x in snaps if x["timeOffsetPs"] == peak][:1]:
-                heap = _counter_at(public, clock, f"{mid} heap allocated", _trace_ms(clock["clocks"][mid], s["timeOffsetPs"]))
+                ms = _trace_ms(clock["clocks"][mid], s["timeOffsetPs"])
+                heap = _counter_at(public, clock, f"{mid} heap allocated", ms)
                 # events at the same ps: the counter keeps one of their values
                 same = [int(x["aggregationStats"]["heapAllocatedBytes"]) for x in snaps if x["timeOffsetPs"] == s["timeOffsetPs"]]
                 assert heap is not None and heap in same, (host, mid, s["timeOffsetPs"])
+                # the sample the link selects (ctr/ct) is that one
+                t, v = _selected_sample(public, clock, clock["clocks"][mid], ms)
+                assert abs(t - ms) < 1e-6 and v in same
                 checked += 1
     assert checked > 20
 
@@ -83,6 +95,8 @@ def test_pytorch_trace_memory_times_land_on_their_own_events(public):
     for i in range(0, len(tl["timeMs"]), max(1, len(tl["timeMs"]) // 25)):
         got = _counter_at(public, clock, "memory allocated (device 0)", tl["timeMs"][i] + off)
         assert got == tl["allocatedBytes"][i], i
+        t, v = _selected_sample(public, clock, clock["clocks"]["CUDA:0"], tl["timeMs"][i] + off)
+        assert abs(t - tl["timeMs"][i] - off) < 1e-6 and v == tl["allocatedBytes"][i]
 
 
 def test_no_matching_trace_no_link_and_why(public, demo_logdir, tmp_path):
@@ -143,6 +157,8 @@ def test_snapshot_beside_its_trace_lands_on_the_same_event(tmp_path):
         live += e["size"] if e["action"] == "alloc" else -e["size"]
         ms = (e["time_us"] - mine["sinceUs"]) / 1000 + mine["offsetMs"]
         assert _counter_at(client, clock, "memory allocated (device 0)", ms) == live, e
+        t, v = _selected_sample(client, clock, mine, ms)
+        assert abs(t - ms) < 1e-6 and v == live
 
 
 def test_snapshot_beside_another_runs_trace_gets_no_link(tmp_path):

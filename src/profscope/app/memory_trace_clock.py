@@ -18,6 +18,7 @@ from profscope.errors import NotFound, ProfscopeError
 from profscope.model.catalog import Run, RunKind
 
 clock_rules = lazy.module("profscope.tools.trace_clock")
+trace_viewer = lazy.module("profscope.tools.trace_viewer")
 
 _CUDA = 1  # c10::DeviceType::CUDA, the deviceType of a PyTorch trace's [memory] events
 
@@ -49,6 +50,7 @@ def _xplane_clock(ws, run: Run, host: str | None) -> dict:
     # the allocator events' absolute times (app/trace_viewer_links.py, cached per file): the
     # clock the trace's counter -> memory profile links use too
     clocks = clock_rules.allocator_times(profile, ws._allocator_clock(run, host), ix.origin_ps)
+    _counters(ws, run, host, ix, clocks, {mid: clock_rules.allocator_counter(mid) for mid in clocks})
     return _answer(run, host, "memory_profile", {"run": run.name, "host": host}, clocks)
 
 
@@ -57,8 +59,22 @@ def _torch_trace_clock(ws, run: Run) -> dict:
     (host, info), = ws.trace_sources(run)[:1]
     ix = ws.trace_index(run, host, info)
     one = clock_rules.torch_trace_offset(payload.get("timeOriginUs") or 0.0, ix.origin_ps)
-    clocks = {d["device"]: one for d in payload.get("devices") or []}
+    devices = payload.get("devices") or []
+    clocks = {d["device"]: dict(one) for d in devices}
+    _counters(ws, run, host, ix, clocks, {d["device"]: clock_rules.torch_counter(d) for d in devices})
     return _answer(run, host, "memory_profile", {"run": run.name, "host": host}, clocks)
+
+
+def _counters(ws, run: Run, host: str, ix, clocks: dict, names: dict) -> None:
+    """Each placed clock's ``counter``: the trace viewer's track id of the counter its events
+    are samples of (the view's ids: the host's position << TRACK_ID_SHIFT | the index's
+    track, tools/trace_viewer.py), so that the link opens with that sample selected
+    (``ctr``/``ct``, the trace page's counter card). None when the trace has no such counter."""
+    position = [h for h, _ in ws.trace_sources(run)].index(host)
+    tracks = {c["name"]: (position << trace_viewer.TRACK_ID_SHIFT) | int(c["track"]) for c in ix.meta["counters"]}
+    for key, c in clocks.items():
+        if c.get("offsetMs") is not None or c.get("traceMs"):
+            c["counter"] = tracks.get(names.get(key))
 
 
 def _snapshot_clock(ws, run: Run, host: str | None) -> dict:
@@ -83,6 +99,7 @@ def _snapshot_clock(ws, run: Run, host: str | None) -> dict:
         got = clock_rules.snapshot_offset(first, last, device, meta)
         if got["offsetMs"] is not None:
             got["sinceUs"] = first
+            got["counter"] = meta["counters"].get(clock_rules.torch_counter({"device": f"CUDA:{device}", "deviceIndex": device}))
             return _answer(run, name, "torch_snapshot", {"run": tr.name, "host": meta["host"]}, {name: got})
         whys.append(got["why"])
     return _answer(run, name, "torch_snapshot", None, {}, "; ".join(whys))
@@ -98,7 +115,8 @@ def _kineto_clock(ws, run: Run) -> dict:
     end_us = (ix.origin_ps + int(ix.meta["end_ps"]) + unix_ns * 1000) / 1e6
     devices = {d["deviceIndex"] for d in payload.get("devices") or [] if d.get("deviceType") == _CUDA}
     return {"name": run.name, "host": host, "startUs": start_us, "endUs": end_us, "originPs": ix.origin_ps,
-            "unixNs": unix_ns, "devices": devices}
+            "unixNs": unix_ns, "devices": devices,
+            "counters": {c["name"]: int(c["track"]) for c in ix.meta["counters"]}}  # one file: host position 0
 
 
 def _answer(run: Run, host: str, source: str, trace: dict | None, clocks: dict, why: str | None = None) -> dict:

@@ -17,8 +17,8 @@ absolute ps time, the earliest slice of the host). Each memory source has its ow
 * **PyTorch trace ``[memory]`` events** (tools/memory_profile_torch.py): ms from
   ``timeOriginUs``, the file's earliest ``ts``; the index's origin is the same file's
   earliest slice in ps (formats/chrome_trace.py), so the offset is the difference of the
-  two origins (a few ps of float rounding on Unix-epoch µs: -5e-08 ms on
-  tracelens_h100_bert_small).
+  two origins, computed as the reader computes a ``ts`` (0 on both public PyTorch traces
+  with ``[memory]`` events).
 * **a memory snapshot**: trace entries carry ``time_us``, Unix-epoch µs (torch converts its
   TSC clock with ``c10::ApproximateClockToUnixTimeConverter``: 1,762,926,170,067,820 µs
   in niu_fwd_bwd_200_mixed.pickle, November 2025). A kineto trace's own clock is
@@ -69,10 +69,30 @@ def allocator_times(profile: dict, clock, origin_ps: int) -> dict[str, dict]:
     return out
 
 
+def allocator_counter(memory_id: str) -> str:
+    """The trace's counter of an allocator's events: formats/xplane_trace.py names it after
+    the allocator (its ``bytes_allocated`` after each event)."""
+    return f"{memory_id} heap allocated"
+
+
+def torch_counter(device: dict) -> str:
+    """The trace's counter of a PyTorch memory payload device (tools/memory_profile_torch.py
+    ``devices[]``): formats/chrome_trace.py names it after the ``[memory]`` events' Device Id,
+    -1 for the host's CPU allocator."""
+    index = -1 if device.get("device") == "CPU" else device.get("deviceIndex")
+    return f"memory allocated (device {index})"
+
+
 def torch_trace_offset(time_origin_us: float, origin_ps: int) -> dict:
     """A PyTorch trace's memory payload (ms since ``timeOriginUs``) on the same file's
-    trace viewer clock."""
-    return {"offsetMs": (round(time_origin_us * 1e6) - origin_ps) / PS_PER_MS}
+    trace viewer clock. ``timeOriginUs`` is a float ``ts`` (Unix-epoch µs: ~1.6e15, whose
+    float step is 0.25 µs), so it is turned into ps the way formats/chrome_trace.py turns a
+    ``ts`` into the index's ps (its whole µs exactly, then the rest rounded to the ps), not by
+    ``ts * 1e6``: that product's rounding put the 2021 V100 trace 3,072 ps off and the H100 one
+    50 ps, enough for the counter sample at the link's time to be the one before it."""
+    t = float(time_origin_us)
+    whole = float(int(t))
+    return {"offsetMs": (int(whole) * 10**6 + round((t - whole) * 1e6) - origin_ps) / PS_PER_MS}
 
 
 def kineto_unix_ns(base_time_ns) -> int:

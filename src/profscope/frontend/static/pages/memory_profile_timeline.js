@@ -135,8 +135,11 @@ export function traceLink(ctx, i) {
   if (ms === null) {
     return el("p", { class: "mp-card-tip muted", id: "mp-trace-none", title: why }, `No trace link: ${why}.`);
   }
+  // ctr/ct: the allocator's (device's) counter sample at that time selected, its card shown
+  const counter = ((ctx.clock.clocks || {})[ctx.memoryId] || {}).counter;
   const target = { run: ctx.clock.trace.run, tool: "trace_viewer@", host: ctx.clock.trace.host,
-    start_ms: timeParam(ms - TRACE_PAD_MS), end_ms: timeParam(ms + TRACE_PAD_MS) };
+    start_ms: timeParam(ms - TRACE_PAD_MS), end_ms: timeParam(ms + TRACE_PAD_MS),
+    ...(counter !== null && counter !== undefined ? { ctr: String(counter), ct: timeParam(ms) } : {}) };
   return el("p", { class: "mp-card-link" }, el("a", { id: "mp-trace-link", href: stateUrl(target), "data-trace-ms": String(ms),
     title: `the trace viewer, ${TRACE_PAD_MS * 1e3} µs either side of ${timeParam(ms)} ms on its clock`,
     onclick: (e) => { e.preventDefault(); go(target); } }, "Open in the trace viewer at this time"));

@@ -913,7 +913,8 @@ function fillTraceSpot(ctx) {
   }
   const ms = (t - mine.sinceUs) / 1000 + mine.offsetMs;
   const fix = (v) => String(Number(v.toFixed(6)));
-  const target = { run: c.trace.run, tool: "trace_viewer@", host: c.trace.host, start_ms: fix(ms - TRACE_PAD_MS), end_ms: fix(ms + TRACE_PAD_MS) };
+  const target = { run: c.trace.run, tool: "trace_viewer@", host: c.trace.host, start_ms: fix(ms - TRACE_PAD_MS), end_ms: fix(ms + TRACE_PAD_MS),
+    ...(mine.counter !== null && mine.counter !== undefined ? { ctr: String(mine.counter), ct: fix(ms) } : {}) }; // its [memory] sample selected
   spot.replaceChildren(" · ", el("a", { id: "ts-trace-link", href: stateUrl(target), "data-trace-ms": String(ms),
     title: `${c.trace.run}, ${TRACE_PAD_MS * 1e3} µs either side of ${fix(ms)} ms on its clock`,
     onclick: (e) => { e.preventDefault(); go(target); } }, "open in the trace viewer"));
