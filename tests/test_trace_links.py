@@ -270,3 +270,60 @@ def test_allocator_clock_maps_both_ways(client, ws):
         link = point["memoryProfile"]
         ps = ws.allocator_event_in_trace_ps(run, run.hosts[0], link["memory_id"], float(link["t"]))
         assert abs((ps - w["originNs"] * 1000) / 1e9 - point["time"]) < 2e-6
+
+
+# -- on profiles made by the repo's builders (no shared fixtures needed) --------------------
+
+
+def _two_clocks_xspace() -> bytes:
+    """Two BFC allocators writing on two host lines whose ``timestamp_ns`` are 5 ms apart
+    (as on the public MI300 profiles): the same ``offset_ps`` is two different times."""
+    from profscope.testing.allocator_xplane import MS, US, Bfc, Space
+
+    sp = Space("host0")
+    host = sp.plane("/host:CPU")
+    early, late = host.line("pjrt_a", 1, timestamp_ns=1_000), host.line("pjrt_b", 2, timestamp_ns=5_001_000)
+    bfcs = [Bfc(host, f"GPU_{i}_bfc", 16 << 30, seed=30 + i, base_addr=0x7F10_0000_0000 + (i << 36)) for i in range(2)]
+    live: list[list] = [[], []]
+    t = 1 * MS
+    for k in range(60):
+        which, line = k % 2, (early, late)[(k // 2) % 2]
+        t += 7 * US
+        if live[which] and k % 5 == 4:
+            bfcs[which].free(line, t, live[which].pop(0))
+        else:
+            live[which].append(bfcs[which].alloc(line, t, (k + 1) * 4096, op="jit(step)/dot"))
+    return sp.to_bytes()
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """A log directory of builder profiles: ``multi_allocator`` (three allocators on four
+    lines) and ``two_clocks`` (host lines 5 ms apart)."""
+    from fastapi.testclient import TestClient
+
+    from profscope.app.workspace import Workspace
+    from profscope.cache.store import DiskCache
+    from profscope.server import create_app
+    from profscope.storage import LogDir
+    from profscope.testing.timelines import builder_logdir
+
+    root = builder_logdir(tmp_path_factory.mktemp("built"), {"multi_allocator": "host0"})
+    folder = root / "two_clocks" / "plugins" / "profile" / "2026_01_01_00_00_00"
+    folder.mkdir(parents=True)
+    (folder / "host0.xplane.pb").write_bytes(_two_clocks_xspace())
+    ws = Workspace(LogDir(str(root), listing_ttl=0), DiskCache(tmp_path_factory.mktemp("cache")))
+    return TestClient(create_app(ws), raise_server_exceptions=False)
+
+
+@pytest.mark.parametrize("run", ["multi_allocator/2026_01_01_00_00_00", "two_clocks/2026_01_01_00_00_00"])
+def test_every_counter_point_of_a_built_profile_opens_its_event(built, run):
+    rh = (run, None)
+    w = _window(built, rh)
+    counters = _heap_counters(w)
+    assert len(counters) >= 2
+    for c in counters:
+        for t in c["t"]:
+            point = built.get("/api/trace/counter", params={**_p(rh), "track": c["track"], "t": t}).json()
+            assert point["time"] == t and point["memoryProfile"]["memory_id"] == c["name"].removesuffix(" heap allocated")
+            _lands_on_same_event(built, rh, point)
