@@ -145,7 +145,7 @@ def test_parameter_has_no_trace_slices(client):
     """A parameter runs no kernel: no slice, so no trace link (never a dead one)."""
     run, module = _run_and_module(client)
     d = client.get("/api/hlo/instruction", params={"run": run, "module_name": module, "instr": "x.1"}).json()
-    assert d["trace"]["defining"] == {"count": 0, "slices": []}
+    assert d["trace"]["defining"] == {"count": 0, "slices": [], "countIsLowerBound": False}
     missing = client.get("/api/hlo/instruction", params={"run": run, "module_name": module, "instr": "nope"})
     assert missing.status_code == 404
 
@@ -274,3 +274,18 @@ def test_source_root_from_the_command_line(made, tmp_path, monkeypatch):
     assert panel["source"]["path"] == "src/mlp.py"
     got = agent_tools.get_source(ws, run.name, panel["source"]["file"], panel["source"]["line"], 0)
     assert got["root"] == str(tmp_path / "checkout") and got["lines"] == ["    h = jnp.tanh(x @ w1)  # checkout"]
+
+
+def test_a_cpu_op_count_past_the_arg_checks_is_a_lower_bound(tmp_path):
+    """On a CPU profile an op's module is read from each slice's args, for the first
+    MAX_ARG_CHECKS slices only: with 300 runs of the step the count says "at least"."""
+    from profscope.tools import op_slices
+
+    made = link_program.make(tmp_path / "many", steps=300)
+    client = TestClient(create_app(Workspace(LogDir(str(made / "logdir")), DiskCache(tmp_path / "cache"))))
+    run, module = _run_and_module(client)
+    d = client.get("/api/hlo/instruction", params={"run": run, "module_name": module, "instr": "wrapped_tanh"}).json()
+    found = d["trace"]["defining"]
+    assert found["countIsLowerBound"] and found["count"] == op_slices.MAX_ARG_CHECKS
+    small = client.get("/api/hlo/instruction", params={"run": run, "module_name": module, "instr": "x.1"}).json()
+    assert small["trace"]["defining"]["countIsLowerBound"] is False

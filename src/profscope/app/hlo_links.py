@@ -157,7 +157,10 @@ class HloLinks:
                               "track": track["name"],
                               "link": {"tool": "trace_viewer@", "host": name, "start_ms": round(start - PAD_MS, 6),
                                        "end_ms": round(start + dur + PAD_MS, 6), "ev": str((pos << shift) | row)}})
-            out[op] = {"count": int(len(rows)), "slices": items}
+            # a CPU profile's op slices past the first MAX_ARG_CHECKS are not matched to a
+            # module: the count is then "at least" (countIsLowerBound)
+            out[op] = {"count": int(len(rows)), "slices": items,
+                       "countIsLowerBound": bool(op_slices.unchecked(ix, op)) if len(rows) else False}
         return name, out
 
     # -- source -----------------------------------------------------------------------------

@@ -5,9 +5,9 @@ source line (issue 37), compiled and profiled by XLA on the CPU here.
 
 - ``OUT/logdir/src/mlp.py``: the program's source (jax records this path, absolute, in each
   instruction's stack frames: the source the memory viewer's panel shows);
-- ``OUT/logdir/plugins/profile/<run>/<host>.xplane.pb``: a ``jax.profiler.trace`` of three
-  runs of the jitted step (its module embedded in the metadata plane, its ops on the host's
-  ``XLA Ops`` line);
+- ``OUT/logdir/plugins/profile/<run>/<host>.xplane.pb``: a ``jax.profiler.trace`` of ``steps``
+  (3) runs of the jitted step (its module embedded in the metadata plane, its ops on the
+  host's threads, each slice with ``hlo_op``, ``hlo_module`` and ``program_id`` args);
 - ``OUT/dump``: XLA's own dump of the same module, as text and as proto
   (``--xla_dump_hlo_as_text --xla_dump_hlo_as_proto``): ``*.cpu_after_optimizations.txt``
   beside ``*.cpu_after_optimizations.hlo.pb``, what tests/test_hlo_text.py compares our
@@ -42,7 +42,7 @@ def mlp_step(x, w1, w2):
     return loss, jnp.sort(h, axis=0)[:8]
 
 
-def main(out):
+def main(out, steps):
     k = jax.random.PRNGKey(0)
     x = jax.random.normal(k, (256, 512))
     w1 = jax.random.normal(k, (512, 1024))
@@ -50,17 +50,18 @@ def main(out):
     step = jax.jit(mlp_step)
     jax.block_until_ready(step(x, w1, w2))  # compiled (and dumped) outside the trace
     with jax.profiler.trace(out):
-        for _ in range(3):
+        for _ in range(steps):
             jax.block_until_ready(step(x, w1, w2))
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], int(sys.argv[2]))
 '''
 
 
-def make(out: Path, *, timeout: float = 300) -> Path:
-    """Write the program under ``out/logdir/src``, run it; returns ``out``."""
+def make(out: Path, *, steps: int = 3, timeout: float = 300) -> Path:
+    """Write the program under ``out/logdir/src``, run it (``steps`` runs of the step in
+    the trace); returns ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     src = out / "logdir" / "src"
     src.mkdir(parents=True, exist_ok=True)
@@ -69,7 +70,7 @@ def make(out: Path, *, timeout: float = 300) -> Path:
     dump = out / "dump"
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "TF_CPP_MIN_LOG_LEVEL": "2",
            "XLA_FLAGS": f"--xla_dump_to={dump} --xla_dump_hlo_as_text --xla_dump_hlo_as_proto"}
-    subprocess.run([sys.executable, str(program), str(out / "logdir")], check=True, timeout=timeout,
+    subprocess.run([sys.executable, str(program), str(out / "logdir"), str(steps)], check=True, timeout=timeout,
                    capture_output=True, env=env)
     return out
 

@@ -35,7 +35,9 @@ def _tracks_named(ix: TraceIndex, name: str) -> np.ndarray:
 
 
 def op_rows(ix: TraceIndex, op: str, module: str | None) -> np.ndarray:
-    """The rows of ``op``'s slices in ``module`` (None: any module), by start."""
+    """The rows of ``op``'s slices in ``module`` (None: any module), by start. On a CPU
+    profile only the first :data:`MAX_ARG_CHECKS` slices of that name are checked
+    (:func:`unchecked` says how many were not)."""
     rows = ix.rows_named(_names_equal(ix, op))
     if not rows.size:
         return rows
@@ -90,3 +92,12 @@ def _module_by_args(ix: TraceIndex, rows: np.ndarray, op: str, module: str) -> n
         if full == module or (pid is None and module.startswith(f"{name}(")):
             keep.append(row)
     return np.asarray(keep, dtype=np.int64)
+
+
+def unchecked(ix: TraceIndex, op: str) -> int:
+    """How many slices named ``op`` :func:`op_rows` left unchecked on a profile without
+    XLA Ops lines (their module is read from each slice's args, for the first
+    MAX_ARG_CHECKS only): its count is then a lower bound."""
+    if _tracks_named(ix, OPS_LINE).size:
+        return 0
+    return max(0, len(ix.rows_named(_names_equal(ix, op))) - MAX_ARG_CHECKS)

@@ -93,7 +93,8 @@ function slicesRow(state, label, op, found, id, opcode) {
     el("span", { class: "muted" }, NO_KERNEL.has(opcode) ? `no slice of it in this trace (a ${opcode}: no kernel of its own)` : "no slice of it in this trace"));
   const links = found.slices.map((s, i) => navLink(traceState(state, s.link), i ? `#${i + 1}` : `${fmtDur(s.dur_ms)} at ${s.start_ms.toFixed(3)} ms`,
     { class: "hp-link", id: i ? null : id, title: `${op} on ${s.track}` }));
-  return el("div", { class: "hp-trace-row" }, `${label} `, el("code", {}, op), ` (${found.count} run${found.count === 1 ? "" : "s"}): `,
+  const runs = `${found.count.toLocaleString("en-US")}${found.countIsLowerBound ? "+" : ""} run${found.count === 1 && !found.countIsLowerBound ? "" : "s"}`;
+  return el("div", { class: "hp-trace-row" }, `${label} `, el("code", {}, op), ` (${runs}): `,
     links.flatMap((a, i) => (i ? [" · ", a] : [a])));
 }
 
