@@ -306,6 +306,7 @@ def test_hlo_text_and_neighborhood_are_the_workspaces(answers, ws):
     assert hood["instruction"]["text"] == text["lines"][info["line"]].strip()
     assert hood["trace"]["defining"]["count"] == panel["trace"]["defining"]["count"] > 0
     assert hood["trace"]["defining"]["first"]["link"] == panel["trace"]["defining"]["slices"][0]["link"]
+    assert hood["trace"]["defining"]["count_is_lower_bound"] is False  # a TPU: every slice matched by its module run
     assert hood["source"] == {**panel["sourceNamed"], "found": False, "path": None}  # not under the log directory
     assert _error(answers["hlo_missing"])["status"] == 404
     assert _error(answers["source_outside"])["status"] == 400

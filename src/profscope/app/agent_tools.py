@@ -277,7 +277,8 @@ def get_hlo_neighborhood(ws, run_name: str, module: str, instruction: str, host:
         if not found:
             return None
         first = found["slices"][0] if found["slices"] else None
-        return {"count": found["count"], "first": None if first is None else {
+        return {"count": found["count"], "count_is_lower_bound": found.get("countIsLowerBound", False),
+                "first": None if first is None else {
             "start_ms": first["start_ms"], "dur_ms": first["dur_ms"], "track": first["track"], "link": first["link"]}}
 
     nodes = [{k: n[k] for k in ("name", "direction", "distance", "opcode", "shape", "text", "opName")}
