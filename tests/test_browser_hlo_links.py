@@ -66,6 +66,12 @@ def test_buffer_to_hlo_to_trace_and_back(open_page, server_url):
     page = open_page(server_url)
     page.goto(f"{server_url}?{urlencode({'run': run, 'tool': 'memory_viewer', 'module_name': module}, quote_via=quote)}")
     page.wait_for_selector("#mv-bars-size .main-svg")
+    # the hover card: the HLO line and the trace links, no neighbourhood
+    _hover(page, page.locator("#mv-bars-size .point path").nth(rank))
+    page.wait_for_selector("#mv-card:not(.selected) #mv-panel .hp-line")
+    assert page.inner_text("#mv-panel .hp-line") == panel["instruction"]["text"]
+    assert page.locator("#mv-panel #mv-trace-link").count() == 1 and page.locator("#mv-neighbourhood").count() == 0
+    page.locator("#mv-card").screenshot(path=str(ARTIFACTS / "hlo_links_hover.png"))
     _hover(page, page.locator("#mv-bars-size .point path").nth(rank), click=True)
     page.wait_for_selector("#mv-card.selected #mv-trace-link")
     page.wait_for_selector("#mv-card #hp-code .hit")
