@@ -62,7 +62,11 @@ def test_counter_point_to_memory_profile_and_back_to_the_trace(open_page, public
     assert abs(t - p["t"]) < 1e-9  # the point clicked, not its neighbour
     assert _hook(page, "counterSelected")["time"] == t
     q = _query(page)
-    assert q["ctr"] == str(p["track"]) and abs(float(q["ct"]) - t) < 1e-6  # shareable
+    assert q["ctr"] == str(p["track"]) and q["ct"] == str(t)  # shareable: a reload reopens the point's card
+    page.reload()
+    page.wait_for_function(READY, timeout=90_000)
+    page.wait_for_selector("#tv-card.selected #tv-counter-time")
+    assert float(page.get_attribute("#tv-counter-time", "data-time")) == t and page.is_visible("#tv-mp-link")
     link = _href_state(page, "#tv-mp-link")
     assert link["tool"] == "memory_profile" and link["run"] == run and link["memory_id"] in name.replace("memory allocated (device 0)", "CUDA:0")
     page.screenshot(path=str(ARTIFACTS / f"trace_links_{tag}_counter.png"), full_page=True)

@@ -97,6 +97,7 @@ async function renderTraceViewer(view, state, run, details) {
   ctx.ready = true;
   delete ctx.root.dataset.preview;
   if (state.ev) select(ctx, state.ev, { fromUrl: true });
+  counterFromUrl(ctx, state); // a link or a reload with a counter point (ctr, ct)
   if (state.q) runSearch(ctx, state.q);
   relayout(ctx);
   schedule(ctx); // the canvas may be wider than the first guess: fetch at its real width
@@ -155,11 +156,7 @@ function update(ctx, state) {
   if (!sameWindow(win, ctx.view)) setWindow(ctx, win[0], win[1], { url: !!fit });
   else if (fit) writeWindowUrl(ctx);
   if ((state.ev || "") !== (ctx.selectedId || "")) select(ctx, state.ev || "", { fromUrl: true });
-  const ctr = state.ctr && state.ct ? `${state.ctr}|${Number(state.ct)}` : "";
-  if (ctr && (!ctx.counterSel || ctx.counterSel.key !== ctr)) {
-    ctx.counterSel = { key: ctr, track: Number(state.ctr), time: Number(state.ct), value: null };
-    showCounter(ctx, Number(state.ctr), Number(state.ct));
-  } else if (!ctr && ctx.counterSel && !state.ev) dropCounter(ctx);
+  counterFromUrl(ctx, state);
   if ((state.q || "") !== ctx.search.value) { ctx.search.value = state.q || ""; runSearch(ctx, state.q || ""); }
   const mode = flowModeOf(state.flows);
   if (mode !== ctx.flowMode) { ctx.flowMode = ctx.flowToggle.value = mode; paint(ctx); }
@@ -1261,6 +1258,15 @@ async function showCounter(ctx, track, t, peak = "") {
     onPeak: (which) => pickCounter(ctx, { track, t: p.time, peak: which }),
     onZoom: () => { const w = (ctx.view[1] - ctx.view[0]) / 20; setWindow(ctx, p.time - w, p.time + w); },
   }).filter(Boolean));
+}
+
+// ctr/ct in the URL (a shared link, another tool's link, back/forward): that point's card.
+function counterFromUrl(ctx, state) {
+  const key = state.ctr && state.ct ? `${state.ctr}|${Number(state.ct)}` : "";
+  if (key && (!ctx.counterSel || ctx.counterSel.key !== key)) {
+    ctx.counterSel = { key, track: Number(state.ctr), time: Number(state.ct), value: null };
+    showCounter(ctx, Number(state.ctr), Number(state.ct));
+  } else if (!key && ctx.counterSel && !state.ev) dropCounter(ctx);
 }
 
 function dropCounter(ctx) {
