@@ -43,6 +43,7 @@ MI300_GEMM = ("xplane/mi300_jax08_gemm/jax08_gemm", None)
 TPU = ("xplane/tpu_inference/2025_12_10_tpu", None)
 H100 = ("traces/tracelens_h100_bert_small.trace.json.gz", None)
 B200 = ("traces/tracelens_b200_eager.trace.json.gz", None)
+KINETO = ("traces/kineto_resnet50_v100.pt.trace.json.gz", None)
 
 
 def _p(run_host) -> dict:
@@ -134,6 +135,22 @@ def test_the_peak_of_a_counter_opens_the_memory_profile_at_it(client, rh):
             continue
         got = r.json()
         assert got["value"] == max(half) and a <= got["time"] <= b
+
+
+def test_a_counter_of_the_second_host_on_a_merged_timeline(client):
+    """``hosts=a,b``: the window's times are from the earlier host's origin; a counter of
+    the other host still opens that host's memory profile at its own event."""
+    run, first = TF_GPU
+    second = "34.83.195.180_6003"
+    both = {"run": run, "hosts": f"{first},{second}"}
+    w = client.get("/api/trace/window", params={**both, "resolution": 4000}).json()
+    mine = [c for c in _heap_counters(w) if c["track"] >> 20 == 1]  # the second host's (TRACK_ID_SHIFT)
+    assert mine
+    for c in mine:
+        for t in c["t"][:: max(1, len(c["t"]) // 5)]:
+            point = client.get("/api/trace/counter", params={**both, "track": c["track"], "t": t}).json()
+            assert point["host"] == second and point["memoryProfile"]["host"] == second
+            _lands_on_same_event(client, (run, second), point)
 
 
 def test_a_counter_that_names_no_allocator_gets_no_link(client):
@@ -231,13 +248,16 @@ def _kernel_ids(client, rh, n=30) -> list[int]:
     return out[:n]
 
 
-def test_a_torch_kernel_opens_its_device_memory_at_its_start(client):
-    ids = _kernel_ids(client, H100)
+@pytest.mark.parametrize("rh", [H100, KINETO], ids=["h100", "resnet50_v100_old_memory_events"])
+def test_a_torch_kernel_opens_its_device_memory_at_its_start(client, rh):
+    """The 2021 resnet50 trace's [memory] events have no ``Total Allocated`` (no counter
+    to click) and epoch-µs timestamps: its kernels still open the memory profile."""
+    ids = _kernel_ids(client, rh)
     assert ids
-    dev = client.get("/api/memory_profile", params={"run": H100[0]}).json()["devices"]
+    dev = client.get("/api/memory_profile", params={"run": rh[0]}).json()["devices"]
     got = 0
     for eid in ids:
-        ev = _event(client, H100, eid)
+        ev = _event(client, rh, eid)
         device = ev["args"].get("device")
         if not isinstance(device, int):
             continue
