@@ -185,32 +185,36 @@ def _event(client, rh, eid) -> dict:
     return r.json()
 
 
-def _instructions(public, module: str) -> set[str]:
+def _instructions(public, run: str, module: str) -> set[str]:
     """The module's instruction names, read straight from the xplane's HloProto."""
-    path = next((public / "xplane/mi300_jax08_gemm").rglob("*.xplane.pb"))
+    path = next((public / run.rsplit("/", 1)[0]).rglob("*.xplane.pb"))
     with open(path, "rb") as f:
         proto = hlo_proto.parse(xplane.hlo_proto_bytes(f, str(path), module), str(path))
     return {i.name for c in proto.hlo_module.computations for i in c.instructions}
 
 
-def test_an_xla_op_links_to_its_hlo_and_its_buffers(client, public):  # noqa: F811
-    run, _ = MI300_GEMM
+@pytest.mark.parametrize("rh", [MI300_GEMM, TPU], ids=["mi300_gemm", "tpu"])
+def test_an_xla_op_links_to_its_hlo_and_its_buffers(client, public, rh):  # noqa: F811
+    """GPU ops name their op (``hlo_op``) and module; TPU ops only their program id (the
+    op is the slice's name, the module the ``XLA Modules`` slice of that id)."""
+    run, _ = rh
     modules = client.get("/data/plugin/profile/module_list", params={"run": run}).text.split(",")
-    ops = [m for m in _search(client, MI300_GEMM, "fusion") + _search(client, MI300_GEMM, "dot")]
+    w = _window(client, rh, resolution=2000)
+    ops_tracks = {t["id"] for t in w["tracks"] if t["name"].startswith("XLA Ops")}
+    ops = [eid for eid, tk in zip(w["slices"]["id"], w["slices"]["track"]) if tk in ops_tracks]
     linked = 0
-    for m in ops[:40]:
-        ev = _event(client, MI300_GEMM, m["id"])
+    for eid in ops[:: max(1, len(ops) // 30)]:
+        ev = _event(client, rh, eid)
         links = ev["links"]
-        if not ev.get("module"):
-            assert "hlo" not in links and "memoryViewer" not in links
-            continue
         assert ev["module"] in modules
         op = ev["hloOp"] or ev["name"]
         assert links["memoryViewer"]["module_name"] == ev["module"]
-        if op in _instructions(public, ev["module"]):
+        if op in _instructions(public, run, ev["module"]):
             assert links["hlo"] == {"host": ev["track"]["host"], "module_name": ev["module"], "instr": op}
             assert links["memoryViewer"]["hlo_op"] == op
-            # the memory viewer opens on that module
+            # the targets answer: the HLO view has the instruction, the memory viewer the module
+            hlo = client.get("/api/hlo", params={"run": run, "module_name": ev["module"], "instr": op})
+            assert hlo.status_code == 200 and hlo.json()["instruction"]["name"] == op
             mv = client.get("/data/plugin/profile/data", params={"run": run, "tag": "memory_viewer", "module_name": ev["module"]})
             assert mv.status_code == 200
             linked += 1
