@@ -107,6 +107,10 @@ def test_peak_in_trace_selects_the_counters_largest_sample(open_page, public_ser
     assert _hook(page, "counterSelected")["time"] == peak_t and abs(float(_query(page)["ct"]) - peak_t) < 1e-6
     assert page.is_visible("#tv-mp-link")
     page.screenshot(path=str(ARTIFACTS / "trace_links_tf_gpu_peak.png"), full_page=True)
+    # Escape lets the point go, in the URL too
+    page.keyboard.press("Escape")
+    page.wait_for_function("() => !__traceViewer.counterSelected()")
+    assert "ctr" not in _query(page) and page.query_selector("#tv-counter-time") is None
 
 
 def test_a_counter_without_an_allocator_draws_no_link(open_page, public_server):

@@ -1098,7 +1098,7 @@ function wire(ctx) {
     else if (k === "d") panBy(ctx, 0.15);
     else if (k === "0") resetZoom(ctx);
     else if (k === "f" && ctx.selected) zoomToSlice(ctx, ctx.selected.start, ctx.selected.dur);
-    else if (k === "escape" && ctx.selectedId) selectAndRecord(ctx, "");
+    else if (k === "escape" && (ctx.selectedId || ctx.counterSel)) selectAndRecord(ctx, ""); // a slice or a counter point
     else return;
     e.preventDefault();
   });
