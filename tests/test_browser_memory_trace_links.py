@@ -33,12 +33,15 @@ def _open(open_page, server, **state):
 
 def _assert_counter_selected(page, server: str, aim: float):
     """The link selects the allocator's (device's) counter sample at its time: ctr/ct in
-    the URL (the trace page's counter card keys), and that sample (GET /api/trace/counter,
-    what the card shows) is at exactly the link's time."""
+    the URL (the trace page's counter card keys), that sample (GET /api/trace/counter) is
+    at exactly the link's time, and the page opened with its card."""
     q = _query(page)
     assert abs(float(q["ct"]) - aim) < 1e-6
     p = _get(server, "/api/trace/counter", run=q["run"], host=q["host"], track=q["ctr"], t=q["ct"])
     assert abs(p["time"] - aim) < 1e-6
+    # and the trace page shows that sample's card (helper J's, trace_viewer.js)
+    card = page.wait_for_selector("#tv-card.selected #tv-counter-time", timeout=60_000)
+    assert abs(float(card.get_attribute("data-time")) - aim) < 1e-6
 
 
 def test_memory_profile_event_opens_the_trace_there(open_page, public_server):
