@@ -121,10 +121,11 @@ def test_bad_run_or_host_is_a_4xx(public):
 BASE_NS = 1_700_000_000_000_000_000  # memory_trace.TraceBuilder's baseTimeNanoseconds
 
 
-def snapshot_and_trace(folder, *, skew_us: int = 0):
+def snapshot_and_trace(folder, *, skew_us: int = 0, device: int = 0):
     """``segment_freed_mid_trace`` (time_us from 1,700,000,100,000,001 µs, Unix) and a kineto
     trace of the same run: its [memory] events on CUDA:0 at the same Unix times (ts =
-    time_us - baseTimeNanoseconds / 1000), plus ``skew_us`` (another run's trace)."""
+    time_us - baseTimeNanoseconds / 1000), plus ``skew_us`` (another run's trace); its
+    events on CUDA:``device`` (another device than the snapshot's: not its process's)."""
     snap = torch_snapshot.segment_freed_mid_trace()
     (folder / "snap.pickle").write_bytes(torch_snapshot.to_pickle(snap))
     tb = memory_trace.TraceBuilder()
@@ -134,9 +135,9 @@ def snapshot_and_trace(folder, *, skew_us: int = 0):
     for e in snap["device_traces"][0]:
         ts = e["time_us"] - BASE_NS // 1000 + skew_us
         if e["action"] == "alloc":
-            tb.alloc(ts, e["addr"], e["size"], memory_trace.CUDA, 0)
+            tb.alloc(ts, e["addr"], e["size"], memory_trace.CUDA, device)
         elif e["action"] == "free_completed":
-            tb.free(ts, e["addr"], memory_trace.CUDA, 0)
+            tb.free(ts, e["addr"], memory_trace.CUDA, device)
     tb.write(folder / "run.pt.trace.json")
     return snap
 
@@ -168,3 +169,12 @@ def test_snapshot_beside_another_runs_trace_gets_no_link(tmp_path):
     snapshot_and_trace(tmp_path / "logs", skew_us=3_600_000_000)
     clock = _clock(client_for(tmp_path / "logs", tmp_path / "cache"), "snap.pickle", "cuda:0")
     assert clock["trace"] is None and "not the same run" in clock["why"] and "2023-11-14" in clock["why"]
+
+
+def test_snapshot_beside_a_trace_of_another_device_gets_no_link(tmp_path):
+    """The same times, but the trace's [memory] events are CUDA:1's: the snapshot's cuda:0
+    is not in it, so no offset, and the why says which device is missing."""
+    (tmp_path / "logs").mkdir()
+    snapshot_and_trace(tmp_path / "logs", device=1)
+    clock = _clock(client_for(tmp_path / "logs", tmp_path / "cache"), "snap.pickle", "cuda:0")
+    assert clock["trace"] is None and "recorded no CUDA device 0" in clock["why"]
