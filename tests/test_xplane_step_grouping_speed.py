@@ -337,3 +337,24 @@ def test_trace_clock_places_each_tpu_event_at_its_index_time(shared_fixtures):
         assert (placed[~ambiguous] == on[~ambiguous, 1]).all()
         checked += int((~ambiguous).sum())
     assert checked > 5000
+
+
+def test_a_plane_without_allocator_events_nests_by_the_stack_walk_alone(jax_cpu, shared_fixtures, monkeypatch):
+    """The step reader's grouping (no allocator event: ``ev_kind`` all 0) nests each line
+    by the stack walk alone, without _nest_line's allocator masks (``mem``, ``special``,
+    ``below``: whole-profile temporaries), and gives the same steps, native and Python;
+    the memory profile's grouping of the TF CPU fixture (allocator events) still takes
+    _nest_line."""
+    from profscope.formats import xplane_steps as xs
+
+    want = {native: _steps(jax_cpu, native, monkeypatch) for native in (True, False)}
+    calls = []
+    real = xs.Grouping._nest_line
+    monkeypatch.setattr(xs.Grouping, "_nest_line", lambda self, *a: calls.append(1) or real(self, *a))
+    for native in (True, False):
+        assert _steps(jax_cpu, native, monkeypatch) == want[native]
+    assert calls == []
+    assert want[True] == want[False]
+    data = (shared_fixtures / TF_CPU).read_bytes()
+    xm.read_allocator_events(io.BytesIO(data), "vm.xplane.pb")
+    assert calls
