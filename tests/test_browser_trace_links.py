@@ -13,9 +13,12 @@ Screenshots go to test-artifacts/."""
 
 from __future__ import annotations
 
-from urllib.parse import parse_qs, urlparse
+from urllib.error import HTTPError
+from urllib.parse import parse_qs, urlencode, urlparse
+from urllib.request import urlopen
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from tests.conftest import ARTIFACTS
 from tests.test_browser_trace_viewer import READY, _hook, _query, _view_url
@@ -26,32 +29,57 @@ TF_GPU = ("xplane/tf_gpu/GPU-multi-worker", "34.83.195.179_6003", "GPU_4_bfc hea
 H100 = ("traces/tracelens_h100_bert_small.trace.json.gz", "", "memory allocated (device 0)")
 
 
+def _warm(server: str, run: str, host: str = "") -> None:
+    """What the pages will ask, computed first (a fresh cache: the trace indexes of every
+    host for "All hosts", the memory profile, the trace clock), so that under a loaded
+    machine the page's own waits do not race a first conversion. Hang backstop: 600 s."""
+    h = {"host": host} if host else {}
+    for path, params in (("/api/trace/window", {"run": run, **h}), ("/api/trace_hosts", {"run": run}),
+                         ("/data/plugin/profile/data", {"run": run, "tag": "memory_profile", **h}),
+                         ("/api/trace_clock", {"run": run, **h})):
+        try:
+            with urlopen(f"{server.rstrip('/')}{path}?{urlencode(params)}", timeout=600) as res:
+                res.read()
+        except HTTPError:
+            pass  # a run without hosts or without a memory profile: the page says so itself
+
+
 def _href_state(page, selector: str) -> dict:
     return {k: v[0] for k, v in parse_qs(urlparse(page.get_attribute(selector, "href")).query).items()}
 
 
 def _click_counter_point(page, name: str) -> dict:
-    """Clicks a sample in the middle of counter ``name`` (as drawn), returns it."""
+    """Clicks a sample in the middle of counter ``name`` (as drawn), returns it. The page
+    above the canvas may still grow (a multi-host run's "All hosts" section arrives with
+    /api/trace_hosts, slower on a cold cache), so it is waited for, and the point is
+    measured again right before each click."""
+    page.wait_for_function("() => !document.querySelector('#tvh-loading')", timeout=90_000)
     track = next(r["id"] for r in _hook(page, "rows") if r["type"] == "track" and r["name"] == name)
-    assert _hook(page, "scrollToTrack", track)
-    page.wait_for_function(READY)
-    pts = _hook(page, "counterPoints", track)
-    assert pts, name
-    page.evaluate("(dy) => window.scrollBy(0, dy)", pts[0]["y"] - 400)  # the row into the viewport
-    pts = _hook(page, "counterPoints", track)
-    # a sample whose next one is more than 2 px away: a click 1 px right of it picks it
-    span = _hook(page, "window")
-    px = (span[1] - span[0]) / 1000
-    pick = [p for p in pts if p["next"] is None or p["next"] - p["t"] > 3 * px]
-    p = pick[len(pick) // 2]
-    page.mouse.click(p["x"] + 1, p["y"])
-    page.wait_for_selector("#tv-card.selected #tv-counter-time")
-    return {"track": track, **p}
+    for _attempt in range(3):
+        assert _hook(page, "scrollToTrack", track)
+        page.wait_for_function(READY)
+        pts = _hook(page, "counterPoints", track)
+        assert pts, name
+        page.evaluate("(dy) => window.scrollBy(0, dy)", pts[0]["y"] - 400)  # the row into the viewport
+        pts = _hook(page, "counterPoints", track)
+        # a sample whose next one is more than 2 px away: a click 1 px right of it picks it
+        span = _hook(page, "window")
+        px = (span[1] - span[0]) / 1000
+        pick = [p for p in pts if p["next"] is None or p["next"] - p["t"] > 3 * px]
+        p = pick[len(pick) // 2]
+        page.mouse.click(p["x"] + 1, p["y"])
+        try:
+            page.wait_for_selector("#tv-card.selected #tv-counter-time", timeout=10_000)
+            return {"track": track, **p}
+        except PlaywrightTimeout:
+            continue  # the layout moved under the click: measure again
+    raise AssertionError(f"no counter card after 3 clicks on {name!r}")
 
 
 @pytest.mark.parametrize("case", [TF_GPU, H100], ids=["tf_gpu", "h100_torch"])
 def test_counter_point_to_memory_profile_and_back_to_the_trace(open_page, public_server, case):
     run, host, name = case
+    _warm(public_server, run, host)
     page = open_page(public_server)
     page.set_viewport_size({"width": 1400, "height": 1500})
     page.goto(_view_url(public_server, run=run, tool="trace_viewer@", **({"host": host} if host else {})))
@@ -94,6 +122,7 @@ def test_counter_point_to_memory_profile_and_back_to_the_trace(open_page, public
 
 def test_peak_in_trace_selects_the_counters_largest_sample(open_page, public_server):
     run, host, name = TF_GPU
+    _warm(public_server, run, host)
     page = open_page(public_server)
     page.set_viewport_size({"width": 1400, "height": 1500})
     page.goto(_view_url(public_server, run=run, tool="trace_viewer@", host=host))
@@ -116,6 +145,7 @@ def test_peak_in_trace_selects_the_counters_largest_sample(open_page, public_ser
 def test_a_counter_without_an_allocator_draws_no_link(open_page, public_server):
     """TPU: the allocator events name no allocator (memory ids 0..3), so the trace's one
     "allocator heap allocated" counter is no allocator's: the card says why, no link."""
+    _warm(public_server, "xplane/tpu_inference/2025_12_10_tpu")
     page = open_page(public_server)
     page.set_viewport_size({"width": 1400, "height": 1500})
     page.goto(_view_url(public_server, run="xplane/tpu_inference/2025_12_10_tpu", tool="trace_viewer@"))
@@ -129,6 +159,7 @@ def test_a_counter_without_an_allocator_draws_no_link(open_page, public_server):
 
 def test_xla_op_links_to_its_hlo_and_its_buffers(open_page, public_server):
     run = "xplane/mi300_jax08_gemm/jax08_gemm"
+    _warm(public_server, run)
     page = open_page(public_server)
     page.set_viewport_size({"width": 1400, "height": 1500})
     page.goto(_view_url(public_server, run=run, tool="trace_viewer@"))
