@@ -115,6 +115,9 @@ def test_counter_point_to_memory_profile_and_back_to_the_trace(open_page, public
     page.wait_for_function(READY, timeout=90_000)
     win = _hook(page, "window")
     assert abs((win[0] + win[1]) / 2 - t) < min(gap, 1e-3)
+    # and the memory profile's link selects the event's counter sample: the clicked point
+    page.wait_for_selector("#tv-card.selected #tv-counter-time")
+    assert abs(float(page.get_attribute("#tv-counter-time", "data-time")) - t) < min(gap, 1e-3)
     page.screenshot(path=str(ARTIFACTS / f"trace_links_{tag}_back_in_trace.png"), full_page=True)
     page.go_back()
     page.wait_for_selector("#mp-event[data-mode='selected']", timeout=60_000)
