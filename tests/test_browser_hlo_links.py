@@ -19,6 +19,7 @@ import pytest
 
 from profscope.testing import link_program
 from tests.conftest import ARTIFACTS, profscope_server
+from tests.test_browser_memory_viewer import _hover  # the real mouse onto a Plotly point
 
 pytestmark = pytest.mark.browser
 
@@ -40,13 +41,6 @@ def _query(page) -> dict:
     return {k: v[0] for k, v in parse_qs(urlparse(page.url).query).items()}
 
 
-def _hover(page, locator, click=False):
-    locator.scroll_into_view_if_needed()
-    box = locator.bounding_box()
-    x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
-    page.mouse.move(x, y)
-    if click:
-        page.mouse.click(x, y)
 
 
 def test_buffer_to_hlo_to_trace_and_back(open_page, server_url):

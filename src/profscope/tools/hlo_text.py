@@ -146,29 +146,15 @@ def _nested(values: list[str], dims: list[int]) -> str:
     return "{ " + ", ".join(inner) + " }"
 
 
+# OpMetadataToString's order; True: a quoted string, False: a number (printed when not 0)
+_METADATA_FIELDS = (("op_type", True), ("op_name", True), ("source_file", True), ("source_line", False),
+                    ("source_end_line", False), ("source_column", False), ("source_end_column", False),
+                    ("deduplicated_name", True), ("scheduling_name", True), ("stack_frame_id", False))
+
+
 def _metadata(md) -> str:
-    # OpMetadataToString's order
-    parts = []
-    if md.op_type:
-        parts.append(f'op_type="{_escape(md.op_type)}"')
-    if md.op_name:
-        parts.append(f'op_name="{_escape(md.op_name)}"')
-    if md.source_file:
-        parts.append(f'source_file="{_escape(md.source_file)}"')
-    if md.source_line:
-        parts.append(f"source_line={md.source_line}")
-    if md.source_end_line:
-        parts.append(f"source_end_line={md.source_end_line}")
-    if md.source_column:
-        parts.append(f"source_column={md.source_column}")
-    if md.source_end_column:
-        parts.append(f"source_end_column={md.source_end_column}")
-    if md.deduplicated_name:
-        parts.append(f'deduplicated_name="{_escape(md.deduplicated_name)}"')
-    if md.scheduling_name:
-        parts.append(f'scheduling_name="{_escape(md.scheduling_name)}"')
-    if md.stack_frame_id:
-        parts.append(f"stack_frame_id={md.stack_frame_id}")
+    parts = [f'{name}="{_escape(value)}"' if quoted else f"{name}={value}"
+             for name, quoted in _METADATA_FIELDS if (value := getattr(md, name))]
     return "{" + " ".join(parts) + "}" if parts else ""
 
 
