@@ -14,7 +14,7 @@ import posixpath
 from profscope.formats import sniff
 from profscope.model import dump_layout
 from profscope.model.catalog import Run, RunKind, run_name, session_dir, session_of
-from profscope.model.file_kinds import MEMORY_TIMELINE_SUFFIXES, FileKind, classify, may_be_chrome_trace, trace_stem
+from profscope.model.file_kinds import MEMORY_TIMELINE_SUFFIXES, FileKind, classify, may_be_chrome_trace, rank_of, trace_stem
 from profscope.storage import FileInfo, Listing
 
 log = logging.getLogger(__name__)
@@ -35,6 +35,38 @@ def _sniffed_trace(listing: Listing, info: FileInfo) -> bool:
             return False  # not remembered: it may be readable next time
         listing.notes[key] = known
     return known
+
+
+def _rank_groups(runs: list[Run]) -> list[Run]:
+    """Single-file snapshot and trace runs whose paths differ only by a rank token
+    (model/file_kinds.py ``rank_of``) made one run per job: named by the path with ``*``
+    for the rank number, its hosts the ranks in rank order, each rank's run kept whole in
+    ``Run.ranks`` (so a rank's answers are the file's own). Two or more ranks of the same
+    run kind and template group; anything else stays as it was."""
+    groups: dict[tuple[RunKind, str], list[tuple[int, str, Run]]] = {}
+    for run in runs:
+        where = rank_of(run.name) if run.kind in (RunKind.TORCH_SNAPSHOT, RunKind.CHROME_TRACE) else None
+        if where is not None:
+            template, rank = where
+            groups.setdefault((run.kind, template), []).append((int("".join(c for c in rank if c.isdigit())), rank, run))
+    grouped: dict[int, Run] = {}
+    for (kind, template), members in groups.items():
+        if len(members) < 2 or len({r for _, r, _ in members}) < len(members):
+            continue
+        members.sort(key=lambda m: (m[0], m[1]))
+        first = members[0][2]
+        folder = first.folder if all(m[2].folder == first.folder for m in members) else posixpath.dirname(template)
+        job = Run(template, kind, folder, [f for _, _, r in members for f in r.files],
+                  {k: v for _, _, r in members for k, v in r.kinds.items()}, {rank: r for _, rank, r in members})
+        for _, _, r in members:
+            grouped[id(r)] = job
+    out, seen = [], set()
+    for run in runs:
+        job = grouped.get(id(run), run)
+        if id(job) not in seen:
+            seen.add(id(job))
+            out.append(job)
+    return out
 
 
 def discover(listing: Listing) -> list[Run]:
@@ -77,7 +109,7 @@ def discover(listing: Listing) -> list[Run]:
         if run.dump_modules():
             extra.append(run)
 
-    for run in extra:
+    for run in _rank_groups(extra):
         name = run.name
         if name in runs:  # a path that happens to equal a profile run's name
             name = f"{name} [{run.kind.value}]"
@@ -85,5 +117,6 @@ def discover(listing: Listing) -> list[Run]:
         runs[name] = run
 
     for run in runs.values():
-        run.files.sort(key=lambda f: f.path)
+        for one in (run, *run.ranks.values()):  # a rank's run as it would be alone
+            one.files.sort(key=lambda f: f.path)
     return [runs[name] for name in sorted(runs, reverse=True)]

@@ -101,8 +101,9 @@ class OomAssessment:
 
     @staticmethod
     def _rates_every_host(run: Run, query: OomRiskQuery) -> bool:
-        """A multi-host profile without ``host=`` is rated by its worst host."""
-        return run.kind is RunKind.PROFILE and not query.host and len(run.hosts) > 1
+        """A multi-host profile, or a distributed job (its ranks, app/discovery.py),
+        without ``host=`` is rated by its worst host."""
+        return (run.kind is RunKind.PROFILE or bool(run.ranks)) and not query.host and len(run.hosts) > 1
 
     def _oom_risk_every_host(self, run: Run, query: OomRiskQuery, progress) -> dict:
         """A multi-host profile rated by its worst host: the first host alone can miss a

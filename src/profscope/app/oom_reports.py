@@ -72,7 +72,7 @@ def collect(ws: Workspace, runs: list[Run], query: OomRiskQuery, refused: list[d
     tool = ws.tool_named("oom_risk")
     for run in runs:
         try:
-            hosts = [query.host] if query.host else (ws.hosts(run) if run.kind is RunKind.TORCH_SNAPSHOT else [None])
+            hosts = [query.host] if query.host else (ws.hosts(run) if run.kind is RunKind.TORCH_SNAPSHOT and not run.ranks else [None])
         except ProfscopeError as e:
             if refused is None:
                 raise

@@ -70,8 +70,9 @@ class RuntimeMemory:
         hosts (tools/memory_hosts.py): ``GET /api/memory_hosts``. The rows not cached yet
         are made at once (Workspace.fan_out: on the Dask cluster, or in several workers);
         a host whose conversion fails is a row with its error, the others are still shown."""
-        if run.kind is not RunKind.PROFILE or not run.hosts:
-            raise NotFound(f"run {run.name!r} is a {run.kind.value}; /api/memory_hosts reads the hosts of a profile run")
+        if (run.kind is not RunKind.PROFILE and not run.ranks) or not run.hosts:
+            raise NotFound(f"run {run.name!r} is a {run.kind.value}; /api/memory_hosts reads the hosts of a profile run "
+                           "or the ranks of a distributed job")
         self.fan_out(run, [(self._memory_host_key(run, h), ("memory_host", h)) for h in run.hosts],
                      f"memory peaks of {len(run.hosts)} hosts")
         rows = []
@@ -88,7 +89,15 @@ class RuntimeMemory:
         # The host's file and the run's inputs: the payload's own key holds all of the
         # run's files (Workspace.tool_data), so a new file renews both.
         return keys.derived(keys.MEMORY_HOST, self.logdir.url, self.tool_named("memory_profile").version,
-                            run.xplane(host).identity(), [f.identity() for f in run.files])
+                            self._host_file(run, host).identity(), [f.identity() for f in run.files])
+
+    @staticmethod
+    def _host_file(run: Run, host: str):
+        """The file a host's row is read from: its xplane, or a rank's snapshot or trace."""
+        one = run.rank_run(host)
+        if one is None:
+            return run.xplane(host)
+        return (one.files_of(FileKind.CHROME_TRACE) or one.files)[0]
 
     def memory_host_row(self, run: Run, host: str) -> dict:
         """One host's row of :meth:`memory_hosts`, from that host's cached memory profile
@@ -98,4 +107,4 @@ class RuntimeMemory:
             self._memory_host_key(run, host), f"memory peak of {host}",
             lambda p: memory_hosts_tool.host_summary(
                 host, orjson.loads(gzip.decompress(self.tool_data(run, tool, MemoryProfileQuery(host=host))))),
-            file=self.logdir.display_path(run.xplane(host).path))
+            file=self.logdir.display_path(self._host_file(run, host).path))

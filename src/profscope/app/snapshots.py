@@ -136,7 +136,7 @@ class Snapshots:
         or a search of them, state at an event, stacks, one stack's frames, compare),
         converted once per query and cached. A stack's frames get their ``source`` (issue
         37): ``{file, line, path}`` when the file is under a source root, else null."""
-        body = self._snapshot_view(run, view, query)
+        body = self._snapshot_view(*self.rank_route(run, query), view)
         if view != "stack":
             return body
         # Added to every answer, never cached: the roots are this server's (--source-root),
@@ -150,7 +150,7 @@ class Snapshots:
             f["source"] = None if found[name] is None else {**found[name], "line": f.get("line")}
         return gzip.compress(orjson.dumps(st), compresslevel=1)
 
-    def _snapshot_view(self, run: Run, view: str, query: SnapshotQuery) -> bytes:
+    def _snapshot_view(self, run: Run, query: SnapshotQuery, view: str) -> bytes:
         if run.kind is not RunKind.TORCH_SNAPSHOT:
             raise NotFound(f"run {run.name!r} is not a PyTorch memory snapshot")
         if view not in SNAPSHOT_VIEWS:

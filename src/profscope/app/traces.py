@@ -25,6 +25,7 @@ from profscope.storage import FileInfo
 chrome_trace = lazy.module("profscope.formats.chrome_trace")
 xplane_trace = lazy.module("profscope.formats.xplane_trace")
 xplane_activity = lazy.module("profscope.formats.xplane_activity")
+host_activity = lazy.module("profscope.model.host_activity")  # numpy: only when a trace job is rolled up
 trace_export = lazy.module("profscope.tools.trace_export")
 trace_hosts_tool = lazy.module("profscope.tools.trace_hosts")
 trace_index = lazy.module("profscope.tools.trace_index")
@@ -69,6 +70,8 @@ class Traces:
         sessions holding only ``*.trace.json[.gz]`` and for Chrome-trace runs, the traces."""
         if run.kind is RunKind.PROFILE and run.hosts:
             return [(h, run.xplane(h)) for h in run.hosts]
+        if run.ranks:  # a distributed job: one trace per rank, named by its rank
+            return [(rank, traces[0]) for rank, one in run.ranks.items() if (traces := one.files_of(FileKind.CHROME_TRACE))]
         traces = run.files_of(FileKind.CHROME_TRACE)
         return [(f.name, f) for f in traces]
 
@@ -240,8 +243,11 @@ class Traces:
         ``keys.TRACE_HOST`` and the file's identity; a host whose file cannot be read is
         a row with its error (remembered as the cache remembers a failure), the others
         are still shown."""
+        if run.kind is RunKind.CHROME_TRACE and run.ranks:
+            return self._rank_trace_hosts(run)
         if run.kind is not RunKind.PROFILE or not run.hosts:
-            raise NotFound(f"run {run.name!r} is a {run.kind.value}; /api/trace_hosts reads the hosts of a profile run")
+            raise NotFound(f"run {run.name!r} is a {run.kind.value}; /api/trace_hosts reads the hosts of a profile run "
+                           "or the ranks of a distributed job of traces")
         files = [(h, run.xplane(h)) for h in run.hosts]
         self._trace_host_rows_at_once(run, [(h, i) for h, i in files
                                             if i is not None and self.cache.get(self._trace_host_key(i)) is None])
@@ -253,6 +259,22 @@ class Traces:
                 rows.append(self._trace_host_row(host, info))
             except ProfscopeError as e:
                 rows.append(trace_hosts_tool.error_row(host, e.message, e.file))
+        out = trace_hosts_tool.trace_hosts(rows)
+        out["run"] = run.name
+        return out
+
+    def _rank_trace_hosts(self, run: Run) -> dict:
+        """:meth:`trace_hosts` of a distributed job of PyTorch traces: each rank's row from
+        that rank's own Steps & ops answer (its ``ProfilerStep#N`` steps, the same numbers
+        ``host=<rank>`` shows), so ranks are compared by their median step time. A CPU
+        trace has no device ops; a GPU trace's busy/idle per device is on its Steps & ops
+        page, not in this row (``deviceSource`` "none")."""
+        rows = []
+        for rank, one in run.ranks.items():
+            try:
+                rows.append(trace_hosts_tool.host_summary(rank, _steps_activity(self.steps_ops(one, TraceQuery()))))
+            except ProfscopeError as e:
+                rows.append(trace_hosts_tool.error_row(rank, e.message, e.file))
         out = trace_hosts_tool.trace_hosts(rows)
         out["run"] = run.name
         return out
@@ -351,3 +373,16 @@ class Traces:
                 lambda progress, out, src=ix.folder: trace_index.write_zoom_levels(src, out, progress),
                 file=self.logdir.display_path(info.path))
             ix.use_zoom_levels(folder)
+
+
+def _steps_activity(steps_ops: dict) -> host_activity.HostActivity:
+    """A PyTorch trace's Steps & ops answer as the :class:`HostActivity` that
+    tools/trace_hosts.py compares: its steps (``start_us``/``step_time_us`` from the
+    trace's first event, tools/step_breakdown.py), the span from that first event to the
+    last step's end, no device ops."""
+    steps = [host_activity.StepMarker(f"ProfilerStep#{s['step']}", int(s["step"]) if str(s["step"]).isdigit() else None,
+                        round(s["start_us"] * 1e6), round(s["step_time_us"] * 1e6), "ProfilerStep")
+             for s in steps_ops.get("steps") or []]
+    end = max((m.start_ps + m.dur_ps for m in steps), default=None)
+    return host_activity.HostActivity(steps_ops.get("file") or "", steps_ops.get("host") or "", 0 if end is not None else None, end,
+                        steps, "ProfilerStep" if steps else None, events=len(steps))

@@ -22,7 +22,7 @@ from profscope.app.compare import Comparisons
 from profscope.app.compiled_memory import CompiledMemory, ModuleSource
 from profscope.app.oom import OomAssessment
 from profscope.app.op_stats import OpStats
-from profscope.app.queries import Query
+from profscope.app.queries import OomRiskQuery, Query
 from profscope.app.runtime_memory import RuntimeMemory
 from profscope.app.snapshots import SNAPSHOT_VIEWS, Snapshots
 from profscope.app.tool_table import Tool
@@ -139,10 +139,16 @@ class Workspace(CompiledMemory, RuntimeMemory, Snapshots, OomAssessment, Traces,
         for run in candidates:
             if run.name == name:
                 return run
+        for run in candidates:  # one rank of a distributed job, by its own file's name
+            for one in run.ranks.values():
+                if one.name == name:
+                    return one
         raise NotFound(f"no run named {name!r} in {self.logdir.url}")
 
     def hosts(self, run: Run) -> list[str]:
         """A run's hosts: its xplane files, or a snapshot's devices (``cuda:N``)."""
+        if run.ranks:
+            return run.hosts  # a distributed job's ranks (a rank's devices: host=<rank> alone)
         if run.kind is RunKind.TORCH_SNAPSHOT:
             info = run.files[0]
             key = keys.derived(keys.SNAPSHOT_DEVICES, self.logdir.url, info.identity())
@@ -157,6 +163,7 @@ class Workspace(CompiledMemory, RuntimeMemory, Snapshots, OomAssessment, Traces,
 
     def tool_data(self, run: Run, tool: Tool, query: Query | None = None) -> bytes:
         """A tool's payload as stored gzip JSON bytes, converted once per input and query."""
+        run, query = self.rank_route(run, query if query is not None else tool.query())
         producer = tool.producer(run)
         if producer is tool_table.NOT_FOR:
             raise NotFound(f"tool {tool.name!r} has nothing for a {run.kind.value} such as {run.name!r}")
@@ -172,15 +179,30 @@ class Workspace(CompiledMemory, RuntimeMemory, Snapshots, OomAssessment, Traces,
         """A streamed tool's answer in pieces (``Answer.STREAM``); what needs the data is
         checked before the first piece is returned."""
         self._check_query(tool, query)
-        return tool.stream(self, run, query)
+        return tool.stream(self, *self.rank_route(run, query))
 
     def tool_page(self, run: Run, tool: Tool, query: Query) -> dict:
         """The plain values of a tool's HTML answer (``Tool.page``), for the frontend's
         template."""
         self._check_query(tool, query)
-        return tool.page.data(self, run, query)
+        return tool.page.data(self, *self.rank_route(run, query))
+
+    @staticmethod
+    def rank_route(run: Run, query: Query) -> tuple[Run, Query]:
+        """A distributed job's tool query as its rank's own (docs/runs.md): ``host=<rank>``
+        is that rank's run asked without a host, so its answer (and cache entry) is the
+        file's alone; no host is the first rank, except for OOM risk, which rates every
+        rank (OomAssessment._rates_every_host). Any other run and query pass through."""
+        if not run.ranks or not hasattr(query, "host"):
+            return run, query
+        if query.host in run.ranks:
+            return run.ranks[query.host], query.but(host=None)
+        if query.host is None and not isinstance(query, OomRiskQuery):
+            return next(iter(run.ranks.values())), query
+        return run, query
 
     def tool_data_key(self, run: Run, tool: Tool, query: Query) -> str:
+        run, query = self.rank_route(run, query)
         self._check_query(tool, query)
         query = self._complete(run, tool, query)
         return keys.tool_payload(tool, self.logdir.url, [f.identity() for f in run.files], query.cache_parts())

@@ -45,6 +45,10 @@ class Run:
     files: list[FileInfo] = field(default_factory=list)
     # kinds found by looking inside a file (a sniffed Chrome trace), by path; the name decides the rest
     kinds: dict[str, FileKind] = field(default_factory=dict)
+    # One distributed job (app/discovery.py, docs/runs.md): each rank's own run, exactly
+    # as discovery makes it for that file alone, by rank host name in rank order. The
+    # ranks are the run's hosts; ``host=<rank>`` reads that rank's run.
+    ranks: dict[str, Run] = field(default_factory=dict)
 
     def kind_of(self, info: FileInfo) -> FileKind:
         return self.kinds.get(info.path) or classify(info.name)
@@ -54,10 +58,15 @@ class Run:
 
     @property
     def hosts(self) -> list[str]:
-        """XProf's hosts: one per ``<host>.xplane.pb`` in the session, sorted."""
+        """XProf's hosts: one per ``<host>.xplane.pb`` in the session, sorted; a
+        distributed job's ranks."""
         if self.kind is RunKind.PROFILE:
             return sorted({h for f in self.files if (h := xplane_host(f.name))})
-        return []
+        return list(self.ranks)
+
+    def rank_run(self, host: str | None) -> Run | None:
+        """The run of one rank of a distributed job (``host`` a rank name), else None."""
+        return self.ranks.get(host) if host else None
 
     def xplane(self, host: str) -> FileInfo | None:
         return next((f for f in self.files if xplane_host(f.name) == host), None)

@@ -6,6 +6,7 @@ One table, so that run discovery and every reader agree on what a file is.
 from __future__ import annotations
 
 import enum
+import re
 
 
 class FileKind(enum.Enum):
@@ -88,3 +89,25 @@ def xplane_host(name: str) -> str | None:
         if name.endswith(suffix):
             return name[: -len(suffix)]
     return None
+
+
+# One distributed job's files differ by rank only (docs/runs.md "One run per distributed
+# job"). A rank token is the word ``rank``, at most one ``-`` or ``_``, then decimal
+# digits (``rank0``, ``rank-1``, ``rank_2``, any case), standing between path separators,
+# ``_``, ``-`` or ``.`` (or the ends): ``trace_rank3.json``, ``rank0_snapshot.pickle``,
+# torchrun-style folders ``rank_0/``, ``node0_rank1/``. Deliberately strict: ``r3``,
+# ``worker3``, ``gpu3`` or a bare number are not ranks (``model_v1``/``model_v2`` are two
+# runs, as are ``a.pickle``/``b.pickle``).
+_RANK_TOKEN = re.compile(r"(?<![^/._-])(rank[-_]?)(\d+)(?![^/._-])", re.IGNORECASE)
+
+
+def rank_of(path: str) -> tuple[str, str] | None:
+    """``(template, rank)`` of a path holding exactly one rank token: the path with that
+    token's digits replaced by ``*`` (the group's run name) and the token as written (the
+    rank's host name). ``'ddp/rank-1.json.gz'`` -> ``('ddp/rank-*.json.gz', 'rank-1')``;
+    None for no token or several (``rank0/rank1.pickle`` is ambiguous)."""
+    found = list(_RANK_TOKEN.finditer(path))
+    if len(found) != 1:
+        return None
+    m = found[0]
+    return path[: m.start(2)] + "*" + path[m.end(2) :], m.group(0)
