@@ -537,23 +537,36 @@ def cmd_serve(args) -> int:
 
 
 def cmd_runs(args) -> int:
+    from profscope.app.unsupported_files import unsupported_files
+
     ws = _workspace(args)
     runs = ws.runs()
+    unsupported = unsupported_files(ws.logdir.listing(), runs)
     if args.json:
         rows = [
             {"name": r.name, "kind": r.kind.value, "hosts": r.hosts, "files": len(r.files), "bytes": sum(f.size for f in r.files)}
             for r in runs
         ]
+        # Recognised files that are not read are rows too (kind "unsupported"), so that a
+        # script reading this list as before sees them without a change of shape.
+        # They come after every run, with a run row's keys, so "the first row" is still a run.
+        sizes = {f.path: f.size for f in ws.logdir.listing().files.values()}
+        rows += [{"name": u["file"], "kind": "unsupported", "hosts": [], "files": 1, "bytes": sizes.get(u["file"], 0),
+                  "file_kind": u["kind"], "reason": u["reason"], "run": u["run"]} for u in unsupported]
         print(json.dumps(rows, indent=2))
         return 0
     if not runs:
         print(f"no runs in {ws.logdir.url}")
-        return 0
-    width = max(len(r.name) for r in runs)
-    for r in runs:
-        size = sum(f.size for f in r.files)
-        hosts = ",".join(r.hosts)
-        print(f"{r.name:<{width}}  {r.kind.value:<14}  {len(r.files):>4} files  {size / 1e6:>9.2f} MB  {hosts}")
+    else:
+        width = max(len(r.name) for r in runs)
+        for r in runs:
+            size = sum(f.size for f in r.files)
+            hosts = ",".join(r.hosts)
+            print(f"{r.name:<{width}}  {r.kind.value:<14}  {len(r.files):>4} files  {size / 1e6:>9.2f} MB  {hosts}")
+    if unsupported:
+        print(f"\nrecognised but not read ({len(unsupported)}):")
+        for u in unsupported:
+            print(f"  {u['file']}  [{u['kind']}]  {u['reason']}")
     return 0
 
 

@@ -11,6 +11,10 @@ import re
 
 class FileKind(enum.Enum):
     XPLANE = "xplane"  # <host>.xplane.pb[.gz], tsl XSpace (jax.profiler, tf.profiler)
+    # <host>.xplane.riegeli: the same XSpace framed as a riegeli record file, which XProf's
+    # profile_io.py lists beside *.xplane.pb. Recognised so that it is listed with its
+    # reason (app/unsupported_files.py); not read: no writer of it on PyPI (jaxlib, xprof).
+    XPLANE_RIEGELI = "xplane_riegeli"
     # *.trace.json[.gz], *.pt.trace.json[.gz] by name; any other *.json[.gz] whose first
     # bytes show a Chrome trace is one too, once sniffed (formats/sniff.py, model/catalog.py)
     CHROME_TRACE = "chrome_trace"
@@ -31,6 +35,7 @@ class FileKind(enum.Enum):
 
 
 XPLANE_SUFFIXES = (".xplane.pb", ".xplane.pb.gz")
+XPLANE_RIEGELI_SUFFIX = ".xplane.riegeli"
 CHROME_TRACE_SUFFIXES = (".trace.json", ".trace.json.gz")
 HLO_PROTO_SUFFIXES = (".hlo.pb", ".hlo.pb.gz")
 TORCH_SNAPSHOT_SUFFIXES = (".pickle", ".pkl")
@@ -50,6 +55,8 @@ def classify(name: str) -> FileKind:
     """The kind of a file, from its base name alone."""
     if name.endswith(XPLANE_SUFFIXES):
         return FileKind.XPLANE
+    if name.endswith(XPLANE_RIEGELI_SUFFIX):
+        return FileKind.XPLANE_RIEGELI
     if name.endswith(CHROME_TRACE_SUFFIXES):
         return FileKind.CHROME_TRACE
     if name.endswith(HLO_PROTO_SUFFIXES):

@@ -4,7 +4,7 @@
 import { $, el, fill } from "./lib/dom.js";
 import { defineKeys, go, onNavigate, readState, resetFor, stateUrl } from "./lib/state.js";
 import { ApiError, errorBox, getJson } from "./lib/api.js";
-import overview from "./pages/overview.js";
+import overview, { unsupportedNote } from "./pages/overview.js";
 import { initCapture } from "./pages/capture.js";
 import { showConversions } from "./lib/conversions.js";
 import { fmtHosts } from "./lib/format.js";
@@ -96,11 +96,16 @@ function reasonOf(err) {
   return file && err.message.startsWith(`${file}: `) ? err.message.slice(file.length + 2) : err.message;
 }
 
-// The run picker's entries: a run known to be unreadable says so, and why.
+// The run picker's entries: a run known to be unreadable says so, and why; after the runs,
+// the files recognised but not read that are part of no run (/api/runs' `unsupported`),
+// greyed out, with theirs (those inside a run are in the overview's table).
 function runOptions(runs) {
   return runs.map((r) => unreadable.has(r.name)
     ? { value: r.name, label: `⚠ ${r.name} (cannot be read: ${unreadable.get(r.name)})`, title: unreadable.get(r.name), attrs: { "data-unreadable": "" } }
-    : { value: r.name, label: r.name, title: r.kind });
+    : { value: r.name, label: r.name, title: r.kind })
+    .concat(((catalog && catalog.unsupported) || []).filter((u) => u.run === null).map((u) => ({
+      value: `unsupported:${u.file}`, disabled: true, label: `⊘ ${u.file} (not read: ${u.reason})`, title: u.reason,
+      attrs: { "data-unsupported": u.kind } })));
 }
 
 // The run a bare URL opens: the first in the catalog whose files read, so one broken
@@ -118,11 +123,12 @@ async function render(state) {
   if (!catalog) catalog = await getJson("/api/runs");
   const runs = catalog.runs;
   if (!runs.length) {
-    fillSelect($("#pick-run"), [], "");
+    fillSelect($("#pick-run"), runOptions([]), "");
     view.replaceChildren(el("h1", {}, "No runs found"),
       el("p", {}, "Nothing in ", el("code", {}, catalog.logdir), " looks like a profile. profscope looks for ",
         el("code", {}, "**/plugins/profile/<session>/<host>.xplane.pb"), ", XLA dumps (", el("code", {}, "*.hlo.pb"),
-        "), PyTorch snapshots (", el("code", {}, "*.pickle"), ") and Chrome traces (", el("code", {}, "*.trace.json.gz"), ")."));
+        "), PyTorch snapshots (", el("code", {}, "*.pickle"), ") and Chrome traces (", el("code", {}, "*.trace.json.gz"), ")."),
+      unsupportedNote(catalog));
     return;
   }
   if (!state.run) {

@@ -21,6 +21,20 @@ export function unreadableNote(state, run, shell) {
       el("span", { class: "unreadable" }, `: ${reason}`)))));
 }
 
+// Files of the log directory profscope recognises but does not read (/api/runs'
+// `unsupported`: file, kind, reason), so none is passed over without a word; the
+// "No runs found" page shows it too.
+export function unsupportedNote(catalog) {
+  const files = (catalog && catalog.unsupported) || [];
+  if (!files.length) return null;
+  return el("section", { id: "unsupported-files" },
+    el("h2", {}, `Recognised but not read (${files.length})`),
+    el("table", {},
+      el("thead", {}, el("tr", {}, el("th", {}, "file"), el("th", {}, "kind"), el("th", {}, "run"), el("th", {}, "why not"))),
+      el("tbody", {}, files.map((u) => el("tr", { "data-file": u.file },
+        el("td", { class: "path" }, u.file), el("td", {}, u.kind), el("td", {}, u.run || "—"), el("td", {}, u.reason))))));
+}
+
 function render(view, state, run, details, shell) {
   const toolCards = details.tools.map((t) => el("div", { class: "card", "data-tool": t.name },
     el("h3", {}, el("a", { href: stateUrl({ ...state, tool: t.name }), onclick: (e) => { e.preventDefault(); go({ ...state, tool: t.name }); } }, t.title)),
@@ -51,7 +65,8 @@ function render(view, state, run, details, shell) {
       el("div", {}, el("h2", {}, "Files"), files),
       el("div", {}, el("h2", {}, `HLO modules (${details.modules.length})`),
         viewer && details.modules.length ? el("p", { class: "muted" }, "Click a module to open it in the memory viewer.") : null, modules,
-        el("h2", {}, "File sizes"), el("div", { id: "sizes" }))));
+        el("h2", {}, "File sizes"), el("div", { id: "sizes" }))),
+    unsupportedNote(shell && shell.catalog));
   if (window.Plotly && details.files.length) {
     const sorted = [...details.files].sort((a, b) => b.size - a.size).slice(0, 20).reverse();
     newPlot("sizes", [{ type: "bar", orientation: "h", x: sorted.map((f) => f.size),
