@@ -137,3 +137,22 @@ def test_cli_runs_prints_them(logdir, tmp_path):
     rows = json.loads(subprocess.run([*cmd, "--json"], capture_output=True, text=True, timeout=120, check=True).stdout)
     assert [r for r in rows if r["kind"] != "unsupported"][0] == rows[0]  # the runs first
     assert {r["name"]: r["reason"] for r in rows if r["kind"] == "unsupported"} == {u["file"]: u["reason"] for u in unsupported}
+
+
+def test_cli_errors_that_find_no_run_say_what_is_not_read(logdir, tmp_path):
+    """`profscope report` / `analyze` of a folder or file profscope recognises but does not
+    read exited 2 with "no run ..." alone, as if nothing had been found."""
+    only = tmp_path / "only"
+    for rel in ("loose/host.xplane.pb", "py/cpu.prof"):
+        (only / rel).parent.mkdir(parents=True, exist_ok=True)
+        (only / rel).write_bytes((logdir / rel).read_bytes())
+    _, _, unsupported = _catalog(only)
+    cache = ["--cache-dir", str(tmp_path / "c")]
+    res = subprocess.run([sys.executable, "-m", "profscope", "report", str(only), *cache],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2 and "no run in" in res.stderr
+    for u in unsupported:
+        assert f"{u['file']}: {u['reason']}" in res.stderr
+    res = subprocess.run([sys.executable, "-m", "profscope", "analyze", str(only / "loose" / "host.xplane.pb"), *cache],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2 and "outside a profile session folder" in res.stderr, res.stderr

@@ -852,17 +852,21 @@ def _analyze_target(args) -> str | None:
 def _analyze_run(ws, args, inside: str | None):
     """The run ``analyze`` summarises: --run, the one holding the file or folder named, or
     the log directory's only run."""
+    from profscope.app.unsupported_files import not_read_note
+
     if args.run:
         return ws.run(args.run)
     runs = ws.runs()
     if inside is not None:
         runs = [r for r in runs if any(f.path == inside or f.path.startswith(inside + "/") for f in r.files)]
         if not runs:
-            raise BadRequest(f"{inside}: not part of any run profscope recognises")
+            raise BadRequest(f"{inside}: not part of any run profscope recognises"
+                             + not_read_note(ws.logdir.listing(), ws.runs(), inside))
     if len(runs) == 1:
         return runs[0]
     if not runs:
-        raise BadRequest(f"no run in {ws.logdir.url}: nothing profscope recognises as a profile")
+        raise BadRequest(f"no run in {ws.logdir.url}: nothing profscope recognises as a profile"
+                         + not_read_note(ws.logdir.listing(), ws.runs()))
     names = ", ".join(r.name for r in runs[:8]) + (f" and {len(runs) - 8} more" if len(runs) > 8 else "")
     raise BadRequest(f"{ws.logdir.url} holds {len(runs)} runs: give --run NAME, one of {names} (profscope runs lists them)")
 

@@ -14,6 +14,7 @@ import json
 from profscope.app import lazy
 from profscope.app.queries import OomRiskQuery
 from profscope.app.workspace import Workspace
+from profscope.app.unsupported_files import not_read_note
 from profscope.errors import BadRequest, NothingToAssess, NotFound, ProfscopeError
 from profscope.model.catalog import Run, RunKind
 
@@ -40,7 +41,8 @@ def pick_runs(ws: Workspace, run_name: str | None, file: str | None = None, refu
     if file is not None:
         runs = [r for r in runs if any(f.path == file for f in r.files)]
         if not runs:
-            raise NotFound(f"{file}: not part of any run profscope recognises")
+            raise NotFound(f"{file}: not part of any run profscope recognises"
+                           + not_read_note(ws.logdir.listing(), ws.runs(), file))
     kept = []
     for r in runs:
         try:
@@ -55,7 +57,8 @@ def pick_runs(ws: Workspace, run_name: str | None, file: str | None = None, refu
         raise ProfscopeError(f"nothing could be read: {len(refused)} run(s) refused: "
                              + "; ".join(f"{x['file']}: {x['problem']}" for x in refused))
     if not runs:
-        raise NotFound(f"no run in {ws.logdir.url} that the OOM risk can assess (profiles, XLA dumps, PyTorch snapshots and traces)")
+        raise NotFound(f"no run in {ws.logdir.url} that the OOM risk can assess (profiles, XLA dumps, PyTorch snapshots "
+                       "and traces)" + not_read_note(ws.logdir.listing(), ws.runs()))
     return runs
 
 

@@ -150,3 +150,16 @@ def unsupported_files(listing: Listing, runs: list[Run]) -> list[dict]:
             for info in _unread_dump_files(run):
                 add(info, classify(info.name), _DUMP_REASON)
     return [found[path] for path in sorted(found)]
+
+
+def not_read_note(listing: Listing, runs: list[Run], path: str | None = None) -> str:
+    """For an error that found no run (``path``: the file or folder the user named, else the
+    whole log directory): what there is that profscope recognises but does not read, and why;
+    '' when nothing."""
+    inside = [u for u in unsupported_files(listing, runs)
+              if path is None or u["file"] == path or u["file"].startswith(path.rstrip("/") + "/")]
+    if not inside:
+        return ""
+    shown = "; ".join(f"{u['file']}: {u['reason']}" for u in inside[:5])
+    more = f"; and {len(inside) - 5} more (profscope runs lists them)" if len(inside) > 5 else ""
+    return f" (recognised but not read: {shown}{more})"
