@@ -156,3 +156,15 @@ def test_cli_errors_that_find_no_run_say_what_is_not_read(logdir, tmp_path):
     res = subprocess.run([sys.executable, "-m", "profscope", "analyze", str(only / "loose" / "host.xplane.pb"), *cache],
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 2 and "outside a profile session folder" in res.stderr, res.stderr
+
+
+def test_the_agents_list_runs_carries_them(logdir, tmp_path):
+    """The MCP server's list_runs (app/agent_tools.py) answers what /api/runs does."""
+    from profscope.app import agent_tools
+    from profscope.app.workspace import Workspace
+    from profscope.cache.store import DiskCache
+
+    ws = Workspace(LogDir(str(logdir), listing_ttl=0), DiskCache(tmp_path / "cache"))
+    _, _, unsupported = _catalog(logdir)
+    assert agent_tools.list_runs(ws)["unsupported"] == unsupported
+    assert agent_tools.list_runs(ws, prefix="loose/")["unsupported"] == [u for u in unsupported if u["file"].startswith("loose/")]

@@ -24,6 +24,7 @@ import orjson
 
 from profscope.app import tool_table
 from profscope.app.profile_steps import ALL_HOSTS
+from profscope.app.unsupported_files import unsupported_files
 from profscope.errors import BadRequest, NotFound, ProfscopeError
 from profscope.model.catalog import Run, RunKind
 
@@ -84,7 +85,12 @@ def list_runs(ws, prefix: str | None = None, limit: int | None = None) -> dict:
         except ProfscopeError as e:
             row.update(tools=[], error=e.message, file=e.file)
         rows.append(row)
-    return {"logdir": ws.logdir.url, "count": len(runs), "truncated": len(runs) > limit, "runs": rows}
+    # Files recognised but not read, with why (app/unsupported_files.py): an agent asking
+    # what the log directory holds is told of them too, never left to guess.
+    unsupported = [u for u in unsupported_files(ws.logdir.listing(), ws.runs())
+                   if not prefix or u["file"].startswith(prefix)]
+    return {"logdir": ws.logdir.url, "count": len(runs), "truncated": len(runs) > limit, "runs": rows,
+            "unsupported": unsupported}
 
 
 def summary(ws, run_name: str, host: str | None = None) -> dict:

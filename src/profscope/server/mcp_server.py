@@ -85,7 +85,8 @@ def build(ws: Workspace) -> MCPServer:
     ) -> dict[str, Any]:
         """The runs of the log directory: name, kind (profile, xla_dump, chrome_trace,
         torch_snapshot), hosts, files, bytes and the profscope tools that have input for
-        each. A run whose files cannot be read has no tools and says why (error, file)."""
+        each. A run whose files cannot be read has no tools and says why (error, file).
+        unsupported: the files profscope recognises but does not read (file, kind, reason, run)."""
         return agent_tools.list_runs(ws, prefix, limit)
 
     @server.tool(title="Summary")
