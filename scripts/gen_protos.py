@@ -42,6 +42,8 @@ PACKAGES = {
     "xplane": "profscope.formats.protos",
     # the messages a capture exchanges with a job's profiler server (storage/profiler_client.py)
     "profiler_service": "profscope.storage.protos",
+    # jax.profiler.save_device_memory_profile()'s gzipped pprof Profile (formats/pprof.py)
+    "pprof": "profscope.formats.protos",
 }
 
 _HEADER_NOTE = "# Regenerate with scripts/gen_protos.py (grpcio-tools=={version}); do not edit.\n"

@@ -22,6 +22,7 @@ from profscope.model.catalog import RunKind
 from profscope.storage import LogDir
 
 TORCH_DEMO = Path(demo_logdir()) / "torch"
+JAX_PROFILES = Path(__file__).parent / "data" / "jax_memory_profiles"
 
 
 @pytest.fixture(scope="module")
@@ -54,8 +55,11 @@ def files(shared_fixtures) -> dict[str, bytes]:
         "memory_timeline_only.json": (TORCH_DEMO / "mlp_train.memory_timeline.json").read_bytes(),
         "empty.json": b"",
         "broken.json.gz": b"\x1f\x8b\x08\x00garbage",
-        # jax.profiler.save_device_memory_profile("memory.prof"): gzipped pprof
-        "jax/memory.prof": gzip.compress(b"\x0a\x04\x08\x01\x10\x02" * 50),
+        # jax.profiler.save_device_memory_profile("memory.prof"): gzipped pprof, a run
+        # once its head shows a Profile (tests/data/jax_memory_profiles: JAX made it)
+        "jax/memory.prof": (JAX_PROFILES / "mlp" / "memory.prof").read_bytes(),
+        # cProfile's *.prof (marshal, no gzip): looked into, not a run
+        "py/cpu.prof": b"\xfb\x00\x00\x00\x00" * 20,
         # inside a profile session a JSON file is the session's, never looked into
         "exp/plugins/profile/2026_01_01/host.xplane.pb": b"\x00",
         "exp/plugins/profile/2026_01_01/trace.json": mlp,
@@ -81,7 +85,8 @@ def _write(root: Path, files: dict[str, bytes]) -> None:
 
 def _check(runs) -> None:
     by_name = {r.name: r for r in runs}
-    assert set(by_name) == {*TRACE_RUNS, "exp/2026_01_01"}
+    assert set(by_name) == {*TRACE_RUNS, "exp/2026_01_01", "jax/memory.prof"}
+    assert by_name["jax/memory.prof"].kind is RunKind.PPROF
     for name, paths in TRACE_RUNS.items():
         run = by_name[name]
         assert run.kind is RunKind.CHROME_TRACE
@@ -100,8 +105,9 @@ def test_local_logdir(files, tmp_path):
     logdir.head = lambda info, n: reads.append((info.path, n)) or real(info, n)
     _check(discover(logdir.listing()))
     looked = sorted(p for p, _ in reads)
-    # only *.json[.gz] outside sessions that no name rule claims, each once, HEAD_BYTES at most
-    assert looked == sorted([
+    # only *.json[.gz] outside sessions that no name rule claims and *.prof, each once,
+    # HEAD_BYTES at most
+    assert looked == sorted(["jax/memory.prof", "py/cpu.prof",
         "trace.json", "dist/rank-0.json.gz", "eager/eager_trace.json.gz", "h100/bert.json.gz", "legacy/events.json",
         "manifest.json", "torch/expected.json", "config.json", "side/host.memory_profile.json.gz",
         "memory_timeline_only.json", "broken.json.gz", "empty.json",
@@ -139,7 +145,7 @@ def test_workspace_reads_a_sniffed_trace(files, tmp_path):
     logs = tmp_path / "logs"
     _write(logs, {k: files[k] for k in ("trace.json", "trace.memory_timeline.json.gz", "manifest.json", "jax/memory.prof")})
     ws = Workspace(LogDir(str(logs), listing_ttl=0), DiskCache(tmp_path / "cache"))
-    assert [r.name for r in ws.runs()] == ["trace.json"]
+    assert [r.name for r in ws.runs()] == ["trace.json", "jax/memory.prof"]
     run = ws.run("trace.json")
     assert [f.path for _, f in ws.trace_sources(run)] == ["trace.json"]
     from fastapi.testclient import TestClient

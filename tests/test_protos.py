@@ -36,6 +36,8 @@ SRC_DIR = REPO_ROOT / "src"
 GENERATED = {
     "profscope/formats/protos/xplane_pb2.py",
     "profscope/formats/protos/xplane_pb2.pyi",
+    "profscope/formats/protos/pprof_pb2.py",
+    "profscope/formats/protos/pprof_pb2.pyi",
     "profscope/model/protos/hlo_pb2.py",
     "profscope/model/protos/hlo_pb2.pyi",
     "profscope/storage/protos/profiler_service_pb2.py",

@@ -97,7 +97,8 @@ def count_files(ws: Workspace, run, query: FileCountQuery, progress) -> dict:
 
 FILE_COUNT = Tool(
     "file_count", "File count", "The largest files of a run.", FileCountQuery,
-    tool_table._for(profile=count_files, xla_dump=count_files, torch_snapshot=NOT_FOR, chrome_trace=NOT_FOR),
+    tool_table._for(profile=count_files, xla_dump=count_files, torch_snapshot=NOT_FOR, chrome_trace=NOT_FOR,
+                    pprof=NOT_FOR),
     lambda ws, run: True, pages=("file_count.js",),
 )
 

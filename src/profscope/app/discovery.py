@@ -11,25 +11,27 @@ from __future__ import annotations
 import logging
 import posixpath
 
-from profscope.formats import sniff
+from profscope.formats import pprof_head, sniff
 from profscope.model import dump_layout
 from profscope.model.catalog import Run, RunKind, run_name, session_dir, session_of
-from profscope.model.file_kinds import MEMORY_TIMELINE_SUFFIXES, FileKind, classify, may_be_chrome_trace, rank_of, trace_stem
+from profscope.model.file_kinds import (MEMORY_TIMELINE_SUFFIXES, FileKind, classify, may_be_chrome_trace, may_be_pprof,
+                                       rank_of, trace_stem)
 from profscope.storage import FileInfo, Listing
 
 log = logging.getLogger(__name__)
 
 
-def _sniffed_trace(listing: Listing, info: FileInfo) -> bool:
-    """Whether a ``*.json[.gz]`` nothing else claims starts like a Chrome trace; looked up
-    in ``listing.notes`` first, so each version of a file is read once."""
+def _sniffed_trace(listing: Listing, info: FileInfo, what: str = "chrome_trace_head", test=sniff.is_chrome_trace) -> bool:
+    """Whether a ``*.json[.gz]`` nothing else claims starts like a Chrome trace (or, with
+    ``test=pprof_head.is_pprof_head``, a ``*.prof`` like a gzipped pprof Profile); looked up in
+    ``listing.notes`` first, so each version of a file is read once."""
     if listing.head is None:
         return False
-    key = ("chrome_trace_head", info.identity())
+    key = (what, info.identity())
     known = listing.notes.get(key)
     if known is None:
         try:
-            known = sniff.is_chrome_trace(listing.head(info, sniff.HEAD_BYTES))
+            known = test(listing.head(info, sniff.HEAD_BYTES))
         except Exception as e:  # noqa: BLE001 - unreadable (gone, no permission): not a run
             log.debug("cannot read the start of %s: %s", info.path, e)
             return False  # not remembered: it may be readable next time
@@ -81,6 +83,7 @@ def discover(listing: Listing) -> list[Run]:
             runs.setdefault(name, Run(name, RunKind.PROFILE, d))
 
     dump_folders: dict[str, list[FileInfo]] = {}
+    pprof_folders: dict[str, list[FileInfo]] = {}
     extra: list[Run] = []
     for info in listing.files.values():
         where = session_of(info.path)
@@ -94,6 +97,8 @@ def discover(listing: Listing) -> list[Run]:
             dump_folders.setdefault(info.parent, []).append(info)
         elif kind is FileKind.TORCH_SNAPSHOT:
             extra.append(Run(info.path, RunKind.TORCH_SNAPSHOT, info.parent, [info]))
+        elif may_be_pprof(info.name) and _sniffed_trace(listing, info, "pprof_head", pprof_head.is_pprof_head):
+            pprof_folders.setdefault(info.parent, []).append(info)
         elif kind is FileKind.CHROME_TRACE or may_be_chrome_trace(info.name) and _sniffed_trace(listing, info):
             files = [info]
             stem = posixpath.join(info.parent, trace_stem(info.name) or "")
@@ -108,6 +113,13 @@ def discover(listing: Listing) -> list[Run]:
         run = Run(folder or ".", RunKind.XLA_DUMP, folder, files)
         if run.dump_modules():
             extra.append(run)
+
+    # A folder's pprof files are successive profiles of one job (save_device_memory_profile
+    # called again and again): one run, named by the file when it is alone
+    for folder, files in pprof_folders.items():
+        name = files[0].path if len(files) == 1 else (folder or ".")
+        extra.append(Run(name, RunKind.PPROF, folder, files,
+                         {f.path: FileKind.DEVICE_MEMORY_PROFILE for f in files}))
 
     for run in _rank_groups(extra):
         name = run.name

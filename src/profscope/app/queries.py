@@ -130,6 +130,10 @@ class MemoryViewerQuery(Query):
 @dataclass(frozen=True, slots=True)
 class MemoryProfileQuery(Query):
     host: str | None = text()
+    # a JAX device-memory profile run (pprof) of several files: the one shown (its file
+    # name; default the last) and the one it is diffed against (by stack, pprof -diff_base)
+    profile: str | None = text()
+    base_profile: str | None = text()
     base: str | None = text()  # compare: the base run (docs/compare.md); default the same run
     base_host: str | None = text()  # compare: the base host; default the same host
 

@@ -29,6 +29,7 @@ from profscope.app.summary import Analysis, complete_host
 from profscope.app.compiled_memory import CompiledMemory
 from profscope.app.oom import OomAssessment
 from profscope.app.op_stats import OpStats
+from profscope.app.pprofs import Pprofs
 from profscope.app.queries import (MemoryProfileQuery, MemoryViewerQuery, OomRiskQuery, OpProfileQuery, OpStatsQuery,
                                    Query, StepsOpsQuery, SummaryQuery, XprofTraceQuery)
 from profscope.app.runtime_memory import RuntimeMemory
@@ -158,7 +159,7 @@ TOOLS: tuple[Tool, ...] = (
         # profscope's own (XProf's managed summary.html, issue 35): docs/analysis.md. Listed
         # first, the page a run opens on (LISTED_FIRST).
         _for(profile=Analysis.analysis, xla_dump=Analysis.analysis, torch_snapshot=Analysis.analysis,
-             chrome_trace=Analysis.analysis),
+             chrome_trace=Analysis.analysis, pprof=NOT_FOR),
         _reads_xplanes,
         pages=("summary.js",),
         reads=("steps_ops", "oom_risk", "memory_profile", "memory_viewer"),
@@ -173,7 +174,7 @@ TOOLS: tuple[Tool, ...] = (
         "What the XLA compiler planned: heap over program order, buffers at peak, padding.",
         MemoryViewerQuery,
         _for(profile=CompiledMemory.memory_viewer, xla_dump=CompiledMemory.memory_viewer,
-             torch_snapshot=NOT_FOR, chrome_trace=NOT_FOR),
+             torch_snapshot=NOT_FOR, chrome_trace=NOT_FOR, pprof=NOT_FOR),
         _has_modules,
         pages=("memory_viewer.js",),
         page=Page("view_memory_allocation_timeline", "memory_viewer_timeline.html",
@@ -193,9 +194,11 @@ TOOLS: tuple[Tool, ...] = (
         _for(profile=RuntimeMemory.xplane_memory_profile,
              chrome_trace=RuntimeMemory.torch_memory_profile_xprof,
              torch_snapshot=Snapshots.snapshot_memory_profile_xprof,
+             # JAX device-memory profiles: profscope's own payload (XProf reads no pprof)
+             pprof=Pprofs.pprof_memory_profile,
              xla_dump=NOT_FOR),
         _reads_xplanes,
-        pages=("memory_profile.js", "torch_snapshot.js"),
+        pages=("memory_profile.js", "torch_snapshot.js", "memory_profile_pprof.js"),
         complete=_first_host,
         version=5,  # 2: XProf's schema for traces and snapshots too (tools/memory_profile_xprof.py); 3: profiles without allocator events are not grouped;
         # 4: a trace's devices highest peak first, reserved null when not recorded, XProf's timeline sampled from every event, capacity totalGlobalMem
@@ -210,7 +213,7 @@ TOOLS: tuple[Tool, ...] = (
         # XProf's trace_viewer@ JSON; the dashboard reads windows of the same index
         # through /api/trace/... (server/trace_api.py)
         _for(profile=Traces.trace_viewer_xprof, chrome_trace=Traces.trace_viewer_xprof,
-             xla_dump=NOT_FOR, torch_snapshot=NOT_FOR),
+             xla_dump=NOT_FOR, torch_snapshot=NOT_FOR, pprof=NOT_FOR),
         _reads_xplanes,
         pages=("trace_viewer.js",),
         answer=Answer.STREAM,
@@ -225,7 +228,7 @@ TOOLS: tuple[Tool, ...] = (
         # XProf's 7 DataTables for XProf's own page, the step-time graph equal to XProf's
         # (tools/xprof_overview.py); profscope's dashboard shows its run overview instead
         # (XPROF_OVERVIEW_TAGS, page_tool)
-        _for(profile=ProfileSteps.overview_page, xla_dump=NOT_FOR, torch_snapshot=NOT_FOR, chrome_trace=NOT_FOR),
+        _for(profile=ProfileSteps.overview_page, xla_dump=NOT_FOR, torch_snapshot=NOT_FOR, chrome_trace=NOT_FOR, pprof=NOT_FOR),
         _reads_xplanes,
         pages=(),
         complete=_first_host,
@@ -238,7 +241,7 @@ TOOLS: tuple[Tool, ...] = (
         OpProfileQuery,
         # XProf's op_profile JSON for XProf's own page; GPU/ROCm and TPU TensorCore device
         # planes (a TPU's SparseCore planes: a 404 saying so, formats/xplane_op_metrics.py)
-        _for(profile=OpStats.op_profile, xla_dump=NOT_FOR, torch_snapshot=NOT_FOR, chrome_trace=NOT_FOR),
+        _for(profile=OpStats.op_profile, xla_dump=NOT_FOR, torch_snapshot=NOT_FOR, chrome_trace=NOT_FOR, pprof=NOT_FOR),
         _reads_xplanes,
         pages=(),
         complete=_first_host,
@@ -251,7 +254,7 @@ TOOLS: tuple[Tool, ...] = (
         OpStatsQuery,
         # XProf's DataTable JSON for XProf's own page; GPU/ROCm and TPU TensorCore device
         # planes (a TPU's SparseCore planes: a 404 saying so, formats/xplane_op_metrics.py)
-        _for(profile=OpStats.hlo_stats, xla_dump=NOT_FOR, torch_snapshot=NOT_FOR, chrome_trace=NOT_FOR),
+        _for(profile=OpStats.hlo_stats, xla_dump=NOT_FOR, torch_snapshot=NOT_FOR, chrome_trace=NOT_FOR, pprof=NOT_FOR),
         _reads_xplanes,
         pages=(),
         complete=_first_host,
@@ -265,7 +268,7 @@ TOOLS: tuple[Tool, ...] = (
         # profscope's own (XProf splits it over overview_page, hlo_stats, op_profile,
         # kernel_stats): the answer of /api/steps_ops, docs/steps_and_ops.md
         _for(profile=Traces.steps_ops_tool, chrome_trace=Traces.steps_ops_tool,
-             xla_dump=NOT_FOR, torch_snapshot=NOT_FOR),
+             xla_dump=NOT_FOR, torch_snapshot=NOT_FOR, pprof=NOT_FOR),
         _reads_xplanes,
         pages=("steps_ops.js",),
         complete=_first_host,
@@ -280,7 +283,7 @@ TOOLS: tuple[Tool, ...] = (
         "Peak vs capacity, headroom, and what to cut.",
         OomRiskQuery,
         _for(profile=OomAssessment.oom_risk, xla_dump=OomAssessment.oom_risk,
-             torch_snapshot=OomAssessment.oom_risk, chrome_trace=OomAssessment.oom_risk),
+             torch_snapshot=OomAssessment.oom_risk, chrome_trace=OomAssessment.oom_risk, pprof=NOT_FOR),
         _reads_xplanes,
         pages=("oom_risk.js",),
         prepare=OomAssessment.assess_hosts_first,

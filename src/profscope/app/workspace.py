@@ -22,6 +22,7 @@ from profscope.app.compare import Comparisons
 from profscope.app.compiled_memory import CompiledMemory, ModuleSource
 from profscope.app.oom import OomAssessment
 from profscope.app.op_stats import OpStats
+from profscope.app.pprofs import Pprofs
 from profscope.app.queries import OomRiskQuery, Query
 from profscope.app.runtime_memory import RuntimeMemory
 from profscope.app.snapshots import SNAPSHOT_VIEWS, Snapshots
@@ -48,7 +49,7 @@ __all__ = ["SNAPSHOT_VIEWS", "ModuleSource", "Workspace"]
 FORK_WORTH_BYTES = 32 << 20
 
 
-class Workspace(CompiledMemory, RuntimeMemory, Snapshots, OomAssessment, Traces, TraceViewerLinks, OpStats, ProfileSteps, Analysis,
+class Workspace(CompiledMemory, RuntimeMemory, Snapshots, Pprofs, OomAssessment, Traces, TraceViewerLinks, OpStats, ProfileSteps, Analysis,
                 Comparisons, FileDerived):
     """``capture_dir``: where profiles captured from running jobs are written (app/capture.py),
     listed as runs under ``captures/``; None: this workspace does not capture, and
@@ -155,6 +156,8 @@ class Workspace(CompiledMemory, RuntimeMemory, Snapshots, OomAssessment, Traces,
             devices = self.cache.get_or_compute_json(key, f"devices of {info.name}", lambda p: self.snapshot(run, p).devices,
                                                      file=self.logdir.display_path(info.path))
             return [f"cuda:{d}" for d in devices]
+        if run.kind is RunKind.PPROF:
+            return self.pprof_hosts(run)
         return run.hosts
 
     def tools(self, run: Run) -> list[Tool]:

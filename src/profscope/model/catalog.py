@@ -35,6 +35,8 @@ class RunKind(enum.Enum):
     XLA_DUMP = "xla_dump"  # a folder of XLA dump files
     TORCH_SNAPSHOT = "torch_snapshot"  # one PyTorch memory snapshot file
     CHROME_TRACE = "chrome_trace"  # one Chrome trace JSON file
+    # JAX device-memory profiles (gzipped pprof): one file, or a folder's successive ones
+    PPROF = "pprof"
 
 
 @dataclass(slots=True)

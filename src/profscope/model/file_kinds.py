@@ -28,8 +28,8 @@ class FileKind(enum.Enum):
     # (or <name>.json[.gz]) of the same run.
     MEMORY_TIMELINE = "memory_timeline"
     # jax.profiler.save_device_memory_profile(): a gzipped pprof protobuf, named by the
-    # user (JAX's docs write memory.prof). Recognised so that it is never taken for
-    # anything else; not read yet.
+    # user (JAX's docs write memory.prof); a run once its head shows a gzipped Profile
+    # (formats/pprof.py is_pprof_head): cProfile writes *.prof too.
     DEVICE_MEMORY_PROFILE = "device_memory_profile"
     OTHER = "other"
 
@@ -76,6 +76,16 @@ def classify(name: str) -> FileKind:
     return FileKind.OTHER
 
 
+def may_be_pprof(name: str) -> bool:
+    """A name that may hold a pprof Profile (a JAX device-memory profile): ``*.prof``,
+    ``*.prof.gz``, a ``*.pb.gz`` nothing else claims, or no extension at all (pprof's own
+    default names); its first bytes decide (app/discovery.py)."""
+    kind = classify(name)
+    if kind is FileKind.DEVICE_MEMORY_PROFILE:
+        return True
+    return kind is FileKind.OTHER and (name.endswith(".pb.gz") or "." not in name)
+
+
 def may_be_chrome_trace(name: str) -> bool:
     """A name nothing else claims that could still hold a Chrome trace: its first bytes decide."""
     return name.endswith(JSON_SUFFIXES) and classify(name) is FileKind.OTHER
@@ -105,6 +115,9 @@ def xplane_host(name: str) -> str | None:
 # torchrun-style folders ``rank_0/``, ``node0_rank1/``. Deliberately strict: ``r3``,
 # ``worker3``, ``gpu3`` or a bare number are not ranks (``model_v1``/``model_v2`` are two
 # runs, as are ``a.pickle``/``b.pickle``).
+#: The rule in words, as /api/runs' ``job`` carries it to the pages.
+RANK_RULE = ("files that differ only by one rank token (rank<N>, rank-<N> or rank_<N>, in the name or a folder), "
+             "of one kind, are one run whose hosts are the ranks")
 _RANK_TOKEN = re.compile(r"(?<![^/._-])(rank[-_]?)(\d+)(?![^/._-])", re.IGNORECASE)
 
 

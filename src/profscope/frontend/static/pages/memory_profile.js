@@ -122,7 +122,9 @@ function viewKey(state, run) {
 }
 
 function dataUrl(state, run) {
-  if (run.kind === "chrome_trace") return `/api/memory_profile?${new URLSearchParams({ run: run.name })}`;
+  if (run.kind === "chrome_trace") { // a distributed job's rank: host=
+    return `/api/memory_profile?${new URLSearchParams(run.job ? { run: run.name, host: hostOf(state, run) } : { run: run.name })}`;
+  }
   const q = new URLSearchParams({ run: run.name, tag: "memory_profile" });
   const host = hostOf(state, run);
   if (host) q.set("host", host);
@@ -202,7 +204,7 @@ function renderBody(ctx, state) {
 
 export default {
   tool: "memory_profile",
-  accepts: (run) => run.kind !== "torch_snapshot",
+  accepts: (run) => run.kind !== "torch_snapshot" && run.kind !== "pprof", // pprof: memory_profile_pprof.js
   css: ["pages/memory_profile.css"],
   keys: {
     memory_id: { resetOn: ["run", "tool", "host"] },

@@ -23,6 +23,8 @@ import { BLOCK as BLOCK_COLORS, P, SERIES as PALETTE, rgba } from "../lib/colors
 import { bytesAxis, purge, react as plotReact } from "../lib/plotly.js";
 import { sortableTable } from "../lib/table.js";
 import { COMPARE_KEYS, comparePicker } from "../lib/compare.js";
+import { hostsSection, showsHosts } from "./memory_profile_hosts.js";
+import { drawIcicle } from "../lib/icicle.js";
 
 const ZOOM_DEBOUNCE_MS = 300;
 const STACKS_AFTER_STEP_MS = 350; // the icicle waits until the stepping pauses
@@ -67,6 +69,7 @@ async function renderSnapshot(view, state, run, details) {
   const root = el("div", { class: "ts" },
     el("div", { class: "ts-head" }, el("h1", {}, "Memory snapshot"),
       el("span", { class: "muted" }, `${run.name} · ${host}`)), picker,
+    showsHosts(run) ? hostsSection(run, host) : null, // a distributed job: every rank's peak
     el("p", { class: "muted", id: "ts-loading" }, "Reading the snapshot…"));
   view.replaceChildren(root);
   const ctx = { key, root, run, host, picker, charts: [], t: null, states: new Map(), evPages: new Map() };
@@ -1036,10 +1039,7 @@ async function renderStacks(ctx) {
   if (current !== ctx || ctx.t !== event) return;
   head.replaceChildren(`${fmtBytes(d.totalBytes)} allocated after event ${n(d.event)}${d.atPeak ? " (the peak allocated)" : ""} · outermost frame at the top; click a box to zoom.`,
     d.nodesOmitted ? ` ${n(d.nodesOmitted)} small nodes folded into "other".` : "");
-  plotReact(div, [{ type: "icicle", ids: d.ids, labels: d.labels, parents: d.parents, values: d.values, hovertext: d.hover,
-    text: d.values.map((v) => fmtBytes(v)), branchvalues: "total", maxdepth: 8, tiling: { orientation: "v" }, textinfo: "label+text",
-    texttemplate: "%{label}<br>%{text}", hovertemplate: "%{hovertext}<br>%{text} (%{value:,} bytes)<extra></extra>" }],
-  { margin: { l: 4, r: 4, t: 4, b: 4 }, height: 460 });
+  drawIcicle(div, d);
   if (!ctx.charts.includes(div)) ctx.charts.push(div);
 }
 
@@ -1162,7 +1162,7 @@ function siteCell(s) {
 export default {
   tool: "memory_profile",
   accepts: (run) => run.kind === "torch_snapshot",
-  css: ["pages/torch_snapshot.css"],
+  css: ["pages/torch_snapshot.css", "pages/memory_profile.css"], // the latter: a job's "All ranks" (memory_profile_hosts.js)
   keys: {
     t: { resetOn: ["run", "tool", "host"] },
     tl: { resetOn: ["run", "tool", "host"] },

@@ -1,0 +1,59 @@
+"""JAX device-memory profiles (pprof): a run's profiles read (formats/pprof.py) and the
+memory profile tool's payload (tools/memory_profile_pprof.py)."""
+
+from __future__ import annotations
+
+from profscope.app import lazy
+from profscope.app.queries import MemoryProfileQuery
+from profscope.errors import NotFound
+from profscope.model.catalog import Run
+from profscope.storage import FileInfo
+
+pprof = lazy.module("profscope.formats.pprof")
+memory_profile_pprof = lazy.module("profscope.tools.memory_profile_pprof")
+
+
+class Pprofs:
+    """Part of :class:`~profscope.app.workspace.Workspace`: pprof runs."""
+
+    def pprof_profiles(self, run: Run) -> list[tuple[FileInfo, object]]:
+        """Each file of the run read, in the order of the job: by the profile's
+        ``time_nanos`` when every file has one, else by name (JAX writes no time)."""
+        read = []
+        for info in run.files:
+            path = self.logdir.display_path(info.path)
+            with self.logdir.open(info.path) as f:
+                read.append((info, pprof.read_profile(f.read(), path)))
+        if all(p.time_nanos for _, p in read):
+            read.sort(key=lambda r: (r[1].time_nanos, r[0].name))
+        else:
+            read.sort(key=lambda r: r[0].path)
+        return read
+
+    @staticmethod
+    def _pprof_pick(read: list, name: str | None, what: str):
+        if name is None:
+            return read[-1]
+        for info, p in read:
+            if name in (info.name, info.path):
+                return info, p
+        raise NotFound(f"no {what} {name!r} in this run; profiles: {', '.join(i.name for i, _ in read)}")
+
+    def pprof_hosts(self, run: Run) -> list[str]:
+        """The devices the run's profiles name (``cpu:0``, ``cuda:0``, ``TPU_0``)."""
+        return sorted({d for _, p in self.pprof_profiles(run) for d in memory_profile_pprof.devices(p) if d})
+
+    def pprof_memory_profile(self, run: Run, query: MemoryProfileQuery, progress) -> dict:
+        """One profile's live bytes, icicle, top sites and buffers (``host`` = one device),
+        the timeline of every profile of the run, and with ``base_profile`` the diff."""
+        read = self.pprof_profiles(run)
+        info, p = self._pprof_pick(read, query.profile, "profile")
+        device = query.host or None
+        out = {"kind": "pprof", "run": run.name, "profiles": [i.name for i, _ in read], "profile": info.name,
+               "overview": memory_profile_pprof.overview(p, info.name, device),
+               "timeline": memory_profile_pprof.timeline([(i.name, q) for i, q in read]), "diff": None}
+        if query.base_profile is not None:
+            binfo, base = self._pprof_pick(read, query.base_profile, "base profile")
+            out["diff"] = {"baseProfile": binfo.name, "profile": info.name,
+                           **memory_profile_pprof.diff(base, p, device)}
+        return out

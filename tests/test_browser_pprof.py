@@ -1,0 +1,91 @@
+"""The JAX device-memory profile page (pages/memory_profile_pprof.js) in Debian's Chromium
+(Playwright), the network cut, on the profiles JAX made here
+(tests/data/jax_memory_profiles) and a TPU-shaped one from profscope.testing:
+
+* one profile: live bytes by device and kind, the icicle of bytes by Python stack, the top
+  allocation sites and the buffers, each equal to the data API's answer;
+* the successive profiles of the leaking loop: the timeline of live bytes, one point per
+  profile; picking a profile to diff against puts ``base_profile=`` in the URL and lists
+  what grew, the leaking function's line first.
+
+Screenshots: test-artifacts/pprof_*.png."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from urllib.parse import parse_qsl, quote, urlencode, urlparse
+from urllib.request import urlopen
+
+import pytest
+
+from profscope.testing.local_server import profscope_server
+from profscope.testing.pprof_profiles import multi_device_buffers, profile_bytes
+from tests.conftest import ARTIFACTS
+
+pytestmark = pytest.mark.browser
+
+DATA = Path(__file__).parent / "data" / "jax_memory_profiles"
+EXPECTED = json.loads((DATA / "expected.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    logs = tmp_path_factory.mktemp("pprof_logs")
+    shutil.copytree(DATA, logs / "jax")
+    (logs / "tpu").mkdir()
+    (logs / "tpu" / "memory.prof").write_bytes(profile_bytes(multi_device_buffers("tpu", 4)))
+    with profscope_server("serve", str(logs), "--port", "0", "--cache-dir", str(tmp_path_factory.mktemp("cache"))) as (url, _):
+        yield url.rstrip("/")
+
+
+def _data(server, **params) -> dict:
+    with urlopen(f"{server}/data/plugin/profile/data?{urlencode({'tag': 'memory_profile', **params})}", timeout=600) as r:
+        return json.loads(r.read())
+
+
+def _open(open_page, server, **state):
+    page = open_page(server)
+    page.goto(f"{server}/?{urlencode({'tool': 'memory_profile', **state}, quote_via=quote)}")
+    page.wait_for_selector("#pp-buffers tbody tr")
+    return page
+
+
+def _rows(page, table: str) -> list[list[str]]:
+    return page.eval_on_selector_all(f"#{table} tbody tr", "trs => trs.map((tr) => [...tr.cells].map((td) => td.innerText))")
+
+
+def test_one_profile(server, open_page):
+    run = "tpu/memory.prof"
+    page = _open(open_page, server, run=run)
+    page.wait_for_selector("#pp-icicle .main-svg")
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "pprof_one.png"), full_page=True)
+    api = _data(server, run=run)
+    o = api["overview"]
+    assert [r[0] for r in _rows(page, "pp-devices")][:4] == [r["device"] for r in o["totals"]["byDeviceKind"]][:4]
+    sites = [r[0] for r in _rows(page, "pp-sites")]
+    assert sites[0].startswith(o["topSites"][0]["function"])
+    assert len(_rows(page, "pp-buffers")) == min(50, len(o["buffers"]["rows"]))
+    # the icicle: every node drawn from the same arrays
+    labels = page.evaluate("() => document.querySelector('#pp-icicle').data[0].labels")
+    assert labels == o["icicle"]["labels"]
+
+
+def test_successive_profiles_timeline_and_diff(server, open_page):
+    run = "jax/leak"
+    page = _open(open_page, server, run=run)
+    page.wait_for_selector("#pp-timeline .main-svg")
+    api = _data(server, run=run)
+    ys = page.evaluate("() => document.querySelector('#pp-timeline').data[0].y")
+    assert ys == [p["bytes"] for p in api["timeline"]["profiles"]] and ys == sorted(ys)
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "pprof_timeline.png"), full_page=True)
+    page.select_option("#pp-base", api["profiles"][0])
+    page.wait_for_selector("#pp-diff tbody tr")
+    assert dict(parse_qsl(urlparse(page.url).query))["base_profile"] == api["profiles"][0]
+    first = _rows(page, "pp-diff")[0]
+    made_at = next(c for c in first if EXPECTED["leak_function"] in c)
+    assert f"{EXPECTED['leak_file']}:{EXPECTED['leak_line']}" in made_at
+    page.screenshot(path=str(ARTIFACTS / "pprof_diff.png"), full_page=True)

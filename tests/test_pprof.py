@@ -1,0 +1,240 @@
+"""JAX device-memory profiles (pprof): the reader, the run listing and the memory profile
+tool's payload, on files JAX made here (tests/data/jax_memory_profiles, by
+scripts/make_jax_memory_profiles.py) and on GPU/TPU-shaped files from
+profscope.testing.pprof_profiles. Totals and the top sites are checked against an
+independent decode of profile.proto written here from the wire format (not our reader);
+the leak of the successive profiles is named at the line JAX's stacks give for it."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from profscope.errors import BadInput
+from profscope.formats import pprof
+from profscope.formats.protowire import decode_varint, encode_varint
+from profscope.testing.pprof_profiles import multi_device_buffers, profile_bytes
+from profscope.tools import memory_profile_pprof as mpp
+
+DATA = Path(__file__).parent / "data" / "jax_memory_profiles"
+EXPECTED = json.loads((DATA / "expected.json").read_text())
+LEAK = sorted((DATA / "leak").glob("*.prof"))
+
+
+# -- an independent decode of profile.proto (field numbers from google/pprof) ------------
+
+def _fields(buf: bytes):
+    """(field number, wire type, value) of one message: ints for varints, bytes for LEN."""
+    pos = 0
+    while pos < len(buf):
+        tag, pos = decode_varint(buf, pos)
+        number, wire = tag >> 3, tag & 7
+        if wire == 0:
+            v, pos = decode_varint(buf, pos)
+        elif wire == 2:
+            n, pos = decode_varint(buf, pos)
+            v, pos = buf[pos:pos + n], pos + n
+        else:
+            raise AssertionError(f"wire type {wire} in field {number}")
+        yield number, wire, v
+
+
+def _ints(wire: int, v) -> list[int]:
+    """A repeated int64/uint64: one varint, or packed (LEN holding varints)."""
+    if wire == 0:
+        return [v]
+    out, pos = [], 0
+    while pos < len(v):
+        x, pos = decode_varint(v, pos)
+        out.append(x)
+    return out
+
+
+def independent_decode(path: Path) -> dict:
+    """strings, samples (values, location ids leaf first, labels), locations -> [(function
+    id, line)], functions -> (name, file)."""
+    raw = gzip.decompress(path.read_bytes())
+    strings, samples, locations, functions = [], [], {}, {}
+    for number, wire, v in _fields(raw):
+        if number == 6:
+            strings.append(v.decode())
+        elif number == 2:
+            sm = {"values": [], "locs": [], "labels": {}}
+            for n2, w2, v2 in _fields(v):
+                if n2 == 1:
+                    sm["locs"] += _ints(w2, v2)
+                elif n2 == 2:
+                    sm["values"] += _ints(w2, v2)
+                elif n2 == 3:
+                    lab = {n3: v3 for n3, _, v3 in _fields(v2)}
+                    sm["labels"][lab.get(1, 0)] = lab.get(2, 0)
+            samples.append(sm)
+        elif number == 4:
+            loc_id, lines = 0, []
+            for n2, _, v2 in _fields(v):
+                if n2 == 1:
+                    loc_id = v2
+                elif n2 == 4:
+                    ln = {n3: v3 for n3, _, v3 in _fields(v2)}
+                    lines.append((ln.get(1, 0), ln.get(2, 0)))
+            locations[loc_id] = lines
+        elif number == 5:
+            fn = {n2: v2 for n2, _, v2 in _fields(v)}
+            functions[fn.get(1, 0)] = (fn.get(2, 0), fn.get(4, 0))
+    return {"strings": strings, "samples": samples, "locations": locations, "functions": functions}
+
+
+def independent_top(path: Path, n: int) -> list[tuple[str, str, int, int]]:
+    """(function, file, line, bytes) by allocation site: the innermost frame whose file is
+    outside site-packages and jax/_src (docs/jax_memory_profiles.md), the bytes value the
+    sample_type in unit "bytes" (JAX's second)."""
+    d = independent_decode(path)
+    s = d["strings"]
+    by = defaultdict(int)
+    for sm in d["samples"]:
+        frames = [(s[d["functions"][f][0]], s[d["functions"][f][1]], line)
+                  for lid in sm["locs"] for f, line in d["locations"][lid]]  # leaf first
+        site = next((f for f in frames if "/site-packages/" not in f[1] and "/jax/_src/" not in f[1]), frames[0])
+        by[site] += sm["values"][1]
+    rows = sorted(by.items(), key=lambda kv: -kv[1])
+    return [(*k, v) for k, v in rows if v > 0][:n]
+
+
+# -- the reader and the payload -------------------------------------------------------------
+
+@pytest.mark.parametrize("path", [DATA / "mlp" / "memory.prof", *LEAK], ids=lambda p: p.parent.name + "/" + p.name)
+def test_totals_and_top_sites_equal_an_independent_decode(path):
+    p = pprof.read_profile(path.read_bytes(), path.name)
+    ind = independent_decode(path)
+    assert p.sample_types == [("allocations", "count"), ("space", "bytes")]
+    assert len(p.samples) == len(ind["samples"]) > 0
+    total = mpp.totals(p)
+    assert total["bytes"] == sum(sm["values"][1] for sm in ind["samples"]) > 0
+    assert total["count"] == sum(sm["values"][0] for sm in ind["samples"])
+    by_device = defaultdict(int)
+    s = ind["strings"]
+    for sm in ind["samples"]:
+        labels = {s[k]: s[v] for k, v in sm["labels"].items()}
+        by_device[(labels.get("device", ""), labels["kind"])] += sm["values"][1]
+    assert {(r["device"], r["kind"]): r["bytes"] for r in total["byDeviceKind"]} == dict(by_device)
+    assert ("cpu:0", "buffer") in by_device and ("", "executable") in by_device
+    top = [(r["function"], r["file"], r["line"], r["bytes"]) for r in mpp.top_sites(p) if r["bytes"] > 0]
+    assert top[:5] == independent_top(path, 5)
+    icicle = mpp.icicle(p)
+    assert icicle["values"][0] == total["bytes"] == icicle["totalBytes"]
+
+
+def test_the_leak_is_named_at_its_line():
+    """Successive profiles of a loop that keeps its arrays: the stacks that grew from one
+    profile to the next are led by the leaking function's line, as the script that made
+    the files found it in its own source."""
+    profiles = [pprof.read_profile(p.read_bytes(), p.name) for p in LEAK]
+    line = (EXPECTED["leak_function"], EXPECTED["leak_file"], EXPECTED["leak_line"])
+    for base, current in zip(profiles, profiles[1:]):
+        d = mpp.diff(base, current)
+        site = d["grew"][0]["site"]
+        assert (site["function"], site["file"].rsplit("/", 1)[-1], site["line"]) == line
+        assert d["deltaBytes"] == mpp.totals(current)["bytes"] - mpp.totals(base)["bytes"] > 0
+        assert sum(r["deltaBytes"] for r in d["grew"]) + sum(r["deltaBytes"] for r in d["shrank"]) == d["deltaBytes"]
+    live = [mpp.totals(p)["bytes"] for p in profiles]
+    assert live == sorted(live) and live[0] < live[-1]
+
+
+@pytest.mark.parametrize("platform,label", [("gpu", "cuda:{}"), ("tpu", "TPU_{}")])
+def test_builder_devices(platform, label):
+    buffers = multi_device_buffers(platform, devices=4)
+    p = pprof.read_profile(profile_bytes(buffers), "built.prof")
+    assert mpp.devices(p) == [label.format(i) for i in range(4)] + [""]
+    for i in range(4):
+        dev = label.format(i)
+        want = sum(b.bytes for b in buffers if b.device == dev)
+        assert mpp.totals(p, dev)["bytes"] == want
+        assert mpp.icicle(p, dev)["totalBytes"] == want
+        assert sum(r["bytes"] for r in mpp.buffers(p, dev)["rows"]) == want
+    assert mpp.top_sites(p)[0]["function"] == "init_params"  # device_put is a library frame
+
+
+# -- bad input ----------------------------------------------------------------------------
+
+def _value_as_fixed64() -> bytes:
+    """A Profile whose first sample writes its value with wire type 1 (fixed64), not a
+    varint: field 2 of Sample is ``repeated int64``."""
+    raw = profile_bytes(multi_device_buffers("gpu", 1)[:1], compress=False)
+    sample = encode_varint(1 << 3 | 0) + b"\x01" + encode_varint(2 << 3 | 1) + (7).to_bytes(8, "little")
+    return gzip.compress(raw + encode_varint(2 << 3 | 2) + encode_varint(len(sample)) + sample)
+
+
+def test_bad_input_names_the_file():
+    good = (DATA / "mlp" / "memory.prof").read_bytes()
+    cases = {
+        "truncated.prof": gzip.compress(gzip.decompress(good)[:-7]),
+        "value.prof": _value_as_fixed64(),
+        "notprofile.prof": gzip.compress(b"\x0a\x05hello\x12\x03abc" * 10),
+        "cut_gzip.prof": good[: len(good) // 2],
+    }
+    for name, data in cases.items():
+        with pytest.raises(BadInput) as e:
+            pprof.read_profile(data, name)
+        assert e.value.file == name and name in e.value.message, (name, e.value.message)
+    with pytest.raises(BadInput, match="not an integer"):
+        pprof.read_profile(cases["value.prof"], "value.prof")
+    # sniffing: the real head is a Profile, the others not
+    assert pprof.is_pprof_head(good[:16 << 10])
+    assert pprof.is_pprof_head(_value_as_fixed64())
+    assert not pprof.is_pprof_head(gzip.compress(b'{"traceEvents": []}'))
+    assert not pprof.is_pprof_head(b"\xfb\x00\x00\x00")  # cProfile's marshal
+    assert not pprof.is_pprof_head(gzip.compress(b"\x0a\x05hello\x7a\x01x"))  # field 15 as LEN
+
+
+# -- the run listing and the HTTP answers ---------------------------------------------------
+
+@pytest.fixture
+def pprof_logdir(tmp_path):
+    logs = tmp_path / "logs"
+    shutil.copytree(DATA, logs / "jax")
+    (logs / "tpu").mkdir()
+    (logs / "tpu" / "memory").write_bytes(profile_bytes(multi_device_buffers("tpu", 2)))  # pprof's no-extension name
+    (logs / "gpu.pb.gz").write_bytes(profile_bytes(multi_device_buffers("gpu", 2)))
+    (logs / "py").mkdir()
+    (logs / "py" / "cpu.prof").write_bytes(b"\xfb\x00\x00\x00" * 8)  # cProfile: no run
+    return logs
+
+
+def test_runs_and_memory_profile(make_client, pprof_logdir):
+    client = make_client(pprof_logdir)
+    runs = {r["name"]: r for r in client.get("/api/runs").json()["runs"]}
+    pprof_runs = sorted(n for n, r in runs.items() if r["kind"] == "pprof")
+    assert pprof_runs == ["gpu.pb.gz", "jax/leak", "jax/mlp/memory.prof", "tpu/memory"]
+    assert "py/cpu.prof" not in runs
+    hosts = client.get("/data/plugin/profile/hosts", params={"run": "tpu/memory", "tag": "memory_profile"}).json()
+    assert [h["hostname"] for h in hosts] == ["TPU_0", "TPU_1"]
+    r = client.get("/data/plugin/profile/data", params={"run": "jax/leak", "tag": "memory_profile"})
+    assert r.status_code == 200, r.text
+    d = r.json()
+    assert d["profiles"] == [p.name for p in LEAK] and d["profile"] == LEAK[-1].name
+    assert [pt["bytes"] for pt in d["timeline"]["profiles"]] == [
+        mpp.totals(pprof.read_profile(p.read_bytes(), p.name))["bytes"] for p in LEAK]
+    r = client.get("/data/plugin/profile/data", params={"run": "jax/leak", "tag": "memory_profile",
+                                                         "profile": LEAK[1].name, "base_profile": LEAK[0].name})
+    site = r.json()["diff"]["grew"][0]["site"]
+    assert (site["function"], site["line"]) == (EXPECTED["leak_function"], EXPECTED["leak_line"])
+
+
+def test_bad_files_answer_4xx_naming_the_file(make_client, tmp_path):
+    good = (DATA / "mlp" / "memory.prof").read_bytes()
+    logs = tmp_path / "bad"
+    for folder in ("a", "b"):
+        (logs / folder).mkdir(parents=True)
+    (logs / "a" / "truncated.prof").write_bytes(gzip.compress(gzip.decompress(good)[:-7]))
+    (logs / "b" / "value.prof").write_bytes(_value_as_fixed64())
+    client = make_client(logs)
+    for name in ("a/truncated.prof", "b/value.prof"):
+        r = client.get("/data/plugin/profile/data", params={"run": name, "tag": "memory_profile"})
+        assert 400 <= r.status_code < 500, (name, r.status_code, r.text)
+        body = r.json()
+        assert body["ok"] is False and name in body["file"] and name in body["error"]
