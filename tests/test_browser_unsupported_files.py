@@ -66,6 +66,7 @@ def test_a_log_directory_of_only_such_files_says_why_it_has_no_runs(shared_fixtu
         page.goto(url)
         page.wait_for_selector("#unsupported-files")
         assert page.inner_text("#view h1") == "No runs found"
+        assert "is a profile profscope reads (what it recognises is listed below, with why)" in page.inner_text("#view p")
         assert _table(page) == [[u["file"], u["kind"], "—", u["reason"]] for u in catalog["unsupported"]]
         assert page.locator("#pick-run option[data-unsupported]").count() == 3
         _shot(page, "unsupported_files_no_runs")

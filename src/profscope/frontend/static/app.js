@@ -125,7 +125,8 @@ async function render(state) {
   if (!runs.length) {
     fillSelect($("#pick-run"), runOptions([]), "");
     view.replaceChildren(el("h1", {}, "No runs found"),
-      el("p", {}, "Nothing in ", el("code", {}, catalog.logdir), " looks like a profile. profscope looks for ",
+      el("p", {}, "Nothing in ", el("code", {}, catalog.logdir),
+        (catalog.unsupported || []).length ? " is a profile profscope reads (what it recognises is listed below, with why). profscope reads " : " looks like a profile. profscope looks for ",
         el("code", {}, "**/plugins/profile/<session>/<host>.xplane.pb"), ", XLA dumps (", el("code", {}, "*.hlo.pb"),
         "), PyTorch snapshots (", el("code", {}, "*.pickle"), ") and Chrome traces (", el("code", {}, "*.trace.json.gz"), ")."),
       unsupportedNote(catalog));
