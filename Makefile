@@ -1,6 +1,6 @@
 # Everything a new machine needs, in two targets:
 #   make demo   set up .venv and serve the bundled demo at http://127.0.0.1:8791/
-#   make test   set up .venv (test extras), Debian's Chromium and the pinned downloads,
+#   make test   set up .venv (test extras), Debian's Chromium and Node.js, the pinned downloads,
 #               then run every test
 # For development:
 #   make test-fast  every test but the browser ones (marker `browser`) and the long ones
@@ -15,7 +15,7 @@ PY      := $(VENV)/bin/python
 PORT    ?= 8791
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test test-fast lint setup setup-test chromium downloads protos demo-data bench clean
+.PHONY: demo test test-fast lint setup setup-test chromium nodejs downloads protos demo-data bench clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -46,12 +46,23 @@ chromium:
 	    [ $$i = 60 ] && exit 1; echo "apt-get update failed (another process holds apt's lock?): again in 10 s"; sleep 10; done; \
 	  $(APT) install -y -q chromium; }
 
+# Azurite (the Azure Storage emulator of tests/test_object_stores.py) runs on Node.js: Debian's
+# nodejs and npm, installed as chromium is when missing.
+nodejs:
+	@{ command -v node && command -v npm; } >/dev/null 2>&1 || { \
+	  for i in $$(seq 60); do $(APT) update -q && break; \
+	    [ $$i = 60 ] && exit 1; echo "apt-get update failed (another process holds apt's lock?): again in 10 s"; sleep 10; done; \
+	  $(APT) install -y -q nodejs npm; }
+
 # What the tests need from the network, fetched here, before pytest starts (a test never
-# downloads): XProf 2.24.2's wheel (its static files are the web UI that
-# tests/test_xprof_frontend.py drives), pinned by version and sha256 in
-# src/profscope/testing/xprof_frontend.py and kept in the git-ignored .cache/.
-downloads: $(VENV)/.installed-test
+# downloads), kept in the git-ignored .cache/: XProf 2.24.2's wheel (its static files are
+# the web UI that tests/test_xprof_frontend.py drives), pinned by version and sha256 in
+# src/profscope/testing/xprof_frontend.py; Azurite 3.35.0 from npm (`npm ci` of the
+# lockfile in src/profscope/testing/azurite_npm/; moto's S3 server is a pip package of
+# the test extra).
+downloads: $(VENV)/.installed-test nodejs
 	PROFSCOPE_TEST_CACHE=$(CURDIR)/.cache $(PY) -m profscope.testing.xprof_frontend fetch
+	PROFSCOPE_TEST_CACHE=$(CURDIR)/.cache $(PY) -m profscope.testing.azurite_emulator fetch
 
 demo: setup
 	$(VENV)/bin/profscope serve --demo --port $(PORT)

@@ -1,8 +1,10 @@
-"""A log directory on any fsspec filesystem, confined to its root.
+"""A log directory on any fsspec filesystem, confined to its root: a local folder,
+``gs://`` (gcsfs), ``s3://`` (s3fs, the ``s3`` extra), ``az://``/``abfs://`` (adlfs, the
+``azure`` extra) or ``memory://``; docs/logdirs.md says how each finds its credentials.
 
-Listing is one recursive call (``fs.find``) whose result is kept for a few seconds: on
-GCS that is one paginated object listing instead of a walk level by level, which matters
-for buckets with thousands of profiles. Every path that arrives from outside goes through
+Listing is one recursive call (``fs.find``) whose result is kept for a few seconds: on an
+object store that is one paginated object listing instead of a walk level by level, which
+matters for buckets with thousands of profiles. Every path that arrives from outside goes through
 :func:`safe_relpath` and, on local disks, is checked again after resolving symlinks.
 """
 
@@ -14,11 +16,12 @@ import posixpath
 import re
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import IO, Any, Callable
+from typing import IO, Any, Callable, Iterator
 
-from profscope.errors import BadRequest, NotFound
+from profscope.errors import BadRequest, Forbidden, NotFound, ProfscopeError
 from profscope.forksafe import renew_after_fork
 
 _DRIVE = re.compile(r"^[A-Za-z]:")
@@ -38,7 +41,8 @@ class FileInfo:
     path: str
     size: int
     mtime: float | None = None
-    # GCS: the object's generation (changes on every overwrite), else its md5.
+    # GCS: the object's generation (changes on every overwrite), else its md5; S3 and
+    # Azure: the ETag.
     version: str | None = None
 
     @property
@@ -85,15 +89,61 @@ def safe_relpath(path: str) -> str:
     return "/".join(parts)
 
 
+# The object stores a log directory may be on: URL scheme -> (fsspec protocol, the module
+# that is its client, the extra that installs it; None: a dependency of profscope itself).
+REMOTE_SCHEMES = {
+    "gs": ("gcs", "gcsfs", None), "gcs": ("gcs", "gcsfs", None),
+    "s3": ("s3", "s3fs", "s3"), "s3a": ("s3", "s3fs", "s3"),
+    "az": ("abfs", "adlfs", "azure"), "abfs": ("abfs", "adlfs", "azure"), "abfss": ("abfs", "adlfs", "azure"),
+}
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+# abfs[s]://CONTAINER@ACCOUNT.dfs.core.windows.net/path (the Hadoop ABFS form, which adlfs
+# reads too): the container is the path's first part and the account a client option.
+_ABFS_HOST = re.compile(r"^([^/@]+)@([^./]+)\.(?:dfs|blob)\.core\.windows\.net(/.*)?$")
+
+
 def _split_url(url: str) -> tuple[str, str]:
     """Return (protocol, root path as fsspec wants it)."""
-    if url.startswith("gs://") or url.startswith("gcs://"):
-        return "gcs", url.split("://", 1)[1].rstrip("/")
-    if url.startswith("memory://"):
+    scheme = _SCHEME.match(url)
+    name = scheme.group(1).lower() if scheme else None
+    if name in REMOTE_SCHEMES:
+        rest = url.split("://", 1)[1]
+        host = _ABFS_HOST.match(rest)
+        if host and REMOTE_SCHEMES[name][0] == "abfs":
+            rest = host.group(1) + (host.group(3) or "")
+        return REMOTE_SCHEMES[name][0], rest.strip("/")
+    if name == "memory":
         return "memory", "/" + url.split("://", 1)[1].strip("/")
-    if url.startswith("file://"):
+    if name == "file":
         url = url[len("file://") :]
+    elif name is not None:
+        # Before s3:// was read, such a URL was taken for a relative folder and refused as
+        # "does not exist": say what is read instead.
+        raise BadRequest(f"cannot read log directory {url}: profscope reads a local folder, gs://, s3://, "
+                         "az:// or abfs:// (and memory://), not " + name + "://", file=url)
     return "file", os.path.realpath(os.path.expanduser(url))
+
+
+def _url_options(url: str) -> dict:
+    """Client options a URL itself carries: the account of an abfs://CONTAINER@ACCOUNT... URL."""
+    rest = url.split("://", 1)[-1]
+    host = _ABFS_HOST.match(rest)
+    if host and _split_url(url)[0] == "abfs":
+        return {"account_name": host.group(2)}
+    return {}
+
+
+def _client_module(url: str):
+    """The fsspec client of a remote URL's scheme, or a clear error naming the extra that
+    installs it (s3fs and adlfs are optional: ``pip install 'profscope[s3]'``)."""
+    import importlib
+
+    _, module, extra = REMOTE_SCHEMES[_SCHEME.match(url).group(1).lower()]
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        raise BadRequest(f"cannot read log directory {url}: its client {module} is not installed; "
+                         f"install it with: pip install 'profscope[{extra}]'", file=url) from e
 
 
 def _gcs_filesystem(storage_options: dict):
@@ -112,6 +162,30 @@ def _gcs_filesystem(storage_options: dict):
     # Our listing has its own short TTL; gcsfs's directory cache would never expire.
     options.setdefault("use_listings_cache", False)
     return gcsfs.GCSFileSystem(**options)
+
+
+def _s3_filesystem(url: str, storage_options: dict):
+    s3fs = _client_module(url)
+    options = dict(storage_options)
+    # botocore reads credentials and the region from AWS_* and ~/.aws itself; the endpoint
+    # override (MinIO, moto, a proxy) is read here too, for clients older than botocore's
+    # own AWS_ENDPOINT_URL support.
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    if endpoint and "endpoint_url" not in options:
+        options["endpoint_url"] = endpoint
+    # Our listing has its own short TTL; s3fs's directory cache would never expire.
+    options.setdefault("use_listings_cache", False)
+    return s3fs.S3FileSystem(**options)
+
+
+def _azure_filesystem(url: str, storage_options: dict):
+    adlfs = _client_module(url)
+    # adlfs reads AZURE_STORAGE_CONNECTION_STRING (Azurite's too), AZURE_STORAGE_ACCOUNT_NAME
+    # with _KEY, _SAS_TOKEN or a service principal (_CLIENT_ID, _CLIENT_SECRET,
+    # _TENANT_ID) itself, and falls back to DefaultAzureCredential for an account alone.
+    options = {**_url_options(url), **storage_options}
+    options.setdefault("use_listings_cache", False)
+    return adlfs.AzureBlobFileSystem(**options)
 
 
 class LogDir:
@@ -143,18 +217,22 @@ class LogDir:
     def _filesystem(self):
         if self.protocol == "gcs":
             return _gcs_filesystem(self._storage_options)
+        if self.protocol == "s3":
+            return _s3_filesystem(self.url, self._storage_options)
+        if self.protocol == "abfs":
+            return _azure_filesystem(self.url, self._storage_options)
         import fsspec
 
         return fsspec.filesystem(self.protocol, **self._storage_options)
 
     def _after_fork(self) -> None:
-        # In a conversion worker (cache/worker.py): gcsfs runs on an event-loop thread
-        # that a fork does not copy (fsspec refuses: "This class is not fork-safe"), so
-        # the child opens its own client, when it first needs one (not here, in the fork
+        # In a conversion worker (cache/worker.py): gcsfs (s3fs, adlfs alike) runs on an
+        # event-loop thread that a fork does not copy (fsspec refuses: "This class is not
+        # fork-safe"), so the child opens its own client, when it first needs one (not here, in the fork
         # handler, before the child has settled); the listing lock may have been held
         # by another thread.
         self._lock = threading.Lock()
-        if self.protocol == "gcs":
+        if self.protocol not in ("file", "memory"):
             self._fs = None
 
     def __repr__(self) -> str:
@@ -167,9 +245,12 @@ class LogDir:
     def check(self) -> None:
         """Fail early, with the URL in the message, when the root is not a readable folder."""
         try:
-            ok = os.path.isdir(self.root) if self.is_local else self.fs.isdir(self.root)
+            with _store_errors(self.url):
+                ok = os.path.isdir(self.root) if self.is_local else self.fs.isdir(self.root)
+        except ProfscopeError:
+            raise
         except Exception as e:  # noqa: BLE001 - any backend error is the user's to see
-            raise NotFound(f"cannot open log directory {self.url}: {e}", file=self.url) from e
+            raise NotFound(f"cannot open log directory {self.url}: {_first_line(e)}", file=self.url) from e
         if not ok:
             raise NotFound(f"log directory {self.url} does not exist or is not a folder", file=self.url)
 
@@ -180,7 +261,8 @@ class LogDir:
         with self._lock:
             now = time.monotonic()
             if refresh or self._listing is None or now - self._listed_at > self.listing_ttl:
-                listing = self._list_local() if self.is_local else self._list_remote()
+                with _store_errors(self.url):
+                    listing = self._list_local() if self.is_local else self._list_remote()
                 if len(self._notes) > MAX_NOTES:  # files rewritten many times: start over
                     self._notes.clear()
                 listing.head, listing.notes = self.head, self._notes
@@ -270,7 +352,8 @@ class LogDir:
             return open(local, "rb")
         if self.is_local:
             return open(self.full_path(info.path), "rb")
-        return self.fs.open(self.full_path(info.path), "rb", block_size=READ_BLOCK_BYTES, cache_type="readahead")
+        with _store_errors(self.display_path(info.path)):
+            return self.fs.open(self.full_path(info.path), "rb", block_size=READ_BLOCK_BYTES, cache_type="readahead")
 
     def local_file(self, relpath: str) -> str | None:
         """A path on this machine holding the file's bytes, as :meth:`open` reads them: the
@@ -294,7 +377,8 @@ class LogDir:
         os.makedirs(folder, exist_ok=True)
         tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.part"
         try:
-            self.fs.get_file(self.full_path(info.path), tmp)
+            with _store_errors(self.display_path(info.path)):
+                self.fs.get_file(self.full_path(info.path), tmp)
             if os.path.getsize(tmp) != info.size:  # rewritten since it was listed
                 raise NotFound(f"{self.display_path(info.path)} changed while it was read; try again", file=info.path)
             os.replace(tmp, path)
@@ -313,7 +397,8 @@ class LogDir:
         if self.is_local or local:
             with open(local or full, "rb") as f:
                 return f.read(n)
-        return self.fs.cat_file(full, start=0, end=min(n, info.size))
+        with _store_errors(self.display_path(info.path)):
+            return self.fs.cat_file(full, start=0, end=min(n, info.size))
 
     def _copied(self, info: FileInfo) -> str | None:
         digest = hashlib.sha256(f"{self.url}|{info.identity()}".encode()).hexdigest()
@@ -329,12 +414,38 @@ class LogDir:
         return self.url.rstrip("/") + "/" + relpath
 
 
+@contextmanager
+def _store_errors(what: str) -> Iterator[None]:
+    """An object store's refusal as the one error shape, naming the URL: s3fs raises
+    ``PermissionError`` for AccessDenied (s3fs/errors.py maps the S3 codes to OSErrors),
+    azure-core an ``HttpResponseError`` whose ``status_code`` is 403 for a wrong key or a
+    missing role; gcsfs ``HttpError`` with ``code``. Anything else is left as it is."""
+    try:
+        yield
+    except ProfscopeError:
+        raise
+    except Exception as e:
+        status = getattr(e, "status_code", None) or getattr(e, "code", None)
+        if isinstance(e, PermissionError) or status in (401, 403):
+            raise Forbidden(f"cannot read {what}: the store refused access ({_first_line(e)}); "
+                            "check the credentials profscope runs with (docs/logdirs.md)", file=what) from e
+        if isinstance(e, FileNotFoundError) or status == 404:
+            raise NotFound(f"cannot read {what}: not found ({_first_line(e)})", file=what) from e
+        raise
+
+
+def _first_line(e: BaseException) -> str:
+    # azure-core's messages go on with the request id, time and the XML body
+    return (str(e).strip().splitlines() or [type(e).__name__])[0]
+
+
 def _inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
 def _mtime(info: dict) -> float | None:
-    for key in ("mtime", "updated", "created", "LastModified"):
+    # local/memory, gcsfs, gcsfs, s3fs, adlfs
+    for key in ("mtime", "updated", "created", "LastModified", "last_modified"):
         value = info.get(key)
         if value is None:
             continue
@@ -351,7 +462,8 @@ def _mtime(info: dict) -> float | None:
 
 def _version(info: dict) -> str | None:
     # gcsfs object metadata (JSON API): "generation" changes on every write, "md5Hash"
-    # with the content.
+    # with the content; s3fs "ETag" (the content's md5 for a single-part upload), adlfs
+    # "etag" (new on every write).
     for key in ("generation", "md5Hash", "etag", "ETag"):
         if info.get(key):
             return str(info[key])
