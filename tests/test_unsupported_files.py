@@ -31,6 +31,7 @@ from profscope.cli import demo_logdir
 
 DEMO = Path(demo_logdir())
 SESSION = "exp/plugins/profile/2026_01_01"
+JAX_PROFILES = Path(__file__).parent / "data" / "jax_memory_profiles"
 
 
 def _xplane(public: Path) -> Path:
@@ -50,6 +51,8 @@ def write_logdir(public: Path, root: Path) -> Path:
         "torch/mlp_train.pt.trace.json.gz": (DEMO / "torch" / "mlp_train.pt.trace.json.gz").read_bytes(),
         "torch/mlp_train.memory_timeline.json": (DEMO / "torch" / "mlp_train.memory_timeline.json").read_bytes(),
         f"dumps/mlp/{hlo.name}": hlo.read_bytes(),
+        # jax.profiler.save_device_memory_profile's own file (tests/data, made by JAX on CPU)
+        "jax/memory.prof": (JAX_PROFILES / "mlp" / "memory.prof").read_bytes(),
         # recognised, not read
         f"{SESSION}/host1.xplane.riegeli": xplane,
         "loose/host.xplane.pb": xplane,
@@ -104,8 +107,8 @@ def test_every_recognised_file_is_read_or_listed_with_its_reason(logdir):
             assert info.path in in_runs or info.path in listed, f"{info.path} recognised, but neither read nor listed"
     # what reads is not listed
     for path in (f"{SESSION}/host0.xplane.pb", "snap/good.pickle", "torch/mlp_train.pt.trace.json.gz",
-                 "torch/mlp_train.memory_timeline.json"):
-        assert path not in listed
+                 "torch/mlp_train.memory_timeline.json", "jax/memory.prof"):
+        assert path not in listed and path in in_runs, path
     # a file inside a run names it
     assert listed[f"{SESSION}/host1.xplane.riegeli"]["run"] == "exp/2026_01_01"
     assert listed["loose/host.xplane.pb"]["run"] is None
