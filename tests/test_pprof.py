@@ -238,3 +238,20 @@ def test_bad_files_answer_4xx_naming_the_file(make_client, tmp_path):
         assert 400 <= r.status_code < 500, (name, r.status_code, r.text)
         body = r.json()
         assert body["ok"] is False and name in body["file"] and name in body["error"]
+
+
+def test_oom_risk_of_live_bytes_vs_capacity(make_client, pprof_logdir):
+    """OOM risk reads the profiles: the peak is the most live bytes of the worst device
+    over the successive profiles; the capacity is the one given (device_memory=)."""
+    client = make_client(pprof_logdir)
+    live = [mpp.totals(pprof.read_profile(p.read_bytes(), p.name), "cpu:0")["bytes"] for p in LEAK]
+    d = client.get("/data/plugin/profile/data", params={"run": "jax/leak", "tag": "oom_risk", "device_memory": "4MiB"}).json()
+    assert d["peakBytes"] == max(live) and d["capacityBytes"] == 4 << 20
+    assert d["risk"] == ("HIGH" if max(live) >= 0.9 * (4 << 20) else "MEDIUM")
+    assert d["contributors"][0]["items"][0]["name"].startswith(f"{EXPECTED['leak_function']} ({EXPECTED['leak_file']}:{EXPECTED['leak_line']})")
+    buffers = multi_device_buffers("gpu", 2)
+    worst = max(sum(b.bytes for b in buffers if b.device == f"cuda:{i}") for i in range(2))
+    d = client.get("/data/plugin/profile/data", params={"run": "gpu.pb.gz", "tag": "oom_risk", "device_memory": "1GiB"}).json()
+    assert d["peakBytes"] == worst and d["risk"] == "LOW"
+    d = client.get("/data/plugin/profile/data", params={"run": "gpu.pb.gz", "tag": "oom_risk", "host": "cuda:0"}).json()
+    assert d["peakBytes"] == sum(b.bytes for b in buffers if b.device == "cuda:0") and d["capacityBytes"] is None

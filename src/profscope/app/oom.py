@@ -39,12 +39,14 @@ class OomAssessment:
         host = query.host
         if self._rates_every_host(run, query):
             return self._oom_risk_every_host(run, query, progress)
-        compiled = allocator = snap_ev = trace_ev = module_choice = None
+        compiled = allocator = snap_ev = trace_ev = pprof_ev = module_choice = None
         modules: list[dict] = []
         devices: list[dict] = []
         trace_devices: list[dict] = []
         if run.kind is RunKind.TORCH_SNAPSHOT:
             snap_ev = self._oom_snapshot_evidence(run, host, progress)
+        elif run.kind is RunKind.PPROF:
+            pprof_ev = self.pprof_oom_evidence(run, host)
         elif run.kind is RunKind.CHROME_TRACE:
             trace_ev = oom_risk.torch_trace_evidence(orjson.loads(gzip.decompress(self.torch_memory_payload(run))))
             if trace_ev is None:
@@ -83,7 +85,8 @@ class OomAssessment:
         answer = oom_risk.assess(compiled=compiled, allocator=allocator, snapshot=snap_ev, modules=modules,
                                  requested=requested, device_name=query.device, devices=devices,
                                  torch_trace=trace_ev, trace_devices=trace_devices, thresholds=thresholds,
-                                 module_choice=module_choice, jax_mem_fraction=oom_planning.jax_mem_fraction(query))
+                                 module_choice=module_choice, jax_mem_fraction=oom_planning.jax_mem_fraction(query),
+                                 pprof=pprof_ev)
         # What would make it fit: priced changes and the batch fit (app/oom_planning.py).
         answer["plan"] = oom_planning.plan(self, run, host, compiled, answer, query)
         return answer

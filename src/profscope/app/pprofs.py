@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from profscope.app import lazy
 from profscope.app.queries import MemoryProfileQuery
-from profscope.errors import NotFound
+from profscope.errors import NothingToAssess, NotFound
 from profscope.model.catalog import Run
 from profscope.storage import FileInfo
 
 pprof = lazy.module("profscope.formats.pprof")
+oom_risk = lazy.module("profscope.tools.oom_risk")
 memory_profile_pprof = lazy.module("profscope.tools.memory_profile_pprof")
 
 
@@ -57,3 +58,20 @@ class Pprofs:
             out["diff"] = {"baseProfile": binfo.name, "profile": info.name,
                            **memory_profile_pprof.diff(base, p, device)}
         return out
+
+    def pprof_oom_evidence(self, run: Run, host: str | None) -> dict:
+        """OOM risk's evidence (tools/oom_risk.py ``pprof_evidence``): live bytes of one
+        device (``host``; default the device with the most) over the run's profiles, the
+        sites of the profile where they are largest."""
+        read = self.pprof_profiles(run)
+        timeline = memory_profile_pprof.timeline([(i.name, p) for i, p in read])
+        devices = [d for d in timeline["devices"] if d]
+        if host is not None and host not in devices:
+            raise NotFound(f"run {run.name!r} has no device {host!r}; devices: {', '.join(devices) or 'none'}")
+        device = host or max(devices, key=lambda d: max(pt["byDevice"].get(d, 0) for pt in timeline["profiles"]),
+                             default=None)
+        if device is None:
+            raise NothingToAssess(f"run {run.name!r}: its profiles hold no buffer on any device")
+        at = max(range(len(read)), key=lambda i: timeline["profiles"][i]["byDevice"].get(device, 0))
+        info, p = read[at]
+        return oom_risk.pprof_evidence(timeline["profiles"], memory_profile_pprof.top_sites(p, device), device, info.name)

@@ -29,7 +29,7 @@ class FileKind(enum.Enum):
     MEMORY_TIMELINE = "memory_timeline"
     # jax.profiler.save_device_memory_profile(): a gzipped pprof protobuf, named by the
     # user (JAX's docs write memory.prof); a run once its head shows a gzipped Profile
-    # (formats/pprof.py is_pprof_head): cProfile writes *.prof too.
+    # (formats/pprof_head.py is_pprof_head): cProfile writes *.prof too.
     DEVICE_MEMORY_PROFILE = "device_memory_profile"
     OTHER = "other"
 

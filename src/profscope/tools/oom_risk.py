@@ -522,6 +522,26 @@ def _ps_to_ms(ps: int) -> str:
     return repr(ps / 1e9)
 
 
+def pprof_evidence(points: list[dict], sites: list[dict], device: str, profile: str) -> dict:
+    """JAX device-memory profiles (pprof) of one device: ``points`` the live bytes of each
+    successive profile (tools/memory_profile_pprof.py ``timeline``), ``sites`` the
+    allocation sites of the profile with the most (``top_sites``), ``profile`` its name.
+    Live bytes are what JAX holds in buffers when the profile was taken: the largest of
+    the profiles is the peak this input can show."""
+    peak = max((int(pt["byDevice"].get(device, 0)) for pt in points), default=0)
+    link = {"tool": "memory_profile", "host": device, "profile": profile}
+    items = []
+    for s in sites:
+        if s["bytes"] <= 0:
+            continue
+        cat, rule = classify_frames([{"filename": s["file"], "name": s["function"], "line": s["line"]}])
+        items.append({"category": cat, "rule": rule, "bytes": int(s["bytes"]), "count": int(s["count"]),
+                      "name": f"{s['function']} ({s['file'].rsplit('/', 1)[-1]}:{s['line']})", "shape": "", "opName": "",
+                      "link": link})
+    return {"kind": "pprof", "host": device, "device": device, "peakBytes": peak, "profile": profile,
+            "profiles": len(points), "items": items, "link": link}
+
+
 def snapshot_evidence(overview: dict, peak_totals: dict | None, groups: list[dict], host: str) -> dict:
     """A PyTorch snapshot (one device). ``peak_totals``: ``state_at(peak)["totals"]``;
     ``groups``: live blocks at the peak grouped by stack, ``{"stackId", "bytes", "count",
@@ -761,7 +781,7 @@ def fragmentation(ev: dict) -> dict | None:
         return {"kind": "compiler", "share": max(0, total - ev["peakBytes"]) / total,
                 "totalAllocationBytes": total, "peakBytes": ev["peakBytes"],
                 "rule": "(total buffer allocation - peak) / total buffer allocation"}
-    if ev["kind"] == "torch_trace":
+    if ev["kind"] in ("torch_trace", "pprof"):  # pprof: live buffers only, no allocator state
         return None
     if ev["kind"] == "allocator":
         return {"kind": "allocator", "share": ev["fragmentationAtPeak"], "rule": "XProf's allocator fragmentation at the peak (1 - largest free chunk / free bytes)"}
@@ -941,7 +961,7 @@ def findings(ev_list: list[dict], modules: list[dict], peak: int) -> list[dict]:
 
 
 def _peak_link(ev: dict) -> dict:
-    if ev["kind"] == "torch_trace":
+    if ev["kind"] in ("torch_trace", "pprof"):
         return {**ev["link"], "label": "peak"}
     if ev["kind"] == "compiled":
         return {"tool": "memory_viewer", "module_name": ev["moduleName"], "label": ev["moduleName"]}
@@ -1174,6 +1194,10 @@ def _usage_rows(e: dict) -> list[dict]:
     def row(measure, where, nbytes, detail, link, kind="runtime"):
         return {"kind": kind, "measure": measure, "label": f"{measure} {where}", "bytes": int(nbytes), "detail": detail, "link": link}
 
+    if e["kind"] == "pprof":
+        return [row(PEAK_ALLOCATED, f"on {e['device']}", e["peakBytes"],
+                    f"live buffer bytes of JAX's device-memory profile {e['profile']}, the largest of {e['profiles']} "
+                    "(jax.profiler.save_device_memory_profile)", {**e["link"], "label": "peak"})]
     if e["kind"] == "compiled":
         return [row(COMPILER_HEAP_PEAK, f"of {e['moduleName']}", e["peakBytes"],
                     e.get("peakFrom") or "memory viewer: heap-simulated peak + arguments, outputs and constants",
@@ -1222,12 +1246,12 @@ def assess(*, compiled: dict | None = None, allocator: dict | None = None, snaps
            devices: list[dict] | None = None, torch_trace: dict | None = None,
            trace_devices: list[dict] | None = None,
            thresholds: dict | None = None, module_choice: dict | None = None,
-           jax_mem_fraction: float | None = None) -> dict[str, Any]:
+           jax_mem_fraction: float | None = None, pprof: dict | None = None) -> dict[str, Any]:
     """The OOM-risk payload from whatever evidence there is (see the module docstring).
     ``trace_devices``: a PyTorch trace's ``deviceProperties`` (``id``, ``name``,
     ``totalGlobalMem``)."""
     thresholds = dict(thresholds or DEFAULT_THRESHOLDS)
-    evs = [e for e in (compiled, allocator, snapshot, torch_trace) if e is not None]
+    evs = [e for e in (compiled, allocator, snapshot, torch_trace, pprof) if e is not None]
     # A text-only dump (buffer-assignment text, no heap-simulator trace) has no simulated
     # peak: its memory viewer says 0. Use what the text does say (the allocations XLA
     # makes) or, with nothing, leave the peak unknown rather than rate "0 bytes" LOW.
