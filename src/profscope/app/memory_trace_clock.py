@@ -27,7 +27,10 @@ def trace_clock(ws, run: Run, host: str | None = None) -> dict:
     """``{"run", "host", "source", "trace": {"run", "host"} | null, "clocks": {id:
     {"offsetMs"} | {"offsetMs": null, "why"}}, "why": str | null}``: trace ms = the
     source's ms + offsetMs, per allocator (xplane), device (PyTorch trace) or
-    ``cuda:N`` (snapshot; its ms counted from ``sinceUs``, the device's first event)."""
+    ``cuda:N`` (snapshot; its ms counted from ``sinceUs``, the device's first event).
+    A distributed job's rank ``host`` (else its first) answers as its own file's run."""
+    if run.ranks:
+        run, host = run.rank_run(host) or next(iter(run.ranks.values())), None
     if run.kind is RunKind.PROFILE:
         return _xplane_clock(ws, run, host)
     if run.kind is RunKind.CHROME_TRACE:

@@ -47,9 +47,14 @@ class RuntimeMemory:
         with self.logdir.open(trace.path) as f:
             return chrome_trace.memory_events(f, self.logdir.display_path(trace.path), progress=progress)
 
-    def torch_memory_payload(self, run: Run) -> bytes:
+    def torch_memory_payload(self, run: Run, host: str | None = None) -> bytes:
         """profscope's own memory payload of a trace run (gzip JSON, cached; the dashboard's
-        /api/memory_profile and OOM risk read it)."""
+        /api/memory_profile and OOM risk read it); of a distributed job, the rank ``host``
+        (else the first), as that rank's file alone."""
+        if run.ranks:
+            if host is not None and host not in run.ranks:
+                raise NotFound(f"run {run.name!r} has no rank {host!r}; its ranks: {', '.join(run.ranks)}")
+            run = run.rank_run(host) or next(iter(run.ranks.values()))
         if run.kind is not RunKind.CHROME_TRACE:
             raise NotFound(f"run {run.name!r} is a {run.kind.value}; /api/memory_profile reads PyTorch profiler traces")
         tool = self.tool_named("memory_profile")

@@ -10,6 +10,7 @@ from profscope.app.unsupported_files import unsupported_files
 from profscope.app.workspace import Workspace
 from profscope.app.queries import SnapshotQuery
 from profscope.model.catalog import Run
+from profscope.model.file_kinds import RANK_RULE
 from profscope.server.params import Count, Text, query_params
 from profscope.server.responses import gzip_json_response, json_response
 
@@ -25,6 +26,8 @@ def _run_summary(ws: Workspace, run: Run) -> dict:
         "hosts": run.hosts,
         "fileCount": len(run.files),
         "totalBytes": sum(f.size for f in run.files),
+        # a distributed job (app/discovery.py): its ranks, in rank order, and the rule that grouped them
+        "job": {"ranks": list(run.ranks), "rule": RANK_RULE} if run.ranks else None,
     }
 
 
@@ -58,11 +61,12 @@ def router(ws: Workspace) -> APIRouter:
         return json_response(ws.module_peaks(ws.run(run), memory_space or 0))
 
     @r.get("/memory_profile")
-    def memory_profile(request: Request, run: Text = None) -> Response:
+    def memory_profile(request: Request, run: Text = None, host: Text = None) -> Response:
         """profscope's memory payload of a PyTorch profiler trace (tools/memory_profile_torch.py):
         devices, breakdown by op and module, steps, leak hints, categories. XProf's data
-        API answers the same run in XProf's schema, which has room for none of these."""
-        return gzip_json_response(request, ws.torch_memory_payload(ws.run(run)))
+        API answers the same run in XProf's schema, which has room for none of these.
+        ``host``: a rank of a distributed job (else its first rank)."""
+        return gzip_json_response(request, ws.torch_memory_payload(ws.run(run), host))
 
     @r.get("/memory_hosts")
     def memory_hosts(run: Text = None) -> Response:

@@ -102,7 +102,7 @@ function reasonOf(err) {
 function runOptions(runs) {
   return runs.map((r) => unreadable.has(r.name)
     ? { value: r.name, label: `⚠ ${r.name} (cannot be read: ${unreadable.get(r.name)})`, title: unreadable.get(r.name), attrs: { "data-unreadable": "" } }
-    : { value: r.name, label: r.name, title: r.kind })
+    : { value: r.name, label: r.job ? `${r.name} (${r.job.ranks.length} ranks)` : r.name, title: r.job ? `${r.kind}: ${r.job.rule}` : r.kind })
     .concat(((catalog && catalog.unsupported) || []).filter((u) => u.run === null).map((u) => ({
       value: `unsupported:${u.file}`, disabled: true, label: `⊘ ${u.file} (not read: ${u.reason})`, title: u.reason,
       attrs: { "data-unsupported": u.kind } })));

@@ -12,18 +12,21 @@ import { go, readState, resetFor, stateUrl } from "../lib/state.js";
 import { cachedJson, errorBox } from "../lib/api.js";
 import { exact, fmtBytes, fmtMs, fmtShare } from "../lib/format.js";
 import { psToMs } from "./memory_profile_parts.js";
+import { jobLine } from "./rank_job.js";
 
+// A multi-host profile, or a distributed job of snapshots or traces (its ranks are hosts).
 export function showsHosts(run) {
-  return run.kind === "profile" && (run.hosts || []).length > 1;
+  return (run.kind === "profile" || Boolean(run.job)) && (run.hosts || []).length > 1;
 }
 
 // The section, filled when the roll-up arrives; `current` is the host on screen.
 export function hostsSection(run, current) {
-  const box = el("section", { class: "mp-hosts", id: "mp-hosts", "aria-label": "All hosts" },
-    el("h2", {}, "All hosts"), el("p", { class: "muted" }, `Reading the memory peaks of ${run.hosts.length} hosts…`));
+  const title = run.job ? "All ranks" : "All hosts";
+  const box = el("section", { class: "mp-hosts", id: "mp-hosts", "aria-label": title },
+    el("h2", {}, title), jobLine(run), el("p", { class: "muted" }, `Reading the memory peaks of ${run.hosts.length} hosts…`));
   cachedJson(`/api/memory_hosts?${new URLSearchParams({ run: run.name })}`).then(
-    (data) => fill(box, el("h2", {}, "All hosts"), ...body(data, current)),
-    (err) => fill(box, el("h2", {}, "All hosts"), errorBox(err, "No memory peaks per host")));
+    (data) => fill(box, el("h2", {}, title), jobLine(run), ...body(data, current)),
+    (err) => fill(box, el("h2", {}, title), jobLine(run), errorBox(err, "No memory peaks per host")));
   return box;
 }
 

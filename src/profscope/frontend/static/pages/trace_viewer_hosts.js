@@ -8,23 +8,26 @@
 import { el, fill } from "../lib/dom.js";
 import { go, readState, resetFor, stateUrl } from "../lib/state.js";
 import { cachedJson, errorBox } from "../lib/api.js";
+import { jobLine } from "./rank_job.js";
 import { fmtCount, fmtDur, fmtShare } from "../lib/format.js";
 
 const PS_PER_MS = 1e9;
 
+// A multi-host profile, or a distributed job of traces (its ranks are hosts).
 export function showsHosts(run, details) {
-  return run.kind === "profile" && ((details && details.hosts) || run.hosts || []).length > 1;
+  return (run.kind === "profile" || Boolean(run.job)) && ((details && details.hosts) || run.hosts || []).length > 1;
 }
 
 // `shown`: the hosts on the timeline now (one, or the merged subset).
 export function hostsOverview(run, shown) {
   const n = (run.hosts || []).length;
   const box = el("details", { class: "tvh", id: "tvh", open: true },
-    el("summary", {}, el("strong", {}, "All hosts"), el("span", { class: "muted" }, ` · ${n} hosts: step time and device idle time, slowest first`)),
+    el("summary", {}, el("strong", {}, run.job ? "All ranks" : "All hosts"), el("span", { class: "muted" }, ` · ${n} hosts: step time and device idle time, slowest first`)),
+    jobLine(run, "tvh-job"),
     el("p", { class: "muted", id: "tvh-loading" }, `Reading the steps and device ops of ${n} hosts…`));
   cachedJson(`/api/trace_hosts?${new URLSearchParams({ run: run.name })}`).then(
-    (data) => fill(box, box.firstChild, ...body(data, new Set(shown))),
-    (err) => fill(box, box.firstChild, errorBox(err, "No overview of the hosts")));
+    (data) => fill(box, box.firstChild, jobLine(run, "tvh-job"), ...body(data, new Set(shown))),
+    (err) => fill(box, box.firstChild, jobLine(run, "tvh-job"), errorBox(err, "No overview of the hosts")));
   return box;
 }
 
