@@ -89,3 +89,19 @@ def test_successive_profiles_timeline_and_diff(server, open_page):
     made_at = next(c for c in first if EXPECTED["leak_function"] in c)
     assert f"{EXPECTED['leak_file']}:{EXPECTED['leak_line']}" in made_at
     page.screenshot(path=str(ARTIFACTS / "pprof_diff.png"), full_page=True)
+
+
+def test_compare_with_another_run(server, open_page):
+    """The "Compare with…" picker (lib/compare.js): another pprof run as base= draws the
+    diff JSON's rows by stack, the leak's line first."""
+    page = _open(open_page, server, run="jax/leak")
+    page.wait_for_selector('#cmp-base option[value="jax/mlp/memory.prof"]', state="attached")
+    page.select_option("#cmp-base", "jax/mlp/memory.prof")
+    page.wait_for_selector("#pp-compare-rows tbody tr")
+    assert dict(parse_qsl(urlparse(page.url).query))["base"] == "jax/mlp/memory.prof"
+    api = _data(server, run="jax/leak", base="jax/mlp/memory.prof")
+    assert float(page.get_attribute("#cmp-total .cmp-delta", "data-delta")) == api["totals"]["delta"]
+    shown = _rows(page, "pp-compare-rows")
+    assert [r[0] for r in shown][:3] == [r["label"] for r in api["rows"]][:3]
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "pprof_compare_runs.png"), full_page=True)

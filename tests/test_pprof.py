@@ -255,3 +255,23 @@ def test_oom_risk_of_live_bytes_vs_capacity(make_client, pprof_logdir):
     assert d["peakBytes"] == worst and d["risk"] == "LOW"
     d = client.get("/data/plugin/profile/data", params={"run": "gpu.pb.gz", "tag": "oom_risk", "host": "cuda:0"}).json()
     assert d["peakBytes"] == sum(b.bytes for b in buffers if b.device == "cuda:0") and d["capacityBytes"] is None
+
+
+def test_compare_two_runs_by_stack(make_client, tmp_path):
+    """base= (the compare of every tool, docs/compare.md) between two pprof runs: the rows
+    are stacks, what grew first, the leak's line leading; rows add up to the total's change."""
+    logs = tmp_path / "cmp"
+    for i in (0, 3):
+        (logs / f"s{i}").mkdir(parents=True)
+        shutil.copy(LEAK[i], logs / f"s{i}" / LEAK[i].name)
+    client = make_client(logs)
+    cur, base = f"s3/{LEAK[3].name}", f"s0/{LEAK[0].name}"
+    d = client.get("/data/plugin/profile/data", params={"run": cur, "tag": "memory_profile", "base": base}).json()
+    assert d["comparable"] and d["base"]["run"] == base and d["current"]["run"] == cur
+    live = [mpp.totals(pprof.read_profile(LEAK[i].read_bytes(), "x"))["bytes"] for i in (0, 3)]
+    assert (d["totals"]["base"], d["totals"]["current"]) == tuple(live) and d["totals"]["residual"] == 0
+    top = d["rows"][0]
+    assert top["delta"] > 0 and (top["site"]["function"], top["site"]["line"]) == (EXPECTED["leak_function"], EXPECTED["leak_line"])
+    # the same pair diffed inside one run (base_profile=) says the same
+    within = mpp.diff(*(pprof.read_profile(LEAK[i].read_bytes(), "x") for i in (0, 3)))
+    assert top["delta"] == within["grew"][0]["deltaBytes"]

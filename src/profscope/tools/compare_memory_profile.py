@@ -172,8 +172,40 @@ def _why(b_id, c_id, b_live, c_live) -> str | None:
     return None
 
 
+def diff_pprof(base: dict, current: dict, *, base_ref: dict, current_ref: dict, link: Callable) -> dict:
+    """Two JAX device-memory profile answers (tools/memory_profile_pprof.py), the profile
+    each shows: pprof's ``-diff_base`` in the diff JSON. A row per identical Python stack
+    (``match: "stack"``), labelled by its allocation site; live bytes as the totals, so
+    the rows add up to the total's change (no residual)."""
+    b_ref, c_ref = _ref(base_ref), _ref(current_ref)
+    b_ref["profile"], c_ref["profile"] = base.get("profile"), current.get("profile")
+    link_b = link("memory_profile", run=b_ref["run"], host=b_ref["host"], profile=b_ref["profile"])
+    link_c = link("memory_profile", run=c_ref["run"], host=c_ref["host"], profile=c_ref["profile"])
+
+    def by_stack(answer):
+        return {tuple((f["function"], f["file"], f["line"]) for f in s["stack"]): s for s in answer["overview"]["stacks"]}
+    b, c = by_stack(base), by_stack(current)
+    rows = []
+    for key in set(b) | set(c):
+        bs, cs = b.get(key), c.get(key)
+        site = (cs or bs)["site"]
+        label = f"{site['function']} ({site['file'].rsplit('/', 1)[-1]}:{site['line']})" if site else "<no stack>"
+        rows.append(_row(" > ".join(f"{fn} ({file.rsplit('/', 1)[-1]}:{line})" for fn, file, line in key), label,
+                         bs["bytes"] if bs else None, cs["bytes"] if cs else None, "stack", link_b, link_c,
+                         site=site, stack=[dict(zip(("function", "file", "line"), f)) for f in key]))
+    rows = [r for r in _sorted(rows) if r["delta"] or r["in"] != "both"]
+    bt, ct = base["overview"]["totals"]["bytes"], current["overview"]["totals"]["bytes"]
+    return {"version": VERSION, "tool": "memory_profile", "base": b_ref, "current": c_ref, "comparable": True, "why": None,
+            "totals": {"base": bt, "current": ct, "delta": ct - bt, "unit": "bytes",
+                       "residual": ct - bt - sum(r["delta"] for r in rows)},
+            "groups": {}, "rows": rows}
+
+
 def diff(base: dict, current: dict, *, base_ref: dict, current_ref: dict, link: Callable) -> dict:
-    """The diff JSON (docs/compare.md) of two ``memory_profile`` answers (XProf's schema)."""
+    """The diff JSON (docs/compare.md) of two ``memory_profile`` answers (XProf's schema;
+    JAX device-memory profiles: :func:`diff_pprof`)."""
+    if current.get("kind") == "pprof" and base.get("kind") == "pprof":
+        return diff_pprof(base, current, base_ref=base_ref, current_ref=current_ref, link=link)
     b_ref, c_ref = _ref(base_ref), _ref(current_ref)
     b_id, c_id = _pair(base, current, base_ref.get("allocator"), current_ref.get("allocator"))
     b_ref["allocator"], c_ref["allocator"] = b_id, c_id

@@ -147,10 +147,19 @@ def icicle(p: Profile, device: str | None = None, max_nodes: int = MAX_ICICLE_NO
             "totalBytes": total, "nodesOmitted": len(tree) - len(kept)}
 
 
+def stacks(p: Profile, device: str | None = None) -> list[dict]:
+    """Bytes and counts by identical stack (frames outermost first, and the site): what
+    a diff against another run's answer is made of (compare_memory_profile.diff_pprof)."""
+    rows = [{"stack": [frame_json(f) for f in k], "site": frame_json(_site_frame(k)) if k else None,
+             "bytes": v[0], "count": v[1]} for k, v in _by_stack(p, device).items()]
+    rows.sort(key=lambda r: (-r["bytes"], -r["count"], [tuple(f.values()) for f in r["stack"]]))
+    return rows
+
+
 def overview(p: Profile, name: str, device: str | None = None) -> dict:
     return {"file": name, "timeNanos": p.time_nanos, "sampleTypes": [{"type": t, "unit": u} for t, u in p.sample_types],
             "devices": devices(p), "device": device, "totals": totals(p, device), "icicle": icicle(p, device),
-            "topSites": top_sites(p, device), "buffers": buffers(p, device)}
+            "topSites": top_sites(p, device), "buffers": buffers(p, device), "stacks": stacks(p, device)}
 
 
 def timeline(profiles: list[tuple[str, Profile]]) -> dict:

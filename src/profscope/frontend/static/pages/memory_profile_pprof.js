@@ -4,7 +4,9 @@
 // overview {totals.byDeviceKind, icicle, topSites, buffers}, timeline {profiles[]},
 // diff {grew[], shrank[]} with base_profile). This page only displays it.
 // URL keys: profile (the file shown; default the last), base_profile (the profile it is
-// diffed against: what grew, by stack, as pprof -diff_base), host (one device).
+// diffed against: what grew, by stack, as pprof -diff_base), host (one device); base /
+// base_host (docs/compare.md): another pprof run as the base, the same diff by stack in
+// the diff JSON every tool answers (tools/compare_memory_profile.py diff_pprof).
 import { el } from "../lib/dom.js";
 import { go, readState } from "../lib/state.js";
 import { cachedJson, errorBox } from "../lib/api.js";
@@ -13,7 +15,7 @@ import { SERIES } from "../lib/colors.js";
 import { bytesAxis, purge, react as plotReact } from "../lib/plotly.js";
 import { sortableTable } from "../lib/table.js";
 import { drawIcicle } from "../lib/icicle.js";
-import { deltaStyle } from "../lib/compare.js";
+import { COMPARE_KEYS, compareHead, comparePicker, comparing, deltaStyle, deltaTable } from "../lib/compare.js";
 
 let charts = [];
 
@@ -23,7 +25,7 @@ const deviceText = (d) => (d ? d : "no device (executables)");
 
 function dataUrl(state, run) {
   const q = new URLSearchParams({ run: run.name, tag: "memory_profile" });
-  for (const k of ["host", "profile", "base_profile"]) if (state[k]) q.set(k, state[k]);
+  for (const k of ["host", "profile", "base_profile", "base", "base_host"]) if (state[k]) q.set(k, state[k]);
   return `/data/plugin/profile/data?${q}`;
 }
 
@@ -33,11 +35,16 @@ async function render(view, state, run) {
     el("div", { class: "mp-head" }, el("h1", {}, "Memory profile"),
       el("div", { class: "mp-subtitle muted" }, run.name, " · JAX device-memory profile (pprof)", state.host ? ` · device ${state.host}` : "")),
     el("p", { class: "muted" }, "Reading the profile…"));
+  root.insertBefore(comparePicker(state, run, { tool: "memory_profile" }), root.lastChild);
   view.replaceChildren(root);
   let d;
   try { d = await cachedJson(dataUrl(state, run)); } catch (err) { root.lastChild.replaceWith(errorBox(err, "No memory profile")); return; }
   if (!view.contains(root)) return;
   root.lastChild.remove();
+  if (comparing(state)) { // another run as the base: the diff JSON, rows by stack
+    root.append(el("div", { id: "pp-compare" }, compareHead(d), deltaTable(d, d.rows, { id: "pp-compare-rows", label: "Made at (stack)" })));
+    return;
+  }
   root.append(toolbar(d, state));
   if (d.profiles.length > 1) root.append(el("h2", {}, "Live bytes over the profiles"), timeline(d));
   if (d.diff) root.append(el("h2", {}, `What grew from ${d.diff.baseProfile} to ${d.diff.profile}`), diffSection(d.diff));
@@ -141,6 +148,7 @@ export default {
   keys: {
     profile: { resetOn: ["run", "tool"] },
     base_profile: { resetOn: ["run", "tool"] },
+    ...COMPARE_KEYS, // base, base_host: another run as the base (docs/compare.md)
   },
   render,
   leave,
