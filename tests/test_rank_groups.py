@@ -55,6 +55,10 @@ def job(tmp_path_factory, shared_fixtures) -> Path:
         shutil.copyfile(snap, root / "other" / name)
     for name in ("model_v1.json.gz", "model_v2.json.gz", "run_r3.json.gz", "run_r4.json.gz"):
         shutil.copyfile(trace, root / "other" / name)
+    # two files of one rank number: not one job's ranks
+    (root / "twice").mkdir()
+    for name in ("rank1.json.gz", "rank01.json.gz"):
+        shutil.copyfile(trace, root / "twice" / name)
     # one rank token, two kinds (a snapshot and a trace): not one job
     (root / "mixed").mkdir()
     shutil.copyfile(snap, root / "mixed" / "rank0_mem.pickle")
@@ -115,7 +119,8 @@ def test_discovery_groups_ranks_and_nothing_else(ws):
     for rank, one in snap.ranks.items():
         assert one.name == f"fsdp/{rank}_snapshot.pickle" and ws.run(one.name) is not None
     singles = {"other/a.pickle", "other/b.pickle", "other/model_v1.json.gz", "other/model_v2.json.gz",
-               "other/run_r3.json.gz", "other/run_r4.json.gz", "mixed/rank0_mem.pickle", "mixed/rank1_mem.json.gz"}
+               "other/run_r3.json.gz", "other/run_r4.json.gz", "mixed/rank0_mem.pickle", "mixed/rank1_mem.json.gz",
+               "twice/rank1.json.gz", "twice/rank01.json.gz"}
     assert singles <= set(runs), sorted(runs)
     assert set(runs) == singles | {SNAPSHOT_JOB, TRACE_JOB}
     assert not any(runs[n].ranks for n in singles)

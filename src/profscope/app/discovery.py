@@ -53,7 +53,8 @@ def _rank_groups(runs: list[Run]) -> list[Run]:
             groups.setdefault((run.kind, template), []).append((int("".join(c for c in rank if c.isdigit())), rank, run))
     grouped: dict[int, Run] = {}
     for (kind, template), members in groups.items():
-        if len(members) < 2 or len({r for _, r, _ in members}) < len(members):
+        # two files of one rank number (rank1 and rank01) are not one job's ranks
+        if len(members) < 2 or len({number for number, _, _ in members}) < len(members):
             continue
         members.sort(key=lambda m: (m[0], m[1]))
         first = members[0][2]
