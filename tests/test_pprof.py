@@ -275,3 +275,23 @@ def test_compare_two_runs_by_stack(make_client, tmp_path):
     # the same pair diffed inside one run (base_profile=) says the same
     within = mpp.diff(*(pprof.read_profile(LEAK[i].read_bytes(), "x") for i in (0, 3)))
     assert top["delta"] == within["grew"][0]["deltaBytes"]
+
+
+def test_hostile_parameters_on_a_pprof_run_never_answer_a_500(make_client, pprof_logdir):
+    """The fuzz of tests/test_server_security.py (its hostile values) on a pprof run's
+    memory profile and OOM risk, whose parameters (profile=, base_profile=, host=, base=)
+    the demo log directory it runs on has no run for."""
+    from tests.test_server_security import HOSTILE, _encode
+
+    client = make_client(pprof_logdir)
+    problems = []
+    for tag, keys in (("memory_profile", ["host", "profile", "base_profile", "base", "base_host"]),
+                      ("oom_risk", ["host", "device_memory", "capacity_bytes"])):
+        for key in keys:
+            for value in HOSTILE:
+                r = client.get(f"/data/plugin/profile/data?{_encode({'run': 'jax/leak', 'tag': tag})}&{key}={value}")
+                if r.status_code >= 500:
+                    problems.append(f"{tag} {key}={value[:40]}: {r.status_code} {r.text[:200]}")
+                elif r.status_code >= 400 and set(r.json()) != {"ok", "status", "error", "file"}:
+                    problems.append(f"{tag} {key}={value[:40]}: not the error shape: {r.text[:200]}")
+    assert not problems, "\n".join(problems)

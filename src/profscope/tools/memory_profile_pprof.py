@@ -22,6 +22,10 @@ from profscope.model.pprof_profile import Frame, Profile
 TOP_SITES = 50
 MAX_BUFFERS = 2000
 MAX_ICICLE_NODES = 3000
+# Stacks kept in the payload for a compare against another run (largest first): a
+# profile has one sample per live buffer, most sharing a few stacks; beyond this the
+# rest is the compare's residual.
+MAX_STACKS = 5000
 NO_DEVICE = ""
 
 
@@ -153,7 +157,7 @@ def stacks(p: Profile, device: str | None = None) -> list[dict]:
     rows = [{"stack": [frame_json(f) for f in k], "site": frame_json(_site_frame(k)) if k else None,
              "bytes": v[0], "count": v[1]} for k, v in _by_stack(p, device).items()]
     rows.sort(key=lambda r: (-r["bytes"], -r["count"], [tuple(f.values()) for f in r["stack"]]))
-    return rows
+    return rows[:MAX_STACKS]
 
 
 def overview(p: Profile, name: str, device: str | None = None) -> dict:

@@ -33,7 +33,7 @@ async function render(view, state, run) {
   leave();
   const root = el("div", { class: "mp", id: "pp-root" },
     el("div", { class: "mp-head" }, el("h1", {}, "Memory profile"),
-      el("div", { class: "mp-subtitle muted" }, run.name, " · JAX device-memory profile (pprof)", state.host ? ` · device ${state.host}` : "")),
+      el("div", { class: "mp-subtitle muted" }, run.name, " · JAX device-memory profile (pprof)", state.host ? ` · device ${state.host}` : " · all devices")),
     el("p", { class: "muted" }, "Reading the profile…"));
   root.insertBefore(comparePicker(state, run, { tool: "memory_profile" }), root.lastChild);
   view.replaceChildren(root);
