@@ -295,3 +295,28 @@ def test_hostile_parameters_on_a_pprof_run_never_answer_a_500(make_client, pprof
                 elif r.status_code >= 400 and set(r.json()) != {"ok", "status", "error", "file"}:
                     problems.append(f"{tag} {key}={value[:40]}: not the error shape: {r.text[:200]}")
     assert not problems, "\n".join(problems)
+
+
+def test_listing_pprof_runs_imports_no_reader(pprof_logdir, tmp_path):
+    """Discovery tells a pprof file by its head without protobuf (formats/pprof_head.py):
+    the run lists over pprof files import neither protobuf nor numpy, as
+    tests/test_architecture.py asks of the demo's."""
+    import subprocess
+    import sys
+
+    code = f"""
+import sys
+from fastapi.testclient import TestClient
+from profscope.app.workspace import Workspace
+from profscope.cache.store import DiskCache
+from profscope.server import create_app
+from profscope.storage import LogDir
+ws = Workspace(LogDir({str(pprof_logdir)!r}), DiskCache({str(tmp_path / "cache")!r}))
+client = TestClient(create_app(ws))
+for path in ("/", "/api/runs", "/data/plugin/profile/runs"):
+    assert client.get(path).status_code == 200, path
+assert any(r["kind"] == "pprof" for r in client.get("/api/runs").json()["runs"])
+print(sorted(m for m in ("numpy", "google.protobuf") if m in sys.modules))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

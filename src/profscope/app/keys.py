@@ -24,6 +24,7 @@ MODULE_RUN_TIMES = ("module_run_times", 1)  # time spent in each module's events
 OP_METRICS = ("op_metrics", 2)  # one host's device op metrics (OpMetricsDb.to_json), for hlo_stats, op_profile, ops; 2: flops, bytes_accessed
 TRACE_DEVICE_PROPERTIES = ("trace_device_properties", 1)  # a PyTorch trace's deviceProperties
 SNAPSHOT_DEVICES = ("snapshot_devices", 1)
+PPROF_DEVICES = ("pprof_devices", 1)  # the device labels of one pprof file (a JAX device-memory profile)
 MEMORY_HOST = ("memory_host", 1)  # one host's row of /api/memory_hosts, from its memory profile
 TRACE_HOST = ("trace_host", 1)  # one host's row of /api/trace_hosts: steps, busy and idle, from its xplane
 XPLANE_STEPS = ("xplane_steps", 10)  # 2: step_name, hostname; 3: TPU Steps lines; 4: memory_us; 5: TF op types; 6: step_name roots; 7: origin_ps; 8: grouping "steps-line"; 9: steps' trace_window_ps; 10: barrier-cores a collective; one host's XProf step database and profscope's step breakdown (app/profile_steps.py)

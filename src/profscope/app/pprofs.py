@@ -3,7 +3,7 @@ memory profile tool's payload (tools/memory_profile_pprof.py)."""
 
 from __future__ import annotations
 
-from profscope.app import lazy
+from profscope.app import keys, lazy
 from profscope.app.queries import MemoryProfileQuery
 from profscope.errors import NothingToAssess, NotFound
 from profscope.model.catalog import Run
@@ -41,8 +41,16 @@ class Pprofs:
         raise NotFound(f"no {what} {name!r} in this run; profiles: {', '.join(i.name for i, _ in read)}")
 
     def pprof_hosts(self, run: Run) -> list[str]:
-        """The devices the run's profiles name (``cpu:0``, ``cuda:0``, ``TPU_0``)."""
-        return sorted({d for _, p in self.pprof_profiles(run) for d in memory_profile_pprof.devices(p) if d})
+        """The devices the run's profiles name (``cpu:0``, ``cuda:0``, ``TPU_0``): each
+        file's read once per version and kept in the cache (``/api/run`` and the hosts
+        list ask on every page load; a folder may hold many profiles)."""
+        def devices(f, path):
+            return memory_profile_pprof.devices(pprof.read_profile(f.read(), path))
+
+        found = set()
+        for info in run.files:
+            found.update(self.derived_json(keys.PPROF_DEVICES, info, "reading the devices of", "devices", devices))
+        return sorted(d for d in found if d)
 
     def pprof_memory_profile(self, run: Run, query: MemoryProfileQuery, progress) -> dict:
         """One profile's live bytes, icicle, top sites and buffers (``host`` = one device),
