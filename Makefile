@@ -15,7 +15,7 @@ PY      := $(VENV)/bin/python
 PORT    ?= 8791
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test test-fast lint setup setup-test chromium nodejs downloads protos demo-data bench clean
+.PHONY: demo test test-fast lint setup setup-test chromium nodejs downloads protos demo-data jax-memory-data bench clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -90,6 +90,12 @@ protos: $(VENV)/.installed-test
 demo-data:
 	$(PYTHON) -m venv .venv-jax && .venv-jax/bin/pip install -q 'jax[cpu]==0.10.2'
 	.venv-jax/bin/python scripts/make_demo.py --out src/profscope/demo
+
+# Regenerate the JAX device-memory profiles (pprof) the tests read, with the same pin.
+jax-memory-data:
+	$(PYTHON) -m venv .venv-jax && .venv-jax/bin/pip install -q 'jax[cpu]==0.10.2'
+	rm -rf tests/data/jax_memory_profiles/mlp tests/data/jax_memory_profiles/leak
+	.venv-jax/bin/python scripts/make_jax_memory_profiles.py --out tests/data/jax_memory_profiles
 
 # Each benchmark runs standalone on a small input it makes itself; ones that compare with
 # XProf do so only when XPROF_PYTHON names a venv's python with xprof==2.24.2.
