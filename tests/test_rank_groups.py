@@ -47,6 +47,10 @@ def job(tmp_path_factory, shared_fixtures) -> Path:
     for rank, src in enumerate(_snapshot_sources(shared_fixtures)):
         shutil.copyfile(src, root / "fsdp" / f"rank{rank}_snapshot.pickle")
     shutil.copytree(TORCHRUN, root / "ddp", ignore=shutil.ignore_patterns("*.md"))
+    # torchrun-style: one folder per rank, the same file name in each
+    for rank in (0, 1):
+        (root / "tr" / f"rank_{rank}").mkdir(parents=True)
+        shutil.copyfile(TORCHRUN / f"ddp_rank{rank}.pt.trace.json.gz", root / "tr" / f"rank_{rank}" / "trace.pt.trace.json.gz")
     # share a prefix, differ by something that is no rank: never grouped
     (root / "other").mkdir()
     snap = _snapshot_sources(shared_fixtures)[2]
@@ -122,7 +126,10 @@ def test_discovery_groups_ranks_and_nothing_else(ws):
                "other/run_r3.json.gz", "other/run_r4.json.gz", "mixed/rank0_mem.pickle", "mixed/rank1_mem.json.gz",
                "twice/rank1.json.gz", "twice/rank01.json.gz"}
     assert singles <= set(runs), sorted(runs)
-    assert set(runs) == singles | {SNAPSHOT_JOB, TRACE_JOB}
+    folders = runs["tr/rank_*/trace.pt.trace.json.gz"]
+    assert folders.hosts == ["rank_0", "rank_1"] and folders.folder == "tr"
+    assert [f.path for f in folders.files] == ["tr/rank_0/trace.pt.trace.json.gz", "tr/rank_1/trace.pt.trace.json.gz"]
+    assert set(runs) == singles | {SNAPSHOT_JOB, TRACE_JOB, folders.name}
     assert not any(runs[n].ranks for n in singles)
 
 

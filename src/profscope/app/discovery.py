@@ -57,8 +57,8 @@ def _rank_groups(runs: list[Run]) -> list[Run]:
         if len(members) < 2 or len({number for number, _, _ in members}) < len(members):
             continue
         members.sort(key=lambda m: (m[0], m[1]))
-        first = members[0][2]
-        folder = first.folder if all(m[2].folder == first.folder for m in members) else posixpath.dirname(template)
+        # the ranks' folder, or the one above per-rank folders (tr/rank_0/x, tr/rank_1/x -> tr)
+        folder = posixpath.dirname(posixpath.commonprefix([r.name for _, _, r in members]))
         job = Run(template, kind, folder, [f for _, _, r in members for f in r.files],
                   {k: v for _, _, r in members for k, v in r.kinds.items()}, {rank: r for _, rank, r in members})
         for _, _, r in members:
