@@ -197,6 +197,24 @@ def test_remote_files_are_copied_once_per_version_into_the_cache_folder(store, d
         store.fs.rm(f"{store.bucket}/copies", recursive=True)
 
 
+def test_a_conversion_worker_reads_the_bucket_with_a_client_of_its_own(store, demo_logdir):
+    """s3fs and adlfs run on an event-loop thread that a fork does not copy: the forked
+    conversion worker (cache/worker.py) opens its own client, and reads the same bytes."""
+    from profscope.cache.progress import ProgressBoard
+    from profscope.cache.worker import WorkerPool
+
+    logdir = LogDir(store.url(), storage_options=store.options)  # no copy folder: read through the client
+    name = next(f for f in logdir.files() if f.endswith("demo-host.xplane.pb"))
+    parent = logdir.read_bytes(name)  # the parent's client and its loop are live at the fork
+    board = ProgressBoard()
+    job = board.start("k", name)
+    try:
+        child = WorkerPool(enabled=True).run(lambda job: logdir.read_bytes(name), job, board)
+    finally:
+        board.finish(job)
+    assert child == parent == (demo_logdir / name).read_bytes()
+
+
 def test_a_bucket_without_permissions_is_a_403_naming_the_url(store, make_client):
     url, options, _ = store.denied
     client = make_client(url, **options)

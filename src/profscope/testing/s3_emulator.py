@@ -92,9 +92,10 @@ class S3Emulator:
         iam = boto3.client("iam", **setup)
         everything = {"Effect": "Allow", "Action": "s3:*", "Resource": "*"}
         # AWS's managed AmazonS3ReadOnlyAccess (s3:Get*, s3:List*), narrowed to the readable
-        # buckets; wildcards because moto names the listing action after the API call
-        # (ListObjectsV2) where IAM names it s3:ListBucket
-        reading = [{"Effect": "Allow", "Action": ["s3:Get*", "s3:List*"],
+        # buckets. moto names an action after its API call where IAM does not: the listing
+        # is "ListObjectsV2" (IAM: s3:ListBucket, hence the wildcard) and a HEAD of an
+        # object "HeadObject" (IAM: s3:GetObject), so that one is allowed by its name.
+        reading = [{"Effect": "Allow", "Action": ["s3:Get*", "s3:List*", "s3:HeadObject"],
                     "Resource": [r for b in self.readable for r in (f"arn:aws:s3:::{b}", f"arn:aws:s3:::{b}/*")]}]
         for user, statements in (("writer", [everything]), ("reader", reading if self.readable else [])):
             iam.create_user(UserName=user)
