@@ -21,7 +21,7 @@ COMMANDS = ("serve", "runs", "query", "report", "capture", "steps", "ops", "anal
 DESCRIPTION = """\
 profscope: a self-hosted profile viewer for ML workloads (XProf-compatible).
 
-Point it at a log directory -- a local folder or a gs:// bucket -- holding JAX/TF
+Point it at a log directory -- a local folder or a gs://, s3:// or az:// bucket -- holding JAX/TF
 profiles (plugins/profile/<session>/<host>.xplane.pb), XLA dumps (*.hlo.pb,
 *-buffer-assignment.txt), PyTorch memory snapshots (*.pickle) or Chrome traces
 (*.trace.json[.gz], or any *.json[.gz] that starts like one), and open the printed URL
@@ -30,6 +30,8 @@ in a browser.
 examples:
   profscope ~/logs                      serve a folder at http://127.0.0.1:8791/
   profscope serve gs://bucket/logs      serve a bucket (uses your gcloud credentials)
+  profscope serve s3://bucket/logs      S3 (pip install 'profscope[s3]'; AWS_* or ~/.aws)
+  profscope serve az://container/logs   Azure Blob (pip install 'profscope[azure]'; docs/logdirs.md)
   profscope serve --demo --open         serve the bundled demo and open a browser
   profscope runs ~/logs                 list the runs found, without serving
   profscope query ~/logs --run RUN --tool memory_viewer -p module_name='jit_step(3)'
@@ -76,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_serve(sub) -> None:
     serve = sub.add_parser("serve", help="serve a log directory in the browser (the default command)")
-    serve.add_argument("logdir", nargs="?", help="local folder, gs://bucket/prefix or memory://path")
+    serve.add_argument("logdir", nargs="?", help="local folder, gs://, s3://bucket/prefix, az://container/prefix (abfs://) or memory://path")
     serve.add_argument("--demo", action="store_true", help="serve the demo log directory bundled with profscope")
     serve.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1: this machine only)")
     serve.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 picks a free one)")
@@ -180,7 +182,7 @@ def _add_report(sub) -> None:
 
 def _logdir_args(p: argparse.ArgumentParser, run: bool = False) -> None:
     """The arguments of every command that reads a log directory (and one run of it)."""
-    p.add_argument("logdir", nargs="?", help="local folder, gs://bucket/prefix or memory://path")
+    p.add_argument("logdir", nargs="?", help="local folder, gs://, s3://bucket/prefix, az://container/prefix (abfs://) or memory://path")
     p.add_argument("--demo", action="store_true", help="use the bundled demo log directory")
     if run:
         p.add_argument("--run", required=True, help="the run (as `profscope runs` names it)")
