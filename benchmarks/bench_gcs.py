@@ -56,7 +56,7 @@ def one_pass(url: str, storage_options: dict, run_name: str) -> dict:
     from profscope.app.workspace import Workspace
     from profscope.cache.store import DiskCache
     from profscope.cache.worker import WorkerPool
-    from profscope.frontend import report
+    from profscope.app import oom_reports as report
     from profscope.storage import LogDir
 
     times = {}

@@ -35,7 +35,8 @@ def main() -> None:
     from profscope.app.queries import OomRiskQuery
     from profscope.app.workspace import Workspace
     from profscope.cli import demo_logdir
-    from profscope.frontend import report
+    from profscope.app import oom_reports as report
+    from profscope.frontend import oom_report
     from profscope.model.catalog import RunKind
     from profscope.storage import LogDir
     from profscope.app import tool_table
@@ -60,7 +61,7 @@ def main() -> None:
             print(f"  {run.name:<48} {body['risk']:<7} peak {body['peakBytes']:>14,}  "
                   f"assess {took * 1000:8.1f} ms  (load {load * 1000:8.1f} ms)  peak RSS {_rss_peak() / 2**20:7.1f} MiB")
         t = time.perf_counter()
-        html = report.render_html(report.collect(ws, runs, OomRiskQuery(device_memory="80GiB")), url)
+        html = oom_report.render_html(report.document(report.collect(ws, runs, OomRiskQuery(device_memory="80GiB")), []), url)
         print(f"  report (cached assessments): {(time.perf_counter() - t) * 1000:.1f} ms, {len(html.encode()) / 1024:.0f} KiB")
 
 
