@@ -11,6 +11,8 @@ Screenshots go to test-artifacts/."""
 
 from __future__ import annotations
 
+from urllib.parse import parse_qs, urlparse
+
 import pytest
 
 from tests.conftest import ARTIFACTS, profscope_server
@@ -44,15 +46,34 @@ def _assert_counter_selected(page, server: str, aim: float):
     assert abs(float(card.get_attribute("data-time")) - aim) < 1e-6
 
 
-def test_memory_profile_event_opens_the_trace_there(open_page, public_server):
-    mp = _get(public_server, "/data/plugin/profile/data", run=TF_GPU, tag="memory_profile", host=HOST)
+@pytest.fixture(scope="module")
+def fresh_public(tmp_path_factory, shared_fixtures):
+    """The public fixtures' server with a cache of its own: no trace is indexed yet, whatever
+    the session's other tests opened on the shared one."""
+    with profscope_server("serve", str(shared_fixtures / "public_profiles"), "--port", "0", "--cache-dir",
+                          str(tmp_path_factory.mktemp("fresh-cache"))) as (url, _):
+        yield url
+
+
+def _href_state(page, selector: str) -> dict:
+    return {k: v[0] for k, v in parse_qs(urlparse(page.get_attribute(selector, "href")).query).items()}
+
+
+def test_memory_profile_event_opens_the_trace_there(open_page, fresh_public):
+    """The trace is not indexed yet: opening the page indexes nothing (GET /api/trace_clock
+    ?index=built is pending), the card's link is an action that indexes the trace when
+    clicked, then opens it at the event; back on the page, the trace indexed, the link is
+    drawn with its href on load, to the same view."""
+    server = fresh_public
+    mp = _get(server, "/data/plugin/profile/data", run=TF_GPU, tag="memory_profile", host=HOST)
     per = mp["memoryProfilePerAllocator"]["GPU_4_bfc"]
     peak_ms = int(per["profileSummary"]["peakStatsTimePs"]) / 1e9
-    page = _open(open_page, public_server, run=TF_GPU, tool="memory_profile", host=HOST, memory_id="GPU_4_bfc", t=repr(peak_ms))
+    page = _open(open_page, server, run=TF_GPU, tool="memory_profile", host=HOST, memory_id="GPU_4_bfc", t=repr(peak_ms))
     link = page.wait_for_selector("#mp-event #mp-trace-link", timeout=90_000)
+    assert link.get_attribute("href") is None and "indexes the trace first" in link.get_attribute("title")
+    assert _get(server, "/api/trace_clock", run=TF_GPU, host=HOST, index="built")["pending"] is True  # still nothing built
     ARTIFACTS.mkdir(exist_ok=True)
-    page.screenshot(path=str(ARTIFACTS / "memory_trace_link_card.png"), full_page=False)
-    aim = float(link.get_attribute("data-trace-ms"))
+    page.screenshot(path=str(ARTIFACTS / "memory_trace_link_pending.png"), full_page=False)
     heap = int(page.eval_on_selector("#mp-event", "n => n.dataset.index"))  # the selected event
     assert heap >= 0
     link.click()
@@ -60,24 +81,28 @@ def test_memory_profile_event_opens_the_trace_there(open_page, public_server):
     q = _query(page)
     assert q["tool"] == "trace_viewer@" and q["host"] == HOST and q["run"] == TF_GPU
     s, e = float(q["start_ms"]), float(q["end_ms"])
+    aim = float(q["ct"])
     assert abs((s + e) / 2 - aim) < 1e-6  # centred on the event
-    _assert_counter_selected(page, public_server, aim)
+    _assert_counter_selected(page, server, aim)
     page.screenshot(path=str(ARTIFACTS / "memory_trace_link_trace.png"), full_page=False)
     # the window the page opened holds that allocator event: its counter sample at `aim`
     # is the heap the memory profile's peak event reports
-    w = _get(public_server, "/api/trace/window", run=TF_GPU, host=HOST, start_ms=q["start_ms"], end_ms=q["end_ms"])
+    w = _get(server, "/api/trace/window", run=TF_GPU, host=HOST, start_ms=q["start_ms"], end_ms=q["end_ms"])
     c = next(c for c in w["counters"] if c["name"] == "GPU_4_bfc heap allocated")
     at = [v for t, v in zip(c["t"], c["v"]) if abs(t - aim) < 1e-6]
     assert at and at[-1] == int(per["profileSummary"]["peakStats"]["heapAllocatedBytes"])
     # the URL is the view: a fresh page opens the same window
-    again = open_page(public_server)
+    again = open_page(server)
     again.goto(page.url)
     again.wait_for_function(READY, timeout=90_000)
     assert _query(again)["start_ms"] == q["start_ms"] and _query(again)["end_ms"] == q["end_ms"]
-    # back: the memory profile, the same event selected
+    # back: the memory profile, the same event selected; the trace is indexed now, so the
+    # link has its href on load, and it is the view the action opened
     page.go_back()
-    page.wait_for_selector("#mp-event #mp-trace-link", timeout=60_000)
-    assert float(page.get_attribute("#mp-trace-link", "data-trace-ms")) == aim
+    page.wait_for_selector("#mp-event #mp-trace-link[href]", timeout=60_000)
+    assert float(page.get_attribute("#mp-trace-link", "data-trace-ms")) == pytest.approx(aim, abs=1e-6)
+    assert _href_state(page, "#mp-trace-link") == q
+    page.screenshot(path=str(ARTIFACTS / "memory_trace_link_card.png"), full_page=False)
 
 
 def test_per_event_clock_and_no_matching_trace(open_page, public_server):
@@ -112,22 +137,50 @@ def side_by_side(tmp_path_factory):
 
 
 def test_snapshot_event_opens_its_trace_there(open_page, side_by_side):
+    """A fresh cache: the trace beside the snapshot is not indexed, so the link is an action
+    (opening the snapshot indexes nothing); a click indexes it ("indexing the trace…") and
+    opens the trace at the event; back, the link has its href to the same view."""
     server, snap = side_by_side
     page = _open(open_page, server, run="snap.pickle", tool="memory_profile", t="1")  # event 1: the 16 MiB alloc
     link = page.wait_for_selector("#ts-trace-link", timeout=90_000)
+    assert link.get_attribute("href") is None and "indexes the PyTorch trace first" in link.get_attribute("title")
     link.scroll_into_view_if_needed()
-    page.screenshot(path=str(ARTIFACTS / "snapshot_trace_link.png"), full_page=False)
-    aim = float(link.get_attribute("data-trace-ms"))
+    page.screenshot(path=str(ARTIFACTS / "snapshot_trace_link_pending.png"), full_page=False)
     link.click()
     page.wait_for_function(READY, timeout=90_000)
     q = _query(page)
     assert q["run"] == "run.pt.trace.json" and q["tool"] == "trace_viewer@"
+    aim = float(q["ct"])
     assert abs((float(q["start_ms"]) + float(q["end_ms"])) / 2 - aim) < 1e-6
     _assert_counter_selected(page, server, aim)
     page.screenshot(path=str(ARTIFACTS / "snapshot_trace_link_trace.png"), full_page=False)
     w = _get(server, "/api/trace/window", run=q["run"], host=q["host"], start_ms=q["start_ms"], end_ms=q["end_ms"])
     c = next(c for c in w["counters"] if c["name"] == "memory allocated (device 0)")
     assert [v for t, v in zip(c["t"], c["v"]) if abs(t - aim) < 1e-6] == [snap["device_traces"][0][1]["size"]]
+    page.go_back()
+    link = page.wait_for_selector("#ts-trace-link[href]", timeout=60_000)
+    assert float(link.get_attribute("data-trace-ms")) == pytest.approx(aim, abs=1e-6)
+    assert _href_state(page, "#ts-trace-link") == q
+    link.scroll_into_view_if_needed()
+    page.screenshot(path=str(ARTIFACTS / "snapshot_trace_link.png"), full_page=False)
+
+
+def test_snapshot_link_indexes_then_says_why_there_is_no_place(open_page, tmp_path):
+    """The trace beside the snapshot is another run's (one hour later), not indexed yet: the
+    link is an action on load (whether it has a place needs the trace's index); the click
+    indexes it and puts the why in the link's place, no dead link."""
+    (tmp_path / "logs").mkdir()
+    snapshot_and_trace(tmp_path / "logs", skew_us=3_600_000_000)
+    with profscope_server("serve", str(tmp_path / "logs"), "--port", "0", "--cache-dir", str(tmp_path / "cache")) as (server, _):
+        page = _open(open_page, server, run="snap.pickle", tool="memory_profile", t="1")
+        link = page.wait_for_selector("#ts-trace-link", timeout=90_000)
+        assert link.get_attribute("href") is None
+        link.click()
+        none = page.wait_for_selector("#ts-trace-none", timeout=90_000)
+        assert "not the same run" in none.get_attribute("title")
+        assert page.query_selector("#ts-trace-link") is None and _query(page)["tool"] == "memory_profile"
+        none.scroll_into_view_if_needed()
+        page.screenshot(path=str(ARTIFACTS / "snapshot_trace_link_no_place.png"), full_page=False)
 
 
 def test_snapshot_frame_opens_its_source(open_page, side_by_side):
@@ -199,6 +252,7 @@ def test_pytorch_trace_memory_event_opens_the_trace_there(open_page, public_serv
     the same file's trace centred on it, where the device's counter holds the peak bytes."""
     run = "traces/tracelens_h100_bert_small.trace.json.gz"
     dev = next(d for d in _get(public_server, "/api/memory_profile", run=run)["devices"] if d["device"] == "CUDA:0")
+    _get(public_server, "/api/trace_clock", run=run)  # the full clock indexes the trace: the link has its href on load
     page = _open(open_page, public_server, run=run, tool="memory_profile", memory_id="CUDA:0", t=repr(dev["peak"]["timeMs"]))
     link = page.wait_for_selector("#mp-event #mp-trace-link", timeout=90_000)
     aim = float(link.get_attribute("data-trace-ms"))

@@ -116,6 +116,69 @@ def test_bad_run_or_host_is_a_4xx(public):
     assert r.status_code == 404 and "nohost" in r.json()["error"]
 
 
+def _workspace_client(logdir, cache_dir):
+    """A TestClient and its workspace (the cache is looked into: what a request built)."""
+    from fastapi.testclient import TestClient
+
+    from profscope.app.workspace import Workspace
+    from profscope.cache.store import DiskCache
+    from profscope.server import create_app
+    from profscope.storage import LogDir
+
+    ws = Workspace(LogDir(str(logdir), listing_ttl=0), DiskCache(cache_dir))
+    return TestClient(create_app(ws)), ws
+
+
+def _index_built(ws, run: str, host: str) -> bool:
+    r = ws.run(run)
+    return ws.cache.is_built(ws._trace_index_key(host, dict(ws.trace_sources(r))[host]))
+
+
+@pytest.mark.parametrize("run,host", [
+    ("xplane/mi300_jax08_gemm/jax08_gemm", "tw003"),  # an xplane's allocators
+    (H100, None),  # a PyTorch trace's [memory] events
+])
+def test_index_built_only_answers_pending_and_builds_nothing(shared_fixtures, tmp_path, run, host):
+    """Opening the memory profile asks ``index=built``: on a fresh cache that builds no trace
+    index (seconds and hundreds of MiB on a large profile, a Dask submission under --dask)
+    and says pending; once the trace viewer has indexed the trace, the same question gets
+    the full clock, equal to the one asked without ``index``."""
+    client, ws = _workspace_client(shared_fixtures / "public_profiles", tmp_path / "cache")
+    h = {"host": host} if host else {}
+    key_host = host or dict(ws.trace_sources(ws.run(run))).popitem()[0]
+    got = client.get("/api/trace_clock", params={"run": run, **h, "index": "built"})
+    assert got.status_code == 200, got.text
+    got = got.json()
+    assert got["pending"] is True and got["trace"] is None and got["why"] == "the trace is not indexed yet"
+    assert not _index_built(ws, run, key_host)  # nothing built (nor converting: a sync build would be done)
+    assert client.get("/api/trace/window", params={"run": run, **h}).status_code == 200
+    assert _index_built(ws, run, key_host)
+    built = client.get("/api/trace_clock", params={"run": run, **h, "index": "built"}).json()
+    assert built["pending"] is False and built["trace"] is not None
+    assert built == _clock(client, run, host)
+
+
+def test_snapshot_index_built_only_waits_for_its_traces_index(tmp_path):
+    """The snapshot page's question: the trace beside it is not indexed, so pending, and
+    nothing built; after the trace viewer indexed it, the snapshot's own clock."""
+    (tmp_path / "logs").mkdir()
+    snapshot_and_trace(tmp_path / "logs")
+    client, ws = _workspace_client(tmp_path / "logs", tmp_path / "cache")
+    q = {"run": "snap.pickle", "host": "cuda:0", "index": "built"}
+    got = client.get("/api/trace_clock", params=q).json()
+    assert got["pending"] is True and got["trace"] is None
+    assert not _index_built(ws, "run.pt.trace.json", "run.pt.trace.json")
+    client.get("/api/trace/window", params={"run": "run.pt.trace.json"}).raise_for_status()
+    built = client.get("/api/trace_clock", params=q).json()
+    assert built["pending"] is False and built["trace"] == {"run": "run.pt.trace.json", "host": "run.pt.trace.json"}
+    assert built == _clock(client, "snap.pickle", "cuda:0")
+
+
+def test_index_other_than_built_is_a_400(public):
+    r = public.get("/api/trace_clock", params={"run": TF_GPU, "index": "all"})
+    assert r.status_code == 400 and "index" in r.json()["error"]
+
+
 # -- a snapshot and the PyTorch trace its run recorded beside it (builders) ----------------
 
 BASE_NS = 1_700_000_000_000_000_000  # memory_trace.TraceBuilder's baseTimeNanoseconds

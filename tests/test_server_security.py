@@ -414,7 +414,7 @@ ROUTES = [
       for end in TRACE_PARAMS for run in (PROFILE, TRACE)],
     ("/api/steps_ops", {"run": PROFILE}, ["run", "host", "hosts", "within_steps", "step"]),
     # the memory profile's clock against the run's trace (issue 37: memory profile -> trace)
-    ("/api/trace_clock", {"run": PROFILE}, ["run", "host"]),
+    ("/api/trace_clock", {"run": PROFILE}, ["run", "host", "index"]),
     ("/data/plugin/profile/runs", {}, ["session_path", "run_path"]),
     ("/data/plugin/profile/run_tools", {"run": PROFILE}, ["run", "session_path", "run_path"]),
     ("/data/plugin/profile/hosts", {"run": PROFILE}, ["run", "tag"]),

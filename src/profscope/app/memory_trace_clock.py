@@ -14,7 +14,7 @@ import orjson
 
 from profscope.app import lazy
 from profscope.app.queries import MemoryProfileQuery, SnapshotQuery
-from profscope.errors import NotFound, ProfscopeError
+from profscope.errors import BadRequest, NotFound, ProfscopeError
 from profscope.model.catalog import Run, RunKind
 
 clock_rules = lazy.module("profscope.tools.trace_clock")
@@ -23,30 +23,55 @@ trace_viewer = lazy.module("profscope.tools.trace_viewer")
 _CUDA = 1  # c10::DeviceType::CUDA, the deviceType of a PyTorch trace's [memory] events
 
 
-def trace_clock(ws, run: Run, host: str | None = None) -> dict:
+PENDING_WHY = "the trace is not indexed yet"
+
+
+def trace_clock(ws, run: Run, host: str | None = None, index: str | None = None) -> dict:
     """``{"run", "host", "source", "trace": {"run", "host"} | null, "clocks": {id:
-    {"offsetMs"} | {"offsetMs": null, "why"}}, "why": str | null}``: trace ms = the
-    source's ms + offsetMs, per allocator (xplane), device (PyTorch trace) or
-    ``cuda:N`` (snapshot; its ms counted from ``sinceUs``, the device's first event).
-    A distributed job's rank ``host`` (else its first) answers as its own file's run."""
+    {"offsetMs"} | {"offsetMs": null, "why"}}, "why": str | null, "pending": bool}``:
+    trace ms = the source's ms + offsetMs, per allocator (xplane), device (PyTorch trace)
+    or ``cuda:N`` (snapshot; its ms counted from ``sinceUs``, the device's first event).
+    A distributed job's rank ``host`` (else its first) answers as its own file's run.
+
+    ``index="built"``: answer only from trace indexes already built. The pages ask so on
+    load: building a host's index is seconds of CPU and hundreds of MiB on a large profile
+    (and a Dask submission under ``--dask``), too much to open a memory page with. When
+    one the answer needs is not built, ``pending`` is true, ``trace`` null, nothing built
+    or submitted; the page's link then asks again without ``index`` when clicked."""
+    if index not in (None, "built"):
+        raise BadRequest(f"index={index!r}: the only value is 'built' (answer from a trace index already built)")
+    built_only = index == "built"
     if run.ranks:
         run, host = run.rank_run(host) or next(iter(run.ranks.values())), None
     if run.kind is RunKind.PROFILE:
-        return _xplane_clock(ws, run, host)
+        return _xplane_clock(ws, run, host, built_only)
     if run.kind is RunKind.CHROME_TRACE:
-        return _torch_trace_clock(ws, run)
+        return _torch_trace_clock(ws, run, built_only)
     if run.kind is RunKind.TORCH_SNAPSHOT:
-        return _snapshot_clock(ws, run, host)
+        return _snapshot_clock(ws, run, host, built_only)
     raise NotFound(f"run {run.name!r} is a {run.kind.value}: it has no memory times to place on a trace")
 
 
-def _xplane_clock(ws, run: Run, host: str | None) -> dict:
+def _indexed(ws, host: str, info) -> bool:
+    """Whether the trace index of ``info`` is built (app/traces.py trace_index's key):
+    asking only looks at the cache, it never builds."""
+    return ws.cache.is_built(ws._trace_index_key(host, info))
+
+
+def _pending(run: Run, host: str, source: str) -> dict:
+    return {"run": run.name, "host": host, "source": source, "trace": None, "clocks": {}, "why": PENDING_WHY,
+            "pending": True}
+
+
+def _xplane_clock(ws, run: Run, host: str | None, built_only: bool = False) -> dict:
     hosts = run.hosts
     if not hosts:
         raise NotFound(f"run {run.name!r} has no host")
     host = host or hosts[0]
     if host not in hosts:
         raise NotFound(f"run {run.name!r} has no host {host!r}; hosts: {', '.join(hosts)}")
+    if built_only and not _indexed(ws, host, run.xplane(host)):
+        return _pending(run, host, "memory_profile")
     tool = ws.tool_named("memory_profile")
     profile = orjson.loads(gzip.decompress(ws.tool_data(run, tool, MemoryProfileQuery(host=host))))
     ix = ws.trace_index(run, host, run.xplane(host))
@@ -57,9 +82,11 @@ def _xplane_clock(ws, run: Run, host: str | None) -> dict:
     return _answer(run, host, "memory_profile", {"run": run.name, "host": host}, clocks)
 
 
-def _torch_trace_clock(ws, run: Run) -> dict:
-    payload = orjson.loads(gzip.decompress(ws.torch_memory_payload(run)))
+def _torch_trace_clock(ws, run: Run, built_only: bool = False) -> dict:
     (host, info), = ws.trace_sources(run)[:1]
+    if built_only and not _indexed(ws, host, info):
+        return _pending(run, host, "memory_profile")
+    payload = orjson.loads(gzip.decompress(ws.torch_memory_payload(run)))
     ix = ws.trace_index(run, host, info)
     one = clock_rules.torch_trace_offset(payload.get("timeOriginUs") or 0.0, ix.origin_ps)
     devices = payload.get("devices") or []
@@ -80,7 +107,7 @@ def _counters(ws, run: Run, host: str, ix, clocks: dict, names: dict) -> None:
             c["counter"] = tracks.get(names.get(key))
 
 
-def _snapshot_clock(ws, run: Run, host: str | None) -> dict:
+def _snapshot_clock(ws, run: Run, host: str | None, built_only: bool = False) -> dict:
     device = ws.snapshot_device(run, host)
     overview = orjson.loads(gzip.decompress(ws.snapshot_view(run, "overview", SnapshotQuery(host=f"cuda:{device}"))))
     s = overview.get("summary") or {}
@@ -92,6 +119,8 @@ def _snapshot_clock(ws, run: Run, host: str | None) -> dict:
     if not traces:
         return _answer(run, name, "torch_snapshot", None, {},
                        "no PyTorch trace sits beside this snapshot (a *.trace.json in its folder, recorded by the same run)")
+    if built_only and not all(_indexed(ws, *ws.trace_sources(tr)[0]) for tr in traces if ws.trace_sources(tr)):
+        return _pending(run, name, "torch_snapshot")
     whys = []
     for tr in traces:
         try:
@@ -126,6 +155,7 @@ def _answer(run: Run, host: str, source: str, trace: dict | None, clocks: dict, 
     if trace is not None and not any(c.get("offsetMs") is not None or c.get("traceMs") for c in clocks.values()):
         why = "; ".join(sorted({c["why"] for c in clocks.values() if c.get("why")})) or "the memory profile has no allocator (or device) events to place on the trace"
         trace = None
-    return {"run": run.name, "host": host, "source": source, "trace": trace, "clocks": clocks, "why": why}
+    return {"run": run.name, "host": host, "source": source, "trace": trace, "clocks": clocks, "why": why,
+            "pending": False}
 
 

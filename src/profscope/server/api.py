@@ -75,11 +75,12 @@ def router(ws: Workspace) -> APIRouter:
         return json_response(ws.memory_hosts(ws.run(run)))
 
     @r.get("/trace_clock")
-    def trace_clock(run: Text = None, host: Text = None) -> Response:
+    def trace_clock(run: Text = None, host: Text = None, index: Text = None) -> Response:
         """Where the memory profile's (or a snapshot's) times fall on the trace viewer's clock,
         per allocator / device, or why they have no place there (app/memory_trace_clock.py):
-        the pages' "trace viewer at this time" links."""
-        return json_response(memory_trace_clock.trace_clock(ws, ws.run(run), host))
+        the pages' "trace viewer at this time" links. ``index=built``: only from a trace
+        index already built (``pending`` when not), so that opening a page builds none."""
+        return json_response(memory_trace_clock.trace_clock(ws, ws.run(run), host, index))
 
     @r.get("/snapshot/{view}")
     def snapshot_view(view: str, request: Request, query: SnapshotParams, run: Text = None) -> Response:

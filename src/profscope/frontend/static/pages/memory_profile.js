@@ -18,7 +18,7 @@
 // table's filter), base / base_host (the compare view: memory_profile_compare.js).
 import { el, fill } from "../lib/dom.js";
 import { go, readState } from "../lib/state.js";
-import { cachedJson, errorBox } from "../lib/api.js";
+import { cachedJson, errorBox, getJson } from "../lib/api.js";
 import { purge as purgeCharts } from "../lib/plotly.js";
 import { current, selectTime, setCurrent, showEvent } from "./memory_profile_timeline.js";
 import { renderTorch, torchEventRows, torchShapes } from "./memory_profile_torch.js";
@@ -77,13 +77,20 @@ async function renderMemoryProfile(view, state, run, details) {
 
 // Where this page's times fall on the trace viewer's clock (GET /api/trace_clock): asked
 // once per view, after the page is drawn; the event card draws its trace link from it.
+// index=built: only from a trace index already built (opening this page must not index a
+// large trace, nor submit it to a Dask cluster); when it is not, the answer is pending and
+// the card's link asks the full clock when clicked (traceLink's action, ctx.askClock).
 function loadClock(ctx, state, run) {
   const q = new URLSearchParams({ run: run.name });
   const host = hostOf(state, run);
   if (host) q.set("host", host);
-  cachedJson(`/api/trace_clock?${q}`).then((clock) => { ctx.clock = clock; },
-    (err) => { ctx.clock = { trace: null, clocks: {}, why: `the trace could not be read (${err.message || err})` }; })
-    .then(() => { if (current === ctx && ctx.model) showEvent(ctx); });
+  const failed = (err) => ({ trace: null, clocks: {}, why: `the trace could not be read (${err.message || err})` });
+  const redraw = () => { if (current === ctx && ctx.model) showEvent(ctx); };
+  // not cached: a pending answer is stale once the trace is indexed
+  getJson(`/api/trace_clock?${new URLSearchParams({ ...Object.fromEntries(q), index: "built" })}`)
+    .then((clock) => { ctx.clock = clock; }, (err) => { ctx.clock = failed(err); }).then(redraw);
+  ctx.askClock = () => cachedJson(`/api/trace_clock?${q}`).then((clock) => { ctx.clock = clock; },
+    (err) => { ctx.clock = failed(err); });
 }
 
 function payloadKind(data) {

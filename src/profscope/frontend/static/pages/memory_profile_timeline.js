@@ -129,20 +129,54 @@ export function traceTime(ctx, i) {
   return ms === undefined ? { ms: null, why: mine.why || "this event has no place on the trace" } : { ms, why: "" };
 }
 
-export function traceLink(ctx, i) {
-  if (!ctx.clock) return null; // still asking: the link comes with the answer
-  const { ms, why } = traceTime(ctx, i);
-  if (ms === null) {
-    return el("p", { class: "mp-card-tip muted", id: "mp-trace-none", title: why }, `No trace link: ${why}.`);
-  }
+// The trace viewer's state at event i, or null (then traceTime's why says why not).
+function traceTarget(ctx, i) {
+  const { ms } = traceTime(ctx, i);
+  if (ms === null) return null;
   // ctr/ct: the allocator's (device's) counter sample at that time selected, its card shown
   const counter = ((ctx.clock.clocks || {})[ctx.memoryId] || {}).counter;
-  const target = { run: ctx.clock.trace.run, tool: "trace_viewer@", host: ctx.clock.trace.host,
+  return { ms, target: { run: ctx.clock.trace.run, tool: "trace_viewer@", host: ctx.clock.trace.host,
     start_ms: timeParam(ms - TRACE_PAD_MS), end_ms: timeParam(ms + TRACE_PAD_MS),
-    ...(counter !== null && counter !== undefined ? { ctr: String(counter), ct: timeParam(ms) } : {}) };
+    ...(counter !== null && counter !== undefined ? { ctr: String(counter), ct: timeParam(ms) } : {}) } };
+}
+
+export function traceLink(ctx, i) {
+  if (!ctx.clock) return null; // still asking: the link comes with the answer
+  if (ctx.clock.pending) return pendingTraceLink(ctx, i);
+  const place = traceTarget(ctx, i);
+  if (!place) {
+    const { why } = traceTime(ctx, i);
+    return el("p", { class: "mp-card-tip muted", id: "mp-trace-none", title: why }, `No trace link: ${why}.`);
+  }
+  const { ms, target } = place;
   return el("p", { class: "mp-card-link" }, el("a", { id: "mp-trace-link", href: stateUrl(target), "data-trace-ms": String(ms),
     title: `the trace viewer, ${TRACE_PAD_MS * 1e3} µs either side of ${timeParam(ms)} ms on its clock`,
     onclick: (e) => { e.preventDefault(); go(target); } }, "Open in the trace viewer at this time"));
+}
+
+// The trace's index is not built yet (GET /api/trace_clock?index=built answered pending):
+// the link is an action that asks the full clock (which indexes the trace, once), then
+// goes where the eager link would, or shows why there is no place.
+function pendingTraceLink(ctx, i) {
+  // the card is redrawn on every hover: the asking state lives on ctx, not on this node
+  if (ctx.clockAsking) return el("p", { class: "mp-card-link muted", id: "mp-trace-indexing" }, "indexing the trace…");
+  const open = () => {
+    if (ctx.clockAsking) return;
+    ctx.clockAsking = true;
+    showEvent(ctx);
+    ctx.askClock().then(() => {
+      ctx.clockAsking = false;
+      if (current !== ctx) return;
+      const place = ctx.clock.pending ? null : traceTarget(ctx, i);
+      if (place) go(place.target);
+      else showEvent(ctx); // the why (#mp-trace-none) in its place
+    });
+  };
+  return el("p", { class: "mp-card-link" }, el("a", { id: "mp-trace-link", role: "button", tabindex: "0",
+    title: "indexes the trace first (once per trace; seconds on a large one), then opens the trace viewer at this time",
+    onclick: (e) => { e.preventDefault(); open(); },
+    onkeydown: (e) => { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); open(); } } },
+  "Open in the trace viewer at this time"));
 }
 
 // -- times ---------------------------------------------------------------------------------

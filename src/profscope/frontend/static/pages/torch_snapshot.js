@@ -898,29 +898,67 @@ const TRACE_PAD_MS = 0.05; // the window either side, as the memory profile's an
 
 // GET /api/trace_clock (app/memory_trace_clock.py): the PyTorch trace recorded beside this
 // snapshot by the same run, and the offset that puts its times on that trace's clock
-// (trace ms = (time_us - sinceUs) / 1000 + offsetMs), or why there is none.
+// (trace ms = (time_us - sinceUs) / 1000 + offsetMs), or why there is none. Asked with
+// index=built on load (opening the snapshot must not index the trace); when that is
+// pending, the link asks the full clock when clicked (ctx.askClock).
 function loadClock(ctx) {
-  cachedJson(`/api/trace_clock?${new URLSearchParams({ run: ctx.run.name, host: ctx.host })}`)
-    .then((c) => { ctx.clock = c; }, (err) => { ctx.clock = { trace: null, clocks: {}, why: `the clock could not be read (${err.message || err})` }; })
+  const q = new URLSearchParams({ run: ctx.run.name, host: ctx.host });
+  const failed = (err) => ({ trace: null, clocks: {}, why: `the clock could not be read (${err.message || err})` });
+  // not cached: a pending answer is stale once the trace is indexed
+  getJson(`/api/trace_clock?${new URLSearchParams({ ...Object.fromEntries(q), index: "built" })}`)
+    .then((c) => { ctx.clock = c; }, (err) => { ctx.clock = failed(err); })
     .then(() => { if (current === ctx) fillTraceSpot(ctx); });
+  ctx.askClock = () => cachedJson(`/api/trace_clock?${q}`).then((c) => { ctx.clock = c; }, (err) => { ctx.clock = failed(err); });
+}
+
+// The trace viewer's state at the shown event's time, or { why } when it has no place.
+function traceTarget(ctx) {
+  const c = ctx.clock, t = ctx.stateTimeUs;
+  const mine = (c.clocks || {})[ctx.host];
+  if (!c.trace || !mine || mine.offsetMs === null || mine.offsetMs === undefined) {
+    return { why: (mine && mine.why) || c.why || "this run has no trace of the same process" };
+  }
+  const ms = (t - mine.sinceUs) / 1000 + mine.offsetMs;
+  const fix = (v) => String(Number(v.toFixed(6)));
+  return { ms, fixed: fix(ms), target: { run: c.trace.run, tool: "trace_viewer@", host: c.trace.host, start_ms: fix(ms - TRACE_PAD_MS), end_ms: fix(ms + TRACE_PAD_MS),
+    ...(mine.counter !== null && mine.counter !== undefined ? { ctr: String(mine.counter), ct: fix(ms) } : {}) } }; // its [memory] sample selected
 }
 
 function fillTraceSpot(ctx) {
   const spot = ctx.traceSpot, c = ctx.clock, t = ctx.stateTimeUs;
   if (!spot || !c || t === null || t === undefined) { if (spot) spot.replaceChildren(); return; }
-  const mine = (c.clocks || {})[ctx.host];
-  if (!c.trace || !mine || mine.offsetMs === null || mine.offsetMs === undefined) {
-    const why = (mine && mine.why) || c.why || "this run has no trace of the same process";
+  if (ctx.clockAsking) { spot.replaceChildren(" · ", el("span", { class: "muted", id: "ts-trace-indexing" }, "indexing the trace…")); return; }
+  if (c.pending) { spot.replaceChildren(" · ", pendingTraceLink(ctx)); return; }
+  const { ms, fixed, target, why } = traceTarget(ctx);
+  if (!target) {
     spot.replaceChildren(" · ", el("span", { class: "muted ts-trace-none", id: "ts-trace-none", title: why }, "no trace link (hover: why)"));
     return;
   }
-  const ms = (t - mine.sinceUs) / 1000 + mine.offsetMs;
-  const fix = (v) => String(Number(v.toFixed(6)));
-  const target = { run: c.trace.run, tool: "trace_viewer@", host: c.trace.host, start_ms: fix(ms - TRACE_PAD_MS), end_ms: fix(ms + TRACE_PAD_MS),
-    ...(mine.counter !== null && mine.counter !== undefined ? { ctr: String(mine.counter), ct: fix(ms) } : {}) }; // its [memory] sample selected
   spot.replaceChildren(" · ", el("a", { id: "ts-trace-link", href: stateUrl(target), "data-trace-ms": String(ms),
-    title: `${c.trace.run}, ${TRACE_PAD_MS * 1e3} µs either side of ${fix(ms)} ms on its clock`,
+    title: `${c.trace.run}, ${TRACE_PAD_MS * 1e3} µs either side of ${fixed} ms on its clock`,
     onclick: (e) => { e.preventDefault(); go(target); } }, "open in the trace viewer"));
+}
+
+// The trace is not indexed yet: an action that asks the full clock (indexing the trace,
+// once), then goes where the eager link would at the event shown then, or shows the why.
+function pendingTraceLink(ctx) {
+  const open = () => {
+    if (ctx.clockAsking) return;
+    ctx.clockAsking = true;
+    fillTraceSpot(ctx);
+    ctx.askClock().then(() => {
+      ctx.clockAsking = false;
+      if (current !== ctx) return;
+      const t = ctx.stateTimeUs;
+      const place = ctx.clock.pending || t === null || t === undefined ? {} : traceTarget(ctx);
+      if (place.target) go(place.target);
+      else fillTraceSpot(ctx);
+    });
+  };
+  return el("a", { id: "ts-trace-link", role: "button", tabindex: "0",
+    title: "indexes the PyTorch trace first (once per trace; seconds on a large one), then opens the trace viewer at this event's time",
+    onclick: (e) => { e.preventDefault(); open(); },
+    onkeydown: (e) => { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); open(); } } }, "open in the trace viewer");
 }
 
 // The segment map: one row per segment (by address), its blocks along it, offsets in a
