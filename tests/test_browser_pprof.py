@@ -105,3 +105,26 @@ def test_compare_with_another_run(server, open_page):
     assert [r[0] for r in shown][:3] == [r["label"] for r in api["rows"]][:3]
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "pprof_compare_runs.png"), full_page=True)
+
+
+def test_host_picker_agrees_with_the_page(server, open_page):
+    """The builder's TPU-shaped profile of 4 devices: the page sums every device unless one
+    is picked, so the shell's Host picker opens on "all 4 hosts" (ALL_HOSTS, the first of
+    the run's hosts), not on TPU_0 as if that device were the one shown; picking a device
+    shows that device alone, and the picker and the page say the same device."""
+    run = "tpu/memory.prof"
+    page = _open(open_page, server, run=run)
+    picked = page.eval_on_selector("#pick-host", "s => [s.value, s.options[s.selectedIndex].text]")
+    assert picked[0] == "ALL_HOSTS" and picked[1].startswith("all 4 hosts"), picked
+    assert "all devices" in page.inner_text("#pp-root .mp-subtitle")
+    every = _data(server, run=run)["overview"]["totals"]["byDeviceKind"]
+    shown = {r[0] for r in _rows(page, "pp-devices")}
+    assert shown == {r["device"] or "no device (executables)" for r in every} and len(shown) >= 4
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "pprof_host_all.png"), full_page=True)
+    page.select_option("#pick-host", "TPU_1")
+    page.wait_for_function("() => document.querySelector('#pp-root .mp-subtitle').innerText.includes('device TPU_1')")
+    page.wait_for_selector("#pp-buffers tbody tr")
+    assert page.eval_on_selector("#pick-host", "s => s.value") == "TPU_1"
+    assert {r[0] for r in _rows(page, "pp-devices")} == {"TPU_1"}
+    page.screenshot(path=str(ARTIFACTS / "pprof_host_one.png"), full_page=True)

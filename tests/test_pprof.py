@@ -212,7 +212,16 @@ def test_runs_and_memory_profile(make_client, pprof_logdir):
     assert pprof_runs == ["gpu.pb.gz", "jax/leak", "jax/mlp/memory.prof", "tpu/memory"]
     assert "py/cpu.prof" not in runs
     hosts = client.get("/data/plugin/profile/hosts", params={"run": "tpu/memory", "tag": "memory_profile"}).json()
-    assert [h["hostname"] for h in hosts] == ["TPU_0", "TPU_1"]
+    # ALL_HOSTS first: the page sums every device unless one is picked (the Host picker's default)
+    assert [h["hostname"] for h in hosts] == ["ALL_HOSTS", "TPU_0", "TPU_1"]
+    assert client.get("/api/run", params={"run": "tpu/memory"}).json()["hosts"] == ["ALL_HOSTS", "TPU_0", "TPU_1"]
+    assert client.get("/api/run", params={"run": "jax/mlp/memory.prof"}).json()["hosts"] == ["cpu:0"]  # one device: no "all"
+    every = client.get("/data/plugin/profile/data", params={"run": "tpu/memory", "tag": "memory_profile"}).json()
+    picked = client.get("/data/plugin/profile/data", params={"run": "tpu/memory", "tag": "memory_profile", "host": "ALL_HOSTS"})
+    assert picked.status_code == 200 and picked.json()["overview"] == every["overview"]
+    oom = client.get("/data/plugin/profile/data", params={"run": "tpu/memory", "tag": "oom_risk", "host": "ALL_HOSTS"})
+    assert oom.status_code == 200, oom.text
+    assert oom.json()["peakBytes"] == client.get("/data/plugin/profile/data", params={"run": "tpu/memory", "tag": "oom_risk"}).json()["peakBytes"]
     r = client.get("/data/plugin/profile/data", params={"run": "jax/leak", "tag": "memory_profile"})
     assert r.status_code == 200, r.text
     d = r.json()

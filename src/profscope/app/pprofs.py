@@ -4,6 +4,7 @@ memory profile tool's payload (tools/memory_profile_pprof.py)."""
 from __future__ import annotations
 
 from profscope.app import keys, lazy
+from profscope.app.profile_steps import ALL_HOSTS
 from profscope.app.queries import MemoryProfileQuery
 from profscope.errors import NothingToAssess, NotFound
 from profscope.model.catalog import Run
@@ -43,21 +44,25 @@ class Pprofs:
     def pprof_hosts(self, run: Run) -> list[str]:
         """The devices the run's profiles name (``cpu:0``, ``cuda:0``, ``TPU_0``): each
         file's read once per version and kept in the cache (``/api/run`` and the hosts
-        list ask on every page load; a folder may hold many profiles)."""
+        list ask on every page load; a folder may hold many profiles). With several
+        devices, ``ALL_HOSTS`` comes first: the page sums every device unless one is
+        picked, so the shell's Host picker opens on "all N hosts", as XProf's hosts list
+        offers ALL_HOSTS beside the single hosts (server/xprof_api.py hosts_for_tool)."""
         def devices(f, path):
             return memory_profile_pprof.devices(pprof.read_profile(f.read(), path))
 
         found = set()
         for info in run.files:
             found.update(self.derived_json(keys.PPROF_DEVICES, info, "reading the devices of", "devices", devices))
-        return sorted(d for d in found if d)
+        devices = sorted(d for d in found if d)
+        return [ALL_HOSTS, *devices] if len(devices) > 1 else devices
 
     def pprof_memory_profile(self, run: Run, query: MemoryProfileQuery, progress) -> dict:
         """One profile's live bytes, icicle, top sites and buffers (``host`` = one device),
         the timeline of every profile of the run, and with ``base_profile`` the diff."""
         read = self.pprof_profiles(run)
         info, p = self._pprof_pick(read, query.profile, "profile")
-        device = query.host or None
+        device = _one_device(query.host)
         out = {"kind": "pprof", "run": run.name, "profiles": [i.name for i, _ in read], "profile": info.name,
                "overview": memory_profile_pprof.overview(p, info.name, device),
                "timeline": memory_profile_pprof.timeline([(i.name, q) for i, q in read]), "diff": None}
@@ -71,6 +76,7 @@ class Pprofs:
         """OOM risk's evidence (tools/oom_risk.py ``pprof_evidence``): live bytes of one
         device (``host``; default the device with the most) over the run's profiles, the
         sites of the profile where they are largest."""
+        host = _one_device(host)
         read = self.pprof_profiles(run)
         timeline = memory_profile_pprof.timeline([(i.name, p) for i, p in read])
         devices = [d for d in timeline["devices"] if d]
@@ -83,3 +89,8 @@ class Pprofs:
         at = max(range(len(read)), key=lambda i: timeline["profiles"][i]["byDevice"].get(device, 0))
         info, p = read[at]
         return oom_risk.pprof_evidence(timeline["profiles"], memory_profile_pprof.top_sites(p, device), device, info.name)
+
+
+def _one_device(host: str | None) -> str | None:
+    """``host=`` as one device, or None for every device (no host, or ``ALL_HOSTS``)."""
+    return None if not host or host == ALL_HOSTS else host

@@ -167,7 +167,11 @@ async function render(state) {
   }
   fillSelect($("#pick-tool"), tools, shown ? shown.value : tool);
   // Hosts too: a snapshot's devices are its hosts, known once the file was read.
-  const hosts = details.hosts.length ? details.hosts.map((h) => ({ value: h, label: h })) : [{ value: "", label: "—" }];
+  // A run whose hosts list offers ALL_HOSTS itself (a JAX memory profile's devices,
+  // app/pprofs.py: its page sums every device by default) names it as the entry below does.
+  const single = details.hosts.filter((h) => h !== "ALL_HOSTS");
+  const hostOption = (h) => (h === "ALL_HOSTS" ? { value: h, label: `all ${single.length} hosts: ${fmtHosts(single)}`, title: single.join("\n") } : { value: h, label: h });
+  const hosts = details.hosts.length ? details.hosts.map(hostOption) : [{ value: "", label: "—" }];
   // Several hosts merged on one timeline (the trace viewer's hosts=a,b): the picker says
   // which, rather than showing the first host as if it were the one open. Picking a host
   // from the list opens that host alone (hosts resets on host).

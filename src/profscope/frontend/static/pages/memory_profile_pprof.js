@@ -22,6 +22,9 @@ let charts = [];
 const short = (file) => (file || "").split("/").slice(-2).join("/");
 const siteText = (s) => (s ? `${s.function} (${short(s.file)}:${s.line})` : "<no stack>");
 const deviceText = (d) => (d ? d : "no device (executables)");
+// host= one device; none or ALL_HOSTS (the first entry of the run's hosts when it has
+// several devices, app/pprofs.py pprof_hosts): every device summed.
+const oneDevice = (state) => state.host && state.host !== "ALL_HOSTS";
 
 function dataUrl(state, run) {
   const q = new URLSearchParams({ run: run.name, tag: "memory_profile" });
@@ -33,7 +36,7 @@ async function render(view, state, run) {
   leave();
   const root = el("div", { class: "mp", id: "pp-root" },
     el("div", { class: "mp-head" }, el("h1", {}, "Memory profile"),
-      el("div", { class: "mp-subtitle muted" }, run.name, " · JAX device-memory profile (pprof)", state.host ? ` · device ${state.host}` : " · all devices")),
+      el("div", { class: "mp-subtitle muted" }, run.name, " · JAX device-memory profile (pprof)", oneDevice(state) ? ` · device ${state.host}` : " · all devices")),
     el("p", { class: "muted" }, "Reading the profile…"));
   root.insertBefore(comparePicker(state, run, { tool: "memory_profile" }), root.lastChild);
   view.replaceChildren(root);
