@@ -185,9 +185,9 @@ def _event(client, rh, eid) -> dict:
     return r.json()
 
 
-def _instructions(public, run: str, module: str) -> set[str]:
+def _instructions(logdir, run: str, module: str) -> set[str]:
     """The module's instruction names, read straight from the xplane's HloProto."""
-    path = next((public / run.rsplit("/", 1)[0]).rglob("*.xplane.pb"))
+    path = next((logdir / run.rsplit("/", 1)[0]).rglob("*.xplane.pb"))
     with open(path, "rb") as f:
         proto = hlo_proto.parse(xplane.hlo_proto_bytes(f, str(path), module), str(path))
     return {i.name for c in proto.hlo_module.computations for i in c.instructions}

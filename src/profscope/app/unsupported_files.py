@@ -36,7 +36,6 @@ from __future__ import annotations
 import logging
 import zlib
 
-from profscope.model import dump_layout
 from profscope.model.catalog import Run, RunKind
 from profscope.model.file_kinds import DUMP_KINDS, FileKind, classify
 from profscope.storage import FileInfo, Listing

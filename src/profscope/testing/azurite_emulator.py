@@ -25,6 +25,8 @@ import sys
 import time
 from pathlib import Path
 
+from profscope.testing.processes import free_port, stop
+
 AZURITE_VERSION = "3.35.0"
 PACKAGE = Path(__file__).with_name("azurite_npm")
 ACCOUNT = "devstoreaccount1"
@@ -71,12 +73,6 @@ def fetch(root: Path | None = None) -> Path:
     return _blob_bin(root)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def connection_string(endpoint: str, key: str = ACCOUNT_KEY) -> str:
     """The connection string of the development account at ``endpoint`` (what
     ``AZURE_STORAGE_CONNECTION_STRING`` holds for a client of Azurite)."""
@@ -91,7 +87,7 @@ class Azurite:
 
     def __init__(self, *, containers: tuple[str, ...] = (), port: int | None = None):
         self.containers = tuple(containers)
-        self.port = port or _free_port()
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self._proc: subprocess.Popen | None = None
 
@@ -119,12 +115,7 @@ class Azurite:
 
     def __exit__(self, *exc) -> None:
         if self._proc is not None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
+            stop(self._proc)
             self._proc = None
 
     def _wait(self, timeout: float = 60.0) -> None:

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import http.server
 import logging
-import socket
 import sys
 import threading
 from http import HTTPStatus
+
+from profscope.testing.processes import free_port
 
 _patched = False
 _lock = threading.Lock()
@@ -97,12 +98,6 @@ def _enforce_preconditions() -> None:
         _patched = True
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class _Server(http.server.HTTPServer):
     request_queue_size = 128
 
@@ -121,7 +116,7 @@ class GcsEmulator:
         _enforce_preconditions()
         from gcp_storage_emulator.server import create_server
 
-        self.port = port or _free_port()
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self._server = create_server("127.0.0.1", self.port, in_memory=True, default_bucket=bucket)
         self._server._api.run = self._run_api

@@ -14,21 +14,16 @@ after the tests.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
 from contextlib import contextmanager
 
+from profscope.testing.processes import free_port
+
 __all__ = ["free_port", "profiler_job"]
 
 READY = "profiler job ready"
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextmanager

@@ -12,19 +12,14 @@ answered 403 AccessDenied, as AWS answers a bucket without permissions.
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
 
+from profscope.testing.processes import free_port, stop
+
 REGION = "us-east-1"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class S3Emulator:
@@ -36,7 +31,7 @@ class S3Emulator:
     def __init__(self, *, buckets: tuple[str, ...] = (), readable: tuple[str, ...] = (), port: int | None = None):
         self.buckets = tuple(buckets)
         self.readable = tuple(readable)
-        self.port = port or _free_port()
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.keys: dict[str, tuple[str, str]] = {}
         self._proc: subprocess.Popen | None = None
@@ -57,12 +52,7 @@ class S3Emulator:
 
     def __exit__(self, *exc) -> None:
         if self._proc is not None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
+            stop(self._proc)
             self._proc = None
 
     def _wait(self, timeout: float = 60.0) -> None:
