@@ -128,3 +128,18 @@ def test_host_picker_agrees_with_the_page(server, open_page):
     assert page.eval_on_selector("#pick-host", "s => s.value") == "TPU_1"
     assert {r[0] for r in _rows(page, "pp-devices")} == {"TPU_1"}
     page.screenshot(path=str(ARTIFACTS / "pprof_host_one.png"), full_page=True)
+
+
+def test_oom_risk_contributors_are_live_arrays(server, open_page):
+    """OOM risk of the real leaking loop: the contributors are the device's live arrays by
+    the line that made them (kind=buffer), with their own swatch, the leak's line first;
+    no "Temporaries" row (PyTorch's frame rules, which know nothing of a JAX stack)."""
+    page = open_page(server)
+    page.goto(f"{server}/?{urlencode({'run': 'jax/leak', 'tool': 'oom_risk', 'capacity': '4MiB'})}")
+    page.wait_for_selector("#oom-contributors tbody tr")
+    rows = _rows(page, "oom-contributors")
+    assert [r[0].strip() for r in rows] == ["Live arrays (JAX buffers, by the line that made them)"]
+    assert f"{EXPECTED['leak_function']} ({EXPECTED['leak_file']}:{EXPECTED['leak_line']})" in rows[0][4].splitlines()[0]
+    assert page.eval_on_selector("#oom-contributors tbody tr .swatch", "s => getComputedStyle(s).backgroundColor") == "rgb(160, 203, 232)"
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "pprof_oom_risk.png"), full_page=True)

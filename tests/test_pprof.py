@@ -329,3 +329,29 @@ print(sorted(m for m in ("numpy", "google.protobuf") if m in sys.modules))
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+@pytest.mark.parametrize("run", ["jax/leak", "jax/mlp/memory.prof", "tpu/memory", "gpu.pb.gz"])
+def test_oom_risk_categories_are_the_sample_kinds(make_client, pprof_logdir, run):
+    """A JAX profile records what each sample is (label kind=buffer/executable) and where
+    it was made (its stack), nothing of forward/backward/optimizer: OOM risk's contributors
+    are the device's live arrays by the line that made them ("live_buffers"), never
+    PyTorch's frame rules (which put every JAX site under "temporaries"). On the real leak
+    folder the leak's line leads; the category's bytes are the device's buffer bytes."""
+    client = make_client(pprof_logdir)
+    d = client.get("/data/plugin/profile/data", params={"run": run, "tag": "oom_risk", "device_memory": "80GiB"}).json()
+    cats = {c["category"]: c for c in d["contributors"]}
+    assert set(cats) == {"live_buffers"}, sorted(cats)
+    assert "temporaries" not in json.dumps(d["contributors"])
+    files = sorted((pprof_logdir / run).glob("*.prof")) if (pprof_logdir / run).is_dir() else [pprof_logdir / run]
+    device = next(u["link"]["host"] for u in d["usage"] if u["link"].get("tool") == "memory_profile")
+    buffer_bytes = [sum(r["bytes"] for r in mpp.totals(pprof.read_profile(f.read_bytes(), f.name), device)["byDeviceKind"]
+                        if r["kind"] == "buffer") for f in files]
+    assert cats["live_buffers"]["bytes"] == max(buffer_bytes) == d["peakBytes"]
+    assert cats["live_buffers"]["rules"] == ["kind=buffer: live device arrays, by the innermost frame outside installed "
+                                             "libraries (the line that made them)"]
+    top = cats["live_buffers"]["items"][0]["name"]
+    if run == "jax/leak":
+        assert top.startswith(f"{EXPECTED['leak_function']} ({EXPECTED['leak_file']}:{EXPECTED['leak_line']})")
+    elif run in ("tpu/memory", "gpu.pb.gz"):
+        assert top.startswith("init_params (model.py:12)")  # the builder's 80 MiB of parameters per device

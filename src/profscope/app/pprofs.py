@@ -88,7 +88,10 @@ class Pprofs:
             raise NothingToAssess(f"run {run.name!r}: its profiles hold no buffer on any device")
         at = max(range(len(read)), key=lambda i: timeline["profiles"][i]["byDevice"].get(device, 0))
         info, p = read[at]
-        return oom_risk.pprof_evidence(timeline["profiles"], memory_profile_pprof.top_sites(p, device), device, info.name)
+        # Sites per sample kind: OOM risk categorises a JAX profile by its kind label
+        # (tools/oom_risk.py pprof_evidence), never by frame names.
+        sites = {k: memory_profile_pprof.top_sites(p, device, kind=k) for k in memory_profile_pprof.kinds(p, device)}
+        return oom_risk.pprof_evidence(timeline["profiles"], sites, device, info.name)
 
 
 def _one_device(host: str | None) -> str | None:

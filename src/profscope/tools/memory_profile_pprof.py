@@ -86,18 +86,24 @@ def devices(p: Profile) -> list[str]:
     return sorted({_device(s) for s in p.samples}, key=lambda d: (d == NO_DEVICE, d))
 
 
+def kinds(p: Profile, device: str | None = None) -> list[str]:
+    """The ``kind`` labels of the samples (of one device), sorted; "" for a sample without."""
+    return sorted({str(s.labels.get("kind", "")) for s in _selected(p, device)})
+
+
 def _selected(p: Profile, device: str | None):
     return [s for s in p.samples if device is None or _device(s) == device]
 
 
-def top_sites(p: Profile, device: str | None = None, n: int = TOP_SITES) -> list[dict]:
+def top_sites(p: Profile, device: str | None = None, n: int = TOP_SITES, kind: str | None = None) -> list[dict]:
     """Bytes by allocation site (:func:`site_of`: the innermost frame outside the
     libraries), as pprof's ``-top`` flat column with ``-focus`` on user code; ``cumBytes``
-    is the bytes of every sample whose stack holds the frame (pprof's cum)."""
+    is the bytes of every sample whose stack holds the frame (pprof's cum). ``kind``: only
+    the samples of that ``kind`` label (``buffer``, ``executable``; "" for none)."""
     flat: dict[int, list[int]] = defaultdict(lambda: [0, 0])
     cum: dict[int, int] = defaultdict(int)
     for s in _selected(p, device):
-        if not s.stack:
+        if not s.stack or (kind is not None and str(s.labels.get("kind", "")) != kind):
             continue
         b, c = _values(p, s)
         site = site_of(p, s.stack)

@@ -109,6 +109,11 @@ CATEGORIES = {
     "constants": "Constants",
     "small": "Small buffers (< 16 KiB, merged)",
     "allocator_reserve": "Reserved, not allocated",
+    # A JAX device-memory profile (pprof) says only what each sample is (its ``kind``
+    # label) and where it was made (its Python stack): its buffers are live arrays by the
+    # line that made them, its executables the loaded programs' code (pprof_evidence).
+    "live_buffers": "Live arrays (JAX buffers, by the line that made them)",
+    "executables": "Loaded executables (program code)",
     # XProf's "unused preallocated device memory" row is heap in use at the peak that no
     # allocation event of the profiled window explains (memory_profile.cc
     # InsertSpecialAllocations: peak heap bytes in use minus the mapped allocations), i.e.
@@ -522,22 +527,37 @@ def _ps_to_ms(ps: int) -> str:
     return repr(ps / 1e9)
 
 
-def pprof_evidence(points: list[dict], sites: list[dict], device: str, profile: str) -> dict:
+# A pprof sample's ``kind`` label -> (category, rule); a sample without one is "unknown".
+_PPROF_KINDS = {
+    "buffer": ("live_buffers", "kind=buffer: live device arrays, by the innermost frame outside installed libraries "
+                               "(the line that made them)"),
+    "executable": ("executables", "kind=executable: a loaded XLA executable's generated code"),
+    "": ("unknown", "pprof sample without a kind label"),
+}
+
+
+def pprof_evidence(points: list[dict], sites: dict[str, list[dict]], device: str, profile: str) -> dict:
     """JAX device-memory profiles (pprof) of one device: ``points`` the live bytes of each
     successive profile (tools/memory_profile_pprof.py ``timeline``), ``sites`` the
-    allocation sites of the profile with the most (``top_sites``), ``profile`` its name.
+    allocation sites of the profile with the most (``top_sites``) per sample ``kind``
+    label, ``profile`` its name.
     Live bytes are what JAX holds in buffers when the profile was taken: the largest of
     the profiles is the peak this input can show."""
     peak = max((int(pt["byDevice"].get(device, 0)) for pt in points), default=0)
     link = {"tool": "memory_profile", "host": device, "profile": profile}
     items = []
-    for s in sites:
-        if s["bytes"] <= 0:
-            continue
-        cat, rule = classify_frames([{"filename": s["file"], "name": s["function"], "line": s["line"]}])
-        items.append({"category": cat, "rule": rule, "bytes": int(s["bytes"]), "count": int(s["count"]),
-                      "name": f"{s['function']} ({s['file'].rsplit('/', 1)[-1]}:{s['line']})", "shape": "", "opName": "",
-                      "link": link})
+    for kind, rows in sites.items():
+        # The category is the sample's kind label, the only role the file records (JAX's
+        # HeapProfile writes kind=buffer for a live array, kind=executable for a loaded
+        # program's code); PyTorch's frame rules (classify_frames: forward, backward,
+        # optimizer frames) would put every JAX site under "temporaries", a guess.
+        cat, rule = _PPROF_KINDS.get(kind, ("unknown", f"pprof sample kind {kind!r}: not a kind JAX writes"))
+        for s in rows:
+            if s["bytes"] <= 0:
+                continue
+            items.append({"category": cat, "rule": rule, "bytes": int(s["bytes"]), "count": int(s["count"]),
+                          "name": f"{s['function']} ({s['file'].rsplit('/', 1)[-1]}:{s['line']})", "shape": "", "opName": "",
+                          "link": link})
     return {"kind": "pprof", "host": device, "device": device, "peakBytes": peak, "profile": profile,
             "profiles": len(points), "items": items, "link": link}
 
@@ -1024,6 +1044,9 @@ _CUT_ADVICE = {
     "inputs": "shrink the per-device batch (accumulate over micro-batches to keep the global batch)",
     "outputs": "donate the arguments the outputs replace (donate_argnums) or return less",
     "temporaries": "look at the largest temporary in the memory viewer: fuse or chunk the op that makes it",
+    "live_buffers": "open the memory profile at the line that made the largest arrays: drop the references that keep "
+                    "them alive across steps, shard them (jax.sharding), keep them in bf16, or donate them (donate_argnums)",
+    "executables": "load fewer programs: compile fewer distinct shapes (pad to a few sizes) or drop unused ones (jax.clear_caches)",
     "constants": "pass large constants as arguments instead of closing over them",
     "small": "many small buffers: batch them into larger arrays",
     "allocator_reserve": "release the caching allocator's unused segments (torch.cuda.empty_cache) or reduce fragmentation "
