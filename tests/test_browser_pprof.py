@@ -143,3 +143,13 @@ def test_oom_risk_contributors_are_live_arrays(server, open_page):
     assert page.eval_on_selector("#oom-contributors tbody tr .swatch", "s => getComputedStyle(s).backgroundColor") == "rgb(160, 203, 232)"
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "pprof_oom_risk.png"), full_page=True)
+
+
+def test_overview_lists_the_devices_not_all_hosts(server, open_page):
+    """A multi-device JAX memory profile offers ALL_HOSTS among its hosts (the picker's
+    "all devices"); the run's overview lists its devices only."""
+    page = open_page(server)
+    page.goto(f"{server}/?{urlencode({'run': 'tpu/memory.prof', 'tool': 'overview'}, quote_via=quote)}")
+    page.wait_for_selector("#run-title")
+    hosts = page.eval_on_selector("dl.kv", "dl => [...dl.children].find((d, i, all) => all[i - 1] && all[i - 1].innerText === 'hosts').innerText")
+    assert hosts == "TPU_0, TPU_1, TPU_2, TPU_3", hosts

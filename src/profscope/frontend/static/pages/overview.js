@@ -57,7 +57,8 @@ function render(view, state, run, details, shell) {
     el("dl", { class: "kv" },
       el("dt", {}, "kind"), el("dd", {}, KIND_LABELS[run.kind] || run.kind),
       el("dt", {}, "folder"), el("dd", {}, el("code", {}, run.folder || ".")),
-      el("dt", {}, "hosts"), el("dd", {}, details.hosts.join(", ") || "—"),
+      // a JAX memory profile's hosts offer ALL_HOSTS (app/pprofs.py): not a host of its own
+      el("dt", {}, "hosts"), el("dd", {}, details.hosts.filter((h) => h !== "ALL_HOSTS").join(", ") || "—"),
       el("dt", {}, "files"), el("dd", {}, `${run.fileCount} (${fmtBytes(run.totalBytes)})`),
       el("dt", {}, "modules"), el("dd", {}, String(details.modules.length))),
     el("h2", {}, "Tools"), el("div", { class: "cards" }, toolCards),
