@@ -77,7 +77,7 @@ def _xplane_clock(ws, run: Run, host: str | None, built_only: bool = False) -> d
     ix = ws.trace_index(run, host, run.xplane(host))
     # the allocator events' absolute times (app/trace_viewer_links.py, cached per file): the
     # clock the trace's counter -> memory profile links use too
-    clocks = clock_rules.allocator_times(profile, ws._allocator_clock(run, host), ix.origin_ps)
+    clocks = clock_rules.allocator_times(profile, ws.allocator_clock(run, host), ix.origin_ps)
     _counters(ws, run, host, ix, clocks, {mid: clock_rules.allocator_counter(mid) for mid in clocks})
     return _answer(run, host, "memory_profile", {"run": run.name, "host": host}, clocks)
 

@@ -69,7 +69,7 @@ class TraceViewerLinks:
             memory_id = trace_links.xplane_allocator_of(p.name)
             if memory_id is None:
                 return None, f"{p.name!r} is not an allocator's counter"
-            clock = self._allocator_clock(run, p.host)
+            clock = self.allocator_clock(run, p.host)
             ms = clock.profile_ms(memory_id, absolute_ps)
             if ms is None:
                 ids = ", ".join(clock.memory_ids) or "none"
@@ -94,7 +94,10 @@ class TraceViewerLinks:
         ms = (absolute_ps - origin_ps) / 1e9 - trace_clock.torch_trace_offset(origin_us, origin_ps)["offsetMs"]
         return {"host": host, "memory_id": memory_id, "t": trace_links.time_param(ms)}, None
 
-    def _allocator_clock(self, run: Run, host: str):
+    def allocator_clock(self, run: Run, host: str):
+        """The allocator events' clock of ``host``'s xplane (tools/trace_links.py
+        ``AllocatorClock``), read once per file: both directions of the trace <-> memory
+        profile links map times through it."""
         info = self.host_xplane(run, host, "allocator events")
 
         def make():
@@ -117,7 +120,7 @@ class TraceViewerLinks:
         """The other way (memory profile → trace): the absolute time (ps, the trace
         index's clock before its ``origin_ps`` is taken off) of ``memory_id``'s event
         nearest the memory profile's ``t_ms``, per event (the host lines may differ)."""
-        return self._allocator_clock(run, host).trace_ps(memory_id, t_ms)
+        return self.allocator_clock(run, host).trace_ps(memory_id, t_ms)
 
     # -- events --------------------------------------------------------------------------
 
