@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from profscope.testing.processes import free_port, stop
+from profscope.testing.processes import ServerProcess, free_port
 
 AZURITE_VERSION = "3.35.0"
 PACKAGE = Path(__file__).with_name("azurite_npm")
@@ -80,7 +80,7 @@ def connection_string(endpoint: str, key: str = ACCOUNT_KEY) -> str:
             f"BlobEndpoint={endpoint}/{ACCOUNT};")
 
 
-class Azurite:
+class Azurite(ServerProcess):
     """``with Azurite(containers=("profiles",)) as az:`` Azurite's blob service at
     ``az.url`` (in memory), with those containers made; ``az.options()`` are adlfs options,
     ``az.env()`` the environment a ``profscope`` process reads the same from."""
@@ -89,9 +89,8 @@ class Azurite:
         self.containers = tuple(containers)
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self._proc: subprocess.Popen | None = None
 
-    def __enter__(self) -> "Azurite":
+    def _popen(self) -> subprocess.Popen:
         program = _blob_bin(cache_dir())
         if not program.is_file():
             raise AzuriteUnavailable(f"Azurite {AZURITE_VERSION} is not at {program}: run `make downloads` "
@@ -99,37 +98,24 @@ class Azurite:
                                      "tests never download it")
         # --skipApiVersionCheck: azure-storage-blob may be newer than the API versions this
         # Azurite knows; --disableTelemetry: it would otherwise try to reach Microsoft.
-        self._proc = subprocess.Popen(
+        return subprocess.Popen(
             [str(program), "--blobHost", "127.0.0.1", "--blobPort", str(self.port), "--inMemoryPersistence",
              "--skipApiVersionCheck", "--disableTelemetry", "--silent"],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    def _ready(self) -> bool:
         try:
-            self._wait()
-            fs = self.filesystem()
-            for container in self.containers:
-                fs.mkdir(container)
-        except BaseException:
-            self.__exit__()
-            raise
-        return self
+            with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                return True
+        except OSError:
+            if self._proc.poll() is not None:
+                raise AzuriteUnavailable(f"azurite-blob exited: {self._proc.stderr.read().decode()[-500:]}") from None
+            return False
 
-    def __exit__(self, *exc) -> None:
-        if self._proc is not None:
-            stop(self._proc)
-            self._proc = None
-
-    def _wait(self, timeout: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
-                    return
-            except OSError:
-                if self._proc.poll() is not None:
-                    raise AzuriteUnavailable(f"azurite-blob exited: {self._proc.stderr.read().decode()[-500:]}") from None
-                if time.monotonic() > deadline:
-                    raise AzuriteUnavailable(f"azurite-blob did not listen on {self.url} in {timeout:.0f} s") from None
-                time.sleep(0.1)
+    def _setup(self) -> None:
+        fs = self.filesystem()
+        for container in self.containers:
+            fs.mkdir(container)
 
     def options(self, key: str = ACCOUNT_KEY) -> dict:
         return {"connection_string": connection_string(self.url, key)}

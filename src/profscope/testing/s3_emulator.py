@@ -17,12 +17,12 @@ import sys
 import time
 import urllib.request
 
-from profscope.testing.processes import free_port, stop
+from profscope.testing.processes import ServerProcess, free_port
 
 REGION = "us-east-1"
 
 
-class S3Emulator:
+class S3Emulator(ServerProcess):
     """``with S3Emulator(buckets=("profiles", "locked"), readable=("profiles",)) as s3:``
     moto's S3 at ``s3.url`` with those buckets made;
     ``s3.options("reader")`` are s3fs options, ``s3.env("reader")`` the AWS_* environment
@@ -34,37 +34,23 @@ class S3Emulator:
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.keys: dict[str, tuple[str, str]] = {}
-        self._proc: subprocess.Popen | None = None
 
-    def __enter__(self) -> "S3Emulator":
+    def _popen(self) -> subprocess.Popen:
         # Its own process: a benchmark's emulator must not share the measured one's GIL.
-        self._proc = subprocess.Popen(
+        return subprocess.Popen(
             [sys.executable, "-c", "from moto.server import main; main()", "-H", "127.0.0.1", "-p", str(self.port)],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def _ready(self) -> bool:
         try:
-            self._wait()
-            self._make_users()
-            self._post("/moto-api/reset-auth", b"0")  # auth on, from the next request
-        except BaseException:
-            self.__exit__()
-            raise
-        return self
+            with urllib.request.urlopen(self.url + "/moto-api/data.json", timeout=2):
+                return True
+        except OSError:
+            return False
 
-    def __exit__(self, *exc) -> None:
-        if self._proc is not None:
-            stop(self._proc)
-            self._proc = None
-
-    def _wait(self, timeout: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                with urllib.request.urlopen(self.url + "/moto-api/data.json", timeout=2):
-                    return
-            except OSError:
-                if self._proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"moto's server did not start on {self.url}") from None
-                time.sleep(0.1)
+    def _setup(self) -> None:
+        self._make_users()
+        self._post("/moto-api/reset-auth", b"0")  # auth on, from the next request
 
     def _post(self, path: str, body: bytes) -> None:
         with urllib.request.urlopen(urllib.request.Request(self.url + path, data=body, method="POST",
