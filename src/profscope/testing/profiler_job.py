@@ -21,35 +21,49 @@ from contextlib import contextmanager
 
 from profscope.testing.processes import free_port
 
-__all__ = ["free_port", "profiler_job"]
+__all__ = ["free_port", "profiler_job", "profiler_jobs"]
 
 READY = "profiler job ready"
 
 
 @contextmanager
-def profiler_job(*, start_timeout: float = 120.0):
-    """Yield the address (``localhost:PORT``) of a live job's profiler server."""
-    port = free_port()
+def profiler_job(*, start_timeout: float = 120.0, port: int | None = None):
+    """Yield the address (``localhost:PORT``) of a live job's profiler server (on ``port``,
+    or a free one)."""
+    with profiler_jobs([port or free_port()], start_timeout=start_timeout) as addresses:
+        yield addresses[0]
+
+
+@contextmanager
+def profiler_jobs(ports: list[int], *, start_timeout: float = 120.0):
+    """Yield the addresses of live jobs, one per port: all started at once (JAX's import
+    and first compile take seconds each), then each waited for."""
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "profscope.testing.profiler_job", str(port), str(os.getpid())],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    procs = []
     try:
+        for port in ports:
+            procs.append(subprocess.Popen([sys.executable, "-m", "profscope.testing.profiler_job", str(port),
+                                           str(os.getpid())],
+                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env))
         deadline = time.monotonic() + start_timeout
-        lines = []
-        for line in proc.stdout:
-            lines.append(line)
-            if READY in line:
-                break
-            if time.monotonic() > deadline:
-                raise AssertionError("the profiler job did not start:\n" + "".join(lines))
-        else:
-            raise AssertionError("the profiler job exited:\n" + "".join(lines))
-        yield f"localhost:{port}"
+        for proc in procs:
+            lines = []
+            for line in proc.stdout:
+                lines.append(line)
+                if READY in line:
+                    break
+                if time.monotonic() > deadline:
+                    raise AssertionError("the profiler job did not start:\n" + "".join(lines))
+            else:
+                raise AssertionError("the profiler job exited:\n" + "".join(lines))
+        yield [f"localhost:{port}" for port in ports]
     finally:
-        proc.kill()
-        proc.wait(timeout=30)
-        if proc.stdout is not None:
-            proc.stdout.close()
+        for proc in procs:
+            proc.kill()
+        for proc in procs:
+            proc.wait(timeout=30)
+            if proc.stdout is not None:
+                proc.stdout.close()
 
 
 def _main(port: int, parent: int | None = None) -> None:
