@@ -24,6 +24,7 @@ import errno
 import fnmatch
 import ipaddress
 import itertools
+import json
 import math
 import os
 import re
@@ -43,8 +44,8 @@ from profscope.storage import LogDir
 from profscope.storage.profiler_client import (DEFAULT_MAX_ANSWER_BYTES, AnswerTooLarge, CaptureSettings, ProfilerClient,
                                                TargetError, split_address)
 
-__all__ = ["CaptureDir", "CaptureJob", "Capturer", "CaptureSettings", "ContinuousSession", "TargetPolicy",
-           "parse_duration", "parse_targets"]
+__all__ = ["CAPTURE_META_FILE", "CaptureDir", "CaptureJob", "Capturer", "CaptureSettings", "ContinuousSession",
+           "TargetPolicy", "parse_duration", "parse_targets", "read_capture_meta", "write_capture_meta"]
 
 # Jobs and continuous sessions remembered for their status pages, newest kept.
 KEEP_FINISHED = 50
@@ -63,6 +64,47 @@ STOP_GRACE_S = 3.0
 # 2 cores), so a long recording stopped late is not lost to the cancel.
 SERIALISE_S_PER_RECORDED_S = 0.5
 _HOST_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
+# Why a capture was made (a trigger's reason, its condition and values), beside the hosts'
+# XSpaces in the session folder: write_capture_meta / read_capture_meta. A name no reader
+# claims (model/file_kinds.py: OTHER), so the run lists only its hosts.
+CAPTURE_META_FILE = "profscope_capture.json"
+# The largest metadata file read back (a trigger's reason and a few values: ~1 KB).
+MAX_CAPTURE_META_BYTES = 1 << 20
+
+
+def write_capture_meta(session_dir: str | os.PathLike, meta: dict) -> Path:
+    """Write ``meta`` (plain JSON data: ``reason``, ``condition``, ``fired_at`` (unix s),
+    ``values``, ``mode`` ("capture" or "ring"), ``targets``) as the session folder's
+    :data:`CAPTURE_META_FILE`, atomically (a reader sees all of it or none). Called on a
+    staging folder before it is published, so the run appears with its reason."""
+    path = Path(session_dir) / CAPTURE_META_FILE
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.part")
+    try:
+        tmp.write_text(json.dumps(meta, indent=1, sort_keys=True, allow_nan=False))
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return path
+
+
+def read_capture_meta(session_dir: str | os.PathLike) -> dict | None:
+    """The session folder's :data:`CAPTURE_META_FILE` as a dict; None where there is none,
+    or it is not a JSON object of at most :data:`MAX_CAPTURE_META_BYTES` (a hand-made
+    folder's stray file must not break the run)."""
+    path = Path(session_dir) / CAPTURE_META_FILE
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_CAPTURE_META_BYTES + 1)
+    except OSError:
+        return None
+    if len(raw) > MAX_CAPTURE_META_BYTES:
+        return None
+    try:
+        meta = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+    return meta if isinstance(meta, dict) else None
 
 
 def parse_targets(text: str, what: str = "targets") -> list[str]:
@@ -367,6 +409,8 @@ class CaptureJob:
     clients: dict[str, ProfilerClient] = field(default_factory=dict, repr=False)
     cancelled: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    # why it was made (a trigger's reason...): written as the session's CAPTURE_META_FILE
+    meta: dict | None = None
 
     @property
     def saved(self) -> list[TargetState]:
@@ -399,7 +443,7 @@ class CaptureJob:
             "created": self.created, "recordStarts": self.record_starts, "recordEnds": self.record_ends,
             "remainingS": remaining, "startsInS": starts_in, "finished": self.finished, "stopped": self.stopped,
             "cutOffInS": max(0.0, self.cut_off_at - now) if self.cut_off_at and not self.done.is_set() else None,
-            "error": self.error,
+            "error": self.error, "reason": (self.meta or {}).get("reason"),
             "done": self.done.is_set(), "summary": self.summary() if self.done.is_set() else None,
             "hosts": [h.to_json() for h in self.hosts.values()],
         }
@@ -491,11 +535,13 @@ class Capturer:
         return sorted(self._jobs.values(), key=lambda j: j.created, reverse=True)
 
     def _new_job(self, targets: list[str], settings: CaptureSettings, job_id: str | None = None,
-                 routes: dict[str, str] | None = None) -> CaptureJob:
+                 routes: dict[str, str] | None = None, meta: dict | None = None, name_suffix: str = "") -> CaptureJob:
         job_id = job_id or secrets.token_hex(6)
+        # the session's name: XProf's start time, then what made it (``_trigger-step_time``)
+        suffix = _HOST_CHARS.sub("_", name_suffix).strip("_")[:60]
+        stem = datetime.now().strftime("%Y_%m_%d_%H_%M_%S") + (f"_{suffix}" if suffix else "")
         return CaptureJob(id=job_id, targets=targets, settings=settings, staging=self.folder.stage(job_id),
-                          stem=datetime.now().strftime("%Y_%m_%d_%H_%M_%S"), hosts={t: TargetState(t) for t in targets},
-                          routes=dict(routes or {}))
+                          stem=stem, hosts={t: TargetState(t) for t in targets}, routes=dict(routes or {}), meta=meta)
 
     def _checked(self, targets: list[str] | str) -> tuple[list[str], dict[str, str]]:
         """The targets, normalised, and the addresses to dial where not themselves."""
@@ -517,15 +563,18 @@ class Capturer:
 
     # -- one-shot ------------------------------------------------------------------------
 
-    def start(self, targets: list[str] | str, settings: CaptureSettings, *, num_retry: int = 0) -> CaptureJob:
-        """Start recording every target now (after ``settings.delay_ms``); returns at once."""
+    def start(self, targets: list[str] | str, settings: CaptureSettings, *, num_retry: int = 0,
+              meta: dict | None = None, name_suffix: str = "") -> CaptureJob:
+        """Start recording every target now (after ``settings.delay_ms``); returns at once.
+        ``meta`` (why: a trigger's reason) is saved as the run's :data:`CAPTURE_META_FILE`,
+        and ``name_suffix`` ends its session's name (``..._trigger-step_time``)."""
         targets, routes = self._checked(targets)
         if not 0 <= num_retry <= 10:
             raise BadRequest(f"num_retry must be from 0 to 10, not {num_retry}")
         job_id = secrets.token_hex(6)
         self._claim(targets, job_id)
         try:
-            job = self._new_job(targets, settings, job_id, routes)
+            job = self._new_job(targets, settings, job_id, routes, meta, name_suffix)
         except BaseException:
             self._release(targets, job_id)
             raise
@@ -675,7 +724,10 @@ class Capturer:
         return f"{job.stop_reason} before any host answered; nothing was kept"
 
     def _publish(self, job: CaptureJob) -> None:
-        """Move the job's hosts into place as one session: the run appears whole."""
+        """Move the job's hosts into place as one session: the run appears whole (with
+        why it was made, ``job.meta``)."""
+        if job.meta is not None:
+            write_capture_meta(job.staging, job.meta)
         job.session = self.folder.publish(job.staging, job.stem)
         job.run = f"{self.mount}/{job.session}"
         for h in job.saved:
