@@ -295,7 +295,12 @@ def _add_capture(sub) -> None:
                     "all hosts at once, and write plugins/profile/<session>/<host>_<port>.xplane.pb into --dir. "
                     "Exit status 0: every host saved; 1: some hosts failed; 2: nothing saved or bad input. "
                     "docs/capture.md says more.")
-    capture.add_argument("targets", metavar="HOST:PORT[,HOST:PORT...]", help="the profiler servers to record")
+    capture.add_argument("targets", metavar="HOST:PORT[,HOST:PORT...]", nargs="?", default="",
+                         help="the profiler servers to record; ranges such as worker-{0..7}:9999 or "
+                              "localhost:{9000..9007}, and dns:///NAME:PORT for every address a name resolves to")
+    capture.add_argument("--targets-file", metavar="FILE", action="append", default=[],
+                         help="read more targets from FILE: one HOST:PORT (or range, or dns:///NAME:PORT) a line, "
+                              "# for comments (repeatable)")
     capture.add_argument("--duration", default="2s", help="how long to record: 2s, 1500ms, 1m, at most 1h (default 2s)")
     capture.add_argument("--delay", default="0", help="wait this long before recording (default 0)")
     capture.add_argument("--dir", metavar="DIR", help="folder to write into (default: captures/ in the cache folder, "
@@ -1027,6 +1032,15 @@ def cmd_diff(args) -> int:
     return 0
 
 
+def _capture_targets(args) -> str:
+    """The targets named on the command line and in every --targets-file, as one text for
+    parse_targets (which expands ranges and reads # comments)."""
+    from profscope.app.capture_targets import parse_targets, read_targets_file
+
+    text = "\n".join([args.targets or "", *(read_targets_file(f) for f in args.targets_file)])
+    return ",".join(parse_targets(text, "targets"))
+
+
 def cmd_capture(args) -> int:
     import time
 
@@ -1038,6 +1052,7 @@ def cmd_capture(args) -> int:
                                delay_ms=parse_duration(args.delay, "--delay"),
                                host_tracer_level=args.host_tracer_level, device_tracer_level=args.device_tracer_level,
                                python_tracer_level=args.python_tracer_level)
+    args.targets = _capture_targets(args)
     folder = CaptureDir(args.dir or default_capture_dir(args.cache_dir or default_cache_dir()))
     # The command line dials what its user names: the allow-list guards the server only.
     limit = parse_size(args.capture_max_bytes, "--capture-max-bytes")

@@ -39,6 +39,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Callable
 
+from profscope.app.capture_targets import MAX_TARGETS, expand_dns, parse_targets
 from profscope.errors import BadRequest, Conflict, Forbidden, NotFound, ProfscopeError, Stopping
 from profscope.storage import LogDir
 from profscope.storage.profiler_client import (DEFAULT_MAX_ANSWER_BYTES, AnswerTooLarge, CaptureSettings, ProfilerClient,
@@ -49,7 +50,6 @@ __all__ = ["CAPTURE_META_FILE", "CaptureDir", "CaptureJob", "Capturer", "Capture
 
 # Jobs and continuous sessions remembered for their status pages, newest kept.
 KEEP_FINISHED = 50
-MAX_TARGETS = 256
 # A staging folder this old was left by a capture that crashed (a capture is at most an hour).
 STALE_STAGING_S = 24 * 3600
 # Seconds ahead of now that several hosts are asked to start recording together.
@@ -105,27 +105,6 @@ def read_capture_meta(session_dir: str | os.PathLike) -> dict | None:
     except (ValueError, RecursionError):
         return None
     return meta if isinstance(meta, dict) else None
-
-
-def parse_targets(text: str, what: str = "targets") -> list[str]:
-    """``a:1, b:2`` -> ['a:1', 'b:2'] (normalised ``host:port``), each checked; an error
-    names ``what``, the field the addresses came in."""
-    items = [t.strip() for t in (text or "").replace(";", ",").split(",") if t.strip()]
-    if not items:
-        raise BadRequest(f"{what}: no profiler address given: name the job's profiler server as HOST:PORT, "
-                         "e.g. localhost:9999")
-    if len(items) > MAX_TARGETS:
-        raise BadRequest(f"{what}: {len(items)} addresses given; one capture takes at most {MAX_TARGETS}")
-    out = []
-    for item in items:
-        try:
-            host, port = split_address(item)
-        except ProfscopeError as e:
-            raise BadRequest(f"{what}: {e.message}") from None
-        address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        if address not in out:
-            out.append(address)
-    return out
 
 
 # The longest recording one capture asks for: CaptureSettings refuses more (a profiler
@@ -544,10 +523,14 @@ class Capturer:
                           stem=stem, hosts={t: TargetState(t) for t in targets}, routes=dict(routes or {}), meta=meta)
 
     def _checked(self, targets: list[str] | str) -> tuple[list[str], dict[str, str]]:
-        """The targets, normalised, and the addresses to dial where not themselves."""
-        targets = parse_targets(targets) if isinstance(targets, str) else parse_targets(",".join(targets))
-        routes = {t: self.policy.route(t) for t in targets}
-        return targets, {t: r for t, r in routes.items() if r != t}
+        """The targets, normalised (ranges and ``dns:///`` names expanded: capture_targets.py),
+        and the addresses to dial where not themselves."""
+        text = targets if isinstance(targets, str) else ",".join(targets)
+        routes = dict(pair for t in parse_targets(text) for pair in expand_dns(self.policy, t))
+        if len(routes) > MAX_TARGETS:
+            raise BadRequest(f"targets: the names resolve to {len(routes):,} addresses; one capture takes at most "
+                             f"{MAX_TARGETS} (MAX_TARGETS): capture fewer at a time")
+        return list(routes), {t: r for t, r in routes.items() if r != t}
 
     def _client(self, address: str, routes: dict[str, str]) -> ProfilerClient:
         return ProfilerClient(address, max_answer_bytes=self.max_answer_bytes, dial=routes.get(address))
