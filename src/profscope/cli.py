@@ -315,6 +315,15 @@ def _add_capture(sub) -> None:
     capture.add_argument("--snapshots", type=int, metavar="N",
                          help="continuous mode: profile continuously and save N snapshots, one every --every")
     capture.add_argument("--every", default="10s", help="time between continuous snapshots (default 10s)")
+    capture.add_argument("--when", metavar="CONDITION",
+                         help="automatic capture: probe the targets every --probe-every and capture them (for "
+                              "--duration) when CONDITION holds, until Ctrl+C: step_time>2x[,for=3] (k x the running "
+                              "median), step_time>250ms, memory>0.9 (of capacity), memory>12GiB, step_time_trend, "
+                              "memory_growth; join clauses with 'or' (docs/capture.md, Automatic capture)")
+    capture.add_argument("--probe-every", default="10s", help="with --when: time between probes (default 10s)")
+    capture.add_argument("--probe-duration", default="1s", help="with --when: each probe's recording (default 1s)")
+    capture.add_argument("--max-fires", type=int, default=0, metavar="N",
+                         help="with --when: stop after N captures (default 0: until Ctrl+C)")
     capture.add_argument("--capture-max-bytes", metavar="SIZE", help=CAPTURE_MAX_HELP)
 
 
@@ -1041,6 +1050,51 @@ def _capture_targets(args) -> str:
     return ",".join(parse_targets(text, "targets"))
 
 
+def _capture_watch(args, capturer, settings, ring=None) -> int:
+    """``profscope capture TARGETS --when CONDITION``: a watch (app/capture_watch.py) until
+    Ctrl+C or --max-fires: each probe, fire and failure on standard error, each run a fire
+    saved on standard output. Exit status 0: stopped or done with every fired capture
+    saved (or none fired); 1: a fired capture failed; 2: the watch failed (every target
+    stopped answering) or bad input."""
+    import time
+
+    from profscope.app.capture import parse_duration
+    from profscope.app.capture_watch import Watches
+
+    watches = capturer.watches = Watches(capturer, ring=ring)
+    try:
+        w = watches.start(args.targets, args.when, settings, probe_every_s=parse_duration(args.probe_every,
+                                                                                          "--probe-every") / 1000,
+                          probe_ms=parse_duration(args.probe_duration, "--probe-duration"), max_fires=args.max_fires,
+                          what="--when")
+        shown = 0
+        try:
+            while True:
+                ended = w.state in ("done", "failed", "stopped")
+                for h in w.history[shown:]:
+                    print(f"watch: {h['kind']}: {h['text']}", file=sys.stderr, flush=True)
+                    if h["kind"] == "saved":
+                        print(capturer.folder.sessions / h["run"].split("/", 1)[1], flush=True)
+                shown = len(w.history)
+                if ended:
+                    break
+                time.sleep(0.2)
+        except KeyboardInterrupt:
+            print("\nwatch: stopping", file=sys.stderr, flush=True)
+            watches.stop(w.id)
+            for h in w.history[shown:]:
+                if h["kind"] == "saved":
+                    print(capturer.folder.sessions / h["run"].split("/", 1)[1], flush=True)
+    finally:
+        capturer.close()
+    if w.state == "failed":
+        print(f"profscope: error: the watch failed: {w.error}", file=sys.stderr)
+        return 2
+    if not w.fires:
+        print(f"watch: {w.probes} probe(s), the condition never held", file=sys.stderr)
+    return 1 if any(f["stage"] != "saved" for f in w.fires) else 0
+
+
 def cmd_capture(args) -> int:
     import time
 
@@ -1058,6 +1112,8 @@ def cmd_capture(args) -> int:
     limit = parse_size(args.capture_max_bytes, "--capture-max-bytes")
     capturer = Capturer(folder, TargetPolicy(["*"]), **({"max_answer_bytes": limit} if limit is not None else {}))
     live = sys.stderr.isatty()
+    if args.when:
+        return _capture_watch(args, capturer, settings)
 
     def follow(job) -> None:
         last = None

@@ -46,7 +46,8 @@ from profscope.storage.profiler_client import (DEFAULT_MAX_ANSWER_BYTES, AnswerT
                                                TargetError, split_address)
 
 __all__ = ["CAPTURE_META_FILE", "CaptureDir", "CaptureJob", "Capturer", "CaptureSettings", "ContinuousSession",
-           "TargetPolicy", "parse_duration", "parse_targets", "read_capture_meta", "write_capture_meta"]
+           "TargetPolicy", "parse_capture_meta", "parse_duration", "parse_targets", "read_capture_meta",
+           "write_capture_meta"]
 
 # Jobs and continuous sessions remembered for their status pages, newest kept.
 KEEP_FINISHED = 50
@@ -98,6 +99,12 @@ def read_capture_meta(session_dir: str | os.PathLike) -> dict | None:
             raw = f.read(MAX_CAPTURE_META_BYTES + 1)
     except OSError:
         return None
+    return parse_capture_meta(raw)
+
+
+def parse_capture_meta(raw: bytes) -> dict | None:
+    """:func:`read_capture_meta` of the file's bytes (the Summary reads them through the
+    log directory: storage/mounted.py)."""
     if len(raw) > MAX_CAPTURE_META_BYTES:
         return None
     try:
@@ -471,6 +478,9 @@ class Capturer:
         self._continuous: dict[str, ContinuousSession] = {}
         self._busy: dict[str, str] = {}  # target -> the job or continuous session recording it
         self._stopping = False
+        # the automatic captures' watches (app/capture_watch.py Watches), made on first use;
+        # ended with the server (close, shutdown)
+        self.watches = None
         folder.clean_stale()
 
     # -- bookkeeping ---------------------------------------------------------------------
@@ -631,6 +641,8 @@ class Capturer:
         running = [j for j in self._jobs.values() if not j.done.is_set()]
 
         def cancel_all() -> None:
+            if self.watches is not None:  # first: a watch must not fire a capture meanwhile
+                self.watches.stop_all()
             for j in running:
                 self.stop(j.id, grace=0, reason="the server stopped")
 
@@ -857,7 +869,9 @@ class Capturer:
         return session
 
     def close(self) -> None:
-        """Stop every continuous session (the server is going away)."""
+        """Stop every watch and continuous session (the server is going away)."""
+        if self.watches is not None:
+            self.watches.stop_all()
         for s in list(self._continuous.values()):
             if s.state == "running":
                 try:

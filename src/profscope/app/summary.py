@@ -66,7 +66,22 @@ class Analysis:
             return self._analysis_all_hosts(run, query, link, progress)
         refused: list[dict] = []
         parts = self._analysis_parts(run, query, query.host, link, refused, progress)
-        return analysis.summarize({**parts, "run": run.name, "host": query.host, "refused": refused})
+        return analysis.summarize({**parts, "run": run.name, "host": query.host, "refused": refused,
+                                   "capture": self._capture_meta(run)})
+
+    def _capture_meta(self, run: Run) -> dict | None:
+        """Why a captured run was made: its session folder's profscope_capture.json (a
+        trigger's reason, app/capture.py ``write_capture_meta``); None for other runs."""
+        from profscope.app.capture import CAPTURE_META_FILE, parse_capture_meta
+
+        if run.kind is not RunKind.PROFILE or not run.files:
+            return None
+        folder = run.files[0].path.rpartition("/")[0]
+        try:
+            raw = self.logdir.read_bytes(f"{folder}/{CAPTURE_META_FILE}" if folder else CAPTURE_META_FILE)
+        except (ProfscopeError, OSError):
+            return None
+        return parse_capture_meta(raw)
 
     def summary_hosts_first(self, run: Run, query: SummaryQuery) -> None:
         """Before an ALL_HOSTS summary: each host's Steps & ops and OOM risk, all at once
@@ -224,7 +239,8 @@ class Analysis:
         oom = self._analysis_part(run, [], "oom_risk", lambda: self._payload(run, "oom_risk", _oom_query(query, None)))
         return analysis.summarize({"run": run.name, "host": ALL_HOSTS, "steps_ops": worst["steps_ops"],
                                    "oom_risk": oom, "peaks": worst["peaks"], "findings": findings,
-                                   "hosts": rows, "refused": refused, "inputs": inputs})
+                                   "hosts": rows, "refused": refused, "inputs": inputs,
+                                   "capture": self._capture_meta(run)})
 
 
 def _oom_query(query: SummaryQuery, host: str | None) -> OomRiskQuery:

@@ -21,6 +21,7 @@ from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
 from profscope.app.capture import Capturer, CaptureJob, CaptureSettings, parse_duration, parse_targets
+from profscope.app.capture_watch import watches_of
 from profscope.app.workspace import Workspace
 from profscope.errors import BadRequest, NotFound, ProfscopeError, Stopping, TooLarge
 from profscope.server.responses import json_response
@@ -36,6 +37,9 @@ BODY_FIELDS = ("targets", "duration", "durationMs", "delayMs", "hostTracerLevel"
 # refused before it is parsed (json.loads raises RecursionError past ~1,000 levels, and
 # str() of a value nested a little less deep can, in an error message).
 MAX_BODY_DEPTH = 8
+# POST /api/capture/watch (automatic capture, app/capture_watch.py) takes a capture's
+# fields (what a fire records) and the watch's own.
+WATCH_FIELDS = BODY_FIELDS + ("when", "probeEvery", "probeDuration", "maxFires")
 MAX_BODY_BYTES = 64 << 10
 
 
@@ -91,7 +95,7 @@ def _too_deep(raw: bytes, limit: int = MAX_BODY_DEPTH) -> str | None:
     return None
 
 
-async def _body(request: Request) -> dict:
+async def _body(request: Request, fields: tuple[str, ...] = BODY_FIELDS) -> dict:
     raw = await request.body()
     if len(raw) > MAX_BODY_BYTES:
         raise BadRequest(f"the request body is over {MAX_BODY_BYTES >> 10} KiB")
@@ -104,9 +108,9 @@ async def _body(request: Request) -> dict:
         raise BadRequest(f"the request body is not JSON: {e}") from None
     if not isinstance(body, dict):
         raise BadRequest("the request body must be a JSON object")
-    unknown = sorted(set(body) - set(BODY_FIELDS))
+    unknown = sorted(set(body) - set(fields))
     if unknown:
-        raise BadRequest(f"unknown field(s) {', '.join(unknown)}; a capture takes {', '.join(BODY_FIELDS)}")
+        raise BadRequest(f"unknown field(s) {', '.join(unknown)}; a capture takes {', '.join(fields)}")
     for name, value in body.items():
         if name != "targets" and not isinstance(value, (int, float, str)):
             raise BadRequest(f"{name} must be a number or a string, not {type(value).__name__}")
@@ -139,6 +143,7 @@ def _state(cap: Capturer) -> dict:
         "allowed": cap.policy.describe(),
         "jobs": [j.to_json() for j in cap.jobs()],
         "continuous": [s.to_json(cap.find) for s in cap.continuous_sessions()],
+        "watches": [w.to_json(cap.find) for w in (cap.watches.all() if cap.watches is not None else [])],
     }
 
 
@@ -218,4 +223,36 @@ def router(ws: Workspace) -> APIRouter:
         cap = _capturer(ws)
         return json_response(cap.stop_continuous(sid).to_json(cap.find))
 
+    _watch_routes(r, ws)
     return r
+
+
+def _watch_routes(r: APIRouter, ws: Workspace) -> None:
+    """Automatic capture (app/capture_watch.py, docs/capture.md "Automatic capture"):
+    start a watch, follow it (its probes, fires and the runs they made), stop it."""
+
+    @r.post("/api/capture/watch")
+    async def watch_start(request: Request) -> Response:
+        cap = _capturer(ws)
+        body = await _body(request, WATCH_FIELDS)
+        targets, settings, _ = _body_settings(body)
+        when = body.get("when")
+        if not isinstance(when, str):
+            raise BadRequest("missing field 'when': the condition, e.g. step_time>2x,for=3 or memory>0.9")
+        every = parse_duration(body.get("probeEvery", "10s"), "probeEvery") / 1000
+        probe_ms = parse_duration(body.get("probeDuration", "1s"), "probeDuration")
+        # in a thread: the allow-list may resolve a name (TargetPolicy.route)
+        watch = await run_in_threadpool(lambda: watches_of(cap).start(
+            targets, when, settings, probe_every_s=every, probe_ms=probe_ms,
+            max_fires=_level(body.get("maxFires", 0), "maxFires"), what="when"))
+        return json_response(watch.to_json(cap.find), status=201)
+
+    @r.get("/api/capture/watch/{wid}")
+    def watch_state(wid: str) -> Response:
+        cap = _capturer(ws)
+        return json_response(watches_of(cap).get(wid).to_json(cap.find))
+
+    @r.post("/api/capture/watch/{wid}/stop")
+    def watch_stop(wid: str) -> Response:
+        cap = _capturer(ws)
+        return json_response(watches_of(cap).stop(wid).to_json(cap.find))

@@ -118,7 +118,7 @@ def refused_rows(refused: list[dict]) -> list[dict]:
 
 
 def _sentences(run: str, host: str | None, status: str, found: list[dict], metrics: dict, hosts, refused,
-               inputs) -> str:
+               inputs, capture: dict | None = None) -> str:
     c = counts(found)
     where = f"{run}" + (f" ({'all hosts' if host == 'ALL_HOSTS' else 'host ' + host})" if host else "")
     worst = f"; of its {len(hosts)} hosts, {hosts[0]['host']} is the worst" if hosts else ""
@@ -139,6 +139,9 @@ def _sentences(run: str, host: str | None, status: str, found: list[dict], metri
         out.append(f"Peak memory is {fmt_bytes(mem['peak_bytes'])}" +
                    (f" of {fmt_bytes(cap)} ({100 * mem['utilization']:.1f} %, {mem['risk']} risk)."
                     if cap and mem.get("utilization") is not None else f" (capacity unknown, {mem['risk']} risk)."))
+    if capture and isinstance(capture.get("reason"), str):
+        # a triggered capture (app/capture_watch.py): why it was taken, right after the status
+        out.insert(1, f"Captured because {capture['reason'].rstrip('.')}.")
     if refused:
         files = sorted({r.get("file") or "?" for r in refused})
         named = f"{len(files)} file{'s' if len(files) != 1 else ''} could not be read ({', '.join(files)})"
@@ -153,7 +156,7 @@ def _sentences(run: str, host: str | None, status: str, found: list[dict], metri
         out.append(f"Most urgent: {top['title']}" + (f": {top['impact']['text']}." if top["impact"].get("text") else "."))
     elif any((inputs or {}).values()):
         out.append("No rule found anything to fix.")
-    return " ".join(out)  # at most 5: the status, what was refused, steps, memory, the most urgent
+    return " ".join(out)  # at most 6: the status, why it was captured, what was refused, steps, memory, the most urgent
 
 
 def summarize(parts: dict) -> dict:
@@ -161,7 +164,8 @@ def summarize(parts: dict) -> dict:
     ``steps_ops`` (the host's payload, or the worst host's for ALL_HOSTS; None),
     ``oom_risk`` (None), ``peaks`` (the device's ``peak_flops_per_s`` and
     ``peak_bytes_per_s``; None), ``findings`` (every rule's, any order), ``hosts`` (the
-    per-host rows of ALL_HOSTS; None), ``refused`` (``[{file, reason}]``) and ``inputs``."""
+    per-host rows of ALL_HOSTS; None), ``refused`` (``[{file, reason}]``), ``inputs`` and ``capture`` (a
+    triggered capture's metadata, app/capture.py; None)."""
     found = sort_findings(parts.get("findings") or [])
     so = parts.get("steps_ops")
     metrics = {"steps": step_metrics(so),
@@ -175,8 +179,13 @@ def summarize(parts: dict) -> dict:
     refused = refused_rows(parts.get("refused") or [])
     out = {"version": VERSION, "run": parts["run"], "host": parts.get("host"), "status": status,
            "summary": _sentences(parts["run"], parts.get("host"), status, found, metrics, hosts, refused,
-                                 parts.get("inputs")),
+                                 parts.get("inputs"), parts.get("capture")),
            "metrics": metrics, "findings": found}
+    capture = parts.get("capture")
+    if capture and isinstance(capture.get("reason"), str):
+        # why the run was captured (a trigger's reason): only on such runs, so every other
+        # summary's JSON stays as it was
+        out["capture"] = {k: capture.get(k) for k in ("reason", "condition", "fired_at", "mode")}
     if hosts is not None:
         out["hosts"] = hosts
     out["refused"] = refused
