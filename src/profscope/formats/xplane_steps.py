@@ -273,10 +273,13 @@ def _native_walks() -> bool:
 class _GroupWalk:
     """The group ids of the forest's nodes, root by root (:func:`_group_from`): in C
     where the extension is built (a walk over every event; the nodes' ids in one array),
-    else in Python over lists (PROFSCOPE_NATIVE=0)."""
+    else in Python over lists (PROFSCOPE_NATIVE=0). With ``lines`` (the arguments of
+    ``_xplane_scan.range_roots`` after the group array: see Grouping._by_ranges) the
+    nesting edges are not given (``kids``/``first`` None): each walk scans its lines."""
 
-    def __init__(self, total: int, kids, first, xkids, xfirst):
+    def __init__(self, total: int, kids, first, xkids, xfirst, lines=None):
         self.native = _native_walks()
+        self.lines = lines
         if self.native:
             self.group = np.full(total, -1, dtype=np.int64)
             self.edges = (first, kids, xfirst, xkids)
@@ -287,6 +290,9 @@ class _GroupWalk:
     def walk_roots(self, roots: np.ndarray) -> list[int]:
         """Each root in turn that no earlier walk grouped gets the next group id (0, 1,
         ...) and its walk (in one C call where built); the roots walked."""
+        if self.lines is not None:
+            return xw._native.range_roots(np.ascontiguousarray(roots, np.int64), self.group, *self.lines,
+                                          self.edges[2], self.edges[3]).tolist()
         if self.native and hasattr(xw._native, "group_roots"):  # (an extension built before it: one by one)
             return xw._native.group_roots(np.ascontiguousarray(roots, np.int64), self.group, *self.edges).tolist()
         walked = []
@@ -297,6 +303,8 @@ class _GroupWalk:
         return walked
 
     def walk(self, root: int, gid: int) -> None:
+        if self.lines is not None:  # (Grouping._by_ranges: never with TF loops, the only caller)
+            raise AssertionError("one root's walk by scans: not made")
         if self.native:
             xw._native.group_from(root, gid, self.group, *self.edges)
         else:
@@ -307,6 +315,65 @@ class _GroupWalk:
 
     def result(self) -> np.ndarray:
         return np.asarray(self.group, dtype=np.int64)
+
+
+class _NodeCol:
+    """A per-node column of the forest (``ts``: absolute begin in ps, ``end``, or
+    ``line``) computed at the nodes asked, as the arrays over every node index it
+    (the events', then the threadpool regions'): where the walks go by scans only the
+    roots' are read, and three arrays over 13.5 M nodes are not made."""
+
+    __slots__ = ("g", "what")
+
+    def __init__(self, g: "Grouping", what: str):
+        self.g = g
+        self.what = what
+
+    def __getitem__(self, nodes):
+        a = np.asarray(nodes, dtype=np.int64)
+        flat = np.atleast_1d(a)
+        ev, reg, n = self.g.ev, self.g.regions, self.g.ev.n
+        own = flat < n
+        i, j = flat[own], flat[~own] - n
+        if self.what == "line":
+            out = np.empty(len(flat), np.int32)
+            out[own] = ev.line[i]
+            out[~own] = reg.line[j]
+        else:  # as _event_times: line_ts_ns * 1000 + offset (+ duration)
+            out = np.empty(len(flat), np.int64)
+            out[own] = self.g.line_ts_ns[ev.line[i]] * 1000 + ev.offset_ps[i]
+            if self.what == "end":
+                out[own] += ev.duration_ps[i]
+            out[~own] = (reg.end_ps if self.what == "end" else reg.ts_ps)[j]
+        return out if a.ndim else out[0]
+
+
+class _LazyNest:
+    """The nesting parent of nodes (-1: none, as the ``parent_of`` array) where the walks
+    went by scans: of an array of nodes (the roots), one stack walk of their lines
+    (``_xplane_scan.nest_parents_at``, nothing written per event); of a single node (the
+    ancestor walks of roots that have parents: RootNeedsGrouping, GetContextStat), the
+    whole array, once (Grouping._full_nest)."""
+
+    __slots__ = ("g", "is_async", "full")
+
+    def __init__(self, g: "Grouping", is_async: np.ndarray):
+        self.g = g
+        self.is_async = is_async
+        self.full = None
+
+    def __getitem__(self, nodes):
+        if self.full is None and np.ndim(nodes) == 0:
+            self.full = self.g._full_nest(self.is_async)
+        if self.full is not None:
+            return self.full[nodes]
+        a = np.asarray(nodes, dtype=np.int64)
+        out = np.full(len(a), -1, dtype=np.int64)
+        own = a < self.g.ev.n  # threadpool regions are on no line's walk: no parent
+        if own.any():
+            u, inv = np.unique(a[own], return_inverse=True)
+            out[own] = xw._native.nest_parents_at(u, *self.g._lines(self.is_async))[inv]
+        return out
 
 
 def _first_view(ev, name: str):
@@ -476,15 +543,10 @@ class Grouping:
         if not (root_level > 0).any() and not loops_possible:
             return np.full(n, -1, dtype=np.int64), [], "no-roots"
 
-        ts = np.empty(total, dtype=np.int64)
-        end = np.empty(total, dtype=np.int64)  # an event's duration is end - ts (no third array)
-        line = np.empty(total, dtype=np.int32)
-        _event_times(ev, self.line_ts_ns, ts[:n], end[:n])
-        line[:n] = ev.line
-        if nr:
-            ts[n:] = regions.ts_ps
-            end[n:] = regions.end_ps
-            line[n:] = regions.line
+        # By scans (_RANGES below) where the walks can: no per-node begin, end, line,
+        # nesting parent or nesting CSR over every event; else those arrays.
+        ranges = self._by_ranges(loops_possible)
+        ts, end, line = self._node_columns(ranges)
 
         # The forest's edges: the nesting ones (one parent per node, most of the edges)
         # and the others (inter-thread, context groups, TF loops: collected as pairs, in
@@ -498,16 +560,9 @@ class Grouping:
             x_kid.append(c)
 
         # ConnectIntraThread: nesting on each line, in line order.
-        nest_parent = np.full(total, -1, dtype=np.int64)
-        leaf = np.zeros(total, dtype=bool)  # allocator events hung under their parent only
         order = self.order
-        any_mem = self._nest_lines(line, ts, end, is_async, root_level, (prod_a[0], cons_a[0], prod, cons),
-                                   nest_parent, leaf)
-        # allocator events hung directly under their nesting parent (taken by the end)
-        leaf_at = np.flatnonzero(leaf & (nest_parent >= 0)) if any_mem else np.zeros(0, np.int64)
-        leaf_parent = nest_parent[leaf_at]
-        parent_of, kids, first = _nesting_edges(nest_parent, leaf, total)
-        del nest_parent, leaf
+        parent_of, kids, first, leaf_at, leaf_parent = self._nesting(
+            ranges, line, ts, end, is_async, root_level, (prod_a[0], cons_a[0], prod, cons))
 
         # ConnectInterThread: ExecutorState::Process -> IteratorGetNext(AsOptional)Op
         both = g_step.present & g_iter.present
@@ -546,7 +601,7 @@ class Grouping:
         del xp, xk
         steps: list[StepGroup] = []
         views = self._name_views()
-        walk = _GroupWalk(total, kids, first, xkids, xfirst)
+        walk = _GroupWalk(total, kids, first, xkids, xfirst, self._lines(is_async) if ranges else None)
 
         def process_root(root, gid):
             walk.walk(root, gid)
@@ -579,6 +634,68 @@ class Grouping:
         return group[:n], steps, "grouped"
 
     # -- pieces ----------------------------------------------------------------------
+
+    def _by_ranges(self, loops_possible: bool) -> bool:
+        """Whether the walks mark each nesting subtree by a scan of its line
+        (``_xplane_scan.range_roots``): where the C walks are built, the lines are in
+        line order (``order`` ascending), no allocator event hangs off the walk (the
+        step reader's plane) and no TF loop makes its own roots (the only single-root
+        walks). The same group ids as the nesting edges' walk by construction
+        (tests/test_xplane_step_grouping_speed.py runs both)."""
+        return (_native_walks() and hasattr(xw._native, "range_roots") and not loops_possible
+                and not self.ev_kind.max(initial=0) > 0 and len(self.order) == self.ev.n and self._ascending())
+
+    def _lines(self, is_async: np.ndarray) -> tuple:
+        """The events' lines for the C scans: (line int32, line ps, offset, duration,
+        is_async or None where no event is async)."""
+        ev = self.ev
+        return (np.ascontiguousarray(ev.line, np.int32), self.line_ts_ns * 1000, ev.offset_ps, ev.duration_ps,
+                is_async if is_async[:ev.n].any() else None)
+
+    def _node_columns(self, ranges: bool) -> tuple:
+        """The forest's per-node begin, end (ps, absolute) and line: the events', then
+        the threadpool regions'; as :class:`_NodeCol` (read at the nodes asked) by scans."""
+        if ranges:
+            return _NodeCol(self, "ts"), _NodeCol(self, "end"), _NodeCol(self, "line")
+        ev, regions, n = self.ev, self.regions, self.ev.n
+        total = n + len(regions.line)
+        ts = np.empty(total, dtype=np.int64)
+        end = np.empty(total, dtype=np.int64)  # an event's duration is end - ts (no third array)
+        line = np.empty(total, dtype=np.int32)
+        _event_times(ev, self.line_ts_ns, ts[:n], end[:n])
+        line[:n] = ev.line
+        if total > n:
+            ts[n:] = regions.ts_ps
+            end[n:] = regions.end_ps
+            line[n:] = regions.line
+        return ts, end, line
+
+    def _nesting(self, ranges: bool, line, ts, end, is_async, root_level, contexts) -> tuple:
+        """ConnectIntraThread: (each node's nesting parent, the nesting CSR's kids and
+        first, allocator events hung directly under a parent and those parents). By
+        scans: the parents lazily (:class:`_LazyNest`), no CSR."""
+        if ranges:
+            return _LazyNest(self, is_async), None, None, np.zeros(0, np.int64), np.zeros(0, np.int64)
+        total = len(is_async)
+        nest_parent = np.full(total, -1, dtype=np.int64)
+        leaf = np.zeros(total, dtype=bool)  # allocator events hung under their parent only
+        any_mem = self._nest_lines(line, ts, end, is_async, root_level, contexts, nest_parent, leaf)
+        # allocator events hung directly under their nesting parent (taken by the end)
+        leaf_at = np.flatnonzero(leaf & (nest_parent >= 0)) if any_mem else np.zeros(0, np.int64)
+        leaf_parent = nest_parent[leaf_at]
+        parent_of, kids, first = _nesting_edges(nest_parent, leaf, total)
+        return parent_of, kids, first, leaf_at, leaf_parent
+
+    def _full_nest(self, is_async: np.ndarray) -> np.ndarray:
+        """Every node's nesting parent, as :meth:`_nesting` makes it on a plane without
+        allocator events (the case of :meth:`_by_ranges`)."""
+        ts, end, line = self._node_columns(False)
+        nest_parent = np.full(len(ts), -1, dtype=np.int64)
+        for seg in self._line_segments(line):
+            if len(seg):
+                self._nest_sequence(seg, ts, end, is_async, nest_parent, None)
+        return nest_parent
+
 
     def _name_views(self) -> dict:
         """The views of the stats a group's name reads; None for a stat no event has (a
