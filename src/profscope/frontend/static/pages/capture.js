@@ -20,6 +20,7 @@ let allowed = "loopback only";
 let dlg = null; // the dialog's parts, built on first open
 let job = null; // the one-shot job on screen
 let session = null; // the continuous session on screen
+let watch = null; // the automatic capture's watch on screen (app/capture_watch.py)
 let pollTimer = 0;
 
 // Capturing answers every refusal in the server's one error shape; fetch's own failure
@@ -54,10 +55,26 @@ function build() {
   d.host = select("cap-host-level", HOST_LEVELS, "2");
   d.device = select("cap-device-level", ON_OFF, "1");
   d.python = select("cap-python-level", ON_OFF, "0");
-  // A continuous session records until stopped: its duration field has no say.
-  const mode = () => { d.duration.disabled = d.continuous.checked; };
+  // A continuous session records until stopped: its duration field has no say. Capturing
+  // automatically, the duration is what each fired capture records.
+  const mode = () => {
+    d.duration.disabled = d.continuous.checked;
+    d.autoFields.hidden = !d.auto.checked;
+    d.start.textContent = d.auto.checked ? "Start watching" : "Start capture";
+  };
   d.once = el("input", { type: "radio", name: "cap-mode", id: "cap-mode-once", value: "once", checked: true, onchange: mode });
   d.continuous = el("input", { type: "radio", name: "cap-mode", id: "cap-mode-continuous", value: "continuous", onchange: mode });
+  d.auto = el("input", { type: "radio", name: "cap-mode", id: "cap-mode-auto", value: "auto", onchange: mode });
+  // "Capture automatically": the condition in the CLI's --when grammar (parsed by the server,
+  // whose error names the bad token), and the probes' interval and length.
+  d.when = el("input", { id: "cap-when", type: "text", placeholder: "step_time>2x,for=3 or memory>0.9", autocomplete: "off", spellcheck: "false" });
+  d.probeEvery = el("input", { id: "cap-probe-every", type: "text", value: "10s", size: "6" });
+  d.probeDuration = el("input", { id: "cap-probe-duration", type: "text", value: "1s", size: "6" });
+  d.autoFields = el("div", { class: "cap-auto", id: "cap-auto", hidden: true },
+    field("When", d.when, "step_time>2x,for=3 · step_time>250ms · memory>0.9 · memory>12GiB · step_time_trend · memory_growth; join with or"),
+    el("div", { class: "cap-grid" },
+      field("Probe every", d.probeEvery, "a short recording this often"),
+      field("Probe length", d.probeDuration, "each probe records")));
   d.allowed = el("span", { id: "cap-allowed" }, allowed);
   d.error = el("div", { class: "error cap-error", id: "cap-error", role: "alert", hidden: true });
   d.start = el("button", { type: "submit", id: "cap-start", class: "cap-primary" }, "Start capture");
@@ -71,7 +88,9 @@ function build() {
       field("Python tracer", d.python)),
     el("div", { class: "cap-mode", role: "radiogroup", "aria-label": "capture mode" },
       el("label", {}, d.once, " One profile"),
-      el("label", { title: "The job records continuously; each snapshot saves what it recorded since the previous one as a run" }, d.continuous, " Continuous (snapshots)")));
+      el("label", { title: "The job records continuously; each snapshot saves what it recorded since the previous one as a run" }, d.continuous, " Continuous (snapshots)"),
+      el("label", { title: "Short probes watch the job; when the condition holds, a capture of every address is taken and saved as a run" }, d.auto, " Capture automatically")),
+    d.autoFields);
   d.form = el("form", { id: "cap-form", onsubmit: (e) => { e.preventDefault(); start(); } },
     d.fields,
     el("div", { class: "cap-actions" }, d.start));
@@ -101,13 +120,22 @@ function build() {
       el("thead", {}, el("tr", {}, el("th", {}, "host"), el("th", {}, "state"), el("th", {}, "error"))), d.contHosts),
     d.snapshots);
 
+  // Automatic capture: the watch's state, its fires (each with the run it made) and history.
+  d.watchState = el("div", { class: "cap-stage", id: "cap-watch-state", "aria-live": "polite" });
+  d.watchStop = el("button", { type: "button", id: "cap-watch-stop", onclick: stopWatch, title: "End the watch (a fired capture under way keeps what it recorded)" }, "Stop watching");
+  d.fires = el("ol", { class: "cap-snapshots", id: "cap-fires" });
+  d.watchProbe = el("div", { class: "cap-hint muted", id: "cap-watch-probe" });
+  d.watchLog = el("ol", { class: "cap-watch-log muted", id: "cap-watch-history", reversed: true });
+  d.watch = el("section", { class: "cap-progress", id: "cap-watch", hidden: true },
+    el("div", { class: "cap-stage-row" }, d.watchState, d.watchStop), d.watchProbe, d.fires, d.watchLog);
+
   d.root = el("dialog", { id: "capture-dialog", class: "cap-dialog", "aria-labelledby": "cap-title" },
     el("div", { class: "cap-head" },
       el("h2", { id: "cap-title" }, "Capture a profile"),
       el("button", { type: "button", id: "cap-close", class: "cap-x", title: "Close (the capture goes on)", "aria-label": "close", onclick: () => d.root.close() }, "×")),
     el("p", { class: "cap-help muted", id: "cap-help" }, "In the job: ", el("code", {}, "jax.profiler.start_server(9999)"),
       " · allowed addresses: ", d.allowed),
-    d.form, d.error, d.progress, d.cont);
+    d.form, d.error, d.progress, d.cont, d.watch);
   document.body.append(d.root);
   return d;
 }
@@ -140,16 +168,25 @@ async function start() {
   const body = settings();
   busy(true);
   try {
-    if (dlg.continuous.checked) {
+    if (dlg.auto.checked) {
+      body.when = dlg.when.value.trim();
+      body.probeEvery = dlg.probeEvery.value.trim();
+      body.probeDuration = dlg.probeDuration.value.trim();
+      watch = await send("POST", "/api/capture/watch", body);
+      job = null; session = null;
+      dlg.progress.hidden = true; dlg.cont.hidden = true;
+      drawWatch();
+      pollWatch();
+    } else if (dlg.continuous.checked) {
       delete body.durationMs; delete body.duration;
       session = await send("POST", "/api/capture/continuous", body);
-      job = null;
-      dlg.progress.hidden = true;
+      job = null; watch = null;
+      dlg.progress.hidden = true; dlg.watch.hidden = true;
       drawContinuous();
     } else {
       job = await send("POST", "/api/capture", body);
-      session = null;
-      dlg.cont.hidden = true;
+      session = null; watch = null;
+      dlg.cont.hidden = true; dlg.watch.hidden = true;
       drawJob();
       poll();
     }
@@ -308,6 +345,70 @@ async function stopContinuous() {
     showError(err.message);
   } finally {
     dlg.contStop.disabled = false;
+  }
+}
+
+const WATCH_POLL_MS = 1000;
+let watchTimer = 0;
+const LIVE_WATCH = ["watching", "capturing"];
+
+function pollWatch() {
+  clearTimeout(watchTimer);
+  if (!watch || !LIVE_WATCH.includes(watch.state)) return;
+  const id = watch.id;
+  watchTimer = setTimeout(async () => {
+    try {
+      const next = await send("GET", `/api/capture/watch/${encodeURIComponent(id)}`);
+      if (!watch || watch.id !== id) return;
+      const saved = (w) => w.fires.filter((f) => f.stage === "saved").length;
+      if (saved(next) > saved(watch)) hooks.runsChanged();
+      watch = next;
+      drawWatch();
+      pollWatch();
+    } catch (err) {
+      showError(err.message);
+    }
+  }, WATCH_POLL_MS);
+}
+
+function watchStateText(w) {
+  const n = `${w.probes} probe${w.probes === 1 ? "" : "s"}`;
+  switch (w.state) {
+    case "watching": return `watching ${w.targets.join(", ")} for ${w.describe} · ${n}` + (w.armed ? "" : " · fired, waiting for it to clear");
+    case "capturing": return `fired — capturing ${w.targets.join(", ")}…`;
+    case "done": return `done · ${w.fires.length} capture${w.fires.length === 1 ? "" : "s"}`;
+    case "stopped": return `stopped · ${n}, ${w.fires.length} fire${w.fires.length === 1 ? "" : "s"}`;
+    case "failed": return "failed";
+    default: return w.state;
+  }
+}
+
+function drawWatch() {
+  const d = dlg, w = watch;
+  d.watch.hidden = false;
+  d.watch.dataset.state = w.state;
+  d.watchState.textContent = watchStateText(w);
+  d.watchStop.hidden = !LIVE_WATCH.includes(w.state);
+  fill(d.watchProbe, w.lastProbe ? `last probe: ${w.lastProbe.lines.join("; ")}` : "first probe under way…");
+  fill(d.fires, w.fires.map((f) => el("li", { "data-stage": f.stage || "capturing", class: "cap-fire" },
+    el("strong", {}, "Fired: "), f.reason, " → ",
+    f.stage === "saved" && f.run ? runLink(f.run) : el("span", { class: f.stage === "failed" || f.stage === "stopped" ? "cap-host-error" : "muted" }, f.error || f.stage || "capturing…"))));
+  const recent = w.history.slice(-8).reverse();
+  fill(d.watchLog, recent.map((h) => el("li", { "data-kind": h.kind }, `${new Date(h.at * 1000).toLocaleTimeString()} ${h.kind}: ${h.text}`)));
+  if (w.state === "failed") showError(w.error);
+  busy(LIVE_WATCH.includes(w.state));
+}
+
+async function stopWatch() {
+  if (!watch) return;
+  dlg.watchStop.disabled = true;
+  try {
+    watch = await send("POST", `/api/capture/watch/${encodeURIComponent(watch.id)}/stop`);
+    drawWatch();
+  } catch (err) {
+    showError(err.message);
+  } finally {
+    dlg.watchStop.disabled = false;
   }
 }
 
