@@ -315,6 +315,13 @@ def _add_capture(sub) -> None:
     capture.add_argument("--snapshots", type=int, metavar="N",
                          help="continuous mode: profile continuously and save N snapshots, one every --every")
     capture.add_argument("--every", default="10s", help="time between continuous snapshots (default 10s)")
+    capture.add_argument("--last", metavar="WINDOW",
+                         help="keep the last WINDOW (e.g. 5s) of the targets in profscope, recorded in back-to-back "
+                              "pieces: Enter or SIGUSR1 saves them as a run, Ctrl+C saves them once more and exits "
+                              "(with --when: each fire saves them)")
+    capture.add_argument("--piece", default="1s",
+                         help="with --last: the length of each recording (default 1s; the job loses ~30-100 ms "
+                              "between two, docs/capture.md)")
     capture.add_argument("--when", metavar="CONDITION",
                          help="automatic capture: probe the targets every --probe-every and capture them (for "
                               "--duration) when CONDITION holds, until Ctrl+C: step_time>2x[,for=3] (k x the running "
@@ -1095,6 +1102,67 @@ def _capture_watch(args, capturer, settings, ring=None) -> int:
     return 1 if any(f["stage"] != "saved" for f in w.fires) else 0
 
 
+def _capture_ring(args, capturer, settings) -> int:
+    """``profscope capture TARGETS --last 5s``: a ring (app/capture_ring.py) until Ctrl+C.
+    A line on standard input (Enter) or SIGUSR1 saves the last WINDOW as a run, and Ctrl+C
+    saves it once more and exits (a second Ctrl+C exits at once); each run's folder goes to
+    standard output. With --when, the watch's fires save it (its probes read the ring's
+    pieces). Exit status 0: every snapshot saved; 1: one failed; 2: nothing saved."""
+    import signal
+    import threading
+
+    from profscope.app.capture import parse_duration
+    from profscope.app.capture_ring import start_ring
+
+    ring = start_ring(capturer, args.targets, parse_duration(args.last, "--last") / 1000,
+                      parse_duration(args.piece, "--piece") / 1000, settings)
+    if ring.state != "running":
+        capturer.close()
+        raise ProfscopeError(f"the ring did not start: {ring.error}")
+    for h in ring.status()["hosts"]:
+        if h["state"] == "failed":
+            print(f"{h['address']}: FAILED: {h['error']}", file=sys.stderr)
+    if getattr(args, "when", None):
+        return _capture_watch(args, capturer, settings, ring=ring)
+    asked = threading.Event()
+    jobs = []
+
+    def save(why: str) -> None:
+        job = ring.snapshot({"reason": None, "asked_by": why})
+        jobs.append(job)
+        print(f"ring: {why}: {job.summary()}", file=sys.stderr, flush=True)
+        if job.saved:
+            print(capturer.folder.sessions / job.session, flush=True)
+
+    def read_stdin() -> None:
+        for _ in sys.stdin:  # each line (Enter) asks for one; at EOF only the signals do
+            asked.set()
+
+    previous = signal.signal(signal.SIGUSR1, lambda *_: asked.set()) if hasattr(signal, "SIGUSR1") else None
+    threading.Thread(target=read_stdin, name="ring-stdin", daemon=True).start()
+    print(f"ring: keeping the last {ring.window_s:g} s of {', '.join(ring.targets)} in {ring.piece_s:g} s pieces; "
+          "Enter (or SIGUSR1) saves them, Ctrl+C saves them and exits", file=sys.stderr, flush=True)
+    try:
+        while ring.state == "running":
+            if asked.wait(0.5):
+                asked.clear()
+                save("asked")
+        if ring.state == "failed":
+            print(f"profscope: error: the ring failed: {ring.error}", file=sys.stderr)
+    except KeyboardInterrupt:
+        print("\nring: saving the last seconds and stopping (Ctrl+C again leaves at once)", file=sys.stderr, flush=True)
+        if ring.state == "running":
+            save("stopped")
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGUSR1, previous)
+        capturer.close()
+    if not any(j.saved for j in jobs):
+        print("profscope: error: nothing was saved", file=sys.stderr)
+        return 2
+    return 1 if any(not j.saved for j in jobs) else 0
+
+
 def cmd_capture(args) -> int:
     import time
 
@@ -1111,6 +1179,8 @@ def cmd_capture(args) -> int:
     # The command line dials what its user names: the allow-list guards the server only.
     limit = parse_size(args.capture_max_bytes, "--capture-max-bytes")
     capturer = Capturer(folder, TargetPolicy(["*"]), **({"max_answer_bytes": limit} if limit is not None else {}))
+    if args.last:
+        return _capture_ring(args, capturer, settings)
     live = sys.stderr.isatty()
     if args.when:
         return _capture_watch(args, capturer, settings)

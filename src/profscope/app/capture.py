@@ -481,6 +481,8 @@ class Capturer:
         # the automatic captures' watches (app/capture_watch.py Watches), made on first use;
         # ended with the server (close, shutdown)
         self.watches = None
+        # last-N-seconds rings (app/capture_ring.py RingRecorder) by id; stopped with the server
+        self.rings: dict = {}
         folder.clean_stale()
 
     # -- bookkeeping ---------------------------------------------------------------------
@@ -643,6 +645,8 @@ class Capturer:
         def cancel_all() -> None:
             if self.watches is not None:  # first: a watch must not fire a capture meanwhile
                 self.watches.stop_all()
+            for ring in list(self.rings.values()):
+                ring.stop()
             for j in running:
                 self.stop(j.id, grace=0, reason="the server stopped")
 
@@ -872,6 +876,8 @@ class Capturer:
         """Stop every watch and continuous session (the server is going away)."""
         if self.watches is not None:
             self.watches.stop_all()
+        for ring in list(self.rings.values()):
+            ring.stop()
         for s in list(self._continuous.values()):
             if s.state == "running":
                 try:

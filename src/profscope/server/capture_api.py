@@ -21,6 +21,7 @@ from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
 from profscope.app.capture import Capturer, CaptureJob, CaptureSettings, parse_duration, parse_targets
+from profscope.app.capture_ring import ring_of, start_ring
 from profscope.app.capture_watch import watches_of
 from profscope.app.workspace import Workspace
 from profscope.errors import BadRequest, NotFound, ProfscopeError, Stopping, TooLarge
@@ -40,6 +41,9 @@ MAX_BODY_DEPTH = 8
 # POST /api/capture/watch (automatic capture, app/capture_watch.py) takes a capture's
 # fields (what a fire records) and the watch's own.
 WATCH_FIELDS = BODY_FIELDS + ("when", "probeEvery", "probeDuration", "maxFires")
+# POST /api/capture/ring (the last N seconds, app/capture_ring.py): a capture's fields and
+# the window kept and the length of each piece recorded.
+RING_FIELDS = BODY_FIELDS + ("window", "piece")
 MAX_BODY_BYTES = 64 << 10
 
 
@@ -144,6 +148,7 @@ def _state(cap: Capturer) -> dict:
         "jobs": [j.to_json() for j in cap.jobs()],
         "continuous": [s.to_json(cap.find) for s in cap.continuous_sessions()],
         "watches": [w.to_json(cap.find) for w in (cap.watches.all() if cap.watches is not None else [])],
+        "rings": [r.status() for r in cap.rings.values()],
     }
 
 
@@ -224,7 +229,36 @@ def router(ws: Workspace) -> APIRouter:
         return json_response(cap.stop_continuous(sid).to_json(cap.find))
 
     _watch_routes(r, ws)
+    _ring_routes(r, ws)
     return r
+
+
+def _ring_routes(r: APIRouter, ws: Workspace) -> None:
+    """The last N seconds (app/capture_ring.py, docs/capture.md "The last N seconds"):
+    start a ring, follow it (pieces held, gaps), save a snapshot, stop it."""
+
+    @r.post("/api/capture/ring")
+    async def ring_start(request: Request) -> Response:
+        cap = _capturer(ws)
+        body = await _body(request, RING_FIELDS)
+        targets, settings, _ = _body_settings(body)
+        window_s = parse_duration(body.get("window", "5s"), "window") / 1000
+        piece_s = parse_duration(body.get("piece", "1s"), "piece") / 1000
+        # in a thread: the allow-list may resolve a name, and the targets are probed
+        ring = await run_in_threadpool(start_ring, cap, targets, window_s, piece_s, settings)
+        return json_response(ring.status(), status=201)
+
+    @r.get("/api/capture/ring/{rid}")
+    def ring_state(rid: str) -> Response:
+        return json_response(ring_of(_capturer(ws), rid).status())
+
+    @r.post("/api/capture/ring/{rid}/snapshot")
+    def ring_snapshot(rid: str) -> Response:
+        return json_response(ring_of(_capturer(ws), rid).snapshot().to_json())
+
+    @r.post("/api/capture/ring/{rid}/stop")
+    def ring_stop(rid: str) -> Response:
+        return json_response(ring_of(_capturer(ws), rid).stop().status())
 
 
 def _watch_routes(r: APIRouter, ws: Workspace) -> None:
