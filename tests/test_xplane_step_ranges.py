@@ -50,6 +50,28 @@ def jax_profiles(tmp_path_factory) -> list[Path]:
     return [_jax_profile(tmp_path_factory, 300), _jax_profile(tmp_path_factory, 1500)]
 
 
+_SERVING = """
+import sys, jax, jax.numpy as jnp
+jax.profiler.start_trace(sys.argv[1])
+for s in range(4):
+    with jax.profiler.StepTraceAnnotation("serve", step_num=s):
+        jnp.ones(8).sum().block_until_ready()
+jax.profiler.stop_trace()
+"""
+
+
+@pytest.fixture(scope="module")
+def jax_serving(tmp_path_factory) -> Path:
+    """A JAX CPU profile of 4 steps named ``serve``, not a name XProf takes for a step
+    marker (IsExplicitHostStepMarker: ``train``/``test``/``TraceContext``...): each step's
+    marker is its root, found by the root's key (line, span, group) in the step database."""
+    out = tmp_path_factory.mktemp("serve")
+    res = subprocess.run([sys.executable, "-c", _SERVING, str(out)], capture_output=True, text=True, timeout=300,
+                         check=False)
+    assert res.returncode == 0, res.stderr[-2000:]
+    return next(out.rglob("*.xplane.pb"))
+
+
 def _host_plane(path: Path):
     with open(path, "rb") as f:
         ref = xplane.scan(f, str(path)).plane(xse.HOST_PLANE)
@@ -147,6 +169,14 @@ def test_scans_equal_the_nesting_edges_and_numpy_on_jax_cpu_profiles(jax_profile
         got = _read_steps(path, "ranges", monkeypatch)
         assert got[0] == "grouped" and len(got[1]) == n
         assert got == _read_steps(path, "edges", monkeypatch) == _read_steps(path, "numpy", monkeypatch)
+
+
+def test_steps_whose_roots_are_not_marker_names_equal_every_way(jax_serving, monkeypatch):
+    """The host step database finds a root that is not a marker by name through the roots'
+    keys (``_xplane_scan.host_step_db``, by group); the numpy twin by a dict of keys."""
+    got = _read_steps(jax_serving, "ranges", monkeypatch)
+    assert got[0] == "grouped" and [s["name"] for s in got[1]] == [f"serve {i}" for i in range(4)]
+    assert got == _read_steps(jax_serving, "edges", monkeypatch) == _read_steps(jax_serving, "numpy", monkeypatch)
 
 
 def test_range_walk_equals_the_stack_walk_with_async_events_and_roots_anywhere(jax_profiles):

@@ -332,13 +332,14 @@ def _host_steps(f, size, ref, out: list) -> int | None:
     return host_steps_of_plane(data, ref.length, out)
 
 
-def host_steps_of_plane(data, length: int, out: list, meta=None) -> int | None:
+def host_steps_of_plane(data, length: int, out: list, meta=None, key=int) -> int | None:
     """:func:`_host_steps` of a host plane's bytes already in memory (``data``: as
     ``xw.read_plane_bytes`` pads them, ``length`` the plane's; ``meta``: its parsed
     metadata, if at hand): only the stats the steps read are decoded (one native pass,
     no byte range per event), then XProf's grouping and the host step database. The
     trace index build calls it on the plane it has just read for the timeline (no second
-    read of the file); the step reader on the plane it reads."""
+    read of the file); the step reader on the plane it reads. ``key``: of the steps'
+    ``type_ps`` keys (``str`` for the index folder's JSON)."""
     meta_bytes, line_spans = xw.split_plane(data, length)
     if meta is None:
         meta = xplane_pb2.XPlane.FromString(meta_bytes)
@@ -350,7 +351,7 @@ def host_steps_of_plane(data, length: int, out: list, meta=None) -> int | None:
         return None
     grouped = group_host_events(ev, data, meta, headers)
     del data  # (the caller's reference may keep the bytes; the step database does not read them)
-    return _host_step_db(ev, *grouped, out)
+    return _host_step_db(ev, *grouped, out, key)
 
 
 def host_step_stats(stat_names: dict[int, str]) -> dict[int, str]:
@@ -409,10 +410,10 @@ def host_steps_in_build(data, length: int, meta) -> dict | None:
     out: list[dict] = []
     try:
         with small_pages():
-            first = host_steps_of_plane(data, length, out, meta)
+            first = host_steps_of_plane(data, length, out, meta, key=str)  # (no second pass to make them str)
     except Exception:  # noqa: BLE001 - the steps must not fail the timeline: None, and the
         return None  # step reader reads the file for Steps & ops and says what is wrong, as before
-    return {"first_ps": first, "steps": [{**s, "type_ps": {str(k): v for k, v in s["type_ps"].items()}} for s in out]}
+    return {"first_ps": first, "steps": out}
 
 
 def _group_cover(group: np.ndarray, start: np.ndarray, end: np.ndarray, n_groups: int,
@@ -461,7 +462,8 @@ def _small_unique(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return values.astype(x.dtype), table[x]
 
 
-def _host_step_db(ev, line_ts_ns, group_id, roots, named: dict, event_names: dict, line_names: list, out: list) -> int:
+def _host_step_db(ev, line_ts_ns, group_id, roots, named: dict, event_names: dict, line_names: list, out: list,
+                  key=int) -> int:
     """XProf's host step events of a CPU-only profile, vectorised over the grouped events
     (millions on a long run): each group's markers (``IsExplicitHostStepMarker`` names and
     the group's root event, whose ``step_name`` the grouping sets), its longest marker the
@@ -475,12 +477,12 @@ def _host_step_db(ev, line_ts_ns, group_id, roots, named: dict, event_names: dic
         n = ev.n
         if int(group_id.min()) >= -1 and int(group_id.max()) <= 4 * n + 1024 and int(ev.metadata_id.min()) >= 0 \
                 and int(ev.metadata_id.max()) <= 4 * n + (1 << 20):  # else too sparse for tables
-            return _host_step_db_native(ev, line_ts_ns, group_id, roots, named, event_names, line_names, out)
-    return _host_step_db_numpy(ev, line_ts_ns, group_id, roots, named, event_names, line_names, out)
+            return _host_step_db_native(ev, line_ts_ns, group_id, roots, named, event_names, line_names, out, key)
+    return _host_step_db_numpy(ev, line_ts_ns, group_id, roots, named, event_names, line_names, out, key)
 
 
 def _host_step_db_numpy(ev, line_ts_ns, group_id, roots, named: dict, event_names: dict, line_names: list,
-                        out: list) -> int:
+                        out: list, key=int) -> int:
     """The numpy twin of :func:`_host_step_db_native` (PROFSCOPE_NATIVE=0, or ids too
     sparse for its tables: a pre-grouped profile's own ``group_id`` values)."""
     grouped = np.flatnonzero(group_id >= 0)
@@ -555,12 +557,12 @@ def _host_step_db_numpy(ev, line_ts_ns, group_id, roots, named: dict, event_name
     for k in kinds:
         sel = ev_kind >= k
         covers[k] = _group_cover(gi[sel], s[sel], e[sel], n, ordered=True)
-    _emit_steps(groups, begin, dur, has_compute, covers, name_of, out)
+    _emit_steps(groups, begin, dur, has_compute, covers, name_of, out, key)
     return first
 
 
 def _host_step_db_native(ev, line_ts_ns, group_id, roots, named: dict, event_names: dict, line_names: list,
-                         out: list) -> int:
+                         out: list, key=int) -> int:
     """:func:`_host_step_db` by ``_xplane_scan.host_step_db``: three passes over the
     events, whose only whole-profile array is an int32 index of the kept events (the numpy
     path's temporaries touched 3.4 GB of fresh pages on the 308 MB profile). The names'
@@ -596,15 +598,17 @@ def _host_step_db_native(ev, line_ts_ns, group_id, roots, named: dict, event_nam
     groups = np.flatnonzero(present)
     cov = cov.reshape(len(levels), g_max + 1)[:, groups]
     covers = {int(k): cov[x] for x, k in enumerate(levels.tolist())}
-    _emit_steps(groups, begin[groups], dur[groups], has_compute[groups], covers, name_of, out)
+    _emit_steps(groups, begin[groups], dur[groups], has_compute[groups], covers, name_of, out, key)
     return int(first)
 
 
-def _emit_steps(groups, begin, dur, has_compute, covers: dict, name_of: dict, out: list) -> None:
+def _emit_steps(groups, begin, dur, has_compute, covers: dict, name_of: dict, out: list, key=int) -> None:
     """The step entries of the groups XProf keeps (``ConvertStepEventsToStepDb``): per
     group, each type's time is its cover less the cover of the types above it (as
-    arrays, then one dict per step: 44,000 steps read numpy scalars one by one in 0.3 s)."""
+    arrays, then one dict per step: 44,000 steps read numpy scalars one by one in 0.3 s).
+    ``key`` makes the ``type_ps`` keys (EventType values; ``str`` for JSON)."""
     levels = sorted(covers)
+    names, unknown_key = [key(k) for k in levels], key(UNKNOWN_TIME)
     dur = np.asarray(dur, dtype=np.int64)
     # no marker, or not well formed (no host compute): XProf drops the step
     keep = np.flatnonzero((dur > 0) & np.asarray(has_compute, dtype=bool))
@@ -614,8 +618,8 @@ def _emit_steps(groups, begin, dur, has_compute, covers: dict, name_of: dict, ou
     rows = zip(np.asarray(groups)[keep].tolist(), np.asarray(begin, dtype=np.int64)[keep].tolist(),
                dur[keep].tolist(), unknown, *own)
     for g, b, d, unk, *times in rows:
-        type_ps = dict(zip(levels, times))
-        type_ps[UNKNOWN_TIME] = unk
+        type_ps = dict(zip(names, times))
+        type_ps[unknown_key] = unk
         out.append({"step_num": g, "name": name_of.get(g) or str(g), "step_name": name_of.get(g, ""),
                     "begin_ps": b, "duration_ps": d, "type_ps": type_ps})
 

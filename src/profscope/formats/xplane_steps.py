@@ -353,14 +353,16 @@ class _LazyNest:
     went by scans: of an array of nodes (the roots), one stack walk of their lines
     (``_xplane_scan.nest_parents_at``, nothing written per event); of a single node (the
     ancestor walks of roots that have parents: RootNeedsGrouping, GetContextStat), the
-    whole array, once (Grouping._full_nest)."""
+    whole array, once (Grouping._full_nest). The last array's answer is kept: the roots
+    are asked twice (RootNeedsGrouping, then the step names)."""
 
-    __slots__ = ("g", "is_async", "full")
+    __slots__ = ("g", "is_async", "full", "last")
 
     def __init__(self, g: "Grouping", is_async: np.ndarray):
         self.g = g
         self.is_async = is_async
         self.full = None
+        self.last = (np.zeros(0, np.int64), np.zeros(0, np.int64))
 
     def __getitem__(self, nodes):
         if self.full is None and np.ndim(nodes) == 0:
@@ -368,11 +370,14 @@ class _LazyNest:
         if self.full is not None:
             return self.full[nodes]
         a = np.asarray(nodes, dtype=np.int64)
+        if np.array_equal(a, self.last[0]):
+            return self.last[1].copy()
         out = np.full(len(a), -1, dtype=np.int64)
         own = a < self.g.ev.n  # threadpool regions are on no line's walk: no parent
         if own.any():
             u, inv = np.unique(a[own], return_inverse=True)
             out[own] = xw._native.nest_parents_at(u, *self.g._lines(self.is_async))[inv]
+        self.last = (a.copy(), out.copy())
         return out
 
 
