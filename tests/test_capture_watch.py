@@ -279,3 +279,36 @@ def test_the_cli_watches_fires_prints_the_run_and_says_why_it_ends(tmp_path):
     assert p.returncode == 2 and out == "", (out, err)
     assert "profscope: error: the watch failed: every target stopped answering (2 probes in a row)" in err
     assert "running median" in err
+
+
+def test_with_a_ring_the_watch_reads_its_pieces_and_fires_its_snapshot(tmp_path, ws):
+    """--when with --last: the ring holds the job (one recording at a time), the probes
+    read its pieces, and the fire saves the ring's last seconds: steps before the slowdown
+    and the slow ones in one run."""
+    capture_ring = pytest.importorskip("profscope.app.capture_ring")
+    control = tmp_path / "ring"
+    with watch_job(control) as address:
+        ring = capture_ring.start_ring(ws.capture, address, 5.0, 1.0, CaptureSettings())
+        watches = Watches(ws.capture, ring=ring)
+        try:
+            w = watches.start(address, "step_time>1.6x,for=3", CaptureSettings(), probe_every_s=1.0, probe_ms=1000,
+                              max_fires=1)
+            while w.probes < 3 or not w.series[address].steps:
+                assert w.state == "watching", w.to_json()
+                time.sleep(0.1)
+            (control / "slow").touch()
+            _wait_for(w, ("done", "failed"))
+        finally:
+            watches.stop_all()
+            ring.stop()
+        assert w.state == "done", w.to_json()
+        fire = w.fires[0]
+        assert fire["mode"] == "ring" and fire["stage"] == "saved" and fire["run"].endswith("_trigger-step_time"), fire
+        k = int((control / "slow_at").read_text())
+    meta = read_capture_meta(ws.capture.folder.sessions / fire["run"].split("/", 1)[1])
+    assert meta["mode"] == "ring" and meta["trigger"] == "step_time"
+    run = ws.run(fire["run"])
+    steps = read_step_events(io.BytesIO(ws.logdir.read_bytes(run.files[0].path)), "x.xplane.pb").steps
+    numbers = [int(s["name"].split()[-1]) for s in steps]
+    # the seconds before the trigger: steps before the slowdown and slow ones
+    assert min(numbers) < k <= max(numbers), (k, numbers)

@@ -233,6 +233,7 @@ class HostSeries:
     seen: set = field(default_factory=set)
     runs: dict = field(default_factory=dict)  # clause text -> consecutive steps over it
     failures: int = 0
+    last_piece: int | None = None  # with a ring: the start (ns) of the ring's piece read last
 
 
 def _step_number(name: str, fallback: int) -> int:
@@ -491,6 +492,8 @@ class Watches:
             w.note("error", w.error)
 
     def _probe_one(self, w: Watch, address: str, settings: CaptureSettings) -> tuple[dict | None, str | None]:
+        if self.ring is not None:
+            return self._probe_ring(w, address)
         owner = f"watch {w.id} (probe)"
         try:
             self.capturer._claim([address], owner)
@@ -515,6 +518,22 @@ class Watches:
             if c is not None:
                 c.close()
             self.capturer._release([address], owner)
+
+    def _probe_ring(self, w: Watch, address: str) -> tuple[dict | None, str | None]:
+        """With a ring running (app/capture_ring.py), the job records one session at a
+        time and the ring holds it: a probe reads the ring's newest piece of the host
+        instead of dialling, once per piece."""
+        piece = self.ring.latest_pieces().get(address)
+        series = w.series[address]
+        if piece is None:
+            return None, "skipped: the ring holds no piece of it yet"
+        if series.last_piece == piece.start_ns:
+            return None, "skipped: no new piece in the ring since the last probe"
+        series.last_piece = piece.start_ns
+        t0 = time.monotonic()
+        probe = read_probe(piece.xspace, address)
+        probe.update(bytes=len(piece.xspace), answer_s=w.probe_ms / 1000, read_s=time.monotonic() - t0)
+        return probe, None
 
     def _probe(self, w: Watch) -> None:
         settings = CaptureSettings(duration_ms=w.probe_ms, host_tracer_level=2, device_tracer_level=1,
@@ -577,7 +596,7 @@ class Watches:
         w.state = "capturing"
         try:
             if self.ring is not None:
-                got = self.ring.snapshot(meta)
+                got = self.ring.snapshot(meta, name_suffix=f"trigger-{measure}")
                 fire["run"] = getattr(got, "run", got)
                 fire["job"] = getattr(got, "id", None)
                 fire["stage"] = getattr(got, "stage", "saved")
