@@ -105,3 +105,33 @@ def test_capture_automatically_watches_fires_and_opens_the_run(open_page, demo_l
         # the slow steps: every bar of the captured run over 1.6 x the median before the slowdown
         _until(page, "/Step time \\(\\d+ steps\\)/.test(document.body.innerText)")
         _shot(page, "run_steps")
+
+
+def test_a_job_that_dies_mid_watch_is_said_in_the_dialog(open_page, demo_logdir, tmp_path):
+    ws = Workspace(LogDir(str(demo_logdir), listing_ttl=0), DiskCache(tmp_path / "cache"),
+                   capture_dir=tmp_path / "captures")
+    with serve_in_thread(create_app(ws)) as port:
+        server = f"http://127.0.0.1:{port}"
+        page = open_page(server, csp=True)
+        page.goto(server)
+        page.wait_for_selector("#run-title")
+        page.click("#capture-open")
+        page.wait_for_selector("#capture-dialog[open] #cap-targets")
+        page.check("#cap-mode-auto")
+        with watch_job(tmp_path / "job") as address:
+            page.fill("#cap-targets", address)
+            page.fill("#cap-when", "step_time>50x or memory>0.9")
+            page.fill("#cap-probe-every", "1s")
+            page.fill("#cap-probe-duration", "500ms")
+            page.click("#cap-start")
+            _until(page, "/· [2-9] probes/.test(document.querySelector('#cap-watch-state').textContent)")
+        # the job is gone: two failed probes end the watch, and the dialog says why
+        page.wait_for_selector("#cap-watch[data-state=failed]", timeout=60_000)
+        assert page.inner_text("#cap-watch-state") == "failed"
+        error = page.inner_text("#cap-error")
+        assert error.startswith(f"every target stopped answering (2 probes in a row): {address}: no profiler server answers")
+        assert page.is_hidden("#cap-watch-stop") and not page.is_disabled("#cap-start")
+        _shot(page, "job_died")
+        watch = ws.capture.watches.all()[0]
+        watch.thread.join(30)
+        assert not watch.thread.is_alive() and ws.capture._busy == {}

@@ -312,3 +312,39 @@ def test_with_a_ring_the_watch_reads_its_pieces_and_fires_its_snapshot(tmp_path,
     numbers = [int(s["name"].split()[-1]) for s in steps]
     # the seconds before the trigger: steps before the slowdown and slow ones
     assert min(numbers) < k <= max(numbers), (k, numbers)
+
+
+def test_the_trend_rules_fire_on_a_creeping_step_time_and_a_leak(tmp_path, ws):
+    """step_time_trend and memory_growth: the memory profile's leak rule (slope > 0,
+    r² >= 0.9), on step times and on the allocator's heap."""
+    watches = Watches(ws.capture)
+    control = tmp_path / "creep"
+    with watch_job(control, grow_mib=1, limit_mib=1024) as address:
+        w = watches.start(address, "step_time_trend,steps=20,rise=0.2 or memory_growth,min=512KiB",
+                          CaptureSettings(duration_ms=500), probe_every_s=1.0, probe_ms=800, max_fires=1)
+        try:
+            while w.probes < 2:
+                time.sleep(0.1)
+            assert not w.fires, w.to_json()  # a flat step time and no allocation: neither holds
+            (control / "ramp").touch()
+            _wait_for(w, ("done", "failed"), timeout=90)
+        finally:
+            watches.stop(w.id)
+        assert w.state == "done" and w.fires[0]["trigger"] == "step_time_trend", w.to_json()
+        assert w.fires[0]["reason"].startswith("step time rose steadily from ")
+        assert w.fires[0]["run"].endswith("_trigger-step_time_trend")
+
+        w = watches.start(address, "memory_growth,min=512KiB", CaptureSettings(duration_ms=500), probe_every_s=1.0,
+                          probe_ms=800, max_fires=1)
+        try:
+            while w.probes < 1:
+                time.sleep(0.1)
+            assert not w.fires, w.to_json()
+            (control / "grow").touch()
+            _wait_for(w, ("done", "failed"), timeout=90)
+        finally:
+            watches.stop(w.id)
+    assert w.state == "done" and w.fires[0]["trigger"] == "memory_growth", w.to_json()
+    assert w.fires[0]["reason"].startswith("memory of cpu_bfc grows 1.0 MiB per step over ")
+    meta = read_capture_meta(ws.capture.folder.sessions / w.fires[0]["run"].split("/", 1)[1])
+    assert meta["values"]["steady"] and meta["values"]["slope"] == 1 << 20

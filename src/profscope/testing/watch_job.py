@@ -9,6 +9,8 @@ XProf's "train N" groups), of about ``--step-ms`` milliseconds. It yields the
 
 - create ``control/slow``: from the next step on each step sleeps twice as long (the step
   time doubles); the job writes ``control/slow_at`` = the first slow step's number;
+- create ``control/ramp``: from the next step on each step sleeps 3 % of ``--step-ms``
+  longer than the one before (a step time that creeps up); ``control/ramp_at``;
 - create ``control/grow``: from the next step on each step keeps ``--grow-mib`` MiB more
   (a real jax array, never freed: a leak), and writes ``control/grow_at``;
 - every step appends ``step begin_unix_s end_unix_s`` to ``control/steps.log``, so a test
@@ -146,6 +148,7 @@ def _main(argv: list[str]) -> None:
     kept = []
     bfc.allocate(w.nbytes + x.nbytes, 0)
     slow = grow = False
+    ramp_at = None
     log = open(control / "steps.log", "a", buffering=1)
     print(READY, flush=True)
     step = 0
@@ -154,6 +157,9 @@ def _main(argv: list[str]) -> None:
         if not slow and (control / "slow").exists():
             slow = True
             (control / "slow_at").write_text(str(step))
+        if ramp_at is None and (control / "ramp").exists():
+            ramp_at = step
+            (control / "ramp_at").write_text(str(step))
         if not grow and (control / "grow").exists():
             grow = True
             (control / "grow_at").write_text(str(step))
@@ -168,7 +174,8 @@ def _main(argv: list[str]) -> None:
             elif grow and not (control / "oom").exists():
                 (control / "oom").write_text(str(step))
             # the rest of the step: the input pipeline, say; twice as long once slow
-            time.sleep(a.step_ms / 1000 * (2 if slow else 1))
+            creep = 1 + 0.03 * (step - ramp_at) if ramp_at is not None else 1
+            time.sleep(a.step_ms / 1000 * (2 if slow else 1) * creep)
         log.write(f"{step} {begin:.6f} {time.time():.6f}\n")
 
 
