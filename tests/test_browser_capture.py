@@ -386,3 +386,41 @@ def test_xprof_frontend_captures_through_its_dialog(xprof_page, xprof_capture_se
     page.locator("mat-option", has_text=run).wait_for(timeout=10_000)
     page.screenshot(path=str(ARTIFACTS / "xprof_capture_runs.png"))
     page.keyboard.press("Escape")
+
+
+def test_last_n_seconds_saves_the_seconds_before_save(open_page, capture_server, live_job):
+    """Issue 39 item 2 in the page: "Last N seconds" keeps the last 3 s of the job (the
+    address written as a one-element range under a comment line, as a pasted targets file
+    would be: item 3), shows the pieces held and the gap measured, and "Save" makes a run
+    of those seconds, which opens."""
+    page = _open_dialog(open_page, capture_server)
+    port = live_job.rsplit(":", 1)[1]
+    page.fill("#cap-targets", f"# the job\nlocalhost:{{{port}..{port}}}")
+    page.check("#cap-mode-ring")
+    assert page.is_visible("#cap-ring-fields") and page.is_disabled("#cap-duration")
+    assert page.inner_text("#cap-start") == "Start recording"
+    page.fill("#cap-ring-window", "3s")
+    _shot(page, "ring_form")
+    page.press("#cap-targets", "Enter")  # Enter in the (multi-line) field starts, as in the one-line field it was
+    page.wait_for_selector("#cap-ring[data-state=running]", timeout=30_000)
+    # 3 s held once four 1 s pieces are in (the oldest is dropped past the window)
+    _until(page, "parseFloat(document.querySelector('#cap-ring-hosts tbody tr td:nth-child(4)')?.textContent) >= 3")
+    row = page.locator(f"#cap-ring-hosts tr[data-address='{live_job}']")
+    assert row.get_attribute("data-state") == "recording"
+    assert re.fullmatch(r"\d+(\.\d)? ms", row.locator("td").nth(4).inner_text()), row.inner_text()  # the gap, measured
+    assert page.inner_text("#cap-ring-state").startswith(f"keeping the last 3 s of {live_job}")
+    _shot(page, "ring_running")
+    page.click("#cap-ring-save")
+    page.wait_for_function("document.querySelectorAll('#cap-ring-snapshots a.cap-run').length === 1", timeout=30_000)
+    run = page.locator("#cap-ring-snapshots a.cap-run").first.get_attribute("data-run")
+    _shot(page, "ring_saved")
+    ring = _json(capture_server, "/api/capture")["rings"][0]
+    assert ring["state"] == "running" and ring["snapshots"][0]["run"] == run
+    page.click("#cap-ring-stop")
+    page.wait_for_selector("#cap-ring[data-state=stopped]", timeout=30_000)
+    assert page.inner_text("#cap-ring-state") == "stopped · 1 saved" and page.is_enabled("#cap-start")
+    page.click(f"#cap-ring-snapshots a[data-run='{run}']")
+    page.wait_for_selector("#capture-dialog", state="hidden")
+    assert _captured_run(page) == run
+    _trace_shows(page, capture_server, run, "train_loop_step")
+    page.screenshot(path=str(ARTIFACTS / "capture_ring_landed_trace.png"))

@@ -6,6 +6,7 @@
 import { $, el, fill } from "../lib/dom.js";
 import { ApiError } from "../lib/api.js";
 import { fmtBytes } from "../lib/format.js";
+import { ringFields, ringPanel } from "./capture_ring.js";
 
 const POLL_MS = 250;
 // "Cut off now" is offered while a stopped capture still waits longer than this for its
@@ -49,7 +50,11 @@ function field(label, input, hint) {
 
 function build() {
   const d = {};
-  d.targets = el("input", { id: "cap-targets", type: "text", placeholder: "localhost:9999", autocomplete: "off", spellcheck: "false", required: true });
+  // One address a line is a targets file pasted in (the server reads # comments, ranges
+  // and dns:/// names: app/capture_targets.py).
+  d.targets = el("textarea", { id: "cap-targets", rows: "2", placeholder: "localhost:9999", autocomplete: "off", spellcheck: "false", required: true,
+    // Enter starts the capture, as in the one-line field this was; Shift+Enter adds a line.
+    onkeydown: (e) => { if (e.key === "Enter" && !e.shiftKey && !e.isComposing) { e.preventDefault(); d.form.requestSubmit(); } } });
   d.duration = el("input", { id: "cap-duration", type: "text", value: "2000", size: "8" });
   d.delay = el("input", { id: "cap-delay", type: "text", value: "0", size: "8" });
   d.host = select("cap-host-level", HOST_LEVELS, "2");
@@ -58,13 +63,16 @@ function build() {
   // A continuous session records until stopped: its duration field has no say. Capturing
   // automatically, the duration is what each fired capture records.
   const mode = () => {
-    d.duration.disabled = d.continuous.checked;
+    d.duration.disabled = d.continuous.checked || d.ringMode.checked;
     d.autoFields.hidden = !d.auto.checked;
-    d.start.textContent = d.auto.checked ? "Start watching" : "Start capture";
+    d.ringFields.box.hidden = !d.ringMode.checked;
+    d.start.textContent = d.auto.checked ? "Start watching" : d.ringMode.checked ? "Start recording" : "Start capture";
   };
   d.once = el("input", { type: "radio", name: "cap-mode", id: "cap-mode-once", value: "once", checked: true, onchange: mode });
   d.continuous = el("input", { type: "radio", name: "cap-mode", id: "cap-mode-continuous", value: "continuous", onchange: mode });
   d.auto = el("input", { type: "radio", name: "cap-mode", id: "cap-mode-auto", value: "auto", onchange: mode });
+  d.ringMode = el("input", { type: "radio", name: "cap-mode", id: "cap-mode-ring", value: "ring", onchange: mode });
+  d.ringFields = ringFields(field);
   // "Capture automatically": the condition in the CLI's --when grammar (parsed by the server,
   // whose error names the bad token), and the probes' interval and length.
   d.when = el("input", { id: "cap-when", type: "text", placeholder: "step_time>2x,for=3 or memory>0.9", autocomplete: "off", spellcheck: "false" });
@@ -79,7 +87,7 @@ function build() {
   d.error = el("div", { class: "error cap-error", id: "cap-error", role: "alert", hidden: true });
   d.start = el("button", { type: "submit", id: "cap-start", class: "cap-primary" }, "Start capture");
   d.fields = el("fieldset", { class: "cap-settings" },
-    field("Profiler addresses", d.targets, "HOST:PORT, comma separated"),
+    field("Profiler addresses", d.targets, "HOST:PORT, comma separated or one a line (Shift+Enter) · worker-{0..7}:9999 · localhost:{9000..9007} · dns:///NAME:PORT: each address of a name"),
     el("div", { class: "cap-grid" },
       field("Duration", d.duration, "ms, or 2s"),
       field("Delay", d.delay, "before recording"),
@@ -89,8 +97,9 @@ function build() {
     el("div", { class: "cap-mode", role: "radiogroup", "aria-label": "capture mode" },
       el("label", {}, d.once, " One profile"),
       el("label", { title: "The job records continuously; each snapshot saves what it recorded since the previous one as a run" }, d.continuous, " Continuous (snapshots)"),
-      el("label", { title: "Short probes watch the job; when the condition holds, a capture of every address is taken and saved as a run" }, d.auto, " Capture automatically")),
-    d.autoFields);
+      el("label", { title: "Short probes watch the job; when the condition holds, a capture of every address is taken and saved as a run" }, d.auto, " Capture automatically"),
+      el("label", { title: "profscope records every address in short pieces back to back and keeps the last seconds; Save makes them a run" }, d.ringMode, " Last N seconds")),
+    d.autoFields, d.ringFields.box);
   d.form = el("form", { id: "cap-form", onsubmit: (e) => { e.preventDefault(); start(); } },
     d.fields,
     el("div", { class: "cap-actions" }, d.start));
@@ -136,6 +145,8 @@ function build() {
     el("p", { class: "cap-help muted", id: "cap-help" }, "In the job: ", el("code", {}, "jax.profiler.start_server(9999)"),
       " · allowed addresses: ", d.allowed),
     d.form, d.error, d.progress, d.cont, d.watch);
+  d.ring = ringPanel({ send, runLink, showError, busy, runsChanged: () => hooks.runsChanged() });
+  d.root.append(d.ring.section);
   document.body.append(d.root);
   return d;
 }
@@ -167,8 +178,16 @@ async function start() {
   showError("");
   const body = settings();
   busy(true);
+  dlg.ring.hide();
   try {
-    if (dlg.auto.checked) {
+    if (dlg.ringMode.checked) {
+      delete body.durationMs; delete body.duration;
+      body.window = dlg.ringFields.keep.value.trim();
+      body.piece = dlg.ringFields.piece.value.trim();
+      job = null; session = null; watch = null;
+      dlg.progress.hidden = true; dlg.cont.hidden = true; dlg.watch.hidden = true;
+      await dlg.ring.start(body);
+    } else if (dlg.auto.checked) {
       body.when = dlg.when.value.trim();
       body.probeEvery = dlg.probeEvery.value.trim();
       body.probeDuration = dlg.probeDuration.value.trim();
