@@ -182,3 +182,27 @@ def test_cli_last_saves_on_enter_and_on_ctrl_c(jobs, tmp_path):
         assert 2.0 <= (window.stop_ns - window.start_ns) / 1e9 <= 4.0
     with ProfilerClient(jobs[0]) as c:  # the ring ended its recording: the job takes another
         assert len(c.profile(CaptureSettings(duration_ms=100))) > 0
+
+
+def test_a_job_that_dies_fails_the_ring_with_the_reason_and_frees_the_address(ws):
+    """The job is killed while the ring records: its host fails with the reason, the ring
+    ends "failed" (nothing left running), and the address can be captured again."""
+    from profscope.testing.profiler_job import profiler_job
+
+    with profiler_job() as address:
+        ring = RingRecorder(ws.capture, address, 3.0, 0.5).start()
+        assert ring.state == "running"
+        assert ring.wait_round(1, 60)  # two pieces in
+    deadline = time.monotonic() + 90
+    while ring.state == "running":
+        assert time.monotonic() < deadline, ring.status()
+        time.sleep(0.1)
+    state = ring.status()
+    assert state["state"] == "failed" and "no profiler server answers" in state["error"], state
+    assert state["hosts"][0]["state"] == "failed" and state["hosts"][0]["pieces"] == 0
+    ring._thread.join(10)  # noqa: SLF001
+    assert not ring._thread.is_alive()  # noqa: SLF001
+    # freed: another capture of the address is not refused as busy (it fails: nobody listens)
+    job = ws.capture.start(address, CaptureSettings(duration_ms=100))
+    job.done.wait(30)
+    assert job.stage == "failed" and "no profiler server answers" in job.error
