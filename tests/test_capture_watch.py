@@ -305,6 +305,11 @@ def test_with_a_ring_the_watch_reads_its_pieces_and_fires_its_snapshot(tmp_path,
         fire = w.fires[0]
         assert fire["mode"] == "ring" and fire["stage"] == "saved" and fire["run"].endswith("_trigger-step_time"), fire
         k = int((control / "slow_at").read_text())
+        fired = step_at(control, fire["at"])
+        slow_s = statistics.median(e - b for s, b, e in steps_log(control) if k <= s <= fired)
+        # the bar as for probes: 2 steps + one probe interval (1 s) + the piece it reads (1 s)
+        assert fired - k <= 2 + math.ceil(2.0 / slow_s), (k, fired, slow_s)
+        print(f"\nwith a ring: slowdown at step {k}, fired at step {fired} ({fired - k} steps)")
     meta = read_capture_meta(ws.capture.folder.sessions / fire["run"].split("/", 1)[1])
     assert meta["mode"] == "ring" and meta["trigger"] == "step_time"
     run = ws.run(fire["run"])
@@ -348,3 +353,25 @@ def test_the_trend_rules_fire_on_a_creeping_step_time_and_a_leak(tmp_path, ws):
     assert w.fires[0]["reason"].startswith("memory of cpu_bfc grows 1.0 MiB per step over ")
     meta = read_capture_meta(ws.capture.folder.sessions / w.fires[0]["run"].split("/", 1)[1])
     assert meta["values"]["steady"] and meta["values"]["slope"] == 1 << 20
+
+
+def test_the_cli_with_last_and_when_saves_the_rings_seconds_before_the_trigger(tmp_path):
+    control = tmp_path / "job"
+    with watch_job(control) as address:
+        p = _cli(address, "--last", "5s", "--when", "step_time>1.6x,for=3", "--probe-every", "1s", "--max-fires", "1",
+                 "--dir", str(tmp_path / "c"), stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + 60
+        while not (control / "steps.log").exists() or len(steps_log(control)) < 120:  # 5 s of the ring's pieces
+            assert time.monotonic() < deadline and p.poll() is None
+            time.sleep(0.2)
+        (control / "slow").touch()
+        out, err = p.communicate(timeout=120)
+        k = int((control / "slow_at").read_text())
+    assert p.returncode == 0, err
+    assert "watch: probe: " in err and "watch: fire: step time rose from " in err
+    folder = Path(out.strip().splitlines()[-1])
+    meta = read_capture_meta(folder)
+    assert folder.name.endswith("_trigger-step_time") and meta["mode"] == "ring"
+    steps = read_step_events(io.BytesIO(next(folder.glob("*.xplane.pb")).read_bytes()), "x.xplane.pb").steps
+    numbers = [int(s["name"].split()[-1]) for s in steps]
+    assert min(numbers) < k <= max(numbers), (k, numbers)
