@@ -375,3 +375,23 @@ def test_the_cli_with_last_and_when_saves_the_rings_seconds_before_the_trigger(t
     steps = read_step_events(io.BytesIO(next(folder.glob("*.xplane.pb")).read_bytes()), "x.xplane.pb").steps
     numbers = [int(s["name"].split()[-1]) for s in steps]
     assert min(numbers) < k <= max(numbers), (k, numbers)
+
+
+def test_one_slow_host_of_two_fires_a_capture_of_both(tmp_path, ws):
+    watches = Watches(ws.capture)
+    with watch_job(tmp_path / "a") as a, watch_job(tmp_path / "b") as b:
+        w = watches.start(f"{a},{b}", "step_time>1.6x,for=3", CaptureSettings(duration_ms=800), probe_every_s=1.5,
+                          probe_ms=1000, max_fires=1)
+        try:
+            while w.probes < 2:
+                time.sleep(0.1)
+            assert all(f"{t}: " in " ".join(w.last_probe["lines"]) for t in (a, b)), w.last_probe
+            (tmp_path / "b" / "slow").touch()
+            _wait_for(w, ("done", "failed"))
+        finally:
+            watches.stop(w.id)
+    fire = w.fires[0]
+    assert fire["stage"] == "saved" and fire["reason"].endswith(f"on {b}"), fire
+    run = ws.run(fire["run"])
+    assert sorted(run.hosts) == sorted(CaptureDir.host_file(t).removesuffix(".xplane.pb") for t in (a, b))
+    assert read_capture_meta(ws.capture.folder.sessions / fire["run"].split("/", 1)[1])["values"]["host"] == b

@@ -57,8 +57,9 @@ __all__ = ["Clause", "Condition", "Watch", "Watches", "parse_condition", "watche
 MEASURES = ("step_time", "memory", "step_time_trend", "memory_growth")
 # Every target failing this many probes in a row ends the watch (the job is gone).
 FAIL_AFTER = 2
-# The most entries kept in a watch's history (the newest).
+# The most entries kept in a watch's history (the newest), and ended watches remembered.
 MAX_HISTORY = 200
+KEEP_ENDED = 50
 # Probe settings: at least this long a recording (shorter holds too few steps to judge),
 # at most this (a probe is meant to be cheap); intervals from the one to the other.
 MIN_PROBE_MS, MAX_PROBE_MS = 100, 60_000
@@ -436,6 +437,9 @@ class Watches:
                       probe_every_s=probe_every_s, probe_ms=probe_ms, max_fires=max_fires,
                       series={t: HostSeries() for t in targets}, routes=routes)
             self._watches[w.id] = w
+            ended = [x for x in self._watches.values() if x.state not in ("watching", "capturing")]
+            for old in sorted(ended, key=lambda x: x.created)[: max(0, len(ended) - KEEP_ENDED)]:
+                del self._watches[old.id]
         w.note("start", f"watching {', '.join(targets)} for {cond.describe()}: a {probe_ms} ms probe every "
                         f"{probe_every_s:g} s")
         w.thread = threading.Thread(target=self._loop, args=(w,), name=f"watch-{w.id}", daemon=True)
