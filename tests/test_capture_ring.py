@@ -206,3 +206,73 @@ def test_a_job_that_dies_fails_the_ring_with_the_reason_and_frees_the_address(ws
     job = ws.capture.start(address, CaptureSettings(duration_ms=100))
     job.done.wait(30)
     assert job.stage == "failed" and "no profiler server answers" in job.error
+
+
+def _canonical(data: bytes) -> dict:
+    """Everything of an XSpace by name, never by id: per plane its stats, its event
+    metadata (name -> stats, child names) and per line every event as (name, absolute ps,
+    duration, occurrences, stats); a stat's ref_value as the name it refers to."""
+    from collections import Counter
+
+    out = {}
+    for plane in xplane_pb2.XSpace.FromString(data).planes:
+        stat_names = {k: m.name for k, m in plane.stat_metadata.items()}
+        ev_names = {k: m.name for k, m in plane.event_metadata.items()}
+
+        def stats(items):
+            return tuple(sorted((stat_names[s.metadata_id], stat_names[s.ref_value] if s.WhichOneof("value") == "ref_value"
+                                 else getattr(s, s.WhichOneof("value") or "int64_value")) for s in items))
+
+        metas = {(m.name, m.display_name): (stats(m.stats), tuple(sorted(ev_names[c] for c in m.child_id)))
+                 for m in plane.event_metadata.values()}
+        lines = {(line.id, line.name): Counter(
+            (ev_names[ev.metadata_id], line.timestamp_ns * 1000 + ev.offset_ps, ev.duration_ps, ev.num_occurrences,
+             stats(ev.stats)) for ev in line.events) for line in plane.lines}
+        out[plane.name] = (stats(plane.stats), metas, lines)
+    return out
+
+
+def _renumbered(data: bytes, by: int = 1000) -> bytes:
+    """``data`` with every stat and event metadata id moved by ``by``, and every reference
+    to one (metadata_id, ref_value, child_id) with it: the same recording, other ids."""
+    space = xplane_pb2.XSpace.FromString(data)
+    for plane in space.planes:
+        def move(stats):
+            for st in stats:
+                st.metadata_id += by
+                if st.WhichOneof("value") == "ref_value":
+                    st.ref_value += by
+        for table in (plane.stat_metadata, plane.event_metadata):
+            items = [(k, type(m)()) for k, m in table.items()]
+            for (k, copy) in items:
+                copy.CopyFrom(table[k])
+            table.clear()
+            for k, m in items:
+                m.id = k + by
+                if hasattr(m, "child_id"):
+                    m.child_id[:] = [c + by for c in m.child_id]
+                    move(m.stats)
+                table[k + by].CopyFrom(m)
+        move(plane.stats)
+        for line in plane.lines:
+            for ev in line.events:
+                ev.metadata_id += by
+                move(ev.stats)
+    return space.SerializeToString()
+
+
+@pytest.mark.parametrize("rel", ["mi300_jax08_gemm", "tpu_inference", "tf_gpu"])
+def test_merging_real_recordings_loses_and_moves_nothing(shared_fixtures, rel):
+    """The merge on real GPU/TPU xplanes (device planes, interned string stats, metadata
+    children): one recording merged alone is itself, by name and time; with a copy whose
+    metadata ids are all different (as a second recording's are), every event is there
+    twice at the same times, with the same stats."""
+    path = sorted((shared_fixtures / "public_profiles" / "xplane" / rel).rglob("*.xplane.pb"))[0]
+    data = path.read_bytes()
+    alone, _ = merge_xspaces([data])
+    assert _canonical(alone) == _canonical(data)
+    for pair in ([data, _renumbered(data)], [_renumbered(data), data]):
+        twice = _canonical(merge_xspaces(pair)[0])
+        for name, (pstats, metas, lines) in _canonical(data).items():
+            assert twice[name][:2] == (pstats, metas)
+            assert twice[name][2] == {k: c + c for k, c in lines.items()}, name
