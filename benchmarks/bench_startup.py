@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
 """Server start to first answer: ``profscope serve LOGDIR`` spawned, then the first HTTP
 answer of each ``--path`` (the data API's run list by default, which needs the run
-discovery) polled every 2 ms; a fresh process and a fresh cache folder per round. Also
-prints the modules the server process imports before its first answer is possible
-(``python -X importtime`` of the server package), the heaviest first.
+discovery) polled every 2 ms; a fresh process and a fresh cache folder per round, the
+paths interleaved round by round. Beside the wall time, the server process's CPU seconds
+(user + system, /proc/PID/stat) when the answer came. ``/`` and the run lists are
+answered before FastAPI is imported (server/quick_start.py); ``/static/app.js`` waits for
+the whole app, so its time is the start of every other route. Also prints the modules
+the server package imports (``python -X importtime``), the heaviest first.
 
 Usage::
 
@@ -15,6 +18,7 @@ LOGDIR defaults to the bundled demo log directory.
 from __future__ import annotations
 
 import argparse
+import os
 import http.client
 import socket
 import statistics
@@ -33,8 +37,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def first_answer(logdir: str, path: str, timeout: float = 30.0) -> tuple[float, int]:
-    """Seconds from spawning the server to the first complete answer of ``path``."""
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far."""
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def first_answer(logdir: str, path: str, timeout: float = 30.0) -> tuple[float, int, float]:
+    """Seconds from spawning the server to the first complete answer of ``path``, its
+    status, and the server's CPU seconds by then."""
     port = free_port()
     with tempfile.TemporaryDirectory() as cache:
         t0 = time.perf_counter()
@@ -47,7 +58,7 @@ def first_answer(logdir: str, path: str, timeout: float = 30.0) -> tuple[float, 
                     conn.request("GET", path)
                     resp = conn.getresponse()
                     resp.read()
-                    return time.perf_counter() - t0, resp.status
+                    return time.perf_counter() - t0, resp.status, cpu_seconds(proc.pid)
                 except (ConnectionRefusedError, ConnectionResetError, http.client.RemoteDisconnected):
                     if proc.poll() is not None:
                         raise SystemExit(f"the server exited: {proc.stderr.read().decode()}")
@@ -59,7 +70,7 @@ def first_answer(logdir: str, path: str, timeout: float = 30.0) -> tuple[float, 
 
 
 def heaviest_imports(n: int = 12) -> list[tuple[int, str]]:
-    out = subprocess.run([sys.executable, "-X", "importtime", "-c", "import profscope.server, profscope.cli"],
+    out = subprocess.run([sys.executable, "-X", "importtime", "-c", "import profscope.server.app, profscope.cli"],
                          capture_output=True, text=True, check=True).stderr
     rows = []
     for line in out.splitlines():
@@ -80,14 +91,20 @@ def main() -> None:
         from profscope.cli import demo_logdir
 
         args.logdir = str(demo_logdir())
-    paths = args.path or ["/data/plugin/profile/runs", "/"]
+    paths = args.path or ["/data/plugin/profile/runs", "/", "/static/app.js"]
+    times: dict[str, list[float]] = {p: [] for p in paths}
+    cpu: dict[str, list[float]] = {p: [] for p in paths}
+    status: dict[str, int] = {}
+    for i in range(args.rounds):
+        for path in paths[i % len(paths):] + paths[:i % len(paths)]:  # rotated per round
+            seconds, status[path], cpu_s = first_answer(args.logdir, path)
+            times[path].append(seconds)
+            cpu[path].append(cpu_s)
     for path in paths:
-        times = []
-        for _ in range(args.rounds):
-            seconds, status = first_answer(args.logdir, path)
-            times.append(seconds)
-        print(f"{path}: HTTP {status}, start to first answer median {statistics.median(times) * 1000:.0f} ms "
-              f"(min {min(times) * 1000:.0f}, max {max(times) * 1000:.0f}; {args.rounds} rounds)")
+        t = times[path]
+        print(f"{path}: HTTP {status[path]}, start to first answer median {statistics.median(t) * 1000:.0f} ms "
+              f"(min {min(t) * 1000:.0f}, max {max(t) * 1000:.0f}; {args.rounds} rounds), server CPU by then "
+              f"median {statistics.median(cpu[path]) * 1000:.0f} ms")
     print("heaviest imports of the server package (cumulative us):")
     for us, name in heaviest_imports():
         print(f"  {us:>8} {name}")

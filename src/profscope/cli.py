@@ -8,8 +8,6 @@ import os
 import re
 import socket
 import sys
-import webbrowser
-from importlib import resources
 from pathlib import Path
 
 from profscope import __version__
@@ -49,6 +47,8 @@ examples:
 
 
 def demo_logdir() -> Path:
+    from importlib import resources
+
     return Path(str(resources.files("profscope") / "demo" / "logdir"))
 
 
@@ -364,10 +364,8 @@ def _normalise_argv(argv: list[str]) -> list[str]:
     return ["serve", *argv]
 
 
-def _workspace(args):
-    from profscope.cache.store import DiskCache, default_cache_dir
-    from profscope.cache.worker import WorkerPool, parse_size
-    from profscope.app.workspace import Workspace
+def _logdir(args):
+    """The log directory the arguments name, checked (it exists, it can be listed)."""
     from profscope.storage import LogDir
 
     if args.demo and args.logdir:
@@ -377,6 +375,16 @@ def _workspace(args):
         raise ProfscopeError("no log directory given: profscope LOGDIR, or profscope serve --demo")
     logdir = LogDir(url)
     logdir.check()
+    return logdir
+
+
+def _workspace(args, logdir=None):
+    from profscope.cache.store import DiskCache, default_cache_dir
+    from profscope.cache.worker import WorkerPool, parse_size
+    from profscope.app.workspace import Workspace
+
+    if logdir is None:
+        logdir = _logdir(args)
     workers = WorkerPool(memory_limit=parse_size(args.worker_memory, "--worker-memory"),
                          concurrency=args.workers or None, enabled=None if args.workers != 0 else False)
     cache = DiskCache(args.cache_dir or default_cache_dir(), workers=workers, limit=args.cache_size,
@@ -486,21 +494,36 @@ def _serve_token(args) -> str | None:
 
 
 def cmd_serve(args) -> int:
-    import uvicorn
-
-    from profscope.cache.progress_printer import ProgressPrinter
-    from profscope.server import Server, create_app
-    from profscope.server.guard import H11_MAX_HEAD_BYTES, WILDCARD_BINDS, Security, is_loopback
+    # FastAPI and uvicorn are imported below, after the quick start answers the page and
+    # the run lists on the bound socket (server/quick_start.py): they are most of the start.
+    from profscope.server.guard import Security, is_loopback
+    from profscope.server.quick_start import QuickStart
 
     token = _serve_token(args)
     # Capturing makes the server dial addresses a request names: never without the
     # token where anyone else can send requests (beyond loopback, or every Host accepted).
     args.capture_unsafe = token is None and (not is_loopback(args.host) or "*" in args.allow_host)
-    ws = _workspace(args)
+    logdir = _logdir(args)
     sock = _bind(args.host, args.port)
-    ws.scale_out = _scale_out(args)  # after the bind: a busy port starts no cluster
     port = sock.getsockname()[1]
     security = Security.for_bind(args.host, port, allow_hosts=args.allow_host, token=token)
+    quick = QuickStart(sock, logdir, security).start()
+    quick.warm.wait(2.0)
+    try:
+        return _serve_on(args, _workspace(args, logdir), sock, security, quick, token)
+    finally:
+        quick.stop()
+
+
+def _serve_on(args, ws, sock, security, quick, token) -> int:
+    import uvicorn
+
+    from profscope.cache.progress_printer import ProgressPrinter
+    from profscope.server import Server, create_app
+    from profscope.server.guard import H11_MAX_HEAD_BYTES, WILDCARD_BINDS, is_loopback
+
+    ws.scale_out = _scale_out(args)  # after the bind: a busy port starts no cluster
+    port = sock.getsockname()[1]
     query = f"?token={token}" if token else ""
 
     def url_of(host: str) -> str:
@@ -539,6 +562,8 @@ def cmd_serve(args) -> int:
     if args.host in WILDCARD_BINDS:
         print(f"  from other machines: {url_of(socket.gethostname())}", flush=True)
     if args.open:
+        import webbrowser
+
         webbrowser.open(url)
     printer = ProgressPrinter(ws.cache.progress).start()
     # h11 refuses a request head over 16 KiB with a plain-text 400; the guard's limits
@@ -549,7 +574,7 @@ def cmd_serve(args) -> int:
                             # cut after 5 s rather than holding the server up (uvicorn waits forever).
                             timeout_graceful_shutdown=5)
     try:
-        Server(config, ws).run(sockets=[sock])
+        Server(config, ws, quick).run(sockets=[sock])
     finally:
         printer.stop()
         if ws.scale_out is not None:

@@ -33,7 +33,7 @@ from profscope.app.profile_steps import ProfileSteps
 from profscope.cache.store import DiskCache
 from profscope.cache import worker as cache_worker
 from profscope.errors import BadRequest, NotFound, ProfscopeError
-from profscope.app.discovery import discover
+from profscope.app.run_list import runs_of
 from profscope.app.keys import FileDerived
 from profscope.model.catalog import Run, RunKind
 from profscope.model.file_kinds import FileKind, classify
@@ -87,7 +87,7 @@ class Workspace(CompiledMemory, RuntimeMemory, Snapshots, Pprofs, OomAssessment,
         Traces.__init__(self)
 
     def runs(self) -> list[Run]:
-        return discover(self.logdir.listing())
+        return runs_of(self.logdir)
 
     def runs_at(self, session_path: str | None = None, run_path: str | None = None) -> list[Run]:
         """The runs XProf's ``session_path`` / ``run_path`` parameters select.

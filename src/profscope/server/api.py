@@ -6,11 +6,9 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from profscope.app import memory_trace_clock
-from profscope.app.unsupported_files import unsupported_files
+from profscope.app.run_list import run_summary, runs_listing
 from profscope.app.workspace import Workspace
 from profscope.app.queries import SnapshotQuery
-from profscope.model.catalog import Run
-from profscope.model.file_kinds import RANK_RULE
 from profscope.server.params import Count, Text, query_params
 from profscope.server.responses import gzip_json_response, json_response
 
@@ -18,34 +16,17 @@ from profscope.server.responses import gzip_json_response, json_response
 SnapshotParams = query_params(SnapshotQuery)
 
 
-def _run_summary(ws: Workspace, run: Run) -> dict:
-    return {
-        "name": run.name,
-        "kind": run.kind.value,
-        "folder": run.folder,
-        "hosts": run.hosts,
-        "fileCount": len(run.files),
-        "totalBytes": sum(f.size for f in run.files),
-        # a distributed job (app/discovery.py): its ranks, in rank order, and the rule that grouped them
-        "job": {"ranks": list(run.ranks), "rule": RANK_RULE} if run.ranks else None,
-    }
-
-
 def router(ws: Workspace) -> APIRouter:
     r = APIRouter(prefix="/api")
 
     @r.get("/runs")
     def runs() -> Response:
-        runs = ws.runs()
-        # Files profscope recognises but does not read, each with why (never dropped unsaid).
-        unsupported = unsupported_files(ws.logdir.listing(), runs)
-        return json_response({"logdir": ws.logdir.url, "runs": [_run_summary(ws, run) for run in runs],
-                              "unsupported": unsupported})
+        return json_response(runs_listing(ws.logdir, ws.runs()))
 
     @r.get("/run")
     def run(run: Text = None) -> Response:
         run = ws.run(run)
-        body = _run_summary(ws, run)
+        body = run_summary(run)
         body["hosts"] = ws.hosts(run)  # a snapshot's devices need a look inside it
         # Tools and modules need a look inside the run's files (cached): only per run,
         # never for the whole catalog, which may hold thousands of sessions.

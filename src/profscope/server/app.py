@@ -3,6 +3,7 @@ Origin, token, URL limits, security headers: server/guard.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import uvicorn
@@ -17,6 +18,7 @@ from profscope.errors import ProfscopeError
 from profscope.server import api, capture_api, convert_api, hlo_api, pages, trace_api, xprof_api
 from profscope.server.guard import TEST_CLIENT_HOST, Guard, Security, add_headers
 from profscope.server.params import validation_message
+from profscope.server.quick_start import QuickStart
 from profscope.server.responses import json_response
 
 log = logging.getLogger("profscope.server")
@@ -79,9 +81,20 @@ class Server(uvicorn.Server):
     shutdown cut them after its timeout with a plain-text 500 and the server took that
     long to exit."""
 
-    def __init__(self, config: uvicorn.Config, ws: Workspace):
+    def __init__(self, config: uvicorn.Config, ws: Workspace, quick: QuickStart | None = None):
         super().__init__(config)
         self.workspace = ws
+        self.quick = quick
+
+    async def startup(self, sockets=None) -> None:
+        await super().startup(sockets)
+        if self.quick is not None and self.started:
+            # uvicorn accepts now: the connections the quick start holds become its own,
+            # each with a protocol made as uvicorn's startup makes them (server.py's
+            # create_protocol)
+            config, state, app_state = self.config, self.server_state, self.lifespan.state
+            self.quick.hand_over(asyncio.get_running_loop(),
+                                 lambda: config.http_protocol_class(config=config, server_state=state, app_state=app_state))
 
     def handle_exit(self, sig, frame) -> None:
         self.workspace.cache.workers.stop()

@@ -9,10 +9,10 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 
-from profscope import __version__
 from profscope.app import tool_table
 from profscope.app.workspace import Workspace
 from profscope.errors import NotFound
+from profscope.server.quick_start import index_html
 from profscope.frontend import render
 
 # The frontend is native ES modules, no build step: app.js (the shell) imports lib/ (shared
@@ -54,11 +54,7 @@ def router(ws: Workspace) -> APIRouter:
             tool = request.query_params.get("tool") or tool_table.page_tool(tag)
             if tool is not None:
                 return RedirectResponse(_without_tag(request, tool), status_code=302)
-        # Every tool's title, for the shell's tool picker to name the open tool on a run
-        # that has no input for it (the run's own tools come with /api/run).
-        titles = {t.name: t.title for t in tool_table.TOOLS}
-        return HTMLResponse(render.page("index.html", version=__version__, logdir=ws.logdir.url,
-                                        pages=tool_table.page_modules(), titles=titles))
+        return HTMLResponse(index_html(ws.logdir.url))
 
     @r.get("/static/vendor/plotly.min.js")
     def plotly() -> Response:

@@ -1,0 +1,281 @@
+"""The first answers of ``profscope serve``, given before FastAPI and uvicorn are imported.
+
+Importing FastAPI (pydantic) and uvicorn, and building the app, takes 0.25-0.35 s on the
+project's 2-core machine, several times the rest of the start. So the CLI binds the
+socket, builds the workspace and starts a :class:`QuickStart` thread on that socket at
+once; the thread answers the page (``/``) and the run lists (``/api/runs``, XProf's
+``/data/plugin/profile/runs``) with the same bodies, status and headers as the routes
+(the bodies come from the functions the routes call: :func:`index_html`,
+app/run_list.py), through the same guard (server/guard.py's ``Guard.check``).
+
+Every other request waits for the full app, and so does any request the thread is not
+sure of (a method other than GET, a body, HTTP/1.0, an ``Upgrade``, a query the routes
+would read, a head not complete in one read, a guard refusal or token redirect): the
+thread reads request heads with ``MSG_PEEK`` and consumes only those it answers, so a
+connection it does not answer still holds its whole request in the kernel's buffer.
+When uvicorn has started (:meth:`QuickStart.hand_over`, called by server/app.py's
+``Server.startup``), each connection the thread holds is handed to uvicorn's own
+protocol (``loop.connect_accepted_socket``), which reads the request as if it had
+accepted the connection itself; kept-alive connections go the same way, between two
+requests. From then on uvicorn alone accepts.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import functools
+import gzip
+import select
+import socket
+import threading
+from typing import TYPE_CHECKING
+from urllib.parse import parse_qsl
+
+import orjson
+
+from profscope import __version__
+from profscope.server.guard import H11_MAX_HEAD_BYTES, Guard, Security, add_headers
+
+if TYPE_CHECKING:
+    import asyncio
+
+JSON = b"application/json"
+HTML = b"text/html; charset=utf-8"  # Starlette's HTMLResponse
+# The app's GZipMiddleware(minimum_size=2048, compresslevel=5), server/app.py
+GZIP_MIN, GZIP_LEVEL = 2048, 5
+
+
+def index_html(logdir_url: str) -> str:
+    """The dashboard's page (``GET /``)."""
+    from profscope.app import tool_table
+    from profscope.frontend import render
+
+    # Every tool's title, for the shell's tool picker to name the open tool on a run
+    # that has no input for it (the run's own tools come with /api/run).
+    titles = {t.name: t.title for t in tool_table.TOOLS}
+    return render.page("index.html", version=__version__, logdir=logdir_url,
+                       pages=tool_table.page_modules(), titles=titles)
+
+
+def _api_runs(logdir, query: list) -> tuple[bytes, bytes] | None:
+    from profscope.app.run_list import runs_listing, runs_of
+
+    return (orjson.dumps(runs_listing(logdir, runs_of(logdir))), JSON) if not query else None
+
+
+def _xprof_runs(logdir, query: list) -> tuple[bytes, bytes] | None:
+    from profscope.app.run_list import runs_of
+
+    # Without session_path / run_path, Workspace.runs_at is runs(); with them the route
+    # checks the paths against the log directory (its errors): the full app answers.
+    return (orjson.dumps([run.name for run in runs_of(logdir)]), JSON) if not query else None
+
+
+def _index(logdir, query: list) -> tuple[bytes, bytes] | None:
+    # tag= (an XProf link) is a redirect the route decides with the tool table
+    return None if any(k == "tag" for k, _ in query) else (_page(logdir.url), HTML)
+
+
+@functools.lru_cache(maxsize=4)
+def _page(logdir_url: str) -> bytes:
+    # The page depends on the log directory's URL only (the tool table and the templates
+    # are the package's): rendered once, in the thread's idle time (QuickStart._warm_up)
+    return index_html(logdir_url).encode()
+
+
+ROUTES = {b"/": _index, b"/api/runs": _api_runs, b"/data/plugin/profile/runs": _xprof_runs}
+
+
+class QuickStart:
+    """Answers :data:`ROUTES` on ``sock`` until :meth:`hand_over` (module docstring)."""
+
+    def __init__(self, sock: socket.socket, logdir, security: Security):
+        # logdir: the workspace's storage.LogDir (the server layer names no storage type)
+        self.sock = sock
+        self.logdir = logdir
+        self.guard = Guard(None, security)
+        self.answered = 0  # requests answered here (tests, the benchmark)
+        self._lock = threading.Lock()
+        self._target: tuple[asyncio.AbstractEventLoop, object] | None = None
+        self._stopped = False
+        self._tasks: set = set()
+        # Set once what the first answers need is imported and the page rendered: the CLI
+        # waits for it before importing the rest (the workspace, FastAPI), which would
+        # otherwise share the interpreter with the first answers. Nothing is imported
+        # twice: the workspace and the app import the same modules.
+        self.warm = threading.Event()
+        self._warm_steps = [self._warm_runs, self._warm_page]
+        self._thread = threading.Thread(target=self._run, name="profscope-quick-start", daemon=True)
+
+    def start(self) -> QuickStart:
+        self._thread.start()
+        return self
+
+    def hand_over(self, loop: asyncio.AbstractEventLoop, protocol_factory) -> None:
+        """uvicorn serves on ``loop`` now: give it every connection held, then stop."""
+        with self._lock:
+            self._target = (loop, protocol_factory)
+
+    def stop(self) -> None:
+        """Stop without handing over (the server is exiting): held connections are closed."""
+        with self._lock:
+            self._stopped = True
+        self._thread.join(5)
+
+    # -- the thread ----------------------------------------------------------------------
+
+    def _run(self) -> None:
+        open_: list[socket.socket] = []  # connections whose next request may be answered here
+        held: list[socket.socket] = []  # connections waiting for uvicorn
+        while True:
+            with self._lock:
+                target, stopped = self._target, self._stopped
+            if stopped or target is not None:
+                break
+            readable, _, _ = select.select([self.sock, *open_], [], [], 0 if self._warm_steps else 0.02)
+            if not readable and self._warm_steps:
+                self._warm_up()
+            for s in readable:
+                if s is self.sock:
+                    conn = self._accept()
+                    if conn is not None:
+                        open_.append(conn)
+                    continue
+                state = self._serve(s)
+                if state != "open":
+                    open_.remove(s)
+                if state == "held":
+                    held.append(s)
+        for conn in [*held, *open_]:
+            if target is not None:
+                self._give(conn, *target)
+            else:
+                conn.close()
+
+    def _warm_up(self) -> None:
+        """One step of the warm-up, between requests (a request never waits for it)."""
+        step = self._warm_steps.pop(0)
+        try:
+            step()
+        except Exception:  # noqa: BLE001 - the request that needs it meets the error (the app answers it)
+            pass
+        if not self._warm_steps:
+            self.warm.set()
+
+    def _warm_runs(self) -> None:
+        import profscope.app.run_list  # noqa: F401 - discovery and the readers of file heads
+
+    def _warm_page(self) -> None:
+        _page(self.logdir.url)
+
+    def _accept(self) -> socket.socket | None:
+        try:
+            conn, _ = self.sock.accept()
+        except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+            return None  # uvicorn (started meanwhile) or the client was first
+        conn.settimeout(5.0)
+        return conn
+
+    def _serve(self, conn: socket.socket) -> str:
+        """Answer the next request on ``conn`` if it is one of ours: "open" (answered, kept
+        alive), "closed", or "held" (left unread for uvicorn)."""
+        try:
+            data = conn.recv(H11_MAX_HEAD_BYTES, socket.MSG_PEEK)
+        except OSError:
+            data = b""
+        if not data:
+            conn.close()
+            return "closed"
+        end = data.find(b"\r\n\r\n")
+        if end < 0:
+            return "held"
+        head = data[: end + 4]
+        answer = self._answer(head)
+        if answer is None:
+            return "held"
+        response, close = answer
+        self.answered += 1
+        try:
+            _consume(conn, len(head))
+            conn.sendall(response)
+        except OSError:
+            close = True
+        if close:
+            conn.close()
+            return "closed"
+        return "open"
+
+    def _answer(self, head: bytes) -> tuple[bytes, bool] | None:
+        """The response to ``head``, and whether to close after it; None: uvicorn's."""
+        lines = head[:-4].split(b"\r\n")
+        request = lines[0].split(b" ")
+        if len(request) != 3 or request[0] != b"GET" or request[2] != b"HTTP/1.1":
+            return None
+        raw_path, _, query = request[1].partition(b"?")
+        route = ROUTES.get(raw_path)
+        if route is None:
+            return None
+        headers = []
+        for line in lines[1:]:
+            name, sep, value = line.partition(b":")
+            if not sep or not name or name != name.strip() or line[:1] in (b" ", b"\t"):
+                return None  # obs-fold or malformed: h11 decides
+            headers.append((name.lower(), value.strip()))
+        names = {k for k, _ in headers}
+        if names & {b"content-length", b"transfer-encoding", b"upgrade", b"expect"}:
+            return None
+        scope = {"type": "http", "method": "GET", "path": raw_path.decode(), "raw_path": raw_path,
+                 "query_string": query, "headers": headers}
+        if self.guard.check(scope) is not None:
+            return None  # a refusal or the token's redirect: the app's answer, unchanged
+        pairs = parse_qsl(scope["query_string"].decode("latin-1"), keep_blank_values=True)
+        try:
+            got = route(self.logdir, pairs)
+        except Exception:  # noqa: BLE001 - the app's route answers it, in the one error shape
+            return None
+        if got is None:
+            return None
+        body, media_type = got
+        close = any(k == b"connection" and b"close" in v.lower() for k, v in headers)
+        return _response(body, media_type, headers, close), close
+
+    def _give(self, conn: socket.socket, loop: asyncio.AbstractEventLoop, factory) -> None:
+        conn.setblocking(False)
+
+        async def adopt():
+            try:
+                await loop.connect_accepted_socket(factory, conn)
+            except OSError:
+                conn.close()
+
+        def schedule():
+            task = loop.create_task(adopt())
+            self._tasks.add(task)  # the loop keeps only a weak reference
+            task.add_done_callback(self._tasks.discard)
+
+        loop.call_soon_threadsafe(schedule)
+
+
+def _consume(conn: socket.socket, n: int) -> None:
+    """Read exactly the ``n`` bytes peeked (the request head), no more."""
+    while n:
+        chunk = conn.recv(n)
+        if not chunk:
+            raise ConnectionResetError
+        n -= len(chunk)
+
+
+def _response(body: bytes, media_type: bytes, request_headers: list, close: bool) -> bytes:
+    """The bytes uvicorn would send for the route's Response, behind the app's gzip and
+    guard middlewares."""
+    headers = [(b"date", email.utils.formatdate(usegmt=True).encode())]
+    accept = b", ".join(v for k, v in request_headers if k == b"accept-encoding")
+    if len(body) >= GZIP_MIN and b"gzip" in accept:
+        body = gzip.compress(body, GZIP_LEVEL)
+        headers += [(b"content-encoding", b"gzip"), (b"vary", b"Accept-Encoding")]
+    headers += [(b"content-length", str(len(body)).encode()), (b"content-type", media_type)]
+    if close:
+        headers.append((b"connection", b"close"))
+    headers = add_headers(headers, 200)
+    lines = [b"HTTP/1.1 200 OK", *(k + b": " + v for k, v in headers)]
+    return b"\r\n".join(lines) + b"\r\n\r\n" + body

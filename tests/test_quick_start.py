@@ -1,0 +1,136 @@
+"""``profscope serve``'s first answers before FastAPI is imported (server/quick_start.py):
+the same answers as the app's routes, every other request handed to uvicorn unread."""
+
+from __future__ import annotations
+
+import gzip
+import http.client
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+import uvicorn
+from fastapi.testclient import TestClient
+
+from profscope.app.workspace import Workspace
+from profscope.cache.store import DiskCache
+from profscope.server import Server, create_app
+from profscope.server.guard import SECURITY_HEADERS, Security
+from profscope.server.quick_start import QuickStart
+from profscope.storage import LogDir
+
+ROUTES = ("/", "/?run=x&tool=overview", "/api/runs", "/data/plugin/profile/runs")
+
+
+def _bound() -> socket.socket:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    return sock
+
+
+def _get(conn: http.client.HTTPConnection, path: str, **headers):
+    conn.request("GET", path, headers=headers)
+    resp = conn.getresponse()
+    return resp, resp.read()
+
+
+@pytest.fixture
+def quick(demo_logdir, tmp_path):
+    sock = _bound()
+    port = sock.getsockname()[1]
+    logdir = LogDir(str(demo_logdir))
+    security = Security.for_bind("127.0.0.1", port)
+    q = QuickStart(sock, logdir, security).start()
+    assert q.warm.wait(90)
+    ws = Workspace(logdir, DiskCache(str(tmp_path / "cache")))
+    yield q, ws, security, port
+    q.stop()
+    sock.close()
+
+
+def test_the_first_routes_answer_as_the_app_does(quick):
+    q, ws, security, port = quick
+    # Starlette's TestClient sends Host: testserver, which the CLI's policy refuses
+    app = TestClient(create_app(ws, Security(allow_hosts=("testserver",), port=port)))
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=90)
+    for path in ROUTES:
+        resp, body = _get(conn, path, **{"Accept-Encoding": "identity"})  # one kept-alive connection
+        want = app.get(path, headers={"Accept-Encoding": "identity"})
+        assert (resp.status, resp.getheader("content-type")) == (want.status_code, want.headers["content-type"]), path
+        assert body == want.content, path
+        for name, value in SECURITY_HEADERS:
+            assert resp.getheader(name.decode()) == value.decode() == want.headers[name.decode()], (path, name)
+    assert q.answered == len(ROUTES)
+    assert json.loads(body) == [r.name for r in ws.runs()] and body != b"[]"
+    # gzip as the app's GZipMiddleware: the page is over its 2 KiB minimum
+    resp, body = _get(conn, "/", **{"Accept-Encoding": "gzip"})
+    assert resp.getheader("content-encoding") == "gzip" and resp.getheader("vary") == "Accept-Encoding"
+    assert gzip.decompress(body) == app.get("/").content
+    assert q.answered == len(ROUTES) + 1
+
+
+def test_every_other_request_waits_for_uvicorn_and_gets_the_apps_answer(quick):
+    q, ws, security, port = quick
+    kept = http.client.HTTPConnection("127.0.0.1", port, timeout=90)
+    assert _get(kept, "/api/runs")[0].status == 200  # answered here, the connection kept alive
+    answers: dict[str, tuple[int, bytes]] = {}
+
+    def ask(name, path, **headers):
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=90)
+        resp, body = _get(conn, path, **headers)
+        answers[name] = (resp.status, body)
+
+    asks = [threading.Thread(target=ask, args=args, kwargs=kw) for args, kw in (
+        (("static", "/static/app.js"), {}),  # not a first route
+        (("rebinding", "/"), {"Host": "evil.example:80"}),  # the guard's refusal: the app's answer
+        (("tag", "/?tag=memory_viewer"), {}),  # the tool table's redirect
+        (("session_path", "/data/plugin/profile/runs?session_path=../../etc"), {}),
+    )]
+    for t in asks:
+        t.start()
+    time.sleep(0.5)
+    assert not answers and q.answered == 1  # held, unread, until uvicorn serves
+    config = uvicorn.Config(create_app(ws, security), log_level="warning", lifespan="off")
+    server = Server(config, ws, q)
+    serving = threading.Thread(target=server.run, kwargs={"sockets": [q.sock]})
+    serving.start()
+    try:
+        for t in asks:
+            t.join(90)
+        assert answers["static"][0] == 200 and b"import" in answers["static"][1]
+        assert answers["rebinding"][0] == 403 and json.loads(answers["rebinding"][1])["status"] == 403
+        assert answers["tag"][0] == 302
+        assert answers["session_path"][0] in (400, 403, 404) and json.loads(answers["session_path"][1])["ok"] is False
+        # the kept-alive connection went to uvicorn too: its next request is the app's
+        resp, body = _get(kept, "/api/run?run=" + ws.runs()[0].name)
+        assert resp.status == 200 and json.loads(body)["name"] == ws.runs()[0].name
+        assert q.answered == 1
+    finally:
+        server.should_exit = True
+        serving.join(90)
+
+
+def test_the_first_answers_import_no_fastapi_nor_readers(demo_logdir):
+    code = f"""
+import http.client, socket, sys
+from profscope.server.guard import Security
+from profscope.server.quick_start import QuickStart
+from profscope.storage import LogDir
+sock = socket.socket(); sock.bind(("127.0.0.1", 0)); sock.listen(8)
+port = sock.getsockname()[1]
+q = QuickStart(sock, LogDir({str(demo_logdir)!r}), Security.for_bind("127.0.0.1", port)).start()
+conn = http.client.HTTPConnection("127.0.0.1", port, timeout=90)
+for path in ("/", "/api/runs", "/data/plugin/profile/runs"):
+    conn.request("GET", path); resp = conn.getresponse(); resp.read()
+    assert resp.status == 200, path
+assert q.answered == 3
+print(sorted(m for m in ("fastapi", "starlette", "uvicorn", "pydantic", "numpy", "google.protobuf", "fsspec")
+             if m in sys.modules))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=90).stdout
+    assert out.strip() == "[]"
