@@ -433,6 +433,11 @@ ROUTES = [
     *[(path, {}, ["x"]) for path in ("/api/capture/job/{job_id}", "/api/capture/job/{job_id}/stop",
                                      "/api/capture/continuous", "/api/capture/continuous/{sid}",
                                      "/api/capture/continuous/{sid}/snapshot", "/api/capture/continuous/{sid}/stop")],
+    # automatic capture (app/capture_watch.py): GET of the start and stop routes is a 405, an unknown watch a 404
+    *[(path, {}, ["x"]) for path in ("/api/capture/watch", "/api/capture/watch/{wid}", "/api/capture/watch/{wid}/stop")],
+    # the last N seconds (app/capture_ring.py), likewise
+    *[(path, {}, ["x"]) for path in ("/api/capture/ring", "/api/capture/ring/{rid}", "/api/capture/ring/{rid}/snapshot",
+                                     "/api/capture/ring/{rid}/stop")],
     *[("/data/plugin/profile/data", {"run": run, "tag": tag, **extra}, keys) for run, tag, extra, keys in (
         (PROFILE, "trace_viewer@", {"host": "demo-host"}, XPROF_TRACE),
         (TRACE, "trace_viewer@", {}, XPROF_TRACE),
