@@ -10,7 +10,7 @@ import time
 import pytest
 from fastapi.testclient import TestClient
 
-from profscope.app.capture import read_capture_meta
+from profscope.app.capture import CaptureDir, read_capture_meta
 from profscope.app.capture_ring import RingRecorder
 from profscope.app.queries import XprofTraceQuery
 from profscope.app.workspace import Workspace
@@ -132,12 +132,37 @@ def test_merging_keeps_every_event_at_its_time_and_drops_what_began_before_the_w
     assert events(cut) == [e for e in events(merged) if e[1] >= since]
 
 
+def test_a_byte_limit_keeps_the_newest_pieces_under_it(jobs, ws):
+    """"The last N seconds (or bytes)": with a limit of 1.2 MB the ring keeps the newest
+    pieces that fit (one per host at least), however long its window."""
+    client = TestClient(create_app(ws))
+    started = client.post("/api/capture/ring", json={"targets": jobs[0], "window": "20s", "piece": "500ms",
+                                                      "maxBytes": "1.2MB"})
+    assert started.status_code == 201 and started.json()["maxBytes"] == 1_200_000, started.text
+    ring = ws.capture.rings[started.json()["id"]]
+    try:
+        assert ring.wait_round(7, 90)
+        host = ring.status()["hosts"][0]
+        assert host["pieces"] >= 1 and (host["bytes"] <= 1_200_000 or host["pieces"] == 1), host
+        piece = host["bytes"] / host["pieces"]
+        assert host["pieces"] >= min(8, int(1_200_000 // piece)), host  # as many as fit are kept
+        snap = ring.snapshot()
+        assert snap.stage == "saved"
+        data = (ws.capture.folder.sessions / snap.session / CaptureDir.host_file(jobs[0])).read_bytes()
+        held = recording_window(data)
+        assert (held.stop_ns - held.start_ns) / 1e9 < 0.5 * (host["pieces"] + 1) + 0.5
+    finally:
+        ring.stop()
+
+
 def test_bad_ring_settings_are_400s_naming_them(ws):
     client = TestClient(create_app(ws))
     for body, words in (({"targets": "localhost:1", "window": "0s"}, "the ring's window must be more than 0 s"),
                         ({"targets": "localhost:1", "window": "2h"}, "is over an hour"),
                         ({"targets": "localhost:1", "window": "5s", "piece": "10s"}, "a ring's piece must be"),
-                        ({"targets": "localhost:1", "windw": "5s"}, "unknown field(s) windw")):
+                        ({"targets": "localhost:1", "windw": "5s"}, "unknown field(s) windw"),
+                        ({"targets": "localhost:1", "maxBytes": "lots"}, "maxBytes: 'lots' is not a size"),
+                        ({"targets": "localhost:1", "maxBytes": 0}, "the ring's byte limit must be a size over 0")):
         res = client.post("/api/capture/ring", json=body)
         assert res.status_code == 400 and words in res.json()["error"], res.text
     dead = client.post("/api/capture/ring", json={"targets": f"localhost:{free_port()}"})
@@ -146,6 +171,12 @@ def test_bad_ring_settings_are_400s_naming_them(ws):
     assert client.get("/api/capture/ring/nope").status_code == 404
     with pytest.raises(BadRequest):
         RingRecorder(ws.capture, "localhost:1", 5.0, piece_s=0.01)
+    import subprocess
+    import sys
+
+    res = subprocess.run([sys.executable, "-m", "profscope", "capture", "localhost:1", "--last", "5s", "--last-bytes",
+                          "lots"], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2 and "--last-bytes: 'lots' is not a size" in res.stderr, res.stderr
 
 
 def test_cli_last_saves_on_enter_and_on_ctrl_c(jobs, tmp_path):

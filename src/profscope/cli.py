@@ -319,6 +319,9 @@ def _add_capture(sub) -> None:
                          help="keep the last WINDOW (e.g. 5s) of the targets in profscope, recorded in back-to-back "
                               "pieces: Enter or SIGUSR1 saves them as a run, Ctrl+C saves them once more and exits "
                               "(with --when: each fire saves them)")
+    capture.add_argument("--last-bytes", metavar="SIZE",
+                         help="with --last: keep at most SIZE of recordings, all hosts together (default 2GiB; "
+                              "the oldest dropped first)")
     capture.add_argument("--piece", default="1s",
                          help="with --last: the length of each recording (default 1s; the job loses ~30-100 ms "
                               "between two, docs/capture.md)")
@@ -1138,9 +1141,11 @@ def _capture_ring(args, capturer, settings) -> int:
 
     from profscope.app.capture import parse_duration
     from profscope.app.capture_ring import start_ring
+    from profscope.cache.worker import parse_size
 
     ring = start_ring(capturer, args.targets, parse_duration(args.last, "--last") / 1000,
-                      parse_duration(args.piece, "--piece") / 1000, settings)
+                      parse_duration(args.piece, "--piece") / 1000, settings,
+                      parse_size(args.last_bytes, "--last-bytes"))
     if ring.state != "running":
         capturer.close()
         raise ProfscopeError(f"the ring did not start: {ring.error}")

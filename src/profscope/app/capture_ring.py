@@ -79,6 +79,8 @@ class RingRecorder:
                  settings: CaptureSettings | None = None, *, max_bytes: int = DEFAULT_MAX_BYTES):
         if not 0 < window_s <= MAX_WINDOW_S:
             raise BadRequest(f"the ring's window must be more than 0 s and at most {MAX_WINDOW_S:g} s, not {window_s:g} s")
+        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes <= 0:
+            raise BadRequest(f"the ring's byte limit must be a size over 0, not {max_bytes!r}")
         if not MIN_PIECE_S <= piece_s <= min(MAX_PIECE_S, max(window_s, MIN_PIECE_S)):
             raise BadRequest(f"a ring's piece must be from {MIN_PIECE_S:g} s to the window ({window_s:g} s), "
                              f"at most {MAX_PIECE_S:g} s, not {piece_s:g} s")
@@ -344,6 +346,7 @@ class RingRecorder:
                                         "max": max(gaps) if gaps else None, "count": len(gaps)}})
             return {"id": self.id, "targets": self.targets, "state": self.state, "error": self.error,
                     "created": self.created, "windowS": self.window_s, "pieceS": self.piece_s, "rounds": self.rounds,
+                    "maxBytes": self.max_bytes,
                     "startSpreadMs": self.spread_ms, "hosts": hosts,
                     "snapshots": [j.to_json() for j in map(self.capturer.find, self.snapshots) if j is not None]}
 
@@ -353,9 +356,14 @@ KEEP_RINGS = 20
 
 
 def start_ring(capturer: Capturer, targets: list[str] | str, window_s: float, piece_s: float = 1.0,
-               settings: CaptureSettings | None = None) -> RingRecorder:
-    """Start a ring on ``capturer``'s targets and remember it (``capturer.rings``)."""
-    ring = RingRecorder(capturer, targets, window_s, piece_s, settings).start()
+               settings: CaptureSettings | None = None, max_bytes: int | str | None = None) -> RingRecorder:
+    """Start a ring on ``capturer``'s targets and remember it (``capturer.rings``);
+    ``max_bytes`` a size (``256MiB``) or bytes, :data:`DEFAULT_MAX_BYTES` when None."""
+    from profscope.cache.worker import parse_size
+
+    limit = parse_size(max_bytes, "maxBytes")
+    ring = RingRecorder(capturer, targets, window_s, piece_s, settings,
+                        max_bytes=DEFAULT_MAX_BYTES if limit is None else limit).start()
     capturer.rings[ring.id] = ring
     ended = [r for r in capturer.rings.values() if r.state in ("stopped", "failed")]
     for old in sorted(ended, key=lambda r: r.created)[: max(0, len(capturer.rings) - KEEP_RINGS)]:

@@ -22,7 +22,7 @@ from starlette.concurrency import run_in_threadpool
 
 from profscope.app.capture import Capturer, CaptureJob, CaptureSettings, parse_duration, parse_targets
 from profscope.app.capture_ring import ring_of, start_ring
-from profscope.app.capture_watch import watches_of
+from profscope.app.capture_watch import parse_condition, watches_of
 from profscope.app.workspace import Workspace
 from profscope.errors import BadRequest, NotFound, ProfscopeError, Stopping, TooLarge
 from profscope.server.responses import json_response
@@ -40,10 +40,12 @@ BODY_FIELDS = ("targets", "duration", "durationMs", "delayMs", "hostTracerLevel"
 MAX_BODY_DEPTH = 8
 # POST /api/capture/watch (automatic capture, app/capture_watch.py) takes a capture's
 # fields (what a fire records) and the watch's own.
-WATCH_FIELDS = BODY_FIELDS + ("when", "probeEvery", "probeDuration", "maxFires")
+# fields (what a fire records) and the watch's own; ``last`` (a window: "5s"): a fire saves
+# the last seconds of a ring started for the watch (app/capture_ring.py), of ``piece``s.
+WATCH_FIELDS = BODY_FIELDS + ("when", "probeEvery", "probeDuration", "maxFires", "last", "piece")
 # POST /api/capture/ring (the last N seconds, app/capture_ring.py): a capture's fields and
 # the window kept and the length of each piece recorded.
-RING_FIELDS = BODY_FIELDS + ("window", "piece")
+RING_FIELDS = BODY_FIELDS + ("window", "piece", "maxBytes")
 MAX_BODY_BYTES = 64 << 10
 
 
@@ -244,8 +246,9 @@ def _ring_routes(r: APIRouter, ws: Workspace) -> None:
         targets, settings, _ = _body_settings(body)
         window_s = parse_duration(body.get("window", "5s"), "window") / 1000
         piece_s = parse_duration(body.get("piece", "1s"), "piece") / 1000
+        max_bytes = body.get("maxBytes")  # a size, "256MiB" or bytes: start_ring reads it
         # in a thread: the allow-list may resolve a name, and the targets are probed
-        ring = await run_in_threadpool(start_ring, cap, targets, window_s, piece_s, settings)
+        ring = await run_in_threadpool(start_ring, cap, targets, window_s, piece_s, settings, max_bytes)
         return json_response(ring.status(), status=201)
 
     @r.get("/api/capture/ring/{rid}")
@@ -273,12 +276,26 @@ def _watch_routes(r: APIRouter, ws: Workspace) -> None:
         when = body.get("when")
         if not isinstance(when, str):
             raise BadRequest("missing field 'when': the condition, e.g. step_time>2x,for=3 or memory>0.9")
+        condition = parse_condition(when, "when")  # before a ring is started for it
         every = parse_duration(body.get("probeEvery", "10s"), "probeEvery") / 1000
         probe_ms = parse_duration(body.get("probeDuration", "1s"), "probeDuration")
-        # in a thread: the allow-list may resolve a name (TargetPolicy.route)
-        watch = await run_in_threadpool(lambda: watches_of(cap).start(
-            targets, when, settings, probe_every_s=every, probe_ms=probe_ms,
-            max_fires=_level(body.get("maxFires", 0), "maxFires"), what="when"))
+        max_fires = _level(body.get("maxFires", 0), "maxFires")
+        last = body.get("last")
+        window_s = parse_duration(last, "last") / 1000 if last not in (None, "") else None
+        piece_s = parse_duration(body.get("piece", "1s"), "piece") / 1000
+
+        def begin():
+            ring = start_ring(cap, targets, window_s, piece_s, settings) if window_s is not None else None
+            try:
+                return watches_of(cap).start(targets, condition, settings, probe_every_s=every, probe_ms=probe_ms,
+                                             max_fires=max_fires, what="when", ring=ring, own_ring=True)
+            except BaseException:
+                if ring is not None:
+                    ring.stop()
+                raise
+
+        # in a thread: the allow-list may resolve a name (TargetPolicy.route), a ring probes
+        watch = await run_in_threadpool(begin)
         return json_response(watch.to_json(cap.find), status=201)
 
     @r.get("/api/capture/watch/{wid}")
