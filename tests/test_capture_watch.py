@@ -395,3 +395,35 @@ def test_one_slow_host_of_two_fires_a_capture_of_both(tmp_path, ws):
     run = ws.run(fire["run"])
     assert sorted(run.hosts) == sorted(CaptureDir.host_file(t).removesuffix(".xplane.pb") for t in (a, b))
     assert read_capture_meta(ws.capture.folder.sessions / fire["run"].split("/", 1)[1])["values"]["host"] == b
+
+
+def test_a_watch_over_http_with_last_fires_the_rings_snapshot_and_stops_its_ring(tmp_path, ws):
+    client = TestClient(create_app(ws))
+    control = tmp_path / "job"
+    with watch_job(control) as address:
+        bad = client.post("/api/capture/watch", json={"targets": address, "when": "step_time>2y", "last": "5s"})
+        assert bad.status_code == 400 and ws.capture.rings == {}  # no ring started for a bad condition
+        started = client.post("/api/capture/watch", json={"targets": address, "when": "step_time>1.6x,for=3",
+                                                          "last": "5s", "piece": "1s", "probeEvery": "1s",
+                                                          "maxFires": 1})
+        assert started.status_code == 201, started.text
+        w = started.json()
+        ring = ws.capture.rings[w["ring"]]
+        assert ring.state == "running" and "the ring's pieces every 1 s" in w["history"][0]["text"]
+        deadline = time.monotonic() + 60
+        while client.get(f"/api/capture/watch/{w['id']}").json()["probes"] < 4:
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        (control / "slow").touch()
+        while (state := client.get(f"/api/capture/watch/{w['id']}").json())["state"] != "done":
+            assert time.monotonic() < deadline + 60 and state["state"] == "watching", state
+            time.sleep(0.2)
+        k = int((control / "slow_at").read_text())
+    fire = state["fires"][0]
+    assert fire["mode"] == "ring" and fire["stage"] == "saved", fire
+    # the watch is done: the ring it started is stopped with it
+    assert ring.state == "stopped" and ws.capture._busy == {}
+    run = ws.run(fire["run"])
+    steps = read_step_events(io.BytesIO(ws.logdir.read_bytes(run.files[0].path)), "x.xplane.pb").steps
+    numbers = [int(s["name"].split()[-1]) for s in steps]
+    assert min(numbers) < k <= max(numbers), (k, numbers)

@@ -380,6 +380,10 @@ class Watch:
     clients: dict[str, ProfilerClient] = field(default_factory=dict, repr=False)
     # the addresses to dial where not the targets themselves (app/capture.py Capturer._checked)
     routes: dict[str, str] = field(default_factory=dict, repr=False)
+    # a ring (app/capture_ring.py) whose pieces the probes read and whose snapshot a fire
+    # saves; own_ring: started for this watch, stopped when it ends
+    ring: object | None = field(default=None, repr=False)
+    own_ring: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def note(self, kind: str, text: str, **extra) -> dict:
@@ -400,7 +404,7 @@ class Watch:
                 "describe": self.condition.describe(), "state": self.state, "error": self.error,
                 "created": self.created, "probeEveryS": self.probe_every_s, "probeMs": self.probe_ms,
                 "durationMs": self.settings.duration_ms, "maxFires": self.max_fires, "probes": self.probes,
-                "armed": self.armed, "lastProbe": self.last_probe, "fires": fires, "history": history[-50:]}
+                "armed": self.armed, "lastProbe": self.last_probe, "ring": getattr(self.ring, "id", None), "fires": fires, "history": history[-50:]}
 
 
 class Watches:
@@ -416,7 +420,9 @@ class Watches:
 
     def start(self, targets: list[str] | str, condition: str | Condition, settings: CaptureSettings, *,
               probe_every_s: float = 10.0, probe_ms: int = 1000, max_fires: int = 0,
-              what: str = "condition") -> Watch:
+              what: str = "condition", ring=None, own_ring: bool = False) -> Watch:
+        """Start watching ``targets``; ``ring`` (else the Watches' own): probe from its
+        pieces and fire its snapshot; ``own_ring``: stop it when the watch ends."""
         cond = condition if isinstance(condition, Condition) else parse_condition(condition, what)
         targets, routes = self.capturer._checked(targets)  # the allow-list, as a capture's
         if not MIN_EVERY_S <= probe_every_s <= MAX_EVERY_S:
@@ -435,13 +441,15 @@ class Watches:
                 raise Conflict(f"{twice[0]} is already watched; stop that watch first")
             w = Watch(id=secrets.token_hex(6), targets=targets, condition=cond, settings=settings,
                       probe_every_s=probe_every_s, probe_ms=probe_ms, max_fires=max_fires,
-                      series={t: HostSeries() for t in targets}, routes=routes)
+                      series={t: HostSeries() for t in targets}, routes=routes,
+                      ring=ring if ring is not None else self.ring, own_ring=own_ring and ring is not None)
             self._watches[w.id] = w
             ended = [x for x in self._watches.values() if x.state not in ("watching", "capturing")]
             for old in sorted(ended, key=lambda x: x.created)[: max(0, len(ended) - KEEP_ENDED)]:
                 del self._watches[old.id]
-        w.note("start", f"watching {', '.join(targets)} for {cond.describe()}: a {probe_ms} ms probe every "
-                        f"{probe_every_s:g} s")
+        w.note("start", f"watching {', '.join(targets)} for {cond.describe()}: "
+                        + (f"a {probe_ms} ms probe every {probe_every_s:g} s" if w.ring is None else
+                           f"the ring's pieces every {probe_every_s:g} s; a fire saves the ring's last seconds"))
         w.thread = threading.Thread(target=self._loop, args=(w,), name=f"watch-{w.id}", daemon=True)
         w.thread.start()
         return w
@@ -494,9 +502,12 @@ class Watches:
         except Exception as e:  # noqa: BLE001 - a bug must end the watch with its reason, not hang it
             w.state, w.error = "failed", f"{type(e).__name__}: {e}"
             w.note("error", w.error)
+        finally:
+            if w.own_ring:
+                w.ring.stop()
 
     def _probe_one(self, w: Watch, address: str, settings: CaptureSettings) -> tuple[dict | None, str | None]:
-        if self.ring is not None:
+        if w.ring is not None:
             return self._probe_ring(w, address)
         owner = f"watch {w.id} (probe)"
         try:
@@ -527,7 +538,7 @@ class Watches:
         """With a ring running (app/capture_ring.py), the job records one session at a
         time and the ring holds it: a probe reads the ring's newest piece of the host
         instead of dialling, once per piece."""
-        piece = self.ring.latest_pieces().get(address)
+        piece = w.ring.latest_pieces().get(address)
         series = w.series[address]
         if piece is None:
             return None, "skipped: the ring holds no piece of it yet"
@@ -592,15 +603,15 @@ class Watches:
         measure = clause.measure
         meta = {"reason": hit["reason"], "condition": w.condition.text, "clause": clause.text, "trigger": measure,
                 "fired_at": time.time(), "values": hit["values"], "targets": w.targets,
-                "mode": "ring" if self.ring is not None else "capture", "watch": w.id}
+                "mode": "ring" if w.ring is not None else "capture", "watch": w.id}
         fire = {"at": meta["fired_at"], "reason": hit["reason"], "clause": clause.text, "trigger": measure,
                 "mode": meta["mode"], "job": None, "run": None, "stage": None, "error": None}
         w.fires.append(fire)
         w.note("fire", hit["reason"])
         w.state = "capturing"
         try:
-            if self.ring is not None:
-                got = self.ring.snapshot(meta, name_suffix=f"trigger-{measure}")
+            if w.ring is not None:
+                got = w.ring.snapshot(meta, name_suffix=f"trigger-{measure}")
                 fire["run"] = getattr(got, "run", got)
                 fire["job"] = getattr(got, "id", None)
                 fire["stage"] = getattr(got, "stage", "saved")
