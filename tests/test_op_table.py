@@ -295,3 +295,37 @@ def test_two_gpus_kernel_shares_are_of_both_gpus_time(tmp_path):
     assert kernel["share"] == pytest.approx(kernel["total_us"] * 1e6 / (2 * sum(d for _n, _s, d in steps)), abs=1e-6)
     assert kernel["share"] <= 1
     assert body["share_of"]["kernel"] == "the steps' device time (3 steps × 2 GPUs)"
+
+
+def test_rows_in_windows_equal_a_pass_per_window(shared_fixtures):
+    """``_in_windows`` (the windows' union cut into disjoint pieces, one search per row)
+    against its definition, a pass over the rows per window, on the TF CPU fixture's 5
+    steps and its 5,293 host events' begins, with those windows shifted to overlap,
+    made adjacent and made empty, and the events' begins and ends at their edges."""
+    import numpy as np
+
+    from profscope.formats import xplane, xplane_wire as xw
+    from profscope.formats import xplane_step_events as xse
+
+    path = shared_fixtures / "tf_bfc_cpu/profile/plugins/profile/2026_11_29_18_51_13/vm.xplane.pb"
+    with open(path, "rb") as f:
+        steps = xse.read_step_events(f, str(path)).steps
+        f.seek(0)
+        ref = xplane.scan(f, str(path)).plane(xse.HOST_PLANE)
+        ff, size = xplane.open_stream(f, str(path))
+        data = xw.read_plane_bytes(ff, size, ref, pad=xw.PAD + (-ref.length) % 8)
+    meta_bytes, spans = xw.split_plane(data, ref.length)
+    headers, ev = xw.decode_plane(data, np.frombuffer(data, np.uint8), spans, {})
+    begin = np.array([h.timestamp_ns for h in headers], np.int64)[ev.line] * 1000 + ev.offset_ps
+    assert len(steps) == 5 and ev.n > 5000
+    base = [(s["begin_ps"], s["duration_ps"]) for s in steps]
+    cases = [base, base + [(b + d // 2, d) for b, d in base], base + [(b + d, d) for b, d in base],
+             base + [(b, 0) for b, _d in base], base[::-1] + [(b - 5, -3) for b, _d in base], []]
+    for windows in cases:
+        edges = np.r_[[b for b, _ in windows], [b + d for b, d in windows], [b - 1 for b, _ in windows]]
+        for start in (begin, begin + ev.duration_ps, np.asarray(edges, np.int64)):
+            want = np.zeros(len(start), bool)
+            for s, d in windows:
+                want |= (start >= s) & (start < s + d)
+            assert np.array_equal(op_table._in_windows(start, windows), want)
+    assert op_table._in_windows(begin, base).sum() > 1000  # the steps hold events

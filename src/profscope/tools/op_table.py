@@ -99,10 +99,25 @@ def _rows_on(ix, tracks: list[int]) -> np.ndarray:
 
 
 def _in_windows(start: np.ndarray, windows: list[tuple[int, int]]) -> np.ndarray:
-    """Which of ``start`` lie in one of ``windows`` ([s, s + d) pairs)."""
+    """Which of ``start`` lie in one of ``windows`` ([s, s + d) pairs): the windows merged
+    into their union's disjoint pieces, then one search per start (a pass over ``start``
+    per window was 0.13 s for the 44,000 steps of a long CPU profile, with no row)."""
     out = np.zeros(len(start), bool)
-    for s, d in windows:
-        out |= (start >= s) & (start < s + d)
+    if not len(start) or not windows:
+        return out
+    w = np.asarray(windows, dtype=np.int64).reshape(-1, 2)
+    s, e = w[:, 0], w[:, 0] + w[:, 1]
+    s, e = s[e > s], e[e > s]  # an empty window holds nothing
+    if not len(s):
+        return out
+    o = np.argsort(s, kind="stable")
+    s, e = s[o], e[o]
+    reach = np.maximum.accumulate(e)
+    head = np.flatnonzero(np.r_[True, s[1:] > reach[:-1]])  # a piece starts past all before it
+    piece_s, piece_e = s[head], np.r_[reach[head[1:] - 1], reach[-1]]
+    k = np.searchsorted(piece_s, start, side="right") - 1  # the last piece starting at or before
+    ok = k >= 0
+    out[ok] = start[ok] < piece_e[k[ok]]
     return out
 
 
