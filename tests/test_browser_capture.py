@@ -294,7 +294,10 @@ def test_a_refusal_is_shown_in_the_dialog(browser, capture_server, live_job):
         page.wait_for_selector("#run-title")
         page.click("#capture-open")
         cases = [("10.1.2.3:9999", "1000", "this server dials only loopback profiler addresses"),
-                 (live_job, "soon", "is not a duration")]
+                 # a range over MAX_TARGETS is counted before it is expanded (issue 39 item 3)
+                 ("worker-{0..999}:9999", "1000", "targets: 1,000 addresses given (worker-{0..999}:9999 alone is "
+                                                  "1,000); one capture takes at most 256 (MAX_TARGETS)"),
+                 (live_job, "soon", "is not a duration")]  # the last: the busy case below keeps its address
         for targets, duration, message in cases:
             page.fill("#cap-targets", targets)
             page.fill("#cap-duration", duration)
@@ -424,3 +427,4 @@ def test_last_n_seconds_saves_the_seconds_before_save(open_page, capture_server,
     assert _captured_run(page) == run
     _trace_shows(page, capture_server, run, "train_loop_step")
     page.screenshot(path=str(ARTIFACTS / "capture_ring_landed_trace.png"))
+

@@ -145,3 +145,14 @@ def test_a_range_over_8_local_jobs_captures_all_8(demo_logdir, tmp_path):
         "refused to capture from 203.0.113.7:9999 (job.svc resolves to 127.0.0.1, 203.0.113.7)"), refused.text
     too_many = client.post("/api/capture", json={"targets": "worker-{0..256}:9999"})
     assert too_many.status_code == 400 and "257 addresses given" in too_many.json()["error"]
+
+
+def test_the_cli_names_a_bad_range_and_a_missing_targets_file(tmp_path):
+    for args, words in ((["w-{5..1}:1"], "targets: 'w-{5..1}:1': the range {5..1} runs backwards"),
+                        (["--targets-file", str(tmp_path / "none.txt")], f"--targets-file '{tmp_path / 'none.txt'}': "
+                                                                         "cannot read it"),
+                        ([], "targets: no profiler address given")):
+        res = subprocess.run([sys.executable, "-m", "profscope", "capture", *args, "--dir", str(tmp_path / "c")],
+                             capture_output=True, text=True, timeout=120)
+        assert res.returncode == 2 and f"profscope: error: {words}" in res.stderr, res.stderr
+    assert not (tmp_path / "c").exists() or not any((tmp_path / "c").rglob("*.xplane.pb"))
