@@ -177,6 +177,9 @@ def test_bad_ring_settings_are_400s_naming_them(ws):
     res = subprocess.run([sys.executable, "-m", "profscope", "capture", "localhost:1", "--last", "5s", "--last-bytes",
                           "lots"], capture_output=True, text=True, timeout=120)
     assert res.returncode == 2 and "--last-bytes: 'lots' is not a size" in res.stderr, res.stderr
+    res = subprocess.run([sys.executable, "-m", "profscope", "capture", "localhost:1", "--last", "5s", "--snapshots",
+                          "3"], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2 and "--last keeps the last seconds in profscope and --snapshots" in res.stderr, res.stderr
 
 
 def test_cli_last_saves_on_enter_and_on_ctrl_c(jobs, tmp_path):

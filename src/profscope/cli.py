@@ -1143,6 +1143,9 @@ def _capture_ring(args, capturer, settings) -> int:
     from profscope.app.capture_ring import start_ring
     from profscope.cache.worker import parse_size
 
+    if args.snapshots:
+        raise ProfscopeError("--last keeps the last seconds in profscope and --snapshots asks the job's own continuous "
+                             "mode: give one of them")
     ring = start_ring(capturer, args.targets, parse_duration(args.last, "--last") / 1000,
                       parse_duration(args.piece, "--piece") / 1000, settings,
                       parse_size(args.last_bytes, "--last-bytes"))
