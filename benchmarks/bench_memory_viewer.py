@@ -265,6 +265,64 @@ def report(label: str, r: dict, extra: str = "") -> None:
           f"(after imports {r['vm_hwm_baseline_mib']:.0f} MiB)")
 
 
+SERVED = r"""
+import json, resource, sys, time
+from profscope.app.queries import MemoryViewerQuery
+from profscope.app.workspace import Workspace
+from profscope.cache.store import DiskCache
+from profscope.cache.worker import WorkerPool
+from profscope.storage import LogDir
+logdir, cache, workers = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+ws = Workspace(LogDir(logdir), DiskCache(cache, workers=WorkerPool(enabled=workers)))
+run = ws.runs()[0]
+tool = ws.tool_named("memory_viewer")
+first, module = ws.modules(run)
+
+def cpu():
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+out = {}
+# the first module warms the server (its imports); the second is the one timed
+ws.tool_data(run, tool, MemoryViewerQuery(module_name=first, view="page"))
+for name, call in (("module_peaks", lambda: ws.module_peaks(run)),
+                   ("page", lambda: ws.tool_data(run, tool, MemoryViewerQuery(module_name=module, view="page"))),
+                   ("full", lambda: ws.tool_data(run, tool, MemoryViewerQuery(module_name=module)))):
+    t, c = time.perf_counter(), cpu()
+    call()
+    out[name] = [time.perf_counter() - t, cpu() - c]
+out["child_peak_rss_mib"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+out["own_peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(json.dumps(out))
+"""
+
+
+def served(data: bytes, workdir: pathlib.Path, rounds: int) -> None:
+    """What the page asks of a server (``/api/module_peaks``, then ``view=page``), then
+    XProf's full payload of the same module, on a server that has converted another
+    module before (its imports made) and a fresh cache folder each round,
+    in forked workers and in-process (``PROFSCOPE_WORKERS=0``), alternated; wall and CPU
+    seconds of the process and its workers."""
+    logdir = workdir / "served"
+    (logdir / "dump").mkdir(parents=True, exist_ok=True)
+    for i in (1, 2):  # two modules: the first warms the server, the second is timed
+        (logdir / "dump" / f"module_000{i}.synthetic.cpu_after_optimizations.hlo.pb").write_bytes(data)
+    rows: dict[str, list[dict]] = {"workers": [], "in-process": []}
+    for i in range(rounds):
+        for mode in (("workers", "in-process") if i % 2 == 0 else ("in-process", "workers")):
+            with tempfile.TemporaryDirectory(dir=workdir) as cache:
+                proc = subprocess.run([sys.executable, "-c", SERVED, str(logdir), cache, "1" if mode == "workers" else "0"],
+                                      check=True, capture_output=True, text=True)
+            rows[mode].append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    print(f"\n== served, {len(data) / 1e6:.2f} MB module, median of {rounds} rounds, a warm server, its second module (wall s / CPU s)")
+    for mode, got in rows.items():
+        med = {k: sorted(r[k] for r in got)[len(got) // 2] for k in got[0] if not k.endswith("_rss_mib")}
+        cells = ", ".join(f"{k} {sorted(r[k][0] for r in got)[len(got) // 2]:.3f} / "
+                          f"{sorted(r[k][1] for r in got)[len(got) // 2]:.3f}" for k in med)
+        print(f"  {mode:>10}: {cells}; peak RSS: workers {max(r['child_peak_rss_mib'] for r in got):.0f} MiB, "
+              f"the process {max(r['own_peak_rss_mib'] for r in got):.0f} MiB")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--jax-layers", type=int, default=4,
@@ -273,6 +331,9 @@ def main() -> int:
     ap.add_argument("--synthetic-buffers", type=int, default=5_000)
     ap.add_argument("--synthetic-events", type=int, default=50_000)
     ap.add_argument("--workdir", type=pathlib.Path, default=None)
+    ap.add_argument("--served", type=int, default=0, metavar="ROUNDS",
+                    help="also time the server's requests on the synthetic module (module_peaks, view=page, "
+                         "the full payload), cold, in workers and in-process, ROUNDS rounds each")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
@@ -296,6 +357,8 @@ def main() -> int:
             report(f"synthetic, {args.synthetic_buffers:,} buffers / "
                    f"{args.synthetic_events:,} events", run_worker(path),
                    f"(built in {built:.0f} s)")
+            if args.served:
+                served(data, workdir, args.served)
     return 0
 
 

@@ -104,3 +104,69 @@ def test_corrupt_and_incomplete_dumps(make_client, demo_copy, demo_expected):
     # The profile run beside it is not disturbed.
     run, p = _run(demo_expected, "mlp")
     assert _data(make_client(demo_copy), run, module_name=p["profile_module_name"]).status_code == 200
+
+
+def test_the_page_view_is_made_from_the_full_payloads_entry(demo_logdir, demo_expected, tmp_path):
+    """view=page and XProf's full payload share one conversion (issue 40): the page's
+    conversion stores the full payload under its own key, so the full request after it
+    reads the cache, and the page is exactly page_view of that payload."""
+    import gzip
+
+    import orjson
+
+    from profscope.app.queries import MemoryViewerQuery
+    from profscope.app.workspace import Workspace
+    from profscope.cache.store import DiskCache
+    from profscope.cache.worker import WorkerPool
+    from profscope.storage import LogDir
+    from profscope.tools.memory_viewer import page_view
+
+    ws = Workspace(LogDir(str(demo_logdir)), DiskCache(tmp_path / "cache", workers=WorkerPool(enabled=True)))
+    run_name, p = _run(demo_expected, "transformer")
+    run, tool = ws.run(run_name), ws.tool_named("memory_viewer")
+    query = MemoryViewerQuery(module_name=p["profile_module_name"])
+    full_key = ws.tool_data_key(run, tool, query)
+    page = orjson.loads(gzip.decompress(ws.tool_data(run, tool, query.but(view="page"))))
+    assert ws.cache.has(full_key)
+    stats = ws.cache.workers.stats
+    conversions = stats["runs"] + stats["inProcess"]
+    full = orjson.loads(gzip.decompress(ws.tool_data(run, tool, query)))
+    assert stats["runs"] + stats["inProcess"] == conversions  # read back, not converted again
+    assert page == orjson.loads(orjson.dumps(page_view(full))) and page != full
+
+
+def test_a_small_module_converts_in_the_server_process(demo_copy, demo_expected, tmp_path):
+    """A module of at most IN_PROCESS_MAX_BYTES converts without a worker (its fork and
+    imports cost more than the conversion, issue 40); the same module gzipped, whose
+    expansion its size does not tell, goes to a worker; both answer the same payload."""
+    import gzip
+
+    from profscope.app.compiled_memory import IN_PROCESS_MAX_BYTES
+    from profscope.app.queries import MemoryViewerQuery
+    from profscope.app.workspace import Workspace
+    from profscope.cache.store import DiskCache
+    from profscope.cache.worker import WorkerPool
+    from profscope.storage import LogDir
+
+    name = demo_expected["programs"]["mlp"]["profile_module_name"]
+    folder = demo_copy / "dumps" / "mlp"
+    assert 0 < sum(f.stat().st_size for f in folder.glob("*.hlo.pb")) <= IN_PROCESS_MAX_BYTES
+
+    def convert(logdir, view=None) -> tuple[bytes, dict]:
+        ws = Workspace(LogDir(str(logdir)), DiskCache(tmp_path / f"cache{len(list(tmp_path.iterdir()))}",
+                                                      workers=WorkerPool(enabled=True)))
+        run = ws.run("dumps/mlp")
+        body = gzip.decompress(ws.tool_data(run, ws.tool_named("memory_viewer"), MemoryViewerQuery(module_name=name,
+                                                                                                  view=view)))
+        return body, dict(ws.cache.workers.stats)
+
+    small, stats = convert(demo_copy)
+    assert (stats["inProcess"], stats["runs"]) == (1, 0)
+    page, stats = convert(demo_copy, view="page")  # and the full payload it is made from
+    assert (stats["inProcess"], stats["runs"]) == (2, 0)
+    for f in folder.glob("*.hlo.pb"):
+        f.with_name(f.name + ".gz").write_bytes(gzip.compress(f.read_bytes()))
+        f.unlink()
+    gzipped, stats = convert(demo_copy)
+    assert (stats["inProcess"], stats["runs"]) == (0, 1)
+    assert gzipped == small

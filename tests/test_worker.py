@@ -374,3 +374,44 @@ def _outcome(pool, board, fn):
         return run(pool, fn, board)
     except ProfscopeError as e:
         return e
+
+
+def test_in_process_conversions_keep_the_workers_error_rules():
+    """A small input converted in the server process (``in_process=True``, issue 40) is
+    still a user's file: an unexpected exception is the input's 422 naming it, never a
+    500; an OSError a transient 422; a MemoryError a 413; its own errors pass as they are."""
+    pool = WorkerPool(enabled=True)
+    board = ProgressBoard()
+    job = board.start("k", "Memory viewer: m")
+
+    def call(fn):
+        return pool.run(fn, job, board, "dump/m.hlo.pb", in_process=True)
+
+    assert call(lambda job: str(os.getpid()).encode()) == str(os.getpid()).encode()  # no fork
+    assert pool.stats["inProcess"] == 1 and pool.stats["runs"] == 0
+
+    def bug(job):
+        raise OverflowError("int too large to convert")
+
+    def io(job):
+        raise PermissionError(13, "Permission denied", "dump/m.hlo.pb")
+
+    def memory(job):
+        raise MemoryError
+
+    def own(job):
+        raise NotFound("no module 'x'", file="dump")
+
+    with pytest.raises(BadInput) as e:
+        call(bug)
+    assert (e.value.status, e.value.file) == (422, "dump/m.hlo.pb") and "OverflowError" in e.value.message
+    with pytest.raises(BadInput) as e:
+        call(io)
+    assert e.value.status == 422 and e.value.transient and "Permission denied" in e.value.message
+    with pytest.raises(TooLarge) as e:
+        call(memory)
+    assert e.value.status == 413 and e.value.file == "dump/m.hlo.pb"
+    with pytest.raises(NotFound) as e:
+        call(own)
+    assert (e.value.status, e.value.file) == (404, "dump")
+    board.finish(job)

@@ -4,7 +4,10 @@ dump text), the values of its allocation-timeline page and every module's peak."
 
 from __future__ import annotations
 
+import gzip
 from dataclasses import dataclass
+
+import orjson
 
 from profscope.app import keys, lazy
 from profscope.app.hlo_links import HloLinks
@@ -21,6 +24,13 @@ memory_viewer = lazy.module("profscope.tools.memory_viewer")
 memory_viewer_text = lazy.module("profscope.tools.memory_viewer_text")
 live_range_text = lazy.module("profscope.formats.live_range_text")
 memory_viewer_timeline = lazy.module("profscope.tools.memory_viewer_timeline")
+
+
+# A module whose files (an HloProto, or a dump's text files) are at most this big is
+# converted in the server process (Tool.in_process): a worker's fork and the imports it
+# makes anew cost ~0.1 s, more than converting such a module, whose conversion peaks at
+# ~30 MiB per MB of HloProto (bench_memory_viewer.py --served; docs/performance.md, issue 40).
+IN_PROCESS_MAX_BYTES = 2 * 1024 * 1024
 
 
 class CompiledMemory(HloLinks):
@@ -70,6 +80,20 @@ class CompiledMemory(HloLinks):
                     return ModuleSource(module_name, info, embedded=True)
         raise NotFound(f"no module {module_name!r} in run {run.name!r}; see module_list for its modules")
 
+    def small_module(self, run: Run, query: MemoryViewerQuery) -> bool:
+        """Whether the module's files are small enough to convert in the server process
+        (:data:`IN_PROCESS_MAX_BYTES`, not gzipped); a profile's module counts its whole
+        xplane."""
+        try:
+            source = self.module_source(run, query.module_name, query.host)
+        except ProfscopeError:
+            return False  # the conversion raises it, as before
+        files = [f for f in (source.hlo_file, source.buffer_assignment, source.memory_usage_report) if f is not None]
+        # A gzipped file says nothing of what it expands to (the readers' budget refuses a
+        # bomb, the worker's memory cap is the backstop): it is converted in a worker.
+        return (bool(files) and not any(f.name.endswith(".gz") for f in files)
+                and sum(f.size or 0 for f in files) <= IN_PROCESS_MAX_BYTES)
+
     def hlo_proto(self, source: ModuleSource):
         info = source.hlo_file
         path = self.logdir.display_path(info.path)
@@ -84,7 +108,15 @@ class CompiledMemory(HloLinks):
         return hlo_proto.parse(data, path)
 
     def memory_viewer(self, run: Run, query: MemoryViewerQuery, progress) -> dict:
-        """XProf's memory viewer payload for one module and memory space."""
+        """XProf's memory viewer payload for one module and memory space; ``view=page``
+        the browser's copy of it (``memory_viewer.page_view``), made from the full
+        payload's own cache entry, so that the page and XProf's frontend (or the
+        allocation timeline) share one conversion."""
+        if query.view == "page":
+            full = self._full_memory_viewer(run, query.but(view=None), progress)
+            if self.module_source(run, query.module_name, query.host).hlo_file is None:
+                return full  # a text-only module's payload is the page's as it is
+            return memory_viewer.page_view(full)
         source = self.module_source(run, query.module_name, query.host)
         space = query.memory_space or 0
         if source.hlo_file is None:
@@ -108,9 +140,25 @@ class CompiledMemory(HloLinks):
             e.file = e.file or self.logdir.display_path(source.hlo_file.path)
             e.message = f"{e.file} (module {source.module_name}): {e.message}"
             raise
-        if query.view == "page":
-            result = memory_viewer.page_view(result)
         return result
+
+    def _full_memory_viewer(self, run: Run, query: MemoryViewerQuery, progress) -> dict:
+        """The full payload of ``query`` (no view) through its cache entry: read back when
+        it is there, else converted here (inline: this runs inside the page's conversion)
+        and stored under its own key, and used as it is, without a JSON round trip."""
+        made: list[dict] = []
+
+        def compute(p) -> dict:
+            made.append(self.memory_viewer(run, query, p))
+            return made[-1]
+
+        tool = self.tool_named("memory_viewer")
+        key = self.tool_data_key(run, tool, query)
+        # In the page's worker this runs inline; where the page converts in the server
+        # process, so does this (the same module's size)
+        gz = self.cache.get_or_compute(key, f"{tool.title}: {query.module_name}", compute, file=self._run_file(run),
+                                       in_process=self.small_module(run, query))
+        return made[0] if made else orjson.loads(gzip.decompress(gz))
 
     def _live_range_beside(self, buffer_assignment) -> dict | None:
         """XLA's ``*-live-range.txt`` next to a module's ``*-buffer-assignment.txt`` (jax

@@ -84,6 +84,9 @@ class Tool:
     # answer has one key (the same conversion is not made twice under two keys).
     complete: Callable[[Run, Any], Query] | None = None
     xprof: bool = True  # XProf has this tool: run_tools lists it (an XProf client knows the tag)
+    # True for an input small enough to convert in the server process: a worker's fork and
+    # the imports it makes anew cost more than the conversion (docs/performance.md, issue 40)
+    in_process: Callable[["Workspace", Run, Any], bool] | None = None
     aliases: tuple[str, ...] = ()  # other names XProf's clients use for it
     # Its diff against a base (app/compare.py, docs/compare.md): ``"module:function"`` under
     # profscope.tools, ``function(base, current, *, base_ref, current_ref, link)``; None: the
@@ -179,6 +182,7 @@ TOOLS: tuple[Tool, ...] = (
         pages=("memory_viewer.js",),
         page=Page("view_memory_allocation_timeline", "memory_viewer_timeline.html",
                   CompiledMemory.memory_viewer_timeline),
+        in_process=CompiledMemory.small_module,
         version=4,  # 2: profscope.heapEventKinds/heapEventBuffers/smallBuffersAtPeak, page view heapPoints;
         # 3: a text-only dump's liveRange from *-live-range.txt, with the heap over program order;
         # 4: profscope.peakBuffers (every buffer summed into the peak, exact bytes: the module compare)

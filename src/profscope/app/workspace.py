@@ -175,8 +175,9 @@ class Workspace(CompiledMemory, RuntimeMemory, Snapshots, Pprofs, OomAssessment,
         if tool.prepare is not None and not self.cache.has(key):
             tool.prepare(self, run, query)
         label = f"{tool.title}: {getattr(query, 'module_name', None) or run.name}"
+        in_process = tool.in_process is not None and tool.in_process(self, run, query)
         return self.cache.get_or_compute(key, label, lambda progress: producer(self, run, query, progress),
-                                         file=self._run_file(run))
+                                         file=self._run_file(run), in_process=in_process)
 
     def tool_stream(self, run: Run, tool: Tool, query: Query) -> Iterator[bytes]:
         """A streamed tool's answer in pieces (``Answer.STREAM``); what needs the data is

@@ -241,11 +241,13 @@ class DiskCache:
                 yield
 
     def get_or_compute(self, key: str, label: str, compute: Callable[[Progress], object], *,
-                       file: str | None = None) -> bytes:
+                       file: str | None = None, in_process: bool = False) -> bytes:
         """Stored gzip JSON bytes for ``key``, computing (once) with ``compute(progress)``.
 
         ``compute`` returns a JSON-able object. Exceptions propagate and nothing is stored,
         so a bad input is re-reported to the next request instead of being cached.
+        ``in_process``: the input is small enough to convert in this process
+        (``WorkerPool.run``).
         """
         hit = self.get(key)
         if hit is not None:
@@ -263,7 +265,7 @@ class DiskCache:
         def make(job: Progress) -> bytes:
             # Serialised in the worker too: a payload that cannot be (or that would
             # expand into gigabytes of JSON) fails there, not here.
-            gz = self._convert(key, job, file, lambda p: _gzip_json(compute(p)))
+            gz = self._convert(key, job, file, lambda p: _gzip_json(compute(p)), in_process=in_process)
             self.put(key, gz)
             if self.shared is not None:
                 self.shared.publish_later(key, [(SHARED_BLOB, self._path(key))], kind="blob",
@@ -386,10 +388,11 @@ class DiskCache:
 
     # -- conversions and their failures ---------------------------------------------------
 
-    def _convert(self, key: str, job: Progress, file: str | None, fn: Callable[[Progress], bytes | None]) -> bytes | None:
+    def _convert(self, key: str, job: Progress, file: str | None, fn: Callable[[Progress], bytes | None], *,
+                 in_process: bool = False) -> bytes | None:
         """``fn(job)`` in a worker; a bad input's error is remembered for ``key``."""
         try:
-            return self.workers.run(fn, job, self.progress, file)
+            return self.workers.run(fn, job, self.progress, file, in_process=in_process)
         except BadInput as e:
             if not getattr(e, "transient", False):  # an I/O error may pass: tried again next time
                 self._remember_failure(key, e)

@@ -130,7 +130,8 @@ class WorkerPool:
         self._mine = threading.local()  # whether this thread holds a slot (slot())
         self._children: set[int] = set()  # the pids of the workers running now
         self._stopping = False
-        self.stats = {"runs": 0, "failed": 0, "killed": 0, "peakRssBytes": 0, "running": 0, "queued": 0}
+        self.stats = {"runs": 0, "failed": 0, "killed": 0, "peakRssBytes": 0, "running": 0, "queued": 0,
+                      "inProcess": 0}
         self._stats_lock = threading.Lock()
 
     def describe(self) -> str:
@@ -168,18 +169,46 @@ class WorkerPool:
             self._slots.release()
 
     def run(self, fn: Callable[[Progress], bytes | None], job: Progress, board: ProgressBoard,
-            file: str | None = None) -> bytes | None:
+            file: str | None = None, *, in_process: bool = False) -> bytes | None:
         """``fn(job)`` in a worker child; its bytes (or None) back here, its
         ProfscopeError raised here as the same class. ``file``: the input, named by the
-        errors made here (a crash, the memory limit, an unexpected exception)."""
+        errors made here (a crash, the memory limit, an unexpected exception).
+        ``in_process``: the caller knows the input to be small (``Tool.in_process``):
+        ``fn`` runs in this thread, with the worker's error rules (:meth:`_in_process`)."""
         if not self.enabled or _IN_WORKER:
             return fn(job)
+        if in_process:
+            return self._in_process(fn, job, file)
         with self.slot(job):
             self._count("running", 1)
             try:
                 return self._fork(fn, job, board, file)
             finally:
                 self._count("running", -1)
+
+    def _in_process(self, fn: Callable[[Progress], bytes | None], job: Progress, file: str | None) -> bytes | None:
+        """``fn(job)`` here, its errors as a worker's would come back: a small input still
+        may be hostile. What it cannot make is a large allocation (the callers' size
+        threshold bounds it, measured in docs/performance.md), so the memory cap is what
+        it does without; what stays is that no input makes a 500: an unexpected
+        exception is the input's 422, naming it, with the traceback in the log. A fork
+        and the imports a worker makes anew cost ~0.1 s here, more than such a
+        conversion (bench_memory_viewer.py --served)."""
+        self._count("inProcess", 1)
+        try:
+            return fn(job)
+        except ProfscopeError:
+            raise
+        except MemoryError:
+            raise TooLarge(f"{job.label}: the conversion ran out of memory", file=file) from None
+        except OSError as e:
+            err = BadInput(f"{job.label}: cannot read the input: {e}", file=getattr(e, "filename", None) or file)
+            err.transient = True  # as a worker's OSError: not a property of the file
+            raise err from e
+        except Exception as e:  # noqa: BLE001 - as a worker's _BUG: the input's 422, not a 500
+            log.exception("conversion %r failed in the server process", job.label)
+            raise BadInput(f"{job.label}: the input could not be read ({type(e).__name__}: {str(e)[:2000]})",
+                           file=file) from e
 
     def stop(self) -> None:
         """The server is stopping: end every worker now (SIGKILL) and start no other. The
