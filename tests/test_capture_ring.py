@@ -310,3 +310,28 @@ def test_merging_real_recordings_loses_and_moves_nothing(shared_fixtures, rel):
         for name, (pstats, metas, lines) in _canonical(data).items():
             assert twice[name][:2] == (pstats, metas)
             assert twice[name][2] == {k: c + c for k, c in lines.items()}, name
+
+
+def test_a_host_that_never_answers_is_dropped_and_the_others_record_on(jobs, ws):
+    """Every round waits for its slowest host: one whose Profile call never answers is
+    dropped when its piece's deadline passes (piece x 3 + 10 s), with the reason, and the
+    live host records on (its rounds go on after)."""
+    from profscope.testing.hostile_profiler import HostileProfiler
+
+    with HostileProfiler(silent=True) as silent:
+        ring = RingRecorder(ws.capture, [jobs[1], silent.address], 3.0, 0.5).start()
+        try:
+            assert ring.state == "running"
+            deadline = time.monotonic() + 90
+            while ring.hosts[silent.address].state.state != "failed":
+                assert time.monotonic() < deadline and ring.state == "running", ring.status()
+                time.sleep(0.2)
+            dropped = ring.status()
+            assert "did not answer in time" in ring.hosts[silent.address].state.error, dropped
+            assert ring.wait_round(dropped["rounds"] + 3, 60)  # the live host's rounds go on
+            live = next(h for h in ring.status()["hosts"] if h["address"] == jobs[1])
+            assert live["state"] == "recording" and live["pieces"] >= 3, live
+            snap = ring.snapshot()
+            assert [h["address"] for h in snap.to_json()["hosts"]] == [jobs[1]] and snap.stage == "saved"
+        finally:
+            ring.stop()

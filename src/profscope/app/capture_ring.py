@@ -28,7 +28,7 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
-from profscope.app.capture import CaptureJob, Capturer, TargetState, write_capture_meta
+from profscope.app.capture import STOP_GRACE_S, CaptureJob, Capturer, TargetState, write_capture_meta
 from profscope.errors import BadRequest, Conflict, NotFound, ProfscopeError
 from profscope.storage.profiler_client import CaptureSettings, ProfilerClient, TargetError
 
@@ -45,6 +45,10 @@ DEFAULT_MAX_BYTES = 2 << 30
 RING_SYNC_MARGIN_S = 0.02
 # A host that fails this many rounds in a row is dropped (a dead job: UNAVAILABLE each time).
 MAX_FAILED_ROUNDS = 3
+# How long one piece's call may take beyond the piece: the job serialises it at 0.03-0.5 s
+# per recorded second (docs/capture.md), so a host over this is stuck, and is dropped at
+# once, since every round waits for its slowest host.
+PIECE_ANSWER_S, PIECE_ANSWER_PER_S = 10.0, 2.0
 
 
 @dataclass
@@ -143,9 +147,11 @@ class RingRecorder:
             return self
         self._stopping.set()
         self._terminate_round()
+        if self._thread is not None:  # what the piece in flight holds is dropped: no wait for a slow answer
+            self._thread.join(timeout=STOP_GRACE_S)
+        self._end("stopped")  # closes the channels: a call still open is cancelled, and the thread ends
         if self._thread is not None:
-            self._thread.join(timeout=self.settings.timeout_s())
-        self._end("stopped")
+            self._thread.join(timeout=STOP_GRACE_S)
         return self
 
     def _end(self, state: str, error: str | None = None) -> None:
@@ -188,13 +194,16 @@ class RingRecorder:
         results = list(pool.map(lambda t: self._record(t, start_ns, sid), live))
         answered = time.time_ns()
         with self._cond:
+            if self.state != "running":  # stopped meanwhile (its calls cancelled): nothing of the round is kept
+                self._round_sid = None
+                return
             starts = []
             for t, result in zip(live, results):
                 host = self.hosts[t]
                 if isinstance(result, TargetError):
                     host.failed_rounds += 1
                     host.state.error, host.state.code = result.reason, result.code
-                    if host.failed_rounds >= MAX_FAILED_ROUNDS or result.code == "UNAVAILABLE":
+                    if host.failed_rounds >= MAX_FAILED_ROUNDS or result.code in ("UNAVAILABLE", "DEADLINE_EXCEEDED"):
                         host.state.state = "failed"
                     continue
                 host.failed_rounds, host.state.error, host.state.code = 0, None, None
@@ -213,9 +222,15 @@ class RingRecorder:
 
     def _record(self, address: str, start_ns: int, sid: str):
         try:
-            return self._clients[address].profile(self.settings, start_timestamp_ns=start_ns, session_id=sid)
+            return self._clients[address].profile(self.settings, start_timestamp_ns=start_ns, session_id=sid,
+                                                  timeout_s=self._piece_timeout_s(start_ns))
         except TargetError as e:
             return e
+
+    def _piece_timeout_s(self, start_ns: int) -> float:
+        """A piece's call deadline: the wait for its start, the piece, and its answer."""
+        wait = max(0.0, (start_ns - time.time_ns()) / 1e9)
+        return wait + self.piece_s * (1 + PIECE_ANSWER_PER_S) + PIECE_ANSWER_S
 
     def _drop_old(self) -> None:
         """Keep each host's pieces that reach into the last ``window_s`` (of its newest

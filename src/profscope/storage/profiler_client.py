@@ -281,11 +281,13 @@ class ProfilerClient:
             raise TargetError(self.address, f"its answer is not a ProfileResponse ({e}): is this a profiler server?",
                               code="INTERNAL") from None
 
-    def profile(self, settings: CaptureSettings, *, start_timestamp_ns: int = 0, session_id: str = "") -> memoryview:
+    def profile(self, settings: CaptureSettings, *, start_timestamp_ns: int = 0, session_id: str = "",
+                timeout_s: float | None = None) -> memoryview:
         """Record for ``settings.duration_ms`` and return the serialised XSpace (possibly
-        with no events: a job that ran nothing in the window), a view of gRPC's answer."""
+        with no events: a job that ran nothing in the window), a view of gRPC's answer.
+        ``timeout_s``: how long the call may take (``settings.timeout_s()`` by default)."""
         request = settings.request(start_timestamp_ns=start_timestamp_ns, session_id=session_id)
-        return self._xspace("Profile", request, settings.timeout_s())
+        return self._xspace("Profile", request, settings.timeout_s() if timeout_s is None else timeout_s)
 
     def terminate(self, session_id: str) -> None:
         """Stop the ``Profile`` call of ``session_id`` early; that call then returns what
