@@ -104,20 +104,28 @@ def _wait_for(watch, states, timeout=120.0):
         time.sleep(0.1)
 
 
-def test_a_step_time_doubling_fires_within_two_steps_and_a_probe_interval(job, control, ws):
-    watches = Watches(ws.capture)
-    every = 2.0
-    w = watches.start(job, "step_time>1.6x,for=3", CaptureSettings(duration_ms=1500), probe_every_s=every,
-                      probe_ms=1000, max_fires=1)
+def _fire(watches, address, condition, control, switch, *, probes=2, every=1.0, probe_ms=800, duration_ms=500):
+    """A watch of ``address`` for ``condition`` (one fire at most): ``probes`` probes that
+    do not fire (the baseline), then ``control/switch`` created (the job slows down, leaks...);
+    the watch once it is done (stopped in any case)."""
+    w = watches.start(address, condition, CaptureSettings(duration_ms=duration_ms), probe_every_s=every,
+                      probe_ms=probe_ms, max_fires=1)
     try:
-        while w.probes < 2:  # a baseline first
+        while w.probes < probes:
             assert w.state == "watching", w.to_json()
             time.sleep(0.1)
-        assert not w.fires
-        (control / "slow").touch()
+        assert not w.fires, w.to_json()
+        (control / switch).touch()
         _wait_for(w, ("done", "failed"))
     finally:
         watches.stop(w.id)
+    return w
+
+
+def test_a_step_time_doubling_fires_within_two_steps_and_a_probe_interval(job, control, ws):
+    every = 2.0
+    w = _fire(Watches(ws.capture), job, "step_time>1.6x,for=3", control, "slow", every=every, probe_ms=1000,
+              duration_ms=1500)
     assert w.state == "done" and len(w.fires) == 1, w.to_json()
     fire = w.fires[0]
     assert fire["stage"] == "saved" and fire["run"].endswith("_trigger-step_time"), fire
@@ -148,17 +156,9 @@ def test_a_step_time_doubling_fires_within_two_steps_and_a_probe_interval(job, c
 
 def test_a_growing_memory_fires_before_the_limit_and_the_capture_shows_the_growth(tmp_path, ws):
     control = tmp_path / "grow"
-    watches = Watches(ws.capture)
     with watch_job(control, grow_mib=2, limit_mib=256) as address:
-        w = watches.start(address, "memory>0.6", CaptureSettings(duration_ms=1000), probe_every_s=1.0,
-                          probe_ms=600, max_fires=1)
-        try:
-            while w.probes < 1:
-                time.sleep(0.1)
-            (control / "grow").touch()
-            _wait_for(w, ("done", "failed"))
-        finally:
-            watches.stop(w.id)
+        w = _fire(Watches(ws.capture), address, "memory>0.6", control, "grow", probes=1, probe_ms=600,
+                  duration_ms=1000)
         assert w.state == "done", w.to_json()
         fire = w.fires[0]
         fired = step_at(control, fire["at"])
@@ -325,32 +325,15 @@ def test_the_trend_rules_fire_on_a_creeping_step_time_and_a_leak(tmp_path, ws):
     watches = Watches(ws.capture)
     control = tmp_path / "creep"
     with watch_job(control, grow_mib=1, limit_mib=1024) as address:
-        w = watches.start(address, "step_time_trend,steps=20,rise=0.2 or memory_growth,min=512KiB",
-                          CaptureSettings(duration_ms=500), probe_every_s=1.0, probe_ms=800, max_fires=1)
-        try:
-            while w.probes < 2:
-                time.sleep(0.1)
-            assert not w.fires, w.to_json()  # a flat step time and no allocation: neither holds
-            (control / "ramp").touch()
-            _wait_for(w, ("done", "failed"), timeout=90)
-        finally:
-            watches.stop(w.id)
+        # a flat step time and no allocation: neither holds until the step time creeps
+        w = _fire(watches, address, "step_time_trend,steps=20,rise=0.2 or memory_growth,min=512KiB", control, "ramp")
         assert w.state == "done" and w.fires[0]["trigger"] == "step_time_trend", w.to_json()
         assert w.fires[0]["reason"].startswith("step time rose steadily from ")
         assert w.fires[0]["run"].endswith("_trigger-step_time_trend")
 
-        w = watches.start(address, "memory_growth,min=512KiB", CaptureSettings(duration_ms=500), probe_every_s=1.0,
-                          probe_ms=800, max_fires=1)
-        try:
-            while w.probes < 1:
-                time.sleep(0.1)
-            assert not w.fires, w.to_json()
-            (control / "grow").touch()
-            _wait_for(w, ("done", "failed"), timeout=90)
-        finally:
-            watches.stop(w.id)
+        w = _fire(watches, address, "memory_growth,min=512KiB", control, "grow", probes=1)
     assert w.state == "done" and w.fires[0]["trigger"] == "memory_growth", w.to_json()
-    assert w.fires[0]["reason"].startswith("memory of cpu_bfc grows 1.0 MiB per step over ")
+    assert w.fires[0]["reason"].startswith("memory of cpu_bfc grows 1.00 MiB per step over ")
     meta = read_capture_meta(ws.capture.folder.sessions / w.fires[0]["run"].split("/", 1)[1])
     assert meta["values"]["steady"] and meta["values"]["slope"] == 1 << 20
 
@@ -416,7 +399,7 @@ def test_a_watch_over_http_with_last_fires_the_rings_snapshot_and_stops_its_ring
             time.sleep(0.2)
         (control / "slow").touch()
         while (state := client.get(f"/api/capture/watch/{w['id']}").json())["state"] != "done":
-            assert time.monotonic() < deadline + 60 and state["state"] == "watching", state
+            assert time.monotonic() < deadline + 60 and state["state"] in ("watching", "capturing"), state
             time.sleep(0.2)
         k = int((control / "slow_at").read_text())
     fire = state["fires"][0]

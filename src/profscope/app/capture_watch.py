@@ -48,8 +48,10 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from profscope.app.capture import Capturer, CaptureSettings
+from profscope.app.capture import Capturer, CaptureSettings, parse_duration
+from profscope.cache.worker import parse_size
 from profscope.errors import BadRequest, Conflict, NotFound, ProfscopeError
+from profscope.model.units import fmt_bytes
 from profscope.storage.profiler_client import ProfilerClient, TargetError
 
 __all__ = ["Clause", "Condition", "Watch", "Watches", "parse_condition", "watches_of"]
@@ -67,25 +69,12 @@ MIN_EVERY_S, MAX_EVERY_S = 0.5, 24 * 3600.0
 # The memory profile's leak rule (tools/memory_profile_allocator.py _heap_growth):
 # at least 3 points, slope > 0, r² >= 0.9.
 TREND_R2 = 0.9
-_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*(b|kb|kib|mb|mib|gb|gib|tb|tib)", re.IGNORECASE)
-_SIZE_UNITS = {"b": 1, "kb": 1e3, "kib": 1 << 10, "mb": 1e6, "mib": 1 << 20, "gb": 1e9, "gib": 1 << 30,
-               "tb": 1e12, "tib": 1 << 40}
-_TIME = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s)", re.IGNORECASE)
+# A threshold with its unit ("250ms", "12GiB"): a bare number is a factor ("2x") or a
+# fraction of capacity ("0.9"), never milliseconds or bytes.
+_WITH_UNIT = re.compile(r"\d+(?:\.\d+)?\s*[A-Za-z]+")
 _CLAUSE = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*(?:(>=|>)\s*(\S+?))?\s*")
 _OPTIONS = {"step_time": {"for", "window", "min_steps"}, "memory": set(), "step_time_trend": {"steps", "rise"},
             "memory_growth": {"min"}}
-
-
-def _size(text: str) -> int | None:
-    m = _SIZE.fullmatch(text.strip())
-    return int(float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()]) if m else None
-
-
-def _fmt_bytes(n: float) -> str:
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if abs(n) >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{n:.0f} B"
 
 
 def _ms(seconds: float) -> str:
@@ -117,10 +106,10 @@ class Clause:
         if self.kind == "memory_share":
             return f"memory over {self.value:.0%} of capacity"
         if self.kind == "memory_bytes":
-            return f"memory over {_fmt_bytes(self.value)}"
+            return f"memory over {fmt_bytes(self.value)}"
         if self.kind == "step_time_trend":
             return f"step time rising steadily by {self.rise:.0%} or more over {self.steps} steps"
-        return "memory growing step over step" + (f" by {_fmt_bytes(self.min_bytes)} or more" if self.min_bytes else "")
+        return "memory growing step over step" + (f" by {fmt_bytes(self.min_bytes)} or more" if self.min_bytes else "")
 
 
 @dataclass(frozen=True)
@@ -167,18 +156,18 @@ def _clause(part: str, what: str) -> Clause:
             kind, kw["value"] = "step_ratio", float(value[:-1])
             if not 1.0 < kw["value"] <= 1000:
                 raise _bad(what, value, "must be a factor over 1 (e.g. 2x: twice the running median)")
-        elif (t := _TIME.fullmatch(value)) is not None:
-            kind, kw["value"] = "step_abs", float(t.group(1)) / (1000 if t.group(2).lower() == "ms" else 1)
+        elif _WITH_UNIT.fullmatch(value):
+            kind, kw["value"] = "step_abs", parse_duration(value, f"{what}: {head!r}:") / 1000
         else:
             raise _bad(what, value, "is not a step time threshold: give a factor of the median (2x) or a time (250ms, 1.5s)")
         kw["consecutive"] = 3
     else:
-        if (n := _size(value)) is not None:
-            kind, kw["value"] = "memory_bytes", float(n)
-        elif re.fullmatch(r"0?\.\d+|1(\.0+)?", value):
+        if re.fullmatch(r"0?\.\d+|1(\.0+)?", value):
             kind, kw["value"] = "memory_share", float(value)
             if not 0 < kw["value"] <= 1:
                 raise _bad(what, value, "must be a fraction of capacity from 0 to 1 (0.9 = 90 %)")
+        elif _WITH_UNIT.fullmatch(value):
+            kind, kw["value"] = "memory_bytes", float(parse_size(value, what))
         else:
             raise _bad(what, value, "is not a memory threshold: give a fraction of capacity (0.9) or a size (12GiB, 512MiB)")
     for opt in opts:
@@ -202,9 +191,9 @@ def _clause(part: str, what: str) -> Clause:
             if not 0 <= kw["rise"] <= 100:
                 raise _bad(what, opt, "needs a fraction from 0 to 100 (0.2 = 20 %)")
         else:  # min
-            if (n := _size(val)) is None:
-                raise _bad(what, opt, "needs a size (1MiB, 100KB)")
-            kw["min_bytes"] = n
+            if not _WITH_UNIT.fullmatch(val):
+                raise _bad(what, opt, "needs a size with its unit (1MiB, 100KB)")
+            kw["min_bytes"] = parse_size(val, what)
     return Clause(text=part.strip(), measure=measure, kind=kind, **kw)
 
 
@@ -337,16 +326,16 @@ def evaluate_steps(clause: Clause, series: HostSeries, new: list[tuple[str, int,
 def evaluate_memory(clause: Clause, memory: list[dict], address: str) -> dict | None:
     for a in memory:
         if clause.kind == "memory_share" and a["share"] is not None and a["share"] > clause.value:
-            return {"reason": f"memory of {a['allocator']} reached {_fmt_bytes(a['peak'])}, {a['share']:.0%} of its "
-                              f"{_fmt_bytes(a['capacity'])} capacity (over {clause.value:.0%}) on {address}",
+            return {"reason": f"memory of {a['allocator']} reached {fmt_bytes(a['peak'])}, {a['share']:.0%} of its "
+                              f"{fmt_bytes(a['capacity'])} capacity (over {clause.value:.0%}) on {address}",
                     "values": {**a, "host": address, "threshold": clause.value}}
         if clause.kind == "memory_bytes" and a["peak"] > clause.value:
-            return {"reason": f"memory of {a['allocator']} reached {_fmt_bytes(a['peak'])}, over "
-                              f"{_fmt_bytes(clause.value)} on {address}",
+            return {"reason": f"memory of {a['allocator']} reached {fmt_bytes(a['peak'])}, over "
+                              f"{fmt_bytes(clause.value)} on {address}",
                     "values": {**a, "host": address, "threshold": clause.value}}
         if clause.kind == "memory_growth" and a["steady"] and (a["slope"] or 0) >= clause.min_bytes:
-            return {"reason": f"memory of {a['allocator']} grows {_fmt_bytes(a['slope'])} per step over "
-                              f"{a['points']} steps (r² = {a['r2']:.2f}), now {_fmt_bytes(a['peak'])} on {address}",
+            return {"reason": f"memory of {a['allocator']} grows {fmt_bytes(a['slope'])} per step over "
+                              f"{a['points']} steps (r² = {a['r2']:.2f}), now {fmt_bytes(a['peak'])} on {address}",
                     "values": {**a, "host": address}}
     return None
 
@@ -660,6 +649,6 @@ def _probe_line(address: str, probe: dict, new: list, series: HostSeries) -> str
         if base:
             parts.append(f"running median {_ms(statistics.median(base[-50:]))}")
     for a in probe["memory"]:
-        share = f" ({a['share']:.0%} of {_fmt_bytes(a['capacity'])})" if a["share"] is not None else ""
-        parts.append(f"{a['allocator']} peak {_fmt_bytes(a['peak'])}{share}")
+        share = f" ({a['share']:.0%} of {fmt_bytes(a['capacity'])})" if a["share"] is not None else ""
+        parts.append(f"{a['allocator']} peak {fmt_bytes(a['peak'])}{share}")
     return ", ".join(parts)

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 
 from profscope.testing.processes import free_port
 
-__all__ = ["free_port", "profiler_job", "profiler_jobs"]
+__all__ = ["free_port", "jitted_train_step", "job_processes", "profiler_job", "profiler_jobs"]
 
 READY = "profiler job ready"
 
@@ -38,25 +38,35 @@ def profiler_job(*, start_timeout: float = 120.0, port: int | None = None):
 def profiler_jobs(ports: list[int], *, start_timeout: float = 120.0):
     """Yield the addresses of live jobs, one per port: all started at once (JAX's import
     and first compile take seconds each), then each waited for."""
+    with job_processes([["profscope.testing.profiler_job", str(port), str(os.getpid())] for port in ports], READY,
+                       start_timeout=start_timeout):
+        yield [f"localhost:{port}" for port in ports]
+
+
+@contextmanager
+def job_processes(argvs: list[list[str]], ready: str, *, what: str = "the profiler job",
+                  start_timeout: float = 120.0):
+    """Start ``python -m ARGV...`` for each argv at once, JAX on the CPU, and wait until
+    each prints ``ready``; yield the processes, killed afterwards (the test jobs here and
+    in testing/watch_job.py)."""
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONUNBUFFERED": "1"}
     procs = []
     try:
-        for port in ports:
-            procs.append(subprocess.Popen([sys.executable, "-m", "profscope.testing.profiler_job", str(port),
-                                           str(os.getpid())],
+        for argv in argvs:
+            procs.append(subprocess.Popen([sys.executable, "-m", *argv],
                                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env))
         deadline = time.monotonic() + start_timeout
         for proc in procs:
             lines = []
             for line in proc.stdout:
                 lines.append(line)
-                if READY in line:
+                if ready in line:
                     break
                 if time.monotonic() > deadline:
-                    raise AssertionError("the profiler job did not start:\n" + "".join(lines))
+                    raise AssertionError(f"{what} did not start:\n" + "".join(lines))
             else:
-                raise AssertionError("the profiler job exited:\n" + "".join(lines))
-        yield [f"localhost:{port}" for port in ports]
+                raise AssertionError(f"{what} exited:\n" + "".join(lines))
+        yield procs
     finally:
         for proc in procs:
             proc.kill()
@@ -66,11 +76,11 @@ def profiler_jobs(ports: list[int], *, start_timeout: float = 120.0):
                 proc.stdout.close()
 
 
-def _main(port: int, parent: int | None = None) -> None:
+def jitted_train_step():
+    """The test jobs' jitted training-like step, compiled, with its first weights and
+    batch: ``(train_step, w, x)``; ``train_step(w, x)`` -> ``(w, loss)``."""
     import jax
     import jax.numpy as jnp
-
-    jax.profiler.start_server(port)
 
     @jax.jit
     def train_step(w, x):
@@ -80,15 +90,24 @@ def _main(port: int, parent: int | None = None) -> None:
         g = jax.grad(loss)(w)
         return w - 0.01 * g, loss(w)
 
+    w = jnp.ones((256, 256)) / 256
+    x = jnp.ones((64, 256))
+    w, _ = train_step(w, x)
+    w.block_until_ready()
+    return train_step, w, x
+
+
+def _main(port: int, parent: int | None = None) -> None:
+    import jax
+
+    jax.profiler.start_server(port)
+
     def bookkeeping(n: int) -> int:
         # Plain Python calls: with python_tracer_level=1 each is an event, which makes a
         # few seconds' capture tens of MB (past gRPC's 4 MiB default answer limit).
         return sum(_tick(i) for i in range(n))
 
-    w = jnp.ones((256, 256)) / 256
-    x = jnp.ones((64, 256))
-    w, _ = train_step(w, x)
-    w.block_until_ready()
+    train_step, w, x = jitted_train_step()
     print(READY, flush=True)
     while parent is None or os.getppid() == parent:  # reparented: whoever started it is gone
         with jax.profiler.TraceAnnotation("train_loop_step"):

@@ -31,13 +31,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from profscope.testing.processes import free_port, stop
+from profscope.testing.processes import free_port
+from profscope.testing.profiler_job import jitted_train_step, job_processes
 
 __all__ = ["watch_job"]
 
@@ -51,27 +51,10 @@ def watch_job(control: str | os.PathLike, *, step_ms: int = 60, grow_mib: int = 
     """Yield the address (``localhost:PORT``) of a live job steered by ``control``."""
     port = free_port()
     Path(control).mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "profscope.testing.watch_job", str(port), str(os.getpid()),
-                             str(control), "--step-ms", str(step_ms), "--grow-mib", str(grow_mib),
-                             "--limit-mib", str(limit_mib)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-    try:
-        deadline = time.monotonic() + start_timeout
-        lines = []
-        for line in proc.stdout:
-            lines.append(line)
-            if READY in line:
-                break
-            if time.monotonic() > deadline:
-                raise AssertionError("the watch job did not start:\n" + "".join(lines))
-        else:
-            raise AssertionError("the watch job exited:\n" + "".join(lines))
+    argv = ["profscope.testing.watch_job", str(port), str(os.getpid()), str(control), "--step-ms", str(step_ms),
+            "--grow-mib", str(grow_mib), "--limit-mib", str(limit_mib)]
+    with job_processes([argv], READY, what="the watch job", start_timeout=start_timeout):
         yield f"localhost:{port}"
-    finally:
-        stop(proc, grace=5)
-        if proc.stdout is not None:
-            proc.stdout.close()
 
 
 def steps_log(control: str | os.PathLike) -> list[tuple[int, float, float]]:
@@ -131,19 +114,7 @@ def _main(argv: list[str]) -> None:
 
     jax.profiler.start_server(a.port)
     control = Path(a.control)
-
-    @jax.jit
-    def train_step(w, x):
-        def loss(w):
-            return jnp.mean(jnp.tanh(x @ w) ** 2)
-
-        g = jax.grad(loss)(w)
-        return w - 0.01 * g, loss(w)
-
-    w = jnp.ones((256, 256)) / 256
-    x = jnp.ones((64, 256))
-    w, _ = train_step(w, x)
-    w.block_until_ready()
+    train_step, w, x = jitted_train_step()
     bfc = _Bfc(a.limit_mib * MIB)
     kept = []
     bfc.allocate(w.nbytes + x.nbytes, 0)

@@ -78,11 +78,16 @@ function build() {
   d.when = el("input", { id: "cap-when", type: "text", placeholder: "step_time>2x,for=3 or memory>0.9", autocomplete: "off", spellcheck: "false" });
   d.probeEvery = el("input", { id: "cap-probe-every", type: "text", value: "10s", size: "6" });
   d.probeDuration = el("input", { id: "cap-probe-duration", type: "text", value: "1s", size: "6" });
+  // Empty: a fire records a new capture (Duration). A window ("5s"): profscope keeps the
+  // last seconds in a ring, the probes read its pieces, and a fire saves them: the seconds
+  // before the trigger (app/capture_ring.py, the CLI's --last).
+  d.watchLast = el("input", { id: "cap-watch-last", type: "text", value: "", placeholder: "e.g. 5s", size: "6" });
   d.autoFields = el("div", { class: "cap-auto", id: "cap-auto", hidden: true },
     field("When", d.when, "step_time>2x,for=3 · step_time>250ms · memory>0.9 · memory>12GiB · step_time_trend · memory_growth; join with or"),
     el("div", { class: "cap-grid" },
       field("Probe every", d.probeEvery, "a short recording this often"),
-      field("Probe length", d.probeDuration, "each probe records")));
+      field("Probe length", d.probeDuration, "each probe records"),
+      field("Keep the last", d.watchLast, "empty: a new capture when it fires")));
   d.allowed = el("span", { id: "cap-allowed" }, allowed);
   d.error = el("div", { class: "error cap-error", id: "cap-error", role: "alert", hidden: true });
   d.start = el("button", { type: "submit", id: "cap-start", class: "cap-primary" }, "Start capture");
@@ -191,6 +196,7 @@ async function start() {
       body.when = dlg.when.value.trim();
       body.probeEvery = dlg.probeEvery.value.trim();
       body.probeDuration = dlg.probeDuration.value.trim();
+      if (dlg.watchLast.value.trim()) body.last = dlg.watchLast.value.trim();
       watch = await send("POST", "/api/capture/watch", body);
       job = null; session = null;
       dlg.progress.hidden = true; dlg.cont.hidden = true;
@@ -308,17 +314,24 @@ function finished() {
   fill(dlg.summary, `${j.hosts.length - failed.length} of ${j.hosts.length} hosts saved into `, runLink(j.run), ".");
 }
 
-async function stopJob() {
-  if (!job) return;
-  dlg.stop.disabled = true;
+// A button's action: the button is off while it runs, a refusal is shown.
+async function press(button, action) {
+  button.disabled = true;
   try {
-    job = await send("POST", `/api/capture/job/${encodeURIComponent(job.id)}/stop`);
-    drawJob();
+    await action();
   } catch (err) {
     showError(err.message);
   } finally {
-    dlg.stop.disabled = false;
+    button.disabled = false;
   }
+}
+
+async function stopJob() {
+  if (!job) return;
+  await press(dlg.stop, async () => {
+    job = await send("POST", `/api/capture/job/${encodeURIComponent(job.id)}/stop`);
+    drawJob();
+  });
 }
 
 function drawContinuous() {
@@ -339,32 +352,22 @@ function drawContinuous() {
 
 async function takeSnapshot() {
   if (!session) return;
-  dlg.snapshot.disabled = true;
   showError("");
-  try {
+  await press(dlg.snapshot, async () => {
     const snap = await send("POST", `/api/capture/continuous/${encodeURIComponent(session.id)}/snapshot`);
     session = await send("GET", `/api/capture/continuous/${encodeURIComponent(session.id)}`);
     if (snap.stage === "saved") hooks.runsChanged();
     else showError(snap.error || snap.summary);
     drawContinuous();
-  } catch (err) {
-    showError(err.message);
-  } finally {
-    dlg.snapshot.disabled = false;
-  }
+  });
 }
 
 async function stopContinuous() {
   if (!session) return;
-  dlg.contStop.disabled = true;
-  try {
+  await press(dlg.contStop, async () => {
     session = await send("POST", `/api/capture/continuous/${encodeURIComponent(session.id)}/stop`);
     drawContinuous();
-  } catch (err) {
-    showError(err.message);
-  } finally {
-    dlg.contStop.disabled = false;
-  }
+  });
 }
 
 const WATCH_POLL_MS = 1000;
@@ -393,7 +396,8 @@ function pollWatch() {
 function watchStateText(w) {
   const n = `${w.probes} probe${w.probes === 1 ? "" : "s"}`;
   switch (w.state) {
-    case "watching": return `watching ${w.targets.join(", ")} for ${w.describe} · ${n}` + (w.armed ? "" : " · fired, waiting for it to clear");
+    case "watching": return `watching ${w.targets.join(", ")} for ${w.describe} · ${n}` + (w.ring ? " · keeping the last seconds" : "")
+      + (w.armed ? "" : " · fired, waiting for it to clear");
     case "capturing": return `fired — capturing ${w.targets.join(", ")}…`;
     case "done": return `done · ${w.fires.length} capture${w.fires.length === 1 ? "" : "s"}`;
     case "stopped": return `stopped · ${n}, ${w.fires.length} fire${w.fires.length === 1 ? "" : "s"}`;
@@ -420,15 +424,10 @@ function drawWatch() {
 
 async function stopWatch() {
   if (!watch) return;
-  dlg.watchStop.disabled = true;
-  try {
+  await press(dlg.watchStop, async () => {
     watch = await send("POST", `/api/capture/watch/${encodeURIComponent(watch.id)}/stop`);
     drawWatch();
-  } catch (err) {
-    showError(err.message);
-  } finally {
-    dlg.watchStop.disabled = false;
-  }
+  });
 }
 
 function open() {
