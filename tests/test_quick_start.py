@@ -134,3 +134,39 @@ print(sorted(m for m in ("fastapi", "starlette", "uvicorn", "pydantic", "numpy",
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=90).stdout
     assert out.strip() == "[]"
+
+
+def test_the_quick_run_lists_hold_the_captured_runs_as_the_apps_do(demo_logdir, tmp_path):
+    """``profscope serve`` mounts its capture folder into the log directory (captures/):
+    the quick start lists the runs there too, as the workspace does (app/run_list.py)."""
+    import shutil
+
+    from profscope.cli import _logdir, _quick_start, _workspace, build_parser
+
+    session = tmp_path / "capture" / "plugins" / "profile" / "2026_12_06_19_00_00"
+    session.mkdir(parents=True)
+    shutil.copy(next(demo_logdir.rglob("*.xplane.pb")), session / "localhost_9999.xplane.pb")
+    args = build_parser().parse_args(["serve", str(demo_logdir), "--port", "0", "--cache-dir", str(tmp_path / "cache"),
+                                      "--capture-dir", str(tmp_path / "capture")])
+    args.capture_unsafe = False  # as cmd_serve sets it on loopback
+    sock = _bound()
+    port = sock.getsockname()[1]
+    security = Security.for_bind("127.0.0.1", port)
+    logdir = _logdir(args)
+    q = _quick_start(args, logdir, sock, security)
+    try:
+        assert q.warm.wait(90)
+        app = TestClient(create_app(_workspace(args, logdir), Security(allow_hosts=("testserver",), port=port)))
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=90)
+        for path in ("/api/runs", "/data/plugin/profile/runs"):
+            resp, body = _get(conn, path)
+            assert body == app.get(path).content, path
+            assert b"captures/" in body, path
+        assert q.answered == 2
+        # a request asking to close gets Connection: close, and the connection ends
+        resp, body = _get(conn, "/data/plugin/profile/runs", Connection="close")
+        assert resp.getheader("connection") == "close" and json.loads(body)
+        assert q.answered == 3
+    finally:
+        q.stop()
+        sock.close()

@@ -396,12 +396,24 @@ def _workspace(args, logdir=None):
     if getattr(args, "command", None) == "serve":
         off = _capture_off(args)
         capture = {"capture_off": off} if off else {
-            "capture_dir": args.capture_dir or default_capture_dir(cache.root), "capture_allow": args.capture_allow,
+            "capture_dir": _capture_root(args), "capture_allow": args.capture_allow,
             "capture_max_bytes": parse_size(args.capture_max_bytes, "--capture-max-bytes")}
     ws = Workspace(logdir, cache, **capture)
     env_roots = [r for r in os.environ.get("PROFSCOPE_SOURCE_ROOTS", "").split(os.pathsep) if r]
     ws.set_source_roots([*getattr(args, "source_root", []), *env_roots])
     return ws
+
+
+def _capture_root(args) -> Path | None:
+    """The capture folder of ``serve``, resolved (as CaptureDir resolves it); None when it
+    does not capture. Named before the cache is opened: the quick start lists its runs."""
+    from profscope.cache.paths import default_cache_dir
+
+    if _capture_off(args):
+        return None
+    # DiskCache's own root: the folder given or the default, resolved
+    cache_root = Path(args.cache_dir or default_cache_dir()).expanduser().resolve()
+    return Path(args.capture_dir or default_capture_dir(cache_root)).expanduser().resolve()
 
 
 def _capture_off(args) -> str | None:
@@ -500,7 +512,6 @@ def cmd_serve(args) -> int:
     # FastAPI and uvicorn are imported below, after the quick start answers the page and
     # the run lists on the bound socket (server/quick_start.py): they are most of the start.
     from profscope.server.guard import Security, is_loopback
-    from profscope.server.quick_start import QuickStart
 
     token = _serve_token(args)
     # Capturing makes the server dial addresses a request names: never without the
@@ -510,12 +521,24 @@ def cmd_serve(args) -> int:
     sock = _bind(args.host, args.port)
     port = sock.getsockname()[1]
     security = Security.for_bind(args.host, port, allow_hosts=args.allow_host, token=token)
-    quick = QuickStart(sock, logdir, security).start()
+    quick = _quick_start(args, logdir, sock, security)
     quick.warm.wait(2.0)
     try:
         return _serve_on(args, _workspace(args, logdir), sock, security, quick, token)
     finally:
         quick.stop()
+
+
+def _quick_start(args, logdir, sock, security):
+    """The first answers on ``sock`` (server/quick_start.py), over the runs as the
+    workspace will list them: its capture folder mounted (app/run_list.py)."""
+    from profscope.app.run_list import served_logdir
+    from profscope.server.quick_start import QuickStart
+    from profscope.storage import LogDir
+
+    captures = _capture_root(args)
+    served, _ = served_logdir(logdir, None if captures is None else LogDir(str(captures)))
+    return QuickStart(sock, served, security).start()
 
 
 def _serve_on(args, ws, sock, security, quick, token) -> int:

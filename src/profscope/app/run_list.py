@@ -10,6 +10,20 @@ from profscope.app.unsupported_files import unsupported_files
 from profscope.model.catalog import Run
 from profscope.model.file_kinds import RANK_RULE
 from profscope.storage import LogDir
+from profscope.storage.mounted import MountedLogDir
+
+CAPTURES = "captures"  # where captured runs appear in the run list (else captures-profscope, ...)
+
+
+def served_logdir(logdir: LogDir, captures: LogDir | None) -> tuple[LogDir | MountedLogDir, str | None]:
+    """``logdir`` as a workspace serves it, and the name its captures are under: the
+    capture folder (``captures``, a log directory of its own) mounted at a top-level name
+    the log directory does not use; ``logdir`` itself when nothing is captured. The
+    workspace and the server's quick start (server/quick_start.py) both list runs here."""
+    if captures is None:
+        return logdir, None
+    mount = MountedLogDir.free_name(logdir, CAPTURES)
+    return MountedLogDir(logdir, {mount: captures}), mount
 
 
 def runs_of(logdir: LogDir) -> list[Run]:

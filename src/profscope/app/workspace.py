@@ -33,12 +33,11 @@ from profscope.app.profile_steps import ProfileSteps
 from profscope.cache.store import DiskCache
 from profscope.cache import worker as cache_worker
 from profscope.errors import BadRequest, NotFound, ProfscopeError
-from profscope.app.run_list import runs_of
+from profscope.app.run_list import runs_of, served_logdir
 from profscope.app.keys import FileDerived
 from profscope.model.catalog import Run, RunKind
 from profscope.model.file_kinds import FileKind, classify
 from profscope.storage import LogDir, safe_relpath
-from profscope.storage.mounted import MountedLogDir
 
 __all__ = ["SNAPSHOT_VIEWS", "ModuleSource", "Workspace"]
 
@@ -76,11 +75,10 @@ class Workspace(CompiledMemory, RuntimeMemory, Snapshots, Pprofs, OomAssessment,
                 raise BadRequest(f"the capture folder {capture_dir} is inside the log directory {logdir.url}; "
                                  "profscope never writes there: choose another with --capture-dir")
             folder = CaptureDir(capture_dir)
-            mount = MountedLogDir.free_name(logdir, "captures")
+            logdir, mount = served_logdir(logdir, folder.logdir)
             self.capture = Capturer(folder, TargetPolicy(capture_allow), mount=mount,
                                     on_saved=lambda job: self.logdir.refresh(mount),
                                     **({"max_answer_bytes": capture_max_bytes} if capture_max_bytes is not None else {}))
-            logdir = MountedLogDir(logdir, {mount: folder.logdir})
         self.logdir = logdir
         CompiledMemory.__init__(self)
         Snapshots.__init__(self)

@@ -32,6 +32,7 @@ import orjson
 
 from profscope import __version__
 from profscope.cache import eviction
+from profscope.cache.paths import default_cache_dir  # noqa: F401 - its old home, still imported from here
 from profscope.cache.progress import Progress, ProgressBoard
 from profscope.cache.shared import RecordedFailure, SharedRecord, folder_files
 from profscope.cache.worker import WorkerPool
@@ -53,11 +54,6 @@ def _gzip_json(obj) -> bytes:
     return gzip.compress(js, compresslevel=1 if len(js) >= BIG_JSON else 5)
 
 T = TypeVar("T")
-
-
-def default_cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "profscope"
 
 
 def cache_key(*parts: object) -> str:

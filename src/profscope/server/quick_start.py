@@ -31,6 +31,7 @@ import threading
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl
 
+import h11
 import orjson
 
 from profscope import __version__
@@ -206,23 +207,22 @@ class QuickStart:
         return "open"
 
     def _answer(self, head: bytes) -> tuple[bytes, bool] | None:
-        """The response to ``head``, and whether to close after it; None: uvicorn's."""
-        lines = head[:-4].split(b"\r\n")
-        request = lines[0].split(b" ")
-        if len(request) != 3 or request[0] != b"GET" or request[2] != b"HTTP/1.1":
+        """The response to ``head``, and whether to close after it; None: uvicorn's.
+        h11 (uvicorn's own HTTP/1.1 parser) reads the head and frames the answer."""
+        http = h11.Connection(h11.SERVER, max_incomplete_event_size=H11_MAX_HEAD_BYTES)
+        http.receive_data(head)
+        try:
+            request = http.next_event()
+        except h11.RemoteProtocolError:
+            return None  # a malformed head: uvicorn's h11 answers it
+        if not isinstance(request, h11.Request) or request.method != b"GET" or request.http_version != b"1.1":
             return None
-        raw_path, _, query = request[1].partition(b"?")
+        raw_path, _, query = request.target.partition(b"?")
         route = ROUTES.get(raw_path)
         if route is None:
             return None
-        headers = []
-        for line in lines[1:]:
-            name, sep, value = line.partition(b":")
-            if not sep or not name or name != name.strip() or line[:1] in (b" ", b"\t"):
-                return None  # obs-fold or malformed: h11 decides
-            headers.append((name.lower(), value.strip()))
-        names = {k for k, _ in headers}
-        if names & {b"content-length", b"transfer-encoding", b"upgrade", b"expect"}:
+        headers = list(request.headers)  # (lower-case name, value), as ASGI's scope has them
+        if {k for k, _ in headers} & {b"content-length", b"transfer-encoding", b"upgrade", b"expect"}:
             return None
         scope = {"type": "http", "method": "GET", "path": raw_path.decode(), "raw_path": raw_path,
                  "query_string": query, "headers": headers}
@@ -236,8 +236,8 @@ class QuickStart:
         if got is None:
             return None
         body, media_type = got
-        close = any(k == b"connection" and b"close" in v.lower() for k, v in headers)
-        return _response(body, media_type, headers, close), close
+        response = _response(http, body, media_type, headers)
+        return response, http.our_state is h11.MUST_CLOSE
 
     def _give(self, conn: socket.socket, loop: asyncio.AbstractEventLoop, factory) -> None:
         conn.setblocking(False)
@@ -265,17 +265,15 @@ def _consume(conn: socket.socket, n: int) -> None:
         n -= len(chunk)
 
 
-def _response(body: bytes, media_type: bytes, request_headers: list, close: bool) -> bytes:
+def _response(http: h11.Connection, body: bytes, media_type: bytes, request_headers: list) -> bytes:
     """The bytes uvicorn would send for the route's Response, behind the app's gzip and
-    guard middlewares."""
+    guard middlewares; h11 adds ``Connection: close`` where the request asked for it."""
     headers = [(b"date", email.utils.formatdate(usegmt=True).encode())]
     accept = b", ".join(v for k, v in request_headers if k == b"accept-encoding")
     if len(body) >= GZIP_MIN and b"gzip" in accept:
         body = gzip.compress(body, GZIP_LEVEL)
         headers += [(b"content-encoding", b"gzip"), (b"vary", b"Accept-Encoding")]
     headers += [(b"content-length", str(len(body)).encode()), (b"content-type", media_type)]
-    if close:
-        headers.append((b"connection", b"close"))
     headers = add_headers(headers, 200)
-    lines = [b"HTTP/1.1 200 OK", *(k + b": " + v for k, v in headers)]
-    return b"\r\n".join(lines) + b"\r\n\r\n" + body
+    return (http.send(h11.Response(status_code=200, reason=b"OK", headers=headers))
+            + http.send(h11.Data(data=body)) + http.send(h11.EndOfMessage()))
