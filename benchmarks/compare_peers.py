@@ -3,8 +3,10 @@
 
 The proof of issue 15: one table, one row per request, each tool run cold (a fresh
 process, a fresh cache folder, a fresh copy of the log directory) and the tools
-interleaved per row (profscope, XProf, xprof-rs, then again for ``--repeat``), the median
-reported, with the ratios profscope/xprof-rs and profscope/XProf.
+interleaved per row (profscope, XProf, xprof-rs, then again for ``--repeat`` in an order
+rotated by one each time), the median reported, with the ratios profscope/xprof-rs and
+profscope/XProf in wall and in CPU seconds, and issue 40's targets with the distance to
+each (``TARGETS``).
 
 How each tool is driven:
 
@@ -31,9 +33,14 @@ How each tool is driven:
   started here bound to 127.0.0.1 and without that service (unused by a single server).
 
 Import time of profscope and XProf is not in their times (in-process calls, like the
-issue's measurements); xprof-rs's includes its start (~15 ms). Peak RSS is each child's
-``ru_maxrss`` from ``os.wait4`` (Linux counts the reaped descendants too: profscope's
-conversion workers). Every run has a ``--timeout`` (the child's process group is killed,
+issue's measurements); xprof-rs's includes its start (~15 ms). CPU seconds (user +
+system) are the whole process tree's: for profscope's and XProf's children, counted by
+the child around the timed call (itself, the conversion workers it reaped, and those
+still running read from /proc); for a server, its whole life from ``os.wait4`` (start
+included, as in its time). On this shared 2-core machine they move far less than wall
+time with the load. Peak RSS is each child's ``ru_maxrss`` from ``os.wait4`` (Linux
+counts the reaped descendants too: profscope's conversion workers); profscope's workers'
+own peak is reported apart (``worker_rss_mib``, the target "RSS ≤ 1× the file"). Every run has a ``--timeout`` (the child's process group is killed,
 the cell says "timeout"); everything listens on loopback only.
 
 The peers live in a scratch venv, never project dependencies: ``--peers-venv`` (default
@@ -86,7 +93,28 @@ HEADERS = {"profscope": "profscope", "xprof": f"XProf {PEERS['xprof']}", "xprof-
 
 # ---------------------------------------------------------------- profscope worker (child)
 
+def cpu_now(pids=()) -> float:
+    """CPU seconds (user + system) of this process, its reaped children (profscope's
+    conversion workers that ended) and the live processes ``pids`` (the workers still
+    running, read from /proc)."""
+    import resource
+
+    total = 0.0
+    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
+        u = resource.getrusage(who)
+        total += u.ru_utime + u.ru_stime
+    for pid in list(pids):
+        try:
+            fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # it ended meanwhile (and is then in RUSAGE_CHILDREN once reaped)
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
 def worker(mode: str, logdir: str, cache: str) -> dict:
+    import resource
+
     import orjson
 
     from profscope.app.queries import MemoryProfileQuery, OomRiskQuery, SnapshotQuery, TraceQuery, XprofTraceQuery
@@ -97,6 +125,8 @@ def worker(mode: str, logdir: str, cache: str) -> dict:
     ws = Workspace(LogDir(logdir, listing_ttl=0), DiskCache(cache))
     run = ws.runs()[0]
     out = {}
+    live = ws.cache.workers._children  # the conversion workers running now (their pids)
+    cpu0 = cpu_now()
     t0 = time.perf_counter()
     first = None
     if mode == "trace":
@@ -115,13 +145,16 @@ def worker(mode: str, logdir: str, cache: str) -> dict:
             try:
                 body = orjson.dumps(ws.trace_preview(run, query))
                 first = time.perf_counter() - t0
+                out["cpu_s"] = cpu_now(live) - cpu0  # the index's worker is still running
                 break
             except NotFound:
                 time.sleep(0.02)
         building.join()
         out["index_s"] = time.perf_counter() - t0
+        out["index_cpu_s"] = cpu_now() - cpu0
         if first is None:
             first, body = out["index_s"], orjson.dumps(answer["w"])
+            out["cpu_s"] = out["index_cpu_s"]
     elif mode == "memory_profile":
         body = ws.tool_data(run, ws.tool_named("memory_profile"), MemoryProfileQuery())
     elif mode == "oom_risk":
@@ -132,6 +165,11 @@ def worker(mode: str, logdir: str, cache: str) -> dict:
     else:
         raise SystemExit(f"unknown worker mode {mode!r}")
     out["s"] = first if mode == "trace_page" else time.perf_counter() - t0
+    if mode != "trace_page":
+        out["cpu_s"] = cpu_now() - cpu0
+    # the conversion workers' peak (Linux: the largest reaped child's), beside the
+    # process tree's that wait4 gives the parent
+    out["worker_rss_mib"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     out["bytes"] = len(body)
     if mode == "snapshot":  # the model itself: parsed in the first process, its cached columns in a later one
         t = time.perf_counter()
@@ -159,6 +197,7 @@ class Measure:
     rss_mib: float | None = None
     status: str = "ok"  # ok, timeout, failed: ..., skipped
     extra: dict = field(default_factory=dict)
+    cpu_s: float | None = None  # user + system CPU seconds of the process tree (see cpu_now / reap)
 
 
 def free_port() -> int:
@@ -180,9 +219,11 @@ def spawn(cmd: list[str], log: pathlib.Path) -> subprocess.Popen:
                                 start_new_session=True, env=env)
 
 
-def reap(proc: subprocess.Popen, deadline: float, stop: bool = False) -> tuple[int | None, float]:
+def reap(proc: subprocess.Popen, deadline: float, stop: bool = False) -> tuple[int | None, float, float]:
     """Wait for the child until ``deadline`` (or stop it now: SIGTERM, then SIGKILL);
-    returns (exit status or None on timeout, its peak RSS in MiB)."""
+    returns (exit status or None on timeout, its peak RSS in MiB, its CPU seconds).
+    ``wait4``'s usage counts the child and every descendant it reaped itself (profscope's
+    conversion workers, waited for by its WorkerPool), not those killed with it."""
     if stop:
         _signal(proc, signal.SIGTERM)
         deadline = time.monotonic() + 10
@@ -199,7 +240,7 @@ def reap(proc: subprocess.Popen, deadline: float, stop: bool = False) -> tuple[i
         time.sleep(0.02)
     _signal(proc, signal.SIGKILL)  # what the group left behind (a server's worker)
     proc.returncode = os.waitstatus_to_exitcode(status)
-    return (None if timed_out else proc.returncode), usage.ru_maxrss / 1024
+    return (None if timed_out else proc.returncode), usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime
 
 
 def _signal(proc: subprocess.Popen, sig: int) -> None:
@@ -213,7 +254,7 @@ def run_child(cmd: list, scratch: pathlib.Path, timeout: float) -> Measure:
     """A child that prints one JSON line with ``s`` (the seconds it timed)."""
     log = scratch / "child.log"
     proc = spawn(cmd, log)
-    code, rss = reap(proc, time.monotonic() + timeout)
+    code, rss, cpu = reap(proc, time.monotonic() + timeout)
     text = log.read_text(errors="replace")
     if code is None:
         return Measure(rss_mib=rss, status="timeout")
@@ -221,7 +262,9 @@ def run_child(cmd: list, scratch: pathlib.Path, timeout: float) -> Measure:
     if code or not lines:
         return Measure(rss_mib=rss, status=f"failed: exit {code}: {text.strip()[-300:]}")
     res = json.loads(lines[-1])
-    return Measure(res.pop("s"), rss, extra=res)
+    # The child's own count around the timed call (imports and set-up left out, as its
+    # time leaves them out), else the whole process's
+    return Measure(res.pop("s"), rss, cpu_s=res.pop("cpu_s", cpu), extra=res)
 
 
 def get(url: str, proc: subprocess.Popen, deadline: float) -> bytes:
@@ -255,13 +298,14 @@ def time_server(cmd: list, port: int, path: str, scratch: pathlib.Path, timeout:
         took, body, status = None, b"", "timeout"
     except Exception as e:  # noqa: BLE001 - the cell says what happened
         took, body, status = None, b"", f"failed: {e}: {(scratch / 'server.log').read_text(errors='replace')[-300:]}"
-    _, rss = reap(proc, 0, stop=True)
+    _, rss, cpu = reap(proc, 0, stop=True)
     if body[:2] == b"\x1f\x8b":  # XProf's server gzips whatever the request accepts
         body = gzip.decompress(body)
     extra = {"bytes": len(body)}
     if "trace_viewer%40" in path and body:
         extra["traceEvents"] = len(json.loads(body).get("traceEvents", []))
-    return Measure(took, rss, status, extra)
+    # the server's whole life, its start included (as its time is): idle after the answer
+    return Measure(took, rss, status, extra, cpu_s=cpu if took is not None else None)
 
 
 # ---------------------------------------------------------------- inputs
@@ -383,15 +427,18 @@ def ps_snapshot(ctx: Ctx, inp: Input, scratch: pathlib.Path) -> Measure:
 
 
 XPROF_CALL = r"""
-import json, sys, time
+import json, resource, sys, time
 from xprof.convert import raw_to_tool_data as r
+def cpu():
+    a, b = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return a.ru_utime + a.ru_stime + b.ru_utime + b.ru_stime
 params = json.loads(sys.argv[3])
-t = time.perf_counter()
+c, t = cpu(), time.perf_counter()
 data, _ = r.xspace_to_tool_data([sys.argv[1]], sys.argv[2], params)
-s = time.perf_counter() - t
+s, c = time.perf_counter() - t, cpu() - c
 if not data:
     sys.exit("XProf returned no data")
-out = {"s": s, "bytes": len(data)}
+out = {"s": s, "cpu_s": c, "bytes": len(data)}
 if sys.argv[2] == "trace_viewer@":
     out["traceEvents"] = len(json.loads(data)["traceEvents"])
 print(json.dumps(out))
@@ -463,7 +510,7 @@ def ps_gcs(ctx: Ctx, inp: Input, scratch: pathlib.Path) -> Measure:
     """bench_gcs.py's cold ``report`` over the emulator (gs://) and on local disk."""
     log = scratch / "gcs.log"
     proc = spawn([sys.executable, REPO / "benchmarks" / "bench_gcs.py", "--repeat", "1"], log)
-    code, rss = reap(proc, time.monotonic() + ctx.timeout)
+    code, rss, _ = reap(proc, time.monotonic() + ctx.timeout)
     text = log.read_text(errors="replace")
     rows = [ln.split() for ln in text.splitlines() if ln.startswith("report")]
     if code is None:
@@ -527,23 +574,71 @@ def fmt_s(s: float | None) -> str:
     return f"{s * 1000:.1f} ms" if s < 0.1 else f"{s:.2f} s" if s < 10 else f"{s:.1f} s"
 
 
-def cell(ms: list[Measure]) -> tuple[str, float | None]:
-    """The median of a tool's runs as a table cell, and the median seconds."""
+def cell(ms: list[Measure]) -> tuple[str, float | None, float | None]:
+    """The median of a tool's runs as a table cell, the median seconds and CPU seconds."""
     if not ms:
-        return "–", None
+        return "–", None, None
     ok = [m for m in ms if m.status == "ok"]
     if not ok:
-        return ms[0].status.split(":")[0], None
+        return ms[0].status.split(":")[0], None, None
     s = statistics.median(m.seconds for m in ok)
+    cpus = [m.cpu_s for m in ok if m.cpu_s is not None]
+    cpu = statistics.median(cpus) if cpus else None
     rss = [m.rss_mib for m in ok if m.rss_mib is not None]
-    text = fmt_s(s) + (f", {statistics.median(rss):,.0f} MiB" if rss else "")
-    return text + (f" ({len(ok)}/{len(ms)} ok)" if len(ok) < len(ms) else ""), s
+    text = fmt_s(s) + (f" (CPU {fmt_s(cpu)})" if cpu is not None else "") + \
+        (f", {statistics.median(rss):,.0f} MiB" if rss else "")
+    return text + (f" ({len(ok)}/{len(ms)} ok)" if len(ok) < len(ms) else ""), s, cpu
 
 
 def ratio(a: float | None, b: float | None) -> str:
     if not (a and b):
         return "–"
     return f"{a / b:.2f}×" if a / b >= 0.1 else f"{a / b:.1g}×"
+
+
+def ratios(a: tuple[float | None, float | None], b: tuple[float | None, float | None]) -> str:
+    """Wall and CPU ratios of two cells."""
+    wall, cpu = ratio(a[0], b[0]), ratio(a[1], b[1])
+    return wall if cpu == "–" else f"{wall} wall, {cpu} CPU"
+
+
+# Issue 40's targets, per row: ("cpu_vs_rs", x): profscope's CPU seconds at most x times
+# xprof-rs's; ("wall_at_most", s): profscope's time at most s seconds; ("worker_rss_vs_file",
+# x): the conversion workers' peak RSS at most x times the file; ("index_vs_file", x): the
+# trace index on disk at most x times the file.
+TARGETS = {
+    "trace308": [("cpu_vs_rs", 0.5), ("worker_rss_vs_file", 1.0), ("index_vs_file", 1.5)],
+    "trace50": [("cpu_vs_rs", 0.5), ("index_vs_file", 1.5)],
+    "trace": [("cpu_vs_rs", 0.5), ("worker_rss_vs_file", 1.0), ("index_vs_file", 1.5)],
+    "start": [("wall_at_most", 0.1)],
+}
+
+
+def against_targets(row: Row, inp: Input | None, ms: dict[str, list[Measure]]) -> str:
+    """Each target of ``row``: the measured figure, and met / missed by how much."""
+    ok = [m for m in ms.get("profscope", []) if m.status == "ok"]
+    if not ok:
+        return ""
+    ps, rs = cell(ms.get("profscope", [])), cell(ms.get("xprof-rs", []))
+    size = inp.path.stat().st_size if inp is not None and inp.path.is_file() else None
+    parts = []
+    for kind, bound in TARGETS.get(row.key, []):
+        got = None
+        if kind == "cpu_vs_rs" and ps[2] and rs[2]:
+            got, what = ps[2] / rs[2], f"CPU ≤ {bound}× xprof-rs"
+        elif kind == "wall_at_most":
+            got, what = ps[1], f"≤ {fmt_s(bound)}"
+        elif kind == "worker_rss_vs_file" and size and all("worker_rss_mib" in m.extra for m in ok):
+            got, what = statistics.median(m.extra["worker_rss_mib"] for m in ok) * 2**20 / size, \
+                f"worker RSS ≤ {bound}× the file"
+        elif kind == "index_vs_file" and size and all("cache_bytes" in m.extra for m in ok):
+            got, what = statistics.median(m.extra["cache_bytes"] for m in ok) / size, f"index ≤ {bound}× the file"
+        if got is None:
+            continue
+        shown = fmt_s(got) if kind == "wall_at_most" else f"{got:.2f}×"
+        verdict = "met" if got <= bound else f"missed: {got / bound:.1f}× the bound"
+        parts.append(f"{what}: {shown}, {verdict}")
+    return "; ".join(parts)
 
 
 def note(row: Row, inp: Input | None, ms: dict[str, list[Measure]]) -> str:
@@ -568,10 +663,11 @@ def note(row: Row, inp: Input | None, ms: dict[str, list[Measure]]) -> str:
 
 def table(results: list[tuple[Row, Input | None, dict[str, list[Measure]]]]) -> list[list[str]]:
     out = [["request", "input", HEADERS["profscope"], HEADERS["xprof"], HEADERS["xprof-rs"],
-            "profscope / xprof-rs", "profscope / XProf", "note"]]
+            "profscope / xprof-rs", "profscope / XProf", "issue 40's targets", "note"]]
     for row, inp, ms in results:
-        texts, secs = zip(*(cell(ms.get(t, [])) for t in TOOLS))
-        out.append([row.name, row.input, *texts, ratio(secs[0], secs[2]), ratio(secs[0], secs[1]), note(row, inp, ms)])
+        texts, secs, cpus = zip(*(cell(ms.get(t, [])) for t in TOOLS))
+        out.append([row.name, row.input, *texts, ratios((secs[0], cpus[0]), (secs[2], cpus[2])),
+                    ratios((secs[0], cpus[0]), (secs[1], cpus[1])), against_targets(row, inp, ms), note(row, inp, ms)])
         for name, key in row.derived:
             vals = [m.extra[key] for m in ms.get("profscope", []) if m.status == "ok" and m.extra.get(key) is not None]
             rss = [m.extra["reopen_rss_mib"] for m in ms.get("profscope", [])  # the reopening process's peak
@@ -581,7 +677,7 @@ def table(results: list[tuple[Row, Input | None, dict[str, list[Measure]]]]) -> 
             text = fmt_s(statistics.median(vals))
             if rss:
                 text += f", {statistics.median(rss):,.0f} MiB"
-            out.append([name, row.input, text, "–", "–", "–", "–", ""])
+            out.append([name, row.input, text, "–", "–", "–", "–", "", ""])
     return out
 
 
@@ -598,7 +694,7 @@ def markdown(rows: list[list[str]], args, took: float) -> str:
     head = (f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} with `benchmarks/compare_peers.py "
             f"{' '.join(sys.argv[1:])}` on {os.cpu_count()} cores, {mem:.0f} GiB; load average at the start "
             f"{args.load_at_start:.2f}; median of {args.repeat} cold run(s) per tool, interleaved; the whole run "
-            f"took {took / 60:.1f} min. Cells: time, peak RSS.\n\nInputs: " + "; ".join(
+            f"took {took / 60:.1f} min. Cells: time (CPU seconds of the process tree), peak RSS.\n\nInputs: " + "; ".join(
                 f"{k} = {v}" for k, v in INPUT_ORIGINS.items() if k in {r[1] for r in rows[1:]}) + ".\n\n")
     lines = ["| " + " | ".join(rows[0]) + " |", "|" + "---|" * len(rows[0])]
     lines += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows[1:]]
@@ -669,7 +765,11 @@ def main() -> None:
         inp = inputs[row.input]
         ms: dict[str, list[Measure]] = {}
         for rep in range(args.repeat):
-            for tool, runner in row.runners.items():
+            # the order rotated per repeat: whoever runs first meets a cold page cache and
+            # the previous row's load, and the machine's state drifts over a row
+            order = list(row.runners.items())
+            order = order[rep % len(order):] + order[:rep % len(order)]
+            for tool, runner in order:
                 if tool in skip:
                     continue
                 scratch = pathlib.Path(tempfile.mkdtemp(prefix="cmp-", dir=args.inputs))
@@ -679,6 +779,7 @@ def main() -> None:
                     shutil.rmtree(scratch, ignore_errors=True)
                 ms.setdefault(tool, []).append(m)
                 what = fmt_s(m.seconds) if m.status == "ok" else m.status
+                what += f" (CPU {m.cpu_s:.2f} s)" if m.status == "ok" and m.cpu_s is not None else ""
                 rss = f", {m.rss_mib:,.0f} MiB" if m.rss_mib is not None else ""
                 print(f"  {row.key:<14} {tool:<10} #{rep + 1}: {what}{rss}"
                       f"{'  ' + json.dumps(m.extra) if m.extra else ''}", flush=True)
