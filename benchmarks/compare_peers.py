@@ -286,12 +286,14 @@ def get(url: str, proc: subprocess.Popen, deadline: float) -> bytes:
             time.sleep(0.005)
 
 
-def time_server(cmd: list, port: int, path: str, scratch: pathlib.Path, timeout: float) -> Measure:
-    """Spawn a server, time spawn to the full answer of ``path``, stop it."""
+def time_server(cmd: list, port: int, path: str | list[str], scratch: pathlib.Path, timeout: float) -> Measure:
+    """Spawn a server, time spawn to the full answer of ``path`` (of each path of a
+    list, one after the other: the last one's body is kept), stop it."""
     t0 = time.monotonic()
     proc = spawn(cmd, scratch / "server.log")
     try:
-        body = get(f"http://127.0.0.1:{port}{path}", proc, t0 + timeout)
+        for one in [path] if isinstance(path, str) else path:
+            body = get(f"http://127.0.0.1:{port}{one}", proc, t0 + timeout)
         took = time.monotonic() - t0
         status = "ok" if body else "failed: empty answer"
     except TimeoutError:
@@ -352,6 +354,35 @@ def snapshot(inputs: pathlib.Path, mb: int) -> Input:
     return Input(path, "cuda:0")
 
 
+MODULE = "synthetic_big(1)"  # the module of module_profile(): its name and program id as XProf lists them
+
+
+def module_profile(inputs: pathlib.Path, buffers: int, events: int) -> Input:
+    """A profile whose ``/host:metadata`` plane holds one compiled module (its HloProto in
+    the "Hlo Proto" stat, program_id 1: where XLA's profiler puts them), built by
+    bench_memory_viewer.py's synthetic HloProto (the structure XLA writes)."""
+    path = inputs / f"module{buffers}" / "bighost.xplane.pb"
+    if not path.is_file():
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("bench_memory_viewer", REPO / "benchmarks" / "bench_memory_viewer.py")
+        bench = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(bench)
+        from profscope.formats.protos import xplane_pb2
+
+        space = xplane_pb2.XSpace()
+        plane = space.planes.add(id=1, name="/host:metadata")
+        for sid, name in ((1, "Hlo Proto"), (2, "program_id")):
+            plane.stat_metadata[sid].id, plane.stat_metadata[sid].name = sid, name
+        meta = plane.event_metadata[1]
+        meta.id, meta.name = 1, MODULE.split("(")[0]
+        meta.stats.add(metadata_id=1, bytes_value=bench.build_synthetic(buffers, events))
+        meta.stats.add(metadata_id=2, int64_value=1)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(space.SerializeToString())
+    return Input(path, "bighost")
+
+
 INPUTS: dict[str, Callable[[pathlib.Path], Input]] = {
     "jax308": lambda d: jax_profile(d / "jax308", 44000),
     "jax50": lambda d: jax_profile(d / "jax50", 7000),
@@ -360,6 +391,7 @@ INPUTS: dict[str, Callable[[pathlib.Path], Input]] = {
     "snap1000": lambda d: snapshot(d, 1000),
     "snap100": lambda d: snapshot(d, 100),
     "demo": lambda d: Input(REPO / "src" / "profscope" / "demo" / "logdir", ""),
+    "module18": lambda d: module_profile(d, 70_000, 700_000),
 }
 
 
@@ -371,6 +403,8 @@ INPUT_ORIGINS = {
     "snap1000": "`scripts/make_big_snapshot.py --target-mb 1000`",
     "snap100": "`scripts/make_big_snapshot.py --target-mb 100`",
     "demo": "the bundled demo's transformer run",
+    "module18": "one compiled module in a profile's `/host:metadata` plane: bench_memory_viewer.py's synthetic HloProto, "
+                "70,000 buffers, 700,000 heap events",
 }
 
 
@@ -494,6 +528,25 @@ def http_data(tool: str, tag: str, **params: str):
     return run
 
 
+def http_memory_viewer(tool: str):
+    """Spawn ``tool``'s server, time to the answers of what its page asks for a module,
+    one after the other: the module list, then the memory viewer's data (profscope's
+    page: ``/api/module_peaks`` and ``view=page``; XProf's frontend, which xprof-rs
+    serves: ``module_list`` and the full payload)."""
+    def run(ctx: Ctx, inp: Input, scratch: pathlib.Path) -> Measure:
+        logdir, run_name = stage(inp, scratch)
+        port = free_port()
+        data = {"run": run_name, "tag": "memory_viewer", "host": inp.host, "module_name": MODULE, "memory_space": "0"}
+        if tool == "profscope":
+            paths = [f"/api/module_peaks?{urllib.parse.urlencode({'run': run_name, 'memory_space': '0'})}",
+                     f"/data/plugin/profile/data?{urllib.parse.urlencode({**data, 'view': 'page'})}"]
+        else:
+            paths = [f"/data/plugin/profile/module_list?{urllib.parse.urlencode({'run': run_name, 'tag': 'memory_viewer', 'host': inp.host})}",
+                     f"/data/plugin/profile/data?{urllib.parse.urlencode(data)}"]
+        return time_server(server_cmd(tool, ctx, logdir, port, scratch), port, paths, scratch, ctx.timeout)
+    return run
+
+
 RUNS_PATH = "/data/plugin/profile/runs"
 
 
@@ -552,6 +605,8 @@ def rows_for(sizes: str, http: bool) -> list[Row]:
     if sizes == "full":
         rows.append(Row("trace50", "trace viewer first window, res 8000", "jax50", trace))
     rows += [
+        Row("memviewer", "memory viewer, 18 MB module (list + view)", "module18",
+            {t: http_memory_viewer(t) for t in TOOLS if t != "xprof"}),
         Row("memprof308" if sizes == "full" else "memprof", "memory profile, no allocator events", big, memprof),
         Row("memprof-alloc", "memory profile, allocator events", alloc, memprof),
         Row("oom308" if sizes == "full" else "oom", "OOM risk, no allocator events", big,
@@ -611,6 +666,7 @@ TARGETS = {
     "trace50": [("cpu_vs_rs", 0.5), ("index_vs_file", 1.5)],
     "trace": [("cpu_vs_rs", 0.5), ("worker_rss_vs_file", 1.0), ("index_vs_file", 1.5)],
     "start": [("wall_at_most", 0.1)],
+    "memviewer": [("cpu_vs_rs", 0.4)],
 }
 
 
@@ -722,9 +778,9 @@ def default_peers() -> pathlib.Path:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 epilog="rows: trace308 trace50 memprof308 memprof-alloc oom308 oom-alloc snapshot "
-                                        "gcs start (--sizes small: trace memprof memprof-alloc oom oom-alloc snapshot "
-                                        "gcs start)")
+                                 epilog="rows: trace308 trace50 memviewer memprof308 memprof-alloc oom308 oom-alloc "
+                                        "snapshot gcs start (--sizes small: trace memviewer memprof memprof-alloc oom "
+                                        "oom-alloc snapshot gcs start)")
     ap.add_argument("--sizes", choices=("full", "small"), default="full")
     ap.add_argument("--only", help="comma-separated row keys (see below); default: all")
     ap.add_argument("--repeat", type=int, default=1, help="cold runs per tool and row; the median is reported")
