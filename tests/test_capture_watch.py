@@ -317,6 +317,22 @@ def test_with_a_ring_the_watch_reads_its_pieces_and_fires_its_snapshot(tmp_path,
     numbers = [int(s["name"].split()[-1]) for s in steps]
     # the seconds before the trigger: steps before the slowdown and slow ones
     assert min(numbers) < k <= max(numbers), (k, numbers)
+    # the Summary says why, and what the ring holds and missed (its gaps between pieces)
+    summary = ws.analysis(run, SummaryQuery())
+    ring = summary["capture"]["ring"]
+    gaps = [g for v in meta["gaps_ms"].values() for g in v]
+    assert ring["gaps"] == len(gaps) > 0 and ring["gap_ms_max"] == max(gaps) and 0 < ring["held_s"] <= 6, ring
+    assert f"Captured because {meta['reason']}. It holds the last {ring['held_s']:.1f} s before the trigger, " \
+           f"recorded in {ring['pieces']} pieces per host; the {len(gaps)} gaps between them (" in summary["summary"]
+    print("\n" + summary["summary"])
+
+    # a metadata file of the wrong shapes (it is a file in the log directory) changes nothing else
+    folder = ws.capture.folder.sessions / fire["run"].split("/", 1)[1]
+    for bad in ({"reason": 5, "mode": "ring", "window": {"held_s": {"a": "x"}}, "gaps_ms": {"a": [None]}},
+                {"reason": ["x"], "mode": "ring", "window": [], "gaps_ms": 7}, {"mode": "ring"}):
+        (folder / CAPTURE_META_FILE).write_text(json.dumps(bad))
+        plain = ws.analysis(ws.run(fire["run"]), SummaryQuery())
+        assert "capture" not in plain and "Captured because" not in plain["summary"], (bad, plain["summary"])
 
 
 def test_the_trend_rules_fire_on_a_creeping_step_time_and_a_leak(tmp_path, ws):

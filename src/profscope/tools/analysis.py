@@ -139,9 +139,10 @@ def _sentences(run: str, host: str | None, status: str, found: list[dict], metri
         out.append(f"Peak memory is {fmt_bytes(mem['peak_bytes'])}" +
                    (f" of {fmt_bytes(cap)} ({100 * mem['utilization']:.1f} %, {mem['risk']} risk)."
                     if cap and mem.get("utilization") is not None else f" (capacity unknown, {mem['risk']} risk)."))
-    if capture and isinstance(capture.get("reason"), str):
-        # a triggered capture (app/capture_watch.py): why it was taken, right after the status
-        out.insert(1, f"Captured because {capture['reason'].rstrip('.')}.")
+    if capture:
+        # a triggered capture (app/capture_watch.py): why it was taken, right after the status;
+        # a ring's snapshot (app/capture_ring.py): the seconds it holds and what it missed
+        out[1:1] = _capture_sentences(capture)
     if refused:
         files = sorted({r.get("file") or "?" for r in refused})
         named = f"{len(files)} file{'s' if len(files) != 1 else ''} could not be read ({', '.join(files)})"
@@ -156,7 +157,53 @@ def _sentences(run: str, host: str | None, status: str, found: list[dict], metri
         out.append(f"Most urgent: {top['title']}" + (f": {top['impact']['text']}." if top["impact"].get("text") else "."))
     elif any((inputs or {}).values()):
         out.append("No rule found anything to fix.")
-    return " ".join(out)  # at most 6: the status, why it was captured, what was refused, steps, memory, the most urgent
+    return " ".join(out)  # at most 7: the status, why and how it was captured, what was refused, steps, memory,
+    # the most urgent
+
+
+def capture_facts(meta: dict | None) -> dict | None:
+    """The Summary's ``capture``: of a captured run's metadata file (app/capture.py
+    ``write_capture_meta``, a file in the log directory, so every field is checked, never
+    trusted), ``reason``, ``condition``, ``fired_at``, ``mode`` and, for a ring's snapshot,
+    ``ring``: ``held_s`` (the longest a host holds), ``pieces`` (per host, the most),
+    ``gaps`` (between pieces, all hosts), ``gap_ms_min``/``gap_ms_max``. None when it
+    has neither a reason nor a ring's window."""
+    if not isinstance(meta, dict):
+        return None
+    def text(v):
+        return v[:500] if isinstance(v, str) else None
+    def number(v):
+        return v if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and abs(v) < 1e18 else None
+    out = {"reason": text(meta.get("reason")), "condition": text(meta.get("condition")),
+           "fired_at": number(meta.get("fired_at")), "mode": text(meta.get("mode"))}
+    window, gaps = meta.get("window"), meta.get("gaps_ms")
+    if out["mode"] == "ring" and isinstance(window, dict) and isinstance(window.get("held_s"), dict) \
+            and isinstance(gaps, dict):
+        held = [number(v) for v in window["held_s"].values()]
+        per_host = [[number(g) for g in v] for v in gaps.values() if isinstance(v, list)]
+        all_gaps = [g for v in per_host for g in v]
+        if held and None not in held and all_gaps.count(None) == 0:
+            out["ring"] = {"held_s": max(held), "pieces": max((len(v) + 1 for v in per_host), default=1),
+                           "gaps": len(all_gaps), "gap_ms_min": min(all_gaps, default=None),
+                           "gap_ms_max": max(all_gaps, default=None)}
+    return out if out["reason"] is not None or "ring" in out else None
+
+
+def _capture_sentences(capture: dict) -> list[str]:
+    out = []
+    if capture.get("reason"):
+        out.append(f"Captured because {capture['reason'].rstrip('.')}.")
+    ring = capture.get("ring")
+    if ring:
+        before = "the trigger" if capture.get("reason") else "the snapshot"
+        s = f"It holds the last {ring['held_s']:.1f} s before {before}, recorded in {ring['pieces']} piece" + \
+            ("s" if ring["pieces"] != 1 else "") + " per host"
+        if ring["gaps"]:
+            lo, hi = ring["gap_ms_min"], ring["gap_ms_max"]
+            span = f"{lo:.0f} ms" if round(lo) == round(hi) else f"{lo:.0f}–{hi:.0f} ms"
+            s += f"; the {ring['gaps']} gap{'s' if ring['gaps'] != 1 else ''} between them ({span}) were not recorded"
+        out.append(s + ".")
+    return out
 
 
 def summarize(parts: dict) -> dict:
@@ -167,6 +214,7 @@ def summarize(parts: dict) -> dict:
     per-host rows of ALL_HOSTS; None), ``refused`` (``[{file, reason}]``), ``inputs`` and ``capture`` (a
     triggered capture's metadata, app/capture.py; None)."""
     found = sort_findings(parts.get("findings") or [])
+    capture = capture_facts(parts.get("capture"))
     so = parts.get("steps_ops")
     metrics = {"steps": step_metrics(so),
                "device": analysis_time.device_metrics(so) if so else None,
@@ -179,13 +227,12 @@ def summarize(parts: dict) -> dict:
     refused = refused_rows(parts.get("refused") or [])
     out = {"version": VERSION, "run": parts["run"], "host": parts.get("host"), "status": status,
            "summary": _sentences(parts["run"], parts.get("host"), status, found, metrics, hosts, refused,
-                                 parts.get("inputs"), parts.get("capture")),
+                                 parts.get("inputs"), capture),
            "metrics": metrics, "findings": found}
-    capture = parts.get("capture")
-    if capture and isinstance(capture.get("reason"), str):
-        # why the run was captured (a trigger's reason): only on such runs, so every other
-        # summary's JSON stays as it was
-        out["capture"] = {k: capture.get(k) for k in ("reason", "condition", "fired_at", "mode")}
+    if capture:
+        # why and how the run was captured: only on such runs, so every other summary's
+        # JSON stays as it was
+        out["capture"] = capture
     if hosts is not None:
         out["hosts"] = hosts
     out["refused"] = refused
