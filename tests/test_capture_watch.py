@@ -27,6 +27,7 @@ from profscope.errors import BadRequest
 from profscope.formats.xplane_step_events import read_step_events
 from profscope.server import create_app
 from profscope.storage import LogDir
+from profscope.testing.profiler_job import profiler_job
 from profscope.testing.watch_job import step_at, steps_log, watch_job
 
 
@@ -426,3 +427,20 @@ def test_a_watch_over_http_with_last_fires_the_rings_snapshot_and_stops_its_ring
     steps = read_step_events(io.BytesIO(ws.logdir.read_bytes(run.files[0].path)), "x.xplane.pb").steps
     numbers = [int(s["name"].split()[-1]) for s in steps]
     assert min(numbers) < k <= max(numbers), (k, numbers)
+
+
+def test_a_job_without_step_markers_is_watched_and_the_probe_says_why_nothing_fires(ws):
+    """profiler_job marks its loop with TraceAnnotation only (no StepTraceAnnotation): XProf's
+    grouping finds no step, so a step condition can never hold; each probe says so."""
+    watches = Watches(ws.capture)
+    with profiler_job() as address:
+        w = watches.start(address, "step_time>2x", CaptureSettings(duration_ms=500), probe_every_s=0.5, probe_ms=300)
+        try:
+            while w.probes < 2:
+                assert w.state == "watching", w.to_json()
+                time.sleep(0.1)
+        finally:
+            watches.stop(w.id)
+    assert not w.fires and w.state == "stopped"
+    assert w.last_probe["lines"] == [f"{address}: 0 new step(s), no steps in the probe (does the job mark them with "
+                                     "jax.profiler.StepTraceAnnotation?)"]
