@@ -177,3 +177,104 @@ def test_steps_made_and_loaded_with_the_cyclic_gc_paused(shared_fixtures, tmp_pa
         assert got[0]["summary"]["steps"] == 5
         assert gc.isenabled()
     assert seen == {"breakdown": [False, False], "grouping": [False, False]}
+
+
+def test_build_decodes_the_host_plane_once(shared_fixtures, jax_cpu, monkeypatch):
+    """The grouping in the build reads the columns the build's own decode of the host
+    plane gathered (``xse.HostEventColumns``), not a second decode of the plane's bytes
+    (``xw.decode_plane``: 0.25 s of user time on the 308 MB JAX profile,
+    docs/performance.md); the step reader, which has no such decode, still makes one."""
+    from profscope.formats import xplane_wire as xw
+
+    calls = []
+    real = xw.decode_plane
+
+    def counted(*a, **k):
+        calls.append(1)
+        return real(*a, **k)
+
+    monkeypatch.setattr(xw, "decode_plane", counted)
+    for name, data in _profiles(shared_fixtures, jax_cpu).items():
+        events = xplane_trace.read_trace(io.BytesIO(data), name, 0, "h", steps=True)
+        assert events.host_steps is not None and events.host_steps["steps"], name
+        assert not calls, name
+        xse.read_step_events(io.BytesIO(data), name)
+        assert calls, name  # (the count above would see a decode_plane call)
+        calls.clear()
+
+
+def _same(a, b, where: str = "") -> None:
+    """``a`` and ``b`` equal as plain data, type for type (a tuple is no list, 1 no 1.0,
+    a numpy number no int), keys in the same order."""
+    assert type(a) is type(b), (where, type(a), type(b))
+    if isinstance(a, dict):
+        assert list(a) == list(b), where
+        for k in a:
+            _same(a[k], b[k], f"{where}/{k}")
+    elif isinstance(a, list):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b)):
+            _same(x, y, f"{where}[{i}]")
+    else:
+        assert a == b, where
+
+
+XPLANE_LOGDIRS = ["tf_bfc_cpu/profile", "public_profiles/xplane/mi300_jax08_gemm",
+                  "public_profiles/xplane/mi300_jax_conv_xprof_touched", "public_profiles/xplane/tf_gpu",
+                  "public_profiles/xplane/tpu_inference"]
+
+
+def test_steps_made_here_are_their_cache_entry(shared_fixtures, jax_cpu, tmp_path):
+    """Made in this process (no conversion worker), a host's steps answer is the value
+    made, not its cache entry's JSON loaded back (``derived_json(as_made=True)``): on
+    every xplane of the shared fixtures (CPU, MI300 x2, TF GPU's 2 hosts, TPU) and a
+    300-step JAX CPU profile, each read by the step reader and, for the CPU ones, from
+    the index build Steps & ops makes, the value equals the entry a second workspace
+    loads, type for type."""
+    logdirs = [shared_fixtures / d for d in XPLANE_LOGDIRS] + [jax_cpu.parents[3]]
+    seen = set()
+    for k, logdir in enumerate(logdirs):
+        for index_first in (False, True):
+            ws = _workspace(logdir, tmp_path / f"c{k}-{index_first}")
+            run = next(r for r in ws.runs() if r.hosts)
+            for host in run.hosts:
+                if index_first:
+                    ws.trace_index(run, host, run.xplane(host), steps=True)
+                made = ws.xplane_steps(run, host)
+                loaded = _workspace(logdir, tmp_path / f"c{k}-{index_first}").xplane_steps(run, host)
+                assert made is not loaded
+                _same(made, loaded, f"{logdir.name}/{host}")
+                seen.add(made["step_db"]["hardware"])
+    assert {"CPU_ONLY", "GPU", "TPU"} <= seen, seen
+
+
+def test_steps_built_here_are_not_loaded_back(shared_fixtures, jax_cpu, tmp_path, monkeypatch):
+    """Steps & ops on a cold cache in one process: the host steps the index build grouped
+    are the steps answered, the same objects: not ``host_steps.json`` loaded back from
+    the folder just written, nor the cache entry of the answer (44,000 steps: 0.1 s
+    and 0.23 s of the 308 MB profile's cold answer, docs/performance.md). Both are
+    still written, and a new process reads them."""
+    from profscope.app.queries import TraceQuery
+
+    built, answered = [], []
+    real_read, real_steps = xplane_trace.read_trace, profile_steps.ProfileSteps.xplane_steps
+
+    def read_trace(*a, **k):
+        built.append(real_read(*a, **k))
+        return built[-1]
+
+    def xplane_steps(*a, **k):
+        answered.append(real_steps(*a, **k))
+        return answered[-1]
+
+    monkeypatch.setattr(xplane_trace, "read_trace", read_trace)
+    monkeypatch.setattr(profile_steps.ProfileSteps, "xplane_steps", xplane_steps)
+    for k, logdir in enumerate((shared_fixtures / "tf_bfc_cpu" / "profile", jax_cpu.parents[3])):
+        ws = _workspace(logdir, tmp_path / f"c{k}")
+        run = next(r for r in ws.runs() if r.hosts)
+        ws.steps_ops(run, TraceQuery(host=run.hosts[0]))
+        steps = built[-1].host_steps["steps"]
+        assert len(answered) == k + 1 and answered[-1]["step_db"]["steps"] is steps, logdir
+        assert profile_steps._built == {}  # (taken, not kept)
+        folder = ws.cache.built_dir(ws._trace_index_key(run.hosts[0], run.xplane(run.hosts[0])))
+        assert orjson.loads((folder / profile_steps.HOST_STEPS_FILE).read_bytes())["steps"] == steps

@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import orjson
 
 from profscope.app import keys, lazy
@@ -29,20 +31,41 @@ HOST_STEPS_FILE = "host_steps.json"
 HOST_STEPS_VERSION = 1
 
 
-def write_host_steps(folder, events) -> None:
+# The host steps of the last index build made in this process, by its index key, until
+# read: Steps & ops builds the index, then reads its steps at once; in the same process
+# (no conversion worker, or a worker's nested conversions) it takes them from here
+# instead of loading the file just written back (44,000 steps: 0.1 s). One slot: a build
+# in a forked worker fills the worker's, and the file is read.
+_built: dict = {}
+_BUILT_LOCK = threading.Lock()
+
+
+def write_host_steps(folder, events, key: str | None = None) -> None:
     """The host steps the trace index build grouped (``TraceEvents.host_steps``), if
-    any, into its index folder."""
-    if getattr(events, "host_steps", None) is not None:
-        (folder / HOST_STEPS_FILE).write_bytes(orjson.dumps({"version": HOST_STEPS_VERSION, **events.host_steps}))
+    any, into its index folder; and kept for :func:`_from_index` under the index's
+    ``key``, if given."""
+    steps = getattr(events, "host_steps", None)
+    if steps is not None:
+        saved = {"version": HOST_STEPS_VERSION, **steps}
+        (folder / HOST_STEPS_FILE).write_bytes(orjson.dumps(saved))
+        if key is not None:
+            with _BUILT_LOCK:
+                _built.clear()
+                _built[key] = saved
 
 
-def _from_index(folder):
+def _from_index(folder, key: str | None = None):
     """:func:`read_step_events`' answer for a CPU-only profile from the host steps its
     index build grouped (the same fields: no device, no program names), or None. Its
     steps' ``type_ps`` keys stay strings, as the step database has them (44,000 steps'
-    keys made ints and back cost 0.17 s; the breakdown does not read them)."""
+    keys made ints and back cost 0.17 s; the breakdown does not read them). ``key``: the
+    index's; its steps as this process's build kept them, if it did (the file's data,
+    not loaded back)."""
+    with _BUILT_LOCK:
+        saved = _built.pop(key, None)
     try:
-        saved = orjson.loads((folder / HOST_STEPS_FILE).read_bytes())
+        if saved is None:
+            saved = orjson.loads((folder / HOST_STEPS_FILE).read_bytes())
     except FileNotFoundError:
         return None
     if saved.get("version") != HOST_STEPS_VERSION:  # grouped by an older profscope's rules
@@ -72,17 +95,19 @@ class ProfileSteps:
         """One host's ``{"step_db", "breakdown"}``, read once per file."""
         info = self.host_xplane(run, host, "steps")
         # a CPU-only profile's trace index built by Steps & ops holds its steps: no second read
-        folder = self.cache.built_dir(self._trace_index_key(host or run.hosts[0], info))
+        index_key = self._trace_index_key(host or run.hosts[0], info)
+        folder = self.cache.built_dir(index_key)
         read = _read
         if folder is not None and (folder / HOST_STEPS_FILE).is_file():
             def read(f, path):
                 with xplane_step_events.gc_paused():
-                    ev = _from_index(folder)
+                    ev = _from_index(folder, index_key)
                     return _read(f, path) if ev is None else _answer(ev, keys_are_str=True)
-        # (and the cached answer's JSON loaded back: 44,000 steps' dicts on the 308 MB profile)
+        # (and the cached answer's JSON loaded back, where a worker made it: 44,000 steps'
+        # dicts on the 308 MB profile; made here, the answer as made: plain JSON data)
         with xplane_step_events.gc_paused():
             return self.derived_json(keys.XPLANE_STEPS, info, "reading the steps and device activities of",
-                                     "steps and device time", read)
+                                     "steps and device time", read, as_made=True)
 
     def xplane_steps_ops(self, run: Run, host: str) -> dict:
         """The step part of ``/api/steps_ops`` for an xplane run (its ``ops`` are added by

@@ -112,7 +112,7 @@ class Traces:
             finally:
                 writer.close()
             writer.finish(events, progress=progress.part(0.6, 1), preview=preview)
-            write_host_steps(folder, events)  # a CPU-only xplane's steps (app/profile_steps.py)
+            write_host_steps(folder, events, key)  # a CPU-only xplane's steps (app/profile_steps.py)
 
         folder = self.cache.get_or_build_dir(key, f"Trace viewer: indexing {info.name}", build,
                                              file=self.logdir.display_path(info.path))

@@ -352,21 +352,26 @@ def _host_steps(f, size, ref, out: list) -> int | None:
     return host_steps_of_plane(data, ref.length, out)
 
 
-def host_steps_of_plane(data, length: int, out: list, meta=None, key=int) -> int | None:
+def host_steps_of_plane(data, length: int, out: list, meta=None, key=int, decoded=None) -> int | None:
     """:func:`_host_steps` of a host plane's bytes already in memory (``data``: as
     ``xw.read_plane_bytes`` pads them, ``length`` the plane's; ``meta``: its parsed
     metadata, if at hand): only the stats the steps read are decoded (one native pass,
     no byte range per event), then XProf's grouping and the host step database. The
-    trace index build calls it on the plane it has just read for the timeline (no second
-    read of the file); the step reader on the plane it reads. ``key``: of the steps'
-    ``type_ps`` keys (``str`` for the index folder's JSON)."""
-    meta_bytes, line_spans = xw.split_plane(data, length)
-    if meta is None:
-        meta = xplane_pb2.XPlane.FromString(meta_bytes)
-    b = np.frombuffer(data, dtype=np.uint8)
-    stat_names = {k: v.name for k, v in meta.stat_metadata.items()}
-    headers, ev = xw.decode_plane(data, b, line_spans, host_step_stats(stat_names))  # no byte range per event kept
-    del b
+    step reader calls it on the plane it reads; the trace index build on the plane it
+    has just read and decoded for the timeline, with ``decoded``: ``(headers, events)``
+    gathered from that decode (:class:`HostEventColumns`), so the plane is neither read
+    nor decoded a second time. ``key``: of the steps' ``type_ps`` keys (``str`` for the
+    index folder's JSON)."""
+    if decoded is not None:
+        headers, ev = decoded
+    else:
+        meta_bytes, line_spans = xw.split_plane(data, length)
+        if meta is None:
+            meta = xplane_pb2.XPlane.FromString(meta_bytes)
+        b = np.frombuffer(data, dtype=np.uint8)
+        stat_names = {k: v.name for k, v in meta.stat_metadata.items()}
+        headers, ev = xw.decode_plane(data, b, line_spans, host_step_stats(stat_names))  # no byte range per event kept
+        del b
     if ev.n == 0:
         return None
     grouped = group_host_events(ev, data, meta, headers)
@@ -421,16 +426,70 @@ def cpu_only(index: xplane.XSpaceIndex) -> bool:
                    for r in index.planes)
 
 
-def host_steps_in_build(data, length: int, meta) -> dict | None:
+class HostEventColumns:
+    """The columns :func:`group_host_events` reads, gathered from a host plane that the
+    trace index build decodes chunk by chunk for the timeline (``xw.decode_events`` of
+    about ``CHUNK_EVENTS`` events at a time, formats/xplane_trace.py), instead of a
+    second decode of the plane (``xw.decode_plane``: 0.25 s of user time and 142 k fresh
+    pages on the 308 MB JAX profile's 13.5 M events, docs/performance.md): line,
+    metadata id, offset and duration copied into arrays sized for the plane's ``n``
+    events, and of the stats only the :func:`host_step_stats` kinds, their event numbers
+    made plane-wide. A kind's stats then lie chunk after chunk (within a chunk by field
+    position, then event), as ``decode_plane``'s do with its own chunk size: within an
+    event in field order, all that "the last (first) one wins" reads."""
+
+    def __init__(self, n: int, stat_names: dict[int, str]):
+        self.wanted = {xw._KIND[v] for v in host_step_stats(stat_names).values() if v in xw._KIND}
+        with small_pages():  # (as the grouping's arrays: see there)
+            self.line = np.empty(n, np.int32)
+            self.metadata_id = np.empty(n, np.int64)
+            self.offset_ps = np.empty(n, np.int64)
+            self.duration_ps = np.empty(n, np.int64)
+        self.parts: dict[int, list] = {}
+        self.n = 0
+
+    def add(self, ev) -> None:
+        """One decoded chunk, the plane's next ``ev.n`` events."""
+        a, z = self.n, self.n + ev.n
+        self.line[a:z] = ev.line
+        self.metadata_id[a:z] = ev.metadata_id
+        self.offset_ps[a:z] = ev.offset_ps
+        self.duration_ps[a:z] = ev.duration_ps
+        for k, ks in ev.kinds.items():
+            if k in self.wanted and len(ks.event):
+                self.parts.setdefault(k, []).append((ks.event + np.int32(a), ks.ordinal, ks.case, ks.value, ks.str_end))
+        self.n = z
+
+    def events(self) -> xw.Events:
+        """The gathered columns as one ``xw.Events`` (as ``xw.decode_plane`` gives them);
+        this object lets go of them."""
+        kinds = {}
+        for k in list(self.parts):
+            chunks = self.parts.pop(k)  # each kind's chunks let go as it is joined (peak memory)
+            # a chunk without str/bytes values of the kind has an empty str_end (xw.KindStats)
+            strs = any(len(c[4]) for c in chunks)
+            send = np.concatenate([c[4] if len(c[4]) else np.zeros(len(c[0]), np.int64) for c in chunks]) \
+                if strs else np.zeros(0, np.int64)
+            kinds[k] = xw.KindStats(*(np.concatenate([c[j] for c in chunks]) for j in range(4)), send)
+            del chunks
+        n = self.n
+        out = xw.Events(n, self.line[:n], self.metadata_id[:n], self.offset_ps[:n], self.duration_ps[:n], kinds)
+        self.parts, self.line, self.metadata_id, self.offset_ps, self.duration_ps = {}, None, None, None, None
+        return out
+
+
+def host_steps_in_build(data, length: int, meta, headers=None, columns: HostEventColumns | None = None) -> dict | None:
     """:func:`read_step_events`' host steps of a CPU-only profile, from the host plane's
-    bytes the trace index build read (:func:`host_steps_of_plane`, the step reader's own
-    path, under :func:`small_pages` as there): the same steps and first event time, as
-    plain data (``type_ps`` keys as strings) for the index folder (app/profile_steps.py
+    bytes the trace index build read and (``headers``, ``columns``) what it gathered of
+    its decode (:func:`host_steps_of_plane`, the step reader's own path, under
+    :func:`small_pages` as there): the same steps and first event time, as plain data
+    (``type_ps`` keys as strings) for the index folder (app/profile_steps.py
     ``HOST_STEPS_FILE``); None where the grouping fails."""
     out: list[dict] = []
     try:
         with small_pages(), gc_paused():
-            first = host_steps_of_plane(data, length, out, meta, key=str)  # (no second pass to make them str)
+            decoded = None if columns is None else (headers, columns.events())
+            first = host_steps_of_plane(data, length, out, meta, key=str, decoded=decoded)  # (type_ps keys made str)
     except Exception:  # noqa: BLE001 - the steps must not fail the timeline: None, and the
         return None  # step reader reads the file for Steps & ops and says what is wrong, as before
     return {"first_ps": first, "steps": out}

@@ -195,11 +195,15 @@ def _read(f, size, path, hostname, chosen, host_number, total, progress, sink, o
         plane.special = {li: ("counter" if li in counter_lines else "steps") for li, h in enumerate(headers)
                          if li in counter_lines or (h.display_name or h.name) == "Steps"}
         seen = 0
+        # the step reader's columns of the plane taken from this decode (no second one)
+        columns = xplane_step_events.HostEventColumns(n, plane.stat_names) if ref.name == steps_plane else None
         for ev_start, ev_end, ev_line in _event_chunks(data, b, runs):
             seen += len(ev_start)
             _report(progress, 0.02 + 0.9 * (done + ref.length * seen / n) / total,
                     f"decoding {ref.name}: {seen:,} of {n:,} events")
             ev = xw.decode_events(b, ev_start, ev_end, ev_line, plane.stat_names)
+            if columns is not None:
+                columns.add(ev)
             ts = line_ts[ev.line] * 1000 + ev.offset_ps
             name_id = plane.name_ids(ev)
             internal = np.isin(ev.metadata_id, plane.internal_ids)
@@ -214,8 +218,9 @@ def _read(f, size, path, hostname, chosen, host_number, total, progress, sink, o
             if dplane is not None:
                 dplane.collect(ev, ts, data)
             del ev, ts, name_id, internal, keep
-        if ref.name == steps_plane:  # the step reader's decode of the bytes read above, not of the file
-            host_steps = xplane_step_events.host_steps_in_build(data, ref.length, meta)
+        if columns is not None:  # the step reader's grouping of the events decoded above
+            host_steps = xplane_step_events.host_steps_in_build(data, ref.length, meta, headers, columns)
+            del columns
         _region_slices(parts, plane, line_track, names)
         plane.counters(pid, tracks, counters, plane_index, counter_lines)
         steps += plane.steps()
