@@ -45,7 +45,7 @@ MAX_BODY_DEPTH = 8
 WATCH_FIELDS = BODY_FIELDS + ("when", "probeEvery", "probeDuration", "maxFires", "last", "piece")
 # POST /api/capture/ring (the last N seconds, app/capture_ring.py): a capture's fields and
 # the window kept and the length of each piece recorded.
-RING_FIELDS = BODY_FIELDS + ("window", "piece")
+RING_FIELDS = BODY_FIELDS + ("window", "piece", "maxBytes")
 MAX_BODY_BYTES = 64 << 10
 
 
@@ -246,8 +246,9 @@ def _ring_routes(r: APIRouter, ws: Workspace) -> None:
         targets, settings, _ = _body_settings(body)
         window_s = parse_duration(body.get("window", "5s"), "window") / 1000
         piece_s = parse_duration(body.get("piece", "1s"), "piece") / 1000
+        max_bytes = body.get("maxBytes")  # a size, "256MiB" or bytes: start_ring reads it
         # in a thread: the allow-list may resolve a name, and the targets are probed
-        ring = await run_in_threadpool(start_ring, cap, targets, window_s, piece_s, settings)
+        ring = await run_in_threadpool(start_ring, cap, targets, window_s, piece_s, settings, max_bytes)
         return json_response(ring.status(), status=201)
 
     @r.get("/api/capture/ring/{rid}")
