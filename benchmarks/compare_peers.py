@@ -547,6 +547,60 @@ def http_memory_viewer(tool: str):
     return run
 
 
+def _server_cpu(pid: int) -> float:
+    """A server's CPU seconds so far, its reaped workers' included (proc(5) stat 14-17)."""
+    f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return sum(int(x) for x in f[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+def _x_events(body: bytes) -> list:
+    """An answer's complete events as (name, tid, ts ns, dur ns), sorted: what XProf's
+    filter picked, comparable between tools (each writes µs floats its own way)."""
+    return sorted((e["name"], e["tid"], round(e["ts"] * 1e3), round(e["dur"] * 1e3))
+                  for e in json.loads(body)["traceEvents"] if e.get("ph") == "X")
+
+
+def http_later_windows(tool: str):
+    """Spawn ``tool``'s server, ask XProf's ``trace_viewer@`` for the whole trace at 8000 px
+    (not timed: the conversion, the first window row's), then time ten later windows (1 % of
+    the span, here and there, at 8000 px, as XProf's frontend asks when zoomed in), each
+    asked once and at once again (a window asked again: an answer cache's case). The
+    server's CPU over the ten is kept, and each answer's events, to compare the tools'."""
+    def run(ctx: Ctx, inp: Input, scratch: pathlib.Path) -> Measure:
+        logdir, run_name = stage(inp, scratch)
+        port = free_port()
+        q = {"run": run_name, "tag": "trace_viewer@", "host": inp.host, "resolution": "8000"}
+        url = f"http://127.0.0.1:{port}/data/plugin/profile/data?"
+        t0 = time.monotonic()
+        proc = spawn(server_cmd(tool, ctx, logdir, port, scratch), scratch / "server.log")
+        try:
+            lo, hi = json.loads(get(url + urllib.parse.urlencode(q), proc, t0 + ctx.timeout))["fullTimespan"]
+            fresh, again, events = [], [], []
+            cpu0 = _server_cpu(proc.pid)
+            for k in range(10):
+                s = lo + (hi - lo) * (0.2 + 0.06 * k)
+                one = url + urllib.parse.urlencode({**q, "start_time_ms": repr(s), "end_time_ms": repr(s + (hi - lo) / 100)})
+                t = time.monotonic()
+                body = get(one, proc, t + ctx.timeout)
+                fresh.append(time.monotonic() - t)
+                t = time.monotonic()
+                get(one, proc, t + ctx.timeout)
+                again.append(time.monotonic() - t)
+                events.append(_x_events(body))
+            cpu = _server_cpu(proc.pid) - cpu0
+            status = "ok"
+        except TimeoutError:
+            status = "timeout"
+        except Exception as e:  # noqa: BLE001 - the cell says what happened
+            status = f"failed: {e}: {(scratch / 'server.log').read_text(errors='replace')[-300:]}"
+        _, rss, _ = reap(proc, 0, stop=True)
+        if status != "ok":
+            return Measure(rss_mib=rss, status=status)
+        return Measure(statistics.median(fresh), rss, extra={"again_s": statistics.median(again), "events": events,
+                                                             "traceEvents": sum(map(len, events))}, cpu_s=cpu / 10)
+    return run
+
+
 RUNS_PATH = "/data/plugin/profile/runs"
 
 
@@ -602,6 +656,10 @@ def rows_for(sizes: str, http: bool) -> list[Row]:
         rows.append(Row("page308" if sizes == "full" else "page", "trace viewer page, first picture (preview), 1500 px",
                         big, {"profscope": ps_worker("trace_page"), "xprof-rs": http_data("xprof-rs", "trace_viewer@")},
                         [("trace viewer page, full index ready", "index_s")]))
+    if sizes == "full" and not http:
+        rows.append(Row("xwin308", "XProf JSON later window, 1 % of the span, res 8000 (median of 10)", big,
+                        {t: http_later_windows(t) for t in TOOLS if t != "xprof"},
+                        [("the same window asked again, median of 10", "again_s")]))
     if sizes == "full":
         rows.append(Row("trace50", "trace viewer first window, res 8000", "jax50", trace))
     rows += [
@@ -666,6 +724,7 @@ TARGETS = {
     "trace50": [("cpu_vs_rs", 0.5), ("index_vs_file", 1.5)],
     "trace": [("cpu_vs_rs", 0.5), ("worker_rss_vs_file", 1.0), ("index_vs_file", 1.5)],
     "start": [("wall_at_most", 0.1)],
+    "xwin308": [("wall_vs_rs", 1.0)],
     "memviewer": [("cpu_vs_rs", 0.4)],
 }
 
@@ -682,6 +741,8 @@ def against_targets(row: Row, inp: Input | None, ms: dict[str, list[Measure]]) -
         got = None
         if kind == "cpu_vs_rs" and ps[2] and rs[2]:
             got, what = ps[2] / rs[2], f"CPU ≤ {bound}× xprof-rs"
+        elif kind == "wall_vs_rs" and ps[1] and rs[1]:
+            got, what = ps[1] / rs[1], f"≤ {bound}× xprof-rs's time"
         elif kind == "wall_at_most":
             got, what = ps[1], f"≤ {fmt_s(bound)}"
         elif kind == "worker_rss_vs_file" and size and all("worker_rss_mib" in m.extra for m in ok):
@@ -710,6 +771,15 @@ def note(row: Row, inp: Input | None, ms: dict[str, list[Measure]]) -> str:
             vals = [next((f"{m.extra[key] / scale:,.{1 if scale > 1 else 0}f}" for m in ms.get(t, [])
                           if m.status == "ok" and key in m.extra), "–") for t in TOOLS]
             parts.append(f"{what} {' / '.join(vals)}")
+    rs = [m for m in ms.get("xprof-rs", []) if m.status == "ok"]
+    if ok and rs and "events" in ok[0].extra:  # the later windows: the same events as xprof-rs (XProf's rule)?
+        a, b = ok[0].extra["events"], rs[0].extra["events"]
+        same = sum(x == y for x, y in zip(a, b))
+        extra = sum(len(set(x) - set(y)) for x, y in zip(a, b))
+        missing = sum(len(set(y) - set(x)) for x, y in zip(a, b))
+        parts.append(f"events {sum(map(len, a)):,} / {sum(map(len, b)):,} (profscope / xprof-rs, 10 windows); "
+                     f"{same} of {len(b)} windows the same event set ({extra:,} events only profscope's, "
+                     f"{missing:,} only xprof-rs's)")
     if ok and "local_s" in ok[0].extra:
         local = statistics.median(m.extra["local_s"] for m in ok)
         gs = statistics.median(m.seconds for m in ok)
@@ -733,7 +803,10 @@ def table(results: list[tuple[Row, Input | None, dict[str, list[Measure]]]]) -> 
             text = fmt_s(statistics.median(vals))
             if rss:
                 text += f", {statistics.median(rss):,.0f} MiB"
-            out.append([name, row.input, text, "–", "–", "–", "–", "", ""])
+            rs = [m.extra[key] for m in ms.get("xprof-rs", []) if m.status == "ok" and m.extra.get(key) is not None]
+            rs_text = fmt_s(statistics.median(rs)) if rs else "–"  # (xprof-rs's later windows asked again)
+            out.append([name, row.input, text, "–", rs_text, ratio(statistics.median(vals), statistics.median(rs)) if rs
+                        else "–", "–", "", ""])
     return out
 
 
@@ -837,8 +910,9 @@ def main() -> None:
                 what = fmt_s(m.seconds) if m.status == "ok" else m.status
                 what += f" (CPU {m.cpu_s:.2f} s)" if m.status == "ok" and m.cpu_s is not None else ""
                 rss = f", {m.rss_mib:,.0f} MiB" if m.rss_mib is not None else ""
+                shown = {k: v for k, v in m.extra.items() if k != "events"}  # (the later windows' event lists)
                 print(f"  {row.key:<14} {tool:<10} #{rep + 1}: {what}{rss}"
-                      f"{'  ' + json.dumps(m.extra) if m.extra else ''}", flush=True)
+                      f"{'  ' + json.dumps(shown) if shown else ''}", flush=True)
         results.append((row, inp if inp.path.is_file() else None, ms))
 
     tab = table(results)

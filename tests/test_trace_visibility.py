@@ -311,3 +311,64 @@ def test_zoom_levels_are_made_in_a_worker_and_served_from_the_cache(tmp_path):
     client, pool = server()
     assert _events(client.get("/data/plugin/profile/data", params=params).json()) == _events(whole.json())
     assert pool.stats["runs"] == 0
+
+
+def test_past_the_levels_threshold_windows_are_xprofs_own(golden, tmp_path, monkeypatch):
+    """Past ``XPROF_LEVELS_MAX`` events (lowered here, so the 640,000-event crowded trace
+    is past it) the zoom levels are made only as deep as a window loads, kept per depth,
+    and a deeper window resumes from them: every window is still XProf's own event set
+    (the golden from XProf 2.24.2). Before, past the threshold the answer came from the
+    index's resolution tiers, without XProf's levels, and differed."""
+    from fastapi.testclient import TestClient
+
+    from profscope.app.workspace import Workspace
+    from profscope.cache.store import DiskCache
+    from profscope.cache.worker import WorkerPool
+    from profscope.server import create_app
+    from profscope.storage import LogDir
+
+    monkeypatch.setattr(tv, "XPROF_LEVELS_MAX", 100_000)  # the workers are forked: they see it too
+    assert golden["events"] > tv.XPROF_LEVELS_MAX
+    session = tmp_path / "logs" / "run" / "plugins" / "profile" / "s1"
+    session.mkdir(parents=True)
+    (session / "crowded.xplane.pb").write_bytes(crowded_xspace())
+    pool = WorkerPool(enabled=True)
+    ws = Workspace(LogDir(str(tmp_path / "logs"), listing_ttl=0), DiskCache(tmp_path / "cache", workers=pool))
+    client = TestClient(create_app(ws))
+    params = {"run": "run/s1", "tag": "trace_viewer@", "resolution": 4040}
+    whole = client.get("/data/plugin/profile/data", params=params)
+    assert whole.status_code == 200, whole.text
+    assert _events(whole.json()) == _golden(golden["whole"]["complete"])
+    states = [json.loads(p.read_text()) for p in (tmp_path / "cache").rglob("xstate.json")]
+    assert [s["done"] for s in states] == [tv.levels_needed(tv.resolution_ps(
+        round((golden["whole"]["fullTimespan"][1] - golden["whole"]["fullTimespan"][0]) * 1e9), 4040))]
+    g = golden["window"]
+    part = client.get("/data/plugin/profile/data", params={
+        **params, "start_time_ms": repr(g["start_time_ms"]), "end_time_ms": repr(g["end_time_ms"])})
+    assert part.status_code == 200, part.text
+    assert _events(part.json()) == _golden(g["complete"])
+    deeper = sorted(json.loads(p.read_text())["done"] for p in (tmp_path / "cache").rglob("xstate.json"))
+    assert len(deeper) == 2 and deeper[1] > deeper[0]  # the window's depth, resumed from the first
+    assert pool.stats["runs"] == 3  # the index, then each depth's levels
+    # Each answer is kept by its window as XProf normalises it: the same window asked
+    # again, or in other words (no start, an end past the trace's), is the kept answer.
+    answers = ws._xprof_answers
+    assert len(answers._answers) == 2
+    again = client.get("/data/plugin/profile/data", params={**params, "end_time_ms": "1e15"})
+    assert again.content == whole.content
+    assert client.get("/data/plugin/profile/data", params={
+        **params, "start_time_ms": repr(g["start_time_ms"]), "end_time_ms": repr(g["end_time_ms"])}).content == part.content
+    assert len(answers._answers) == 2 and answers._size == len(whole.content) + len(part.content)
+
+
+def test_the_answer_cache_keeps_the_last_answers_within_its_bounds():
+    from profscope.app.answer_cache import AnswerCache
+
+    c = AnswerCache(max_bytes=10, max_entry=6)
+    assert b"".join(c.keeping("a", iter([b"ab", b"cd"]))) == b"abcd"
+    c.put("b", b"efgh")
+    assert c.get("a") == b"abcd"  # now the most recent: "b" goes first
+    c.put("c", b"ijkl")
+    assert c.get("b") is None and c.get("a") == b"abcd" and c.get("c") == b"ijkl"
+    assert b"".join(c.keeping("d", iter([b"1234", b"5678"]))) == b"12345678"  # over max_entry: not kept
+    assert c.get("d") is None and c._size == 8

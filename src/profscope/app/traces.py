@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 import orjson
 
 from profscope.app import keys, lazy
+from profscope.app.answer_cache import AnswerCache
 from profscope.app.queries import StepsOpsQuery, TraceQuery, XprofTraceQuery
 from profscope.app.profile_steps import ALL_HOSTS, write_host_steps
 from profscope.errors import NotFound, ProfscopeError
@@ -41,6 +42,12 @@ trace_xprof = lazy.module("profscope.tools.trace_xprof")
 # 'none'); that is the default host, unless a host is really named so.
 NO_HOST_SELECTED = "none"
 
+# XProf trace_viewer@ answers kept in memory: at 8000 px a filtered window is 2-5 MB of
+# JSON (jax308's whole span 2.3 MB), so the last dozen or more; an unfiltered answer
+# (below XProf's 500,000 events, or resolution 0) can be the whole trace: not kept past 16 MB.
+XPROF_ANSWERS_BYTES = 64 << 20
+XPROF_ANSWER_MAX_BYTES = 16 << 20
+
 
 def _no_preview(run: Run, state: str, message: str) -> dict:
     return {"run": run.name, "preview": False, "state": state, "message": message}
@@ -56,6 +63,8 @@ class Traces:
         # A DaskConversions (app/scale_out.py) when the server was started with --dask or
         # --dask-workers: indexes not built yet are then built on the cluster.
         self.scale_out = None
+        # XProf's trace_viewer@ answers by window (app/answer_cache.py: why in memory)
+        self._xprof_answers = AnswerCache(XPROF_ANSWERS_BYTES, XPROF_ANSWER_MAX_BYTES)
 
     def _open_index(self, folder) -> trace_index.TraceIndex:
         with self._trace_indexes_lock:
@@ -344,33 +353,65 @@ class Traces:
 
     def trace_xprof_stream(self, run: Run, query: XprofTraceQuery) -> Iterator[bytes]:
         """XProf's trace_viewer@ JSON in pieces; what needs the data is checked (and the
-        index built) before the first piece is returned."""
+        index built) before the first piece is returned. A window asked again is answered
+        from memory (``_xprof_answers``), keyed by the window as XProf normalises it (ps
+        from the trace's origin, clamped to its span) and the resolution, so the same
+        window asked in other words (absent bounds, bounds past the trace) is one entry."""
         view = self.trace_view(run, query)
-        if not query.event_name:
-            self._xprof_zoom_levels(run, query, view)
-        return trace_xprof.xprof_chunks(view, query.start_time_ms, query.end_time_ms, query.resolution,
-                                        query.event_name, query.duration_ms, query.unique_id)
+        if query.event_name:
+            return trace_xprof.xprof_chunks(view, query.start_time_ms, query.end_time_ms, query.resolution,
+                                            query.event_name, query.duration_ms, query.unique_id)
+        s, e, res = trace_xprof.xprof_window(view, query.start_time_ms, query.end_time_ms, query.resolution)
+        key = (tuple((str(h.index.folder), h.position, h.pid_offset) for h in view.hosts), s, e, res)
+        kept = self._xprof_answers.get(key)
+        if kept is not None:
+            return iter((kept,))
+        self._xprof_zoom_levels(run, view, s, e, res)
+        return self._xprof_answers.keeping(key, trace_xprof.xprof_chunks(
+            view, query.start_time_ms, query.end_time_ms, query.resolution))
 
-    def _xprof_zoom_levels(self, run: Run, query: XprofTraceQuery, view: trace_viewer.TraceView) -> None:
+    def _xprof_zoom_levels(self, run: Run, view: trace_viewer.TraceView, s: int, e: int, res: int) -> None:
         """When XProf's filter thins this answer: XProf's zoom levels of every selected
         host's index that lacks them, made in a conversion worker and kept in the cache
         under the index's key, then handed to the index. They are a pass per level over
         the whole trace; made in the server's own process, a 100 KB trace of nested
         events held it for minutes (issue 32). What runs here is the window's own pass,
-        over the events of the levels the window loads."""
-        res = trace_xprof.XPROF_DEFAULT_RESOLUTION if query.resolution is None else query.resolution
+        over the events of the levels the window loads.
+
+        Up to ``XPROF_LEVELS_MAX`` events every level is made at once; past it only as
+        deep as this window loads (jax308's 13.6 M events: levels 0-4, what its whole
+        span at 8000 px needs, 4.7 s; all 13, 11 s), kept per depth, and a deeper window
+        resumes from the deepest kept."""
         if not trace_visibility.filters(sum(h.index.n for h in view.hosts), res):
             return
+        r = trace_visibility.resolution_ps(max(0, e - s), res)
+        if not r:
+            return
+        upto = trace_visibility.levels_needed(r)
         sources = self.trace_sources(run)
         for h in view.hosts:
             ix = h.index
-            if not ix.zoom_levels_missing():
+            if not ix.zoom_levels_missing(upto):
                 continue
             info = sources[h.position][1]
-            key = keys.derived(keys.TRACE_ZOOM_LEVELS, self.logdir.url, self._trace_index_key(h.host, info))
+            index_key = self._trace_index_key(h.host, info)
+            if ix.n <= trace_visibility.XPROF_LEVELS_MAX:
+                depth, resume = trace_visibility.N_LEVELS - 1, None
+                key = keys.derived(keys.TRACE_ZOOM_LEVELS, self.logdir.url, index_key)
+            else:
+                kept = {k: self.cache.built_dir(keys.derived(keys.TRACE_ZOOM_LEVELS, self.logdir.url, index_key, k))
+                        for k in range(trace_visibility.N_LEVELS)}
+                deeper = [k for k in range(upto, trace_visibility.N_LEVELS) if kept[k] is not None]
+                if deeper:
+                    ix.use_zoom_levels(kept[deeper[0]])
+                    continue
+                depth = upto
+                resume = next((kept[k] for k in range(upto - 1, -1, -1) if kept[k] is not None), None)
+                key = keys.derived(keys.TRACE_ZOOM_LEVELS, self.logdir.url, index_key, depth)
             folder = self.cache.get_or_build_dir(
                 key, f"Trace viewer: XProf's zoom levels of {info.name}",
-                lambda progress, out, src=ix.folder: trace_index.write_zoom_levels(src, out, progress),
+                lambda progress, out, src=ix.folder, d=depth, prev=resume:
+                    trace_index.write_zoom_levels(src, out, progress, d, prev),
                 file=self.logdir.display_path(info.path))
             ix.use_zoom_levels(folder)
 

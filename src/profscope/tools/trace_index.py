@@ -69,8 +69,9 @@ if os.environ.get("PROFSCOPE_NATIVE") == "0":
 
 INDEX_VERSION = 9  # 2: crossing events stacked (depths never overlap); 3: flows; 4: flow-bound slices; 5: derived lines, events per track; 6: narrower tier columns; 7: args read from the profile; 8: Chrome-trace flows bound to slices; 9: XProf's counter series
 FLOW_SHORT_PS = 10**10  # arrows spanning at most 10 ms are found by binary search
-XPROF_EXACT_MAX = 1_500_000  # events in a window that XProf's filter visits one by one
 ZOOM_LEVELS_FILE = "xlevel.npy"  # write_zoom_levels' one file: XProf's zoom level per row (int8)
+ZOOM_FLOW_FILE = "xflow.npy"  # with levels made down to a depth only: the flow pre-pass's own levels
+ZOOM_STATE_FILE = "xstate.json"  # ... and how deep both are done
 LEVELS = 64
 TIER_MIN_Z = 10  # 1 ns bins
 TIER_STEP = 2
@@ -921,18 +922,13 @@ class TraceIndex:
         """The events XProf's visibility filter returns for [s, e] at ``resolution``
         pixels (:mod:`profscope.tools.trace_visibility`): window columns sorted by start.
 
-        Up to ``XPROF_LEVELS_MAX`` events, exactly XProf's: the events of the zoom levels
-        a window at this resolution loads (computed once per level and kept with the
-        index), filtered by XProf's rule. Past that, the rule runs over every event in
-        the window (or, past ``XPROF_EXACT_MAX`` of them, this index's resolution tier
-        for the window): picks can then differ from XProf's where events crowd a pixel."""
+        Exactly XProf's, at every size: the events of the zoom levels a window at this
+        resolution loads (made once per index, kept on disk: :meth:`zoom_levels`),
+        filtered by XProf's rule."""
         r = tv.resolution_ps(max(0, e - s), resolution)
-        if r and self.n <= tv.XPROF_LEVELS_MAX:
+        if r:
             upto = tv.levels_needed(r)
-            rows = self.overlapping_closed(s, e)
-            rows = rows[self.zoom_levels(upto)[rows] <= upto]
-        elif self.count_overlapping_closed(s, e) > XPROF_EXACT_MAX:  # counted: the rows may be millions
-            rows = self.window_rows(s, max(e, s + 1), resolution)[0]["rows"]
+            rows = self._xprof_loaded(s, e, self.zoom_levels(upto), upto)
         else:
             rows = self.overlapping_closed(s, e)
         sl = self.gather(rows)
@@ -953,6 +949,18 @@ class TraceIndex:
         order = np.argsort(sl["start"][keep], kind="stable")
         return {k: v[keep][order] for k, v in sl.items()}
 
+    def _xprof_loaded(self, s: int, e: int, level: np.ndarray, upto: int) -> np.ndarray:
+        """The rows XProf loads for [s, e] down to zoom level ``upto``: its events at
+        those levels overlapping the window. A window holding a good part of the trace
+        reads the level column (one byte a row) rather than making every overlapping row
+        (13.6 M of them, 0.1 GB of row ids, for jax308's whole span)."""
+        if self.count_overlapping_closed(s, e) * 4 <= self.n:
+            rows = self.overlapping_closed(s, e)
+            return rows[level[rows] <= upto]
+        rows = np.flatnonzero(np.asarray(level) <= upto)
+        st = self.cols["start"][rows]
+        return rows[(st <= e) & (st + self.cols["dur"][rows] >= s)]  # Timespan::Overlaps, ends inclusive
+
     def zoom_levels(self, upto: int) -> np.ndarray:
         """XProf's zoom level of every row, down to level ``upto`` (deeper ones read as
         ``NOT_YET``): the ones :meth:`use_zoom_levels` was given, else computed here, in
@@ -970,21 +978,30 @@ class TraceIndex:
                 z.compute(upto)
             return z.level
 
-    def zoom_levels_missing(self) -> bool:
-        """Whether XProf's filter would need zoom levels this index does not hold yet
-        (an index past ``XPROF_LEVELS_MAX`` events is filtered without them)."""
+    def zoom_levels_missing(self, upto: int = tv.N_LEVELS - 1) -> bool:
+        """Whether XProf's filter down to zoom level ``upto`` needs levels this index does
+        not hold yet."""
         z = self._zoom
-        return self.n <= tv.XPROF_LEVELS_MAX and (z is None or z.done < tv.N_LEVELS - 1)
+        return z is None or z.done < upto
 
     def use_zoom_levels(self, folder: Path | str) -> None:
-        """Take every zoom level from ``folder`` (:func:`write_zoom_levels`), memory-mapped."""
-        level = np.load(Path(folder) / ZOOM_LEVELS_FILE, mmap_mode="r")
+        """Take the zoom levels kept in ``folder`` (:func:`write_zoom_levels`: every
+        level, or those down to the depth it says), memory-mapped."""
+        folder = Path(folder)
+        level = np.load(folder / ZOOM_LEVELS_FILE, mmap_mode="r")
         if level.shape != (self.n,) or level.dtype != np.int8:
             raise ValueError(f"{folder}: zoom levels of {level.shape} {level.dtype}, not of this index's {self.n} rows")
+        done, flow = tv.N_LEVELS - 1, None
+        if (folder / ZOOM_STATE_FILE).exists():  # made only as deep as a window asked
+            st = orjson.loads((folder / ZOOM_STATE_FILE).read_bytes())
+            done, flow = st["done"], (np.load(folder / ZOOM_FLOW_FILE), st["flow_done"])
         fe = self.flow
         with self._zoom_lock:
-            self._zoom = tv.ZoomLevels(self.cols["start"], self.cols["dur"], self.cols["track"], fe.seq,
-                                       fe.flow_id.astype(np.int64), fe.kind == FLOW_END, level, tv.N_LEVELS - 1)
+            if self._zoom is not None and self._zoom.done >= done:
+                return
+            z = tv.ZoomLevels(self.cols["start"], self.cols["dur"], self.cols["track"], fe.seq,
+                              fe.flow_id.astype(np.int64), fe.kind == FLOW_END, level, done)
+            self._zoom = z if flow is None else z.resumed(*flow)
 
     def window_rows(self, s: int, e: int, resolution: int) -> tuple[dict, bool]:
         """What to draw for [s, e) at ``resolution`` pixels: every event at least a pixel
@@ -1215,17 +1232,28 @@ class TraceIndex:
         return np.flatnonzero(np.isin(self.cols["name"], np.asarray(name_ids, dtype=np.int32)))
 
 
-def write_zoom_levels(index_folder: Path | str, out: Path, progress=None) -> None:
-    """XProf's zoom level of every row of the index in ``index_folder``, every level, into
-    ``out`` (``ZOOM_LEVELS_FILE``, for :meth:`TraceIndex.use_zoom_levels`). A pass per
-    level over the whole trace (O(events x log nesting) each, :mod:`trace_visibility`),
-    so the app runs it in a conversion worker, under its CPU and memory limits."""
+def write_zoom_levels(index_folder: Path | str, out: Path, progress=None, upto: int = tv.N_LEVELS - 1,
+                      resume: Path | None = None) -> None:
+    """XProf's zoom level of every row of the index in ``index_folder``, down to level
+    ``upto`` (every level by default), into ``out`` (``ZOOM_LEVELS_FILE``, for
+    :meth:`TraceIndex.use_zoom_levels`); ``resume``: a folder this wrote for a shallower
+    depth, continued rather than redone. A pass per level over the whole trace
+    (O(events x log nesting) each, :mod:`trace_visibility`), so the app runs it in a
+    conversion worker, under its CPU and memory limits."""
     ix = TraceIndex(index_folder)
+    if resume is not None:
+        ix.use_zoom_levels(resume)
+        z = ix._zoom
+        z.level = np.array(z.level)  # writable, in memory
     level = None
-    for k in range(tv.N_LEVELS):
-        _report(progress, k / tv.N_LEVELS, f"XProf's zoom level {k + 1} of {tv.N_LEVELS} ({ix.n:,} events)")
+    for k in range(tv.N_LEVELS if upto >= tv.N_LEVELS - 1 else upto + 1):
+        _report(progress, k / (upto + 1), f"XProf's zoom level {k + 1} of {upto + 1} ({ix.n:,} events)")
         level = ix.zoom_levels(k)
     np.save(out / ZOOM_LEVELS_FILE, level)
+    if upto < tv.N_LEVELS - 1:  # a partial depth: what a deeper one resumes from
+        st = ix._zoom.state()
+        np.save(out / ZOOM_FLOW_FILE, st["flow_level"])
+        (out / ZOOM_STATE_FILE).write_bytes(orjson.dumps({"done": st["done"], "flow_done": st["flow_done"]}))
 
 
 class IndexCache:

@@ -27,9 +27,11 @@ its end is ``r`` past the row's last kept arrow end).
 Step 1 is a pass per level over the whole trace (in C, ``_trace_build.c``; the Python
 loops below where it is not built): the app has a conversion worker make every level at
 once and keep them in the cache (``trace_index.write_zoom_levels``, app/traces.py), so
-the server process runs only step 2. Past ``XPROF_LEVELS_MAX`` events the levels are not
-made, and the rule runs over the window's candidates directly (see
-:meth:`profscope.tools.trace_index.TraceIndex.xprof_visible`).
+the server process runs only step 2. Past ``XPROF_LEVELS_MAX`` events all 13 levels cost
+more than the index build itself (13.6 M events: 8.6 CPU s, a level 0.4-1 s after the
+first's 2.7 s of ordering), so they are made as deep as a window needs, on its first
+request, and a deeper window resumes from the levels kept (:meth:`ZoomLevels.state`);
+every window is still XProf's exact event set.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ if os.environ.get("PROFSCOPE_NATIVE") == "0":
     _native = None
 
 XPROF_FILTER_MIN_EVENTS = 500_000  # kDisableStreamingThreshold (trace_view_options.cc)
-XPROF_LEVELS_MAX = 4_000_000  # events up to which the zoom levels are made (past it: the window's own pass)
+XPROF_LEVELS_MAX = 4_000_000  # events up to which all 13 zoom levels are made at once (past it: as deep as asked)
 LAYER_RESOLUTIONS = tuple(10 ** (12 - i) for i in range(13))  # kLayerResolutions, ps
 N_LEVELS = len(LAYER_RESOLUTIONS)
 NOT_YET = 127  # an event not kept at any level computed so far
@@ -175,6 +177,20 @@ class ZoomLevels:
         self._flow_of: np.ndarray | None = None  # per row, its flow id or -1
         self._flow_seq: tuple | None = None
         self._flow_dense: tuple | None = None  # the same for the C pass
+
+    def state(self) -> dict:
+        """What a later :meth:`compute` resumes from (:meth:`resumed`): the levels, the flow
+        pre-pass's own levels and how deep each is done. The pre-pass keeps its slices at
+        its own levels (it runs the rule over the flow slices alone), so it is state too."""
+        flow = self._flow_level if self._flow_level is not None else np.full(len(self.flow_rows), NOT_YET, np.int8)
+        return {"level": self.level, "flow_level": flow, "done": self.done, "flow_done": self._flow_done}
+
+    def resumed(self, flow_level: np.ndarray, flow_done: int) -> "ZoomLevels":
+        """This object continuing from a kept :meth:`state` (``level``/``done`` given to
+        the constructor)."""
+        self._flow_level = np.array(flow_level, np.int8)  # a writable copy
+        self._flow_done = flow_done
+        return self
 
     def order(self) -> np.ndarray:
         """Rows by (track, start, longest first): XProf's order within a row."""

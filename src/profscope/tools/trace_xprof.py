@@ -42,7 +42,7 @@ def xprof_chunks(view: TraceView, start_time_ms: float | None = None, end_time_m
     if event_name:
         found = _find(view, event_name, start_time_ms, duration_ms, unique_id)
         return _pieces(view, 0, 0, 0, found=found)
-    return _pieces(view, *_window(view, start_time_ms, end_time_ms, resolution))
+    return _pieces(view, *xprof_window(view, start_time_ms, end_time_ms, resolution))
 
 
 def _find(view: TraceView, name: str, start_time_ms: float | None, duration_ms: float | None,
@@ -94,7 +94,7 @@ def xprof_span(view: TraceView) -> tuple[int, int]:
     return min(a for a, _ in spans), max(b for _, b in spans)
 
 
-def _window(view: TraceView, start_time_ms: float | None, end_time_ms: float | None,
+def xprof_window(view: TraceView, start_time_ms: float | None, end_time_ms: float | None,
             resolution: int | None) -> tuple[int, int, int]:
     """XProf's trace_viewer@ answer (trace_events_to_json.h): ``M`` process and thread
     names and sort indexes, then ``X`` events with µs ``ts``/``dur`` on XProf's absolute
