@@ -546,7 +546,7 @@ LONG_FUNCTIONS = {
     "tools/memory_profile_snapshot.py:__init__": 136,
     "tools/memory_profile_torch.py:_device_payload": 164,
     "tools/memory_profile_torch.py:_leak_hints": 127,
-    "tools/memory_viewer.py:_simulate": 156,
+    "tools/memory_viewer.py:_simulate_py": 156,
     "tools/memory_viewer.py:from_hlo": 198,
     "tools/oom_risk.py:findings": 106,
     "tools/oom_risk.py:assess": 136,

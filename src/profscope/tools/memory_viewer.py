@@ -133,6 +133,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from typing import Any
 
 import numpy as np
@@ -140,6 +141,11 @@ import numpy as np
 from profscope.errors import BadInput, NotFound
 from profscope.model.protos import hlo_pb2
 from profscope.model.stdsort import std_sort_order
+
+try:  # the native twin of _simulate_py (setup.py builds it where it can)
+    from profscope.tools import _heap_sim
+except ImportError:  # pragma: no cover - no C compiler at install time
+    _heap_sim = None
 
 __all__ = [
     "SMALL_BUFFER_SIZE",
@@ -246,6 +252,12 @@ def _i32(n: int) -> int:
     """Truncate like a store into a proto int32 field."""
     n &= 0xFFFFFFFF
     return n - (1 << 32) if n & 0x80000000 else n
+
+
+def _i32_list(values) -> list[int]:
+    """:func:`_i32` of each int64 (a list or an array): numpy's int64 -> int32 cast wraps
+    the same way."""
+    return np.asarray(values, dtype=np.int64).astype(np.int32).tolist()
 
 
 def _u64(n: int) -> int:
@@ -668,7 +680,75 @@ def _root(lb: _LB, limit: int) -> _LB:
     return lb
 
 
+def native_enabled() -> bool:
+    """Whether the heap simulation runs in ``profscope.tools._heap_sim``: when it is built,
+    unless ``PROFSCOPE_NATIVE=0`` (tests compare both paths)."""
+    return _heap_sim is not None and os.environ.get("PROFSCOPE_NATIVE", "1") != "0"
+
+
 def _simulate(m: _Module, color: int, progress=None, with_names: bool = True) -> _Sim:
+    """The replay of ``color``'s heap-simulator trace: natively where it can be, else (and
+    for every trace the native pass declines: one the replay rejects, whose error text is
+    the twin's) by :func:`_simulate_py`."""
+    if native_enabled():
+        sim = _simulate_native(m, color, with_names)
+        if sim is not None:
+            return sim
+    return _simulate_py(m, color, progress, with_names)
+
+
+def _simulate_native(m: _Module, color: int, with_names: bool) -> _Sim | None:
+    """:func:`_simulate_py` in one C pass over the trace's wire bytes (_heap_sim.c); None
+    where that pass declines. The buffers' spans are written back to the ``_LB``s the
+    trace mentions, as the twin leaves them; the heap curves and event buffers are int64
+    arrays (the twin's are lists of the same values)."""
+    sim = _Sim()
+    trace_id = m.trace_id(color)
+    traces = m.ba.heap_simulator_traces
+    if trace_id < 0 or trace_id >= len(traces):
+        return sim
+    lbs = m.lbs
+    ids = np.array(sorted(lbs), dtype=np.int64)
+    order = [lbs[i] for i in ids.tolist()]
+    size = np.array([lb.size for lb in order], dtype=np.int64) if order else np.zeros(0, np.int64)
+    unpadded = np.array([lb.unpadded for lb in order], dtype=np.int64) if order else np.zeros(0, np.int64)
+    if len(order) and (size.dtype != np.int64 or unpadded.dtype != np.int64):
+        return None
+    span_start = np.empty(len(ids), dtype=np.int64)
+    span_end = np.empty(len(ids), dtype=np.int64)
+    seen = np.empty(len(ids), dtype=np.uint8)
+    out = _heap_sim.simulate(traces[trace_id].SerializeToString(), ids, size, unpadded,
+                             span_start, span_end, seen, with_names)
+    if out is None:
+        return None
+    (n, heap, unp, kinds, buffers, names, peak, peak_unp, peak_pos, peak_step,
+     ent_ids, ent_gone, peak_entries, log) = out
+    seen_idx = np.flatnonzero(seen).tolist()
+    seen_lbs = [order[k] for k in seen_idx]
+    if len({lb.alloc for lb in seen_lbs}) != 1:
+        return None  # the twin raises XProf's error for it (nothing written back yet)
+    for k, lb, start, end in zip(seen_idx, seen_lbs, span_start[seen_idx].tolist(), span_end[seen_idx].tolist()):
+        if start >= 0:
+            lb.span_start, lb.span_end = start, end
+    sim.trace_id, sim.events = trace_id, n
+    sim.heap, sim.unpadded = heap, unp
+    if with_names:
+        sim.names, sim.kinds, sim.buffers = names, bytearray(kinds), buffers
+    sim.peak, sim.peak_unpadded, sim.peak_pos = peak, peak_unp, peak_pos
+    sim.seen = seen_lbs
+    live = ent_gone[:peak_entries] > peak_step
+    sim.peak_list = ent_ids[:peak_entries][live].tolist()
+    disp: dict[int, int] = {}
+    for s, root_id, shown in log.tolist():
+        if s > peak_step:
+            break
+        disp[root_id] = shown
+    sim.peak_display = disp
+    sim.live_at_end = ent_ids[ent_gone == np.iinfo(np.int64).max].tolist()
+    return sim
+
+
+def _simulate_py(m: _Module, color: int, progress=None, with_names: bool = True) -> _Sim:
     sim = _Sim()
     trace_id = m.trace_id(color)
     traces = m.ba.heap_simulator_traces
@@ -1094,7 +1174,7 @@ def from_hlo(hlo: hlo_pb2.HloProto, memory_space: int = 0, progress=None, *,
 
     add_mib = _mib(indefinite_add)
     result: dict[str, Any] = {}
-    if sim.heap:
+    if len(sim.heap):
         heap_arr = np.asarray(sim.heap, dtype=np.int64).astype(np.float64) / _MIB + add_mib
         unp_arr = np.asarray(sim.unpadded, dtype=np.int64).astype(np.float64) / _MIB + add_mib
         result["heapSizes"] = heap_arr.tolist()
@@ -1210,9 +1290,9 @@ def from_hlo(hlo: hlo_pb2.HloProto, memory_space: int = 0, progress=None, *,
         "wholeProgramBuffers": _whole_program(m, color, indefinite, sim),
         "peakBuffers": _peak_buffers(m, indefinite, sim),
     }
-    if sim.heap:
+    if len(sim.heap):
         result["profscope"]["heapEventKinds"] = sim.kinds.decode("ascii")
-        result["profscope"]["heapEventBuffers"] = [_i32(b) for b in sim.buffers]
+        result["profscope"]["heapEventBuffers"] = _i32_list(sim.buffers)
         # bufferBlocks names and sizes every buffer with a span; these have none.
         result["profscope"]["heapBuffersWithoutSpan"] = {
             str(_i32(lb.id)): [lb.name(), lb.size] for lb in sim.seen if lb.span_start is None}
