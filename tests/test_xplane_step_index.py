@@ -278,3 +278,28 @@ def test_steps_built_here_are_not_loaded_back(shared_fixtures, jax_cpu, tmp_path
         assert profile_steps._built == {}  # (taken, not kept)
         folder = ws.cache.built_dir(ws._trace_index_key(run.hosts[0], run.xplane(run.hosts[0])))
         assert orjson.loads((folder / profile_steps.HOST_STEPS_FILE).read_bytes())["steps"] == steps
+
+
+def test_columns_out_of_memory_fail_the_steps_not_the_timeline(shared_fixtures, jax_cpu, monkeypatch):
+    """The gathered columns are 28 bytes an event on top of the build's memory: where
+    they cannot be had (a ``MemoryError`` at the third chunk, as a worker's memory limit
+    gives it; injected, a real one needs a profile this machine cannot hold), the build
+    still makes the timeline, the same as a timeline's build, with no steps (Steps & ops
+    then takes the step reader's, as for any failure of the grouping in the build)."""
+    seen = []
+    real = xse.HostEventColumns._add
+
+    def add(self, ev):
+        seen.append(ev.n)
+        if len(seen) == 3:
+            raise MemoryError
+        return real(self, ev)
+
+    monkeypatch.setattr(xse.HostEventColumns, "_add", add)
+    monkeypatch.setattr(xplane_trace, "CHUNK_EVENTS", 997)
+    data = jax_cpu.read_bytes()
+    plain = xplane_trace.read_trace(io.BytesIO(data), "jax", 0, "h")
+    seen.clear()
+    grouped = xplane_trace.read_trace(io.BytesIO(data), "jax", 0, "h", steps=True)
+    assert len(seen) == 3 and grouped.host_steps is None
+    assert plain.steps == grouped.steps and plain.names == grouped.names and plain.tracks == grouped.tracks

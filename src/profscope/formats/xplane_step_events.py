@@ -440,16 +440,31 @@ class HostEventColumns:
 
     def __init__(self, n: int, stat_names: dict[int, str]):
         self.wanted = {xw._KIND[v] for v in host_step_stats(stat_names).values() if v in xw._KIND}
-        with small_pages():  # (as the grouping's arrays: see there)
-            self.line = np.empty(n, np.int32)
-            self.metadata_id = np.empty(n, np.int64)
-            self.offset_ps = np.empty(n, np.int64)
-            self.duration_ps = np.empty(n, np.int64)
         self.parts: dict[int, list] = {}
         self.n = 0
+        self.size = n
+        self.line = self.metadata_id = self.offset_ps = self.duration_ps = None
 
     def add(self, ev) -> None:
-        """One decoded chunk, the plane's next ``ev.n`` events."""
+        """One decoded chunk, the plane's next ``ev.n`` events. Out of memory (28 bytes an
+        event, on top of the build's), the columns are given up, not the timeline's build:
+        :meth:`events` then raises, and the steps are the step reader's, later (as for any
+        failure of the grouping in the build, :func:`host_steps_in_build`)."""
+        if self.size < 0:
+            return
+        try:
+            self._add(ev)
+        except MemoryError:
+            self.parts, self.line, self.metadata_id, self.offset_ps, self.duration_ps = {}, None, None, None, None
+            self.size = -1
+
+    def _add(self, ev) -> None:
+        if self.line is None:
+            with small_pages():  # (as the grouping's arrays: see there)
+                self.line = np.empty(self.size, np.int32)
+                self.metadata_id = np.empty(self.size, np.int64)
+                self.offset_ps = np.empty(self.size, np.int64)
+                self.duration_ps = np.empty(self.size, np.int64)
         a, z = self.n, self.n + ev.n
         self.line[a:z] = ev.line
         self.metadata_id[a:z] = ev.metadata_id
@@ -463,6 +478,8 @@ class HostEventColumns:
     def events(self) -> xw.Events:
         """The gathered columns as one ``xw.Events`` (as ``xw.decode_plane`` gives them);
         this object lets go of them."""
+        if self.size < 0:
+            raise MemoryError("the host plane's columns were given up")
         kinds = {}
         for k in list(self.parts):
             chunks = self.parts.pop(k)  # each kind's chunks let go as it is joined (peak memory)
