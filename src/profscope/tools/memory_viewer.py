@@ -431,7 +431,11 @@ class _SourceInfos:
     def json(self, instruction) -> dict | None:
         """The SourceInfo JSON of an instruction, or None when XProf sets none (one dict
         per distinct location, shared by every object that has it: do not mutate)."""
-        md = instruction.metadata
+        return self.json_of(instruction.metadata)
+
+    def json_of(self, md) -> dict | None:
+        """:meth:`json` of an instruction's ``metadata`` already read (upb makes a new
+        object on each read of a message field)."""
         key = (md.source_file, md.source_line, md.stack_frame_id)
         try:
             return self.json_cache[key]
@@ -537,37 +541,36 @@ class _Module:
         self.instrs = instrs
         _report(progress, 0.02, "indexing buffers")
 
-        lb_protos: dict[int, Any] = {}
-        for lb in ba.logical_buffers:
-            lb_protos[lb.id] = lb
-
         # XLA's ComputeLogicalBufferUnpaddedSizes: every logical buffer, whether assigned
         # or not (XProf CHECK-fails the whole conversion when one cannot be sized).
         # Shapes are resolved per (instruction, last shape index) and sized and printed
-        # once per distinct shape.
+        # once per distinct shape. What each buffer's _LB needs is read here too, once: a
+        # field read through upb makes a new object each time, and reading them again in
+        # the assignment loop below cost as much as this loop. (A repeated id: the last.)
         shape_cache: dict[tuple, list] = {}
         by_shape: dict[bytes, list] = {}
-        unpadded: dict[int, int] = {}
+        per_id: dict[int, tuple] = {}
+        instrs_get = instrs.get
         for lb in ba.logical_buffers:
             loc = lb.defined_at
             iid = loc.instruction_id
-            index = loc.shape_index
-            key = (iid, index[-1] if len(index) else None)
+            index = tuple(loc.shape_index)
+            key = (iid, index[-1] if index else None)
+            ins = instrs_get(iid)
+            if ins is None:
+                raise BadInput(
+                    f"logical buffer {lb.id} is defined at instruction id {iid}, "
+                    "which the module does not have")
             entry = shape_cache.get(key)
             if entry is None:
-                ins = instrs.get(iid)
-                if ins is None:
-                    raise BadInput(
-                        f"logical buffer {lb.id} is defined at instruction id {iid}, "
-                        "which the module does not have")
                 sub = _resolve_shape(ins.shape, index)
                 skey = sub.SerializeToString(deterministic=True)
                 entry = by_shape.get(skey)
                 if entry is None:
                     entry = by_shape[skey] = [sub, _unpadded_size(sub), None]
                 shape_cache[key] = entry
-            unpadded[lb.id] = entry[1]
-        if sum(unpadded.values()) > _I64_MAX:  # the unpadded heap curve is an int64 array too
+            per_id[lb.id] = (lb.size, entry[1], lb.color, ins, index, key)
+        if sum(rec[1] for rec in per_id.values()) > _I64_MAX:  # the unpadded heap curve is an int64 array too
             raise BadInput("the logical buffers' shapes add up to more than 2^63-1 bytes (corrupt sizes)")
         self.shape_cache = shape_cache
 
@@ -580,17 +583,16 @@ class _Module:
         self.alloc_order = [by_index[i] for i in sorted(by_index)]
 
         lbs: dict[int, _LB] = {}
+        per_id_get = per_id.get
         for pos in (by_index[i] for i in by_index):
             a = allocs[pos]
             for asg in a.assigned:
-                lbp = lb_protos.get(asg.logical_buffer_id)
-                if lbp is None:
+                lb_id = asg.logical_buffer_id
+                rec = per_id_get(lb_id)
+                if rec is None:
                     continue
-                loc = lbp.defined_at
-                ins = instrs[loc.instruction_id]
-                idx = tuple(loc.shape_index)
-                lbs[lbp.id] = _LB(lbp.id, lbp.size, unpadded[lbp.id], lbp.color, pos, asg.offset,
-                                  ins, idx, (loc.instruction_id, idx[-1] if idx else None))
+                size, unpadded, color, ins, index, key = rec
+                lbs[lb_id] = _LB(lb_id, size, unpadded, color, pos, asg.offset, ins, index, key)
         self.lbs = lbs
 
         # The trace's own buffer_allocation_index is not trusted: the allocation of the
@@ -1400,6 +1402,7 @@ def _buffer_blocks(m: _Module, color: int, positions: list[int],
     blocks: list[dict] = []
     k = 0
     n_colors = len(_BUFFER_COLORS)
+    categories: dict[int, str] = {}  # by allocation position: _category reads four fields
     for pos in positions:
         a = allocs[pos]
         if _indefinite(a) or a.index not in m.trace_of_alloc:
@@ -1441,11 +1444,15 @@ def _buffer_blocks(m: _Module, color: int, positions: list[int],
                 block["startStep"] = _i32(lb.span_start)
             if _i32(lb.span_end):
                 block["endStep"] = _i32(lb.span_end)
-            op_name = lb.instr.metadata.op_name
+            md = lb.instr.metadata
+            op_name = md.op_name
             if op_name:
                 block["tfOpName"] = op_name
-            block["category"] = _category(allocs[lb.alloc])
-            src = m.sources.json(lb.instr)
+            group = categories.get(lb.alloc)
+            if group is None:
+                group = categories[lb.alloc] = _category(allocs[lb.alloc])
+            block["category"] = group
+            src = m.sources.json_of(md)
             if src is not None:
                 block["sourceInfo"] = src
             shape = m.shape_string(lb)
