@@ -109,6 +109,14 @@ def test_rule_keeps_first_per_depth_and_spaced_events():
     assert keep.tolist() == [True, False, True, False]
     keep = tv.keep_mask([0, 30, 31, 33], [1, 1, 1, 1], [0, 0, 1, 1], [-1, 9, -1, 9], [False, False, False, True], 10)
     assert keep.tolist() == [True, True, True, True]
+    # flow 7's first slice, dropped by the rule (3 after the last kept end at its depth),
+    # ends before the row's last arrow end (its holder's, flow 5): XProf subtracts the two
+    # as uint64, the difference wraps around, and the flow is kept (jax308's ynn_fusion /
+    # bitcast_fusion slices, issue 40)
+    for keep in (tv.keep_mask(*(np.array(c) for c in ([0, 1, 5], [100, 1, 1], [0, 0, 0], [5, -1, 7],
+                                                      [False, False, False])), 10),
+                 tv._keep_mask_py([0, 1, 5], [100, 1, 1], [0, 0, 0], [5, -1, 7], [False, False, False], 10)):
+        assert keep.tolist() == [True, True, True]
 
 
 def test_resolution_and_levels_follow_xprof():
@@ -170,8 +178,8 @@ def _xprof_rule(start, dur, track, flow_id, flow_end, r) -> list[bool]:
             if first:
                 flows[fid] = visible
             if not visible:
-                if first:
-                    flows[fid] = last is None or b + d - last >= r
+                if first:  # span.end_ps() - *last_flow_timestamp_ps: uint64, wraps around
+                    flows[fid] = last is None or (b + d - last) % 2**64 >= r
                 visible = flows[fid]
             if fend:
                 flows.pop(fid, None)

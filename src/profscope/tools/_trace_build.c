@@ -571,7 +571,10 @@ static PyObject *flow_pass(PyObject *self, PyObject *args) {
             int first = state[f] < 0;
             if (first) state[f] = (int8_t)visible;
             if (!visible) {
-                if (first) state[f] = (int8_t)(!row->has_last || b + d - row->last >= r);
+                /* XProf subtracts uint64 timestamps (span.end_ps() - last flow timestamp):
+                   an arrow end before the row's last one (a nested slice) wraps around
+                   and counts as far enough */
+                if (first) state[f] = (int8_t)(!row->has_last || b + d < row->last || b + d - row->last >= r);
                 visible = state[f];
             }
             if (end_flow[j]) state[f] = -1;

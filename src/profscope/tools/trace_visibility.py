@@ -22,7 +22,8 @@ or is the first kept one at its depth, or starts at least ``r`` after the end of
 kept event at its depth; its depth counts the kept events still open at its start (a
 stack of kept ends, truncated at each keep). A slice bound to a flow is kept with its
 flow: the flow's first slice decides (when the rule would drop it, it is still kept if
-its end is ``r`` past the row's last kept arrow end).
+its end is ``r`` past the row's last kept arrow end, or before it: XProf subtracts
+``uint64`` timestamps, so a nested slice's end, before its holder's, wraps around).
 
 Step 1 is a pass per level over the whole trace (in C, ``_trace_build.c``; the Python
 loops below where it is not built): the app has a conversion worker make every level at
@@ -143,9 +144,9 @@ def _keep_mask_py(start, dur, track, flow_id, flow_end, r: int) -> np.ndarray:
             if first:
                 flows[fid] = visible
             if not visible:
-                if first:
+                if first:  # XProf's uint64 difference: an end before the last arrow's wraps around (kept)
                     last = row[1]
-                    flows[fid] = last is None or end - last >= r
+                    flows[fid] = last is None or end < last or end - last >= r
                 visible = flows[fid]
             if flow_end[i]:
                 flows.pop(fid, None)
@@ -258,8 +259,8 @@ class ZoomLevels:
                 if first:
                     flows[fid] = visible
                 if not visible:
-                    if first:
-                        flows[fid] = row[1] is None or b + d - row[1] >= r
+                    if first:  # (uint64 in XProf: an end before the last arrow's wraps around)
+                        flows[fid] = row[1] is None or b + d < row[1] or b + d - row[1] >= r
                     visible = flows[fid]
                 if end_flow:
                     flows.pop(fid, None)
