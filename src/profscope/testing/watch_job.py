@@ -9,7 +9,7 @@ XProf's "train N" groups), of about ``--step-ms`` milliseconds. It yields the
 
 - create ``control/slow``: from the next step on each step sleeps twice as long (the step
   time doubles); the job writes ``control/slow_at`` = the first slow step's number;
-- create ``control/ramp``: from the next step on each step sleeps 3 % of ``--step-ms``
+- create ``control/ramp``: from the next step on each step sleeps 10 % of ``--step-ms``
   longer than the one before (a step time that creeps up); ``control/ramp_at``;
 - create ``control/grow``: from the next step on each step keeps ``--grow-mib`` MiB more
   (a real jax array, never freed: a leak), and writes ``control/grow_at``;
@@ -145,7 +145,7 @@ def _main(argv: list[str]) -> None:
             elif grow and not (control / "oom").exists():
                 (control / "oom").write_text(str(step))
             # the rest of the step: the input pipeline, say; twice as long once slow
-            creep = 1 + 0.03 * (step - ramp_at) if ramp_at is not None else 1
+            creep = 1 + 0.1 * (step - ramp_at) if ramp_at is not None else 1
             time.sleep(a.step_ms / 1000 * (2 if slow else 1) * creep)
         log.write(f"{step} {begin:.6f} {time.time():.6f}\n")
 
