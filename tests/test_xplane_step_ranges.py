@@ -225,6 +225,49 @@ def test_range_walk_equals_the_stack_walk_with_async_events_and_roots_anywhere(j
         assert np.array_equal(got, parent[asked]), trial
 
 
+_CONTEXT_KINDS = ("_pt", "_p", "_ct", "_c", "_pid", "_r", "_a")
+
+
+def _sparse_reads(sp, nodes, native: bool, monkeypatch) -> tuple:
+    with monkeypatch.context() as m:
+        m.setenv("PROFSCOPE_NATIVE", "1" if native else "0")
+        ok, k = sp._at(nodes)
+        return ok.tolist(), np.asarray(k).tolist()
+
+
+def test_sparse_reads_by_merge_equal_numpy_s_search(jax_profiles, shared_fixtures, monkeypatch):
+    """``_Sparse._at`` by ``_xplane_scan.sorted_find`` (a merge of ascending nodes, a
+    search back where they descend) and ``_common`` (the events two views share) against
+    numpy's search and ``np.intersect1d`` (PROFSCOPE_NATIVE=0), on the grouping stats of
+    real host planes: nodes as the grouping asks them (a view's own events, another
+    view's, ascending samples) and as it never does (shuffled, repeated, below and past
+    every event), each stat found at the same index or missing for both."""
+    rng = np.random.default_rng(3434)
+    planes = [p for p in (_host_plane(x) for x in [jax_profiles[0], *_fixture_xplanes(shared_fixtures)]) if p]
+    read = 0
+    for data, spans, meta in planes:
+        stat_names = {k: v.name for k, v in meta.stat_metadata.items()}
+        _h, ev = xw.decode_plane(data, np.frombuffer(data, np.uint8), spans, xse.host_step_stats(stat_names))
+        views = {s: xs._Sparse(xw.kind_stats(ev, s)) for s in _CONTEXT_KINDS}
+        for name, sp in views.items():
+            if not len(sp.events):
+                continue
+            read += 1
+            near = np.r_[sp.events, sp.events + 1, -3, ev.n + 3].astype(np.int64)
+            asked = [sp.events, np.sort(rng.choice(near, min(len(near), 5000))),
+                     rng.permutation(near)[:5000], rng.choice(near, 3000)[::-1].copy(),
+                     *(v.events for v in views.values())]
+            for nodes in asked:
+                nodes = np.asarray(nodes, np.int64)
+                assert _sparse_reads(sp, nodes, True, monkeypatch) == _sparse_reads(sp, nodes, False, monkeypatch), name
+            for other in views.values():
+                with monkeypatch.context() as m:
+                    m.setenv("PROFSCOPE_NATIVE", "1")
+                    got = xs._common(sp.events, other.events)
+                assert got.tolist() == np.intersect1d(sp.events, other.events, assume_unique=True).tolist()
+    assert read >= 4  # the JAX profile's contexts, pids, roots at least
+
+
 def test_scans_reject_bad_arrays():
     nat = xw._native
     z = np.zeros(3, np.int64)
@@ -239,3 +282,5 @@ def test_scans_reject_bad_arrays():
         nat.range_roots(np.array([7], np.int64), np.full(3, -1, np.int64), line, z[:1], z, z, None, first, z[:0])
     with pytest.raises(ValueError):  # nodes not sorted
         nat.nest_parents_at(np.array([2, 1], np.int64), line, z[:1], z, z, None)
+    with pytest.raises(TypeError):  # keys as int32
+        nat.sorted_find(np.zeros(2, np.int32), z)

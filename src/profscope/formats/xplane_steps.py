@@ -423,9 +423,14 @@ class _Sparse:
         self.stat = o[last]
 
     def _at(self, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(which of ``nodes`` have the stat, their stat indices)."""
+        """(which of ``nodes`` have the stat, their stat indices): by one merge in C where
+        built (``_xplane_scan.sorted_find``), else numpy's search (PROFSCOPE_NATIVE=0)."""
         if not len(self.events):
             return np.zeros(len(nodes), bool), np.zeros(0, np.int64)
+        if _native_walks() and hasattr(xw._native, "sorted_find"):
+            pos = xw._native.sorted_find(self.events, np.ascontiguousarray(nodes, np.int64))
+            ok = pos >= 0
+            return ok, self.stat[pos[ok]]
         pos = np.minimum(np.searchsorted(self.events, nodes), len(self.events) - 1)
         ok = self.events[pos] == nodes
         return ok, self.stat[pos[ok]]
@@ -453,6 +458,14 @@ class _Sparse:
 
     def int_at(self, i: int) -> int:
         return int(self.int_value_at(np.asarray([i], np.int64))[0])
+
+
+def _common(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The events two :class:`_Sparse` views share (both ascending, no repeats), ascending:
+    one merge in C where built, else ``np.intersect1d`` (which sorts the two joined)."""
+    if _native_walks() and hasattr(xw._native, "sorted_find"):
+        return a[xw._native.sorted_find(b, a) >= 0]
+    return np.intersect1d(a, b, assume_unique=True)
 
 
 class _Parents:
@@ -535,9 +548,9 @@ class Grouping:
         prod: dict[int, tuple] = {}
         cons: dict[int, tuple] = {}
         self._mutate_contexts(prod, cons)
-        at = np.intersect1d(v_pt.events, v_p.events, assume_unique=True)
+        at = _common(v_pt.events, v_p.events)
         prod_a = (at, _int32s(v_pt.int_value_at(at)), v_p.int_or_uint_value_at(at))
-        at = np.intersect1d(v_ct.events, v_c.events, assume_unique=True)
+        at = _common(v_ct.events, v_c.events)
         cons_a = (np.r_[at, np.arange(n, total)], np.r_[_int32s(v_ct.int_value_at(at)), np.full(nr, _THREADPOOL_EVENT_CONTEXT)],
                   np.r_[v_c.int_or_uint_value_at(at), regions.region_id.astype(np.uint64)])
         del at, v_pt, v_p, v_ct, v_c
