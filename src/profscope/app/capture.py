@@ -233,7 +233,7 @@ class TargetPolicy:
         ip = _ip(host)
         return ip is not None and ip.is_loopback
 
-    def _address_ok(self, ip, port: int) -> bool:
+    def address_ok(self, ip, port: int) -> bool:
         return ip.is_loopback or any(p.matches_address(ip, port) for p in self.patterns)
 
     def route(self, address: str) -> str:
@@ -245,14 +245,14 @@ class TargetPolicy:
         ip = _ip(host)
         why = ""
         if ip is not None:
-            if self._address_ok(ip, port):
+            if self.address_ok(ip, port):
                 return address
         elif any(p.matches_name(host, port) for p in self.patterns):
             return address
         elif any(p.kind == "address" for p in self.patterns):
             found = self.resolve(host)
             ips = [a for a in map(_ip, found) if a is not None]
-            if ips and len(ips) == len(found) and all(self._address_ok(a, port) for a in ips):
+            if ips and len(ips) == len(found) and all(self.address_ok(a, port) for a in ips):
                 return f"[{ips[0].compressed}]:{port}" if ips[0].version == 6 else f"{ips[0]}:{port}"
             why = f" ({host} resolves to {', '.join(found)})" if found else f" ({host} does not resolve here)"
         raise Forbidden(
@@ -487,7 +487,7 @@ class Capturer:
 
     # -- bookkeeping ---------------------------------------------------------------------
 
-    def _claim(self, targets: list[str], owner: str) -> None:
+    def claim(self, targets: list[str], owner: str) -> None:
         with self._lock:
             if self._stopping:
                 raise Stopping("the server is stopping: no capture starts now")
@@ -498,13 +498,13 @@ class Capturer:
             for t in targets:
                 self._busy[t] = owner
 
-    def _release(self, targets: list[str], owner: str) -> None:
+    def release(self, targets: list[str], owner: str) -> None:
         with self._lock:
             for t in targets:
                 if self._busy.get(t) == owner:
                     del self._busy[t]
 
-    def _remember(self, job: CaptureJob) -> None:
+    def remember(self, job: CaptureJob) -> None:
         with self._lock:
             self._jobs[job.id] = job
             done = [j for j in self._jobs.values() if j.done.is_set()]
@@ -525,8 +525,8 @@ class Capturer:
     def jobs(self) -> list[CaptureJob]:
         return sorted(self._jobs.values(), key=lambda j: j.created, reverse=True)
 
-    def _new_job(self, targets: list[str], settings: CaptureSettings, job_id: str | None = None,
-                 routes: dict[str, str] | None = None, meta: dict | None = None, name_suffix: str = "") -> CaptureJob:
+    def new_job(self, targets: list[str], settings: CaptureSettings, job_id: str | None = None,
+                routes: dict[str, str] | None = None, meta: dict | None = None, name_suffix: str = "") -> CaptureJob:
         job_id = job_id or secrets.token_hex(6)
         # the session's name: XProf's start time, then what made it (``_trigger-step_time``)
         suffix = _HOST_CHARS.sub("_", name_suffix).strip("_")[:60]
@@ -534,7 +534,7 @@ class Capturer:
         return CaptureJob(id=job_id, targets=targets, settings=settings, staging=self.folder.stage(job_id),
                           stem=stem, hosts={t: TargetState(t) for t in targets}, routes=dict(routes or {}), meta=meta)
 
-    def _checked(self, targets: list[str] | str) -> tuple[list[str], dict[str, str]]:
+    def checked_targets(self, targets: list[str] | str) -> tuple[list[str], dict[str, str]]:
         """The targets, normalised (ranges and ``dns:///`` names expanded: capture_targets.py),
         and the addresses to dial where not themselves."""
         text = targets if isinstance(targets, str) else ",".join(targets)
@@ -544,7 +544,7 @@ class Capturer:
                              f"{MAX_TARGETS} (MAX_TARGETS): capture fewer at a time")
         return list(routes), {t: r for t, r in routes.items() if r != t}
 
-    def _client(self, address: str, routes: dict[str, str]) -> ProfilerClient:
+    def client_for(self, address: str, routes: dict[str, str]) -> ProfilerClient:
         return ProfilerClient(address, max_answer_bytes=self.max_answer_bytes, dial=routes.get(address))
 
     def _open(self, job: CaptureJob, address: str) -> ProfilerClient | None:
@@ -553,7 +553,7 @@ class Capturer:
         with job.lock:
             if job.cancelled:
                 return None
-            client = job.clients[address] = self._client(address, job.routes)
+            client = job.clients[address] = self.client_for(address, job.routes)
             return client
 
     # -- one-shot ------------------------------------------------------------------------
@@ -563,17 +563,17 @@ class Capturer:
         """Start recording every target now (after ``settings.delay_ms``); returns at once.
         ``meta`` (why: a trigger's reason) is saved as the run's :data:`CAPTURE_META_FILE`,
         and ``name_suffix`` ends its session's name (``..._trigger-step_time``)."""
-        targets, routes = self._checked(targets)
+        targets, routes = self.checked_targets(targets)
         if not 0 <= num_retry <= 10:
             raise BadRequest(f"num_retry must be from 0 to 10, not {num_retry}")
         job_id = secrets.token_hex(6)
-        self._claim(targets, job_id)
+        self.claim(targets, job_id)
         try:
-            job = self._new_job(targets, settings, job_id, routes, meta, name_suffix)
+            job = self.new_job(targets, settings, job_id, routes, meta, name_suffix)
         except BaseException:
-            self._release(targets, job_id)
+            self.release(targets, job_id)
             raise
-        self._remember(job)
+        self.remember(job)
         threading.Thread(target=self._run, args=(job, num_retry), name=f"capture-{job.id}", daemon=True).start()
         return job
 
@@ -684,7 +684,7 @@ class Capturer:
                     pool.submit(self._record_one, job, clients[t], t, int(start * 1e9), num_retry)
             if not job.saved:
                 raise _JobFailed("; ".join(f"{h.address}: {h.error}" for h in job.failed) or "nothing recorded")
-            self._publish(job)
+            self.publish(job)
         except _JobFailed as e:
             # A stopped job that kept nothing says why in one word; its hosts say the rest.
             job.stage, job.error = ("stopped", self._stopped_error(job)) if job.stopped else ("failed", str(e))
@@ -693,9 +693,9 @@ class Capturer:
         except Exception as e:  # noqa: BLE001 - a bug must end the job, not hang its page
             job.stage, job.error = "failed", f"{type(e).__name__}: {e}"
         finally:
-            self._finish(job)
+            self.finish(job)
 
-    def _finish(self, job: CaptureJob) -> None:
+    def finish(self, job: CaptureJob) -> None:
         """Close the job's clients, drop its staging unless saved, free its targets, tell
         ``on_saved``, and only then mark it done (a page told "saved" asks the run list
         for it next)."""
@@ -703,7 +703,7 @@ class Capturer:
         if job.stage != "saved":
             self.folder.discard(job.staging)
         job.finished = time.time()
-        self._release(job.targets, job.id)
+        self.release(job.targets, job.id)
         try:
             if job.stage == "saved" and self.on_saved is not None:
                 self.on_saved(job)
@@ -722,7 +722,7 @@ class Capturer:
     def _stopped_error(job: CaptureJob) -> str:
         return f"{job.stop_reason} before any host answered; nothing was kept"
 
-    def _publish(self, job: CaptureJob) -> None:
+    def publish(self, job: CaptureJob) -> None:
         """Move the job's hosts into place as one session: the run appears whole (with
         why it was made, ``job.meta``)."""
         if job.meta is not None:
@@ -776,16 +776,16 @@ class Capturer:
     def start_continuous(self, targets: list[str] | str, settings: CaptureSettings) -> ContinuousSession:
         """Start continuous profiling on every target; a target that cannot (dead, or a
         server without continuous mode) is reported and the others run."""
-        targets, routes = self._checked(targets)
+        targets, routes = self.checked_targets(targets)
         sid = secrets.token_hex(6)
-        self._claim(targets, sid)
+        self.claim(targets, sid)
         session = ContinuousSession(id=sid, targets=targets, settings=settings,
                                     hosts={t: TargetState(t) for t in targets}, routes=routes)
         with self._lock:
             self._continuous[sid] = session
         for t in targets:
             try:
-                with self._client(t, routes) as c:
+                with self.client_for(t, routes) as c:
                     c.start_continuous(settings)
                 session.hosts[t].state = "recording"
             except TargetError as e:
@@ -794,7 +794,7 @@ class Capturer:
                 h.error = ("this profiler server has no continuous mode (it needs jax/jaxlib 0.10 or newer); "
                            "capture one profile at a time instead") if e.code == "UNIMPLEMENTED" else e.reason
         live = [t for t, h in session.hosts.items() if h.state == "recording"]
-        self._release([t for t in targets if t not in live], sid)
+        self.release([t for t in targets if t not in live], sid)
         if not live:
             session.state = "failed"
             session.error = "; ".join(f"{h.address}: {h.error}" for h in session.hosts.values())
@@ -819,10 +819,10 @@ class Capturer:
             raise Conflict(f"continuous capture {sid} is {session.state}; start a new one")
         with session.lock:  # one snapshot at a time: each takes what the previous left
             live = [t for t, h in session.hosts.items() if h.state == "recording"]
-            job = self._new_job(live, session.settings, routes=session.routes)
+            job = self.new_job(live, session.settings, routes=session.routes)
             job.stage = "collecting"
             job.record_starts = job.record_ends = time.time()
-            self._remember(job)
+            self.remember(job)
             session.snapshots.append(job.id)
 
             def one(address: str) -> None:
@@ -843,7 +843,7 @@ class Capturer:
                 list(pool.map(one, live))
             try:
                 if job.saved:
-                    self._publish(job)
+                    self.publish(job)
                 elif job.stopped:
                     job.stage, job.error = "stopped", self._stopped_error(job)
                 else:
@@ -852,7 +852,7 @@ class Capturer:
             except OSError as e:
                 job.stage, job.error = "failed", f"cannot write into {self.folder.root}: {e.strerror or e}"
             finally:
-                self._finish(job)  # listed before it is done, as a one-shot capture
+                self.finish(job)  # listed before it is done, as a one-shot capture
         return job
 
     def stop_continuous(self, sid: str) -> ContinuousSession:
@@ -863,13 +863,13 @@ class Capturer:
                     if h.state != "recording":
                         continue
                     try:
-                        with self._client(t, session.routes) as c:
+                        with self.client_for(t, session.routes) as c:
                             c.stop_continuous()
                         h.state = "stopped"
                     except TargetError as e:
                         h.state, h.error, h.code = "failed", e.reason, e.code
                 session.state = "stopped"
-            self._release(session.targets, sid)
+            self.release(session.targets, sid)
         return session
 
     def close(self) -> None:

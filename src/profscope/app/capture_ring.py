@@ -89,7 +89,7 @@ class RingRecorder:
             raise BadRequest(f"a ring's piece must be from {MIN_PIECE_S:g} s to the window ({window_s:g} s), "
                              f"at most {MAX_PIECE_S:g} s, not {piece_s:g} s")
         self.capturer = capturer
-        self.targets, self.routes = capturer._checked(targets)  # noqa: SLF001 - the capturer's own target rules
+        self.targets, self.routes = capturer.checked_targets(targets)
         self.window_s, self.piece_s, self.max_bytes = float(window_s), float(piece_s), max_bytes
         self.settings = replace(settings or CaptureSettings(), duration_ms=int(round(piece_s * 1000)), delay_ms=0)
         self.id = secrets.token_hex(6)
@@ -112,9 +112,9 @@ class RingRecorder:
     def start(self) -> RingRecorder:
         """Claim the targets, probe them (a dead one is reported, the others recorded) and
         start recording. Raises :class:`Conflict` when a target is being captured."""
-        self.capturer._claim(self.targets, self.id)  # noqa: SLF001
+        self.capturer.claim(self.targets, self.id)
         for t in self.targets:
-            self._clients[t] = self.capturer._client(t, self.routes)  # noqa: SLF001
+            self._clients[t] = self.capturer.client_for(t, self.routes)
         with ThreadPoolExecutor(max_workers=min(32, len(self.targets))) as pool:
             for t, err in zip(self.targets, pool.map(self._probe, self.targets)):
                 h = self.hosts[t].state
@@ -166,7 +166,7 @@ class RingRecorder:
             self._cond.notify_all()
         for c in self._clients.values():
             c.close()
-        self.capturer._release(self.targets, self.id)  # noqa: SLF001
+        self.capturer.release(self.targets, self.id)
 
     # -- recording -------------------------------------------------------------------
 
@@ -306,13 +306,13 @@ class RingRecorder:
         cap = self.capturer
         since = asked_ns - int(self.window_s * 1e9)
         held = {t: kept for t, pieces in held.items() if (kept := [p for p in pieces if p.stop_ns > since])}
-        job = cap._new_job(list(held), self.settings, routes=self.routes)  # noqa: SLF001
+        job = cap.new_job(list(held), self.settings, routes=self.routes)
         suffix = name_suffix or (f"trigger-{meta['trigger']}" if isinstance(meta.get("trigger"), str) else "")
         if suffix:
             job.stem = f"{job.stem}_{suffix}"
         job.stage = "collecting"
         job.record_starts, job.record_ends = asked_ns / 1e9 - self.window_s, asked_ns / 1e9
-        cap._remember(job)  # noqa: SLF001
+        cap.remember(job)
         self.snapshots.append(job.id)
         windows, gaps = {}, {}
         try:
@@ -329,13 +329,13 @@ class RingRecorder:
                 meta.update(mode="ring", targets=list(held), window=self._window_meta(windows, asked_ns),
                             gaps_ms=gaps, piece_s=self.piece_s)
                 write_capture_meta(job.staging, meta)
-                cap._publish(job)  # noqa: SLF001
+                cap.publish(job)
         except OSError as e:
             job.stage, job.error = "failed", f"cannot write into {cap.folder.root}: {e.strerror or e}"
         except ProfscopeError as e:
             job.stage, job.error = "failed", e.message
         finally:
-            cap._finish(job)  # noqa: SLF001
+            cap.finish(job)
         return job
 
     def _window_meta(self, windows: dict, asked_ns: int) -> dict:

@@ -141,7 +141,7 @@ def expand_dns(policy: TargetPolicy, target: str) -> list[tuple[str, str]]:
     out = []
     for ip in ips:
         address = f"[{ip.compressed}]:{port}" if ip.version == 6 else f"{ip}:{port}"
-        if not (by_name or policy._address_ok(ip, port)):  # noqa: SLF001 - the policy's own rule
+        if not (by_name or policy.address_ok(ip, port)):
             raise Forbidden(
                 f"refused to capture from {address} ({host} resolves to {', '.join(found)}): this server dials only "
                 f"loopback profiler addresses" + (f" and those matching {', '.join(policy.allow)}" if policy.allow else "")

@@ -367,7 +367,7 @@ class Watch:
     stopping: threading.Event = field(default_factory=threading.Event, repr=False)
     thread: threading.Thread | None = field(default=None, repr=False)
     clients: dict[str, ProfilerClient] = field(default_factory=dict, repr=False)
-    # the addresses to dial where not the targets themselves (app/capture.py Capturer._checked)
+    # the addresses to dial where not the targets themselves (app/capture.py Capturer.checked_targets)
     routes: dict[str, str] = field(default_factory=dict, repr=False)
     # a ring (app/capture_ring.py) whose pieces the probes read and whose snapshot a fire
     # saves; own_ring: started for this watch, stopped when it ends
@@ -413,7 +413,7 @@ class Watches:
         """Start watching ``targets``; ``ring`` (else the Watches' own): probe from its
         pieces and fire its snapshot; ``own_ring``: stop it when the watch ends."""
         cond = condition if isinstance(condition, Condition) else parse_condition(condition, what)
-        targets, routes = self.capturer._checked(targets)  # the allow-list, as a capture's
+        targets, routes = self.capturer.checked_targets(targets)  # the allow-list, as a capture's
         if not MIN_EVERY_S <= probe_every_s <= MAX_EVERY_S:
             raise BadRequest(f"probe interval {probe_every_s:g} s: give {MIN_EVERY_S:g} s to {MAX_EVERY_S / 3600:g} h")
         if not MIN_PROBE_MS <= probe_ms <= MAX_PROBE_MS:
@@ -500,14 +500,14 @@ class Watches:
             return self._probe_ring(w, address)
         owner = f"watch {w.id} (probe)"
         try:
-            self.capturer._claim([address], owner)
+            self.capturer.claim([address], owner)
         except ProfscopeError as e:
             return None, f"skipped: {e.message}"
         try:
             with w.lock:
                 if w.stopping.is_set():
                     return None, None
-                client = w.clients[address] = self.capturer._client(address, w.routes)
+                client = w.clients[address] = self.capturer.client_for(address, w.routes)
             t0 = time.monotonic()
             xspace = client.profile(settings)
             got = time.monotonic()
@@ -521,7 +521,7 @@ class Watches:
                 c = w.clients.pop(address, None)
             if c is not None:
                 c.close()
-            self.capturer._release([address], owner)
+            self.capturer.release([address], owner)
 
     def _probe_ring(self, w: Watch, address: str) -> tuple[dict | None, str | None]:
         """With a ring running (app/capture_ring.py), the job records one session at a
