@@ -380,3 +380,40 @@ def test_the_answer_cache_keeps_the_last_answers_within_its_bounds():
     assert c.get("b") is None and c.get("a") == b"abcd" and c.get("c") == b"ijkl"
     assert b"".join(c.keeping("d", iter([b"1234", b"5678"]))) == b"12345678"  # over max_entry: not kept
     assert c.get("d") is None and c._size == 8
+
+
+@pytest.mark.parametrize("rel", [
+    "xplane/tpu_inference/plugins/profile/2025_12_10_tpu/tpu_inference_2.xplane.pb",
+    "xplane/mi300_jax_conv_xprof_touched/plugins/profile/jax_conv_minimal/chi-mi300x-013.ord.vultr.cpe.ice.amd.com.xplane.pb",
+])
+def test_zero_length_xplane_events_are_zero_to_xprofs_rule(rel, shared_fixtures, tmp_path):
+    """The xplane reader stores a zero-length event as 1 ps long (XProf's JSON shows it
+    so), but XProf's passes run on its real duration, 0: on jax308 a 1 ps flow end kept
+    99.76 µs before a flow's first slice made the 100 µs rule drop that slice by 1 ps
+    where XProf keeps it (issue 40; the answers now equal XProf 2.24.2's on that file,
+    docs/performance.md). Here, on real profiles: their xplanes hold zero-length events
+    and none 1 ps long, so every 1 ps row of the index is a zero-length event, and it is
+    what the rule gets as 0; a Chrome trace keeps its zeros as they are."""
+    from profscope.formats import xplane_trace
+    from profscope.formats.protos import xplane_pb2
+    from profscope.tools import trace_index as ti
+
+    path = shared_fixtures / "public_profiles" / rel
+    space = xplane_pb2.XSpace()
+    space.ParseFromString(path.read_bytes())
+    durations = Counter(ev.duration_ps for pl in space.planes for ln in pl.lines for ev in ln.events)
+    assert durations[0] > 100 and durations[1] == 0
+    with open(path, "rb") as f:
+        ti.build_index(xplane_trace.read_trace(f, str(path), 0, "host"), tmp_path)
+    ix = ti.TraceIndex(tmp_path)
+    dur = np.asarray(ix.cols["dur"])
+    assert (dur == 1).sum() > 100 and not (dur == 0).any()
+    rule = ix._rule_durations()
+    assert np.array_equal(rule == 0, dur == 1) and np.array_equal(rule[dur != 1], dur[dur != 1])
+    # and it decides: a zero-length flow end kept 99.76 µs before a 100 µs-rule's next
+    # slice leaves it kept when it ends where it starts, not 1 ps later
+    r = 100_000_000
+    for d0, kept in ((0, True), (1, False)):
+        keep = tv.keep_mask(np.array([0, 99_999_759]), np.array([d0, 241]), np.zeros(2, np.int64),
+                            np.array([1, 2]), np.array([True, False]), r)
+        assert keep.tolist() == [True, kept]

@@ -945,7 +945,7 @@ class TraceIndex:
             hit = fe.seq[pos] == sl["rows"]
             flow_id[hit] = fe.flow_id[pos[hit]].astype(np.int64)
             flow_end[hit] = fe.kind[pos[hit]] == FLOW_END
-        keep = tv.keep_mask(sl["start"], sl["dur"], sl["track"], flow_id, flow_end, r)
+        keep = tv.keep_mask(sl["start"], self._rule_durations(sl["dur"]), sl["track"], flow_id, flow_end, r)
         order = np.argsort(sl["start"][keep], kind="stable")
         return {k: v[keep][order] for k, v in sl.items()}
 
@@ -961,6 +961,19 @@ class TraceIndex:
         st = self.cols["start"][rows]
         return rows[(st <= e) & (st + self.cols["dur"][rows] >= s)]  # Timespan::Overlaps, ends inclusive
 
+    def _rule_durations(self, dur: np.ndarray | None = None) -> np.ndarray:
+        """``dur`` (default: every row's) as XProf's visibility rule sees them: the xplane
+        reader stores a zero-length event as 1 ps long, as XProf's JSON shows it, but
+        XProf's passes run on the event's real duration, 0 (``TraceEventLite``); an end
+        1 ps later moves the next kept event's 100 µs spacing by that ps (jax308's
+        ``ThreadpoolListener::StartRegion`` ends, issue 40). A Chrome trace keeps its
+        zeros. (An xplane event really 1 ps long reads as 0 here.)"""
+        dur = self.cols["dur"] if dur is None else dur
+        if self.meta["args_kind"] == "json":
+            return dur
+        dur = np.asarray(dur)
+        return np.where(dur == 1, 0, dur)
+
     def zoom_levels(self, upto: int) -> np.ndarray:
         """XProf's zoom level of every row, down to level ``upto`` (deeper ones read as
         ``NOT_YET``): the ones :meth:`use_zoom_levels` was given, else computed here, in
@@ -971,7 +984,7 @@ class TraceIndex:
             z = self._zoom
             if z is None:
                 fe = self.flow
-                z = self._zoom = tv.ZoomLevels(self.cols["start"], self.cols["dur"], self.cols["track"], fe.seq,
+                z = self._zoom = tv.ZoomLevels(self.cols["start"], self._rule_durations, self.cols["track"], fe.seq,
                                                fe.flow_id.astype(np.int64), fe.kind == FLOW_END,
                                                np.full(self.n, tv.NOT_YET, np.int8), -1)
             if z.done < upto:
@@ -999,7 +1012,7 @@ class TraceIndex:
         with self._zoom_lock:
             if self._zoom is not None and self._zoom.done >= done:
                 return
-            z = tv.ZoomLevels(self.cols["start"], self.cols["dur"], self.cols["track"], fe.seq,
+            z = tv.ZoomLevels(self.cols["start"], self._rule_durations, self.cols["track"], fe.seq,
                               fe.flow_id.astype(np.int64), fe.kind == FLOW_END, level, done)
             self._zoom = z if flow is None else z.resumed(*flow)
 

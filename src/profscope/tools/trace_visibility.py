@@ -166,7 +166,8 @@ class ZoomLevels:
     filled (``NOT_YET`` where unknown) and ``done`` the deepest level computed."""
 
     def __init__(self, start, dur, track, flow_rows, flow_ids, flow_end, level: np.ndarray, done: int):
-        self.start, self.dur, self.track = start, dur, track
+        self.start, self.track = start, track
+        self._dur = dur  # the durations, or a function making them (run only if a level is computed)
         self.flow_rows, self.flow_ids, self.flow_end = flow_rows, flow_ids, flow_end
         self.level = level
         self.done = done
@@ -178,6 +179,12 @@ class ZoomLevels:
         self._flow_of: np.ndarray | None = None  # per row, its flow id or -1
         self._flow_seq: tuple | None = None
         self._flow_dense: tuple | None = None  # the same for the C pass
+
+    @property
+    def dur(self) -> np.ndarray:
+        if callable(self._dur):
+            self._dur = self._dur()
+        return self._dur
 
     def state(self) -> dict:
         """What a later :meth:`compute` resumes from (:meth:`resumed`): the levels, the flow
