@@ -57,6 +57,14 @@ if hasattr(os, "register_at_fork"):
                         after_in_child=_renew_in_server_lock)
 
 
+def _load_model(folder) -> Snapshot:
+    """A snapshot's saved columns with what its first view derived from them (saved by
+    the worker that parsed it), so that the next worker's view does not derive it again."""
+    snap = snapshot_model.load_model(folder)
+    memory_profile_snapshot.load_derived(snap, folder)
+    return snap
+
+
 class Snapshots:
     """Part of :class:`~profscope.app.workspace.Workspace`: snapshot runs."""
 
@@ -100,6 +108,8 @@ class Snapshots:
                 snap = snapshot_pickle.load_snapshot(f, self.logdir.display_path(info.path), progress=reporter)
             reporter.update(message="saving its columns in the cache")
             snapshot_model.save_model(snap, folder)
+            if snap.devices:  # the first view's device (``hosts()[0]``), derived once for every process
+                memory_profile_snapshot.save_derived(snap, snap.devices[0], folder)
             parsed.append(snap)
 
         model_key = keys.derived(keys.SNAPSHOT_MODEL, self.logdir.url, key)
@@ -111,7 +121,7 @@ class Snapshots:
             if progress is not None:
                 progress.update(message=f"reading the columns of {info.name}")
             try:
-                snap = snapshot_model.load_model(folder)
+                snap = _load_model(folder)
             except (OSError, ValueError, KeyError, TypeError):  # a damaged cache entry: parse again
                 shutil.rmtree(folder, ignore_errors=True)
                 return self.snapshot(run, progress)
@@ -204,7 +214,7 @@ class Snapshots:
         if folder is None:
             return None
         try:
-            snap = snapshot_model.load_model(folder)
+            snap = _load_model(folder)
         except (OSError, ValueError, KeyError, TypeError):
             return None  # a damaged entry: a worker reads the file again
         return self._remember(key, snap)

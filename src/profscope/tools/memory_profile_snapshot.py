@@ -157,6 +157,7 @@ final state (``active_*``, block ``size``) are grouped by it.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import weakref
@@ -239,13 +240,16 @@ class _Dev:
         is_free = is_("free_completed", "free")
         ev = np.nonzero(is_alloc | is_free)[0]
         fr_idx = np.nonzero(is_("free_requested"))[0]
-        all_addr = np.concatenate([addr[ev], fb_addr, addr[fr_idx]])
-        uniq, inv = np.unique(all_addr, return_inverse=True)
-        r_ev = inv[:len(ev)]
-        r_fb = inv[len(ev):len(ev) + len(fb_addr)]
-        r_fr = inv[len(ev) + len(fb_addr):]
-        order = np.lexsort((ev, r_ev))
-        ev_s, r_s = ev[order], r_ev[order]
+        # the events by address, in trace order at each (a stable sort of the addresses:
+        # ``ev`` ascends); addresses are compared as they are, ranked only for the keys of
+        # the free_requested match below (an inverse of np.unique would argsort them all)
+        a_ev = addr[ev]
+        order = np.argsort(a_ev, kind="stable")
+        ev_s, r_s = ev[order], a_ev[order]
+        uniq = np.sort(np.concatenate([a_ev, fb_addr, addr[fr_idx]]))
+        if len(uniq):
+            uniq = uniq[np.concatenate(([True], uniq[1:] != uniq[:-1]))]
+        r_fr = np.searchsorted(uniq, addr[fr_idx])
         alloc_s = is_alloc[ev_s]
         same_next = np.zeros(len(ev_s), bool)
         same_next[:-1] = r_s[1:] == r_s[:-1]
@@ -260,8 +264,8 @@ class _Dev:
         ui = np.nonzero(~alloc_s & ~prev_alloc)[0]
         u_idx = ev_s[ui]
         # open at the end
-        open_ranks = r_s[ai[~has_next]]
-        pre_fb = ~np.isin(r_fb, open_ranks)
+        open_addrs = r_s[ai[~has_next]]
+        pre_fb = ~np.isin(fb_addr, open_addrs)
         pre_rows = self.final_blocks[pre_fb]
         pre_rows = pre_rows[np.argsort(blk.address[pre_rows], kind="stable")]
         u_order = np.argsort(-u_idx, kind="stable")
@@ -299,22 +303,7 @@ class _Dev:
             if "active_allocated" in snap.state_names:
                 self.pending_final[ia[ok]] = blk.state[rows[ok]] != snap.state_code("active_allocated")
             self.stack[ia[ok]] = np.where(self.stack[ia[ok]] == 0, blk.stack[rows[ok]], self.stack[ia[ok]])
-        # first free_requested inside each allocation's life -> pending since
-        self.pending_since = np.full(len(self.size), -2, np.int64)
-        el_rank = np.searchsorted(uniq, self.addr)
-        if len(fr_idx) and len(self.size):
-            key = el_rank * (n + 2) + (self.start + 1)
-            ko = np.argsort(key, kind="stable")
-            ks = key[ko]
-            fk = r_fr * (n + 2) + (fr_idx + 1)
-            c = np.searchsorted(ks, fk, side="right") - 1
-            okc = c >= 0
-            cand = ko[np.clip(c, 0, None)]
-            okc &= (el_rank[cand] == r_fr) & (self.end[cand] > fr_idx) & (self.start[cand] < fr_idx)
-            ps = self.pending_since
-            for e, r in zip(cand[okc][::-1].tolist(), fr_idx[okc][::-1].tolist()):
-                ps[e] = r
-        self.pending_since[(self.pending_since == -2) & self.pending_final] = -1
+        self.pending_since = self._pending_since(uniq, r_fr, fr_idx)
         # total live bytes after each event
         base = int(self.size[self.start < 0].sum())
         delta = np.zeros(n + 1, np.int64)
@@ -336,8 +325,33 @@ class _Dev:
                                          "segment_unmap"))[0]
         self.counts = {}
         if n:
-            bc = np.bincount(act, minlength=len(names))
+            # one pass per action name: bincount would first widen 7 M uint8 codes to intp
+            bc = [np.count_nonzero(act == i) for i in range(len(names))]
             self.counts = {names[i]: int(c) for i, c in enumerate(bc) if c}
+
+    def _pending_since(self, uniq, r_fr, fr_idx) -> np.ndarray:
+        """Each allocation's first free_requested inside its life (-1: pending at the end
+        with none in the trace, -2: none). ``uniq``: every address, sorted; ``r_fr``: the
+        free_requested's ranks in it, at trace indices ``fr_idx``."""
+        n = self.n
+        ps = np.full(len(self.size), -2, np.int64)
+        el_rank = np.searchsorted(uniq, self.addr)
+        if len(fr_idx) and len(self.size):
+            key = el_rank * (n + 2) + (self.start + 1)
+            ko = np.argsort(key, kind="stable")
+            ks = key[ko]
+            fk = r_fr * (n + 2) + (fr_idx + 1)
+            c = np.searchsorted(ks, fk, side="right") - 1
+            okc = c >= 0
+            cand = ko[np.clip(c, 0, None)]
+            okc &= (el_rank[cand] == r_fr) & (self.end[cand] > fr_idx) & (self.start[cand] < fr_idx)
+            # an allocation's first free_requested (the earliest event index of those matched)
+            first = np.full(len(self.size), n, np.int64)
+            np.minimum.at(first, cand[okc], fr_idx[okc])
+            hit = first < n
+            ps[hit] = first[hit]
+        ps[(ps == -2) & self.pending_final] = -1
+        return ps
 
     def live_at(self, i: int) -> np.ndarray:
         return np.nonzero((self.start <= i) & (self.end > i))[0]
@@ -356,6 +370,43 @@ def _dev(snap: Snapshot, device) -> _Dev:
     if v is None:
         v = c[("dev", d)] = _Dev(snap, d)
     return v
+
+
+# What _Dev derives, saved beside the model's columns (the app's cache folder) so that
+# the next process's first view reads it back instead of deriving it again: the page
+# asks for the overview, then the timeline, each in a conversion worker of its own, and
+# on a 1 GB snapshot the derivation (sorting 7 M addresses) is ~2 s of each.
+_DEV_ARRAYS = ("seg_rows", "final_blocks", "start", "end", "addr", "size", "stack", "stream", "bsize",
+               "breq", "pending_final", "pending_since", "total", "reserved", "seg_events")
+_DEV_SCALARS = ("n", "has_time", "npre", "n_unmatched", "n_pre_blocks", "base", "final_reserved", "counts")
+
+
+def save_derived(snap: Snapshot, device, folder) -> None:
+    """Write device ``device``'s derived columns (:class:`_Dev`) into ``folder`` (the
+    folder of the snapshot's saved model), for :func:`load_derived`."""
+    dv = _dev(snap, device)
+    for k in _DEV_ARRAYS:
+        np.save(folder / f"dev{dv.device}_{k}.npy", getattr(dv, k))
+    (folder / f"dev{dv.device}.json").write_text(json.dumps({k: getattr(dv, k) for k in _DEV_SCALARS}))
+
+
+def load_derived(snap: Snapshot, folder) -> None:
+    """Take the devices' derived columns that :func:`save_derived` wrote into ``folder``
+    as ``snap``'s own (devices without them are derived on first use)."""
+    c = _cache(snap)
+    for d in snap.devices:
+        meta = folder / f"dev{d}.json"
+        if ("dev", d) in c or not meta.exists():
+            continue
+        dv = _Dev.__new__(_Dev)
+        dv.device = d
+        dv.__dict__.update(json.loads(meta.read_text()))
+        dv.__dict__.update({k: np.load(folder / f"dev{d}_{k}.npy") for k in _DEV_ARRAYS})
+        dv.trace = snap.traces[d] if d < len(snap.traces) else None
+        dv.time = dv.trace.time_us if dv.trace is not None else np.zeros(0, np.int64)
+        if len(dv.total) != dv.n:
+            raise ValueError(f"{folder}: derived columns of device {d} do not match its trace")
+        c[("dev", d)] = dv
 
 
 def _jsonable(v):
