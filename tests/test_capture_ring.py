@@ -21,7 +21,7 @@ from profscope.formats.xspace_merge import TASK_ENVIRONMENT, merge_xspaces, reco
 from profscope.server import create_app
 from profscope.storage import LogDir
 from profscope.storage.profiler_client import CaptureSettings, ProfilerClient
-from profscope.testing.processes import free_port
+from profscope.testing.processes import free_port, interruptible
 from profscope.testing.profiler_job import profiler_jobs
 
 
@@ -193,7 +193,7 @@ def test_cli_last_saves_on_enter_and_on_ctrl_c(jobs, tmp_path):
 
     proc = subprocess.Popen([sys.executable, "-m", "profscope", "capture", jobs[0], "--last", "3s", "--piece", "1s",
                              "--dir", str(tmp_path / "c")], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=interruptible)
     try:
         time.sleep(8)  # the interpreter's start, then more than the window
         proc.stdin.write("\n")

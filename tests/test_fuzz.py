@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from profscope.testing.fuzz import driver, mutators, reproducers, seeds
+from profscope.testing.processes import interruptible
 
 REPO = Path(__file__).resolve().parents[1]
 SEED = int(os.environ.get("PROFSCOPE_FUZZ_SEED", "13"))
@@ -127,7 +128,8 @@ def test_an_interrupted_campaign_leaves_no_process_running(mode, sig, target, tm
     """Ctrl+C or SIGTERM (a CI timeout) in the middle of a campaign: the reader worker or
     the ``profscope serve`` it started ends with it, forked conversion workers included."""
     proc = subprocess.Popen([sys.executable, "-c", INTERRUPTED_RUN, mode, str(tmp_path / "work"), target.src],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=interruptible)
     try:
         line = proc.stdout.readline()
         assert line.startswith("started "), line + proc.stderr.read()[-3000:]

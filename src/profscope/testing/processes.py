@@ -5,6 +5,7 @@ on any error on the way)."""
 
 from __future__ import annotations
 
+import signal
 import socket
 import subprocess
 import time
@@ -15,6 +16,15 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def interruptible() -> None:
+    """``preexec_fn`` of a child a test sends SIGINT (Ctrl+C): SIGINT's default disposition
+    in the child, whatever this process inherited. A shell without job control starts a
+    background command with SIGINT ignored (POSIX, asynchronous lists), the whole test run
+    inherits that, and Python keeps an ignored SIGINT ignored: the child would never see
+    the Ctrl+C the test sends it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def stop(proc: subprocess.Popen, grace: float = 10.0) -> None:
