@@ -170,3 +170,35 @@ def test_the_quick_run_lists_hold_the_captured_runs_as_the_apps_do(demo_logdir, 
     finally:
         q.stop()
         sock.close()
+
+
+def test_descriptors_over_1023_are_answered(demo_logdir, tmp_path):
+    """A process holding over 1,023 descriptors (a test run's did): select() refuses such a
+    descriptor and the thread died, holding its connections for ever; the selector
+    (epoll) answers them."""
+    import os
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1200:
+        pytest.skip(f"the descriptor limit is {hard}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+    null = os.open(os.devnull, os.O_RDONLY)
+    filler = [os.dup(null) for _ in range(1100)]  # the next socket's descriptor is over 1023
+    try:
+        sock = _bound()
+        assert sock.fileno() > 1023
+        port = sock.getsockname()[1]
+        q = QuickStart(sock, LogDir(str(demo_logdir)), Security.for_bind("127.0.0.1", port)).start()
+        try:
+            assert q.warm.wait(90)
+            resp, body = _get(http.client.HTTPConnection("127.0.0.1", port, timeout=90), "/api/runs")
+            assert resp.status == 200 and json.loads(body)["runs"] and q.answered == 1
+        finally:
+            q.stop()
+            sock.close()
+    finally:
+        for fd in filler:
+            os.close(fd)
+        os.close(null)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

@@ -25,9 +25,11 @@ from __future__ import annotations
 import email.utils
 import functools
 import gzip
-import select
+import logging
+import selectors
 import socket
 import threading
+import time
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl
 
@@ -39,6 +41,8 @@ from profscope.server.guard import H11_MAX_HEAD_BYTES, Guard, Security, add_head
 
 if TYPE_CHECKING:
     import asyncio
+
+log = logging.getLogger("profscope.server.quick_start")
 
 JSON = b"application/json"
 HTML = b"text/html; charset=utf-8"  # Starlette's HTMLResponse
@@ -128,30 +132,50 @@ class QuickStart:
     def _run(self) -> None:
         open_: list[socket.socket] = []  # connections whose next request may be answered here
         held: list[socket.socket] = []  # connections waiting for uvicorn
+        try:
+            self._answer_until_hand_over(open_, held)
+        except Exception:  # noqa: BLE001 - what is held still goes to uvicorn, which answers it
+            log.exception("the quick start stopped answering; the app answers from its start")
         while True:
             with self._lock:
                 target, stopped = self._target, self._stopped
             if stopped or target is not None:
                 break
-            readable, _, _ = select.select([self.sock, *open_], [], [], 0 if self._warm_steps else 0.02)
-            if not readable and self._warm_steps:
-                self._warm_up()
-            for s in readable:
-                if s is self.sock:
-                    conn = self._accept()
-                    if conn is not None:
-                        open_.append(conn)
-                    continue
-                state = self._serve(s)
-                if state != "open":
-                    open_.remove(s)
-                if state == "held":
-                    held.append(s)
+            time.sleep(0.02)
         for conn in [*held, *open_]:
             if target is not None:
                 self._give(conn, *target)
             else:
                 conn.close()
+
+    def _answer_until_hand_over(self, open_: list[socket.socket], held: list[socket.socket]) -> None:
+        # A selector (epoll), not select(): select() refuses a descriptor over 1023, and a
+        # process may hold that many (a test run's did: the thread died, and what it held
+        # waited for ever).
+        with selectors.DefaultSelector() as sel:
+            sel.register(self.sock, selectors.EVENT_READ)
+            while True:
+                with self._lock:
+                    if self._stopped or self._target is not None:
+                        return
+                ready = sel.select(0 if self._warm_steps else 0.02)
+                if not ready and self._warm_steps:
+                    self._warm_up()
+                for key, _ in ready:
+                    s = key.fileobj
+                    if s is self.sock:
+                        conn = self._accept()
+                        if conn is not None:
+                            open_.append(conn)
+                            sel.register(conn, selectors.EVENT_READ)
+                        continue
+                    state = self._serve(s)
+                    if state == "open":
+                        continue
+                    open_.remove(s)
+                    sel.unregister(s)
+                    if state == "held":
+                        held.append(s)
 
     def _warm_up(self) -> None:
         """One step of the warm-up, between requests (a request never waits for it)."""
