@@ -67,7 +67,7 @@ def test_the_page_and_api_clients_at_once_on_cold_multi_host_runs(tmp_path, monk
     # the way, so that a deadlock cannot end by itself.
     monkeypatch.setenv("PROFSCOPE_WORKER_CONCURRENCY", "2")
     monkeypatch.setenv("PROFSCOPE_WORKER_IDLE_SECONDS", str(BACKSTOP_S * 5))
-    with profscope_server("serve", str(logdir), "--port", "0", "--cache-dir", str(tmp_path / "cache")) as (url, _):
+    with profscope_server("serve", str(logdir), "--port", "0", "--cache-dir", str(tmp_path / "cache")) as (url, log):
         base = url.rstrip("/")
         with urllib.request.urlopen(f"{base}/api/runs", timeout=BACKSTOP_S) as r:
             runs = [run["name"] for run in json.loads(r.read())["runs"]]
@@ -79,4 +79,4 @@ def test_the_page_and_api_clients_at_once_on_cold_multi_host_runs(tmp_path, monk
     # Every request answered; a host's trace and memory profile of these real profiles
     # all read, so nothing may be an error either.
     failed = [(url.split(base)[1], status) for url, status in answers if status != 200]
-    assert failed == [], failed
+    assert failed == [], (failed, "".join(log[-80:]))

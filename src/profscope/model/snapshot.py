@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from profscope.model import npy_files as npy
+
 #: Trace action codes. Unknown actions get codes from len(ACTIONS) on, named in
 #: ``Snapshot.action_names``.
 ACTIONS = (
@@ -228,7 +230,7 @@ def load_model(folder: Path) -> Snapshot:
         raise ValueError(f"{folder}: saved model version {meta.get('version')}, not {MODEL_FORMAT_VERSION}")
 
     def arr(name: str) -> np.ndarray:
-        return np.load(folder / f"{name}.npy")
+        return npy.load(folder / f"{name}.npy")
 
     items, offsets = arr("stack_items").tolist(), arr("stack_offsets").tolist()
     stacks = [tuple(items[a:z]) for a, z in pairwise(offsets)]

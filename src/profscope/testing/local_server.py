@@ -61,6 +61,8 @@ def profscope_process(*args: str):
             lines.append(line)
             m = re.search(r"serving at (http://\S+)", line)
             if m:
+                # the rest of its output keeps coming into ``lines`` (a test's message shows it)
+                threading.Thread(target=lines.extend, args=(proc.stdout,), daemon=True).start()
                 yield m.group(1), lines, proc
                 break
         else:

@@ -165,6 +165,7 @@ import weakref
 import numpy as np
 
 from profscope.errors import BadRequest, NotFound
+from profscope.model import npy_files as npy
 from profscope.model.snapshot import Snapshot
 from profscope.tools import memory_profile_xprof as xm
 
@@ -401,7 +402,7 @@ def load_derived(snap: Snapshot, folder) -> None:
         dv = _Dev.__new__(_Dev)
         dv.device = d
         dv.__dict__.update(json.loads(meta.read_text()))
-        dv.__dict__.update({k: np.load(folder / f"dev{d}_{k}.npy") for k in _DEV_ARRAYS})
+        dv.__dict__.update({k: npy.load(folder / f"dev{d}_{k}.npy") for k in _DEV_ARRAYS})
         dv.trace = snap.traces[d] if d < len(snap.traces) else None
         dv.time = dv.trace.time_us if dv.trace is not None else np.zeros(0, np.int64)
         if len(dv.total) != dv.n:

@@ -57,6 +57,7 @@ import orjson
 
 from profscope.errors import BadInput, NotFound
 from profscope.forksafe import renew_locks_after_fork
+from profscope.model import npy_files as npy
 from profscope.model.trace import FLOW_END, FLOW_MID, FLOW_START, FlowEvents, FlowPoints, TraceEvents
 from profscope.tools import trace_visibility as tv
 
@@ -376,8 +377,8 @@ def _flow_arrows(fe: FlowEvents, out: Path, ev: TraceEvents) -> np.ndarray:
     and the kernels or callbacks it caused.) ``fe.seq`` holds index rows here."""
     if not len(fe.seq):
         return np.zeros((0, 5), np.int64)
-    start = np.load(out / "start.npy", mmap_mode="r")
-    track = np.load(out / "track.npy", mmap_mode="r")
+    start = npy.load(out / "start.npy", mmap_mode="r")
+    track = npy.load(out / "track.npy", mmap_mode="r")
     st = np.asarray(start[fe.seq])
     tr = np.asarray(track[fe.seq]).astype(np.int64)
     o = np.lexsort((st, fe.flow_id))
@@ -419,10 +420,10 @@ def _bind_flow_points(fp: FlowPoints, shift: int, out: Path) -> FlowEvents:
     no slice, or to a slice another flow (of a lower number) already holds, or with two
     points on one slice, is left out whole, so that every ``flow_in`` XProf's trace viewer
     reads has its ``flow_out``. The page's own arrows (point to point) keep every flow."""
-    start = np.load(out / "start.npy", mmap_mode="r")
-    dur = np.load(out / "dur.npy", mmap_mode="r")
-    track = np.load(out / "track.npy", mmap_mode="r")
-    depth = np.load(out / "depth.npy", mmap_mode="r")
+    start = npy.load(out / "start.npy", mmap_mode="r")
+    dur = npy.load(out / "dur.npy", mmap_mode="r")
+    track = npy.load(out / "track.npy", mmap_mode="r")
+    depth = npy.load(out / "depth.npy", mmap_mode="r")
     ts = fp.ts_ps - shift
     pt_track = fp.track.astype(np.int64)
     rows = np.flatnonzero(np.isin(track, np.unique(fp.track)))
@@ -532,7 +533,7 @@ def _mapped(path: Path) -> np.ndarray:
     """A column memory-mapped read-only. (Each lookup maps the page-cache folio around
     it: on this machine's ext4 that is 2 MB, so RssFile grows by a few MB per distinct
     place a window touches; those pages are clean, shared and reclaimable.)"""
-    return np.load(path, mmap_mode="r")
+    return npy.load(path, mmap_mode="r")
 
 
 def _fenced(col, fence: np.ndarray, a: int, z: int, x: int, side: str) -> int:
@@ -719,9 +720,9 @@ def _build_tiers(track, depth, start, level, bounds, out: Path, native=None) -> 
         tiers.append(z)
         del rows
     for k in ("dur", "name"):  # read back once each, after the scratch arrays are gone
-        col = np.load(out / f"{k}.npy")
+        col = npy.load(out / f"{k}.npy")
         for z in tiers:
-            v = col[np.load(out / f"tier_{z}_rows.npy")]
+            v = col[npy.load(out / f"tier_{z}_rows.npy")]
             if k == "dur" and z <= 31:  # levels < z: every duration is below 2^z
                 v = v.astype(np.int32)
             np.save(out / f"tier_{z}_{k}.npy", v)
@@ -834,18 +835,18 @@ class TraceIndex:
         self.n = self.meta["events"]
         self.origin_ps = int(self.meta["origin_ps"])
         self.end_ps = int(self.meta["end_ps"])
-        self.cols = {k: _mapped(self.folder / f"{k}.npy") if self.n else np.load(self.folder / f"{k}.npy") for k in _COLS}
+        self.cols = {k: _mapped(self.folder / f"{k}.npy") if self.n else npy.load(self.folder / f"{k}.npy") for k in _COLS}
         self.levels = self.meta["levels"]
         self.tiers = {z: {k: _mapped(self.folder / f"tier_{z}_{k}.npy") for k in _TIER_COLS}
                       for z in self.meta["tiers"]}
-        self.fence = np.load(self.folder / "start_fence.npy")
-        self.tier_fence = {z: np.load(self.folder / f"tier_{z}_fence.npy") for z in self.meta["tiers"]}
+        self.fence = npy.load(self.folder / "start_fence.npy")
+        self.tier_fence = {z: npy.load(self.folder / f"tier_{z}_fence.npy") for z in self.meta["tiers"]}
         self.names = self.meta["names"]
         self.tracks = self.meta["tracks"]
         # (name, from track, from ps, to track, to ps) per arrow; few, so in memory
-        self.flows = np.load(self.folder / "flows.npy")
+        self.flows = npy.load(self.folder / "flows.npy")
         # slices bound to a flow (XProf's bind_id), by row
-        self.flow = FlowEvents(*(np.load(self.folder / f"flow_{k}.npy") for k in ("seq", "flow_id", "kind", "category")))
+        self.flow = FlowEvents(*(npy.load(self.folder / f"flow_{k}.npy") for k in ("seq", "flow_id", "kind", "category")))
         self._lower = None
         self._modules: dict[str, str] | None = None
         self._flow_short = self._flow_long = None  # see flows_in
@@ -1001,13 +1002,13 @@ class TraceIndex:
         """Take the zoom levels kept in ``folder`` (:func:`write_zoom_levels`: every
         level, or those down to the depth it says), memory-mapped."""
         folder = Path(folder)
-        level = np.load(folder / ZOOM_LEVELS_FILE, mmap_mode="r")
+        level = npy.load(folder / ZOOM_LEVELS_FILE, mmap_mode="r")
         if level.shape != (self.n,) or level.dtype != np.int8:
             raise ValueError(f"{folder}: zoom levels of {level.shape} {level.dtype}, not of this index's {self.n} rows")
         done, flow = tv.N_LEVELS - 1, None
         if (folder / ZOOM_STATE_FILE).exists():  # made only as deep as a window asked
             st = orjson.loads((folder / ZOOM_STATE_FILE).read_bytes())
-            done, flow = st["done"], (np.load(folder / ZOOM_FLOW_FILE), st["flow_done"])
+            done, flow = st["done"], (npy.load(folder / ZOOM_FLOW_FILE), st["flow_done"])
         fe = self.flow
         with self._zoom_lock:
             if self._zoom is not None and self._zoom.done >= done:
@@ -1061,8 +1062,8 @@ class TraceIndex:
         """A counter series in [s, e) (and the point before it), decimated when it has
         more than 3 points per pixel: per pixel its first point, then its min and max at
         that point's time (so spikes narrower than a pixel still show)."""
-        t = np.load(self.folder / f"counter_{i}_t.npy", mmap_mode="r")
-        v = np.load(self.folder / f"counter_{i}_v.npy", mmap_mode="r")
+        t = npy.load(self.folder / f"counter_{i}_t.npy", mmap_mode="r")
+        v = npy.load(self.folder / f"counter_{i}_v.npy", mmap_mode="r")
         lo = max(0, int(np.searchsorted(t, s, side="left")) - 1)
         hi = int(np.searchsorted(t, e, side="right"))
         if hi - lo <= 3 * resolution:
@@ -1083,8 +1084,8 @@ class TraceIndex:
 
     def counter_samples(self, i: int, s: int, e: int) -> tuple[np.ndarray, np.ndarray]:
         """Every sample of counter ``i`` in [s, e], bounds included (XProf's window)."""
-        t = np.load(self.folder / f"counter_{i}_t.npy", mmap_mode="r")
-        v = np.load(self.folder / f"counter_{i}_v.npy", mmap_mode="r")
+        t = npy.load(self.folder / f"counter_{i}_t.npy", mmap_mode="r")
+        v = npy.load(self.folder / f"counter_{i}_v.npy", mmap_mode="r")
         lo = int(np.searchsorted(t, s, side="left"))
         hi = int(np.searchsorted(t, e, side="right"))
         return np.asarray(t[lo:hi]), np.asarray(v[lo:hi])
@@ -1097,7 +1098,7 @@ class TraceIndex:
             ends = []
             for i, c in enumerate(self.meta["counters"]):
                 if c.get("stat") and c["points"]:
-                    t = np.load(self.folder / f"counter_{i}_t.npy", mmap_mode="r")
+                    t = npy.load(self.folder / f"counter_{i}_t.npy", mmap_mode="r")
                     ends += [int(t[0]), int(t[-1])]
             got = self._xprof_counter_span = (min(ends), max(ends)) if ends else None
         return got

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from profscope.errors import BadRequest, NotFound
+from profscope.model import npy_files as npy
 from profscope.tools.trace_viewer import PS_PER_MS, TRACK_ID_SHIFT, TraceView, display_name
 
 # xplane_trace.py names an allocator's counters "<allocator_name> heap allocated" and
@@ -62,8 +63,8 @@ def counter_point(view: TraceView, track: int, t_ms: float | None, peak: str | N
     if ci is None:
         raise NotFound(f"no counter track {track} in this trace (a track id of /api/trace/window's counters)")
     ix, sh = h.index, view.shift[h.position]
-    t = np.load(ix.folder / f"counter_{ci}_t.npy", mmap_mode="r")
-    v = np.load(ix.folder / f"counter_{ci}_v.npy", mmap_mode="r")
+    t = npy.load(ix.folder / f"counter_{ci}_t.npy", mmap_mode="r")
+    v = npy.load(ix.folder / f"counter_{ci}_v.npy", mmap_mode="r")
     if not len(t):
         raise NotFound(f"counter track {track} has no samples")
     if peak in ("window", "all"):

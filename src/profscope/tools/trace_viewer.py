@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from profscope.errors import BadRequest, NotFound
+from profscope.model import npy_files as npy
 from profscope.tools import step_breakdown
 from profscope.tools.trace_index import MODULE_ID, TraceIndex
 
@@ -84,7 +85,7 @@ def zero_counter_tracks(ix: TraceIndex) -> frozenset[int]:
         for i, c in enumerate(ix.meta["counters"]):
             if c.get("unit") != "bytes":
                 continue
-            v = np.load(ix.folder / f"counter_{i}_v.npy", mmap_mode="r")
+            v = npy.load(ix.folder / f"counter_{i}_v.npy", mmap_mode="r")
             if not np.any(v):
                 zero.add(c["track"])
         got = ix._zero_counter_tracks = frozenset(zero)
