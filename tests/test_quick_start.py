@@ -116,6 +116,8 @@ def test_every_other_request_waits_for_uvicorn_and_gets_the_apps_answer(quick):
 
 
 def test_the_first_answers_import_no_fastapi_nor_readers(demo_logdir):
+    # nor the tool table (the page reads app/tool_pages.py): its rows import the app's
+    # producers, a third of the page's CPU before (docs/performance.md, issue 40)
     code = f"""
 import http.client, socket, sys
 from profscope.server.guard import Security
@@ -129,7 +131,8 @@ for path in ("/", "/api/runs", "/data/plugin/profile/runs"):
     conn.request("GET", path); resp = conn.getresponse(); resp.read()
     assert resp.status == 200, path
 assert q.answered == 3
-print(sorted(m for m in ("fastapi", "starlette", "uvicorn", "pydantic", "numpy", "google.protobuf", "fsspec")
+print(sorted(m for m in ("fastapi", "starlette", "uvicorn", "pydantic", "numpy", "google.protobuf", "fsspec",
+                         "profscope.app.tool_table", "profscope.app.summary", "profscope.app.traces")
              if m in sys.modules))
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=90).stdout

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from profscope.app import tool_pages
 from profscope.app.summary import Analysis, complete_host
 from profscope.app.compiled_memory import CompiledMemory
 from profscope.app.oom import OomAssessment
@@ -300,6 +301,12 @@ TOOLS: tuple[Tool, ...] = (
     ),
 )
 
+# The page (server/quick_start.py) reads names, titles and page modules from the light
+# copy in app/tool_pages.py, so as not to import this table's producers: it must say the same.
+if tuple((t.name, t.title, t.pages) for t in TOOLS) != tool_pages.ROWS:  # page_rows(), defined below
+    raise ImportError("app/tool_pages.py's ROWS differ from app/tool_table.py's TOOLS (name, title, pages): "
+                      "change both")
+
 # XProf's tool_sort_order (profile_plugin.py ``_get_active_tools``).
 XPROF_TOOL_ORDER = (
     "overview_page", "trace_viewer", "trace_viewer@", "graph_viewer", "op_profile", "hlo_op_profile",
@@ -351,9 +358,14 @@ def for_run(run: Run) -> list[Tool]:
     return sorted((t for t in TOOLS if t.applies_to(run)), key=_listed)
 
 
+def page_rows() -> tool_pages.Rows:
+    """Each tool's name, title and page modules: what the dashboard's page shows of it."""
+    return tuple((t.name, t.title, t.pages) for t in TOOLS)
+
+
 def page_modules() -> list[str]:
     """The dashboard's page modules, each once, in the table's order."""
-    return list(dict.fromkeys(p for t in TOOLS for p in t.pages))
+    return tool_pages.page_modules(page_rows())
 
 
 def page_tool(tag: str) -> str | None:

@@ -54,7 +54,7 @@ def router(ws: Workspace) -> APIRouter:
             tool = request.query_params.get("tool") or tool_table.page_tool(tag)
             if tool is not None:
                 return RedirectResponse(_without_tag(request, tool), status_code=302)
-        return HTMLResponse(index_html(ws.logdir.url))
+        return HTMLResponse(index_html(ws.logdir.url, tool_table.page_rows()))
 
     @r.get("/static/vendor/plotly.min.js")
     def plotly() -> Response:

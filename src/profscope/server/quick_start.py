@@ -50,16 +50,20 @@ HTML = b"text/html; charset=utf-8"  # Starlette's HTMLResponse
 GZIP_MIN, GZIP_LEVEL = 2048, 5
 
 
-def index_html(logdir_url: str) -> str:
-    """The dashboard's page (``GET /``)."""
-    from profscope.app import tool_table
+def index_html(logdir_url: str, rows=None) -> str:
+    """The dashboard's page (``GET /``) of the tools ``rows`` (name, title, page modules):
+    the app passes the tool table's (``tool_table.page_rows()``); here, by default, its
+    light copy, app/tool_pages.py, the same rows (the table checks it when imported):
+    the table imports the app modules its rows name, a third of the first page's CPU
+    (docs/performance.md, issue 40)."""
+    from profscope.app import tool_pages
     from profscope.frontend import render
 
+    rows = tool_pages.ROWS if rows is None else rows
     # Every tool's title, for the shell's tool picker to name the open tool on a run
     # that has no input for it (the run's own tools come with /api/run).
-    titles = {t.name: t.title for t in tool_table.TOOLS}
     return render.page("index.html", version=__version__, logdir=logdir_url,
-                       pages=tool_table.page_modules(), titles=titles)
+                       pages=tool_pages.page_modules(rows), titles=tool_pages.titles(rows))
 
 
 def _api_runs(logdir, query: list) -> tuple[bytes, bytes] | None:
