@@ -23,6 +23,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from profscope.errors import BadInput, NotFound
@@ -517,6 +518,37 @@ def test_page_view_decimates_and_keeps_the_peak(demo_logdir):
         wanted |= {str(b["logicalBufferId"]) for b in blocks}
         assert set(page["logicalBufferSpans"]) <= wanted
         assert set(page["logicalBufferSpans"]) >= wanted & set(r["logicalBufferSpans"])
+
+
+def _keep_points_by_definition(heap: list[float], max_points: int) -> list[int]:
+    """page_view's docstring: the first, the last and the first position of the largest
+    heapSizes in each of max_points - 2 equal bins (an argmax per bin)."""
+    n = len(heap)
+    edges = np.linspace(1, n - 1, max_points - 1).astype(np.int64).tolist()
+    keep = {0, n - 1}
+    keep.update(lo + int(np.argmax(heap[lo:hi])) for lo, hi in zip(edges, edges[1:]) if hi > lo)
+    return sorted(keep)
+
+
+def test_page_view_keeps_each_bins_first_maximum_and_the_largest_blocks(demo_logdir):
+    """The kept points are made by one reduceat over the bins and the kept blocks by a
+    stable argsort (both per point / per block loops before): the same as the definition
+    on a real module's heap, whose flat runs tie within bins, and on plateaus."""
+    r = mv.from_hlo(_module_from_profile(demo_logdir, "transformer", "jit_train_step(24)"))
+    heap = r["heapSizes"]
+    assert len(set(heap)) < len(heap)  # ties: the first of them is kept
+    plateau = [float(i // 7 % 5) for i in range(5003)]
+    for curve in (heap, plateau, [1.0] * 1000):
+        for max_points in (3, 4, 10, 57, 400, len(curve) - 1):
+            page = mv.page_view({"heapSizes": curve, "profscope": {}}, max_points=max_points)
+            assert page["profscope"]["heapPositions"] == _keep_points_by_definition(curve, max_points)
+    blocks = r["bufferBlocks"]
+    for max_blocks in (1, 5, len(blocks) // 2):
+        page = mv.page_view(r, max_blocks=max_blocks)
+        ranked = sorted(range(len(blocks)), key=lambda i: -blocks[i].get("size", 0.0))
+        assert page["bufferBlocks"] == [blocks[i] for i in sorted(ranked[:max_blocks])]
+        assert page["profscope"]["bufferBlocksOmitted"]["mib"] == sum(
+            blocks[i].get("size", 0.0) for i in ranked[max_blocks:]) / MIB
 
 
 def test_page_view_on_a_million_points():
