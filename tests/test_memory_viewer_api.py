@@ -170,3 +170,33 @@ def test_a_small_module_converts_in_the_server_process(demo_copy, demo_expected,
     gzipped, stats = convert(demo_copy)
     assert (stats["inProcess"], stats["runs"]) == (0, 1)
     assert gzipped == small
+
+
+def test_the_module_list_imports_the_tool_before_its_worker_forks(demo_logdir, demo_expected, tmp_path):
+    """A cold module ranking imports the memory viewer (protobuf, numpy, the tool) in
+    the server process before its worker is forked, so that the page's view worker
+    inherits it instead of importing it a second time (issue 40: ~0.1 CPU s of the
+    page's first answer); a ranking read from the cache imports nothing."""
+    import subprocess
+    import sys
+
+    run_name, _ = _run(demo_expected, "transformer")
+    code = f"""
+import sys
+from profscope.app.workspace import Workspace
+from profscope.cache.store import DiskCache
+from profscope.cache.worker import WorkerPool
+from profscope.storage import LogDir
+ws = Workspace(LogDir({str(demo_logdir)!r}), DiskCache({str(tmp_path / "cache")!r}, workers=WorkerPool(enabled=True)))
+assert "profscope.tools.memory_viewer" not in sys.modules
+rows = ws.module_peaks(ws.run({run_name!r}))
+assert rows and not any("error" in r for r in rows), rows
+print(ws.cache.workers.stats["runs"], "profscope.tools.memory_viewer" in sys.modules)
+"""
+    cold = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert cold.returncode == 0, cold.stderr
+    runs, imported = cold.stdout.split()
+    assert int(runs) >= 1 and imported == "True"  # converted in a worker, imported here first
+    warm = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert warm.returncode == 0, warm.stderr
+    assert warm.stdout.split() == ["0", "False"]

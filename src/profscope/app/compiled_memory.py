@@ -33,6 +33,17 @@ memory_viewer_timeline = lazy.module("profscope.tools.memory_viewer_timeline")
 IN_PROCESS_MAX_BYTES = 2 * 1024 * 1024
 
 
+def _import_before_fork() -> None:
+    """Import what a module's conversion imports (protobuf's upb, the HLO protos, numpy,
+    the tool) in the server process, before a worker is forked for it: the page's module
+    list and its view fork a worker each, and each imported them anew (~0.07-0.1 CPU s
+    apiece on this machine, docs/performance.md, issue 40); forked after this, both
+    inherit them. Only when a conversion is about to run: a server that answers from the
+    cache never imports them."""
+    hlo_proto.parse  # noqa: B018 - a lazy module's first attribute read imports it
+    memory_viewer.from_hlo  # noqa: B018
+
+
 class CompiledMemory(HloLinks):
     """Part of :class:`~profscope.app.workspace.Workspace`: compiled modules and their buffers."""
 
@@ -188,6 +199,8 @@ class CompiledMemory(HloLinks):
             if source.hlo_file is None and (source.buffer_assignment is None or memory_space):
                 continue
             key = keys.derived(keys.MODULE_PEAK, self.logdir.url, source.identity(), name, memory_space)
+            if source.hlo_file is not None and not self.cache.has(key):
+                _import_before_fork()
             if source.hlo_file is None:
                 # A text-only module is ranked by its live ranges' peak (the memory viewer's
                 # own figure), so that a text dump is rated on the same module as its proto.
