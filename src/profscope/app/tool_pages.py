@@ -1,17 +1,16 @@
-"""What the dashboard's page (``GET /``) needs of the tool table: each tool's name, title
-and page modules, in app/tool_table.py's order, in a module that imports nothing.
+"""Each tool's title and dashboard page modules, by name, in app/tool_table.py's order:
+the one place they are written. The table's rows read them from here
+(``title("summary")``, ``pages("summary")``).
 
-``server/quick_start.py`` renders the page before the app is imported; reading these from
-``tool_table.TOOLS`` imported the app modules its rows name (the producers: summary,
-traces, compiled memory... ~30-40 ms of the page's 100-130 ms of CPU, docs/performance.md,
-issue 40). The app's own route renders from the table (``tool_table.page_rows``), and
-tool_table.py refuses to import when its rows and these differ, so a tool added there and
-not here (or retitled) fails every test that imports the table, and the two pages stay one.
+They live apart from the table because ``server/quick_start.py`` renders the page
+(``GET /``) before the app is imported, and importing the table imports the app modules
+its rows name (the producers: summary, traces, compiled memory...: ~30-40 ms of the
+page's 100-130 ms of CPU, docs/performance.md, issue 40). This module imports nothing.
 """
 
 from __future__ import annotations
 
-# (name, title, the dashboard's page modules under static/pages/), as the table's rows
+# (name, title, the dashboard's page modules under static/pages/), in the table's order
 ROWS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("summary", "Summary", ("summary.js",)),
     ("memory_viewer", "Memory viewer", ("memory_viewer.js",)),
@@ -26,6 +25,17 @@ ROWS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
 
 
 Rows = tuple[tuple[str, str, tuple[str, ...]], ...]
+_BY_NAME = {name: (title, pages) for name, title, pages in ROWS}
+
+
+def title(name: str) -> str:
+    """A tool's title (its row in the table reads it from here)."""
+    return _BY_NAME[name][0]
+
+
+def pages(name: str) -> tuple[str, ...]:
+    """A tool's dashboard page modules under static/pages/ (its row reads them from here)."""
+    return _BY_NAME[name][1]
 
 
 def titles(rows: Rows = ROWS) -> dict[str, str]:

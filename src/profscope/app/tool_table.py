@@ -157,7 +157,7 @@ def _for(**producers: Producer | None) -> dict[RunKind, Producer | None]:
 TOOLS: tuple[Tool, ...] = (
     Tool(
         "summary",
-        "Summary",
+        tool_pages.title("summary"),
         "What is wrong and what to do: status, key metrics, findings P0-P2 with evidence, impact and fix.",
         SummaryQuery,
         # profscope's own (XProf's managed summary.html, issue 35): docs/analysis.md. Listed
@@ -165,7 +165,7 @@ TOOLS: tuple[Tool, ...] = (
         _for(profile=Analysis.analysis, xla_dump=Analysis.analysis, torch_snapshot=Analysis.analysis,
              chrome_trace=Analysis.analysis, pprof=NOT_FOR),
         _reads_xplanes,
-        pages=("summary.js",),
+        pages=tool_pages.pages("summary"),
         reads=("steps_ops", "oom_risk", "memory_profile", "memory_viewer"),
         prepare=Analysis.summary_hosts_first,
         complete=complete_host,
@@ -174,13 +174,13 @@ TOOLS: tuple[Tool, ...] = (
     ),
     Tool(
         "memory_viewer",
-        "Memory viewer",
+        tool_pages.title("memory_viewer"),
         "What the XLA compiler planned: heap over program order, buffers at peak, padding.",
         MemoryViewerQuery,
         _for(profile=CompiledMemory.memory_viewer, xla_dump=CompiledMemory.memory_viewer,
              torch_snapshot=NOT_FOR, chrome_trace=NOT_FOR, pprof=NOT_FOR),
         _has_modules,
-        pages=("memory_viewer.js",),
+        pages=tool_pages.pages("memory_viewer"),
         page=Page("view_memory_allocation_timeline", "memory_viewer_timeline.html",
                   CompiledMemory.memory_viewer_timeline),
         in_process=CompiledMemory.small_module,
@@ -191,7 +191,7 @@ TOOLS: tuple[Tool, ...] = (
     ),
     Tool(
         "memory_profile",
-        "Memory profile",
+        tool_pages.title("memory_profile"),
         "What the allocator really did over time: peak, breakdown at peak, leaks.",
         MemoryProfileQuery,
         # XProf's schema for every run kind (XProf's page reads nothing else); the
@@ -203,7 +203,7 @@ TOOLS: tuple[Tool, ...] = (
              pprof=Pprofs.pprof_memory_profile,
              xla_dump=NOT_FOR),
         _reads_xplanes,
-        pages=("memory_profile.js", "torch_snapshot.js", "memory_profile_pprof.js"),
+        pages=tool_pages.pages("memory_profile"),
         complete=_first_host,
         version=5,  # 2: XProf's schema for traces and snapshots too (tools/memory_profile_xprof.py); 3: profiles without allocator events are not grouped;
         # 4: a trace's devices highest peak first, reserved null when not recorded, XProf's timeline sampled from every event, capacity totalGlobalMem
@@ -212,7 +212,7 @@ TOOLS: tuple[Tool, ...] = (
     ),
     Tool(
         "trace_viewer@",
-        "Trace viewer",
+        tool_pages.title("trace_viewer@"),
         "What ran when: host threads, device streams, XLA ops, steps.",
         XprofTraceQuery,
         # XProf's trace_viewer@ JSON; the dashboard reads windows of the same index
@@ -220,14 +220,14 @@ TOOLS: tuple[Tool, ...] = (
         _for(profile=Traces.trace_viewer_xprof, chrome_trace=Traces.trace_viewer_xprof,
              xla_dump=NOT_FOR, torch_snapshot=NOT_FOR, pprof=NOT_FOR),
         _reads_xplanes,
-        pages=("trace_viewer.js",),
+        pages=tool_pages.pages("trace_viewer@"),
         answer=Answer.STREAM,
         stream=Traces.trace_xprof_stream,
         aliases=("trace_viewer",),  # XProf's frontend and older clients leave out the streaming '@'
     ),
     Tool(
         "overview_page",
-        "Overview page",
+        tool_pages.title("overview_page"),
         "XProf's overview page: the step-time graph of XProf's steps, with its input-bound statement.",
         OpStatsQuery,
         # XProf's 7 DataTables for XProf's own page, the step-time graph equal to XProf's
@@ -235,39 +235,39 @@ TOOLS: tuple[Tool, ...] = (
         # (XPROF_OVERVIEW_TAGS, page_tool)
         _for(profile=ProfileSteps.overview_page, xla_dump=NOT_FOR, torch_snapshot=NOT_FOR, chrome_trace=NOT_FOR, pprof=NOT_FOR),
         _reads_xplanes,
-        pages=(),
+        pages=tool_pages.pages("overview_page"),
         complete=_first_host,
         version=2,  # 2: ALL_HOSTS merged, task and host counts, a TPU profile's steps
     ),
     Tool(
         "op_profile",
-        "HLO op profile",
+        tool_pages.title("op_profile"),
         "The device ops as a tree (program, category, op) with their time, as XProf's HLO op profile.",
         OpProfileQuery,
         # XProf's op_profile JSON for XProf's own page; GPU/ROCm and TPU TensorCore device
         # planes (a TPU's SparseCore planes: a 404 saying so, formats/xplane_op_metrics.py)
         _for(profile=OpStats.op_profile, xla_dump=NOT_FOR, torch_snapshot=NOT_FOR, chrome_trace=NOT_FOR, pprof=NOT_FOR),
         _reads_xplanes,
-        pages=(),
+        pages=tool_pages.pages("op_profile"),
         complete=_first_host,
         version=2,  # 2: TPU profiles (were a 404), with each fusion's fused instructions
     ),
     Tool(
         "hlo_stats",
-        "HLO op stats",
+        tool_pages.title("hlo_stats"),
         "Every HLO op ranked by its device time, as XProf's HLO op stats.",
         OpStatsQuery,
         # XProf's DataTable JSON for XProf's own page; GPU/ROCm and TPU TensorCore device
         # planes (a TPU's SparseCore planes: a 404 saying so, formats/xplane_op_metrics.py)
         _for(profile=OpStats.hlo_stats, xla_dump=NOT_FOR, torch_snapshot=NOT_FOR, chrome_trace=NOT_FOR, pprof=NOT_FOR),
         _reads_xplanes,
-        pages=(),
+        pages=tool_pages.pages("hlo_stats"),
         complete=_first_host,
         version=3,  # 2: source_info (file:line, the stack in its title); 3: TPU TensorCore planes
     ),
     Tool(
         "steps_ops",
-        "Steps & ops",
+        tool_pages.title("steps_ops"),
         "Why is my step slow: step time by category and device idle, and every device op ranked by its time.",
         StepsOpsQuery,
         # profscope's own (XProf splits it over overview_page, hlo_stats, op_profile,
@@ -275,7 +275,7 @@ TOOLS: tuple[Tool, ...] = (
         _for(profile=Traces.steps_ops_tool, chrome_trace=Traces.steps_ops_tool,
              xla_dump=NOT_FOR, torch_snapshot=NOT_FOR, pprof=NOT_FOR),
         _reads_xplanes,
-        pages=("steps_ops.js",),
+        pages=tool_pages.pages("steps_ops"),
         complete=_first_host,
         xprof=False,
         version=7,  # 2: ops[] rows' devices, step_category, in_step; xplane steps and their step windows; 3: share_of, PyTorch shares of every GPU's time, steps[].devices[].name; 4: ALL_HOSTS with an unreadable host answers, its row an error;
@@ -284,14 +284,14 @@ TOOLS: tuple[Tool, ...] = (
     ),
     Tool(
         "oom_risk",
-        "OOM risk",
+        tool_pages.title("oom_risk"),
         "Peak vs capacity, headroom, and what to cut.",
         OomRiskQuery,
         _for(profile=OomAssessment.oom_risk, xla_dump=OomAssessment.oom_risk,
              torch_snapshot=OomAssessment.oom_risk, chrome_trace=OomAssessment.oom_risk,
              pprof=OomAssessment.oom_risk),
         _reads_xplanes,
-        pages=("oom_risk.js",),
+        pages=tool_pages.pages("oom_risk"),
         prepare=OomAssessment.assess_hosts_first,
         xprof=False,
         version=4,  # 2: a multi-host profile is rated by its worst host (hosts, finding.host);
@@ -300,12 +300,6 @@ TOOLS: tuple[Tool, ...] = (
         compare="compare_verdicts:diff_oom_risk",
     ),
 )
-
-# The page (server/quick_start.py) reads names, titles and page modules from the light
-# copy in app/tool_pages.py, so as not to import this table's producers: it must say the same.
-if tuple((t.name, t.title, t.pages) for t in TOOLS) != tool_pages.ROWS:  # page_rows(), defined below
-    raise ImportError("app/tool_pages.py's ROWS differ from app/tool_table.py's TOOLS (name, title, pages): "
-                      "change both")
 
 # XProf's tool_sort_order (profile_plugin.py ``_get_active_tools``).
 XPROF_TOOL_ORDER = (
@@ -359,7 +353,9 @@ def for_run(run: Run) -> list[Tool]:
 
 
 def page_rows() -> tool_pages.Rows:
-    """Each tool's name, title and page modules: what the dashboard's page shows of it."""
+    """Each tool's name, title and page modules: what the dashboard's page shows of it
+    (the app's ``/``; the quick start's reads app/tool_pages.py, where the rows take them
+    from, without importing this table)."""
     return tuple((t.name, t.title, t.pages) for t in TOOLS)
 
 
