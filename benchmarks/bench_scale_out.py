@@ -23,6 +23,12 @@ Then the all-hosts views' per-host work (Workspace.fan_out): the memory roll-up
 assessed, the worst one rated), cold, with the server's forked workers one host after
 another (2 slots, the default here: one is kept free), 2 at once (3 slots) and on the
 Dask cluster. ``--only-rollups`` runs only that.
+
+``--one-host FILE [--rounds 3]`` (issue 40): one big host's index, interleaved per round:
+in one process (as the server builds it), on the Dask cluster as one task (its plane not
+cut: $PROFSCOPE_LINE_RANGE_MIN_BYTES above its size), and on the cluster with its plane
+cut in line ranges decoded by every worker (formats/xplane_line_ranges.py). Wall, CPU
+(user and system, the workers' summed) and the load average, per round.
 """
 
 from __future__ import annotations
@@ -65,7 +71,7 @@ def _ws(logdir: Path, cache: Path) -> Workspace:
 
 def _usage() -> dict:
     r = resource.getrusage(resource.RUSAGE_SELF)
-    return {"cpu": r.ru_utime + r.ru_stime, "maxrss_mb": r.ru_maxrss / 1024}
+    return {"cpu": r.ru_utime + r.ru_stime, "user": r.ru_utime, "maxrss_mb": r.ru_maxrss / 1024}
 
 
 def serial(logdir: Path, cache: Path) -> dict:
@@ -90,7 +96,8 @@ def _serial_child(logdir: str, cache: str, q) -> None:
         ws.trace_index(run, host, info)
     wall = time.perf_counter() - t0
     after = _usage()
-    q.put({"wall": wall, "cpu": after["cpu"] - before["cpu"], "rss": [after["maxrss_mb"]]})
+    q.put({"wall": wall, "cpu": after["cpu"] - before["cpu"], "user": after["user"] - before["user"],
+           "rss": [after["maxrss_mb"]]})
 
 
 def on_dask(logdir: Path, cache: Path, workers: int, *, malloc_trim: bool = False) -> dict:
@@ -104,7 +111,7 @@ def on_dask(logdir: Path, cache: Path, workers: int, *, malloc_trim: bool = Fals
     client = Client(cluster)
     start_s = time.perf_counter() - t0
     idle = client.run(lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
-    cpu0 = client.run(lambda: sum(resource.getrusage(resource.RUSAGE_SELF)[:2]))
+    cpu0 = client.run(lambda: resource.getrusage(resource.RUSAGE_SELF)[:2])
     conv = DaskConversions(client=client)
     ws = _ws(logdir, cache)
     (run,) = ws.runs()
@@ -112,16 +119,45 @@ def on_dask(logdir: Path, cache: Path, workers: int, *, malloc_trim: bool = Fals
     conv.submit_run(ws, run, first_host=run.hosts[0])
     results = [conv.wait(key) for _, key in conv._host_keys(ws, run)]
     wall = time.perf_counter() - t0
-    cpu1 = client.run(lambda: sum(resource.getrusage(resource.RUSAGE_SELF)[:2]))
+    cpu1 = client.run(lambda: resource.getrusage(resource.RUSAGE_SELF)[:2])
     rss = client.run(lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     env = client.run(lambda: os.environ.get("MALLOC_TRIM_THRESHOLD_"))
     assert all(r["built"] for r in results)
     conv.close()
     client.close()
     cluster.close()
-    return {"wall": wall, "cpu": sum(cpu1[w] - cpu0[w] for w in cpu1), "rss": sorted(rss.values()),
+    return {"wall": wall, "cpu": sum(sum(cpu1[w]) - sum(cpu0[w]) for w in cpu1),
+            "user": sum(cpu1[w][0] - cpu0[w][0] for w in cpu1), "rss": sorted(rss.values()),
             "start_s": start_s, "idle_mb": sorted(idle.values()), "trim": set(env.values()),
-            "task_s": sorted(r["seconds"] for r in results)}
+            "task_s": sorted(r["seconds"] for r in results), "ranges": [r.get("ranges", []) for r in results]}
+
+
+def one_host(profile: Path, workers: int, rounds: int) -> None:
+    """One big host, interleaved: one process, one Dask task, its plane cut in ranges."""
+    print(f"| round | how | wall s | CPU s (user + sys) | user s | peak RSS MB | ranges (worker pids) | load avg |")
+    print("|---|---|---|---|---|---|---|---|")
+    with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as tmp:
+        base = Path(tmp)
+        folder = base / "logs/plugins/profile/s"
+        folder.mkdir(parents=True)
+        os.link(profile, folder / "host00.xplane.pb")  # no copy of a big file
+        logdir = base / "logs"
+        for r in range(rounds):
+            for how in ("one process", "one Dask task", "Dask, line ranges"):
+                cache = base / f"cache-{r}-{how.replace(' ', '_')}"
+                if how == "one process":
+                    m = serial(logdir, cache)
+                else:
+                    os.environ["PROFSCOPE_LINE_RANGE_MIN_BYTES"] = str(1 << 62) if how == "one Dask task" else ""
+                    try:
+                        m = on_dask(logdir, cache, workers)
+                    finally:
+                        os.environ.pop("PROFSCOPE_LINE_RANGE_MIN_BYTES", None)
+                shutil.rmtree(cache, ignore_errors=True)
+                ranges = m.get("ranges", [[]])[0]
+                print(f"| {r + 1} | {how} | {m['wall']:.2f} | {m['cpu']:.2f} | {m['user']:.2f} | "
+                      f"{' / '.join(f'{x:.0f}' for x in m['rss'])} | {len(ranges)} ({len(set(ranges))}) | "
+                      f"{os.getloadavg()[0]:.2f} |", flush=True)
 
 
 def shared_cache(logdir: Path, base: Path) -> dict:
@@ -241,7 +277,12 @@ def main() -> None:
     p.add_argument("--bucket-mb-s", type=float, default=200.0,
                    help="a real bucket's upload and download rate for the 256-host table (an assumption: "
                         "the single-threaded emulator is no measure of GCS; default 200)")
+    p.add_argument("--one-host", type=Path, help="one big host's xplane: one process vs its plane cut on Dask")
+    p.add_argument("--rounds", type=int, default=3)
     args = p.parse_args()
+    if args.one_host:
+        one_host(args.one_host, args.workers, args.rounds)
+        return
     size_mb = args.profile.stat().st_size / 1e6
     print(f"profile: {args.profile} ({size_mb:.1f} MB), {os.cpu_count()} cores\n")
     with tempfile.TemporaryDirectory() as tmp:

@@ -83,6 +83,8 @@ def _worker_workspace(logdir_url: str, cache_root: str, shared_cache: str | None
             cache = DiskCache(cache_root, workers=WorkerPool(enabled=False), shared=shared)
             cache.progress = _BuildRecorder()
             ws = _workspaces[logdir_url, cache_root, shared_cache] = Workspace(LogDir(logdir_url), cache)
+            # one big host's plane decoded by every worker, not by this one alone
+            ws.line_ranges = ClusterRanges()
         return ws
 
 
@@ -118,7 +120,61 @@ def convert_host(logdir_url: str, cache_root: str, run_name: str, host: str, *,
     seconds = time.perf_counter() - t0
     if reporter is not None:
         reporter.end("done", seconds=seconds, built=built)
-    return {"host": host, "key": key, "seconds": seconds, "built": built, "started": started, "pid": os.getpid()}
+    # the processes that decoded the host's line ranges, when its plane was cut
+    ranges = ws.line_ranges.ran.pop(ws.logdir.local_file(info.path) or "", []) if ws.line_ranges is not None else []
+    return {"host": host, "key": key, "seconds": seconds, "built": built, "started": started, "pid": os.getpid(),
+            "ranges": ranges}
+
+
+class ClusterRanges:
+    """The line ranges of one big host's plane (formats/xplane_line_ranges.py ``Ranges``)
+    as tasks on the cluster this task runs on, one range per worker thread: the task
+    that builds the host's index submits them, secedes while they run (its thread then
+    decodes a range too) and merges their columns, which they write into its build
+    folder. A range whose worker cannot reach that folder, or that fails, is decoded by
+    the merging task itself (``xplane_line_ranges.merge``)."""
+
+    # Above the hosts' own priority (FIRST_PRIORITY): a thread freed while a build waits
+    # for its ranges takes a range, not another host's whole build (and its buffers).
+    PRIORITY = 100
+
+    def __init__(self, min_bytes: int | None = None, parts: int | None = None):
+        from profscope.formats import xplane_line_ranges
+
+        # $PROFSCOPE_LINE_RANGE_MIN_BYTES: the smallest plane cut (tests cut small ones)
+        env = os.environ.get("PROFSCOPE_LINE_RANGE_MIN_BYTES")
+        self.min_bytes = min_bytes if min_bytes is not None else int(env) if env else xplane_line_ranges.MIN_PLANE_BYTES
+        self._parts = parts
+        # the worker pids of each file's last ranges (convert_host answers them)
+        self.ran: dict[str, list[int]] = {}
+
+    @property
+    def parts(self) -> int:
+        """The cluster's worker threads (asked once); 1 (no split) outside a Dask task."""
+        from distributed import get_client, get_worker
+
+        try:
+            get_worker()
+        except ValueError:
+            return 1
+        if self._parts is None:
+            self._parts = sum(get_client().nthreads().values())
+        return self._parts
+
+    def run(self, fn, specs: list) -> list:
+        from distributed import worker_client
+
+        with worker_client() as client:
+            futures = client.map(fn, specs, pure=False, priority=self.PRIORITY)
+            out = []
+            for f in futures:
+                try:
+                    out.append(f.result())
+                except Exception as e:  # noqa: BLE001 - decoded by the merge itself
+                    log.warning("a line range of %s failed on the cluster (%s); decoding it here", specs[0].source, e)
+                    out.append(e)
+            self.ran[specs[0].source] = [a["pid"] for a in out if isinstance(a, dict)]
+            return out
 
 
 def _worker_run(ws, run_name: str):

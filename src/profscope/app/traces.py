@@ -10,6 +10,7 @@ import dataclasses
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import orjson
 
@@ -25,6 +26,7 @@ from profscope.storage import FileInfo
 
 chrome_trace = lazy.module("profscope.formats.chrome_trace")
 xplane_trace = lazy.module("profscope.formats.xplane_trace")
+xplane_line_ranges = lazy.module("profscope.formats.xplane_line_ranges")
 xplane_activity = lazy.module("profscope.formats.xplane_activity")
 host_activity = lazy.module("profscope.model.host_activity")  # numpy: only when a trace job is rolled up
 trace_export = lazy.module("profscope.tools.trace_export")
@@ -63,6 +65,9 @@ class Traces:
         # A DaskConversions (app/scale_out.py) when the server was started with --dask or
         # --dask-workers: indexes not built yet are then built on the cluster.
         self.scale_out = None
+        # Where a big plane's events are decoded in ranges (formats/xplane_line_ranges.py
+        # Ranges): on a Dask worker, the cluster (app/scale_out.py convert_host); else None.
+        self.line_ranges = None
         # XProf's trace_viewer@ answers by window (app/answer_cache.py: why in memory)
         self._xprof_answers = AnswerCache(XPROF_ANSWERS_BYTES, XPROF_ANSWER_MAX_BYTES)
 
@@ -114,8 +119,10 @@ class Traces:
             try:
                 with self.logdir.open(info.path) as f:
                     if classify(info.name) is FileKind.XPLANE:
+                        split = xplane_line_ranges.Split(self.line_ranges, source, str(Path(folder) / "ranges")) \
+                            if self.line_ranges is not None and source else None
                         events = xplane_trace.read_trace(f, path, 0, host, progress=progress.part(0, 0.6), sink=writer,
-                                                         steps=steps)
+                                                         steps=steps, split=split)
                     else:
                         events = chrome_trace.trace_columns(f, path, progress=progress.part(0, 0.6), sink=writer)
             finally:

@@ -324,5 +324,15 @@ class CountingSink:
         self.count += len(start)
         self._sink.events(track, start, dur, name, off, length)
 
+    def events_files(self, files: dict[str, str], n: int) -> bool:
+        """``n`` slices already written as column files, handed on when the sink takes
+        them so (the index writer's ``events_files``); False when it does not."""
+        take = getattr(self._sink, "events_files", None)
+        if take is None:
+            return False
+        take(files, n)
+        self.count += n
+        return True
+
     def __getattr__(self, name):
         return getattr(self._sink, name)

@@ -91,7 +91,7 @@ def selected_planes(index: xplane.XSpaceIndex) -> list[tuple[xplane.PlaneRef, in
 
 
 def read_trace(raw: IO[bytes], path: str, host_number: int = 1, hostname: str | None = None,
-               progress=None, sink=None, steps: bool = False) -> TraceEvents:
+               progress=None, sink=None, steps: bool = False, split=None) -> TraceEvents:
     """The trace events of one XSpace (``<host>.xplane.pb[.gz]``).
 
     ``host_number`` is XProf's 1-based host index (pids are ``1000 * host + device``);
@@ -102,6 +102,10 @@ def read_trace(raw: IO[bytes], path: str, host_number: int = 1, hostname: str | 
     (the plane's offset in the file when the file is not gzipped, else None), whose
     bytes the args offsets point into); the returned :class:`TraceEvents` then has
     empty columns. Without one they are collected in memory.
+    ``split`` (:class:`~profscope.formats.xplane_line_ranges.Split`: where, e.g. the
+    Dask cluster, app/scale_out.py; the plain local file ``raw`` reads; a scratch
+    folder): a big plane's events are decoded in ranges by other processes and merged
+    here into the same columns, in the same order (formats/xplane_line_ranges.py).
     Corrupt or truncated input raises :class:`BadInput` naming the file.
     """
     _report(progress, 0.0, "indexing the profile planes")
@@ -121,7 +125,8 @@ def read_trace(raw: IO[bytes], path: str, host_number: int = 1, hostname: str | 
     with xw.xspace_errors(path):
         raw.seek(0)
         f, size = xplane.open_stream(raw, path)
-        out = _read(f, size, path, hostname, chosen, host_number, total, progress, sink, others, steps_plane)
+        out = _read(f, size, path, hostname, chosen, host_number, total, progress, sink, others, steps_plane,
+                    split)
     if out.host_steps is not None:
         out.host_steps["hostname"] = index.hostnames[0] if index.hostnames else ""
     return out
@@ -132,7 +137,7 @@ LINE_WINDOW = 1 << 22  # bytes of a line searched for event headers at once (scr
 
 
 def _read(f, size, path, hostname, chosen, host_number, total, progress, sink, others=(),
-          steps_plane: str | None = None) -> TraceEvents:
+          steps_plane: str | None = None, split=None) -> TraceEvents:
     names = NameTable()
     tracks: list[Track] = []
     processes: list[Process] = []
@@ -197,27 +202,28 @@ def _read(f, size, path, hostname, chosen, host_number, total, progress, sink, o
         seen = 0
         # the step reader's columns of the plane taken from this decode (no second one)
         columns = xplane_step_events.HostEventColumns(n, plane.stat_names) if ref.name == steps_plane else None
-        for ev_start, ev_end, ev_line in _event_chunks(data, b, runs):
-            seen += len(ev_start)
-            _report(progress, 0.02 + 0.9 * (done + ref.length * seen / n) / total,
-                    f"decoding {ref.name}: {seen:,} of {n:,} events")
-            ev = xw.decode_events(b, ev_start, ev_end, ev_line, plane.stat_names)
-            if columns is not None:
-                columns.add(ev)
-            ts = line_ts[ev.line] * 1000 + ev.offset_ps
-            name_id = plane.name_ids(ev)
-            internal = np.isin(ev.metadata_id, plane.internal_ids)
-            keep = np.flatnonzero(~internal & (line_track[ev.line] >= 0))
-            if dplane is not None:  # a TensorCore's Steps events wait for their step names
-                keep = dplane.hold(ev, keep, ts, name_id, ev_start, ev_end, blob_base)
-            keep = pflows.select(ev, keep, parts.count)  # flows; XProf's async events dropped
-            # XProf shows zero-length events as 1 ps long (checked on 2.24.2's output)
-            parts.events(line_track[ev.line[keep]], ts[keep], np.maximum(ev.duration_ps[keep], 1), name_id[keep],
-                         ev_start[keep] + blob_base, (ev_end[keep] - ev_start[keep]).astype(np.int32))
-            plane.collect(ev, ts, name_id, ev_start, ev_end)
-            if dplane is not None:
-                dplane.collect(ev, ts, data)
-            del ev, ts, name_id, internal, keep
+        ranges = None
+        if split is not None and columns is None and size is not None:
+            from profscope.formats import xplane_line_ranges  # imports this module
+
+            ranges = xplane_line_ranges.plan(split, ref, data, meta_bytes, runs, hostname, (line_track, line_ts),
+                                             blob_base, dplane, flows.grouped, [h.name for h in headers],
+                                             plane.special)
+        if ranges is not None:  # decoded apart (another process each), merged here in line order
+            seen = 0
+            for rows in xplane_line_ranges.merge(split, ranges, names, parts, plane, dplane, pflows):
+                seen += rows
+                _report(progress, 0.02 + 0.9 * (done + ref.length * seen / n) / total,
+                        f"decoded {ref.name}: {seen:,} of {n:,} events")
+        else:
+            def decoded(k, ref=ref, n=n, done=done):
+                nonlocal seen
+                seen += k
+                _report(progress, 0.02 + 0.9 * (done + ref.length * seen / n) / total,
+                        f"decoding {ref.name}: {seen:,} of {n:,} events")
+
+            decode_chunks(data, b, _event_chunks(data, b, runs), plane, dplane, pflows, parts,
+                          (line_track, line_ts), blob_base, columns, decoded)
         if columns is not None:  # the step reader's grouping of the events decoded above
             host_steps = xplane_step_events.host_steps_in_build(data, ref.length, meta, headers, columns)
             del columns
@@ -244,6 +250,37 @@ def _read(f, size, path, hostname, chosen, host_number, total, progress, sink, o
     if sink is None:
         parts.fill(out)
     return out
+
+
+def decode_chunks(data, b, chunks, plane, dplane, pflows, parts, lines, blob_base: int, columns=None,
+                  decoded=None) -> None:
+    """Decode ``chunks`` (starts, ends, line of events, :func:`_event_chunks`) of one
+    plane's buffer ``data`` and hand their slices to ``parts``; what is collected across
+    chunks goes to ``plane``, ``dplane``, ``pflows`` and ``columns``. ``lines``: each
+    line's (track, timestamp in ns from the trace's base). The same code decodes a line
+    range apart (formats/xplane_line_ranges.py): only concatenation across chunks, so
+    where the chunks are cut changes nothing."""
+    line_track, line_ts = lines
+    for ev_start, ev_end, ev_line in chunks:
+        if decoded is not None:
+            decoded(len(ev_start))
+        ev = xw.decode_events(b, ev_start, ev_end, ev_line, plane.stat_names)
+        if columns is not None:
+            columns.add(ev)
+        ts = line_ts[ev.line] * 1000 + ev.offset_ps
+        name_id = plane.name_ids(ev)
+        internal = np.isin(ev.metadata_id, plane.internal_ids)
+        keep = np.flatnonzero(~internal & (line_track[ev.line] >= 0))
+        if dplane is not None:  # a TensorCore's Steps events wait for their step names
+            keep = dplane.hold(ev, keep, ts, name_id, ev_start, ev_end, blob_base)
+        keep = pflows.select(ev, keep, parts.count)  # flows; XProf's async events dropped
+        # XProf shows zero-length events as 1 ps long (checked on 2.24.2's output)
+        parts.events(line_track[ev.line[keep]], ts[keep], np.maximum(ev.duration_ps[keep], 1), name_id[keep],
+                     ev_start[keep] + blob_base, (ev_end[keep] - ev_start[keep]).astype(np.int32))
+        plane.collect(ev, ts, name_id, ev_start, ev_end)
+        if dplane is not None:
+            dplane.collect(ev, ts, data)
+        del ev, ts, name_id, internal, keep
 
 
 def _region_slices(parts, plane, line_track, names) -> None:

@@ -1,0 +1,158 @@
+"""One host's xplane decoded in line ranges and merged (formats/xplane_line_ranges.py;
+issue 40, "one big host across the cluster"): the trace index is byte-identical to a
+single decode's (every column, the names, flows, counters, steps, tiers: every window's
+answer is read from these files), on every real xplane of the shared fixtures and the
+demo's JAX and TensorFlow profiles, cut in 2, 3 and 7 ranges (the C decoder and its numpy
+twin), and through a real local Dask cluster, where the ranges run in both worker
+processes."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from profscope.formats import xplane_line_ranges, xplane_trace
+from profscope.tools import trace_index
+
+DEMO = Path(__file__).resolve().parents[1] / "src/profscope/demo/logdir"
+DEMO_XPLANES = sorted(DEMO.glob("*/plugins/profile/*/*.xplane.pb"))
+
+
+def _xplanes(shared_fixtures) -> list[Path]:
+    found = sorted(p for p in shared_fixtures.glob("public_profiles/xplane/*/plugins/profile/*/*.xplane.pb")
+                   if "corrupt" not in str(p))
+    assert len(found) >= 5, found
+    return found
+
+
+def _build(path: Path, out: Path, split: xplane_line_ranges.Split | None) -> dict[str, str]:
+    out.mkdir(parents=True)
+    writer = trace_index.IndexWriter(out, source=str(path))
+    try:
+        with open(path, "rb") as f:
+            events = xplane_trace.read_trace(f, str(path), 0, "host", sink=writer, split=split)
+    finally:
+        writer.close()
+    writer.finish(events)
+    return _hashes(out)
+
+
+def _hashes(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+class _Counting(xplane_line_ranges.InProcess):
+    """In-process ranges, counting the planes cut (so a test cannot pass by not cutting)."""
+
+    def __init__(self, parts: int):
+        super().__init__(parts, min_bytes=0)
+        self.cut: list[int] = []
+
+    def run(self, fn, specs):
+        self.cut.append(len(specs))
+        return super().run(fn, specs)
+
+
+@pytest.mark.parametrize(("parts", "native"), [(2, "1"), (7, "1"), (3, "0")])
+def test_a_plane_cut_in_ranges_indexes_as_one_decode(shared_fixtures, tmp_path, monkeypatch, parts, native):
+    """``native``: PROFSCOPE_NATIVE, the C decoder or its numpy twin (the cuts' event
+    boundaries are found by either)."""
+    monkeypatch.setenv("PROFSCOPE_NATIVE", native)
+    for i, path in enumerate([*_xplanes(shared_fixtures), *DEMO_XPLANES]):
+        whole = _build(path, tmp_path / f"whole{i}", None)
+        ranges = _Counting(parts)
+        split = xplane_line_ranges.Split(ranges, str(path), str(tmp_path / f"scratch{i}"))
+        cut = _build(path, tmp_path / f"cut{i}", split)
+        assert ranges.cut and all(k >= 2 for k in ranges.cut), (path, ranges.cut)
+        assert cut == whole, (path, sorted(k for k in whole if cut.get(k) != whole[k]))
+        assert not (tmp_path / f"scratch{i}").exists()  # the ranges' columns are removed once merged
+
+
+def test_a_range_that_failed_elsewhere_is_decoded_by_the_merge(shared_fixtures, tmp_path):
+    """A range whose process failed (here: every other one) is decoded in the merging
+    process: same index."""
+    (path, *_) = sorted(shared_fixtures.glob("public_profiles/xplane/tf_gpu/plugins/profile/*/*.xplane.pb"))
+
+    class Failing(xplane_line_ranges.InProcess):
+        def run(self, fn, specs):
+            return [fn(s) if i % 2 else OSError("worker lost") for i, s in enumerate(specs)]
+
+    whole = _build(path, tmp_path / "whole", None)
+    split = xplane_line_ranges.Split(Failing(4, min_bytes=0), str(path), str(tmp_path / "scratch"))
+    assert _build(path, tmp_path / "cut", split) == whole
+
+
+def test_small_planes_and_device_planes_are_not_cut(shared_fixtures, tmp_path):
+    (path, *_) = sorted(shared_fixtures.glob("public_profiles/xplane/tf_gpu/plugins/profile/*/*.xplane.pb"))
+    small = _Counting(2)
+    small.min_bytes = xplane_line_ranges.MIN_PLANE_BYTES  # the file is 3 MB
+    _build(path, tmp_path / "a", xplane_line_ranges.Split(small, str(path), str(tmp_path / "s")))
+    assert small.cut == []
+    every = _Counting(2)
+    _build(path, tmp_path / "b", xplane_line_ranges.Split(every, str(path), str(tmp_path / "s")))
+    assert every.cut == [2]  # its host plane; the 8 GPU planes' Steps wait for names across chunks
+
+
+# -- on a real local Dask cluster -------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cutting_cluster():
+    """2 worker processes that cut every plane (their $PROFSCOPE_LINE_RANGE_MIN_BYTES)."""
+    pytest.importorskip("distributed")
+    from profscope.app.scale_out import local_cluster
+
+    before = os.environ.get("PROFSCOPE_LINE_RANGE_MIN_BYTES")
+    os.environ["PROFSCOPE_LINE_RANGE_MIN_BYTES"] = "0"
+    try:
+        cluster = local_cluster(2)
+    finally:
+        if before is None:
+            os.environ.pop("PROFSCOPE_LINE_RANGE_MIN_BYTES")
+        else:
+            os.environ["PROFSCOPE_LINE_RANGE_MIN_BYTES"] = before
+    try:
+        yield cluster
+    finally:
+        cluster.close(timeout=20)
+
+
+def test_one_host_split_across_the_dask_workers_is_the_single_process_index(shared_fixtures, cutting_cluster,
+                                                                             tmp_path):
+    from distributed import Client
+
+    from profscope.app.scale_out import convert_host
+    from profscope.app.workspace import Workspace
+    from profscope.cache.store import DiskCache
+    from profscope.cache.worker import WorkerPool
+    from profscope.storage import LogDir
+
+    (gpu, *_) = sorted(shared_fixtures.glob("public_profiles/xplane/tf_gpu/plugins/profile/*/*.xplane.pb"))
+    (jax,) = (DEMO / "transformer/plugins/profile").glob("*/demo-host.xplane.pb")
+    folder = tmp_path / "logs/plugins/profile/s"
+    folder.mkdir(parents=True)
+    hosts = {"gpu": gpu, "jax": jax}
+    for host, path in hosts.items():
+        shutil.copy(path, folder / f"{host}.xplane.pb")
+    logdir = tmp_path / "logs"
+
+    serial = Workspace(LogDir(str(logdir)), DiskCache(tmp_path / "serial", workers=WorkerPool(enabled=False)))
+    (run,) = serial.runs()
+    with Client(cutting_cluster) as client:
+        for host in hosts:
+            answer = client.submit(convert_host, str(logdir), str(tmp_path / "dask"), "s", host,
+                                   report=False, pure=False).result(timeout=120)
+            assert answer["built"]
+            # the plane was cut, and its ranges ran in both worker processes
+            assert len(answer["ranges"]) >= 2 and len(set(answer["ranges"])) == 2, answer
+            info = dict(serial.trace_sources(run))[host]
+            serial.trace_index(run, host, info)
+            dask_cache = DiskCache(tmp_path / "dask", workers=WorkerPool(enabled=False))
+            whole, cut = _hashes(serial.cache.built_dir(answer["key"])), _hashes(dask_cache.built_dir(answer["key"]))
+            assert whole
+            assert cut == whole, (host, sorted(k for k in whole if cut.get(k) != whole[k]))
