@@ -150,6 +150,26 @@ class IndexWriter:
         self._flows.append(FlowEvents(np.asarray(seq, np.int64), np.asarray(flow_id, np.uint64),
                                       np.asarray(kind, np.int8), np.asarray(category, np.int32)))
 
+    def events_files(self, files: dict[str, str], n: int) -> None:
+        """``n`` slices already written as one raw file per column (``_RAW``'s names and
+        dtypes): a plane's line range another process decoded (formats/xplane_line_ranges.py).
+        Appended after the slices so far by the kernel (``copy_file_range``), not read
+        through numpy; the files are removed."""
+        for k, _ in _RAW:
+            out = self._raw[k]
+            out.flush()
+            with open(files[k], "rb") as src:
+                size = os.fstat(src.fileno()).st_size
+                done = 0
+                while done < size:
+                    step = os.copy_file_range(src.fileno(), out.fileno(), size - done)
+                    if not step:
+                        raise OSError(f"{files[k]}: copied {done} of {size} bytes")
+                    done += step
+            out.seek(0, os.SEEK_END)
+            os.unlink(files[k])
+        self.n += n
+
     def _load(self, k: str, keep: bool = False) -> np.ndarray:
         dtype = dict(_RAW)[k]
         path = self.folder / f"{k}.raw"
