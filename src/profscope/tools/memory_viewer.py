@@ -1102,6 +1102,30 @@ def _indefinite_buffers(m: _Module, color: int) -> list[_LB]:
     return out
 
 
+def _spans(sim: _Sim) -> dict[str, dict]:
+    """XProf's logicalBufferSpans: each buffer the trace moves that has a span, by id."""
+    spans = {}
+    for lb in sim.seen:
+        start, limit, lb_id = lb.span_start, lb.span_end, lb.id
+        if start is None:
+            continue
+        # int32 fields in XProf's proto: wrapped only when out of range (a call per
+        # field was a third of this loop over 70,000 buffers)
+        if not -0x80000000 <= start <= 0x7FFFFFFF:
+            start = _i32(start)
+        if not -0x80000000 <= limit <= 0x7FFFFFFF:
+            limit = _i32(limit)
+        if not -0x80000000 <= lb_id <= 0x7FFFFFFF:
+            lb_id = _i32(lb_id)
+        span = {}
+        if start:
+            span["start"] = start
+        if limit:
+            span["limit"] = limit
+        spans[str(lb_id)] = span
+    return spans
+
+
 def from_hlo(hlo: hlo_pb2.HloProto, memory_space: int = 0, progress=None, *,
             strict: bool = True) -> dict:
     """XProf 2.24.2's memory-viewer ``PreprocessResult`` of one module, as a JSON-able dict.
@@ -1184,17 +1208,7 @@ def from_hlo(hlo: hlo_pb2.HloProto, memory_space: int = 0, progress=None, *,
     if heap_objects:
         result["maxHeap"] = heap_objects
         result["maxHeapBySize"] = [heap_objects[i] for i in order]
-    spans = {}
-    for lb in sim.seen:
-        if lb.span_start is None:
-            continue
-        span = {}
-        start, limit = _i32(lb.span_start), _i32(lb.span_end)
-        if start:
-            span["start"] = start
-        if limit:
-            span["limit"] = limit
-        spans[str(_i32(lb.id))] = span
+    spans = _spans(sim)
     if spans:
         result["logicalBufferSpans"] = spans
     if order:
