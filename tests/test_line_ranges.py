@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from profscope.formats import xplane_line_ranges, xplane_trace
+from profscope.formats import xplane, xplane_line_ranges, xplane_trace
 from profscope.tools import trace_index
 
 DEMO = Path(__file__).resolve().parents[1] / "src/profscope/demo/logdir"
@@ -88,14 +88,22 @@ def test_a_range_that_failed_elsewhere_is_decoded_by_the_merge(shared_fixtures, 
 
 
 def test_small_planes_and_device_planes_are_not_cut(shared_fixtures, tmp_path):
+    """Not cut: a plane under two ranges' worth of bytes, and a GPU plane."""
     (path, *_) = sorted(shared_fixtures.glob("public_profiles/xplane/tf_gpu/plugins/profile/*/*.xplane.pb"))
     small = _Counting(2)
-    small.min_bytes = xplane_line_ranges.MIN_PLANE_BYTES  # the file is 3 MB
+    small.min_bytes = xplane_line_ranges.MIN_RANGE_BYTES  # the file is 3 MB
     _build(path, tmp_path / "a", xplane_line_ranges.Split(small, str(path), str(tmp_path / "s")))
     assert small.cut == []
     every = _Counting(2)
     _build(path, tmp_path / "b", xplane_line_ranges.Split(every, str(path), str(tmp_path / "s")))
     assert every.cut == [2]  # its host plane; the 8 GPU planes' Steps wait for names across chunks
+    # ranges of at least min_bytes: fewer than the cluster's threads on a smaller plane
+    with open(path, "rb") as f:
+        (host,) = [p for p in xplane.scan(f, str(path)).planes if p.name.startswith("/host:CPU")]
+    bounded = _Counting(64)
+    bounded.min_bytes = 300_000
+    _build(path, tmp_path / "c", xplane_line_ranges.Split(bounded, str(path), str(tmp_path / "s")))
+    assert 2 <= host.length // 300_000 < 64 and bounded.cut == [host.length // 300_000]
 
 
 # -- on a real local Dask cluster -------------------------------------------------------

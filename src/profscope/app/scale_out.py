@@ -141,9 +141,9 @@ class ClusterRanges:
     def __init__(self, min_bytes: int | None = None, parts: int | None = None):
         from profscope.formats import xplane_line_ranges
 
-        # $PROFSCOPE_LINE_RANGE_MIN_BYTES: the smallest plane cut (tests cut small ones)
+        # $PROFSCOPE_LINE_RANGE_MIN_BYTES: the smallest range (tests cut small planes)
         env = os.environ.get("PROFSCOPE_LINE_RANGE_MIN_BYTES")
-        self.min_bytes = min_bytes if min_bytes is not None else int(env) if env else xplane_line_ranges.MIN_PLANE_BYTES
+        self.min_bytes = min_bytes if min_bytes is not None else int(env) if env else xplane_line_ranges.MIN_RANGE_BYTES
         self._parts = parts
         # the worker pids of each file's last ranges (convert_host answers them)
         self.ran: dict[str, list[int]] = {}

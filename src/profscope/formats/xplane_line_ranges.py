@@ -49,9 +49,12 @@ from profscope.formats import xplane_wire as xw
 from profscope.formats.protos import xplane_pb2
 from profscope.model.trace import NameTable
 
-# A plane smaller than this is decoded whole: a range's process costs more than it saves
-# (docs/performance.md, "One big host across the cluster").
-MIN_PLANE_BYTES = 32 << 20
+# The smallest range: a plane is cut into at most length // MIN_RANGE_BYTES ranges (so one
+# under twice this is decoded whole). A range costs its process a read of its bytes and
+# the plane's metadata, and the merge a copy of its columns (docs/performance.md, "One big
+# host across the cluster"); on a pod session of many big hosts this also bounds the
+# tasks per host (a 300 MB host: 18 ranges at most, whatever the cluster's size).
+MIN_RANGE_BYTES = 16 << 20
 # The slice columns of a range, as the readers hand them to a sink (``sink.events``).
 _COLUMNS = (("track", np.int32), ("start", np.int64), ("dur", np.int64), ("name", np.int32),
             ("aoff", np.int64), ("alen", np.int32))
@@ -62,8 +65,9 @@ MERGE_ROWS = 1 << 20
 
 
 class Ranges(Protocol):
-    """Where the ranges of a plane are decoded: ``parts`` of them, by ``run`` (``fn``
-    over the specs, an answer or the exception per spec, in order). app/scale_out.py's
+    """Where the ranges of a plane are decoded: up to ``parts`` of them, none smaller than
+    ``min_bytes`` of the plane, by ``run`` (``fn`` over the specs, an answer or the
+    exception per spec, in order). app/scale_out.py's
     is the Dask cluster's; :class:`InProcess` decodes them here, one after another."""
 
     parts: int
@@ -87,7 +91,7 @@ class InProcess:
     """Every range decoded in this process, one after another: the split and the merge
     without another process (tests compare it with the single decode)."""
 
-    def __init__(self, parts: int = 2, min_bytes: int = MIN_PLANE_BYTES):
+    def __init__(self, parts: int = 2, min_bytes: int = MIN_RANGE_BYTES):
         self.parts = parts
         self.min_bytes = min_bytes
 
@@ -123,13 +127,14 @@ def plan(split: Split, ref, data, meta_bytes: bytes, runs, hostname: str, lines:
     """The ranges of a plane (``runs``: ``xplane_trace._line_runs``' per line), or None
     when it is decoded whole (small, a device plane, fewer than two ranges)."""
     ranges = split.ranges
-    if ranges.parts < 2 or ref.length < ranges.min_bytes or isinstance(dplane, xplane_derived.DevicePlane):
+    n = min(ranges.parts, ref.length // ranges.min_bytes) if ranges.min_bytes > 0 else ranges.parts
+    if n < 2 or isinstance(dplane, xplane_derived.DevicePlane):
         return None
     total = sum(z - a for line_runs in runs for a, z, _ in line_runs)
     if not total:
         return None
     b = np.frombuffer(data, dtype=np.uint8)
-    cuts = [total * k // ranges.parts for k in range(1, ranges.parts)]
+    cuts = [total * k // n for k in range(1, n)]
     parts: list[list] = [[]]
     done = 0
     for li, line_runs in enumerate(runs):
