@@ -25,7 +25,8 @@ def _read(path: Path) -> TraceEvents:
 
 
 def _same_index(a: Path, b: Path) -> None:
-    names = sorted(p.name for p in a.glob("*.npy"))
+    # XProf's row order is saved by the C passes alone (test_build_saves_xprofs_row_order)
+    names = sorted(p.name for p in a.glob("*.npy") if p.name != ti.XPROF_ORDER_FILE)
     assert names == sorted(p.name for p in b.glob("*.npy"))
     for name in names:
         x, y = np.load(a / name), np.load(b / name)
@@ -117,3 +118,58 @@ def test_native_zoom_levels_equal_python(rel, shared_fixtures, tmp_path, monkeyp
             f.unlink()
     assert np.array_equal(levels[False], levels[True])
     assert len(np.unique(levels[True])) > 3  # several levels, not one catch-all
+
+
+def _xprof_order_checked(folder: Path) -> None:
+    """The build's saved row order (``XPROF_ORDER_FILE``, from the nesting pass) is the
+    three-key sort ZoomLevels makes without it, and every zoom level made over it equals
+    the levels made over that sort."""
+    from profscope.tools import trace_visibility as tv
+
+    ix = ti.TraceIndex(folder)
+    order, bounds = ix._xprof_order()
+    sorted_here = np.lexsort((-ix._rule_durations(), np.asarray(ix.cols["start"]), np.asarray(ix.cols["track"])))
+    assert np.array_equal(np.asarray(order), sorted_here)
+    assert bounds[-1] == ix.n and np.array_equal(np.asarray(ix.cols["track"])[sorted_here],
+                                                 np.repeat(np.arange(len(bounds) - 1), np.diff(bounds)))
+    with_order = ix.zoom_levels(tv.N_LEVELS - 1).copy()
+    (folder / ti.XPROF_ORDER_FILE).unlink()
+    ix = ti.TraceIndex(folder)
+    assert ix._xprof_order() is None
+    assert np.array_equal(ix.zoom_levels(tv.N_LEVELS - 1), with_order)
+
+
+@pytest.mark.parametrize("rel", [
+    "xplane/tpu_inference/plugins/profile/2025_12_10_tpu/tpu_inference_2.xplane.pb",
+    "xplane/mi300_jax_conv_xprof_touched/plugins/profile/jax_conv_minimal/chi-mi300x-013.ord.vultr.cpe.ice.amd.com.xplane.pb",
+    "xplane/tf_gpu/plugins/profile/GPU-multi-worker/34.83.195.180_6003.xplane.pb",
+    "traces/kineto_resnet50_v100.pt.trace.json.gz",
+])
+def test_build_saves_xprofs_row_order(rel, shared_fixtures, tmp_path):
+    """XProf's zoom levels walk the rows in the order the build saved instead of sorting
+    13.6 M rows again on jax308's first window (2.7 s, docs/performance.md): the same
+    order, the same levels, on real GPU, TPU and ROCm profiles and a PyTorch trace."""
+    ti.build_index(_read(shared_fixtures / "public_profiles" / rel), tmp_path)
+    _xprof_order_checked(tmp_path)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_build_saves_xprofs_row_order_with_zero_length_ties(seed, tmp_path):
+    """An xplane's 0 and 1 ps events at one start on one track are equal for XProf's rule
+    (1 ps reads as 0) and go by row, where the nesting pass put the 1 ps ones first
+    (trace_index._zero_length_ties): the crossing trace's tied track with 1 ps events
+    mixed in among its zero-length ones, read as an xplane's."""
+    ev = _crossing_trace(seed)
+    ev.args_kind = "xevent"
+    ev.dur_ps[ev.dur_ps == 3000] = 1
+    assert ((ev.dur_ps == 0).sum(), (ev.dur_ps == 1).sum()) > (1000, 1000)
+    ti.build_index(ev, tmp_path)
+    _xprof_order_checked(tmp_path)
+
+
+def test_native_zoom_level_rejects_a_bad_saved_order():
+    n = 4
+    z = np.zeros(n, np.int64)
+    with pytest.raises(ValueError):
+        ti._native.zoom_level(np.array([0, 1, 2, 9], np.int32), np.array([0, n], np.int64), z, z,
+                              np.full(n, 127, np.int8), np.full(n, -1, np.int64), np.zeros(0, np.int64), 0, 10)

@@ -396,15 +396,18 @@ bad_input:
     return NULL;
 }
 
-/* zoom_level(order int64[n], seg int64[m+1], start int64[N], dur int64[N], level int8[N],
- *            flow_of int64[N], visible int64[v] (sorted), k, r) -> None
+/* zoom_level(order int32 or int64[n], seg int64[m+1], start int64[N], dur int64[N], level int8[N],
+ *            flow_of int64[N], visible int64[v] (sorted), k, r, one_is_zero=False) -> None
  * One of XProf's zoom levels (trace_visibility.ZoomLevels._level, its Python twin): per
  * row of the events (``order``'s stretches seg[j]..seg[j+1], each in (start, longest
  * first) order), with RowVisibility's stack of kept ends, an event not kept at a coarser
  * level (level[row] >= k) is kept at level k when it lasts at least r, or is the first
  * kept at its depth, or starts r or more after the last kept end at its depth; a flow's
  * slice (flow_of >= 0) when its flow is in ``visible`` or it lasts at least r. Kept rows
- * get level k; every kept event (at this level or a coarser one) updates the stack. */
+ * get level k; every kept event (at this level or a coarser one) updates the stack.
+ * ``one_is_zero``: a 1 ps duration is read as 0 (an xplane's zero-length events, stored
+ * 1 ps long: trace_index.TraceIndex._rule_durations), so the index's own column is read
+ * in place rather than a mapped copy of it. */
 /* RowVisibility's stack of kept ends, and its Depth: the first depth whose kept end is at
  * or before ``begin``. XProf scans the stack from the bottom (``RowVisibility::Depth``),
  * which is quadratic when events nest deep (a trace of 600,000 identical nested events
@@ -440,17 +443,22 @@ static int in_sorted(const int64_t *v, npy_intp nv, int64_t x) {
 
 static PyObject *zoom_level(PyObject *self, PyObject *args) {
     PyArrayObject *ord, *sg, *st, *du, *lv, *fo, *vi;
-    int k;
+    int k, one_is_zero = 0;
     long long r;
-    if (!PyArg_ParseTuple(args, "O!O!O!O!O!O!O!iL", &PyArray_Type, &ord, &PyArray_Type, &sg, &PyArray_Type, &st,
-                          &PyArray_Type, &du, &PyArray_Type, &lv, &PyArray_Type, &fo, &PyArray_Type, &vi, &k, &r))
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!O!O!iL|p", &PyArray_Type, &ord, &PyArray_Type, &sg, &PyArray_Type, &st,
+                          &PyArray_Type, &du, &PyArray_Type, &lv, &PyArray_Type, &fo, &PyArray_Type, &vi, &k, &r,
+                          &one_is_zero))
         return NULL;
     npy_intp n = PyArray_SIZE(ord), N = PyArray_SIZE(st), m1 = PyArray_SIZE(sg), nv = PyArray_SIZE(vi);
-    if (!check(ord, NPY_INT64, n, "order") || !check(sg, NPY_INT64, -1, "seg") || !check(st, NPY_INT64, N, "start") ||
+    /* the order is the index build's own (trace_index.XPROF_ORDER_FILE: int32, memory-mapped)
+     * or a lexsort's (int64) */
+    int o32 = PyArray_TYPE(ord) == NPY_INT32;
+    if (!check(ord, o32 ? NPY_INT32 : NPY_INT64, n, "order") || !check(sg, NPY_INT64, -1, "seg") || !check(st, NPY_INT64, N, "start") ||
         !check(du, NPY_INT64, N, "dur") || !check(lv, NPY_INT8, N, "level") || !writable(lv, "level") ||
         !check(fo, NPY_INT64, N, "flow_of") || !check(vi, NPY_INT64, nv, "visible"))
         return NULL;
     const int64_t *o = PyArray_DATA(ord), *seg = PyArray_DATA(sg), *start = PyArray_DATA(st), *dur = PyArray_DATA(du);
+    const int32_t *o4 = PyArray_DATA(ord);
     const int64_t *flow = PyArray_DATA(fo), *vis = PyArray_DATA(vi);
     int8_t *level = PyArray_DATA(lv);
     if (m1 < 1 || seg[0] != 0 || seg[m1 - 1] != n) goto bad_input;
@@ -464,9 +472,10 @@ static PyObject *zoom_level(PyObject *self, PyObject *args) {
     for (npy_intp j = 0; j + 1 < m1 && ok && mem; j++) {
         sp = 0;
         for (npy_intp i = seg[j]; i < seg[j + 1]; i++) {
-            int64_t row = o[i];
+            int64_t row = o32 ? (int64_t)o4[i] : o[i];
             if (row < 0 || row >= N) { ok = 0; break; }
             int64_t b = start[row], d = dur[row];
+            if (one_is_zero && d == 1) d = 0;
             npy_intp depth = kept_depth(stack, sp, b);
             if (level[row] < k) {
                 /* kept at a coarser level: kept here too */

@@ -68,11 +68,15 @@ except ImportError:  # pragma: no cover - no compiler where installed
 if os.environ.get("PROFSCOPE_NATIVE") == "0":
     _native = None
 
-INDEX_VERSION = 9  # 2: crossing events stacked (depths never overlap); 3: flows; 4: flow-bound slices; 5: derived lines, events per track; 6: narrower tier columns; 7: args read from the profile; 8: Chrome-trace flows bound to slices; 9: XProf's counter series
+INDEX_VERSION = 10  # 2: crossing events stacked (depths never overlap); 3: flows; 4: flow-bound slices; 5: derived lines, events per track; 6: narrower tier columns; 7: args read from the profile; 8: Chrome-trace flows bound to slices; 9: XProf's counter series; 10: tiers as row ids, XProf's row order saved
 FLOW_SHORT_PS = 10**10  # arrows spanning at most 10 ms are found by binary search
 ZOOM_LEVELS_FILE = "xlevel.npy"  # write_zoom_levels' one file: XProf's zoom level per row (int8)
 ZOOM_FLOW_FILE = "xflow.npy"  # with levels made down to a depth only: the flow pre-pass's own levels
 ZOOM_STATE_FILE = "xstate.json"  # ... and how deep both are done
+# the rows in XProf's order within a row (track, start, longest first; int32), from the
+# build's nesting pass: XProf's zoom levels walk them (trace_visibility.ZoomLevels.order)
+# instead of sorting the whole trace again. Absent from an index the numpy path built.
+XPROF_ORDER_FILE = "xorder.npy"
 LEVELS = 64
 TIER_MIN_Z = 10  # 1 ns bins
 TIER_STEP = 2
@@ -80,7 +84,6 @@ TIER_KEEP_MAX = 0.7
 PREVIEW_MAX_SHARE = 0.25  # a preview holding more of the events is hardly quicker than the index
 MAX_DUR_PS = 1 << 60  # 13 days; longer durations (corrupt input) are capped
 _COLS = ("start", "dur", "track", "depth", "name", "aoff", "alen")
-_TIER_COLS = ("rows", "start", "dur", "track", "depth", "name")
 _NARROW = {"aoff": np.uint32, "alen": np.uint16}  # stored so when every value fits (most profiles)
 FENCE = 1024  # every FENCE-th start is kept in memory: binary searches touch ~2 pages
 _WIN_COLS = ("start", "dur", "track", "depth", "name")
@@ -223,6 +226,7 @@ class IndexWriter:
             depth, max_depth, per_track, slice_span, end_ps = known
             by_track = None
         level = _level(dur)
+        ties = _zero_length_ties(by_track[0], track, start, dur) if by_track is not None and ev.args_kind != "json" else None
         if preview is not None and by_track is not None:
             _report(progress, 0.3, "publishing a preview of the whole trace")
             self._write_preview(preview, ev, (start, dur, track, depth, level), by_track, max_depth, per_track,
@@ -241,8 +245,7 @@ class IndexWriter:
             if z - a > 1:
                 seg = order[a:z]
                 seg[:] = seg[np.argsort(start[seg], kind="stable")]
-        kept = {}
-        cols = {"start": start, "depth": depth}
+        kept, cols = {}, {"start": start, "depth": depth}
         del start
         if by_track is None:
             del depth
@@ -266,10 +269,10 @@ class IndexWriter:
         flow_rows = self._flow_rows(ev, rank)
         native = None
         if by_track is not None:
+            _save_xprof_order(out / XPROF_ORDER_FILE, rank, by_track[0], ties)
             native = (*by_track, max_depth, depth, rank)
             del depth
-        del rank
-        del order, by_track
+        del rank, order, by_track, ties
         _report(progress, 0.6, "building resolution tiers")
         _release_freed_memory()
         tiers = _build_tiers(kept.pop("track"), kept.pop("depth"), kept.pop("start"), level, bounds, out, native)
@@ -556,6 +559,17 @@ def _mapped(path: Path) -> np.ndarray:
     return npy.load(path, mmap_mode="r")
 
 
+class _AtRows:
+    """``col[rows]`` read a stretch at a time (what :func:`_fenced` slices): a tier's
+    starts, from its row ids."""
+
+    def __init__(self, col: np.ndarray, rows: np.ndarray):
+        self.col, self.rows = col, rows
+
+    def __getitem__(self, part: slice) -> np.ndarray:
+        return self.col[np.asarray(self.rows[part])]
+
+
 def _fenced(col, fence: np.ndarray, a: int, z: int, x: int, side: str) -> int:
     """``a + searchsorted(col[a:z], x, side)`` for a sorted stretch of a memory-mapped
     column, through the in-memory ``fence`` (``col[::FENCE]``): the fence narrows the
@@ -591,6 +605,41 @@ def _track_order(track: np.ndarray, start: np.ndarray, dur: np.ndarray) -> np.nd
             seg = order[tb[ti]:tb[ti + 1]]
             seg[:] = seg[np.lexsort((~dur[seg], start[seg]))]
     return order
+
+
+def _zero_length_ties(order: np.ndarray, track: np.ndarray, start: np.ndarray, dur: np.ndarray):
+    """Where the nesting pass's order (``order``: reader rows by track, start, longest
+    first, ties in reader order) is not XProf's zoom levels' order: XProf's rule sees an
+    xplane's 1 ps events as 0 ps long (``TraceIndex._rule_durations``), so at one start
+    on one track its 0 and 1 ps events tie and go by index row (ZoomLevels.order's
+    lexsort), which among events of one start and one duration level is reader order.
+    Returns (positions in ``order``, the reader rows that belong there), or None."""
+    short = np.flatnonzero(dur[order] <= 1)
+    if len(short) < 2:
+        return None
+    rows = order[short]
+    t, s, d = track[rows], start[rows], dur[rows]
+    # the 0 and 1 ps events of one (track, start) are the last of its stretch: a run of
+    # consecutive positions
+    brk = np.ones(len(short), bool)
+    brk[1:] = (np.diff(short) != 1) | (t[1:] != t[:-1]) | (s[1:] != s[:-1])
+    run = np.cumsum(brk) - 1
+    mixed = (np.bincount(run, weights=d == 0) > 0) & (np.bincount(run, weights=d == 1) > 0)
+    sel = mixed[run]
+    if not sel.any():
+        return None
+    rows, run = rows[sel], run[sel]
+    return short[sel], rows[np.lexsort((rows, run))]
+
+
+def _save_xprof_order(path: Path, rank: np.ndarray, nest_order: np.ndarray, ties) -> None:
+    """``XPROF_ORDER_FILE``: the nesting pass's order (reader rows) as index rows
+    (``rank``), with its zero-length ties put in XProf's rule's order
+    (:func:`_zero_length_ties`)."""
+    xorder = rank[nest_order]
+    if ties is not None:
+        xorder[ties[0]] = rank[ties[1]]
+    np.save(path, xorder)
 
 
 def _depths(track: np.ndarray, start: np.ndarray, dur: np.ndarray, ntracks: int):
@@ -712,9 +761,9 @@ def _stack_depths(rows, depth, start, dur) -> int:
 def _build_tiers(track, depth, start, level, bounds, out: Path, native=None) -> list[int]:
     """Tier z: of the events shorter than 2^z ps (levels < z), the first in every
     (track, depth, 2^z bin), sorted by start; inputs are in index (level, start) order.
-    Each tier also stores its own copy of the window columns, as narrow as the values
-    allow (a tier's durations are below 2^z). ``native``: (rows by track, the tracks'
-    bounds, max depth per track, depth, index row) of the reader's rows, for the C pass."""
+    Each tier is stored as its row ids and every ``FENCE``-th start. ``native``: (rows by
+    track, the tracks' bounds, max depth per track, depth, index row) of the reader's
+    rows, for the C pass."""
     n = len(start)
     if not n:
         return []
@@ -726,27 +775,16 @@ def _build_tiers(track, depth, start, level, bounds, out: Path, native=None) -> 
         picks = _tier_picks(track, depth, start, level, zs)
     tiers = []
     small = n < 2**31
-    narrow_track = len(track) and int(track.max()) < (1 << 15)
     for z, rows in picks:
         rows = rows[np.argsort(start[rows], kind="stable")]
-        # the tier's own copy of what a window needs, so reading it is one contiguous
-        # slice per column (random reads into the main columns would fault in most of
-        # their pages)
+        # row ids only (index version 10): a window reads the main columns at them. The
+        # tiers' own column copies were 375 MB of jax308's 912 MB index (1.2x the file);
+        # a tier's rows in a window lie in one sorted stretch per duration level of the
+        # main columns, the stretches the window's longer events are read from too.
         np.save(out / f"tier_{z}_rows.npy", rows.astype(np.int32 if small else np.int64))
-        np.save(out / f"tier_{z}_start.npy", start[rows])
         np.save(out / f"tier_{z}_fence.npy", start[rows][::FENCE])
-        np.save(out / f"tier_{z}_track.npy", track[rows].astype(np.int16) if narrow_track else track[rows])
-        np.save(out / f"tier_{z}_depth.npy", depth[rows])
         tiers.append(z)
         del rows
-    for k in ("dur", "name"):  # read back once each, after the scratch arrays are gone
-        col = npy.load(out / f"{k}.npy")
-        for z in tiers:
-            v = col[npy.load(out / f"tier_{z}_rows.npy")]
-            if k == "dur" and z <= 31:  # levels < z: every duration is below 2^z
-                v = v.astype(np.int32)
-            np.save(out / f"tier_{z}_{k}.npy", v)
-        del col
     return tiers
 
 
@@ -857,8 +895,7 @@ class TraceIndex:
         self.end_ps = int(self.meta["end_ps"])
         self.cols = {k: _mapped(self.folder / f"{k}.npy") if self.n else npy.load(self.folder / f"{k}.npy") for k in _COLS}
         self.levels = self.meta["levels"]
-        self.tiers = {z: {k: _mapped(self.folder / f"tier_{z}_{k}.npy") for k in _TIER_COLS}
-                      for z in self.meta["tiers"]}
+        self.tiers = {z: _mapped(self.folder / f"tier_{z}_rows.npy") for z in self.meta["tiers"]}
         self.fence = npy.load(self.folder / "start_fence.npy")
         self.tier_fence = {z: npy.load(self.folder / f"tier_{z}_fence.npy") for z in self.meta["tiers"]}
         self.names = self.meta["names"]
@@ -1007,10 +1044,21 @@ class TraceIndex:
                 fe = self.flow
                 z = self._zoom = tv.ZoomLevels(self.cols["start"], self._rule_durations, self.cols["track"], fe.seq,
                                                fe.flow_id.astype(np.int64), fe.kind == FLOW_END,
-                                               np.full(self.n, tv.NOT_YET, np.int8), -1)
+                                               np.full(self.n, tv.NOT_YET, np.int8), -1, self._xprof_order(),
+                                               (self.cols["dur"], self.meta["args_kind"] != "json"))
             if z.done < upto:
                 z.compute(upto)
             return z.level
+
+    def _xprof_order(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """The build's rows in XProf's order within a row (``XPROF_ORDER_FILE``,
+        memory-mapped) and each track's stretch of it (the tracks' event counts, in track
+        id order, as the nesting pass grouped them); None where the build did not save it."""
+        path = self.folder / XPROF_ORDER_FILE
+        if not self.n or not path.exists():
+            return None
+        counts = [t["events"] for t in self.tracks]
+        return _mapped(path), np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
 
     def zoom_levels_missing(self, upto: int = tv.N_LEVELS - 1) -> bool:
         """Whether XProf's filter down to zoom level ``upto`` needs levels this index does
@@ -1034,7 +1082,8 @@ class TraceIndex:
             if self._zoom is not None and self._zoom.done >= done:
                 return
             z = tv.ZoomLevels(self.cols["start"], self._rule_durations, self.cols["track"], fe.seq,
-                              fe.flow_id.astype(np.int64), fe.kind == FLOW_END, level, done)
+                              fe.flow_id.astype(np.int64), fe.kind == FLOW_END, level, done, self._xprof_order(),
+                              (self.cols["dur"], self.meta["args_kind"] != "json"))
             self._zoom = z if flow is None else z.resumed(*flow)
 
     def window_rows(self, s: int, e: int, resolution: int) -> tuple[dict, bool]:
@@ -1051,13 +1100,13 @@ class TraceIndex:
         else:
             sl = self.gather(self.overlapping(s, e, tier))
             t = self.tiers[tier]
-            n_t, fence = len(t["start"]), self.tier_fence[tier]
-            lo = _fenced(t["start"], fence, 0, n_t, s - (1 << tier), "right")
-            hi = _fenced(t["start"], fence, 0, n_t, e, "left")
-            extra = {k: np.asarray(t[k][lo:hi]) for k in _TIER_COLS}
+            t_start = _AtRows(self.cols["start"], t)  # the tier's starts, read through its rows
+            lo = _fenced(t_start, self.tier_fence[tier], 0, len(t), s - (1 << tier), "right")
+            hi = _fenced(t_start, self.tier_fence[tier], 0, len(t), e, "left")
+            extra = self.gather(np.asarray(t[lo:hi], np.int64))
             st, du = extra["start"], extra["dur"]
             ok = (st < e) & ((st + du > s) | ((du == 0) & (st >= s)))
-            sl = {k: np.concatenate([sl[k], extra[k][ok].astype(sl[k].dtype, copy=False)]) for k in sl}
+            sl = {k: np.concatenate([sl[k], extra[k][ok]]) for k in sl}
             sampled = True
         if not len(sl["rows"]):
             return sl, False

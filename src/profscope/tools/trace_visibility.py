@@ -163,15 +163,23 @@ class ZoomLevels:
 
     ``start``/``dur``/``track`` are the index's columns; ``flow_rows``/``flow_ids``/
     ``flow_end`` its flow-bound slices (rows sorted); ``level`` the int8 column being
-    filled (``NOT_YET`` where unknown) and ``done`` the deepest level computed."""
+    filled (``NOT_YET`` where unknown) and ``done`` the deepest level computed.
+    ``order``: the rows already in :meth:`order`'s order and each track's stretch of it
+    (the index build's, ``trace_index.XPROF_ORDER_FILE``), or None to sort them here.
+    ``dur``: the durations as the rule sees them, or a function making them (of every
+    row, or of the rows given); ``raw``: (the index's own duration column, whether the
+    rule reads its 1 ps as 0), what the C pass reads in place of a copy."""
 
-    def __init__(self, start, dur, track, flow_rows, flow_ids, flow_end, level: np.ndarray, done: int):
+    def __init__(self, start, dur, track, flow_rows, flow_ids, flow_end, level: np.ndarray, done: int,
+                 order: tuple[np.ndarray, np.ndarray] | None = None, raw: tuple[np.ndarray, bool] | None = None):
         self.start, self.track = start, track
         self._dur = dur  # the durations, or a function making them (run only if a level is computed)
+        self._rule = dur if callable(dur) else None
+        self._raw = raw
         self.flow_rows, self.flow_ids, self.flow_end = flow_rows, flow_ids, flow_end
         self.level = level
         self.done = done
-        self._order = None
+        self._order, self._track_bounds = order if order is not None else (None, None)
         # where the flow pre-pass keeps each flow slice (its own levels: it runs the
         # rule over the flow slices alone), recomputed from level 0 when first needed
         self._flow_level: np.ndarray | None = None
@@ -200,11 +208,16 @@ class ZoomLevels:
         self._flow_done = flow_done
         return self
 
-    def order(self) -> np.ndarray:
-        """Rows by (track, start, longest first): XProf's order within a row."""
-        if self._order is None:
+    def order(self) -> tuple[np.ndarray, np.ndarray]:
+        """Rows by (track, start, longest first), ties by row: XProf's order within a row;
+        and the bounds of each track's stretch of it."""
+        if self._order is None:  # the 13.6 M rows of jax308: 2.7 s (what the build's saved order spares)
             self._order = np.lexsort((-np.asarray(self.dur), np.asarray(self.start), np.asarray(self.track)))
-        return self._order
+        if self._track_bounds is None:
+            tr_sorted = np.asarray(self.track)[self._order]
+            inner = np.flatnonzero(np.diff(tr_sorted)) + 1
+            self._track_bounds = np.concatenate([[0], inner, [len(self._order)]]).astype(np.int64)
+        return self._order, self._track_bounds
 
     def compute(self, upto: int) -> None:
         for k in range(self.done + 1, min(upto, N_LEVELS - 2) + 1):
@@ -214,13 +227,14 @@ class ZoomLevels:
             self.level[self.level == NOT_YET] = N_LEVELS - 1  # the catch-all level
             self.done = N_LEVELS - 1
 
-    def _flow_visibility(self, k: int, r: int) -> dict[int, bool]:
+    def _flow_visibility(self, k: int, r: int):
         """``CalculateFlowVisibilityLite`` at level ``k``: per flow id, whether its first
         slice (in XProf's global order) is kept; slices kept at a coarser level count as
-        kept (``SetVisibleAtResolution``)."""
+        kept (``SetVisibleAtResolution``). A dict; from the C pass, the visible flow ids
+        as a sorted array (a million-flow dict per level cost more than the pass)."""
         fr = self.flow_rows
         if not len(fr):
-            return {}
+            return {} if _native is None else np.zeros(0, np.int64)
         if self._flow_level is None:
             self._flow_level = np.full(len(fr), NOT_YET, np.int8)
         while self._flow_done < k - 1:  # the pre-pass's coarser levels first
@@ -233,8 +247,24 @@ class ZoomLevels:
         """The flow slices in XProf's global order (start, longest first, track): their
         positions, starts, durations, tracks, flow ids and whether each ends its flow."""
         fr = self.flow_rows
-        st, du, tr = np.asarray(self.start[fr]), np.asarray(self.dur[fr]), np.asarray(self.track[fr])
-        o = np.lexsort((tr, -du, st))
+        if self._raw is not None and self._rule is not None and not isinstance(self._dur, np.ndarray):
+            du = self._rule(np.asarray(self._raw[0][fr]))  # the flow slices' alone, not every row's
+        else:
+            du = np.asarray(self.dur[fr])
+        st, tr = np.asarray(self.start[fr]), np.asarray(self.track[fr])
+        # by start first: the rows are the index's, sorted by start within each duration
+        # level, so a stable sort merges a few dozen sorted runs; then the few slices that
+        # share a start by (longest first, track), as lexsort((tr, -du, st)) orders them
+        o = np.argsort(st, kind="stable")
+        so = st[o]
+        tied = np.zeros(len(o), bool)
+        same = so[1:] == so[:-1]
+        tied[1:] |= same
+        tied[:-1] |= same
+        if tied.any():
+            t = np.flatnonzero(tied)
+            sub = o[t]
+            o[t] = sub[np.lexsort((tr[sub], -du[sub], so[t]))]
         return o, st[o], du[o], tr[o], self.flow_ids[o], self.flow_end[o]
 
     def _flow_pass(self, k: int, r: int) -> dict[int, bool]:
@@ -279,20 +309,21 @@ class ZoomLevels:
                 _push(stack, depth, b + d)
         return out
 
-    def _flow_pass_native(self, k: int, r: int) -> dict[int, bool]:
-        """:meth:`_flow_pass` by the C pass, over the same order with tracks and flow ids
-        numbered densely."""
+    def _flow_pass_native(self, k: int, r: int) -> np.ndarray:
+        """:meth:`_flow_pass` by the C pass, over the same order with flow ids numbered
+        densely (tracks are already: the index's track ids); the visible flow ids, sorted."""
         if self._flow_dense is None:
             o, st, du, tr, fid, end = self._flow_order()
-            tracks, tr_dense = np.unique(np.asarray(tr, np.int64), return_inverse=True)
+            tr = np.asarray(tr, np.int64)
+            if len(tr) and int(tr.min()) < 0:  # (an index the numpy path built may hold unknown tracks)
+                tr = np.unique(tr, return_inverse=True)[1].reshape(-1).astype(np.int64)
             ids, fid_dense = np.unique(np.asarray(fid, np.int64), return_inverse=True)
             self._flow_dense = (np.asarray(o, np.int64), np.asarray(st, np.int64), np.asarray(du, np.int64),
-                                tr_dense.reshape(-1).astype(np.int64), fid_dense.reshape(-1).astype(np.int64),
-                                np.asarray(end, np.int8), len(tracks), ids)
+                                tr, fid_dense.reshape(-1).astype(np.int64), np.asarray(end, np.int8),
+                                int(tr.max()) + 1 if len(tr) else 0, ids)
         o, st, du, tr, fid, end, ntracks, ids = self._flow_dense
         got = _native.flow_pass(o, st, du, tr, fid, end, self._flow_level, ntracks, len(ids), k, r)
-        seen = np.flatnonzero(got >= 0)
-        return dict(zip(ids[seen].tolist(), (got[seen] == 1).tolist()))
+        return ids[got == 1]  # ids from np.unique: sorted
 
     def _level(self, k: int) -> None:
         """One level: which events not kept at a coarser level are kept here
@@ -301,22 +332,25 @@ class ZoomLevels:
         lv = self.level
         flow_vis = self._flow_visibility(k, r)
         pending = lv == NOT_YET
-        if not (pending & (np.asarray(self.dur) < r)).any():
+        # (the index's own durations will do here: they differ from the rule's at 1 ps
+        # only, and r is at least 10 ps at a level made by a pass)
+        dur = self._raw[0] if self._raw is not None and _native is not None else self.dur
+        if not (pending & (np.asarray(dur) < r)).any():
             lv[pending] = k  # everything left is at least r long: all kept here
             return
         if self._flow_of is None:
             self._flow_of = np.full(len(lv), -1, np.int64)
             self._flow_of[self.flow_rows] = self.flow_ids
-        order = self.order()
-        tr_sorted = np.asarray(self.track)[order]
-        bounds = np.flatnonzero(np.diff(tr_sorted)) + 1
+        order, bounds = self.order()
         if _native is not None and len(order):
-            visible = np.sort(np.fromiter((f for f, v in flow_vis.items() if v), np.int64))
-            _native.zoom_level(np.ascontiguousarray(order, np.int64), np.concatenate([[0], bounds, [len(order)]]).astype(np.int64),
-                               np.ascontiguousarray(self.start, np.int64), np.ascontiguousarray(self.dur, np.int64), lv,
-                               self._flow_of, visible, k, r)
+            visible = flow_vis  # sorted ids (_flow_pass_native)
+            if order.dtype != np.int32:
+                order = np.ascontiguousarray(order, np.int64)
+            dur, one_is_zero = self._raw if self._raw is not None else (self.dur, False)
+            _native.zoom_level(order, bounds, np.ascontiguousarray(self.start, np.int64),
+                               np.ascontiguousarray(dur, np.int64), lv, self._flow_of, visible, k, r, one_is_zero)
             return
-        for seg in np.split(order, bounds):
+        for seg in np.split(order, bounds[1:-1]):
             if not pending[seg].any():
                 continue
             stack: list[int] = []  # the row's state (negated, clamped ends: _push), across its chunks
