@@ -18,6 +18,7 @@ import pytest
 
 from profscope.errors import BadInput
 from profscope.formats import snapshot_pickle as sp
+from profscope.model.gc_pause import gc_paused
 from profscope.model.snapshot import Snapshot
 from profscope.testing import torch_snapshot as b
 
@@ -54,7 +55,7 @@ def native(data: bytes, name: str = "n.pickle", chunk: int | None = None, monkey
     if chunk is not None:
         monkeypatch.setattr(sp, "NATIVE_CHUNK", chunk)
     kind, payload = sp._decode_container(data, name)
-    with sp._gc_paused():
+    with gc_paused():
         return sp._native_read(io.BytesIO(payload), name, None, len(payload), "pickle" if kind == "pickle" else kind)
 
 

@@ -148,7 +148,7 @@ def test_workspace_answers_from_the_index_folder(shared_fixtures, tmp_path):
 def test_steps_made_and_loaded_with_the_cyclic_gc_paused(shared_fixtures, tmp_path, monkeypatch):
     """The step dicts (tens of thousands on a long profile, none in a cycle) are made,
     loaded and made into breakdown rows with Python's cyclic collector paused
-    (``xplane_step_events.gc_paused``: 0.2 s of a cold answer's 0.54 s after the index
+    (``model.gc_pause.gc_paused``: 0.2 s of a cold answer's 0.54 s after the index
     build on the 308 MB profile), on both ways in (the file read by the step reader, the
     index folder's ``host_steps.json``) and in the index build's grouping; and it runs
     again after each."""

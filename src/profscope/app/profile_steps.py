@@ -12,6 +12,7 @@ import orjson
 from profscope.app import keys, lazy
 from profscope.errors import NotFound, ProfscopeError
 from profscope.model.catalog import Run
+from profscope.model.gc_pause import gc_paused
 
 xplane_step_events = lazy.module("profscope.formats.xplane_step_events")
 xplane_step_breakdown = lazy.module("profscope.tools.xplane_step_breakdown")
@@ -84,7 +85,7 @@ def _answer(ev, keys_are_str: bool = False) -> dict:
 
 
 def _read(f, path: str) -> dict:
-    with xplane_step_events.gc_paused():  # tens of thousands of step dicts (see there)
+    with gc_paused():  # tens of thousands of step dicts (model/gc_pause.py)
         return _answer(xplane_step_events.read_step_events(f, path))
 
 
@@ -100,12 +101,12 @@ class ProfileSteps:
         read = _read
         if folder is not None and (folder / HOST_STEPS_FILE).is_file():
             def read(f, path):
-                with xplane_step_events.gc_paused():
+                with gc_paused():
                     ev = _from_index(folder, index_key)
                     return _read(f, path) if ev is None else _answer(ev, keys_are_str=True)
         # (and the cached answer's JSON loaded back, where a worker made it: 44,000 steps'
         # dicts on the 308 MB profile; made here, the answer as made: plain JSON data)
-        with xplane_step_events.gc_paused():
+        with gc_paused():
             return self.derived_json(keys.XPLANE_STEPS, info, "reading the steps and device activities of",
                                      "steps and device time", read, as_made=True)
 

@@ -74,8 +74,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import contextlib
-import gc
 import gzip
 import io
 import json
@@ -95,6 +93,7 @@ import numpy as np
 from profscope.errors import BadInput, TooLarge
 from profscope.formats import protowire, safe_pickle, streams
 from profscope.formats.safe_pickle import MAX_DEPTH, MAX_VERBATIM_CHARS, MAX_VERBATIM_VALUES
+from profscope.model.gc_pause import gc_paused
 from profscope.model.snapshot import (
     ACTIONS,
     NO_TIME,
@@ -1203,24 +1202,6 @@ def normalize(obj: Any, path: str, *, fmt: str = "pickle", protocol: int | None 
         state_names=_clean_all(state_names))
 
 
-@contextlib.contextmanager
-def _gc_paused():
-    """Pause the cyclic garbage collector while the tree is built and converted.
-
-    Unpickling allocates millions of dicts and lists that all stay alive until the
-    conversion drops them, and none of them form cycles; every collection the
-    allocation count triggers walks the whole growing tree for nothing (2.5x the
-    unpickling time of a 250 MB snapshot). Reference counting still frees everything.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
 def load_snapshot(raw: IO[bytes] | bytes, path: str,
                   progress=None, streaming: bool | None = None) -> Snapshot:
     """Read a snapshot (pickle / JSON / ``_memory_viz`` HTML, optionally gzip) safely.
@@ -1238,7 +1219,7 @@ def load_snapshot(raw: IO[bytes] | bytes, path: str,
     fits in half the memory available now; otherwise (or when the size is unknown) the
     file is streamed. ``streaming`` forces one of these two.
     """
-    with _gc_paused():
+    with gc_paused():
         return _load_snapshot(raw, path, progress, streaming)
 
 

@@ -47,7 +47,6 @@ All times are absolute picoseconds (the line's ``timestamp_ns`` * 1000 + offset)
 from __future__ import annotations
 
 import contextlib
-import gc
 import re
 import threading
 from dataclasses import dataclass, field
@@ -60,6 +59,7 @@ from profscope.formats import xplane_wire as xw
 from profscope.formats.xplane_derived import THREAD_ID_STEP_INFO, is_derived_thread_id, parse_tf_op, MEMCPY
 from profscope.formats.protos import xplane_pb2
 from profscope.formats.xplane_op_metrics import device_span
+from profscope.model.gc_pause import gc_paused
 
 __all__ = ["EVENT_TYPES", "Activities", "StepEvents", "read_step_events"]
 
@@ -325,25 +325,6 @@ def small_pages():
             _pages["depth"] -= 1
             if _pages["depth"] == 0:
                 _set_madvise_hugepage(_pages["was"])
-
-
-@contextlib.contextmanager
-def gc_paused():
-    """Python's cyclic garbage collector paused for the block (as
-    formats/snapshot_pickle.py's ``_gc_paused``): the steps of a long CPU profile are tens
-    of thousands of dicts (44,000 steps of the 308 MB profile, each with its ``type_ps``,
-    made by the step database, then loaded from JSON and made into breakdown rows), none
-    in a cycle, and every collection their allocations trigger walks every object the
-    process holds: 0.2 of the 0.54 s of user time of a cold Steps & ops answer after its
-    index build (measured with ``gc.disable()``). Reference counting still frees them.
-    Nestable across threads: only the block that paused it resumes it."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 def _host_steps(f, size, ref, out: list) -> int | None:

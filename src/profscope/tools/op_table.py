@@ -42,11 +42,11 @@ Times are index picoseconds inside, microseconds (3 decimals) out.
 
 from __future__ import annotations
 
-import gc
 import re
 
 import numpy as np
 
+from profscope.model.gc_pause import gc_paused
 from profscope.tools import step_breakdown as sb
 from profscope.tools import xplane_step_breakdown as xsb
 from profscope.tools.trace_viewer import xplane_device_tracks
@@ -241,20 +241,10 @@ def xplane_ops(ix, ops: list[dict], total_time_ps: int, program_names: dict[int,
     where the profile has them), ``total_time_ps`` the device time of every device plane
     (XProf's hlo_stats shares are of it), ``peaks`` the device's ``peak_flops_per_s`` and
     ``peak_bytes_per_s``, ``steps`` the breakdown's steps. Answers ``ops`` and ``ops_scope``."""
-    # With the cyclic GC paused (as formats/xplane_step_events.py ``gc_paused``, which this
-    # layer may not import): the step windows are a tuple per step (44,000 on the 308 MB
-    # CPU profile), and the collections their allocations trigger walk every object the
-    # process holds, the breakdown's 44,000 step dicts among them: 0.08-0.11 s of the
-    # 0.27-0.32 s of user time after the Steps & ops build there (docs/performance.md).
-    # None of these objects is in a cycle; reference counting still frees them. Only the
-    # call that paused it resumes it (nested in another pause, it stays paused).
-    was = gc.isenabled()
-    gc.disable()
-    try:
+    # The step windows are a tuple per step (44,000 on the 308 MB CPU profile) made beside
+    # the breakdown's step dicts: model/gc_pause.py says why the collector waits.
+    with gc_paused():
         return _xplane_ops(ix, ops, total_time_ps, program_names, host, peaks, within_steps, step, steps)
-    finally:
-        if was:
-            gc.enable()
 
 
 def _xplane_ops(ix, ops, total_time_ps, program_names, host, peaks, within_steps, step, steps) -> dict:
