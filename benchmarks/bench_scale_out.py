@@ -29,6 +29,9 @@ in one process (as the server builds it), on the Dask cluster as one task (its p
 cut: $PROFSCOPE_LINE_RANGE_MIN_BYTES above its size), and on the cluster with its plane
 cut in line ranges decoded by every worker (formats/xplane_line_ranges.py). Wall, CPU
 (user and system, the workers' summed) and the load average, per round.
+
+``--trace-overview [--hosts 16 64]``: the All-hosts trace overview of a cold pod session,
+in the server's forked workers vs a Dask task per host, interleaved per round.
 """
 
 from __future__ import annotations
@@ -130,6 +133,56 @@ def on_dask(logdir: Path, cache: Path, workers: int, *, malloc_trim: bool = Fals
             "user": sum(cpu1[w][0] - cpu0[w][0] for w in cpu1), "rss": sorted(rss.values()),
             "start_s": start_s, "idle_mb": sorted(idle.values()), "trim": set(env.values()),
             "task_s": sorted(r["seconds"] for r in results), "ranges": [r.get("ranges", []) for r in results]}
+
+
+def trace_overview(host_counts: list[int], workers: int, rounds: int) -> None:
+    """The All-hosts trace overview (``/api/trace_hosts``) of a cold pod session
+    (testing/pod_session.py: the demo's and the public fixtures' real xplanes in turn),
+    in the server's forked workers (2 slots, the default here) and as a Dask task per host.
+    A session per round and way (Dask's task keys are the cache keys, which name the log
+    directory, not the cache folder). CPU: the server's, and its forked children's or the
+    workers' (summed)."""
+    from distributed import Client
+
+    from profscope.testing.pod_session import build_pod_session
+
+    def tree() -> tuple[float, float]:
+        me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        return me.ru_utime + me.ru_stime, kids.ru_utime + kids.ru_stime
+
+    def workers_cpu() -> float:
+        return sum(client.run(lambda: sum(resource.getrusage(resource.RUSAGE_SELF)[:2])).values())
+
+    print("| hosts | round | forked workers: wall s, server + children CPU s | Dask tasks: wall s, server + workers CPU s "
+          "| load avg |")
+    print("|---|---|---|---|---|")
+    cluster = local_cluster(workers)
+    client = Client(cluster)
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            base = Path(tmp)
+            for n in host_counts:
+                for r in range(rounds):
+                    cells = []
+                    for how in ("forked", "dask"):
+                        logdir = base / f"pod{n}-{r}-{how}"
+                        build_pod_session(logdir, n, public=True)
+                        ws = Workspace(LogDir(str(logdir)), DiskCache(base / f"c-{n}-{r}-{how}",
+                                                                       workers=WorkerPool(concurrency=2)))
+                        conv = DaskConversions(client=client) if how == "dask" else None
+                        ws.scale_out = conv
+                        (run,) = ws.runs()
+                        (me0, kids0), w0, t0 = tree(), workers_cpu(), time.perf_counter()
+                        out = ws.trace_hosts(run)
+                        wall = time.perf_counter() - t0
+                        (me1, kids1), w1 = tree(), workers_cpu()
+                        others = (w1 - w0) if conv else (kids1 - kids0)
+                        cells.append(f"{wall:.2f}, {me1 - me0:.2f} + {others:.2f}")
+                        assert len(out["hosts"]) == n
+                    print(f"| {n} | {r + 1} | {cells[0]} | {cells[1]} | {os.getloadavg()[0]:.2f} |", flush=True)
+    finally:
+        client.close()
+        cluster.close()
 
 
 def one_host(profile: Path, workers: int, rounds: int) -> None:
@@ -279,7 +332,12 @@ def main() -> None:
                         "the single-threaded emulator is no measure of GCS; default 200)")
     p.add_argument("--one-host", type=Path, help="one big host's xplane: one process vs its plane cut on Dask")
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--trace-overview", action="store_true",
+                   help="only the All-hosts trace overview of --hosts pod hosts: forked workers vs Dask tasks")
     args = p.parse_args()
+    if args.trace_overview:
+        trace_overview(args.hosts, args.workers, args.rounds)
+        return
     if args.one_host:
         one_host(args.one_host, args.workers, args.rounds)
         return

@@ -552,3 +552,44 @@ def test_the_memory_roll_up_and_oom_risk_of_a_pod_session_run_on_the_cluster(gpu
     finally:
         ws.scale_out.client.close()
         ws.scale_out.close()
+
+
+def test_the_all_hosts_trace_overview_of_a_pod_session_runs_on_the_cluster(gpu_session, cluster, tmp_path,
+                                                                           shared_fixtures):
+    """``/api/trace_hosts`` reads one pass of every host's xplane: with a cluster each host
+    is a Dask task (run_host_jobs, ("trace_host", host)) and the server forks nothing and
+    reads no xplane, only the rows the workers keep in the cache. Same answer as a serial
+    server; a truncated host is its own error row, as serially."""
+    logdir = tmp_path / "logs"
+    shutil.copytree(gpu_session, logdir)
+    (bad,) = shared_fixtures.glob("public_profiles/xplane/tpu_inference_corrupt/plugins/profile/*/*.xplane.pb")
+    shutil.copy(bad, logdir / "plugins/profile/s/host16.xplane.pb")
+
+    def answer(ws):
+        (run,) = ws.runs()
+        start = ws.cache.workers.stats["runs"]
+        out = ws.trace_hosts(run)
+        return out, ws.cache.workers.stats["runs"] - start
+
+    serial = Workspace(LogDir(str(logdir)), DiskCache(tmp_path / "serial", workers=WorkerPool(concurrency=2)))
+    rows, forks = answer(serial)
+    assert forks >= 1 and len(rows["hosts"]) == 17
+    assert {r["host"]: r["status"] for r in rows["hosts"]}["host16"] == "error"
+
+    ws = Workspace(LogDir(str(logdir)), DiskCache(tmp_path / "dask", workers=WorkerPool(concurrency=2)))
+    ws.scale_out = DaskConversions(client=distributed.Client(cluster, timeout=TIMEOUT))
+    try:
+        rows_d, forks_d = answer(ws)
+        assert rows_d == rows
+        assert forks_d == 0  # every host's pass ran on a worker, the bad one's error too
+        tasks = [f.result() for f in ws.scale_out._futures.values() if f.status == "finished"]
+        assert sorted(t["host"] for t in tasks) == sorted(f"host{i:02d}" for i in range(17))
+        assert [t["host"] for t in tasks if t["error"]] == ["host16"]
+        worker_pids = set(ws.scale_out.client.run(os.getpid).values())
+        assert {t["pid"] for t in tasks} <= worker_pids and os.getpid() not in worker_pids
+        # asked again: nothing submitted, nothing read
+        before = len(ws.scale_out._futures)
+        assert answer(ws) == (rows, 0) and len(ws.scale_out._futures) == before
+    finally:
+        ws.scale_out.client.close()
+        ws.scale_out.close()

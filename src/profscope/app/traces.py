@@ -265,8 +265,15 @@ class Traces:
             raise NotFound(f"run {run.name!r} is a {run.kind.value}; /api/trace_hosts reads the hosts of a profile run "
                            "or the ranks of a distributed job of traces")
         files = [(h, run.xplane(h)) for h in run.hosts]
-        self._trace_host_rows_at_once(run, [(h, i) for h, i in files
-                                            if i is not None and self.cache.get(self._trace_host_key(i)) is None])
+        missing = [(h, i) for h, i in files if i is not None and self.cache.get(self._trace_host_key(i)) is None]
+        scale_out = self.scale_out
+        if scale_out is not None and scale_out.usable() and len(missing) > 1:
+            # a task per host on the Dask cluster (app/scale_out.py run_host_jobs): the
+            # workers read the xplanes, the server only the rows they keep in the cache
+            scale_out.run_host_jobs(self, run, [(self._trace_host_key(i), ("trace_host", h)) for h, i in missing],
+                                    "steps and device time")
+        else:
+            self._trace_host_rows_at_once(run, missing)
         rows = []
         for host, info in files:
             try:

@@ -252,7 +252,8 @@ class Workspace(CompiledMemory, RuntimeMemory, Snapshots, Pprofs, OomAssessment,
     def host_job(self, run: Run, job: tuple) -> None:
         """One host's entry of a :meth:`fan_out`, named by plain values so that a Dask
         task can carry it: ``("tool_data", host, tool name, query fields)`` (a tool's
-        payload) or ``("memory_host", host)`` (a row of ``/api/memory_hosts``)."""
+        payload), ``("memory_host", host)`` (a row of ``/api/memory_hosts``) or
+        ``("trace_host", host)`` (a row of ``/api/trace_hosts``)."""
         kind, host, *args = job
         if kind == "tool_data":
             tool_name, fields = args
@@ -260,6 +261,8 @@ class Workspace(CompiledMemory, RuntimeMemory, Snapshots, Pprofs, OomAssessment,
             self.tool_data(run, tool, tool.query(**fields))
         elif kind == "memory_host":
             self.memory_host_row(run, host)
+        elif kind == "trace_host":
+            self._trace_host_row(host, run.xplane(host))
         else:
             raise ValueError(f"unknown host job {kind!r}")
 
