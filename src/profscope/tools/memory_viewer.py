@@ -131,6 +131,7 @@ point, see there) and, when it cut blocks, ``profscope.bufferBlocksOmitted``.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -139,6 +140,7 @@ from typing import Any
 import numpy as np
 
 from profscope.errors import BadInput, NotFound
+from profscope.model.gc_pause import gc_paused
 from profscope.model.protos import hlo_pb2
 from profscope.model.stdsort import std_sort_order
 
@@ -1126,6 +1128,21 @@ def _spans(sim: _Sim) -> dict[str, dict]:
     return spans
 
 
+def _collector_paused(fn):
+    """``fn`` run with Python's cyclic collector paused (model/gc_pause.py). A module's
+    conversion makes a few objects per logical buffer (its ``_LB``, key tuples, a block
+    dict, a span dict: ~400,000 on the compare_peers module's 70,000 buffers), and the
+    collections their allocations trigger walked every one of them again: 0.2-0.27 of
+    from_hlo's 0.9 CPU s and 0.2 of summary's 0.63 there (docs/performance.md). Reference
+    counting frees them as before; the collector runs again after."""
+    @functools.wraps(fn)
+    def paused(*args, **kwargs):
+        with gc_paused():
+            return fn(*args, **kwargs)
+    return paused
+
+
+@_collector_paused
 def from_hlo(hlo: hlo_pb2.HloProto, memory_space: int = 0, progress=None, *,
             strict: bool = True) -> dict:
     """XProf 2.24.2's memory-viewer ``PreprocessResult`` of one module, as a JSON-able dict.
@@ -1520,6 +1537,7 @@ def _allocation_blocks(m: _Module, lbs: list[_LB], base: int, node_id: int, scal
     return node_id
 
 
+@_collector_paused
 def summary(hlo: hlo_pb2.HloProto, memory_space: int = 0) -> dict:
     """Cheap per-module figures for ranking the modules of a run by peak.
 
