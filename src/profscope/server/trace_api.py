@@ -12,6 +12,7 @@ import re
 from fastapi import APIRouter
 from fastapi.responses import Response, StreamingResponse
 
+from profscope.app import trace_preview
 from profscope.app.queries import TraceQuery
 from profscope.app.workspace import Workspace
 from profscope.errors import BadRequest
@@ -22,7 +23,7 @@ from profscope.server.responses import json_response
 HOSTS = ("host", "hosts")
 RANGE = ("start_ms", "end_ms")
 Window = query_params(TraceQuery, *HOSTS, *RANGE, "resolution")
-Preview = query_params(TraceQuery, *HOSTS, "resolution")
+Preview = query_params(TraceQuery, *HOSTS, *RANGE, "resolution")
 Event = query_params(TraceQuery, *HOSTS, "id")
 Counter = query_params(TraceQuery, *HOSTS, *RANGE, "track", "t", "peak")
 Search = query_params(TraceQuery, *HOSTS, "q", "limit", "offset")
@@ -55,9 +56,20 @@ def router(ws: Workspace) -> APIRouter:
 
     @r.get("/preview")
     def preview(query: Preview, run: Text = None) -> Response:
-        """The whole trace, drawn from what the index build has published so far, or
-        ``{"preview": false, "state"}`` when nothing is (yet): app/traces.py."""
-        return json_response(ws.trace_preview(ws.run(run), query))
+        """The whole trace (or ``start_ms``..``end_ms`` of it), drawn from what the index
+        build has published so far, or ``{"preview": false, "state"}`` when nothing is
+        (yet): app/trace_preview.py."""
+        return json_response(trace_preview.window(ws, ws.run(run), query))
+
+    @r.get("/preview/event")
+    def preview_event(query: Event, run: Text = None) -> Response:
+        """One slice of the preview, as much as the preview holds of it (no args)."""
+        return json_response(trace_preview.event(ws, ws.run(run), query))
+
+    @r.get("/preview/search")
+    def preview_search(query: Search, run: Text = None) -> Response:
+        """The preview's slices whose name holds ``q`` (only what the preview holds)."""
+        return json_response(trace_preview.search(ws, ws.run(run), query))
 
     @r.get("/event")
     def event(query: Event, run: Text = None) -> Response:
