@@ -164,3 +164,87 @@ def test_one_host_split_across_the_dask_workers_is_the_single_process_index(shar
             whole, cut = _hashes(serial.cache.built_dir(answer["key"])), _hashes(dask_cache.built_dir(answer["key"]))
             assert whole
             assert cut == whole, (host, sorted(k for k in whole if cut.get(k) != whole[k]))
+
+
+def test_a_range_is_merged_while_the_next_one_is_decoded(shared_fixtures, tmp_path):
+    """The merge takes each range as its answer comes (``Ranges.run`` yields them): when
+    the second range starts decoding, the first one's slices are already in the index
+    writer."""
+    (path, *_) = sorted(shared_fixtures.glob("public_profiles/xplane/tf_gpu/plugins/profile/*/*.xplane.pb"))
+    out = tmp_path / "cut"
+    out.mkdir()
+    writer = trace_index.IndexWriter(out, source=str(path))
+    seen: list[int] = []
+
+    class Watching(xplane_line_ranges.InProcess):
+        def run(self, fn, specs):
+            for s in specs:
+                seen.append(writer.n)  # slices merged before this range is decoded
+                yield fn(s)
+
+    split = xplane_line_ranges.Split(Watching(3, min_bytes=0), str(path), str(tmp_path / "scratch"))
+    with open(path, "rb") as f:
+        xplane_trace.read_trace(f, str(path), 0, "host", sink=writer, split=split)
+    writer.close()
+    assert len(seen) == 3 and seen[0] < seen[1] < seen[2], seen
+
+
+def _broken_event(path: Path, out: Path) -> Path:
+    """A copy of a real xplane with one event of its host plane, 80 % in, made malformed
+    (its first byte a tag of wire type 7): the planes and the lines' event framing are
+    intact (the plane is read and cut), the event's decode fails."""
+    import numpy as np
+
+    from profscope.formats import xplane_wire as xw
+
+    shutil.copy(path, out)
+    with open(out, "rb") as f:
+        (host,) = [p for p in xplane.scan(f, str(out)).planes if p.name.startswith("/host:CPU")]
+        f.seek(0)
+        stream, size = xplane.open_stream(f, str(out))
+        data = xw.read_plane_bytes(stream, size, host, pad=xw.PAD + (-host.length) % 8)
+    b = np.frombuffer(data, np.uint8)
+    starts = []
+    for a, z in xw.split_plane(data, host.length)[1]:
+        for run_start, _end, line_end in xplane_trace._line_runs(data, b, a, z)[1]:
+            for s_, _e, _ in xplane_trace._windows(data, b, run_start, line_end):
+                starts += s_.tolist()
+    raw = bytearray(out.read_bytes())
+    raw[host.offset + starts[len(starts) * 4 // 5]] = 0x0F
+    out.write_bytes(bytes(raw))
+    return out
+
+
+def test_a_malformed_event_in_a_range_is_the_single_decodes_error(shared_fixtures, tmp_path):
+    """A range that fails on a malformed event is decoded again by the merge, which raises
+    the single decode's error naming the file (a 4xx for the server), not another one."""
+    from profscope.errors import ProfscopeError
+
+    (good, *_) = sorted(shared_fixtures.glob("public_profiles/xplane/tf_gpu/plugins/profile/*/*.xplane.pb"))
+    path = _broken_event(good, tmp_path / "broken.xplane.pb")
+
+    def error(split, name):
+        out = tmp_path / name
+        out.mkdir()
+        writer = trace_index.IndexWriter(out, source=str(path))
+        with open(path, "rb") as f, pytest.raises(ProfscopeError) as e:
+            xplane_trace.read_trace(f, str(path), 0, "host", sink=writer, split=split)
+        writer.close()
+        return type(e.value), e.value.message, e.value.file
+
+    whole = error(None, "whole")
+    assert str(path) in whole[2]
+
+    class Failing(_Counting):
+        def run(self, fn, specs):  # as the cluster answers a range that raised
+            self.cut.append(len(specs))
+            for s in specs:
+                try:
+                    yield fn(s)
+                except Exception as e:  # noqa: BLE001
+                    yield e
+
+    ranges = Failing(3)
+    assert error(xplane_line_ranges.Split(ranges, str(path), str(tmp_path / "scratch")), "cut") == whole
+    assert ranges.cut == [3]
+    assert not (tmp_path / "scratch").exists()

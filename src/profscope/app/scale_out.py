@@ -161,20 +161,27 @@ class ClusterRanges:
             self._parts = sum(get_client().nthreads().values())
         return self._parts
 
-    def run(self, fn, specs: list) -> list:
+    def run(self, fn, specs: list):
+        """Yields each range's answer (or its exception) in order, as it is there: the
+        merge of a range overlaps the decode of the next."""
         from distributed import worker_client
 
+        pids = self.ran[specs[0].source] = []
         with worker_client() as client:
             futures = client.map(fn, specs, pure=False, priority=self.PRIORITY)
-            out = []
-            for f in futures:
-                try:
-                    out.append(f.result())
-                except Exception as e:  # noqa: BLE001 - decoded by the merge itself
-                    log.warning("a line range of %s failed on the cluster (%s); decoding it here", specs[0].source, e)
-                    out.append(e)
-            self.ran[specs[0].source] = [a["pid"] for a in out if isinstance(a, dict)]
-            return out
+            try:
+                for f in futures:
+                    try:
+                        got = f.result()
+                    except Exception as e:  # noqa: BLE001 - decoded by the merge itself
+                        log.warning("a line range of %s failed on the cluster (%s); decoding it here",
+                                    specs[0].source, e)
+                        got = e
+                    if isinstance(got, dict):
+                        pids.append(got["pid"])
+                    yield got
+            finally:
+                client.cancel(futures)  # a merge that stopped (a bad input) leaves no range running
 
 
 def _worker_run(ws, run_name: str):

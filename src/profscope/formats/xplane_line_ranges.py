@@ -39,7 +39,7 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Callable, Iterator, Protocol
 
 import numpy as np
 
@@ -66,14 +66,15 @@ MERGE_ROWS = 1 << 20
 
 class Ranges(Protocol):
     """Where the ranges of a plane are decoded: up to ``parts`` of them, none smaller than
-    ``min_bytes`` of the plane, by ``run`` (``fn`` over the specs, an answer or the
-    exception per spec, in order). app/scale_out.py's
+    ``min_bytes`` of the plane, by ``run`` (``fn`` over the specs: yields an answer or
+    the exception per spec, in order, each as soon as it is there, so the merge of the
+    first ranges overlaps the decode of the later ones). app/scale_out.py's
     is the Dask cluster's; :class:`InProcess` decodes them here, one after another."""
 
     parts: int
     min_bytes: int
 
-    def run(self, fn: Callable, specs: list) -> list: ...
+    def run(self, fn: Callable, specs: list) -> Iterator: ...
 
 
 @dataclass
@@ -96,7 +97,8 @@ class InProcess:
         self.min_bytes = min_bytes
 
     def run(self, fn, specs):
-        return [fn(s) for s in specs]
+        for s in specs:
+            yield fn(s)
 
 
 @dataclass
@@ -248,6 +250,9 @@ def merge(split: Split, specs: list[Spec], names: NameTable, parts, plane, dplan
             _merge_one(got, names, parts, plane, dplane, pflows)
             yield got["rows"]
     finally:
+        close = getattr(answers, "close", None)
+        if close is not None:  # a merge that stopped: the ranges still running are let go
+            close()
         shutil.rmtree(split.folder, ignore_errors=True)
 
 
