@@ -128,7 +128,7 @@ def convert_host(logdir_url: str, cache_root: str, run_name: str, host: str, *,
 
 class ClusterRanges:
     """The line ranges of one big host's plane (formats/xplane_line_ranges.py ``Ranges``)
-    as tasks on the cluster this task runs on, one range per worker thread: the task
+    as tasks on the cluster this task runs on, up to one range per worker thread: the task
     that builds the host's index submits them, secedes while they run (its thread then
     decodes a range too) and merges their columns, which they write into its build
     folder. A range whose worker cannot reach that folder, or that fails, is decoded by
@@ -150,16 +150,17 @@ class ClusterRanges:
 
     @property
     def parts(self) -> int:
-        """The cluster's worker threads (asked once); 1 (no split) outside a Dask task."""
+        """The cluster's worker threads now (asked per build: an adaptive cluster grows
+        and shrinks); 1 (no split) outside a Dask task."""
         from distributed import get_client, get_worker
 
+        if self._parts is not None:
+            return self._parts
         try:
             get_worker()
         except ValueError:
             return 1
-        if self._parts is None:
-            self._parts = sum(get_client().nthreads().values())
-        return self._parts
+        return sum(get_client().nthreads().values())
 
     def run(self, fn, specs: list):
         """Yields each range's answer (or its exception) in order, as it is there: the

@@ -129,8 +129,11 @@ def plan(split: Split, ref, data, meta_bytes: bytes, runs, hostname: str, lines:
     """The ranges of a plane (``runs``: ``xplane_trace._line_runs``' per line), or None
     when it is decoded whole (small, a device plane, fewer than two ranges)."""
     ranges = split.ranges
-    n = min(ranges.parts, ref.length // ranges.min_bytes) if ranges.min_bytes > 0 else ranges.parts
-    if n < 2 or isinstance(dplane, xplane_derived.DevicePlane):
+    most = ref.length // ranges.min_bytes if ranges.min_bytes > 0 else ref.length
+    if most < 2 or isinstance(dplane, xplane_derived.DevicePlane):
+        return None
+    n = min(ranges.parts, most)  # asked last: the cluster's threads are a scheduler call
+    if n < 2:
         return None
     total = sum(z - a for line_runs in runs for a, z, _ in line_runs)
     if not total:
