@@ -480,8 +480,9 @@ def test_progress_is_reported(demo_logdir):
 def test_conversions_run_with_the_cyclic_collector_paused(demo_logdir, monkeypatch):
     """from_hlo and summary make a few objects per logical buffer; the collections their
     allocations triggered walked them all again (0.2-0.27 of from_hlo's 0.9 CPU s on the
-    compare_peers module, docs/performance.md). The collector is paused while they run,
-    and runs again after, also when the conversion refuses its input."""
+    compare_peers module, docs/performance.md), and page_view's, made right after, the
+    full result's. The collector is paused while they run, and runs again after, also
+    when the conversion refuses its input."""
     import gc
 
     hlo = _module_from_profile(demo_logdir, "transformer", "jit_train_step(24)")
@@ -495,10 +496,11 @@ def test_conversions_run_with_the_cyclic_collector_paused(demo_logdir, monkeypat
 
     monkeypatch.setattr(mv, "_simulate", recording(mv._simulate))
     monkeypatch.setattr(mv, "_buffer_blocks", recording(mv._buffer_blocks))
+    monkeypatch.setattr(mv, "_heap_points", recording(mv._heap_points))
     assert gc.isenabled()
-    mv.from_hlo(hlo)
+    mv.page_view(mv.from_hlo(hlo))
     mv.summary(hlo)
-    assert seen == [("_simulate", False), ("_buffer_blocks", False), ("_simulate", False)]
+    assert seen == [("_simulate", False), ("_buffer_blocks", False), ("_heap_points", False), ("_simulate", False)]
     assert gc.isenabled()
     no_assignment = hlo_pb2.HloProto()
     no_assignment.hlo_module.CopyFrom(hlo.hlo_module)

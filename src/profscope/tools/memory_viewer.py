@@ -1639,6 +1639,7 @@ def _heap_points(result: dict, idx: list[int], kinds: str, event_buffers: list[i
     return out
 
 
+@_collector_paused  # run right after from_hlo, whose 400,000 objects a collection would walk
 def page_view(result: dict, max_points: int = 4000, max_blocks: int = 20000) -> dict:
     """A copy of :func:`from_hlo`'s result small enough for a browser.
 
