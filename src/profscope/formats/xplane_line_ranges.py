@@ -159,8 +159,8 @@ def plan(split: Split, ref, data, meta_bytes: bytes, runs, hostname: str, lines:
     parts = [p for p in parts if p]
     if len(parts) < 2:
         return None
-    plane_kind = dplane is not None
-    host_key = getattr(dplane, "key", None) if plane_kind else None
+    # derived.plane makes a HostPlane, a DevicePlane (not cut, above) or nothing
+    host_key = dplane.key if isinstance(dplane, xplane_derived.HostPlane) else None
     out = Path(split.folder)
     out.mkdir(parents=True, exist_ok=True)
     return [Spec(split.source, ref.offset, p[0][1], p[-1][2], p, meta_bytes, ref.name, line_names, lines, special,
