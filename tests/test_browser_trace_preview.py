@@ -44,7 +44,8 @@ def test_page_draws_the_preview_until_the_index_answers(open_page, shared_fixtur
             page.wait_for_selector("#tv-preview", timeout=60_000)
             assert page.locator("#tv").get_attribute("data-preview") == "1"
             assert "preview" in page.locator("#tv-counts").inner_text()
-            assert page.locator("#tv canvas").first.evaluate("c => getComputedStyle(c).pointerEvents") == "none"
+            # the canvas takes input during the preview (test_preview_is_interactive... uses it)
+            assert page.locator("#tv canvas").first.evaluate("c => getComputedStyle(c).pointerEvents") != "none"
             previewed = page.locator("#tv-counts").inner_text()
             page.screenshot(path=str(ARTIFACTS / "trace_preview.png"))
             fcntl.flock(lock, fcntl.LOCK_UN)  # the page's request now builds the index itself
@@ -91,3 +92,90 @@ def test_page_waiting_for_a_preview_logs_no_console_error(open_page, shared_fixt
             page.wait_for_function("window.__traceViewer && __traceViewer.ready()", timeout=90_000)
             assert not console, console
             page.screenshot(path=str(ARTIFACTS / "trace_preview_polled_done.png"))
+
+
+def _held_preview(shared_fixtures, tmp_path):
+    """A log dir with the GPU profile, and the build lock + published preview of another
+    "replica" building its index (the caller holds the returned lock file open)."""
+    session = tmp_path / "logdir" / "plugins" / "profile" / "s1"
+    session.mkdir(parents=True)
+    shutil.copy(shared_fixtures / GPU, session / "gpu-host.xplane.pb")
+    cache_dir = tmp_path / "cache"
+    ws = Workspace(LogDir(str(tmp_path / "logdir"), listing_ttl=0), DiskCache(cache_dir))
+    run = ws.runs()[0]
+    host, info = ws.trace_sources(run)[0]
+    key = ws._trace_index_key(host, info)
+    lock_path = eviction.lock_path(cache_dir, key)
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    return run, key, ws, lock_path, cache_dir, session / "gpu-host.xplane.pb"
+
+
+def _settle(page, previewing: bool) -> None:
+    page.wait_for_function(f"window.__traceViewer && __traceViewer.previewing() === {str(previewing).lower()} && __traceViewer.settled()",
+                           timeout=90_000)
+
+
+def test_preview_is_interactive_and_the_index_replaces_it(open_page, shared_fixtures, tmp_path):
+    run, key, ws, lock_path, cache_dir, path = _held_preview(shared_fixtures, tmp_path)
+    with open(lock_path, "a+b") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # "another replica is building this index"
+        _build(path, tmp_path / "elsewhere", preview=(ws.cache.preview_dir(key), 1200))
+        with profscope_server("serve", str(tmp_path / "logdir"), "--port", "0", "--cache-dir", str(cache_dir)) as (url, _):
+            page = open_page(url)
+            page.set_viewport_size({"width": 1400, "height": 900})
+            page.goto(f"{url}?{urlencode({'run': run.name, 'tool': 'trace_viewer@'}, quote_via=quote)}")
+            page.wait_for_selector("#tv-preview", timeout=60_000)
+            _settle(page, True)
+            full = page.evaluate("__traceViewer.window()")
+            page.screenshot(path=str(ARTIFACTS / "trace_preview_interactive_0.png"))
+            # zoom: the wheel over the longest preview slice on screen
+            target = max(page.evaluate("__traceViewer.visibleSlices()"), key=lambda v: v["w"])
+            page.mouse.move(target["x"] + min(target["w"], 40) / 2, target["y"] + target["h"] / 2)
+            for _ in range(3):
+                page.mouse.wheel(0, -300)
+                page.wait_for_timeout(50)
+            _settle(page, True)
+            zoomed = page.evaluate("__traceViewer.window()")
+            assert zoomed[1] - zoomed[0] < (full[1] - full[0]) / 10
+            assert page.evaluate("__traceViewer.dataWindow()") == zoomed  # answered, from the preview
+            counts = page.locator("#tv-counts").inner_text()
+            assert "preview: coarse, the short slices arrive with the index" in counts
+            assert "start_ms=" in page.url  # the window in the URL
+            # details: click the widest slice in view
+            sl = max((v for v in page.evaluate("__traceViewer.visibleSlices()") if len(v["name"]) >= 4), key=lambda v: v["w"])
+            assert sl["w"] > 4
+            page.mouse.click(sl["x"] + min(sl["w"], 40) / 2, sl["y"] + sl["h"] / 2)
+            page.wait_for_selector("#tv-card-pending", timeout=30_000)
+            assert page.evaluate("__traceViewer.selected()") == f"p{sl['id']}"
+            assert page.locator(".tv-card-name").inner_text() == sl["name"]
+            assert "track" in page.locator("#tv-card").inner_text()
+            assert f"ev=p{sl['id']}" in page.url
+            # search: the page's own box, answered from the preview and saying so
+            q = sl["name"][: max(3, len(sl["name"]) // 2)]
+            page.fill("#tv-search", q)
+            page.press("#tv-search", "Enter")
+            page.wait_for_selector("#tv-results-preview", timeout=30_000)
+            head = page.locator("#tv-results-head").inner_text()
+            assert "match" in head and q in head, head
+            assert page.locator(".tv-match").count() >= 1
+            assert "null" not in page.locator("#tv-results").inner_text()
+            page.screenshot(path=str(ARTIFACTS / "trace_preview_interactive_1.png"), full_page=True)
+            fcntl.flock(lock, fcntl.LOCK_UN)  # the page's own request builds the index now
+            page.wait_for_selector("#tv-preview", state="detached", timeout=90_000)
+            _settle(page, False)
+            # the exact window the user is looking at, not the whole trace
+            assert page.evaluate("__traceViewer.window()") == zoomed
+            assert page.evaluate("__traceViewer.dataWindow()") == zoomed
+            assert "preview" not in page.locator("#tv-counts").inner_text()
+            # the same slice, now the index's: its id, args and event id in the card
+            page.wait_for_function("/^[0-9]+$/.test(__traceViewer.selected())", timeout=30_000)
+            page.wait_for_selector("#tv-card .tv-card-name", timeout=30_000)
+            page.wait_for_function("!document.querySelector('#tv-card-pending')", timeout=30_000)
+            assert page.locator(".tv-card-name").inner_text() == sl["name"]
+            assert "event id" in page.locator("#tv-card").inner_text()
+            assert f"ev={page.evaluate('__traceViewer.selected()')}" in page.url
+            # the search asked again of the whole trace
+            page.wait_for_selector("#tv-results-preview", state="detached", timeout=30_000)
+            assert q in page.locator("#tv-results-head").inner_text()
+            assert "null" not in page.locator("#tv-results").inner_text()
+            page.screenshot(path=str(ARTIFACTS / "trace_preview_interactive_2.png"), full_page=True)

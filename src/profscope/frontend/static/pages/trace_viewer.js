@@ -55,7 +55,7 @@ async function renderTraceViewer(view, state, run, details) {
   }
   let data;
   const first = cachedJson(windowUrl(ctx, want, resolution(ctx)));
-  if (!want) showPreview(ctx, first);
+  showPreview(ctx, first, want);
   try {
     data = await first;
   } catch (err) {
@@ -92,10 +92,10 @@ async function renderTraceViewer(view, state, run, details) {
         : "The profile holds no trace events for the selected host(s)."));
     return;
   }
+  if (ctx.previewing) return void indexLanded(ctx, data, want);
   ctx.view = want ? clampWindow(ctx, want[0], want[1]) : [ctx.full[0], ctx.full[1]];
   accept(ctx, data, ctx.view, resolution(ctx));
   ctx.ready = true;
-  delete ctx.root.dataset.preview;
   if (state.ev) select(ctx, state.ev, { fromUrl: true });
   counterFromUrl(ctx, state); // a link or a reload with a counter point (ctr, ct)
   if (state.q) runSearch(ctx, state.q);
@@ -106,12 +106,14 @@ async function renderTraceViewer(view, state, run, details) {
 // The first look at a big run builds its index (seconds to minutes); the build publishes
 // the whole trace's window early (/api/trace/preview: {preview: false, state: "pending"}
 // until then, "ready" once the index is, "several_hosts" for a merged view: no preview to
-// wait for). Draw it, marked as a preview, until the index answers: the same slices the
-// index will show, but their ids are the preview's, so the canvas takes no input meanwhile.
-async function showPreview(ctx, first) {
+// wait for). Draw it, marked as a preview, until the index answers, and take input
+// meanwhile: windows, a slice's details and searches are answered from the preview
+// (app/trace_preview.py: coarse, the short slices arrive with the index; its ids are its
+// own, written "p<id>" in the page and the URL); indexLanded swaps in the exact answers.
+async function showPreview(ctx, first, want) {
   let settled = false;
   first.then(() => { settled = true; }, () => { settled = true; });
-  const url = `/api/trace/preview?${apiParams(ctx, { resolution: resolution(ctx) })}`;
+  const url = previewUrl(ctx, want, resolution(ctx));
   while (!settled && current === ctx) {
     await new Promise((r) => setTimeout(r, 400));
     if (settled || current !== ctx) return;
@@ -125,14 +127,56 @@ async function showPreview(ctx, first) {
       return; // the index is ready (its window is on its way), or no preview will come
     }
     ctx.root.dataset.preview = "1";
+    ctx.previewing = true;
     ctx.full = data.fullTimespan || [0, 0];
-    ctx.view = [ctx.full[0], ctx.full[1]];
+    ctx.view = want ? clampWindow(ctx, want[0], want[1]) : [ctx.full[0], ctx.full[1]];
     accept(ctx, data, ctx.view, resolution(ctx));
     relayout(ctx);
-    ctx.counts.textContent += " · preview";
     ctx.status.replaceChildren(el("div", { class: "tv-note", id: "tv-preview" },
-      el("strong", {}, "Preview: "), "the whole trace as its index will show it. Zoom, search and details come once the index is built (progress above)."));
+      el("strong", {}, "Preview: "), "what the index build has read so far. Zoom, search and details answer from it; the short slices, args and links arrive with the index (progress above)."));
+    const state = readState();
+    if (state.ev) select(ctx, state.ev, { fromUrl: true });
+    if (state.q) runSearch(ctx, state.q);
     return;
+  }
+}
+
+const PREVIEW_NOTE = "preview: coarse, the short slices arrive with the index";
+
+function previewUrl(ctx, win, res) {
+  const extra = { resolution: res };
+  if (win) Object.assign(extra, { start_ms: fmtNum(win[0], win[1] - win[0]), end_ms: fmtNum(win[1], win[1] - win[0]) });
+  return `/api/trace/preview?${apiParams(ctx, extra)}`;
+}
+
+// The index answered the page's first request while the preview was up: the window the
+// user is looking at now (not the whole trace) is fetched exact and replaces the
+// preview's; a preview selection becomes the index's same slice (accept ->
+// remapSelection) and a search is asked again of the whole trace.
+function indexLanded(ctx, data, want) {
+  ctx.previewing = false;
+  ctx.ready = true;
+  delete ctx.root.dataset.preview;
+  const whole = sameWindow(ctx.view, ctx.full) && !want;
+  if (whole) accept(ctx, data, ctx.view, resolution(ctx));
+  else { ctx.dataWindow = null; fetchWindow(ctx); }
+  if (ctx.searchQ) runSearch(ctx, ctx.searchQ);
+  schedule(ctx); // the canvas's real width
+}
+
+// A slice picked in the preview ("p<id>"), found again in an exact window by what the
+// preview said of it (track, start, duration, name: the preview's rows are the index's
+// rows, so the values are the same numbers): select the index's id, in the URL too.
+function remapSelection(ctx) {
+  const sel = ctx.selected, s = ctx.data.s;
+  if (!sel || !sel.name) return;
+  for (const i of ctx.data.byRow.get(rowKey(sel.track, sel.depth)) || []) {
+    if (s.start[i] === sel.start && s.dur[i] === sel.dur && ctx.data.names[s.name[i]] === sel.name) {
+      const id = String(s.id[i]);
+      setUrl({ ev: id });
+      select(ctx, id);
+      return;
+    }
   }
 }
 
@@ -148,7 +192,7 @@ function leave() {
 
 // Everything the URL changes without reloading: window, selection, search.
 function update(ctx, state) {
-  if (!ctx.ready) return;
+  if (!ctx.ready && !ctx.previewing) return;
   let want = urlWindow(state);
   const fit = want ? fitToTrace(ctx.full, want) : null;
   if (fit) { ctx.status.replaceChildren(fit.note); want = fit.win; }
@@ -214,7 +258,7 @@ function fmtNum(v, span) {
 function makeContext(key, state, run, details) {
   const ctx = {
     key, run, details, host: state.hosts ? "" : state.host, hosts: state.hosts || "",
-    ready: false, full: [0, 0], view: [0, 1], data: null, dataWindow: null, dataRes: 0,
+    ready: false, previewing: false, full: [0, 0], view: [0, 1], data: null, dataWindow: null, dataRes: 0,
     seq: 0, timer: 0, collapsed: new Set(), rows: [], trackRow: new Map(), scrollTop: 0,
     selectedId: "", selected: null, hover: null, drag: null, mouseX: null, searchSeq: 0,
     drawn: { n: 0, idx: new Int32Array(0) }, frame: 0, listeners: [], flowMode: flowModeOf(state.flows),
@@ -335,11 +379,12 @@ function accept(ctx, data, win, res) {
   const colour = new Uint8Array(names.length);
   names.forEach((name, i) => { colour[i] = hash(name) % PALETTE.length; });
   const idIndex = new Map();
-  for (let i = 0; i < n; i++) idIndex.set(String(s.id[i]), i);
+  const prefix = data.preview ? "p" : ""; // a preview's ids are its own (showPreview)
+  for (let i = 0; i < n; i++) idIndex.set(prefix + s.id[i], i);
   const counters = new Map((data.counters || []).map((c) => [c.track, c]));
   const tracks = data.tracks || [];
   const structure = tracks.map((t) => `${t.id}:${t.maxDepth}:${t.kind}`).join(",");
-  ctx.data = { raw: data, s, n, byRow, names, colour, labelW: new Float32Array(names.length).fill(-1), idIndex, counters,
+  ctx.data = { raw: data, s, n, byRow, names, colour, labelW: new Float32Array(names.length).fill(-1), idIndex, counters, prefix,
     steps: data.steps || [], tracks, processes: data.processes || [] };
   ctx.dataWindow = win;
   ctx.dataRes = res;
@@ -349,6 +394,11 @@ function accept(ctx, data, win, res) {
   ctx.counts.textContent = `${(data.returnedEventsSize ?? n).toLocaleString("en-US")} of ${(data.totalEventsSize ?? n).toLocaleString("en-US")} events${arrows ? ` · ${arrows.toLocaleString("en-US")} flows` : ""}${data.truncated ? " · zoom in for more" : ""}`;
   ctx.flowLabel.title = arrows ? `${arrows.toLocaleString("en-US")} flow arrows in view${f.truncated ? ` (the first ${f.from.length.toLocaleString("en-US")} drawn)` : ""}` : "No flow in this window";
   ctx.counts.title = data.truncated ? "Slices shorter than a pixel were thinned to about one per pixel per row; zooming in shows them." : "Every event of this window is drawn.";
+  if (data.preview) {
+    ctx.counts.textContent += ` · ${data.coarse || PREVIEW_NOTE}`;
+    ctx.counts.title = "Drawn from the preview the index build published: the slices a whole-trace pixel long or longer, and the first shorter one per pixel per row.";
+  }
+  if (ctx.selectedId.startsWith("p") && !data.preview) remapSelection(ctx);
   if (ctx.selectedId && ctx.selected) locateSelected(ctx);
   draw(ctx);
 }
@@ -385,8 +435,10 @@ async function fetchWindow(ctx) {
   const whole = sameWindow(win, ctx.full);
   try {
     // The last few answers stay cached (app.js): reset zoom or back to a window is instant.
-    const data = await cachedJson(windowUrl(ctx, whole ? null : win, res));
+    const data = ctx.previewing ? await getJson(previewUrl(ctx, whole ? null : win, res))
+      : await cachedJson(windowUrl(ctx, whole ? null : win, res));
     if (seq !== ctx.seq || current !== ctx) return; // a newer window was asked for meanwhile
+    if (data.preview === false || (data.preview && !ctx.previewing)) return; // the index landed meanwhile: indexLanded fetches
     ctx.status.replaceChildren();
     accept(ctx, data, win, res);
   } catch (err) {
@@ -1086,7 +1138,7 @@ function wire(ctx) {
   });
   on(ctx, ctx.scroller, "scroll", () => draw(ctx));
   on(ctx, document, "keydown", (e) => {
-    if (current !== ctx || !document.body.contains(ctx.root) || !ctx.ready) return;
+    if (current !== ctx || !document.body.contains(ctx.root) || !(ctx.ready || ctx.previewing)) return;
     if (e.ctrlKey || e.metaKey || e.altKey) return;
     const tag = (e.target && e.target.tagName) || "";
     if (/^(INPUT|SELECT|TEXTAREA)$/.test(tag) || (e.target && e.target.isContentEditable)) return;
@@ -1209,7 +1261,7 @@ function clickAt(ctx, x, y) {
   if (y < RULER_H) return;
   const hit = hitTest(ctx, x, y);
   if (hit && hit.counter) return void pickCounter(ctx, { track: hit.row.track.id, t: hit.counter.t[hit.i] });
-  selectAndRecord(ctx, hit && hit.index >= 0 ? String(ctx.data.s.id[hit.index]) : "");
+  selectAndRecord(ctx, hit && hit.index >= 0 ? ctx.data.prefix + ctx.data.s.id[hit.index] : "");
 }
 
 // -- a counter point: its card, its peak, the memory profile at it -----------------------
@@ -1294,13 +1346,15 @@ async function select(ctx, id, { fromUrl = false } = {}) {
   const i = ctx.data ? ctx.data.idIndex.get(id) : undefined;
   if (i !== undefined) { // draw the highlight now; the card follows when the args come
     const s = ctx.data.s;
-    ctx.selected = { id, start: s.start[i], dur: s.dur[i], track: s.track[i], index: i };
+    ctx.selected = { id, start: s.start[i], dur: s.dur[i], track: s.track[i], depth: s.depth[i], name: ctx.data.names[s.name[i]], index: i };
     draw(ctx);
   }
   ctx.card.classList.add("loading");
   let ev;
+  const fromPreview = id.startsWith("p");
   try {
-    ev = await cachedJson(`/api/trace/event?${apiParams(ctx, { id })}`);
+    ev = fromPreview ? await getJson(`/api/trace/preview/event?${apiParams(ctx, { id: id.slice(1) })}`)
+      : await cachedJson(`/api/trace/event?${apiParams(ctx, { id })}`);
   } catch (err) {
     if (ctx.selectedId !== id) return;
     ctx.card.classList.remove("loading");
@@ -1308,7 +1362,11 @@ async function select(ctx, id, { fromUrl = false } = {}) {
     return;
   }
   if (ctx.selectedId !== id || current !== ctx) return;
-  ctx.selected = { id, start: ev.start, dur: ev.dur, track: ev.track && ev.track.id, index: -1 };
+  if (fromPreview && !ev.preview) { // the index landed first: the exact window finds it (remapSelection)
+    ctx.card.classList.remove("loading");
+    return;
+  }
+  ctx.selected = { id, start: ev.start, dur: ev.dur, track: ev.track && ev.track.id, depth: ev.depth, name: ev.name, index: -1 };
   locateSelected(ctx);
   draw(ctx);
   ctx.card.classList.remove("loading");
@@ -1333,19 +1391,21 @@ function eventCard(ctx, ev) {
   if (ev.hloOp) rows.push(["HLO op", el("code", {}, ev.hloOp)]);
   if (ev.hloModule) rows.push(["HLO module", el("code", {}, ev.hloModule)]);
   const args = Object.entries(ev.args || {});
+  const tail = ev.preview
+    ? [el("p", { class: "muted", id: "tv-card-pending" }, "Args and links to the other tools arrive with the index (this slice is from the preview).")]
+    : [eventLinks(ev, state), // HLO view, memory viewer, memory profile: only the targets the server found (app/trace_viewer_links.py)
+      el("h4", {}, `Args (${args.length})`),
+      args.length
+        ? el("table", { class: "tv-args", id: "tv-args" }, el("tbody", {}, args.map(([k, v]) => el("tr", {},
+          el("th", {}, k), el("td", {}, argValue(v))))))
+        : el("p", { class: "muted" }, "No args."),
+      el("p", { class: "muted small" }, `event id ${ev.id}`)];
   return [
     el("div", { class: "tv-card-head" },
       el("h3", { class: "tv-card-name", title: ev.name }, ev.name),
       el("button", { type: "button", id: "tv-card-zoom", title: "Zoom to this slice (F)", onclick: () => zoomToSlice(ctx, ev.start, ev.dur) }, "Zoom to slice")),
     el("dl", { class: "kv tv-kv" }, rows.flatMap(([k, v, title]) => [el("dt", {}, k), el("dd", title ? { title } : {}, v)])),
-    // HLO view, memory viewer, memory profile: only the targets the server found (app/trace_viewer_links.py)
-    eventLinks(ev, state),
-    el("h4", {}, `Args (${args.length})`),
-    args.length
-      ? el("table", { class: "tv-args", id: "tv-args" }, el("tbody", {}, args.map(([k, v]) => el("tr", {},
-        el("th", {}, k), el("td", {}, argValue(v))))))
-      : el("p", { class: "muted" }, "No args."),
-    el("p", { class: "muted small" }, `event id ${ev.id}`),
+    ...tail,
   ];
 }
 
@@ -1380,13 +1440,16 @@ async function runSearch(ctx, q) {
     return;
   }
   if (seq !== ctx.searchSeq || current !== ctx) return;
+  if (data.preview === false) return; // the index landed meanwhile: indexLanded asks again
   // The answer's total counts every match; the pages of SEARCH_PAGE come as the user steps.
-  ctx.hits = { q, query: data.query ?? q, total: data.total ?? (data.matches || []).length, page: 0, matches: data.matches || [], cursor: -1 };
+  ctx.hits = { q, query: data.query ?? q, total: data.total ?? (data.matches || []).length, page: 0, matches: data.matches || [], cursor: -1,
+    preview: data.preview ? { of: data.previewEventsSize, all: data.totalEventsSize } : null, prefix: data.preview ? "p" : "" };
   showResults(ctx);
 }
 
 function searchPage(ctx, q, page) {
-  return cachedJson(`/api/trace/search?${apiParams(ctx, { q, limit: SEARCH_PAGE, offset: page * SEARCH_PAGE })}`);
+  const params = apiParams(ctx, { q, limit: SEARCH_PAGE, offset: page * SEARCH_PAGE });
+  return ctx.previewing ? getJson(`/api/trace/preview/search?${params}`) : cachedJson(`/api/trace/search?${params}`);
 }
 
 // The table holds the page of matches around the cursor; its head says how many in all.
@@ -1396,12 +1459,14 @@ function showResults(ctx) {
   ctx.searchNav.hidden = !total;
   showMatchPos(ctx);
   ctx.results.replaceChildren(
+    ...(h.preview ? [el("p", { class: "tv-note", id: "tv-results-preview" },
+      `Searched the preview only (${h.preview.of.toLocaleString("en-US")} of the trace's ${h.preview.all.toLocaleString("en-US")} slices): the index's answer replaces this when it lands.`)] : []),
     el("h4", { id: "tv-results-head" }, matches.length
       ? `${total.toLocaleString("en-US")} slices match “${h.query}”${total > matches.length ? ` (${(base + 1).toLocaleString("en-US")}–${(base + matches.length).toLocaleString("en-US")} listed; ‹ › or Enter / Shift+Enter step through all)` : ""}`
       : total ? `No more matches of “${h.query}”.` : `No slice matches “${h.query}”.`),
     matches.length ? el("table", { class: "tv-matches" },
       el("thead", {}, el("tr", {}, el("th", {}, "name"), el("th", { class: "num" }, "start"), el("th", { class: "num" }, "duration"), el("th", {}, "track"))),
-      el("tbody", {}, matches.map((m, j) => el("tr", { class: "tv-match" + (base + j === h.cursor ? " on" : ""), "data-id": m.id, tabindex: "0",
+      el("tbody", {}, matches.map((m, j) => el("tr", { class: "tv-match" + (base + j === h.cursor ? " on" : ""), "data-id": h.prefix + m.id, tabindex: "0",
         onclick: () => openMatch(ctx, m, base + j), onkeydown: (e) => { if (e.key === "Enter") openMatch(ctx, m, base + j); } },
       el("td", { class: "tv-match-name", title: m.name }, m.name),
       el("td", { class: "num", title: fmtTime(m.start, exact(m.dur)) }, fmtTime(m.start, 1e-3)),
@@ -1446,18 +1511,19 @@ async function stepMatch(ctx, dir) {
 
 function openMatch(ctx, m, index) {
   if (ctx.hits && index !== undefined) { ctx.hits.cursor = ctx.hits.want = index; showMatchPos(ctx); }
-  for (const r of ctx.results.querySelectorAll(".tv-match")) r.classList.toggle("on", r.dataset.id === String(m.id));
+  const id = ((ctx.hits && ctx.hits.prefix) || "") + m.id; // a preview match: the preview's id
+  for (const r of ctx.results.querySelectorAll(".tv-match")) r.classList.toggle("on", r.dataset.id === id);
   const span = Math.max(m.dur * 1.6, MIN_SPAN_MS * 20, (ctx.full[1] - ctx.full[0]) * 1e-7);
   const mid = m.start + m.dur / 2;
   ctx.view = clampWindow(ctx, mid - span / 2, mid + span / 2);
   const vs = ctx.view[1] - ctx.view[0];
-  setUrl({ ev: String(m.id), ctr: "", ct: "", start_ms: fmtNum(ctx.view[0], vs), end_ms: fmtNum(ctx.view[1], vs) }, { push: true });
+  setUrl({ ev: id, ctr: "", ct: "", start_ms: fmtNum(ctx.view[0], vs), end_ms: fmtNum(ctx.view[1], vs) }, { push: true });
   const row = ctx.trackRow.get(m.track);
   if (row) { // bring its track into view
     const top = ctx.scroller.scrollTop, h = ctx.cssH - RULER_H;
     if (row.y < top || row.y + Math.min(row.h, h) > top + h) ctx.scroller.scrollTop = Math.max(0, row.y - 20);
   }
-  select(ctx, String(m.id));
+  select(ctx, id);
   schedule(ctx);
 }
 
@@ -1479,6 +1545,9 @@ window.__traceViewer = {
   dataWindow: () => current && current.dataWindow ? [...current.dataWindow] : null,
   resolution: () => current ? resolution(current) : null,
   selected: () => current ? current.selectedId : "",
+  previewing: () => Boolean(current && current.previewing),
+  // drawn and quiet (no fetch, frame or timer pending), the preview's answers too
+  settled: () => Boolean(current && current.data && !current.root.dataset.busy && !current.frame && !current.timerActive),
   searchPos: () => current && current.hits ? { cursor: current.hits.cursor, total: current.hits.total, page: current.hits.page } : null,
   paintMs: () => current ? current.paintMs : null,
   flows: () => current && current.data ? { inWindow: current.data.raw.flows ? current.data.raw.flows.from.length : 0, drawn: current.flowsDrawn || 0 } : null,
