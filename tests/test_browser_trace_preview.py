@@ -179,3 +179,15 @@ def test_preview_is_interactive_and_the_index_replaces_it(open_page, shared_fixt
             assert q in page.locator("#tv-results-head").inner_text()
             assert "null" not in page.locator("#tv-results").inner_text()
             page.screenshot(path=str(ARTIFACTS / "trace_preview_interactive_2.png"), full_page=True)
+
+
+def test_a_link_to_a_preview_slice_after_the_build_says_it_is_gone(open_page, shared_fixtures, tmp_path):
+    """ev=p<id> names a slice of the build's preview (its own ids): opened once the index
+    is built there is no preview to ask, and the card says so instead of staying blank."""
+    run, key, ws, lock_path, cache_dir, path = _held_preview(shared_fixtures, tmp_path)
+    with profscope_server("serve", str(tmp_path / "logdir"), "--port", "0", "--cache-dir", str(cache_dir)) as (url, _):
+        page = open_page(url)
+        page.goto(f"{url}?{urlencode({'run': run.name, 'tool': 'trace_viewer@', 'ev': 'p5'}, quote_via=quote)}")
+        page.wait_for_selector("#tv-card-gone", timeout=90_000)
+        assert "ev=p5" in page.locator("#tv-card-gone").inner_text()
+        page.screenshot(path=str(ARTIFACTS / "trace_preview_link_gone.png"))

@@ -1364,6 +1364,10 @@ async function select(ctx, id, { fromUrl = false } = {}) {
   if (ctx.selectedId !== id || current !== ctx) return;
   if (fromPreview && !ev.preview) { // the index landed first: the exact window finds it (remapSelection)
     ctx.card.classList.remove("loading");
+    if (!ctx.selected) { // nothing to find it by: a link to a preview slice, opened after the build
+      ctx.card.replaceChildren(el("p", { class: "muted", id: "tv-card-gone" },
+        `The link's slice (ev=${id}) was one of the build's preview, which is gone now that the index is built: click the slice again.`));
+    }
     return;
   }
   ctx.selected = { id, start: ev.start, dur: ev.dur, track: ev.track && ev.track.id, depth: ev.depth, name: ev.name, index: -1 };
