@@ -200,3 +200,55 @@ print(ws.cache.workers.stats["runs"], "profscope.tools.memory_viewer" in sys.mod
     warm = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert warm.returncode == 0, warm.stderr
     assert warm.stdout.split() == ["0", "False"]
+
+
+def test_the_full_payload_beside_the_page_is_stored_and_sent_as_it_is(demo_logdir, demo_expected, tmp_path):
+    """The page's conversion writes XProf's full payload beside it without deflating it
+    (issue 40: level 1 was 0.27 CPU s of the page's worker on a 68 MB payload that the
+    page never sends): the entry is gzip of "stored" blocks, a client that takes gzip gets
+    the entry's own bytes (nothing decompressed or compressed again in the server), one
+    that does not gets the JSON; both decode to the same payload, whose page_view is the
+    page's, with and without gzip."""
+    import gzip
+
+    import orjson
+    from starlette.testclient import TestClient
+
+    from profscope.app.queries import MemoryViewerQuery
+    from profscope.app.workspace import Workspace
+    from profscope.cache.store import DiskCache
+    from profscope.cache.worker import WorkerPool
+    from profscope.server.app import create_app
+    from profscope.storage import LogDir
+    from profscope.tools.memory_viewer import page_view
+
+    ws = Workspace(LogDir(str(demo_logdir)), DiskCache(tmp_path / "cache", workers=WorkerPool(enabled=True)))
+    client = TestClient(create_app(ws))
+    run_name, p = _run(demo_expected, "transformer")
+    params = {"run": run_name, "tag": "memory_viewer", "module_name": p["profile_module_name"]}
+    url = "/data/plugin/profile/data"
+
+    def raw(accept: str, **more) -> tuple[bytes, str | None]:
+        with client.stream("GET", url, params={**params, **more}, headers={"Accept-Encoding": accept}) as r:
+            assert r.status_code == 200, r.read()
+            return b"".join(r.iter_raw()), r.headers.get("content-encoding")
+
+    page_gz, enc = raw("gzip", view="page")
+    assert enc == "gzip"
+    page = orjson.loads(gzip.decompress(page_gz))
+    assert orjson.loads(raw("identity", view="page")[0]) == page
+
+    full_key = ws.tool_data_key(ws.run(run_name), ws.tool_named("memory_viewer"),
+                                MemoryViewerQuery(module_name=p["profile_module_name"]))
+    entry = ws.cache.get(full_key)
+    js = gzip.decompress(entry)
+    # Stored blocks: the entry holds the JSON as it is, plus gzip's framing (RFC 1952
+    # header and trailer, 5 bytes per stored block of at most 64 KiB, RFC 1951 3.2.4).
+    assert len(entry) >= len(js) and entry[10] & 0b110 == 0  # the first block's BTYPE is 00
+
+    body, enc = raw("gzip")
+    assert enc == "gzip" and body == entry
+    body, enc = raw("identity")
+    assert enc is None and body == js
+    full = orjson.loads(js)
+    assert page == orjson.loads(orjson.dumps(page_view(full))) and page != full

@@ -525,6 +525,38 @@ def test_memory_viewer(request, xprof_page, server_fixture, run_prefix):
     xp.screenshot(f"memory_viewer_{run_prefix}")
 
 
+def test_memory_viewer_after_profscopes_page(xprof_page, xprof_static_dir, demo_logdir, tmp_path):
+    """profscope's own page (``view=page``) writes the module's full result beside the
+    page as gzip of deflate's stored blocks (issue 40, app/compiled_memory.py); XProf's
+    memory viewer opened after it gets that entry as it is (``Content-Encoding: gzip``,
+    as long as the JSON: nothing deflated in the server), and Chromium decodes the answer
+    a client without gzip gets, which XProf's page prints."""
+    with _xprof_server(demo_logdir, tmp_path / "cache", xprof_static_dir) as server:
+        run = _run(server, "transformer")
+        # the biggest module, by profscope's ranking (its own entries: no full payload made)
+        with urlopen(f"{server}/api/module_peaks?{urlencode({'run': run})}", timeout=300) as res:
+            module = json.loads(res.read())[0]["moduleName"]
+        query = {"run": run, "tag": "memory_viewer", "module_name": module, "memory_space": 0}
+        assert _get(server, "data", **query, view="page")["peakHeapMib"] > 0
+        with urlopen(f"{server}{PREFIX}/data?{urlencode(query)}", timeout=300) as res:
+            plain = res.read()
+        xp = xprof_page(server)
+        is_data = lambda r: f"{PREFIX}/data?" in r.url and "tag=memory_viewer" in r.url  # noqa: E731
+        with xp.page.expect_response(is_data, timeout=LOAD_TIMEOUT_MS) as first:
+            xp.open("memory_viewer", run=run, tag="memory_viewer", moduleName=module)
+        sent = first.value.headers
+        assert first.value.status == 200 and sent.get("content-encoding") == "gzip", sent
+        assert int(sent["content-length"]) > len(plain)  # the stored entry, not deflated again
+        answer = _json(first.value)
+        assert answer == json.loads(plain)
+        main = xp.page.locator("memory-viewer-main")
+        main.get_by_text("Peak memory allocation:").wait_for(timeout=LOAD_TIMEOUT_MS)
+        text = main.inner_text()
+        assert f"Module Name: {module}" in text
+        assert f"Peak memory allocation: {_to_fixed(answer['peakHeapMib'], 2)} MiB, " in text, text[:600]
+        xp.screenshot("memory_viewer_after_profscopes_page")
+
+
 @pytest.fixture(scope="module")
 def corrupt_first_xprof(xprof_static_dir, shared_fixtures, tmp_path_factory):
     """A log directory whose first run (XProf's page opens on it) cannot be read."""
