@@ -149,28 +149,3 @@ def test_a_big_json_result_is_stored_at_gzip_level_1_and_reads_back_the_same(tmp
         stored = cache.get(key)
         assert stored[8] == xfl, name
         assert gzip.decompress(stored) == orjson.dumps(value)
-
-
-@pytest.mark.parametrize("n", [1, 2, 0xFFFF, 0xFFFF + 1, 3 * 0xFFFF + 7])
-def test_a_stored_entry_is_gzip_without_deflate_and_reads_back_the_same(tmp_path, n):
-    """``level=STORED`` (the memory viewer's full payload beside its page, issue 40)
-    writes deflate's stored blocks (RFC 1951 3.2.4), at most 65,535 bytes each, the
-    last one flagged final: the entry is its JSON plus 5 bytes a block and gzip's 18, and
-    gzip, zlib's streaming decoder and the cache's own reader all read back the JSON.
-    JSON of n bytes, on both sides of a block's end (7, then strings of n - 2 characters)."""
-    import zlib
-
-    from profscope.cache.store import STORED
-
-    cache = DiskCache(tmp_path / "cache")
-    value = 7 if n == 1 else "x" * (n - 2)
-    js = orjson.dumps(value)
-    assert len(js) == n
-    key = cache_key("tool", 1, "stored", n)
-    made = cache.get_or_compute(key, "stored", lambda p: value, level=STORED)
-    entry = cache.get(key)
-    assert bytes(made) == entry
-    blocks = max(1, -(-len(js) // 0xFFFF))
-    assert len(entry) == 10 + 5 * blocks + len(js) + 8 and entry[10] & 0b110 == 0
-    assert gzip.decompress(entry) == js == zlib.decompressobj(31).decompress(entry)
-    assert cache.get_or_compute_json(key, "stored", lambda p: 1 / 0) == value

@@ -12,7 +12,6 @@ import orjson
 from profscope.app import keys, lazy
 from profscope.app.hlo_links import HloLinks
 from profscope.app.queries import MemoryViewerQuery
-from profscope.cache.store import STORED
 from profscope.errors import BadInput, BadRequest, NotFound, ProfscopeError
 from profscope.model.catalog import Run, RunKind
 from profscope.model.file_kinds import FileKind
@@ -167,13 +166,9 @@ class CompiledMemory(HloLinks):
         tool = self.tool_named("memory_viewer")
         key = self.tool_data_key(run, tool, query)
         # In the page's worker this runs inline; where the page converts in the server
-        # process, so does this (the same module's size). The entry is written STORED
-        # (gzip without deflate): the page never sends it, and what reads it later (XProf's
-        # frontend through the gzip pass-through, the allocation timeline) takes it as it
-        # is. Deflate at level 1 was a fifth of the page's worker (0.27 of ~1.4 CPU s on a
-        # 68 MB payload, docs/performance.md, issue 40) for an entry most pages never read.
+        # process, so does this (the same module's size)
         gz = self.cache.get_or_compute(key, f"{tool.title}: {query.module_name}", compute, file=self._run_file(run),
-                                       in_process=self.small_module(run, query), level=STORED)
+                                       in_process=self.small_module(run, query))
         return made[0] if made else orjson.loads(gzip.decompress(gz))
 
     def _live_range_beside(self, buffer_assignment) -> dict | None:

@@ -22,10 +22,8 @@ import os
 import shutil
 import tempfile
 import stat
-import struct
 import threading
 import time
-import zlib
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator, TypeVar
@@ -49,43 +47,11 @@ SHARED_BLOB = "entry.json.gz"
 # a 44,000-step CPU profile took 0.10 s at 5 and 0.05 s at 1 (2.41 vs 2.79 MB) on the
 # cold Steps & ops answer's path; any level reads back the same bytes (the same format).
 BIG_JSON = 4 << 20
-# A caller's level for an entry that is stored but seldom or never sent (the memory
-# viewer's full payload written beside its page, app/compiled_memory.py): deflate's
-# "stored" blocks, still gzip, so every reader and the gzip pass-through take it as it
-# is. On a 68 MB payload level 1 cost 0.27 CPU s, this 0.01 s (the CRC), for a 68 MB
-# entry instead of 14 MB (docs/performance.md, issue 40).
-STORED = 0
 
 
-def _gzip_json(obj, level: int | None = None) -> bytes | bytearray:
+def _gzip_json(obj) -> bytes:
     js = orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY)
-    if level == STORED:
-        return _stored_gzip(js)
-    if level is None:
-        level = 1 if len(js) >= BIG_JSON else 5
-    return gzip.compress(js, compresslevel=level)
-
-
-def _stored_gzip(data: bytes) -> bytearray:
-    """``data`` as gzip (RFC 1952: a 10-byte header, then CRC-32 and length) of deflate's
-    stored blocks (RFC 1951 3.2.4: a byte holding BFINAL and BTYPE 00, LEN, NLEN = ~LEN,
-    then LEN <= 65535 bytes), in one buffer of its final size: ``gzip.compress(data, 0)``
-    held the output twice (zlib's growing blocks, then their join), +130 MiB of peak on
-    a 68 MB payload."""
-    n, most = len(data), 0xFFFF
-    blocks = max(1, -(-n // most))
-    out = bytearray(10 + 5 * blocks + n + 8)
-    out[:10] = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"  # deflate, no flags, no mtime, OS unknown
-    view, pos = memoryview(data), 10
-    for i in range(blocks):
-        chunk = view[i * most:(i + 1) * most]
-        k = len(chunk)
-        out[pos:pos + 5] = struct.pack("<BHH", i == blocks - 1, k, k ^ 0xFFFF)
-        out[pos + 5:pos + 5 + k] = chunk
-        pos += 5 + k
-    out[pos:] = struct.pack("<II", zlib.crc32(data), n & 0xFFFFFFFF)
-    return out
-
+    return gzip.compress(js, compresslevel=1 if len(js) >= BIG_JSON else 5)
 
 T = TypeVar("T")
 
@@ -271,15 +237,13 @@ class DiskCache:
                 yield
 
     def get_or_compute(self, key: str, label: str, compute: Callable[[Progress], object], *,
-                       file: str | None = None, in_process: bool = False, level: int | None = None) -> bytes:
+                       file: str | None = None, in_process: bool = False) -> bytes:
         """Stored gzip JSON bytes for ``key``, computing (once) with ``compute(progress)``.
 
         ``compute`` returns a JSON-able object. Exceptions propagate and nothing is stored,
         so a bad input is re-reported to the next request instead of being cached.
         ``in_process``: the input is small enough to convert in this process
-        (``WorkerPool.run``). ``level``: the entry's gzip level, when not the size's
-        (:data:`BIG_JSON`); :data:`STORED`, for an entry seldom sent, is written without
-        deflate (and made as a bytearray: its callers read it with ``gzip.decompress``).
+        (``WorkerPool.run``).
         """
         hit = self.get(key)
         if hit is not None:
@@ -297,7 +261,7 @@ class DiskCache:
         def make(job: Progress) -> bytes:
             # Serialised in the worker too: a payload that cannot be (or that would
             # expand into gigabytes of JSON) fails there, not here.
-            gz = self._convert(key, job, file, lambda p: _gzip_json(compute(p), level), in_process=in_process)
+            gz = self._convert(key, job, file, lambda p: _gzip_json(compute(p)), in_process=in_process)
             self.put(key, gz)
             if self.shared is not None:
                 self.shared.publish_later(key, [(SHARED_BLOB, self._path(key))], kind="blob",
