@@ -24,7 +24,9 @@ pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(ti._native is None, reason="the preview's picks come from the native build")]
 
 
-def test_page_draws_the_preview_until_the_index_answers(open_page, shared_fixtures, tmp_path):
+def _held_preview(shared_fixtures, tmp_path):
+    """A log dir with the GPU profile, and where another "replica" building its index
+    holds the build lock (the caller takes it, and publishes the preview if it wants one)."""
     session = tmp_path / "logdir" / "plugins" / "profile" / "s1"
     session.mkdir(parents=True)
     shutil.copy(shared_fixtures / GPU, session / "gpu-host.xplane.pb")
@@ -35,9 +37,19 @@ def test_page_draws_the_preview_until_the_index_answers(open_page, shared_fixtur
     key = ws._trace_index_key(host, info)
     lock_path = eviction.lock_path(cache_dir, key)
     lock_path.parent.mkdir(parents=True, exist_ok=True)
+    return run, key, ws, lock_path, cache_dir, session / "gpu-host.xplane.pb"
+
+
+def _settle(page, previewing: bool) -> None:
+    page.wait_for_function(f"window.__traceViewer && __traceViewer.previewing() === {str(previewing).lower()} && __traceViewer.settled()",
+                           timeout=90_000)
+
+
+def test_page_draws_the_preview_until_the_index_answers(open_page, shared_fixtures, tmp_path):
+    run, key, ws, lock_path, cache_dir, path = _held_preview(shared_fixtures, tmp_path)
     with open(lock_path, "a+b") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # "another replica is building this index"
-        _build(session / "gpu-host.xplane.pb", tmp_path / "elsewhere", preview=(ws.cache.preview_dir(key), 1200))
+        _build(path, tmp_path / "elsewhere", preview=(ws.cache.preview_dir(key), 1200))
         with profscope_server("serve", str(tmp_path / "logdir"), "--port", "0", "--cache-dir", str(cache_dir)) as (url, _):
             page = open_page(url)
             page.goto(f"{url}?{urlencode({'run': run.name, 'tool': 'trace_viewer@'}, quote_via=quote)}")
@@ -64,15 +76,7 @@ def test_page_waiting_for_a_preview_logs_no_console_error(open_page, shared_fixt
     logged as a red console error on every trace page. The page is opened expecting no
     error status at all, waits through several polls while another process holds the
     index build, then draws the trace once the build is its own."""
-    session = tmp_path / "logdir" / "plugins" / "profile" / "s1"
-    session.mkdir(parents=True)
-    shutil.copy(shared_fixtures / GPU, session / "gpu-host.xplane.pb")
-    cache_dir = tmp_path / "cache"
-    ws = Workspace(LogDir(str(tmp_path / "logdir"), listing_ttl=0), DiskCache(cache_dir))
-    run = ws.runs()[0]
-    host, info = ws.trace_sources(run)[0]
-    lock_path = eviction.lock_path(cache_dir, ws._trace_index_key(host, info))
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    run, _key, _ws, lock_path, cache_dir, _path = _held_preview(shared_fixtures, tmp_path)
     with open(lock_path, "a+b") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # "another replica is building this index", no preview yet
         with profscope_server("serve", str(tmp_path / "logdir"), "--port", "0", "--cache-dir", str(cache_dir)) as (url, _):
@@ -92,27 +96,6 @@ def test_page_waiting_for_a_preview_logs_no_console_error(open_page, shared_fixt
             page.wait_for_function("window.__traceViewer && __traceViewer.ready()", timeout=90_000)
             assert not console, console
             page.screenshot(path=str(ARTIFACTS / "trace_preview_polled_done.png"))
-
-
-def _held_preview(shared_fixtures, tmp_path):
-    """A log dir with the GPU profile, and the build lock + published preview of another
-    "replica" building its index (the caller holds the returned lock file open)."""
-    session = tmp_path / "logdir" / "plugins" / "profile" / "s1"
-    session.mkdir(parents=True)
-    shutil.copy(shared_fixtures / GPU, session / "gpu-host.xplane.pb")
-    cache_dir = tmp_path / "cache"
-    ws = Workspace(LogDir(str(tmp_path / "logdir"), listing_ttl=0), DiskCache(cache_dir))
-    run = ws.runs()[0]
-    host, info = ws.trace_sources(run)[0]
-    key = ws._trace_index_key(host, info)
-    lock_path = eviction.lock_path(cache_dir, key)
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    return run, key, ws, lock_path, cache_dir, session / "gpu-host.xplane.pb"
-
-
-def _settle(page, previewing: bool) -> None:
-    page.wait_for_function(f"window.__traceViewer && __traceViewer.previewing() === {str(previewing).lower()} && __traceViewer.settled()",
-                           timeout=90_000)
 
 
 def test_preview_is_interactive_and_the_index_replaces_it(open_page, shared_fixtures, tmp_path):

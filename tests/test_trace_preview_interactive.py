@@ -168,3 +168,21 @@ def test_bad_preview_requests_are_states_or_4xx(shared_fixtures, tmp_path):
                        ("/api/trace/preview/search", {"q": "a"})):
         r = client.get(url, params={**base, **extra})
         assert r.status_code == 200 and r.json()["state"] == "ready", (url, r.text)
+
+
+def test_a_first_zoom_is_the_index_window_slice_for_slice(published):
+    """The build publishes the tier one step finer too (tools/trace_index.py
+    _write_preview): a window of a quarter of the trace, the first zoom, shows from the
+    preview exactly what the index will show there (the whole-trace window already did)."""
+    ws, client, run, key, full = published
+    p = {"run": run.name, "resolution": RES}
+    whole = client.get("/api/trace/preview", params=p).json()
+    f1 = whole["fullTimespan"][1]
+    starts = sorted(whole["slices"]["start"])
+    for mid in (starts[len(starts) // 2], starts[len(starts) // 5], starts[-1]):
+        a = min(max(0.0, mid - f1 / 8), f1 * 3 / 4)  # a quarter of the trace, inside it
+        b = a + f1 / 4
+        prev = client.get("/api/trace/preview", params={**p, "start_ms": a, "end_ms": b}).json()
+        exact = _full_view(full, run).window(a, b, RES)
+        assert prev["preview"] is True and prev["window"] == exact["window"]
+        assert _rows(prev) == _rows(exact) and len(_rows(exact)) > 10, (a, b)
