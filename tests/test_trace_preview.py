@@ -126,8 +126,8 @@ def test_a_first_window_request_publishes_a_preview(one_host, monkeypatch):
     seen = []
     real = ti.IndexWriter.finish
 
-    def finish(self, ev, progress=None, preview=None, known=None):
-        meta = real(self, ev, progress, preview, known)
+    def finish(self, ev, progress=None, preview=None, known=None, **kw):
+        meta = real(self, ev, progress, preview, known, **kw)
         if known is None:
             seen.append((preview[1], preview[0].is_dir()))
         return meta

@@ -32,6 +32,7 @@ MEMORY_HOST = ("memory_host", 1)  # one host's row of /api/memory_hosts, from it
 TRACE_HOST = ("trace_host", 1)  # one host's row of /api/trace_hosts: steps, busy and idle, from its xplane
 XPLANE_STEPS = ("xplane_steps", 10)  # 2: step_name, hostname; 3: TPU Steps lines; 4: memory_us; 5: TF op types; 6: step_name roots; 7: origin_ps; 8: grouping "steps-line"; 9: steps' trace_window_ps; 10: barrier-cores a collective; one host's XProf step database and profscope's step breakdown (app/profile_steps.py)
 TRACE_HOSTS_BATCH = ("trace_hosts_batch", 1)  # marks a set of hosts whose TRACE_HOST rows one worker made
+TRACE_TIERS = ("trace_tiers", 1)  # a folder: the resolution tiers of a trace index built without them (Steps & ops' build)
 TRACE_ZOOM_LEVELS = ("trace_zoom_levels", 3)  # a folder: XProf's zoom level per row of one trace index (by its key); 2: the flow arrows' uint64 rule, per depth; 3: zero-length xplane events as 0 ps
 SNAPSHOT_VIEW_VERSION = 3  # /api/snapshot/<view> payloads: ("snapshot", view, version); 2: windowX ends past the last event, stack userFrame; 3: compare's "diff" (the diff JSON, docs/compare.md)
 TORCH_MEMORY = "torch_memory_profile"  # profscope's payload of a trace run (memory_profile's version)

@@ -127,7 +127,8 @@ class Traces:
                         events = chrome_trace.trace_columns(f, path, progress=progress.part(0, 0.6), sink=writer)
             finally:
                 writer.close()
-            writer.finish(events, progress=progress.part(0.6, 1), preview=preview)
+            # Steps & ops reads the columns only: the tiers wait for a window (_window_tiers)
+            writer.finish(events, progress=progress.part(0.6, 1), preview=preview, windows=not steps)
             write_host_steps(folder, events, key)  # a CPU-only xplane's steps (app/profile_steps.py)
 
         folder = self.cache.get_or_build_dir(key, f"Trace viewer: indexing {info.name}", build,
@@ -199,7 +200,26 @@ class Traces:
         whole = query.start_ms is None and query.end_ms is None
         res = query.resolution or trace_viewer.DEFAULT_RESOLUTION
         view = self.trace_view(run, query, preview_resolution=res if whole else None)
+        self._window_tiers(run, view)
         return view.window(query.start_ms, query.end_ms, query.resolution)
+
+    def _window_tiers(self, run: Run, view: trace_viewer.TraceView) -> None:
+        """The resolution tiers of every selected host's index built for Steps & ops
+        (``finish(windows=False)``), made once from its columns in a conversion worker
+        and kept in the cache under the index's key, as XProf's zoom levels are."""
+        sources = None
+        for h in view.hosts:
+            ix = h.index
+            if not ix.tiers_missing():
+                continue
+            sources = sources or self.trace_sources(run)
+            info = sources[h.position][1]
+            key = keys.derived(keys.TRACE_TIERS, self.logdir.url, self._trace_index_key(h.host, info))
+            folder = self.cache.get_or_build_dir(
+                key, f"Trace viewer: resolution tiers of {info.name}",
+                lambda progress, out, src=ix.folder: trace_index.write_tiers(src, out, progress),
+                file=self.logdir.display_path(info.path))
+            ix.use_tiers(folder)
 
     def trace_event(self, run: Run, query: TraceQuery) -> dict:
         """The details of the event ``id``."""

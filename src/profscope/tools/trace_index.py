@@ -68,15 +68,19 @@ except ImportError:  # pragma: no cover - no compiler where installed
 if os.environ.get("PROFSCOPE_NATIVE") == "0":
     _native = None
 
-INDEX_VERSION = 10  # 2: crossing events stacked (depths never overlap); 3: flows; 4: flow-bound slices; 5: derived lines, events per track; 6: narrower tier columns; 7: args read from the profile; 8: Chrome-trace flows bound to slices; 9: XProf's counter series; 10: tiers as row ids, XProf's row order saved
+INDEX_VERSION = 11  # 2: crossing events stacked (depths never overlap); 3: flows; 4: flow-bound slices; 5: derived lines, events per track; 6: narrower tier columns; 7: args read from the profile; 8: Chrome-trace flows bound to slices; 9: XProf's counter series; 10: tiers as row ids, XProf's row order saved; 11: tiers made on a window's first need after a Steps & ops build (meta "tiers" null)
 FLOW_SHORT_PS = 10**10  # arrows spanning at most 10 ms are found by binary search
 ZOOM_LEVELS_FILE = "xlevel.npy"  # write_zoom_levels' one file: XProf's zoom level per row (int8)
 ZOOM_FLOW_FILE = "xflow.npy"  # with levels made down to a depth only: the flow pre-pass's own levels
 ZOOM_STATE_FILE = "xstate.json"  # ... and how deep both are done
-# the rows in XProf's order within a row (track, start, longest first; int32), from the
-# build's nesting pass: XProf's zoom levels walk them (trace_visibility.ZoomLevels.order)
-# instead of sorting the whole trace again. Absent from an index the numpy path built.
+# the rows by (track, start, longest first; int32), the build's nesting pass's order: XProf's
+# zoom levels walk them (trace_visibility.ZoomLevels.order) instead of sorting the whole
+# trace again, and tiers made after the build (write_tiers) walk them as the build does.
+# Absent from an index the numpy path built.
 XPROF_ORDER_FILE = "xorder.npy"
+# where XProf's rule orders them otherwise (_zero_length_ties): positions and index rows
+XPROF_TIES_FILE = "xorder_ties.npy"
+TIERS_FILE = "tiers.json"  # write_tiers' list of the tiers it made (a folder of its own)
 LEVELS = 64
 TIER_MIN_Z = 10  # 1 ns bins
 TIER_STEP = 2
@@ -187,12 +191,14 @@ class IndexWriter:
         self._args.close()
 
     def finish(self, ev: TraceEvents, progress=None, preview: tuple[Path, int] | None = None,
-               known: tuple | None = None) -> dict:
+               known: tuple | None = None, windows: bool = True) -> dict:
         """Sort what was written into the index. ``preview`` (folder, resolution): first
         publish there, once the events are nested, the small index of what a whole-trace
         window at that resolution shows (:meth:`_write_preview`). ``known``: (depth,
         max_depth, events per track, slice span, end) taken as given, not computed (the
-        preview's, which are the whole trace's)."""
+        preview's, which are the whole trace's). ``windows=False``: the resolution tiers,
+        which only the page's windows read, are not made (meta ``tiers`` null): the first
+        window has :func:`write_tiers` make them (Steps & ops' build reads the columns only)."""
         self.close()
         _release_freed_memory()
         out = self.folder
@@ -264,13 +270,14 @@ class IndexWriter:
         flow_rows = self._flow_rows(ev, rank)
         native = None
         if by_track is not None:
-            _save_xprof_order(out / XPROF_ORDER_FILE, rank, by_track[0], ties)
+            _save_xprof_order(out, rank, by_track[0], ties)
             native = (*by_track, max_depth, depth, rank)
             del depth
         del rank, order, by_track, ties
         _report(progress, 0.6, "building resolution tiers")
         _release_freed_memory()
-        tiers = _build_tiers(kept.pop("track"), kept.pop("depth"), kept.pop("start"), level, bounds, out, native)
+        tiers = _build_tiers(kept.pop("track"), kept.pop("depth"), kept.pop("start"), level, bounds, out, native) \
+            if windows else None
         del level, native
         _report(progress, 0.9, "writing counters and flows")
         n_flows = _write_flows(ev, flow_rows, shift, out)
@@ -318,8 +325,7 @@ class IndexWriter:
         """The index of just the rows a whole-trace window at ``resolution`` px draws,
         published (renamed into place) at ``folder`` while the full index is still being
         sorted: every event at least a tier bin long, and the first shorter one of every
-        (track, depth, bin) of the tier :meth:`TraceIndex.window_rows` would use and of
-        the tier one step finer (when the rows stay under PREVIEW_MAX_SHARE), with
+        (track, depth, bin) of the tier :meth:`TraceIndex.window_rows` would use, with
         their nesting depths, each track's depth and size and the trace's span as the
         whole trace has them. Its whole-trace window is the full index's (when that index
         stores the tier, as it does unless the tier keeps > 70 % of the short events); it
@@ -332,19 +338,11 @@ class IndexWriter:
             return  # no tier that coarse: the first window is every event anyway
         z = TIER_MIN_Z + (p.bit_length() - 1 - TIER_MIN_Z) // TIER_STEP * TIER_STEP
         order, tb = by_track
-        # Also the tier one step finer, so that a first zoom (to a quarter of the trace)
-        # is answered from the preview slice for slice as the index will (app/trace_preview.py):
-        # on jax308 (13.6 M events) 41,000 -> 164,000 rows, _write_preview 0.34 -> 0.40 CPU s
-        # of a ~7.5 CPU s build; a third tier (exact to a 16th) cost 0.94 s, 8 % of the build.
-        zs = tuple(t for t in (z - TIER_STEP, z) if t >= TIER_MIN_Z)
-        picks = _native.tiers(order, tb, max_depth, depth, None, np.ascontiguousarray(start, np.int64), level, zs, False)
-        for k in range(len(zs)):  # the finest tier whose rows stay few enough
-            rows = np.union1d(np.flatnonzero(level >= zs[k]), np.concatenate(picks[k:]))
-            if len(rows) <= PREVIEW_MAX_SHARE * n:
-                break
-        else:
-            return  # hardly fewer events than the index: no quicker to show
+        picks = _native.tiers(order, tb, max_depth, depth, None, np.ascontiguousarray(start, np.int64), level, (z,), False)[0]
+        rows = np.union1d(np.flatnonzero(level >= z), picks)
         del picks
+        if len(rows) > PREVIEW_MAX_SHARE * n:
+            return  # hardly fewer events than the index: no quicker to show
         name = np.memmap(self.folder / "name.raw", dtype=np.int32, mode="r", shape=(n,))[rows]
         sub = TraceEvents(path=ev.path, hostname=ev.hostname, base_ps=ev.base_ps, track=track[rows],
                           start_ps=start[rows] + shift, dur_ps=dur[rows], name=name,
@@ -650,14 +648,13 @@ def _zero_length_ties(order: np.ndarray, track: np.ndarray, start: np.ndarray, d
     return short[sel], rows[np.lexsort((rows, run))]
 
 
-def _save_xprof_order(path: Path, rank: np.ndarray, nest_order: np.ndarray, ties) -> None:
+def _save_xprof_order(out: Path, rank: np.ndarray, nest_order: np.ndarray, ties) -> None:
     """``XPROF_ORDER_FILE``: the nesting pass's order (reader rows) as index rows
-    (``rank``), with its zero-length ties put in XProf's rule's order
-    (:func:`_zero_length_ties`)."""
-    xorder = rank[nest_order]
+    (``rank``); ``XPROF_TIES_FILE``: where XProf's rule orders zero-length ties otherwise
+    (:func:`_zero_length_ties`), applied by :meth:`TraceIndex._xprof_order`."""
+    np.save(out / XPROF_ORDER_FILE, rank[nest_order])
     if ties is not None:
-        xorder[ties[0]] = rank[ties[1]]
-    np.save(path, xorder)
+        np.save(out / XPROF_TIES_FILE, np.stack([ties[0], rank[ties[1]]]).astype(np.int64))
 
 
 def _depths(track: np.ndarray, start: np.ndarray, dur: np.ndarray, ntracks: int):
@@ -913,9 +910,11 @@ class TraceIndex:
         self.end_ps = int(self.meta["end_ps"])
         self.cols = {k: _mapped(self.folder / f"{k}.npy") if self.n else npy.load(self.folder / f"{k}.npy") for k in _COLS}
         self.levels = self.meta["levels"]
-        self.tiers = {z: _mapped(self.folder / f"tier_{z}_rows.npy") for z in self.meta["tiers"]}
+        self.tiers: dict = {}
+        self.tier_fence: dict = {}
+        if self.meta["tiers"] is not None:  # else made after the build (use_tiers)
+            self._open_tiers(self.folder, self.meta["tiers"])
         self.fence = npy.load(self.folder / "start_fence.npy")
-        self.tier_fence = {z: npy.load(self.folder / f"tier_{z}_fence.npy") for z in self.meta["tiers"]}
         self.names = self.meta["names"]
         self.tracks = self.meta["tracks"]
         # (name, from track, from ps, to track, to ps) per arrow; few, so in memory
@@ -928,6 +927,7 @@ class TraceIndex:
         self._zoom: tv.ZoomLevels | None = None
         self._zoom_lock = threading.Lock()  # one level computation at a time per index
         self._planes: dict[int, dict] = {}
+        self._tiers_from: Path | None = None  # where use_tiers found them
         self._args = None
         self._lock = threading.Lock()
 
@@ -1068,8 +1068,25 @@ class TraceIndex:
                 z.compute(upto)
             return z.level
 
-    def _xprof_order(self) -> tuple[np.ndarray, np.ndarray] | None:
-        """The build's rows in XProf's order within a row (``XPROF_ORDER_FILE``,
+    def _open_tiers(self, folder: Path, zs: list[int]) -> None:
+        self.tier_fence = {z: npy.load(folder / f"tier_{z}_fence.npy") for z in zs}
+        self.tiers = {z: _mapped(folder / f"tier_{z}_rows.npy") for z in zs}
+
+    def tiers_missing(self) -> bool:
+        """Whether the build left the resolution tiers to a window's first need
+        (``finish(windows=False)``) and none were handed over (:meth:`use_tiers`)."""
+        return self.meta["tiers"] is None and self._tiers_from is None
+
+    def use_tiers(self, folder: Path | str) -> None:
+        """Take the tiers :func:`write_tiers` made for this index into ``folder``."""
+        folder = Path(folder)
+        with self._lock:
+            if self._tiers_from is None:
+                self._open_tiers(folder, orjson.loads((folder / TIERS_FILE).read_bytes()))
+                self._tiers_from = folder
+
+    def _nest_order(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """The build's rows by (track, start, longest first) (``XPROF_ORDER_FILE``,
         memory-mapped) and each track's stretch of it (the tracks' event counts, in track
         id order, as the nesting pass grouped them); None where the build did not save it."""
         path = self.folder / XPROF_ORDER_FILE
@@ -1077,6 +1094,18 @@ class TraceIndex:
             return None
         counts = [t["events"] for t in self.tracks]
         return _mapped(path), np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
+
+    def _xprof_order(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """:meth:`_nest_order` in XProf's order within a row: its zero-length ties
+        (``XPROF_TIES_FILE``) put as XProf's rule orders them."""
+        got = self._nest_order()
+        ties = self.folder / XPROF_TIES_FILE
+        if got is None or not ties.exists():
+            return got
+        order = np.array(got[0])  # a copy, fixed (an xplane with events of 0 ps: few)
+        pos, rows = npy.load(ties)
+        order[pos] = rows
+        return order, got[1]
 
     def zoom_levels_missing(self, upto: int = tv.N_LEVELS - 1) -> bool:
         """Whether XProf's filter down to zoom level ``upto`` needs levels this index does
@@ -1111,6 +1140,8 @@ class TraceIndex:
         if e <= s or not self.n:
             return self.gather(np.zeros(0, np.int64)), False
         p = max(1, (e - s) // max(1, resolution))
+        if self.tiers_missing():  # the app hands them over first (app/traces.py _window_tiers)
+            raise RuntimeError(f"{self.folder}: the resolution tiers are not made yet (write_tiers)")
         tier = max((z for z in self.tiers if (1 << z) <= p), default=None)
         if tier is None:
             sl = self.gather(self.overlapping(s, e))
@@ -1355,6 +1386,29 @@ def write_zoom_levels(index_folder: Path | str, out: Path, progress=None, upto: 
         st = ix._zoom.state()
         np.save(out / ZOOM_FLOW_FILE, st["flow_level"])
         (out / ZOOM_STATE_FILE).write_bytes(orjson.dumps({"done": st["done"], "flow_done": st["flow_done"]}))
+
+
+def write_tiers(index_folder: Path | str, out: Path, progress=None) -> None:
+    """The resolution tiers of the index in ``index_folder``, built without them
+    (``finish(windows=False)``), into ``out`` (``tier_{z}_*.npy`` and ``TIERS_FILE``, for
+    :meth:`TraceIndex.use_tiers`): the same picks as the build's, from its columns, the C
+    pass walking the saved nesting order (its rows already index rows) or the numpy path
+    where there is none."""
+    folder = Path(index_folder)
+    meta = orjson.loads((folder / "meta.json").read_bytes())
+    _report(progress, 0.0, f"building resolution tiers ({meta['events']:,} events)")
+    cols = {k: npy.load(folder / f"{k}.npy") for k in ("start", "track", "depth", "dur")}
+    level = _level(cols.pop("dur"))
+    native = None
+    if _native is not None and (folder / XPROF_ORDER_FILE).exists() and meta["events"]:
+        order = np.ascontiguousarray(npy.load(folder / XPROF_ORDER_FILE), np.int32)
+        tb = np.concatenate([[0], np.cumsum([t["events"] for t in meta["tracks"]], dtype=np.int64)])
+        max_depth = np.asarray([t["maxDepth"] for t in meta["tracks"]], np.int64)
+        native = (order, tb, max_depth, np.ascontiguousarray(cols["depth"], np.int16), None)
+    tiers = _build_tiers(cols["track"], cols["depth"], cols["start"], level, np.asarray(meta["levels"], np.int64), out,
+                         native)
+    (out / TIERS_FILE).write_bytes(orjson.dumps(tiers))
+    _report(progress, 1.0, "tiers written")
 
 
 class IndexCache:
