@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
+from profscope.app import trace_preview
+from profscope.app.queries import TraceQuery
 from profscope.app.workspace import Workspace
 from profscope.cache.store import DiskCache
 from profscope.cache.worker import WorkerPool
@@ -186,3 +188,19 @@ def test_a_first_zoom_is_the_index_window_slice_for_slice(published):
         exact = _full_view(full, run).window(a, b, RES)
         assert prev["preview"] is True and prev["window"] == exact["window"]
         assert _rows(prev) == _rows(exact) and len(_rows(exact)) > 10, (a, b)
+
+
+def test_a_preview_cleared_while_it_is_read_answers_the_state(shared_fixtures, tmp_path):
+    """The build clears its preview when the index is in place; an answer that opened the
+    preview just before reads its memory-mapped columns after (a FileNotFoundError, a 500
+    seen once while a page polled). The answer is then the state as it is now."""
+    ws, _client, path, run, key = _server(tmp_path, (shared_fixtures / GPU).read_bytes())
+    _build(path, tmp_path / "full", preview=(ws.cache.preview_dir(key), RES))
+
+    def build_then_read(view, _file):
+        ws.trace_window(run, TraceQuery(resolution=RES))  # the real build, which clears the preview
+        assert not ws.cache.preview_dir(key).exists()
+        return view.window(None, None, RES)
+
+    answer = trace_preview._from_preview(ws, run, TraceQuery(resolution=RES), build_then_read)
+    assert answer["preview"] is False and answer["state"] == "ready"

@@ -13,7 +13,7 @@ arguments: the preview is written without them) and a search finds the names of 
 preview's slices. Ids are the preview's rows, not the index's: every answer says
 ``"preview": true`` and the page maps a selection to the index's slice once it lands.
 
-No preview is a state, as for the whole-trace preview (app/traces.py ``trace_preview``):
+No preview is a state, as app/traces.py ``trace_preview`` says it:
 ``{"preview": false, "state": "pending" | "ready" | "several_hosts"}``, 200. A window that
 is empty or wholly outside the trace is a 400 naming the file."""
 
@@ -66,25 +66,45 @@ def _marked(answer: dict) -> dict:
     return {**answer, "preview": True, "coarse": COARSE}
 
 
-def window(ws, run: Run, query: TraceQuery) -> dict:
-    """``start_ms``..``end_ms`` (absent: the whole trace, app/traces.py's answer) from the
-    preview: its slices overlapping the window at ``resolution``, the whole trace's
-    tracks and counts (``totalEventsSize``: the whole trace's events, as the index will
-    say). Empty or wholly outside the trace: 400 naming the file."""
-    if query.start_ms is None and query.end_ms is None:
-        return ws.trace_preview(run, query)
+def _from_preview(ws, run: Run, query: TraceQuery, answer) -> dict:
+    """``answer(view, file name)`` from the preview, or the state when there is none. The
+    build may finish and clear its preview while an answer reads it: the preview's
+    columns are memory-mapped when first used (tools/trace_index.py ``TraceIndex``), so a
+    file can be gone between opening the preview and reading it (a FileNotFoundError, a
+    500, seen once in a browser test polling during a build). Then the answer is the
+    state as it is now (``ready``), not an error."""
     view, state, file = _open(ws, run, query)
     if view is None:
         return state
-    s, e = view.span_ps(query.start_ms, query.end_ms)  # end before start: 400
-    if e <= 0 or s >= view.end_ps:
-        raise BadRequest(f"the window {query.start_ms}–{query.end_ms} ms lies outside the trace of {file} "
-                         f"(0–{view.end_ps / PS_PER_MS:g} ms)")
-    answer = view.window(query.start_ms, query.end_ms, query.resolution)
-    ix = view.hosts[0].index
-    # the preview's tracks carry the whole trace's event counts
-    return _marked({**answer, "totalEventsSize": sum(t["events"] for t in ix.tracks),
-                          "previewEventsSize": ix.n})
+    try:
+        return answer(view, file)
+    except FileNotFoundError:
+        again, state, _file = _open(ws, run, query)
+        if again is None:
+            return state
+        raise
+
+
+def window(ws, run: Run, query: TraceQuery) -> dict:
+    """``start_ms``..``end_ms`` (absent: the whole trace) from the preview: its slices
+    overlapping the window at ``resolution``, the whole trace's tracks and counts
+    (``totalEventsSize``: the whole trace's events, as the index will say). Empty or
+    wholly outside the trace: 400 naming the file."""
+
+    def answer(view, file: str) -> dict:
+        ix = view.hosts[0].index
+        # the preview's tracks carry the whole trace's event counts
+        total = sum(t["events"] for t in ix.tracks)
+        if query.start_ms is None and query.end_ms is None:  # the page's first picture
+            return {**view.window(None, None, query.resolution), "preview": True, "totalEventsSize": total}
+        s, e = view.span_ps(query.start_ms, query.end_ms)  # end before start: 400
+        if e <= 0 or s >= view.end_ps:
+            raise BadRequest(f"the window {query.start_ms}–{query.end_ms} ms lies outside the trace of {file} "
+                             f"(0–{view.end_ps / PS_PER_MS:g} ms)")
+        return _marked({**view.window(query.start_ms, query.end_ms, query.resolution), "totalEventsSize": total,
+                        "previewEventsSize": ix.n})
+
+    return _from_preview(ws, run, query, answer)
 
 
 def event(ws, run: Run, query: TraceQuery) -> dict:
@@ -93,34 +113,35 @@ def event(ws, run: Run, query: TraceQuery) -> dict:
     the other tools come from the index (``/api/trace/event``): the preview has none."""
     if query.id is None:
         raise BadRequest("missing parameter 'id' (an event id from /api/trace/preview)")
-    view, state, _file = _open(ws, run, query)
-    if view is None:
-        return state
-    h, row = view._host(query.id)  # an id past the preview's rows: 404
-    ix = h.index
-    ti = int(ix.cols["track"][row])
-    t = ix.tracks[ti]
-    proc = next((p["name"] for p in ix.meta["processes"] if p["pid"] == t["pid"]), "")
-    sh = view.shift[h.position]
-    return _marked({
-        "id": query.id,
-        "name": ix.names[int(ix.cols["name"][row])],
-        "start": (int(ix.cols["start"][row]) + sh) / PS_PER_MS,
-        "dur": int(ix.cols["dur"][row]) / PS_PER_MS,
-        "depth": int(ix.cols["depth"][row]),
-        "track": {"id": (h.position << trace_viewer.TRACK_ID_SHIFT) | ti, "name": t["name"],
-                  "pid": t["pid"] + h.pid_offset, "process": proc, "host": h.host},
-    })
+
+    def answer(view, _file: str) -> dict:
+        h, row = view._host(query.id)  # an id past the preview's rows: 404
+        ix = h.index
+        ti = int(ix.cols["track"][row])
+        t = ix.tracks[ti]
+        proc = next((p["name"] for p in ix.meta["processes"] if p["pid"] == t["pid"]), "")
+        sh = view.shift[h.position]
+        return _marked({
+            "id": query.id,
+            "name": ix.names[int(ix.cols["name"][row])],
+            "start": (int(ix.cols["start"][row]) + sh) / PS_PER_MS,
+            "dur": int(ix.cols["dur"][row]) / PS_PER_MS,
+            "depth": int(ix.cols["depth"][row]),
+            "track": {"id": (h.position << trace_viewer.TRACK_ID_SHIFT) | ti, "name": t["name"],
+                      "pid": t["pid"] + h.pid_offset, "process": proc, "host": h.host},
+        })
+
+    return _from_preview(ws, run, query, answer)
 
 
 def search(ws, run: Run, query: TraceQuery) -> dict:
     """The preview's slices whose name holds ``q`` (TraceView.search's order and paging):
     ``total`` counts the preview's matches only (``previewEventsSize`` of the whole
     trace's ``totalEventsSize`` events are in it)."""
-    view, state, _file = _open(ws, run, query)
-    if view is None:
-        return state
-    ix = view.hosts[0].index
-    answer = view.search(query.q, query.limit, query.offset)  # no q: 400
-    return _marked({**answer, "previewEventsSize": ix.n,
-                          "totalEventsSize": sum(t["events"] for t in ix.tracks)})
+
+    def answer(view, _file: str) -> dict:
+        ix = view.hosts[0].index
+        found = view.search(query.q, query.limit, query.offset)  # no q: 400
+        return _marked({**found, "previewEventsSize": ix.n, "totalEventsSize": sum(t["events"] for t in ix.tracks)})
+
+    return _from_preview(ws, run, query, answer)
