@@ -932,7 +932,7 @@ class TraceIndex:
         self.flow = FlowEvents(*(npy.load(self.folder / f"flow_{k}.npy") for k in ("seq", "flow_id", "kind", "category")))
         self._lower = None
         self._modules: dict[str, str] | None = None
-        self._flow_short = self._flow_long = None  # see flows_in
+        self._flow_split = None  # see flows_in
         self._zoom: tv.ZoomLevels | None = None
         self._zoom_lock = threading.Lock()  # one level computation at a time per index
         self._planes: dict[int, dict] = {}
@@ -1309,18 +1309,19 @@ class TraceIndex:
         f = self.flows
         if not len(f):
             return f
-        if self._flow_short is None:
+        split = self._flow_split
+        if split is None:
             lo, hi = np.minimum(f[:, 2], f[:, 4]), np.maximum(f[:, 2], f[:, 4])
             o = np.argsort(lo, kind="stable")
             f, lo, hi = f[o], lo[o], hi[o]
             short = hi - lo <= FLOW_SHORT_PS
-            self._flow_short = (f[short], lo[short], hi[short])
-            self._flow_long = (f[~short], lo[~short], hi[~short])
-        fs, lo, hi = self._flow_short
+            # both halves in one attribute: two windows at once on a fresh index saw the
+            # short half set and the long one not yet (a TypeError in one of them)
+            split = self._flow_split = ((f[short], lo[short], hi[short]), (f[~short], lo[~short], hi[~short]))
+        (fs, lo, hi), (fl, llo, lhi) = split
         a = int(np.searchsorted(lo, s - FLOW_SHORT_PS, side="left"))
         b = int(np.searchsorted(lo, e, side="left"))
         parts = [fs[a:b][hi[a:b] >= s]]
-        fl, llo, lhi = self._flow_long
         if len(fl):
             parts.append(fl[(llo < e) & (lhi >= s)])
         out = np.concatenate(parts) if len(parts) > 1 else parts[0]
