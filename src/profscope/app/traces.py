@@ -51,10 +51,6 @@ XPROF_ANSWERS_BYTES = 64 << 20
 XPROF_ANSWER_MAX_BYTES = 16 << 20
 
 
-def _no_preview(run: Run, state: str, message: str) -> dict:
-    return {"run": run.name, "preview": False, "state": state, "message": message}
-
-
 class Traces:
     """Part of :class:`~profscope.app.workspace.Workspace`: timelines."""
 
@@ -147,32 +143,6 @@ class Traces:
             offset = 1000 * (len(hosts) + 1) if classify(info.name) is FileKind.XPLANE else 0
             hosts.append(trace_viewer.HostIndex(pos, name, ix, offset))
         return trace_viewer.TraceView(run.name, hosts)
-
-    def trace_preview(self, run: Run, query: TraceQuery) -> dict:
-        """While one host's index is being built: the whole-trace window its build
-        published (``"preview": true``; slice ids are the preview's, not the index's).
-        Without one, ``{"preview": false, "state", "message"}``: ``pending`` (its build has
-        not got that far: ask again), ``ready`` (the index is: ask the window) or
-        ``several_hosts`` (a preview is one host's). Every trace page asks this while its
-        first window is on its way, so no preview is a state, not an error (a 404 there
-        was a red line in every page's console)."""
-        chosen = self._trace_hosts(run, query)
-        if len(chosen) != 1:
-            return _no_preview(run, "several_hosts", "a preview is made of one host's trace only")
-        name, info, pos = chosen[0]
-        key = self._trace_index_key(name, info)
-        folder = self.cache.preview_dir(key)
-        if self.cache.built_dir(key) is not None:
-            return _no_preview(run, "ready", f"no preview of {info.name}: its index is ready")
-        try:
-            ix = trace_index.TraceIndex(folder, decoder=xplane_trace)
-        except FileNotFoundError:
-            return _no_preview(run, "pending", f"no preview of {info.name} yet")
-        offset = 1000 if classify(info.name) is FileKind.XPLANE else 0
-        view = trace_viewer.TraceView(run.name, [trace_viewer.HostIndex(pos, name, ix, offset)])
-        # the preview's tracks carry the whole trace's event counts
-        return {**view.window(None, None, query.resolution), "preview": True,
-                "totalEventsSize": sum(t["events"] for t in ix.tracks)}
 
     def _trace_hosts(self, run: Run, query: TraceQuery | XprofTraceQuery) -> list[tuple[str, FileInfo, int]]:
         """(host, file, position) of each host ``host=`` / ``hosts=a,b`` selects."""
