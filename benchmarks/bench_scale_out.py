@@ -187,7 +187,7 @@ def trace_overview(host_counts: list[int], workers: int, rounds: int) -> None:
 
 def one_host(profile: Path, workers: int, rounds: int) -> None:
     """One big host, interleaved: one process, one Dask task, its plane cut in ranges."""
-    print(f"| round | how | wall s | CPU s (user + sys) | user s | peak RSS MB | ranges (worker pids) | load avg |")
+    print("| round | how | wall s | CPU s (user + sys) | user s | peak RSS MB | ranges (worker pids) | load avg |")
     print("|---|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as tmp:
         base = Path(tmp)
