@@ -390,7 +390,8 @@ HOSTILE = ["1" + "0" * 400, "1e309", "1e308", "nan", "inf", "-1", "0", "", "%20"
 # What each /api/trace endpoint reads (trace_api.py); an export streams the whole trace,
 # so it gets only its own parameters.
 TRACE_PARAMS = {"window": ["start_ms", "end_ms", "resolution"], "event": ["id"], "search": ["q", "limit", "offset"],
-                "export": ["start_ms", "end_ms"], "preview": ["resolution"], "summary": ["start_ms", "end_ms"],
+                "export": ["start_ms", "end_ms"], "preview": ["start_ms", "end_ms", "resolution"],
+                "preview/event": ["id"], "preview/search": ["q", "limit", "offset"], "summary": ["start_ms", "end_ms"],
                 "counter": ["track", "t", "peak", "start_ms", "end_ms"]}
 XPROF_TRACE = ["host", "start_time_ms", "end_time_ms", "resolution", "event_name", "duration_ms", "unique_id"]
 OOM = ["host", "module_name", "capacity_bytes", "device_memory", "device", "threshold_medium", "threshold_high"]
