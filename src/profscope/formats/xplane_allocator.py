@@ -226,7 +226,7 @@ def _build(path, hostname, data, meta, headers, ev: xw.Events, pre_grouped, loop
     _report(progress, 0.85, "collecting allocator events")
 
     # Allocator events in XProf's reading order.
-    mem_order = order[order < ev.n]
+    mem_order = np.arange(ev.n, dtype=np.int64) if order is None else order[order < ev.n]  # None: every event ascending
     mem_order = mem_order[ev_kind[mem_order] > 0]
     n = len(mem_order)
     if n == 0:

@@ -67,10 +67,12 @@ def threadpool_regions(ev: xw.Events, event_names, line_ts_ns):
     (checked: allocator events keep their line order, and events inside a region are not
     grouped through it), so they nest nothing and only add consumers to their context.
     Returns (order, regions): ``order`` lists the event indices in the order XProf's
-    visitors see them (lines in plane order, events in line order).
+    visitors see them (lines in plane order, events in line order); None here: every
+    event ascending, as the events were read, which :class:`Grouping` makes (``order``)
+    only where it reads it.
     """
     n = ev.n
-    order = np.arange(n, dtype=np.int64)  # events were read line by line, in line order
+    order = None  # events were read line by line, in line order: every event ascending
     empty = Regions(np.zeros(0, np.int32), np.zeros(0, np.int64), np.zeros(0, np.int64),
                      np.zeros(0, np.uint64))
     start_ids = [k for k, v in event_names.items() if v == "ThreadpoolListener::StartRegion"]
@@ -162,12 +164,25 @@ def _context_edges(prod_a, cons_a, prod: dict, cons: dict, v_pid, plane_pid, n: 
     cn, ct, cv, cp = plain(cons_a, cons)
     # one code per distinct (type, id, pid): sorted by the three (a structured array's
     # np.unique compared them field by field in Python-level calls: 3 s on 2 M contexts)
-    t, v, pid = np.r_[pt, ct], np.r_[pv, cv], np.r_[pp, cp]
-    o = np.lexsort((pid, v, t))
-    new = np.ones(len(o), bool)
-    new[1:] = (t[o][1:] != t[o][:-1]) | (v[o][1:] != v[o][:-1]) | (pid[o][1:] != pid[o][:-1])
+    # (each sorted column made, compared and dropped in turn, into one reused mask: the
+    # fresh pages of the temporaries, docs/performance.md)
+    cols = [np.r_[pt, ct], np.r_[pv, cv], np.r_[pp, cp]]  # t, v, pid
+    del pt, ct, pv, cv, pp, cp
+    o = np.lexsort(cols[::-1])
+    new = np.zeros(len(o), bool)
+    new[:1] = True
+    diff = np.empty(max(len(o) - 1, 0), bool)
+    while cols:
+        c = cols.pop()[o]
+        np.not_equal(c[1:], c[:-1], out=diff)
+        new[1:] |= diff
+        del c
+    del diff
     code = np.empty(len(o), dtype=np.int64)
-    code[o] = np.cumsum(new) - 1
+    c = np.cumsum(new)
+    c -= 1
+    code[o] = c
+    del c
     pk, ck = code[:len(pn)], code[len(pn):]
     # the mutated contexts (tuple keys: never equal to a plain one's int id)
     ncodes = int(new.sum())
@@ -196,7 +211,12 @@ def _context_edges(prod_a, cons_a, prod: dict, cons: dict, v_pid, plane_pid, n: 
     reps = n_c[pk]
     total = int(reps.sum())
     parents = np.repeat(pn, reps)
-    at = np.repeat(c_first[pk] - (np.cumsum(reps) - reps), reps) + np.arange(total, dtype=np.int64)
+    base = np.cumsum(reps)
+    base -= reps
+    np.subtract(c_first[pk], base, out=base)
+    at = np.repeat(base, reps)
+    del base
+    at += np.arange(total, dtype=np.int64)
     return parents, cn[at]
 
 
@@ -509,9 +529,19 @@ class Grouping:
         self.meta = meta
         self.headers = headers
         self.line_ts_ns = line_ts_ns
-        self.order = order
+        self._order = order  # None: every event, ascending (no array: see :attr:`order`)
         self.regions = regions
         self.strings = strings
+
+    @property
+    def order(self) -> np.ndarray:
+        """The forest's order of the events (node ids); made only where read, for an
+        order of ``None`` (:func:`threadpool_regions`: every event ascending): the host
+        steps' grouping by scans reads none of it (108 MB of fresh pages on the 308 MB
+        profile's 13.5 M events, docs/performance.md)."""
+        if self._order is None:
+            self._order = np.arange(self.ev.n, dtype=np.int64)
+        return self._order
 
     def _mask(self, wanted) -> np.ndarray:
         return xw.mid_mask(self.ev, self.event_names, wanted)
@@ -578,7 +608,6 @@ class Grouping:
             x_kid.append(c)
 
         # ConnectIntraThread: nesting on each line, in line order.
-        order = self.order
         parent_of, kids, first, leaf_at, leaf_parent = self._nesting(
             ranges, line, ts, end, is_async, root_level, (prod_a[0], cons_a[0], prod, cons))
 
@@ -637,6 +666,7 @@ class Grouping:
             if len(roots):
                 if not self._ascending():  # else roots, ascending, are in it
                     pos = np.empty(total, dtype=np.int64)
+                    order = self.order
                     pos[order] = np.arange(len(order))
                     roots = roots[np.argsort(pos[roots], kind="stable")]  # the forest's order
                     del pos
@@ -661,7 +691,7 @@ class Grouping:
         walks). The same group ids as the nesting edges' walk by construction
         (tests/test_xplane_step_grouping_speed.py runs both)."""
         return (_native_walks() and hasattr(xw._native, "range_roots") and not loops_possible
-                and not self.ev_kind.max(initial=0) > 0 and len(self.order) == self.ev.n and self._ascending())
+                and not self.ev_kind.max(initial=0) > 0 and (self._order is None or len(self._order) == self.ev.n) and self._ascending())
 
     def _lines(self, is_async: np.ndarray) -> tuple:
         """The events' lines for the C scans: (line int32, line ps, offset, duration,
@@ -723,6 +753,8 @@ class Grouping:
 
     def _ascending(self) -> bool:
         """Whether the forest's order is ascending node ids (as threadpool_regions gives it)."""
+        if self._order is None:
+            return True
         if not hasattr(self, "_asc"):
             o = self.order
             self._asc = bool((o[1:] > o[:-1]).all())
