@@ -13,7 +13,8 @@ arguments: the preview is written without them) and a search finds the names of 
 preview's slices. Ids are the preview's rows, not the index's: every answer says
 ``"preview": true`` and the page maps a selection to the index's slice once it lands.
 
-No preview is a state, as app/traces.py ``trace_preview`` says it:
+No preview is a state, not an error (every trace page asks while its first window is on
+its way; a 404 was a red line in every page's console):
 ``{"preview": false, "state": "pending" | "ready" | "several_hosts"}``, 200. A window that
 is empty or wholly outside the trace is a 400 naming the file."""
 
@@ -42,7 +43,8 @@ def _state(run: Run, state: str, message: str) -> dict:
 
 def _open(ws, run: Run, query: TraceQuery) -> tuple:
     """(the preview as a one-host TraceView, None, file name), or (None, the state, name)
-    when there is none: the same rules as app/traces.py ``trace_preview``."""
+    when there is none: ``pending`` (its build has not got that far: ask again), ``ready``
+    (the index is: ask the window) or ``several_hosts`` (a preview is one host's)."""
     chosen = ws._trace_hosts(run, query)
     if len(chosen) != 1:
         return None, _state(run, "several_hosts", "a preview is made of one host's trace only"), ""
@@ -115,21 +117,7 @@ def event(ws, run: Run, query: TraceQuery) -> dict:
         raise BadRequest("missing parameter 'id' (an event id from /api/trace/preview)")
 
     def answer(view, _file: str) -> dict:
-        h, row = view._host(query.id)  # an id past the preview's rows: 404
-        ix = h.index
-        ti = int(ix.cols["track"][row])
-        t = ix.tracks[ti]
-        proc = next((p["name"] for p in ix.meta["processes"] if p["pid"] == t["pid"]), "")
-        sh = view.shift[h.position]
-        return _marked({
-            "id": query.id,
-            "name": ix.names[int(ix.cols["name"][row])],
-            "start": (int(ix.cols["start"][row]) + sh) / PS_PER_MS,
-            "dur": int(ix.cols["dur"][row]) / PS_PER_MS,
-            "depth": int(ix.cols["depth"][row]),
-            "track": {"id": (h.position << trace_viewer.TRACK_ID_SHIFT) | ti, "name": t["name"],
-                      "pid": t["pid"] + h.pid_offset, "process": proc, "host": h.host},
-        })
+        return _marked(view.event_slice(query.id))  # an id past the preview's rows: 404
 
     return _from_preview(ws, run, query, answer)
 

@@ -279,15 +279,30 @@ class TraceView:
             "truncated": bool(truncated),
         }
 
-    def event(self, event_id: int) -> dict:
-        """One event's details: an id from :meth:`window` or :meth:`search`."""
-        eid = event_id
-        h, row = self._host(eid)
+    def event_slice(self, event_id: int) -> dict:
+        """What the index's columns say of one event (an id from :meth:`window` or
+        :meth:`search`): name, start, duration, depth and process › track. A build's
+        preview answers this much (app/trace_preview.py); :meth:`event` adds the rest."""
+        h, row = self._host(event_id)
         ix = h.index
-        sh = self.shift[h.position]
         ti = int(ix.cols["track"][row])
         t = ix.tracks[ti]
         proc = next((p["name"] for p in ix.meta["processes"] if p["pid"] == t["pid"]), "")
+        return {
+            "id": event_id,
+            "name": ix.names[int(ix.cols["name"][row])],
+            "start": (int(ix.cols["start"][row]) + self.shift[h.position]) / PS_PER_MS,
+            "dur": int(ix.cols["dur"][row]) / PS_PER_MS,
+            "depth": int(ix.cols["depth"][row]),
+            "track": {"id": (h.position << TRACK_ID_SHIFT) | ti, "name": t["name"], "pid": t["pid"] + h.pid_offset,
+                      "process": proc, "host": h.host},
+        }
+
+    def event(self, event_id: int) -> dict:
+        """One event's details: :meth:`event_slice`, its args and what they name (HLO op, module)."""
+        h, row = self._host(event_id)
+        ix = h.index
+        t = ix.tracks[int(ix.cols["track"][row])]
         args = ix.args(row)
         hlo_op = args.get("hlo_op")
         hlo_module = args.get("hlo_module")
@@ -302,13 +317,7 @@ class TraceView:
         elif t["name"] == "XLA Modules":
             module = ix.module_named(MODULE_ID.search(ix.names[int(ix.cols["name"][row])]))
         return {
-            "id": eid,
-            "name": ix.names[int(ix.cols["name"][row])],
-            "start": (int(ix.cols["start"][row]) + sh) / PS_PER_MS,
-            "dur": int(ix.cols["dur"][row]) / PS_PER_MS,
-            "depth": int(ix.cols["depth"][row]),
-            "track": {"id": (h.position << TRACK_ID_SHIFT) | ti, "name": t["name"], "pid": t["pid"] + h.pid_offset,
-                      "process": proc, "host": h.host},
+            **self.event_slice(event_id),
             "args": jsonable(args),
             "hloOp": hlo_op,
             "hloModule": hlo_module,
