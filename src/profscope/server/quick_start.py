@@ -52,8 +52,8 @@ GZIP_MIN, GZIP_LEVEL = 2048, 5
 
 def index_html(logdir_url: str, rows=None) -> str:
     """The dashboard's page (``GET /``) of the tools ``rows`` (name, title, page modules):
-    the app passes the tool table's (``tool_table.page_rows()``); here, by default, its
-    light copy, app/tool_pages.py, the same rows (the table checks it when imported):
+    the app passes the tool table's (``tool_table.page_rows()``); here, by default,
+    app/tool_pages.py's, where the table's rows read their titles and pages: importing
     the table imports the app modules its rows name, a third of the first page's CPU
     (docs/performance.md, issue 40)."""
     from profscope.app import tool_pages
