@@ -501,6 +501,15 @@ def test_a_server_as_another_user_refuses_what_it_cannot_read(cluster, tmp_path)
         shutil.rmtree(root, ignore_errors=True)
 
 
+def _with_a_truncated_host(gpu_session: Path, shared_fixtures: Path, tmp_path: Path) -> Path:
+    """The 16-host GPU session plus host16, a truncated real TPU xplane."""
+    logdir = tmp_path / "logs"
+    shutil.copytree(gpu_session, logdir)
+    (bad,) = shared_fixtures.glob("public_profiles/xplane/tpu_inference_corrupt/plugins/profile/*/*.xplane.pb")
+    shutil.copy(bad, logdir / "plugins/profile/s/host16.xplane.pb")
+    return logdir
+
+
 def test_the_memory_roll_up_and_oom_risk_of_a_pod_session_run_on_the_cluster(gpu_session, cluster, tmp_path,
                                                                              shared_fixtures):
     """``/api/memory_hosts`` and OOM risk of a whole run (rated by its worst host) need
@@ -514,10 +523,7 @@ def test_the_memory_roll_up_and_oom_risk_of_a_pod_session_run_on_the_cluster(gpu
     import gzip
     import orjson
 
-    logdir = tmp_path / "logs"
-    shutil.copytree(gpu_session, logdir)
-    (bad,) = shared_fixtures.glob("public_profiles/xplane/tpu_inference_corrupt/plugins/profile/*/*.xplane.pb")
-    shutil.copy(bad, logdir / "plugins/profile/s/host16.xplane.pb")
+    logdir = _with_a_truncated_host(gpu_session, shared_fixtures, tmp_path)
 
     def answers(ws):
         """The roll-up, the run's OOM risk, and the conversions each forked here."""
@@ -562,10 +568,7 @@ def test_the_all_hosts_trace_overview_of_a_pod_session_runs_on_the_cluster(gpu_s
     is a Dask task (run_host_jobs, ("trace_host", host)) and the server forks nothing and
     reads no xplane, only the rows the workers keep in the cache. Same answer as a serial
     server; a truncated host is its own error row, as serially."""
-    logdir = tmp_path / "logs"
-    shutil.copytree(gpu_session, logdir)
-    (bad,) = shared_fixtures.glob("public_profiles/xplane/tpu_inference_corrupt/plugins/profile/*/*.xplane.pb")
-    shutil.copy(bad, logdir / "plugins/profile/s/host16.xplane.pb")
+    logdir = _with_a_truncated_host(gpu_session, shared_fixtures, tmp_path)
 
     def answer(ws):
         (run,) = ws.runs()
