@@ -87,14 +87,17 @@ class FileDerived:
             raise NotFound(f"run {run.name!r} has no host {host!r}; hosts: {', '.join(run.hosts)}")
         return info
 
-    def derived_json(self, kind: tuple[str, int], info, doing: str, label: str, read, *, as_made: bool = False):
+    def derived_json(self, kind: tuple[str, int], info, doing: str, label: str, read, *, as_made: bool = False,
+                     load: bool = True):
         """``read(file object, display path)`` once per file identity; ``doing`` is the
         progress message, ``label`` the job's name. ``as_made``: a value ``read`` made in
         this process (no conversion worker: ``PROFSCOPE_WORKERS=0``, the CLI, a worker's
         nested conversions) is answered as it is, not as its cache entry's JSON loaded
         back (still written for the next request): for a ``read`` whose value is plain
         JSON data (str keys, lists, no numpy), which the load would give back equal. The
-        steps of a 44,000-step CPU profile are a 14 MB entry: 0.23 s to load."""
+        steps of a 44,000-step CPU profile are a 14 MB entry: 0.23 s to load.
+        ``load=False`` (with ``as_made``): the entry made or found, nothing returned (a
+        prefetch)."""
         path = self.logdir.display_path(info.path)
         made = []
 
@@ -110,4 +113,6 @@ class FileDerived:
         if not as_made:
             return self.cache.get_or_compute_json(key, label, compute, file=path)
         gz = self.cache.get_or_compute(key, label, compute, file=path)
+        if not load:
+            return None
         return made[0] if made else orjson.loads(gzip.decompress(gz))

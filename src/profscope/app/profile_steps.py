@@ -92,8 +92,9 @@ def _read(f, path: str) -> dict:
 class ProfileSteps:
     """Part of :class:`~profscope.app.workspace.Workspace`: an xplane profile's steps."""
 
-    def xplane_steps(self, run: Run, host: str | None) -> dict:
-        """One host's ``{"step_db", "breakdown"}``, read once per file."""
+    def xplane_steps(self, run: Run, host: str | None, *, load: bool = True) -> dict | None:
+        """One host's ``{"step_db", "breakdown"}``, read once per file (``load=False``:
+        only made, if it was not: app/traces.py ``_prefetch_steps``)."""
         info = self.host_xplane(run, host, "steps")
         # a CPU-only profile's trace index built by Steps & ops holds its steps: no second read
         index_key = self._trace_index_key(host or run.hosts[0], info)
@@ -108,7 +109,7 @@ class ProfileSteps:
         # dicts on the 308 MB profile; made here, the answer as made: plain JSON data)
         with gc_paused():
             return self.derived_json(keys.XPLANE_STEPS, info, "reading the steps and device activities of",
-                                     "steps and device time", read, as_made=True)
+                                     "steps and device time", read, as_made=True, load=load)
 
     def xplane_steps_ops(self, run: Run, host: str) -> dict:
         """The step part of ``/api/steps_ops`` for an xplane run (its ``ops`` are added by

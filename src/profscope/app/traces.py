@@ -7,6 +7,7 @@ import no format."""
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -17,7 +18,7 @@ import orjson
 from profscope.app import keys, lazy
 from profscope.app.answer_cache import AnswerCache
 from profscope.app.queries import StepsOpsQuery, TraceQuery, XprofTraceQuery
-from profscope.app.profile_steps import ALL_HOSTS, write_host_steps
+from profscope.app.profile_steps import ALL_HOSTS, HOST_STEPS_FILE, write_host_steps
 from profscope.errors import NotFound, ProfscopeError
 from profscope.forksafe import renew_locks_after_fork
 from profscope.model.catalog import Run, RunKind
@@ -37,6 +38,8 @@ op_table = lazy.module("profscope.tools.op_table")
 trace_viewer = lazy.module("profscope.tools.trace_viewer")
 trace_visibility = lazy.module("profscope.tools.trace_visibility")
 trace_xprof = lazy.module("profscope.tools.trace_xprof")
+
+log = logging.getLogger("profscope.traces")
 
 
 # XProf's trace viewer asks for ``hosts=none`` while its page has not selected a host yet
@@ -66,6 +69,12 @@ class Traces:
         self.line_ranges = None
         # XProf's trace_viewer@ answers by window (app/answer_cache.py: why in memory)
         self._xprof_answers = AnswerCache(XPROF_ANSWERS_BYTES, XPROF_ANSWER_MAX_BYTES)
+        # Whether a timeline's window has the steps of its xplanes read in the background
+        # (_prefetch_steps); `profscope serve` turns it on unless --no-prefetch.
+        self.prefetch_steps = False
+        self._prefetched: set[str] = set()  # the steps' keys a prefetch has made or is making
+        self._prefetch_lock = threading.Lock()
+        renew_locks_after_fork(self, "_prefetch_lock")
 
     def _open_index(self, folder) -> trace_index.TraceIndex:
         with self._trace_indexes_lock:
@@ -171,7 +180,55 @@ class Traces:
         res = query.resolution or trace_viewer.DEFAULT_RESOLUTION
         view = self.trace_view(run, query, preview_resolution=res if whole else None)
         self._window_tiers(run, view)
-        return view.window(query.start_ms, query.end_ms, query.resolution)
+        out = view.window(query.start_ms, query.end_ms, query.resolution)
+        self._prefetch_steps(run, view)
+        return out
+
+    def _prefetch_steps(self, run: Run, view: trace_viewer.TraceView) -> None:
+        """The steps Steps & ops reads from each selected xplane (app/profile_steps.py
+        ``xplane_steps``), read in the background once its timeline answers, while no
+        other conversion runs or waits (``WorkerPool.spare_slot``: else at a later
+        window). An index the timeline built holds display rows, not the host plane's
+        context stats XProf's grouping reads, so without this the first Steps & ops
+        answer after a trace link read the file again (jax308: 2.1-2.3 CPU s; with the
+        steps made here, 0.5-0.6 s: docs/performance.md). An index Steps & ops built
+        holds its host steps already."""
+        if not self.prefetch_steps or not self.cache.workers.enabled:  # in-process: no spare worker
+            return
+        sources, todo = None, []
+        for h in view.hosts:
+            if (Path(h.index.folder) / HOST_STEPS_FILE).is_file():
+                continue
+            sources = sources or self.trace_sources(run)
+            info = sources[h.position][1]
+            if classify(info.name) is not FileKind.XPLANE:
+                continue
+            key = keys.derived(keys.XPLANE_STEPS, self.logdir.url, info.identity())
+            with self._prefetch_lock:
+                if key in self._prefetched or self.cache.has(key):
+                    continue
+                self._prefetched.add(key)
+            todo.append((h.host, key))
+        if todo:
+            threading.Thread(target=self._prefetch, args=(run, todo), name="profscope-prefetch", daemon=True).start()
+
+    def _prefetch(self, run: Run, todo: list[tuple[str, str]]) -> None:
+        """Each ``(host, key)``'s steps in turn, in one spare worker slot."""
+        done = 0
+        try:
+            with self.cache.workers.spare_slot() as free:
+                if free:
+                    for host, _key in todo:
+                        self.xplane_steps(run, host, load=False)
+                        done += 1
+        except ProfscopeError as e:  # the file's error is remembered for the request that asks
+            log.info("prefetching the steps of %s %s: %s", run.name, todo[done][0], e.message)
+            done += 1
+        except Exception:  # noqa: BLE001 - a background read never takes the server down
+            log.exception("prefetching the steps of %s %s failed", run.name, todo[done][0])
+            done += 1
+        with self._prefetch_lock:  # the pool was busy (or stopping): a later window tries again
+            self._prefetched.difference_update(key for _host, key in todo[done:])
 
     def _window_tiers(self, run: Run, view: trace_viewer.TraceView) -> None:
         """The resolution tiers of every selected host's index built for Steps & ops
@@ -371,6 +428,7 @@ class Traces:
         if kept is not None:
             return iter((kept,))
         self._xprof_zoom_levels(run, view, s, e, res)
+        self._prefetch_steps(run, view)
         return self._xprof_answers.keeping(key, trace_xprof.xprof_chunks(
             view, query.start_time_ms, query.end_time_ms, query.resolution))
 

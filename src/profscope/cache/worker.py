@@ -168,6 +168,28 @@ class WorkerPool:
             self._mine.held = False
             self._slots.release()
 
+    @contextmanager
+    def spare_slot(self) -> Iterator[bool]:
+        """A slot for work nobody is waiting for (a prefetch), only while the pool is
+        idle: True, with the slot held for this thread (:meth:`slot` then takes no
+        other), when no conversion runs or waits now; else False and nothing taken, so
+        such work never delays a request's conversion by more than the one it started
+        before the request came."""
+        if not self.enabled or _IN_WORKER or self._stopping or getattr(self._mine, "held", False):
+            yield False
+            return
+        with self._stats_lock:
+            idle = self.stats["running"] == 0 and self.stats["queued"] == 0
+        if not idle or not self._slots.acquire(blocking=False):
+            yield False
+            return
+        self._mine.held = True
+        try:
+            yield True
+        finally:
+            self._mine.held = False
+            self._slots.release()
+
     def run(self, fn: Callable[[Progress], bytes | None], job: Progress, board: ProgressBoard,
             file: str | None = None, *, in_process: bool = False) -> bytes | None:
         """``fn(job)`` in a worker child; its bytes (or None) back here, its

@@ -1,0 +1,162 @@
+"""A profile's steps read in the background once its timeline answers (app/traces.py
+``_prefetch_steps``, ``profscope serve`` unless ``--no-prefetch``).
+
+An index the timeline built holds display rows, not the host plane's context stats that
+XProf's step grouping reads, so the first Steps & ops answer after a trace link used to
+read the whole file again (issue 34's "from a built trace index" bar: jax308 2.1-2.3 CPU
+s). Now the timeline's first window has the steps read in a conversion worker while the
+pool is idle, and Steps & ops then reads them from the cache. What is checked here, on
+real profiles (the demo's JAX CPU profile, whose steps come from XProf's grouping of the
+host plane, and the public two-host TF GPU xplane, whose steps come from the
+device planes), through real forked workers:
+
+- the prefetch makes the steps entry, and Steps & ops then runs no conversion for them;
+  its answer is byte for byte the answer of a server that never prefetched;
+- XProf's ``trace_viewer@`` answer prefetches too, for every host it selects;
+- a busy pool is left alone: a prefetch that finds a conversion running takes no slot,
+  and the next window tries again;
+- an index built for Steps & ops (which holds its host steps) and a Chrome trace start
+  no prefetch; the workspace does not prefetch unless told (the CLI's ``serve`` does).
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+
+from profscope.app import keys
+from profscope.app.queries import TraceQuery, XprofTraceQuery
+from profscope.app.workspace import Workspace
+from profscope.cache.store import DiskCache, cache_key
+from profscope.cli import _workspace, build_parser
+from profscope.storage import LogDir
+
+ROOT = Path(__file__).parents[1]
+DEMO = ROOT / "src" / "profscope" / "demo" / "logdir"
+PUBLIC = ("tf_gpu",)
+
+
+@pytest.fixture(scope="module")
+def logdir(shared_fixtures, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("prefetch_logdir")
+    shutil.copytree(DEMO / "convnet", out / "convnet")
+    shutil.copytree(DEMO / "torch", out / "torch")
+    for name in PUBLIC:
+        shutil.copytree(shared_fixtures / "public_profiles" / "xplane" / name, out / name)
+    for p in out.rglob("*"):
+        p.chmod(0o755 if p.is_dir() else 0o644)  # the fixtures are read-only
+    return out
+
+
+def _ws(logdir: Path, cache: Path, prefetch: bool = True) -> Workspace:
+    ws = Workspace(LogDir(str(logdir), listing_ttl=0), DiskCache(cache))
+    ws.prefetch_steps = prefetch
+    return ws
+
+
+def _run(ws: Workspace, prefix: str):
+    return next(r for r in ws.runs() if r.name.startswith(prefix + "/"))
+
+
+def _steps_key(ws: Workspace, run, host: str) -> str:
+    return keys.derived(keys.XPLANE_STEPS, ws.logdir.url, run.xplane(host).identity())
+
+
+def _prefetches() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "profscope-prefetch"]
+
+
+def _join_prefetches() -> None:
+    for t in _prefetches():
+        t.join(120)  # a hang backstop, not a speed bound
+        assert not t.is_alive(), "a prefetch did not end"
+
+
+@pytest.mark.parametrize("prefix", ["convnet", "tf_gpu"])
+def test_the_first_window_prefetches_the_steps_steps_ops_reads(logdir, tmp_path, prefix):
+    ws = _ws(logdir, tmp_path / "cache")
+    run = _run(ws, prefix)
+    host = run.hosts[0]
+    key = _steps_key(ws, run, host)
+    ws.trace_window(run, TraceQuery())
+    _join_prefetches()
+    assert ws.cache.has(key)
+    runs = ws.cache.workers.stats["runs"]
+    steps = ws.xplane_steps(run, host)
+    assert ws.cache.workers.stats["runs"] == runs  # read from the cache: no conversion
+    assert steps["step_db"]["steps"]
+    # the same answers as a server that never prefetched (its steps read when asked)
+    plain = _ws(logdir, tmp_path / "plain", prefetch=False)
+    plain_run = _run(plain, prefix)
+    plain.trace_window(plain_run, TraceQuery())
+    assert not _prefetches() and not plain.cache.has(key)
+    assert orjson.dumps(steps) == orjson.dumps(plain.xplane_steps(plain_run, host))
+    got, want = ws.steps_ops(run, TraceQuery()), plain.steps_ops(plain_run, TraceQuery())
+    assert orjson.dumps(got, option=orjson.OPT_SORT_KEYS) == orjson.dumps(want, option=orjson.OPT_SORT_KEYS)
+
+
+def test_xprof_trace_viewer_prefetches_every_selected_host(logdir, tmp_path):
+    ws = _ws(logdir, tmp_path / "cache")
+    run = _run(ws, "tf_gpu")
+    assert len(run.hosts) == 2
+    ws.trace_xprof_json(run, XprofTraceQuery(hosts=",".join(run.hosts)))
+    _join_prefetches()
+    assert all(ws.cache.has(_steps_key(ws, run, h)) for h in run.hosts)
+
+
+def test_a_busy_pool_is_left_alone_and_a_later_window_tries_again(logdir, tmp_path):
+    ws = _ws(logdir, tmp_path / "cache")
+    run = _run(ws, "convnet")
+    key = _steps_key(ws, run, run.hosts[0])
+    release = tmp_path / "release"
+
+    def blocker(_progress):  # a conversion in a forked worker, until the file appears
+        deadline = time.monotonic() + 120
+        while not release.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return {"done": True}
+
+    busy = threading.Thread(target=ws.cache.get_or_compute, args=(cache_key("blocker"), "blocker", blocker))
+    busy.start()
+    try:
+        deadline = time.monotonic() + 60
+        while ws.cache.workers.stats["running"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert ws.cache.workers.stats["running"] == 1
+        ws.trace_window(run, TraceQuery())
+        _join_prefetches()
+        assert not ws.cache.has(key)  # the running conversion was not joined by a prefetch
+    finally:
+        release.touch()
+        busy.join(120)
+    ws.trace_window(run, TraceQuery(start_ms=0.0, end_ms=1.0))
+    _join_prefetches()
+    assert ws.cache.has(key)
+
+
+def test_no_prefetch_where_nothing_is_to_be_read(logdir, tmp_path):
+    # an index Steps & ops built holds the host steps it grouped: nothing to read again
+    ws = _ws(logdir, tmp_path / "cache")
+    run = _run(ws, "convnet")
+    ws.steps_ops(run, TraceQuery())
+    key = _steps_key(ws, run, run.hosts[0])
+    made = ws.cache.has(key)
+    ws.trace_window(run, TraceQuery())
+    assert not _prefetches()
+    assert ws.cache.has(key) == made
+    # a PyTorch trace's steps are read from its index (tools/step_breakdown.py)
+    torch_run = next(r for r in ws.runs() if r.name.startswith("torch"))
+    ws.trace_window(torch_run, TraceQuery())
+    assert not _prefetches()
+
+
+def test_serve_prefetches_unless_told_not_to(logdir, tmp_path):
+    assert Workspace(LogDir(str(logdir)), DiskCache(tmp_path / "c0")).prefetch_steps is False
+    cache = ["--cache-dir", str(tmp_path / "c1"), "--no-capture"]
+    assert _workspace(build_parser().parse_args(["serve", str(logdir), *cache])).prefetch_steps is True
+    assert _workspace(build_parser().parse_args(["serve", str(logdir), *cache, "--no-prefetch"])).prefetch_steps is False
