@@ -173,9 +173,12 @@ def test_step_reader_memory_is_bounded_by_the_file(jax_cpu):
     """The grouping's per-event state lives in arrays (no dict entry, list or Python int
     per event), only the stats the steps read are decoded, each per-event temporary is
     dropped after its use, and the host step database is one C pass over the decoded
-    columns: at most 6.2x the file at the peak (tracemalloc, numpy's buffers and the
-    decoder's arrays included; 5.8x when written, 6.7x at 1c72efb, 7.0x at 2b15384, 8.35x at
-    8af1827, 9.1x at 9596bbe, 22.6x before 4a93d9b, when the 308 MB profile took 7.3 GB)."""
+    columns, whose group ids (the C walks') are int32, the step names' stats read at the
+    roots (no view over every event) and the root levels int8 where they fit: at most
+    3.5x the file at the peak (tracemalloc, numpy's buffers and the decoder's arrays
+    included; 3.3x when written, 3.8x at cf6a813, 5.8x when the bound was 6.2x, 6.7x at
+    1c72efb, 7.0x at 2b15384, 8.35x at 8af1827, 9.1x at 9596bbe, 22.6x before 4a93d9b,
+    when the 308 MB profile took 7.3 GB)."""
     size = jax_cpu.stat().st_size
     tracemalloc.start()
     try:
@@ -185,7 +188,7 @@ def test_step_reader_memory_is_bounded_by_the_file(jax_cpu):
     finally:
         tracemalloc.stop()
     assert len(ev.steps) == 300
-    assert peak <= 6.2 * size, f"peak {peak / 2**20:.1f} MiB = {peak / size:.1f}x the file"
+    assert peak <= 3.5 * size, f"peak {peak / 2**20:.1f} MiB = {peak / size:.2f}x the file"
 
 
 def test_native_walks_reject_bad_arrays():
@@ -195,8 +198,10 @@ def test_native_walks_reject_bad_arrays():
         nat.nest_sequence(np.arange(3), ts.astype(np.int32), ts, np.zeros(3, bool), ts.copy(), ts.copy())
     with pytest.raises(ValueError):
         nat.nest_sequence(np.array([5], np.int64), ts, ts, np.zeros(3, bool), ts.copy(), ts.copy())
-    group = np.full(3, -1, np.int64)
+    group = np.full(3, -1, np.int32)  # the walks' group ids: int32
     first = np.zeros(4, np.int64)
+    with pytest.raises(TypeError):
+        nat.group_from(0, 0, group.astype(np.int64), first, np.zeros(0, np.int64), first, np.zeros(0, np.int64))
     with pytest.raises(ValueError):
         nat.group_from(7, 0, group, first, np.zeros(0, np.int64), first, np.zeros(0, np.int64))
     bad_first = np.array([0, 5, 5, 5], np.int64)  # offsets past the edges
@@ -226,7 +231,46 @@ def test_native_step_db_rejects_bad_arrays():
         call(mid=np.array([0, 3], np.int64))  # metadata id 3 of a table of 1
     with pytest.raises(TypeError):
         call(line=i64)  # int64 lines
+    with pytest.raises(ValueError):  # int32 ids are checked as the int64 ones
+        call(group=np.array([0, 1], np.int32))
+    with pytest.raises(ValueError):
+        call(mid=np.array([0, 3], np.int32))
+    with pytest.raises(TypeError):
+        call(group=np.zeros(2, np.int16))
 
+
+def test_native_step_db_reads_int32_and_int64_ids_alike(jax_cpu):
+    """The walks' int32 group ids and the build's gathered int32 metadata ids
+    (HostEventColumns) give the C step database the steps the int64 ones give, on a real
+    JAX CPU host plane's grouping: 300 steps, every type's time equal."""
+    from profscope.formats import xplane
+
+    with open(jax_cpu, "rb") as raw:
+        ref = xplane.scan(raw, str(jax_cpu)).plane(xse.HOST_PLANE)
+        raw.seek(0)
+        f, size = xplane.open_stream(raw, str(jax_cpu))
+        data = xw.read_plane_bytes(f, size, ref, pad=xw.PAD + (-ref.length) % 8)
+    meta_bytes, spans = xw.split_plane(data, ref.length)
+    meta = xse.xplane_pb2.XPlane.FromString(meta_bytes)
+    names = {k: v.name for k, v in meta.stat_metadata.items()}
+    headers, ev = xw.decode_plane(data, np.frombuffer(data, np.uint8), spans, xse.host_step_stats(names))
+    line_ts, group, roots, named, event_names, line_names = xse.group_host_events(ev, data, meta, headers)
+    assert group.dtype == np.int32  # the C walks' ids, not copied to int64
+
+    def steps(group_ids, mids):
+        out = []
+        cols = xw.Events(ev.n, ev.line, mids, ev.offset_ps, ev.duration_ps, {})
+        first = xse._host_step_db_native(cols, line_ts, group_ids, roots, named, event_names, line_names, out)
+        return first, out
+
+    want = steps(group.astype(np.int64), ev.metadata_id.astype(np.int64))
+    assert len(want[1]) == 300
+    assert steps(group, ev.metadata_id.astype(np.int64)) == want
+    assert steps(group, ev.metadata_id.astype(np.int32)) == want
+    assert steps(group.astype(np.int64), ev.metadata_id.astype(np.int32)) == want
+
+
+# -- the steps on the trace index's clock ---------------------------------------------------
 
 # -- the steps on the trace index's clock ---------------------------------------------------
 

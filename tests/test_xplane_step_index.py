@@ -229,6 +229,47 @@ def test_build_decodes_the_host_plane_once(shared_fixtures, jax_cpu, monkeypatch
         calls.clear()
 
 
+def test_gathered_metadata_ids_are_int32_while_they_fit(shared_fixtures, jax_cpu, monkeypatch):
+    """The build's gathered columns keep the metadata ids as int32 (4 bytes an event
+    fewer over the whole host plane, docs/performance.md) and widen them to int64, values
+    unchanged, when a chunk has an id past int32; the C step database reads either."""
+    import dataclasses
+
+    import numpy as np
+
+    from profscope.formats import xplane_wire as xw
+
+    seen = []
+    real = xse.host_steps_in_build
+
+    def spy(data, length, meta, headers=None, columns=None):
+        seen.append(columns.metadata_id.dtype)
+        return real(data, length, meta, headers, columns)
+
+    monkeypatch.setattr(xse, "host_steps_in_build", spy)
+    events = xplane_trace.read_trace(io.BytesIO(jax_cpu.read_bytes()), "jax", 0, "h", steps=True)
+    assert seen == [np.dtype(np.int32)] and len(events.host_steps["steps"]) == 300
+
+    # a real decoded chunk, then the same chunk with ids past int32: one int64 column
+    data = (shared_fixtures / TF_CPU).read_bytes()
+    f = io.BytesIO(data)
+    from profscope.formats import xplane
+
+    ref = xplane.scan(f, "tf").plane(xse.HOST_PLANE)
+    plane = xw.read_plane_bytes(f, len(data), ref, pad=xw.PAD + (-ref.length) % 8)
+    meta_bytes, spans = xw.split_plane(plane, ref.length)
+    names = {k: v.name for k, v in xse.xplane_pb2.XPlane.FromString(meta_bytes).stat_metadata.items()}
+    _headers, chunk = xw.decode_plane(plane, np.frombuffer(plane, np.uint8), spans, xse.host_step_stats(names))
+    cols = xse.HostEventColumns(2 * chunk.n, names)
+    cols.add(chunk)
+    assert cols.metadata_id.dtype == np.int32
+    cols.add(dataclasses.replace(chunk, metadata_id=chunk.metadata_id + (1 << 31)))
+    got = cols.events()
+    assert got.metadata_id.dtype == np.int64
+    assert np.array_equal(got.metadata_id, np.r_[chunk.metadata_id, chunk.metadata_id + (1 << 31)])
+    assert np.array_equal(got.offset_ps, np.r_[chunk.offset_ps, chunk.offset_ps])
+
+
 def _same(a, b, where: str = "") -> None:
     """``a`` and ``b`` equal as plain data, type for type (a tuple is no list, 1 no 1.0,
     a numpy number no int), keys in the same order."""

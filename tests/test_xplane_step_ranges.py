@@ -212,8 +212,8 @@ def test_range_walk_equals_the_stack_walk_with_async_events_and_roots_anywhere(j
         outer = np.flatnonzero((parent < 0) & ~asy)  # whole trees: big scans
         roots = np.unique(np.r_[rng.choice(n, 400, replace=False), rng.choice(outer, 100, replace=False)])
         roots = rng.permutation(roots).astype(np.int64)
-        g_edges = np.full(n, -1, np.int64)
-        g_scans = np.full(n, -1, np.int64)
+        g_edges = np.full(n, -1, np.int32)  # the walks' group ids: int32
+        g_scans = np.full(n, -1, np.int32)
         w_edges = xw._native.group_roots(roots, g_edges, first, kids, xfirst, xkids)
         w_scans = xw._native.range_roots(roots, g_scans, line, line_ps, off, dur, asy if asy.any() else None,
                                          xfirst, xkids)
@@ -273,13 +273,16 @@ def test_scans_reject_bad_arrays():
     z = np.zeros(3, np.int64)
     line = np.zeros(3, np.int32)
     first = np.zeros(4, np.int64)
+    group = np.full(3, -1, np.int32)
     with pytest.raises(TypeError):  # line as int64
-        nat.range_roots(np.zeros(1, np.int64), np.full(3, -1, np.int64), z, z[:1], z, z, None, first, z[:0])
+        nat.range_roots(np.zeros(1, np.int64), group, z, z[:1], z, z, None, first, z[:0])
+    with pytest.raises(TypeError):  # group ids as int64 (the walks write int32)
+        nat.range_roots(np.zeros(1, np.int64), np.full(3, -1, np.int64), line, z[:1], z, z, None, first, z[:0])
     with pytest.raises(ValueError):  # a line out of range
-        nat.range_roots(np.zeros(1, np.int64), np.full(3, -1, np.int64), np.full(3, 2, np.int32), z[:1], z, z, None,
+        nat.range_roots(np.zeros(1, np.int64), group, np.full(3, 2, np.int32), z[:1], z, z, None,
                         first, z[:0])
     with pytest.raises(ValueError):  # a root out of range
-        nat.range_roots(np.array([7], np.int64), np.full(3, -1, np.int64), line, z[:1], z, z, None, first, z[:0])
+        nat.range_roots(np.array([7], np.int64), group, line, z[:1], z, z, None, first, z[:0])
     with pytest.raises(ValueError):  # nodes not sorted
         nat.nest_parents_at(np.array([2, 1], np.int64), line, z[:1], z, z, None)
     with pytest.raises(TypeError):  # keys as int32

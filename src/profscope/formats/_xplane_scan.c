@@ -861,7 +861,7 @@ static PyObject *py_nest_sequence(PyObject *self, PyObject *args)
 static Py_ssize_t arr_len(PyObject *o);
 
 typedef struct {
-    int64_t *group;
+    int32_t *group;  /* int32: 4 bytes a node (13.5 M on the 308 MB profile), ids < 2^31 */
     Py_ssize_t total, nk, nx;
     const int64_t *kf, *kids, *xf, *xkids;
     int64_t *queue;
@@ -873,7 +873,7 @@ static const char *walk_from(Walk *w, int64_t root, int64_t gid)
     if (w->group[root] >= 0)
         return NULL;
     Py_ssize_t head = 0, tail = 0;
-    w->group[root] = gid;
+    w->group[root] = (int32_t)gid;
     w->queue[tail++] = root;
     while (head < tail) {
         int64_t node = w->queue[head++];
@@ -889,7 +889,7 @@ static const char *walk_from(Walk *w, int64_t root, int64_t gid)
                     return "node id out of range";
                 if (w->group[c] >= 0)
                     continue;
-                w->group[c] = gid;
+                w->group[c] = (int32_t)gid;
                 if (tail == w->cap) {  /* each node once per walk: tail < total */
                     int64_t *q = realloc(w->queue, (size_t)w->cap * 2 * sizeof(int64_t));
                     if (q == NULL)
@@ -904,18 +904,31 @@ static const char *walk_from(Walk *w, int64_t root, int64_t gid)
     return NULL;
 }
 
+/* The walk's group array: int32, C-contiguous, writable, under 2^31 nodes (its group ids
+ * are below the node count); NULL and an error otherwise. */
+static int32_t *group_arg(PyObject *o)
+{
+    if (!PyArray_Check(o) || PyArray_TYPE((PyArrayObject *)o) != NPY_INT32 || PyArray_NDIM((PyArrayObject *)o) != 1
+        || !PyArray_IS_C_CONTIGUOUS((PyArrayObject *)o) || !PyArray_ISWRITEABLE((PyArrayObject *)o)
+        || PyArray_SIZE((PyArrayObject *)o) >= ((npy_intp)1 << 31)) {
+        PyErr_SetString(PyExc_TypeError, "group: a 1-d C-contiguous writable int32 array of under 2^31 nodes");
+        return NULL;
+    }
+    return PyArray_DATA((PyArrayObject *)o);
+}
+
 /* The Walk over the arguments (group, kfirst, kids, xfirst, xkids), checked; 0 on error. */
 static int walk_init(Walk *w, PyObject *o_group, PyObject *o_kf, PyObject *o_k, PyObject *o_xf, PyObject *o_xk)
 {
     memset(w, 0, sizeof *w);
     if (!PyArray_Check(o_group) || !PyArray_Check(o_k) || !PyArray_Check(o_xk)) {
-        PyErr_SetString(PyExc_TypeError, "group, kids, xkids: int64 arrays");
+        PyErr_SetString(PyExc_TypeError, "group (int32), kids, xkids (int64): arrays");
         return 0;
     }
     w->total = PyArray_SIZE((PyArrayObject *)o_group);
     w->nk = PyArray_SIZE((PyArrayObject *)o_k);
     w->nx = PyArray_SIZE((PyArrayObject *)o_xk);
-    w->group = i64_arg(o_group, w->total, 1, "group");
+    w->group = group_arg(o_group);
     w->kf = w->group ? i64_arg(o_kf, w->total + 1, 0, "kfirst") : NULL;
     w->kids = w->kf ? i64_arg(o_k, w->nk, 0, "kids") : NULL;
     w->xf = w->kids ? i64_arg(o_xf, w->total + 1, 0, "xfirst") : NULL;
@@ -951,8 +964,8 @@ static PyObject *py_group_from(PyObject *self, PyObject *args)
     Walk w;
     if (!PyArg_ParseTuple(args, "nLOOOOO", &root, &gid, &o_group, &o_kf, &o_k, &o_xf, &o_xk))
         return NULL;
-    if (gid < 0) {
-        PyErr_SetString(PyExc_ValueError, "gid must be >= 0");
+    if (gid < 0 || gid > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "gid must be in [0, 2^31)");
         return NULL;
     }
     if (!walk_init(&w, o_group, o_kf, o_k, o_xf, o_xk))
@@ -1077,7 +1090,20 @@ static Py_ssize_t arr_len(PyObject *o)
     return PyArray_Check(o) ? PyArray_SIZE((PyArrayObject *)o) : -1;
 }
 
-/* host_step_db(group i64, line i32, off i64, dur i64, mid i64, line_ps i64, line_key i32,
+/* An int32 or int64 array of n items (the walks' int32 group ids, a decode's int64
+ * metadata ids, the gathered int32 ones): *p32 or *p64 set, the other NULL; 0 on error. */
+static int i32_or_i64_arg(PyObject *o, Py_ssize_t n, const char *what, const int32_t **p32, const int64_t **p64)
+{
+    *p32 = NULL;
+    *p64 = NULL;
+    if (PyArray_Check(o) && PyArray_TYPE((PyArrayObject *)o) == NPY_INT32)
+        *p32 = typed_arg(o, NPY_INT32, n, what);
+    else
+        *p64 = typed_arg(o, NPY_INT64, n, what);
+    return *p32 != NULL || *p64 != NULL;
+}
+
+/* host_step_db(group i32|i64, line i32, off i64, dur i64, mid i32|i64, line_ps i64, line_key i32,
  *              mid_flags u8 (1: IsExplicitHostStepMarker, 2: IsRealCpuCompute), mid_kind i16,
  *              root_key i32, root_start i64, root_end i64, root_gid i64, root_idx i64, n_groups)
  * -> (first_ps, begin i64[G], dur i64[G], has_compute bool[G], present bool[G], levels i16[L],
@@ -1232,12 +1258,17 @@ static PyObject *py_host_step_db(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_TypeError, "host_step_db: arrays expected");
         return NULL;
     }
-    const int64_t *group = typed_arg(o[0], NPY_INT64, n, "group");
-    const int32_t *line = group ? typed_arg(o[1], NPY_INT32, n, "line") : NULL;
+    /* group ids and metadata ids come int32 or int64 (one predictable branch per read) */
+    const int32_t *group32, *mid32;
+    const int64_t *group64, *mid64;
+    int ok_ids = i32_or_i64_arg(o[0], n, "group", &group32, &group64);
+    const int32_t *line = ok_ids ? typed_arg(o[1], NPY_INT32, n, "line") : NULL;
     const int64_t *off = line ? typed_arg(o[2], NPY_INT64, n, "offset") : NULL;
     const int64_t *dur = off ? typed_arg(o[3], NPY_INT64, n, "duration") : NULL;
-    const int64_t *mid = dur ? typed_arg(o[4], NPY_INT64, n, "metadata_id") : NULL;
-    const int64_t *line_ps = mid ? typed_arg(o[5], NPY_INT64, nl, "line_ps") : NULL;
+    ok_ids = dur && i32_or_i64_arg(o[4], n, "metadata_id", &mid32, &mid64);
+    const int64_t *line_ps = ok_ids ? typed_arg(o[5], NPY_INT64, nl, "line_ps") : NULL;
+#define HSD_GROUP(i) (group32 ? (int64_t)group32[i] : group64[i])
+#define HSD_MID(i) (mid32 ? (int64_t)mid32[i] : mid64[i])
     const int32_t *line_key = line_ps ? typed_arg(o[6], NPY_INT32, nl, "line_key") : NULL;
     const uint8_t *mflags = line_key ? typed_arg(o[7], NPY_UINT8, nm, "mid_flags") : NULL;
     const int16_t *mkind = mflags ? typed_arg(o[8], NPY_INT16, nm, "mid_kind") : NULL;
@@ -1302,19 +1333,19 @@ static PyObject *py_host_step_db(PyObject *self, PyObject *args)
      * index read here and in the passes after it is checked here, before its first use */
     int bad_index = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
-        if (group[i] >= G || group[i] < -1 || line[i] < 0 || line[i] >= nl || mid[i] < 0 || mid[i] >= nm) {
+        int64_t g = HSD_GROUP(i), m = HSD_MID(i);
+        if (g >= G || g < -1 || line[i] < 0 || line[i] >= nl || m < 0 || m >= nm) {
             bad_index = 1;
             break;
         }
         int64_t b0 = line_ps[line[i]] + off[i];
         if (b0 < first_ps)
             first_ps = b0;
-        int64_t g = group[i];
         is_event[i] = 0;
         if (g < 0)
             continue;
         present[g] = 1;
-        uint8_t fl = mflags[mid[i]];
+        uint8_t fl = mflags[m];
         int marker = (fl & 1) || (is_root_idx && is_root_idx[i]);
         for (Py_ssize_t k = marker ? -1 : gfirst[g]; k >= 0 && !marker; k = rs[k])
             marker = rstart[k] == off[i] && rend[k] == off[i] + dur[i] && rkey[k] == line_key[line[i]];
@@ -1323,7 +1354,7 @@ static PyObject *py_host_step_db(PyObject *self, PyObject *args)
                 best[g] = i;
         } else if (fl & 2) {
             is_event[i] = 1;
-            int16_t kd = mkind[mid[i]];
+            int16_t kd = mkind[m];
             if (kd < 0 || kd >= 2048 * 32) { bad_kind = 1; break; }
             kinds_seen[kd >> 5] |= 1u << (kd & 31);
             if (kd == 10)  /* HOST_COMPUTE */
@@ -1350,7 +1381,7 @@ static PyObject *py_host_step_db(PyObject *self, PyObject *args)
 #define HSD_EVENT(i, g, s, e)                                                                  \
     if (!is_event[i])                                                                          \
         continue;                                                                              \
-    int64_t g = group[i];                                                                      \
+    int64_t g = HSD_GROUP(i);                                                                  \
     int64_t b0_ = line_ps[line[i]] + off[i];                                                   \
     int64_t s = b0_ > begin[g] ? b0_ : begin[g];                                               \
     int64_t e = b0_ + dur[i] < begin[g] + sdur[g] ? b0_ + dur[i] : begin[g] + sdur[g];         \
@@ -1376,7 +1407,7 @@ static PyObject *py_host_step_db(PyObject *self, PyObject *args)
             fill[g] = first_of[g];
         for (Py_ssize_t i = 0; i < n; i++)  /* pass 3: the kept events, by group */
             if (is_event[i] == 2)
-                kept[fill[group[i]]++] = (int32_t)i;
+                kept[fill[HSD_GROUP(i)]++] = (int32_t)i;
     }
 #undef HSD_EVENT
     int16_t levels[64];
@@ -1404,7 +1435,7 @@ static PyObject *py_host_step_db(PyObject *self, PyObject *args)
             int64_t i = kept[k], b0 = line_ps[line[i]] + off[i], e0 = b0 + dur[i];
             scratch[m].s = b0 > lo ? b0 : lo;
             scratch[m].e = e0 < hi ? e0 : hi;
-            scratch[m].kind = mkind[mid[i]];
+            scratch[m].kind = mkind[HSD_MID(i)];
             m++;
         }
         int sorted = 1;
@@ -1451,6 +1482,8 @@ done:
     free(is_event);
     return out;
 }
+#undef HSD_GROUP
+#undef HSD_MID
 
 /* The nesting of XProf's event forest without its edges: on a line (a run of events of
  * one line, in line order, as xplane_steps._line_segments cuts them), ConnectIntraThread's
@@ -1519,7 +1552,7 @@ static const char *range_other(Walk *w, Py_ssize_t *tail, int64_t node, int64_t 
             return "node id out of range";
         if (w->group[c] >= 0)
             continue;
-        w->group[c] = gid;
+        w->group[c] = (int32_t)gid;
         if (!push_node(w, tail, c))
             return "out of memory";
     }
@@ -1537,7 +1570,7 @@ static const char *range_walk_from(Walk *w, const Lines *l, int64_t root, int64_
         return NULL;
     Py_ssize_t head = 0, tail = 0;
     const char *err;
-    w->group[root] = gid;
+    w->group[root] = (int32_t)gid;
     w->queue[tail++] = root;
     while (head < tail) {
         int64_t x = w->queue[head++];
@@ -1555,7 +1588,7 @@ static const char *range_walk_from(Walk *w, const Lines *l, int64_t root, int64_
                 break;
             if (w->group[k] >= 0)
                 continue;
-            w->group[k] = gid;
+            w->group[k] = (int32_t)gid;
             if ((err = range_other(w, &tail, k, gid)) != NULL)
                 return err;
         }
@@ -1580,7 +1613,7 @@ static PyObject *py_range_roots(PyObject *self, PyObject *args)
         return NULL;
     memset(&w, 0, sizeof w);
     if (!PyArray_Check(o_group) || !PyArray_Check(o_xk)) {
-        PyErr_SetString(PyExc_TypeError, "group, xkids: int64 arrays");
+        PyErr_SetString(PyExc_TypeError, "group (int32), xkids (int64): arrays");
         return NULL;
     }
     w.total = PyArray_SIZE((PyArrayObject *)o_group);
@@ -1589,7 +1622,7 @@ static PyObject *py_range_roots(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "group: shorter than the events");
         return NULL;
     }
-    w.group = i64_arg(o_group, w.total, 1, "group");
+    w.group = group_arg(o_group);
     w.xf = w.group ? i64_arg(o_xf, w.total + 1, 0, "xfirst") : NULL;
     w.xkids = w.xf ? i64_arg(o_xk, w.nx, 0, "xkids") : NULL;
     if (w.xkids == NULL)

@@ -414,8 +414,9 @@ class HostEventColumns:
     second decode of the plane (``xw.decode_plane``: 0.25 s of user time and 142 k fresh
     pages on the 308 MB JAX profile's 13.5 M events, docs/performance.md): line,
     metadata id, offset and duration copied into arrays sized for the plane's ``n``
-    events, and of the stats only the :func:`host_step_stats` kinds, their event numbers
-    made plane-wide. A kind's stats then lie chunk after chunk (within a chunk by field
+    events (the metadata ids as int32 while they fit, as XProf's own ids do: 24 bytes an
+    event, not 28), and of the stats only the :func:`host_step_stats` kinds, their event
+    numbers made plane-wide. A kind's stats then lie chunk after chunk (within a chunk by field
     position, then event), as ``decode_plane``'s do with its own chunk size: within an
     event in field order, all that "the last (first) one wins" reads."""
 
@@ -443,10 +444,14 @@ class HostEventColumns:
         if self.line is None:
             with small_pages():  # (as the grouping's arrays: see there)
                 self.line = np.empty(self.size, np.int32)
-                self.metadata_id = np.empty(self.size, np.int64)
+                self.metadata_id = np.empty(self.size, np.int32)
                 self.offset_ps = np.empty(self.size, np.int64)
                 self.duration_ps = np.empty(self.size, np.int64)
         a, z = self.n, self.n + ev.n
+        if ev.n and self.metadata_id.dtype == np.int32 and not _fits_int32(ev.metadata_id):
+            wide = np.empty(self.size, np.int64)  # an id past int32 (none in XProf's own): all int64
+            wide[:a] = self.metadata_id[:a]
+            self.metadata_id = wide
         self.line[a:z] = ev.line
         self.metadata_id[a:z] = ev.metadata_id
         self.offset_ps[a:z] = ev.offset_ps
@@ -474,6 +479,10 @@ class HostEventColumns:
         out = xw.Events(n, self.line[:n], self.metadata_id[:n], self.offset_ps[:n], self.duration_ps[:n], kinds)
         self.parts, self.line, self.metadata_id, self.offset_ps, self.duration_ps = {}, None, None, None, None
         return out
+
+
+def _fits_int32(x: np.ndarray) -> bool:
+    return int(x.min()) >= -(1 << 31) and int(x.max()) < (1 << 31)
 
 
 def host_steps_in_build(data, length: int, meta, headers=None, columns: HostEventColumns | None = None) -> dict | None:
@@ -645,7 +654,9 @@ def _host_step_db_native(ev, line_ts_ns, group_id, roots, named: dict, event_nam
     path's temporaries touched 3.4 GB of fresh pages on the 308 MB profile). The names'
     classes go in as tables by event metadata id, the roots as (line, start, end, group)
     keys, as the numpy path matches them."""
-    group = np.ascontiguousarray(group_id, dtype=np.int64)
+    # int32 (the C walks') or int64 group ids, read as they are (no copy over every event)
+    group = group_id if group_id.dtype in (np.int32, np.int64) else group_id.astype(np.int64)
+    group = np.ascontiguousarray(group)
     g_max = int(group.max())
     # per metadata id: 1 IsExplicitHostStepMarker, 2 IsRealCpuCompute; ClassifyCpuEvent
     n_mid = int(ev.metadata_id.max()) + 1
@@ -670,7 +681,8 @@ def _host_step_db_native(ev, line_ts_ns, group_id, roots, named: dict, event_nam
         if group[i] >= 0:
             name_of.setdefault(int(group[i]), name)  # Combine keeps the first name found
     first, begin, dur, has_compute, present, levels, cov = xw._native.host_step_db(
-        group, np.ascontiguousarray(ev.line, np.int32), ev.offset_ps, ev.duration_ps, ev.metadata_id,
+        group, np.ascontiguousarray(ev.line, np.int32), ev.offset_ps, ev.duration_ps,
+        ev.metadata_id if ev.metadata_id.dtype in (np.int32, np.int64) else ev.metadata_id.astype(np.int64),
         line_ts_ns * 1000, line_key, flags, kinds, r_key, r_start, r_end, r_gid, r_idx, g_max + 1)
     groups = np.flatnonzero(present)
     cov = cov.reshape(len(levels), g_max + 1)[:, groups]

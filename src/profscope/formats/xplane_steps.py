@@ -298,10 +298,12 @@ class _GroupWalk:
     nesting edges are not given (``kids``/``first`` None): each walk scans its lines."""
 
     def __init__(self, total: int, kids, first, xkids, xfirst, lines=None):
-        self.native = _native_walks()
+        self.native = _native_walks() and total < (1 << 31)
         self.lines = lines
         if self.native:
-            self.group = np.full(total, -1, dtype=np.int64)
+            # int32: the ids are below the node count; half the fresh pages of int64 over
+            # every node (13 k on the 308 MB profile, docs/performance.md)
+            self.group = np.full(total, -1, dtype=np.int32)
             self.edges = (first, kids, xfirst, xkids)
         else:
             self.group = [-1] * total  # a list: the walk reads and writes it per node
@@ -334,7 +336,9 @@ class _GroupWalk:
         return self.group[node] >= 0
 
     def result(self) -> np.ndarray:
-        return np.asarray(self.group, dtype=np.int64)
+        """The group ids: the C walks' int32 array as it is (no int64 copy), the Python
+        walk's list as int64."""
+        return self.group if self.native else np.asarray(self.group, dtype=np.int64)
 
 
 class _NodeCol:
@@ -425,22 +429,31 @@ class _NoStat:
 
 
 class _Sparse:
-    """``StatView(ev, name)`` (the last stat of its kind wins: ``ForEachStat``) as the
-    sorted events that have the stat and their stat indices: no array over every event
-    (seven views of 67 MB each on the 308 MB profile, each fresh memory). The kind's
-    stats come in sorted runs (a chunk's stats by field position, then event), which a
-    stable sort merges; the last of an event's equal keys is its last stat."""
+    """``StatView(ev, name)`` (the last stat of its kind wins: ``ForEachStat``; with
+    ``last=False`` the first: ``GetStat``) as the sorted events that have the stat and
+    their stat indices: no array over every event (seven views of 67 MB each on the
+    308 MB profile, each fresh memory). The kind's stats come in sorted runs (a chunk's
+    stats by field position, then event), which a stable sort merges; the last (first)
+    of an event's equal keys is its last (first) stat."""
 
     __slots__ = ("ks", "events", "stat")
 
-    def __init__(self, ks: xw.KindStats):
+    def __init__(self, ks: xw.KindStats, last: bool = True):
         self.ks = ks
         o = np.argsort(ks.event, kind="stable")
         e = ks.event[o]
-        last = np.ones(len(e), bool)
-        last[:-1] = e[1:] != e[:-1]
-        self.events = e[last].astype(np.int64)
-        self.stat = o[last]
+        keep = np.ones(len(e), bool)
+        if last:
+            keep[:-1] = e[1:] != e[:-1]
+        else:
+            keep[1:] = e[1:] != e[:-1]
+        self.events = e[keep].astype(np.int64)
+        self.stat = o[keep]
+
+    @property
+    def present(self) -> "_Present":
+        """``StatView.present`` read at nodes (``present[nodes]``, ``present[i]``)."""
+        return _Present(self)
 
     def _at(self, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(which of ``nodes`` have the stat, their stat indices): by one merge in C where
@@ -478,6 +491,21 @@ class _Sparse:
 
     def int_at(self, i: int) -> int:
         return int(self.int_value_at(np.asarray([i], np.int64))[0])
+
+
+class _Present:
+    """A :class:`_Sparse` view's ``present``, indexed as the array over every event it
+    replaces: by an array of nodes or by one node."""
+
+    __slots__ = ("view",)
+
+    def __init__(self, view: _Sparse):
+        self.view = view
+
+    def __getitem__(self, nodes):
+        if np.ndim(nodes) == 0:
+            return self.view.has(int(nodes))
+        return self.view.present_at(np.asarray(nodes, dtype=np.int64))
 
 
 def _common(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -559,9 +587,14 @@ class Grouping:
 
         # Stat values are read at the events that carry the stat only: a whole-profile
         # array per stat (8 bytes an event each) was GBs on a 300 MB profile.
-        root_level = np.zeros(total, dtype=np.int32)
         at = v_r.events
-        root_level[at] = _int32s(v_r.int_value_at(at))  # std::optional<int>
+        levels = _int32s(v_r.int_value_at(at))  # std::optional<int>
+        # int8 where every level fits (the mutators' are 1 and 2): 4x fewer fresh pages
+        # than int32 over every node (54 MB on the 308 MB profile, docs/performance.md)
+        narrow = not len(levels) or (int(levels.min()) >= -128 and int(levels.max()) <= 127)
+        root_level = np.zeros(total, dtype=np.int8 if narrow else np.int32)
+        root_level[at] = levels
+        del levels
         legacy = self._mask({"TraceContext"})
         legacy[v_r.events] = False
         root_level[:n][legacy] = 1
@@ -746,10 +779,17 @@ class Grouping:
 
 
     def _name_views(self) -> dict:
-        """The views of the stats a group's name reads; None for a stat no event has (a
-        JAX profile's graph_type, iter_num: its context walks end at once, no view)."""
-        return {s: xw.StatView(self.ev, s, last=False) if xw.has_stat(self.ev, s) else None
-                for s in ("graph_type", "iter_num", "step_num")}
+        """The views of the stats a group's name reads (``GetStat``: the first one); None
+        for a stat no event has (a JAX profile's graph_type, iter_num: its context walks
+        end at once, no view). The numbers as :class:`_Sparse` views: read at the roots
+        and their ancestors only, where a ``StatView`` made an int32 array over every
+        event (13 k fresh pages for ``step_num`` on the 308 MB profile,
+        docs/performance.md); graph_type, whose strings only ``StatView`` reads, stays one."""
+        ev = self.ev
+        views = {"graph_type": xw.StatView(ev, "graph_type", last=False) if xw.has_stat(ev, "graph_type") else None}
+        for s in ("iter_num", "step_num"):
+            views[s] = _Sparse(xw.kind_stats(ev, s), last=False) if xw.has_stat(ev, s) else None
+        return views
 
     def _ascending(self) -> bool:
         """Whether the forest's order is ascending node ids (as threadpool_regions gives it)."""
