@@ -15,6 +15,10 @@ are its own), through the workspace the server uses (conversions in the calling 
 - **after index**: ``steps_ops`` in a new process on a cache where only the trace index
   was built for the timeline (the index build's child's cache): the step reader and the
   tables (the warm answer also has the steps cached);
+- **after index + prefetch**: ``steps_ops`` in a new process on a copy of the
+  timeline-built cache where the steps were made first (``Workspace.xplane_steps(...,
+  load=False)`` in a child of its own, not counted: what the server's background
+  prefetch after a timeline window does, app/traces.py ``_prefetch_steps``);
 - **index + steps** and **after steps index**: the same two for the index as Steps & ops
   builds it (``Workspace.trace_index(..., steps=True)``: a CPU-only profile's host steps
   grouped from the build's own decode into the folder), what the issue's "from a built
@@ -103,6 +107,13 @@ def _answers(logdir: str, run: str, host: str, cache: Path, repeat: int) -> dict
             "step_source": (out.get("summary") or {}).get("step_source")}
 
 
+def _prefetch(logdir: str, run: str, host: str, cache: Path) -> dict:
+    """The steps made on a timeline-built cache, as the server's prefetch makes them."""
+    ws = _workspace(logdir, cache)
+    r = ws.run(run)
+    return _timed(lambda: ws.xplane_steps(r, host, load=False) and None)
+
+
 def _child(conn, fn, args) -> None:
     try:
         got = fn(*args)
@@ -182,16 +193,22 @@ def main() -> None:
         for k, (logdir, run, host, xplane, size) in enumerate(profiles(None if args.no_fixtures else args.fixtures, args.logdir)):
             index = in_child(_index_build, logdir, run, host, work / f"index{k}")
             answer = in_child(_answers, logdir, run, host, work / f"answer{k}", args.repeat)
+            shutil.copytree(work / f"index{k}", work / f"prefetch{k}")
             after = in_child(_answers, logdir, run, host, work / f"index{k}", 0)
+            prefetch = in_child(_prefetch, logdir, run, host, work / f"prefetch{k}")
+            after_prefetch = in_child(_answers, logdir, run, host, work / f"prefetch{k}", 0) \
+                if "error" not in prefetch else prefetch
             steps_index = in_child(_index_build, logdir, run, host, work / f"steps{k}", True)
             after_steps = in_child(_answers, logdir, run, host, work / f"steps{k}", 0)
             row = {"run": run, "host": host, "file_mb": size / 1e6, "index": index, "answer": answer,
-                   "after_index": after, "steps_index": steps_index, "after_steps_index": after_steps}
+                   "after_index": after, "after_prefetch": after_prefetch, "steps_index": steps_index,
+                   "after_steps_index": after_steps}
             if xplane is not None and args.xprof_python:
                 row["xprof"] = {tool: xprof(args.xprof_python, xplane, tool, work) for tool in ("hlo_stats", "op_profile")}
             rows.append(row)
             print(_line(row), flush=True)
             shutil.rmtree(work / f"index{k}", ignore_errors=True)
+            shutil.rmtree(work / f"prefetch{k}", ignore_errors=True)
             shutil.rmtree(work / f"answer{k}", ignore_errors=True)
             shutil.rmtree(work / f"steps{k}", ignore_errors=True)
     if args.json:
@@ -210,11 +227,14 @@ def _line(row: dict) -> str:
     after = row.get("after_index") or {}
     if "wall_s" in after:
         text += (f"  after index {after['wall_s']:7.3f} s ({after['cpu_s']:6.2f} CPU s)")
+    pre = row.get("after_prefetch") or {}
+    if "wall_s" in pre:
+        text += (f"  after index + prefetch {pre['wall_s']:7.3f} s ({pre['cpu_s']:6.2f} CPU s)")
     six, after_steps = row.get("steps_index") or {}, row.get("after_steps_index") or {}
     if "wall_s" in six and "wall_s" in after_steps:
         text += (f"  index+steps {six['wall_s']:7.3f} s ({six['cpu_s']:6.2f} CPU s, {six['max_rss_mib']:6.0f} MiB)"
                  f"  after steps index {after_steps['wall_s']:7.3f} s ({after_steps['cpu_s']:6.2f} CPU s)")
-    for name, got in (("index", ix), ("cold", ans), ("after", after), ("index+steps", six),
+    for name, got in (("index", ix), ("cold", ans), ("after", after), ("after+prefetch", pre), ("index+steps", six),
                       ("after steps", after_steps)):  # user + sys, fresh pages
         if "user_s" in got:
             text += f"  [{name}: {got['user_s']:.2f} + {got['sys_s']:.2f} s, {got['minflt'] / 1000:.0f} k minflt]"
