@@ -270,6 +270,77 @@ def test_gathered_metadata_ids_are_int32_while_they_fit(shared_fixtures, jax_cpu
     assert np.array_equal(got.offset_ps, np.r_[chunk.offset_ps, chunk.offset_ps])
 
 
+def _host_chunks(data: bytes, chunk: int):
+    """A host plane's stat names and its events decoded ``chunk`` at a time, as the
+    build's decode hands them to ``xse.HostEventColumns`` (formats/xplane_trace.py)."""
+    import numpy as np
+
+    from profscope.formats import xplane
+    from profscope.formats import xplane_wire as xw
+
+    f = io.BytesIO(data)
+    ref = xplane.scan(f, "p").plane(xse.HOST_PLANE)
+    plane = xw.read_plane_bytes(f, len(data), ref, pad=xw.PAD + (-ref.length) % 8)
+    meta_bytes, spans = xw.split_plane(plane, ref.length)
+    names = {k: v.name for k, v in xse.xplane_pb2.XPlane.FromString(meta_bytes).stat_metadata.items()}
+    b = np.frombuffer(plane, np.uint8)
+    starts, ends, lines = [], [], []
+    for li, (a, z) in enumerate(spans):
+        _head, runs, _count = xplane_trace._line_runs(plane, b, a, z)
+        for run_start, _after, end in runs:
+            for s_, e_, _nxt in xplane_trace._windows(plane, b, run_start, end):
+                starts.append(s_)
+                ends.append(e_)
+                lines.append(np.full(len(s_), li, np.int32))
+    s_, e_, l_ = np.concatenate(starts), np.concatenate(ends), np.concatenate(lines)
+    wanted = xse.host_step_stats(names)
+    full = xw.decode_events(b, s_, e_, l_, wanted)
+    return names, full, [xw.decode_events(b, s_[a:a + chunk], e_[a:a + chunk], l_[a:a + chunk], wanted)
+                         for a in range(0, len(s_), chunk)]
+
+
+def test_gathered_stats_are_the_decode_s_without_a_join(jax_cpu):
+    """The build's gathered stat kinds (``xse._KindColumns``) hold the stats of a decode
+    of the whole plane, kind for kind (by event, then field position), copied in chunk by
+    chunk: taking them (``events()``) allocates nothing (tracemalloc), where the chunks'
+    join copied them all again (25 k fresh pages on the 308 MB profile,
+    docs/performance.md); a kind outgrowing its room grows with the same values."""
+    import tracemalloc
+
+    import numpy as np
+
+    names, full, chunks = _host_chunks(jax_cpu.read_bytes(), 4096)
+    assert len(chunks) > 10
+
+    def by_event(ks):
+        o = np.lexsort((ks.ordinal, ks.event))
+        return [c[o].tolist() for c in (ks.event, ks.ordinal, ks.case, ks.value)]
+
+    cols = xse.HostEventColumns(full.n, names)
+    for c in chunks:
+        cols.add(c)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        got = cols.events()
+        grew = tracemalloc.get_traced_memory()[1] - before
+    finally:
+        tracemalloc.stop()
+    kinds = {k: ks for k, ks in full.kinds.items() if k in cols.wanted}
+    size = sum(ks.event.nbytes + ks.value.nbytes for ks in kinds.values())
+    assert set(got.kinds) == set(kinds) and size > 1 << 18
+    assert grew < size / 20, f"{grew} bytes allocated taking {size} bytes of stats"
+    for k, ks in kinds.items():
+        assert by_event(got.kinds[k]) == by_event(ks), k
+        room = xse._KindColumns(chunks[0].kinds.get(k, ks), 0)  # no room: every chunk grows it
+        base = 0
+        for c in chunks:
+            if k in c.kinds and len(c.kinds[k].event):
+                room.add(c.kinds[k], base)
+            base += c.n
+        assert by_event(room.stats()) == by_event(ks), k
+
+
 def _same(a, b, where: str = "") -> None:
     """``a`` and ``b`` equal as plain data, type for type (a tuple is no list, 1 no 1.0,
     a numpy number no int), keys in the same order."""

@@ -416,13 +416,14 @@ class HostEventColumns:
     metadata id, offset and duration copied into arrays sized for the plane's ``n``
     events (the metadata ids as int32 while they fit, as XProf's own ids do: 24 bytes an
     event, not 28), and of the stats only the :func:`host_step_stats` kinds, their event
-    numbers made plane-wide. A kind's stats then lie chunk after chunk (within a chunk by field
+    numbers made plane-wide (:class:`_KindColumns`: copied as they come, no join at the
+    end). A kind's stats then lie chunk after chunk (within a chunk by field
     position, then event), as ``decode_plane``'s do with its own chunk size: within an
     event in field order, all that "the last (first) one wins" reads."""
 
     def __init__(self, n: int, stat_names: dict[int, str]):
         self.wanted = {xw._KIND[v] for v in host_step_stats(stat_names).values() if v in xw._KIND}
-        self.parts: dict[int, list] = {}
+        self.parts: dict[int, _KindColumns] = {}
         self.n = 0
         self.size = n
         self.line = self.metadata_id = self.offset_ps = self.duration_ps = None
@@ -458,7 +459,10 @@ class HostEventColumns:
         self.duration_ps[a:z] = ev.duration_ps
         for k, ks in ev.kinds.items():
             if k in self.wanted and len(ks.event):
-                self.parts.setdefault(k, []).append((ks.event + np.int32(a), ks.ordinal, ks.case, ks.value, ks.str_end))
+                if k not in self.parts:
+                    with small_pages():  # (pages touched only where written: see _KindColumns)
+                        self.parts[k] = _KindColumns(ks, self.size - a)
+                self.parts[k].add(ks, a)
         self.n = z
 
     def events(self) -> xw.Events:
@@ -466,19 +470,63 @@ class HostEventColumns:
         this object lets go of them."""
         if self.size < 0:
             raise MemoryError("the host plane's columns were given up")
-        kinds = {}
-        for k in list(self.parts):
-            chunks = self.parts.pop(k)  # each kind's chunks let go as it is joined (peak memory)
-            # a chunk without str/bytes values of the kind has an empty str_end (xw.KindStats)
-            strs = any(len(c[4]) for c in chunks)
-            send = np.concatenate([c[4] if len(c[4]) else np.zeros(len(c[0]), np.int64) for c in chunks]) \
-                if strs else np.zeros(0, np.int64)
-            kinds[k] = xw.KindStats(*(np.concatenate([c[j] for c in chunks]) for j in range(4)), send)
-            del chunks
+        kinds = {k: c.stats() for k, c in self.parts.items()}
         n = self.n
         out = xw.Events(n, self.line[:n], self.metadata_id[:n], self.offset_ps[:n], self.duration_ps[:n], kinds)
         self.parts, self.line, self.metadata_id, self.offset_ps, self.duration_ps = {}, None, None, None, None
         return out
+
+
+class _KindColumns:
+    """One stat kind's gathered stats (``xw.KindStats``' five columns), each chunk's
+    copied in as it is decoded into arrays with room for one stat of the kind on every
+    event of the plane left (a kind's count is not known before the decode ends, and a
+    chunk's rate foretells it badly: the 308 MB profile's first chunk has 1 in 70 of its
+    events with a context stat, the plane 1 in 11). ``np.empty``'s pages are touched only
+    where written, so the room never used costs no memory, and no join of the chunks is
+    made at the end (a second copy of the 8 kinds' 5.9 M stats there, 25 k fresh pages,
+    docs/performance.md). A chunk past the room (an event with two stats of one kind)
+    grows it by a copy."""
+
+    __slots__ = ("cols", "str_end", "n")
+
+    def __init__(self, ks: xw.KindStats, events_left: int):
+        cap = max(len(ks.event), events_left) + 1024
+        self.cols = [np.empty(cap, c.dtype) for c in (ks.event, ks.ordinal, ks.case, ks.value)]
+        self.str_end = None  # made at the first chunk with str/bytes values of the kind
+        self.n = 0
+
+    def add(self, ks: xw.KindStats, base: int) -> None:
+        """A chunk's stats of the kind, its event numbers made plane-wide (+ ``base``)."""
+        a, z = self.n, self.n + len(ks.event)
+        if z > len(self.cols[0]):
+            with small_pages():
+                self._grow(2 * z)
+        np.add(ks.event, ks.event.dtype.type(base), out=self.cols[0][a:z])
+        for col, part in zip(self.cols[1:], (ks.ordinal, ks.case, ks.value)):
+            col[a:z] = part
+        if len(ks.str_end):
+            if self.str_end is None:  # the chunks before had none: 0, as xw.KindStats reads them
+                self.str_end = np.zeros(len(self.cols[0]), np.int64)
+            self.str_end[a:z] = ks.str_end
+        elif self.str_end is not None:
+            self.str_end[a:z] = 0
+        self.n = z
+
+    def _grow(self, cap: int) -> None:
+        n = self.n
+        for j, col in enumerate(self.cols):
+            self.cols[j] = np.empty(cap, col.dtype)
+            self.cols[j][:n] = col[:n]
+        if self.str_end is not None:
+            wide = np.zeros(cap, np.int64)
+            wide[:n] = self.str_end[:n]
+            self.str_end = wide
+
+    def stats(self) -> xw.KindStats:
+        n = self.n
+        send = self.str_end[:n] if self.str_end is not None else np.zeros(0, np.int64)
+        return xw.KindStats(*(c[:n] for c in self.cols), send)
 
 
 def _fits_int32(x: np.ndarray) -> bool:
