@@ -68,7 +68,7 @@ except ImportError:  # pragma: no cover - no compiler where installed
 if os.environ.get("PROFSCOPE_NATIVE") == "0":
     _native = None
 
-INDEX_VERSION = 11  # 2: crossing events stacked (depths never overlap); 3: flows; 4: flow-bound slices; 5: derived lines, events per track; 6: narrower tier columns; 7: args read from the profile; 8: Chrome-trace flows bound to slices; 9: XProf's counter series; 10: tiers as row ids, XProf's row order saved; 11: tiers made on a window's first need after a Steps & ops build (meta "tiers" null)
+INDEX_VERSION = 12  # 2: crossing events stacked (depths never overlap); 3: flows; 4: flow-bound slices; 5: derived lines, events per track; 6: narrower tier columns; 7: args read from the profile; 8: Chrome-trace flows bound to slices; 9: XProf's counter series; 10: tiers as row ids, XProf's row order saved; 11: tiers made on a window's first need after a Steps & ops build (meta "tiers" null); 12: columns as narrow as they fit, durations uint32 plus a tail, flow arrows as rows
 FLOW_SHORT_PS = 10**10  # arrows spanning at most 10 ms are found by binary search
 ZOOM_LEVELS_FILE = "xlevel.npy"  # write_zoom_levels' one file: XProf's zoom level per row (int8)
 ZOOM_FLOW_FILE = "xflow.npy"  # with levels made down to a depth only: the flow pre-pass's own levels
@@ -88,7 +88,21 @@ TIER_KEEP_MAX = 0.7
 PREVIEW_MAX_SHARE = 0.25  # a preview holding more of the events is hardly quicker than the index
 MAX_DUR_PS = 1 << 60  # 13 days; longer durations (corrupt input) are capped
 _COLS = ("start", "dur", "track", "depth", "name", "aoff", "alen")
-_NARROW = {"aoff": np.uint32, "alen": np.uint16}  # stored so when every value fits (most profiles)
+# Stored as narrow as the values fit (issue 40: the index on disk <= 1.5x the file), each the
+# first of its list that holds every value: aoff and alen, read only for one event's
+# details, as they are stored; track, name and depth widened on read (_Widened) to the
+# dtype every reader expects (``_WIDE``), so no reader's arithmetic can overflow. jax308
+# (13.6 M events, 6 tracks, 45,056 names, depth <= 27, args <= 82 bytes): 192 -> 55 MB.
+_NARROW = {"aoff": (np.uint32,), "alen": (np.uint8, np.uint16), "track": (np.uint8, np.uint16),
+           "name": (np.uint16,), "depth": (np.int8,)}
+_WIDE = {"track": np.int32, "name": np.int32, "depth": np.int16, "dur": np.int64}
+# Durations as uint32 for the rows of duration levels below DUR_TAIL_LEVEL (each level's
+# durations are < 2^(level + 1) ps, so < 2^32 there; rows sorted by level, so one stretch);
+# the longer levels' rows (>= 4.3 ms: 66 of jax308's 13.6 M) also as int64 in DUR_TAIL_FILE.
+DUR_TAIL_LEVEL = 32
+DUR_TAIL_FILE = "dur_tail.npy"
+FLOW_ARROWS_FILE = "flow_arrows.npy"  # the flow-bound slices' arrows as (label, from row, to row)
+_FLOW_DTYPES = (("seq", np.int64), ("flow_id", np.uint64), ("kind", np.int8), ("category", np.int32))
 FENCE = 1024  # every FENCE-th start is kept in memory: binary searches touch ~2 pages
 _WIN_COLS = ("start", "dur", "track", "depth", "name")
 MODULE_ID = re.compile(r"\((\d+)\)$")  # jit_train_step(42): XProf's module names
@@ -257,7 +271,7 @@ class IndexWriter:
             del depth
         for k in _COLS:
             col = _in_order(k, cols.pop(k) if k in cols else self._load(k), order)
-            np.save(out / f"{k}.npy", col)
+            _save_column(out, k, col, bounds)
             if k == "start":
                 np.save(out / "start_fence.npy", col[::FENCE])
             if k in ("start", "track", "depth"):
@@ -392,31 +406,41 @@ def _write_flows(ev: TraceEvents, flow_rows: FlowEvents, shift: int, out: Path) 
     flows = np.array(ev.flows, np.int64).reshape(-1, 5)
     flows[:, 2] -= shift
     flows[:, 4] -= shift
-    flows = np.concatenate([flows, _flow_arrows(flow_rows, out, ev)])
     np.save(out / "flows.npy", flows)
+    # the slices' arrows as index rows (TraceIndex.flows reads their tracks and starts):
+    # jax308's 1.19 M arrows 47.5 MB as five int64s, 14.3 MB as three int32s
+    arrows = _flow_arrows(flow_rows, out, ev)
+    np.save(out / FLOW_ARROWS_FILE, _narrowest(arrows, (np.int32,)))
     if ev.flow_points is not None and len(ev.flow_points):
         flow_rows = FlowEvents.concat([flow_rows, _bind_flow_points(ev.flow_points, shift, out)])
         o = np.argsort(flow_rows.seq, kind="stable")
         flow_rows = FlowEvents(flow_rows.seq[o], flow_rows.flow_id[o], flow_rows.kind[o], flow_rows.category[o])
-    for k in ("seq", "flow_id", "kind", "category"):
-        np.save(out / f"flow_{k}.npy", getattr(flow_rows, k))
-    return len(flows)
+    for k, dtypes in (("seq", (np.int32,)), ("flow_id", ()), ("kind", ()), ("category", (np.int8, np.int16))):
+        np.save(out / f"flow_{k}.npy", _narrowest(getattr(flow_rows, k), dtypes))  # widened on read (_FLOW_DTYPES)
+    return len(flows) + len(arrows)
+
+
+def _narrowest(col: np.ndarray, dtypes) -> np.ndarray:
+    """``col`` as the first of ``dtypes`` that holds all its values, else as it is."""
+    if len(col):
+        lo, hi = int(col.min()), int(col.max())
+        for dtype in dtypes:
+            if np.iinfo(dtype).min <= lo and hi <= np.iinfo(dtype).max:
+                return col.astype(dtype)
+    return col
 
 
 def _flow_arrows(fe: FlowEvents, out: Path, ev: TraceEvents) -> np.ndarray:
-    """Arrows (name, from track, from ps, to track, to ps) of each flow, as the page draws
-    them: from the flow's start slice (XProf's ``flow_out``) to each of its other slices,
-    slice start to slice start; a flow without a start slice is chained in time order.
+    """Arrows (name, from row, to row) of each flow, as the page draws them (with the
+    slices' tracks and starts: :attr:`TraceIndex.flows`): from the flow's start slice
+    (XProf's ``flow_out``) to each of its other slices, slice start to slice start; a flow without a start slice is chained in time order.
     (XProf's flows are one ``flow_out`` slice and up to a dozen ``flow_in`` ones: a launch
     and the kernels or callbacks it caused.) ``fe.seq`` holds index rows here."""
     if not len(fe.seq):
-        return np.zeros((0, 5), np.int64)
-    start = npy.load(out / "start.npy", mmap_mode="r")
-    track = npy.load(out / "track.npy", mmap_mode="r")
-    st = np.asarray(start[fe.seq])
-    tr = np.asarray(track[fe.seq]).astype(np.int64)
+        return np.zeros((0, 3), np.int64)
+    st = np.asarray(_column(out, "start")[fe.seq])
     o = np.lexsort((st, fe.flow_id))
-    fid, st, tr, cat, kind = fe.flow_id[o], st[o], tr[o], fe.category[o], fe.kind[o]
+    fid, rows, cat, kind = fe.flow_id[o], fe.seq[o], fe.category[o], fe.kind[o]
     n = len(fid)
     pos = np.arange(n)
     first = np.r_[True, fid[1:] != fid[:-1]]
@@ -435,7 +459,7 @@ def _flow_arrows(fe: FlowEvents, out: Path, ev: TraceEvents) -> np.ndarray:
         flow_name = len(names)
         names.append("flow")
     label = np.where(cat[src] >= 0, cat[src], flow_name).astype(np.int64)
-    return np.stack([label, tr[src], st[src], tr[dst], st[dst]], axis=1)
+    return np.stack([label, rows[src], rows[dst]], axis=1).astype(np.int64)
 
 
 def _bind_flow_points(fp: FlowPoints, shift: int, out: Path) -> FlowEvents:
@@ -454,10 +478,7 @@ def _bind_flow_points(fp: FlowPoints, shift: int, out: Path) -> FlowEvents:
     no slice, or to a slice another flow (of a lower number) already holds, or with two
     points on one slice, is left out whole, so that every ``flow_in`` XProf's trace viewer
     reads has its ``flow_out``. The page's own arrows (point to point) keep every flow."""
-    start = npy.load(out / "start.npy", mmap_mode="r")
-    dur = npy.load(out / "dur.npy", mmap_mode="r")
-    track = npy.load(out / "track.npy", mmap_mode="r")
-    depth = npy.load(out / "depth.npy", mmap_mode="r")
+    start, dur, track, depth = (_column(out, k) for k in ("start", "dur", "track", "depth"))
     ts = fp.ts_ps - shift
     pt_track = fp.track.astype(np.int64)
     rows = np.flatnonzero(np.isin(track, np.unique(fp.track)))
@@ -570,6 +591,79 @@ def _mapped(path: Path) -> np.ndarray:
     return npy.load(path, mmap_mode="r")
 
 
+class _Widened:
+    """A column stored narrower than its readers see it (``_NARROW``, ``DUR_TAIL_FILE``):
+    ``col`` (memory-mapped) read as ``dtype``, the rows from ``at`` on from ``tail``.
+    Indexing (a row, a slice, row ids, a mask) and ``np.asarray`` give what the wide
+    column gave, so every reader (the window passes, Steps & ops' ops table, the C passes
+    through ``np.ascontiguousarray``) is unchanged; only the rows read are widened."""
+
+    def __init__(self, col: np.ndarray, dtype, tail: np.ndarray | None = None):
+        self.col, self.dtype, self.tail = col, np.dtype(dtype), tail
+        self.at = len(col) - (len(tail) if tail is not None else 0)
+        self.shape, self.ndim, self.size = col.shape, 1, col.size
+
+    def __len__(self) -> int:
+        return len(self.col)
+
+    def __getitem__(self, key):
+        n = len(self.col)
+        if isinstance(key, (int, np.integer)):
+            i = int(key) + (n if key < 0 else 0)
+            if self.tail is not None and self.at <= i < n:
+                return self.tail[i - self.at]
+            return self.dtype.type(self.col[i])
+        if isinstance(key, slice):
+            a, z, step = key.indices(n)
+            if step == 1:
+                out = np.asarray(self.col[a:z]).astype(self.dtype)
+                if self.tail is not None and z > self.at:
+                    lo = max(a, self.at)
+                    out[lo - a:] = self.tail[lo - self.at:z - self.at]
+                return out
+            key = np.arange(a, z, step)
+        rows = np.asarray(key)
+        if rows.dtype == bool:
+            rows = np.flatnonzero(rows)
+        out = np.asarray(self.col[rows]).astype(self.dtype)
+        if self.tail is not None and len(self.tail):
+            hit = np.flatnonzero((rows >= self.at) | ((rows < 0) & (rows >= self.at - n)))
+            if len(hit):
+                out[hit] = self.tail[rows[hit] % n - self.at]
+        return out
+
+    def __array__(self, dtype=None, copy=None):
+        out = self[:]
+        return out if dtype is None else out.astype(dtype, copy=False)
+
+
+def _column(folder: Path, k: str, mmap: bool = True):
+    """Index column ``k`` of ``folder`` as its readers see it: memory-mapped (``mmap``),
+    widened where it is stored narrow (:class:`_Widened`)."""
+    col = npy.load(folder / f"{k}.npy", mmap_mode="r" if mmap else None)
+    wide = _WIDE.get(k)
+    if wide is None or col.dtype == wide:
+        return col
+    tail = npy.load(folder / DUR_TAIL_FILE) if k == "dur" and (folder / DUR_TAIL_FILE).exists() else None
+    return _Widened(col, wide, tail)
+
+
+def _save_column(out: Path, k: str, col: np.ndarray, bounds: np.ndarray) -> None:
+    """Column ``k`` in index order (as narrow as :func:`_in_order` made it) into ``k``.npy;
+    the durations as uint32 where they fit, the rows of levels >= DUR_TAIL_LEVEL kept
+    also in DUR_TAIL_FILE (int64). Checked: a column that does not fit stays int64."""
+    if k == "dur" and len(col):
+        at = int(bounds[DUR_TAIL_LEVEL])
+        head = col[:at]
+        if not len(head) or (int(head.min()) >= 0 and int(head.max()) <= np.iinfo(np.uint32).max):
+            if at < len(col):
+                np.save(out / DUR_TAIL_FILE, col[at:])
+            narrow = np.zeros(len(col), np.uint32)  # the tail's rows read 0 here: read from DUR_TAIL_FILE
+            narrow[:at] = head
+            col = narrow
+    np.save(out / f"{k}.npy", col)
+
+
 class _AtRows:
     """``col[rows]`` read a stretch at a time (what :func:`_fenced` slices): a tier's
     starts, from its row ids."""
@@ -620,13 +714,13 @@ def _track_order(track: np.ndarray, start: np.ndarray, dur: np.ndarray) -> np.nd
 
 def _in_order(k: str, col: np.ndarray, order: np.ndarray) -> np.ndarray:
     """Column ``k`` (read from its raw file, writable) in the index's order: durations
-    clipped again, as _depths and _level saw them; aoff and alen, read only for one
-    event's details, as narrow as they fit (``_NARROW``). (Mapping the raw file instead
+    clipped again, as _depths and _level saw them; the others as narrow as they fit
+    (``_NARROW``). (Mapping the raw file instead
     of reading it saved no measurable CPU on jax308 and raised the build's peak RSS.)"""
     if k == "dur":
         np.clip(col, 0, MAX_DUR_PS, out=col)
-    elif k in _NARROW and len(col) and 0 <= int(col.min()) and int(col.max()) <= np.iinfo(_NARROW[k]).max:
-        col = col.astype(_NARROW[k])
+    elif k in _NARROW:
+        col = _narrowest(col, _NARROW[k])
     return col[order]
 
 
@@ -917,7 +1011,7 @@ class TraceIndex:
         self.n = self.meta["events"]
         self.origin_ps = int(self.meta["origin_ps"])
         self.end_ps = int(self.meta["end_ps"])
-        self.cols = {k: _mapped(self.folder / f"{k}.npy") if self.n else npy.load(self.folder / f"{k}.npy") for k in _COLS}
+        self.cols = {k: _column(self.folder, k, mmap=bool(self.n)) for k in _COLS}
         self.levels = self.meta["levels"]
         self.tiers: dict = {}
         self.tier_fence: dict = {}
@@ -926,10 +1020,10 @@ class TraceIndex:
         self.fence = npy.load(self.folder / "start_fence.npy")
         self.names = self.meta["names"]
         self.tracks = self.meta["tracks"]
-        # (name, from track, from ps, to track, to ps) per arrow; few, so in memory
-        self.flows = npy.load(self.folder / "flows.npy")
-        # slices bound to a flow (XProf's bind_id), by row
-        self.flow = FlowEvents(*(npy.load(self.folder / f"flow_{k}.npy") for k in ("seq", "flow_id", "kind", "category")))
+        self._flows: np.ndarray | None = None  # see flows
+        # slices bound to a flow (XProf's bind_id), by row; stored narrow (_write_flows)
+        self.flow = FlowEvents(*(npy.load(self.folder / f"flow_{k}.npy").astype(dtype, copy=False)
+                                 for k, dtype in _FLOW_DTYPES))
         self._lower = None
         self._modules: dict[str, str] | None = None
         self._flow_split = None  # see flows_in
@@ -939,6 +1033,25 @@ class TraceIndex:
         self._tiers_from: Path | None = None  # where use_tiers found them
         self._args = None
         self._lock = threading.Lock()
+
+    @property
+    def flows(self) -> np.ndarray:
+        """(name, from track, from ps, to track, to ps) per arrow, in memory once read: a
+        Chrome trace's own (``flows.npy``), then the flow-bound slices' (FLOW_ARROWS_FILE,
+        their rows: their tracks and starts are read from the columns)."""
+        f = self._flows
+        if f is None:
+            f = npy.load(self.folder / "flows.npy")
+            path = self.folder / FLOW_ARROWS_FILE
+            if path.exists():
+                a = npy.load(path).astype(np.int64)
+                if len(a):
+                    start, track = self.cols["start"], self.cols["track"]
+                    src, dst = a[:, 1], a[:, 2]
+                    f = np.concatenate([f, np.stack([a[:, 0], track[src], start[src], track[dst], start[dst]],
+                                                    axis=1).astype(np.int64)])
+            self._flows = f
+        return f
 
     # -- windows --------------------------------------------------------------------------
 
@@ -1053,10 +1166,9 @@ class TraceIndex:
         1 ps later moves the next kept event's 100 µs spacing by that ps (jax308's
         ``ThreadpoolListener::StartRegion`` ends, issue 40). A Chrome trace keeps its
         zeros. (An xplane event really 1 ps long reads as 0 here.)"""
-        dur = self.cols["dur"] if dur is None else dur
+        dur = np.asarray(self.cols["dur"] if dur is None else dur)
         if self.meta["args_kind"] == "json":
             return dur
-        dur = np.asarray(dur)
         return np.where(dur == 1, 0, dur)
 
     def zoom_levels(self, upto: int) -> np.ndarray:
@@ -1407,16 +1519,18 @@ def write_tiers(index_folder: Path | str, out: Path, progress=None) -> None:
     folder = Path(index_folder)
     meta = orjson.loads((folder / "meta.json").read_bytes())
     _report(progress, 0.0, f"building resolution tiers ({meta['events']:,} events)")
-    cols = {k: npy.load(folder / f"{k}.npy") for k in ("start", "track", "depth", "dur")}
-    level = _level(cols.pop("dur"))
+    # track and depth as stored (maybe narrow: _tier_picks and the C pass widen them); each
+    # row's duration level from the level bounds (rows are sorted by level), not from dur
+    cols = {k: npy.load(folder / f"{k}.npy") for k in ("start", "track", "depth")}
+    bounds = np.asarray(meta["levels"], np.int64)
+    level = np.repeat(np.arange(LEVELS, dtype=np.int8), np.diff(bounds))
     native = None
     if _native is not None and (folder / XPROF_ORDER_FILE).exists() and meta["events"]:
         order = np.ascontiguousarray(npy.load(folder / XPROF_ORDER_FILE), np.int32)
         tb = np.concatenate([[0], np.cumsum([t["events"] for t in meta["tracks"]], dtype=np.int64)])
         max_depth = np.asarray([t["maxDepth"] for t in meta["tracks"]], np.int64)
         native = (order, tb, max_depth, np.ascontiguousarray(cols["depth"], np.int16), None)
-    tiers = _build_tiers(cols["track"], cols["depth"], cols["start"], level, np.asarray(meta["levels"], np.int64), out,
-                         native)
+    tiers = _build_tiers(cols["track"], cols["depth"], cols["start"], level, bounds, out, native)
     (out / TIERS_FILE).write_bytes(orjson.dumps(tiers))
     _report(progress, 1.0, "tiers written")
 

@@ -330,6 +330,10 @@ class ZoomLevels:
         (``ProcessTrackEventsParallelLite``)."""
         r = LAYER_RESOLUTIONS[k]
         lv = self.level
+        if self._raw is not None and not isinstance(self._raw[0], np.ndarray):
+            # a duration column stored narrow (trace_index._Widened): widened once for the
+            # passes over every row, not once per level
+            self._raw = (np.asarray(self._raw[0], np.int64), self._raw[1])
         flow_vis = self._flow_visibility(k, r)
         pending = lv == NOT_YET
         # (the index's own durations will do here: they differ from the rule's at 1 ps
