@@ -268,6 +268,44 @@ def test_sparse_reads_by_merge_equal_numpy_s_search(jax_profiles, shared_fixture
     assert read >= 4  # the JAX profile's contexts, pids, roots at least
 
 
+def test_sparse_values_equal_the_stat_views_without_a_temporary_as_large(jax_profiles):
+    """``_Sparse``'s values (the last stat of an event, and with ``last=False`` the
+    first, as the step names read ``step_num``) equal ``StatView``'s over every event, at
+    every event of a real JAX host plane's grouping stats; and reading them at a view's
+    events holds at most 30 bytes a node at the peak (tracemalloc: the result, the stat
+    indices and the values zeroed in place; 34 with ``np.where``'s result beside them,
+    docs/performance.md)."""
+    import tracemalloc
+
+    data, spans, meta = _host_plane(jax_profiles[0])
+    stat_names = {k: v.name for k, v in meta.stat_metadata.items()}
+    _h, ev = xw.decode_plane(data, np.frombuffer(data, np.uint8), spans, xse.host_step_stats(stat_names))
+    every = np.arange(ev.n, dtype=np.int64)
+    checked = 0
+    for name in (*_CONTEXT_KINDS, "step_num"):
+        if not xw.has_stat(ev, name):
+            continue
+        for last in (True, False):
+            sp, view = xs._Sparse(xw.kind_stats(ev, name), last=last), xw.StatView(ev, name, last=last)
+            assert np.array_equal(sp.int_value_at(every), view.int_value_at(every)), (name, last)
+            assert np.array_equal(sp.int_or_uint_value_at(every), view.int_or_uint_value_at(every)), (name, last)
+            assert np.array_equal(sp.present[every], view.present), (name, last)
+            checked += 1
+    assert checked >= 8
+    sp = max((xs._Sparse(xw.kind_stats(ev, s)) for s in _CONTEXT_KINDS), key=lambda v: len(v.events))
+    nodes = sp.events.copy()
+    assert len(nodes) > 5000
+    for read in (sp.int_value_at, sp.int_or_uint_value_at):
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            read(nodes)
+            peak = tracemalloc.get_traced_memory()[1] - before
+        finally:
+            tracemalloc.stop()
+        assert peak <= 30 * len(nodes), f"{read.__name__}: {peak / len(nodes):.1f} bytes a node"
+
+
 def test_scans_reject_bad_arrays():
     nat = xw._native
     z = np.zeros(3, np.int64)

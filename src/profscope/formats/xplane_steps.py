@@ -478,7 +478,9 @@ class _Sparse:
         """XStatVisitor::IntValue at ``nodes``: the int64 value, 0 for any other case or none."""
         ok, k = self._at(nodes)
         out = np.zeros(len(nodes), dtype=np.int64)
-        out[ok] = np.where(self.ks.case[k] == xw.INT64, self.ks.value[k].view(np.int64), 0)
+        v = self.ks.value[k].view(np.int64)  # (zeroed in place: no np.where temporary as large)
+        v[self.ks.case[k] != xw.INT64] = 0
+        out[ok] = v
         return out
 
     def int_or_uint_value_at(self, nodes: np.ndarray) -> np.ndarray:
@@ -486,7 +488,9 @@ class _Sparse:
         ok, k = self._at(nodes)
         out = np.zeros(len(nodes), dtype=np.uint64)
         c = self.ks.case[k]
-        out[ok] = np.where((c == xw.INT64) | (c == xw.UINT64), self.ks.value[k], np.uint64(0))
+        v = self.ks.value[k]
+        v[(c != xw.INT64) & (c != xw.UINT64)] = 0
+        out[ok] = v
         return out
 
     def int_at(self, i: int) -> int:
