@@ -1044,12 +1044,15 @@ class TraceIndex:
             f = npy.load(self.folder / "flows.npy")
             path = self.folder / FLOW_ARROWS_FILE
             if path.exists():
-                a = npy.load(path).astype(np.int64)
+                a = npy.load(path)
                 if len(a):
                     start, track = self.cols["start"], self.cols["track"]
                     src, dst = a[:, 1], a[:, 2]
-                    f = np.concatenate([f, np.stack([a[:, 0], track[src], start[src], track[dst], start[dst]],
-                                                    axis=1).astype(np.int64)])
+                    out = np.empty((len(f) + len(a), 5), np.int64)
+                    out[:len(f)] = f
+                    for j, col in enumerate((a[:, 0], track[src], start[src], track[dst], start[dst])):
+                        out[len(f):, j] = col
+                    f = out
             self._flows = f
         return f
 
