@@ -182,6 +182,35 @@ def test_every_target_dead_keeps_the_dialog_for_another_try(open_page, capture_s
     _shot(page, "failed")
 
 
+def test_a_capture_that_ended_before_its_answer_came_says_why(open_page, capture_server):
+    """CI at f370cd2: on a loaded machine the one dead target failed before the server's
+    answer to the POST left, so the dialog got a job already done ("failed") and, since
+    polling stops at a done job, never showed why nor gave the form back. Here the
+    server's real answer is held until its job has ended, and delivered as the job then
+    stands."""
+    page = _open_dialog(open_page, capture_server)
+
+    def late(route):
+        if route.request.method != "POST":
+            return route.continue_()
+        answer = route.fetch()
+        job = answer.json()
+        deadline = time.monotonic() + 60
+        while not job["done"] and time.monotonic() < deadline:
+            time.sleep(0.1)
+            job = _json(capture_server, f"/api/capture/job/{quote(job['id'], safe='')}")
+        route.fulfill(response=answer, json=job)
+
+    page.route(re.compile(r".*/api/capture$"), late)
+    page.fill("#cap-targets", f"localhost:{free_port()}")
+    page.fill("#cap-duration", "1000")
+    page.click("#cap-start")
+    page.wait_for_selector("#cap-progress[data-stage=failed]", timeout=60_000)
+    page.wait_for_selector("#cap-error:not([hidden])", timeout=30_000)
+    assert page.inner_text("#cap-error").strip()
+    assert page.is_enabled("#cap-start") and page.is_visible("#capture-dialog")
+
+
 def test_stop_early_keeps_what_was_recorded(open_page, capture_server, live_job):
     page = _open_dialog(open_page, capture_server)
     page.fill("#cap-targets", live_job)

@@ -213,7 +213,9 @@ async function start() {
       session = null; watch = null;
       dlg.cont.hidden = true; dlg.watch.hidden = true;
       drawJob();
-      poll();
+      // A capture whose every target refused at once may have ended before its answer
+      // came back (a loaded machine): poll() asks nothing more of a done job.
+      if (job.done) finished(); else poll();
     }
   } catch (err) {
     busy(false);
