@@ -341,6 +341,48 @@ def test_gathered_stats_are_the_decode_s_without_a_join(jax_cpu):
         assert by_event(room.stats()) == by_event(ks), k
 
 
+def test_build_groups_after_the_plane_s_bytes_are_let_go(shared_fixtures, jax_cpu, monkeypatch):
+    """The build groups a plain file's host plane once the loop has let its bytes go (they
+    were 302 MB of the cold Steps & ops answer's 1.5 GB peak on jax308,
+    docs/performance.md): the grouping gets the file's plane (``_PlaneInFile``), not
+    the bytes, and reads its string stats from the file: the pre-grouped profile's
+    ``step_name`` strings and the TF profile's names give the step reader's steps; a
+    stream (no size) is still grouped from its bytes."""
+    import gzip
+
+    got = []
+    real = xse.host_steps_in_build
+
+    def spy(data, *a, **k):
+        got.append(type(data))
+        return real(data, *a, **k)
+
+    monkeypatch.setattr(xse, "host_steps_in_build", spy)
+    for name, data in _profiles(shared_fixtures, jax_cpu).items():
+        events = xplane_trace.read_trace(io.BytesIO(data), name, 0, "h", steps=True)
+        first = xse.read_step_events(io.BytesIO(data), name)
+        want = [{**s, "type_ps": {str(t): v for t, v in s["type_ps"].items()}} for s in first.steps]
+        assert events.host_steps["steps"] == want, name
+        assert got == [xplane_trace._PlaneInFile], name
+        got.clear()
+    data = (shared_fixtures / TF_CPU).read_bytes()
+    events = xplane_trace.read_trace(io.BytesIO(gzip.compress(data)), "tf.gz", 0, "h", steps=True)
+    assert got == [bytearray] and len(events.host_steps["steps"]) == 5
+
+    # the file's plane reads what the bytes hold, at and past its ends, and leaves the
+    # file where it was
+    from profscope.formats import xplane
+
+    f = io.BytesIO(data)
+    ref = xplane.scan(f, "tf").plane(xse.HOST_PLANE)
+    plane = data[ref.offset:ref.offset + ref.length]
+    f.seek(7)
+    in_file = xplane_trace._PlaneInFile(f, ref.offset, ref.length)
+    for a, z in ((0, 10), (100, 5000), (ref.length - 3, ref.length + 9), (ref.length + 1, ref.length + 4), (5, 5)):
+        assert in_file[a:z] == plane[a:z], (a, z)
+    assert f.tell() == 7
+
+
 def _same(a, b, where: str = "") -> None:
     """``a`` and ``b`` equal as plain data, type for type (a tuple is no list, 1 no 1.0,
     a numpy number no int), keys in the same order."""

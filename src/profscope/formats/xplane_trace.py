@@ -150,7 +150,7 @@ def _read(f, size, path, hostname, chosen, host_number, total, progress, sink, o
     derived = xplane_derived.Space(names)  # XProf's derived device lines, made at the end
     blob_base = 0
     base_ns: int | None = None
-    host_steps = None
+    later = None  # the host plane's grouping, made at the end (_host_steps_of)
     done = 0
     for ref, device_id in sorted([*chosen, *((r, None) for r in others)], key=lambda c: c[0].offset):
         if device_id is None:  # a plane not shown: only its metadata
@@ -224,9 +224,9 @@ def _read(f, size, path, hostname, chosen, host_number, total, progress, sink, o
 
             decode_chunks(data, b, _event_chunks(data, b, runs), plane, dplane, pflows, parts,
                           (line_track, line_ts), blob_base, columns, decoded)
-        if columns is not None:  # the step reader's grouping of the events decoded above
-            host_steps = xplane_step_events.host_steps_in_build(data, ref.length, meta, headers, columns)
-            del columns
+        if columns is not None:  # (a plain file's bytes not kept: read back where needed)
+            later = (ref, meta, headers, columns, data if size is None else None)
+        del columns
         _region_slices(parts, plane, line_track, names)
         plane.counters(pid, tracks, counters, plane_index, counter_lines)
         steps += plane.steps()
@@ -246,10 +246,44 @@ def _read(f, size, path, hostname, chosen, host_number, total, progress, sink, o
     out = TraceEvents.without_events(
         path, hostname, (base_ns or 0) * 1000, "xevent", names=names.names, tracks=tracks,
         processes=processes, counters=counters, steps=steps, planes=planes)
-    out.host_steps = host_steps
+    out.host_steps = _host_steps_of(later, f)
     if sink is None:
         parts.fill(out)
     return out
+
+
+def _host_steps_of(later, f) -> dict | None:
+    """The step reader's grouping of the host plane's gathered columns (``later``: the
+    plane's ref, metadata, line headers, ``HostEventColumns`` and, for a stream, its
+    bytes), made once every plane is decoded and a plain file's plane bytes are gone: they
+    were 302 MB of the cold Steps & ops answer's 1.5 GB peak on jax308, beside the columns
+    and the grouping's arrays (docs/performance.md). The string stats it may read
+    (graph_type, step_name: none on a JAX CPU profile) are read back from the file."""
+    if later is None:
+        return None
+    ref, meta, headers, columns, data = later
+    plane = data if data is not None else _PlaneInFile(f, ref.offset, ref.length)
+    return xplane_step_events.host_steps_in_build(plane, ref.length, meta, headers, columns)
+
+
+class _PlaneInFile:
+    """A plain file's plane bytes as the step grouping reads them (``data[a:z]``: a
+    string stat's value, ``xw.Strings``), read back from the file where asked instead of
+    kept in memory; ``f``'s position is left as it was."""
+
+    def __init__(self, f, offset: int, length: int):
+        self.f, self.offset, self.length = f, offset, length
+
+    def __getitem__(self, at: slice) -> bytes:
+        a, z = max(at.start or 0, 0), min(self.length if at.stop is None else at.stop, self.length)
+        if z <= a:
+            return b""
+        pos = self.f.tell()
+        try:
+            self.f.seek(self.offset + a)
+            return self.f.read(z - a)
+        finally:
+            self.f.seek(pos)
 
 
 def decode_chunks(data, b, chunks, plane, dplane, pflows, parts, lines, blob_base: int, columns=None,
