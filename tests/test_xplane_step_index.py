@@ -377,10 +377,26 @@ def test_build_groups_after_the_plane_s_bytes_are_let_go(shared_fixtures, jax_cp
     ref = xplane.scan(f, "tf").plane(xse.HOST_PLANE)
     plane = data[ref.offset:ref.offset + ref.length]
     f.seek(7)
-    in_file = xplane_trace._PlaneInFile(f, ref.offset, ref.length)
-    for a, z in ((0, 10), (100, 5000), (ref.length - 3, ref.length + 9), (ref.length + 1, ref.length + 4), (5, 5)):
-        assert in_file[a:z] == plane[a:z], (a, z)
-    assert f.tell() == 7
+    for block in (1 << 20, 64):  # (a block over the whole plane, and blocks smaller than a read)
+        monkeypatch.setattr(xplane_trace._PlaneInFile, "BLOCK", block)
+        in_file = xplane_trace._PlaneInFile(f, ref.offset, ref.length)
+        for a, z in ((0, 10), (100, 5000), (ref.length - 3, ref.length + 9), (ref.length + 1, ref.length + 4),
+                     (5, 5), (3, 8), (150, 170), (2, 400)):
+            assert in_file[a:z] == plane[a:z], (block, a, z)
+        assert f.tell() == 7
+
+    class Counted(io.BytesIO):  # (the file's reads counted: one per block, not per string)
+        reads = 0
+
+        def read(self, *a):
+            self.reads += 1
+            return super().read(*a)
+
+    monkeypatch.setattr(xplane_trace._PlaneInFile, "BLOCK", 1 << 20)
+    counted = Counted(data)
+    in_file = xplane_trace._PlaneInFile(counted, ref.offset, ref.length)
+    assert [in_file[k * 10:k * 10 + 8] for k in range(200)] == [plane[k * 10:k * 10 + 8] for k in range(200)]
+    assert counted.reads == 1
 
 
 def _same(a, b, where: str = "") -> None:

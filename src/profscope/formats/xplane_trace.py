@@ -269,21 +269,28 @@ def _host_steps_of(later, f) -> dict | None:
 class _PlaneInFile:
     """A plain file's plane bytes as the step grouping reads them (``data[a:z]``: a
     string stat's value, ``xw.Strings``), read back from the file where asked instead of
-    kept in memory; ``f``'s position is left as it was."""
+    kept in memory, a block of ``BLOCK`` bytes at a time (a TF profile's roots ask one
+    graph_type string each, in plane order: one read per block, not per string, also
+    where the file is remote); ``f``'s position is left as it was."""
+
+    BLOCK = 1 << 20
 
     def __init__(self, f, offset: int, length: int):
         self.f, self.offset, self.length = f, offset, length
+        self.at, self.block = 0, b""
 
     def __getitem__(self, at: slice) -> bytes:
         a, z = max(at.start or 0, 0), min(self.length if at.stop is None else at.stop, self.length)
         if z <= a:
             return b""
-        pos = self.f.tell()
-        try:
-            self.f.seek(self.offset + a)
-            return self.f.read(z - a)
-        finally:
-            self.f.seek(pos)
+        if not (self.at <= a and z <= self.at + len(self.block)):
+            pos = self.f.tell()
+            try:
+                self.f.seek(self.offset + a)
+                self.at, self.block = a, self.f.read(min(max(z - a, self.BLOCK), self.length - a))
+            finally:
+                self.f.seek(pos)
+        return self.block[a - self.at:z - self.at]
 
 
 def decode_chunks(data, b, chunks, plane, dplane, pflows, parts, lines, blob_base: int, columns=None,
