@@ -114,6 +114,14 @@ def _prefetch(logdir: str, run: str, host: str, cache: Path) -> dict:
     return _timed(lambda: ws.xplane_steps(r, host, load=False) and None)
 
 
+def _prime(mib: int) -> dict:
+    """``mib`` MiB touched and let go (``--prime-mib``)."""
+    import numpy as np
+
+    np.ones(mib << 20, np.uint8)
+    return {}
+
+
 def _child(conn, fn, args) -> None:
     try:
         got = fn(*args)
@@ -186,20 +194,31 @@ def main() -> None:
     ap.add_argument("--xprof-python", default=os.environ.get("XPROF_PYTHON"))
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--json", type=Path, help="write every measurement here")
+    ap.add_argument("--prime-mib", type=int, default=0, metavar="MIB",
+                    help="before each timed child, a child that touches and frees this much memory, so that every "
+                         "timed child starts with as much memory freed just before it (on a VM that hands freed "
+                         "memory back to its host, a child's system time otherwise depends on its place in the "
+                         "order: docs/performance.md); 0: none")
     args = ap.parse_args()
+
+    def child(fn, *a) -> dict:
+        if args.prime_mib:
+            in_child(_prime, args.prime_mib)
+        return in_child(fn, *a)
+
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         for k, (logdir, run, host, xplane, size) in enumerate(profiles(None if args.no_fixtures else args.fixtures, args.logdir)):
-            index = in_child(_index_build, logdir, run, host, work / f"index{k}")
-            answer = in_child(_answers, logdir, run, host, work / f"answer{k}", args.repeat)
+            index = child(_index_build, logdir, run, host, work / f"index{k}")
+            answer = child(_answers, logdir, run, host, work / f"answer{k}", args.repeat)
             shutil.copytree(work / f"index{k}", work / f"prefetch{k}")
-            after = in_child(_answers, logdir, run, host, work / f"index{k}", 0)
-            prefetch = in_child(_prefetch, logdir, run, host, work / f"prefetch{k}")
-            after_prefetch = in_child(_answers, logdir, run, host, work / f"prefetch{k}", 0) \
+            after = child(_answers, logdir, run, host, work / f"index{k}", 0)
+            prefetch = child(_prefetch, logdir, run, host, work / f"prefetch{k}")
+            after_prefetch = child(_answers, logdir, run, host, work / f"prefetch{k}", 0) \
                 if "error" not in prefetch else prefetch
-            steps_index = in_child(_index_build, logdir, run, host, work / f"steps{k}", True)
-            after_steps = in_child(_answers, logdir, run, host, work / f"steps{k}", 0)
+            steps_index = child(_index_build, logdir, run, host, work / f"steps{k}", True)
+            after_steps = child(_answers, logdir, run, host, work / f"steps{k}", 0)
             row = {"run": run, "host": host, "file_mb": size / 1e6, "index": index, "answer": answer,
                    "after_index": after, "after_prefetch": after_prefetch, "steps_index": steps_index,
                    "after_steps_index": after_steps}
