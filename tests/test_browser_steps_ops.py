@@ -157,6 +157,10 @@ def test_mi300_hlo_ops_selectors_and_memory_link(open_page, server):
     page = open_page(server)
     _open(page, server, run=MI300)
     page.wait_for_selector("#so-steps-chart .main-svg, #so-no-steps")  # the module's runs are its steps, or none
+    if api["steps"]:  # the table behind the chart: a row per step and device
+        page.click(".so-step-details summary")
+        page.wait_for_selector("#so-step-table tbody tr")
+        assert page.locator("#so-step-table tbody tr").count() == sum(len(s["devices"]) for s in api["steps"])
     # an xplane with HLO ops: those are its device's own rows, shown without kind=
     assert page.input_value("#so-kind") == "hlo" and "kind" not in _query(page)
     assert page.inner_text("#so-share-of") == f"Share: of {api['share_of']['hlo']}."
@@ -326,6 +330,14 @@ def test_cpu_only_runs_say_what_is_missing(open_page, demo, run):
     # steps took 35 s to draw with them, 6 s without)
     drawn = page.eval_on_selector("#so-steps-chart", "d => d.data.map((t) => t.name)")
     assert drawn == ["step time (host, no device)"], drawn
+    # the steps as a table: one row per step, the host's step time (it had no row
+    # without devices), made when opened
+    assert page.locator("#so-step-table").count() == 0
+    page.click(".so-step-details summary")
+    page.wait_for_selector("#so-step-table tbody tr")  # (the toggle event comes after the click)
+    assert page.locator("#so-step-table tbody tr").count() == len(api["steps"])
+    first = page.locator("#so-step-table tbody tr").first.locator("td").all_inner_texts()
+    assert first[1] == "host" and first[3:] == ["—", "—", "—"] and first[2].strip()
     assert page.inner_text("#so-missing") == f"Missing: {api['summary']['missing']}"
     assert page.inner_text("#so-steps-count .value") == str(api["summary"]["steps"])
     # no device: no device time for shares to be of, and no note about them

@@ -181,16 +181,22 @@ function stepsSection(d, state) {
     el("div", { class: "so-chart", id: "so-steps-chart" }), stepTable(d, state));
 }
 
-// The numbers behind the chart: one row per step and device (bound: what limits it).
+// The numbers behind the chart: one row per step and device (bound: what limits it); a
+// step without devices (a CPU-only profile or trace) is one row, the host's step time.
+// Made when first opened: a CPU-only profile's 44,000 steps are 264,000 cells.
 function stepTable(d, state) {
-  const rows = d.steps.flatMap((s) => (s.devices || []).map((dev) => ({ s, dev })));
-  return el("details", { class: "so-step-details" }, el("summary", {}, "Steps as a table"),
-    el("table", { class: "so-table", id: "so-step-table" },
+  const rows = d.steps.flatMap((s) => ((s.devices || []).length ? s.devices : [null]).map((dev) => ({ s, dev })));
+  const details = el("details", { class: "so-step-details" }, el("summary", {}, `Steps as a table (${fmtCount(rows.length)} rows)`));
+  details.addEventListener("toggle", () => {
+    if (!details.open || details.querySelector("table")) return;
+    details.append(el("table", { class: "so-table", id: "so-step-table" },
       el("thead", {}, el("tr", {}, ["step", "device", "step time", "busy", "idle", "bound"].map((h) => el("th", {}, h)))),
       el("tbody", {}, rows.map(({ s, dev }) => el("tr", { class: String(s.step) === state.step ? "selected" : null, "data-step": s.step },
-        el("td", {}, link({ ...state, step: String(s.step), op: "" }, stepLabel(s.step))), el("td", {}, deviceName(dev)),
-        el("td", { class: "num" }, us(s.step_time_us)), el("td", { class: "num" }, us(dev.busy_us)),
-        el("td", { class: "num" }, us(dev.idle_us)), el("td", {}, dev.bound || "—"))))));
+        el("td", {}, link({ ...state, step: String(s.step), op: "" }, stepLabel(s.step))), el("td", {}, dev ? deviceName(dev) : "host"),
+        el("td", { class: "num" }, us(s.step_time_us)), el("td", { class: "num" }, dev ? us(dev.busy_us) : "—"),
+        el("td", { class: "num" }, dev ? us(dev.idle_us) : "—"), el("td", {}, (dev && dev.bound) || "—"))))));
+  });
+  return details;
 }
 
 function drawCharts(d, state) {
