@@ -15,6 +15,8 @@ device planes), through real forked workers:
 - XProf's ``trace_viewer@`` answer prefetches too, for every host it selects;
 - a busy pool is left alone: a prefetch that finds a conversion running takes no slot,
   and the next window tries again;
+- a file that cannot be read ends its prefetch quietly, and the Steps & ops request then
+  gets the file's error (a 4xx naming it), not a 500;
 - an index built for Steps & ops (which holds its host steps) and a Chrome trace start
   no prefetch; the workspace does not prefetch unless told (the CLI's ``serve`` does).
 """
@@ -34,11 +36,12 @@ from profscope.app.queries import TraceQuery, XprofTraceQuery
 from profscope.app.workspace import Workspace
 from profscope.cache.store import DiskCache, cache_key
 from profscope.cli import _workspace, build_parser
+from profscope.errors import ProfscopeError
 from profscope.storage import LogDir
 
 ROOT = Path(__file__).parents[1]
 DEMO = ROOT / "src" / "profscope" / "demo" / "logdir"
-PUBLIC = ("tf_gpu",)
+PUBLIC = ("tf_gpu", "tpu_inference_corrupt")
 
 
 @pytest.fixture(scope="module")
@@ -137,6 +140,18 @@ def test_a_busy_pool_is_left_alone_and_a_later_window_tries_again(logdir, tmp_pa
     ws.trace_window(run, TraceQuery(start_ms=0.0, end_ms=1.0))
     _join_prefetches()
     assert ws.cache.has(key)
+
+
+def test_an_unreadable_file_ends_its_prefetch_and_its_request_says_why(logdir, tmp_path):
+    ws = _ws(logdir, tmp_path / "cache")
+    run = _run(ws, "tpu_inference_corrupt")
+    host = run.hosts[0]
+    key = _steps_key(ws, run, host)
+    ws._prefetch(run, [(host, key)])  # what a window's prefetch runs, here in this thread
+    assert not ws.cache.has(key)
+    with pytest.raises(ProfscopeError) as err:
+        ws.xplane_steps(run, host)
+    assert 400 <= err.value.status < 500 and err.value.file and "tpu_inference_2.xplane.pb" in err.value.file
 
 
 def test_no_prefetch_where_nothing_is_to_be_read(logdir, tmp_path):

@@ -87,6 +87,10 @@ class FileDerived:
             raise NotFound(f"run {run.name!r} has no host {host!r}; hosts: {', '.join(run.hosts)}")
         return info
 
+    def derived_key(self, kind: tuple[str, int], info) -> str:
+        """The cache key of what ``kind`` derives from the file ``info`` (:meth:`derived_json`'s)."""
+        return derived(kind, self.logdir.url, info.identity())
+
     def derived_json(self, kind: tuple[str, int], info, doing: str, label: str, read, *, as_made: bool = False,
                      load: bool = True):
         """``read(file object, display path)`` once per file identity; ``doing`` is the
@@ -109,7 +113,7 @@ class FileDerived:
                 made.append(out)  # (in a forked worker, the worker's list: the answer is its bytes)
             return out
 
-        key, label = derived(kind, self.logdir.url, info.identity()), f"{label} of {info.path}"
+        key, label = self.derived_key(kind, info), f"{label} of {info.path}"
         if not as_made:
             return self.cache.get_or_compute_json(key, label, compute, file=path)
         gz = self.cache.get_or_compute(key, label, compute, file=path)

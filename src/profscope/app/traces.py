@@ -203,7 +203,7 @@ class Traces:
             info = sources[h.position][1]
             if classify(info.name) is not FileKind.XPLANE:
                 continue
-            key = keys.derived(keys.XPLANE_STEPS, self.logdir.url, info.identity())
+            key = self.derived_key(keys.XPLANE_STEPS, info)
             with self._prefetch_lock:
                 if key in self._prefetched or self.cache.has(key):
                     continue
@@ -213,22 +213,20 @@ class Traces:
             threading.Thread(target=self._prefetch, args=(run, todo), name="profscope-prefetch", daemon=True).start()
 
     def _prefetch(self, run: Run, todo: list[tuple[str, str]]) -> None:
-        """Each ``(host, key)``'s steps in turn, in one spare worker slot."""
-        done = 0
-        try:
-            with self.cache.workers.spare_slot() as free:
-                if free:
-                    for host, _key in todo:
+        """Each ``(host, key)``'s steps in turn, in one spare worker slot; with none
+        spare, nothing (a later window tries again)."""
+        with self.cache.workers.spare_slot() as free:
+            if free:
+                for host, _key in todo:
+                    try:
                         self.xplane_steps(run, host, load=False)
-                        done += 1
-        except ProfscopeError as e:  # the file's error is remembered for the request that asks
-            log.info("prefetching the steps of %s %s: %s", run.name, todo[done][0], e.message)
-            done += 1
-        except Exception:  # noqa: BLE001 - a background read never takes the server down
-            log.exception("prefetching the steps of %s %s failed", run.name, todo[done][0])
-            done += 1
-        with self._prefetch_lock:  # the pool was busy (or stopping): a later window tries again
-            self._prefetched.difference_update(key for _host, key in todo[done:])
+                    except ProfscopeError as e:  # the file's error is remembered for the request that asks
+                        log.info("prefetching the steps of %s %s: %s", run.name, host, e.message)
+                    except Exception:  # noqa: BLE001 - a background read never takes the server down
+                        log.exception("prefetching the steps of %s %s failed", run.name, host)
+                return
+        with self._prefetch_lock:
+            self._prefetched.difference_update(key for _host, key in todo)
 
     def _window_tiers(self, run: Run, view: trace_viewer.TraceView) -> None:
         """The resolution tiers of every selected host's index built for Steps & ops
@@ -350,7 +348,7 @@ class Traces:
         return out
 
     def _trace_host_key(self, info: FileInfo) -> str:
-        return keys.derived(keys.TRACE_HOST, self.logdir.url, info.identity())  # as derived_json makes it
+        return self.derived_key(keys.TRACE_HOST, info)
 
     def _trace_host_row(self, host: str, info: FileInfo) -> dict:
         return self.derived_json(

@@ -150,7 +150,7 @@ class Workspace(CompiledMemory, RuntimeMemory, Snapshots, Pprofs, OomAssessment,
             return run.hosts  # a distributed job's ranks (a rank's devices: host=<rank> alone)
         if run.kind is RunKind.TORCH_SNAPSHOT:
             info = run.files[0]
-            key = keys.derived(keys.SNAPSHOT_DEVICES, self.logdir.url, info.identity())
+            key = self.derived_key(keys.SNAPSHOT_DEVICES, info)
             devices = self.cache.get_or_compute_json(key, f"devices of {info.name}", lambda p: self.snapshot(run, p).devices,
                                                      file=self.logdir.display_path(info.path))
             return [f"cuda:{d}" for d in devices]
