@@ -173,3 +173,64 @@ def test_native_zoom_level_rejects_a_bad_saved_order():
     with pytest.raises(ValueError):
         ti._native.zoom_level(np.array([0, 1, 2, 9], np.int32), np.array([0, n], np.int64), z, z,
                               np.full(n, 127, np.int8), np.full(n, -1, np.int64), np.zeros(0, np.int64), 0, 10)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_native_build_equals_numpy_with_clipped_durations(seed, tmp_path, monkeypatch):
+    """The fused first pass (``_trace_build.shift_clip``) clips negative and too long
+    durations as numpy's ``np.clip`` did, and says so, so that the durations read back
+    from their raw file are clipped again; the dur column and its tail (levels past
+    DUR_TAIL_LEVEL) as the numpy path saves them."""
+    def clipped():
+        ev = _crossing_trace(seed)
+        ev.dur_ps[:50] = -7
+        ev.dur_ps[50:60] = ti.MAX_DUR_PS * 4
+        ev.dur_ps[60:70] = 1 << 40  # past the uint32 head: the tail
+        return ev
+    _both(clipped, tmp_path, monkeypatch)
+    assert (tmp_path / "c" / ti.DUR_TAIL_FILE).exists()
+    assert int(np.load(tmp_path / "c" / ti.DUR_TAIL_FILE).max()) == ti.MAX_DUR_PS
+
+
+def test_native_first_pass_equals_numpy_and_counts_outside_tracks(monkeypatch):
+    """``_shift_clip`` in C and in numpy on a real order of values: shifted starts, clipped
+    durations, the last end (wrapping as int64 does), events per track; a track id
+    outside the tracks falls back to ``bincount``'s longer answer, as before."""
+    ev = _crossing_trace(5)
+    ev.dur_ps[:5] = -1
+    ev.track[:3] = 7  # past the 3 tracks
+    got = {}
+    for native in (ti._native, None):
+        monkeypatch.setattr(ti, "_native", native)
+        start, dur = ev.start_ps.copy(), ev.dur_ps.copy()
+        end, per_track, clipped = ti._shift_clip(start, dur, ev.track, 1000, 3, True)
+        got[native is None] = (start, dur, end, per_track, clipped)
+    (s1, d1, e1, p1, c1), (s2, d2, e2, p2, c2) = got[False], got[True]
+    assert np.array_equal(s1, s2) and np.array_equal(d1, d2) and e1 == e2 and np.array_equal(p1, p2)
+    assert c1 and c2 and len(p1) == 8 and p1[7] == 3
+
+
+def test_native_level_order_take_and_inverse_equal_numpy():
+    """The index order's C passes against numpy: the stable sort by level and its bounds,
+    the gather that casts (and says whether every value fitted), the inverse permutation;
+    out-of-range input raises instead of reading past an array."""
+    rng = np.random.default_rng(0)
+    level = rng.integers(0, 40, 100_000).astype(np.int8)
+    order, bounds = ti._native.level_order(level)
+    assert np.array_equal(order, np.argsort(level, kind="stable"))
+    assert np.array_equal(bounds, np.searchsorted(np.sort(level), np.arange(65)))
+    rank = ti._native.inverse(order)
+    assert np.array_equal(rank[order], np.arange(len(order)))
+    src = rng.integers(-300, 70_000, 100_000)
+    for dtype in (np.int64, np.int32, np.uint32, np.int16, np.uint16, np.int8, np.uint8):
+        got = np.empty(len(order), dtype)
+        fits = ti._native.take(src, order, got)
+        assert np.array_equal(got, src[order].astype(dtype)), dtype
+        want = np.iinfo(dtype).min <= src.min() and src.max() <= np.iinfo(dtype).max
+        assert fits == want, dtype
+    with pytest.raises(ValueError):
+        ti._native.take(src, np.array([0, len(src)], np.int32), np.empty(2, np.int64))
+    with pytest.raises(ValueError):
+        ti._native.inverse(np.array([0, 0, 1], np.int32))
+    with pytest.raises(ValueError):
+        ti._native.level_order(np.array([0, -1], np.int8))

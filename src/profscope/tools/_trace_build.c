@@ -620,7 +620,192 @@ static PyObject *flow_pass(PyObject *self, PyObject *args) {
     return (PyObject *)out;
 }
 
+/* shift_clip(start int64[n] (in place), dur int64[n] (in place), shift, max_dur, track int32[n],
+ *            per_track int64[ntracks] (out, zeroed by the caller))
+ *   -> (max end, whether some track id is outside [0, ntracks))
+ * IndexWriter.finish's first pass over the raw columns, fused (numpy made a 109 MB
+ * ``start + dur`` and an int64 copy of ``track`` for ``bincount`` on jax308, and read each
+ * column once per step): starts shifted by ``shift``, durations clipped to [0, max_dur],
+ * the largest start + dur (wrapping as numpy's int64 does), and the events per track (an
+ * id out of range is not counted: the caller then counts with numpy, as before). */
+static PyObject *shift_clip(PyObject *self, PyObject *args) {
+    PyArrayObject *st, *du, *tr, *pt;
+    long long shift, max_dur;
+    if (!PyArg_ParseTuple(args, "O!O!LLO!O!", &PyArray_Type, &st, &PyArray_Type, &du, &shift, &max_dur,
+                          &PyArray_Type, &tr, &PyArray_Type, &pt))
+        return NULL;
+    npy_intp n = PyArray_SIZE(st), nt = PyArray_SIZE(pt);
+    if (!check(st, NPY_INT64, n, "start") || !check(du, NPY_INT64, n, "dur") || !check(tr, NPY_INT32, n, "track") ||
+        !check(pt, NPY_INT64, nt, "per_track") || !writable(st, "start") || !writable(du, "dur") ||
+        !writable(pt, "per_track"))
+        return NULL;
+    if (n == 0) {
+        PyErr_SetString(PyExc_ValueError, "_trace_build.shift_clip: no events");
+        return NULL;
+    }
+    int64_t *s = PyArray_DATA(st), *d = PyArray_DATA(du), *cnt = PyArray_DATA(pt);
+    const int32_t *t = PyArray_DATA(tr);
+    int64_t mx = INT64_MIN;
+    int outside = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (npy_intp i = 0; i < n; i++) {
+        /* unsigned arithmetic: numpy's int64 wraps, C's signed overflow is undefined */
+        int64_t sv = (int64_t)((uint64_t)s[i] - (uint64_t)shift);
+        int64_t dv = d[i] < 0 ? 0 : d[i] > max_dur ? max_dur : d[i];
+        s[i] = sv;
+        d[i] = dv;
+        int64_t e = (int64_t)((uint64_t)sv + (uint64_t)dv);
+        if (e > mx) mx = e;
+        int32_t ti = t[i];
+        if (ti >= 0 && ti < nt) cnt[ti]++;
+        else outside = 1;
+    }
+    Py_END_ALLOW_THREADS
+    return Py_BuildValue("LO", (long long)mx, outside ? Py_True : Py_False);
+}
+
+/* level_order(level int8[n]) -> (order int32[n], bounds int64[65])
+ * Rows by duration level, in their order within a level (a stable counting sort:
+ * IndexWriter.finish's ``np.argsort(level, kind="stable")``, which made an int64 array
+ * twice the size of this one), and where each level begins (``np.searchsorted`` of the
+ * sorted levels). Levels are 0..63 (trace_index._level of a duration in [0, 2^60]). */
+static PyObject *level_order(PyObject *self, PyObject *args) {
+    PyArrayObject *lv;
+    if (!PyArg_ParseTuple(args, "O!", &PyArray_Type, &lv)) return NULL;
+    npy_intp n = PyArray_SIZE(lv), nb = 65;
+    if (!check(lv, NPY_INT8, n, "level")) return NULL;
+    if (n >= INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "_trace_build.level_order: too many rows for int32");
+        return NULL;
+    }
+    PyArrayObject *order = (PyArrayObject *)PyArray_EMPTY(1, &n, NPY_INT32, 0);
+    PyArrayObject *bounds = (PyArrayObject *)PyArray_ZEROS(1, &nb, NPY_INT64, 0);
+    if (!order || !bounds) {
+        Py_XDECREF(order);
+        Py_XDECREF(bounds);
+        return NULL;
+    }
+    const int8_t *l = PyArray_DATA(lv);
+    int32_t *o = PyArray_DATA(order);
+    int64_t *b = PyArray_DATA(bounds);
+    int ok = 1;
+    Py_BEGIN_ALLOW_THREADS
+    for (npy_intp i = 0; i < n; i++) {
+        if (l[i] < 0 || l[i] > 63) { ok = 0; break; }
+        b[l[i] + 1]++;
+    }
+    if (ok) {
+        for (int k = 0; k < 64; k++) b[k + 1] += b[k];
+        int64_t at[64];
+        memcpy(at, b, sizeof at);
+        for (npy_intp i = 0; i < n; i++) o[at[l[i]]++] = (int32_t)i;
+    }
+    Py_END_ALLOW_THREADS
+    if (!ok) {
+        Py_DECREF(order);
+        Py_DECREF(bounds);
+        PyErr_SetString(PyExc_ValueError, "_trace_build.level_order: a level outside 0..63");
+        return NULL;
+    }
+    return Py_BuildValue("NN", order, bounds);
+}
+
+/* inverse(order int32[n]) -> rank int32[n] with rank[order[i]] = i: each reader row's index
+ * row (numpy made an n-long arange for it). ``order`` must be a permutation of 0..n-1. */
+static PyObject *inverse(PyObject *self, PyObject *args) {
+    PyArrayObject *ord;
+    if (!PyArg_ParseTuple(args, "O!", &PyArray_Type, &ord)) return NULL;
+    npy_intp n = PyArray_SIZE(ord);
+    if (!check(ord, NPY_INT32, n, "order")) return NULL;
+    PyArrayObject *rank = (PyArrayObject *)PyArray_EMPTY(1, &n, NPY_INT32, 0);
+    if (!rank) return NULL;
+    const int32_t *o = PyArray_DATA(ord);
+    int32_t *r = PyArray_DATA(rank);
+    int ok = 1;
+    Py_BEGIN_ALLOW_THREADS
+    memset(r, 0xff, sizeof(int32_t) * n);  /* -1: not seen yet */
+    for (npy_intp i = 0; i < n; i++) {
+        int32_t q = o[i];
+        if (q < 0 || q >= n || r[q] >= 0) { ok = 0; break; }
+        r[q] = (int32_t)i;
+    }
+    Py_END_ALLOW_THREADS
+    if (!ok) {
+        Py_DECREF(rank);
+        PyErr_SetString(PyExc_ValueError, "_trace_build.inverse: order is not a permutation");
+        return NULL;
+    }
+    return (PyObject *)rank;
+}
+
+/* take(src, rows int32[m], out[m]) -> bool: out[i] = src[rows[i]] cast to out's dtype (as
+ * numpy's ``astype`` casts), and whether every value fitted it. IndexWriter.finish's column
+ * gathers into the index order: numpy's fancy indexing plus the narrowing ``astype`` made
+ * two whole-column arrays per column (and ~10 % of the build's samples in its mapiter); a
+ * column's dtype is picked by the caller (_narrowest's rule) or, for the durations' uint32
+ * head, checked by the answer. src: int64, int32 or int16; out: int64, int32, uint32,
+ * int16, uint16, int8 or uint8. */
+#define TAKE_LOOP(S, D)                                                  \
+    do {                                                                 \
+        const S *sp = (const S *)src;                                    \
+        D *dp = (D *)dst;                                                \
+        for (npy_intp i = 0; i < m; i++) {                               \
+            int32_t q = rows[i];                                         \
+            if (q < 0 || q >= n) { ok = 0; break; }                      \
+            S v = sp[q];                                                 \
+            D w = (D)v;                                                  \
+            fits &= ((S)w == v) & ((v < 0) == (w < 0));                  \
+            dp[i] = w;                                                   \
+        }                                                                \
+    } while (0)
+#define TAKE_DST(S)                                                      \
+    switch (dt) {                                                        \
+    case NPY_INT64: TAKE_LOOP(S, int64_t); break;                        \
+    case NPY_INT32: TAKE_LOOP(S, int32_t); break;                        \
+    case NPY_UINT32: TAKE_LOOP(S, uint32_t); break;                      \
+    case NPY_INT16: TAKE_LOOP(S, int16_t); break;                        \
+    case NPY_UINT16: TAKE_LOOP(S, uint16_t); break;                      \
+    case NPY_INT8: TAKE_LOOP(S, int8_t); break;                          \
+    case NPY_UINT8: TAKE_LOOP(S, uint8_t); break;                        \
+    default: bad_type = 1;                                               \
+    }
+
+static PyObject *take(PyObject *self, PyObject *args) {
+    PyArrayObject *sa, *ra, *oa;
+    if (!PyArg_ParseTuple(args, "O!O!O!", &PyArray_Type, &sa, &PyArray_Type, &ra, &PyArray_Type, &oa)) return NULL;
+    npy_intp n = PyArray_SIZE(sa), m = PyArray_SIZE(ra);
+    int st = PyArray_TYPE(sa), dt = PyArray_TYPE(oa);
+    if (!check(sa, st, n, "src") || !check(ra, NPY_INT32, m, "rows") || !check(oa, dt, m, "out") ||
+        !writable(oa, "out"))
+        return NULL;
+    const void *src = PyArray_DATA(sa);
+    void *dst = PyArray_DATA(oa);
+    const int32_t *rows = PyArray_DATA(ra);
+    int ok = 1, fits = 1, bad_type = 0;
+    Py_BEGIN_ALLOW_THREADS
+    switch (st) {
+    case NPY_INT64: TAKE_DST(int64_t); break;
+    case NPY_INT32: TAKE_DST(int32_t); break;
+    case NPY_INT16: TAKE_DST(int16_t); break;
+    default: bad_type = 1;
+    }
+    Py_END_ALLOW_THREADS
+    if (bad_type) {
+        PyErr_SetString(PyExc_ValueError, "_trace_build.take: unsupported dtypes");
+        return NULL;
+    }
+    if (!ok) {
+        PyErr_SetString(PyExc_ValueError, "_trace_build.take: a row out of range");
+        return NULL;
+    }
+    return PyBool_FromLong(fits);
+}
+
 static PyMethodDef methods[] = {
+    {"shift_clip", shift_clip, METH_VARARGS, "Starts shifted, durations clipped, the last end and events per track."},
+    {"level_order", level_order, METH_VARARGS, "Rows by duration level (stable) and each level's bounds."},
+    {"inverse", inverse, METH_VARARGS, "The inverse of a permutation (each reader row's index row)."},
+    {"take", take, METH_VARARGS, "A gather with a cast, and whether every value fitted."},
     {"track_order", track_order, METH_VARARGS, "Rows grouped by track (stable) and the tracks out of order."},
     {"depths", depths, METH_VARARGS, "Nesting depth per row and track (trace_index._depths)."},
     {"tiers", tiers, METH_VARARGS, "Every resolution tier's picks in one pass (trace_index._build_tiers)."},

@@ -228,10 +228,7 @@ class IndexWriter:
         starts = [int(start.min())] if n else []
         starts += [int(c.t_ps[0]) for c in ev.counters if len(c.t_ps)]
         shift = min(starts) if starts else 0
-        if shift:
-            start -= shift
-        np.clip(dur, 0, MAX_DUR_PS, out=dur)
-        end_ps = int((start + dur).max()) if n else 0
+        end_ps, per_track, clipped = _shift_clip(start, dur, track, shift, len(ev.tracks), known is None)
         # XProf's trace span (its ``fullTimespan``, the bounds a window is clamped to)
         # is that of the slices: counters and allocator events are not in its answer
         slice_span = [int(start.min()), end_ps] if n else [0, 0]
@@ -241,7 +238,6 @@ class IndexWriter:
         _report(progress, 0.1, "nesting events per thread")
         if known is None:
             depth, max_depth, by_track = _nest(track, start, dur, len(ev.tracks))
-            per_track = np.bincount(track, minlength=len(ev.tracks)) if n else np.zeros(len(ev.tracks), np.int64)
         else:
             depth, max_depth, per_track, slice_span, end_ps = known
             by_track = None
@@ -253,34 +249,32 @@ class IndexWriter:
                                 (slice_span, end_ps), shift)
         del track, dur
         _report(progress, 0.35, "sorting events into duration levels")
-        # by level (a radix sort of int8), then each level by start: the temporaries are
+        # by level (a counting sort of int8), then each level by start: the temporaries are
         # one level's, not the whole trace's
-        order = np.argsort(level, kind="stable")
-        if n < 2**31:
-            order = order.astype(np.int32)
-        level = level[order]
-        bounds = np.searchsorted(level, np.arange(LEVELS + 1)).astype(np.int64)
+        order, level, bounds = _level_order(level)
         for k in range(LEVELS):
             a, z = int(bounds[k]), int(bounds[k + 1])
             if z - a > 1:
                 seg = order[a:z]
-                seg[:] = seg[np.argsort(start[seg], kind="stable")]
+                seg[:] = seg[np.argsort(_take(start, seg), kind="stable")]
         kept, cols = {}, {"start": start, "depth": depth}
         del start
         if by_track is None:
             del depth
+        # sorted copies for the tiers: the start, and the track and depth for the numpy
+        # tiers (the C pass reads the depths in reader order, beside the nesting order)
+        keep = ("start",) if by_track is not None else ("start", "track", "depth")
         for k in _COLS:
-            col = _in_order(k, cols.pop(k) if k in cols else self._load(k), order)
-            _save_column(out, k, col, bounds)
+            col = _save_in_order(out, k, cols.pop(k) if k in cols else self._load(k), order, bounds,
+                                 clip=clipped)
             if k == "start":
                 np.save(out / "start_fence.npy", col[::FENCE])
-            if k in ("start", "track", "depth"):
-                kept[k] = col  # sorted copies for the tiers
+            if k in keep:
+                kept[k] = col
             del col
         # each reader row's index row: for the flows, and for the native tiers, which walk
         # the rows in the nesting pass's track order
-        rank = np.empty(n, order.dtype)
-        rank[order] = np.arange(n, dtype=order.dtype)
+        rank = _inverse(order)
         flow_rows = self._flow_rows(ev, rank)
         native = None
         if by_track is not None:
@@ -290,8 +284,8 @@ class IndexWriter:
         del rank, order, by_track, ties
         _report(progress, 0.6, "building resolution tiers")
         _release_freed_memory()
-        tiers = _build_tiers(kept.pop("track"), kept.pop("depth"), kept.pop("start"), level, bounds, out, native) \
-            if windows else None
+        tiers = _build_tiers(kept.pop("track", None), kept.pop("depth", None), kept.pop("start"), level, bounds, out,
+                             native) if windows else None
         del level, native
         _report(progress, 0.9, "writing counters and flows")
         n_flows = _write_flows(ev, flow_rows, shift, out)
@@ -422,12 +416,18 @@ def _write_flows(ev: TraceEvents, flow_rows: FlowEvents, shift: int, out: Path) 
 
 def _narrowest(col: np.ndarray, dtypes) -> np.ndarray:
     """``col`` as the first of ``dtypes`` that holds all its values, else as it is."""
+    dtype = _narrow_dtype(col, dtypes)
+    return col if dtype == col.dtype else col.astype(dtype)
+
+
+def _narrow_dtype(col: np.ndarray, dtypes) -> np.dtype:
+    """The first of ``dtypes`` that holds all of ``col``'s values, else ``col``'s own."""
     if len(col):
         lo, hi = int(col.min()), int(col.max())
         for dtype in dtypes:
             if np.iinfo(dtype).min <= lo and hi <= np.iinfo(dtype).max:
-                return col.astype(dtype)
-    return col
+                return np.dtype(dtype)
+    return col.dtype
 
 
 def _flow_arrows(fe: FlowEvents, out: Path, ev: TraceEvents) -> np.ndarray:
@@ -712,16 +712,107 @@ def _track_order(track: np.ndarray, start: np.ndarray, dur: np.ndarray) -> np.nd
     return order
 
 
-def _in_order(k: str, col: np.ndarray, order: np.ndarray) -> np.ndarray:
+def _in_order(k: str, col: np.ndarray, order: np.ndarray, clip: bool = True) -> np.ndarray:
     """Column ``k`` (read from its raw file, writable) in the index's order: durations
-    clipped again, as _depths and _level saw them; the others as narrow as they fit
-    (``_NARROW``). (Mapping the raw file instead
+    clipped again, as _depths and _level saw them (``clip``: unless none needed it); the
+    others as narrow as they fit (``_NARROW``). (Mapping the raw file instead
     of reading it saved no measurable CPU on jax308 and raised the build's peak RSS.)"""
+    dtype = col.dtype
     if k == "dur":
-        np.clip(col, 0, MAX_DUR_PS, out=col)
+        if clip:
+            np.clip(col, 0, MAX_DUR_PS, out=col)
     elif k in _NARROW:
-        col = _narrowest(col, _NARROW[k])
-    return col[order]
+        dtype = _narrow_dtype(col, _NARROW[k])
+    return _take(col, order, dtype)
+
+
+def _save_in_order(out: Path, k: str, col: np.ndarray, order: np.ndarray, bounds: np.ndarray,
+                   clip: bool = True) -> np.ndarray:
+    """:func:`_in_order` then :func:`_save_column`; the column as saved. With the C gather
+    the durations' uint32 head and int64 tail are gathered as such (the C pass says
+    whether the head fitted), not from an int64 column in index order (109 MB on jax308)."""
+    n = len(order)
+    at = int(bounds[DUR_TAIL_LEVEL]) if n else 0
+    if k == "dur" and n and _takes(col, order):
+        if clip:
+            np.clip(col, 0, MAX_DUR_PS, out=col)
+        narrow = np.zeros(n, np.uint32)  # the tail's rows read 0 here: read from DUR_TAIL_FILE
+        if _native.take(col, order[:at], narrow[:at]):
+            if at < n:
+                np.save(out / DUR_TAIL_FILE, _take(col, order[at:]))
+            np.save(out / f"{k}.npy", narrow)
+            return narrow
+        del narrow
+        clip = False
+    col = _in_order(k, col, order, clip)
+    _save_column(out, k, col, bounds)
+    return col
+
+
+_TAKE_SRC = (np.dtype(np.int64), np.dtype(np.int32), np.dtype(np.int16))
+_TAKE_DST = (*_TAKE_SRC, *map(np.dtype, (np.uint32, np.uint16, np.int8, np.uint8)))
+
+
+def _takes(col: np.ndarray, rows: np.ndarray, dtype=None) -> bool:
+    """Whether the C gather (``_trace_build.take``) does ``col[rows].astype(dtype)``."""
+    return (_native is not None and rows.dtype == np.int32 and col.dtype in _TAKE_SRC
+            and np.dtype(dtype or col.dtype) in _TAKE_DST and col.flags.c_contiguous and rows.flags.c_contiguous)
+
+
+def _take(col: np.ndarray, rows: np.ndarray, dtype=None) -> np.ndarray:
+    """``col[rows]`` as ``dtype`` (values known to fit): the C gather casts as it reads, so
+    no whole-column copy is made in either dtype first; numpy's fancy indexing otherwise."""
+    if _takes(col, rows, dtype):
+        got = np.empty(len(rows), dtype or col.dtype)
+        _native.take(col, rows, got)
+        return got
+    got = col[rows]
+    return got if dtype is None else got.astype(dtype, copy=False)
+
+
+def _shift_clip(start: np.ndarray, dur: np.ndarray, track: np.ndarray, shift: int, ntracks: int, count: bool):
+    """The raw columns' first pass, in place: starts shifted by ``shift`` (to >= 0),
+    durations clipped to [0, MAX_DUR_PS]. Returns the last end, the events per track
+    (``count``; else None) and whether any duration was clipped (so the durations read
+    again from their raw file need no clipping where none was). In one C pass where it
+    applies: numpy made a 109 MB ``start + dur`` and an int64 copy of the tracks on jax308."""
+    n = len(start)
+    if _native is not None and n and track.dtype == np.int32 and start.dtype == dur.dtype == np.int64:
+        per_track = np.zeros(ntracks, np.int64)
+        lo, hi = int(dur.min()), int(dur.max())
+        end, outside = _native.shift_clip(start, dur, shift, MAX_DUR_PS, track, per_track)
+        if outside and count:  # ids past the tracks: bincount's longer answer, as the numpy path
+            per_track = np.bincount(track, minlength=ntracks)
+        return end, per_track if count else None, lo < 0 or hi > MAX_DUR_PS
+    if shift:
+        start -= shift
+    np.clip(dur, 0, MAX_DUR_PS, out=dur)
+    end = int((start + dur).max()) if n else 0
+    per_track = (np.bincount(track, minlength=ntracks) if n else np.zeros(ntracks, np.int64)) if count else None
+    return end, per_track, True
+
+
+def _level_order(level: np.ndarray):
+    """Rows by duration level, stable (int32 where they fit), the levels in that order, and
+    where each level begins (``LEVELS + 1`` bounds)."""
+    n = len(level)
+    if _native is not None and 0 < n < 2**31 - 1:
+        order, bounds = _native.level_order(level)
+        return order, np.repeat(np.arange(LEVELS, dtype=np.int8), np.diff(bounds)), bounds
+    order = np.argsort(level, kind="stable")
+    if n < 2**31:
+        order = order.astype(np.int32)
+    level = level[order]
+    return order, level, np.searchsorted(level, np.arange(LEVELS + 1)).astype(np.int64)
+
+
+def _inverse(order: np.ndarray) -> np.ndarray:
+    """``rank`` with ``rank[order] = arange(n)``: each reader row's index row."""
+    if _native is not None and order.dtype == np.int32 and len(order):
+        return _native.inverse(order)
+    rank = np.empty(len(order), order.dtype)
+    rank[order] = np.arange(len(order), dtype=order.dtype)
+    return rank
 
 
 def _zero_length_ties(order: np.ndarray, track: np.ndarray, start: np.ndarray, dur: np.ndarray):
@@ -755,7 +846,7 @@ def _save_xprof_order(out: Path, rank: np.ndarray, nest_order: np.ndarray, ties)
     """``XPROF_ORDER_FILE``: the nesting pass's order (reader rows) as index rows
     (``rank``); ``XPROF_TIES_FILE``: where XProf's rule orders zero-length ties otherwise
     (:func:`_zero_length_ties`), applied by :meth:`TraceIndex._xprof_order`."""
-    np.save(out / XPROF_ORDER_FILE, rank[nest_order])
+    np.save(out / XPROF_ORDER_FILE, _take(rank, nest_order))
     if ties is not None:
         np.save(out / XPROF_TIES_FILE, np.stack([ties[0], rank[ties[1]]]).astype(np.int64))
 
