@@ -245,6 +245,44 @@ def test_export_is_sent_in_large_pieces(demo_client):
     assert json.loads(b"".join(pieces))["traceEvents"]
 
 
+
+def test_answer_events_are_made_with_the_cyclic_collector_paused(demo_client, monkeypatch):
+    """A busy XProf window is ~54,000 events on jax308, made as dicts for one orjson
+    call per piece: the collections their allocations triggered walked them all again
+    (docs/performance.md, issue 40). The collector is paused while a piece is made, and
+    on again between pieces and when the reader stops after the first one."""
+    import gc
+
+    import orjson
+
+    from profscope.app.queries import TraceQuery, XprofTraceQuery
+    from profscope.tools import trace_xprof
+
+    seen = []
+
+    class Recording:
+        loads = staticmethod(orjson.loads)
+
+        @staticmethod
+        def dumps(obj, *args, **kwargs):
+            if isinstance(obj, list):  # a piece of events
+                seen.append((len(obj), gc.isenabled()))
+            return orjson.dumps(obj, *args, **kwargs)
+
+    monkeypatch.setattr(trace_xprof, "orjson", Recording)
+    ws = demo_client.app.state.workspace
+    run = ws.run("torch/transformer_train.pt.trace.json.gz")
+    answer = json.loads(ws.trace_xprof_json(run, XprofTraceQuery(resolution=0)))
+    events = sum(1 for e in answer["traceEvents"] if e["ph"] == "X")
+    assert events > 5000 and sum(n for n, _ in seen) == events and not any(on for _, on in seen)
+    assert gc.isenabled()
+    seen.clear()
+    pieces = ws.trace_export(run, TraceQuery())  # events 5,000 to a piece
+    next(pieces)
+    assert gc.isenabled() and seen and not any(on for _, on in seen)
+    pieces.close()
+    assert gc.isenabled()
+
 # -- windows on a dense built trace -----------------------------------------------------------
 
 

@@ -51,15 +51,9 @@ def _export_events(view: TraceView, start_ms: float | None, end_ms: float | None
         sh = view.shift[h.position]
         rows = ix.overlapping(s - sh, e - sh)
         rows = rows[np.argsort(np.asarray(ix.cols["start"][rows]), kind="stable")]
-        buf = []
-        for ev in x_events(h, rows, with_args=True):
-            buf.append(ev if first else b"," + ev)
+        for piece in x_events(h, rows, with_args=True, chunk=5000):
+            yield piece if first else b"," + piece
             first = False
-            if len(buf) >= 5000:
-                yield b"".join(buf)
-                buf = []
-        if buf:
-            yield b"".join(buf)
         base_us = ix.origin_ps / 1e6
         for ev in _step_events(h, s - sh, e - sh):
             yield (b"" if first else b",") + ev

@@ -1536,26 +1536,25 @@ class TraceIndex:
         return out
 
     def flow_fields(self, rows: np.ndarray) -> dict[int, dict]:
-        """XProf's FlowV2 fields of the flow-bound slices among ``rows``
-        (``trace_events_to_json.h``: ``bind_id``, ``cat``, ``flow_out`` on a flow's
-        start, ``flow_in`` on its end, both on a middle slice)."""
+        """XProf's FlowV2 fields of the flow-bound slices among ``rows``, by their
+        position in ``rows`` (``trace_events_to_json.h``: ``bind_id``, ``cat``,
+        ``flow_out`` on a flow's start, ``flow_in`` on its end, both on a middle slice)."""
         fe = self.flow
         if not len(fe.seq) or not len(rows):
             return {}
         pos = np.clip(np.searchsorted(fe.seq, rows), 0, len(fe.seq) - 1)
         hit = np.flatnonzero(fe.seq[pos] == rows)
+        at = pos[hit]
         out = {}
-        for r, i in zip(rows[hit].tolist(), pos[hit].tolist()):
-            f = {"bind_id": int(fe.flow_id[i])}
-            c = int(fe.category[i])
+        for k, fid, c, kind in zip(hit.tolist(), fe.flow_id[at].tolist(), fe.category[at].tolist(), fe.kind[at].tolist()):
+            f = {"bind_id": fid}
             if c >= 0:
                 f["cat"] = self.names[c]
-            k = int(fe.kind[i])
-            if k in (FLOW_END, FLOW_MID):
+            if kind in (FLOW_END, FLOW_MID):
                 f["flow_in"] = True
-            if k in (FLOW_START, FLOW_MID):
+            if kind in (FLOW_START, FLOW_MID):
                 f["flow_out"] = True
-            out[r] = f
+            out[k] = f
         return out
 
     def module_named(self, program_id) -> str | None:

@@ -13,6 +13,7 @@ import numpy as np
 import orjson
 
 from profscope.errors import BadRequest
+from profscope.model.gc_pause import gc_paused
 from profscope.tools import trace_visibility as tv
 from profscope.tools.trace_index import TraceIndex
 from profscope.tools.trace_viewer import PS_PER_MS, HostIndex, TraceView, clamp_ps, jsonable, ms_text, ms_to_ps
@@ -155,12 +156,11 @@ def _pieces(view: TraceView, s: int, e: int, res: int, found: list | None = None
         buf.append(chunk if first else b"," + chunk)
         first = False
     for h, sl in parts:
-        for chunk in x_events(h, sl, with_args=found is not None, xprof=True):
-            buf.append(chunk if first else b"," + chunk)
+        for piece in x_events(h, sl, with_args=found is not None, xprof=True):
+            buf.append(piece if first else b"," + piece)
             first = False
-            if len(buf) >= 20000:
-                yield b"".join(buf)
-                buf = []
+            yield b"".join(buf)
+            buf = []
     for pid, c, t, v in series:
         buf.append((b"" if first else b",") + _counter_event(pid, c, t, v))
         first = False
@@ -217,11 +217,14 @@ def metadata_events(view: TraceView, xprof: bool) -> Iterator[bytes]:
 
 def x_events(h: HostIndex, sl, with_args: bool, chunk: int = 20000, xprof: bool = False) -> Iterator[bytes]:
     """X events of columns from :meth:`TraceIndex.window_rows` / ``gather`` (or of
-    rows, gathered a chunk at a time); ``xprof``: with XProf's flow fields."""
+    rows, gathered a chunk at a time), ``chunk`` events at a time: each piece is the
+    events' JSON objects joined by commas (no brackets); ``xprof``: with XProf's flow
+    fields and ``args.uid``."""
     ix = h.index
     base_us = (ix.origin_ps) / 1e6
     pids = np.asarray([t["pid"] + h.pid_offset for t in ix.tracks] or [0], dtype=np.int64)
     tids = np.asarray([t["tid"] for t in ix.tracks] or [0], dtype=np.int64)
+    names = ix.names
     rows = sl["rows"] if isinstance(sl, dict) else sl
     # A Chrome trace's flows are numbered 1, 2, ... in each file (FlowPoints): several
     # traces on one timeline keep theirs apart by the host's position (an xplane's ids are
@@ -231,24 +234,34 @@ def x_events(h: HostIndex, sl, with_args: bool, chunk: int = 20000, xprof: bool 
         r = rows[a:a + chunk]
         c = {k: v[a:a + chunk] for k, v in sl.items()} if isinstance(sl, dict) else ix.gather(r)
         tr = c["track"]
-        ts = (c["start"] / 1e6 + base_us).tolist()
-        du = (c["dur"] / 1e6).tolist()
-        nm = c["name"].tolist()
-        pid = pids[tr].tolist()
-        tid = tids[tr].tolist()
         rl = r.tolist()
-        flows = ix.flow_fields(np.asarray(r)) if xprof else {}
-        for i in range(len(rl)):
-            ev = {"pid": pid[i], "tid": tid[i], "name": ix.names[nm[i]], "ts": ts[i], "dur": du[i], "ph": "X"}
-            f = flows.get(rl[i])
-            if f is not None:
+        # a busy window's events are ~150,000 dicts made at once, none in a cycle: the
+        # collections their allocations trigger would walk them all again (model/gc_pause.py)
+        with gc_paused():
+            if with_args:
+                args = [jsonable(ix.args(i)) for i in rl]
+                if xprof:  # XProf's UI asks for an event's details by its args.uid
+                    args = [{**g, "uid": i} for g, i in zip(args, rl)]
+            else:
+                args = [{"uid": i} for i in rl] if xprof else [{} for _ in rl]
+            # One list per piece for one orjson call: an orjson call per event cost as much
+            # as making the events (jax308's busy 1 % windows: 54,000 events each).
+            # Key order is the answer's: the flow fields after ``ph``, ``args`` last.
+            evs = [{"pid": p, "tid": t, "name": names[n], "ts": s, "dur": d, "ph": "X", "args": g}
+                   for p, t, n, s, d, g in zip(pids[tr].tolist(), tids[tr].tolist(), c["name"].tolist(),
+                                               (c["start"] / 1e6 + base_us).tolist(), (c["dur"] / 1e6).tolist(), args)]
+            flows = ix.flow_fields(np.asarray(r)) if xprof else {}
+            for k, f in flows.items():
                 if bind_base:
                     f["bind_id"] += bind_base
+                ev = evs[k]
+                g = ev.pop("args")
                 ev.update(f)
-            ev["args"] = jsonable(ix.args(rl[i])) if with_args else {}
-            if xprof:  # XProf's UI asks for an event's details by its args.uid
-                ev["args"]["uid"] = rl[i]
-            yield orjson.dumps(ev)
+                ev["args"] = g
+            piece = orjson.dumps(evs)[1:-1]
+        del evs, args
+        if piece:
+            yield piece
 
 
 # -- export -----------------------------------------------------------------------------
