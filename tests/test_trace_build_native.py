@@ -234,3 +234,20 @@ def test_native_level_order_take_and_inverse_equal_numpy():
         ti._native.inverse(np.array([0, 0, 1], np.int32))
     with pytest.raises(ValueError):
         ti._native.level_order(np.array([0, -1], np.int8))
+
+
+def test_native_tier_merge_rejects_counts_that_disagree():
+    """``tier_merge`` fills arrays as long as ``tiers`` counted: a mask or counts that do not
+    agree raise instead of writing past them."""
+    n = 6
+    mask = np.array([1, 0, 1, 1, 0, 1], np.uint32)
+    start = np.array([0, 1, 2, 0, 1, 2], np.int64)
+    bounds = np.array([0, 3, 6], np.int64)
+    cols = (start, np.zeros(n, np.uint8), np.zeros(n, np.int8))
+    (rows,) = ti._native.tier_merge(mask, 1, np.array([4], np.int64), bounds, *cols)
+    assert rows.tolist() == [0, 3, 2, 5]  # by start, ties by (track, depth, row)
+    for counts in ([3], [5]):
+        with pytest.raises(ValueError):
+            ti._native.tier_merge(mask, 1, np.array(counts, np.int64), bounds, *cols)
+    with pytest.raises(ValueError):
+        ti._native.tier_merge(mask, 1, np.array([4], np.int64), np.array([0, 7], np.int64), *cols)
