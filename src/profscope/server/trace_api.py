@@ -52,7 +52,7 @@ def router(ws: Workspace) -> APIRouter:
 
     @r.get("/window")
     def window(query: Window, run: Text = None) -> Response:
-        return json_response(ws.trace_window(ws.run(run), query))
+        return Response(ws.trace_window_json(ws.run(run), query), media_type="application/json")
 
     @r.get("/preview")
     def preview(query: Preview, run: Text = None) -> Response:

@@ -664,6 +664,33 @@ def _save_column(out: Path, k: str, col: np.ndarray, bounds: np.ndarray) -> None
     np.save(out / f"{k}.npy", col)
 
 
+def first_per_pixel(track: np.ndarray, depth: np.ndarray, px: np.ndarray) -> np.ndarray:
+    """Positions of the first event of each (track, depth, pixel), in any order: what
+    ``np.unique(key, return_index=True)`` gives for the key ``(track << 16 | depth) << 20
+    | px``, for events in start order (``px`` nondecreasing).
+
+    A window holds few (track, depth) rows (jax308: 6 tracks, depth <= 27), so the events
+    are grouped by row with a stable sort of 16-bit row codes (numpy sorts those by
+    radix, in linear time), which keeps each row's pixels nondecreasing: a key's events
+    are then adjacent, its first one first. That is ~10x cheaper than sorting the int64
+    keys (a 1 % window of jax308 at 8000 px: 107,000 narrow events). Rows or pixels that
+    do not fit those codes take the keys' sort."""
+    if not len(px):
+        return np.zeros(0, np.int64)
+    track, depth = track.astype(np.int64), depth.astype(np.int64)
+    d = int(depth.max()) + 1
+    if int(track.min()) >= 0 and int(depth.min()) >= 0 and d <= 1 << 16 and int(px.max()) < 1 << 20 \
+            and (int(track.max()) + 1) * d <= 1 << 16:
+        code = track * d + depth
+        by_row = np.argsort(code.astype(np.uint16), kind="stable")
+        key = code[by_row] << 20 | px[by_row]
+        new = np.ones(len(key), bool)
+        new[1:] = key[1:] != key[:-1]
+        return by_row[new]
+    _, first = np.unique((track << 16 | depth) << 20 | px, return_index=True)
+    return first
+
+
 class _AtRows:
     """``col[rows]`` read a stretch at a time (what :func:`_fenced` slices): a tier's
     starts, from its row ids."""
@@ -1401,22 +1428,22 @@ class TraceIndex:
             sampled = True
         if not len(sl["rows"]):
             return sl, False
+        # the rows by start, then the narrow ones thinned: each column is gathered once,
+        # at the end, by the positions kept (a 1 % window of jax308 holds ~140,000 rows)
         order = np.argsort(sl["start"], kind="stable")
-        sl = {k: v[order] for k, v in sl.items()}
-        narrow = sl["dur"] < p
+        narrow = np.flatnonzero(sl["dur"][order] < p)
         truncated = sampled
-        if narrow.any():
-            nr = np.flatnonzero(narrow)
+        if len(narrow):
+            nr = order[narrow]
             px = np.clip((sl["start"][nr] - s) // p, 0, resolution + 1)
-            key = ((sl["track"][nr].astype(np.int64) << 16 | sl["depth"][nr].astype(np.int64)) << 20) | px
-            _, first = np.unique(key, return_index=True)
+            first = first_per_pixel(sl["track"][nr], sl["depth"][nr], px)
             if len(first) < len(nr):
                 truncated = True
-                keep = np.ones(len(narrow), dtype=bool)
-                keep[nr] = False
-                keep[nr[first]] = True
-                sl = {k: v[keep] for k, v in sl.items()}
-        return sl, truncated
+                keep = np.ones(len(order), dtype=bool)
+                keep[narrow] = False
+                keep[narrow[first]] = True
+                order = order[keep]
+        return {k: v[order] for k, v in sl.items()}, truncated
 
     def counter(self, i: int, s: int, e: int, resolution: int) -> tuple[np.ndarray, np.ndarray]:
         """A counter series in [s, e) (and the point before it), decimated when it has

@@ -1,0 +1,158 @@
+"""The page's later windows without Python objects per slice (issue 40, "the page's own
+later window"): ``/api/trace/window`` is encoded by orjson from the slices' arrays
+(``TraceView.window_json``), the narrow slices are thinned by a radix grouping
+(``trace_index.first_per_pixel``), a window's names numbered by counting
+(``trace_viewer.name_codes``) and its steps found by one array test (``steps_in``).
+Each is checked here against what it replaces, on the public fixtures' real traces:
+the same bytes, the same rows, the same steps."""
+
+from __future__ import annotations
+
+import orjson
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+from profscope.app.queries import TraceQuery
+from profscope.app.workspace import Workspace
+from profscope.cache.store import DiskCache
+from profscope.formats import chrome_trace, xplane_trace
+from profscope.server.app import create_app
+from profscope.storage import LogDir
+from profscope.tools import trace_index as ti
+from profscope.tools import trace_viewer as tvw
+
+PROFILES = [
+    "xplane/tpu_inference/plugins/profile/2025_12_10_tpu/tpu_inference_2.xplane.pb",
+    "xplane/tf_gpu/plugins/profile/GPU-multi-worker/34.83.195.180_6003.xplane.pb",
+    "xplane/tf_gpu/plugins/profile/GPU-multi-worker/34.83.195.179_6003.xplane.pb",
+    "xplane/mi300_jax08_gemm/plugins/profile/jax08_gemm/tw003.xplane.pb",
+    "traces/kineto_resnet50_v100.pt.trace.json.gz",
+    "traces/hta_mi250_rocm62.trace.json.gz",
+]
+
+
+@pytest.fixture(scope="module")
+def indexes(shared_fixtures, tmp_path_factory) -> dict[str, ti.TraceIndex]:
+    out = {}
+    for rel in PROFILES:
+        path = shared_fixtures / "public_profiles" / rel
+        folder = tmp_path_factory.mktemp("ix")
+        w = ti.IndexWriter(folder, source=str(path) if path.name.endswith(".xplane.pb") else None)
+        with open(path, "rb") as f:
+            if path.name.endswith(".xplane.pb"):
+                ev = xplane_trace.read_trace(f, str(path), 0, "host", sink=w)
+            else:
+                ev = chrome_trace.trace_columns(f, str(path), sink=w)
+        w.close()
+        w.finish(ev)
+        out[rel] = ti.TraceIndex(folder)
+    return out
+
+
+def _windows(span_ms: float):
+    """The whole trace, then windows here and there of 1 %, 0.1 %, 20 % and a sliver."""
+    yield None, None, 8000
+    yield None, None, 1000
+    rnd = np.random.default_rng(3)
+    for a in rnd.random(12) * span_ms:
+        for frac, res in ((0.01, 8000), (0.001, 2000), (0.2, 1500), (0.00001, 300)):
+            yield a, a + frac * span_ms, res
+
+
+def _views(indexes):
+    for rel, ix in indexes.items():
+        yield rel, tvw.TraceView("r", [tvw.HostIndex(0, "host", ix, 1000)])
+    # two hosts of one run on one timeline (their ids and tracks shifted by position)
+    tf = [indexes[r] for r in PROFILES if "tf_gpu" in r]
+    yield "tf_gpu, both hosts", tvw.TraceView("r", [tvw.HostIndex(k, f"h{k}", ix, 1000 * (k + 1)) for k, ix in enumerate(tf)])
+
+
+def test_window_json_is_the_windows_orjson_bytes(indexes):
+    """What the route sends is byte for byte ``orjson.dumps`` of the dict ``window``
+    answers (whose slices are lists, as before): floats and ints from the arrays are
+    written as from Python's. Also with no slice at all (a window past the activity)."""
+    seen_empty = seen_full = False
+    for name, view in _views(indexes):
+        for a, b, res in _windows(view.end_ps / tvw.PS_PER_MS):
+            w = view.window(a, b, res)
+            assert all(isinstance(v, list) for v in w["slices"].values())
+            assert view.window_json(a, b, res) == orjson.dumps(w), (name, a, b, res)
+            seen_empty |= not w["slices"]["id"]
+            seen_full |= len(w["slices"]["id"]) > 1000
+    assert seen_empty and seen_full
+
+
+def test_the_route_sends_window_json(shared_fixtures, tmp_path):
+    """``/api/trace/window`` answers ``Workspace.trace_window_json``: the bytes of the
+    dict ``trace_window`` gives (both through the app, on a real multi-host run)."""
+    logdir = shared_fixtures / "public_profiles" / "xplane" / "tf_gpu"
+    ws = Workspace(LogDir(str(logdir), listing_ttl=0), DiskCache(tmp_path / "cache"))
+    run = ws.runs()[0]
+    client = TestClient(create_app(ws))
+    full = ws.trace_window(run, TraceQuery(resolution=3000))
+    at = float(np.median(full["slices"]["start"]))  # a busy stretch
+    for params in ({"resolution": 3000}, {"start_ms": at, "end_ms": at + full["fullTimespan"][1] / 100, "resolution": 8000}):
+        r = client.get("/api/trace/window", params={"run": run.name, **params})
+        assert r.status_code == 200 and r.headers["content-type"] == "application/json"
+        expected = ws.trace_window(run, TraceQuery(**params))
+        assert r.content == orjson.dumps(expected) and expected["slices"]["id"]
+
+
+def _by_unique(track, depth, px) -> np.ndarray:
+    """The thinning's definition (what window_rows did before): the first of each key."""
+    key = ((track.astype(np.int64) << 16 | depth.astype(np.int64)) << 20) | px
+    return np.unique(key, return_index=True)[1]
+
+
+def test_first_per_pixel_is_the_keys_first(indexes):
+    """On real windows' narrow rows (in start order, as window_rows hands them over):
+    the radix grouping picks the same rows as the sort of the keys; and so does the
+    keys' own sort, taken where the rows do not fit 16-bit codes."""
+    checked = thinned = 0
+    for ix in indexes.values():
+        for res in (100, 1000, 8000):
+            for a, b in ((0, ix.end_ps), (ix.end_ps // 3, ix.end_ps // 3 + ix.end_ps // 50)):
+                rows = ix.overlapping(a, b)
+                st = np.asarray(ix.cols["start"][rows])
+                order = np.argsort(st, kind="stable")
+                rows, st = rows[order], st[order]
+                p = max(1, (b - a) // res)
+                nr = rows[np.asarray(ix.cols["dur"][rows]) < p]
+                if not len(nr):
+                    continue
+                track, depth = np.asarray(ix.cols["track"][nr]), np.asarray(ix.cols["depth"][nr])
+                px = np.clip((np.asarray(ix.cols["start"][nr]) - a) // p, 0, res + 1)
+                want = np.sort(_by_unique(track, depth, px))
+                thinned += len(want) < len(nr)
+                assert np.array_equal(np.sort(ti.first_per_pixel(track, depth, px)), want)
+                wide = track + 70_000  # too many rows for 16-bit codes: the keys' sort
+                assert np.array_equal(np.sort(ti.first_per_pixel(wide, depth, px)), np.sort(_by_unique(wide, depth, px)))
+                checked += 1
+    assert checked >= 10 and thinned >= 5
+
+
+def test_name_codes_are_np_unique(indexes):
+    """Every window's name ids numbered by counting equal ``np.unique(...,
+    return_inverse=True)``; ids spread too far take the sort itself."""
+    for ix in indexes.values():
+        for res in (300, 8000):
+            sl, _ = ix.window_rows(0, ix.end_ps, res)
+            for name in (sl["name"], sl["name"][::7], sl["name"] * 1000 + 5):
+                got, want = tvw.name_codes(name), np.unique(name, return_inverse=True)
+                assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1].reshape(-1))
+
+
+def test_steps_in_is_the_steps_overlapping(indexes):
+    """The steps a window shows: those with start < e and end > s, in their order,
+    including windows that begin or end exactly on a step's edge."""
+    checked = 0
+    for ix in indexes.values():
+        steps = ix.meta["steps"]
+        edges = sorted({x for _n, st, du in steps for x in (st, st + du, st - 1, st + du + 1)})
+        spans = [(0, ix.end_ps)] + [(s, e) for s in edges[::3] for e in edges[::5] if e > s][:400]
+        for s, e in spans:
+            want = [x for x in steps if x[1] < e and x[1] + x[2] > s]
+            assert tvw.steps_in(ix, s, e) == want
+            checked += bool(want) and len(want) < len(steps)
+    assert checked >= 10
