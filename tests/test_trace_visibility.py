@@ -417,3 +417,16 @@ def test_zero_length_xplane_events_are_zero_to_xprofs_rule(rel, shared_fixtures,
         keep = tv.keep_mask(np.array([0, 99_999_759]), np.array([d0, 241]), np.zeros(2, np.int64),
                             np.array([1, 2]), np.array([True, False]), r)
         assert keep.tolist() == [True, kept]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_event_order_is_xprofs_comparator(seed):
+    """``event_order`` is ``np.lexsort((track, -dur, start))`` (XProf's
+    TraceEventsComparator, stable), on rows as a window gathers them: a few runs sorted by
+    start (the index's duration levels), with many shared starts, durations and tracks."""
+    rng = np.random.default_rng(seed)
+    runs = [np.sort(rng.integers(0, 300, rng.integers(0, 400))) for _ in range(rng.integers(1, 30))]
+    start = np.concatenate(runs).astype(np.int64)
+    dur = rng.integers(0, 4, len(start)).astype(np.int64) * rng.integers(1, 3)
+    track = rng.integers(0, 3, len(start)).astype(np.int64)
+    assert np.array_equal(tv.event_order(start, dur, track), np.lexsort((track, -dur, start)))

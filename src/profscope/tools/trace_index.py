@@ -1281,19 +1281,21 @@ class TraceIndex:
         if not len(rows) or r == 0:
             order = np.argsort(sl["start"], kind="stable")
             return {k: v[order] for k, v in sl.items()}
-        order = np.lexsort((sl["track"], -sl["dur"], sl["start"]))  # XProf's TraceEventsComparator
-        sl = {k: v[order] for k, v in sl.items()}
+        order = tv.event_order(sl["start"], sl["dur"], sl["track"])
         fe = self.flow
-        flow_id = np.full(len(sl["rows"]), -1, np.int64)
-        flow_end = np.zeros(len(sl["rows"]), bool)
+        flow_id = np.full(len(rows), -1, np.int64)
+        flow_end = np.zeros(len(rows), bool)
         if len(fe.seq):
-            pos = np.clip(np.searchsorted(fe.seq, sl["rows"]), 0, len(fe.seq) - 1)
+            # looked up before the rows are put in XProf's order: ascending rows search a
+            # few times faster (5 -> 1 ms for a busy 1 % window of jax308)
+            pos = np.clip(np.searchsorted(fe.seq, rows), 0, len(fe.seq) - 1)[order]
+        sl = {k: v[order] for k, v in sl.items()}
+        if len(fe.seq):
             hit = fe.seq[pos] == sl["rows"]
             flow_id[hit] = fe.flow_id[pos[hit]].astype(np.int64)
             flow_end[hit] = fe.kind[pos[hit]] == FLOW_END
         keep = tv.keep_mask(sl["start"], self._rule_durations(sl["dur"]), sl["track"], flow_id, flow_end, r)
-        order = np.argsort(sl["start"][keep], kind="stable")
-        return {k: v[keep][order] for k, v in sl.items()}
+        return {k: v[keep] for k, v in sl.items()}  # XProf's order is by start first
 
     def _xprof_loaded(self, s: int, e: int, level: np.ndarray, upto: int) -> np.ndarray:
         """The rows XProf loads for [s, e] down to zoom level ``upto``: its events at

@@ -90,6 +90,25 @@ def levels_needed(r: int) -> int:
 # so that the stack is ascending, as ``bisect`` wants it.
 
 
+def event_order(start: np.ndarray, dur: np.ndarray, track: np.ndarray) -> np.ndarray:
+    """XProf's order of events (``TraceEventsComparator``: start, longest first, track),
+    stable: what ``np.lexsort((track, -dur, start))`` gives. Rows of the index come sorted
+    by start within each duration level, so a stable sort by start merges a few dozen
+    sorted runs; then only the few events that share a start are sorted by the other two
+    keys (a busy 1 % window of jax308, 60,000 events: 0.9 ms against the lexsort's 6)."""
+    o = np.argsort(start, kind="stable")
+    so = start[o]
+    tied = np.zeros(len(o), bool)
+    same = so[1:] == so[:-1]
+    tied[1:] |= same
+    tied[:-1] |= same
+    if tied.any():
+        t = np.flatnonzero(tied)
+        sub = o[t]
+        o[t] = sub[np.lexsort((track[sub], -dur[sub], so[t]))]
+    return o
+
+
 def _depth(neg: list, begin: int) -> int:
     """``RowVisibility::Depth``: the first kept end at or before ``begin``, over a stack of
     negated, clamped ends (:func:`_push`)."""
@@ -252,19 +271,7 @@ class ZoomLevels:
         else:
             du = np.asarray(self.dur[fr])
         st, tr = np.asarray(self.start[fr]), np.asarray(self.track[fr])
-        # by start first: the rows are the index's, sorted by start within each duration
-        # level, so a stable sort merges a few dozen sorted runs; then the few slices that
-        # share a start by (longest first, track), as lexsort((tr, -du, st)) orders them
-        o = np.argsort(st, kind="stable")
-        so = st[o]
-        tied = np.zeros(len(o), bool)
-        same = so[1:] == so[:-1]
-        tied[1:] |= same
-        tied[:-1] |= same
-        if tied.any():
-            t = np.flatnonzero(tied)
-            sub = o[t]
-            o[t] = sub[np.lexsort((tr[sub], -du[sub], so[t]))]
+        o = event_order(st, du, tr)
         return o, st[o], du[o], tr[o], self.flow_ids[o], self.flow_end[o]
 
     def _flow_pass(self, k: int, r: int) -> dict[int, bool]:
