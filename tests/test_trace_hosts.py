@@ -322,3 +322,28 @@ def test_a_reader_that_kills_its_worker_costs_only_that_hosts_row(tmp_path, mixe
     # the batches (1 or 3), then at least host03 again in a worker of its own, which dies too
     assert cache.workers.stats["runs"] >= (1 if slots == 2 else 3) + 1
     assert cache.workers.stats["killed"] >= 2
+
+
+def test_a_merged_view_keeps_its_hosts_open_between_windows(tmp_path):
+    """A merged timeline of more hosts than the open-index cache held by default (8)
+    reopened every host's index on each window (32 pod hosts: a later window 100 -> 19 ms,
+    docs/performance.md). Its hosts now stay open: the second window reads the same index
+    objects. An index reads its flows only when an XProf answer asks."""
+    from profscope.app.queries import TraceQuery, XprofTraceQuery
+    from profscope.app.workspace import Workspace
+    from profscope.cache.store import DiskCache
+    from profscope.storage import LogDir
+
+    build_pod_session(tmp_path / "log", 12)
+    ws = Workspace(LogDir(str(tmp_path / "log"), listing_ttl=0), DiskCache(tmp_path / "cache"))
+    run = ws.run("pod")
+    query = TraceQuery(hosts=",".join(run.hosts), resolution=500)
+    first = ws.trace_view(run, query)
+    ws.trace_window(run, query)
+    assert len(first.hosts) == 12 and all(h.index._flow is None for h in first.hosts)
+    second = ws.trace_view(run, query)
+    assert [h.index for h in second.hosts] == [h.index for h in first.hosts]
+    assert all(a.index is b.index for a, b in zip(first.hosts, second.hosts))
+    answer = ws.trace_viewer_xprof(run, XprofTraceQuery(hosts=",".join(run.hosts), resolution=500))
+    flows = sum(len(h.index.flow.seq) for h in second.hosts)
+    assert flows and sum("bind_id" in e for e in answer["traceEvents"]) == flows

@@ -76,13 +76,16 @@ class Traces:
         self._prefetch_lock = threading.Lock()
         renew_locks_after_fork(self, "_prefetch_lock")
 
-    def _open_index(self, folder) -> trace_index.TraceIndex:
+    def _index_cache(self) -> trace_index.IndexCache:
         with self._trace_indexes_lock:
             if self._trace_indexes is None:
                 # xplane_trace.plane_metadata / event_args decode an xplane index's event
                 # args (the module is the trace_index.XEventDecoder)
                 self._trace_indexes = trace_index.IndexCache(decoder=xplane_trace)
-        return self._trace_indexes.get(folder)
+            return self._trace_indexes
+
+    def _open_index(self, folder) -> trace_index.TraceIndex:
+        return self._index_cache().get(folder)
 
     def trace_sources(self, run: Run) -> list[tuple[str, FileInfo]]:
         """(host, file) pairs a run's timeline is made of: one xplane per host, or, for
@@ -145,6 +148,7 @@ class Traces:
         """The hosts selected by ``host=`` / ``hosts=a,b`` (default: the first), indexed
         (``preview_resolution``: see :meth:`trace_index`)."""
         chosen = self._trace_hosts(run, query)
+        self._index_cache().hold(len(chosen))  # a merged view's hosts stay open between its windows
         hosts = []
         for name, info, pos in chosen:
             ix = self.trace_index(run, name, info, preview_resolution if len(chosen) == 1 else None)

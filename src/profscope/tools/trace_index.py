@@ -1166,9 +1166,8 @@ class TraceIndex:
         self.names = self.meta["names"]
         self.tracks = self.meta["tracks"]
         self._flows: np.ndarray | None = None  # see flows
-        # slices bound to a flow (XProf's bind_id), by row; stored narrow (_write_flows)
-        self.flow = FlowEvents(*(npy.load(self.folder / f"flow_{k}.npy").astype(dtype, copy=False)
-                                 for k, dtype in _FLOW_DTYPES))
+        self._flow: FlowEvents | None = None  # see flow
+        self._flow_lock = threading.Lock()
         self._lower = None
         self._modules: dict[str, str] | None = None
         self._flow_split = None  # see flows_in
@@ -1591,6 +1590,19 @@ class TraceIndex:
             out = out[np.argsort(np.minimum(out[:, 2], out[:, 4]), kind="stable")]
         return out
 
+    @property
+    def flow(self) -> FlowEvents:
+        """The slices bound to a flow (XProf's bind_id), by row: read on first use, since
+        only XProf's answers and zoom levels ask (jax308: 2.4 M of them, 48 MB once widened,
+        and most of an index's opening, 116 -> 30 ms; a merged view opens one per host).
+        Stored narrow (:func:`_write_flows`)."""
+        if self._flow is None:
+            with self._flow_lock:
+                if self._flow is None:
+                    self._flow = FlowEvents(*(npy.load(self.folder / f"flow_{k}.npy").astype(dtype, copy=False)
+                                              for k, dtype in _FLOW_DTYPES))
+        return self._flow
+
     def flow_fields(self, rows: np.ndarray) -> dict[int, dict]:
         """XProf's FlowV2 fields of the flow-bound slices among ``rows``, by their
         position in ``rows`` (``trace_events_to_json.h``: ``bind_id``, ``cat``,
@@ -1688,12 +1700,21 @@ class IndexCache:
     """Open indexes, the last few kept (their columns are memory-mapped); each opened with
     ``decoder`` (see :class:`TraceIndex`)."""
 
-    def __init__(self, size: int = 8, decoder: XEventDecoder | None = None):
+    def __init__(self, size: int = 8, decoder: XEventDecoder | None = None, most: int = 64):
         self.size = size
+        self.most = most  # what hold may raise size to
         self.decoder = decoder
         self._open: OrderedDict[str, TraceIndex] = OrderedDict()
         self._lock = threading.Lock()
         renew_locks_after_fork(self, "_lock")
+
+    def hold(self, n: int) -> None:
+        """Keep at least ``n`` open (at most ``most``): a merged view of more hosts than
+        ``size`` reopened every host's index on each of its windows (32 pod hosts: a later
+        window 100 -> 19 ms). An open index holds its meta (its names) and, once an XProf
+        answer asked, its flows: 12 + 48 MB for jax308, ~0.1 MB for a small host."""
+        with self._lock:
+            self.size = max(self.size, min(n, self.most))
 
     def get(self, folder: Path) -> TraceIndex:
         key = os.fspath(folder)
