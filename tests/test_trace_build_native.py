@@ -251,3 +251,59 @@ def test_native_tier_merge_rejects_counts_that_disagree():
             ti._native.tier_merge(mask, 1, np.array(counts, np.int64), bounds, *cols)
     with pytest.raises(ValueError):
         ti._native.tier_merge(mask, 1, np.array([4], np.int64), np.array([0, 7], np.int64), *cols)
+
+
+@pytest.mark.parametrize("rel", [
+    "xplane/tpu_inference/plugins/profile/2025_12_10_tpu/tpu_inference_2.xplane.pb",
+    "xplane/mi300_jax_conv_xprof_touched/plugins/profile/jax_conv_minimal/chi-mi300x-013.ord.vultr.cpe.ice.amd.com.xplane.pb",
+    "xplane/tf_gpu/plugins/profile/GPU-multi-worker/34.83.195.180_6003.xplane.pb",
+    "traces/kineto_resnet50_v100.pt.trace.json.gz",
+])
+def test_native_zoom_levels_in_one_walk_equal_level_by_level(rel, shared_fixtures, tmp_path):
+    """``_trace_build.zoom_levels`` (every level of one compute in one walk of the rows)
+    against ``zoom_level`` called level by level, as compute did before: every level at
+    once, and levels 0-3 then 4-12 resumed from them (the first window, then a later one),
+    on real GPU, TPU and ROCm profiles and a PyTorch trace."""
+    from profscope.tools import trace_visibility as tv
+
+    ti.build_index(_read(shared_fixtures / "public_profiles" / rel), tmp_path)
+
+    def fresh() -> "tv.ZoomLevels":
+        ix = ti.TraceIndex(tmp_path)
+        ix.zoom_levels(-1)  # the ZoomLevels object, nothing computed yet
+        return ix._zoom
+
+    one_by_one = fresh()
+    for k in range(tv.N_LEVELS):
+        one_by_one.compute(k)  # one level per call: _level's zoom_level
+    at_once = fresh()
+    at_once.compute(tv.N_LEVELS - 1)
+    resumed = fresh()
+    resumed.compute(3)
+    assert resumed.done == 3 and (resumed.level != tv.NOT_YET).any()
+    resumed.compute(tv.N_LEVELS - 1)
+    assert np.array_equal(at_once.level, one_by_one.level)
+    assert np.array_equal(resumed.level, one_by_one.level)
+    assert len(np.unique(one_by_one.level)) > 3
+
+
+def test_native_zoom_levels_rejects_bad_input():
+    n = 4
+    z = np.zeros(n, np.int64)
+    args = (np.array([0, 1, 2, 9], np.int32), np.array([0, n], np.int64), z, z, np.full(n, 127, np.int8),
+            np.full(n, -1, np.int64))
+    with pytest.raises(ValueError):
+        ti._native.zoom_levels(*args, (np.zeros(0, np.int64),), 0, (10,))
+    args = (np.arange(n, dtype=np.int32), *args[1:])
+    with pytest.raises(ValueError):  # one visible set per level
+        ti._native.zoom_levels(*args, (np.zeros(0, np.int64),), 0, (10, 1))
+
+
+@pytest.mark.parametrize("n", [0, 1, 5, 1000])
+def test_columns_saved_a_block_at_a_time_are_np_saves_bytes(n, tmp_path):
+    """``_save_blocks`` (the saved row order written a block at a time) writes the bytes
+    ``np.save`` writes for the whole column, so the index stays byte-identical."""
+    col = np.arange(n, dtype=np.int32)[::-1].copy()
+    np.save(tmp_path / "whole.npy", col)
+    ti._save_blocks(tmp_path / "blocks.npy", n, col.dtype, lambda a, z: col[a:z], step=7)
+    assert (tmp_path / "blocks.npy").read_bytes() == (tmp_path / "whole.npy").read_bytes()

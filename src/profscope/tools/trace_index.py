@@ -275,13 +275,14 @@ class IndexWriter:
         # each reader row's index row: for the flows, and for the native tiers, which walk
         # the rows in the nesting pass's track order
         rank = _inverse(order)
+        del order  # (55 MB on jax308, held through the tiers before)
         flow_rows = self._flow_rows(ev, rank)
         native = None
         if by_track is not None:
             _save_xprof_order(out, rank, by_track[0], ties)
             native = (*by_track, max_depth, depth, rank)
             del depth
-        del rank, order, by_track, ties
+        del rank, by_track, ties
         _report(progress, 0.6, "building resolution tiers")
         _release_freed_memory()
         tiers = _build_tiers(kept.pop("track", None), kept.pop("depth", None), kept.pop("start"), level, bounds, out,
@@ -842,6 +843,18 @@ def _inverse(order: np.ndarray) -> np.ndarray:
     return rank
 
 
+def _save_blocks(path: Path, n: int, dtype, block, step: int = 1 << 20) -> None:
+    """What ``np.save(path, column)`` writes (the same bytes: a version 1.0 header, as
+    np.save writes for a column) for an ``n``-long ``dtype`` column made ``block(a, z)``
+    rows at a time, so the whole column is never held."""
+    header = np.lib.format.header_data_from_array_1_0(np.empty(0, dtype))
+    header["shape"] = (n,)
+    with open(path, "wb") as f:
+        np.lib.format.write_array_header_1_0(f, header)
+        for a in range(0, n, step):
+            f.write(np.ascontiguousarray(block(a, min(n, a + step)), dtype).tobytes())
+
+
 def _zero_length_ties(order: np.ndarray, track: np.ndarray, start: np.ndarray, dur: np.ndarray):
     """Where the nesting pass's order (``order``: reader rows by track, start, longest
     first, ties in reader order) is not XProf's zoom levels' order: XProf's rule sees an
@@ -873,7 +886,11 @@ def _save_xprof_order(out: Path, rank: np.ndarray, nest_order: np.ndarray, ties)
     """``XPROF_ORDER_FILE``: the nesting pass's order (reader rows) as index rows
     (``rank``); ``XPROF_TIES_FILE``: where XProf's rule orders zero-length ties otherwise
     (:func:`_zero_length_ties`), applied by :meth:`TraceIndex._xprof_order`."""
-    np.save(out / XPROF_ORDER_FILE, _take(rank, nest_order))
+    if _takes(rank, nest_order):  # written a block at a time, never whole in memory (55 MB on jax308)
+        _save_blocks(out / XPROF_ORDER_FILE, len(nest_order), rank.dtype,
+                     lambda a, z: _take(rank, np.ascontiguousarray(nest_order[a:z])))
+    else:
+        np.save(out / XPROF_ORDER_FILE, rank[nest_order])
     if ties is not None:
         np.save(out / XPROF_TIES_FILE, np.stack([ties[0], rank[ties[1]]]).astype(np.int64))
 
@@ -1660,10 +1677,10 @@ def write_zoom_levels(index_folder: Path | str, out: Path, progress=None, upto: 
         ix.use_zoom_levels(resume)
         z = ix._zoom
         z.level = np.array(z.level)  # writable, in memory
-    level = None
-    for k in range(tv.N_LEVELS if upto >= tv.N_LEVELS - 1 else upto + 1):
-        _report(progress, k / (upto + 1), f"XProf's zoom level {k + 1} of {upto + 1} ({ix.n:,} events)")
-        level = ix.zoom_levels(k)
+    last = tv.N_LEVELS - 1 if upto >= tv.N_LEVELS - 1 else upto
+    # every level at once: the C pass makes them in one walk of the rows (ZoomLevels._levels_native)
+    _report(progress, 0.0, f"XProf's zoom levels 1-{last + 1} ({ix.n:,} events)")
+    level = ix.zoom_levels(last)
     np.save(out / ZOOM_LEVELS_FILE, level)
     if upto < tv.N_LEVELS - 1:  # a partial depth: what a deeper one resumes from
         st = ix._zoom.state()
