@@ -307,3 +307,22 @@ def test_columns_saved_a_block_at_a_time_are_np_saves_bytes(n, tmp_path):
     np.save(tmp_path / "whole.npy", col)
     ti._save_blocks(tmp_path / "blocks.npy", n, col.dtype, lambda a, z: col[a:z], step=7)
     assert (tmp_path / "blocks.npy").read_bytes() == (tmp_path / "whole.npy").read_bytes()
+
+
+def test_durations_saved_in_blocks_fall_back_to_int64_when_the_head_does_not_fit(tmp_path, monkeypatch):
+    """The durations written a block at a time as uint32 (rows below DUR_TAIL_LEVEL's
+    bound) are rewritten as the int64 column when one of them does not fit 32 bits, as
+    ``_save_column`` keeps it: C and numpy save the same file."""
+    dur = np.array([5, 1 << 40, 7, 3], np.int64)
+    order = np.array([2, 0, 3, 1], np.int32)
+    bounds = np.full(ti.LEVELS + 1, 4, np.int64)  # every row below the tail's level
+    saved = {}
+    for native in (ti._native, None):
+        monkeypatch.setattr(ti, "_native", native)
+        folder = tmp_path / ("c" if native else "py")
+        folder.mkdir()
+        ti._save_in_order(folder, "dur", dur.copy(), order, bounds, keep=False)
+        saved[native is None] = (folder / "dur.npy").read_bytes()
+        assert not (folder / ti.DUR_TAIL_FILE).exists()
+    assert saved[False] == saved[True]
+    assert np.load(tmp_path / "c" / "dur.npy").tolist() == [7, 5, 3, 1 << 40]

@@ -257,35 +257,37 @@ class IndexWriter:
             if z - a > 1:
                 seg = order[a:z]
                 seg[:] = seg[np.argsort(_take(start, seg), kind="stable")]
-        kept, cols = {}, {"start": start, "depth": depth}
-        del start
-        if by_track is None:
-            del depth
-        # sorted copies for the tiers (the C passes read the track and depth of the rows
-        # that tie on a start only)
-        keep = ("start", "track", "depth")
-        for k in _COLS:
-            col = _save_in_order(out, k, cols.pop(k) if k in cols else self._load(k), order, bounds,
-                                 clip=clipped)
-            if k == "start":
-                np.save(out / "start_fence.npy", col[::FENCE])
-            if k in keep:
-                kept[k] = col
-            del col
-        # each reader row's index row: for the flows, and for the native tiers, which walk
-        # the rows in the nesting pass's track order
+        # each reader row's index row: for the flows and the saved row order, made before
+        # the columns are gathered so that the nesting pass's order, this and the reader's
+        # depths are let go first (137 MB on jax308, held through the gathers and the
+        # tiers before): the tiers walk the saved order instead, as write_tiers does
         rank = _inverse(order)
-        del order  # (55 MB on jax308, held through the tiers before)
-        flow_rows = self._flow_rows(ev, rank)
-        native = None
+        track_bounds = None
         if by_track is not None:
             _save_xprof_order(out, rank, by_track[0], ties)
-            native = (*by_track, max_depth, depth, rank)
-            del depth
-        del rank, by_track, ties
+            track_bounds = by_track[1]
+        del by_track, ties
+        flow_rows = self._flow_rows(ev, rank)
+        del rank
+        kept, cols = {}, {"start": start, "depth": depth}
+        del start, depth
+        for k in _COLS:  # sorted copies of start, track and depth for the tiers
+            col = _save_in_order(out, k, cols.pop(k) if k in cols else self._load(k), order, bounds,
+                                 clip=clipped, keep=k in ("start", "track", "depth"))
+            if k == "start":
+                np.save(out / "start_fence.npy", col[::FENCE])
+            if col is not None:
+                kept[k] = col
+            del col
+        del order
         _report(progress, 0.6, "building resolution tiers")
         _release_freed_memory()
-        tiers = _build_tiers(kept.pop("track", None), kept.pop("depth", None), kept.pop("start"), level, bounds, out,
+        native = None
+        if track_bounds is not None and windows:
+            # (the saved order's rows are index rows: no rank, the index's own depths)
+            native = (npy.load(out / XPROF_ORDER_FILE, mmap_mode="r"), track_bounds, max_depth,
+                      np.ascontiguousarray(kept["depth"], np.int16), None)
+        tiers = _build_tiers(kept.pop("track"), kept.pop("depth"), kept.pop("start"), level, bounds, out,
                              native) if windows else None
         del level, native
         _report(progress, 0.9, "writing counters and flows")
@@ -755,26 +757,39 @@ def _in_order(k: str, col: np.ndarray, order: np.ndarray, clip: bool = True) -> 
 
 
 def _save_in_order(out: Path, k: str, col: np.ndarray, order: np.ndarray, bounds: np.ndarray,
-                   clip: bool = True) -> np.ndarray:
-    """:func:`_in_order` then :func:`_save_column`; the column as saved. With the C gather
-    the durations' uint32 head and int64 tail are gathered as such (the C pass says
-    whether the head fitted), not from an int64 column in index order (109 MB on jax308)."""
+                   clip: bool = True, keep: bool = True) -> np.ndarray | None:
+    """:func:`_in_order` then :func:`_save_column`; the column as saved (``keep``), else
+    None. With the C gather a column not kept is gathered and written a block at a time
+    (:func:`_save_blocks`), never whole in memory (jax308: aoff 55 MB, name 27 MB), and the
+    durations' uint32 head and int64 tail are gathered as such (the C pass says whether
+    the head fitted), not from an int64 column in index order (109 MB)."""
     n = len(order)
-    at = int(bounds[DUR_TAIL_LEVEL]) if n else 0
-    if k == "dur" and n and _takes(col, order):
+    if n and not keep and _takes(col, order):
+        path = out / f"{k}.npy"
+        if k != "dur":
+            dtype = _narrow_dtype(col, _NARROW[k]) if k in _NARROW else col.dtype
+            _save_blocks(path, n, dtype, lambda a, z: _take(col, order[a:z], dtype))
+            return None
         if clip:
             np.clip(col, 0, MAX_DUR_PS, out=col)
-        narrow = np.zeros(n, np.uint32)  # the tail's rows read 0 here: read from DUR_TAIL_FILE
-        if _native.take(col, order[:at], narrow[:at]):
+        at = int(bounds[DUR_TAIL_LEVEL])
+        fits = [True]
+
+        def head(a: int, z: int) -> np.ndarray:
+            got = np.zeros(z - a, np.uint32)  # the tail's rows read 0 here: read from DUR_TAIL_FILE
+            if a < at:
+                fits[0] &= _native.take(col, order[a:min(z, at)], got[:min(z, at) - a])
+            return got
+
+        _save_blocks(path, n, np.uint32, head)
+        if fits[0]:
             if at < n:
                 np.save(out / DUR_TAIL_FILE, _take(col, order[at:]))
-            np.save(out / f"{k}.npy", narrow)
-            return narrow
-        del narrow
-        clip = False
+            return None
+        clip = False  # a duration past 32 bits in the head: the int64 column, as _save_column keeps it
     col = _in_order(k, col, order, clip)
     _save_column(out, k, col, bounds)
-    return col
+    return col if keep else None
 
 
 _TAKE_SRC = (np.dtype(np.int64), np.dtype(np.int32), np.dtype(np.int16))
@@ -1014,9 +1029,11 @@ def _stack_depths(rows, depth, start, dur) -> int:
 def _build_tiers(track, depth, start, level, bounds, out: Path, native=None) -> list[int]:
     """Tier z: of the events shorter than 2^z ps (levels < z), the first in every
     (track, depth, 2^z bin), sorted by start; inputs are in index (level, start) order.
-    Each tier is stored as its row ids and every ``FENCE``-th start. ``native``: (rows by
-    track, the tracks' bounds, max depth per track, depth, index row) of the reader's
-    rows, for the C pass."""
+    Each tier is stored as its row ids and every ``FENCE``-th start. ``native``: for the C
+    pass, (rows by track, start and longest first, the tracks' bounds in them, max depth
+    per track, depth by row, each row's index row), or the last None where the rows are
+    index rows already (the saved order, ``XPROF_ORDER_FILE``: the build's and
+    write_tiers')."""
     n = len(start)
     if not n:
         return []
