@@ -18,7 +18,7 @@ from profscope.errors import ProfscopeError
 from profscope.server import api, capture_api, convert_api, hlo_api, pages, trace_api, xprof_api
 from profscope.server.guard import TEST_CLIENT_HOST, Guard, Security, add_headers
 from profscope.server.params import validation_message
-from profscope.server.quick_start import QuickStart
+from profscope.server.quick_start import GZIP_LEVEL, GZIP_MIN, QuickStart
 from profscope.server.responses import json_response
 
 log = logging.getLogger("profscope.server")
@@ -33,7 +33,7 @@ def create_app(ws: Workspace, security: Security | None = None) -> FastAPI:
     app = FastAPI(title="profscope", version=__version__, docs_url=None, redoc_url=None, openapi_url="/api/openapi.json")
     app.state.workspace = ws
     # Responses already stored gzip-compressed carry Content-Encoding and are skipped.
-    app.add_middleware(GZipMiddleware, minimum_size=2048, compresslevel=5)
+    app.add_middleware(GZipMiddleware, minimum_size=GZIP_MIN, compresslevel=GZIP_LEVEL)
     # Added last, so outermost of ours: a refused request costs nothing further, and
     # every answer (refusals too) gets the security headers.
     app.add_middleware(Guard, security=security)
