@@ -290,13 +290,44 @@ def test_native_zoom_levels_in_one_walk_equal_level_by_level(rel, shared_fixture
 def test_native_zoom_levels_rejects_bad_input():
     n = 4
     z = np.zeros(n, np.int64)
-    args = (np.array([0, 1, 2, 9], np.int32), np.array([0, n], np.int64), z, z, np.full(n, 127, np.int8),
-            np.full(n, -1, np.int64))
-    with pytest.raises(ValueError):
-        ti._native.zoom_levels(*args, (np.zeros(0, np.int64),), 0, (10,))
+    none = np.zeros(0, np.int64)
+    args = (np.array([0, 1, 2, 9], np.int32), np.array([0, n], np.int64), z, z, none, np.full(n, 127, np.int8),
+            none, none)
+    with pytest.raises(ValueError):  # a row past the columns
+        ti._native.zoom_levels(*args, (none,), 0, (10,))
     args = (np.arange(n, dtype=np.int32), *args[1:])
     with pytest.raises(ValueError):  # one visible set per level
-        ti._native.zoom_levels(*args, (np.zeros(0, np.int64),), 0, (10, 1))
+        ti._native.zoom_levels(*args, (none,), 0, (10, 1))
+    with pytest.raises(ValueError):  # flow rows past the columns
+        ti._native.zoom_levels(*args[:6], np.array([9], np.int64), np.array([1], np.int64), (none,), 0, (10,))
+
+
+def test_native_zoom_levels_in_one_walk_on_int64_durations_and_a_row_of_two_flows(shared_fixtures, tmp_path):
+    """The one-walk levels read int64 durations as given (a ZoomLevels over plain columns,
+    as a numpy-built index gives them) and take a row listed under two flows with its
+    last flow, as ``flow_of[rows] = ids`` in the level-by-level pass: the TPU fixture's
+    columns, one of its flow slices listed again under another flow."""
+    from profscope.tools import trace_visibility as tv
+
+    rel = "xplane/tpu_inference/plugins/profile/2025_12_10_tpu/tpu_inference_2.xplane.pb"
+    ti.build_index(_read(shared_fixtures / "public_profiles" / rel), tmp_path)
+    ix = ti.TraceIndex(tmp_path)
+    fe = ix.flow
+    rows, ids, end = np.asarray(fe.seq, np.int64), fe.flow_id.astype(np.int64), fe.kind == ti.FLOW_END
+    assert len(rows) > 100
+    at = len(rows) // 2
+    rows, ids, end = np.insert(rows, at, rows[at]), np.insert(ids, at, ids[0]), np.insert(end, at, False)
+    start, dur, track = (np.asarray(ix.cols[k]).astype(np.int64) for k in ("start", "dur", "track"))
+
+    def zoom() -> "tv.ZoomLevels":
+        return tv.ZoomLevels(start, dur, track, rows, ids, end, np.full(len(start), tv.NOT_YET, np.int8), -1)
+
+    one_by_one, at_once = zoom(), zoom()
+    for k in range(tv.N_LEVELS):
+        one_by_one.compute(k)
+    at_once.compute(tv.N_LEVELS - 1)
+    assert np.array_equal(at_once.level, one_by_one.level)
+    assert len(np.unique(one_by_one.level)) > 3
 
 
 @pytest.mark.parametrize("n", [0, 1, 5, 1000])

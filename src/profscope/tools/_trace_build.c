@@ -691,9 +691,9 @@ bad_input:
     return NULL;
 }
 
-/* zoom_levels(order int32 or int64[n], seg int64[m+1], start int64[N], dur int64[N], level int8[N],
- *             flow_of int64[N], visible tuple of int64 arrays (sorted), k0, rs tuple of ints,
- *             one_is_zero=False) -> None
+/* zoom_levels(order int32 or int64[n], seg int64[m+1], start int64[N], dur int64[N] or uint32[N],
+ *             dur_tail int64[T], level int8[N], flow_rows int64[F] (sorted), flow_ids int64[F],
+ *             visible tuple of int64 arrays (sorted), k0, rs tuple of ints, one_is_zero=False) -> None
  * zoom_level for the levels k0, k0 + 1, ... (one per ``visible``/``rs`` entry) in one walk
  * of the order: each level keeps its own stack of kept ends, and a row is decided at every
  * level in turn, so a level reads the row's level as the passes before it left it (a row
@@ -701,25 +701,32 @@ bad_input:
  * takes from another; the answer is that of zoom_level called level by level. The walk
  * reads each row's start and duration once for all the levels instead of once per level:
  * random reads (the order is by track and start, the columns by duration level and start),
- * most of the passes' time on jax308's 13.6 M rows. */
+ * most of the passes' time on jax308's 13.6 M rows.
+ * Read as the index stores them, so that no whole-trace copy is made for the walk (218 MB
+ * on jax308, the zoom levels' worker's peak): the durations as uint32 with the last T rows'
+ * in ``dur_tail`` (trace_index.DUR_TAIL_FILE; an int64 column takes T = 0), and each row's
+ * flow from the flow-bound rows: a bit per row marks them and a count per 64 rows gives a
+ * marked row's place among them (a rank), or where a row is listed twice, a binary search
+ * for its last entry (zoom_level's ``flow_of[rows] = ids`` keeps the last). */
 #define MAX_FUSED 16
 static PyObject *zoom_levels(PyObject *self, PyObject *args) {
-    PyArrayObject *ord, *sg, *st, *du, *lv, *fo;
+    PyArrayObject *ord, *sg, *st, *du, *dt, *lv, *fr, *fi;
     PyObject *vis_t, *rs_t;
     int k0, one_is_zero = 0;
-    if (!PyArg_ParseTuple(args, "O!O!O!O!O!O!O!iO!|p", &PyArray_Type, &ord, &PyArray_Type, &sg, &PyArray_Type, &st,
-                          &PyArray_Type, &du, &PyArray_Type, &lv, &PyArray_Type, &fo, &PyTuple_Type, &vis_t, &k0,
-                          &PyTuple_Type, &rs_t, &one_is_zero))
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!O!O!O!O!iO!|p", &PyArray_Type, &ord, &PyArray_Type, &sg, &PyArray_Type, &st,
+                          &PyArray_Type, &du, &PyArray_Type, &dt, &PyArray_Type, &lv, &PyArray_Type, &fr,
+                          &PyArray_Type, &fi, &PyTuple_Type, &vis_t, &k0, &PyTuple_Type, &rs_t, &one_is_zero))
         return NULL;
-    npy_intp n = PyArray_SIZE(ord), N = PyArray_SIZE(st), m1 = PyArray_SIZE(sg);
-    npy_intp K = PyTuple_GET_SIZE(vis_t);
-    int o32 = PyArray_TYPE(ord) == NPY_INT32;
+    npy_intp n = PyArray_SIZE(ord), N = PyArray_SIZE(st), m1 = PyArray_SIZE(sg), T = PyArray_SIZE(dt);
+    npy_intp F = PyArray_SIZE(fr), K = PyTuple_GET_SIZE(vis_t);
+    int o32 = PyArray_TYPE(ord) == NPY_INT32, d32 = PyArray_TYPE(du) == NPY_UINT32;
     if (!check(ord, o32 ? NPY_INT32 : NPY_INT64, n, "order") || !check(sg, NPY_INT64, -1, "seg") ||
-        !check(st, NPY_INT64, N, "start") || !check(du, NPY_INT64, N, "dur") || !check(lv, NPY_INT8, N, "level") ||
-        !writable(lv, "level") || !check(fo, NPY_INT64, N, "flow_of"))
+        !check(st, NPY_INT64, N, "start") || !check(du, d32 ? NPY_UINT32 : NPY_INT64, N, "dur") ||
+        !check(dt, NPY_INT64, T, "dur_tail") || !check(lv, NPY_INT8, N, "level") || !writable(lv, "level") ||
+        !check(fr, NPY_INT64, F, "flow_rows") || !check(fi, NPY_INT64, F, "flow_ids"))
         return NULL;
-    if (K < 1 || K > MAX_FUSED || PyTuple_GET_SIZE(rs_t) != K || k0 < 0 || k0 + K > 127) {
-        PyErr_SetString(PyExc_ValueError, "_trace_build.zoom_levels: bad levels");
+    if (K < 1 || K > MAX_FUSED || PyTuple_GET_SIZE(rs_t) != K || k0 < 0 || k0 + K > 127 || T > N || (T && !d32)) {
+        PyErr_SetString(PyExc_ValueError, "_trace_build.zoom_levels: bad levels or durations");
         return NULL;
     }
     const int64_t *vis[MAX_FUSED];
@@ -736,16 +743,25 @@ static PyObject *zoom_levels(PyObject *self, PyObject *args) {
         rs[j] = PyLong_AsLongLong(PyTuple_GET_ITEM(rs_t, j));
         if (rs[j] == -1 && PyErr_Occurred()) return NULL;
     }
-    const int64_t *o = PyArray_DATA(ord), *seg = PyArray_DATA(sg), *start = PyArray_DATA(st), *dur = PyArray_DATA(du);
+    const int64_t *o = PyArray_DATA(ord), *seg = PyArray_DATA(sg), *start = PyArray_DATA(st);
+    const int64_t *dur = PyArray_DATA(du), *tail = PyArray_DATA(dt);
+    const uint32_t *dur32 = PyArray_DATA(du);
     const int32_t *o4 = PyArray_DATA(ord);
-    const int64_t *flow = PyArray_DATA(fo);
+    const int64_t *frows = PyArray_DATA(fr), *fids = PyArray_DATA(fi);
     int8_t *level = PyArray_DATA(lv);
+    npy_intp at = N - T;
     if (m1 < 1 || seg[0] != 0 || seg[m1 - 1] != n) goto bad_input;
     for (npy_intp j = 0; j + 1 < m1; j++)
         if (seg[j + 1] < seg[j]) goto bad_input;
+    for (npy_intp j = 0; j < F; j++)
+        if (frows[j] < 0 || frows[j] >= N || (j && frows[j] < frows[j - 1])) goto bad_input;
     int64_t *stack[MAX_FUSED] = {0};
     npy_intp cap[MAX_FUSED], sp[MAX_FUSED];
     int ok = 1, mem = 1;
+    uint64_t *is_flow = calloc((size_t)N / 64 + 1, sizeof(uint64_t));
+    int32_t *before = malloc(sizeof(int32_t) * ((size_t)N / 64 + 1));  /* flow rows in the words before */
+    int twice = 0;
+    if (!is_flow || !before) mem = 0;
     for (npy_intp j = 0; j < K; j++) {
         cap[j] = 64;
         stack[j] = malloc(sizeof(int64_t) * cap[j]);
@@ -753,12 +769,36 @@ static PyObject *zoom_levels(PyObject *self, PyObject *args) {
     }
     if (mem) {
         Py_BEGIN_ALLOW_THREADS
+        for (npy_intp j = 0; j < F; j++) {
+            is_flow[frows[j] >> 6] |= (uint64_t)1 << (frows[j] & 63);
+            if (j && frows[j] == frows[j - 1]) twice = 1;
+        }
+        int32_t acc = 0;
+        for (npy_intp w = 0; w <= N / 64; w++) {
+            before[w] = acc;
+            acc += (int32_t)__builtin_popcountll(is_flow[w]);
+        }
         for (npy_intp s = 0; s + 1 < m1 && ok && mem; s++) {
             for (npy_intp j = 0; j < K; j++) sp[j] = 0;
             for (npy_intp i = seg[s]; i < seg[s + 1] && mem; i++) {
                 int64_t row = o32 ? (int64_t)o4[i] : o[i];
                 if (row < 0 || row >= N) { ok = 0; break; }
-                int64_t b = start[row], d = dur[row], f = flow[row];
+                int64_t b = start[row];
+                int64_t d = !d32 ? dur[row] : row >= at ? tail[row - at] : (int64_t)dur32[row];
+                int64_t f = -1;
+                uint64_t word = is_flow[row >> 6], bit = (uint64_t)1 << (row & 63);
+                if (word & bit) {
+                    if (!twice) {
+                        f = fids[before[row >> 6] + __builtin_popcountll(word & (bit - 1))];
+                    } else {  /* the last of its entries */
+                        npy_intp lo = 0, hi = F;
+                        while (lo < hi) {
+                            npy_intp mid = lo + (hi - lo) / 2;
+                            if (frows[mid] <= row) lo = mid + 1; else hi = mid;
+                        }
+                        f = fids[lo - 1];
+                    }
+                }
                 if (one_is_zero && d == 1) d = 0;
                 for (npy_intp j = 0; j < K; j++) {
                     int k = k0 + (int)j;
@@ -789,6 +829,8 @@ static PyObject *zoom_levels(PyObject *self, PyObject *args) {
         Py_END_ALLOW_THREADS
     }
     for (npy_intp j = 0; j < K; j++) free(stack[j]);
+    free(is_flow);
+    free(before);
     if (!mem) return PyErr_NoMemory();
     if (!ok) {
         PyErr_SetString(PyExc_ValueError, "_trace_build.zoom_levels: order out of range");
@@ -796,7 +838,7 @@ static PyObject *zoom_levels(PyObject *self, PyObject *args) {
     }
     Py_RETURN_NONE;
 bad_input:
-    PyErr_SetString(PyExc_ValueError, "_trace_build.zoom_levels: bad stretches");
+    PyErr_SetString(PyExc_ValueError, "_trace_build.zoom_levels: bad stretches or flow rows");
     return NULL;
 }
 

@@ -340,27 +340,37 @@ class ZoomLevels:
         (``_trace_build.zoom_levels``), which reads each row's start and duration once for
         all of them: the walk is by track and start, the columns by duration level and
         start, so those reads are random, and were most of jax308's first window's levels
-        0-3 (13.6 M rows, 0.9 of 1.1 CPU s) when made level by level. Leaves ``done`` as
-        it is where :meth:`_level` would have every row kept at the first level alone."""
+        0-3 (13.6 M rows, 0.9 of 1.1 CPU s) when made level by level. The durations are
+        read as the index stores them (uint32 and a tail: ``trace_index._Widened``) and
+        each row's flow from the flow rows, not from whole-trace int64 copies (the two
+        were 218 MB of the levels' worker's 685 MiB peak on jax308). Leaves ``done`` as it
+        is where :meth:`_level` would have every row kept at the first level alone."""
         r0 = LAYER_RESOLUTIONS[ks[0]]
-        if self._raw is not None and not isinstance(self._raw[0], np.ndarray):
-            self._raw = (np.asarray(self._raw[0], np.int64), self._raw[1])  # as _level: widened once
-        dur = self._raw[0] if self._raw is not None else self.dur
-        if not ((self.level == NOT_YET) & (np.asarray(dur) < r0)).any():
+        dur, one_is_zero = self._raw if self._raw is not None else (self.dur, False)
+        narrow = getattr(dur, "col", None)  # trace_index._Widened: uint32 and its tail
+        if narrow is not None and narrow.dtype == np.uint32:
+            tail = dur.tail if dur.tail is not None else np.zeros(0, np.int64)
+            # (the tail's rows read 0 in ``narrow``: at worst the shortcut is not taken)
+            short = narrow < r0
+            dur = narrow
+        else:
+            dur = np.ascontiguousarray(dur, np.int64)
+            tail = np.zeros(0, np.int64)
+            short = dur < r0
+        short &= self.level == NOT_YET
+        if not short.any():
             return  # _level's shortcut (every row left kept at ks[0]), taken there
+        del short
         order, bounds = self.order()
         if not len(order):
             return
         visible = tuple(np.ascontiguousarray(self._flow_visibility(k, LAYER_RESOLUTIONS[k]), np.int64) for k in ks)
-        if self._flow_of is None:
-            self._flow_of = np.full(len(self.level), -1, np.int64)
-            self._flow_of[self.flow_rows] = self.flow_ids
         if order.dtype != np.int32:
             order = np.ascontiguousarray(order, np.int64)
-        dur, one_is_zero = self._raw if self._raw is not None else (self.dur, False)
-        _native.zoom_levels(order, bounds, np.ascontiguousarray(self.start, np.int64),
-                            np.ascontiguousarray(dur, np.int64), self.level, self._flow_of, visible, ks[0],
-                            tuple(LAYER_RESOLUTIONS[k] for k in ks), one_is_zero)
+        _native.zoom_levels(order, bounds, np.ascontiguousarray(self.start, np.int64), dur,
+                            np.ascontiguousarray(tail, np.int64), self.level,
+                            np.ascontiguousarray(self.flow_rows, np.int64), np.ascontiguousarray(self.flow_ids, np.int64),
+                            visible, ks[0], tuple(LAYER_RESOLUTIONS[k] for k in ks), one_is_zero)
         self.done = ks[-1]
 
     def _level(self, k: int) -> None:
