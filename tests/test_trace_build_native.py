@@ -290,16 +290,20 @@ def test_native_zoom_levels_in_one_walk_equal_level_by_level(rel, shared_fixture
 def test_native_zoom_levels_rejects_bad_input():
     n = 4
     z = np.zeros(n, np.int64)
-    none = np.zeros(0, np.int64)
+    none, no_flows = np.zeros(0, np.int64), np.zeros(0, np.int32)
     args = (np.array([0, 1, 2, 9], np.int32), np.array([0, n], np.int64), z, z, none, np.full(n, 127, np.int8),
-            none, none)
+            none, no_flows)
     with pytest.raises(ValueError):  # a row past the columns
-        ti._native.zoom_levels(*args, (none,), 0, (10,))
+        ti._native.zoom_levels(*args, (np.zeros(0, np.uint8),), 0, (10,))
     args = (np.arange(n, dtype=np.int32), *args[1:])
     with pytest.raises(ValueError):  # one visible set per level
-        ti._native.zoom_levels(*args, (none,), 0, (10, 1))
+        ti._native.zoom_levels(*args, (np.zeros(0, np.uint8),), 0, (10, 1))
     with pytest.raises(ValueError):  # flow rows past the columns
-        ti._native.zoom_levels(*args[:6], np.array([9], np.int64), np.array([1], np.int64), (none,), 0, (10,))
+        ti._native.zoom_levels(*args[:6], np.array([9], np.int64), np.array([0], np.int32), (np.ones(1, np.uint8),),
+                               0, (10,))
+    with pytest.raises(ValueError):  # a flow number past the visible flows
+        ti._native.zoom_levels(*args[:6], np.array([1], np.int64), np.array([1], np.int32), (np.ones(1, np.uint8),),
+                               0, (10,))
 
 
 def test_native_zoom_levels_in_one_walk_on_int64_durations_and_a_row_of_two_flows(shared_fixtures, tmp_path):

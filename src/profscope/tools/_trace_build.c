@@ -692,13 +692,16 @@ bad_input:
 }
 
 /* zoom_levels(order int32 or int64[n], seg int64[m+1], start int64[N], dur int64[N] or uint32[N],
- *             dur_tail int64[T], level int8[N], flow_rows int64[F] (sorted), flow_ids int64[F],
- *             visible tuple of int64 arrays (sorted), k0, rs tuple of ints, one_is_zero=False) -> None
+ *             dur_tail int64[T], level int8[N], flow_rows int64[F] (sorted), flow_dense int32[F],
+ *             visible tuple of uint8 arrays [nflows], k0, rs tuple of ints, one_is_zero=False) -> None
  * zoom_level for the levels k0, k0 + 1, ... (one per ``visible``/``rs`` entry) in one walk
  * of the order: each level keeps its own stack of kept ends, and a row is decided at every
  * level in turn, so a level reads the row's level as the passes before it left it (a row
  * kept at k0 is kept at k0 + 1 as "kept at a coarser level"), which is all that one level
- * takes from another; the answer is that of zoom_level called level by level. The walk
+ * takes from another; the answer is that of zoom_level called level by level, with the
+ * flows numbered densely (``flow_dense``: each flow row's number, 0..nflows-1, as the flow
+ * pre-pass numbers them) and each level's visible flows as a byte per flow (``visible``),
+ * read in place of zoom_level's binary search of the visible ids per flow row. The walk
  * reads each row's start and duration once for all the levels instead of once per level:
  * random reads (the order is by track and start, the columns by duration level and start),
  * most of the passes' time on jax308's 13.6 M rows.
@@ -718,28 +721,28 @@ static PyObject *zoom_levels(PyObject *self, PyObject *args) {
                           &PyArray_Type, &fi, &PyTuple_Type, &vis_t, &k0, &PyTuple_Type, &rs_t, &one_is_zero))
         return NULL;
     npy_intp n = PyArray_SIZE(ord), N = PyArray_SIZE(st), m1 = PyArray_SIZE(sg), T = PyArray_SIZE(dt);
+    npy_intp nflows = -1;
     npy_intp F = PyArray_SIZE(fr), K = PyTuple_GET_SIZE(vis_t);
     int o32 = PyArray_TYPE(ord) == NPY_INT32, d32 = PyArray_TYPE(du) == NPY_UINT32;
     if (!check(ord, o32 ? NPY_INT32 : NPY_INT64, n, "order") || !check(sg, NPY_INT64, -1, "seg") ||
         !check(st, NPY_INT64, N, "start") || !check(du, d32 ? NPY_UINT32 : NPY_INT64, N, "dur") ||
         !check(dt, NPY_INT64, T, "dur_tail") || !check(lv, NPY_INT8, N, "level") || !writable(lv, "level") ||
-        !check(fr, NPY_INT64, F, "flow_rows") || !check(fi, NPY_INT64, F, "flow_ids"))
+        !check(fr, NPY_INT64, F, "flow_rows") || !check(fi, NPY_INT32, F, "flow_dense"))
         return NULL;
     if (K < 1 || K > MAX_FUSED || PyTuple_GET_SIZE(rs_t) != K || k0 < 0 || k0 + K > 127 || T > N || (T && !d32)) {
         PyErr_SetString(PyExc_ValueError, "_trace_build.zoom_levels: bad levels or durations");
         return NULL;
     }
-    const int64_t *vis[MAX_FUSED];
-    npy_intp nv[MAX_FUSED];
+    const uint8_t *vis[MAX_FUSED];
     int64_t rs[MAX_FUSED];
     for (npy_intp j = 0; j < K; j++) {
         PyObject *v = PyTuple_GET_ITEM(vis_t, j);
-        if (!PyArray_Check(v) || !check((PyArrayObject *)v, NPY_INT64, -1, "visible")) {
+        if (!PyArray_Check(v) || !check((PyArrayObject *)v, NPY_UINT8, nflows, "visible")) {
             if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "_trace_build.zoom_levels: visible must be arrays");
             return NULL;
         }
         vis[j] = PyArray_DATA((PyArrayObject *)v);
-        nv[j] = PyArray_SIZE((PyArrayObject *)v);
+        nflows = PyArray_SIZE((PyArrayObject *)v);  /* every level's as long as the first's */
         rs[j] = PyLong_AsLongLong(PyTuple_GET_ITEM(rs_t, j));
         if (rs[j] == -1 && PyErr_Occurred()) return NULL;
     }
@@ -747,14 +750,16 @@ static PyObject *zoom_levels(PyObject *self, PyObject *args) {
     const int64_t *dur = PyArray_DATA(du), *tail = PyArray_DATA(dt);
     const uint32_t *dur32 = PyArray_DATA(du);
     const int32_t *o4 = PyArray_DATA(ord);
-    const int64_t *frows = PyArray_DATA(fr), *fids = PyArray_DATA(fi);
+    const int64_t *frows = PyArray_DATA(fr);
+    const int32_t *fids = PyArray_DATA(fi);
     int8_t *level = PyArray_DATA(lv);
     npy_intp at = N - T;
     if (m1 < 1 || seg[0] != 0 || seg[m1 - 1] != n) goto bad_input;
     for (npy_intp j = 0; j + 1 < m1; j++)
         if (seg[j + 1] < seg[j]) goto bad_input;
     for (npy_intp j = 0; j < F; j++)
-        if (frows[j] < 0 || frows[j] >= N || (j && frows[j] < frows[j - 1])) goto bad_input;
+        if (frows[j] < 0 || frows[j] >= N || (j && frows[j] < frows[j - 1]) || fids[j] < 0 || fids[j] >= nflows)
+            goto bad_input;
     int64_t *stack[MAX_FUSED] = {0};
     npy_intp cap[MAX_FUSED], sp[MAX_FUSED];
     int ok = 1, mem = 1;
@@ -807,7 +812,7 @@ static PyObject *zoom_levels(PyObject *self, PyObject *args) {
                     if (level[row] < k) {
                         /* kept at a coarser level: kept here too */
                     } else if (f >= 0) {
-                        if (!(d >= r || in_sorted(vis[j], nv[j], f))) continue;
+                        if (!(d >= r || vis[j][f])) continue;
                         level[row] = (int8_t)k;
                     } else if (d >= r || depth >= sp[j] || b - stack[j][depth] >= r) {
                         level[row] = (int8_t)k;

@@ -206,6 +206,7 @@ class ZoomLevels:
         self._flow_of: np.ndarray | None = None  # per row, its flow id or -1
         self._flow_seq: tuple | None = None
         self._flow_dense: tuple | None = None  # the same for the C pass
+        self._flow_got: np.ndarray | None = None  # its last answer, per flow as numbered there
 
     @property
     def dur(self) -> np.ndarray:
@@ -333,6 +334,7 @@ class ZoomLevels:
                                 int(tr.max()) + 1 if len(tr) else 0, ids)
         o, st, du, tr, fid, end, ntracks, ids = self._flow_dense
         got = _native.flow_pass(o, st, du, tr, fid, end, self._flow_level, ntracks, len(ids), k, r)
+        self._flow_got = got  # per flow as numbered densely: for _levels_native
         return ids[got == 1]  # ids from np.unique: sorted
 
     def _levels_native(self, ks: list[int]) -> None:
@@ -364,13 +366,23 @@ class ZoomLevels:
         order, bounds = self.order()
         if not len(order):
             return
-        visible = tuple(np.ascontiguousarray(self._flow_visibility(k, LAYER_RESOLUTIONS[k]), np.int64) for k in ks)
+        # each level's visible flows as a byte per flow, the flows numbered as the flow
+        # pre-pass numbers them (_flow_pass_native), each flow row's number by its place
+        visible, dense = [], np.zeros(0, np.int32)
+        for k in ks:
+            self._flow_got = None
+            self._flow_visibility(k, LAYER_RESOLUTIONS[k])
+            visible.append(np.zeros(0, np.uint8) if self._flow_got is None else (self._flow_got == 1).view(np.uint8))
+        if self._flow_dense is not None:
+            o, fid = self._flow_dense[0], self._flow_dense[4]
+            dense = np.empty(len(o), np.int32)
+            dense[o] = fid
         if order.dtype != np.int32:
             order = np.ascontiguousarray(order, np.int64)
         _native.zoom_levels(order, bounds, np.ascontiguousarray(self.start, np.int64), dur,
                             np.ascontiguousarray(tail, np.int64), self.level,
-                            np.ascontiguousarray(self.flow_rows, np.int64), np.ascontiguousarray(self.flow_ids, np.int64),
-                            visible, ks[0], tuple(LAYER_RESOLUTIONS[k] for k in ks), one_is_zero)
+                            np.ascontiguousarray(self.flow_rows, np.int64), dense,
+                            tuple(visible), ks[0], tuple(LAYER_RESOLUTIONS[k] for k in ks), one_is_zero)
         self.done = ks[-1]
 
     def _level(self, k: int) -> None:
