@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from profscope.app import tool_pages
 from profscope.app.summary import Analysis, complete_host
-from profscope.app.compiled_memory import CompiledMemory
+from profscope.app.compiled_memory import CompiledMemory, complete_query
 from profscope.app.oom import OomAssessment
 from profscope.app.op_stats import OpStats
 from profscope.app.pprofs import Pprofs
@@ -184,6 +184,7 @@ TOOLS: tuple[Tool, ...] = (
         page=Page("view_memory_allocation_timeline", "memory_viewer_timeline.html",
                   CompiledMemory.memory_viewer_timeline),
         in_process=CompiledMemory.small_module,
+        complete=complete_query,
         version=4,  # 2: profscope.heapEventKinds/heapEventBuffers/smallBuffersAtPeak, page view heapPoints;
         # 3: a text-only dump's liveRange from *-live-range.txt, with the heap over program order;
         # 4: profscope.peakBuffers (every buffer summed into the peak, exact bytes: the module compare)

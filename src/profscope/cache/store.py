@@ -262,13 +262,22 @@ class DiskCache:
             # Serialised in the worker too: a payload that cannot be (or that would
             # expand into gigabytes of JSON) fails there, not here.
             gz = self._convert(key, job, file, lambda p: _gzip_json(compute(p)), in_process=in_process)
-            self.put(key, gz)
-            if self.shared is not None:
-                self.shared.publish_later(key, [(SHARED_BLOB, self._path(key))], kind="blob",
-                                          scratch=self._path(key).parent)
+            self._store(key, gz)
             return gz
 
         return self._once(key, label, found, make)
+
+    def put_json(self, key: str, value: object) -> None:
+        """``value`` stored for ``key`` as :meth:`get_or_compute` stores a result: for one
+        made beside another conversion, with no conversion of its own (the memory
+        viewer's conversion of a module also makes its ranking row)."""
+        self._store(key, _gzip_json(value))
+
+    def _store(self, key: str, gz: bytes) -> None:
+        self.put(key, gz)
+        if self.shared is not None:
+            self.shared.publish_later(key, [(SHARED_BLOB, self._path(key))], kind="blob",
+                                      scratch=self._path(key).parent)
 
     def get_or_build_dir(self, key: str, label: str, build: Callable[[Progress, Path], object], *,
                          file: str | None = None) -> Path:
