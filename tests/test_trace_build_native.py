@@ -361,3 +361,21 @@ def test_durations_saved_in_blocks_fall_back_to_int64_when_the_head_does_not_fit
         assert not (folder / ti.DUR_TAIL_FILE).exists()
     assert saved[False] == saved[True]
     assert np.load(tmp_path / "c" / "dur.npy").tolist() == [7, 5, 3, 1 << 40]
+
+
+@pytest.mark.parametrize("runs", [1, 2, 7, 5000])
+def test_native_sort_track_equals_the_lexsort(runs):
+    """``_trace_build.sort_track`` (a track's sorted runs merged) orders a track's rows as
+    ``np.lexsort((~dur, start))`` did: by start, longest first, ties in their order; on
+    tracks of one to thousands of runs with many equal starts and durations."""
+    rng = np.random.default_rng(runs)
+    n = 20_000
+    start = rng.integers(0, 3000, n).astype(np.int64)
+    dur = rng.integers(0, 4, n).astype(np.int64) * 100
+    parts = np.array_split(rng.permutation(n).astype(np.int32), runs)
+    seg = np.concatenate([p[np.lexsort((~dur[p], start[p]))] for p in parts])  # sorted runs
+    want = seg[np.lexsort((~dur[seg], start[seg]))]
+    ti._native.sort_track(seg, start, dur)
+    assert np.array_equal(seg, want)
+    with pytest.raises(ValueError):
+        ti._native.sort_track(np.array([0, n], np.int32), start, dur)

@@ -1141,12 +1141,80 @@ static PyObject *take(PyObject *self, PyObject *args) {
     return PyBool_FromLong(fits);
 }
 
+/* sort_track(seg int32[m] (in place), start int64[N], dur int64[N]) -> number of runs
+ * A track's rows (``seg``, a stretch of track_order's answer) sorted by (start, longest
+ * first), stable: what trace_index._nest's ``np.lexsort((~dur[seg], start[seg]))`` gives.
+ * A track out of order is nearly always a few sorted runs (jax308: 1.3 M rows in two runs
+ * on each of its two big threads), where the lexsort sorts every duration first; here the
+ * runs are found and merged pairwise (a natural merge sort), O(m log runs). */
+static inline int row_less(const int64_t *s, const int64_t *d, int32_t a, int32_t b) {
+    return s[a] < s[b] || (s[a] == s[b] && d[a] > d[b]);
+}
+
+static PyObject *sort_track(PyObject *self, PyObject *args) {
+    PyArrayObject *sg, *st, *du;
+    if (!PyArg_ParseTuple(args, "O!O!O!", &PyArray_Type, &sg, &PyArray_Type, &st, &PyArray_Type, &du)) return NULL;
+    npy_intp m = PyArray_SIZE(sg), N = PyArray_SIZE(st);
+    if (!check(sg, NPY_INT32, m, "seg") || !writable(sg, "seg") || !check(st, NPY_INT64, N, "start") ||
+        !check(du, NPY_INT64, N, "dur"))
+        return NULL;
+    int32_t *a = PyArray_DATA(sg);
+    const int64_t *s = PyArray_DATA(st), *d = PyArray_DATA(du);
+    for (npy_intp i = 0; i < m; i++)
+        if (a[i] < 0 || a[i] >= N) {
+            PyErr_SetString(PyExc_ValueError, "_trace_build.sort_track: a row out of range");
+            return NULL;
+        }
+    /* run starts (and m at the end) */
+    npy_intp nr = 1;
+    for (npy_intp i = 1; i < m; i++) nr += row_less(s, d, a[i], a[i - 1]);
+    npy_intp *runs = malloc(sizeof(npy_intp) * (nr + 1));
+    int32_t *tmp = malloc(sizeof(int32_t) * (m ? m : 1));
+    if (!runs || !tmp) {
+        free(runs);
+        free(tmp);
+        return PyErr_NoMemory();
+    }
+    npy_intp runs_found = m ? nr : 0;
+    Py_BEGIN_ALLOW_THREADS
+    npy_intp k = 0;
+    runs[k++] = 0;
+    for (npy_intp i = 1; i < m; i++)
+        if (row_less(s, d, a[i], a[i - 1])) runs[k++] = i;
+    runs[k] = m;
+    int32_t *src = a, *dst = tmp;
+    while (nr > 1) {
+        npy_intp out = 0;
+        for (npy_intp r = 0; r < nr; r += 2) {
+            npy_intp lo = runs[r], mid = runs[r + 1], hi = r + 2 <= nr ? runs[r + 2] : mid;
+            if (r + 1 >= nr) { mid = hi = runs[r + 1]; }
+            npy_intp i = lo, j = mid, o = lo;
+            /* stable: the left run's row first unless the right one's is strictly less */
+            while (i < mid && j < hi) dst[o++] = row_less(s, d, src[j], src[i]) ? src[j++] : src[i++];
+            while (i < mid) dst[o++] = src[i++];
+            while (j < hi) dst[o++] = src[j++];
+            runs[out++] = lo;
+        }
+        runs[out] = m;
+        nr = out;
+        int32_t *t = src;
+        src = dst;
+        dst = t;
+    }
+    if (src != a) memcpy(a, src, sizeof(int32_t) * m);
+    Py_END_ALLOW_THREADS
+    free(runs);
+    free(tmp);
+    return PyLong_FromSsize_t(runs_found);
+}
+
 static PyMethodDef methods[] = {
     {"shift_clip", shift_clip, METH_VARARGS, "Starts shifted, durations clipped, the last end and events per track."},
     {"level_order", level_order, METH_VARARGS, "Rows by duration level (stable) and each level's bounds."},
     {"inverse", inverse, METH_VARARGS, "The inverse of a permutation (each reader row's index row)."},
     {"take", take, METH_VARARGS, "A gather with a cast, and whether every value fitted."},
     {"track_order", track_order, METH_VARARGS, "Rows grouped by track (stable) and the tracks out of order."},
+    {"sort_track", sort_track, METH_VARARGS, "A track's rows by (start, longest first), stable, by merging its runs."},
     {"depths", depths, METH_VARARGS, "Nesting depth per row and track (trace_index._depths)."},
     {"tiers", tiers, METH_VARARGS, "Every resolution tier's picks in one pass (trace_index._build_tiers)."},
     {"tier_merge", tier_merge, METH_VARARGS, "The kept tiers' rows sorted by start, by one merge of the levels."},
