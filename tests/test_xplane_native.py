@@ -183,3 +183,34 @@ def test_fallback_when_disabled(monkeypatch):
     assert not xw.native_enabled()
     monkeypatch.setenv("PROFSCOPE_NATIVE", "1")
     assert xw.native_enabled()
+
+
+@pytest.mark.parametrize("spread", [1, 1_000_003])
+def test_event_names_the_same_whatever_the_metadata_ids(spread, shared_fixtures):
+    """The trace reader names events through a table by metadata id where the ids are
+    small (the profilers number them 1, 2, ...) and by binary search where they are not:
+    the TPU fixture, its event metadata ids multiplied by ``spread`` (and one event's id
+    left unknown), reads the same names."""
+    path = shared_fixtures / REAL[0]
+    space = xplane_pb2.XSpace.FromString(path.read_bytes())
+    unknown = 0
+    for plane in space.planes:
+        old = dict(plane.event_metadata)
+        new = {k: k * spread if 0 <= k < 2**40 else k for k in old}
+        plane.event_metadata.clear()
+        for k, md in old.items():
+            plane.event_metadata[new[k]].CopyFrom(md)
+            plane.event_metadata[new[k]].id = new[k]
+        for line in plane.lines:
+            for ev in line.events:
+                ev.metadata_id = new.get(ev.metadata_id, ev.metadata_id)
+        if not unknown and plane.lines and plane.lines[0].events:
+            plane.lines[0].events[0].metadata_id = 2**40 + 1  # no such metadata: ""
+            unknown = 1
+    data = space.SerializeToString()
+    base = xplane_trace.read_trace(io.BytesIO(path.read_bytes()), str(path), 0, "host")
+    got = xplane_trace.read_trace(io.BytesIO(data), str(path), 0, "host")
+    names = np.asarray(base.names, dtype=object)[base.name]
+    moved = np.asarray(got.names, dtype=object)[got.name]
+    differ = np.flatnonzero(names != moved)
+    assert len(names) == len(moved) > 1000 and len(differ) == 1 and moved[differ[0]] == ""

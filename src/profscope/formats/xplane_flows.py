@@ -251,9 +251,7 @@ class PlaneFlows:
         p_has = p_has & p_idh
         c_has, c_type = last("_ct")
         c_idh, c_id = last("_c")
-        c_has = c_has & c_idh
-        p_type, c_type = p_type.copy(), c_type.copy()
-        p_id, c_id = p_id.copy(), c_id.copy()
+        c_has = c_has & c_idh  # (the values are fresh arrays, connect may write into them)
 
         def connect(producer, consumers, ctype, ok, *key):
             """XplaneConnectedEventMutator: SetOrAdd the context on both sides; the context

@@ -404,6 +404,15 @@ class _PlaneReader:
         self.lut_vals = np.asarray([names(m.display_name or m.name) for m in (meta.event_metadata[k] for k in mids)],
                                    dtype=np.int32)
         self.empty = names("")
+        # by metadata id straight where the ids are few and small (XPlane.event_metadata's
+        # keys: the profiler numbers them 1, 2, ...; jax308's 45,055 up to 45,055): one
+        # gather per chunk instead of a binary search per event (0.11 of a 1.7 s decode).
+        # Index -1 (a negative id, clipped) and top + 1 (past the keys) read "".
+        top = int(self.lut_keys[-1]) if len(mids) else -1
+        self.dense = None
+        if len(mids) and int(self.lut_keys[0]) >= 0 and top < 4 * len(mids) + 4096:
+            self.dense = np.full(top + 2, self.empty, dtype=np.int32)
+            self.dense[self.lut_keys] = self.lut_vals
         raw = {k: v.name for k, v in meta.event_metadata.items()}
         self.internal_ids = np.asarray([k for k, v in raw.items() if v in INTERNAL_EVENTS], dtype=np.int64)
         self.alloc_ids = np.asarray([k for k, v in raw.items() if v in ALLOC_EVENTS], dtype=np.int64)
@@ -424,8 +433,11 @@ class _PlaneReader:
     def name_ids(self, ev) -> np.ndarray:
         if not len(self.lut_keys):
             return np.full(ev.n, self.empty, dtype=np.int32)
-        pos = np.clip(np.searchsorted(self.lut_keys, ev.metadata_id), 0, len(self.lut_keys) - 1)
-        name_id = np.where(self.lut_keys[pos] == ev.metadata_id, self.lut_vals[pos], self.empty).astype(np.int32)
+        if self.dense is not None:
+            name_id = self.dense[np.clip(ev.metadata_id, -1, len(self.dense) - 1)]
+        else:
+            pos = np.clip(np.searchsorted(self.lut_keys, ev.metadata_id), 0, len(self.lut_keys) - 1)
+            name_id = np.where(self.lut_keys[pos] == ev.metadata_id, self.lut_vals[pos], self.empty).astype(np.int32)
         # Step roots (a ``step_num`` stat: JAX's StepTraceAnnotation, TF's Trace with
         # step_num) are shown under their step's name, "<name> <step_num>": XProf's step
         # grouping gives them that ``step_name`` (checked on 2.24.2's output).

@@ -153,7 +153,8 @@ class IndexWriter:
 
     def events(self, track, start, dur, name, off, length) -> None:
         for (k, dtype), col in zip(_RAW, (track, start, dur, name, off, length)):
-            self._raw[k].write(np.ascontiguousarray(col, dtype=dtype).tobytes())
+            # the array's own bytes: tobytes() copied each chunk's column first
+            self._raw[k].write(memoryview(np.ascontiguousarray(col, dtype=dtype)).cast("B"))
         self.n += len(start)
 
     def blob(self, buf, source_offset: int | None = None) -> None:
