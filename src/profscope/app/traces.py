@@ -6,6 +6,7 @@ import no format."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import threading
@@ -19,6 +20,7 @@ from profscope.app import keys, lazy
 from profscope.app.answer_cache import AnswerCache
 from profscope.app.queries import StepsOpsQuery, TraceQuery, XprofTraceQuery
 from profscope.app.profile_steps import ALL_HOSTS, HOST_STEPS_FILE, write_host_steps
+from profscope.cache import worker as cache_worker
 from profscope.errors import NotFound, ProfscopeError
 from profscope.forksafe import renew_locks_after_fork
 from profscope.model.catalog import Run, RunKind
@@ -29,6 +31,7 @@ chrome_trace = lazy.module("profscope.formats.chrome_trace")
 xplane_trace = lazy.module("profscope.formats.xplane_trace")
 xplane_line_ranges = lazy.module("profscope.formats.xplane_line_ranges")
 xplane_activity = lazy.module("profscope.formats.xplane_activity")
+heap = lazy.module("profscope.model.heap")
 host_activity = lazy.module("profscope.model.host_activity")  # numpy: only when a trace job is rolled up
 trace_export = lazy.module("profscope.tools.trace_export")
 trace_hosts_tool = lazy.module("profscope.tools.trace_hosts")
@@ -124,8 +127,12 @@ class Traces:
             # xplane's own bytes are read back from the file for details, not copied
             source = self.logdir.local_file(info.path) if classify(info.name) is FileKind.XPLANE else None
             writer = trace_index.IndexWriter(folder, source=source)
+            # a conversion worker (a process that ends after this) keeps what the decoder
+            # frees for its next chunk instead of asking the kernel for fresh pages each
+            # time; not when the read also groups the host steps, whose peak would grow
+            kept = heap.freed_memory_kept() if cache_worker.in_worker() and not steps else contextlib.nullcontext()
             try:
-                with self.logdir.open(info.path) as f:
+                with kept, self.logdir.open(info.path) as f:
                     if classify(info.name) is FileKind.XPLANE:
                         split = xplane_line_ranges.Split(self.line_ranges, source, str(Path(folder) / "ranges")) \
                             if self.line_ranges is not None and source else None
