@@ -689,16 +689,16 @@ def first_per_pixel(track: np.ndarray, depth: np.ndarray, px: np.ndarray) -> np.
     do not fit those codes take the keys' sort."""
     if not len(px):
         return np.zeros(0, np.int64)
-    track, depth = track.astype(np.int64), depth.astype(np.int64)
     d = int(depth.max()) + 1
     if int(track.min()) >= 0 and int(depth.min()) >= 0 and d <= 1 << 16 and int(px.max()) < 1 << 20 \
             and (int(track.max()) + 1) * d <= 1 << 16:
-        code = track * d + depth
+        code = track.astype(np.int32) * d + depth  # < 2^16: no int64 copies
         by_row = np.argsort(code.astype(np.uint16), kind="stable")
-        key = code[by_row] << 20 | px[by_row]
-        new = np.ones(len(key), bool)
-        new[1:] = key[1:] != key[:-1]
+        code, px = code[by_row], px[by_row]
+        new = np.ones(len(code), bool)
+        new[1:] = (code[1:] != code[:-1]) | (px[1:] != px[:-1])
         return by_row[new]
+    track, depth = track.astype(np.int64), depth.astype(np.int64)
     _, first = np.unique((track << 16 | depth) << 20 | px, return_index=True)
     return first
 
