@@ -1,5 +1,5 @@
 """A profile's steps read in the background once its timeline answers (app/traces.py
-``_prefetch_steps``, ``profscope serve`` unless ``--no-prefetch``).
+``_prefetch_after``, ``profscope serve`` unless ``--no-prefetch``).
 
 An index the timeline built holds display rows, not the host plane's context stats that
 XProf's step grouping reads, so the first Steps & ops answer after a trace link used to
@@ -58,7 +58,7 @@ def logdir(shared_fixtures, tmp_path_factory) -> Path:
 
 def _ws(logdir: Path, cache: Path, prefetch: bool = True) -> Workspace:
     ws = Workspace(LogDir(str(logdir), listing_ttl=0), DiskCache(cache))
-    ws.prefetch_steps = prefetch
+    ws.prefetch = prefetch
     return ws
 
 
@@ -147,7 +147,8 @@ def test_an_unreadable_file_ends_its_prefetch_and_its_request_says_why(logdir, t
     run = _run(ws, "tpu_inference_corrupt")
     host = run.hosts[0]
     key = _steps_key(ws, run, host)
-    ws._prefetch(run, [(host, key)])  # what a window's prefetch runs, here in this thread
+    # what a window's prefetch runs, here in this thread
+    ws._prefetch([(key, "its steps", lambda: ws.xplane_steps(run, host, load=False))])
     assert not ws.cache.has(key)
     with pytest.raises(ProfscopeError) as err:
         ws.xplane_steps(run, host)
@@ -171,7 +172,42 @@ def test_no_prefetch_where_nothing_is_to_be_read(logdir, tmp_path):
 
 
 def test_serve_prefetches_unless_told_not_to(logdir, tmp_path):
-    assert Workspace(LogDir(str(logdir)), DiskCache(tmp_path / "c0")).prefetch_steps is False
+    assert Workspace(LogDir(str(logdir)), DiskCache(tmp_path / "c0")).prefetch is False
     cache = ["--cache-dir", str(tmp_path / "c1"), "--no-capture"]
-    assert _workspace(build_parser().parse_args(["serve", str(logdir), *cache])).prefetch_steps is True
-    assert _workspace(build_parser().parse_args(["serve", str(logdir), *cache, "--no-prefetch"])).prefetch_steps is False
+    assert _workspace(build_parser().parse_args(["serve", str(logdir), *cache])).prefetch is True
+    assert _workspace(build_parser().parse_args(["serve", str(logdir), *cache, "--no-prefetch"])).prefetch is False
+
+
+def test_a_big_traces_deeper_zoom_levels_are_made_after_its_first_xprof_window(logdir, tmp_path, monkeypatch):
+    """Past ``XPROF_LEVELS_MAX`` events an XProf window makes only the zoom levels it
+    loads, so each deeper zoom waited for its own (jax308: 0.4-1.2 s each for levels 5 to
+    10). Once a filtered window has answered, the rest are made in the background; a
+    deeper window then runs no conversion and answers what it answers without the
+    prefetch. The demo's JAX CPU profile stands for a big trace: the thresholds lowered,
+    as the forked workers inherit them."""
+    from profscope.tools import trace_visibility as tv
+    from profscope.tools import trace_xprof
+
+    for module, name in ((tv, "XPROF_FILTER_MIN_EVENTS"), (trace_xprof, "XPROF_FILTER_MIN_EVENTS"), (tv, "XPROF_LEVELS_MAX")):
+        monkeypatch.setattr(module, name, 100)
+    ws = _ws(logdir, tmp_path / "cache")
+    run = _run(ws, "convnet")
+    host = run.hosts[0]
+    first = orjson.loads(ws.trace_xprof_json(run, XprofTraceQuery()))
+    _join_prefetches()
+    index_key = ws._trace_index_key(host, run.xplane(host))
+    assert ws.cache.built_dir(keys.derived(keys.TRACE_ZOOM_LEVELS, ws.logdir.url, index_key, tv.N_LEVELS - 1))
+    lo, hi = first["fullTimespan"]
+    deep = XprofTraceQuery(start_time_ms=lo + (hi - lo) * 0.4, end_time_ms=lo + (hi - lo) * 0.401)
+    span_ps, res = round((hi - lo) * 1e9), 8000  # XProf's default resolution
+    assert tv.levels_needed(tv.resolution_ps(span_ps // 1000, res)) > tv.levels_needed(tv.resolution_ps(span_ps, res))
+    runs = ws.cache.workers.stats["runs"]
+    got = ws.trace_xprof_json(run, deep)
+    assert ws.cache.workers.stats["runs"] == runs  # the levels were there: no conversion
+    plain = _ws(logdir, tmp_path / "plain", prefetch=False)
+    plain_run = _run(plain, "convnet")
+    plain.trace_xprof_json(plain_run, XprofTraceQuery())
+    assert not _prefetches()
+    plain_runs = plain.cache.workers.stats["runs"]
+    assert plain.trace_xprof_json(plain_run, deep) == got and orjson.loads(got)["traceEvents"]
+    assert plain.cache.workers.stats["runs"] == plain_runs + 1  # without it: its own levels, made then

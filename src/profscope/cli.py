@@ -103,8 +103,9 @@ def _add_serve(sub) -> None:
                             "names only (docs/capture.md); by default only loopback ones")
     serve.add_argument("--no-capture", action="store_true", help="turn the Capture profile dialog and API off")
     serve.add_argument("--no-prefetch", action="store_true",
-                       help="do not read a profile's steps in the background once its timeline answers (Steps & ops "
-                            "then reads them when first opened; docs/steps_and_ops.md)")
+                       help="do not make in the background, once a timeline answers, what its next requests read: "
+                            "a profile's steps (Steps & ops then reads them when first opened; docs/steps_and_ops.md) "
+                            "and a big trace's deeper XProf zoom levels (docs/trace_viewer.md)")
     serve.add_argument("--source-root", action="append", default=[], metavar="DIR",
                        help="a folder the program's source files are read from (read-only, repeatable; also "
                             "$PROFSCOPE_SOURCE_ROOTS, separated by the path separator): the memory viewer shows the "
@@ -402,7 +403,7 @@ def _workspace(args, logdir=None):
             "capture_dir": _capture_root(args), "capture_allow": args.capture_allow,
             "capture_max_bytes": parse_size(args.capture_max_bytes, "--capture-max-bytes")}
     ws = Workspace(logdir, cache, **capture)
-    ws.prefetch_steps = getattr(args, "command", None) == "serve" and not args.no_prefetch
+    ws.prefetch = getattr(args, "command", None) == "serve" and not args.no_prefetch
     env_roots = [r for r in os.environ.get("PROFSCOPE_SOURCE_ROOTS", "").split(os.pathsep) if r]
     ws.set_source_roots([*getattr(args, "source_root", []), *env_roots])
     return ws

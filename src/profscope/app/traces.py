@@ -10,7 +10,7 @@ import contextlib
 import dataclasses
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -72,10 +72,11 @@ class Traces:
         self.line_ranges = None
         # XProf's trace_viewer@ answers by window (app/answer_cache.py: why in memory)
         self._xprof_answers = AnswerCache(XPROF_ANSWERS_BYTES, XPROF_ANSWER_MAX_BYTES)
-        # Whether a timeline's window has the steps of its xplanes read in the background
-        # (_prefetch_steps); `profscope serve` turns it on unless --no-prefetch.
-        self.prefetch_steps = False
-        self._prefetched: set[str] = set()  # the steps' keys a prefetch has made or is making
+        # Whether a timeline's window has what the next requests read made in the
+        # background (_prefetch_after); `profscope serve` turns it
+        # on unless --no-prefetch.
+        self.prefetch = False
+        self._prefetched: set[str] = set()  # the keys a prefetch has made or is making
         self._prefetch_lock = threading.Lock()
         renew_locks_after_fork(self, "_prefetch_lock")
 
@@ -200,20 +201,26 @@ class Traces:
         view = self.trace_view(run, query, preview_resolution=res if whole else None)
         self._window_tiers(run, view)
         out = answer(view, query.start_ms, query.end_ms, query.resolution)
-        self._prefetch_steps(run, view)
+        self._prefetch_after(run, view)
         return out
 
-    def _prefetch_steps(self, run: Run, view: trace_viewer.TraceView) -> None:
-        """The steps Steps & ops reads from each selected xplane (app/profile_steps.py
-        ``xplane_steps``), read in the background once its timeline answers, while no
-        other conversion runs or waits (``WorkerPool.spare_slot``: else at a later
-        window). An index the timeline built holds display rows, not the host plane's
-        context stats XProf's grouping reads, so without this the first Steps & ops
-        answer after a trace link read the file again (jax308: 2.1-2.3 CPU s; with the
-        steps made here, 0.5-0.6 s: docs/performance.md). An index Steps & ops built
-        holds its host steps already."""
-        if not self.prefetch_steps or not self.cache.workers.enabled:  # in-process: no spare worker
+    def _prefetch_after(self, run: Run, view: trace_viewer.TraceView, xprof: bool = False) -> None:
+        """Once a window of ``view`` has answered, make in the background what its next
+        requests read (:meth:`_prefetch`): the steps Steps & ops reads (:meth:`_steps_jobs`)
+        and, after an XProf answer, a big trace's deeper zoom levels
+        (:meth:`_zoom_level_jobs`). One thread, the jobs in turn: two would each find the
+        other's conversion running and leave their spare slot unused."""
+        if not self.prefetch or not self.cache.workers.enabled:  # in-process: no spare worker
             return
+        self._prefetch_in_background(self._steps_jobs(run, view) + (self._zoom_level_jobs(run, view) if xprof else []))
+
+    def _steps_jobs(self, run: Run, view: trace_viewer.TraceView) -> list:
+        """The steps Steps & ops reads from each selected xplane (app/profile_steps.py
+        ``xplane_steps``). An index the timeline built holds display rows, not the host
+        plane's context stats XProf's grouping reads, so without this the first Steps &
+        ops answer after a trace link read the file again (jax308: 2.1-2.3 CPU s; with
+        the steps made here, 0.5-0.6 s: docs/performance.md). An index Steps & ops built
+        holds its host steps already."""
         sources, todo = None, []
         for h in view.hosts:
             if (Path(h.index.folder) / HOST_STEPS_FILE).is_file():
@@ -223,29 +230,55 @@ class Traces:
             if classify(info.name) is not FileKind.XPLANE:
                 continue
             key = self.derived_key(keys.XPLANE_STEPS, info)
-            with self._prefetch_lock:
-                if key in self._prefetched or self.cache.has(key):
-                    continue
-                self._prefetched.add(key)
-            todo.append((h.host, key))
-        if todo:
-            threading.Thread(target=self._prefetch, args=(run, todo), name="profscope-prefetch", daemon=True).start()
+            todo.append((key, f"the steps of {run.name} {h.host}",
+                         lambda host=h.host: self.xplane_steps(run, host, load=False)))
+        return todo
 
-    def _prefetch(self, run: Run, todo: list[tuple[str, str]]) -> None:
-        """Each ``(host, key)``'s steps in turn, in one spare worker slot; with none
-        spare, nothing (a later window tries again)."""
+    def _zoom_level_jobs(self, run: Run, view: trace_viewer.TraceView) -> list:
+        """XProf's zoom levels down to the last, for each selected host of more than
+        ``XPROF_LEVELS_MAX`` events, from the deepest level kept. Past that size a window
+        makes only the levels it loads (:meth:`_xprof_zoom_levels`), so each deeper zoom
+        waited for its own (jax308: 0.4-1.2 s each for levels 5 to 10); all of them after
+        the first window's: 1.2 CPU s, once."""
+        last = trace_visibility.N_LEVELS - 1
+        sources, todo = None, []
+        for h in view.hosts:
+            if h.index.n <= trace_visibility.XPROF_LEVELS_MAX or not h.index.zoom_levels_missing(last):
+                continue
+            sources = sources or self.trace_sources(run)
+            info = sources[h.position][1]
+            index_key = self._trace_index_key(h.host, info)
+            key = keys.derived(keys.TRACE_ZOOM_LEVELS, self.logdir.url, index_key, last)
+            todo.append((key, f"XProf's zoom levels of {run.name} {h.host}",
+                         lambda ix=h.index, info=info, key=key, index_key=index_key:
+                             self._zoom_levels_dir(ix, info, key, last, self._kept_zoom_levels(index_key)[0])))
+        return todo
+
+    def _prefetch_in_background(self, todo: list[tuple[str, str, Callable[[], object]]]) -> None:
+        """Run ``todo``'s ``(cache key, what, make)`` jobs not made nor being made, in
+        one background thread (:meth:`_prefetch`)."""
+        with self._prefetch_lock:
+            todo = [job for job in todo if job[0] not in self._prefetched and not self.cache.has(job[0])]
+            self._prefetched.update(key for key, _what, _make in todo)
+        if todo:
+            threading.Thread(target=self._prefetch, args=(todo,), name="profscope-prefetch", daemon=True).start()
+
+    def _prefetch(self, todo: list[tuple[str, str, Callable[[], object]]]) -> None:
+        """Each job in turn, in one spare worker slot, while no other conversion runs or
+        waits (``WorkerPool.spare_slot``: a prefetch never queues a request's
+        conversion); with none spare, nothing (a later window tries again)."""
         with self.cache.workers.spare_slot() as free:
             if free:
-                for host, _key in todo:
+                for _key, what, make in todo:
                     try:
-                        self.xplane_steps(run, host, load=False)
+                        make()
                     except ProfscopeError as e:  # the file's error is remembered for the request that asks
-                        log.info("prefetching the steps of %s %s: %s", run.name, host, e.message)
+                        log.info("prefetching %s: %s", what, e.message)
                     except Exception:  # noqa: BLE001 - a background read never takes the server down
-                        log.exception("prefetching the steps of %s %s failed", run.name, host)
+                        log.exception("prefetching %s failed", what)
                 return
         with self._prefetch_lock:
-            self._prefetched.difference_update(key for _host, key in todo)
+            self._prefetched.difference_update(key for key, _what, _make in todo)
 
     def _window_tiers(self, run: Run, view: trace_viewer.TraceView) -> None:
         """The resolution tiers of every selected host's index built for Steps & ops
@@ -445,7 +478,7 @@ class Traces:
         if kept is not None:
             return iter((kept,))
         self._xprof_zoom_levels(run, view, s, e, res)
-        self._prefetch_steps(run, view)
+        self._prefetch_after(run, view, xprof=True)
         return self._xprof_answers.keeping(key, trace_xprof.xprof_chunks(
             view, query.start_time_ms, query.end_time_ms, query.resolution))
 
@@ -478,21 +511,35 @@ class Traces:
                 depth, resume = trace_visibility.N_LEVELS - 1, None
                 key = keys.derived(keys.TRACE_ZOOM_LEVELS, self.logdir.url, index_key)
             else:
-                kept = {k: self.cache.built_dir(keys.derived(keys.TRACE_ZOOM_LEVELS, self.logdir.url, index_key, k))
-                        for k in range(trace_visibility.N_LEVELS)}
-                deeper = [k for k in range(upto, trace_visibility.N_LEVELS) if kept[k] is not None]
-                if deeper:
-                    ix.use_zoom_levels(kept[deeper[0]])
+                resume, deeper = self._kept_zoom_levels(index_key, upto)
+                if deeper is not None:
+                    ix.use_zoom_levels(deeper)
                     continue
                 depth = upto
-                resume = next((kept[k] for k in range(upto - 1, -1, -1) if kept[k] is not None), None)
                 key = keys.derived(keys.TRACE_ZOOM_LEVELS, self.logdir.url, index_key, depth)
-            folder = self.cache.get_or_build_dir(
-                key, f"Trace viewer: XProf's zoom levels of {info.name}",
-                lambda progress, out, src=ix.folder, d=depth, prev=resume:
-                    trace_index.write_zoom_levels(src, out, progress, d, prev),
-                file=self.logdir.display_path(info.path))
-            ix.use_zoom_levels(folder)
+            self._zoom_levels_dir(ix, info, key, depth, resume)
+
+    def _kept_zoom_levels(self, index_key: str, upto: int | None = None):
+        """(the deepest levels kept above ``upto``, the shallowest kept at or past it) of
+        a big trace's index, folders or None: zoom levels made as deep as windows asked.
+        ``upto`` defaults to the last level."""
+        if upto is None:
+            upto = trace_visibility.N_LEVELS - 1
+        kept = {k: self.cache.built_dir(keys.derived(keys.TRACE_ZOOM_LEVELS, self.logdir.url, index_key, k))
+                for k in range(trace_visibility.N_LEVELS)}
+        deeper = next((kept[k] for k in range(upto, trace_visibility.N_LEVELS) if kept[k] is not None), None)
+        resume = next((kept[k] for k in range(upto - 1, -1, -1) if kept[k] is not None), None)
+        return resume, deeper
+
+    def _zoom_levels_dir(self, ix, info: FileInfo, key: str, depth: int, resume) -> None:
+        """XProf's zoom levels of ``ix`` down to ``depth`` (from the levels in ``resume``),
+        made in a conversion worker, kept under ``key`` and handed to the index."""
+        folder = self.cache.get_or_build_dir(
+            key, f"Trace viewer: XProf's zoom levels of {info.name}",
+            lambda progress, out, src=ix.folder, d=depth, prev=resume:
+                trace_index.write_zoom_levels(src, out, progress, d, prev),
+            file=self.logdir.display_path(info.path))
+        ix.use_zoom_levels(folder)
 
 
 def _steps_activity(steps_ops: dict) -> host_activity.HostActivity:
