@@ -187,10 +187,37 @@ class PlaneFlows:
             return np.zeros(ev.n, dtype=bool)
         return np.isin(ev.metadata_id, np.concatenate(ids))
 
-    def select(self, ev, keep: np.ndarray, seq0: int) -> np.ndarray:
+    def candidates(self, ev) -> np.ndarray:
+        """The events of the chunk ``ev`` that can get a flow (ascending positions): those
+        with a stat :meth:`select` makes a flow of, or one that every context mutator
+        needs, or whose metadata holds a ``flow``. The others get none whatever their
+        other stats: a stored flow needs a ``flow`` stat; AddFlowsToXplane's a
+        ``correlation_id``, or a producer/consumer context, which is ``_pt`` *and* ``_p``
+        (``_ct`` and ``_c``) unless a mutator set it; and each mutator (``connect`` in
+        :meth:`_preprocessed`) needs ``iter_num`` (legacy), ``queue_addr`` (tpu_stream) or
+        ``queue_id`` (tpu_launch, the XLA Modules line) among its keys. On jax308 (13.5 M
+        CPU events) these are its 2.4 M ``_p``/``_c`` events, and the rules cost what
+        they number (they made ~20 arrays over every event of every chunk)."""
+        names = ("flow",) if self.flows.grouped else _MAY_FLOW
+        events = [e for e in (xw.kind_stats(ev, nm).event for nm in names) if len(e)]
+        if not events and not len(self.meta_flow_ids):
+            return np.zeros(0, np.int64)
+        may = np.isin(ev.metadata_id, self.meta_flow_ids) if len(self.meta_flow_ids) else np.zeros(ev.n, bool)
+        for e in events:
+            may[e] = True
+        return np.flatnonzero(may)
+
+    def select(self, ev, keep: np.ndarray, seq0: int, at: np.ndarray | None = None) -> np.ndarray:
         """Record the flows of the slices ``keep`` (indices into the decoded chunk ``ev``,
         in the order they go to the sink, the first being slice ``seq0``); returns
-        ``keep`` without the events XProf turns into async events."""
+        ``keep`` without the events XProf turns into async events. The rules run over
+        :meth:`candidates` only (``at``: other ascending positions to run them over, a
+        superset; the tests give every event, the rules' dense twin)."""
+        at = self.candidates(ev) if at is None else at
+        if not len(at):
+            return keep
+        ev_n = ev.n
+        ev = _Picked(ev, at)
         n = ev.n
         kind = np.zeros(n, dtype=np.int8)
         fid = np.zeros(n, dtype=np.uint64)
@@ -204,12 +231,12 @@ class PlaneFlows:
             hit = self.meta_flow_ids[pos] == ev.metadata_id
             native |= hit
             nval[hit] = self.meta_flow_vals[pos[hit]]
-        v = xw.StatView(ev, "flow")
-        if v.present.any():
+        ks, s = ev.stat("flow")
+        if (s >= 0).any():
             c = np.zeros(n, dtype=np.int8)
-            c[v.present] = v.ks.case[v.stat[v.present]]
+            c[s >= 0] = ks.case[s[s >= 0]]
             ok = (c == xw.INT64) | (c == xw.UINT64)
-            nval[ok] = v.int_or_uint_value()[ok]
+            nval[ok] = ks.value[s[ok]]
             native |= ok
         if native.any():
             kind[native] = _KIND_OF_DIRECTION[(nval[native] & _U(3)).astype(np.int64)]
@@ -219,32 +246,35 @@ class PlaneFlows:
         if not self.flows.grouped:
             self._preprocessed(ev, kind, fid, ctx, made)
         # an event with a flow and an is_async stat is an async event, not a slice
-        is_async = xw.StatView(ev, "_a").present
+        is_async = ev.stat("_a")[1] >= 0
         if len(self.meta_async_ids):
             is_async = is_async | np.isin(ev.metadata_id, self.meta_async_ids)
         drop = is_async & (kind != 0)
         if drop.any():
-            keep = keep[~drop[keep]]
+            gone = np.zeros(ev_n, dtype=bool)
+            gone[at[drop]] = True
+            keep = keep[~gone[keep]]
         # FLOW_NONE (direction 0 in a stored flow stat) binds nothing to draw: left out
-        bound = np.flatnonzero(kind[keep] != 0)
-        if bound.size:
-            r = keep[bound]
-            cats = np.asarray(self.flows.cat_ids, np.int32)[ctx[r]]
-            self.flows.rows.append((FlowEvents(seq0 + bound.astype(np.int64), fid[r], kind[r], cats), made[r]))
+        if (kind != 0).any():
+            w = ev.place[keep]  # each kept slice's place among ``at`` (-1: not there)
+            bound = np.flatnonzero(w >= 0)
+            bound = bound[kind[w[bound]] != 0]
+            if bound.size:
+                r = w[bound]
+                cats = np.asarray(self.flows.cat_ids, np.int32)[ctx[r]]
+                self.flows.rows.append((FlowEvents(seq0 + bound.astype(np.int64), fid[r], kind[r], cats), made[r]))
         return keep
 
-    def _preprocessed(self, ev, kind, fid, ctx, made) -> None:
+    def _preprocessed(self, ev: _Picked, kind, fid, ctx, made) -> None:
         """The flows PreprocessXPlane's context mutators and AddFlowsToXplane add."""
         n = ev.n
         has = self.stat_names.__contains__
 
         def first(name):  # XEventBuilder::GetStat: the first stat of that name
-            view = xw.StatView(ev, name, last=False)
-            return view.present, view.int_or_uint_value()
+            return ev.value(name, last=False)
 
         def last(name):  # the ForEachStat loops of AddFlowsToXplane: the last one
-            view = xw.StatView(ev, name)
-            return view.present, view.int_or_uint_value()
+            return ev.value(name)
 
         p_has, p_type = last("_pt")
         p_idh, p_id = last("_p")
@@ -289,12 +319,11 @@ class PlaneFlows:
         # AddFlowsToXplane: correlation, then producer, then consumer; the last one wins
         salt = self.flows.salt
         if has("correlation_id"):
-            view = xw.StatView(ev, "correlation_id")
-            if view.present.any():
-                s = view.stat[view.present]
+            ks, s = ev.stat("correlation_id")
+            m = s >= 0
+            if m.any():
                 corr = np.zeros(n, dtype=np.uint64)
-                corr[view.present] = np.where(view.ks.case[s] == xw.UINT64, view.ks.value[s], _U(0))
-                m = view.present
+                corr[m] = np.where(ks.case[s[m]] == xw.UINT64, ks.value[s[m]], _U(0))
                 kind[m] = FLOW_END if self.is_device else FLOW_START
                 fid[m] = _hash_where(m, salt, _TAG_CORRELATION, corr) & _U(FLOW_MASK)
                 ctx[m] = CT_GPU_LAUNCH
@@ -308,6 +337,56 @@ class PlaneFlows:
             fid[has_] = _hash_where(has_, salt, t, ids) & _U(FLOW_MASK)
             ctx[has_] = t[has_]
             made[has_] = True
+
+
+# the stats an event needs one of to get a flow (PlaneFlows.candidates says why)
+_MAY_FLOW = ("flow", "correlation_id", "_p", "_c", "iter_num", "queue_addr", "queue_id")
+
+
+class _Picked:
+    """Some events of a decoded chunk (``at``: ascending positions): their metadata ids,
+    lines and stats, read as :class:`xplane_wire.StatView` reads them, over these events
+    only (a view makes two arrays over every event of the chunk)."""
+
+    def __init__(self, ev, at: np.ndarray):
+        self._ev, self.n = ev, len(at)
+        self.metadata_id, self.line = ev.metadata_id[at], ev.line[at]
+        # per event of the chunk, its place among these (-1: not one of them): one int32
+        # array over the chunk, and a kind's stats found by a gather
+        self.place = np.full(ev.n, -1, dtype=np.int32)
+        self.place[at] = np.arange(self.n, dtype=np.int32)
+
+    def stat(self, name: str, last: bool = True):
+        """(the kind's stats, per event its last (``last``) or first stat of the kind, -1:
+        none), as ``StatView(ev, name, last=last).stat[at]``: the kind's stats stay in
+        their order, so the last one written wins as in ``xplane_wire._last_per_msg``."""
+        ks = xw.kind_stats(self._ev, name)
+        out = np.full(self.n, -1, dtype=np.int64)
+        if len(ks.event):
+            j = self.place[ks.event]
+            sel = np.flatnonzero(j >= 0)
+            if last:
+                out[j[sel]] = sel
+            else:
+                out[j[sel][::-1]] = sel[::-1]
+        return ks, out
+
+    def value(self, name: str, last: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """(whether each event has the stat, XStatVisitor::IntOrUintValue of its last or
+        first one as uint64 bits): :meth:`stat`'s rule, written straight from the kind's
+        stats (the last write wins; reversed for the first)."""
+        ks = xw.kind_stats(self._ev, name)
+        present = np.zeros(self.n, dtype=bool)
+        out = np.zeros(self.n, dtype=np.uint64)
+        if len(ks.event):
+            j = self.place[ks.event]
+            sel = np.flatnonzero(j >= 0)
+            if not last:
+                sel = sel[::-1]
+            c = ks.case[sel]
+            present[j[sel]] = True
+            out[j[sel]] = np.where((c == xw.INT64) | (c == xw.UINT64), ks.value[sel], _U(0))
+        return present, out
 
 
 class CountingSink:
