@@ -42,6 +42,8 @@ from bisect import bisect_left
 
 import numpy as np
 
+from profscope.model import heap
+
 try:  # the zoom levels' per-event pass in C (setup.py builds it; absent: the Python loop below)
     from profscope.tools import _trace_build as _native
 except ImportError:  # pragma: no cover - no compiler where installed
@@ -134,11 +136,11 @@ def keep_mask(start, dur, track, flow_id, flow_end, r: int) -> np.ndarray:
     fid = np.asarray(flow_id, np.int64)
     bound = fid >= 0
     ids, fid_dense = np.unique(fid[bound], return_inverse=True)
-    flows = np.full(n, -1, np.int64)
+    flows = np.full(n, -1, np.int32)
     flows[bound] = fid_dense.reshape(-1)
     level = np.full(n, NOT_YET, np.int8)
-    _native.flow_pass(np.arange(n, dtype=np.int64), np.ascontiguousarray(start, np.int64),
-                      np.ascontiguousarray(dur, np.int64), tr_dense.reshape(-1).astype(np.int64), flows,
+    _native.flow_pass(np.arange(n, dtype=np.int32), np.ascontiguousarray(start, np.int64),
+                      np.ascontiguousarray(dur, np.int64), tr_dense.reshape(-1).astype(np.int32), flows,
                       np.ascontiguousarray(flow_end, np.int8), level, len(tracks), len(ids), 0, int(r))
     return level == 0
 
@@ -324,14 +326,18 @@ class ZoomLevels:
         """:meth:`_flow_pass` by the C pass, over the same order with flow ids numbered
         densely (tracks are already: the index's track ids); the visible flow ids, sorted."""
         if self._flow_dense is None:
+            # positions, tracks and dense flow numbers as int32 (the C pass's types): kept
+            # for every later level, they were int64 (jax308's 2.4 M flow slices: 29 MB)
             o, st, du, tr, fid, end = self._flow_order()
-            tr = np.asarray(tr, np.int64)
+            o = o.astype(np.int32)
+            tr = np.asarray(tr)
             if len(tr) and int(tr.min()) < 0:  # (an index the numpy path built may hold unknown tracks)
-                tr = np.unique(tr, return_inverse=True)[1].reshape(-1).astype(np.int64)
-            ids, fid_dense = np.unique(np.asarray(fid, np.int64), return_inverse=True)
-            self._flow_dense = (np.asarray(o, np.int64), np.asarray(st, np.int64), np.asarray(du, np.int64),
-                                tr, fid_dense.reshape(-1).astype(np.int64), np.asarray(end, np.int8),
-                                int(tr.max()) + 1 if len(tr) else 0, ids)
+                tr = np.unique(tr, return_inverse=True)[1].reshape(-1)
+            tr = tr.astype(np.int32)
+            ids, fid = np.unique(np.asarray(fid, np.int64), return_inverse=True)
+            fid = fid.reshape(-1).astype(np.int32)
+            self._flow_dense = (o, np.asarray(st, np.int64), np.asarray(du, np.int64), tr, fid,
+                                np.asarray(end, np.int8), int(tr.max()) + 1 if len(tr) else 0, ids)
         o, st, du, tr, fid, end, ntracks, ids = self._flow_dense
         got = _native.flow_pass(o, st, du, tr, fid, end, self._flow_level, ntracks, len(ids), k, r)
         self._flow_got = got  # per flow as numbered densely: for _levels_native
@@ -379,6 +385,7 @@ class ZoomLevels:
             dense[o] = fid
         if order.dtype != np.int32:
             order = np.ascontiguousarray(order, np.int64)
+        heap.give_back()  # what the flow pre-pass freed, before the walk that sets the peak
         _native.zoom_levels(order, bounds, np.ascontiguousarray(self.start, np.int64), dur,
                             np.ascontiguousarray(tail, np.int64), self.level,
                             np.ascontiguousarray(self.flow_rows, np.int64), dense,
