@@ -1,12 +1,15 @@
-"""Response helpers shared by the routers: one error shape, gzip pass-through."""
+"""Response helpers shared by the routers: one error shape, gzip pass-through, pieces sent
+whole or streamed."""
 
 from __future__ import annotations
 
 import gzip
+import itertools
+from collections.abc import Iterator
 
 import orjson
 from fastapi import Request
-from fastapi.responses import Response
+from fastapi.responses import Response, StreamingResponse
 
 from profscope.errors import ProfscopeError
 
@@ -28,3 +31,24 @@ def gzip_json_response(request: Request, gz: bytes) -> Response:
             headers={"Content-Encoding": "gzip", "Vary": "Accept-Encoding"},
         )
     return Response(gzip.decompress(gz), media_type="application/json")
+
+
+# An answer made in pieces up to this size is sent whole, with its length. XProf's
+# later windows (app/traces.py keeps each up to 16 MiB in memory anyway): jax308's busy
+# 1 % windows, 7.7 MB in five pieces, took 68 ms over HTTP streamed against ~50 ms to
+# make, and ~54 ms sent whole (a client reads one body faster than chunks arriving as
+# they are made, Python's http.client most of all).
+WHOLE_MAX_BYTES = 16 << 20
+
+
+def pieces_response(pieces: Iterator[bytes], media_type: str = "application/json") -> Response:
+    """``pieces`` as one body when they add up to at most ``WHOLE_MAX_BYTES``, else
+    streamed (the pieces read so far first): a gigabyte answer is never held whole."""
+    most = WHOLE_MAX_BYTES
+    held, size = [], 0
+    for piece in pieces:
+        held.append(piece)
+        size += len(piece)
+        if size > most:
+            return StreamingResponse(itertools.chain(held, pieces), media_type=media_type)
+    return Response(b"".join(held), media_type=media_type)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 
 from fastapi import APIRouter, Request
-from fastapi.responses import HTMLResponse, PlainTextResponse, Response, StreamingResponse
+from fastapi.responses import HTMLResponse, PlainTextResponse, Response
 
 from profscope import __version__
 from profscope.app import tool_table
@@ -22,7 +22,7 @@ from profscope.errors import NotFound, ProfscopeError
 from profscope.frontend import render
 from profscope.model.catalog import RunKind
 from profscope.server.params import parse_query
-from profscope.server.responses import gzip_json_response, json_response
+from profscope.server.responses import gzip_json_response, json_response, pieces_response
 
 PREFIX = "/data/plugin/profile"
 # The XProf release whose API this module reproduces; ``version`` reports it so clients
@@ -114,7 +114,7 @@ def router(ws: Workspace) -> APIRouter:
             # Answered from an index per request (trace_viewer@: per window), never cached whole.
             chunks = ws.tool_stream(run, tool, query)
             first = next(chunks)  # a bad parameter is a 4xx before the answer starts
-            return StreamingResponse(itertools.chain([first], chunks), media_type="application/json")
+            return pieces_response(itertools.chain([first], chunks))
         if compares(query):
             # a base is given: the diff of two cached answers (app/compare.py, docs/compare.md)
             return json_response(ws.compare(run, tool, query))
