@@ -14,6 +14,7 @@ import pytest
 
 from profscope.formats import chrome_trace, xplane_trace
 from profscope.model.trace import TraceEvents, Track
+from profscope.testing.timelines import build_index
 from profscope.tools import trace_index as ti
 
 ROOT = Path(__file__).parents[1]
@@ -40,26 +41,13 @@ def _read(path: Path, sink=None) -> TraceEvents:
         return chrome_trace.trace_columns(f, str(path), sink=sink)
 
 
-def _build(path: Path, out: Path) -> ti.TraceIndex:
-    """The index as the app builds it: events streamed to the writer, an xplane's args
-    read back from the file."""
-    out.mkdir()
-    w = ti.IndexWriter(out, source=str(path) if path.name.endswith(".xplane.pb") else None)
-    try:
-        ev = _read(path, sink=w)
-    finally:
-        w.close()
-    w.finish(ev)
-    return ti.TraceIndex(out, decoder=xplane_trace)
-
-
 def _size(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.iterdir() if p.is_file())
 
 
 def test_jax_cpu_index_at_most_one_and_a_half_times_the_file(jax_cpu, tmp_path):
     """Was 1.91x the file (32 bytes of columns per event); the narrow columns make it 1.35x."""
-    _build(jax_cpu, tmp_path / "ix")
+    build_index(jax_cpu, tmp_path / "ix")
     assert _size(tmp_path / "ix") <= 1.5 * jax_cpu.stat().st_size
 
 
@@ -107,7 +95,7 @@ def _check_round_trip(path: Path, ix: ti.TraceIndex) -> None:
 
 
 def test_jax_cpu_columns_read_back_as_written(jax_cpu, tmp_path):
-    ix = _build(jax_cpu, tmp_path / "ix")
+    ix = build_index(jax_cpu, tmp_path / "ix")
     assert ix.n - ix.levels[ti.DUR_TAIL_LEVEL] > 0  # steps longer than 4.3 ms: a tail to read
     _check_round_trip(jax_cpu, ix)
 
@@ -115,13 +103,13 @@ def test_jax_cpu_columns_read_back_as_written(jax_cpu, tmp_path):
 @pytest.mark.parametrize("rel", REAL)
 def test_real_columns_read_back_as_written(rel, shared_fixtures, tmp_path):
     path = shared_fixtures / "public_profiles" / rel
-    _check_round_trip(path, _build(path, tmp_path / "ix"))
+    _check_round_trip(path, build_index(path, tmp_path / "ix"))
 
 
 def test_flow_arrows_as_rows_read_back_as_points(jax_cpu, tmp_path):
     """The flow-bound slices' arrows are stored as rows; read back, each arrow's ends are
     its slices' tracks and starts, from a flow's first slice to its others."""
-    ix = _build(jax_cpu, tmp_path / "ix")
+    ix = build_index(jax_cpu, tmp_path / "ix")
     stored = np.load(ix.folder / ti.FLOW_ARROWS_FILE)
     assert stored.dtype == np.int32 and len(stored) > 1000
     f = ix.flows

@@ -10,7 +10,6 @@ import os
 import shutil
 import threading
 import traceback
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,8 +17,8 @@ import pytest
 from profscope.app.queries import TraceQuery
 from profscope.app.workspace import Workspace
 from profscope.cache.store import DiskCache
-from profscope.formats import chrome_trace, xplane_trace
 from profscope.storage import LogDir
+from profscope.testing.timelines import build_index
 from profscope.tools import trace_index as ti
 
 PROFILES = [
@@ -28,18 +27,6 @@ PROFILES = [
     "xplane/tf_gpu/plugins/profile/GPU-multi-worker/34.83.195.180_6003.xplane.pb",
     "traces/kineto_resnet50_v100.pt.trace.json.gz",
 ]
-
-
-def _build(path: Path, out: Path, windows: bool) -> None:
-    out.mkdir()
-    w = ti.IndexWriter(out, source=str(path) if path.name.endswith(".xplane.pb") else None)
-    with open(path, "rb") as f:
-        if path.name.endswith(".xplane.pb"):
-            ev = xplane_trace.read_trace(f, str(path), 0, "host", sink=w)
-        else:
-            ev = chrome_trace.trace_columns(f, str(path), sink=w)
-    w.close()
-    w.finish(ev, windows=windows)
 
 
 def _windows(ix: ti.TraceIndex) -> list:
@@ -59,8 +46,8 @@ def test_tiers_made_later_are_the_builds(rel, native, shared_fixtures, tmp_path,
     if not native:
         monkeypatch.setattr(ti, "_native", None)
     path = shared_fixtures / "public_profiles" / rel
-    _build(path, tmp_path / "timeline", windows=True)
-    _build(path, tmp_path / "steps", windows=False)
+    build_index(path, tmp_path / "timeline", windows=True)
+    build_index(path, tmp_path / "steps", windows=False)
     steps = ti.TraceIndex(tmp_path / "steps")
     assert steps.tiers_missing() and steps.meta["tiers"] is None
     with pytest.raises(RuntimeError):

@@ -16,9 +16,9 @@ from fastapi.testclient import TestClient
 from profscope.app.queries import TraceQuery
 from profscope.app.workspace import Workspace
 from profscope.cache.store import DiskCache
-from profscope.formats import chrome_trace, xplane_trace
 from profscope.server.app import create_app
 from profscope.storage import LogDir
+from profscope.testing.timelines import build_index
 from profscope.tools import trace_index as ti
 from profscope.tools import trace_viewer as tvw
 
@@ -37,16 +37,7 @@ def indexes(shared_fixtures, tmp_path_factory) -> dict[str, ti.TraceIndex]:
     out = {}
     for rel in PROFILES:
         path = shared_fixtures / "public_profiles" / rel
-        folder = tmp_path_factory.mktemp("ix")
-        w = ti.IndexWriter(folder, source=str(path) if path.name.endswith(".xplane.pb") else None)
-        with open(path, "rb") as f:
-            if path.name.endswith(".xplane.pb"):
-                ev = xplane_trace.read_trace(f, str(path), 0, "host", sink=w)
-            else:
-                ev = chrome_trace.trace_columns(f, str(path), sink=w)
-        w.close()
-        w.finish(ev)
-        out[rel] = ti.TraceIndex(folder)
+        out[rel] = build_index(path, tmp_path_factory.mktemp("ix"))
     return out
 
 

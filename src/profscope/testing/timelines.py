@@ -133,3 +133,25 @@ def crowded_xspace(*, seed: int = 11, hostname: str = "crowded") -> bytes:
         out += _tag(3, 2) + _varint_bytes(len(lb)) + lb
     space = _tag(1, 2) + _varint_bytes(len(out)) + bytes(out)
     return space + xplane_pb2.XSpace(hostnames=[hostname]).SerializeToString()
+
+
+def build_index(path: Path, out: Path, *, windows: bool = True):
+    """The trace index of one profile or Chrome trace as the app builds it (app/traces.py):
+    events streamed to the writer, an xplane's event args read back from the file;
+    ``windows=False`` leaves the resolution tiers out, as Steps & ops' build does. Returns
+    the index, opened."""
+    from profscope.formats import chrome_trace, xplane_trace
+    from profscope.tools import trace_index
+
+    path, out = Path(path), Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    xplane = path.name.endswith((".xplane.pb", ".xplane.pb.gz"))
+    writer = trace_index.IndexWriter(out, source=str(path) if path.name.endswith(".xplane.pb") else None)
+    try:
+        with open(path, "rb") as f:
+            events = xplane_trace.read_trace(f, str(path), 0, "host", sink=writer) if xplane \
+                else chrome_trace.trace_columns(f, str(path), sink=writer)
+    finally:
+        writer.close()
+    writer.finish(events, windows=windows)
+    return trace_index.TraceIndex(out, decoder=xplane_trace)
