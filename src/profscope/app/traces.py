@@ -73,8 +73,7 @@ class Traces:
         # XProf's trace_viewer@ answers by window (app/answer_cache.py: why in memory)
         self._xprof_answers = AnswerCache(XPROF_ANSWERS_BYTES, XPROF_ANSWER_MAX_BYTES)
         # Whether a timeline's window has what the next requests read made in the
-        # background (_prefetch_after); `profscope serve` turns it
-        # on unless --no-prefetch.
+        # background (_prefetch_after); `profscope serve` turns it on unless --no-prefetch.
         self.prefetch = False
         self._prefetched: set[str] = set()  # the keys a prefetch has made or is making
         self._prefetch_lock = threading.Lock()

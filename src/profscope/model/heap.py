@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import functools
 import threading
 
 # malloc.h
@@ -29,6 +30,7 @@ _lock = threading.Lock()
 _depth = 0
 
 
+@functools.cache
 def _glibc():
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")

@@ -8,8 +8,6 @@ must lie inside the log directory.
 
 from __future__ import annotations
 
-import itertools
-
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, PlainTextResponse, Response
 
@@ -111,10 +109,9 @@ def router(ws: Workspace) -> APIRouter:
         if host and known and host not in known and not (host == ALL_HOSTS and tool.name in tool_table.ANSWERS_ALL_HOSTS):
             raise NotFound(f"run {run.name!r} has no host {host!r}; hosts: {', '.join(known)}")
         if tool.answer is Answer.STREAM:
-            # Answered from an index per request (trace_viewer@: per window), never cached whole.
-            chunks = ws.tool_stream(run, tool, query)
-            first = next(chunks)  # a bad parameter is a 4xx before the answer starts
-            return pieces_response(itertools.chain([first], chunks))
+            # Answered from an index per request (trace_viewer@: per window), not stored in the
+            # cache; the pieces are read here, so a bad parameter is a 4xx before any is sent
+            return pieces_response(ws.tool_stream(run, tool, query))
         if compares(query):
             # a base is given: the diff of two cached answers (app/compare.py, docs/compare.md)
             return json_response(ws.compare(run, tool, query))
