@@ -116,6 +116,18 @@ def xprof_window(view: TraceView, start_time_ms: float | None, end_time_ms: floa
     return s, e, res
 
 
+def xprof_timespan_ms(view: TraceView, lo_ms: float, hi_ms: float) -> list[float]:
+    """``fullTimespan`` as XProf prints it: ``absl::StrAppend`` of the two doubles
+    (``WriteTraceFullTimespan``, trace_events_to_json.h), so six significant digits
+    (29139.978201 ms is "29140"). Its frontend asks its later windows from these printed
+    bounds, so an XProf client of ours asks the windows it asks of XProf. A Chrome trace's
+    bounds stay whole: XProf does not read those files, and six digits of epoch
+    milliseconds would move the opening view by up to 83 minutes."""
+    if any(h.index.meta.get("args_kind") == "json" for h in view.hosts):
+        return [lo_ms, hi_ms]
+    return [float(f"{lo_ms:.6g}"), float(f"{hi_ms:.6g}")]
+
+
 def _pieces(view: TraceView, s: int, e: int, res: int, found: list | None = None) -> Iterator[bytes]:
     origin_ms = view.origin_ps / PS_PER_MS
     parts = [] if found is None else found
@@ -148,7 +160,8 @@ def _pieces(view: TraceView, s: int, e: int, res: int, found: list | None = None
     head = {"displayTimeUnit": "ns", "metadata": {"highres-ticks": True}, "codeLink": "", "useNewBackend": False,
             "details": details, "returnedEventsSize": count,
             "filteredByVisibility": True,
-            "fullTimespan": [origin_ms + lo / PS_PER_MS, origin_ms + hi / PS_PER_MS], "stackFrames": {}}
+            "fullTimespan": xprof_timespan_ms(view, origin_ms + lo / PS_PER_MS, origin_ms + hi / PS_PER_MS),
+            "stackFrames": {}}
     yield orjson.dumps(head)[:-1] + b',"traceEvents":['
     first = True
     buf = []
