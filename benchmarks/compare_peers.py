@@ -839,6 +839,21 @@ def markdown(rows: list[list[str]], args, took: float) -> str:
 
 # ---------------------------------------------------------------- main
 
+def compile_profscope() -> None:
+    """profscope's modules compiled to bytecode before any timing, as ``pip install``
+    leaves an installed package (and the peers' venv, and every dependency): where
+    ``PYTHONDONTWRITEBYTECODE`` is set (this project's machines) an editable install
+    never writes its ``__pycache__``, and each spawned server compiled every profscope
+    module it imports from source: the start row 0.129 against 0.081 s with them, the
+    memviewer row 2.62 against 2.48 CPU s (five interleaved runs each, load 1.5;
+    docs/performance.md, issue 40's third pass)."""
+    import compileall
+
+    import profscope
+
+    compileall.compile_dir(os.path.dirname(profscope.__file__), quiet=1)
+
+
 def ensure_peers(venv: pathlib.Path) -> None:
     marker = venv / ".installed"
     want = " ".join(f"{k}=={v}" for k, v in PEERS.items())
@@ -891,6 +906,7 @@ def main() -> None:
     if {t for r in rows for t in r.runners} - {"profscope"} - skip:
         ensure_peers(args.peers_venv)
     ctx = Ctx(args.peers_venv, args.timeout)
+    compile_profscope()
     args.inputs.mkdir(parents=True, exist_ok=True)
     inputs: dict[str, Input] = {}
     for key in dict.fromkeys(r.input for r in rows):  # all made before any timing
