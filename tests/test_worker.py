@@ -160,6 +160,31 @@ def test_a_child_runs_nested_conversions_inline():
     assert inner_pid == outer_pid
 
 
+def test_only_a_workers_own_job_keeps_objects_for_its_exit():
+    """forksafe.keep_until_exit holds in the job a worker was forked for (it exits right
+    after answering), not in a conversion nested in it (the job goes on after it) nor in
+    the server process (it frees as usual)."""
+    import weakref
+
+    from profscope import forksafe
+
+    class Big:
+        pass
+
+    pool = WorkerPool(enabled=True)
+
+    def kept(job) -> bytes:
+        obj = Big()
+        ref = weakref.ref(obj)
+        forksafe.keep_until_exit(obj)
+        del obj
+        return b"held" if ref() is not None else b"freed"
+
+    assert run(pool, kept) == b"held"
+    assert run(pool, lambda job: run(pool, kept) + b" " + kept(job)) == b"freed held"
+    assert kept(None) == b"freed"  # here, in the server process
+
+
 def test_disabled_pool_runs_in_the_calling_process():
     assert run(WorkerPool(enabled=False), lambda job: str(os.getpid()).encode()) == str(os.getpid()).encode()
 

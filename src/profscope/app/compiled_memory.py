@@ -13,6 +13,7 @@ from profscope.app import keys, lazy
 from profscope.app.hlo_links import HloLinks
 from profscope.app.queries import MemoryViewerQuery
 from profscope.errors import BadInput, BadRequest, NotFound, ProfscopeError
+from profscope.forksafe import keep_until_exit
 from profscope.model.catalog import Run, RunKind
 from profscope.model.file_kinds import FileKind
 from profscope.storage import FileInfo
@@ -141,7 +142,13 @@ class CompiledMemory(HloLinks):
             full = self._full_memory_viewer(run, query.but(view=None), progress)
             if self.module_source(run, query.module_name, query.host).hlo_file is None:
                 return full  # a text-only module's payload is the page's as it is
-            return memory_viewer.page_view(full)
+            # The page's worker answers with the page and exits: the full result and the
+            # page are left for its exit to free (forksafe.keep_until_exit; a no-op in
+            # the server, where a small module converts)
+            keep_until_exit(full)
+            page = memory_viewer.page_view(full)
+            keep_until_exit(page)
+            return page
         source = self.module_source(run, query.module_name, query.host)
         space = query.memory_space or 0
         if source.hlo_file is None:

@@ -48,7 +48,7 @@ import orjson
 from profscope import errors
 from profscope.cache.progress import Progress, ProgressBoard
 from profscope.errors import BadInput, ProfscopeError, TooLarge
-from profscope.forksafe import wait_for_imports
+from profscope.forksafe import keeping_until_exit, not_keeping, wait_for_imports
 
 log = logging.getLogger("profscope.worker")
 
@@ -197,7 +197,10 @@ class WorkerPool:
         errors made here (a crash, the memory limit, an unexpected exception).
         ``in_process``: the caller knows the input to be small (``Tool.in_process``):
         ``fn`` runs in this thread, with the worker's error rules (:meth:`_in_process`)."""
-        if not self.enabled or _IN_WORKER:
+        if _IN_WORKER:
+            with not_keeping():  # nested: this worker goes on after it
+                return fn(job)
+        if not self.enabled:
             return fn(job)
         if in_process:
             return self._in_process(fn, job, file)
@@ -438,6 +441,7 @@ def _child(fn, job: Progress, board: ProgressBoard, w: int, memory_limit: int, c
            sockets: list[int]) -> None:
     global _IN_WORKER
     _IN_WORKER = True
+    keeping_until_exit()  # this child ends with os._exit below
     code = 0
     try:
         pipe = os.fdopen(w, "wb", buffering=0)
