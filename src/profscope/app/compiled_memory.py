@@ -121,6 +121,11 @@ class CompiledMemory(HloLinks):
                 and sum(f.size or 0 for f in files) <= IN_PROCESS_MAX_BYTES)
 
     def hlo_proto(self, source: ModuleSource):
+        return self.hlo_proto_wire(source)[0]
+
+    def hlo_proto_wire(self, source: ModuleSource):
+        """The module's HloProto and the bytes it was parsed from (formats/hlo_proto.py
+        ``parse_wire``)."""
         info = source.hlo_file
         path = self.logdir.display_path(info.path)
         if source.embedded:
@@ -131,7 +136,7 @@ class CompiledMemory(HloLinks):
             path = f"{path} (module {source.module_name})"
         else:
             data = self.logdir.read_bytes(info.path)
-        return hlo_proto.parse(data, path)
+        return hlo_proto.parse_wire(data, path)
 
     def memory_viewer(self, run: Run, query: MemoryViewerQuery, progress) -> dict:
         """XProf's memory viewer payload for one module and memory space; ``view=page``
@@ -164,9 +169,9 @@ class CompiledMemory(HloLinks):
                                                      live_file=live and source.buffer_assignment.name.replace(
                                                          "-buffer-assignment.txt", "-live-range.txt"))
         progress.update(message=f"reading the HLO proto of {source.module_name}")
-        hlo = self.hlo_proto(source)
+        hlo, wire = self.hlo_proto_wire(source)
         try:
-            result, peak = memory_viewer.view_and_summary(hlo, space, progress=progress)
+            result, peak = memory_viewer.view_and_summary(hlo, space, progress=progress, wire=wire)
         except ProfscopeError as e:
             # Tools know no files: name the one the module came from.
             e.file = e.file or self.logdir.display_path(source.hlo_file.path)

@@ -15,6 +15,12 @@ from profscope.model.protos import hlo_pb2
 
 def parse(data: bytes, path: str) -> hlo_pb2.HloProto:
     """Parse HloProto bytes (gzipped or not); a BadInput naming ``path`` if they are not one."""
+    return parse_wire(data, path)[0]
+
+
+def parse_wire(data: bytes, path: str) -> tuple[hlo_pb2.HloProto, bytes]:
+    """:func:`parse`, and the bytes it parsed (``data``, gunzipped): the memory viewer
+    indexes a module's buffers from them (tools/_hlo_index.c)."""
     if data[:2] == b"\x1f\x8b":
         # bounded: a gzip bomb is refused (TooLarge) before it is decompressed in full
         data = protowire.gunzip(data, path)
@@ -27,7 +33,7 @@ def parse(data: bytes, path: str) -> hlo_pb2.HloProto:
     if not proto.HasField("hlo_module") or not proto.hlo_module.name:
         raise BadInput(f"{path}: not an HloProto (no HLO module in it)", file=path)
     _check_sizes(proto, path)
-    return proto
+    return proto, data
 
 
 _I64_MAX = (1 << 63) - 1

@@ -148,6 +148,10 @@ try:  # the native twin of _simulate_py (setup.py builds it where it can)
     from profscope.tools import _heap_sim
 except ImportError:  # pragma: no cover - no C compiler at install time
     _heap_sim = None
+try:  # the native twin of _buffers_py
+    from profscope.tools import _hlo_index
+except ImportError:  # pragma: no cover - no C compiler at install time
+    _hlo_index = None
 
 __all__ = [
     "SMALL_BUFFER_SIZE",
@@ -520,8 +524,78 @@ def _indefinite(a) -> bool:
     return bool(a.is_entry_computation_parameter or a.is_constant or a.maybe_live_out)
 
 
+def _buffers_py(ba, instrs: dict[int, Any]) -> tuple[dict[int, tuple], dict[tuple, list]]:
+    """Each logical buffer's (size, unpadded size, color, instruction, shape index, shape
+    key) by id, and the shape entries ([ShapeProto, unpadded size, its string or None])
+    by shape key (instruction id, last shape index)."""
+    # XLA's ComputeLogicalBufferUnpaddedSizes: every logical buffer, whether assigned
+    # or not (XProf CHECK-fails the whole conversion when one cannot be sized).
+    # Shapes are resolved per (instruction, last shape index) and sized and printed
+    # once per distinct shape. What each buffer's _LB needs is read here too, once: a
+    # field read through upb makes a new object each time, and reading them again in
+    # _Module's assignment loop cost as much as this loop. (A repeated id: the last.)
+    shape_cache: dict[tuple, list] = {}
+    by_shape: dict[bytes, list] = {}
+    per_id: dict[int, tuple] = {}
+    instrs_get = instrs.get
+    for lb in ba.logical_buffers:
+        loc = lb.defined_at
+        iid = loc.instruction_id
+        index = tuple(loc.shape_index)
+        key = (iid, index[-1] if index else None)
+        ins = instrs_get(iid)
+        if ins is None:
+            raise BadInput(
+                f"logical buffer {lb.id} is defined at instruction id {iid}, "
+                "which the module does not have")
+        entry = shape_cache.get(key)
+        if entry is None:
+            sub = _resolve_shape(ins.shape, index)
+            skey = sub.SerializeToString(deterministic=True)
+            entry = by_shape.get(skey)
+            if entry is None:
+                entry = by_shape[skey] = [sub, _unpadded_size(sub), None]
+            shape_cache[key] = entry
+        per_id[lb.id] = (lb.size, entry[1], lb.color, ins, index, key)
+    return per_id, shape_cache
+
+
+def _index_native() -> bool:
+    """Whether :func:`_buffers_native` runs: when ``_hlo_index`` is built, unless
+    ``PROFSCOPE_NATIVE=0`` (tests compare both paths)."""
+    return _hlo_index is not None and os.environ.get("PROFSCOPE_NATIVE", "1") != "0"
+
+
+def _buffers_native(wire: bytes, instrs: dict[int, Any]) -> tuple[dict[int, tuple], dict[tuple, list]] | None:
+    """:func:`_buffers_py` from one pass over the HloProto's bytes (_hlo_index.c), which
+    also sorts the buffers' shapes into the module's distinct ones (by their bytes: a
+    ShapeProto is parsed and sized once per distinct shape, not serialized per buffer);
+    None where that pass declines (the twin then answers, or raises XProf's error). The
+    distinct shapes are sized in their first buffer's order: a shape that cannot be
+    sized raises the twin's error, that of its first buffer."""
+    out = _hlo_index.index_buffers(wire)
+    if out is None:
+        return None
+    ids, sizes, colors, iids, classes, starts, idx, offsets, lengths = (
+        np.frombuffer(b, dtype=np.int64).tolist() for b in out)
+    entries = []
+    for off, n in zip(offsets, lengths):
+        sub = hlo_pb2.ShapeProto.FromString(wire[off:off + n])
+        entries.append([sub, _unpadded_size(sub), None])
+    per_id: dict[int, tuple] = {}
+    shape_cache: dict[tuple, list] = {}
+    for lb_id, size, color, iid, c, a, b in zip(ids, sizes, colors, iids, classes, starts, starts[1:]):
+        index = tuple(idx[a:b]) if b > a else ()
+        key = (iid, index[-1] if index else None)
+        entry = shape_cache[key] = entries[c]
+        per_id[lb_id] = (size, entry[1], color, instrs[iid], index, key)
+    return per_id, shape_cache
+
+
 class _Module:
-    def __init__(self, hlo: hlo_pb2.HloProto, progress=None):
+    def __init__(self, hlo: hlo_pb2.HloProto, progress=None, wire: bytes | None = None):
+        """``wire``: ``hlo``'s own serialized bytes, when the caller has them: its logical
+        buffers are then indexed in one native pass over them (:func:`_buffers_native`)."""
         if not isinstance(hlo, hlo_pb2.HloProto):
             raise TypeError("expected a profscope.model.protos.hlo_pb2.HloProto")
         if not hlo.HasField("hlo_module"):
@@ -543,35 +617,8 @@ class _Module:
         self.instrs = instrs
         _report(progress, 0.02, "indexing buffers")
 
-        # XLA's ComputeLogicalBufferUnpaddedSizes: every logical buffer, whether assigned
-        # or not (XProf CHECK-fails the whole conversion when one cannot be sized).
-        # Shapes are resolved per (instruction, last shape index) and sized and printed
-        # once per distinct shape. What each buffer's _LB needs is read here too, once: a
-        # field read through upb makes a new object each time, and reading them again in
-        # the assignment loop below cost as much as this loop. (A repeated id: the last.)
-        shape_cache: dict[tuple, list] = {}
-        by_shape: dict[bytes, list] = {}
-        per_id: dict[int, tuple] = {}
-        instrs_get = instrs.get
-        for lb in ba.logical_buffers:
-            loc = lb.defined_at
-            iid = loc.instruction_id
-            index = tuple(loc.shape_index)
-            key = (iid, index[-1] if index else None)
-            ins = instrs_get(iid)
-            if ins is None:
-                raise BadInput(
-                    f"logical buffer {lb.id} is defined at instruction id {iid}, "
-                    "which the module does not have")
-            entry = shape_cache.get(key)
-            if entry is None:
-                sub = _resolve_shape(ins.shape, index)
-                skey = sub.SerializeToString(deterministic=True)
-                entry = by_shape.get(skey)
-                if entry is None:
-                    entry = by_shape[skey] = [sub, _unpadded_size(sub), None]
-                shape_cache[key] = entry
-            per_id[lb.id] = (lb.size, entry[1], lb.color, ins, index, key)
+        per_id, shape_cache = ((_buffers_native(wire, instrs) if wire is not None and _index_native() else None)
+                               or _buffers_py(ba, instrs))
         if sum(rec[1] for rec in per_id.values()) > _I64_MAX:  # the unpadded heap curve is an int64 array too
             raise BadInput("the logical buffers' shapes add up to more than 2^63-1 bytes (corrupt sizes)")
         self.shape_cache = shape_cache
@@ -1587,15 +1634,17 @@ def summary(hlo: hlo_pb2.HloProto, memory_space: int = 0, *, module: _Module | N
 
 
 @_collector_paused
-def view_and_summary(hlo: hlo_pb2.HloProto, memory_space: int = 0, progress=None) -> tuple[dict, dict]:
+def view_and_summary(hlo: hlo_pb2.HloProto, memory_space: int = 0, progress=None,
+                     wire: bytes | None = None) -> tuple[dict, dict]:
     """:func:`from_hlo` and :func:`summary` of one module from one index of it (``_Module``:
     a quarter of ``from_hlo``'s time and most of ``summary``'s, 0.25 s for a module of
     70,000 buffers): what the memory viewer's conversion of a module makes, so that the
     run's module ranking needs no conversion of its own (app/compiled_memory.py). Each is
     what the function alone answers (neither changes the index: ``from_hlo`` only fills
-    its shape strings' cache)."""
+    its shape strings' cache). ``wire``: ``hlo``'s serialized bytes, if the caller has
+    them (:class:`_Module`)."""
     _report(progress, 0.0, "indexing the module")
-    m = _Module(hlo, progress)
+    m = _Module(hlo, progress, wire)
     return from_hlo(hlo, memory_space, progress, module=m), summary(hlo, memory_space, module=m)
 
 
