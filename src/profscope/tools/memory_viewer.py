@@ -524,10 +524,11 @@ def _indefinite(a) -> bool:
     return bool(a.is_entry_computation_parameter or a.is_constant or a.maybe_live_out)
 
 
-def _buffers_py(ba, instrs: dict[int, Any]) -> tuple[dict[int, tuple], dict[tuple, list]]:
+def _buffers_py(ba, instrs: dict[int, Any]) -> tuple[dict[int, tuple], dict[tuple, list], None]:
     """Each logical buffer's (size, unpadded size, color, instruction, shape index, shape
     key) by id, and the shape entries ([ShapeProto, unpadded size, its string or None])
-    by shape key (instruction id, last shape index)."""
+    by shape key (instruction id, last shape index); None: no trace bytes (see
+    :func:`_buffers_native`)."""
     # XLA's ComputeLogicalBufferUnpaddedSizes: every logical buffer, whether assigned
     # or not (XProf CHECK-fails the whole conversion when one cannot be sized).
     # Shapes are resolved per (instruction, last shape index) and sized and printed
@@ -557,7 +558,7 @@ def _buffers_py(ba, instrs: dict[int, Any]) -> tuple[dict[int, tuple], dict[tupl
                 entry = by_shape[skey] = [sub, _unpadded_size(sub), None]
             shape_cache[key] = entry
         per_id[lb.id] = (lb.size, entry[1], lb.color, ins, index, key)
-    return per_id, shape_cache
+    return per_id, shape_cache, None
 
 
 def _index_native() -> bool:
@@ -566,17 +567,19 @@ def _index_native() -> bool:
     return _hlo_index is not None and os.environ.get("PROFSCOPE_NATIVE", "1") != "0"
 
 
-def _buffers_native(wire: bytes, instrs: dict[int, Any]) -> tuple[dict[int, tuple], dict[tuple, list]] | None:
+def _buffers_native(wire: bytes, instrs: dict[int, Any]) -> tuple[dict[int, tuple], dict[tuple, list], list] | None:
     """:func:`_buffers_py` from one pass over the HloProto's bytes (_hlo_index.c), which
     also sorts the buffers' shapes into the module's distinct ones (by their bytes: a
-    ShapeProto is parsed and sized once per distinct shape, not serialized per buffer);
-    None where that pass declines (the twin then answers, or raises XProf's error). The
+    ShapeProto is parsed and sized once per distinct shape, not serialized per buffer),
+    and each heap-simulator trace's bytes in ``wire`` (the third item, for
+    :func:`_simulate_native`); None where that pass declines (the twin then answers, or
+    raises XProf's error). The
     distinct shapes are sized in their first buffer's order: a shape that cannot be
     sized raises the twin's error, that of its first buffer."""
     out = _hlo_index.index_buffers(wire)
     if out is None:
         return None
-    ids, sizes, colors, iids, classes, starts, idx, offsets, lengths = (
+    ids, sizes, colors, iids, classes, starts, idx, offsets, lengths, trace_offsets, trace_lengths = (
         np.frombuffer(b, dtype=np.int64).tolist() for b in out)
     entries = []
     for off, n in zip(offsets, lengths):
@@ -589,7 +592,9 @@ def _buffers_native(wire: bytes, instrs: dict[int, Any]) -> tuple[dict[int, tupl
         key = (iid, index[-1] if index else None)
         entry = shape_cache[key] = entries[c]
         per_id[lb_id] = (size, entry[1], color, instrs[iid], index, key)
-    return per_id, shape_cache
+    view = memoryview(wire)
+    traces = [view[off:off + n] for off, n in zip(trace_offsets, trace_lengths)]
+    return per_id, shape_cache, traces
 
 
 class _Module:
@@ -617,8 +622,9 @@ class _Module:
         self.instrs = instrs
         _report(progress, 0.02, "indexing buffers")
 
-        per_id, shape_cache = ((_buffers_native(wire, instrs) if wire is not None and _index_native() else None)
-                               or _buffers_py(ba, instrs))
+        per_id, shape_cache, self.trace_bytes = (
+            (_buffers_native(wire, instrs) if wire is not None and _index_native() else None)
+            or _buffers_py(ba, instrs))
         if sum(rec[1] for rec in per_id.values()) > _I64_MAX:  # the unpadded heap curve is an int64 array too
             raise BadInput("the logical buffers' shapes add up to more than 2^63-1 bytes (corrupt sizes)")
         self.shape_cache = shape_cache
@@ -780,7 +786,8 @@ def _simulate_native(m: _Module, color: int, with_names: bool) -> _Sim | None:
     span_start = np.empty(len(ids), dtype=np.int64)
     span_end = np.empty(len(ids), dtype=np.int64)
     seen = np.empty(len(ids), dtype=np.uint8)
-    out = _heap_sim.simulate(traces[trace_id].SerializeToString(), ids, size, unpadded,
+    data = m.trace_bytes[trace_id] if m.trace_bytes is not None else traces[trace_id].SerializeToString()
+    out = _heap_sim.simulate(data, ids, size, unpadded,
                              span_start, span_end, seen, with_names)
     if out is None:
         return None
