@@ -49,6 +49,7 @@ def _check(data: bytes, space: int, monkeypatch) -> str:
     if twin[0] == "ok":
         assert (_outcome(lambda: mv.view_and_summary(hlo, space, wire=wire))
                 == _outcome(lambda: mv.view_and_summary(hlo, space)))
+        assert _outcome(lambda: mv.summary(hlo, space, wire=wire)) == _outcome(lambda: mv.summary(hlo, space))
     monkeypatch.setenv("PROFSCOPE_NATIVE", "0")  # the switch turns this pass off too
     assert mv._index_native() is False
     return twin[0]

@@ -242,7 +242,7 @@ class CompiledMemory(HloLinks):
                 compute = lambda p, s=source: memory_viewer_text.summary(  # noqa: E731
                     self.memory_viewer(run, MemoryViewerQuery(module_name=s.module_name), p))
             else:
-                compute = lambda p, s=source: memory_viewer.summary(self.hlo_proto(s), memory_space)  # noqa: E731
+                compute = lambda p, s=source: self._ranking_row(s, memory_space)  # noqa: E731
             try:
                 row = self.cache.get_or_compute_json(
                     key, f"peak of {name}", compute,
@@ -254,6 +254,12 @@ class CompiledMemory(HloLinks):
             except ProfscopeError as e:
                 rows.append({"moduleName": name, "error": e.message})
         return sorted(rows, key=lambda r: -(r.get("peakHeapMib") or 0))
+
+    def _ranking_row(self, source: ModuleSource, memory_space: int) -> dict:
+        """A module's row of the ranking (``memory_viewer.summary``), its buffers indexed
+        from the HloProto's bytes."""
+        hlo, wire = self.hlo_proto_wire(source)
+        return memory_viewer.summary(hlo, memory_space, wire=wire)
 
     def _view_first(self, run: Run, name: str, memory_space: int) -> None:
         """A run of one module: its page view, made through its own cache entry, which

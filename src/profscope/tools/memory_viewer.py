@@ -1605,16 +1605,18 @@ def _allocation_blocks(m: _Module, lbs: list[_LB], base: int, node_id: int, scal
 
 
 @_collector_paused
-def summary(hlo: hlo_pb2.HloProto, memory_space: int = 0, *, module: _Module | None = None) -> dict:
+def summary(hlo: hlo_pb2.HloProto, memory_space: int = 0, *, module: _Module | None = None,
+            wire: bytes | None = None) -> dict:
     """Cheap per-module figures for ranking the modules of a run by peak.
 
     Same numbers as :func:`from_hlo` (``peakHeapMib`` etc. equal exactly) without building
     the buffer lists; plus ``peakBytes`` / ``totalAllocationBytes`` as exact ints and
     ``memorySpaces``. A memory space the module does not have gives zeros, not an error,
     so that every module of a run can be ranked for one space. ``module``: ``hlo``'s
-    index when the caller made it already.
+    index when the caller made it already; ``wire``: ``hlo``'s bytes, if the caller has
+    them (:class:`_Module`).
     """
-    m = module if module is not None else _Module(hlo)
+    m = module if module is not None else _Module(hlo, wire=wire)
     color = int(memory_space)
     sim = _simulate(m, color, with_names=False) if color in m.colors() else _Sim()
     indefinite_add = sum(m.allocs[lb.alloc].size for lb in _indefinite_buffers(m, color))
