@@ -58,19 +58,31 @@ class _Counting(xplane_line_ranges.InProcess):
         return super().run(fn, specs)
 
 
-@pytest.mark.parametrize(("parts", "native"), [(2, "1"), (7, "1"), (3, "0")])
-def test_a_plane_cut_in_ranges_indexes_as_one_decode(shared_fixtures, tmp_path, monkeypatch, parts, native):
+@pytest.mark.parametrize(("parts", "native", "sort"), [(2, "1", True), (7, "1", True), (3, "0", True),
+                                                     (2, "1", False)])
+def test_a_plane_cut_in_ranges_indexes_as_one_decode(shared_fixtures, tmp_path, monkeypatch, parts, native, sort):
     """``native``: PROFSCOPE_NATIVE, the C decoder or its numpy twin (the cuts' event
-    boundaries are found by either)."""
+    boundaries are found by either). ``sort``: each range also sorts its rows as the
+    index does (``trace_index.sorted_run``, as the app asks) and the build merges the
+    ranges' sorted runs with the rows decoded in between (other planes); else the build
+    sorts every row."""
     monkeypatch.setenv("PROFSCOPE_NATIVE", native)
+    merged = []
+    monkeypatch.setattr(trace_index, "merge_runs", lambda runs, shift, f=trace_index.merge_runs:
+                        merged.append(len(runs)) or f(runs, shift))
     for i, path in enumerate([*_xplanes(shared_fixtures), *DEMO_XPLANES]):
         whole = _build(path, tmp_path / f"whole{i}", None)
+        assert not merged
         ranges = _Counting(parts)
-        split = xplane_line_ranges.Split(ranges, str(path), str(tmp_path / f"scratch{i}"))
+        split = xplane_line_ranges.Split(ranges, str(path), str(tmp_path / f"scratch{i}"),
+                                         trace_index.sorted_run if sort else None)
         cut = _build(path, tmp_path / f"cut{i}", split)
         assert ranges.cut and all(k >= 2 for k in ranges.cut), (path, ranges.cut)
         assert cut == whole, (path, sorted(k for k in whole if cut.get(k) != whole[k]))
         assert not (tmp_path / f"scratch{i}").exists()  # the ranges' columns are removed once merged
+        # one merge per build, of every range's run (and the runs of the rows between them)
+        assert (len(merged) == 1 and merged[0] >= sum(ranges.cut)) if sort else not merged, (path, merged)
+        merged.clear()
 
 
 def test_a_range_that_failed_elsewhere_is_decoded_by_the_merge(shared_fixtures, tmp_path):

@@ -410,3 +410,44 @@ def test_flow_pre_pass_keeps_int32_positions_tracks_and_flows(shared_fixtures, t
     assert np.array_equal(z.level, py.level)
     with pytest.raises(ValueError):  # the C pass takes int32 positions only
         tv._native.flow_pass(o.astype(np.int64), *z._flow_dense[1:6], z._flow_level, ntracks, len(flows), 0, 10)
+
+
+@pytest.mark.parametrize(("rel", "cuts"), [
+    ("xplane/tf_gpu/plugins/profile/GPU-multi-worker/34.83.195.180_6003.xplane.pb", 2),
+    ("xplane/tpu_inference/plugins/profile/2025_12_10_tpu/tpu_inference_2.xplane.pb", 7),
+    ("traces/hta_alexnet.trace.json.gz", 3),
+])
+def test_native_merge_of_sorted_runs_equals_numpy_and_the_whole_sort(rel, cuts, shared_fixtures, monkeypatch):
+    """Line ranges' own sorts (``sorted_run``) merged (``merge_runs``: C and its numpy twin)
+    give the order, levels, bounds and shifted starts of one sort of every row, on a real
+    profile's columns cut into runs (and with every start tied, so that only the rows
+    order the ties)."""
+    ev = _read(shared_fixtures / "public_profiles" / rel)
+    dur = np.clip(ev.dur_ps.astype(np.int64), 0, ti.MAX_DUR_PS)
+    n = len(dur)
+    for start in (ev.start_ps.astype(np.int64), np.full(n, 123, np.int64)):
+        shift = int(start.min()) - 5
+        whole = ti._sorted_levels(start - shift, ti._level(dur))
+        edges = [0, *sorted(np.random.default_rng(cuts).choice(np.arange(1, n), cuts - 1, replace=False)), n]
+        runs = []
+        for a, z in zip(edges, edges[1:]):
+            o, _, b, st = ti._sorted_levels(start[a:z], ti._level(dur[a:z]))
+            runs.append((o, st, b))
+        got = ti.merge_runs(runs, shift)
+        monkeypatch.setattr(ti, "_native", None)
+        twin = ti.merge_runs(runs, shift)
+        monkeypatch.undo()
+        for x, y, z in zip(got, twin, whole):
+            assert x.dtype == y.dtype == z.dtype and np.array_equal(x, y) and np.array_equal(x, z)
+
+
+def test_native_merge_runs_rejects_runs_that_do_not_cover_the_rows():
+    o, s, b = np.arange(3, dtype=np.int32), np.arange(3, dtype=np.int64), np.zeros(65, np.int64)
+    b[1:] = 3
+    out_o, out_s = np.empty(3, np.int32), np.empty(3, np.int64)
+    with pytest.raises(ValueError, match="do not cover"):
+        ti._native.merge_runs((s,), (o,), b, np.array([1], np.int64), 0, out_o, out_s)
+    with pytest.raises(ValueError, match="out of range"):
+        ti._native.merge_runs((s,), (o + 1,), b, np.array([0], np.int64), 0, out_o, out_s)
+    with pytest.raises(ValueError, match="do not span"):
+        ti._native.merge_runs((s,), (o,), b * 2, np.array([0], np.int64), 0, out_o, out_s)

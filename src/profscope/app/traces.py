@@ -134,7 +134,10 @@ class Traces:
             try:
                 with kept, self.logdir.open(info.path) as f:
                     if classify(info.name) is FileKind.XPLANE:
-                        split = xplane_line_ranges.Split(self.line_ranges, source, str(Path(folder) / "ranges")) \
+                        # each range also sorts its own rows as the index will (issue 40's
+                        # third pass: off the merging task's serial path)
+                        split = xplane_line_ranges.Split(self.line_ranges, source, str(Path(folder) / "ranges"),
+                                                         trace_index.sorted_run) \
                             if self.line_ranges is not None and source else None
                         events = xplane_trace.read_trace(f, path, 0, host, progress=progress.part(0, 0.6), sink=writer,
                                                          steps=steps, split=split)

@@ -86,6 +86,11 @@ class Split:
     ranges: "Ranges"
     source: str
     folder: str
+    # run by each range's process on its written columns (folder, rows), after its decode:
+    # the app passes the index build's per-row sort (tools/trace_index.py ``sorted_run``,
+    # which writes ``RUN_FILES`` beside the columns), so the merging build merges sorted
+    # runs instead of sorting every row itself; None: the columns as decoded
+    sorted_run: Callable[[str, int], None] | None = None
 
 
 class InProcess:
@@ -122,6 +127,7 @@ class Spec:
     blob_base: int  # the plane's first byte among the trace's argument bytes
     folder: str  # where the range writes its columns
     index: int
+    sorted_run: Callable[[str, int], None] | None = None  # Split's
 
 
 def plan(split: Split, ref, data, meta_bytes: bytes, runs, hostname: str, lines: tuple, blob_base: int, dplane,
@@ -164,7 +170,7 @@ def plan(split: Split, ref, data, meta_bytes: bytes, runs, hostname: str, lines:
     out = Path(split.folder)
     out.mkdir(parents=True, exist_ok=True)
     return [Spec(split.source, ref.offset, p[0][1], p[-1][2], p, meta_bytes, ref.name, line_names, lines, special,
-                 hostname, grouped, host_key, blob_base, str(out / f"range_{i}"), i)
+                 hostname, grouped, host_key, blob_base, str(out / f"range_{i}"), i, split.sorted_run)
             for i, p in enumerate(parts)]
 
 
@@ -230,6 +236,8 @@ def decode_range(spec: Spec) -> dict:
                                    sink, spec.lines, spec.blob_base + spec.first)
     finally:
         sink.close()
+    if spec.sorted_run is not None:
+        spec.sorted_run(spec.folder, sink.count)
     alloc = [(np.asarray(plane.strings.table, dtype=object)[who], t, heap, stack)
              for who, t, heap, stack in plane.alloc]
     return {"index": spec.index, "rows": sink.count, "folder": spec.folder, "names": names.names,
@@ -264,6 +272,8 @@ def _merge_one(got: dict, names: NameTable, parts, plane, dplane, pflows) -> Non
     seq0 = parts.count
     folder = Path(got["folder"])
     files = {k: str(folder / f"{k}.raw") for k, _ in _COLUMNS}
+    # the range's own sort of its rows (Split.sorted_run), when it made one
+    files.update((p.stem, str(p)) for p in folder.glob("run_*.raw"))
     name = lut[np.fromfile(files["name"], dtype=np.int32)]
     name.tofile(files["name"])
     # the index writer appends the files as they are (the kernel copies them); another

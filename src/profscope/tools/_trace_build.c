@@ -1,8 +1,9 @@
 /* The trace index build's linear passes (tools/trace_index.py): the raw columns' first pass
  * (shift, clip, last end, events per track), events grouped by track, nesting depths, the
  * sort by duration level, the column gathers into the index order, the resolution tiers'
- * picks and their merge into start order, each in one pass over the rows; and XProf's zoom
- * levels (tools/trace_visibility.py), one pass per level.
+ * picks and their merge into start order, each in one pass over the rows; the merge of
+ * line ranges' own sorts into the index order; and XProf's zoom levels
+ * (tools/trace_visibility.py), one pass per level.
  *
  * trace_index.py keeps the numpy path for every function here and selects it when this
  * module is absent (or PROFSCOPE_NATIVE=0); tests/test_trace_build_native.py asserts both
@@ -1210,12 +1211,160 @@ static PyObject *sort_track(PyObject *self, PyObject *args) {
     return PyLong_FromSsize_t(runs_found);
 }
 
+/* merge_runs(starts (int64[m_r], ...), orders (int32[m_r], ...), bounds int64[k*65], bases int64[k],
+ *            shift, out_order int32[n], out_start int64[n])
+ * The index order (rows by duration level, each level by start, ties by row) of rows
+ * that come as k sorted runs: run r is the rows [bases[r], bases[r] + m_r) (the runs
+ * cover the rows in row order: a line range decoded by another process, or rows decoded
+ * here), already in that order among themselves (``orders[r]``: its rows, local, by
+ * level then start; ``starts[r]``: their starts, not yet shifted; ``bounds[r*65 ..]``:
+ * where each of its levels begins). Per level the runs' stretches are copied out (rows
+ * made global, starts shifted as shift_clip shifts them) and merged pairwise, the left
+ * run first on equal starts: so ties stay in row order, as the single build's stable
+ * sort leaves them (trace_index._sorted_levels), and the answer is the same order and
+ * starts. The caller checks that no shifted start wrapped (they compare as the raw ones). */
+static int run_arrays(PyObject *starts, PyObject *orders, npy_intp r, const int64_t *bd, const int64_t **s,
+                      const int32_t **o, npy_intp *m) {
+    PyObject *sa = PyTuple_GET_ITEM(starts, r), *oa = PyTuple_GET_ITEM(orders, r);
+    if (!PyArray_Check(sa) || !PyArray_Check(oa)) {
+        PyErr_SetString(PyExc_ValueError, "_trace_build.merge_runs: a run is not an array");
+        return 0;
+    }
+    *m = PyArray_SIZE((PyArrayObject *)sa);
+    if (!check((PyArrayObject *)sa, NPY_INT64, *m, "a run's starts") ||
+        !check((PyArrayObject *)oa, NPY_INT32, *m, "a run's order"))
+        return 0;
+    if (bd[0] != 0 || bd[64] != *m) {
+        PyErr_SetString(PyExc_ValueError, "_trace_build.merge_runs: a run's bounds do not span it");
+        return 0;
+    }
+    for (int l = 0; l < 64; l++)
+        if (bd[l + 1] < bd[l]) {
+            PyErr_SetString(PyExc_ValueError, "_trace_build.merge_runs: a run's bounds decrease");
+            return 0;
+        }
+    *s = PyArray_DATA((PyArrayObject *)sa);
+    *o = PyArray_DATA((PyArrayObject *)oa);
+    return 1;
+}
+
+/* one level's stretch [0, m) of (s, o), made of sorted runs at cuts[0..nr]: merged pairwise
+ * (stable, as sort_track merges) through (ts, to); the answer is left in (s, o) */
+static void merge_level(int64_t *s, int32_t *o, int64_t *ts, int32_t *to, npy_intp *cuts, npy_intp nr) {
+    int64_t *as = s, *bs = ts;
+    int32_t *ao = o, *bo = to;
+    while (nr > 1) {
+        npy_intp out = 0;
+        for (npy_intp r = 0; r < nr; r += 2) {
+            npy_intp lo = cuts[r], mid = cuts[r + 1], hi = r + 2 <= nr ? cuts[r + 2] : mid;
+            npy_intp i = lo, j = mid, q = lo;
+            while (i < mid && j < hi) {
+                if (as[j] < as[i]) { bs[q] = as[j]; bo[q++] = ao[j++]; }
+                else { bs[q] = as[i]; bo[q++] = ao[i++]; }
+            }
+            for (; i < mid; i++, q++) { bs[q] = as[i]; bo[q] = ao[i]; }
+            for (; j < hi; j++, q++) { bs[q] = as[j]; bo[q] = ao[j]; }
+            cuts[out++] = lo;
+        }
+        cuts[out] = cuts[nr];
+        nr = out;
+        int64_t *t = as; as = bs; bs = t;
+        int32_t *u = ao; ao = bo; bo = u;
+    }
+    if (as != s) {
+        memcpy(s, as, sizeof(int64_t) * cuts[1]);
+        memcpy(o, ao, sizeof(int32_t) * cuts[1]);
+    }
+}
+
+static PyObject *merge_runs(PyObject *self, PyObject *args) {
+    PyObject *starts, *orders;
+    PyArrayObject *bda, *bsa, *oo, *os_;
+    long long shift;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!LO!O!", &PyTuple_Type, &starts, &PyTuple_Type, &orders, &PyArray_Type, &bda,
+                          &PyArray_Type, &bsa, &shift, &PyArray_Type, &oo, &PyArray_Type, &os_))
+        return NULL;
+    npy_intp k = PyTuple_GET_SIZE(starts), n = PyArray_SIZE(oo);
+    if (PyTuple_GET_SIZE(orders) != k || k < 1 || !check(bda, NPY_INT64, k * 65, "bounds") ||
+        !check(bsa, NPY_INT64, k, "bases") || !check(oo, NPY_INT32, n, "out_order") ||
+        !check(os_, NPY_INT64, n, "out_start") || !writable(oo, "out_order") || !writable(os_, "out_start")) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "_trace_build.merge_runs: bad arguments");
+        return NULL;
+    }
+    const int64_t *bd = PyArray_DATA(bda), *base = PyArray_DATA(bsa);
+    const int64_t **rs = malloc(sizeof(int64_t *) * k);
+    const int32_t **ro = malloc(sizeof(int32_t *) * k);
+    npy_intp *cuts = malloc(sizeof(npy_intp) * (k + 1)), biggest = 0, total = 0;
+    if (!rs || !ro || !cuts) {
+        free(rs); free(ro); free(cuts);
+        return PyErr_NoMemory();
+    }
+    for (npy_intp r = 0; r < k; r++) {
+        npy_intp m;
+        if (!run_arrays(starts, orders, r, bd + 65 * r, &rs[r], &ro[r], &m)) {
+            free(rs); free(ro); free(cuts);
+            return NULL;
+        }
+        if (base[r] != total) {  /* the runs follow one another, from row 0 */
+            free(rs); free(ro); free(cuts);
+            PyErr_SetString(PyExc_ValueError, "_trace_build.merge_runs: the runs do not cover the rows in order");
+            return NULL;
+        }
+        total += m;
+    }
+    for (int l = 0; l < 64; l++) {
+        npy_intp t = 0;
+        for (npy_intp r = 0; r < k; r++) t += bd[65 * r + l + 1] - bd[65 * r + l];
+        if (t > biggest) biggest = t;
+    }
+    if (total != n || n >= INT32_MAX) {
+        free(rs); free(ro); free(cuts);
+        PyErr_SetString(PyExc_ValueError, "_trace_build.merge_runs: the runs are not the output's rows");
+        return NULL;
+    }
+    int64_t *ts = malloc(sizeof(int64_t) * (biggest ? biggest : 1));
+    int32_t *to = malloc(sizeof(int32_t) * (biggest ? biggest : 1));
+    if (!ts || !to) {
+        free(rs); free(ro); free(cuts); free(ts); free(to);
+        return PyErr_NoMemory();
+    }
+    int64_t *s = PyArray_DATA(os_);
+    int32_t *o = PyArray_DATA(oo);
+    int ok = 1;
+    Py_BEGIN_ALLOW_THREADS
+    npy_intp p = 0;
+    for (int l = 0; l < 64 && ok; l++) {
+        npy_intp at = 0;
+        for (npy_intp r = 0; r < k && ok; r++) {
+            cuts[r] = at;
+            const int64_t *b = bd + 65 * r;
+            for (npy_intp i = b[l]; i < b[l + 1]; i++, at++) {
+                int32_t q = ro[r][i];
+                if (q < 0 || q >= b[64]) { ok = 0; break; }
+                s[p + at] = (int64_t)((uint64_t)rs[r][i] - (uint64_t)shift);
+                o[p + at] = (int32_t)(base[r] + q);
+            }
+        }
+        cuts[k] = at;
+        if (ok) merge_level(s + p, o + p, ts, to, cuts, k);
+        p += at;
+    }
+    Py_END_ALLOW_THREADS
+    free(rs); free(ro); free(cuts); free(ts); free(to);
+    if (!ok) {
+        PyErr_SetString(PyExc_ValueError, "_trace_build.merge_runs: a run's row out of range");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"shift_clip", shift_clip, METH_VARARGS, "Starts shifted, durations clipped, the last end and events per track."},
     {"level_order", level_order, METH_VARARGS, "Rows by duration level (stable) and each level's bounds."},
     {"inverse", inverse, METH_VARARGS, "The inverse of a permutation (each reader row's index row)."},
     {"take", take, METH_VARARGS, "A gather with a cast, and whether every value fitted."},
     {"track_order", track_order, METH_VARARGS, "Rows grouped by track (stable) and the tracks out of order."},
+    {"merge_runs", merge_runs, METH_VARARGS, "Rows in index order from runs already in it (line ranges' own sorts)."},
     {"sort_track", sort_track, METH_VARARGS, "A track's rows by (start, longest first), stable, by merging its runs."},
     {"depths", depths, METH_VARARGS, "Nesting depth per row and track (trace_index._depths)."},
     {"tiers", tiers, METH_VARARGS, "Every resolution tier's picks in one pass (trace_index._build_tiers)."},

@@ -150,6 +150,8 @@ class IndexWriter:
         self._raw = {k: open(self.folder / f"{k}.raw", "wb") for k, _ in _RAW}  # noqa: SIM115
         self._args = open(self.folder / "args.bin", "wb")  # noqa: SIM115
         self._flows: list[FlowEvents] = []  # few (one per flow end): kept in memory
+        # the line ranges' sorted runs (sorted_run): (first row, rows, RUN_FILES' paths here)
+        self._runs: list[tuple[int, int, dict[str, Path]]] = []
 
     def events(self, track, start, dur, name, off, length) -> None:
         for (k, dtype), col in zip(_RAW, (track, start, dur, name, off, length)):
@@ -176,7 +178,13 @@ class IndexWriter:
         """``n`` slices already written as one raw file per column (``_RAW``'s names and
         dtypes): a plane's line range another process decoded (formats/xplane_line_ranges.py).
         Appended after the slices so far by the kernel (``copy_file_range``), not read
-        through numpy; the files are removed."""
+        through numpy; the files are removed. With ``RUN_FILES`` among ``files`` (the range
+        sorted its rows: :func:`sorted_run`) those are kept here until :meth:`finish` merges them."""
+        if all(k in files for k, _ in RUN_FILES):
+            kept = {k: self.folder / f"{k}_{len(self._runs)}.raw" for k, _ in RUN_FILES}
+            for k, path in kept.items():
+                os.replace(files[k], path)
+            self._runs.append((self.n, n, kept))
         for k, _ in _RAW:
             out = self._raw[k]
             out.flush()
@@ -199,6 +207,33 @@ class IndexWriter:
         if not keep:
             path.unlink()
         return col
+
+    def _runs_mergeable(self, start: np.ndarray) -> bool:
+        """Whether :func:`merge_runs` gives the order of the rows with these (shifted)
+        starts: int32 rows, and no shifted start wrapped (the runs were sorted unshifted)."""
+        return 0 < self.n < 2**31 - 1 and int(start.min()) >= 0
+
+    def _merged_runs(self, start: np.ndarray, dur: np.ndarray, shift: int):
+        """The index order from the line ranges' sorted runs, the rows between them (decoded
+        here: other planes) sorted here as runs of their own (``start`` shifted and ``dur``
+        clipped by the first pass); the runs' files removed."""
+        runs, at = [], 0
+        for row0, m, files in [*self._runs, (self.n, 0, None)]:
+            if row0 > at:
+                o, _, b, st = _sorted_levels(start[at:row0], _level(dur[at:row0]))
+                runs.append((o, st + np.int64(shift), b))  # merge_runs shifts every run's starts
+            if files is not None:  # mapped: read once by the merge (a read into fresh memory cost
+                # more system time than the merge itself: 0.43 s for jax308's 163 MB)
+                runs.append(tuple(_run_file(files[k], dtype) for k, dtype in RUN_FILES))
+            at = row0 + m
+        self._drop_runs()
+        return merge_runs(runs, shift)
+
+    def _drop_runs(self) -> None:  # (a mapped file stays readable until its map is let go)
+        for _, _, files in self._runs:
+            for path in files.values():
+                path.unlink(missing_ok=True)
+        self._runs = []
 
     def close(self) -> None:
         for f in self._raw.values():
@@ -242,7 +277,11 @@ class IndexWriter:
         else:
             depth, max_depth, per_track, slice_span, end_ps = known
             by_track = None
-        level = _level(dur)
+        # the line ranges' processes sorted their own rows (sorted_run): merged here, not
+        # sorted again (but for a preview, which wants the levels in row order)
+        merged = self._merged_runs(start, dur, shift) \
+            if self._runs and preview is None and self._runs_mergeable(start) else None
+        level = _level(dur) if merged is None else None
         ties = _zero_length_ties(by_track[0], track, start, dur) if by_track is not None and ev.args_kind != "json" else None
         if preview is not None and by_track is not None:
             _report(progress, 0.3, "publishing a preview of the whole trace")
@@ -250,22 +289,12 @@ class IndexWriter:
                                 (slice_span, end_ps), shift)
         del track, dur
         _report(progress, 0.35, "sorting events into duration levels")
-        # by level (a counting sort of int8), then each level by start: the temporaries are
-        # one level's, not the whole trace's
-        order, level, bounds = _level_order(level)
-        # the starts in index order come out of this sort: the start column is not
-        # gathered again (a second random read of 109 MB on jax308)
-        start_sorted = np.empty(n, np.int64)
-        for k in range(LEVELS):
-            a, z = int(bounds[k]), int(bounds[k + 1])
-            if z - a:
-                seg = order[a:z]
-                st = _take(start, seg)
-                by_start = np.argsort(st, kind="stable")
-                seg[:] = seg[by_start]
-                start_sorted[a:z] = st[by_start]
-                del st, by_start
-        del start
+        if merged is None:
+            order, level, bounds, start_sorted = _sorted_levels(start, level)
+            self._drop_runs()
+        else:
+            order, level, bounds, start_sorted = merged
+        del start, merged
         # each reader row's index row: for the flows and the saved row order, made before
         # the columns are gathered so that the nesting pass's order, this and the reader's
         # depths are let go first (137 MB on jax308, held through the gathers and the
@@ -594,6 +623,82 @@ def _level(dur: np.ndarray) -> np.ndarray:
         _, e = np.frexp(np.maximum(dur[a:a + (1 << 20)], 1).astype(np.float64))
         out[a:a + (1 << 20)] = e - 1
     return out
+
+
+def _sorted_levels(start: np.ndarray, level: np.ndarray):
+    """The index order of rows with these starts and levels: by level (a counting sort of
+    int8), then each level by start, ties by row (stable); the levels and starts in that
+    order and where each level begins. The temporaries are one level's, not all rows'."""
+    order, level, bounds = _level_order(level)
+    # the starts in index order come out of this sort: the start column is not
+    # gathered again (a second random read of 109 MB on jax308)
+    start_sorted = np.empty(len(order), np.int64)
+    for k in range(LEVELS):
+        a, z = int(bounds[k]), int(bounds[k + 1])
+        if z - a:
+            seg = order[a:z]
+            st = _take(start, seg)
+            by_start = np.argsort(st, kind="stable")
+            seg[:] = seg[by_start]
+            start_sorted[a:z] = st[by_start]
+            del st, by_start
+    return order, level, bounds, start_sorted
+
+
+# A sorted run's files beside a line range's columns (sorted_run; IndexWriter.events_files):
+# its rows (local, int32) in index order, their starts (not shifted) and its level bounds.
+RUN_FILES = (("run_order", np.int32), ("run_start", np.int64), ("run_bounds", np.int64))
+
+
+def sorted_run(folder: str | Path, n: int) -> None:
+    """In a line range's process, after its decode (formats/xplane_line_ranges.py): its
+    ``n`` rows (``start.raw``/``dur.raw`` in ``folder``) sorted as the index sorts all
+    rows (:func:`_sorted_levels`), written as ``RUN_FILES``, so the merging build only
+    merges the ranges' runs (``_trace_build.merge_runs``) instead of sorting every row.
+    Durations clipped as the build's first pass clips them (``_shift_clip``); starts not
+    shifted (a uniform shift keeps their order; the merge shifts them)."""
+    folder = Path(folder)
+    start = np.fromfile(folder / "start.raw", np.int64, count=n)
+    dur = np.fromfile(folder / "dur.raw", np.int64, count=n)
+    np.clip(dur, 0, MAX_DUR_PS, out=dur)
+    order, _, bounds, start_sorted = _sorted_levels(start, _level(dur))
+    del start, dur
+    for (k, dtype), col in zip(RUN_FILES, (order, start_sorted, bounds)):
+        np.ascontiguousarray(col, dtype).tofile(folder / f"{k}.raw")
+
+
+def _run_file(path: Path, dtype) -> np.ndarray:
+    """One of a sorted run's files, memory-mapped (an empty one as an empty array:
+    np.memmap refuses a file of no bytes)."""
+    return np.memmap(path, dtype=dtype, mode="r") if path.stat().st_size else np.zeros(0, dtype)
+
+
+def merge_runs(runs: list[tuple[np.ndarray, np.ndarray, np.ndarray]], shift: int):
+    """:func:`_sorted_levels`' answer (order, levels, bounds, starts shifted by ``shift``)
+    for rows that come as runs, each (its rows in index order, local; their starts; its
+    level bounds), covering the rows in row order: per level the runs' stretches merged,
+    ties to the earlier run (so to the lower row, as the stable sort). C where it applies;
+    numpy's stable argsort of the runs' stretches otherwise (the same order)."""
+    n = sum(len(o) for o, _, _ in runs)
+    bases = np.cumsum([0] + [len(o) for o, _, _ in runs[:-1]]).astype(np.int64)
+    bounds = np.sum([b for _, _, b in runs], axis=0).astype(np.int64)
+    bounds = np.concatenate([[0], np.cumsum(np.diff(bounds))]).astype(np.int64)
+    order = np.empty(n, np.int32)
+    start = np.empty(n, np.int64)
+    if _native is not None and 0 < n < 2**31 - 1:
+        _native.merge_runs(tuple(np.ascontiguousarray(s, np.int64) for _, s, _ in runs),
+                           tuple(np.ascontiguousarray(o, np.int32) for o, _, _ in runs),
+                           np.ascontiguousarray(np.concatenate([b for _, _, b in runs]), np.int64), bases,
+                           shift, order, start)
+    else:
+        for k in range(LEVELS):
+            a, z = int(bounds[k]), int(bounds[k + 1])
+            if z - a:
+                st = np.concatenate([s[b[k]:b[k + 1]] for _, s, b in runs]) - np.int64(shift)
+                rows = np.concatenate([o[b[k]:b[k + 1]] + base for (o, _, b), base in zip(runs, bases)])
+                by_start = np.argsort(st, kind="stable")
+                start[a:z], order[a:z] = st[by_start], rows[by_start]
+    return order, np.repeat(np.arange(LEVELS, dtype=np.int8), np.diff(bounds)), bounds, start
 
 
 def _mapped(path: Path) -> np.ndarray:
