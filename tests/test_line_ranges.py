@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -29,9 +30,10 @@ def _xplanes(shared_fixtures) -> list[Path]:
     return found
 
 
-def _build(path: Path, out: Path, split: xplane_line_ranges.Split | None) -> dict[str, str]:
+def _build(path: Path, out: Path, split: xplane_line_ranges.Split | None, elsewhere=None) -> dict[str, str]:
     out.mkdir(parents=True)
     writer = trace_index.IndexWriter(out, source=str(path))
+    writer.elsewhere = elsewhere
     try:
         with open(path, "rb") as f:
             events = xplane_trace.read_trace(f, str(path), 0, "host", sink=writer, split=split)
@@ -58,6 +60,22 @@ class _Counting(xplane_line_ranges.InProcess):
         return super().run(fn, specs)
 
 
+class _Beside:
+    """IndexWriter.elsewhere in a thread of this process (the cluster's is another worker),
+    recording what ran there."""
+
+    def __init__(self):
+        self.ran = []
+
+    def submit(self, fn, *args):
+        self.ran.append(fn)
+        pool = ThreadPoolExecutor(1)
+        try:
+            return pool.submit(fn, *args)
+        finally:
+            pool.shutdown(wait=False)
+
+
 @pytest.mark.parametrize(("parts", "native", "sort"), [(2, "1", True), (7, "1", True), (3, "0", True),
                                                      (2, "1", False)])
 def test_a_plane_cut_in_ranges_indexes_as_one_decode(shared_fixtures, tmp_path, monkeypatch, parts, native, sort):
@@ -67,7 +85,7 @@ def test_a_plane_cut_in_ranges_indexes_as_one_decode(shared_fixtures, tmp_path, 
     ranges' sorted runs with the rows decoded in between (other planes); else the build
     sorts every row."""
     monkeypatch.setenv("PROFSCOPE_NATIVE", native)
-    merged = []
+    merged, beside = [], _Beside()
     monkeypatch.setattr(trace_index, "merge_runs", lambda runs, shift, f=trace_index.merge_runs:
                         merged.append(len(runs)) or f(runs, shift))
     for i, path in enumerate([*_xplanes(shared_fixtures), *DEMO_XPLANES]):
@@ -76,13 +94,16 @@ def test_a_plane_cut_in_ranges_indexes_as_one_decode(shared_fixtures, tmp_path, 
         ranges = _Counting(parts)
         split = xplane_line_ranges.Split(ranges, str(path), str(tmp_path / f"scratch{i}"),
                                          trace_index.sorted_run if sort else None)
-        cut = _build(path, tmp_path / f"cut{i}", split)
+        # (with the sorted runs, the tiers made beside the rest of the build, as on a cluster)
+        cut = _build(path, tmp_path / f"cut{i}", split, beside.submit if sort else None)
         assert ranges.cut and all(k >= 2 for k in ranges.cut), (path, ranges.cut)
         assert cut == whole, (path, sorted(k for k in whole if cut.get(k) != whole[k]))
         assert not (tmp_path / f"scratch{i}").exists()  # the ranges' columns are removed once merged
         # one merge per build, of every range's run (and the runs of the rows between them)
         assert (len(merged) == 1 and merged[0] >= sum(ranges.cut)) if sort else not merged, (path, merged)
         merged.clear()
+        assert beside.ran == ([trace_index.tiers_of_saved] if sort else []), path
+        beside.ran.clear()
 
 
 def test_a_range_that_failed_elsewhere_is_decoded_by_the_merge(shared_fixtures, tmp_path):
@@ -163,19 +184,26 @@ def test_one_host_split_across_the_dask_workers_is_the_single_process_index(shar
 
     serial = Workspace(LogDir(str(logdir)), DiskCache(tmp_path / "serial", workers=WorkerPool(enabled=False)))
     (run,) = serial.runs()
+    ran = set()
     with Client(cutting_cluster) as client:
         for host in hosts:
             answer = client.submit(convert_host, str(logdir), str(tmp_path / "dask"), "s", host,
                                    report=False, pure=False).result(timeout=120)
             assert answer["built"]
-            # the plane was cut, and its ranges ran in both worker processes
-            assert len(answer["ranges"]) >= 2 and len(set(answer["ranges"])) == 2, answer
+            # the plane was cut
+            assert len(answer["ranges"]) >= 2, answer
+            ran.update(answer["ranges"])
             info = dict(serial.trace_sources(run))[host]
             serial.trace_index(run, host, info)
             dask_cache = DiskCache(tmp_path / "dask", workers=WorkerPool(enabled=False))
             whole, cut = _hashes(serial.cache.built_dir(answer["key"])), _hashes(dask_cache.built_dir(answer["key"]))
             assert whole
             assert cut == whole, (host, sorted(k for k in whole if cut.get(k) != whole[k]))
+    # and the ranges ran in both worker processes. (Per host they need not: these ranges
+    # take a few ms, and once the scheduler has timed a build it may place both of the
+    # next host's ranges on the other worker before it hears that the build's thread
+    # seceded; ranges of a real big host, ~1 s each, are then spread by work stealing.)
+    assert len(ran) == 2, ran
 
 
 def test_a_range_is_merged_while_the_next_one_is_decoded(shared_fixtures, tmp_path):

@@ -185,6 +185,46 @@ class ClusterRanges:
                 client.cancel(futures)  # a merge that stopped (a bad input) leaves no range running
 
 
+    def submit(self, fn, *args):
+        """``fn(*args)`` as a task of its own on this cluster, for the part of a cut host's
+        build that can run beside the rest (tools/trace_index.py ``IndexWriter.elsewhere``:
+        its resolution tiers), at the ranges' priority, so a free worker thread takes it:
+        answers an object whose ``result()`` waits for it (seceded, so the thread can take
+        other work meanwhile). Outside a Dask task, or where that task failed (a worker
+        that cannot reach the build folder), ``fn(*args)`` runs here."""
+        from distributed import get_client, get_worker
+
+        try:
+            get_worker()
+        except ValueError:
+            return _Here(fn, args)
+        return _Elsewhere(get_client().submit(fn, *args, pure=False, priority=self.PRIORITY), fn, args)
+
+
+class _Here:
+    def __init__(self, fn, args):
+        self.fn, self.args = fn, args
+
+    def result(self):
+        return self.fn(*self.args)
+
+
+class _Elsewhere(_Here):
+    def __init__(self, future, fn, args):
+        super().__init__(fn, args)
+        self.future = future
+
+    def result(self):
+        from distributed import worker_client
+
+        try:
+            with worker_client():
+                return self.future.result()
+        except Exception as e:  # noqa: BLE001 - made here instead
+            log.warning("a task beside a build failed on the cluster (%s); running it here", e)
+        return super().result()
+
+
 def _worker_run(ws, run_name: str):
     try:
         return ws.run(run_name)

@@ -139,6 +139,8 @@ class Traces:
                         split = xplane_line_ranges.Split(self.line_ranges, source, str(Path(folder) / "ranges"),
                                                          trace_index.sorted_run) \
                             if self.line_ranges is not None and source else None
+                        # and the build's tiers go to another worker once its plane was cut
+                        writer.elsewhere = getattr(self.line_ranges, "submit", None) if split is not None else None
                         events = xplane_trace.read_trace(f, path, 0, host, progress=progress.part(0, 0.6), sink=writer,
                                                          steps=steps, split=split)
                     else:

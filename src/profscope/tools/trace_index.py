@@ -152,6 +152,11 @@ class IndexWriter:
         self._flows: list[FlowEvents] = []  # few (one per flow end): kept in memory
         # the line ranges' sorted runs (sorted_run): (first row, rows, RUN_FILES' paths here)
         self._runs: list[tuple[int, int, dict[str, Path]]] = []
+        self._ranges = 0  # line ranges merged (events_files)
+        # where work of finish's that can run beside it goes once the rows came in line
+        # ranges (the app's ClusterRanges.submit: a task on the Dask cluster): called as
+        # elsewhere(fn, *args), answers an object whose result() is fn(*args); None: here
+        self.elsewhere = None
 
     def events(self, track, start, dur, name, off, length) -> None:
         for (k, dtype), col in zip(_RAW, (track, start, dur, name, off, length)):
@@ -185,6 +190,7 @@ class IndexWriter:
             for k, path in kept.items():
                 os.replace(files[k], path)
             self._runs.append((self.n, n, kept))
+        self._ranges += 1
         for k, _ in _RAW:
             out = self._raw[k]
             out.flush()
@@ -213,10 +219,10 @@ class IndexWriter:
         starts: int32 rows, and no shifted start wrapped (the runs were sorted unshifted)."""
         return 0 < self.n < 2**31 - 1 and int(start.min()) >= 0
 
-    def _merged_runs(self, start: np.ndarray, dur: np.ndarray, shift: int):
-        """The index order from the line ranges' sorted runs, the rows between them (decoded
-        here: other planes) sorted here as runs of their own (``start`` shifted and ``dur``
-        clipped by the first pass); the runs' files removed."""
+    def _sorted_runs(self, start: np.ndarray, dur: np.ndarray, shift: int) -> list:
+        """:func:`merge_runs`' runs: the line ranges' (their files mapped, and removed), and
+        the rows between them (decoded here: other planes) sorted here as runs of their own
+        (``start`` shifted and ``dur`` clipped by the first pass)."""
         runs, at = [], 0
         for row0, m, files in [*self._runs, (self.n, 0, None)]:
             if row0 > at:
@@ -227,7 +233,7 @@ class IndexWriter:
                 runs.append(tuple(_run_file(files[k], dtype) for k, dtype in RUN_FILES))
             at = row0 + m
         self._drop_runs()
-        return merge_runs(runs, shift)
+        return runs
 
     def _drop_runs(self) -> None:  # (a mapped file stays readable until its map is let go)
         for _, _, files in self._runs:
@@ -279,9 +285,9 @@ class IndexWriter:
             by_track = None
         # the line ranges' processes sorted their own rows (sorted_run): merged here, not
         # sorted again (but for a preview, which wants the levels in row order)
-        merged = self._merged_runs(start, dur, shift) \
+        runs = self._sorted_runs(start, dur, shift) \
             if self._runs and preview is None and self._runs_mergeable(start) else None
-        level = _level(dur) if merged is None else None
+        level = _level(dur) if runs is None else None
         ties = _zero_length_ties(by_track[0], track, start, dur) if by_track is not None and ev.args_kind != "json" else None
         if preview is not None and by_track is not None:
             _report(progress, 0.3, "publishing a preview of the whole trace")
@@ -289,12 +295,12 @@ class IndexWriter:
                                 (slice_span, end_ps), shift)
         del track, dur
         _report(progress, 0.35, "sorting events into duration levels")
-        if merged is None:
+        if runs is None:
             order, level, bounds, start_sorted = _sorted_levels(start, level)
             self._drop_runs()
-        else:
-            order, level, bounds, start_sorted = merged
-        del start, merged
+        else:  # (merged once the raw columns above are let go: the build's peak stays theirs)
+            order, level, bounds, start_sorted = merge_runs(runs, shift)
+        del start, runs
         # each reader row's index row: for the flows and the saved row order, made before
         # the columns are gathered so that the nesting pass's order, this and the reader's
         # depths are let go first (137 MB on jax308, held through the gathers and the
@@ -311,31 +317,27 @@ class IndexWriter:
         np.save(out / "start_fence.npy", start_sorted[::FENCE])
         kept, cols = {"start": start_sorted}, {"depth": depth}
         del start_sorted, depth
-        for k in _COLS[1:]:  # sorted copies of track and depth for the tiers
+        later = None
+        for k in ("track", "depth", "dur", "name", "aoff", "alen"):  # sorted track and depth kept for the tiers
             col = _save_in_order(out, k, cols.pop(k) if k in cols else self._load(k), order, bounds,
                                  clip=clipped, keep=k in ("track", "depth"))
             if col is not None:
                 kept[k] = col
             del col
+            if k == "depth" and windows and track_bounds is not None and self.elsewhere is not None and self._ranges:
+                # a big host cut in line ranges on a cluster: another worker makes its tiers
+                # from the columns saved so far while this one saves the rest and the flows
+                later = self.elsewhere(tiers_of_saved, str(out), bounds, max_depth, track_bounds)
+                kept.clear()
         del order
-        _report(progress, 0.6, "building resolution tiers")
-        _release_freed_memory()
-        native = None
-        if track_bounds is not None and windows:
-            # (the saved order's rows are index rows: no rank, the index's own depths)
-            native = (npy.load(out / XPROF_ORDER_FILE, mmap_mode="r"), track_bounds, max_depth,
-                      np.ascontiguousarray(kept["depth"], np.int16), None)
-        tiers = _build_tiers(kept.pop("track"), kept.pop("depth"), kept.pop("start"), level, bounds, out,
-                             native) if windows else None
-        del level, native
+        tiers = _tiers_here(kept, level, bounds, out, track_bounds, max_depth, progress) \
+            if windows and later is None else None
+        del level, kept
         _report(progress, 0.9, "writing counters and flows")
         n_flows = _write_flows(ev, flow_rows, shift, out)
-        counters = []
-        for i, c in enumerate(ev.counters):
-            np.save(out / f"counter_{i}_t.npy", (c.t_ps - shift).astype(np.int64))
-            np.save(out / f"counter_{i}_v.npy", c.value.astype(np.float64))
-            counters.append({"track": c.track, "name": c.name, "unit": c.unit, "points": len(c.t_ps),
-                             **({"stat": c.stat, "integer": c.integer} if c.stat else {})})
+        counters = _save_counters(ev, shift, out)
+        if later is not None:
+            tiers = later.result()
         meta = {
             "version": INDEX_VERSION,
             "path": ev.path,
@@ -1171,6 +1173,42 @@ def _build_tiers(track, depth, start, level, bounds, out: Path, native=None) -> 
         tiers.append(z)
         del rows
     return tiers
+
+
+def _tiers_here(kept: dict, level, bounds, out: Path, track_bounds, max_depth, progress) -> list[int]:
+    """IndexWriter.finish's tiers, from its sorted columns in memory (``kept``: start,
+    track and depth, let go here)."""
+    _report(progress, 0.6, "building resolution tiers")
+    _release_freed_memory()
+    native = None
+    if track_bounds is not None:
+        # (the saved order's rows are index rows: no rank, the index's own depths)
+        native = (npy.load(out / XPROF_ORDER_FILE, mmap_mode="r"), track_bounds, max_depth,
+                  np.ascontiguousarray(kept["depth"], np.int16), None)
+    return _build_tiers(kept.pop("track"), kept.pop("depth"), kept.pop("start"), level, bounds, out, native)
+
+
+def tiers_of_saved(folder: str, bounds: np.ndarray, max_depth: np.ndarray, track_bounds: np.ndarray) -> list[int]:
+    """:func:`_tiers_here` from the columns a build has saved in ``folder`` (start, track,
+    depth and the saved row order, memory-mapped), in another process (a Dask worker,
+    IndexWriter.elsewhere): the same values, so the same tier files; the tiers made."""
+    folder = Path(folder)
+    start, track, depth = (npy.load(folder / f"{k}.npy", mmap_mode="r") for k in ("start", "track", "depth"))
+    level = np.repeat(np.arange(LEVELS, dtype=np.int8), np.diff(bounds))
+    native = (npy.load(folder / XPROF_ORDER_FILE, mmap_mode="r"), track_bounds, max_depth,
+              np.ascontiguousarray(depth, np.int16), None)
+    return _build_tiers(track, depth, start, level, bounds, folder, native)
+
+
+def _save_counters(ev: TraceEvents, shift: int, out: Path) -> list[dict]:
+    """The counters' series (``counter_<i>_t/_v.npy``) and their meta entries."""
+    counters = []
+    for i, c in enumerate(ev.counters):
+        np.save(out / f"counter_{i}_t.npy", (c.t_ps - shift).astype(np.int64))
+        np.save(out / f"counter_{i}_v.npy", c.value.astype(np.float64))
+        counters.append({"track": c.track, "name": c.name, "unit": c.unit, "points": len(c.t_ps),
+                         **({"stat": c.stat, "integer": c.integer} if c.stat else {})})
+    return counters
 
 
 def _keep_tier(kept: int, short: int) -> bool:
