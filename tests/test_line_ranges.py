@@ -30,7 +30,8 @@ def _xplanes(shared_fixtures) -> list[Path]:
     return found
 
 
-def _build(path: Path, out: Path, split: xplane_line_ranges.Split | None, elsewhere=None) -> dict[str, str]:
+def _build(path: Path, out: Path, split: xplane_line_ranges.Split | None, elsewhere=None,
+           preview: int | None = None) -> dict[str, str]:
     out.mkdir(parents=True)
     writer = trace_index.IndexWriter(out, source=str(path))
     writer.elsewhere = elsewhere
@@ -39,7 +40,7 @@ def _build(path: Path, out: Path, split: xplane_line_ranges.Split | None, elsewh
             events = xplane_trace.read_trace(f, str(path), 0, "host", sink=writer, split=split)
     finally:
         writer.close()
-    writer.finish(events)
+    writer.finish(events, preview=(out.with_name(out.name + "-preview"), preview) if preview else None)
     return _hashes(out)
 
 
@@ -118,6 +119,28 @@ def test_a_range_that_failed_elsewhere_is_decoded_by_the_merge(shared_fixtures, 
     whole = _build(path, tmp_path / "whole", None)
     split = xplane_line_ranges.Split(Failing(4, min_bytes=0), str(path), str(tmp_path / "scratch"))
     assert _build(path, tmp_path / "cut", split) == whole
+
+
+def test_ranges_files_copied_where_they_cannot_be_renamed_into_the_build(shared_fixtures, tmp_path, monkeypatch):
+    """The index writer takes a range's files by renaming them into its folder; where that
+    fails (another file system) it appends copies, and sorts the range's rows itself: the
+    same index."""
+    (path, *_) = sorted(shared_fixtures.glob("public_profiles/xplane/tf_gpu/plugins/profile/*/*.xplane.pb"))
+    whole = _build(path, tmp_path / "whole", None)
+
+    def refuse(a, b):
+        raise OSError(18, "Invalid cross-device link")
+
+    monkeypatch.setattr(trace_index.os, "replace", refuse)
+    split = xplane_line_ranges.Split(_Counting(3), str(path), str(tmp_path / "scratch"), trace_index.sorted_run)
+    assert _build(path, tmp_path / "cut", split) == whole
+    monkeypatch.undo()
+    # a build that publishes a preview (which reads the names of the rows it shows) from
+    # ranges' files taken as they are: the same preview and index
+    whole = _build(path, tmp_path / "whole2", None, preview=200)
+    split = xplane_line_ranges.Split(_Counting(3), str(path), str(tmp_path / "scratch2"), trace_index.sorted_run)
+    assert _build(path, tmp_path / "cut2", split, preview=200) == whole
+    assert _hashes(tmp_path / "cut2-preview") == _hashes(tmp_path / "whole2-preview") != {}
 
 
 def test_small_planes_and_device_planes_are_not_cut(shared_fixtures, tmp_path):
