@@ -148,10 +148,17 @@ class ClusterRanges:
         # the worker pids of each file's last ranges (convert_host answers them)
         self.ran: dict[str, list[int]] = {}
 
+    # Ranges per worker thread: cut by bytes, ranges need not cost alike (jax308's second
+    # half holds half the first's events and took 1.7x its CPU), and ranges of half the
+    # size spread that over the threads: on 2 workers the slower thread's share of
+    # jax308's ranges fell from 1.66-1.80 s to 1.1-1.2 s (docs/performance.md, "One big
+    # host, issue 40's third pass"). MIN_RANGE_BYTES still bounds the count.
+    RANGES_PER_THREAD = 2
+
     @property
     def parts(self) -> int:
-        """The cluster's worker threads now (asked per build: an adaptive cluster grows
-        and shrinks); 1 (no split) outside a Dask task."""
+        """``RANGES_PER_THREAD`` per worker thread of the cluster now (asked per build: an
+        adaptive cluster grows and shrinks); 1 (no split) outside a Dask task."""
         from distributed import get_client, get_worker
 
         if self._parts is not None:
@@ -160,7 +167,7 @@ class ClusterRanges:
             get_worker()
         except ValueError:
             return 1
-        return sum(get_client().nthreads().values())
+        return self.RANGES_PER_THREAD * sum(get_client().nthreads().values())
 
     def run(self, fn, specs: list):
         """Yields each range's answer (or its exception) in order, as it is there: the
