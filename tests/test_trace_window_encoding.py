@@ -147,3 +147,41 @@ def test_steps_in_is_the_steps_overlapping(indexes):
             assert tvw.steps_in(ix, s, e) == want
             checked += bool(want) and len(want) < len(steps)
     assert checked >= 10
+
+
+def _same_rows(got: tuple[dict, bool], want: tuple[dict, bool]) -> None:
+    assert got[1] == want[1] and list(got[0]) == list(want[0])
+    for k, v in want[0].items():
+        assert got[0][k].dtype == v.dtype and np.array_equal(got[0][k], v), k
+
+
+@pytest.mark.skipif(ti._native is None, reason="the _trace_build extension is not built")
+def test_window_pick_is_the_numpy_twin(indexes, monkeypatch):
+    """A window's rows by the C pass (``_trace_build.window_pick``) are the numpy path's
+    (``TraceIndex._window_rows_numpy``): the same rows and columns in the same order and
+    the same ``truncated``, on the fixtures' windows (with tiers and without: 1 ps per
+    pixel; a window of 1 ps, one before the trace, one at its end); where a (track,
+    depth) falls outside the table it is given, the C pass declines and the numpy path
+    answers."""
+    picked = thinned = declined = 0
+    for ix in indexes.values():
+        span = ix.end_ps
+        rnd = np.random.default_rng(5)
+        spans = [(0, span, 8000), (0, span, 1000), (-span // 10, span // 5, 300), (span - 1, span, 50), (5, 6, 8000),
+                 (span // 2, span // 2 + 5000, 100_000)]
+        spans += [(int(a), int(a) + max(1, int(f * span)), res) for a in rnd.random(10) * span
+                  for f, res in ((0.01, 8000), (0.001, 2000), (0.2, 1500), (0.00001, 300))]
+        for s, e, res in spans:
+            with monkeypatch.context() as m:
+                m.setattr(ti, "_native", None)
+                want = ix.window_rows(s, e, res)
+            _same_rows(ix.window_rows(s, e, res), want)
+            picked += len(want[0]["rows"]) > 0
+            thinned += want[1]
+            with monkeypatch.context() as m:  # a table one depth deep: declined where any is deeper
+                m.setattr(ix, "_ndepths", 1)
+                got = ix.window_rows(s, e, res)
+                p = max(1, (e - s) // res)
+                declined += ix._pick_native(s, e, p, res, 0, np.zeros(0, np.int64)) is None
+            _same_rows(got, want)
+    assert picked >= 60 and thinned >= 20 and declined >= 10

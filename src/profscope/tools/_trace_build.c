@@ -2,8 +2,9 @@
  * (shift, clip, last end, events per track), events grouped by track, nesting depths, the
  * sort by duration level, the column gathers into the index order, the resolution tiers'
  * picks and their merge into start order, each in one pass over the rows; the merge of
- * line ranges' own sorts into the index order; and XProf's zoom levels
- * (tools/trace_visibility.py), one pass per level.
+ * line ranges' own sorts into the index order; XProf's zoom levels
+ * (tools/trace_visibility.py), one pass per level; and a later window's rows
+ * (TraceIndex.window_rows), one pass over its candidates.
  *
  * trace_index.py keeps the numpy path for every function here and selects it when this
  * module is absent (or PROFSCOPE_NATIVE=0); tests/test_trace_build_native.py asserts both
@@ -1358,6 +1359,194 @@ static PyObject *merge_runs(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* window_pick(start int64[N], dur uint32|int64[N], tail int64[T], at, track int[N], depth int[N],
+ *             ranges int64[2k], trows int32|int64[m], s, e, p, res, ntracks, ndepths)
+ *   -> (rows int64[>= j], j, thinned) | None
+ * TraceIndex.window_rows' pass over a window's candidates (its numpy twin is
+ * TraceIndex._window_rows_numpy): the rows of each stretch [ranges[2i], ranges[2i+1]) (a
+ * duration level's rows from the first that can reach s to the last starting before e, each
+ * stretch in start order) and then the tier's rows ``trows`` (in start order too); those
+ * overlapping [s, e) (``start < e`` and ``end > s``, or a zero-length one starting in it)
+ * put in start order, stable (merging their runs: numpy's ``argsort(kind="stable")`` of
+ * them one after another); of those narrower than a pixel ``p`` only the first of each
+ * (track, depth, pixel), the pixel ``clip((start - s) // p, 0, res + 1)``: in start order a
+ * (track, depth) row's pixels never decrease, so one pass holding the last pixel of each
+ * row finds them. Durations are the index's as TraceIndex reads them: the uint32 column,
+ * and from row ``at`` on the int64 ``tail`` (trace_index._Widened). The answer's first j
+ * rows are the window's. None where a narrow event's track or depth is outside
+ * [0, ntracks) x [0, ndepths) or N >= 2^31: the numpy path does those (both compared in
+ * tests/test_trace_window_encoding.py). */
+static int int_type(int t) {
+    return t == NPY_INT8 || t == NPY_UINT8 || t == NPY_INT16 || t == NPY_UINT16 || t == NPY_INT32 ||
+           t == NPY_UINT32 || t == NPY_INT64;
+}
+
+static inline int64_t get_int(const char *base, int t, npy_intp i) {
+    switch (t) {
+    case NPY_INT8: return ((const int8_t *)base)[i];
+    case NPY_UINT8: return ((const uint8_t *)base)[i];
+    case NPY_INT16: return ((const int16_t *)base)[i];
+    case NPY_UINT16: return ((const uint16_t *)base)[i];
+    case NPY_INT32: return ((const int32_t *)base)[i];
+    case NPY_UINT32: return ((const uint32_t *)base)[i];
+    default: return ((const int64_t *)base)[i];
+    }
+}
+
+/* a candidate: its start, row, and (track, depth) cell when narrower than a pixel, else -1 */
+typedef struct { int64_t start; int32_t row, cell; } cand_t;
+
+/* ``a``'s ascending runs (split where a start is less than the one before) merged into one,
+ * stable (the left run's row first unless the right one's starts earlier): the adjacent pair
+ * with the fewest rows first while there are few runs (a window's stretches: the tier's big
+ * run is then merged once, last), pairwise passes otherwise. ``runs`` has room for m + 1. */
+static void merge_one(cand_t *a, cand_t *tmp, npy_intp lo, npy_intp mid, npy_intp hi) {
+    npy_intp i = lo, j = mid, o = lo;
+    while (i < mid && j < hi) {
+        int right = a[j].start < a[i].start;
+        tmp[o++] = right ? a[j] : a[i];
+        j += right;
+        i += !right;
+    }
+    memcpy(tmp + o, a + i, sizeof(cand_t) * (mid - i));
+    o += mid - i;
+    memcpy(tmp + o, a + j, sizeof(cand_t) * (hi - j));
+    memcpy(a + lo, tmp + lo, sizeof(cand_t) * (hi - lo));
+}
+
+static void merge_cand_runs(cand_t *a, cand_t *tmp, npy_intp m, npy_intp *runs) {
+    npy_intp nr = 0;
+    runs[nr++] = 0;
+    for (npy_intp i = 1; i < m; i++)
+        if (a[i].start < a[i - 1].start) runs[nr++] = i;
+    runs[nr] = m;
+    while (nr > 1) {
+        if (nr > 64) {
+            npy_intp out = 0;
+            for (npy_intp r = 0; r < nr; r += 2) {
+                if (r + 1 < nr) merge_one(a, tmp, runs[r], runs[r + 1], runs[r + 2]);
+                runs[out++] = runs[r];
+            }
+            runs[out] = m;
+            nr = out;
+            continue;
+        }
+        npy_intp best = 0;
+        for (npy_intp r = 1; r + 1 < nr; r++)
+            if (runs[r + 2] - runs[r] < runs[best + 2] - runs[best]) best = r;
+        merge_one(a, tmp, runs[best], runs[best + 1], runs[best + 2]);
+        memmove(runs + best + 1, runs + best + 2, sizeof(npy_intp) * (nr - best - 1));
+        nr--;
+    }
+}
+
+static PyObject *window_pick(PyObject *self, PyObject *args) {
+    PyArrayObject *sa, *da, *ta, *tr, *dp, *ra, *wa;
+    Py_ssize_t at;
+    long long s, e, p, res, ntracks, ndepths;
+    if (!PyArg_ParseTuple(args, "O!O!O!nO!O!O!O!LLLLLL", &PyArray_Type, &sa, &PyArray_Type, &da, &PyArray_Type, &ta,
+                          &at, &PyArray_Type, &tr, &PyArray_Type, &dp, &PyArray_Type, &ra, &PyArray_Type, &wa, &s, &e,
+                          &p, &res, &ntracks, &ndepths))
+        return NULL;
+    npy_intp N = PyArray_SIZE(sa), T = PyArray_SIZE(ta), nr = PyArray_SIZE(ra), nw = PyArray_SIZE(wa);
+    int dt = PyArray_TYPE(da), trt = PyArray_TYPE(tr), dpt = PyArray_TYPE(dp), wt = PyArray_TYPE(wa);
+    if (!check(sa, NPY_INT64, N, "start") || !check(da, dt, N, "dur") || !check(ta, NPY_INT64, T, "tail") ||
+        !check(tr, trt, N, "track") || !check(dp, dpt, N, "depth") || !check(ra, NPY_INT64, nr, "ranges") ||
+        !check(wa, wt, nw, "trows"))
+        return NULL;
+    if ((dt != NPY_UINT32 && dt != NPY_INT64) || !int_type(trt) || !int_type(dpt) ||
+        (wt != NPY_INT32 && wt != NPY_INT64) || nr % 2 || at < 0 || at + T != N || p < 1 || res < 0 ||
+        ntracks < 1 || ndepths < 1 || ntracks > (1 << 20) || ndepths > (1 << 20)) {
+        PyErr_SetString(PyExc_ValueError, "_trace_build.window_pick: bad arguments");
+        return NULL;
+    }
+    if (N >= INT32_MAX || ntracks * ndepths >= INT32_MAX) Py_RETURN_NONE;
+    const int64_t *st = PyArray_DATA(sa), *tail = PyArray_DATA(ta), *rg = PyArray_DATA(ra);
+    const char *du = PyArray_DATA(da), *tk = PyArray_DATA(tr), *de = PyArray_DATA(dp), *tw = PyArray_DATA(wa);
+    npy_intp m = nw;
+    for (npy_intp i = 0; i < nr; i += 2) {
+        if (rg[i] < 0 || rg[i] > rg[i + 1] || rg[i + 1] > N) {
+            PyErr_SetString(PyExc_ValueError, "_trace_build.window_pick: a range out of bounds");
+            return NULL;
+        }
+        m += rg[i + 1] - rg[i];
+    }
+    npy_intp dims[1] = {m};
+    PyArrayObject *out = (PyArrayObject *)PyArray_SimpleNew(1, dims, NPY_INT64);
+    cand_t *c = malloc(sizeof(cand_t) * (m ? 2 * m : 1));
+    npy_intp *runs = malloc(sizeof(npy_intp) * (m + 2));
+    int64_t *lastpx = malloc(sizeof(int64_t) * ntracks * ndepths);
+    if (!out || !c || !runs || !lastpx) {
+        Py_XDECREF(out);
+        free(c);
+        free(runs);
+        free(lastpx);
+        return out ? PyErr_NoMemory() : NULL;
+    }
+    int64_t *kept = PyArray_DATA(out);
+    npy_intp k = 0, nk = 0;
+    int bad_row = 0, decline = 0, thinned = 0;
+    Py_BEGIN_ALLOW_THREADS
+    /* the candidates overlapping [s, e) (TraceIndex._overlap's test) */
+#define CAND(ROW)                                                                               \
+    do {                                                                                        \
+        int64_t r_ = (ROW), a_ = st[r_], d_ = r_ >= at ? tail[r_ - at] : get_int(du, dt, r_);   \
+        if (a_ < e && (a_ + d_ > s || (d_ == 0 && a_ >= s))) {                                  \
+            int64_t cell_ = -1;                                                                 \
+            if (d_ < p) {                                                                       \
+                int64_t t_ = get_int(tk, trt, r_), z_ = get_int(de, dpt, r_);                   \
+                if (t_ < 0 || t_ >= ntracks || z_ < 0 || z_ >= ndepths) decline = 1;            \
+                cell_ = t_ * ndepths + z_;                                                      \
+            }                                                                                   \
+            c[k].start = a_;                                                                    \
+            c[k].row = (int32_t)r_;                                                             \
+            c[k++].cell = (int32_t)cell_;                                                       \
+        }                                                                                       \
+    } while (0)
+    for (npy_intp i = 0; i < nr; i += 2)
+        for (int64_t r = rg[i]; r < rg[i + 1]; r++) CAND(r);
+    for (npy_intp i = 0; i < nw && !bad_row; i++) {
+        int64_t r = get_int(tw, wt, i);
+        if (r < 0 || r >= N) bad_row = 1;
+        else CAND(r);
+    }
+#undef CAND
+    if (!bad_row && !decline) {
+        merge_cand_runs(c, c + m, k, runs);
+        for (int64_t i = 0; i < ntracks * ndepths; i++) lastpx[i] = -1;
+        /* each narrow row's pixel: a division only when the start passes the pixel's end */
+        int64_t px = 0, next = p;
+        for (npy_intp i = 0; i < k; i++) {
+            const cand_t *x = &c[i];
+            if (x->cell >= 0) {
+                int64_t off = x->start - s;
+                if (off >= next) {
+                    px = off / p;
+                    next = (px + 1) * p;
+                }
+                int64_t q = px > res + 1 ? res + 1 : px;
+                if (lastpx[x->cell] == q) {
+                    thinned = 1;
+                    continue;
+                }
+                lastpx[x->cell] = q;
+            }
+            kept[nk++] = x->row;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    free(c);
+    free(runs);
+    free(lastpx);
+    if (bad_row || decline) {
+        Py_DECREF(out);
+        if (decline) Py_RETURN_NONE;
+        PyErr_SetString(PyExc_ValueError, "_trace_build.window_pick: a tier row out of range");
+        return NULL;
+    }
+    return Py_BuildValue("(NnO)", out, nk, thinned ? Py_True : Py_False);
+}
+
 static PyMethodDef methods[] = {
     {"shift_clip", shift_clip, METH_VARARGS, "Starts shifted, durations clipped, the last end and events per track."},
     {"level_order", level_order, METH_VARARGS, "Rows by duration level (stable) and each level's bounds."},
@@ -1371,6 +1560,7 @@ static PyMethodDef methods[] = {
     {"tier_merge", tier_merge, METH_VARARGS, "The kept tiers' rows sorted by start, by one merge of the levels."},
     {"zoom_level", zoom_level, METH_VARARGS, "One of XProf's zoom levels (trace_visibility.ZoomLevels._level)."},
     {"zoom_levels", zoom_levels, METH_VARARGS, "Several of XProf's zoom levels in one walk (ZoomLevels._levels_native)."},
+    {"window_pick", window_pick, METH_VARARGS, "A window's rows in start order, the narrow ones thinned (TraceIndex.window_rows)."},
     {"flow_pass", flow_pass, METH_VARARGS, "XProf's flow visibility at one level (trace_visibility.ZoomLevels._flow_pass)."},
     {NULL, NULL, 0, NULL},
 };

@@ -241,6 +241,7 @@ class TraceView:
         the window clamped to the trace (:meth:`fit_ps`; ``window`` says which it is)."""
         out = self._window(start_ms, end_ms, resolution)
         out["slices"] = {k: v.tolist() for k, v in out["slices"].items()}
+        out["flows"] = {k: v.tolist() if k in FLOW_COLUMNS else v for k, v in out["flows"].items()}
         return out
 
     def window_json(self, start_ms: float | None = None, end_ms: float | None = None,
@@ -253,7 +254,7 @@ class TraceView:
         return orjson.dumps(self._window(start_ms, end_ms, resolution), option=orjson.OPT_SERIALIZE_NUMPY)
 
     def _window(self, start_ms: float | None, end_ms: float | None, resolution: int | None) -> dict:
-        """:meth:`window` with the slices' columns as arrays (int64 / float64)."""
+        """:meth:`window` with the slices' and the flows' columns as arrays (int64 / float64)."""
         res = DEFAULT_RESOLUTION if resolution is None else resolution
         s, e = self.fit_ps(start_ms, end_ms)
         processes, tracks = self.tracks()
@@ -293,19 +294,12 @@ class TraceView:
             if len(hit):  # arrows with a point in the window or crossing it, the first few thousand
                 sel = hit[:MAX_FLOWS]
                 flows["truncated"] += max(0, len(hit) - MAX_FLOWS)
-                for k, a, z in (("name", 0, 1), ("fromTrack", 1, 2), ("from", 2, 3), ("toTrack", 3, 4), ("to", 4, 5)):
-                    col = sel[:, a]
-                    if k == "name":
-                        col = [name_ix.setdefault(ix.names[u], len(name_ix)) for u in col.tolist()]
-                        names.extend(list(name_ix)[len(names):])
-                    elif k.endswith("Track"):
-                        col = ((h.position << TRACK_ID_SHIFT) | col).tolist()
-                    else:
-                        col = ((col + sh) / PS_PER_MS).tolist()
-                    flows[k].extend(col)
-        slices = {}
-        for k, parts in cols.items():
-            slices[k] = np.concatenate(parts) if parts else np.zeros(0, np.float64 if k in ("start", "dur") else np.int64)
+                for k, col in _flow_columns(h, sel, sh, name_ix).items():
+                    flows[k].append(col)
+                names.extend(list(name_ix)[len(names):])
+        for k in FLOW_COLUMNS:
+            flows[k] = _joined(flows[k], np.float64 if k in ("from", "to") else np.int64)
+        slices = {k: _joined(parts, np.float64 if k in ("start", "dur") else np.int64) for k, parts in cols.items()}
         return {
             "run": self.run,
             "hosts": [h.host for h in self.hosts],
@@ -516,6 +510,30 @@ def _subtract_children(own: np.ndarray, par: np.ndarray, child: np.ndarray, cs: 
     covered = np.maximum(c1 - np.maximum(c0, prev_end), 0)
     np.subtract.at(own, p, covered)
     np.maximum(own, 0, out=own)
+
+
+FLOW_COLUMNS = ("name", "fromTrack", "from", "toTrack", "to")  # a window's flows: a column each
+
+
+def _flow_columns(h: HostIndex, sel: np.ndarray, sh: int, name_ix: dict[str, int]) -> dict[str, np.ndarray]:
+    """A host's arrows ``sel`` (TraceIndex.flows_in's rows: name id, from track, from ps, to
+    track, to ps) as the window's columns: names numbered in ``name_ix`` in the order they
+    first appear (as a ``setdefault`` per arrow would: here one per distinct name id, of
+    ~5,000 arrows), tracks as the page's ids, times in ms on the view's timeline."""
+    ids, first, inv = np.unique(sel[:, 0], return_index=True, return_inverse=True)
+    code = np.empty(len(ids), np.int64)
+    for j in np.argsort(first, kind="stable").tolist():
+        code[j] = name_ix.setdefault(h.index.names[int(ids[j])], len(name_ix))
+    track = h.position << TRACK_ID_SHIFT
+    return {"name": code[inv.reshape(-1)], "fromTrack": track | sel[:, 1], "from": (sel[:, 2] + sh) / PS_PER_MS,
+            "toTrack": track | sel[:, 3], "to": (sel[:, 4] + sh) / PS_PER_MS}
+
+
+def _joined(parts: list[np.ndarray], dtype) -> np.ndarray:
+    """The hosts' pieces of a column, one after another (one host's: itself, not a copy)."""
+    if len(parts) == 1:
+        return parts[0]
+    return np.concatenate(parts) if parts else np.zeros(0, dtype)
 
 
 def ms_to_ps(ms: float) -> int:
