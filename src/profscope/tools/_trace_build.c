@@ -1505,6 +1505,7 @@ static PyObject *window_pick(PyObject *self, PyObject *args) {
     } while (0)
     for (npy_intp i = 0; i < nr; i += 2)
         for (int64_t r = rg[i]; r < rg[i + 1]; r++) CAND(r);
+    npy_intp k1 = k; /* the stretches' candidates, then the tier's */
     for (npy_intp i = 0; i < nw && !bad_row; i++) {
         int64_t r = get_int(tw, wt, i);
         if (r < 0 || r >= N) bad_row = 1;
@@ -1512,12 +1513,15 @@ static PyObject *window_pick(PyObject *self, PyObject *args) {
     }
 #undef CAND
     if (!bad_row && !decline) {
-        merge_cand_runs(c, c + m, k, runs);
+        /* each part in start order (the tier's rows are already: one run), then the two
+         * merged as they are read (the stretches' row first where the starts tie) */
+        merge_cand_runs(c, c + m, k1, runs);
+        merge_cand_runs(c + k1, c + m, k - k1, runs);
         for (int64_t i = 0; i < ntracks * ndepths; i++) lastpx[i] = -1;
         /* each narrow row's pixel: a division only when the start passes the pixel's end */
         int64_t px = 0, next = p;
-        for (npy_intp i = 0; i < k; i++) {
-            const cand_t *x = &c[i];
+        for (npy_intp i = 0, j = k1; i < k1 || j < k;) {
+            const cand_t *x = (j < k && (i >= k1 || c[j].start < c[i].start)) ? &c[j++] : &c[i++];
             if (x->cell >= 0) {
                 int64_t off = x->start - s;
                 if (off >= next) {

@@ -275,9 +275,14 @@ class TraceView:
                 uniq, inv = name_codes(sl["name"])
                 mapped = np.asarray([name_ix.setdefault(ix.names[u], len(name_ix)) for u in uniq.tolist()], dtype=np.int64)
                 names.extend(list(name_ix)[len(names):])
-                cols["id"].append((h.position << HOST_ID_SHIFT) | sl["rows"])
-                cols["track"].append((h.position << TRACK_ID_SHIFT) | sl["track"].astype(np.int64))
-                cols["start"].append((sl["start"] + sh) / PS_PER_MS)
+                # (the first host's ids and tracks are the index's own, its starts unshifted
+                # when it holds the origin: no pass over the ~90,000 slices for those)
+                track = sl["track"].astype(np.int64)
+                if h.position:
+                    track |= h.position << TRACK_ID_SHIFT
+                cols["id"].append((h.position << HOST_ID_SHIFT) | sl["rows"] if h.position else sl["rows"])
+                cols["track"].append(track)
+                cols["start"].append(((sl["start"] + sh) if sh else sl["start"]) / PS_PER_MS)
                 cols["dur"].append(sl["dur"] / PS_PER_MS)
                 cols["depth"].append(sl["depth"].astype(np.int64))
                 cols["name"].append(mapped[inv.reshape(-1)])
