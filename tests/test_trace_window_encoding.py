@@ -185,3 +185,26 @@ def test_window_pick_is_the_numpy_twin(indexes, monkeypatch):
                 declined += ix._pick_native(s, e, p, res, 0, np.zeros(0, np.int64)) is None
             _same_rows(got, want)
     assert picked >= 60 and thinned >= 20 and declined >= 10
+
+
+def test_flows_first_is_flows_in_cut(indexes, monkeypatch):
+    """A window's first arrows and their count (``flows_first``) are ``flows_in``'s, cut:
+    with every arrow short (only the first ones gathered) and with long ones (the short
+    bound lowered to 1 µs: the torch traces' arrows are then long, and flows_in's own
+    answer is cut)."""
+    checked = cut = 0
+    for short_ps in (ti.FLOW_SHORT_PS, 10**6):
+        monkeypatch.setattr(ti, "FLOW_SHORT_PS", short_ps)
+        for ix in indexes.values():
+            ix._flow_split = None  # split again with this bound
+            span = ix.end_ps
+            for a, b in [(0, span), (-5, span // 7)] + [(int(x), int(x) + span // 50) for x in np.linspace(0, span, 9)]:
+                want = ix.flows_in(a, b)
+                for limit in (1, 7, 5000):
+                    got, n = ix.flows_first(a, b, limit)
+                    assert n == len(want) and np.array_equal(got, want[:limit])
+                    checked += n > 0
+                    cut += n > limit
+        for ix in indexes.values():
+            ix._flow_split = None
+    assert checked >= 30 and cut >= 10

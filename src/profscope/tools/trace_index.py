@@ -1847,16 +1847,7 @@ class TraceIndex:
         f = self.flows
         if not len(f):
             return f
-        split = self._flow_split
-        if split is None:
-            lo, hi = np.minimum(f[:, 2], f[:, 4]), np.maximum(f[:, 2], f[:, 4])
-            o = np.argsort(lo, kind="stable")
-            f, lo, hi = f[o], lo[o], hi[o]
-            short = hi - lo <= FLOW_SHORT_PS
-            # both halves in one attribute: two windows at once on a fresh index saw the
-            # short half set and the long one not yet (a TypeError in one of them)
-            split = self._flow_split = ((f[short], lo[short], hi[short]), (f[~short], lo[~short], hi[~short]))
-        (fs, lo, hi), (fl, llo, lhi) = split
+        (fs, lo, hi), (fl, llo, lhi) = self._flows_split()
         a = int(np.searchsorted(lo, s - FLOW_SHORT_PS, side="left"))
         b = int(np.searchsorted(lo, e, side="left"))
         parts = [fs[a:b][hi[a:b] >= s]]
@@ -1866,6 +1857,37 @@ class TraceIndex:
         if len(parts) > 1 and len(out):
             out = out[np.argsort(np.minimum(out[:, 2], out[:, 4]), kind="stable")]
         return out
+
+    def _flows_split(self):
+        """The arrows sorted by their first point, split into the short (with their first
+        and last points) and the long ones, once."""
+        split = self._flow_split
+        if split is None:
+            f = self.flows
+            lo, hi = np.minimum(f[:, 2], f[:, 4]), np.maximum(f[:, 2], f[:, 4])
+            o = np.argsort(lo, kind="stable")
+            f, lo, hi = f[o], lo[o], hi[o]
+            short = hi - lo <= FLOW_SHORT_PS
+            # both halves in one attribute: two windows at once on a fresh index saw the
+            # short half set and the long one not yet (a TypeError in one of them)
+            split = self._flow_split = ((f[short], lo[short], hi[short]), (f[~short], lo[~short], hi[~short]))
+        return split
+
+    def flows_first(self, s: int, e: int, limit: int) -> tuple[np.ndarray, int]:
+        """``flows_in(s, e)[:limit]`` and ``len(flows_in(s, e))``. Where every arrow is
+        short (jax308: 1.2 M arrows, none long) only the first ``limit`` found are
+        gathered: a busy 1 % window of jax308 finds 24,000 and shows 5,000."""
+        f = self.flows
+        if not len(f):
+            return f, 0
+        (fs, lo, hi), (fl, _, _) = self._flows_split()
+        if len(fl):
+            out = self.flows_in(s, e)
+            return out[:limit], len(out)
+        a = int(np.searchsorted(lo, s - FLOW_SHORT_PS, side="left"))
+        b = int(np.searchsorted(lo, e, side="left"))
+        hit = np.flatnonzero(hi[a:b] >= s)
+        return fs[a + hit[:limit]], len(hit)
 
     @property
     def flow(self) -> FlowEvents:

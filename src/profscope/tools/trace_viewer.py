@@ -295,10 +295,9 @@ class TraceView:
                                  "unit": c["unit"], "t": ((t + sh) / PS_PER_MS).tolist(), "v": v.tolist()})
             for name, st, du in steps_in(ix, s - sh, e - sh):
                 steps.append({"name": name, "start": (st + sh) / PS_PER_MS, "dur": du / PS_PER_MS})
-            hit = ix.flows_in(s - sh, e - sh)
-            if len(hit):  # arrows with a point in the window or crossing it, the first few thousand
-                sel = hit[:MAX_FLOWS]
-                flows["truncated"] += max(0, len(hit) - MAX_FLOWS)
+            sel, hits = ix.flows_first(s - sh, e - sh, MAX_FLOWS)
+            if hits:  # arrows with a point in the window or crossing it, the first few thousand
+                flows["truncated"] += max(0, hits - MAX_FLOWS)
                 for k, col in _flow_columns(h, sel, sh, name_ix).items():
                     flows[k].append(col)
                 names.extend(list(name_ix)[len(names):])
