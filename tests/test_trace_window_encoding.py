@@ -160,9 +160,10 @@ def test_window_pick_is_the_numpy_twin(indexes, monkeypatch):
     """A window's rows by the C pass (``_trace_build.window_pick``) are the numpy path's
     (``TraceIndex._window_rows_numpy``): the same rows and columns in the same order and
     the same ``truncated``, on the fixtures' windows (with tiers and without: 1 ps per
-    pixel; a window of 1 ps, one before the trace, one at its end); where a (track,
-    depth) falls outside the table it is given, the C pass declines and the numpy path
-    answers."""
+    pixel; a window of 1 ps, one before the trace, one at its end), from the columns as
+    stored (narrow, memory-mapped; tracks also as uint16) and as read (wide, in memory);
+    where a (track, depth) falls outside the table it is given, the C pass declines and
+    the numpy path answers."""
     picked = thinned = declined = 0
     for ix in indexes.values():
         span = ix.end_ps
@@ -178,6 +179,13 @@ def test_window_pick_is_the_numpy_twin(indexes, monkeypatch):
             _same_rows(ix.window_rows(s, e, res), want)
             picked += len(want[0]["rows"]) > 0
             thinned += want[1]
+            with monkeypatch.context() as m:  # the columns wide and in memory: the C pass's generic reads
+                for k in ("dur", "track", "depth"):
+                    m.setitem(ix.cols, k, np.asarray(ix.cols[k]))
+                _same_rows(ix.window_rows(s, e, res), want)
+            with monkeypatch.context() as m:  # tracks stored as uint16 (an index of more than 256)
+                m.setitem(ix.cols, "track", ti._Widened(np.asarray(ix.cols["track"]).astype(np.uint16), np.int32))
+                _same_rows(ix.window_rows(s, e, res), want)
             with monkeypatch.context() as m:  # a table one depth deep: declined where any is deeper
                 m.setattr(ix, "_ndepths", 1)
                 got = ix.window_rows(s, e, res)

@@ -1487,14 +1487,15 @@ static PyObject *window_pick(PyObject *self, PyObject *args) {
     npy_intp k = 0, nk = 0;
     int bad_row = 0, decline = 0, thinned = 0;
     Py_BEGIN_ALLOW_THREADS
-    /* the candidates overlapping [s, e) (TraceIndex._overlap's test) */
+    /* the candidates overlapping [s, e) (TraceIndex._overlap's test); the columns read
+     * through DUR, TRK and DEP (typed for the index's usual narrow dtypes below) */
 #define CAND(ROW)                                                                               \
     do {                                                                                        \
-        int64_t r_ = (ROW), a_ = st[r_], d_ = r_ >= at ? tail[r_ - at] : get_int(du, dt, r_);   \
+        int64_t r_ = (ROW), a_ = st[r_], d_ = r_ >= at ? tail[r_ - at] : DUR(r_);               \
         if (a_ < e && (a_ + d_ > s || (d_ == 0 && a_ >= s))) {                                  \
             int64_t cell_ = -1;                                                                 \
             if (d_ < p) {                                                                       \
-                int64_t t_ = get_int(tk, trt, r_), z_ = get_int(de, dpt, r_);                   \
+                int64_t t_ = TRK(r_), z_ = DEP(r_);                                             \
                 if (t_ < 0 || t_ >= ntracks || z_ < 0 || z_ >= ndepths) decline = 1;            \
                 cell_ = t_ * ndepths + z_;                                                      \
             }                                                                                   \
@@ -1503,14 +1504,44 @@ static PyObject *window_pick(PyObject *self, PyObject *args) {
             c[k++].cell = (int32_t)cell_;                                                       \
         }                                                                                       \
     } while (0)
-    for (npy_intp i = 0; i < nr; i += 2)
-        for (int64_t r = rg[i]; r < rg[i + 1]; r++) CAND(r);
-    npy_intp k1 = k; /* the stretches' candidates, then the tier's */
-    for (npy_intp i = 0; i < nw && !bad_row; i++) {
-        int64_t r = get_int(tw, wt, i);
-        if (r < 0 || r >= N) bad_row = 1;
-        else CAND(r);
+#define CANDIDATES(TROW)                                                                        \
+    do {                                                                                        \
+        for (npy_intp i = 0; i < nr; i += 2)                                                    \
+            for (int64_t r = rg[i]; r < rg[i + 1]; r++) CAND(r);                                \
+        k1 = k;                                                                                 \
+        for (npy_intp i = 0; i < nw && !bad_row; i++) {                                         \
+            int64_t r = (TROW);                                                                 \
+            if (r < 0 || r >= N) bad_row = 1;                                                   \
+            else CAND(r);                                                                       \
+        }                                                                                       \
+    } while (0)
+    npy_intp k1 = 0; /* the stretches' candidates, then the tier's */
+    if (dt == NPY_UINT32 && trt == NPY_UINT8 && dpt == NPY_INT8 && wt == NPY_INT32) {
+#define DUR(r) ((const uint32_t *)du)[r]
+#define TRK(r) ((const uint8_t *)tk)[r]
+#define DEP(r) ((const int8_t *)de)[r]
+        CANDIDATES(((const int32_t *)tw)[i]);
+#undef DUR
+#undef TRK
+#undef DEP
+    } else if (dt == NPY_UINT32 && trt == NPY_UINT16 && dpt == NPY_INT8 && wt == NPY_INT32) {
+#define DUR(r) ((const uint32_t *)du)[r]
+#define TRK(r) ((const uint16_t *)tk)[r]
+#define DEP(r) ((const int8_t *)de)[r]
+        CANDIDATES(((const int32_t *)tw)[i]);
+#undef DUR
+#undef TRK
+#undef DEP
+    } else {
+#define DUR(r) get_int(du, dt, r)
+#define TRK(r) get_int(tk, trt, r)
+#define DEP(r) get_int(de, dpt, r)
+        CANDIDATES(get_int(tw, wt, i));
+#undef DUR
+#undef TRK
+#undef DEP
     }
+#undef CANDIDATES
 #undef CAND
     if (!bad_row && !decline) {
         /* each part in start order (the tier's rows are already: one run), then the two
