@@ -165,6 +165,7 @@ def test_window_pick_is_the_numpy_twin(indexes, monkeypatch):
     where a (track, depth) falls outside the table it is given, the C pass declines and
     the numpy path answers."""
     picked = thinned = declined = 0
+    fell_back: list = []
     for ix in indexes.values():
         span = ix.end_ps
         rnd = np.random.default_rng(5)
@@ -176,7 +177,9 @@ def test_window_pick_is_the_numpy_twin(indexes, monkeypatch):
             with monkeypatch.context() as m:
                 m.setattr(ti, "_native", None)
                 want = ix.window_rows(s, e, res)
-            _same_rows(ix.window_rows(s, e, res), want)
+            with monkeypatch.context() as m:  # (the C pass answers: the numpy path is not asked)
+                m.setattr(ix, "_window_rows_numpy", lambda *a: fell_back.append(a))
+                _same_rows(ix.window_rows(s, e, res), want)
             picked += len(want[0]["rows"]) > 0
             thinned += want[1]
             with monkeypatch.context() as m:  # the columns wide and in memory: the C pass's generic reads
@@ -192,7 +195,15 @@ def test_window_pick_is_the_numpy_twin(indexes, monkeypatch):
                 p = max(1, (e - s) // res)
                 declined += ix._pick_native(s, e, p, res, 0, np.zeros(0, np.int64)) is None
             _same_rows(got, want)
-    assert picked >= 60 and thinned >= 20 and declined >= 10
+    assert picked >= 60 and thinned >= 20 and declined >= 10 and not fell_back
+    ix = next(iter(indexes.values()))
+    with monkeypatch.context() as m:  # a (track, depth) table far larger than the window: declined
+        m.setattr(ix, "_ndepths", 1 << 19)
+        s, e = ix.end_ps // 2, ix.end_ps // 2 + 10**6
+        assert ix._pick_native(s, e, max(1, (e - s) // 100), 100, 0, np.zeros(0, np.int64)) is None
+        got = ix.window_rows(s, e, 100)
+    monkeypatch.setattr(ti, "_native", None)
+    _same_rows(got, ix.window_rows(s, e, 100))
 
 
 def test_flows_first_is_flows_in_cut(indexes, monkeypatch):

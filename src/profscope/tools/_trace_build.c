@@ -1374,7 +1374,8 @@ static PyObject *merge_runs(PyObject *self, PyObject *args) {
  * row finds them. Durations are the index's as TraceIndex reads them: the uint32 column,
  * and from row ``at`` on the int64 ``tail`` (trace_index._Widened). The answer's first j
  * rows are the window's. None where a narrow event's track or depth is outside
- * [0, ntracks) x [0, ndepths) or N >= 2^31: the numpy path does those (both compared in
+ * [0, ntracks) x [0, ndepths), that table is large beside the window, or N >= 2^31: the
+ * numpy path does those (both compared in
  * tests/test_trace_window_encoding.py). */
 static int int_type(int t) {
     return t == NPY_INT8 || t == NPY_UINT8 || t == NPY_INT16 || t == NPY_UINT16 || t == NPY_INT32 ||
@@ -1471,6 +1472,9 @@ static PyObject *window_pick(PyObject *self, PyObject *args) {
         }
         m += rg[i + 1] - rg[i];
     }
+    /* a (track, depth) table far larger than the window (an index of many tracks): set to -1
+     * per window it would cost more than the numpy path's sort */
+    if (ntracks * ndepths > (1 << 20) && ntracks * ndepths > 4 * (long long)m) Py_RETURN_NONE;
     npy_intp dims[1] = {m};
     PyArrayObject *out = (PyArrayObject *)PyArray_SimpleNew(1, dims, NPY_INT64);
     cand_t *c = malloc(sizeof(cand_t) * (m ? 2 * m : 1));
