@@ -130,6 +130,12 @@ _RAW = (("track", np.int32), ("start", np.int64), ("dur", np.int64), ("name", np
         ("alen", np.int32))
 
 
+# IndexWriter.flow_events' spill files (FlowEvents' columns and dtypes), in the index
+# folder until finish reads them back
+FLOW_SPILL = (("flowspill_seq", np.int64), ("flowspill_flow_id", np.uint64), ("flowspill_kind", np.int8),
+              ("flowspill_category", np.int32))
+
+
 class IndexWriter:
     """A sink for the trace readers (``events`` chunks, ``blob`` buffers) that writes
     them straight to disk, so a conversion never holds every event in memory; then
@@ -150,7 +156,9 @@ class IndexWriter:
         # open for the whole conversion (chunks arrive one by one); closed by close()
         self._raw = {k: open(self.folder / f"{k}.raw", "wb") for k, _ in _RAW}  # noqa: SIM115
         self._args = open(self.folder / "args.bin", "wb")  # noqa: SIM115
-        self._flows: list[FlowEvents] = []  # few (one per flow end): kept in memory
+        # the flow-bound slices (few calls: one per read) go to FLOW_SPILL files, not memory:
+        # jax308's 2.4 M (50 MB) were held from the decode's end through the whole build
+        self._flows_spilled = False
         # the line ranges' sorted runs (sorted_run): (first row, rows, RUN_FILES' paths here)
         self._runs: list[tuple[int, int, dict[str, Path]]] = []
         self._ranges = 0  # line ranges merged (events_files)
@@ -178,8 +186,22 @@ class IndexWriter:
     def flow_events(self, seq, flow_id, kind, category) -> None:
         """Slices bound to flows (:class:`FlowEvents`; ``seq`` counts the slices handed
         to :meth:`events`, from 0)."""
-        self._flows.append(FlowEvents(np.asarray(seq, np.int64), np.asarray(flow_id, np.uint64),
-                                      np.asarray(kind, np.int8), np.asarray(category, np.int32)))
+        for (k, dtype), col in zip(FLOW_SPILL, (seq, flow_id, kind, category)):
+            with open(self.folder / f"{k}.raw", "ab") as f:  # (appended: the file is the calls' concatenation)
+                f.write(memoryview(np.ascontiguousarray(col, dtype)).cast("B"))
+        self._flows_spilled = True
+
+    def _spilled_flows(self) -> list[FlowEvents]:
+        """What :meth:`flow_events` wrote, read back (as one FlowEvents) and removed."""
+        if not self._flows_spilled:
+            return []
+        cols = []
+        for k, dtype in FLOW_SPILL:
+            path = self.folder / f"{k}.raw"
+            cols.append(np.fromfile(path, dtype))
+            path.unlink()
+        self._flows_spilled = False
+        return [FlowEvents(*cols)]
 
     def events_files(self, files: dict[str, str], n: int) -> None:
         """``n`` slices already written as one raw file per column (``_RAW``'s names and
@@ -325,11 +347,13 @@ class IndexWriter:
                                 (slice_span, end_ps), shift)
         del track, dur
         _report(progress, 0.35, "sorting events into duration levels")
-        if runs is None:
-            order, level, bounds, start_sorted = _sorted_levels(start, level)
+        if runs is None:  # (the sorted starts go straight to start.npy)
+            order, level, bounds, _ = _sorted_levels(start, level, out)
             self._drop_runs()
         else:  # (merged once the raw columns above are let go: the build's peak stays theirs)
             order, level, bounds, start_sorted = merge_runs(runs, shift)
+            _save_starts(out, start_sorted)
+            del start_sorted
         del start, runs
         # each reader row's index row: for the flows and the saved row order, made before
         # the columns are gathered so that the nesting pass's order, this and the reader's
@@ -343,10 +367,9 @@ class IndexWriter:
         del by_track, ties
         flow_rows = self._flow_rows(ev, rank)
         del rank
-        np.save(out / "start.npy", start_sorted)
-        np.save(out / "start_fence.npy", start_sorted[::FENCE])
-        kept, cols = {"start": start_sorted}, {"depth": depth}
-        del start_sorted, depth
+        # the tiers read the starts saved (mapped: page-cache pages, not fresh ones)
+        kept, cols = {"start": _mapped(out / "start.npy")}, {"depth": depth}
+        del depth
         later = None
         for k in ("track", "depth", "dur", "name", "aoff", "alen"):  # sorted track and depth kept for the tiers
             col = _save_in_order(out, k, cols.pop(k) if k in cols else self._load(k), order, bounds,
@@ -455,7 +478,7 @@ class IndexWriter:
     def _flow_rows(self, ev: TraceEvents, rank: np.ndarray) -> FlowEvents:
         """The flow-bound slices by index row (``rank`` maps reader rows to index rows),
         sorted by row (saved as ``flow_*.npy`` by :meth:`finish`)."""
-        fe = FlowEvents.concat(self._flows + ([ev.flow_events] if ev.flow_events is not None else []))
+        fe = FlowEvents.concat(self._spilled_flows() + ([ev.flow_events] if ev.flow_events is not None else []))
         ok = (fe.seq >= 0) & (fe.seq < self.n)
         if not ok.all():
             fe = FlowEvents(fe.seq[ok], fe.flow_id[ok], fe.kind[ok], fe.category[ok])
@@ -652,9 +675,10 @@ def _level(dur: np.ndarray) -> np.ndarray:
     """floor(log2(dur)) (0 for 0 and 1 ps); rounding in the float conversion only ever
     moves an event up a level, which keeps ``dur < 2^(level+1)``."""
     out = np.empty(len(dur), dtype=np.int8)
-    for a in range(0, len(dur), 1 << 20):  # in blocks: frexp's temporaries stay small
-        _, e = np.frexp(np.maximum(dur[a:a + (1 << 20)], 1).astype(np.float64))
-        out[a:a + (1 << 20)] = e - 1
+    step = 1 << 18  # in blocks: frexp's temporaries (28 bytes a row) stay small beside the nesting pass's peak
+    for a in range(0, len(dur), step):
+        _, e = np.frexp(np.maximum(dur[a:a + step], 1).astype(np.float64))
+        out[a:a + step] = e - 1
     return out
 
 
@@ -668,24 +692,46 @@ def _read_into(f, buf: memoryview) -> None:
         done += got
 
 
-def _sorted_levels(start: np.ndarray, level: np.ndarray):
+def _sorted_levels(start: np.ndarray, level: np.ndarray, out: Path | None = None):
     """The index order of rows with these starts and levels: by level (a counting sort of
     int8), then each level by start, ties by row (stable); the levels and starts in that
-    order and where each level begins. The temporaries are one level's, not all rows'."""
+    order and where each level begins. The temporaries are one level's, not all rows'.
+    ``out``: the starts in that order are written there as ``start.npy`` and
+    ``start_fence.npy`` (what :func:`_save_starts` writes) a level at a time instead,
+    never whole in memory (None in their place): 104 MiB less at jax308's sort and
+    gathers, and no fresh column of pages to fault in and zero."""
     order, level, bounds = _level_order(level)
+    n = len(order)
     # the starts in index order come out of this sort: the start column is not
     # gathered again (a second random read of 109 MB on jax308)
-    start_sorted = np.empty(len(order), np.int64)
-    for k in range(LEVELS):
-        a, z = int(bounds[k]), int(bounds[k + 1])
-        if z - a:
-            seg = order[a:z]
-            st = _take(start, seg)
-            by_start = np.argsort(st, kind="stable")
-            seg[:] = seg[by_start]
-            start_sorted[a:z] = st[by_start]
-            del st, by_start
+    start_sorted = np.empty(n, np.int64) if out is None else None
+    fence = []
+    with (open(out / "start.npy", "wb") if out is not None else contextlib.nullcontext()) as f:
+        if f is not None:
+            _npy_header(f, n, np.int64)
+        for k in range(LEVELS):
+            a, z = int(bounds[k]), int(bounds[k + 1])
+            if z - a:
+                seg = order[a:z]
+                st = _take(start, seg)
+                by_start = np.argsort(st, kind="stable")
+                seg[:] = seg[by_start]
+                if f is None:
+                    np.take(st, by_start, out=start_sorted[a:z])  # (no level-sized temporary in between)
+                for b in range(a, z, 1 << 20) if f is not None else ():  # (a block-sized one)
+                    piece = st[by_start[b - a:b - a + (1 << 20)]]
+                    f.write(memoryview(piece).cast("B"))
+                    fence.append(piece[-b % FENCE::FENCE].copy())  # rows a multiple of FENCE (not a view: it held the block)
+                del st, by_start
+    if out is not None:
+        np.save(out / "start_fence.npy", np.concatenate(fence) if fence else np.zeros(0, np.int64))
     return order, level, bounds, start_sorted
+
+
+def _save_starts(out: Path, start_sorted: np.ndarray) -> None:
+    """The index's starts (``start.npy``) and every ``FENCE``-th one (``start_fence.npy``)."""
+    np.save(out / "start.npy", start_sorted)
+    np.save(out / "start_fence.npy", start_sorted[::FENCE])
 
 
 # A sorted run's files beside a line range's columns (sorted_run; IndexWriter.events_files):
@@ -1026,14 +1072,19 @@ def _inverse(order: np.ndarray) -> np.ndarray:
     return rank
 
 
+def _npy_header(f, n: int, dtype) -> None:
+    """The header ``np.save`` writes for an ``n``-long ``dtype`` column (version 1.0)."""
+    header = np.lib.format.header_data_from_array_1_0(np.empty(0, dtype))
+    header["shape"] = (n,)
+    np.lib.format.write_array_header_1_0(f, header)
+
+
 def _save_blocks(path: Path, n: int, dtype, block, step: int = 1 << 20) -> None:
     """What ``np.save(path, column)`` writes (the same bytes: a version 1.0 header, as
     np.save writes for a column) for an ``n``-long ``dtype`` column made ``block(a, z)``
     rows at a time, so the whole column is never held."""
-    header = np.lib.format.header_data_from_array_1_0(np.empty(0, dtype))
-    header["shape"] = (n,)
     with open(path, "wb") as f:
-        np.lib.format.write_array_header_1_0(f, header)
+        _npy_header(f, n, dtype)
         for a in range(0, n, step):
             f.write(np.ascontiguousarray(block(a, min(n, a + step)), dtype).tobytes())
 
@@ -1047,7 +1098,7 @@ def _zero_length_ties(order: np.ndarray, track: np.ndarray, start: np.ndarray, d
     Returns (positions in ``order``, the reader rows that belong there), or None."""
     if not (dur == 0).any():  # an xplane's zero-length events are stored 1 ps long: most have none
         return None
-    short = np.flatnonzero(dur[order] <= 1)
+    short = np.flatnonzero((dur <= 1)[order])  # (a bool gather: dur[order] was a 109 MB int64 copy on jax308)
     if len(short) < 2:
         return None
     rows = order[short]
