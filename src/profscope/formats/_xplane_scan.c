@@ -305,23 +305,27 @@ static PyObject *py_event_run_into(PyObject *self, PyObject *args)
     return Py_BuildValue("nn", k - at, cur);
 }
 
-/* run_count(buf, pos, end) -> (events in the whole run, position after) */
+/* run_count(buf, pos, end[, stop]) -> (events in the whole run, position after); with
+ * stop (pos <= stop <= end): only the entries that end by stop, and where they end (the
+ * caller walks a huge run a window at a time, letting a mapped buffer's pages go between) */
 static PyObject *py_run_count(PyObject *self, PyObject *args)
 {
     PyObject *obj;
-    Py_ssize_t pos, end, count, after;
+    Py_ssize_t pos, end, stop = -1, count, after;
     Py_buffer view;
     int r;
-    if (!PyArg_ParseTuple(args, "Onn", &obj, &pos, &end))
+    if (!PyArg_ParseTuple(args, "Onn|n", &obj, &pos, &end, &stop))
         return NULL;
+    if (stop < 0)
+        stop = end;
     if (get_buf(obj, &view) < 0)
         return NULL;
-    if (check_span(view.len, pos, end, end) < 0) {
+    if (check_span(view.len, pos, end, stop) < 0) {
         PyBuffer_Release(&view);
         return NULL;
     }
     Py_BEGIN_ALLOW_THREADS
-    r = walk_run(view.buf, view.len, pos, end, end, &count, &after);
+    r = walk_run(view.buf, view.len, pos, end, stop, &count, &after);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
     if (r)
@@ -1733,7 +1737,7 @@ static PyMethodDef methods[] = {
      "that end by stop (at most max_n)"},
     {"event_run_into", py_event_run_into, METH_VARARGS,
      "event_run_into(buf, pos, end, starts, ends, at) -> (count, after): a run's entries into the arrays from at"},
-    {"run_count", py_run_count, METH_VARARGS, "run_count(buf, pos, end) -> (count, after) of a run of events"},
+    {"run_count", py_run_count, METH_VARARGS, "run_count(buf, pos, end[, stop]) -> (count, after) of a run of events (those ending by stop)"},
     {"decode_events", py_decode_events, METH_VARARGS,
      "decode_events(buf, starts, ends, kmids, kvals, chunk[, run_count]) -> (metadata_id, offset_ps, "
      "duration_ps, kinds); with run_count, starts/ends/run_count are runs of events (pos, line end, count)"},

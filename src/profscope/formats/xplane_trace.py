@@ -157,19 +157,10 @@ def _read(f, size, path, hostname, chosen, host_number, total, progress, sink, o
             derived.note(xw.plane_metadata(f, size, ref), ref.name)
             continue
         _report(progress, 0.02 + 0.9 * done / total, f"reading {ref.name} ({ref.length >> 20} MiB)")
-        data = xw.read_plane_bytes(f, size, ref, pad=xw.PAD + (-ref.length) % 8)
-        meta_bytes, line_spans = xw.split_plane(data, ref.length)
-        meta = xplane_pb2.XPlane.FromString(meta_bytes)
+        data, drop, b, meta_bytes, meta, (headers, runs, counts) = _plane_lines(f, size, ref)
         if device_id < 0:
             device_id = FIRST_DEVICE_ID + meta.id
         pid = MAX_DEVICES_PER_HOST * host_number + device_id
-        b = np.frombuffer(data, dtype=np.uint8)
-        headers, runs, counts = [], [], []
-        for a, z in line_spans:
-            head, line_runs, count = _line_runs(data, b, a, z)
-            headers.append(xplane_pb2.XLine.FromString(head))
-            runs.append(line_runs)
-            counts.append(count)
         pflows = flows.plane(meta, ref.name, [h.name for h in headers])
         dplane = derived.plane(meta, ref.name, headers, counts)
         n = sum(counts)
@@ -216,8 +207,10 @@ def _read(f, size, path, hostname, chosen, host_number, total, progress, sink, o
                 _report(progress, 0.02 + 0.9 * (done + ref.length * seen / n) / total,
                         f"decoded {ref.name}: {seen:,} of {n:,} events")
         else:
-            def decoded(k, ref=ref, n=n, done=done):
+            def decoded(k, ref=ref, n=n, done=done, drop=drop):
                 nonlocal seen
+                if (seen + k) * 16 // n != seen * 16 // n:  # every 16th of the plane's events
+                    drop()
                 seen += k
                 _report(progress, 0.02 + 0.9 * (done + ref.length * seen / n) / total,
                         f"decoding {ref.name}: {seen:,} of {n:,} events")
@@ -335,10 +328,29 @@ def _region_slices(parts, plane, line_track, names) -> None:
                      np.zeros(k, np.int64), np.zeros(k, np.int32))
 
 
-def _line_runs(data, b, start: int, end: int):
+def _plane_lines(f, size: int | None, ref):
+    """A plane's bytes (mapped, not read: xw.map_plane_bytes), their ``drop()``, the bytes
+    as uint8, its metadata bytes and XPlane, and its lines' (headers, event runs, counts).
+    The decode walks the plane once, letting the pages it passed go (``drop``), so the
+    plane (311 MiB on jax308) is not all in the worker's RSS at once."""
+    data, drop = xw.map_plane_bytes(f, size, ref, pad=xw.PAD + (-ref.length) % 8)
+    meta_bytes, line_spans = xw.split_plane(data, ref.length)
+    b = np.frombuffer(data, dtype=np.uint8)
+    headers, runs, counts = [], [], []
+    for a, z in line_spans:
+        head, line_runs, count = _line_runs(data, b, a, z, drop)
+        headers.append(xplane_pb2.XLine.FromString(head))
+        runs.append(line_runs)
+        counts.append(count)
+    drop()  # (the line runs' walk touched every page)
+    return data, drop, b, meta_bytes, xplane_pb2.XPlane.FromString(meta_bytes), (headers, runs, counts)
+
+
+def _line_runs(data, b, start: int, end: int, drop=None):
     """An XLine's bytes without its events, the byte ranges of its runs of ``events``
     fields and how many events they hold (found ``LINE_WINDOW`` bytes at a time, so a
-    huge line never needs arrays over all its events)."""
+    huge line never needs arrays over all its events). ``drop``: called after each
+    ``MAP_WINDOW`` bytes of a run walked (xw.map_plane_bytes' pages let go)."""
     keep = bytearray()
     runs = []
     count = 0
@@ -347,7 +359,7 @@ def _line_runs(data, b, start: int, end: int):
         if data[pos] == 0x22:  # field 4 (events), LEN: a run of events
             run_start = after = pos
             if xw.native_enabled():  # counted without collecting
-                k, after = xw.run_count(b, run_start, end)
+                k, after = _run_count(data, b, run_start, end, drop)
                 count += k
             else:
                 for s_, _e, after in _windows(data, b, run_start, end):
@@ -359,6 +371,26 @@ def _line_runs(data, b, start: int, end: int):
         keep += data[pos:nxt]
         pos = nxt
     return bytes(keep), runs, count
+
+
+MAP_WINDOW = 32 << 20  # bytes of a mapped plane walked between two drops (_line_runs)
+
+
+def _run_count(data, b, pos: int, end: int, drop) -> tuple[int, int]:
+    """xw.run_count of the run at ``pos`` (its events, the position after it), walked
+    ``MAP_WINDOW`` bytes at a time with ``drop()`` between (one walk without ``drop``):
+    the same entries, each read bounded by ``end`` as the one walk reads it."""
+    if drop is None:
+        return xw.run_count(b, pos, end)
+    count = 0
+    while True:
+        k, nxt = xw.run_count(b, pos, end, min(end, pos + MAP_WINDOW))
+        if not k and nxt < end and data[nxt] == 0x22:  # an entry longer than the window
+            k, nxt = xw.run_count(b, pos, end)
+        count, pos = count + k, nxt
+        if not k or pos >= end or data[pos] != 0x22:
+            return count, pos
+        drop()
 
 
 def _windows(data, b, pos: int, end: int):
