@@ -400,6 +400,8 @@ def test_flow_pre_pass_keeps_int32_positions_tracks_and_flows(shared_fixtures, t
 
     z = zoom()
     z.compute(tv.N_LEVELS - 1)
+    assert z._flow_dense is None  # let go before the row walk (_levels_native)
+    z._flow_pass_native(0, tv.LAYER_RESOLUTIONS[0])  # made again where a level needs it
     o, _, _, tr, fid, _, ntracks, flows = z._flow_dense
     assert (o.dtype, tr.dtype, fid.dtype) == (np.int32,) * 3
     assert len(o) == len(rows) > 100 and int(fid.max()) == len(flows) - 1 and int(tr.max()) < ntracks

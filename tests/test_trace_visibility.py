@@ -430,3 +430,16 @@ def test_event_order_is_xprofs_comparator(seed):
     dur = rng.integers(0, 4, len(start)).astype(np.int64) * rng.integers(1, 3)
     track = rng.integers(0, 3, len(start)).astype(np.int64)
     assert np.array_equal(tv.event_order(start, dur, track), np.lexsort((track, -dur, start)))
+
+
+def test_let_go_keeps_a_mapped_columns_values(tmp_path):
+    """tv._let_go drops a read-only map's pages (read again from the file), and leaves a
+    private writable map (whose writes it would lose) and plain arrays alone."""
+    col = np.arange(1 << 20, dtype=np.int64)
+    np.save(tmp_path / "c.npy", col)
+    ro = np.load(tmp_path / "c.npy", mmap_mode="r")
+    cow = np.load(tmp_path / "c.npy", mmap_mode="c")
+    cow[5] = -1
+    assert int(ro.sum()) == int(col.sum())
+    tv._let_go(ro, cow, col, None, lambda: None)
+    assert np.array_equal(ro, col) and int(cow[5]) == -1 and int(col[7]) == 7

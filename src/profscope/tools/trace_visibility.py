@@ -37,6 +37,8 @@ every window is still XProf's exact event set.
 
 from __future__ import annotations
 
+import contextlib
+import mmap
 import os
 from bisect import bisect_left
 
@@ -179,6 +181,19 @@ def _keep_mask_py(start, dur, track, flow_id, flow_end, r: int) -> np.ndarray:
     return keep
 
 
+def _let_go(*cols) -> None:
+    """Let the pages of memory-mapped columns (an ``np.memmap``, or a column that wraps
+    one in ``col``: ``trace_index._Widened``) go from this process (``MADV_DONTNEED``):
+    the page cache keeps them, and a later read maps them again. Read-only maps only (a
+    private writable one would lose what was written); anything else: nothing."""
+    for col in cols:
+        col = getattr(col, "col", col)
+        m = getattr(col, "_mmap", None)  # np.memmap's own mmap.mmap
+        if m is not None and getattr(col, "mode", None) == "r" and hasattr(mmap, "MADV_DONTNEED"):
+            with contextlib.suppress(OSError, ValueError):
+                m.madvise(mmap.MADV_DONTNEED)
+
+
 class ZoomLevels:
     """XProf's zoom level of every event of one index, computed level by level.
 
@@ -277,6 +292,11 @@ class ZoomLevels:
         else:
             du = np.asarray(self.dur[fr])
         st, tr = np.asarray(self.start[fr]), np.asarray(self.track[fr])
+        # the flow slices lie all over the index: those reads mapped in nearly every page
+        # of the start, duration and track columns (170 MiB on jax308), held beside this
+        # pre-pass's temporaries (the levels' worker's peak): let go, the row walk maps
+        # them again as it reads them
+        _let_go(self.start, self.track, self._raw[0] if self._raw is not None else self._dur)
         o = event_order(st, du, tr)
         return o, st[o], du[o], tr[o], self.flow_ids[o], self.flow_end[o]
 
@@ -383,6 +403,10 @@ class ZoomLevels:
             o, fid = self._flow_dense[0], self._flow_dense[4]
             dense = np.empty(len(o), np.int32)
             dense[o] = fid
+            # not needed by the walk (jax308: 89 MB beside its mapped columns, its peak);
+            # a deeper level computed later by this object makes it again
+            self._flow_dense = None
+            del o, fid
         if order.dtype != np.int32:
             order = np.ascontiguousarray(order, np.int64)
         heap.give_back()  # what the flow pre-pass freed, before the walk that sets the peak
