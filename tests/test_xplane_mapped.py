@@ -36,7 +36,7 @@ def test_mapped_planes_read_and_count_as_read_ones(shared_fixtures, monkeypatch)
     mapped, drops = 0, []
     for path, size, ref in _planes(shared_fixtures):
         pad = xw.PAD + (-ref.length) % 8
-        with open(path, "rb") as f, open(path, "rb") as g:
+        with open(path, "rb") as f, open(path, "rb") as g, xw.planes_mapped():
             read = xw.read_plane_bytes(*xplane.open_stream(f, str(path)), ref, pad)
             data, drop = xw.map_plane_bytes(*xplane.open_stream(g, str(path)), ref, pad)
         mapped += isinstance(data, memoryview)
@@ -51,6 +51,19 @@ def test_mapped_planes_read_and_count_as_read_ones(shared_fixtures, monkeypatch)
 def test_a_stream_without_a_file_is_read():
     raw = b"\x00" * 64
     ref = xplane.PlaneRef("p", 8, 16)
-    data, drop = xw.map_plane_bytes(io.BytesIO(raw), len(raw), ref, pad=8)
+    with xw.planes_mapped():
+        data, drop = xw.map_plane_bytes(io.BytesIO(raw), len(raw), ref, pad=8)
     drop()
     assert isinstance(data, bytearray) and len(data) == 24
+
+
+def test_planes_are_read_outside_a_worker(shared_fixtures):
+    """Outside planes_mapped() (the server process) a plane is read, never mapped: a file
+    cut short under a map would end the process with SIGBUS instead of an error."""
+    path, size, ref = next(_planes(shared_fixtures))
+    with open(path, "rb") as f:
+        data, _ = xw.map_plane_bytes(*xplane.open_stream(f, str(path)), ref, xw.PAD + (-ref.length) % 8)
+    assert isinstance(data, bytearray)
+    with open(path, "rb") as f, xw.planes_mapped():
+        data, _ = xw.map_plane_bytes(*xplane.open_stream(f, str(path)), ref, xw.PAD + (-ref.length) % 8)
+    assert isinstance(data, memoryview)
