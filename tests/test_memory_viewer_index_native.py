@@ -14,6 +14,7 @@ import pytest
 
 from profscope.errors import ProfscopeError
 from profscope.formats import hlo_proto, xplane
+from profscope.formats.protowire import encode_varint
 from profscope.model.protos import hlo_pb2
 from profscope.tools import memory_viewer as mv
 from tests.test_memory_viewer import CASES, _case_id, _input_bytes
@@ -154,22 +155,12 @@ def test_merged_and_repeated_fields_read_as_protobuf_reads_them():
           declined=False)
 
 
-def _varint(n: int) -> bytes:
-    n &= (1 << 64) - 1
-    out = bytearray()
-    while True:
-        b, n = n & 0x7F, n >> 7
-        out.append(b | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
-
-
 def _varint_field(num: int, value: int) -> bytes:
-    return _varint(num << 3) + _varint(value)
+    return encode_varint(num << 3) + encode_varint(value)
 
 
 def _field(num: int, payload: bytes) -> bytes:
-    return _varint(num << 3 | 2) + _varint(len(payload)) + payload
+    return encode_varint(num << 3 | 2) + encode_varint(len(payload)) + payload
 
 
 def test_mangled_bytes_are_declined_or_read_as_the_twin_reads_them():
