@@ -67,6 +67,9 @@ def test_snapshot_job_all_ranks_and_one_rank_alone(open_page, server):
     page.screenshot(path=str(ARTIFACTS / "rank_job_snapshots.png"), full_page=True)
 
     # A click opens the worst rank alone: host= in the URL, the snapshot page of that file.
+    # (once the page's fetches are done: in one loaded CI run the click was lost, the URL
+    # never changed; `go` pushes it synchronously, so the link's handler never ran)
+    page.wait_for_load_state("networkidle")
     page.click(f"#mp-hosts-list .mp-host-row[data-host={worst}] a.mp-host-link")
     page.wait_for_function(f"() => new URLSearchParams(location.search).get('host') === '{worst}'")
     page.wait_for_selector(f"#mp-hosts-list .mp-host-row.current[data-host={worst}]")
