@@ -19,7 +19,10 @@ def _extensions() -> list[Extension]:
     for c in sorted(SRC.glob("profscope/*/_*.c")):
         rel = c.relative_to(SRC)
         name = ".".join(rel.with_suffix("").parts)
-        out.append(Extension(name, ["src/" + rel.as_posix()], include_dirs=[numpy.get_include()],
+        # a layer's headers (e.g. tools/_protowire.h) as `depends`: a change to one
+        # rebuilds its users, and the sdist ships them (build_ext's source files)
+        headers = sorted("src/" + h.relative_to(SRC).as_posix() for h in c.parent.glob("_*.h"))
+        out.append(Extension(name, ["src/" + rel.as_posix()], include_dirs=[numpy.get_include()], depends=headers,
                              extra_compile_args=["-O3", "-std=c11"], optional=True))
     return out
 

@@ -25,24 +25,7 @@
 
 enum { ALLOC = 0, FREE = 1, SHARE_WITH = 2 };
 
-typedef struct {
-    const uint8_t *p, *end;
-} Buf;
-
-/* A varint, or -1 when it runs past the end or over 10 bytes. */
-static int varint(Buf *b, uint64_t *out) {
-    uint64_t v = 0;
-    for (int shift = 0; shift < 70; shift += 7) {
-        if (b->p >= b->end) return -1;
-        uint8_t c = *b->p++;
-        v |= (uint64_t)(c & 0x7f) << shift;
-        if (!(c & 0x80)) {
-            *out = v;
-            return 0;
-        }
-    }
-    return -1;
-}
+#include "_protowire.h"  /* Buf, varint */
 
 /* Skip one field of wire type `wt` (the tag already read); -1 on a bad one. */
 static int skip(Buf *b, int wt) {

@@ -35,23 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct {
-    const uint8_t *p, *end;
-} Buf;
-
-static int varint(Buf *b, uint64_t *out) {
-    uint64_t v = 0;
-    for (int shift = 0; shift < 70; shift += 7) {
-        if (b->p >= b->end) return -1;
-        uint8_t c = *b->p++;
-        v |= (uint64_t)(c & 0x7f) << shift;
-        if (!(c & 0x80)) {
-            *out = v;
-            return 0;
-        }
-    }
-    return -1;
-}
+#include "_protowire.h"  /* Buf, varint */
 
 /* The next field: its number, wire type, and for wire type 2 its bytes; -1 on a bad one. */
 static int field(Buf *b, int *num, int *wt, uint64_t *v, Buf *sub) {
