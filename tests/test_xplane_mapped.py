@@ -5,6 +5,7 @@ with ``drop``): the same bytes and the same runs as the read buffer and the one 
 from __future__ import annotations
 
 import io
+import os
 
 import numpy as np
 import pytest
@@ -67,3 +68,31 @@ def test_planes_are_read_outside_a_worker(shared_fixtures):
     with open(path, "rb") as f, xw.planes_mapped():
         data, _ = xw.map_plane_bytes(*xplane.open_stream(f, str(path)), ref, xw.PAD + (-ref.length) % 8)
     assert isinstance(data, memoryview)
+
+
+def test_a_plane_cut_short_under_its_map_is_a_422_naming_the_file(shared_fixtures, tmp_path):
+    """A worker reading a mapped plane whose file was truncated meanwhile dies of SIGBUS
+    (a page past the file's new end); the request gets a 422 naming the file and the
+    cause, not the worker memory limit's 413 (more memory would not help)."""
+    from profscope.cache.progress import ProgressBoard
+    from profscope.cache.worker import WorkerPool
+    from profscope.errors import BadInput
+
+    src, _, ref = max(_planes(shared_fixtures), key=lambda p: p[2].length)
+    path = tmp_path / src.name
+    path.write_bytes(src.read_bytes())
+
+    def read_after_the_cut(job):
+        with open(path, "rb") as f, xw.planes_mapped():
+            data, _ = xw.map_plane_bytes(*xplane.open_stream(f, str(path)), ref, xw.PAD + (-ref.length) % 8)
+        assert isinstance(data, memoryview)
+        os.truncate(path, 0)  # what a job rewriting the file does between two reads
+        return bytes(data[: ref.length])
+
+    board = ProgressBoard()
+    job = board.start("k", path.name)
+    with pytest.raises(BadInput) as e:
+        WorkerPool(enabled=True).run(read_after_the_cut, job, board, file=str(path))
+    board.finish(job)
+    assert e.value.status == 422 and e.value.file == str(path)
+    assert "SIGBUS" in e.value.message and "cut short" in e.value.message and "memory limit" not in e.value.message

@@ -334,7 +334,16 @@ class WorkerPool:
         self._count("killed", 1)
         if os.WIFSIGNALED(status):
             sig = os.WTERMSIG(status)
-            if sig in (signal.SIGKILL, signal.SIGABRT, signal.SIGSEGV, signal.SIGBUS):
+            if sig == signal.SIGBUS:
+                # A read of a mapped page the file no longer has (mmap(2): "Attempted
+                # access to a page of the buffer that lies beyond the end of the mapped
+                # file"): a plane mapped in this worker (xplane_wire.planes_mapped) and
+                # its file cut short under it, or a mapped write on a full disk. Not a
+                # matter of memory: more of it would not help.
+                raise BadInput(f"{job.label}: the worker ended with SIGBUS: a file it had mapped in memory was "
+                               "cut short while it was read (the input rewritten or truncated under the "
+                               "conversion, or the cache's disk full); ask again once the file is whole", file=file)
+            if sig in (signal.SIGKILL, signal.SIGABRT, signal.SIGSEGV):
                 # An allocation failing in C code aborts (std::bad_alloc) or faults; the
                 # kernel's OOM killer sends SIGKILL.
                 raise self._too_large(job, file, f"the worker ended with {signal.Signals(sig).name}")
