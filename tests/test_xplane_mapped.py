@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import io
 import os
+import pickle
 
 import numpy as np
 import pytest
 
-from profscope.formats import xplane, xplane_trace
+from profscope.formats import xplane, xplane_activity, xplane_allocator, xplane_module_time, xplane_step_events, xplane_trace
 from profscope.formats import xplane_wire as xw
+from tests.fixtures.paths import REPO
+
+DEMO = REPO / "src" / "profscope" / "demo" / "logdir"
 
 
 def _planes(shared_fixtures):
@@ -83,7 +87,7 @@ def test_a_plane_cut_short_under_its_map_is_a_422_naming_the_file(shared_fixture
     path.write_bytes(src.read_bytes())
 
     def read_after_the_cut(job):
-        with open(path, "rb") as f, xw.planes_mapped():
+        with open(path, "rb") as f:  # a worker maps without planes_mapped() (forksafe.disposable)
             data, _ = xw.map_plane_bytes(*xplane.open_stream(f, str(path)), ref, xw.PAD + (-ref.length) % 8)
         assert isinstance(data, memoryview)
         os.truncate(path, 0)  # what a job rewriting the file does between two reads
@@ -96,3 +100,66 @@ def test_a_plane_cut_short_under_its_map_is_a_422_naming_the_file(shared_fixture
     board.finish(job)
     assert e.value.status == 422 and e.value.file == str(path)
     assert "SIGBUS" in e.value.message and "cut short" in e.value.message and "memory limit" not in e.value.message
+
+
+READERS = {
+    "module times": lambda f, p: xplane_module_time.module_run_times(f, p),
+    "host activity": lambda f, p: xplane_activity.host_activity(f, p, "h"),
+    "step events": lambda f, p: xplane_step_events.read_step_events(f, p),
+    "allocator events": lambda f, p: xplane_allocator.read_allocator_events(f, p),
+}
+
+
+@pytest.mark.parametrize("reader", READERS)
+def test_readers_in_a_worker_map_their_planes_and_answer_as_when_they_read(shared_fixtures, monkeypatch, reader):
+    """Every plane reader in a conversion worker maps its planes (forksafe.disposable),
+    and answers what it answers in the server process, where it reads them: on each
+    public xplane (GPU, TPU, ROCm)."""
+    from profscope.cache.progress import ProgressBoard
+    from profscope.cache.worker import WorkerPool
+
+    mapped = []
+    real = xw.map_plane_bytes
+
+    def counting(f, size, ref, pad=0):
+        data, drop = real(f, size, ref, pad)
+        # (a file's last plane, whose pad would lie past the file's end, is read anywhere)
+        if size is not None and ref.offset + ref.length + pad <= size:
+            mapped.append(isinstance(data, memoryview))
+        return data, drop
+
+    monkeypatch.setattr(xw, "map_plane_bytes", counting)  # the fork inherits it
+    # the public GPU/TPU/ROCm profiles, and the demo's CPU ones (whose host steps the step
+    # reader reads from the host plane)
+    paths = sorted({p for p, _, _ in _planes(shared_fixtures)}) + sorted(DEMO.glob("*/plugins/profile/*/*.xplane.pb"))
+    read = READERS[reader]
+
+    def in_worker(job):
+        out = []
+        for path in paths:
+            with open(path, "rb") as f:
+                out.append(read(f, str(path)))
+        return pickle.dumps((out, mapped))
+
+    board = ProgressBoard()
+    job = board.start("k", reader)
+    got, worker_mapped = pickle.loads(WorkerPool(enabled=True).run(in_worker, job, board))
+    board.finish(job)
+    mapped.clear()
+    want = []
+    for path in paths:
+        with open(path, "rb") as f:
+            want.append(read(f, str(path)))
+    assert mapped and not any(mapped)  # the server process read every plane
+    assert worker_mapped and all(worker_mapped)
+    assert _same(got, want)
+
+
+def _same(a, b) -> bool:
+    """Equal values: ``==`` where the answers' classes define it (a pickle's bytes also
+    record which objects an answer shares, which a mapped read may change), else their
+    pickles (answers holding arrays, whose ``==`` is elementwise)."""
+    try:
+        return bool(a == b)
+    except ValueError:
+        return pickle.dumps(a) == pickle.dumps(b)

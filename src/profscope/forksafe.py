@@ -79,14 +79,26 @@ def wait_for_imports(limit_s: float = 60.0) -> None:
 # What a conversion worker holds until it ends (keep_until_exit); None in any other
 # process, where nothing is held.
 _kept: list | None = None
+# Whether this process is a conversion worker (keeping_until_exit was called): see disposable().
+_disposable = False
 
 
 def keeping_until_exit() -> None:
     """This process ends with ``os._exit`` right after its answer is sent (a conversion
     worker, cache/worker.py ``_child``): from now on :func:`keep_until_exit` holds what it
-    is given."""
-    global _kept
+    is given, and :func:`disposable` is true."""
+    global _kept, _disposable
     _kept = []
+    _disposable = True
+
+
+def disposable() -> bool:
+    """Whether this process is a conversion worker, whose death is one failed conversion
+    that its parent reports (cache/worker.py): a reader may then take a risk the server
+    may not, such as mapping a file that a fault ends the process on if it is cut short
+    under the map (formats/xplane_wire.py ``map_plane_bytes``). Nested conversions in the
+    worker (:func:`not_keeping`) are in it too."""
+    return _disposable
 
 
 def keep_until_exit(obj: object) -> None:

@@ -30,7 +30,6 @@ from profscope.storage import FileInfo
 chrome_trace = lazy.module("profscope.formats.chrome_trace")
 xplane_trace = lazy.module("profscope.formats.xplane_trace")
 xplane_line_ranges = lazy.module("profscope.formats.xplane_line_ranges")
-xplane_wire = lazy.module("profscope.formats.xplane_wire")
 xplane_activity = lazy.module("profscope.formats.xplane_activity")
 heap = lazy.module("profscope.model.heap")
 host_activity = lazy.module("profscope.model.host_activity")  # numpy: only when a trace job is rolled up
@@ -132,11 +131,8 @@ class Traces:
             # frees for its next chunk instead of asking the kernel for fresh pages each
             # time; not when the read also groups the host steps, whose peak would grow
             kept = heap.freed_memory_kept() if cache_worker.in_worker() and not steps else contextlib.nullcontext()
-            # and maps the plane rather than reading it (xplane_wire.planes_mapped: a worker
-            # may die of a file cut short under the map, the server may not)
-            mapped = xplane_wire.planes_mapped() if cache_worker.in_worker() else contextlib.nullcontext()
             try:
-                with kept, mapped, self.logdir.open(info.path) as f:
+                with kept, self.logdir.open(info.path) as f:
                     if classify(info.name) is FileKind.XPLANE:
                         # each range also sorts its own rows as the index will (issue 40's
                         # third pass: off the merging task's serial path)

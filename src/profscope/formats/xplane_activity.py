@@ -74,7 +74,7 @@ def host_activity(raw: IO[bytes], path: str, hostname: str | None = None) -> Hos
         raw.seek(0)
         f, size = xplane.open_stream(raw, path)
         for ref in sorted(planes, key=lambda r: r.offset):  # a gzip stream seeks forward only
-            data = xw.read_plane_bytes(f, size, ref, pad=xw.PAD + (-ref.length) % 8)
+            data, _ = xw.map_plane_bytes(f, size, ref, pad=xw.PAD + (-ref.length) % 8)
             p = _read_plane(data, ref)
             del data
             out.events += p.events

@@ -130,10 +130,10 @@ def read_allocator_events(raw: IO[bytes], path: str, progress=None) -> Allocator
                     continue
                 _report(progress, 0.05, f"reading {HOST_PLANE}")
                 f.seek(ref.offset)  # back to the plane (a gzip stream rewinds)
-                data = xw.read_plane_bytes(f, size, ref, pad=xw.PAD + (-ref.length) % 8)
+                data, _ = xw.map_plane_bytes(f, size, ref, pad=xw.PAD + (-ref.length) % 8)
                 continue
             if ref.name.startswith(TPU_PLANE_PREFIX):
-                tpu = xw.read_plane_bytes(f, size, ref, pad=xw.PAD + (-ref.length) % 8)
+                tpu, _ = xw.map_plane_bytes(f, size, ref, pad=xw.PAD + (-ref.length) % 8)
                 meta_bytes, lines = xw.split_plane(tpu, ref.length)
                 meta = xplane_pb2.XPlane.FromString(meta_bytes)
                 hlo_modules += _xla_modules(tpu, lines, meta, ref.name)

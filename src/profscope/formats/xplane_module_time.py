@@ -58,7 +58,7 @@ def module_run_times(raw: IO[bytes], path: str) -> dict[str, dict]:
         for ref in sorted(index.planes, key=lambda r: r.offset):  # a gzip stream seeks forward only
             if ref.name == METADATA_PLANE:
                 continue
-            data = xw.read_plane_bytes(f, size, ref, pad=xw.PAD + (-ref.length) % 8)
+            data, _ = xw.map_plane_bytes(f, size, ref, pad=xw.PAD + (-ref.length) % 8)
             _plane_times(data, ref.length, out)
             del data
     return out

@@ -329,7 +329,7 @@ def small_pages():
 
 def _host_steps(f, size, ref, out: list) -> int | None:
     """A CPU-only profile's host steps into ``out`` (see the module docstring); the host's first event ps."""
-    data = xw.read_plane_bytes(f, size, ref, pad=xw.PAD + (-ref.length) % 8)
+    data, _ = xw.map_plane_bytes(f, size, ref, pad=xw.PAD + (-ref.length) % 8)
     return host_steps_of_plane(data, ref.length, out)
 
 

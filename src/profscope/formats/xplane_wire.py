@@ -57,6 +57,7 @@ from typing import IO
 
 import numpy as np
 
+from profscope.forksafe import disposable
 from profscope.formats import protowire as wire
 from profscope.formats import xplane
 from profscope.formats.protos import xplane_pb2
@@ -315,16 +316,19 @@ def read_plane_bytes(f: IO[bytes], size: int | None, ref: xplane.PlaneRef, pad: 
     return buf
 
 
-# How many planes_mapped() blocks are open: map_plane_bytes maps only inside one.
+# How many planes_mapped() blocks are open: outside a conversion worker, map_plane_bytes
+# maps only inside one.
 _mapping = 0
 
 
 @contextlib.contextmanager
 def planes_mapped():
     """:func:`map_plane_bytes` maps planes in this block, in a process that a ``SIGBUS``
-    may end: a file cut short while mapped faults instead of raising. The app enters it
-    in a conversion worker, whose death is one failed conversion (cache/worker.py); the
-    server process reads, so a file rewritten under it is a ``Truncated`` error there."""
+    may end: a file cut short while mapped faults instead of raising. A conversion worker
+    maps without it (``forksafe.disposable()``: its death is one failed conversion, a
+    422 naming the file, cache/worker.py); the server process reads, so a file rewritten
+    under it is a ``Truncated`` error there. For a process that knows it may die so
+    (a benchmark's driver, a test)."""
     global _mapping
     _mapping += 1
     try:
@@ -338,7 +342,7 @@ def map_plane_bytes(f: IO[bytes], size: int | None, ref: xplane.PlaneRef, pad: i
     file instead of read into fresh memory, and a ``drop()`` that lets the mapped pages go
     from the process (they come back from the page cache if read again): (buffer, drop).
     Where ``f`` is a plain file (``size`` known, a ``fileno``) that holds ``pad`` bytes past
-    the plane, inside :func:`planes_mapped`; else the read buffer and a ``drop`` that does
+    the plane, in a conversion worker or inside :func:`planes_mapped`; else the read buffer and a ``drop`` that does
     nothing.
 
     Read, jax308's 311 MiB host plane was that much fresh anonymous memory (~0.7 s of page
@@ -348,8 +352,8 @@ def map_plane_bytes(f: IO[bytes], size: int | None, ref: xplane.PlaneRef, pad: i
     is private (copy on write): the pad is zeroed in place, which copies only its page,
     and ``drop`` never lets that page go (it would read the file's bytes again)."""
     try:
-        if not _mapping:
-            raise OSError("read, not mapped, outside planes_mapped()")
+        if not (_mapping or disposable()):
+            raise OSError("read, not mapped, outside a conversion worker or planes_mapped()")
         if size is None or ref.offset < 0 or ref.offset + ref.length + pad > size:
             raise OSError("not a plain file holding the plane and its pad")
         lo = ref.offset - ref.offset % mmap.ALLOCATIONGRANULARITY
