@@ -217,7 +217,7 @@ def test_one_host_split_across_the_dask_workers_is_the_single_process_index(shar
             assert len(answer["ranges"]) >= 2, answer
             ran.update(answer["ranges"])
             info = dict(serial.trace_sources(run))[host]
-            serial.trace_index(run, host, info)
+            serial.trace_index(run, host, info, tiers=True)  # (the cluster's build makes them)
             dask_cache = DiskCache(tmp_path / "dask", workers=WorkerPool(enabled=False))
             whole, cut = _hashes(serial.cache.built_dir(answer["key"])), _hashes(dask_cache.built_dir(answer["key"]))
             assert whole

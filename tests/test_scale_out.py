@@ -105,7 +105,7 @@ def test_a_16_host_session_converts_on_2_workers_to_the_serial_cache_entries(ses
 
     serial = _workspace(session, tmp_path / "serial-cache")
     for host, info in serial.trace_sources(run):
-        serial.trace_index(run, host, info)
+        serial.trace_index(run, host, info, tiers=True)  # (the cluster's build makes them)
     for host, info in ws.trace_sources(run):
         key = ws._trace_index_key(host, info)
         assert results[host]["key"] == key

@@ -111,3 +111,37 @@ def test_a_steps_built_index_gets_its_tiers_once_for_two_first_windows(shared_fi
     timeline = fresh.trace_window(fresh.runs()[0], query)
     assert answers[0] == answers[1] == timeline
     shutil.rmtree(tmp_path / "cache2")
+
+
+def test_readers_other_than_the_pages_windows_build_no_tiers(shared_fixtures, tmp_path, monkeypatch):
+    """XProf's windows read its zoom levels, not the tiers: an index built for an XProf
+    answer (or a search, or details) has none, the page's first window then has them
+    made once, and its answer equals a page-built index's; XProf's answer is the same
+    whichever built the index."""
+    from profscope.app.queries import XprofTraceQuery
+
+    logdir = shared_fixtures / "public_profiles" / "xplane" / "tf_gpu"
+    made = tmp_path / "made"
+    real = ti.write_tiers
+
+    def counted(src, out, progress=None):
+        with open(made, "a") as f:
+            f.write(f"{os.getpid()}\n")
+        return real(src, out, progress)
+
+    monkeypatch.setattr(ti, "write_tiers", counted)
+    ws = Workspace(LogDir(str(logdir), listing_ttl=0), DiskCache(tmp_path / "cache"))
+    run = ws.runs()[0]
+    xprof = ws.trace_xprof_json(run, XprofTraceQuery(resolution=8000))
+    ws.trace_search(run, TraceQuery(q="a"))
+    (h,) = ws.trace_view(run, TraceQuery()).hosts
+    assert h.index.tiers_missing() and not made.exists()
+    query = TraceQuery(resolution=2000)
+    page = ws.trace_window(run, query)
+    assert len(made.read_text().split()) == 1
+    assert ws.trace_window(run, TraceQuery(resolution=900)) and len(made.read_text().split()) == 1
+    fresh = Workspace(LogDir(str(logdir), listing_ttl=0), DiskCache(tmp_path / "cache2"))
+    frun = fresh.runs()[0]
+    assert fresh.trace_window(frun, query) == page
+    assert fresh.trace_xprof_json(frun, XprofTraceQuery(resolution=8000)) == xprof
+    shutil.rmtree(tmp_path / "cache2")

@@ -109,7 +109,7 @@ def convert_host(logdir_url: str, cache_root: str, run_name: str, host: str, *,
     reporter = _Reporter.for_task(recorder, key, {"logdir": logdir_url, "run": run_name, "host": host,
                                                   "hosts": len(sources)}, report_every) if report else None
     try:
-        ws.trace_index(run, host, info)
+        ws.trace_index(run, host, info, tiers=True)  # (the cluster's build serves every reader: its tiers are a task)
     except BaseException as e:
         if reporter is not None:
             reporter.end("error", error=f"{type(e).__name__}: {e}", seconds=time.perf_counter() - t0)

@@ -104,13 +104,18 @@ class Traces:
         return keys.derived(keys.TRACE_INDEX, self.logdir.url, info.identity(), host)
 
     def trace_index(self, run: Run, host: str, info: FileInfo, preview_resolution: int | None = None,
-                    steps: bool = False) -> trace_index.TraceIndex:
+                    steps: bool = False, tiers: bool = False) -> trace_index.TraceIndex:
         """The on-disk index of one file, built once per file identity (pids are stored
         without XProf's host number, which depends on the hosts selected).
         ``preview_resolution``: a build started here first publishes the whole-trace
         window at that resolution (:meth:`trace_preview`). ``steps``: a build started
         here also groups a CPU-only xplane's host steps into the folder (Steps & ops
-        asks it; app/profile_steps.py reads them there); a timeline's build does not."""
+        asks it; app/profile_steps.py reads them there); a timeline's build does not.
+        ``tiers``: a build started here also makes the resolution tiers, which only the
+        page's windows read (:meth:`trace_window` asks them); every other reader (XProf's
+        windows, which read its zoom levels, details, search, links) reads the columns, and
+        a window of an index built without them has them made once (:meth:`_window_tiers`).
+        jax308's tiers are 0.8-1.1 of the build's 3 CPU s (docs/performance.md)."""
         key = self._trace_index_key(host, info)
         scale_out = self.scale_out
         if scale_out is not None and scale_out.usable() and not self.cache.is_built(key):
@@ -147,8 +152,9 @@ class Traces:
                         events = chrome_trace.trace_columns(f, path, progress=progress.part(0, 0.6), sink=writer)
             finally:
                 writer.close()
-            # Steps & ops reads the columns only: the tiers wait for a window (_window_tiers)
-            writer.finish(events, progress=progress.part(0.6, 1), preview=preview, windows=not steps)
+            # only the page's windows read the tiers: for any other reader they wait for
+            # a window (_window_tiers)
+            writer.finish(events, progress=progress.part(0.6, 1), preview=preview, windows=tiers and not steps)
             write_host_steps(folder, events, key)  # a CPU-only xplane's steps (app/profile_steps.py)
 
         folder = self.cache.get_or_build_dir(key, f"Trace viewer: indexing {info.name}", build,
@@ -156,14 +162,14 @@ class Traces:
         return self._open_index(folder)
 
     def trace_view(self, run: Run, query: TraceQuery | XprofTraceQuery,
-                   preview_resolution: int | None = None) -> trace_viewer.TraceView:
+                   preview_resolution: int | None = None, tiers: bool = False) -> trace_viewer.TraceView:
         """The hosts selected by ``host=`` / ``hosts=a,b`` (default: the first), indexed
-        (``preview_resolution``: see :meth:`trace_index`)."""
+        (``preview_resolution``, ``tiers``: see :meth:`trace_index`)."""
         chosen = self._trace_hosts(run, query)
         self._index_cache().hold(len(chosen))  # a merged view's hosts stay open between its windows
         hosts = []
         for name, info, pos in chosen:
-            ix = self.trace_index(run, name, info, preview_resolution if len(chosen) == 1 else None)
+            ix = self.trace_index(run, name, info, preview_resolution if len(chosen) == 1 else None, tiers=tiers)
             # XProf numbers the selected hosts from 1: pid = 1000 * number + device id
             offset = 1000 * (len(hosts) + 1) if classify(info.name) is FileKind.XPLANE else 0
             hosts.append(trace_viewer.HostIndex(pos, name, ix, offset))
@@ -202,7 +208,7 @@ class Traces:
     def _trace_window(self, run: Run, query: TraceQuery, answer):
         whole = query.start_ms is None and query.end_ms is None
         res = query.resolution or trace_viewer.DEFAULT_RESOLUTION
-        view = self.trace_view(run, query, preview_resolution=res if whole else None)
+        view = self.trace_view(run, query, preview_resolution=res if whole else None, tiers=True)
         self._window_tiers(run, view)
         out = answer(view, query.start_ms, query.end_ms, query.resolution)
         self._prefetch_after(run, view)
@@ -285,8 +291,8 @@ class Traces:
             self._prefetched.difference_update(key for key, _what, _make in todo)
 
     def _window_tiers(self, run: Run, view: trace_viewer.TraceView) -> None:
-        """The resolution tiers of every selected host's index built for Steps & ops
-        (``finish(windows=False)``), made once from its columns in a conversion worker
+        """The resolution tiers of every selected host's index built without them (for
+        another reader: ``finish(windows=False)``, :meth:`trace_index`), made once from its columns in a conversion worker
         and kept in the cache under the index's key, as XProf's zoom levels are."""
         sources = None
         for h in view.hosts:
