@@ -13,6 +13,7 @@ import pytest
 from profscope.formats import chrome_trace, xplane_trace
 from profscope.model.trace import TraceEvents, Track
 from profscope.tools import trace_index as ti
+from tests.fixtures.paths import REPO
 
 pytestmark = pytest.mark.skipif(ti._native is None, reason="the _trace_build extension is not built")
 
@@ -118,6 +119,42 @@ def test_native_zoom_levels_equal_python(rel, shared_fixtures, tmp_path, monkeyp
             f.unlink()
     assert np.array_equal(levels[False], levels[True])
     assert len(np.unique(levels[True])) > 3  # several levels, not one catch-all
+
+
+@pytest.mark.parametrize("rel", [
+    "xplane/tpu_inference/plugins/profile/2025_12_10_tpu/tpu_inference_2.xplane.pb",  # 3,995 flow slices
+    "xplane/mi300_jax_conv_xprof_touched/plugins/profile/jax_conv_minimal/chi-mi300x-013.ord.vultr.cpe.ice.amd.com.xplane.pb",
+    "demo:transformer",  # a CPU JAX profile, as jax308 is: 4,294 flow slices
+])
+def test_the_builds_flow_numbers_are_np_uniques_and_give_the_same_zoom_levels(rel, shared_fixtures, tmp_path):
+    """The build's numbering of the flow slices' flows (``FLOW_DENSE_FILE``, from the
+    arrows' grouping) is ``np.unique``'s inverse of their ids, and the zoom levels made
+    with it equal those made numbering them in the pre-pass, on real TPU, ROCm and CPU
+    JAX profiles; ids that sort otherwise as int64 than as uint64 fall back to np.unique."""
+    from profscope.tools import trace_visibility as tv
+
+    path = next((REPO / "src/profscope/demo/logdir" / rel[5:]).glob("plugins/profile/*/*.xplane.pb")) \
+        if rel.startswith("demo:") else shared_fixtures / "public_profiles" / rel
+    ti.build_index(_read(path), tmp_path)
+    ix = ti.TraceIndex(tmp_path)
+    fe = ix.flow
+    dense = np.load(tmp_path / ti.FLOW_DENSE_FILE)
+    assert dense.dtype == np.int32 and len(dense) == len(fe.seq) > 1000
+    assert np.array_equal(dense, np.unique(fe.flow_id, return_inverse=True)[1].reshape(-1))
+    with_numbers = ix.zoom_levels(tv.N_LEVELS - 1).copy()
+    (tmp_path / ti.FLOW_DENSE_FILE).unlink()
+    ix = ti.TraceIndex(tmp_path)
+    assert np.array_equal(ix.zoom_levels(tv.N_LEVELS - 1), with_numbers)
+    # the pre-pass's numbering of the ids in its own order (a permutation of the flow
+    # slices) is np.unique's, from the build's numbers; and from np.unique where the ids
+    # (here with the top bit flipped) sort otherwise as int64 than as uint64
+    perm = np.random.default_rng(7).permutation(len(dense))
+    for ids64 in (fe.flow_id.view(np.int64), (fe.flow_id ^ np.uint64(1 << 63)).view(np.int64)):
+        z = tv.ZoomLevels(None, None, None, fe.seq, ids64, None, None, -1, flow_dense=dense)
+        z._flow_positions = perm
+        ids, inv = z._dense_ids(ids64[perm])
+        want_ids, want_inv = np.unique(ids64[perm], return_inverse=True)
+        assert np.array_equal(ids, want_ids) and np.array_equal(inv, want_inv.reshape(-1)) and inv.dtype == np.int32
 
 
 def _xprof_order_checked(folder: Path) -> None:

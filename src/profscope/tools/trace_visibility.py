@@ -204,15 +204,19 @@ class ZoomLevels:
     (the index build's, ``trace_index.XPROF_ORDER_FILE``), or None to sort them here.
     ``dur``: the durations as the rule sees them, or a function making them (of every
     row, or of the rows given); ``raw``: (the index's own duration column, whether the
-    rule reads its 1 ps as 0), what the C pass reads in place of a copy."""
+    rule reads its 1 ps as 0), what the C pass reads in place of a copy. ``flow_dense``:
+    each flow slice's flow numbered by its id's rank among the distinct ids (the build's,
+    ``trace_index.FLOW_DENSE_FILE``), or None to number them here."""
 
     def __init__(self, start, dur, track, flow_rows, flow_ids, flow_end, level: np.ndarray, done: int,
-                 order: tuple[np.ndarray, np.ndarray] | None = None, raw: tuple[np.ndarray, bool] | None = None):
+                 order: tuple[np.ndarray, np.ndarray] | None = None, raw: tuple[np.ndarray, bool] | None = None,
+                 flow_dense: np.ndarray | None = None):
         self.start, self.track = start, track
         self._dur = dur  # the durations, or a function making them (run only if a level is computed)
         self._rule = dur if callable(dur) else None
         self._raw = raw
         self.flow_rows, self.flow_ids, self.flow_end = flow_rows, flow_ids, flow_end
+        self.flow_dense = flow_dense
         self.level = level
         self.done = done
         self._order, self._track_bounds = order if order is not None else (None, None)
@@ -223,6 +227,7 @@ class ZoomLevels:
         self._flow_of: np.ndarray | None = None  # per row, its flow id or -1
         self._flow_seq: tuple | None = None
         self._flow_dense: tuple | None = None  # the same for the C pass
+        self._flow_positions: np.ndarray | None = None  # the flow slices in that order
         self._flow_got: np.ndarray | None = None  # its last answer, per flow as numbered there
 
     @property
@@ -298,6 +303,7 @@ class ZoomLevels:
         # them again as it reads them
         _let_go(self.start, self.track, self._raw[0] if self._raw is not None else self._dur)
         o = event_order(st, du, tr)
+        self._flow_positions = o  # (for the dense numbers: _flow_pass_native)
         return o, st[o], du[o], tr[o], self.flow_ids[o], self.flow_end[o]
 
     def _flow_pass(self, k: int, r: int) -> dict[int, bool]:
@@ -354,14 +360,27 @@ class ZoomLevels:
             if len(tr) and int(tr.min()) < 0:  # (an index the numpy path built may hold unknown tracks)
                 tr = np.unique(tr, return_inverse=True)[1].reshape(-1)
             tr = tr.astype(np.int32)
-            ids, fid = np.unique(np.asarray(fid, np.int64), return_inverse=True)
-            fid = fid.reshape(-1).astype(np.int32)
+            ids, fid = self._dense_ids(fid)
             self._flow_dense = (o, np.asarray(st, np.int64), np.asarray(du, np.int64), tr, fid,
                                 np.asarray(end, np.int8), int(tr.max()) + 1 if len(tr) else 0, ids)
         o, st, du, tr, fid, end, ntracks, ids = self._flow_dense
         got = _native.flow_pass(o, st, du, tr, fid, end, self._flow_level, ntracks, len(ids), k, r)
         self._flow_got = got  # per flow as numbered densely: for _levels_native
         return ids[got == 1]  # ids from np.unique: sorted
+
+    def _dense_ids(self, fid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``np.unique(fid, return_inverse=True)`` of the flow ids in the pre-pass's order
+        (``fid``, int64): the distinct ids sorted and each slice's rank among them, as
+        int32. From the build's numbering where there is one (a sort of 2.4 M ids saved on
+        jax308) and the ids sort the same as int64 as they did as uint64 there."""
+        dense, self.flow_dense = self.flow_dense, None  # (read once: its map let go after)
+        if dense is not None and len(dense) == len(fid):
+            ids = np.empty(int(dense.max()) + 1 if len(dense) else 0, np.int64)
+            ids[dense] = self.flow_ids
+            if not len(ids) or bool(np.all(ids[1:] > ids[:-1])):
+                return ids, np.asarray(dense[self._flow_positions])
+        ids, inv = np.unique(np.asarray(fid, np.int64), return_inverse=True)
+        return ids, inv.reshape(-1).astype(np.int32)
 
     def _levels_native(self, ks: list[int]) -> None:
         """:meth:`_level` for each level of ``ks`` (consecutive) by one C walk of the rows
