@@ -15,6 +15,7 @@ import orjson
 from profscope.app import keys, lazy
 from profscope.app.compare import side_link
 from profscope.app.queries import MemoryProfileQuery, SnapshotQuery
+from profscope.cache.store import gzip_json_bytes
 from profscope.errors import BadRequest, NotFound
 from profscope.forksafe import renew_locks_after_fork
 from profscope.model.catalog import Run, RunKind
@@ -158,7 +159,7 @@ class Snapshots:
             if name not in found:
                 found[name] = self.source_link(name)
             f["source"] = None if found[name] is None else {**found[name], "line": f.get("line")}
-        return gzip.compress(orjson.dumps(st), compresslevel=1)
+        return gzip_json_bytes(orjson.dumps(st))
 
     def _snapshot_view(self, run: Run, query: SnapshotQuery, view: str) -> bytes:
         if run.kind is not RunKind.TORCH_SNAPSHOT:
@@ -171,7 +172,7 @@ class Snapshots:
                 snap = self._snapshot_in_process(run)
                 body = None if snap is None else self._view(snap, device, view, query)
             if body is not None:
-                return gzip.compress(orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY), compresslevel=1)
+                return gzip_json_bytes(orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY))
         inputs = [run.files[0].identity()]
         other = None
         if query.base is not None or query.base_host is not None:
