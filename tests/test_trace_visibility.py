@@ -211,7 +211,9 @@ def test_the_passes_agree_with_xprofs_scan_on_random_rows():
         want = _xprof_rule(start, dur, track, flow_id, flow_end, r)
         assert tv._keep_mask_py(start, dur, track, flow_id, flow_end, r).tolist() == want
         if tv._native is not None:
-            assert tv.keep_mask(*(np.array(c) for c in (start, dur, track, flow_id, flow_end)), r).tolist() == want
+            # track ids as an index's (from 0), sparse, negative or huge (numbered densely first)
+            for tracks in (track, [7 * t + 3 for t in track], [t - 5 for t in track], [t + 10 ** 12 for t in track]):
+                assert tv.keep_mask(*(np.array(c) for c in (start, dur, tracks, flow_id, flow_end)), r).tolist() == want
     for _ in range(300):  # zoom levels, flows aside: per level, the scan over what no coarser level kept
         n = rnd.randrange(1, 200)
         start = np.array([rnd.randrange(10 ** rnd.randrange(1, 13)) for _ in range(n)], np.int64)
