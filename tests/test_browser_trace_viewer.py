@@ -398,6 +398,31 @@ def test_merge_hosts(open_page, two_host_url):
     page.screenshot(path=str(ARTIFACTS / "trace_viewer_two_hosts.png"), full_page=True)
 
 
+def test_the_page_draws_the_binary_answer(open_page, two_host_url):
+    """The page asks for its windows as binary columns (``format=columns``, read by
+    lib/columns.js) and draws them as it drew the JSON answer: the count it shows is the
+    JSON answer's ``returnedEventsSize``, each slice it draws the JSON's, the second
+    host's too (ids with host bits: a float64 column)."""
+    run = _get_json(two_host_url, "/api/runs")["runs"][0]["name"]
+    asked = []
+    page = _open(open_page, two_host_url)
+    page.set_viewport_size({"width": 1400, "height": 2400})  # both hosts' rows on screen
+    page.on("response", lambda r: asked.append((r.url, r.headers.get("content-type"))) if "/api/trace/window" in r.url else None)
+    page.goto(_view_url(two_host_url, run=run, tool="trace_viewer@", hosts="alpha,beta"))
+    _ready(page)
+    assert asked and all("format=columns" in u and t == "application/vnd.profscope.columns" for u, t in asked), asked
+    w = _get_json(two_host_url, "/api/trace/window", run=run, hosts="alpha,beta", resolution=_hook(page, "resolution"))
+    assert page.inner_text("#tv-counts").startswith(f"{w['returnedEventsSize']:,} of {w['totalEventsSize']:,} events")
+    cols = w["slices"]
+    at = {i: k for k, i in enumerate(cols["id"])}
+    drawn = _hook(page, "visibleSlices")
+    assert len(drawn) > 20 and any(s["id"] >= 1 << 40 for s in drawn)
+    for s in drawn:
+        k = at[s["id"]]
+        assert (s["track"], s["depth"], s["start"], s["dur"], s["name"]) == (
+            cols["track"][k], cols["depth"][k], cols["start"][k], cols["dur"][k], w["names"][cols["name"][k]])
+
+
 def test_empty_trace_says_so(open_page, big_trace_url):
     page = _open(open_page, big_trace_url, run="empty.trace.json", tool="trace_viewer@")
     page.wait_for_selector("#tv-empty")

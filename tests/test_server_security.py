@@ -389,7 +389,7 @@ HOSTILE = ["1" + "0" * 400, "1e309", "1e308", "nan", "inf", "-1", "0", "", "%20"
            "%ED%A0%80", "%FF", "%F0%9F%92%A5", "..%2F..%2Fetc%2Fpasswd", "A" * 9000, "9" * 5000, "1_000", "-1e-400"]
 # What each /api/trace endpoint reads (trace_api.py); an export streams the whole trace,
 # so it gets only its own parameters.
-TRACE_PARAMS = {"window": ["start_ms", "end_ms", "resolution"], "event": ["id"], "search": ["q", "limit", "offset"],
+TRACE_PARAMS = {"window": ["start_ms", "end_ms", "resolution", "format"], "event": ["id"], "search": ["q", "limit", "offset"],
                 "export": ["start_ms", "end_ms"], "preview": ["start_ms", "end_ms", "resolution"],
                 "preview/event": ["id"], "preview/search": ["q", "limit", "offset"], "summary": ["start_ms", "end_ms"],
                 "counter": ["track", "t", "peak", "start_ms", "end_ms"]}

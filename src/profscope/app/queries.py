@@ -233,6 +233,8 @@ class TraceQuery(Query):
     track: int | None = count()  # /api/trace/counter: a counter's track id, from a window
     t: float | None = ms()  # /api/trace/counter: the point's time (ms, the page's clock)
     peak: str | None = text()  # /api/trace/counter: "window" or "all": the counter's largest sample
+    # /api/trace/window: "json" (None: the same) or "columns", the binary answer the page reads
+    format: str | None = text(key=False)
 
 
 @dataclass(frozen=True, slots=True)

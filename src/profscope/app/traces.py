@@ -205,6 +205,11 @@ class Traces:
         the same bytes, encoded from the columns' arrays)."""
         return self._trace_window(run, query, trace_viewer.TraceView.window_json)
 
+    def trace_window_columns(self, run: Run, query: TraceQuery) -> bytes:
+        """:meth:`trace_window` as the page reads it: its columns as raw arrays after a
+        JSON header (``TraceView.window_columns``; ``/api/trace/window?format=columns``)."""
+        return self._trace_window(run, query, trace_viewer.TraceView.window_columns)
+
     def _trace_window(self, run: Run, query: TraceQuery, answer):
         whole = query.start_ms is None and query.end_ms is None
         res = query.resolution or trace_viewer.DEFAULT_RESOLUTION

@@ -22,12 +22,14 @@ from profscope.server.responses import json_response
 # What each route reads of a TraceQuery: the hosts, and its own fields.
 HOSTS = ("host", "hosts")
 RANGE = ("start_ms", "end_ms")
-Window = query_params(TraceQuery, *HOSTS, *RANGE, "resolution")
+Window = query_params(TraceQuery, *HOSTS, *RANGE, "resolution", "format")
 Preview = query_params(TraceQuery, *HOSTS, *RANGE, "resolution")
 Event = query_params(TraceQuery, *HOSTS, "id")
 Counter = query_params(TraceQuery, *HOSTS, *RANGE, "track", "t", "peak")
 Search = query_params(TraceQuery, *HOSTS, "q", "limit", "offset")
 Range = query_params(TraceQuery, *HOSTS, *RANGE)
+# A window's binary answer (``format=columns``): its own type, so that no client takes it for JSON.
+COLUMNS_TYPE = "application/vnd.profscope.columns"
 StepsOps = query_params(TraceQuery, *HOSTS, "within_steps", "step")
 
 
@@ -52,6 +54,12 @@ def router(ws: Workspace) -> APIRouter:
 
     @r.get("/window")
     def window(query: Window, run: Text = None) -> Response:
+        """What the timeline draws of a window: JSON, or with ``format=columns`` the same
+        with its slices' and flows' columns as raw arrays (the page's; docs/trace_viewer.md)."""
+        if query.format == "columns":
+            return Response(ws.trace_window_columns(ws.run(run), query), media_type=COLUMNS_TYPE)
+        if query.format not in (None, "json"):
+            raise BadRequest(f"unknown format {query.format!r} (json or columns)")
         return Response(ws.trace_window_json(ws.run(run), query), media_type="application/json")
 
     @r.get("/preview")

@@ -253,14 +253,24 @@ class TraceView:
         90,000 slices: 4.5 ms of ``tolist`` and 1 ms more of encoding)."""
         return orjson.dumps(self._window(start_ms, end_ms, resolution), option=orjson.OPT_SERIALIZE_NUMPY)
 
-    def _window(self, start_ms: float | None, end_ms: float | None, resolution: int | None) -> dict:
-        """:meth:`window` with the slices' and the flows' columns as arrays (int64 / float64)."""
+    def window_columns(self, start_ms: float | None = None, end_ms: float | None = None,
+                       resolution: int | None = None) -> bytes:
+        """:meth:`window` as the page reads it (``/api/trace/window?format=columns``,
+        :func:`columns_answer`): the slices' and the flows' columns as raw little-endian
+        arrays after a JSON header, so that neither the server writes ~600,000 numbers as
+        text nor the browser parses them back (a busy 1 % window of jax308: 3 MB of JSON)."""
+        return columns_answer(self._window(start_ms, end_ms, resolution, wide=False))
+
+    def _window(self, start_ms: float | None, end_ms: float | None, resolution: int | None, wide: bool = True) -> dict:
+        """:meth:`window` with the slices' and the flows' columns as arrays (int64 / float64;
+        ``wide=False``: tracks, depths and name codes as narrow as they come, no copy made
+        to widen them: the same values, for :func:`columns_answer`)."""
         res = DEFAULT_RESOLUTION if resolution is None else resolution
         s, e = self.fit_ps(start_ms, end_ms)
         processes, tracks = self.tracks()
         names: list[str] = []
         name_ix: dict[str, int] = {}
-        cols = {k: [] for k in ("id", "track", "start", "dur", "depth", "name")}
+        cols = {k: [] for k in SLICE_COLUMNS}
         counters, steps = [], []
         flows = {"name": [], "fromTrack": [], "from": [], "toTrack": [], "to": [], "truncated": 0}
         truncated = False
@@ -273,18 +283,20 @@ class TraceView:
             truncated |= trunc
             if len(sl["rows"]):
                 uniq, inv = name_codes(sl["name"])
-                mapped = np.asarray([name_ix.setdefault(ix.names[u], len(name_ix)) for u in uniq.tolist()], dtype=np.int64)
+                mapped = np.asarray([name_ix.setdefault(ix.names[u], len(name_ix)) for u in uniq.tolist()],
+                                    dtype=np.int64 if wide else np.int32)
                 names.extend(list(name_ix)[len(names):])
                 # (the first host's ids and tracks are the index's own, its starts unshifted
                 # when it holds the origin: no pass over the ~90,000 slices for those)
-                track = sl["track"].astype(np.int64)
+                # (narrow: int32 holds host << TRACK_ID_SHIFT for 2,048 hosts)
+                track = sl["track"].astype(np.int64 if wide or h.position >= 1 << 11 else np.int32, copy=bool(h.position))
                 if h.position:
                     track |= h.position << TRACK_ID_SHIFT
                 cols["id"].append((h.position << HOST_ID_SHIFT) | sl["rows"] if h.position else sl["rows"])
                 cols["track"].append(track)
                 cols["start"].append(((sl["start"] + sh) if sh else sl["start"]) / PS_PER_MS)
                 cols["dur"].append(sl["dur"] / PS_PER_MS)
-                cols["depth"].append(sl["depth"].astype(np.int64))
+                cols["depth"].append(sl["depth"].astype(np.int64) if wide else sl["depth"])
                 cols["name"].append(mapped[inv.reshape(-1)])
             hidden = zero_counter_tracks(ix)
             for i, c in enumerate(ix.meta["counters"]):
@@ -531,6 +543,49 @@ def _flow_columns(h: HostIndex, sel: np.ndarray, sh: int, name_ix: dict[str, int
     track = h.position << TRACK_ID_SHIFT
     return {"name": code[inv.reshape(-1)], "fromTrack": track | sel[:, 1], "from": (sel[:, 2] + sh) / PS_PER_MS,
             "toTrack": track | sel[:, 3], "to": (sel[:, 4] + sh) / PS_PER_MS}
+
+
+SLICE_COLUMNS = ("id", "track", "start", "dur", "depth", "name")  # a window's slices: a column each
+# The dtypes a column is sent as: those the page has a typed array for (JavaScript has no
+# exact 64-bit integer view but BigInt64Array, whose BigInts the page's arithmetic refuses).
+COLUMN_DTYPES = ("int8", "uint8", "int16", "uint16", "int32", "uint32", "float32", "float64")
+COLUMN_ALIGN = 8  # every column starts at a multiple of 8 bytes: a Float64Array's view needs it
+
+
+def columns_answer(window: dict) -> bytes:
+    """A window (:meth:`TraceView._window`: columns as arrays) as the page's binary answer:
+    a little-endian uint32 ``H``, ``H`` bytes of JSON (the window, each column replaced
+    by ``{dtype, offset, length}``, padded with spaces so that ``4 + H`` is a multiple of
+    8), then the columns' bytes, each at ``4 + H + offset`` (a multiple of 8, zeros
+    between). int64 columns go as int32 where every value fits, else as float64: exact,
+    as every id, track, name code and time in ps the page reads is below 2^53
+    (HOST_ID_SHIFT). The layout: docs/trace_viewer.md."""
+    head, chunks, offset = dict(window), [], 0
+    for group, names in (("slices", SLICE_COLUMNS), ("flows", FLOW_COLUMNS)):
+        head[group] = dict(window[group])
+        for k in names:
+            a = _sendable(np.asarray(head[group][k]))
+            pad = -offset % COLUMN_ALIGN
+            if pad:
+                chunks.append(bytes(pad))
+                offset += pad
+            head[group][k] = {"dtype": a.dtype.name, "offset": offset, "length": len(a)}
+            chunks.append(a.data)
+            offset += a.nbytes
+    text = orjson.dumps(head)
+    text += b" " * (-(4 + len(text)) % COLUMN_ALIGN)
+    return b"".join([len(text).to_bytes(4, "little"), text, *chunks])
+
+
+def _sendable(a: np.ndarray) -> np.ndarray:
+    """A column as one of COLUMN_DTYPES, little-endian and contiguous (a copy only where
+    it must be: an int64 column narrowed or widened to float64, a big-endian machine's)."""
+    if a.dtype.kind in "iu" and a.dtype.itemsize == 8:
+        fits = not len(a) or (int(a.min()) >= -(1 << 31) and int(a.max()) < (1 << 31))
+        a = a.astype(np.int32 if fits else np.float64)
+    if a.dtype.name not in COLUMN_DTYPES:
+        raise ValueError(f"a window column of dtype {a.dtype} has no typed array in the page")
+    return np.ascontiguousarray(a, dtype=a.dtype.newbyteorder("<"))
 
 
 def _joined(parts: list[np.ndarray], dtype) -> np.ndarray:

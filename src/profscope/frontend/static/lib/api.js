@@ -23,11 +23,11 @@ export async function getJson(url) {
 
 // Pages re-render on every state change (a hover selection, a filter); this keeps their
 // last few payloads so those changes do not refetch. A failed request is dropped so the
-// next render retries.
+// next render retries. `get` fetches and decodes (lib/columns.js getColumns: a binary answer).
 const jsonCache = new Map();
-export function cachedJson(url, keep = 8) {
+export function cachedJson(url, keep = 8, get = getJson) {
   if (!jsonCache.has(url)) {
-    const promise = getJson(url);
+    const promise = get(url);
     promise.catch(() => jsonCache.delete(url));
     jsonCache.set(url, promise);
     while (jsonCache.size > keep) jsonCache.delete(jsonCache.keys().next().value);

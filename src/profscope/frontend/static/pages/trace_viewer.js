@@ -17,6 +17,7 @@
 import { el } from "../lib/dom.js";
 import { go, readState, setUrl as writeUrl, stateUrl } from "../lib/state.js";
 import { cachedJson, errorBox, getJson } from "../lib/api.js";
+import { getColumns } from "../lib/columns.js";
 import { fmtBytes, fmtDur, fmtTick as fmtIn, fmtTime, hostParts, timeUnit as unitFor } from "../lib/format.js";
 import { P, SLICE_COLORS as PALETTE } from "../lib/colors.js";
 import { makeSummary } from "./trace_viewer_summary.js";
@@ -54,7 +55,7 @@ async function renderTraceViewer(view, state, run, details) {
     want = null;
   }
   let data;
-  const first = cachedJson(windowUrl(ctx, want, resolution(ctx)));
+  const first = cachedJson(windowUrl(ctx, want, resolution(ctx)), 8, getColumns);
   showPreview(ctx, first, want);
   try {
     data = await first;
@@ -74,7 +75,7 @@ async function renderTraceViewer(view, state, run, details) {
     note = fit.note;
     want = fit.win;
     try {
-      data = await cachedJson(windowUrl(ctx, want, resolution(ctx)));
+      data = await cachedJson(windowUrl(ctx, want, resolution(ctx)), 8, getColumns);
     } catch (err) {
       if (current !== ctx) return;
       ctx.status.replaceChildren(errorBox(err, "Cannot show the trace"));
@@ -241,8 +242,10 @@ function apiParams(ctx, extra = {}) {
   return q;
 }
 
+// The window as binary columns (lib/columns.js): a busy window's ~80,000 slices are
+// ~3 MB of JSON the browser would parse into arrays of boxed numbers first.
 function windowUrl(ctx, win, res) {
-  const extra = { resolution: res };
+  const extra = { resolution: res, format: "columns" };
   if (win) Object.assign(extra, { start_ms: fmtNum(win[0], win[1] - win[0]), end_ms: fmtNum(win[1], win[1] - win[0]) });
   return `/api/trace/window?${apiParams(ctx, extra)}`;
 }
@@ -436,7 +439,7 @@ async function fetchWindow(ctx) {
   try {
     // The last few answers stay cached (app.js): reset zoom or back to a window is instant.
     const data = ctx.previewing ? await getJson(previewUrl(ctx, whole ? null : win, res))
-      : await cachedJson(windowUrl(ctx, whole ? null : win, res));
+      : await cachedJson(windowUrl(ctx, whole ? null : win, res), 8, getColumns);
     if (seq !== ctx.seq || current !== ctx) return; // a newer window was asked for meanwhile
     if (data.preview === false || (data.preview && !ctx.previewing)) return; // the index landed meanwhile: indexLanded fetches
     ctx.status.replaceChildren();
