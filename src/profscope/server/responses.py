@@ -14,6 +14,13 @@ from fastapi.responses import Response, StreamingResponse
 from profscope.errors import ProfscopeError
 
 
+# A trace window's binary answer (``/api/trace/window?format=columns``): its own type, so
+# that no client takes it for JSON, and sent as it is, not gzipped (server/app.py): deflate
+# at level 1 took 35 ms of CPU for a busy jax308 window's 2.6 MB of columns (to 1.1 MB),
+# seven times what making the answer takes; its JSON twin's 3.1 MB took 25 ms.
+COLUMNS_TYPE = "application/vnd.profscope.columns"
+
+
 def json_response(value, status: int = 200) -> Response:
     return Response(orjson.dumps(value), status_code=status, media_type="application/json")
 

@@ -17,7 +17,7 @@ from profscope.app.queries import TraceQuery
 from profscope.app.workspace import Workspace
 from profscope.errors import BadRequest
 from profscope.server.params import Text, query_params
-from profscope.server.responses import json_response
+from profscope.server.responses import COLUMNS_TYPE, json_response
 
 # What each route reads of a TraceQuery: the hosts, and its own fields.
 HOSTS = ("host", "hosts")
@@ -28,8 +28,6 @@ Event = query_params(TraceQuery, *HOSTS, "id")
 Counter = query_params(TraceQuery, *HOSTS, *RANGE, "track", "t", "peak")
 Search = query_params(TraceQuery, *HOSTS, "q", "limit", "offset")
 Range = query_params(TraceQuery, *HOSTS, *RANGE)
-# A window's binary answer (``format=columns``): its own type, so that no client takes it for JSON.
-COLUMNS_TYPE = "application/vnd.profscope.columns"
 StepsOps = query_params(TraceQuery, *HOSTS, "within_steps", "step")
 
 
