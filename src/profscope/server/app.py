@@ -9,8 +9,7 @@ import logging
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from starlette.middleware import gzip as starlette_gzip
-from starlette.middleware.gzip import GZipMiddleware
+from fastapi.middleware.gzip import GZipMiddleware
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from profscope import __version__
@@ -20,7 +19,7 @@ from profscope.server import api, capture_api, convert_api, hlo_api, pages, trac
 from profscope.server.guard import TEST_CLIENT_HOST, Guard, Security, add_headers
 from profscope.server.params import validation_message
 from profscope.server.quick_start import GZIP_LEVEL, GZIP_MIN, QuickStart
-from profscope.server.responses import COLUMNS_TYPE, json_response
+from profscope.server.responses import json_response
 
 log = logging.getLogger("profscope.server")
 
@@ -34,11 +33,7 @@ def create_app(ws: Workspace, security: Security | None = None) -> FastAPI:
     app = FastAPI(title="profscope", version=__version__, docs_url=None, redoc_url=None, openapi_url="/api/openapi.json")
     app.state.workspace = ws
     # Responses already stored gzip-compressed carry Content-Encoding and are skipped.
-    # A trace window's binary columns go as they are (responses.COLUMNS_TYPE: why), where
-    # Starlette takes content types to leave (a newer one; an older one gzips them too).
-    skip = getattr(starlette_gzip, "DEFAULT_EXCLUDED_CONTENT_TYPES", None)
-    app.add_middleware(GZipMiddleware, minimum_size=GZIP_MIN, compresslevel=GZIP_LEVEL,
-                       **({} if skip is None else {"exclude_content_types": (*skip, COLUMNS_TYPE)}))
+    app.add_middleware(GZipMiddleware, minimum_size=GZIP_MIN, compresslevel=GZIP_LEVEL)
     # Added last, so outermost of ours: a refused request costs nothing further, and
     # every answer (refusals too) gets the security headers.
     app.add_middleware(Guard, security=security)

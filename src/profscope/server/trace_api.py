@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 
 from profscope.app import trace_preview
@@ -17,7 +17,7 @@ from profscope.app.queries import TraceQuery
 from profscope.app.workspace import Workspace
 from profscope.errors import BadRequest
 from profscope.server.params import Text, query_params
-from profscope.server.responses import COLUMNS_TYPE, json_response
+from profscope.server.responses import columns_response, json_response
 
 # What each route reads of a TraceQuery: the hosts, and its own fields.
 HOSTS = ("host", "hosts")
@@ -51,11 +51,11 @@ def router(ws: Workspace) -> APIRouter:
     r = APIRouter(prefix="/api/trace")
 
     @r.get("/window")
-    def window(query: Window, run: Text = None) -> Response:
+    def window(request: Request, query: Window, run: Text = None) -> Response:
         """What the timeline draws of a window: JSON, or with ``format=columns`` the same
         with its slices' and flows' columns as raw arrays (the page's; docs/trace_viewer.md)."""
         if query.format == "columns":
-            return Response(ws.trace_window_columns(ws.run(run), query), media_type=COLUMNS_TYPE)
+            return columns_response(request, ws.trace_window_columns(ws.run(run), query))
         if query.format not in (None, "json"):
             raise BadRequest(f"unknown format {query.format!r} (json or columns)")
         return Response(ws.trace_window_json(ws.run(run), query), media_type="application/json")
