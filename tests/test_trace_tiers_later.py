@@ -70,20 +70,27 @@ def test_tiers_made_later_are_the_builds(rel, native, shared_fixtures, tmp_path,
             assert np.array_equal(np.load(p), np.load(tmp_path / "steps" / p.name)), p.name
 
 
-def test_a_steps_built_index_gets_its_tiers_once_for_two_first_windows(shared_fixtures, tmp_path, monkeypatch):
-    """Through the app: Steps & ops builds the index without tiers; two first windows at
-    once have one conversion make them (the cache's single flight), and both answers
-    equal a timeline-built index's."""
-    logdir = shared_fixtures / "public_profiles" / "xplane" / "tpu_inference"
+def _count_tier_builds(tmp_path, monkeypatch):
+    """A file that gets a line per ``write_tiers`` call (the conversion runs in a worker
+    process: counted on disk)."""
     made = tmp_path / "made"
     real = ti.write_tiers
 
-    def counted(src, out, progress=None):  # the conversion runs in a worker process: count on disk
+    def counted(src, out, progress=None):
         with open(made, "a") as f:
             f.write(f"{os.getpid()}\n")
         return real(src, out, progress)
 
     monkeypatch.setattr(ti, "write_tiers", counted)
+    return made
+
+
+def test_a_steps_built_index_gets_its_tiers_once_for_two_first_windows(shared_fixtures, tmp_path, monkeypatch):
+    """Through the app: Steps & ops builds the index without tiers; two first windows at
+    once have one conversion make them (the cache's single flight), and both answers
+    equal a timeline-built index's."""
+    logdir = shared_fixtures / "public_profiles" / "xplane" / "tpu_inference"
+    made = _count_tier_builds(tmp_path, monkeypatch)
     ws = Workspace(LogDir(str(logdir), listing_ttl=0), DiskCache(tmp_path / "cache"))
     run = ws.runs()[0]
     ws.steps_ops(run, TraceQuery())
@@ -121,15 +128,7 @@ def test_readers_other_than_the_pages_windows_build_no_tiers(shared_fixtures, tm
     from profscope.app.queries import XprofTraceQuery
 
     logdir = shared_fixtures / "public_profiles" / "xplane" / "tf_gpu"
-    made = tmp_path / "made"
-    real = ti.write_tiers
-
-    def counted(src, out, progress=None):
-        with open(made, "a") as f:
-            f.write(f"{os.getpid()}\n")
-        return real(src, out, progress)
-
-    monkeypatch.setattr(ti, "write_tiers", counted)
+    made = _count_tier_builds(tmp_path, monkeypatch)
     ws = Workspace(LogDir(str(logdir), listing_ttl=0), DiskCache(tmp_path / "cache"))
     run = ws.runs()[0]
     xprof = ws.trace_xprof_json(run, XprofTraceQuery(resolution=8000))
