@@ -138,3 +138,25 @@ def test_the_route_sends_columns_and_refuses_a_bad_format(shared_fixtures, tmp_p
         assert _same_as_json(r.content, plain.content) > 100
     bad = client.get("/api/trace/window", params={"run": run.name, "format": "arrow"})
     assert bad.status_code == 400 and "format" in bad.json()["error"]
+
+
+def test_per_request_answers_are_deflated_by_igzip_where_the_client_takes_gzip(shared_fixtures, tmp_path):
+    """The trace window's answers (JSON and columns) and XProf's trace_viewer@ answer, made
+    per request, are gzipped by igzip at level 1 for a client that takes gzip (its header's
+    XFL byte is 0, where the app's zlib middleware at level 1 writes 4, RFC 1952) and sent
+    as they are to one that does not: the same bytes either way once inflated."""
+    import gzip
+
+    logdir = shared_fixtures / "public_profiles" / "xplane" / "tf_gpu"
+    ws = Workspace(LogDir(str(logdir), listing_ttl=0), DiskCache(tmp_path / "cache"))
+    run = ws.runs()[0]
+    client = TestClient(create_app(ws))
+    for path, params in (("/api/trace/window", {"run": run.name, "resolution": 3000}),
+                         ("/api/trace/window", {"run": run.name, "resolution": 3000, "format": "columns"}),
+                         ("/data/plugin/profile/data", {"run": run.name, "tag": "trace_viewer@", "host": run.hosts[0]})):
+        with client.stream("GET", path, params=params, headers={"Accept-Encoding": "gzip"}) as r:
+            raw = b"".join(r.iter_raw())
+        assert r.status_code == 200 and r.headers["content-encoding"] == "gzip", path
+        assert raw[:2] == b"\x1f\x8b" and raw[8] == 0, path
+        plain = client.get(path, params=params, headers={"Accept-Encoding": "identity"})
+        assert "content-encoding" not in plain.headers and gzip.decompress(raw) == plain.content, path

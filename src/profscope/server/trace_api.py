@@ -17,7 +17,7 @@ from profscope.app.queries import TraceQuery
 from profscope.app.workspace import Workspace
 from profscope.errors import BadRequest
 from profscope.server.params import Text, query_params
-from profscope.server.responses import columns_response, json_response
+from profscope.server.responses import COLUMNS_TYPE, deflated_response, json_response
 
 # What each route reads of a TraceQuery: the hosts, and its own fields.
 HOSTS = ("host", "hosts")
@@ -55,10 +55,10 @@ def router(ws: Workspace) -> APIRouter:
         """What the timeline draws of a window: JSON, or with ``format=columns`` the same
         with its slices' and flows' columns as raw arrays (the page's; docs/trace_viewer.md)."""
         if query.format == "columns":
-            return columns_response(request, ws.trace_window_columns(ws.run(run), query))
+            return deflated_response(request, ws.trace_window_columns(ws.run(run), query), COLUMNS_TYPE)
         if query.format not in (None, "json"):
             raise BadRequest(f"unknown format {query.format!r} (json or columns)")
-        return Response(ws.trace_window_json(ws.run(run), query), media_type="application/json")
+        return deflated_response(request, ws.trace_window_json(ws.run(run), query))
 
     @r.get("/preview")
     def preview(query: Preview, run: Text = None) -> Response:

@@ -111,7 +111,7 @@ def router(ws: Workspace) -> APIRouter:
         if tool.answer is Answer.STREAM:
             # Answered from an index per request (trace_viewer@: per window), not stored in the
             # cache; the pieces are read here, so a bad parameter is a 4xx before any is sent
-            return pieces_response(ws.tool_stream(run, tool, query))
+            return pieces_response(request, ws.tool_stream(run, tool, query))
         if compares(query):
             # a base is given: the diff of two cached answers (app/compare.py, docs/compare.md)
             return json_response(ws.compare(run, tool, query))
