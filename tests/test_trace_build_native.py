@@ -490,3 +490,91 @@ def test_native_merge_runs_rejects_runs_that_do_not_cover_the_rows():
         ti._native.merge_runs((s,), (o + 1,), b, np.array([0], np.int64), 0, out_o, out_s)
     with pytest.raises(ValueError, match="do not span"):
         ti._native.merge_runs((s,), (o,), b * 2, np.array([0], np.int64), 0, out_o, out_s)
+
+
+def _nested_trace(n: int) -> TraceEvents:
+    """``n`` slices on three tracks, nested three deep (long ones holding short ones), at
+    starts spread over many duration levels, in reader order by track."""
+    rng = np.random.default_rng(11)
+    start = np.sort(rng.integers(0, 10**12, n)).astype(np.int64)
+    dur = (2 ** rng.integers(0, 30, n)).astype(np.int64)
+    track = (np.arange(n) % 3).astype(np.int32)
+    perm = np.argsort(track, kind="stable")
+    return TraceEvents(
+        path="x", hostname="", base_ps=0, track=track[perm], start_ps=start[perm], dur_ps=dur[perm],
+        name=(perm % 5).astype(np.int32), args_off=np.zeros(n, np.int64), args_len=np.zeros(n, np.int32),
+        blob=[], args_kind="json", names=[f"n{i}" for i in range(5)], tracks=[Track(1, i, f"t{i}", i) for i in range(3)],
+    )
+
+
+def test_build_letting_mapped_columns_go_writes_the_same_index(tmp_path, monkeypatch):
+    """IndexWriter.finish maps the raw columns and lets their pages go as the C passes walk
+    them (issue 40's fourth pass): more than 2^20 rows, so the passes call back mid-walk,
+    give the same files, byte for byte, as the columns read into memory."""
+    from profscope.tools import trace_visibility as tv
+
+    n = (1 << 21) + 12_345
+    let_go = tv._let_go
+    calls = []
+    monkeypatch.setattr(tv, "_let_go", lambda *cols: (calls.append(len(cols)), let_go(*cols)))
+    (tmp_path / "mapped").mkdir()
+    ti.build_index(_nested_trace(n), tmp_path / "mapped")
+    assert len(calls) > 12  # shift_clip's blocks, the nesting pass's and the tiers' walks, ...
+    monkeypatch.setattr(tv, "_let_go", lambda *cols: None)
+    monkeypatch.setattr(ti.IndexWriter, "_raw_columns", lambda self: (
+        self._load("start"), self._load("dur", keep=True), self._load("track", keep=True)))
+    (tmp_path / "memory").mkdir()
+    ti.build_index(_nested_trace(n), tmp_path / "memory")
+    names = sorted(p.name for p in (tmp_path / "memory").iterdir())
+    assert names == sorted(p.name for p in (tmp_path / "mapped").iterdir())
+    for name in names:
+        assert (tmp_path / "mapped" / name).read_bytes() == (tmp_path / "memory" / name).read_bytes(), name
+
+
+def test_native_passes_call_release_and_stop_where_it_raises():
+    """The C passes' optional ``release`` is called every 2^20 rows walked (and once the
+    track column is read): the answers are those without it; an exception it raises ends
+    the pass with that exception."""
+    ev = _crossing_trace(5, (1 << 21) + 1000)  # (track 1's events cross: the stack walk too)
+    n = len(ev.start_ps)
+    tr, st, du = ev.track, ev.start_ps, ev.dur_ps
+    calls = []
+    nested = _nested_trace(n)  # (its tracks in order: the order check walks every row)
+    args = (nested.track, nested.start_ps, nested.dur_ps, 3)
+    plain, called = ti._native.track_order(*args), ti._native.track_order(*args, lambda: calls.append("order"))
+    assert all(np.array_equal(a, b) for a, b in zip(plain, called)) and calls.count("order") >= 2
+    order, tb, bad = ti._native.track_order(tr, st, du, 3)
+    for k in np.flatnonzero(bad).tolist():
+        ti._native.sort_track(order[tb[k]:tb[k + 1]], st, du)
+    got = []
+    for release in (None, lambda: calls.append("depths")):
+        depth, top = np.zeros(n, np.int16), np.zeros(3, np.int64)
+        ti._native.depths(order, tb, st, du, depth, top, *([release] if release else []))
+        got.append((depth, top))
+    assert np.array_equal(got[0][0], got[1][0]) and np.array_equal(got[0][1], got[1][1])
+    assert calls.count("depths") >= 2
+    with pytest.raises(ZeroDivisionError):
+        ti._native.track_order(tr, st, du, 3, lambda: 1 // 0)
+    with pytest.raises(ZeroDivisionError):
+        ti._native.depths(order, tb, st, du, np.zeros(n, np.int16), np.zeros(3, np.int64), lambda: 1 // 0)
+    m = (1 << 20) + 10  # (tier_merge calls it every 2^20 rows merged)
+    args = (np.ones(m, np.uint32), 1, np.array([m], np.int64), np.array([0, m], np.int64),
+            np.arange(m, dtype=np.int64), np.zeros(m, np.uint8), np.zeros(m, np.int8))
+    (plain,), (called,) = ti._native.tier_merge(*args), ti._native.tier_merge(*args, lambda: calls.append("merge"))
+    assert np.array_equal(plain, called) and calls.count("merge") == 1
+    with pytest.raises(ZeroDivisionError):
+        ti._native.tier_merge(*args, lambda: 1 // 0)
+
+
+def test_let_go_keeps_what_a_shared_map_wrote(tmp_path):
+    """``tv._let_go`` drops the pages of a shared writable map (``r+``, as IndexWriter's raw
+    columns are mapped) too: what was written through it is the file's, read back after."""
+    from profscope.tools import trace_visibility as tv
+
+    path = tmp_path / "col.raw"
+    np.arange(1 << 16, dtype=np.int64).tofile(path)
+    col = np.memmap(path, np.int64, "r+", shape=(1 << 16,))
+    col -= 5
+    tv._let_go(col)
+    assert col[0] == -5 and col[-1] == (1 << 16) - 6
+    assert np.array_equal(np.fromfile(path, np.int64), np.arange(1 << 16, dtype=np.int64) - 5)

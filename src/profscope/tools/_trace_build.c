@@ -39,15 +39,34 @@ static int writable(PyArrayObject *a, const char *what) {
     return 1;
 }
 
-/* track_order(track int32[n], start int64[n], dur int64[n], ntracks)
+/* An optional ``release`` callable (None: none), called with the GIL every RELEASE_ROWS rows
+ * a pass walks: the caller lets the pages of the memory-mapped columns passed go there
+ * (trace_index._let_go_shared), so a pass over whole mapped columns holds a window of
+ * them, not all (issue 40: jax308's nesting pass held 261 MiB of raw columns). Returns 0
+ * with the callable's exception set. */
+#define RELEASE_ROWS ((npy_intp)1 << 20)
+
+static int call_release(PyObject *release) {
+    if (!release || release == Py_None) return 1;
+    PyObject *r = PyObject_CallNoArgs(release);
+    if (!r) return 0;
+    Py_DECREF(r);
+    return 1;
+}
+
+/* track_order(track int32[n], start int64[n], dur int64[n], ntracks[, release])
  *   -> (order int32[n], bounds int64[ntracks+1], bad bool[ntracks])
  * Rows grouped by track, in their order within a track (a stable counting sort), and
  * which tracks are not already in (start, longest first) order: those are sorted by the
- * caller (numpy's lexsort), as trace_index._track_order does. */
+ * caller (numpy's lexsort), as trace_index._track_order does. ``release``: called once the
+ * track column is read (before the order check reads the starts and durations) and
+ * every RELEASE_ROWS rows checked. */
 static PyObject *track_order(PyObject *self, PyObject *args) {
     PyArrayObject *tr, *st, *du;
     Py_ssize_t ntracks;
-    if (!PyArg_ParseTuple(args, "O!O!O!n", &PyArray_Type, &tr, &PyArray_Type, &st, &PyArray_Type, &du, &ntracks))
+    PyObject *release = NULL;
+    if (!PyArg_ParseTuple(args, "O!O!O!n|O", &PyArray_Type, &tr, &PyArray_Type, &st, &PyArray_Type, &du, &ntracks,
+                          &release))
         return NULL;
     npy_intp n = PyArray_SIZE(tr);
     if (!check(tr, NPY_INT32, -1, "track") || !check(st, NPY_INT64, n, "start") || !check(du, NPY_INT64, n, "dur"))
@@ -66,7 +85,7 @@ static PyObject *track_order(PyObject *self, PyObject *args) {
     int32_t *o = PyArray_DATA(order);
     int64_t *b = PyArray_DATA(bounds);
     npy_bool *bd = PyArray_DATA(bad);
-    int range_ok = 1;
+    int range_ok = 1, released = 1;
     Py_BEGIN_ALLOW_THREADS
     for (npy_intp i = 0; i < n; i++) {
         int32_t ti = t[i];
@@ -79,14 +98,25 @@ static PyObject *track_order(PyObject *self, PyObject *args) {
         for (npy_intp i = 0; i < n; i++) o[b[t[i]]++] = (int32_t)i;
         for (npy_intp k = ntracks; k > 0; k--) b[k] = b[k - 1];
         b[0] = 0;
-        for (npy_intp k = 0; k < ntracks; k++) {
+        npy_intp walked = 0;
+        Py_BLOCK_THREADS
+        released = call_release(release);
+        Py_UNBLOCK_THREADS
+        for (npy_intp k = 0; k < ntracks && released; k++) {
             for (int64_t j = b[k] + 1; j < b[k + 1]; j++) {
                 int32_t p = o[j - 1], q = o[j];
                 if (s[q] < s[p] || (s[q] == s[p] && d[q] > d[p])) { bd[k] = 1; break; }
+                if (++walked % RELEASE_ROWS == 0 && release) {
+                    Py_BLOCK_THREADS
+                    released = call_release(release);
+                    Py_UNBLOCK_THREADS
+                    if (!released) break;
+                }
             }
         }
     }
     Py_END_ALLOW_THREADS
+    if (!released) goto fail;
     if (!range_ok) {
         PyErr_SetString(PyExc_ValueError, "_trace_build.track_order: a track id is out of range");
         goto fail;
@@ -136,11 +166,13 @@ static inline void heap_pop(int64_t *h, npy_intp *len) {
  * number of earlier events still open when an event starts (a min-heap of open ends);
  * where that makes an event end after its holder (the last earlier event one level up:
  * trace_index._crossing), the track's depths are redone with a stack of open ends
- * (trace_index._stack_depths). Depths are capped at 32767. */
+ * (trace_index._stack_depths). Depths are capped at 32767. ``release`` (optional): called
+ * every RELEASE_ROWS rows walked. */
 static PyObject *depths(PyObject *self, PyObject *args) {
     PyArrayObject *ord, *bnd, *st, *du, *dep, *mx;
-    if (!PyArg_ParseTuple(args, "O!O!O!O!O!O!", &PyArray_Type, &ord, &PyArray_Type, &bnd, &PyArray_Type, &st,
-                          &PyArray_Type, &du, &PyArray_Type, &dep, &PyArray_Type, &mx))
+    PyObject *release = NULL;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!O!|O", &PyArray_Type, &ord, &PyArray_Type, &bnd, &PyArray_Type, &st,
+                          &PyArray_Type, &du, &PyArray_Type, &dep, &PyArray_Type, &mx, &release))
         return NULL;
     npy_intp n = PyArray_SIZE(st);
     npy_intp nt = PyArray_SIZE(mx);
@@ -167,13 +199,24 @@ static PyObject *depths(PyObject *self, PyObject *args) {
         free(last);
         return PyErr_NoMemory();
     }
+    int released = 1;
+    npy_intp walked = 0;
+/* every RELEASE_ROWS rows walked: the caller's release, with the GIL */
+#define WALKED()                                   \
+    if (++walked % RELEASE_ROWS == 0 && release) { \
+        Py_BLOCK_THREADS                           \
+        released = call_release(release);          \
+        Py_UNBLOCK_THREADS                         \
+        if (!released) break;                      \
+    }
     Py_BEGIN_ALLOW_THREADS
-    for (npy_intp k = 0; k < nt && ok; k++) {
+    for (npy_intp k = 0; k < nt && ok && released; k++) {
         npy_intp a = b[k], z = b[k + 1], hl = 0;
         int top = 0, crossing = 0;
         for (npy_intp i = a; i < z; i++) {
             int32_t r = o[i];
             if (r < 0 || r >= n) { ok = 0; break; }
+            WALKED()
             int64_t s2 = s[r] * 2, e2 = end2(s[r], d[r]);
             while (hl && heap[0] <= s2) heap_pop(heap, &hl);
             int dd = hl > MAX_DEPTH ? MAX_DEPTH : (int)hl;
@@ -184,11 +227,12 @@ static PyObject *depths(PyObject *self, PyObject *args) {
             if (dd && e2 > last[dd - 1]) crossing = 1;
             last[dd] = e2;
         }
-        if (ok && top && crossing) {
+        if (ok && released && top && crossing) {
             npy_intp sp = 0;
             top = 0;
             for (npy_intp i = a; i < z; i++) {
                 int32_t r = o[i];
+                WALKED()
                 int64_t s2 = s[r] * 2;
                 while (sp && heap[sp - 1] <= s2) sp--;
                 int dd = sp > MAX_DEPTH ? MAX_DEPTH : (int)sp;
@@ -200,8 +244,10 @@ static PyObject *depths(PyObject *self, PyObject *args) {
         max_depth[k] = top;
     }
     Py_END_ALLOW_THREADS
+#undef WALKED
     free(heap);
     free(last);
+    if (!released) return NULL;
     if (!ok) goto bad;
     Py_RETURN_NONE;
 bad:
@@ -231,9 +277,9 @@ static int buf_add(buf_t *bf, int32_t v) {
     return 1;
 }
 
-/* tiers(order int32[n], bounds int64[ntracks+1], max_depth int64[ntracks], depth int16[n],
+/* tiers(order int32[n], bounds int64[ntracks+1], max_depth int64[ntracks], depth int16[n] or int8[n],
  *       rank int32[n] or None (the identity), start_s int64[n], level_s int8[n], zs tuple of ints,
- *       count_only, mask uint32[n] (out, optional))
+ *       count_only, mask uint32[n] (out, optional), release (optional, with a mask))
  *   -> list of int32 arrays, one per z: index rows (count_only: list of their lengths,
  *      nothing collected, so the caller picks the tiers worth keeping first; with
  *      ``mask``, bit j of mask[index row] is set where tier j picks the row, for
@@ -243,15 +289,18 @@ static int buf_add(buf_t *bf, int32_t v) {
  * level are ``start_s``/``level_s``. Tier z holds, of the events at levels < z, the first
  * in every (track, depth, 2^z bin) taking events by (track, depth, start, index row):
  * trace_index._build_tiers' picks, for all tiers in one pass, in that order (the caller
- * sorts them by start). */
+ * sorts them by start). ``release``: called once the order and depths are read and every
+ * RELEASE_ROWS rows of the walk by (track, depth, start) after (the saved order and the
+ * starts are mapped: 156 MiB of jax308's tiers step otherwise). */
 static PyObject *tiers(PyObject *self, PyObject *args) {
     PyArrayObject *ord, *bnd, *mx, *dep, *st, *lv;
     PyObject *zs, *rk_obj;
     PyArrayObject *mk = NULL;
+    PyObject *release = NULL;
     int count_only;
-    if (!PyArg_ParseTuple(args, "O!O!O!O!OO!O!O!p|O!", &PyArray_Type, &ord, &PyArray_Type, &bnd, &PyArray_Type, &mx,
+    if (!PyArg_ParseTuple(args, "O!O!O!O!OO!O!O!p|O!O", &PyArray_Type, &ord, &PyArray_Type, &bnd, &PyArray_Type, &mx,
                           &PyArray_Type, &dep, &rk_obj, &PyArray_Type, &st, &PyArray_Type, &lv,
-                          &PyTuple_Type, &zs, &count_only, &PyArray_Type, &mk))
+                          &PyTuple_Type, &zs, &count_only, &PyArray_Type, &mk, &release))
         return NULL;
     npy_intp n = PyArray_SIZE(st), nt = PyArray_SIZE(mx), nz = PyTuple_GET_SIZE(zs);
     /* rank None: the rows are their own index rows (the preview's picks, in reader order) */
@@ -261,7 +310,8 @@ static PyObject *tiers(PyObject *self, PyObject *args) {
         return NULL;
     }
     if (!check(ord, NPY_INT32, n, "order") || !check(bnd, NPY_INT64, nt + 1, "bounds") ||
-        !check(mx, NPY_INT64, nt, "max_depth") || !check(dep, NPY_INT16, n, "depth") ||
+        !check(mx, NPY_INT64, nt, "max_depth") ||
+        !check(dep, PyArray_TYPE(dep) == NPY_INT8 ? NPY_INT8 : NPY_INT16, n, "depth") ||
         (rk != NULL && !check(rk, NPY_INT32, n, "rank")) ||
         !check(st, NPY_INT64, n, "start_s") || !check(lv, NPY_INT8, n, "level_s") ||
         (mk != NULL && (!check(mk, NPY_UINT32, n, "mask") || !writable(mk, "mask"))))
@@ -287,7 +337,10 @@ static PyObject *tiers(PyObject *self, PyObject *args) {
     }
     const int32_t *o = PyArray_DATA(ord), *rank = rk != NULL ? PyArray_DATA(rk) : NULL;
     const int64_t *b = PyArray_DATA(bnd), *maxd = PyArray_DATA(mx), *start = PyArray_DATA(st);
-    const int16_t *depth = PyArray_DATA(dep);
+    /* int8 as the index saves it (no int16 copy: 26 MiB of jax308's tiers step), or int16 */
+    const int8_t *depth8 = PyArray_TYPE(dep) == NPY_INT8 ? PyArray_DATA(dep) : NULL;
+    const int16_t *depth16 = PyArray_DATA(dep);
+#define DEPTH(r) (depth8 ? (int)depth8[r] : (int)depth16[r])
     const int8_t *level = PyArray_DATA(lv);
     if (b[0] != 0 || b[nt] != n) goto bad_input;
     npy_intp nkeys = 0;
@@ -315,7 +368,16 @@ static PyObject *tiers(PyObject *self, PyObject *args) {
         free(trav);
         return PyErr_NoMemory();
     }
-    int ok = 1, mem = 1;
+    int ok = 1, mem = 1, released = 1;
+    npy_intp walked = 0;
+/* every RELEASE_ROWS rows walked: the caller's release, with the GIL */
+#define WALKED()                                   \
+    if (++walked % RELEASE_ROWS == 0 && release) { \
+        Py_BLOCK_THREADS                           \
+        released = call_release(release);          \
+        Py_UNBLOCK_THREADS                         \
+        if (!released) break;                      \
+    }
     Py_BEGIN_ALLOW_THREADS
     /* rows by (track, depth), keeping their (start, longest first) order: a counting sort
      * on key base[track] + depth */
@@ -324,8 +386,8 @@ static PyObject *tiers(PyObject *self, PyObject *args) {
     for (npy_intp k = 0; k < nt && ok; k++) {
         for (npy_intp i = b[k]; i < b[k + 1]; i++) {
             int32_t r = o[i];
-            if (r < 0 || r >= n || depth[r] < 0 || depth[r] > maxd[k]) { ok = 0; break; }
-            pos[base[k] + depth[r] + 1]++;
+            if (r < 0 || r >= n || DEPTH(r) < 0 || DEPTH(r) > maxd[k]) { ok = 0; break; }
+            pos[base[k] + DEPTH(r) + 1]++;
         }
     }
     if (ok) {
@@ -335,16 +397,23 @@ static PyObject *tiers(PyObject *self, PyObject *args) {
                 int32_t r = o[i];
                 int32_t row = rank != NULL ? rank[r] : r;
                 if (row < 0 || row >= n) { ok = 0; break; }
-                trav[pos[base[k] + depth[r]]++] = row;
+                trav[pos[base[k] + DEPTH(r)]++] = row;
             }
     }
-    /* pos[q] is now the end of group q (the start of q + 1) */
+    /* pos[q] is now the end of group q (the start of q + 1); the order and the depths are
+     * read no more: let go */
+    if (ok && release) {
+        Py_BLOCK_THREADS
+        released = call_release(release);
+        Py_UNBLOCK_THREADS
+    }
     npy_intp g0 = 0;
-    for (npy_intp q = 0; q < nkeys && ok && mem; q++) {
+    for (npy_intp q = 0; q < nkeys && ok && mem && released; q++) {
         npy_intp g1 = pos[q];
         /* events with one start on one (track, depth) only meet where depths are capped:
          * there the index row decides, as in _build_tiers' stable sorts */
         for (npy_intp i = g0; i + 1 < g1;) {
+            WALKED()
             npy_intp j = i + 1;
             while (j < g1 && start[trav[j]] == start[trav[i]]) j++;
             if (j - i > 1) qsort(trav + i, (size_t)(j - i), sizeof(int32_t), cmp_i32);
@@ -352,7 +421,8 @@ static PyObject *tiers(PyObject *self, PyObject *args) {
         }
         int64_t last[64];
         for (npy_intp j = 0; j < nz; j++) last[j] = -1;
-        for (npy_intp i = g0; i < g1 && mem && ok; i++) {
+        for (npy_intp i = g0; i < g1 && mem && ok && released; i++) {
+            WALKED()
             int32_t row = trav[i];
             int64_t sv = start[row];
             int lvl = level[row];
@@ -374,10 +444,13 @@ static PyObject *tiers(PyObject *self, PyObject *args) {
         g0 = g1;
     }
     Py_END_ALLOW_THREADS
+#undef WALKED
+#undef DEPTH
     free(pos);
     free(base);
     free(trav);
     PyObject *res = NULL;
+    if (!released) goto done;
     if (!ok) {
         PyErr_SetString(PyExc_ValueError, "_trace_build.tiers: order, depth or rank out of range");
         goto done;
@@ -439,8 +512,8 @@ static int cmp_tie(const void *x, const void *y) {
 }
 
 /* tier_merge(mask uint32[n], keep uint32, counts int64[nz], bounds int64[L+1], start_s int64[n],
- *            track_s int[n], depth_s int[n]) -> list of int32 arrays (the kept tiers j, bit j
- *            of ``keep``, in order of j)
+ *            track_s int[n], depth_s int[n][, release]) -> list of int32 arrays (the kept
+ *            tiers j, bit j of ``keep``, in order of j)
  * The kept tiers' rows (``tiers``' mask: bit j of mask[row] where tier j picks the row),
  * each sorted by start as trace_index._build_tiers sorted them: a stable sort by start of
  * the rows in ``tiers``' walk order, that is by (start, track, depth, row). Index rows are
@@ -449,12 +522,14 @@ static int cmp_tie(const void *x, const void *y) {
  * depth, row) order: ``track_s``/``depth_s`` are the index's columns), instead of a second
  * walk collecting the rows and a sort per tier (0.7 s of jax308's 1.2 s of tiers).
  * ``counts`` are the tiers' sizes ``tiers`` counted: the arrays are made that long, and a
- * row beyond them raises. */
+ * row beyond them raises. ``release``: called every RELEASE_ROWS rows merged (the starts
+ * mapped: each level's cursor moves forward, so the pages behind it are read no more). */
 static PyObject *tier_merge(PyObject *self, PyObject *args) {
     PyArrayObject *mk, *cn, *bn, *st, *tr, *dp;
     unsigned long keep;
-    if (!PyArg_ParseTuple(args, "O!kO!O!O!O!O!", &PyArray_Type, &mk, &keep, &PyArray_Type, &cn, &PyArray_Type, &bn,
-                          &PyArray_Type, &st, &PyArray_Type, &tr, &PyArray_Type, &dp))
+    PyObject *release = NULL;
+    if (!PyArg_ParseTuple(args, "O!kO!O!O!O!O!|O", &PyArray_Type, &mk, &keep, &PyArray_Type, &cn, &PyArray_Type, &bn,
+                          &PyArray_Type, &st, &PyArray_Type, &tr, &PyArray_Type, &dp, &release))
         return NULL;
     npy_intp n = PyArray_SIZE(mk), nz = PyArray_SIZE(cn), nl = PyArray_SIZE(bn) - 1;
     int tt = PyArray_TYPE(tr), dt = PyArray_TYPE(dp);
@@ -497,7 +572,8 @@ static PyObject *tier_merge(PyObject *self, PyObject *args) {
     npy_intp cur[64], heap[64], hn = 0;
     int32_t *group = NULL;
     npy_intp gcap = 0;
-    int ok = 1, mem = 1;
+    int ok = 1, mem = 1, released = 1;
+    npy_intp walked = 0;
     tie_cols.track = PyArray_DATA(tr);
     tie_cols.depth = PyArray_DATA(dp);
     tie_cols.tt = tt;
@@ -518,6 +594,12 @@ static PyObject *tier_merge(PyObject *self, PyObject *args) {
     int64_t gstart = 0;
     while (ok && mem && (hn || glen)) {
         int32_t row = -1;
+        if (++walked % RELEASE_ROWS == 0 && release) {  /* the caller's release, with the GIL */
+            Py_BLOCK_THREADS
+            released = call_release(release);
+            Py_UNBLOCK_THREADS
+            if (!released) break;
+        }
         if (hn) {
             npy_intp l = heap[0];
             row = (int32_t)cur[l];
@@ -566,6 +648,10 @@ static PyObject *tier_merge(PyObject *self, PyObject *args) {
 #undef LESS
     Py_END_ALLOW_THREADS
     free(group);
+    if (!released) {
+        Py_DECREF(res);
+        return NULL;
+    }
     for (npy_intp j = 0; j < nz && ok; j++)
         if (fill[j] != cap[j]) ok = 0;
     if (!mem) {

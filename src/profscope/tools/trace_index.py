@@ -107,6 +107,7 @@ FLOW_ARROWS_FILE = "flow_arrows.npy"  # the flow-bound slices' arrows as (label,
 # (np.unique's inverse), as the zoom levels' flow pre-pass reads them (an xplane's index)
 FLOW_DENSE_FILE = "flow_dense.npy"
 _FLOW_DTYPES = (("seq", np.int64), ("flow_id", np.uint64), ("kind", np.int8), ("category", np.int32))
+SHIFT_CLIP_ROWS = 1 << 21  # the first pass's block: 40 MiB of the three raw columns at a time
 FENCE = 1024  # every FENCE-th start is kept in memory: binary searches touch ~2 pages
 _WIN_COLS = ("start", "dur", "track", "depth", "name")
 MODULE_ID = re.compile(r"\((\d+)\)$")  # jit_train_step(42): XProf's module names
@@ -296,6 +297,24 @@ class IndexWriter:
                 path.unlink(missing_ok=True)
         self._runs = []
 
+    def _raw_columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The start, duration and track columns :meth:`finish` reads. Memory-mapped from
+        their raw files where the C passes read them (one file per column: no line range's
+        files taken beside it), shared so that the first pass's shift and clip are written
+        to the page cache: each step then lets the pages it read go (``tv._let_go``) and
+        the build never holds the three whole (261 MiB of fresh memory on jax308's 13.7 M
+        events, held through the nesting pass: issue 40's peak). The durations and tracks
+        stay on disk for the gathers (read again there: the durations clipped already,
+        which their clip leaves as they are). Otherwise read into memory, as before."""
+        if _native is None or self._taken or not 0 < self.n < 2**31 - 1:
+            return self._load("start"), self._load("dur", keep=True), self._load("track", keep=True)
+        cols = []
+        for k, mode in (("start", "r+"), ("dur", "r+"), ("track", "r")):
+            path = self.folder / f"{k}.raw"
+            cols.append(np.memmap(path, dict(_RAW)[k], mode, shape=(self.n,)))
+        (self.folder / "start.raw").unlink()  # (its map keeps it readable until let go)
+        return tuple(cols)
+
     def close(self) -> None:
         for f in self._raw.values():
             f.close()
@@ -319,16 +338,14 @@ class IndexWriter:
         _report(progress, 0.0, f"indexing {n:,} events")
         # The raw columns stay on disk until they are written sorted: what is not needed
         # for a step is read again rather than held (the build's peak is these columns).
-        start = self._load("start")
-        dur = self._load("dur", keep=True)
-        track = self._load("track", keep=True)
-        starts = [int(start.min())] if n else []
+        start, dur, track = self._raw_columns()
+        starts = [_let_go_after(start, int(start.min()))] if n else []
         starts += [int(c.t_ps[0]) for c in ev.counters if len(c.t_ps)]
         shift = min(starts) if starts else 0
         end_ps, per_track, clipped = _shift_clip(start, dur, track, shift, len(ev.tracks), known is None)
         # XProf's trace span (its ``fullTimespan``, the bounds a window is clamped to)
         # is that of the slices: counters and allocator events are not in its answer
-        slice_span = [int(start.min()), end_ps] if n else [0, 0]
+        slice_span = [_let_go_after(start, int(start.min())), end_ps] if n else [0, 0]
         for c in ev.counters:
             if len(c.t_ps):
                 end_ps = max(end_ps, int(c.t_ps[-1] - shift))
@@ -339,17 +356,20 @@ class IndexWriter:
             depth, max_depth, per_track, slice_span, end_ps = known
             by_track = None
         ties = _zero_length_ties(by_track[0], track, start, dur) if by_track is not None and ev.args_kind != "json" else None
+        tv._let_go(start, dur, track)
         track = track if preview is not None else None  # (read again from its file: 52 MiB less from here on jax308)
         # the line ranges' processes sorted their own rows (sorted_run): merged here, not
         # sorted again (but for a preview, which wants the levels in row order)
         runs = self._sorted_runs(start, dur, shift) \
             if self._runs and preview is None and self._runs_mergeable(start) else None
-        level = _level(dur) if runs is None else None
+        level = _let_go_after(dur, _level(dur)) if runs is None else None
         if preview is not None and by_track is not None:
             _report(progress, 0.3, "publishing a preview of the whole trace")
             self._write_preview(preview, ev, (start, dur, track, depth, level), by_track, max_depth, per_track,
                                 (slice_span, end_ps), shift)
         del track, dur
+        if by_track is not None:  # on disk through the level sort, its peak (78 MiB on jax308)
+            depth, by_track = _spill(out / "depth.spill", depth), (_spill(out / "order.spill", by_track[0]), by_track[1])
         _report(progress, 0.35, "sorting events into duration levels")
         if runs is None:  # (the sorted starts go straight to start.npy)
             order, level, bounds, _ = _sorted_levels(start, level, out)
@@ -369,8 +389,9 @@ class IndexWriter:
             _save_xprof_order(out, rank, by_track[0], ties)
             track_bounds = by_track[1]
         del by_track, ties
-        flow_rows = self._flow_rows(ev, rank)
+        unsorted = [self._flow_rows(ev, rank)]
         del rank
+        flow_rows = _by_row(unsorted.pop())  # (handed over: the only reference, let go there)
         # the tiers read the starts saved (mapped: page-cache pages, not fresh ones)
         kept, cols = {"start": _mapped(out / "start.npy")}, {"depth": depth}
         del depth
@@ -378,8 +399,8 @@ class IndexWriter:
         for k in ("track", "depth", "dur", "name", "aoff", "alen"):  # sorted track and depth kept for the tiers
             col = _save_in_order(out, k, cols.pop(k) if k in cols else self._load(k), order, bounds,
                                  clip=clipped, keep=k in ("track", "depth"))
-            if col is not None:
-                kept[k] = col
+            if col is not None:  # (the file just saved, mapped: read by the tiers only, its pages let go there)
+                kept[k] = _mapped(out / f"{k}.npy")
             del col
             if k == "depth" and windows and track_bounds is not None and self.elsewhere is not None and self._ranges:
                 # a big host cut in line ranges on a cluster: another worker makes its tiers
@@ -484,17 +505,27 @@ class IndexWriter:
             shutil.rmtree(part, ignore_errors=True)
 
     def _flow_rows(self, ev: TraceEvents, rank: np.ndarray) -> FlowEvents:
-        """The flow-bound slices by index row (``rank`` maps reader rows to index rows),
-        sorted by row (saved as ``flow_*.npy`` by :meth:`finish`)."""
+        """The flow-bound slices at their index rows (``rank`` maps reader rows to index
+        rows), not yet sorted by row (:func:`_by_row`: once the caller let ``rank`` go,
+        52 MiB on jax308, held through the sort's temporaries before)."""
         fe = FlowEvents.concat(self._spilled_flows() + ([ev.flow_events] if ev.flow_events is not None else []))
         ok = (fe.seq >= 0) & (fe.seq < self.n)
         if not ok.all():
             fe = FlowEvents(fe.seq[ok], fe.flow_id[ok], fe.kind[ok], fe.category[ok])
-        if len(fe.seq):
-            rows = rank[fe.seq].astype(np.int64)
-            o = np.argsort(rows, kind="stable")
-            fe = FlowEvents(rows[o], fe.flow_id[o], fe.kind[o], fe.category[o])
+        return FlowEvents(rank[fe.seq].astype(np.int64), fe.flow_id, fe.kind, fe.category) if len(fe.seq) else fe
+
+
+def _by_row(fe: FlowEvents) -> FlowEvents:
+    """:meth:`IndexWriter._flow_rows`' slices sorted by row (stable), a column at a time
+    (each unsorted one let go as its sorted one is made)."""
+    if not len(fe.seq):
         return fe
+    cols = [fe.seq, fe.flow_id, fe.kind, fe.category]
+    del fe
+    o = np.argsort(cols[0], kind="stable")
+    for i in range(len(cols)):
+        cols[i] = cols[i][o]
+    return FlowEvents(*cols)
 
 
 def _write_flows(ev: TraceEvents, flow_rows: FlowEvents, shift: int, out: Path) -> int:
@@ -699,6 +730,25 @@ def _level(dur: np.ndarray) -> np.ndarray:
         _, e = np.frexp(np.maximum(dur[a:a + step], 1).astype(np.float64))
         out[a:a + step] = e - 1
     return out
+
+
+def _let_go_after(col: np.ndarray, got):
+    """``got`` (what a pass over the column ``col`` answered), once ``col``'s mapped pages
+    are let go (``tv._let_go``; an array in memory: nothing)."""
+    tv._let_go(col)
+    return got
+
+
+def _spill(path: Path, col: np.ndarray) -> np.ndarray:
+    """``col`` written to ``path`` and memory-mapped back read-only, the file removed (the
+    map keeps it): its pages are the page cache's, in the RSS only while read (and let go
+    by ``tv._let_go``), not a column of fresh memory held through the steps between."""
+    if not len(col):
+        return col
+    col.tofile(path)
+    got = np.memmap(path, col.dtype, "r", shape=col.shape)
+    path.unlink()
+    return got
 
 
 def _read_into(f, buf: memoryview) -> None:
@@ -1054,9 +1104,15 @@ def _shift_clip(start: np.ndarray, dur: np.ndarray, track: np.ndarray, shift: in
     applies: numpy made a 109 MB ``start + dur`` and an int64 copy of the tracks on jax308."""
     n = len(start)
     if _native is not None and n and track.dtype == np.int32 and start.dtype == dur.dtype == np.int64:
-        per_track = np.zeros(ntracks, np.int64)
-        lo, hi = int(dur.min()), int(dur.max())
-        end, outside = _native.shift_clip(start, dur, shift, MAX_DUR_PS, track, per_track)
+        per_track = np.zeros(ntracks, np.int64)  # (the C pass adds each block's counts)
+        lo, hi, end, outside = 0, 0, None, False
+        # a block at a time, the mapped columns' pages let go after each (IndexWriter._raw_columns)
+        for a in range(0, n, SHIFT_CLIP_ROWS):
+            s, d, t = (c[a:a + SHIFT_CLIP_ROWS] for c in (start, dur, track))
+            lo, hi = min(lo, int(d.min())), max(hi, int(d.max()))
+            e, out = _native.shift_clip(s, d, shift, MAX_DUR_PS, t, per_track)
+            end, outside = e if end is None else max(end, e), outside or out
+            tv._let_go(start, dur, track)
         if outside and count:  # ids past the tracks: bincount's longer answer, as the numpy path
             per_track = np.bincount(track, minlength=ntracks)
         return end, per_track if count else None, lo < 0 or hi > MAX_DUR_PS
@@ -1160,26 +1216,38 @@ def _native_ok(track: np.ndarray, start: np.ndarray, dur: np.ndarray, ntracks: i
     are shifted to >= 0, durations capped at MAX_DUR_PS) and every track id in range
     (the numpy path leaves events on unknown tracks at depth 0)."""
     n = len(start)
-    return (_native is not None and 0 < n < 2**31 - 1 and ntracks > 0 and int(start.min()) >= 0
-            and int(start.max()) < (1 << 61) - MAX_DUR_PS and int(dur.min()) >= 0 and int(dur.max()) <= MAX_DUR_PS
-            and int(track.min()) >= 0 and int(track.max()) < ntracks)
+    # (a column at a time, each let go after: IndexWriter._raw_columns' maps)
+    return (_native is not None and 0 < n < 2**31 - 1 and ntracks > 0
+            and _let_go_after(start, int(start.min()) >= 0 and int(start.max()) < (1 << 61) - MAX_DUR_PS)
+            and _let_go_after(dur, int(dur.min()) >= 0 and int(dur.max()) <= MAX_DUR_PS)
+            and _let_go_after(track, int(track.min()) >= 0 and int(track.max()) < ntracks))
 
 
 def _nest(track: np.ndarray, start: np.ndarray, dur: np.ndarray, ntracks: int):
     """``_depths``' (depth, max_depth), plus, from the C pass, (rows by track, start and
     longest first; each track's bounds in it) for the tiers (None on the numpy path)."""
     if _native_ok(track, start, dur, ntracks):
+        # memory-mapped columns (IndexWriter._raw_columns): the C passes call this every
+        # 2^20 rows, so the pages they walked leave the RSS as they go (jax308's track of
+        # 11 M events would otherwise map 80 % of the starts and durations at once)
+        maps = (track, start, dur)
+
+        def release():
+            tv._let_go(*maps)
+
         track = np.ascontiguousarray(track, np.int32)
         start = np.ascontiguousarray(start, np.int64)
         dur = np.ascontiguousarray(dur, np.int64)
-        order, tb, bad = _native.track_order(track, start, dur, ntracks)
+        order, tb, bad = _native.track_order(track, start, dur, ntracks, release)
         for ti in np.flatnonzero(bad).tolist():  # as _track_order: sort only those
             # (by merging the track's sorted runs: np.lexsort((~dur[seg], start[seg]))
             # sorted every duration first, 0.3 s on jax308's two tracks of two runs each)
             _native.sort_track(order[tb[ti]:tb[ti + 1]], start, dur)
+            release()
         depth = np.zeros(len(start), dtype=np.int16)
         max_depth = np.zeros(ntracks, dtype=np.int64)
-        _native.depths(order, tb, start, dur, depth, max_depth)
+        _native.depths(order, tb, start, dur, depth, max_depth, release)
+        release()
         return depth, max_depth, (order, tb)
     return (*_depths_numpy(track, start, dur, ntracks), None)
 
@@ -1305,8 +1373,9 @@ def _tiers_here(kept: dict, level, bounds, out: Path, track_bounds, max_depth, p
     native = None
     if track_bounds is not None:
         # (the saved order's rows are index rows: no rank, the index's own depths)
+        dep = kept["depth"]  # (the C pass reads int8 as saved: no int16 copy)
         native = (npy.load(out / XPROF_ORDER_FILE, mmap_mode="r"), track_bounds, max_depth,
-                  np.ascontiguousarray(kept["depth"], np.int16), None)
+                  dep if dep.dtype in (np.int8, np.int16) else np.ascontiguousarray(dep, np.int16), None)
     return _build_tiers(kept.pop("track"), kept.pop("depth"), kept.pop("start"), level, bounds, out, native)
 
 
@@ -1351,17 +1420,20 @@ def _tier_rows_native(native, track, depth, start, level, bounds, zs):
         return [(z, rows[np.argsort(start[rows], kind="stable")])
                 for z, rows in _tier_picks_native(native, start, level, bounds, zs)]
     order, tb, max_depth, dep, rank = native
+    maps = (order, start, dep)  # (memory-mapped in the build: their pages let go as the C pass walks)
     start = np.ascontiguousarray(start, np.int64)
     mask = np.zeros(n, np.uint32)
     counts = _native.tiers(order, tb, max_depth, dep, rank, start, np.ascontiguousarray(level, np.int8), tuple(zs),
-                           True, mask)
+                           True, mask, lambda: tv._let_go(*maps))
+    tv._let_go(*maps)
     keep = [j for j, (z, c) in enumerate(zip(zs, counts)) if _keep_tier(int(c), int(bounds[z]))]
     if not keep:
         return []
     top = zs[keep[-1]]  # the rows of the kept tiers are at the levels below it
     rows = _native.tier_merge(mask, sum(1 << j for j in keep), np.asarray(counts, np.int64),
                               np.ascontiguousarray(bounds[:top + 1], np.int64), start,
-                              np.ascontiguousarray(track), np.ascontiguousarray(depth))
+                              np.ascontiguousarray(track), np.ascontiguousarray(depth), lambda: tv._let_go(*maps))
+    tv._let_go(*maps)
     return [(zs[j], r) for j, r in zip(keep, rows)]
 
 

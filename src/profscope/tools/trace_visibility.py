@@ -193,12 +193,13 @@ def _keep_mask_py(start, dur, track, flow_id, flow_end, r: int) -> np.ndarray:
 def _let_go(*cols) -> None:
     """Let the pages of memory-mapped columns (an ``np.memmap``, or a column that wraps
     one in ``col``: ``trace_index._Widened``) go from this process (``MADV_DONTNEED``):
-    the page cache keeps them, and a later read maps them again. Read-only maps only (a
-    private writable one would lose what was written); anything else: nothing."""
+    the page cache keeps them, and a later read maps them again. Shared maps only (mode
+    ``r``, or ``r+``/``w+``, whose writes are the file's: IndexWriter.finish's raw columns;
+    a private writable one, ``c``, would lose what was written); anything else: nothing."""
     for col in cols:
         col = getattr(col, "col", col)
         m = getattr(col, "_mmap", None)  # np.memmap's own mmap.mmap
-        if m is not None and getattr(col, "mode", None) == "r" and hasattr(mmap, "MADV_DONTNEED"):
+        if m is not None and getattr(col, "mode", None) in ("r", "r+", "w+") and hasattr(mmap, "MADV_DONTNEED"):
             with contextlib.suppress(OSError, ValueError):
                 m.madvise(mmap.MADV_DONTNEED)
 
