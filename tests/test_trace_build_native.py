@@ -510,7 +510,8 @@ def _nested_trace(n: int) -> TraceEvents:
 def test_build_letting_mapped_columns_go_writes_the_same_index(tmp_path, monkeypatch):
     """IndexWriter.finish maps the raw columns and lets their pages go as the C passes walk
     them (issue 40's fourth pass): more than 2^20 rows, so the passes call back mid-walk,
-    give the same files, byte for byte, as the columns read into memory."""
+    give the same files, byte for byte, as the columns read into memory; the zoom levels'
+    walk letting its mapped columns go gives the same levels as without."""
     from profscope.tools import trace_visibility as tv
 
     n = (1 << 21) + 12_345
@@ -520,11 +521,16 @@ def test_build_letting_mapped_columns_go_writes_the_same_index(tmp_path, monkeyp
     (tmp_path / "mapped").mkdir()
     ti.build_index(_nested_trace(n), tmp_path / "mapped")
     assert len(calls) > 12  # shift_clip's blocks, the nesting pass's and the tiers' walks, ...
+    built = len(calls)
+    levels = [ti.TraceIndex(tmp_path / "mapped").zoom_levels(tv.N_LEVELS - 1).copy()]
+    assert len(calls) > built + 1  # the zoom levels' walk, mid-walk too
     monkeypatch.setattr(tv, "_let_go", lambda *cols: None)
     monkeypatch.setattr(ti.IndexWriter, "_raw_columns", lambda self: (
         self._load("start"), self._load("dur", keep=True), self._load("track", keep=True)))
     (tmp_path / "memory").mkdir()
     ti.build_index(_nested_trace(n), tmp_path / "memory")
+    levels.append(ti.TraceIndex(tmp_path / "memory").zoom_levels(tv.N_LEVELS - 1))
+    assert np.array_equal(*levels) and len(np.unique(levels[0])) > 3
     names = sorted(p.name for p in (tmp_path / "memory").iterdir())
     assert names == sorted(p.name for p in (tmp_path / "mapped").iterdir())
     for name in names:
@@ -578,3 +584,19 @@ def test_let_go_keeps_what_a_shared_map_wrote(tmp_path):
     tv._let_go(col)
     assert col[0] == -5 and col[-1] == (1 << 16) - 6
     assert np.array_equal(np.fromfile(path, np.int64), np.arange(1 << 16, dtype=np.int64) - 5)
+
+
+def test_gathered_reads_sorted_rows_a_block_at_a_time(tmp_path):
+    """``trace_visibility._gathered`` (the flow pre-pass's reads of the mapped columns, a
+    block at a time, each let go) is ``col[rows]``, for a map, a plain array and the
+    index's widened durations, in one block or several."""
+    from profscope.tools import trace_visibility as tv
+
+    path = tmp_path / "col.raw"
+    (np.arange(10_000, dtype=np.int64) * 3).tofile(path)
+    col = np.memmap(path, np.int64, "r", shape=(10_000,))
+    rows = np.sort(np.random.default_rng(2).choice(10_000, 3_001, replace=False))
+    widened = ti._Widened(np.arange(10_000, dtype=np.uint32), np.int64, np.array([-1, -2], np.int64))
+    for c in (col, np.asarray(col).copy(), widened):
+        for step in (7, 1 << 18):
+            assert np.array_equal(tv._gathered(c, rows, step), np.asarray(c[rows])), (type(c), step)

@@ -785,7 +785,8 @@ bad_input:
 
 /* zoom_levels(order int32 or int64[n], seg int64[m+1], start int64[N], dur int64[N] or uint32[N],
  *             dur_tail int64[T], level int8[N], flow_rows int64[F] (sorted), flow_dense int32[F],
- *             visible tuple of uint8 arrays [nflows], k0, rs tuple of ints, one_is_zero=False) -> None
+ *             visible tuple of uint8 arrays [nflows], k0, rs tuple of ints, one_is_zero=False,
+ *             release=None) -> None
  * zoom_level for the levels k0, k0 + 1, ... (one per ``visible``/``rs`` entry) in one walk
  * of the order: each level keeps its own stack of kept ends, and a row is decided at every
  * level in turn, so a level reads the row's level as the passes before it left it (a row
@@ -802,15 +803,19 @@ bad_input:
  * in ``dur_tail`` (trace_index.DUR_TAIL_FILE; an int64 column takes T = 0), and each row's
  * flow from the flow-bound rows: a bit per row marks them and a count per 64 rows gives a
  * marked row's place among them (a rank), or where a row is listed twice, a binary search
- * for its last entry (zoom_level's ``flow_of[rows] = ids`` keeps the last). */
+ * for its last entry (zoom_level's ``flow_of[rows] = ids`` keeps the last). ``release``:
+ * called every RELEASE_ROWS rows walked (the order, starts and durations mapped: a stretch
+ * of the walk, one track's rows in start order, reads each duration level's rows of one
+ * stretch of time, so the pages it left behind are let go there). */
 #define MAX_FUSED 16
 static PyObject *zoom_levels(PyObject *self, PyObject *args) {
     PyArrayObject *ord, *sg, *st, *du, *dt, *lv, *fr, *fi;
     PyObject *vis_t, *rs_t;
     int k0, one_is_zero = 0;
-    if (!PyArg_ParseTuple(args, "O!O!O!O!O!O!O!O!O!iO!|p", &PyArray_Type, &ord, &PyArray_Type, &sg, &PyArray_Type, &st,
+    PyObject *release = NULL;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!O!O!O!O!iO!|pO", &PyArray_Type, &ord, &PyArray_Type, &sg, &PyArray_Type, &st,
                           &PyArray_Type, &du, &PyArray_Type, &dt, &PyArray_Type, &lv, &PyArray_Type, &fr,
-                          &PyArray_Type, &fi, &PyTuple_Type, &vis_t, &k0, &PyTuple_Type, &rs_t, &one_is_zero))
+                          &PyArray_Type, &fi, &PyTuple_Type, &vis_t, &k0, &PyTuple_Type, &rs_t, &one_is_zero, &release))
         return NULL;
     npy_intp n = PyArray_SIZE(ord), N = PyArray_SIZE(st), m1 = PyArray_SIZE(sg), T = PyArray_SIZE(dt);
     npy_intp nflows = -1;
@@ -854,7 +859,8 @@ static PyObject *zoom_levels(PyObject *self, PyObject *args) {
             goto bad_input;
     int64_t *stack[MAX_FUSED] = {0};
     npy_intp cap[MAX_FUSED], sp[MAX_FUSED];
-    int ok = 1, mem = 1;
+    int ok = 1, mem = 1, released = 1;
+    npy_intp walked = 0;
     uint64_t *is_flow = calloc((size_t)N / 64 + 1, sizeof(uint64_t));
     int32_t *before = malloc(sizeof(int32_t) * ((size_t)N / 64 + 1));  /* flow rows in the words before */
     int twice = 0;
@@ -875,9 +881,15 @@ static PyObject *zoom_levels(PyObject *self, PyObject *args) {
             before[w] = acc;
             acc += (int32_t)__builtin_popcountll(is_flow[w]);
         }
-        for (npy_intp s = 0; s + 1 < m1 && ok && mem; s++) {
+        for (npy_intp s = 0; s + 1 < m1 && ok && mem && released; s++) {
             for (npy_intp j = 0; j < K; j++) sp[j] = 0;
             for (npy_intp i = seg[s]; i < seg[s + 1] && mem; i++) {
+                if (++walked % RELEASE_ROWS == 0 && release) {  /* the caller's release, with the GIL */
+                    Py_BLOCK_THREADS
+                    released = call_release(release);
+                    Py_UNBLOCK_THREADS
+                    if (!released) break;
+                }
                 int64_t row = o32 ? (int64_t)o4[i] : o[i];
                 if (row < 0 || row >= N) { ok = 0; break; }
                 int64_t b = start[row];
@@ -928,6 +940,7 @@ static PyObject *zoom_levels(PyObject *self, PyObject *args) {
     for (npy_intp j = 0; j < K; j++) free(stack[j]);
     free(is_flow);
     free(before);
+    if (!released) return NULL;
     if (!mem) return PyErr_NoMemory();
     if (!ok) {
         PyErr_SetString(PyExc_ValueError, "_trace_build.zoom_levels: order out of range");

@@ -204,6 +204,21 @@ def _let_go(*cols) -> None:
                 m.madvise(mmap.MADV_DONTNEED)
 
 
+def _gathered(col, rows: np.ndarray, step: int = 1 << 18) -> np.ndarray:
+    """``col[rows]`` (``rows`` sorted) as an array, read ``step`` rows at a time with the
+    mapped pages of ``col`` let go after each block (:func:`_let_go`): the pages a block
+    read lie behind the next block's."""
+    if len(rows) <= step:
+        got = np.asarray(col[rows])
+        _let_go(col)
+        return got
+    parts = []
+    for a in range(0, len(rows), step):
+        parts.append(np.asarray(col[rows[a:a + step]]))
+        _let_go(col)
+    return np.concatenate(parts)
+
+
 class ZoomLevels:
     """XProf's zoom level of every event of one index, computed level by level.
 
@@ -302,16 +317,15 @@ class ZoomLevels:
         """The flow slices in XProf's global order (start, longest first, track): their
         positions, starts, durations, tracks, flow ids and whether each ends its flow."""
         fr = self.flow_rows
+        # the flow slices lie all over the index: read whole, they mapped in nearly every
+        # page of the start, duration and track columns at once (170 MiB on jax308, the
+        # levels' worker's peak beside this pre-pass's temporaries); the rows are sorted,
+        # so read a block at a time, each block's pages let go after it (_gathered)
         if self._raw is not None and self._rule is not None and not isinstance(self._dur, np.ndarray):
-            du = self._rule(np.asarray(self._raw[0][fr]))  # the flow slices' alone, not every row's
+            du = self._rule(_gathered(self._raw[0], fr))  # the flow slices' alone, not every row's
         else:
-            du = np.asarray(self.dur[fr])
-        st, tr = np.asarray(self.start[fr]), np.asarray(self.track[fr])
-        # the flow slices lie all over the index: those reads mapped in nearly every page
-        # of the start, duration and track columns (170 MiB on jax308), held beside this
-        # pre-pass's temporaries (the levels' worker's peak): let go, the row walk maps
-        # them again as it reads them
-        _let_go(self.start, self.track, self._raw[0] if self._raw is not None else self._dur)
+            du = _gathered(self.dur, fr)
+        st, tr = _gathered(self.start, fr), _gathered(self.track, fr)
         o = event_order(st, du, tr)
         self._flow_positions = o  # (for the dense numbers: _flow_pass_native)
         return o, st[o], du[o], tr[o], self.flow_ids[o], self.flow_end[o]
@@ -439,10 +453,15 @@ class ZoomLevels:
         if order.dtype != np.int32:
             order = np.ascontiguousarray(order, np.int64)
         heap.give_back()  # what the flow pre-pass freed, before the walk that sets the peak
+        # the walk lets the mapped order, starts and durations go every 2^20 rows: it read
+        # nearly all of them at once before (jax308: ~200 MiB of its worker's 362 MiB peak)
+        maps = (order, self.start, dur)
         _native.zoom_levels(order, bounds, np.ascontiguousarray(self.start, np.int64), dur,
                             np.ascontiguousarray(tail, np.int64), self.level,
                             np.ascontiguousarray(self.flow_rows, np.int64), dense,
-                            tuple(visible), ks[0], tuple(LAYER_RESOLUTIONS[k] for k in ks), one_is_zero)
+                            tuple(visible), ks[0], tuple(LAYER_RESOLUTIONS[k] for k in ks), one_is_zero,
+                            lambda: _let_go(*maps))
+        _let_go(*maps)
         self.done = ks[-1]
 
     def _level(self, k: int) -> None:
