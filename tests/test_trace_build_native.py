@@ -600,3 +600,16 @@ def test_gathered_reads_sorted_rows_a_block_at_a_time(tmp_path):
     for c in (col, np.asarray(col).copy(), widened):
         for step in (7, 1 << 18):
             assert np.array_equal(tv._gathered(c, rows, step), np.asarray(c[rows])), (type(c), step)
+
+
+@pytest.mark.parametrize("ids", [[], [5], [3, -1, 3, 2**62, -1, 7, 3], list(range(50, 0, -1)) * 3])
+def test_dense_flow_numbers_are_np_uniques(ids):
+    """``trace_visibility._dense`` (the flow pre-pass's dense flow numbers) is
+    ``np.unique(ids, return_inverse=True)``, its inverse int32."""
+    from profscope.tools import trace_visibility as tv
+
+    ids = np.array(ids, np.int64)
+    uniq, inverse = tv._dense(ids)
+    want_uniq, want_inverse = np.unique(ids, return_inverse=True)
+    assert np.array_equal(uniq, want_uniq) and inverse.dtype == np.int32
+    assert np.array_equal(inverse, want_inverse.reshape(-1))
