@@ -392,6 +392,7 @@ class IndexWriter:
         unsorted = [self._flow_rows(ev, rank)]
         del rank
         flow_rows = _by_row(unsorted.pop())  # (handed over: the only reference, let go there)
+        _release_freed_memory()  # the sorts' small temporaries' heap, before the gathers' peak
         # the tiers read the starts saved (mapped: page-cache pages, not fresh ones)
         kept, cols = {"start": _mapped(out / "start.npy")}, {"depth": depth}
         del depth
