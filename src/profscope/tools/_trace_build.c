@@ -45,6 +45,12 @@ static int writable(PyArrayObject *a, const char *what) {
  * them, not all (issue 40: jax308's nesting pass held 261 MiB of raw columns). Returns 0
  * with the callable's exception set. */
 #define RELEASE_ROWS ((npy_intp)1 << 20)
+/* zoom_levels' walk reads its rows' starts and durations at random in every duration
+ * level's stretch of time at once, and a fault maps the whole page-cache folio around a
+ * read (2 MiB on this machine's ext4): jax308's 2^20 rows mapped ~158 MiB of start and
+ * dur between releases, 2^17 rows ~86 MiB (each level's folio at the walk's place is the
+ * floor), for ~2,800 more folio faults over its 13.7 M rows (issue 40). */
+#define WALK_RELEASE_ROWS ((npy_intp)1 << 17)
 
 static int call_release(PyObject *release) {
     if (!release || release == Py_None) return 1;
@@ -804,7 +810,7 @@ bad_input:
  * flow from the flow-bound rows: a bit per row marks them and a count per 64 rows gives a
  * marked row's place among them (a rank), or where a row is listed twice, a binary search
  * for its last entry (zoom_level's ``flow_of[rows] = ids`` keeps the last). ``release``:
- * called every RELEASE_ROWS rows walked (the order, starts and durations mapped: a stretch
+ * called every WALK_RELEASE_ROWS rows walked (the order, starts and durations mapped: a stretch
  * of the walk, one track's rows in start order, reads each duration level's rows of one
  * stretch of time, so the pages it left behind are let go there). */
 #define MAX_FUSED 16
@@ -884,7 +890,7 @@ static PyObject *zoom_levels(PyObject *self, PyObject *args) {
         for (npy_intp s = 0; s + 1 < m1 && ok && mem && released; s++) {
             for (npy_intp j = 0; j < K; j++) sp[j] = 0;
             for (npy_intp i = seg[s]; i < seg[s + 1] && mem; i++) {
-                if (++walked % RELEASE_ROWS == 0 && release) {  /* the caller's release, with the GIL */
+                if (++walked % WALK_RELEASE_ROWS == 0 && release) {  /* the caller's release, with the GIL */
                     Py_BLOCK_THREADS
                     released = call_release(release);
                     Py_UNBLOCK_THREADS
