@@ -195,13 +195,18 @@ class IndexWriter:
                 f.write(memoryview(np.ascontiguousarray(col, dtype)).cast("B"))
         self._flows_spilled = True
 
-    def _spilled_flows(self) -> list[FlowEvents]:
-        """What :meth:`flow_events` wrote, read back (as one FlowEvents) and removed."""
+    def _spilled_flows(self, seq: bool = True) -> list[FlowEvents]:
+        """What :meth:`flow_events` wrote, read back (as one FlowEvents) and removed;
+        ``seq=False``: its ``seq`` column neither read nor removed (an empty one in its place:
+        :meth:`_flow_seq` read it)."""
         if not self._flows_spilled:
             return []
         cols = []
         for k, dtype in FLOW_SPILL:
             path = self.folder / f"{k}.raw"
+            if k == "flowspill_seq" and not seq:
+                cols.append(np.zeros(0, dtype))
+                continue
             cols.append(np.fromfile(path, dtype))
             path.unlink()
         self._flows_spilled = False
@@ -371,8 +376,9 @@ class IndexWriter:
         if by_track is not None:  # on disk through the level sort, its peak (78 MiB on jax308)
             depth, by_track = _spill(out / "depth.spill", depth), (_spill(out / "order.spill", by_track[0]), by_track[1])
         _report(progress, 0.35, "sorting events into duration levels")
-        if runs is None:  # (the sorted starts go straight to start.npy)
-            order, level, bounds, _ = _sorted_levels(_in_memory(start), level, out)
+        if runs is None:  # (the sorted starts go straight to start.npy; the rows' levels let go first)
+            leveled, level = _level_order(level, False), None
+            order, level, bounds, _ = _sorted_levels(_in_memory(start), leveled, out)
             self._drop_runs()
         else:  # (merged once the raw columns above are let go: the build's peak stays theirs)
             order, level, bounds, start_sorted = merge_runs(runs, shift)
@@ -389,9 +395,8 @@ class IndexWriter:
             _save_xprof_order(out, rank, by_track[0], ties)
             track_bounds = by_track[1]
         del by_track, ties
-        unsorted = [self._flow_rows(ev, rank)]
+        flow_seq = [self._flow_seq(ev, rank)]  # (the flow slices' other columns stay on disk through the gathers)
         del rank
-        flow_rows = _by_row(unsorted.pop())  # (handed over: the only reference, let go there)
         _release_freed_memory()  # the sorts' small temporaries' heap, before the gathers' peak
         # the tiers read the starts saved (mapped: page-cache pages, not fresh ones)
         kept, cols = {"start": _mapped(out / "start.npy")}, {"depth": depth}
@@ -413,9 +418,8 @@ class IndexWriter:
         # on jax308) were held through the tiers, the build's peak, and their temporaries
         # now stack on less
         _report(progress, 0.55, "writing counters and flows")
-        n_flows = _write_flows(ev, flow_rows, shift, out)
+        n_flows = self._save_flows(ev, flow_seq, shift, out)
         counters = _save_counters(ev, shift, out)
-        del flow_rows
         tiers = _tiers_here(kept, level, bounds, out, track_bounds, max_depth, progress) \
             if windows and later is None else None
         del level, kept
@@ -505,15 +509,46 @@ class IndexWriter:
         except OSError:  # a preview is a courtesy: the build goes on without one
             shutil.rmtree(part, ignore_errors=True)
 
-    def _flow_rows(self, ev: TraceEvents, rank: np.ndarray) -> FlowEvents:
-        """The flow-bound slices at their index rows (``rank`` maps reader rows to index
-        rows), not yet sorted by row (:func:`_by_row`: once the caller let ``rank`` go,
-        52 MiB on jax308, held through the sort's temporaries before)."""
-        fe = FlowEvents.concat(self._spilled_flows() + ([ev.flow_events] if ev.flow_events is not None else []))
-        ok = (fe.seq >= 0) & (fe.seq < self.n)
+    def _flow_seq(self, ev: TraceEvents, rank: np.ndarray) -> np.ndarray:
+        """The flow-bound slices' index rows (``rank`` maps reader rows to index rows; -1
+        for a reader row out of range), in :meth:`_flow_rows`' order: their one column
+        read before the gathers. The others stay in their ``FLOW_SPILL`` files, on disk,
+        until :meth:`_flow_rows` after the gathers (jax308's 2.4 M flow slices: 50 MB held
+        through every gather before, the build's peak with them, issue 40)."""
+        path = self.folder / f"{FLOW_SPILL[0][0]}.raw"
+        parts = [np.fromfile(path, FLOW_SPILL[0][1])] if self._flows_spilled else []
+        if self._flows_spilled:
+            path.unlink()
+        if ev.flow_events is not None:
+            parts.append(ev.flow_events.seq)
+        seq = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+        ok = (seq >= 0) & (seq < self.n)
+        if ok.all():
+            return rank[seq]
+        rows = np.full(len(seq), -1, rank.dtype)
+        rows[ok] = rank[seq[ok]]
+        return rows
+
+    def _save_flows(self, ev: TraceEvents, held: list, shift: int, out: Path) -> int:
+        """:func:`_write_flows` of the flow slices at :meth:`_flow_seq`'s rows (``held``: a
+        list of them, emptied, so that they are let go once read)."""
+        unsorted = [self._flow_rows(ev, held.pop())]
+        flow_rows = _by_row(unsorted.pop())  # (handed over: the only reference, let go there)
+        return _write_flows(ev, flow_rows, shift, out)
+
+    def _flow_rows(self, ev: TraceEvents, rows: np.ndarray) -> FlowEvents:
+        """The flow-bound slices at their index rows (:meth:`_flow_seq`'s ``rows``), not yet
+        sorted by row (:func:`_by_row`); those whose reader row was out of range left out."""
+        parts = self._spilled_flows(seq=False) + ([ev.flow_events] if ev.flow_events is not None else [])
+        fe = FlowEvents.concat(parts)
+        del parts
+        if not len(rows):
+            return fe
+        fe.seq = rows.astype(np.int64)
+        ok = rows >= 0
         if not ok.all():
             fe = FlowEvents(fe.seq[ok], fe.flow_id[ok], fe.kind[ok], fe.category[ok])
-        return FlowEvents(rank[fe.seq].astype(np.int64), fe.flow_id, fe.kind, fe.category) if len(fe.seq) else fe
+        return fe
 
 
 def _by_row(fe: FlowEvents) -> FlowEvents:
@@ -580,34 +615,58 @@ def _flow_arrows(fe: FlowEvents, out: Path, ev: TraceEvents) -> tuple[np.ndarray
     flow pre-pass made again with ``np.unique`` (jax308's 2.4 M flow slices: ~0.35 s)."""
     if not len(fe.seq):
         return np.zeros((0, 3), np.int64), np.zeros(0, np.int32)
-    # (temporaries let go as soon as they are used: this ran at 2.3 x its input's size on
-    # jax308's 2.4 M flow slices, in the build worker beside its kept columns)
-    o = np.lexsort((np.asarray(_column(out, "start")[fe.seq]), fe.flow_id)).astype(np.int32)
-    fid, rows, cat, kind = fe.flow_id[o], fe.seq[o], fe.category[o], fe.kind[o]
-    n = len(fid)
-    pos = np.arange(n)
-    first = np.r_[True, fid[1:] != fid[:-1]]
+    # (temporaries let go as soon as they are used, positions and groups as int32 where the
+    # rows fit, each flow's source found once and the gathers read through ``o``, not from
+    # whole columns gathered first: jax308's 2.4 M flow slices took ~160 MiB of temporaries
+    # here, in the build worker beside its kept columns, its peak with them; issue 40)
+    n = len(fe.seq)
+    idx = np.int32 if n < 2**31 - 1 else np.int64
+    # (the rows sorted: the starts read a block at a time, the map's pages let go after
+    # each, not the 87 MiB of start.npy's pages that 2.4 M rows all over it map at once)
+    o = np.lexsort((tv._gathered(_column(out, "start"), fe.seq), fe.flow_id)).astype(idx)
+    fid = fe.flow_id[o]
+    first = np.empty(n, bool)
+    first[0] = True
+    np.not_equal(fid[1:], fid[:-1], out=first[1:])
     del fid
-    gid = np.cumsum(first) - 1
+    gid = np.cumsum(first, dtype=idx)
+    gid -= 1
     dense = np.empty(n, np.int32)
     dense[o] = gid  # (ids sorted as uint64: the pre-pass checks they sort so as int64 too)
-    del o
-    start_of = np.full(int(gid[-1]) + 1, -1, np.int64)
-    starts = pos[kind == FLOW_START]
-    g, at = np.unique(gid[starts], return_index=True)
-    start_of[g] = starts[at]
-    src = np.where(start_of[gid] >= 0, start_of[gid], pos - 1)
-    ok = (src != pos) & ~(first & (start_of[gid] < 0))
+    # each flow's start slice (XProf's flow_out): its first FLOW_START, by position
+    starts = np.flatnonzero(fe.kind[o] == FLOW_START).astype(idx)
+    g = gid[starts]
+    lead = np.empty(len(g), bool)
+    lead[:1] = True
+    np.not_equal(g[1:], g[:-1], out=lead[1:])
+    start_of = np.full(int(gid[-1]) + 1, -1, idx)
+    start_of[g[lead]] = starts[lead]
+    del starts, g, lead
+    src = start_of[gid]
+    del gid, start_of
+    has = src >= 0
+    pos = np.arange(n, dtype=idx)
+    np.subtract(pos, 1, out=src, where=~has)  # a flow without a start slice: chained in time order
+    ok = src != pos
+    ok &= ~(first & ~has)
+    del first, has
     src, dst = src[ok], pos[ok]
+    del ok, pos
     names = ev.names
     try:
         flow_name = names.index("flow")
     except ValueError:
         flow_name = len(names)
         names.append("flow")
-    label = np.where(cat[src] >= 0, cat[src], flow_name).astype(np.int64)
-    del gid, start_of, starts, ok, pos, kind
-    return np.stack([label, rows[src], rows[dst]], axis=1).astype(np.int64, copy=False), dense
+    arrows = np.empty((len(src), 3), np.int64)
+    src, dst = o[src], o[dst]  # (their flow slices' places in ``fe``)
+    del o
+    cat = fe.category[src]
+    arrows[:, 0] = np.where(cat >= 0, cat, flow_name)
+    del cat
+    arrows[:, 1] = fe.seq[src]
+    arrows[:, 2] = fe.seq[dst]
+    return arrows, dense
 
 
 def _bind_flow_points(fp: FlowPoints, shift: int, out: Path) -> FlowEvents:
@@ -784,8 +843,12 @@ def _sorted_levels(start: np.ndarray, level: np.ndarray, out: Path | None = None
     ``out``: the starts in that order are written there as ``start.npy`` and
     ``start_fence.npy`` (what :func:`_save_starts` writes) a level at a time instead,
     never whole in memory (None in their place): 104 MiB less at jax308's sort and
-    gathers, and no fresh column of pages to fault in and zero."""
-    order, level, bounds = _level_order(level)
+    gathers, and no fresh column of pages to fault in and zero. ``level``: the rows'
+    levels, or the (order, bounds) ``_level_order(level, False)`` made of them, so that the
+    caller can let the rows' levels go first; the levels in index order are made after the
+    sort (13 MiB each on jax308, held through its peak before)."""
+    order, bounds = level if isinstance(level, tuple) else _level_order(level, False)
+    del level
     n = len(order)
     # the starts in index order come out of this sort: the start column is not
     # gathered again (a second random read of 109 MB on jax308)
@@ -803,14 +866,15 @@ def _sorted_levels(start: np.ndarray, level: np.ndarray, out: Path | None = None
                 seg[:] = seg[by_start]
                 if f is None:
                     np.take(st, by_start, out=start_sorted[a:z])  # (no level-sized temporary in between)
-                for b in range(a, z, 1 << 20) if f is not None else ():  # (a block-sized one)
-                    piece = st[by_start[b - a:b - a + (1 << 20)]]
+                # (a block-sized one: 2 MiB, beside the level's own 40 MiB at jax308's largest)
+                for b in range(a, z, 1 << 18) if f is not None else ():
+                    piece = st[by_start[b - a:b - a + (1 << 18)]]
                     f.write(memoryview(piece).cast("B"))
                     fence.append(piece[-b % FENCE::FENCE].copy())  # rows a multiple of FENCE (not a view: it held the block)
                 del st, by_start
     if out is not None:
         np.save(out / "start_fence.npy", np.concatenate(fence) if fence else np.zeros(0, np.int64))
-    return order, level, bounds, start_sorted
+    return order, _sorted_level(bounds), bounds, start_sorted
 
 
 def _save_starts(out: Path, start_sorted: np.ndarray) -> None:
@@ -1140,18 +1204,23 @@ def _shift_clip(start: np.ndarray, dur: np.ndarray, track: np.ndarray, shift: in
     return end, per_track, True
 
 
-def _level_order(level: np.ndarray):
+def _level_order(level: np.ndarray, levels: bool = True):
     """Rows by duration level, stable (int32 where they fit), the levels in that order, and
-    where each level begins (``LEVELS + 1`` bounds)."""
+    where each level begins (``LEVELS + 1`` bounds); ``levels=False``: (order, bounds)."""
     n = len(level)
     if _native is not None and 0 < n < 2**31 - 1:
         order, bounds = _native.level_order(level)
-        return order, np.repeat(np.arange(LEVELS, dtype=np.int8), np.diff(bounds)), bounds
-    order = np.argsort(level, kind="stable")
-    if n < 2**31:
-        order = order.astype(np.int32)
-    level = level[order]
-    return order, level, np.searchsorted(level, np.arange(LEVELS + 1)).astype(np.int64)
+    else:
+        order = np.argsort(level, kind="stable")
+        if n < 2**31:
+            order = order.astype(np.int32)
+        bounds = np.searchsorted(level[order], np.arange(LEVELS + 1)).astype(np.int64)
+    return (order, _sorted_level(bounds), bounds) if levels else (order, bounds)
+
+
+def _sorted_level(bounds: np.ndarray) -> np.ndarray:
+    """The level of each row in index order, from where each level begins."""
+    return np.repeat(np.arange(LEVELS, dtype=np.int8), np.diff(bounds))
 
 
 def _inverse(order: np.ndarray) -> np.ndarray:
