@@ -613,3 +613,55 @@ def test_dense_flow_numbers_are_np_uniques(ids):
     want_uniq, want_inverse = np.unique(ids, return_inverse=True)
     assert np.array_equal(uniq, want_uniq) and inverse.dtype == np.int32
     assert np.array_equal(inverse, want_inverse.reshape(-1))
+
+
+def _flow_arrows_reference(fe, start: np.ndarray, names: list) -> tuple[np.ndarray, np.ndarray]:
+    """``_flow_arrows`` as it was written before its temporaries were narrowed (issue 40):
+    np.unique for each flow's start slice, int64 positions, whole columns reordered."""
+    from profscope.model.trace import FLOW_START
+
+    o = np.lexsort((start[fe.seq], fe.flow_id))
+    fid, rows, cat, kind = fe.flow_id[o], fe.seq[o], fe.category[o], fe.kind[o]
+    n = len(fid)
+    pos = np.arange(n)
+    first = np.r_[True, fid[1:] != fid[:-1]]
+    gid = np.cumsum(first) - 1
+    dense = np.empty(n, np.int32)
+    dense[o] = gid
+    start_of = np.full(int(gid[-1]) + 1, -1, np.int64)
+    starts = pos[kind == FLOW_START]
+    g, at = np.unique(gid[starts], return_index=True)
+    start_of[g] = starts[at]
+    src = np.where(start_of[gid] >= 0, start_of[gid], pos - 1)
+    ok = (src != pos) & ~(first & (start_of[gid] < 0))
+    src, dst = src[ok], pos[ok]
+    flow_name = names.index("flow")
+    label = np.where(cat[src] >= 0, cat[src], flow_name).astype(np.int64)
+    return np.stack([label, rows[src], rows[dst]], axis=1), dense
+
+
+def test_flow_arrows_equal_the_plain_formulation(tmp_path):
+    """The narrowed ``_flow_arrows`` gives the plain formulation's arrows and numbering on
+    flows with one start slice, several, none (chained in time order), and categories or
+    none, rows bound twice and ids past 2^63 (uint64)."""
+    from types import SimpleNamespace
+
+    from profscope.model.trace import FLOW_END, FLOW_MID, FLOW_START, FlowEvents
+
+    rng = np.random.default_rng(7)
+    n_rows, m = 5000, 3000
+    start = np.sort(rng.integers(0, 10**9, n_rows)).astype(np.int64)
+    np.save(tmp_path / "start.npy", start)
+    seq = np.sort(rng.integers(0, n_rows, m)).astype(np.int64)
+    ids = rng.integers(0, 400, m).astype(np.uint64) + np.uint64(2**63 - 200)
+    kind = rng.choice(np.array([FLOW_START, FLOW_MID, FLOW_END], np.int8), m, p=[0.2, 0.3, 0.5])
+    category = np.where(rng.random(m) < 0.5, -1, rng.integers(0, 5, m)).astype(np.int32)
+    fe = FlowEvents(seq, ids, kind, category)
+    names = ["a", "b", "c", "d", "e"]
+    ev = SimpleNamespace(names=list(names))
+    arrows, dense = ti._flow_arrows(fe, tmp_path, ev)
+    want, want_dense = _flow_arrows_reference(fe, start, ev.names)
+    assert ev.names == [*names, "flow"]
+    assert arrows.dtype == np.int64 and dense.dtype == np.int32
+    np.testing.assert_array_equal(arrows, want)
+    np.testing.assert_array_equal(dense, want_dense)
