@@ -644,8 +644,6 @@ def test_flow_arrows_equal_the_plain_formulation(tmp_path):
     """The narrowed ``_flow_arrows`` gives the plain formulation's arrows and numbering on
     flows with one start slice, several, none (chained in time order), and categories or
     none, rows bound twice and ids past 2^63 (uint64)."""
-    from types import SimpleNamespace
-
     from profscope.model.trace import FLOW_END, FLOW_MID, FLOW_START, FlowEvents
 
     rng = np.random.default_rng(7)
@@ -658,10 +656,10 @@ def test_flow_arrows_equal_the_plain_formulation(tmp_path):
     category = np.where(rng.random(m) < 0.5, -1, rng.integers(0, 5, m)).astype(np.int32)
     fe = FlowEvents(seq, ids, kind, category)
     names = ["a", "b", "c", "d", "e"]
-    ev = SimpleNamespace(names=list(names))
-    arrows, dense = ti._flow_arrows(fe, tmp_path, ev)
-    want, want_dense = _flow_arrows_reference(fe, start, ev.names)
-    assert ev.names == [*names, "flow"]
+    got_names = list(names)
+    arrows, dense = ti._flow_arrows(fe, tmp_path, ti._flow_name(got_names))
+    want, want_dense = _flow_arrows_reference(fe, start, got_names)
+    assert got_names == [*names, "flow"]
     assert arrows.dtype == np.int64 and dense.dtype == np.int32
     np.testing.assert_array_equal(arrows, want)
     np.testing.assert_array_equal(dense, want_dense)

@@ -50,12 +50,19 @@ def test_tiers_made_later_are_the_builds(rel, native, shared_fixtures, tmp_path,
     build_index(path, tmp_path / "steps", windows=False)
     steps = ti.TraceIndex(tmp_path / "steps")
     assert steps.tiers_missing() and steps.meta["tiers"] is None
+    timeline = ti.TraceIndex(tmp_path / "timeline")
+    # the flow slices' arrows wait for the tiers too (an xplane's: a Chrome trace's flow
+    # points are bound in the build), but their count is in the meta, the same
+    arrows = ti.FLOW_ARROWS_FILE
+    assert (tmp_path / "steps" / arrows).exists() == rel.endswith(".json.gz")
+    assert {**steps.meta, "tiers": None} == {**timeline.meta, "tiers": None}
+    # a reader other than the page's windows has them made in its process: the same
+    assert np.array_equal(ti.TraceIndex(tmp_path / "steps").flows, timeline.flows)
     with pytest.raises(RuntimeError):
         steps.window_rows(0, steps.end_ps, 1000)
     (tmp_path / "tiers").mkdir()
     ti.write_tiers(tmp_path / "steps", tmp_path / "tiers")
     steps.use_tiers(tmp_path / "tiers")
-    timeline = ti.TraceIndex(tmp_path / "timeline")
     assert sorted(steps.tiers) == timeline.meta["tiers"] and timeline.meta["tiers"]
     for z in timeline.meta["tiers"]:
         for k in ("rows", "fence"):
@@ -64,10 +71,14 @@ def test_tiers_made_later_are_the_builds(rel, native, shared_fixtures, tmp_path,
             assert a.dtype == b.dtype and np.array_equal(a, b), (z, k)
     for (a, ta), (b, tb) in zip(_windows(timeline), _windows(steps)):
         assert ta == tb and a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
-    # everything else the build wrote is the same
+    # everything else the build wrote is the same, the arrows made with the tiers
+    # (where the build left them) included, and read back from there
     for p in (tmp_path / "timeline").glob("*.npy"):
         if not p.name.startswith("tier_"):
-            assert np.array_equal(np.load(p), np.load(tmp_path / "steps" / p.name)), p.name
+            other = tmp_path / ("steps" if p.name != arrows or rel.endswith(".json.gz") else "tiers") / p.name
+            b = np.load(other)
+            assert np.load(p).dtype == b.dtype and np.array_equal(np.load(p), b), p.name
+    assert len(steps.flows) == steps.meta["flows"] and np.array_equal(steps.flows, timeline.flows)
 
 
 def _count_tier_builds(tmp_path, monkeypatch):

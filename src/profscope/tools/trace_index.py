@@ -418,7 +418,7 @@ class IndexWriter:
         # on jax308) were held through the tiers, the build's peak, and their temporaries
         # now stack on less
         _report(progress, 0.55, "writing counters and flows")
-        n_flows = self._save_flows(ev, flow_seq, shift, out)
+        n_flows = self._save_flows(ev, flow_seq, shift, out, arrows=windows)
         counters = _save_counters(ev, shift, out)
         tiers = _tiers_here(kept, level, bounds, out, track_bounds, max_depth, progress) \
             if windows and later is None else None
@@ -529,12 +529,12 @@ class IndexWriter:
         rows[ok] = rank[seq[ok]]
         return rows
 
-    def _save_flows(self, ev: TraceEvents, held: list, shift: int, out: Path) -> int:
+    def _save_flows(self, ev: TraceEvents, held: list, shift: int, out: Path, arrows: bool = True) -> int:
         """:func:`_write_flows` of the flow slices at :meth:`_flow_seq`'s rows (``held``: a
-        list of them, emptied, so that they are let go once read)."""
+        list of them, emptied, so that they are let go once read; ``arrows``: as there)."""
         unsorted = [self._flow_rows(ev, held.pop())]
         flow_rows = _by_row(unsorted.pop())  # (handed over: the only reference, let go there)
-        return _write_flows(ev, flow_rows, shift, out)
+        return _write_flows(ev, flow_rows, shift, out, arrows=arrows)
 
     def _flow_rows(self, ev: TraceEvents, rows: np.ndarray) -> FlowEvents:
         """The flow-bound slices at their index rows (:meth:`_flow_seq`'s ``rows``), not yet
@@ -564,20 +564,33 @@ def _by_row(fe: FlowEvents) -> FlowEvents:
     return FlowEvents(*cols)
 
 
-def _write_flows(ev: TraceEvents, flow_rows: FlowEvents, shift: int, out: Path) -> int:
+def _write_flows(ev: TraceEvents, flow_rows: FlowEvents, shift: int, out: Path, arrows: bool = True) -> int:
     """Save the arrows the page draws (``flows.npy``: a Chrome trace's own, point to
     point, and those of the flow-bound slices) and the flow-bound slices by row
     (``flow_*.npy``: an xplane's, and a Chrome trace's flow points bound to slices for
-    XProf's answer); the number of arrows."""
+    XProf's answer); the number of arrows. ``arrows`` False (a build without the tiers,
+    ``finish(windows=False)``): the slices' arrows, which only the page's windows read,
+    wait for the first window's :func:`write_tiers` as the tiers do (jax308's 2.4 M flow
+    slices: ~0.9 of the build's CPU s), and only their numbering for the zoom levels is
+    made here; not for a Chrome trace's flow points, whose bound rows join the flow rows."""
     flows = np.array(ev.flows, np.int64).reshape(-1, 5)
     flows[:, 2] -= shift
     flows[:, 4] -= shift
     np.save(out / "flows.npy", flows)
-    # the slices' arrows as index rows (TraceIndex.flows reads their tracks and starts):
-    # jax308's 1.19 M arrows 47.5 MB as five int64s, 14.3 MB as three int32s
-    arrows, dense = _flow_arrows(flow_rows, out, ev)
-    np.save(out / FLOW_ARROWS_FILE, _narrowest(arrows, (np.int32,)))
-    if ev.flow_points is None or not len(ev.flow_points):  # (else the flow rows grow below)
+    points = ev.flow_points is not None and len(ev.flow_points)
+    flow_name = _flow_name(ev.names) if len(flow_rows.seq) else -1
+    if not arrows and not points:
+        dense = tv._dense(flow_rows.flow_id)[1]  # (a sort of the ids alone: ~0.25 s on jax308)
+        # as many arrows as _flow_arrows makes: one per flow slice but each flow's first
+        n_arrows = len(dense) - (int(dense.max()) + 1 if len(dense) else 0)
+    else:
+        # the slices' arrows as index rows (TraceIndex.flows reads their tracks and starts):
+        # jax308's 1.19 M arrows 47.5 MB as five int64s, 14.3 MB as three int32s
+        arrow_rows, dense = _flow_arrows(flow_rows, out, flow_name)
+        np.save(out / FLOW_ARROWS_FILE, _narrowest(arrow_rows, (np.int32,)))
+        n_arrows = len(arrow_rows)
+        del arrow_rows
+    if not points:  # (else the flow rows grow below)
         np.save(out / FLOW_DENSE_FILE, dense)
     else:
         flow_rows = FlowEvents.concat([flow_rows, _bind_flow_points(ev.flow_points, shift, out)])
@@ -585,7 +598,17 @@ def _write_flows(ev: TraceEvents, flow_rows: FlowEvents, shift: int, out: Path) 
         flow_rows = FlowEvents(flow_rows.seq[o], flow_rows.flow_id[o], flow_rows.kind[o], flow_rows.category[o])
     for k, dtypes in (("seq", (np.int32,)), ("flow_id", ()), ("kind", ()), ("category", (np.int8, np.int16))):
         np.save(out / f"flow_{k}.npy", _narrowest(getattr(flow_rows, k), dtypes))  # widened on read (_FLOW_DTYPES)
-    return len(flows) + len(arrows)
+    return len(flows) + n_arrows
+
+
+def _flow_name(names: list[str]) -> int:
+    """The name id of "flow", the label of an arrow whose start slice has no category,
+    added to ``names`` (the index's) where it is not there yet."""
+    try:
+        return names.index("flow")
+    except ValueError:
+        names.append("flow")
+        return len(names) - 1
 
 
 def _narrowest(col: np.ndarray, dtypes) -> np.ndarray:
@@ -604,7 +627,7 @@ def _narrow_dtype(col: np.ndarray, dtypes) -> np.dtype:
     return col.dtype
 
 
-def _flow_arrows(fe: FlowEvents, out: Path, ev: TraceEvents) -> tuple[np.ndarray, np.ndarray]:
+def _flow_arrows(fe: FlowEvents, out: Path, flow_name: int) -> tuple[np.ndarray, np.ndarray]:
     """Arrows (name, from row, to row) of each flow, as the page draws them (with the
     slices' tracks and starts: :attr:`TraceIndex.flows`): from the flow's start slice
     (XProf's ``flow_out``) to each of its other slices, slice start to slice start; a flow without a start slice is chained in time order.
@@ -612,7 +635,8 @@ def _flow_arrows(fe: FlowEvents, out: Path, ev: TraceEvents) -> tuple[np.ndarray
     and the kernels or callbacks it caused.) ``fe.seq`` holds index rows here. And each
     flow slice's flow numbered by its id's rank among the distinct ids (int32, in ``fe``'s
     order; :data:`FLOW_DENSE_FILE`): the grouping below makes it, which the zoom levels'
-    flow pre-pass made again with ``np.unique`` (jax308's 2.4 M flow slices: ~0.35 s)."""
+    flow pre-pass made again with ``np.unique`` (jax308's 2.4 M flow slices: ~0.35 s).
+    ``flow_name``: the label of an arrow from a slice without a category (:func:`_flow_name`)."""
     if not len(fe.seq):
         return np.zeros((0, 3), np.int64), np.zeros(0, np.int32)
     # (temporaries let go as soon as they are used, positions and groups as int32 where the
@@ -652,12 +676,6 @@ def _flow_arrows(fe: FlowEvents, out: Path, ev: TraceEvents) -> tuple[np.ndarray
     del first, has
     src, dst = src[ok], pos[ok]
     del ok, pos
-    names = ev.names
-    try:
-        flow_name = names.index("flow")
-    except ValueError:
-        flow_name = len(names)
-        names.append("flow")
     arrows = np.empty((len(src), 3), np.int64)
     src, dst = o[src], o[dst]  # (their flow slices' places in ``fe``)
     del o
@@ -1653,9 +1671,8 @@ class TraceIndex:
         f = self._flows
         if f is None:
             f = npy.load(self.folder / "flows.npy")
-            path = self.folder / FLOW_ARROWS_FILE
-            if path.exists():
-                a = npy.load(path)
+            a = self._flow_arrow_rows()
+            if a is not None:
                 if len(a):
                     start, track = self.cols["start"], self.cols["track"]
                     src, dst = a[:, 1], a[:, 2]
@@ -1666,6 +1683,18 @@ class TraceIndex:
                     f = out
             self._flows = f
         return f
+
+    def _flow_arrow_rows(self) -> np.ndarray | None:
+        """The flow-bound slices' arrows as rows (FLOW_ARROWS_FILE): the build's, else
+        those :func:`write_tiers` made with the tiers of an index built without either
+        (:meth:`use_tiers`), else made here from the flow rows (a reader other than the
+        page's windows, which have the tiers made first); None where there are none."""
+        for folder in (self.folder, self._tiers_from):
+            if folder is not None and (folder / FLOW_ARROWS_FILE).exists():
+                return npy.load(folder / FLOW_ARROWS_FILE)
+        if not len(self.flow.seq):
+            return None
+        return _flow_arrows(self.flow, self.folder, self.names.index("flow"))[0]
 
     # -- windows --------------------------------------------------------------------------
 
@@ -2224,6 +2253,13 @@ def write_tiers(index_folder: Path | str, out: Path, progress=None) -> None:
         max_depth = np.asarray([t["maxDepth"] for t in meta["tracks"]], np.int64)
         native = (order, tb, max_depth, np.ascontiguousarray(cols["depth"], np.int16), None)
     tiers = _build_tiers(cols["track"], cols["depth"], cols["start"], level, bounds, out, native)
+    del cols, level, native
+    if not (folder / FLOW_ARROWS_FILE).exists() and (folder / "flow_seq.npy").exists():
+        # the flow slices' arrows the build left with the tiers (_write_flows): the same
+        # rows, from the flow rows as saved (widened as read) and the saved starts
+        fe = FlowEvents(*(npy.load(folder / f"flow_{k}.npy").astype(dtype, copy=False) for k, dtype in _FLOW_DTYPES))
+        arrows = _flow_arrows(fe, folder, meta["names"].index("flow") if len(fe.seq) else -1)[0]
+        np.save(out / FLOW_ARROWS_FILE, _narrowest(arrows, (np.int32,)))
     (out / TIERS_FILE).write_bytes(orjson.dumps(tiers))
     _report(progress, 1.0, "tiers written")
 
