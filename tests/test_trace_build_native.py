@@ -602,17 +602,21 @@ def test_gathered_reads_sorted_rows_a_block_at_a_time(tmp_path):
             assert np.array_equal(tv._gathered(c, rows, step), np.asarray(c[rows])), (type(c), step)
 
 
-@pytest.mark.parametrize("ids", [[], [5], [3, -1, 3, 2**62, -1, 7, 3], list(range(50, 0, -1)) * 3])
-def test_dense_flow_numbers_are_np_uniques(ids):
-    """``trace_visibility._dense`` (the flow pre-pass's dense flow numbers) is
-    ``np.unique(ids, return_inverse=True)``, its inverse int32."""
+@pytest.mark.parametrize("ids", [[], [5], [3, -1, 3, 2**62, -1, 7, 3], list(range(50, 0, -1)) * 3,
+                                 [-2**63, 2**63 - 1, 0, -1, 1, -2**63, 2**63 - 1, 12345 << 40]])
+@pytest.mark.parametrize("dtype", [np.int64, np.uint64])
+def test_dense_flow_numbers_are_np_uniques(ids, dtype):
+    """``trace_visibility._dense`` (the flow pre-pass's and the build's dense flow numbers,
+    in C: ``_trace_build.dense_numbers``) and its numpy twin are ``np.unique(ids,
+    return_inverse=True)``, the inverse int32, the ids ordered as their dtype orders them."""
     from profscope.tools import trace_visibility as tv
 
-    ids = np.array(ids, np.int64)
-    uniq, inverse = tv._dense(ids)
+    ids = np.array(ids, np.int64).view(dtype)
     want_uniq, want_inverse = np.unique(ids, return_inverse=True)
-    assert np.array_equal(uniq, want_uniq) and inverse.dtype == np.int32
-    assert np.array_equal(inverse, want_inverse.reshape(-1))
+    for dense in (tv._dense, tv._dense_numpy):
+        uniq, inverse = dense(ids)
+        assert uniq.dtype == ids.dtype and np.array_equal(uniq, want_uniq) and inverse.dtype == np.int32
+        assert np.array_equal(inverse, want_inverse.reshape(-1))
 
 
 def _flow_arrows_reference(fe, start: np.ndarray, names: list) -> tuple[np.ndarray, np.ndarray]:
@@ -663,3 +667,23 @@ def test_flow_arrows_equal_the_plain_formulation(tmp_path):
     assert arrows.dtype == np.int64 and dense.dtype == np.int32
     np.testing.assert_array_equal(arrows, want)
     np.testing.assert_array_equal(dense, want_dense)
+
+
+@pytest.mark.parametrize("rel", [
+    "xplane/tpu_inference/plugins/profile/2025_12_10_tpu/tpu_inference_2.xplane.pb",
+    "xplane/mi300_jax_conv_xprof_touched/plugins/profile/jax_conv_minimal/chi-mi300x-013.ord.vultr.cpe.ice.amd.com.xplane.pb",
+    "traces/kineto_resnet50_v100.pt.trace.json.gz",
+])
+def test_dense_numbers_in_c_are_the_numpy_twins_on_real_flow_ids(rel, shared_fixtures, tmp_path):
+    """``_trace_build.dense_numbers`` numbers the flow ids of real TPU, ROCm and PyTorch
+    profiles as its numpy twin does, as uint64 and as int64, and in a random order."""
+    from profscope.tools import trace_visibility as tv
+
+    path = shared_fixtures / "public_profiles" / rel
+    ti.build_index(_read(path), tmp_path)
+    ids = ti.TraceIndex(tmp_path).flow.flow_id
+    assert len(ids) > 100
+    shuffled = ids[np.random.default_rng(5).permutation(len(ids))]
+    for x in (ids, ids.view(np.int64), shuffled, (shuffled ^ np.uint64(1 << 63)).view(np.int64)):
+        (u, inv), (nu, ninv) = ti._native.dense_numbers(np.ascontiguousarray(x)), tv._dense_numpy(x)
+        assert u.dtype == nu.dtype and np.array_equal(u, nu) and np.array_equal(inv, ninv)

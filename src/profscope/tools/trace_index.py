@@ -580,7 +580,7 @@ def _write_flows(ev: TraceEvents, flow_rows: FlowEvents, shift: int, out: Path, 
     points = ev.flow_points is not None and len(ev.flow_points)
     flow_name = _flow_name(ev.names) if len(flow_rows.seq) else -1
     if not arrows and not points:
-        dense = tv._dense(flow_rows.flow_id)[1]  # (a sort of the ids alone: ~0.25 s on jax308)
+        dense = tv._dense(flow_rows.flow_id)[1]  # (a sort of the ids alone, in C: ~0.13 s on jax308)
         # as many arrows as _flow_arrows makes: one per flow slice but each flow's first
         n_arrows = len(dense) - (int(dense.max()) + 1 if len(dense) else 0)
     else:
