@@ -60,6 +60,17 @@ static int call_release(PyObject *release) {
     return 1;
 }
 
+/* In a pass's loop that runs without the GIL (Py_BEGIN_ALLOW_THREADS), with ``release``,
+ * ``walked`` and ``released`` in scope: count a row, and every RELEASE_ROWS rows call the
+ * caller's release with the GIL (call_release); leave the loop if it raised. */
+#define WALKED()                                   \
+    if (++walked % RELEASE_ROWS == 0 && release) { \
+        Py_BLOCK_THREADS                           \
+        released = call_release(release);          \
+        Py_UNBLOCK_THREADS                         \
+        if (!released) break;                      \
+    }
+
 /* track_order(track int32[n], start int64[n], dur int64[n], ntracks[, release])
  *   -> (order int32[n], bounds int64[ntracks+1], bad bool[ntracks])
  * Rows grouped by track, in their order within a track (a stable counting sort), and
@@ -207,14 +218,6 @@ static PyObject *depths(PyObject *self, PyObject *args) {
     }
     int released = 1;
     npy_intp walked = 0;
-/* every RELEASE_ROWS rows walked: the caller's release, with the GIL */
-#define WALKED()                                   \
-    if (++walked % RELEASE_ROWS == 0 && release) { \
-        Py_BLOCK_THREADS                           \
-        released = call_release(release);          \
-        Py_UNBLOCK_THREADS                         \
-        if (!released) break;                      \
-    }
     Py_BEGIN_ALLOW_THREADS
     for (npy_intp k = 0; k < nt && ok && released; k++) {
         npy_intp a = b[k], z = b[k + 1], hl = 0;
@@ -250,7 +253,6 @@ static PyObject *depths(PyObject *self, PyObject *args) {
         max_depth[k] = top;
     }
     Py_END_ALLOW_THREADS
-#undef WALKED
     free(heap);
     free(last);
     if (!released) return NULL;
@@ -376,14 +378,6 @@ static PyObject *tiers(PyObject *self, PyObject *args) {
     }
     int ok = 1, mem = 1, released = 1;
     npy_intp walked = 0;
-/* every RELEASE_ROWS rows walked: the caller's release, with the GIL */
-#define WALKED()                                   \
-    if (++walked % RELEASE_ROWS == 0 && release) { \
-        Py_BLOCK_THREADS                           \
-        released = call_release(release);          \
-        Py_UNBLOCK_THREADS                         \
-        if (!released) break;                      \
-    }
     Py_BEGIN_ALLOW_THREADS
     /* rows by (track, depth), keeping their (start, longest first) order: a counting sort
      * on key base[track] + depth */
@@ -450,7 +444,6 @@ static PyObject *tiers(PyObject *self, PyObject *args) {
         g0 = g1;
     }
     Py_END_ALLOW_THREADS
-#undef WALKED
 #undef DEPTH
     free(pos);
     free(base);
