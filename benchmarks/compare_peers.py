@@ -134,7 +134,7 @@ def worker(mode: str, logdir: str, cache: str) -> dict:
     elif mode == "trace_page":  # the page's first picture: the build's preview, else the window
         import threading
 
-        from profscope.errors import NotFound
+        from profscope.app import trace_preview
 
         query = TraceQuery(resolution=1500)
         answer = {}
@@ -142,13 +142,13 @@ def worker(mode: str, logdir: str, cache: str) -> dict:
         building.start()
         first = None
         while building.is_alive():
-            try:
-                body = orjson.dumps(ws.trace_preview(run, query))
+            got = trace_preview.window(ws, run, query)  # /api/trace/preview's answer
+            if got.get("preview"):
+                body = orjson.dumps(got)
                 first = time.perf_counter() - t0
                 out["cpu_s"] = cpu_now(live) - cpu0  # the index's worker is still running
                 break
-            except NotFound:
-                time.sleep(0.02)
+            time.sleep(0.02)  # ("pending": no preview yet)
         building.join()
         out["index_s"] = time.perf_counter() - t0
         out["index_cpu_s"] = cpu_now() - cpu0
