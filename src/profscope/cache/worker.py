@@ -337,9 +337,9 @@ class WorkerPool:
             if sig == signal.SIGBUS:
                 # A read of a mapped page the file no longer has (mmap(2): "Attempted
                 # access to a page of the buffer that lies beyond the end of the mapped
-                # file"): a plane mapped in this worker (xplane_wire.planes_mapped) and
-                # its file cut short under it, or a mapped write on a full disk. Not a
-                # matter of memory: more of it would not help.
+                # file"): a plane a worker maps (xplane_wire.map_plane_bytes, as a disposable
+                # process: forksafe.disposable) and its file cut short under it, or a mapped
+                # write on a full disk. Not a matter of memory: more of it would not help.
                 raise BadInput(f"{job.label}: the worker ended with SIGBUS: a file it had mapped in memory was "
                                "cut short while it was read (the input rewritten or truncated under the "
                                "conversion, or the cache's disk full); ask again once the file is whole", file=file)
