@@ -572,6 +572,25 @@ def test_native_passes_call_release_and_stop_where_it_raises():
         ti._native.tier_merge(*args, lambda: 1 // 0)
 
 
+def test_native_tier_merge_called_inside_another_keeps_each_ones_ties():
+    """``tier_merge`` orders the rows of one start by their (track, depth): a second merge
+    run while the first is under way (here from the first one's ``release``, as another
+    thread's could, the GIL let go) must not reorder the first one's later ties by its own
+    columns, as a comparator's static columns did."""
+    m = (1 << 20) + 4096  # release comes after 2^20 rows merged; ties follow it
+    start = np.arange(m, dtype=np.int64) // 4
+    args = (np.ones(m, np.uint32), 1, np.array([m], np.int64), np.array([0, m], np.int64), start)
+    track = (3 - np.arange(m) % 4).astype(np.int32)  # each start's four rows, backwards
+    (alone,) = ti._native.tier_merge(*args, track, np.zeros(m, np.int16))
+    other = (np.zeros(m, np.int32), np.zeros(m, np.int16))  # the same starts, no tie reversed
+    nested = []
+    (outer,) = ti._native.tier_merge(*args, track, np.zeros(m, np.int16),
+                                     lambda: nested.append(ti._native.tier_merge(*args, *other)[0]))
+    assert len(nested) == 1 and np.array_equal(nested[0], np.arange(m, dtype=np.int32))
+    assert alone[-4:].tolist() == [m - 1, m - 2, m - 3, m - 4]
+    assert np.array_equal(outer, alone)
+
+
 def test_let_go_keeps_what_a_shared_map_wrote(tmp_path):
     """``tv._let_go`` drops the pages of a shared writable map (``r+``, as IndexWriter's raw
     columns are mapped) too: what was written through it is the file's, read back after."""

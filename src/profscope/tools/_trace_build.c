@@ -498,16 +498,17 @@ static inline int64_t at_int(const void *p, int type, npy_intp i) {
     }
 }
 
-typedef struct { const void *track, *depth; int tt, dt; } tie_t;
-static tie_t tie_cols;  /* qsort's comparator has no context argument; set under the GIL */
+/* one row of a group of equal starts, with its sort key: the key travels with the row
+ * because qsort's comparator has no context argument (a static holding the columns was
+ * shared by every thread calling tier_merge without the GIL, and by a tier_merge called
+ * from another's ``release``) */
+typedef struct { int64_t track, depth; int32_t row; } tie_t;
 
 static int cmp_tie(const void *x, const void *y) {
-    int32_t a = *(const int32_t *)x, b = *(const int32_t *)y;
-    int64_t ta = at_int(tie_cols.track, tie_cols.tt, a), tb = at_int(tie_cols.track, tie_cols.tt, b);
-    if (ta != tb) return (ta > tb) - (ta < tb);
-    int64_t da = at_int(tie_cols.depth, tie_cols.dt, a), db = at_int(tie_cols.depth, tie_cols.dt, b);
-    if (da != db) return (da > db) - (da < db);
-    return (a > b) - (a < b);
+    const tie_t *a = x, *b = y;
+    if (a->track != b->track) return (a->track > b->track) - (a->track < b->track);
+    if (a->depth != b->depth) return (a->depth > b->depth) - (a->depth < b->depth);
+    return (a->row > b->row) - (a->row < b->row);
 }
 
 /* tier_merge(mask uint32[n], keep uint32, counts int64[nz], bounds int64[L+1], start_s int64[n],
@@ -569,14 +570,11 @@ static PyObject *tier_merge(PyObject *self, PyObject *args) {
     }
     /* a heap of the levels' runs (their next picked row), by start then level */
     npy_intp cur[64], heap[64], hn = 0;
-    int32_t *group = NULL;
+    tie_t *group = NULL;
     npy_intp gcap = 0;
     int ok = 1, mem = 1, released = 1;
     npy_intp walked = 0;
-    tie_cols.track = PyArray_DATA(tr);
-    tie_cols.depth = PyArray_DATA(dp);
-    tie_cols.tt = tt;
-    tie_cols.dt = dt;
+    const void *track_s = PyArray_DATA(tr), *depth_s = PyArray_DATA(dp);
     Py_BEGIN_ALLOW_THREADS
 #define SKIP(l) while (cur[l] < b[(l) + 1] && !(mask[cur[l]] & keep)) cur[l]++
 #define LESS(x, y) (start[cur[x]] < start[cur[y]] || (start[cur[x]] == start[cur[y]] && (x) < (y)))
@@ -619,14 +617,20 @@ static PyObject *tier_merge(PyObject *self, PyObject *args) {
         }
         /* rows of one start are emitted together, in (track, depth, row) order */
         if (glen && (row < 0 || start[row] != gstart)) {
-            if (glen > 1) qsort(group, (size_t)glen, sizeof(int32_t), cmp_tie);
+            if (glen > 1) {  /* (most starts are one row's: their keys are never read) */
+                for (npy_intp g = 0; g < glen; g++) {
+                    group[g].track = at_int(track_s, tt, group[g].row);
+                    group[g].depth = at_int(depth_s, dt, group[g].row);
+                }
+                qsort(group, (size_t)glen, sizeof(tie_t), cmp_tie);
+            }
             for (npy_intp g = 0; g < glen && ok; g++) {
-                uint32_t bits = mask[group[g]] & keep;
+                uint32_t bits = mask[group[g].row] & keep;
                 while (bits) {
                     int j = __builtin_ctz(bits);
                     bits &= bits - 1;
                     if (fill[j] >= cap[j]) { ok = 0; break; }
-                    dst[j][fill[j]++] = group[g];
+                    dst[j][fill[j]++] = group[g].row;
                 }
             }
             glen = 0;
@@ -634,12 +638,12 @@ static PyObject *tier_merge(PyObject *self, PyObject *args) {
         if (row >= 0) {
             if (glen == gcap) {
                 npy_intp c2 = gcap ? 2 * gcap : 64;
-                int32_t *p = realloc(group, sizeof(int32_t) * c2);
+                tie_t *p = realloc(group, sizeof(tie_t) * c2);
                 if (!p) { mem = 0; break; }
                 group = p;
                 gcap = c2;
             }
-            group[glen++] = row;
+            group[glen++].row = row;
             gstart = start[row];
         }
     }
