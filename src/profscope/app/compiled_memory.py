@@ -171,7 +171,7 @@ class CompiledMemory(HloLinks):
         progress.update(message=f"reading the HLO proto of {source.module_name}")
         hlo, wire = self.hlo_proto_wire(source)
         try:
-            result, peak = memory_viewer.view_and_summary(hlo, space, progress=progress, wire=wire)
+            result, peak = memory_viewer.view_and_summary(hlo, space, progress=progress, wire=wire, arrays=True)
         except ProfscopeError as e:
             # Tools know no files: name the one the module came from.
             e.file = e.file or self.logdir.display_path(source.hlo_file.path)

@@ -260,12 +260,6 @@ def _i32(n: int) -> int:
     return n - (1 << 32) if n & 0x80000000 else n
 
 
-def _i32_list(values) -> list[int]:
-    """:func:`_i32` of each int64 (a list or an array): numpy's int64 -> int32 cast wraps
-    the same way."""
-    return np.asarray(values, dtype=np.int64).astype(np.int32).tolist()
-
-
 def _u64(n: int) -> int:
     return n & _U64
 
@@ -1210,7 +1204,7 @@ def _collector_paused(fn):
 
 @_collector_paused
 def from_hlo(hlo: hlo_pb2.HloProto, memory_space: int = 0, progress=None, *,
-            strict: bool = True, module: _Module | None = None) -> dict:
+            strict: bool = True, module: _Module | None = None, arrays: bool = False) -> dict:
     """XProf 2.24.2's memory-viewer ``PreprocessResult`` of one module, as a JSON-able dict.
 
     ``memory_space`` is the color (0: default memory). ``progress``, if given, gets
@@ -1221,6 +1215,13 @@ def from_hlo(hlo: hlo_pb2.HloProto, memory_space: int = 0, progress=None, *,
     unless ``strict=False``: then the answer is XProf's for such a space (module and
     entry computation names only). See the module docstring for the ``"profscope"`` key.
     ``module``: ``hlo``'s index when the caller made it already (:func:`view_and_summary`).
+    ``arrays``: the three per-event lists (``heapSizes``, ``unpaddedHeapSizes``,
+    ``profscope.heapEventBuffers``) left as the numpy arrays they are made from (float64,
+    float64, int32), for a caller that only encodes the result with orjson's
+    ``OPT_SERIALIZE_NUMPY`` (the same bytes as the lists: orjson writes a float64 and an
+    int32 element as it writes a float and an int) or cuts its page (:func:`page_view`):
+    ``tolist`` made 2.1 million Python numbers on compare_peers' module of 700,000
+    events (~70 MB of fresh pages), which the encoder and the page then read back.
     """
     _report(progress, 0.0, "indexing the module")
     m = module if module is not None else _Module(hlo, progress)
@@ -1287,8 +1288,8 @@ def from_hlo(hlo: hlo_pb2.HloProto, memory_space: int = 0, progress=None, *,
     if len(sim.heap):
         heap_arr = np.asarray(sim.heap, dtype=np.int64).astype(np.float64) / _MIB + add_mib
         unp_arr = np.asarray(sim.unpadded, dtype=np.int64).astype(np.float64) / _MIB + add_mib
-        result["heapSizes"] = heap_arr.tolist()
-        result["unpaddedHeapSizes"] = unp_arr.tolist()
+        result["heapSizes"] = heap_arr if arrays else heap_arr.tolist()
+        result["unpaddedHeapSizes"] = unp_arr if arrays else unp_arr.tolist()
     if heap_objects:
         result["maxHeap"] = heap_objects
         result["maxHeapBySize"] = [heap_objects[i] for i in order]
@@ -1392,7 +1393,8 @@ def from_hlo(hlo: hlo_pb2.HloProto, memory_space: int = 0, progress=None, *,
     }
     if len(sim.heap):
         result["profscope"]["heapEventKinds"] = sim.kinds.decode("ascii")
-        result["profscope"]["heapEventBuffers"] = _i32_list(sim.buffers)
+        buffers = np.asarray(sim.buffers, dtype=np.int64).astype(np.int32)
+        result["profscope"]["heapEventBuffers"] = buffers if arrays else buffers.tolist()
         # bufferBlocks names and sizes every buffer with a span; these have none.
         result["profscope"]["heapBuffersWithoutSpan"] = {
             str(_i32(lb.id)): [lb.name(), lb.size] for lb in sim.seen if lb.span_start is None}
@@ -1644,17 +1646,17 @@ def summary(hlo: hlo_pb2.HloProto, memory_space: int = 0, *, module: _Module | N
 
 @_collector_paused
 def view_and_summary(hlo: hlo_pb2.HloProto, memory_space: int = 0, progress=None,
-                     wire: bytes | None = None) -> tuple[dict, dict]:
+                     wire: bytes | None = None, arrays: bool = False) -> tuple[dict, dict]:
     """:func:`from_hlo` and :func:`summary` of one module from one index of it (``_Module``:
     a quarter of ``from_hlo``'s time and most of ``summary``'s, 0.25 s for a module of
     70,000 buffers): what the memory viewer's conversion of a module makes, so that the
     run's module ranking needs no conversion of its own (app/compiled_memory.py). Each is
     what the function alone answers (neither changes the index: ``from_hlo`` only fills
     its shape strings' cache). ``wire``: ``hlo``'s serialized bytes, if the caller has
-    them (:class:`_Module`)."""
+    them (:class:`_Module`); ``arrays``: :func:`from_hlo`'s."""
     _report(progress, 0.0, "indexing the module")
     m = _Module(hlo, progress, wire)
-    return from_hlo(hlo, memory_space, progress, module=m), summary(hlo, memory_space, module=m)
+    return from_hlo(hlo, memory_space, progress, module=m, arrays=arrays), summary(hlo, memory_space, module=m)
 
 
 # ---------------------------------------------------------------------------
@@ -1686,15 +1688,28 @@ def _keep_points(heap: np.ndarray, max_points: int) -> np.ndarray:
     return out
 
 
-def _heap_points(result: dict, idx: list[int], kinds: str, event_buffers: list[int],
-                 spanless: dict[str, list]) -> dict:
-    """The event at each kept heap point (see :func:`page_view`), from the full result."""
+def _heap_points(result: dict, idx: list[int], kinds: str, event_buffers, spanless: dict[str, list]) -> dict:
+    """The event at each kept heap point (see :func:`page_view`), from the full result
+    (its per-event lists as lists or arrays: :func:`from_hlo`'s ``arrays``)."""
+    heap = result["heapSizes"]
+    last = len(heap) - 1
+    # Only the kept points are read (4,000 of 700,000 on the compare_peers module), and
+    # the heap after each: as Python ints and floats, from a list or an array alike.
+    after = [i + 1 if i < last else i for i in idx]
+    if isinstance(heap, np.ndarray):
+        before_mib, after_mib = heap[idx].tolist(), heap[after].tolist()
+    else:
+        before_mib, after_mib = [heap[i] for i in idx], [heap[i] for i in after]
+    if isinstance(event_buffers, np.ndarray):
+        buffers = event_buffers[idx].tolist()
+    else:
+        buffers = [event_buffers[i] for i in idx]
     # Buffer names and sizes: a buffer the trace moves has a block (bufferBlocks, before
     # any are cut) when it has a span, else it is in heapBuffersWithoutSpan; maxHeap
     # names the ones shown at the peak.
     # Only the buffers of the kept points are looked up (4,000 of 70,000 blocks on the
     # compare_peers module): the blocks are read until each of those has its first.
-    wanted = {event_buffers[i] for i in idx}
+    wanted = set(buffers)
     known: dict[int, tuple[str, float]] = {int(k): (v[0], float(v[1])) for k, v in spanless.items()}
     for o in result.get("maxHeap") or []:
         if o.get("logicalBufferId", 0) >= 0:
@@ -1707,11 +1722,8 @@ def _heap_points(result: dict, idx: list[int], kinds: str, event_buffers: list[i
         if bid in missing:
             missing.discard(bid)
             known[bid] = (b.get("name", ""), b.get("size", 0.0))
-    heap = result["heapSizes"]
-    last = len(heap) - 1
     out: dict[str, list] = {"kind": [], "buffer": [], "name": [], "bytes": [], "heapChangeBytes": []}
-    for i in idx:
-        buffer = event_buffers[i]
+    for i, buffer, here, there in zip(idx, buffers, before_mib, after_mib):
         name, size = known.get(buffer, ("", 0.0))
         out["kind"].append(_EVENT_WORDS.get(kinds[i], ""))
         out["buffer"].append(buffer)
@@ -1720,7 +1732,7 @@ def _heap_points(result: dict, idx: list[int], kinds: str, event_buffers: list[i
         # heapSizes[i] is the heap before event i: the event's effect is the next step.
         # The points are bytes / 2^20 (+ the indefinite offset) as doubles: under 2^33 MiB
         # their error is far below a byte, so rounding recovers the byte count.
-        out["heapChangeBytes"].append(int(round((heap[i + 1] - heap[i]) * _MIB)) if i < last else 0)
+        out["heapChangeBytes"].append(int(round((there - here) * _MIB)) if i < last else 0)
     return out
 
 
@@ -1749,14 +1761,17 @@ def page_view(result: dict, max_points: int = 4000, max_blocks: int = 20000) -> 
     out = dict(result)
     extras = dict(out.get("profscope") or {})
     out["profscope"] = extras
-    heap = out.get("heapSizes") or []
-    n = len(heap)
+    heap = out.get("heapSizes")
+    n = 0 if heap is None else len(heap)
     kinds = extras.pop("heapEventKinds", None)
     event_buffers = extras.pop("heapEventBuffers", None)
     spanless = extras.pop("heapBuffersWithoutSpan", None) or {}
     if n <= max_points:
         idx = list(range(n))
         extras["heapPositions"] = idx
+        for key in ("heapSizes", "unpaddedHeapSizes"):  # a page holds lists (from_hlo's arrays=True)
+            if isinstance(out.get(key), np.ndarray):
+                out[key] = out[key].tolist()
     else:
         arr = np.asarray(heap, dtype=np.float64)
         keep = _keep_points(arr, max_points)
