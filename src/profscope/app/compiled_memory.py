@@ -4,6 +4,7 @@ dump text), the values of its allocation-timeline page and every module's peak."
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 from dataclasses import dataclass
 
@@ -12,8 +13,10 @@ import orjson
 from profscope.app import keys, lazy
 from profscope.app.hlo_links import HloLinks
 from profscope.app.queries import MemoryViewerQuery
+from profscope.cache import worker as cache_worker
 from profscope.errors import BadInput, BadRequest, NotFound, ProfscopeError
 from profscope.forksafe import keep_until_exit
+from profscope.model import heap
 from profscope.model.catalog import Run, RunKind
 from profscope.model.file_kinds import FileKind
 from profscope.storage import FileInfo
@@ -144,16 +147,14 @@ class CompiledMemory(HloLinks):
         payload's own cache entry, so that the page and XProf's frontend (or the
         allocation timeline) share one conversion."""
         if query.view == "page":
-            full = self._full_memory_viewer(run, query.but(view=None), progress)
-            if self.module_source(run, query.module_name, query.host).hlo_file is None:
-                return full  # a text-only module's payload is the page's as it is
-            # The page's worker answers with the page and exits: the full result and the
-            # page are left for its exit to free (forksafe.keep_until_exit; a no-op in
-            # the server, where a small module converts)
-            keep_until_exit(full)
-            page = memory_viewer.page_view(full)
-            keep_until_exit(page)
-            return page
+            # A worker (which ends after this) keeps what the conversion frees for what it
+            # makes next: the profile's plane read to find the module (its bytes and
+            # upb's copy, ~36 MB on compare_peers' module) before the module's parse, the
+            # full result's 68 MB of JSON before the page; fresh pages cost the page's
+            # worker ~118,000 faults and 0.3-0.36 s of system time there (-6,000 with
+            # this; docs/performance.md, issue 40)
+            with heap.freed_memory_kept() if cache_worker.in_worker() else contextlib.nullcontext():
+                return self._page(run, query, progress)
         source = self.module_source(run, query.module_name, query.host)
         space = query.memory_space or 0
         if source.hlo_file is None:
@@ -181,6 +182,18 @@ class CompiledMemory(HloLinks):
         # it instead of converting the module again (a run of one module: _view_first)
         self.cache.put_json(self._peak_key(source, space), peak)
         return result
+
+    def _page(self, run: Run, query: MemoryViewerQuery, progress) -> dict:
+        full = self._full_memory_viewer(run, query.but(view=None), progress)
+        if self.module_source(run, query.module_name, query.host).hlo_file is None:
+            return full  # a text-only module's payload is the page's as it is
+        # The page's worker answers with the page and exits: the full result and the
+        # page are left for its exit to free (forksafe.keep_until_exit; a no-op in
+        # the server, where a small module converts)
+        keep_until_exit(full)
+        page = memory_viewer.page_view(full)
+        keep_until_exit(page)
+        return page
 
     def _full_memory_viewer(self, run: Run, query: MemoryViewerQuery, progress) -> dict:
         """The full payload of ``query`` (no view) through its cache entry: read back when
