@@ -538,8 +538,8 @@ def test_build_letting_mapped_columns_go_writes_the_same_index(tmp_path, monkeyp
 
 
 def test_native_passes_call_release_and_stop_where_it_raises():
-    """The C passes' optional ``release`` is called every 2^20 rows walked (and once the
-    track column is read): the answers are those without it; an exception it raises ends
+    """The C passes' optional ``release`` is called every 2^20 rows walked (the tiers' walk:
+    2^17; and once the track column is read): the answers are those without it; an exception it raises ends
     the pass with that exception."""
     ev = _crossing_trace(5, (1 << 21) + 1000)  # (track 1's events cross: the stack walk too)
     n = len(ev.start_ps)
@@ -559,6 +559,13 @@ def test_native_passes_call_release_and_stop_where_it_raises():
         got.append((depth, top))
     assert np.array_equal(got[0][0], got[1][0]) and np.array_equal(got[0][1], got[1][1])
     assert calls.count("depths") >= 2
+    # the tiers' walk, collecting with no mask (the preview's picks, its starts mapped)
+    depth, top = got[0]
+    targs = (order, tb, top, depth, None, np.ascontiguousarray(st - st.min(), np.int64), ti._level(du), (10, 12), False)
+    plain, called = ti._native.tiers(*targs), ti._native.tiers(*targs, None, lambda: calls.append("tiers"))
+    assert all(np.array_equal(a, b) for a, b in zip(plain, called)) and len(plain[0]) and calls.count("tiers") >= 2
+    with pytest.raises(ZeroDivisionError):
+        ti._native.tiers(*targs, None, lambda: 1 // 0)
     with pytest.raises(ZeroDivisionError):
         ti._native.track_order(tr, st, du, 3, lambda: 1 // 0)
     with pytest.raises(ZeroDivisionError):

@@ -51,6 +51,11 @@ static int writable(PyArrayObject *a, const char *what) {
  * dur between releases, 2^17 rows ~86 MiB (each level's folio at the walk's place is the
  * floor), for ~2,800 more folio faults over its 13.7 M rows (issue 40). */
 #define WALK_RELEASE_ROWS ((npy_intp)1 << 17)
+/* The tiers' walk, by (track, depth, start), reads the starts (index rows, by level and
+ * start: mapped in the build) at random in every level's stretch of time at once, as the
+ * zoom levels' walk does: between releases 2^20 rows mapped ~115 MiB of jax308's start.npy,
+ * the page-started build's peak (325 MiB) with the tiers' mask and traversal. */
+#define TIERS_RELEASE_ROWS ((npy_intp)1 << 17)
 
 static int call_release(PyObject *release) {
     if (!release || release == Py_None) return 1;
@@ -63,8 +68,9 @@ static int call_release(PyObject *release) {
 /* In a pass's loop that runs without the GIL (Py_BEGIN_ALLOW_THREADS), with ``release``,
  * ``walked`` and ``released`` in scope: count a row, and every RELEASE_ROWS rows call the
  * caller's release with the GIL (call_release); leave the loop if it raised. */
-#define WALKED()                                   \
-    if (++walked % RELEASE_ROWS == 0 && release) { \
+#define WALKED() WALKED_EVERY(RELEASE_ROWS)
+#define WALKED_EVERY(rows)                         \
+    if (++walked % (rows) == 0 && release) {       \
         Py_BLOCK_THREADS                           \
         released = call_release(release);          \
         Py_UNBLOCK_THREADS                         \
@@ -287,7 +293,7 @@ static int buf_add(buf_t *bf, int32_t v) {
 
 /* tiers(order int32[n], bounds int64[ntracks+1], max_depth int64[ntracks], depth int16[n] or int8[n],
  *       rank int32[n] or None (the identity), start_s int64[n], level_s int8[n], zs tuple of ints,
- *       count_only, mask uint32[n] (out, optional), release (optional, with a mask))
+ *       count_only, mask uint32[n] (out, optional; None: none), release (optional))
  *   -> list of int32 arrays, one per z: index rows (count_only: list of their lengths,
  *      nothing collected, so the caller picks the tiers worth keeping first; with
  *      ``mask``, bit j of mask[index row] is set where tier j picks the row, for
@@ -298,18 +304,24 @@ static int buf_add(buf_t *bf, int32_t v) {
  * in every (track, depth, 2^z bin) taking events by (track, depth, start, index row):
  * trace_index._build_tiers' picks, for all tiers in one pass, in that order (the caller
  * sorts them by start). ``release``: called once the order and depths are read and every
- * RELEASE_ROWS rows of the walk by (track, depth, start) after (the saved order and the
+ * TIERS_RELEASE_ROWS rows of the walk by (track, depth, start) after (the saved order and the
  * starts are mapped: 156 MiB of jax308's tiers step otherwise). */
 static PyObject *tiers(PyObject *self, PyObject *args) {
     PyArrayObject *ord, *bnd, *mx, *dep, *st, *lv;
     PyObject *zs, *rk_obj;
-    PyArrayObject *mk = NULL;
+    PyObject *mk_obj = NULL;
     PyObject *release = NULL;
     int count_only;
-    if (!PyArg_ParseTuple(args, "O!O!O!O!OO!O!O!p|O!O", &PyArray_Type, &ord, &PyArray_Type, &bnd, &PyArray_Type, &mx,
+    if (!PyArg_ParseTuple(args, "O!O!O!O!OO!O!O!p|OO", &PyArray_Type, &ord, &PyArray_Type, &bnd, &PyArray_Type, &mx,
                           &PyArray_Type, &dep, &rk_obj, &PyArray_Type, &st, &PyArray_Type, &lv,
-                          &PyTuple_Type, &zs, &count_only, &PyArray_Type, &mk, &release))
+                          &PyTuple_Type, &zs, &count_only, &mk_obj, &release))
         return NULL;
+    /* mask None: no mask, but a release (the preview's picks, collected from mapped starts) */
+    PyArrayObject *mk = mk_obj == NULL || mk_obj == Py_None ? NULL : (PyArrayObject *)mk_obj;
+    if (mk != NULL && !PyArray_Check(mk_obj)) {
+        PyErr_SetString(PyExc_TypeError, "_trace_build.tiers: mask must be an array or None");
+        return NULL;
+    }
     npy_intp n = PyArray_SIZE(st), nt = PyArray_SIZE(mx), nz = PyTuple_GET_SIZE(zs);
     /* rank None: the rows are their own index rows (the preview's picks, in reader order) */
     PyArrayObject *rk = rk_obj == Py_None ? NULL : (PyArrayObject *)rk_obj;
@@ -413,7 +425,7 @@ static PyObject *tiers(PyObject *self, PyObject *args) {
         /* events with one start on one (track, depth) only meet where depths are capped:
          * there the index row decides, as in _build_tiers' stable sorts */
         for (npy_intp i = g0; i + 1 < g1;) {
-            WALKED()
+            WALKED_EVERY(TIERS_RELEASE_ROWS)
             npy_intp j = i + 1;
             while (j < g1 && start[trav[j]] == start[trav[i]]) j++;
             if (j - i > 1) qsort(trav + i, (size_t)(j - i), sizeof(int32_t), cmp_i32);
@@ -422,7 +434,7 @@ static PyObject *tiers(PyObject *self, PyObject *args) {
         int64_t last[64];
         for (npy_intp j = 0; j < nz; j++) last[j] = -1;
         for (npy_intp i = g0; i < g1 && mem && ok && released; i++) {
-            WALKED()
+            WALKED_EVERY(TIERS_RELEASE_ROWS)
             int32_t row = trav[i];
             int64_t sv = start[row];
             int lvl = level[row];

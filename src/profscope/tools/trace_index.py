@@ -368,17 +368,18 @@ class IndexWriter:
         runs = self._sorted_runs(start, dur, shift) \
             if self._runs and preview is None and self._runs_mergeable(start) else None
         level = _let_go_after(dur, _level(dur)) if runs is None else None
+        if by_track is not None:  # on disk through the preview and the level sort, their peaks (78 MiB on jax308)
+            depth, by_track = _spill(out / "depth.spill", depth), (_spill(out / "order.spill", by_track[0]), by_track[1])
         if preview is not None and by_track is not None:
             _report(progress, 0.3, "publishing a preview of the whole trace")
             self._write_preview(preview, ev, (start, dur, track, depth, level), by_track, max_depth, per_track,
                                 (slice_span, end_ps), shift)
         del track, dur
-        if by_track is not None:  # on disk through the level sort, its peak (78 MiB on jax308)
-            depth, by_track = _spill(out / "depth.spill", depth), (_spill(out / "order.spill", by_track[0]), by_track[1])
         _report(progress, 0.35, "sorting events into duration levels")
         if runs is None:  # (the sorted starts go straight to start.npy; the rows' levels let go first)
             leveled, level = _level_order(level, False), None
             order, level, bounds, _ = _sorted_levels(_in_memory(start), leveled, out)
+            del leveled  # (``order`` is its sorted order, in place: 52 MiB held through the flows and tiers)
             self._drop_runs()
         else:  # (merged once the raw columns above are let go: the build's peak stays theirs)
             order, level, bounds, start_sorted = merge_runs(runs, shift)
@@ -482,7 +483,13 @@ class IndexWriter:
         # on jax308 (13.6 M events) 41,000 -> 164,000 rows, _write_preview 0.34 -> 0.40 CPU s
         # of a ~7.5 CPU s build; a third tier (exact to a 16th) cost 0.94 s, 8 % of the build.
         zs = tuple(t for t in (z - TIER_STEP, z) if t >= TIER_MIN_Z)
-        picks = _native.tiers(order, tb, max_depth, depth, None, np.ascontiguousarray(start, np.int64), level, zs, False)
+        # (the starts, and the nesting's order and depths spilled by finish, mapped: their
+        # pages let go once the C pass has read the order and depths and as its walk goes,
+        # not the 104 + 78 MiB of jax308's beside the walk's 52 MiB traversal)
+        maps = (start, order, depth)
+        picks = _native.tiers(order, tb, max_depth, depth, None, np.ascontiguousarray(start, np.int64), level, zs, False,
+                              None, lambda: tv._let_go(*maps))
+        tv._let_go(*maps)
         for k in range(len(zs)):  # the finest tier whose rows stay few enough
             rows = np.union1d(np.flatnonzero(level >= zs[k]), np.concatenate(picks[k:]))
             if len(rows) <= PREVIEW_MAX_SHARE * n:
@@ -490,10 +497,14 @@ class IndexWriter:
         else:
             return  # hardly fewer events than the index: no quicker to show
         del picks
-        name = (self._load("name", keep=True) if self._taken else
-                np.memmap(self.folder / "name.raw", dtype=np.int32, mode="r", shape=(n,)))[rows]
-        sub = TraceEvents(path=ev.path, hostname=ev.hostname, base_ps=ev.base_ps, track=track[rows],
-                          start_ps=start[rows] + shift, dur_ps=dur[rows], name=name,
+        # the mapped columns gathered a block of rows at a time, each block's pages let go
+        # (tv._gathered: ``rows`` is sorted): 164,000 rows all over jax308's columns mapped
+        # 272 MiB of them at once, held through the preview's own build, the page-started
+        # build's peak (438 MiB, 1.4x the file; issue 40)
+        name = tv._gathered(self._load("name", keep=True) if self._taken else
+                            np.memmap(self.folder / "name.raw", dtype=np.int32, mode="r", shape=(n,)), rows)
+        sub = TraceEvents(path=ev.path, hostname=ev.hostname, base_ps=ev.base_ps, track=tv._gathered(track, rows),
+                          start_ps=tv._gathered(start, rows) + shift, dur_ps=tv._gathered(dur, rows), name=name,
                           args_off=np.zeros(len(rows), np.int64), args_len=np.zeros(len(rows), np.int32), blob=[],
                           args_kind=ev.args_kind, names=ev.names, tracks=ev.tracks, processes=ev.processes,
                           counters=ev.counters, steps=ev.steps, planes=ev.planes)
@@ -503,7 +514,7 @@ class IndexWriter:
             part.mkdir(parents=True)
             w = IndexWriter(part)
             w.events(sub.track, sub.start_ps, sub.dur_ps, sub.name, sub.args_off, sub.args_len)
-            w.finish(sub, known=(depth[rows], max_depth, per_track, list(span[0]), span[1]))
+            w.finish(sub, known=(tv._gathered(depth, rows), max_depth, per_track, list(span[0]), span[1]))
             shutil.rmtree(folder, ignore_errors=True)  # an earlier build's
             os.replace(part, folder)
         except OSError:  # a preview is a courtesy: the build goes on without one
