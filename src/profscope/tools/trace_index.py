@@ -483,13 +483,14 @@ class IndexWriter:
         # on jax308 (13.6 M events) 41,000 -> 164,000 rows, _write_preview 0.34 -> 0.40 CPU s
         # of a ~7.5 CPU s build; a third tier (exact to a 16th) cost 0.94 s, 8 % of the build.
         zs = tuple(t for t in (z - TIER_STEP, z) if t >= TIER_MIN_Z)
-        # (the starts, and the nesting's order and depths spilled by finish, mapped: their
-        # pages let go once the C pass has read the order and depths and as its walk goes,
-        # not the 104 + 78 MiB of jax308's beside the walk's 52 MiB traversal)
-        maps = (start, order, depth)
+        # (the nesting's order and depths, spilled by finish, mapped: let go once the C pass
+        # has read them, at its first release, before its walk maps the starts. The starts
+        # are let go after the walk, not during it: by (track, depth, start) over reader
+        # rows, 2^17 rows of it mapped ~90 MiB of jax308's 104 MiB start.raw, and letting
+        # them go that often cost 0.13 s of faults in the first picture's path)
         picks = _native.tiers(order, tb, max_depth, depth, None, np.ascontiguousarray(start, np.int64), level, zs, False,
-                              None, lambda: tv._let_go(*maps))
-        tv._let_go(*maps)
+                              None, lambda: tv._let_go(order, depth))
+        tv._let_go(start, order, depth)
         for k in range(len(zs)):  # the finest tier whose rows stay few enough
             rows = np.union1d(np.flatnonzero(level >= zs[k]), np.concatenate(picks[k:]))
             if len(rows) <= PREVIEW_MAX_SHARE * n:
