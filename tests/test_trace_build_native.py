@@ -539,7 +539,7 @@ def test_build_letting_mapped_columns_go_writes_the_same_index(tmp_path, monkeyp
 
 def test_native_passes_call_release_and_stop_where_it_raises():
     """The C passes' optional ``release`` is called every 2^20 rows walked (the tiers' walk:
-    2^17; and once the track column is read): the answers are those without it; an exception it raises ends
+    2^16; and once the track column is read): the answers are those without it; an exception it raises ends
     the pass with that exception."""
     ev = _crossing_trace(5, (1 << 21) + 1000)  # (track 1's events cross: the stack walk too)
     n = len(ev.start_ps)

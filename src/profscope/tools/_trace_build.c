@@ -54,8 +54,10 @@ static int writable(PyArrayObject *a, const char *what) {
 /* The tiers' walk, by (track, depth, start), reads the starts (index rows, by level and
  * start: mapped in the build) at random in every level's stretch of time at once, as the
  * zoom levels' walk does: between releases 2^20 rows mapped ~115 MiB of jax308's start.npy,
- * the page-started build's peak (325 MiB) with the tiers' mask and traversal. */
-#define TIERS_RELEASE_ROWS ((npy_intp)1 << 17)
+ * the page-started build's peak (325 MiB) with the tiers' mask and traversal; in a later
+ * window's write_tiers 2^17 rows ~90 MiB, 2^16 ~60, 2^15 ~35 (its C pass's system time
+ * ~0.10, ~0.12, ~0.18 s). */
+#define TIERS_RELEASE_ROWS ((npy_intp)1 << 16)
 
 static int call_release(PyObject *release) {
     if (!release || release == Py_None) return 1;

@@ -1473,11 +1473,25 @@ def _build_tiers(track, depth, start, level, bounds, out: Path, native=None) -> 
         # tiers' own column copies were 375 MB of jax308's 912 MB index (1.2x the file);
         # a tier's rows in a window lie in one sorted stretch per duration level of the
         # main columns, the stretches the window's longer events are read from too.
-        np.save(out / f"tier_{z}_rows.npy", rows.astype(np.int32 if small else np.int64))
-        np.save(out / f"tier_{z}_fence.npy", start[rows[::FENCE]])
+        np.save(out / f"tier_{z}_rows.npy", rows.astype(np.int32 if small else np.int64, copy=False))
+        np.save(out / f"tier_{z}_fence.npy", _fence(start, rows))
         tiers.append(z)
         del rows
     return tiers
+
+
+def _fence(start: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """``start[rows[::FENCE]]``, read in row order a few folios at a time (``tv._gathered``,
+    1,024 rows a block): a tier's rows are sorted by start, not by row, and their every
+    FENCE-th row all over a mapped start.npy mapped ~110 MiB of it at once on jax308 (the
+    page cache's 2 MiB folios: ~250 fence rows share one), the tiers step's peak with it."""
+    at = rows[::FENCE]
+    if not isinstance(start, np.memmap) or len(at) < 2:
+        return start[at]
+    by_row = np.argsort(at, kind="stable")
+    got = np.empty(len(at), start.dtype)
+    got[by_row] = tv._gathered(start, at[by_row], 1 << 10)
+    return got
 
 
 def _tiers_here(kept: dict, level, bounds, out: Path, track_bounds, max_depth, progress) -> list[int]:
@@ -2255,15 +2269,20 @@ def write_tiers(index_folder: Path | str, out: Path, progress=None) -> None:
     _report(progress, 0.0, f"building resolution tiers ({meta['events']:,} events)")
     # track and depth as stored (maybe narrow: _tier_picks and the C pass widen them); each
     # row's duration level from the level bounds (rows are sorted by level), not from dur
-    cols = {k: npy.load(folder / f"{k}.npy") for k in ("start", "track", "depth")}
+    # (mapped, as the build's tiers read them: their pages let go as the C passes walk;
+    # read whole, jax308's tiers worker peaked at 458 MiB, 1.47x the file, issue 40)
+    cols = {k: npy.load(folder / f"{k}.npy", mmap_mode="r") for k in ("start", "track", "depth")}
     bounds = np.asarray(meta["levels"], np.int64)
     level = np.repeat(np.arange(LEVELS, dtype=np.int8), np.diff(bounds))
     native = None
     if _native is not None and (folder / XPROF_ORDER_FILE).exists() and meta["events"]:
-        order = np.ascontiguousarray(npy.load(folder / XPROF_ORDER_FILE), np.int32)
+        order = npy.load(folder / XPROF_ORDER_FILE, mmap_mode="r")
+        order = order if order.dtype == np.int32 else np.ascontiguousarray(order, np.int32)
         tb = np.concatenate([[0], np.cumsum([t["events"] for t in meta["tracks"]], dtype=np.int64)])
         max_depth = np.asarray([t["maxDepth"] for t in meta["tracks"]], np.int64)
-        native = (order, tb, max_depth, np.ascontiguousarray(cols["depth"], np.int16), None)
+        dep = cols["depth"]  # (the C pass reads int8 as saved: no int16 copy)
+        native = (order, tb, max_depth, dep if dep.dtype in (np.int8, np.int16) else np.ascontiguousarray(dep, np.int16),
+                  None)
     tiers = _build_tiers(cols["track"], cols["depth"], cols["start"], level, bounds, out, native)
     del cols, level, native
     if not (folder / FLOW_ARROWS_FILE).exists() and (folder / "flow_seq.npy").exists():
