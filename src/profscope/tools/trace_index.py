@@ -368,13 +368,13 @@ class IndexWriter:
         runs = self._sorted_runs(start, dur, shift) \
             if self._runs and preview is None and self._runs_mergeable(start) else None
         level = _let_go_after(dur, _level(dur)) if runs is None else None
-        if by_track is not None:  # on disk through the preview and the level sort, their peaks (78 MiB on jax308)
-            depth, by_track = _spill(out / "depth.spill", depth), (_spill(out / "order.spill", by_track[0]), by_track[1])
         if preview is not None and by_track is not None:
             _report(progress, 0.3, "publishing a preview of the whole trace")
             self._write_preview(preview, ev, (start, dur, track, depth, level), by_track, max_depth, per_track,
                                 (slice_span, end_ps), shift)
         del track, dur
+        if by_track is not None:  # on disk through the level sort, its peak (78 MiB on jax308)
+            depth, by_track = _spill(out / "depth.spill", depth), (_spill(out / "order.spill", by_track[0]), by_track[1])
         _report(progress, 0.35, "sorting events into duration levels")
         if runs is None:  # (the sorted starts go straight to start.npy; the rows' levels let go first)
             leveled, level = _level_order(level, False), None
@@ -478,19 +478,29 @@ class IndexWriter:
             return  # no tier that coarse: the first window is every event anyway
         z = TIER_MIN_Z + (p.bit_length() - 1 - TIER_MIN_Z) // TIER_STEP * TIER_STEP
         order, tb = by_track
+        # (the nesting's and the ties' temporaries' heap, 13 MiB on jax308, given back before
+        # the tiers pass below, the page-started build's peak: the nesting's order and depths
+        # stay in memory through it, where spilling them first cost ~0.15 s of the first picture)
+        _release_freed_memory()
         # Also the tier one step finer, so that a first zoom (to a quarter of the trace)
         # is answered from the preview slice for slice as the index will (app/trace_preview.py):
         # on jax308 (13.6 M events) 41,000 -> 164,000 rows, _write_preview 0.34 -> 0.40 CPU s
         # of a ~7.5 CPU s build; a third tier (exact to a 16th) cost 0.94 s, 8 % of the build.
         zs = tuple(t for t in (z - TIER_STEP, z) if t >= TIER_MIN_Z)
-        # (the nesting's order and depths, spilled by finish, mapped: let go once the C pass
-        # has read them, at its first release, before its walk maps the starts. The starts
-        # are let go after the walk, not during it: by (track, depth, start) over reader
-        # rows, 2^17 rows of it mapped ~90 MiB of jax308's 104 MiB start.raw, and letting
-        # them go that often cost 0.13 s of faults in the first picture's path)
+        # (the starts mapped: let go every 16th call of the C pass's release, 2^20 rows of
+        # its walk (it calls every 2^16: TIERS_RELEASE_ROWS). By (track, depth, start) over
+        # reader rows the walk reaches all over start.raw: 2^17 rows of it mapped ~90 MiB of
+        # jax308's 104, and letting them go that often cost ~0.13 s of faults in the first
+        # picture's path; every 2^20 rows: 10 MiB off this step's peak for ~0.02 s)
+        calls = [0]
+
+        def release():
+            calls[0] += 1
+            if calls[0] % 16 == 0:
+                tv._let_go(start)
         picks = _native.tiers(order, tb, max_depth, depth, None, np.ascontiguousarray(start, np.int64), level, zs, False,
-                              None, lambda: tv._let_go(order, depth))
-        tv._let_go(start, order, depth)
+                              None, release)
+        tv._let_go(start)
         for k in range(len(zs)):  # the finest tier whose rows stay few enough
             rows = np.union1d(np.flatnonzero(level >= zs[k]), np.concatenate(picks[k:]))
             if len(rows) <= PREVIEW_MAX_SHARE * n:
@@ -1363,6 +1373,10 @@ def _nest(track: np.ndarray, start: np.ndarray, dur: np.ndarray, ntracks: int):
         max_depth = np.zeros(ntracks, dtype=np.int64)
         _native.depths(order, tb, start, dur, depth, max_depth, release)
         release()
+        if len(depth) and int(max_depth.max(initial=0)) <= np.iinfo(np.int8).max:
+            # held through the preview and spilled before the level sort: as the index saves
+            # it (_NARROW) and the C tiers pass reads it, 13 MiB of jax308's 26 less
+            depth = depth.astype(np.int8)
         return depth, max_depth, (order, tb)
     return (*_depths_numpy(track, start, dur, ntracks), None)
 
