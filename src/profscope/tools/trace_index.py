@@ -344,13 +344,14 @@ class IndexWriter:
         # The raw columns stay on disk until they are written sorted: what is not needed
         # for a step is read again rather than held (the build's peak is these columns).
         start, dur, track = self._raw_columns()
-        starts = [_let_go_after(start, int(start.min()))] if n else []
+        first = _let_go_after(start, int(start.min())) if n else 0
+        starts = [first] if n else []
         starts += [int(c.t_ps[0]) for c in ev.counters if len(c.t_ps)]
         shift = min(starts) if starts else 0
         end_ps, per_track, clipped = _shift_clip(start, dur, track, shift, len(ev.tracks), known is None)
         # XProf's trace span (its ``fullTimespan``, the bounds a window is clamped to)
         # is that of the slices: counters and allocator events are not in its answer
-        slice_span = [_let_go_after(start, int(start.min())), end_ps] if n else [0, 0]
+        slice_span = [first - shift, end_ps] if n else [0, 0]  # (_shift_clip shifted every start)
         for c in ev.counters:
             if len(c.t_ps):
                 end_ps = max(end_ps, int(c.t_ps[-1] - shift))
