@@ -53,6 +53,48 @@ def test_mapped_planes_read_and_count_as_read_ones(shared_fixtures, monkeypatch)
     assert mapped and drops
 
 
+def _events(data, length: int, drop=None):
+    b = np.frombuffer(data, np.uint8)
+    meta_bytes, spans = xw.split_plane(data, length)
+    names = {k: v.name for k, v in xw.xplane_pb2.XPlane.FromString(meta_bytes).stat_metadata.items()}
+    headers, ev = xw.decode_plane(data, b, spans, names, drop)
+    kinds = {k: [getattr(ks, c).tolist() for c in ("event", "ordinal", "case", "value", "str_end")]
+             for k, ks in ev.kinds.items()}
+    return ([h.SerializeToString() for h in headers], ev.n, ev.line.tolist(), ev.metadata_id.tolist(),
+            ev.offset_ps.tolist(), ev.duration_ps.tolist(), kinds)
+
+
+@pytest.mark.skipif(not xw.native_enabled(), reason="the windowed decode is the native decoder's")
+def test_a_mapped_plane_decoded_letting_its_pages_go_decodes_as_read(shared_fixtures, monkeypatch):
+    """decode_plane with ``drop`` (the step reader's): runs counted a window at a time and
+    the pages let go between the decoder's chunks give the same headers and events, each
+    stat where it was, as the read plane's one decode."""
+    monkeypatch.setattr(xw, "MAP_WINDOW", 4096)  # many windows, entries across their edges
+    monkeypatch.setattr(xw, "_CHUNK", 64)  # many chunks, a drop after each
+    drops = []
+    for path, size, ref in _planes(shared_fixtures):
+        pad = xw.PAD + (-ref.length) % 8
+        with open(path, "rb") as f, open(path, "rb") as g, xw.planes_mapped():
+            read = xw.read_plane_bytes(*xplane.open_stream(f, str(path)), ref, pad)
+            data, drop = xw.map_plane_bytes(*xplane.open_stream(g, str(path)), ref, pad)
+        assert _events(data, ref.length, lambda drop=drop: (drops.append(1), drop())) == _events(read, ref.length)
+    assert drops
+
+    calls = []
+
+    def failing():  # (its first call is decode_plane's own, before the decoder)
+        calls.append(1)
+        if len(calls) > 1:
+            raise KeyError("from the hook")
+
+    monkeypatch.setattr(xw, "MAP_WINDOW", 1 << 40)  # no drop while the runs are counted
+    path, size, ref = max(_planes(shared_fixtures), key=lambda p: p[2].length)
+    with open(path, "rb") as f:
+        read = xw.read_plane_bytes(*xplane.open_stream(f, str(path)), ref, xw.PAD + (-ref.length) % 8)
+    with pytest.raises(KeyError, match="from the hook"):  # the hook's own error, out of the C decoder
+        _events(read, ref.length, failing)
+
+
 def test_a_stream_without_a_file_is_read():
     raw = b"\x00" * 64
     ref = xplane.PlaneRef("p", 8, 16)

@@ -23,12 +23,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { OK = 0, E_TRUNC, E_LONGVARINT, E_FIELD0, E_WIRETYPE, E_LENGTH, E_ORDINAL, E_RANGE, E_NOMEM };
+enum { OK = 0, E_TRUNC, E_LONGVARINT, E_FIELD0, E_WIRETYPE, E_LENGTH, E_ORDINAL, E_RANGE, E_NOMEM, E_RAISED };
 
 static const char *const ERRORS[] = {
     "", "truncated: a field runs past its message", "varint longer than 10 bytes", "field number 0",
     "unsupported wire type", "length out of range", "an event with more than 32767 fields",
-    "event range outside the buffer", "out of memory",
+    "event range outside the buffer", "out of memory", "",
 };
 
 static PyObject *Truncated;  /* profscope.formats.protowire.Truncated, set by the caller */
@@ -37,6 +37,8 @@ static PyObject *raise_err(int e)
 {
     if (e == E_NOMEM)
         return PyErr_NoMemory();
+    if (e == E_RAISED)  /* a Python callback's own exception, already set */
+        return NULL;
     if (e == E_TRUNC && Truncated != NULL)
         PyErr_SetString(Truncated, ERRORS[e]);
     else
@@ -406,6 +408,8 @@ typedef struct {
     Py_ssize_t scap;
     Py_ssize_t *counts;
     Py_ssize_t ccap;
+    PyObject *between;     /* NULL, or called (the GIL taken back) after each chunk decoded */
+    PyThreadState *ts;     /* the thread's state while decode runs without the GIL */
 } Dec;
 
 static inline int kind_of(const Dec *d, int64_t mid)
@@ -571,6 +575,16 @@ static int decode(Dec *d)
         int r = flush_chunk(d, ns, maxord);
         if (r)
             return r;
+        if (d->between != NULL && hi < d->nev) {
+            /* the caller's hook between chunks: a mapped plane's pages behind the decode let
+             * go (formats/xplane_wire.py decode_plane's ``between``) */
+            PyEval_RestoreThread(d->ts);
+            PyObject *res = PyObject_CallNoArgs(d->between);
+            Py_XDECREF(res);
+            d->ts = PyEval_SaveThread();
+            if (res == NULL)
+                return E_RAISED;
+        }
     }
     return OK;
 }
@@ -618,10 +632,14 @@ static PyObject *own_array(void **pp, Py_ssize_t n, int type, size_t item)
  * -> (metadata_id, offset_ps, duration_ps, {kind: (event, ordinal, case, value, str_end)}) */
 static PyObject *py_decode_events(PyObject *self, PyObject *args)
 {
-    PyObject *obj, *o_s, *o_e, *o_km, *o_kv, *o_rc = NULL;
+    PyObject *obj, *o_s, *o_e, *o_km, *o_kv, *o_rc = NULL, *o_between = NULL;
     Py_ssize_t chunk;
-    if (!PyArg_ParseTuple(args, "OOOOOn|O", &obj, &o_s, &o_e, &o_km, &o_kv, &chunk, &o_rc))
+    if (!PyArg_ParseTuple(args, "OOOOOn|OO", &obj, &o_s, &o_e, &o_km, &o_kv, &chunk, &o_rc, &o_between))
         return NULL;
+    if (o_between != NULL && o_between != Py_None && !PyCallable_Check(o_between)) {
+        PyErr_SetString(PyExc_TypeError, "between: a callable or None");
+        return NULL;
+    }
     if (chunk < 1)
         chunk = 1;
     Py_buffer view;
@@ -708,9 +726,10 @@ static PyObject *py_decode_events(PyObject *self, PyObject *args)
     d.mid = PyArray_DATA((PyArrayObject *)mid);
     d.off = PyArray_DATA((PyArrayObject *)off);
     d.dur = PyArray_DATA((PyArrayObject *)dur);
-    Py_BEGIN_ALLOW_THREADS
+    d.between = o_between != Py_None ? o_between : NULL;
+    d.ts = PyEval_SaveThread();
     r = decode(&d);
-    Py_END_ALLOW_THREADS
+    PyEval_RestoreThread(d.ts);
     if (r) {
         raise_err(r);
         goto done;
@@ -1739,8 +1758,9 @@ static PyMethodDef methods[] = {
      "event_run_into(buf, pos, end, starts, ends, at) -> (count, after): a run's entries into the arrays from at"},
     {"run_count", py_run_count, METH_VARARGS, "run_count(buf, pos, end[, stop]) -> (count, after) of a run of events (those ending by stop)"},
     {"decode_events", py_decode_events, METH_VARARGS,
-     "decode_events(buf, starts, ends, kmids, kvals, chunk[, run_count]) -> (metadata_id, offset_ps, "
-     "duration_ps, kinds); with run_count, starts/ends/run_count are runs of events (pos, line end, count)"},
+     "decode_events(buf, starts, ends, kmids, kvals, chunk[, run_count[, between]]) -> (metadata_id, offset_ps, "
+     "duration_ps, kinds); with run_count, starts/ends/run_count are runs of events (pos, line end, count); "
+     "between: called after each chunk but the last"},
     {"nest_sequence", py_nest_sequence, METH_VARARGS,
      "nest_sequence(ids, ts, end, is_async, nest_parent, below): one line's nesting stack walk, in place"},
     {"group_roots", py_group_roots, METH_VARARGS,

@@ -329,11 +329,12 @@ def small_pages():
 
 def _host_steps(f, size, ref, out: list) -> int | None:
     """A CPU-only profile's host steps into ``out`` (see the module docstring); the host's first event ps."""
-    data, _ = xw.map_plane_bytes(f, size, ref, pad=xw.PAD + (-ref.length) % 8)
-    return host_steps_of_plane(data, ref.length, out)
+    data, drop = xw.map_plane_bytes(f, size, ref, pad=xw.PAD + (-ref.length) % 8)
+    # (a read plane, a bytearray, is the process's own memory: nothing to let go)
+    return host_steps_of_plane(data, ref.length, out, drop=drop if isinstance(data, memoryview) else None)
 
 
-def host_steps_of_plane(data, length: int, out: list, meta=None, key=int, decoded=None) -> int | None:
+def host_steps_of_plane(data, length: int, out: list, meta=None, key=int, decoded=None, drop=None) -> int | None:
     """:func:`_host_steps` of a host plane's bytes already in memory (``data``: as
     ``xw.read_plane_bytes`` pads them, ``length`` the plane's; ``meta``: its parsed
     metadata, if at hand): only the stats the steps read are decoded (one native pass,
@@ -342,7 +343,8 @@ def host_steps_of_plane(data, length: int, out: list, meta=None, key=int, decode
     has just read and decoded for the timeline, with ``decoded``: ``(headers, events)``
     gathered from that decode (:class:`HostEventColumns`), so the plane is neither read
     nor decoded a second time. ``key``: of the steps' ``type_ps`` keys (``str`` for the
-    index folder's JSON)."""
+    index folder's JSON). ``drop``: ``xw.map_plane_bytes``' of mapped bytes, whose pages
+    the decode lets go as it passes them (``xw.decode_plane``) and the grouping after it."""
     if decoded is not None:
         headers, ev = decoded
     else:
@@ -351,11 +353,13 @@ def host_steps_of_plane(data, length: int, out: list, meta=None, key=int, decode
             meta = xplane_pb2.XPlane.FromString(meta_bytes)
         b = np.frombuffer(data, dtype=np.uint8)
         stat_names = {k: v.name for k, v in meta.stat_metadata.items()}
-        headers, ev = xw.decode_plane(data, b, line_spans, host_step_stats(stat_names))  # no byte range per event kept
+        headers, ev = xw.decode_plane(data, b, line_spans, host_step_stats(stat_names), drop)  # no byte range per event kept
         del b
     if ev.n == 0:
         return None
     grouped = group_host_events(ev, data, meta, headers)
+    if drop is not None:
+        drop()  # (the pages of the string stats the grouping read)
     del data  # (the caller's reference may keep the bytes; the step database does not read them)
     return _host_step_db(ev, *grouped, out, key)
 

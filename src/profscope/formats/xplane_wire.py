@@ -445,14 +445,22 @@ def plane_events(data, b: np.ndarray, line_spans) -> tuple[list, np.ndarray, np.
     return headers, cat(starts, np.int64), cat(ends, np.int64), cat(lines, np.int32)
 
 
-def _plane_runs(data, b: np.ndarray, line_spans) -> tuple[list, list]:
+MAP_WINDOW = 32 << 20  # bytes of a mapped plane walked between two drops (_plane_runs)
+
+
+def _plane_runs(data, b: np.ndarray, line_spans, drop=None) -> tuple[list, list]:
     """Every line's header (an ``XLine`` without events) and its runs of ``events``
-    fields, counted by the native walk: ``(headers, [(pos, line end, line, count)])``."""
+    fields, counted by the native walk: ``(headers, [(pos, line end, line, count)])``.
+    With ``drop`` (:func:`map_plane_bytes`'), a run is counted ``MAP_WINDOW`` bytes at a
+    time (:func:`_run_pieces`), ``drop()`` between: the same events in the same order."""
     headers, runs = [], []
     for li, (a, z) in enumerate(line_spans):
         keep = bytearray()
         pos = a
         while pos < z:
+            if data[pos] == 0x22 and drop is not None:
+                pos = _run_pieces(data, b, pos, z, li, runs, drop)
+                continue
             if data[pos] == 0x22:  # field 4 (events), LEN: a run of events
                 count, after = _native.run_count(b, pos, z)
                 runs.append((pos, z, li, count))
@@ -463,6 +471,23 @@ def _plane_runs(data, b: np.ndarray, line_spans) -> tuple[list, list]:
             pos = nxt
         headers.append(xplane_pb2.XLine.FromString(bytes(keep)))
     return headers, runs
+
+
+def _run_pieces(data, b: np.ndarray, pos: int, end: int, line: int, runs: list, drop) -> int:
+    """The run of ``events`` fields at ``pos`` counted ``MAP_WINDOW`` bytes at a time (an
+    entry longer than that on its own), each piece appended to ``runs`` as a run
+    ``(pos, end, line, count)``, ``drop()`` after each (formats/xplane_trace.py
+    ``_run_count``, which only counts); the position after the run."""
+    while True:
+        k, nxt = _native.run_count(b, pos, end, min(end, pos + MAP_WINDOW))
+        if not k and nxt < end and data[nxt] == 0x22:  # an entry longer than the window
+            k, nxt = _native.run_count(b, pos, end)
+        if k:
+            runs.append((pos, end, line, k))
+        pos = nxt
+        if not k or pos >= end or data[pos] != 0x22:
+            return pos
+        drop()
 
 
 def _plane_events_native(data, b: np.ndarray, line_spans) -> tuple[list, np.ndarray, np.ndarray, np.ndarray]:
@@ -483,19 +508,27 @@ def _plane_events_native(data, b: np.ndarray, line_spans) -> tuple[list, np.ndar
     return headers, starts, ends, lines
 
 
-def decode_plane(data, b: np.ndarray, line_spans, stat_names: dict[int, str]) -> tuple[list, Events]:
+def decode_plane(data, b: np.ndarray, line_spans, stat_names: dict[int, str], drop=None) -> tuple[list, Events]:
     """:func:`plane_events` then :func:`decode_events`, the same headers and events; where
     the native decoder reads runs, in one pass over them: no byte range per event (216 MB
-    of fresh pages and a walk of 13.5 M events on the 308 MB profile)."""
+    of fresh pages and a walk of 13.5 M events on the 308 MB profile).
+
+    ``drop``: :func:`map_plane_bytes`' for a mapped plane, called as the runs' count and
+    then the decode (after each chunk of ``_CHUNK`` events) pass its pages, so the
+    plane is never all in the RSS beside its decoded columns (jax308's 311 MiB of the
+    step reader's 1,151 MiB peak, docs/performance.md). The same headers and events."""
     if not (native_enabled() and hasattr(_native, "event_run_into")):
         headers, starts, ends, lines = plane_events(data, b, line_spans)
         return headers, decode_events(b, starts, ends, lines, stat_names)
-    headers, runs = _plane_runs(data, b, line_spans)
+    headers, runs = _plane_runs(data, b, line_spans, drop)
+    if drop is not None:
+        drop()
     pos, end, line, count = (np.asarray([r[k] for r in runs], dtype=np.int64) for k in range(4))
     lines = np.repeat(line.astype(np.int32), count)
     kmids, kvals = _kind_lut(stat_names)
-    try:  # an extension built before runs: it takes no seventh argument
-        mid, off, dur, raw = _native.decode_events(b, pos, end, kmids, kvals, _CHUNK, count)
+    try:  # an extension built before runs: it takes no seventh argument (before drops, no eighth)
+        mid, off, dur, raw = _native.decode_events(b, pos, end, kmids, kvals, _CHUNK, count,
+                                                   *(() if drop is None else (drop,)))
     except TypeError:
         starts, ends, lines = _plane_events_native(data, b, line_spans)[1:]
         return headers, _decode_events_native(b, starts, ends, lines, stat_names)
