@@ -402,3 +402,35 @@ def test_a_plane_without_allocator_events_nests_by_the_stack_walk_alone(jax_cpu,
     data = (shared_fixtures / TF_CPU).read_bytes()
     xm.read_allocator_events(io.BytesIO(data), "vm.xplane.pb")
     assert calls
+
+
+def test_the_stats_no_mutator_reads_are_not_decoded(jax_cpu, shared_fixtures):
+    """XProf's launch and queue mutators' stats are decoded only where the plane has all
+    of a mutator's stats and an event of its names; elsewhere the grouping never reads
+    them (``xs.unread_stats``: a JAX CPU profile's device_ordinal and run_id), and the
+    group ids, roots and named roots are those of a decode of every grouping stat."""
+    from profscope.formats import xplane
+    from profscope.formats import xplane_steps as xs
+
+    launch, queue = {"device_ordinal", "queue_id", "run_id", "core_type"}, {"request_id", "queue_addr"}
+    assert xs.unread_stats({"device_ordinal", "queue_id", "run_id"}, {"DoEnqueueProgram"}) == queue
+    assert xs.unread_stats({"device_ordinal", "queue_id"}, {"DoEnqueueProgram"}) == launch | queue
+    assert xs.unread_stats({"request_id", "queue_addr"}, {"CustomWait"}) == launch
+    assert not xs.unread_stats(launch | queue, {"CompleteCallbacks", "EnqueueRequestLocked"})
+    for path in (jax_cpu, shared_fixtures / TF_CPU):
+        with open(path, "rb") as raw:
+            ref = xplane.scan(raw, str(path)).plane(xse.HOST_PLANE)
+            raw.seek(0)
+            data = xw.read_plane_bytes(*xplane.open_stream(raw, str(path)), ref, pad=xw.PAD + (-ref.length) % 8)
+        meta_bytes, spans = xw.split_plane(data, ref.length)
+        meta = xse.xplane_pb2.XPlane.FromString(meta_bytes)
+        names = {k: v.name for k, v in meta.stat_metadata.items()}
+        lean = xse.host_step_stats(names, {m.name for m in meta.event_metadata.values()})
+        if path == jax_cpu:
+            assert {"device_ordinal", "run_id"} <= set(xse.host_step_stats(names).values()) - set(lean.values())
+        got = []
+        for wanted in (lean, xse.host_step_stats(names)):
+            headers, ev = xw.decode_plane(data, np.frombuffer(data, np.uint8), spans, wanted)
+            _, group, roots, named, _, _ = xse.group_host_events(ev, data, meta, headers)
+            got.append((np.asarray(group).tolist(), list(roots), named))
+        assert got[0] == got[1] and max(got[0][0]) > 0

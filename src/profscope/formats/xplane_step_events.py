@@ -352,11 +352,16 @@ def host_steps_of_plane(data, length: int, out: list, meta=None, key=int, decode
         if meta is None:
             meta = xplane_pb2.XPlane.FromString(meta_bytes)
         b = np.frombuffer(data, dtype=np.uint8)
-        stat_names = {k: v.name for k, v in meta.stat_metadata.items()}
-        headers, ev = xw.decode_plane(data, b, line_spans, host_step_stats(stat_names), drop)  # no byte range per event kept
+        wanted = host_step_stats({k: v.name for k, v in meta.stat_metadata.items()},
+                                 {m.name for m in meta.event_metadata.values()})
+        headers, ev = xw.decode_plane(data, b, line_spans, wanted, drop)  # no byte range per event kept
         del b
     if ev.n == 0:
         return None
+    if ev.metadata_id.dtype != np.int32 and _fits_int32(ev.metadata_id):
+        # int32, as the build's gathered columns (HostEventColumns) and XProf's own ids:
+        # 4 bytes an event less through the grouping (jax308: 51 MiB)
+        ev.metadata_id = ev.metadata_id.astype(np.int32)
     grouped = group_host_events(ev, data, meta, headers)
     if drop is not None:
         drop()  # (the pages of the string stats the grouping read)
@@ -364,13 +369,16 @@ def host_steps_of_plane(data, length: int, out: list, meta=None, key=int, decode
     return _host_step_db(ev, *grouped, out, key)
 
 
-def host_step_stats(stat_names: dict[int, str]) -> dict[int, str]:
+def host_step_stats(stat_names: dict[int, str], event_names: set | None = None) -> dict[int, str]:
     """Of a host plane's stat names, the stats the steps read (a JAX CPU event's
     hlo_op/hlo_module/program_id... were most of the decoded columns): the grouping's,
-    and a grouped profile's own."""
+    and a grouped profile's own; with the plane's ``event_names``, less the grouping's
+    that it never reads there (``xs.unread_stats``)."""
     from profscope.formats import xplane_steps as xs
 
-    return {k: v for k, v in stat_names.items() if v in xs.GROUPING_STATS or v in ("group_id", "step_name")}
+    unread = xs.unread_stats(set(stat_names.values()), event_names) if event_names is not None else set()
+    return {k: v for k, v in stat_names.items()
+            if (v in xs.GROUPING_STATS and v not in unread) or v in ("group_id", "step_name")}
 
 
 def group_host_events(ev, data, meta, headers) -> tuple:
@@ -397,6 +405,7 @@ def group_host_events(ev, data, meta, headers) -> tuple:
         order, regions = xs.threadpool_regions(ev, event_names, line_ts_ns)
         g = xs.Grouping(ev, np.zeros(ev.n, dtype=np.int8), event_names, stat_names, meta, headers, line_ts_ns,
                         order, regions, xw.Strings(data, stat_names))
+        g.let_go = True  # ev is the steps' own: the stats read once leave it once read
         group_id, roots, _how = g.run()
         named = {}
         del g

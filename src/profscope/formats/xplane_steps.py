@@ -129,6 +129,25 @@ QUEUE_CONSUMERS = (
     "OnDeviceSendRequestMulti", "OnDeviceRecvRequestMulti", "PjrtAsyncWait",
 )
 
+# The connected-event mutators' stats (Grouping._mutate_contexts) and the events whose
+# stats they read: a mutator reads none of its stats where the plane lacks one of them or
+# has no event of either name (XProf's mutator factories create no mutator then).
+_MUTATOR_STATS = (
+    (("device_ordinal", "queue_id", "run_id"), ("core_type",), ("DoEnqueueProgram", "CompleteCallbacks")),
+    (("request_id", "queue_addr"), (), ("EnqueueRequestLocked", *QUEUE_CONSUMERS)),
+)
+
+
+def unread_stats(stat_names: set, event_names: set) -> set:
+    """Of :data:`GROUPING_STATS`, those the grouping of a plane with these stat and event
+    names never reads (the mutators' that make no mutator there): a reader need not decode
+    them. jax308's device_ordinal and run_id, 1.28 M stats each (36 MiB decoded), are."""
+    unread = set()
+    for needed, optional, events in _MUTATOR_STATS:
+        if not set(needed) <= stat_names or not set(events) & event_names:
+            unread.update(needed, optional)
+    return unread
+
 
 def _int32(x: int) -> int:
     return ((int(x) + (1 << 31)) % (1 << 32)) - (1 << 31)
@@ -564,6 +583,10 @@ class Grouping:
         self._order = order  # None: every event, ascending (no array: see :attr:`order`)
         self.regions = regions
         self.strings = strings
+        # the stats read once (:meth:`_read_once`) taken out of ``ev`` as they are read,
+        # so each is freed where run() is done with it (the step reader's own ``ev``:
+        # jax308's four context stats, 68 MiB, held to the walks' end otherwise)
+        self.let_go = False
 
     @property
     def order(self) -> np.ndarray:
@@ -814,7 +837,10 @@ class Grouping:
 
     def _read_once(self, name: str) -> "_Sparse":
         """A stat's ``ForEachStat`` value (the last one) at the events that have it."""
-        return _Sparse(xw.kind_stats(self.ev, name))
+        view = _Sparse(xw.kind_stats(self.ev, name))
+        if self.let_go:
+            self.ev.kinds.pop(xw._KIND[name], None)
+        return view
 
     def _plane_pid(self):
         """The plane's ``process_id`` stat (int32), the pid of events without ``_pid``; None without."""
