@@ -219,6 +219,12 @@ def test_range_walk_equals_the_stack_walk_with_async_events_and_roots_anywhere(j
                                          xfirst, xkids)
         assert w_scans.tolist() == w_edges.tolist()
         assert np.array_equal(g_scans, g_edges)
+        narrow, narrow_kids = xw._native.edges_csr(xp, xk, n, True)  # int32 offsets: the same edges and walks
+        assert narrow.dtype == np.int32 and np.array_equal(narrow, xfirst) and np.array_equal(narrow_kids, xkids)
+        g_narrow = np.full(n, -1, np.int32)
+        w_narrow = xw._native.range_roots(roots, g_narrow, line, line_ps, off, dur, asy if asy.any() else None,
+                                          narrow, xkids)
+        assert w_narrow.tolist() == w_edges.tolist() and np.array_equal(g_narrow, g_edges)
         assert (g_scans >= 0).sum() > 4 * len(roots)  # subtrees marked, not the roots alone
         asked = np.sort(rng.choice(n, 3000, replace=False)).astype(np.int64)
         got = xw._native.nest_parents_at(asked, line, line_ps, off, dur, asy if asy.any() else None)

@@ -887,6 +887,7 @@ typedef struct {
     int32_t *group;  /* int32: 4 bytes a node (13.5 M on the 308 MB profile), ids < 2^31 */
     Py_ssize_t total, nk, nx;
     const int64_t *kf, *kids, *xf, *xkids;
+    const int32_t *xf32;  /* range_roots: xfirst as int32 (edges_csr's narrow), xf then NULL */
     int64_t *queue;
     Py_ssize_t cap;
 } Walk;
@@ -1170,14 +1171,15 @@ static PyObject *py_event_times(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* edges_csr(keys i64, values i64, total) -> (first, adj): key k's values, in the order
+/* edges_csr(keys i64, values i64, total[, narrow]) -> (first, adj): key k's values, in the order
  * given, are adj[first[k]:first[k + 1]] (xplane_steps._csr's stable argsort, in two
  * passes; its bincount was one more array over every node). */
 static PyObject *py_edges_csr(PyObject *self, PyObject *args)
 {
     PyObject *o_k, *o_v;
     Py_ssize_t total;
-    if (!PyArg_ParseTuple(args, "OOn", &o_k, &o_v, &total))
+    int narrow = 0;
+    if (!PyArg_ParseTuple(args, "OOn|p", &o_k, &o_v, &total, &narrow))
         return NULL;
     Py_ssize_t m = arr_len(o_k);
     const int64_t *keys = m >= 0 ? i64_arg(o_k, m, 0, "keys") : NULL;
@@ -1194,13 +1196,28 @@ static PyObject *py_edges_csr(PyObject *self, PyObject *args)
         }
     }
     npy_intp df[1] = {total + 1}, da[1] = {m};
-    PyObject *a_first = PyArray_ZEROS(1, df, NPY_INT64, 0);
+    narrow = narrow && m < ((Py_ssize_t)1 << 31);
+    PyObject *a_first = PyArray_ZEROS(1, df, narrow ? NPY_INT32 : NPY_INT64, 0);
     PyObject *a_adj = a_first ? PyArray_SimpleNew(1, da, NPY_INT64) : NULL;
     if (a_adj == NULL) {
         Py_XDECREF(a_first);
         return NULL;
     }
-    int64_t *first = PyArray_DATA((PyArrayObject *)a_first), *adj = PyArray_DATA((PyArrayObject *)a_adj);
+    int64_t *adj = PyArray_DATA((PyArrayObject *)a_adj);
+    if (narrow) {  /* the same offsets as int32: they are below m < 2^31 */
+        int32_t *first = PyArray_DATA((PyArrayObject *)a_first);
+        for (Py_ssize_t j = 0; j < m; j++)
+            first[keys[j] + 1]++;
+        for (Py_ssize_t k = 0; k < total; k++)
+            first[k + 1] += first[k];
+        for (Py_ssize_t j = 0; j < m; j++)
+            adj[first[keys[j]]++] = vals[j];
+        if (total)
+            memmove(first + 1, first, (size_t)total * sizeof(int32_t));
+        first[0] = 0;
+        return Py_BuildValue("NN", a_first, a_adj);
+    }
+    int64_t *first = PyArray_DATA((PyArrayObject *)a_first);
     for (Py_ssize_t j = 0; j < m; j++)
         first[keys[j] + 1]++;
     for (Py_ssize_t k = 0; k < total; k++)
@@ -1566,7 +1583,7 @@ static int push_node(Walk *w, Py_ssize_t *tail, int64_t c)
 /* The other edges of node (xkids[xf[node]:xf[node + 1]]) not yet grouped: gid, queued. */
 static const char *range_other(Walk *w, Py_ssize_t *tail, int64_t node, int64_t gid)
 {
-    int64_t a = w->xf[node], z = w->xf[node + 1];
+    int64_t a = w->xf ? w->xf[node] : w->xf32[node], z = w->xf ? w->xf[node + 1] : w->xf32[node + 1];
     if (a < 0 || z > w->nx || a > z)
         return "edge offsets out of range";
     for (int64_t j = a; j < z; j++) {
@@ -1646,8 +1663,15 @@ static PyObject *py_range_roots(PyObject *self, PyObject *args)
         return NULL;
     }
     w.group = group_arg(o_group);
-    w.xf = w.group ? i64_arg(o_xf, w.total + 1, 0, "xfirst") : NULL;
-    w.xkids = w.xf ? i64_arg(o_xk, w.nx, 0, "xkids") : NULL;
+    if (w.group == NULL)
+        return NULL;
+    /* xfirst: int64, or int32 (edges_csr's narrow: half the array over every node) */
+    if (PyArray_Check(o_xf) && PyArray_TYPE((PyArrayObject *)o_xf) == NPY_INT32 && PyArray_NDIM((PyArrayObject *)o_xf) == 1
+        && PyArray_IS_C_CONTIGUOUS((PyArrayObject *)o_xf) && PyArray_SIZE((PyArrayObject *)o_xf) >= w.total + 1)
+        w.xf32 = PyArray_DATA((PyArrayObject *)o_xf);
+    else if ((w.xf = i64_arg(o_xf, w.total + 1, 0, "xfirst")) == NULL)
+        return NULL;
+    w.xkids = i64_arg(o_xk, w.nx, 0, "xkids");
     if (w.xkids == NULL)
         return NULL;
     w.cap = 256;
@@ -1777,7 +1801,8 @@ static PyMethodDef methods[] = {
     {"nest_parents_at", py_nest_parents_at, METH_VARARGS,
      "nest_parents_at(nodes, line, line_ps, offset, duration, is_async) -> the nesting parents of sorted events"},
     {"edges_csr", py_edges_csr, METH_VARARGS,
-     "edges_csr(keys, values, total) -> (first, adj): edges by key, in the order given"},
+     "edges_csr(keys, values, total[, narrow]) -> (first, adj): edges by key, in the order given; narrow: "
+     "first as int32 where the edges are under 2^31 (range_roots reads it)"},
     {"host_step_db", py_host_step_db, METH_VARARGS,
      "host_step_db(group, line, offset, duration, metadata_id, line_ps, line_key, mid_flags, mid_kind, root_key, "
      "root_start, root_end, root_gid, root_idx, n_groups) -> (first_ps, begin, dur, has_compute, present, levels, "

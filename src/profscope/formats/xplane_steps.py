@@ -268,12 +268,20 @@ def _event_times(ev, line_ts_ns: np.ndarray, ts: np.ndarray, end: np.ndarray) ->
     np.add(ts, ev.duration_ps, out=end)
 
 
-def _csr(keys: np.ndarray, values: np.ndarray, total: int) -> tuple[np.ndarray, np.ndarray]:
+def _csr(keys: np.ndarray, values: np.ndarray, total: int, narrow: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Edges ``keys[j] -> values[j]`` as ``(first, adj)``: key k's values, in the order
-    they were added, are ``adj[first[k]:first[k + 1]]``."""
+    they were added, are ``adj[first[k]:first[k + 1]]``. ``narrow``: ``first`` as int32
+    where the C pass makes it (for ``range_roots``, which reads either): one offset per
+    node, the walks' largest array (jax308's 13.6 M nodes: 104 MiB as int64 for 1.3 M
+    edges, docs/performance.md)."""
     if _native_walks() and hasattr(xw._native, "edges_csr"):  # two passes, no sort
-        return xw._native.edges_csr(np.ascontiguousarray(keys, np.int64), np.ascontiguousarray(values, np.int64),
-                                    total)
+        args = (np.ascontiguousarray(keys, np.int64), np.ascontiguousarray(values, np.int64), total)
+        if narrow:
+            try:
+                return xw._native.edges_csr(*args, True)
+            except TypeError:  # an extension built before narrow offsets
+                pass
+        return xw._native.edges_csr(*args)
     o = np.argsort(keys, kind="stable")
     first = np.zeros(total + 1, dtype=np.int64)
     np.cumsum(np.bincount(keys, minlength=total), out=first[1:])
@@ -703,7 +711,7 @@ class Grouping:
         x_par.clear()  # (not del: add_child closes over them, which ruff reads as F821)
         x_kid.clear()
         del inter, ctx_par, ctx_kid
-        xfirst, xkids = _csr(xp, xk, total)
+        xfirst, xkids = _csr(xp, xk, total, narrow=ranges)  # (int32: read by the scans' walk alone)
         parents = _Parents(parent_of, xk, xp)
         del xp, xk
         steps: list[StepGroup] = []
