@@ -323,12 +323,15 @@ def test_zoom_levels_are_made_in_a_worker_and_served_from_the_cache(tmp_path):
     assert pool.stats["runs"] == 0
 
 
-def test_past_the_levels_threshold_windows_are_xprofs_own(golden, tmp_path, monkeypatch):
+@pytest.mark.parametrize("ahead", [0, tv.LEVELS_AHEAD])
+def test_past_the_levels_threshold_windows_are_xprofs_own(golden, tmp_path, monkeypatch, ahead):
     """Past ``XPROF_LEVELS_MAX`` events (lowered here, so the 640,000-event crowded trace
-    is past it) the zoom levels are made only as deep as a window loads, kept per depth,
-    and a deeper window resumes from them: every window is still XProf's own event set
-    (the golden from XProf 2.24.2). Before, past the threshold the answer came from the
-    index's resolution tiers, without XProf's levels, and differed."""
+    is past it) the zoom levels are made only as deep as a window loads and
+    ``LEVELS_AHEAD`` deeper, kept per depth, and a deeper window resumes from them (with
+    none ahead, the golden window, 1 level deeper than the whole trace's, resumes; with
+    the default, the whole trace's walk made its levels): every window is still XProf's
+    own event set (the golden from XProf 2.24.2). Before, past the threshold the answer
+    came from the index's resolution tiers, without XProf's levels, and differed."""
     from fastapi.testclient import TestClient
 
     from profscope.app.workspace import Workspace
@@ -338,6 +341,7 @@ def test_past_the_levels_threshold_windows_are_xprofs_own(golden, tmp_path, monk
     from profscope.storage import LogDir
 
     monkeypatch.setattr(tv, "XPROF_LEVELS_MAX", 100_000)  # the workers are forked: they see it too
+    monkeypatch.setattr(tv, "LEVELS_AHEAD", ahead)
     assert golden["events"] > tv.XPROF_LEVELS_MAX
     session = tmp_path / "logs" / "run" / "plugins" / "profile" / "s1"
     session.mkdir(parents=True)
@@ -350,16 +354,22 @@ def test_past_the_levels_threshold_windows_are_xprofs_own(golden, tmp_path, monk
     assert whole.status_code == 200, whole.text
     assert _events(whole.json()) == _golden(golden["whole"]["complete"])
     states = [json.loads(p.read_text()) for p in (tmp_path / "cache").rglob("xstate.json")]
-    assert [s["done"] for s in states] == [tv.levels_needed(tv.resolution_ps(
-        round((golden["whole"]["fullTimespan"][1] - golden["whole"]["fullTimespan"][0]) * 1e9), 4040))]
+    loads = tv.levels_needed(tv.resolution_ps(
+        round((golden["whole"]["fullTimespan"][1] - golden["whole"]["fullTimespan"][0]) * 1e9), 4040))
+    assert [s["done"] for s in states] == [loads + ahead]
     g = golden["window"]
+    window_loads = tv.levels_needed(tv.resolution_ps(round((g["end_time_ms"] - g["start_time_ms"]) * 1e9), 4040))
+    assert loads < window_loads <= loads + max(ahead, 1)  # (with none ahead: deeper than the first's)
     part = client.get("/data/plugin/profile/data", params={
         **params, "start_time_ms": repr(g["start_time_ms"]), "end_time_ms": repr(g["end_time_ms"])})
     assert part.status_code == 200, part.text
     assert _events(part.json()) == _golden(g["complete"])
     deeper = sorted(json.loads(p.read_text())["done"] for p in (tmp_path / "cache").rglob("xstate.json"))
-    assert len(deeper) == 2 and deeper[1] > deeper[0]  # the window's depth, resumed from the first
-    assert pool.stats["runs"] == 3  # the index, then each depth's levels
+    if ahead:  # the whole trace's walk made the window's levels: no conversion for it
+        assert deeper == [loads + ahead] and pool.stats["runs"] == 2
+    else:
+        assert deeper == [loads, window_loads]  # the window's depth, resumed from the first
+        assert pool.stats["runs"] == 3  # the index, then each depth's levels
     # Each answer is kept by its window as XProf normalises it: the same window asked
     # again, or in other words (no start, an end past the trace's), is the kept answer.
     answers = ws._xprof_answers

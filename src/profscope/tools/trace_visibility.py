@@ -30,9 +30,9 @@ loops below where it is not built): the app has a conversion worker make every l
 once and keep them in the cache (``trace_index.write_zoom_levels``, app/traces.py), so
 the server process runs only step 2. Past ``XPROF_LEVELS_MAX`` events all 13 levels cost
 more than the index build itself (13.6 M events: 8.6 CPU s, a level 0.4-1 s after the
-first's 2.7 s of ordering), so they are made as deep as a window needs, on its first
-request, and a deeper window resumes from the levels kept (:meth:`ZoomLevels.state`);
-every window is still XProf's exact event set.
+first's 2.7 s of ordering), so they are made as deep as a window needs and
+``LEVELS_AHEAD`` deeper, on its first request, and a deeper window resumes from the
+levels kept (:meth:`ZoomLevels.state`); every window is still XProf's exact event set.
 """
 
 from __future__ import annotations
@@ -55,6 +55,13 @@ if os.environ.get("PROFSCOPE_NATIVE") == "0":
 
 XPROF_FILTER_MIN_EVENTS = 500_000  # kDisableStreamingThreshold (trace_view_options.cc)
 XPROF_LEVELS_MAX = 4_000_000  # events up to which all 13 zoom levels are made at once (past it: as deep as asked)
+# Past XPROF_LEVELS_MAX, the levels a window makes below those it loads: a window 1 % of
+# its span (XProf's frontend zoomed in) then loads only levels made already. The C walk
+# reads each row once for all the levels it makes, so two more cost little in the walk
+# that runs anyway (jax308, levels 0-3 -> 0-5: 0.85 -> 0.92 CPU s), where a walk of their
+# own, resumed, cost 0.6 s (the flow pre-pass and the rows' random reads again) and was
+# what the first 1 % window after the whole trace's waited for (0.75 s; docs/performance.md)
+LEVELS_AHEAD = 2
 LAYER_RESOLUTIONS = tuple(10 ** (12 - i) for i in range(13))  # kLayerResolutions, ps
 N_LEVELS = len(LAYER_RESOLUTIONS)
 NOT_YET = 127  # an event not kept at any level computed so far
@@ -80,6 +87,12 @@ def levels_needed(r: int) -> int:
         if r >= res:
             return i
     return N_LEVELS - 1
+
+
+def levels_made(upto: int) -> int:
+    """How deep a window loading levels down to ``upto`` makes them, past
+    ``XPROF_LEVELS_MAX`` events: ``LEVELS_AHEAD`` deeper, down to the last."""
+    return min(upto + LEVELS_AHEAD, N_LEVELS - 1)
 
 
 # RowVisibility's stack of kept ends, kept here negated and clamped: XProf's
