@@ -112,21 +112,6 @@ def test_xprof_trace_viewer_prefetches_every_selected_host(logdir, tmp_path):
     assert all(ws.cache.has(_steps_key(ws, run, h)) for h in run.hosts)
 
 
-def test_an_xprof_answer_prefetches_once_its_last_piece_is_out(logdir, tmp_path):
-    """The prefetch waits for the XProf answer: started beside it, the steps' read took the
-    second core from the answer's filtering and encoding (jax308's first window)."""
-    _join_prefetches()  # (another test's)
-    ws = _ws(logdir, tmp_path / "cache")
-    run = _run(ws, "tf_gpu")
-    pieces = ws.trace_xprof_stream(run, XprofTraceQuery(hosts=",".join(run.hosts)))
-    first = next(pieces)
-    assert not _prefetches() and not any(ws.cache.has(_steps_key(ws, run, h)) for h in run.hosts)
-    answer = orjson.loads(first + b"".join(pieces))
-    assert answer["traceEvents"]
-    _join_prefetches()
-    assert all(ws.cache.has(_steps_key(ws, run, h)) for h in run.hosts)
-
-
 def test_a_busy_pool_is_left_alone_and_a_later_window_tries_again(logdir, tmp_path):
     ws = _ws(logdir, tmp_path / "cache")
     run = _run(ws, "convnet")

@@ -493,12 +493,9 @@ class Traces:
         if kept is not None:
             return iter((kept,))
         self._xprof_zoom_levels(run, view, s, e, res)
-        # what the next requests read is made once this answer is out, not beside its
-        # encoding (jax308's first window: the steps' read and the deeper levels took the
-        # second core while the answer's events were filtered and written)
-        return self._xprof_answers.keeping(key, _then(trace_xprof.xprof_chunks(
-            view, query.start_time_ms, query.end_time_ms, query.resolution),
-            lambda: self._prefetch_after(run, view, xprof=True)))
+        self._prefetch_after(run, view, xprof=True)
+        return self._xprof_answers.keeping(key, trace_xprof.xprof_chunks(
+            view, query.start_time_ms, query.end_time_ms, query.resolution))
 
     def _xprof_zoom_levels(self, run: Run, view: trace_viewer.TraceView, s: int, e: int, res: int) -> None:
         """When XProf's filter thins this answer: XProf's zoom levels of every selected
@@ -572,10 +569,3 @@ def _steps_activity(steps_ops: dict) -> host_activity.HostActivity:
     end = max((m.start_ps + m.dur_ps for m in steps), default=None)
     return host_activity.HostActivity(steps_ops.get("file") or "", steps_ops.get("host") or "", 0 if end is not None else None, end,
                         steps, "ProfilerStep" if steps else None, events=len(steps))
-
-
-def _then(chunks: Iterator[bytes], after) -> Iterator[bytes]:
-    """``chunks``, then ``after()`` once the last is taken (not when the answer stops
-    early: a client gone)."""
-    yield from chunks
-    after()
